@@ -1,0 +1,36 @@
+# Two commands do all the set-up on a fresh machine:
+#   make run    create .venv if missing, install, start the app
+#   make test   the same set-up, then the whole test suite (offscreen)
+PYTHON ?= python3
+VENV   ?= .venv
+PY      = $(VENV)/bin/python
+STAMP   = $(VENV)/.gaudi-gui-installed
+
+.PHONY: run test lint bench screenshots clean setup
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml scripts/bootstrap.sh
+	PYTHON=$(PYTHON) VENV=$(VENV) sh scripts/bootstrap.sh
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m gaudi_gui
+
+test: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider
+	$(PY) -m ruff check gaudi_gui bench tests
+	$(PY) -m mypy
+
+lint: $(STAMP)
+	$(PY) -m ruff check gaudi_gui bench tests
+	$(PY) -m mypy
+
+bench: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) bench/run.py
+
+screenshots: $(STAMP)
+	QT_QPA_PLATFORM=offscreen $(PY) scripts/screenshots.py docs
+
+clean:
+	rm -rf $(VENV) build *.egg-info

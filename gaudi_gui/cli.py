@@ -1,0 +1,62 @@
+"""``gaudi-gui`` command line: no arguments opens the window; subcommands script the same core code.
+
+Each subcommand lives in ``gaudi_gui.commands.<name>`` with ``add_parser(subparsers)`` and
+``run(args) -> int``. Subcommand modules are imported lazily so ``gaudi-gui`` (the GUI) never pays for
+their imports, and so that no command path imports torch in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from gaudi_gui import __version__
+
+#: subcommand name -> module under gaudi_gui.commands
+COMMANDS = {
+    "devices": "devices",
+    "env": "env",
+    "generate": "generate",
+    "train": "train",
+    "demo-model": "demo_model",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # type: ignore[override]
+        # Usage errors exit 2 with one clear line, never a traceback.
+        self.print_usage(sys.stderr)
+        self.exit(2, f"gaudi-gui: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="gaudi-gui", description=(
+        "Control panel for Intel Gaudi (and CUDA / CPU) machines. Without a subcommand it opens the "
+        "window."))
+    parser.add_argument("--version", action="version", version=f"gaudi-gui {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    for name, module in COMMANDS.items():
+        mod = importlib.import_module(f"gaudi_gui.commands.{module}")
+        mod.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if not args_list or args_list[0].startswith("-") and args_list[0] not in ("-h", "--help", "--version"):
+        # The GUI path stays lean: no subcommand modules, no argparse tree.
+        from gaudi_gui.app import run_gui
+        return run_gui(args_list)
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        from gaudi_gui.app import run_gui
+        return run_gui([])
+    module = importlib.import_module(f"gaudi_gui.commands.{COMMANDS[args.command]}")
+    try:
+        return int(module.run(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

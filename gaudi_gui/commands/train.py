@@ -1,0 +1,13 @@
+"""PLACEHOLDER: replaced by the issue that builds gaudi-gui train."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    sub.add_parser("train", help="(not built yet)")
+
+
+def run(args: argparse.Namespace) -> int:
+    return 2

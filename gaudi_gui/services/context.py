@@ -1,0 +1,23 @@
+"""The services the whole window shares, built once in ``gaudi_gui.app.create_services``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gaudi_gui.services.device_poller import DevicePoller
+    from gaudi_gui.services.device_selection import DeviceSelection
+    from gaudi_gui.services.environment_probe import EnvironmentProbe
+    from gaudi_gui.services.settings import Settings
+
+
+@dataclass
+class AppServices:
+    settings: Settings
+    #: The cards checked in the Devices tab; runner and training take their child env from it.
+    selection: DeviceSelection
+    #: Versions and the device a worker will use, probed in a child process.
+    environment: EnvironmentProbe
+    #: Live hl-smi / nvidia-smi / host samples (one poller for the whole window).
+    poller: DevicePoller

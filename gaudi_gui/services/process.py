@@ -1,0 +1,386 @@
+"""One wrapper around QProcess, used for every child the app starts (hl-smi, workers, accelerate).
+
+It resolves the program first (so "not installed" is a clear message, not a silent failure), decodes
+output incrementally with ``errors="replace"``, splits it into lines, collapses tqdm's ``\\r`` updates
+into progress events, picks protocol messages out of the stream, keeps a tail of the last lines for
+error reports, drains the buffers when the child ends, and stops a whole process tree: SIGTERM to the
+child's process group, then, after a grace period, SIGKILL to the group and to every descendant seen
+while the child was alive. It never calls ``waitFor*``: everything is signal driven.
+"""
+
+from __future__ import annotations
+
+import codecs
+import contextlib
+import os
+import shutil
+import signal
+import time
+import weakref
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+import psutil
+from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
+
+from gaudi_gui.core import protocol
+
+#: A line longer than this without a newline is flushed as a line so memory stays bounded.
+MAX_LINE_CHARS = 1 << 20
+
+EXIT_NORMAL = "exited"
+EXIT_CRASHED = "crashed"
+EXIT_FAILED_TO_START = "failed_to_start"
+
+
+def describe_exit(exit_code: int, exit_status: str) -> str:
+    """A sentence for the UI: 'exited with code 1', 'killed by signal 9 (SIGKILL)'."""
+    if exit_status == EXIT_FAILED_TO_START:
+        return "failed to start"
+    if exit_status == EXIT_CRASHED:
+        # A process that dies from a signal reports it as a negative code (like subprocess does).
+        number = -exit_code if exit_code < 0 else exit_code
+        try:
+            name = signal.Signals(number).name
+        except ValueError:
+            return "crashed"
+        return f"killed by signal {number} ({name})"
+    if exit_code < 0:
+        return describe_exit(exit_code, EXIT_CRASHED)
+    return f"exited with code {exit_code}"
+
+
+class _Stream:
+    """Incremental decoder and line splitter for one of the child's output streams."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buffer = ""
+
+    def feed(self, data: bytes, final: bool = False) -> tuple[list[str], str | None]:
+        """Complete lines in ``data`` and the latest ``\\r`` progress text of the unfinished line."""
+        self._buffer += self._decoder.decode(data, final)
+        lines: list[str] = []
+        while True:
+            cut = self._buffer.find("\n")
+            if cut < 0:
+                break
+            lines.append(_last_segment(self._buffer[:cut]))
+            self._buffer = self._buffer[cut + 1:]
+        progress = None
+        if final and self._buffer:
+            lines.append(_last_segment(self._buffer))
+            self._buffer = ""
+        elif len(self._buffer) > MAX_LINE_CHARS:
+            lines.append(_last_segment(self._buffer))
+            self._buffer = ""
+        elif "\r" in self._buffer:
+            # tqdm rewrites its line as "\r 40%|####  |": keep only the newest rewrite.
+            head, _, tail = self._buffer.rpartition("\r")
+            progress = tail or _last_segment(head)
+            self._buffer = "\r" + tail
+        return lines, progress
+
+
+def _last_segment(line: str) -> str:
+    line = line.rstrip("\r")
+    if "\r" not in line:
+        return line
+    for segment in reversed(line.split("\r")):
+        if segment.strip():
+            return segment
+    return ""
+
+
+_LIVE: weakref.WeakSet[ProcessRunner] = weakref.WeakSet()
+
+
+def reap_all(timeout_ms: int = 3000) -> None:
+    """Kill every runner's process tree and wait for it: only after the event loop has ended.
+
+    A QProcess destroyed while its child runs leaves an orphan (and a Qt warning), so app exit calls
+    this once the window is gone; it is the one place allowed to block on a child.
+    """
+    for runner in list(_LIVE):
+        if runner.is_running():
+            runner.kill_tree()
+            runner._process.waitForFinished(timeout_ms)
+
+
+class ProcessRunner(QObject):
+    """A child process, its output as lines and messages, and its orderly end."""
+
+    #: The child is running; carries its pid.
+    started = Signal(int)
+    #: A complete output line: (stream "stdout" | "stderr", text without newline). Protocol lines are
+    #: not repeated here when ``parse_protocol`` is on.
+    line_received = Signal(str, str)
+    #: The newest ``\\r`` rewrite of an unfinished line (tqdm progress): (stream, text).
+    progress_received = Signal(str, str)
+    #: A protocol message (``gaudi_gui.core.protocol``) decoded from either stream.
+    message_received = Signal(dict)
+    #: A line carried the protocol prefix but no valid message; carries the reason.
+    protocol_error = Signal(str)
+    #: The child could not be started or its I/O failed; carries a human-readable reason.
+    error_occurred = Signal(str)
+    #: The child is gone and its output drained: (exit code, one of EXIT_NORMAL / EXIT_CRASHED /
+    #: EXIT_FAILED_TO_START). A signal death reports the negative signal number as the code.
+    finished = Signal(int, str)
+
+    def __init__(self, parent: QObject | None = None, *, parse_protocol: bool = True,
+                 tail_lines: int = 200) -> None:
+        super().__init__(parent)
+        self._parse_protocol = parse_protocol
+        self._process = QProcess(self)
+        self._process.readyReadStandardOutput.connect(self._on_stdout)
+        self._process.readyReadStandardError.connect(self._on_stderr)
+        self._process.errorOccurred.connect(self._on_error)
+        self._process.finished.connect(self._on_finished)
+        self._process.started.connect(self._on_started)
+        self._streams = {"stdout": _Stream(), "stderr": _Stream()}
+        self._tail: deque[str] = deque(maxlen=tail_lines)
+        self._descendants: dict[int, float] = {}  # pid -> create_time, to avoid killing a reused pid
+        self._watch = QTimer(self)
+        self._watch.setInterval(1000)
+        self._watch.timeout.connect(self._record_descendants)
+        self._kill_timer = QTimer(self)
+        self._kill_timer.setSingleShot(True)
+        self._kill_timer.timeout.connect(self.kill_tree)
+        self._new_session = False
+        self._pid = 0
+        self._program = ""
+        self._argv: list[str] = []
+        self._start_error: str | None = None
+        self._stopping = False
+        self._finished_reported = False
+        self.started_at = 0.0
+        self.finished_at = 0.0
+        _LIVE.add(self)
+
+    # -- starting -------------------------------------------------------------------------------------
+
+    def start(self, program: str, args: Sequence[str] = (), *, env: Mapping[str, str] | None = None,
+              cwd: str | None = None, new_session: bool = False, stdin_open: bool = False) -> bool:
+        """Start ``program``; False (and error_occurred + finished) when it cannot be found or run.
+
+        ``env`` replaces the whole environment when given. ``new_session`` puts the child in its own
+        session and process group so ``terminate_tree`` reaches launchers that do not forward signals.
+        """
+        if self.is_running():
+            raise RuntimeError("ProcessRunner is already running a process")
+        self._reset()
+        self._argv = [program, *args]
+        resolved = shutil.which(program, path=(env or os.environ).get("PATH"))
+        if resolved is None:
+            where = "the given path" if os.sep in program else "PATH"
+            self._fail_to_start(f"'{program}' was not found ({where} searched); is it installed?")
+            return False
+        self._program = resolved
+        if env is not None:
+            environment = QProcessEnvironment()
+            for key, value in env.items():
+                environment.insert(str(key), str(value))
+            self._process.setProcessEnvironment(environment)
+        if cwd:
+            self._process.setWorkingDirectory(cwd)
+        self._new_session = new_session
+        if new_session:
+            params = QProcess.UnixProcessParameters()
+            params.flags = QProcess.UnixProcessFlag.CreateNewSession
+            self._process.setUnixProcessParameters(params)
+        self._process.setProgram(resolved)
+        self._process.setArguments(list(args))
+        self.started_at = time.time()
+        self._process.start()
+        if not stdin_open:
+            self._process.closeWriteChannel()
+        return True
+
+    def _reset(self) -> None:
+        self._streams = {"stdout": _Stream(), "stderr": _Stream()}
+        self._tail.clear()
+        self._descendants.clear()
+        self._start_error = None
+        self._stopping = False
+        self._finished_reported = False
+        self._pid = 0
+
+    def _fail_to_start(self, reason: str) -> None:
+        self._start_error = reason
+        self._tail.append(reason)
+        # Deliver asynchronously so a caller that connects right after start() still hears it.
+        QTimer.singleShot(0, self, lambda: self._report_failed_start(reason))
+
+    def _report_failed_start(self, reason: str) -> None:
+        if self._finished_reported:
+            return
+        self._finished_reported = True
+        self.finished_at = time.time()
+        self.error_occurred.emit(reason)
+        self.finished.emit(-1, EXIT_FAILED_TO_START)
+
+    # -- properties -----------------------------------------------------------------------------------
+
+    @property
+    def pid(self) -> int:
+        return self._pid
+
+    @property
+    def argv(self) -> list[str]:
+        return list(self._argv)
+
+    def is_running(self) -> bool:
+        return self._process.state() != QProcess.ProcessState.NotRunning
+
+    def is_stopping(self) -> bool:
+        return self._stopping
+
+    def tail(self, count: int = 20) -> list[str]:
+        """The last ``count`` output lines (both streams, protocol lines excluded)."""
+        return list(self._tail)[-count:]
+
+    def descendants(self) -> list[int]:
+        return sorted(self._descendants)
+
+    # -- talking to the child -------------------------------------------------------------------------
+
+    def write_line(self, text: str) -> bool:
+        if not self.is_running():
+            return False
+        self._process.write((text.rstrip("\n") + "\n").encode("utf-8"))
+        return True
+
+    def close_stdin(self) -> None:
+        self._process.closeWriteChannel()
+
+    # -- stopping -------------------------------------------------------------------------------------
+
+    def terminate_tree(self, grace_ms: int = 5000) -> None:
+        """SIGTERM the child (its whole group when it has its own session), SIGKILL all after grace."""
+        if not self.is_running():
+            return
+        self._stopping = True
+        self._record_descendants()
+        self._signal_group(signal.SIGTERM)
+        self._kill_timer.start(max(0, grace_ms))
+
+    def kill_tree(self) -> None:
+        """SIGKILL the child, its group and every descendant recorded while it was alive."""
+        self._stopping = True
+        self._kill_timer.stop()
+        if self.is_running():
+            self._record_descendants()
+            self._signal_group(signal.SIGKILL)
+        self._kill_recorded_descendants()
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        pid = self._pid
+        if pid <= 0:
+            return
+        try:
+            if self._new_session:
+                os.killpg(pid, sig)
+            else:
+                os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        if sig == signal.SIGTERM and self._new_session:
+            # Launchers such as torchrun put workers into sessions of their own: reach them directly.
+            for child in list(self._descendants):
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(child, sig)
+
+    def _record_descendants(self) -> None:
+        if self._pid <= 0:
+            return
+        try:
+            for child in psutil.Process(self._pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    self._descendants[child.pid] = child.create_time()
+        except psutil.Error:
+            pass
+
+    def _kill_recorded_descendants(self) -> None:
+        for pid, created in list(self._descendants.items()):
+            try:
+                proc = psutil.Process(pid)
+                if abs(proc.create_time() - created) < 0.01:
+                    proc.kill()
+            except psutil.Error:
+                pass
+
+    def alive_descendants(self) -> list[int]:
+        """Recorded descendants that are still running (should be empty after a stop)."""
+        alive = []
+        for pid, created in self._descendants.items():
+            try:
+                proc = psutil.Process(pid)
+                if abs(proc.create_time() - created) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(pid)
+            except psutil.Error:
+                pass
+        return alive
+
+    # -- QProcess slots -------------------------------------------------------------------------------
+
+    def _on_started(self) -> None:
+        self._pid = int(self._process.processId())
+        self._watch.start()
+        self._record_descendants()
+        self.started.emit(self._pid)
+
+    def _on_stdout(self) -> None:
+        self._consume("stdout", bytes(self._process.readAllStandardOutput().data()))
+
+    def _on_stderr(self) -> None:
+        self._consume("stderr", bytes(self._process.readAllStandardError().data()))
+
+    def _consume(self, name: str, data: bytes, final: bool = False) -> None:
+        lines, progress = self._streams[name].feed(data, final)
+        for line in lines:
+            if self._parse_protocol and protocol.PREFIX in line:
+                try:
+                    message = protocol.decode(line)
+                except protocol.ProtocolError as exc:
+                    self.protocol_error.emit(str(exc))
+                    continue
+                if message is not None:
+                    self.message_received.emit(message)
+                    continue
+            self._tail.append(line)
+            self.line_received.emit(name, line)
+        if progress is not None:
+            self.progress_received.emit(name, progress)
+
+    def _on_error(self, error: QProcess.ProcessError) -> None:
+        if error == QProcess.ProcessError.FailedToStart:
+            reason = f"could not start {self._program}: {self._process.errorString()}"
+            self._tail.append(reason)
+            self._watch.stop()
+            if not self._finished_reported:
+                self._finished_reported = True
+                self.finished_at = time.time()
+                self.error_occurred.emit(reason)
+                self.finished.emit(-1, EXIT_FAILED_TO_START)
+        elif error in (QProcess.ProcessError.ReadError, QProcess.ProcessError.WriteError):
+            self.error_occurred.emit(f"{self._program}: {self._process.errorString()}")
+        # Crashed is reported through finished(); Timedout only comes from waitFor*, never used.
+
+    def _on_finished(self, exit_code: int, exit_status: QProcess.ExitStatus) -> None:
+        self._watch.stop()
+        self._kill_timer.stop()
+        # Drain whatever is still buffered, then flush partial lines.
+        self._consume("stdout", bytes(self._process.readAllStandardOutput().data()), final=True)
+        self._consume("stderr", bytes(self._process.readAllStandardError().data()), final=True)
+        if self._stopping or exit_status == QProcess.ExitStatus.CrashExit:
+            # Stragglers (workers in their own sessions) must not outlive a stop or a crash.
+            self._kill_recorded_descendants()
+        status = EXIT_CRASHED if exit_status == QProcess.ExitStatus.CrashExit else EXIT_NORMAL
+        code = int(exit_code)
+        if status == EXIT_CRASHED and code > 0:
+            code = -code  # Qt reports the terminating signal's number as the exit code
+        if self._finished_reported:
+            return
+        self._finished_reported = True
+        self.finished_at = time.time()
+        self.finished.emit(code, status)

@@ -1,0 +1,207 @@
+"""The main window: four tabs, a status bar, shortcuts, saved geometry, and an orderly close."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer, Signal
+from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
+from PySide6.QtWidgets import (
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QProgressDialog,
+    QTabWidget,
+    QWidget,
+)
+
+from gaudi_gui import __version__
+from gaudi_gui.services.context import AppServices
+from gaudi_gui.ui.tab import JobOwner
+
+#: How long "Stop and quit" waits for jobs to end before it gives up waiting and closes anyway
+#: (the jobs' own escalation to SIGKILL still runs; this only bounds how long the window stays).
+STOP_WAIT_MS = 60_000
+
+
+class MainWindow(QMainWindow):
+    """Tabs: Devices, Model runner, Training, Environment."""
+
+    #: The window is about to close and every tab was shut down.
+    closed = Signal()
+
+    def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        from gaudi_gui.ui.devices_tab import DevicesTab
+        from gaudi_gui.ui.environment_tab import EnvironmentTab
+        from gaudi_gui.ui.runner_tab import RunnerTab
+        from gaudi_gui.ui.training_tab import TrainingTab
+
+        self.services = services
+        self.setWindowTitle("gaudi-gui")
+        self.setObjectName("MainWindow")
+        self.tabs = QTabWidget(self)
+        self.tabs.setDocumentMode(True)
+        self.devices_tab = DevicesTab(services, self)
+        self.runner_tab = RunnerTab(services, self)
+        self.training_tab = TrainingTab(services, self)
+        self.environment_tab = EnvironmentTab(services, self)
+        for widget, title in ((self.devices_tab, "&Devices"), (self.runner_tab, "&Model runner"),
+                              (self.training_tab, "&Training"), (self.environment_tab, "&Environment")):
+            self.tabs.addTab(widget, title)
+        self.setCentralWidget(self.tabs)
+
+        self._device_label = QLabel("device: probing…")
+        self._jobs_label = QLabel("")
+        self.statusBar().addPermanentWidget(self._jobs_label)
+        self.statusBar().addPermanentWidget(self._device_label)
+        services.environment.probe_finished.connect(self._on_probe)
+        services.environment.probe_failed.connect(
+            lambda reason: self._device_label.setText("device: unknown (probe failed)"))
+
+        self._build_menus()
+        self._jobs_timer = QTimer(self)
+        self._jobs_timer.setInterval(1000)
+        self._jobs_timer.timeout.connect(self._update_jobs_label)
+        self._jobs_timer.start()
+        self._closing = False
+        self._shut_down = False
+        self._restore()
+
+    # -- construction ---------------------------------------------------------------------------------
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        quit_action = QAction("&Quit", self)
+        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        quit_action.triggered.connect(self.close)
+        file_menu.addAction(quit_action)
+
+        view_menu = self.menuBar().addMenu("&View")
+        for index in range(self.tabs.count()):
+            action = QAction(self.tabs.tabText(index).replace("&", ""), self)
+            action.setShortcut(QKeySequence(f"Ctrl+{index + 1}"))
+            action.triggered.connect(lambda _checked=False, i=index: self.tabs.setCurrentIndex(i))
+            view_menu.addAction(action)
+
+        help_menu = self.menuBar().addMenu("&Help")
+        about = QAction("&About gaudi-gui", self)
+        about.triggered.connect(self._about)
+        help_menu.addAction(about)
+
+    def _restore(self) -> None:
+        settings = self.services.settings
+        geometry = settings.get("window/geometry")
+        if geometry.isEmpty() or not self.restoreGeometry(geometry):
+            self.resize(1280, 860)
+        state = settings.get("window/state")
+        if not state.isEmpty():
+            self.restoreState(state)
+        index = settings.get("window/tab")
+        if 0 <= index < self.tabs.count():
+            self.tabs.setCurrentIndex(index)
+
+    def _about(self) -> None:
+        QMessageBox.about(self, "About gaudi-gui", (
+            f"<b>gaudi-gui {__version__}</b><p>A control panel for Intel Gaudi, CUDA and CPU machines: "
+            "devices, model runner and training.</p><p>Model work runs in child processes; this window "
+            "never loads torch.</p>"))
+
+    # -- status ---------------------------------------------------------------------------------------
+
+    def _on_probe(self, info: dict) -> None:
+        device = info.get("device", "cpu")
+        detail = {"hpu": f"Gaudi ({info.get('hpu_count', 0)} HPU)",
+                  "cuda": f"CUDA ({info.get('cuda_count', 0)} GPU)", "cpu": "CPU"}.get(device, device)
+        self._device_label.setText(f"device: {detail}")
+
+    def _owners(self) -> list[JobOwner]:
+        return [w for w in (self.devices_tab, self.runner_tab, self.training_tab, self.environment_tab)
+                if isinstance(w, JobOwner)]
+
+    def active_jobs(self) -> list[str]:
+        return [job for owner in self._owners() for job in owner.active_jobs()]
+
+    def _update_jobs_label(self) -> None:
+        jobs = self.active_jobs()
+        self._jobs_label.setText(f"{len(jobs)} job(s) running" if jobs else "")
+
+    # -- closing --------------------------------------------------------------------------------------
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self._shut_down:
+            event.accept()
+            return
+        jobs = self.active_jobs()
+        if jobs and not self._closing:
+            choice = self._ask_about_jobs(jobs)
+            if choice == "cancel":
+                event.ignore()
+                return
+            if choice == "stop":
+                event.ignore()
+                self._stop_then_close()
+                return
+            for owner in self._owners():
+                owner.detach_jobs()
+        self._save()
+        self._shutdown_tabs()
+        event.accept()
+
+    def _ask_about_jobs(self, jobs: list[str]) -> str:
+        box = QMessageBox(self)
+        box.setIcon(QMessageBox.Icon.Question)
+        box.setWindowTitle("Jobs are running")
+        box.setText(f"{len(jobs)} job(s) are still running:")
+        box.setInformativeText("\n".join(f"• {j}" for j in jobs) + (
+            "\n\nStop them, or leave training runs going and re-attach to them next time?"))
+        stop = box.addButton("Stop and quit", QMessageBox.ButtonRole.DestructiveRole)
+        leave = box.addButton("Leave running and quit", QMessageBox.ButtonRole.AcceptRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        clicked = box.clickedButton()
+        if clicked is stop:
+            return "stop"
+        if clicked is leave:
+            return "leave"
+        return "cancel"
+
+    def _stop_then_close(self) -> None:
+        self._closing = True
+        for owner in self._owners():
+            owner.stop_jobs()
+        dialog = QProgressDialog("Stopping jobs…", "Quit now", 0, 0, self)
+        dialog.setWindowTitle("Stopping")
+        dialog.setMinimumDuration(0)
+        waited = QTimer(self)
+        waited.setInterval(100)
+        elapsed = [0]
+
+        def check() -> None:
+            elapsed[0] += waited.interval()
+            if not self.active_jobs() or elapsed[0] >= STOP_WAIT_MS or dialog.wasCanceled():
+                waited.stop()
+                dialog.close()
+                self._save()
+                self._shutdown_tabs()
+                self.close()
+
+        waited.timeout.connect(check)
+        waited.start()
+
+    def _save(self) -> None:
+        settings = self.services.settings
+        settings.set("window/geometry", self.saveGeometry())
+        settings.set("window/state", self.saveState())
+        settings.set("window/tab", self.tabs.currentIndex())
+        settings.sync()
+
+    def _shutdown_tabs(self) -> None:
+        if self._shut_down:
+            return
+        self._shut_down = True
+        self._jobs_timer.stop()
+        for owner in self._owners():
+            owner.shutdown()
+        self.services.poller.stop()
+        self.services.environment.shutdown()
+        self.closed.emit()

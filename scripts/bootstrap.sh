@@ -1,0 +1,32 @@
+#!/bin/sh
+# Create the virtual environment and install gaudi-gui into it, never replacing an existing torch.
+#
+# Gaudi machines (and Intel's containers) ship Intel's own torch build plus habana_frameworks in the
+# system Python. If the base interpreter already imports torch, the venv sees the system packages and
+# pip is pinned to that exact torch; otherwise torch==2.13.0 (CPU build) is installed.
+set -eu
+PYTHON="${PYTHON:-python3}"
+VENV="${VENV:-.venv}"
+
+if [ ! -x "$VENV/bin/python" ]; then
+    if "$PYTHON" -c "import torch" >/dev/null 2>&1; then
+        echo "bootstrap: $PYTHON already has torch; creating $VENV with --system-site-packages"
+        "$PYTHON" -m venv --system-site-packages "$VENV"
+    else
+        "$PYTHON" -m venv "$VENV"
+    fi
+fi
+PY="$VENV/bin/python"
+"$PY" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+
+CONSTRAINTS="$VENV/torch-constraint.txt"
+if TORCH_VERSION=$("$PY" -c "import torch; print(torch.__version__)" 2>/dev/null); then
+    echo "bootstrap: keeping the installed torch $TORCH_VERSION"
+else
+    echo "bootstrap: no torch found; installing torch==2.13.0 (CPU build)"
+    "$PY" -m pip install "torch==2.13.0"
+    TORCH_VERSION=$("$PY" -c "import torch; print(torch.__version__)")
+fi
+# Pin whatever torch is present so no dependency can pull another build over it.
+echo "torch==$TORCH_VERSION" > "$CONSTRAINTS"
+"$PY" -m pip install -c "$CONSTRAINTS" -e ".[test]"

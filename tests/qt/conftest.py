@@ -1,0 +1,36 @@
+"""Qt test hygiene: after every test no child process, runner or worker thread may be left running."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+
+import psutil
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(qapp, qtbot) -> Iterator[None]:  # type: ignore[no-untyped-def]
+    threads_before = {t.ident for t in threading.enumerate()}
+    yield
+    from PySide6.QtCore import QThreadPool
+
+    from gaudi_gui.services import process
+
+    # Widgets are closed by qtbot; give their children a moment to be reaped (signal-driven).
+    def settled() -> bool:
+        return (not any(r.is_running() for r in list(process._LIVE))
+                and not [c for c in psutil.Process().children(recursive=True)
+                         if c.status() != psutil.STATUS_ZOMBIE])
+
+    try:
+        qtbot.waitUntil(settled, timeout=15000)
+    except AssertionError:
+        running = [r.argv for r in list(process._LIVE) if r.is_running()]
+        kids = [(c.pid, c.cmdline()) for c in psutil.Process().children(recursive=True)]
+        process.reap_all()
+        pytest.fail(f"test left processes running: runners={running} children={kids}")
+    assert QThreadPool.globalInstance().activeThreadCount() == 0, "a QThreadPool task is still running"
+    leaked = [t for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()
+              and not t.daemon]
+    assert not leaked, f"test left threads running: {leaked}"
