@@ -32,10 +32,16 @@ def parse_version(text: str | None) -> tuple[int, ...]:
     """'1.16.0+abc' -> (1, 16, 0); unparsable parts stop the tuple."""
     out: list[int] = []
     for part in (text or "").split("+")[0].split("."):
-        digits = "".join(ch for ch in part if ch.isdigit())
-        if not digits or not part[0].isdigit():
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
             break
         out.append(int(digits))
+        if len(digits) < len(part):
+            break  # '0rc1': a pre-release tag ends the numeric part
     return tuple(out)
 
 
