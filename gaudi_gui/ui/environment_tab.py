@@ -120,8 +120,10 @@ class EnvironmentTab(QWidget):
                 if bad and r in bad:
                     item.setForeground(QColor("#b00020"))
                 table.setItem(r, c, item)
-        table.resizeColumnsToContents()
-        table.horizontalHeader().setStretchLastSection(True)
+        header = table.horizontalHeader()
+        for column in range(table.columnCount() - 1):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(table.columnCount() - 1, QHeaderView.ResizeMode.Stretch)
 
     # -- slots ----------------------------------------------------------------------------------------
 
@@ -148,7 +150,10 @@ class EnvironmentTab(QWidget):
         errors = info.get("errors", {})
         rows: list[tuple[str, ...]] = []
         bad: set[int] = set()
-        for r, name in enumerate(packages):
+        # Qt signals do not keep dict order: show packages in the schema's order, then any extras.
+        names = [n for n in environment.PACKAGES if n in packages]
+        names += [n for n in packages if n not in names]
+        for r, name in enumerate(names):
             version = packages[name]
             status = version or ("not installed" if name not in errors else "import failed")
             if name == "accelerate" and version and environment.parse_version(version) < \
@@ -169,7 +174,9 @@ class EnvironmentTab(QWidget):
             ("worker Python", str(info.get("executable", ""))),
         ])
         env = info.get("env", {})
-        self._fill(self.variables, [(k, v if v is not None else "(unset)") for k, v in env.items()])
+        keys = [k for k in environment.ENV_KEYS if k in env] + [k for k in env if k not in
+                                                                environment.ENV_KEYS]
+        self._fill(self.variables, [(k, env[k] if env[k] is not None else "(unset)") for k in keys])
         warnings = info.get("warnings", [])
         self.warnings.setText("\n".join(f"⚠ {w}" for w in warnings))
         self.warnings.setVisible(bool(warnings))

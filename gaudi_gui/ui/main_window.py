@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
     QLabel,
@@ -17,6 +17,10 @@ from gaudi_gui import __version__
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.ui.tab import JobOwner
 
+#: (attribute, tab title) in tab order.
+_TABS = (("devices_tab", "&Devices"), ("runner_tab", "&Model runner"), ("training_tab", "&Training"),
+         ("environment_tab", "&Environment"))
+
 #: How long "Stop and quit" waits for jobs to end before it gives up waiting and closes anyway
 #: (the jobs' own escalation to SIGKILL still runs; this only bounds how long the window stays).
 STOP_WAIT_MS = 60_000
@@ -27,26 +31,24 @@ class MainWindow(QMainWindow):
 
     #: The window is about to close and every tab was shut down.
     closed = Signal()
+    #: Every tab has been built (they are built after the first paint).
+    tabs_ready = Signal()
 
     def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        from gaudi_gui.ui.devices_tab import DevicesTab
-        from gaudi_gui.ui.environment_tab import EnvironmentTab
-        from gaudi_gui.ui.runner_tab import RunnerTab
-        from gaudi_gui.ui.training_tab import TrainingTab
-
         self.services = services
         self.setWindowTitle("gaudi-gui")
         self.setObjectName("MainWindow")
         self.tabs = QTabWidget(self)
         self.tabs.setDocumentMode(True)
-        self.devices_tab = DevicesTab(services, self)
-        self.runner_tab = RunnerTab(services, self)
-        self.training_tab = TrainingTab(services, self)
-        self.environment_tab = EnvironmentTab(services, self)
-        for widget, title in ((self.devices_tab, "&Devices"), (self.runner_tab, "&Model runner"),
-                              (self.training_tab, "&Training"), (self.environment_tab, "&Environment")):
-            self.tabs.addTab(widget, title)
+        # Tabs are built after the first frame is on screen (pyqtgraph alone costs ~0.4 s to import):
+        # the window appears at once, then each tab replaces its "loading" page on its own event-loop
+        # turn, the visible one first. Touching a tab attribute before then builds it on the spot.
+        self._built: dict[str, QWidget] = {}
+        for key, title in _TABS:
+            page = QLabel("Loading…")
+            page.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            self.tabs.addTab(page, title)
         self.setCentralWidget(self.tabs)
 
         self._device_label = QLabel("device: probing…")
@@ -65,6 +67,83 @@ class MainWindow(QMainWindow):
         self._closing = False
         self._shut_down = False
         self._restore()
+        self.installEventFilter(self)
+
+    # -- lazy tabs ------------------------------------------------------------------------------------
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        if obj is self and event.type() == QEvent.Type.Paint:
+            self.removeEventFilter(self)
+            QTimer.singleShot(0, self._build_next_tab)
+        return False
+
+    def _build_next_tab(self) -> None:
+        if self._shut_down:
+            return
+        order = [self.tabs.currentIndex()] + list(range(len(_TABS)))
+        for index in order:
+            key = _TABS[index][0]
+            if key not in self._built:
+                self._tab(key)
+                QTimer.singleShot(0, self._build_next_tab)
+                return
+        self.tabs_ready.emit()
+
+    def _tab(self, key: str) -> QWidget:
+        widget = self._built.get(key)
+        if widget is not None:
+            return widget
+        if key == "devices_tab":
+            from gaudi_gui.ui.devices_tab import DevicesTab as cls
+        elif key == "runner_tab":
+            from gaudi_gui.ui.runner_tab import RunnerTab as cls  # type: ignore[assignment]
+        elif key == "training_tab":
+            from gaudi_gui.ui.training_tab import TrainingTab as cls  # type: ignore[assignment]
+        else:
+            from gaudi_gui.ui.environment_tab import EnvironmentTab as cls  # type: ignore[assignment]
+        widget = cls(self.services, self)
+        self._built[key] = widget
+        index = [k for k, _ in _TABS].index(key)
+        current = self.tabs.currentIndex()
+        old = self.tabs.widget(index)
+        self.tabs.removeTab(index)
+        self.tabs.insertTab(index, widget, _TABS[index][1])
+        self.tabs.setCurrentIndex(current)
+        old.deleteLater()
+        self._wire(key, widget)
+        return widget
+
+    def _wire(self, key: str, widget: QWidget) -> None:
+        """Cross-tab connections, made once both ends exist."""
+        if key == "training_tab" and hasattr(widget, "load_in_runner_requested"):
+            widget.load_in_runner_requested.connect(self._load_in_runner)
+
+    def _load_in_runner(self, path: str) -> None:
+        runner = self.runner_tab
+        if hasattr(runner, "load_model_requested_from"):
+            runner.load_model_requested_from(path)
+        self.tabs.setCurrentIndex(1)
+
+    def ensure_tabs(self) -> None:
+        """Build every tab now (tests, screenshots, and close before the lazy build finished)."""
+        for key, _ in _TABS:
+            self._tab(key)
+
+    @property
+    def devices_tab(self) -> QWidget:
+        return self._tab("devices_tab")
+
+    @property
+    def runner_tab(self) -> QWidget:
+        return self._tab("runner_tab")
+
+    @property
+    def training_tab(self) -> QWidget:
+        return self._tab("training_tab")
+
+    @property
+    def environment_tab(self) -> QWidget:
+        return self._tab("environment_tab")
 
     # -- construction ---------------------------------------------------------------------------------
 
@@ -114,8 +193,8 @@ class MainWindow(QMainWindow):
         self._device_label.setText(f"device: {detail}")
 
     def _owners(self) -> list[JobOwner]:
-        return [w for w in (self.devices_tab, self.runner_tab, self.training_tab, self.environment_tab)
-                if isinstance(w, JobOwner)]
+        # Only tabs already built can own jobs (building one now would only to ask it).
+        return [w for w in self._built.values() if isinstance(w, JobOwner)]
 
     def active_jobs(self) -> list[str]:
         return [job for owner in self._owners() for job in owner.active_jobs()]
