@@ -37,7 +37,7 @@ def build_parser() -> argparse.ArgumentParser:
         "window."))
     parser.add_argument("--version", action="version", version=f"gaudi-gui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for name, module in COMMANDS.items():
+    for module in COMMANDS.values():
         mod = importlib.import_module(f"gaudi_gui.commands.{module}")
         mod.add_parser(sub)
     return parser
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list or args_list[0].startswith("-") and args_list[0] not in ("-h", "--help", "--version"):
+    if not args_list or (args_list[0].startswith("-") and args_list[0] not in ("-h", "--help", "--version")):
         # The GUI path stays lean: no subcommand modules, no argparse tree.
         from gaudi_gui.app import run_gui
         return run_gui(args_list)

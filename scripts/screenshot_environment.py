@@ -1,4 +1,7 @@
-"""Offscreen screenshot of the Environment tab with a real probe: ``python scripts/screenshot_environment.py OUT.png``."""
+"""Offscreen screenshot of the Environment tab with a real probe.
+
+``python scripts/screenshot_environment.py OUT.png``
+"""
 
 from __future__ import annotations
 

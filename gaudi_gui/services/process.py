@@ -68,10 +68,7 @@ class _Stream:
             lines.append(_last_segment(self._buffer[:cut]))
             self._buffer = self._buffer[cut + 1:]
         progress = None
-        if final and self._buffer:
-            lines.append(_last_segment(self._buffer))
-            self._buffer = ""
-        elif len(self._buffer) > MAX_LINE_CHARS:
+        if (final and self._buffer) or len(self._buffer) > MAX_LINE_CHARS:
             lines.append(_last_segment(self._buffer))
             self._buffer = ""
         elif "\r" in self._buffer:

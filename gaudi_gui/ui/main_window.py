@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, cast
+
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
 from PySide6.QtWidgets import (
@@ -16,6 +18,12 @@ from PySide6.QtWidgets import (
 from gaudi_gui import __version__
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.ui.tab import JobOwner
+
+if TYPE_CHECKING:
+    from gaudi_gui.ui.devices_tab import DevicesTab
+    from gaudi_gui.ui.environment_tab import EnvironmentTab
+    from gaudi_gui.ui.runner_tab import RunnerTab
+    from gaudi_gui.ui.training_tab import TrainingTab
 
 #: (attribute, tab title) in tab order.
 _TABS = (("devices_tab", "&Devices"), ("runner_tab", "&Model runner"), ("training_tab", "&Training"),
@@ -45,7 +53,7 @@ class MainWindow(QMainWindow):
         # the window appears at once, then each tab replaces its "loading" page on its own event-loop
         # turn, the visible one first. Touching a tab attribute before then builds it on the spot.
         self._built: dict[str, QWidget] = {}
-        for key, title in _TABS:
+        for _key, title in _TABS:
             page = QLabel("Loading…")
             page.setAlignment(Qt.AlignmentFlag.AlignCenter)
             self.tabs.addTab(page, title)
@@ -80,7 +88,7 @@ class MainWindow(QMainWindow):
     def _build_next_tab(self) -> None:
         if self._shut_down:
             return
-        order = [self.tabs.currentIndex()] + list(range(len(_TABS)))
+        order = [self.tabs.currentIndex(), *range(len(_TABS))]
         for index in order:
             key = _TABS[index][0]
             if key not in self._built:
@@ -93,15 +101,7 @@ class MainWindow(QMainWindow):
         widget = self._built.get(key)
         if widget is not None:
             return widget
-        if key == "devices_tab":
-            from gaudi_gui.ui.devices_tab import DevicesTab as cls
-        elif key == "runner_tab":
-            from gaudi_gui.ui.runner_tab import RunnerTab as cls  # type: ignore[assignment]
-        elif key == "training_tab":
-            from gaudi_gui.ui.training_tab import TrainingTab as cls  # type: ignore[assignment]
-        else:
-            from gaudi_gui.ui.environment_tab import EnvironmentTab as cls  # type: ignore[assignment]
-        widget = cls(self.services, self)
+        widget = _construct(key, self.services, self)
         self._built[key] = widget
         index = [k for k, _ in _TABS].index(key)
         current = self.tabs.currentIndex()
@@ -109,7 +109,8 @@ class MainWindow(QMainWindow):
         self.tabs.removeTab(index)
         self.tabs.insertTab(index, widget, _TABS[index][1])
         self.tabs.setCurrentIndex(current)
-        old.deleteLater()
+        if old is not None:
+            old.deleteLater()
         self._wire(key, widget)
         return widget
 
@@ -130,20 +131,20 @@ class MainWindow(QMainWindow):
             self._tab(key)
 
     @property
-    def devices_tab(self) -> QWidget:
-        return self._tab("devices_tab")
+    def devices_tab(self) -> DevicesTab:
+        return cast("DevicesTab", self._tab("devices_tab"))
 
     @property
-    def runner_tab(self) -> QWidget:
-        return self._tab("runner_tab")
+    def runner_tab(self) -> RunnerTab:
+        return cast("RunnerTab", self._tab("runner_tab"))
 
     @property
-    def training_tab(self) -> QWidget:
-        return self._tab("training_tab")
+    def training_tab(self) -> TrainingTab:
+        return cast("TrainingTab", self._tab("training_tab"))
 
     @property
-    def environment_tab(self) -> QWidget:
-        return self._tab("environment_tab")
+    def environment_tab(self) -> EnvironmentTab:
+        return cast("EnvironmentTab", self._tab("environment_tab"))
 
     # -- construction ---------------------------------------------------------------------------------
 
@@ -284,3 +285,22 @@ class MainWindow(QMainWindow):
         self.services.poller.stop()
         self.services.environment.shutdown()
         self.closed.emit()
+
+
+def _construct(key: str, services: AppServices, parent: QWidget) -> QWidget:
+    """Import a tab's module only when it is built (the imports are what makes tabs costly)."""
+    if key == "devices_tab":
+        from gaudi_gui.ui.devices_tab import DevicesTab
+
+        return DevicesTab(services, parent)
+    if key == "runner_tab":
+        from gaudi_gui.ui.runner_tab import RunnerTab
+
+        return RunnerTab(services, parent)
+    if key == "training_tab":
+        from gaudi_gui.ui.training_tab import TrainingTab
+
+        return TrainingTab(services, parent)
+    from gaudi_gui.ui.environment_tab import EnvironmentTab
+
+    return EnvironmentTab(services, parent)

@@ -59,7 +59,7 @@ def collect() -> dict[str, Any]:
                 if hpu_available:
                     import torch
 
-                    hpu_count = int(torch.hpu.device_count())
+                    hpu_count = int(torch.hpu.device_count())  # type: ignore[attr-defined]
         except Exception as exc:
             habana_error = f"{type(exc).__name__}: {exc}"[:300]
     if habana_error:

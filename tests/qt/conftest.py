@@ -10,7 +10,7 @@ import pytest
 
 
 @pytest.fixture(autouse=True)
-def no_leftovers(qapp, qtbot) -> Iterator[None]:  # type: ignore[no-untyped-def]
+def no_leftovers(qapp, qtbot) -> Iterator[None]:
     threads_before = {t.ident for t in threading.enumerate()}
     yield
     from PySide6.QtCore import QThreadPool

@@ -42,7 +42,8 @@ def window(qtbot) -> Iterator[MainWindow]:
     qtbot.addWidget(win)
     win.show()
     yield win
-    win._shut_down or win._shutdown_tabs()
+    if not win._shut_down:
+        win._shutdown_tabs()
 
 
 def test_tabs_and_probe_in_status_bar(qtbot, window: MainWindow) -> None:

@@ -57,7 +57,7 @@ def test_lines_progress_protocol_and_drain(qtbot, tmp_path: Path) -> None:
     lines = [t for _, t in got["lines"]]
     assert ("stderr", "to stderr") in got["lines"]
     assert "hello" in lines and "100%|####|" in lines
-    assert "no newline at the end" == lines[-1]  # drained and flushed at exit
+    assert lines[-1] == "no newline at the end"  # drained and flushed at exit
     assert any("\ufffd" in t for t in lines)  # decoded with errors="replace"
     assert got["messages"] == [{"type": "step", "n": 1}]
     assert len(got["bad"]) == 1 and "broken" in got["bad"][0]
