@@ -1,0 +1,305 @@
+"""Model runner data: load options, generation parameters, conversations, presets, protocol messages.
+
+Qt-free and torch-free: the runner tab, the generation client, the worker and ``gaudi-gui generate``
+all build and check the same values here, so a bad parameter gets the same message everywhere.
+
+Protocol (``gaudi_gui.core.protocol`` lines):
+  commands (parent -> worker): load, generate, cancel, unload, shutdown
+  events (worker -> parent): ready, loading, info, loaded, token, finished, unloaded, error
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from gaudi_gui.core import paths, protocol
+
+DEVICES = ("auto", "hpu", "cuda", "cpu")
+DTYPES = ("auto", "bf16", "fp32")
+QUANTIZATIONS = ("none", "8bit", "4bit")
+
+#: Error kinds the worker reports, so the UI can phrase and the CLI can exit accordingly.
+ERROR_KINDS = ("missing_model", "no_network", "out_of_memory", "bad_parameters", "unsupported",
+               "not_loaded", "busy", "protocol", "internal")
+
+#: Why a generation ended.
+STOP_REASONS = ("eos", "max_new_tokens", "stop_string", "cancelled", "error")
+
+
+@dataclass
+class LoadOptions:
+    """How the worker loads a model."""
+
+    model: str = paths.DEMO_MODEL_ID
+    device: str = "auto"
+    dtype: str = "auto"
+    quantization: str = "none"
+    compile: bool = False
+    trust_remote_code: bool = False
+
+    def validate(self) -> list[str]:
+        problems: list[str] = []
+        if not self.model.strip():
+            problems.append("model: give a Hub id (org/name), a local folder, or builtin:demo")
+        if self.device not in DEVICES:
+            problems.append(f"device must be one of {', '.join(DEVICES)} (got {self.device!r})")
+        if self.dtype not in DTYPES:
+            problems.append(f"dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
+        if self.quantization not in QUANTIZATIONS:
+            problems.append(
+                f"quantization must be one of {', '.join(QUANTIZATIONS)} (got {self.quantization!r})")
+        if self.quantization != "none" and self.compile:
+            problems.append("torch.compile cannot be combined with bitsandbytes quantization")
+        return problems
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LoadOptions:
+        return _from_dict(cls, data)
+
+
+@dataclass
+class GenerationParams:
+    """Parameters of one generate() call."""
+
+    max_new_tokens: int = 128
+    min_new_tokens: int = 0
+    do_sample: bool = True
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 50
+    repetition_penalty: float = 1.0
+    num_beams: int = 1
+    seed: int | None = None
+    stop: list[str] = field(default_factory=list)
+
+    def validate(self) -> list[str]:
+        problems: list[str] = []
+        if not 1 <= self.max_new_tokens <= 1_000_000:
+            problems.append("max_new_tokens must be between 1 and 1000000")
+        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
+            problems.append("min_new_tokens must be between 0 and max_new_tokens")
+        if self.do_sample:
+            if not self.temperature > 0:
+                problems.append("temperature must be > 0 when sampling (turn sampling off for greedy)")
+            if not 0 < self.top_p <= 1:
+                problems.append("top_p must be in (0, 1]")
+            if self.top_k < 0:
+                problems.append("top_k must be >= 0 (0 turns it off)")
+        if not self.repetition_penalty > 0:
+            problems.append("repetition_penalty must be > 0 (1.0 turns it off)")
+        if self.num_beams < 1:
+            problems.append("num_beams must be >= 1")
+        elif self.num_beams > 1 and self.do_sample:
+            # Beam sampling exists but streaming it shows tokens of beams that lose later; refuse.
+            problems.append("num_beams > 1 needs sampling off (beam search is greedy here)")
+        if self.seed is not None and not 0 <= self.seed < 2**63:
+            problems.append("seed must be a non-negative integer")
+        if any(not isinstance(s, str) or not s for s in self.stop):
+            problems.append("stop strings must be non-empty text")
+        return problems
+
+    @property
+    def streams(self) -> bool:
+        """Beam search cannot stream (the best beam is known only at the end): the whole answer then
+        arrives as one token event when generation finishes."""
+        return self.num_beams == 1
+
+    def generate_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for ``model.generate`` (stop strings are handled by the worker)."""
+        kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample,
+                                  "repetition_penalty": self.repetition_penalty,
+                                  "num_beams": self.num_beams}
+        if self.min_new_tokens:
+            kwargs["min_new_tokens"] = self.min_new_tokens
+        if self.do_sample:
+            kwargs.update(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+        return kwargs
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GenerationParams:
+        return _from_dict(cls, data)
+
+
+def _from_dict(cls: Any, data: dict[str, Any]) -> Any:
+    """Build a dataclass from a (possibly stale or hand-edited) dict: unknown keys are ignored and
+    values of the wrong type fall back to the default, so old settings never break the tab."""
+    default = cls()
+    values: dict[str, Any] = {}
+    for f in fields(cls):
+        if f.name not in data:
+            continue
+        value = data[f.name]
+        current = getattr(default, f.name)
+        try:
+            if f.name == "seed":
+                values[f.name] = None if value in (None, "") else int(value)
+            elif f.name == "stop":
+                values[f.name] = [str(s) for s in value] if isinstance(value, list) else []
+            elif isinstance(current, bool):
+                values[f.name] = bool(value)
+            elif isinstance(current, int):
+                values[f.name] = int(value)
+            elif isinstance(current, float):
+                values[f.name] = float(value)
+            else:
+                values[f.name] = str(value)
+        except (TypeError, ValueError):
+            continue
+    return cls(**values)
+
+
+# -- presets --------------------------------------------------------------------------------------------
+
+BUILTIN_PRESETS: dict[str, dict[str, Any]] = {
+    "Balanced": GenerationParams().to_dict(),
+    "Greedy": GenerationParams(do_sample=False).to_dict(),
+    "Creative": GenerationParams(temperature=1.0, top_p=0.98, top_k=0).to_dict(),
+}
+
+
+def presets_to_dict(presets: dict[str, GenerationParams]) -> dict[str, dict[str, Any]]:
+    return {name: p.to_dict() for name, p in presets.items()}
+
+
+def presets_from_dict(data: dict[str, Any]) -> dict[str, GenerationParams]:
+    return {str(name): GenerationParams.from_dict(value) for name, value in data.items()
+            if isinstance(value, dict)}
+
+
+# -- conversation -----------------------------------------------------------------------------------------
+
+@dataclass
+class Turn:
+    role: str  # "user" | "assistant"
+    content: str
+    stats: dict[str, Any] | None = None
+
+
+@dataclass
+class Conversation:
+    """A system prompt and the turns so far; what chat mode sends and what export writes."""
+
+    system: str = ""
+    turns: list[Turn] = field(default_factory=list)
+    model: str = ""
+
+    def add_user(self, text: str) -> None:
+        self.turns.append(Turn("user", text))
+
+    def add_assistant(self, text: str, stats: dict[str, Any] | None = None) -> None:
+        self.turns.append(Turn("assistant", text, stats))
+
+    def messages(self) -> list[dict[str, str]]:
+        """The chat-template input: system prompt (when given) then every turn."""
+        out = [{"role": "system", "content": self.system}] if self.system.strip() else []
+        out += [{"role": t.role, "content": t.content} for t in self.turns]
+        return out
+
+    def last_answer(self) -> str:
+        for turn in reversed(self.turns):
+            if turn.role == "assistant":
+                return turn.content
+        return ""
+
+    def clear(self) -> None:
+        self.turns.clear()
+
+    def to_json(self) -> str:
+        return json.dumps({"model": self.model, "system": self.system,
+                           "turns": [asdict(t) for t in self.turns]}, indent=2, ensure_ascii=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> Conversation:
+        data = json.loads(text)
+        turns = [Turn(str(t["role"]), str(t["content"]), t.get("stats")) for t in data.get("turns", [])]
+        return cls(system=str(data.get("system", "")), turns=turns, model=str(data.get("model", "")))
+
+    def to_markdown(self) -> str:
+        lines = ["# Conversation", ""]
+        if self.model:
+            lines += [f"Model: `{self.model}`", ""]
+        if self.system.strip():
+            lines += ["## System", "", self.system.strip(), ""]
+        for turn in self.turns:
+            lines += [f"## {turn.role.capitalize()}", "", turn.content.strip(), ""]
+            if turn.stats:
+                lines += [f"*{format_stats(turn.stats)}*", ""]
+        return "\n".join(lines)
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    """'TTFT 12 ms · 250.3 tok/s · 64 tokens · 210 MB · eos' from a finished event's stats."""
+    parts: list[str] = []
+    if stats.get("ttft_s") is not None:
+        parts.append(f"TTFT {stats['ttft_s'] * 1000:.0f} ms")
+    if stats.get("decode_tokens_per_s") is not None:
+        parts.append(f"{stats['decode_tokens_per_s']:.1f} tok/s")
+    if stats.get("tokens") is not None:
+        parts.append(f"{stats['tokens']} tokens")
+    if stats.get("total_s") is not None:
+        parts.append(f"{stats['total_s']:.2f} s")
+    memory = stats.get("memory_bytes")
+    if memory:
+        parts.append(f"{format_bytes(memory)} {stats.get('memory_kind', '')}".strip())
+    if stats.get("stop_reason"):
+        parts.append(str(stats["stop_reason"]))
+    return " · ".join(parts)
+
+
+def format_bytes(value: float) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(value) < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit in ("B", "KB") else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GB"
+
+
+# -- protocol ---------------------------------------------------------------------------------------------
+
+def load_command(options: LoadOptions) -> str:
+    return protocol.command("load", options=options.to_dict())
+
+
+def generate_command(params: GenerationParams, *, prompt: str | None = None,
+                     messages: list[dict[str, str]] | None = None, request_id: int = 0) -> str:
+    if (prompt is None) == (messages is None):
+        raise ValueError("give either a prompt or chat messages")
+    fields_: dict[str, Any] = {"params": params.to_dict(), "id": request_id}
+    if prompt is not None:
+        fields_["prompt"] = prompt
+    else:
+        fields_["messages"] = messages
+    return protocol.command("generate", **fields_)
+
+
+def cancel_command() -> str:
+    return protocol.command("cancel")
+
+
+def unload_command() -> str:
+    return protocol.command("unload")
+
+
+def shutdown_command() -> str:
+    return protocol.command("shutdown")
+
+
+def parse_messages(value: Any) -> list[dict[str, str]]:
+    """Chat messages from a command, checked: a list of {role, content} with known roles."""
+    if not isinstance(value, list) or not value:
+        raise ValueError("messages must be a non-empty list")
+    out = []
+    for item in value:
+        if not isinstance(item, dict) or item.get("role") not in ("system", "user", "assistant") \
+                or not isinstance(item.get("content"), str):
+            raise ValueError(f"bad chat message: {item!r}")
+        out.append({"role": item["role"], "content": item["content"]})
+    return out

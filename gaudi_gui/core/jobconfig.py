@@ -1,0 +1,228 @@
+"""A training job as one JSON file: the form saves it, ``gaudi-gui train --config`` and the worker read it.
+
+Only the training arguments that differ from the defaults are stored, so a job file stays readable
+and keeps working when a transformers release changes a default.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from gaudi_gui.core import paths
+
+JOB_VERSION = 1
+METHODS = ("full", "lora", "qlora")
+FORMATS = ("auto", "text", "json", "csv", "hub")
+MIXED_PRECISION = ("no", "bf16", "fp16")
+
+
+class JobConfigError(ValueError):
+    """A job file that cannot be read; the message says what and where."""
+
+
+@dataclass
+class DatasetConfig:
+    #: A file path, a Hub dataset id, or "builtin:demo".
+    source: str = paths.DEMO_DATASET_ID
+    #: "auto" picks text/json/csv by extension (a non-existent path is read as a Hub id).
+    format: str = "auto"
+    text_column: str = "text"
+    max_length: int = 32
+    split: str = "train"
+
+
+@dataclass
+class LoraConfig:
+    r: int = 8
+    alpha: int = 16
+    dropout: float = 0.05
+    #: Empty: peft picks the modules for known architectures.
+    target_modules: list[str] = field(default_factory=list)
+
+
+@dataclass
+class LaunchConfig:
+    num_processes: int = 1
+    mixed_precision: str = "no"
+    #: An accelerate config file chosen by the user; empty: a generated one in the run folder.
+    accelerate_config: str = ""
+    num_machines: int = 1
+    machine_rank: int = 0
+    main_process_ip: str = ""
+    main_process_port: int = 29500
+
+
+@dataclass
+class JobConfig:
+    model: str = paths.DEMO_MODEL_ID
+    dataset: DatasetConfig = field(default_factory=DatasetConfig)
+    method: str = "full"
+    lora: LoraConfig = field(default_factory=LoraConfig)
+    training_args: dict[str, Any] = field(default_factory=dict)
+    launch: LaunchConfig = field(default_factory=LaunchConfig)
+    #: A checkpoint folder, "latest" (newest in output_dir), or empty.
+    resume_from_checkpoint: str = ""
+    name: str = ""
+
+    # -- JSON -------------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["version"] = JOB_VERSION
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Any) -> JobConfig:
+        if not isinstance(data, dict):
+            raise JobConfigError("a job file must hold a JSON object")
+        version = data.get("version", JOB_VERSION)
+        if not isinstance(version, int) or version > JOB_VERSION:
+            raise JobConfigError(f"job file version {version!r} is newer than this gaudi-gui "
+                                 f"understands ({JOB_VERSION})")
+        known = {f.name for f in fields(cls)} | {"version"}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise JobConfigError(f"unknown key(s) in job file: {', '.join(unknown)}")
+        job = cls()
+        for key in ("model", "method", "resume_from_checkpoint", "name"):
+            if key in data:
+                if not isinstance(data[key], str):
+                    raise JobConfigError(f"'{key}' must be a string, got {data[key]!r}")
+                setattr(job, key, data[key])
+        if "training_args" in data:
+            if not isinstance(data["training_args"], dict):
+                raise JobConfigError("'training_args' must be an object of TrainingArguments values")
+            job.training_args = dict(data["training_args"])
+        job.dataset = _section(DatasetConfig, data.get("dataset", {}), "dataset")
+        job.lora = _section(LoraConfig, data.get("lora", {}), "lora")
+        job.launch = _section(LaunchConfig, data.get("launch", {}), "launch")
+        return job
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    @classmethod
+    def from_json(cls, text: str) -> JobConfig:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise JobConfigError(f"not valid JSON (line {exc.lineno}, column {exc.colno}): "
+                                 f"{exc.msg}") from None
+        return cls.from_dict(data)
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(self.to_json(), encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: str | Path) -> JobConfig:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise JobConfigError(f"cannot read job file {path}: {exc.strerror or exc}") from None
+        try:
+            return cls.from_json(text)
+        except JobConfigError as exc:
+            raise JobConfigError(f"{path}: {exc}") from None
+
+    # -- derived ----------------------------------------------------------------------------------
+
+    @property
+    def output_dir(self) -> str:
+        return str(self.training_args.get("output_dir") or "")
+
+    def dataset_format(self) -> str:
+        return resolve_format(self.dataset.source, self.dataset.format)
+
+    def validate(self) -> list[tuple[str, str]]:
+        """Problems the form shows at the field: (field path, message). Empty: launchable."""
+        problems: list[tuple[str, str]] = []
+        if not self.model.strip():
+            problems.append(("model", "choose a model (Hub id, folder, or builtin:demo)"))
+        if not self.dataset.source.strip():
+            problems.append(("dataset.source", "choose a dataset (file, Hub id, or builtin:demo)"))
+        if self.dataset.format not in FORMATS:
+            problems.append(("dataset.format", f"format must be one of {', '.join(FORMATS)}"))
+        fmt = self.dataset_format()
+        if fmt != "hub" and not paths.is_demo(self.dataset.source) \
+                and not Path(self.dataset.source).expanduser().is_file():
+            problems.append(("dataset.source", f"file not found: {self.dataset.source}"))
+        if not self.dataset.text_column.strip() and fmt != "text":
+            problems.append(("dataset.text_column", "name the column to train on"))
+        if not _positive_int(self.dataset.max_length):
+            problems.append(("dataset.max_length", "max length must be a whole number above 0"))
+        if self.method not in METHODS:
+            problems.append(("method", f"method must be one of {', '.join(METHODS)}"))
+        if self.method in ("lora", "qlora"):
+            if not _positive_int(self.lora.r):
+                problems.append(("lora.r", "LoRA rank must be a whole number above 0"))
+            if not isinstance(self.lora.alpha, (int, float)) or self.lora.alpha <= 0:
+                problems.append(("lora.alpha", "LoRA alpha must be above 0"))
+            if not isinstance(self.lora.dropout, (int, float)) or not 0 <= self.lora.dropout < 1:
+                problems.append(("lora.dropout", "LoRA dropout must be in [0, 1)"))
+        if not self.output_dir.strip():
+            problems.append(("training_args.output_dir", "choose an output folder"))
+        launch = self.launch
+        if not _positive_int(launch.num_processes):
+            problems.append(("launch.num_processes", "number of processes must be at least 1"))
+        if launch.mixed_precision not in MIXED_PRECISION:
+            problems.append(("launch.mixed_precision",
+                             f"mixed precision must be one of {', '.join(MIXED_PRECISION)}"))
+        if launch.accelerate_config and not Path(launch.accelerate_config).expanduser().is_file():
+            problems.append(("launch.accelerate_config", f"file not found: {launch.accelerate_config}"))
+        if not _positive_int(launch.num_machines):
+            problems.append(("launch.num_machines", "number of machines must be at least 1"))
+        elif launch.num_machines > 1:
+            if not launch.main_process_ip.strip():
+                problems.append(("launch.main_process_ip", "multi-node needs the main machine's address"))
+            if not isinstance(launch.machine_rank, int) or not 0 <= launch.machine_rank < launch.num_machines:
+                problems.append(("launch.machine_rank",
+                                 f"machine rank must be 0 .. {launch.num_machines - 1}"))
+        if not isinstance(launch.main_process_port, int) or not 0 < launch.main_process_port < 65536:
+            problems.append(("launch.main_process_port", "port must be 1 .. 65535"))
+        return problems
+
+
+def resolve_format(source: str, fmt: str = "auto") -> str:
+    """'text' / 'json' / 'csv' / 'hub' for a dataset source."""
+    if fmt != "auto":
+        return fmt
+    if paths.is_demo(source):
+        return "json"
+    suffix = Path(source).suffix.lower()
+    if suffix in (".jsonl", ".json"):
+        return "json"
+    if suffix in (".csv", ".tsv"):
+        return "csv"
+    if suffix in (".txt", ".md", ".text"):
+        return "text"
+    return "hub" if not Path(source).expanduser().exists() else "text"
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _section(cls: type, data: Any, name: str) -> Any:
+    if not isinstance(data, dict):
+        raise JobConfigError(f"'{name}' must be an object")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(data) - set(known))
+    if unknown:
+        raise JobConfigError(f"unknown key(s) in '{name}': {', '.join(unknown)}")
+    obj = cls()
+    for key, value in data.items():
+        default = getattr(obj, key)
+        is_bool = isinstance(value, bool)
+        ok = (isinstance(value, type(default)) and not (is_bool and not isinstance(default, bool))) \
+            or (isinstance(default, float) and isinstance(value, int) and not is_bool)
+        if not ok:
+            raise JobConfigError(f"'{name}.{key}' must be {type(default).__name__}, got {value!r}")
+        setattr(obj, key, list(value) if isinstance(value, list) else value)
+    return obj

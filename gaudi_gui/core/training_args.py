@@ -1,0 +1,236 @@
+"""The TrainingArguments schema as the form sees it: Qt-free, torch-free, transformers-free.
+
+The schema itself comes from a child (``python -m gaudi_gui.workers.schema``) so the installed
+transformers version decides which fields exist; it is cached per transformers version in
+``paths.cache_dir()`` so the form opens instantly the second time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gaudi_gui.core import paths
+
+#: The fields shown at the top of the form, in this order (those missing from a version are skipped).
+COMMON: tuple[str, ...] = (
+    "output_dir", "num_train_epochs", "max_steps", "per_device_train_batch_size",
+    "gradient_accumulation_steps", "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay",
+    "bf16", "torch_compile", "logging_steps", "save_strategy", "save_steps", "save_total_limit",
+    "eval_strategy", "eval_steps", "seed", "use_cpu",
+)
+
+#: Fields of transformers 4.x that 5.x removed, with what to use instead (shown when a loaded job uses
+#: one; the worker would otherwise reject the whole job).
+REMOVED: dict[str, str] = {
+    "overwrite_output_dir": "removed in transformers 5: the Trainer no longer checks the folder",
+    "evaluation_strategy": "removed in transformers 5: use eval_strategy",
+    "warmup_ratio": "removed in transformers 5: use warmup_steps below 1 (read as a ratio)",
+    "logging_dir": "removed in transformers 5: loggers choose their own folder",
+    "no_cuda": "removed in transformers 5: use use_cpu",
+}
+
+KINDS = ("bool", "int", "float", "str", "enum", "list", "dict")
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    name: str
+    kind: str
+    default: Any = None
+    help: str = ""
+    choices: tuple[str, ...] = ()
+    optional: bool = False
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FieldSpec:
+        kind = str(data.get("kind", "str"))
+        return cls(name=str(data["name"]), kind=kind if kind in KINDS else "str",
+                   default=data.get("default"), help=str(data.get("help") or ""),
+                   choices=tuple(str(c) for c in (data.get("choices") or ())),
+                   optional=bool(data.get("optional", False)))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "kind": self.kind, "default": self.default, "help": self.help,
+                "choices": list(self.choices), "optional": self.optional}
+
+    def parse(self, text: str) -> Any:
+        """The value typed in an editor as this field's type; ValueError with a readable message."""
+        text = text.strip()
+        if text == "" and (self.optional or self.default is None):
+            return None
+        if self.kind == "bool":
+            low = text.lower()
+            if low in ("1", "true", "yes", "on"):
+                return True
+            if low in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(f"{self.name}: expected true or false, got {text!r}")
+        if self.kind == "int":
+            try:
+                return int(text)
+            except ValueError:
+                raise ValueError(f"{self.name}: expected a whole number, got {text!r}") from None
+        if self.kind == "float":
+            try:
+                return float(text)
+            except ValueError:
+                raise ValueError(f"{self.name}: expected a number, got {text!r}") from None
+        if self.kind == "enum":
+            if self.choices and text not in self.choices:
+                raise ValueError(f"{self.name}: expected one of {', '.join(self.choices)}")
+            return text
+        if self.kind in ("list", "dict"):
+            if not text:
+                return [] if self.kind == "list" else {}
+            try:
+                value = json.loads(text)
+            except ValueError:
+                if self.kind == "list":
+                    return [part.strip() for part in text.split(",") if part.strip()]
+                raise ValueError(f"{self.name}: expected a JSON object") from None
+            return value
+        return text
+
+    def format(self, value: Any) -> str:
+        """A value as editor text (the inverse of ``parse``)."""
+        if value is None:
+            return ""
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (list, dict)):
+            return json.dumps(value)
+        return str(value)
+
+    def check(self, value: Any) -> str | None:
+        """A type problem with ``value`` (as stored in a job file), or None."""
+        if value is None:
+            return None if (self.optional or self.default is None) else f"{self.name} may not be empty"
+        expected: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float": (int, float),
+                                                 "list": (list, str), "dict": (dict, str)}
+        types_ = expected.get(self.kind)
+        if types_ and (not isinstance(value, types_) or (self.kind != "bool" and isinstance(value, bool)
+                                                         and bool not in types_)):
+            return f"{self.name}: expected {self.kind}, got {type(value).__name__} {value!r}"
+        if self.kind == "enum" and self.choices and str(value) not in self.choices:
+            return f"{self.name}: {value!r} is not one of {', '.join(self.choices)}"
+        return None
+
+
+@dataclass
+class Schema:
+    transformers_version: str
+    fields: dict[str, FieldSpec] = field(default_factory=dict)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Schema:
+        specs = [FieldSpec.from_dict(f) for f in data.get("fields", [])]
+        return cls(str(data.get("transformers_version", "")), {s.name: s for s in specs})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"transformers_version": self.transformers_version,
+                "fields": [f.to_dict() for f in self.fields.values()]}
+
+    def common(self) -> list[FieldSpec]:
+        return [self.fields[n] for n in COMMON if n in self.fields]
+
+    def others(self) -> list[FieldSpec]:
+        common = set(COMMON)
+        return sorted((f for f in self.fields.values() if f.name not in common), key=lambda f: f.name)
+
+    def search(self, text: str) -> list[FieldSpec]:
+        """Fields whose name or help contains every word of ``text`` (case-insensitive)."""
+        words = text.lower().split()
+        return [f for f in self.fields.values()
+                if all(w in f.name.lower() or w in f.help.lower() for w in words)]
+
+    def non_default(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Only the values that differ from the defaults (what a job file stores)."""
+        out = {}
+        for name, value in values.items():
+            spec = self.fields.get(name)
+            if spec is None or value != spec.default or name == "output_dir":
+                out[name] = value
+        return out
+
+    def check(self, values: Mapping[str, Any]) -> list[tuple[str, str]]:
+        """Unknown/removed fields and type errors, without a child (the child checks the rest)."""
+        problems: list[tuple[str, str]] = []
+        for name, value in values.items():
+            spec = self.fields.get(name)
+            if spec is None:
+                problems.append((name, REMOVED.get(name, f"unknown argument '{name}' in transformers "
+                                                         f"{self.transformers_version}")))
+                continue
+            message = spec.check(value)
+            if message:
+                problems.append((name, message))
+        return problems
+
+
+def hints(device: str, values: Mapping[str, Any], num_processes: int = 1) -> list[tuple[str, str]]:
+    """Device-aware advice for a set of training arguments: (field, text)."""
+    out: list[tuple[str, str]] = []
+    if device == "cpu":
+        if values.get("bf16") and not values.get("use_cpu"):
+            out.append(("bf16", "bf16 on CPU needs use_cpu=true (otherwise TrainingArguments refuses)"))
+        if values.get("fp16"):
+            out.append(("fp16", "fp16 does nothing on CPU (accepted and silently ignored)"))
+    if device == "hpu":
+        backend = values.get("ddp_backend")
+        if num_processes > 1 and backend not in (None, "", "hccl"):
+            out.append(("ddp_backend", "use ddp_backend=hccl on Gaudi"))
+        if values.get("fp16"):
+            out.append(("fp16", "Gaudi trains in bf16; prefer bf16=true"))
+    if num_processes <= 1 and values.get("ddp_backend"):
+        out.append(("ddp_backend", "ddp_backend needs more than one process"))
+    warmup = values.get("warmup_steps")
+    if isinstance(warmup, (int, float)) and 0 < warmup < 1:
+        out.append(("warmup_steps", f"warmup_steps {warmup} < 1 is read as a ratio of the total steps"))
+    return out
+
+
+def cache_path(transformers_version: str) -> Path:
+    safe = "".join(c if c.isalnum() or c in ".-_" else "_" for c in transformers_version)
+    return paths.cache_dir() / f"training-args-{safe}.json"
+
+
+def load_cached(transformers_version: str) -> Schema | None:
+    try:
+        data = json.loads(cache_path(transformers_version).read_text(encoding="utf-8"))
+        schema = Schema.from_dict(data)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return schema if schema.fields and schema.transformers_version == transformers_version else None
+
+
+def save_cached(schema: Schema) -> Path:
+    path = cache_path(schema.transformers_version)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(schema.to_dict()), encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def latest_cached() -> Schema | None:
+    """Any cached schema (newest file), for an instant form before the child answers."""
+    try:
+        files = sorted(paths.cache_dir().glob("training-args-*.json"), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return None
+    for path in reversed(files):
+        try:
+            schema = Schema.from_dict(json.loads(path.read_text(encoding="utf-8")))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if schema.fields:
+            return schema
+    return None
+
+
+def field_names(specs: Iterable[FieldSpec]) -> list[str]:
+    return [s.name for s in specs]

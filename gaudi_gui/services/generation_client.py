@@ -1,0 +1,242 @@
+"""The model runner's service: one generate worker child, spoken to over the JSON-lines protocol.
+
+The worker is started lazily (on the first load) with the device environment of the cards checked in
+the Devices tab, keeps its model between prompts, and is stopped with the window. While a model is
+loaded the cards are claimed in the DeviceSelection so the training tab can warn about sharing them.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from gaudi_gui.core import generation
+from gaudi_gui.core.generation import GenerationParams, LoadOptions
+from gaudi_gui.core.visibility import child_env
+from gaudi_gui.services.device_selection import DeviceSelection
+from gaudi_gui.services.process import EXIT_NORMAL, ProcessRunner, describe_exit
+
+JOB_NAME = "Model runner"
+
+#: Client states, in the order a session usually goes through them.
+STOPPED, STARTING, IDLE, LOADING, LOADED, GENERATING = (
+    "stopped", "starting", "idle", "loading", "loaded", "generating")
+
+
+class GenerationClient(QObject):
+    """Starts, talks to and stops ``python -m gaudi_gui.workers.generate``."""
+
+    #: The state changed: one of stopped, starting, idle, loading, loaded, generating.
+    state_changed = Signal(str)
+    #: Loading went on: (stage text, seconds since the load began, as the worker measured).
+    loading_progressed = Signal(str, float)
+    #: A model is loaded: the worker's 'loaded' event (load_s, device, dtype, parameters, memory_bytes...).
+    model_loaded = Signal(dict)
+    #: The model was unloaded (on request, or because the worker ended).
+    model_unloaded = Signal()
+    #: A piece of generated text.
+    token_received = Signal(str)
+    #: An answer is complete: its stats (ttft_s, tokens, decode_tokens_per_s, total_s, stop_reason,
+    #: memory_bytes, memory_kind).
+    generation_finished = Signal(dict)
+    #: Something failed: (kind from core.generation.ERROR_KINDS or "crashed", message).
+    error_occurred = Signal(str, str)
+    #: A note from the worker worth showing (e.g. torch.compile becomes hpu_backend on Gaudi).
+    info_received = Signal(str)
+    #: A log line from the worker's stderr (library warnings, progress bars).
+    log_received = Signal(str)
+    #: The worker process ended: (exit code, exit status, its last output lines). Unexpected ends are
+    #: also reported through error_occurred("crashed", ...).
+    worker_exited = Signal(int, str, str)
+
+    def __init__(self, selection: DeviceSelection | None = None, python: str | None = None,
+                 parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._selection = selection
+        self._python = python or sys.executable
+        self._runner = ProcessRunner(self, tail_lines=60)
+        self._runner.message_received.connect(self._on_message)
+        self._runner.line_received.connect(self._on_line)
+        self._runner.error_occurred.connect(lambda reason: self.error_occurred.emit("crashed", reason))
+        self._runner.finished.connect(self._on_finished)
+        self._state = STOPPED
+        self._expect_exit = False
+        self._restart_after_exit = False
+        self._options: LoadOptions | None = None
+        self._loaded: dict[str, Any] = {}
+        self._request = 0
+
+    # -- properties ---------------------------------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def loaded_info(self) -> dict[str, Any]:
+        """The last 'loaded' event while a model is loaded, else {}."""
+        return dict(self._loaded)
+
+    @property
+    def options(self) -> LoadOptions | None:
+        return self._options
+
+    def is_running(self) -> bool:
+        return self._runner.is_running()
+
+    def pid(self) -> int:
+        return self._runner.pid
+
+    def tail(self, count: int = 20) -> list[str]:
+        return self._runner.tail(count)
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker (no model yet). Harmless when it is already running."""
+        if self._runner.is_running():
+            return
+        self._expect_exit = False
+        extra = self._selection.env() if self._selection is not None else {}
+        self._set_state(STARTING)
+        self._runner.start(self._python, ["-m", "gaudi_gui.workers.generate"],
+                           env=child_env(extra), stdin_open=True)
+
+    def load(self, options: LoadOptions) -> bool:
+        """Load a model (starting the worker first if needed); False when the options are invalid."""
+        problems = options.validate()
+        if problems:
+            self.error_occurred.emit("bad_parameters", "; ".join(problems))
+            return False
+        if self._state in (LOADING, GENERATING):
+            self.error_occurred.emit("busy", f"the worker is {self._state}; wait or stop it first")
+            return False
+        self.start()
+        self._options = options
+        self._set_state(LOADING)
+        self._runner.write_line(generation.load_command(options))
+        return True
+
+    def generate(self, params: GenerationParams, *, prompt: str | None = None,
+                 messages: list[dict[str, str]] | None = None) -> bool:
+        """Ask for an answer to a plain prompt or to chat messages; False when it cannot start."""
+        problems = params.validate()
+        if problems:
+            self.error_occurred.emit("bad_parameters", "; ".join(problems))
+            return False
+        if self._state != LOADED:
+            self.error_occurred.emit("not_loaded" if self._state in (STOPPED, IDLE) else "busy",
+                                     "load a model first" if self._state in (STOPPED, IDLE)
+                                     else f"the worker is {self._state}")
+            return False
+        self._request += 1
+        self._set_state(GENERATING)
+        self._runner.write_line(generation.generate_command(params, prompt=prompt, messages=messages,
+                                                            request_id=self._request))
+        return True
+
+    def cancel(self) -> None:
+        """Stop the current answer; the worker ends it within one token and sends 'finished'."""
+        if self._state == GENERATING:
+            self._runner.write_line(generation.cancel_command())
+
+    def unload(self) -> None:
+        if self._runner.is_running() and self._state in (LOADED, GENERATING):
+            self._runner.write_line(generation.unload_command())
+
+    def restart(self) -> None:
+        """Kill the worker (whatever it is doing) and start a fresh one, reloading the last model."""
+        if self._runner.is_running():
+            self._restart_after_exit = True
+            self._expect_exit = True
+            self._runner.kill_tree()
+        else:
+            self._start_and_reload()
+
+    def _start_and_reload(self) -> None:
+        self.start()
+        if self._options is not None:
+            self.load(self._options)
+
+    def shutdown(self, grace_ms: int = 3000) -> None:
+        """Ask the worker to exit; escalate to SIGTERM/SIGKILL if it does not within ``grace_ms``."""
+        self._restart_after_exit = False
+        if not self._runner.is_running():
+            return
+        self._expect_exit = True
+        self._runner.write_line(generation.shutdown_command())
+        self._runner.close_stdin()
+        self._runner.terminate_tree(grace_ms)
+
+    def kill(self) -> None:
+        self._restart_after_exit = False
+        self._expect_exit = True
+        self._runner.kill_tree()
+
+    # -- worker events ------------------------------------------------------------------------------
+
+    def _set_state(self, state: str) -> None:
+        if state != self._state:
+            self._state = state
+            self.state_changed.emit(state)
+
+    def _on_message(self, message: dict) -> None:
+        kind = message.get("type")
+        if kind == "ready":
+            if self._state == STARTING:
+                self._set_state(IDLE)
+        elif kind == "loading":
+            self.loading_progressed.emit(str(message.get("stage", "")), float(message.get("elapsed_s") or 0))
+        elif kind == "loaded":
+            self._loaded = {k: v for k, v in message.items() if k != "type"}
+            if self._selection is not None:
+                self._selection.claim(JOB_NAME)
+            self._set_state(LOADED)
+            self.model_loaded.emit(dict(self._loaded))
+        elif kind == "token":
+            self.token_received.emit(str(message.get("text", "")))
+        elif kind == "finished":
+            self._set_state(LOADED)
+            self.generation_finished.emit(dict(message.get("stats") or {}))
+        elif kind == "unloaded":
+            self._drop_model()
+        elif kind == "info":
+            self.info_received.emit(str(message.get("message", "")))
+        elif kind == "error":
+            command = message.get("command")
+            if command == "load":
+                self._drop_model()
+            elif command == "generate" and self._state == GENERATING:
+                self._set_state(LOADED)
+            self.error_occurred.emit(str(message.get("kind", "internal")), str(message.get("message", "")))
+
+    def _drop_model(self) -> None:
+        had = bool(self._loaded)
+        self._loaded = {}
+        if self._selection is not None:
+            self._selection.release(JOB_NAME)
+        if self._runner.is_running():
+            self._set_state(IDLE)
+        if had:
+            self.model_unloaded.emit()
+
+    def _on_line(self, stream: str, line: str) -> None:
+        if line.strip():
+            self.log_received.emit(line)
+
+    def _on_finished(self, code: int, status: str) -> None:
+        tail = "\n".join(self._runner.tail(12))
+        was = self._state
+        self._drop_model()
+        self._set_state(STOPPED)
+        expected = self._expect_exit or (status == EXIT_NORMAL and code == 0 and was in (IDLE, STOPPED))
+        self.worker_exited.emit(code, status, tail)
+        if not expected:
+            during = f" while {was}" if was not in (IDLE, STOPPED, STARTING) else ""
+            self.error_occurred.emit("crashed", f"the model worker {describe_exit(code, status)}{during}; "
+                                     f"restart it to go on.\n{tail}".strip())
+        if self._restart_after_exit:
+            self._restart_after_exit = False
+            self._start_and_reload()

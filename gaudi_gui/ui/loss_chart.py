@@ -1,0 +1,76 @@
+"""Loss and learning-rate curves of a run (pyqtgraph), with other runs overlaid for comparison."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import pyqtgraph as pg
+from PySide6.QtWidgets import QVBoxLayout, QWidget
+
+_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+
+
+class LossChart(QWidget):
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        pg.setConfigOptions(antialias=True)
+        self.loss_plot = pg.PlotWidget(self, background="w")
+        self.loss_plot.setTitle("loss", color="k")
+        self.loss_plot.showGrid(x=True, y=True, alpha=0.3)
+        self.loss_plot.addLegend(offset=(-10, 10))
+        self.lr_plot = pg.PlotWidget(self, background="w")
+        self.lr_plot.setTitle("learning rate", color="k")
+        self.lr_plot.showGrid(x=True, y=True, alpha=0.3)
+        self.lr_plot.setXLink(self.loss_plot)
+        self.lr_plot.setLabel("bottom", "step")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.loss_plot, 3)
+        layout.addWidget(self.lr_plot, 2)
+        self._steps: list[float] = []
+        self._loss: list[float] = []
+        self._lr_steps: list[float] = []
+        self._lr: list[float] = []
+        self._loss_curve = self.loss_plot.plot([], [], pen=pg.mkPen(_COLORS[0], width=2), name="this run",
+                                               symbol="o", symbolSize=4, symbolBrush=_COLORS[0])
+        self._lr_curve = self.lr_plot.plot([], [], pen=pg.mkPen(_COLORS[1], width=2))
+        self._overlays: list[Any] = []
+
+    def clear(self) -> None:
+        self._steps, self._loss, self._lr_steps, self._lr = [], [], [], []
+        self._loss_curve.setData([], [])
+        self._lr_curve.setData([], [])
+        self.clear_overlays()
+
+    def add_record(self, record: Mapping[str, Any]) -> None:
+        step = record.get("step")
+        if not isinstance(step, (int, float)):
+            return
+        if isinstance(record.get("loss"), (int, float)):
+            self._steps.append(float(step))
+            self._loss.append(float(record["loss"]))
+            self._loss_curve.setData(self._steps, self._loss)
+        if isinstance(record.get("learning_rate"), (int, float)):
+            self._lr_steps.append(float(step))
+            self._lr.append(float(record["learning_rate"]))
+            self._lr_curve.setData(self._lr_steps, self._lr)
+
+    def set_records(self, records: Sequence[Mapping[str, Any]]) -> None:
+        self.clear()
+        for rec in records:
+            self.add_record(rec)
+
+    def point_count(self) -> int:
+        return len(self._loss)
+
+    def add_overlay(self, name: str, steps: list[float], losses: list[float]) -> None:
+        color = _COLORS[(len(self._overlays) + 2) % len(_COLORS)]
+        self._overlays.append(self.loss_plot.plot(steps, losses, pen=pg.mkPen(color, width=2,
+                                                                               style=pg.QtCore.Qt.PenStyle.DashLine),
+                                                  name=name))
+
+    def clear_overlays(self) -> None:
+        for item in self._overlays:
+            self.loss_plot.removeItem(item)
+        self._overlays = []

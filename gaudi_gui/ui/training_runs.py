@@ -1,0 +1,99 @@
+"""The history of training runs: status, duration, final loss; actions act on the selected rows."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import Qt, Signal, SignalInstance
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gaudi_gui.core.metrics import format_duration
+from gaudi_gui.core.runstore import Run, RunStore
+
+COLUMNS = ("run", "status", "started", "duration", "steps", "final loss")
+
+
+class RunsTable(QWidget):
+    #: Show this run's log and curves.
+    reopen_requested = Signal(object)
+    #: Copy this run's job into the form.
+    clone_requested = Signal(object)
+    #: Overlay the loss curves of these runs.
+    compare_requested = Signal(list)
+    #: Continue this run from its latest checkpoint.
+    resume_requested = Signal(object)
+    #: Open this run's trained model in the Model runner.
+    load_in_runner_requested = Signal(object)
+
+    def __init__(self, store: RunStore, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.store = store
+        self.table = QTableWidget(0, len(COLUMNS), self)
+        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.horizontalHeader().setStretchLastSection(True)
+        self.table.verticalHeader().setVisible(False)
+        self.table.doubleClicked.connect(lambda _i: self._one(self.reopen_requested))
+        buttons = QHBoxLayout()
+        self.buttons: dict[str, QPushButton] = {}
+        for name, handler in (("Reopen", lambda: self._one(self.reopen_requested)),
+                              ("Clone", lambda: self._one(self.clone_requested)),
+                              ("Compare", self._compare),
+                              ("Resume", lambda: self._one(self.resume_requested)),
+                              ("Load in runner", lambda: self._one(self.load_in_runner_requested)),
+                              ("Refresh", self.refresh)):
+            button = QPushButton(name, self)
+            button.clicked.connect(handler)
+            buttons.addWidget(button)
+            self.buttons[name] = button
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.table, 1)
+        layout.addLayout(buttons)
+        self._runs: list[Run] = []
+        self.refresh()
+
+    def refresh(self) -> None:
+        self._runs = self.store.runs()[:500]
+        self.table.setRowCount(len(self._runs))
+        for row, run in enumerate(self._runs):
+            st = run.status()
+            loss = f"{st.final_loss:.4f}" if isinstance(st.final_loss, (int, float)) else "–"
+            started = time.strftime("%Y-%m-%d %H:%M", time.localtime(st.started_at)) if st.started_at else "–"
+            steps = f"{st.step}/{st.max_steps}" if st.max_steps else "–"
+            for col, text in enumerate((run.name, st.state, started, format_duration(st.duration)
+                                        if st.started_at else "–", steps, loss)):
+                item = QTableWidgetItem(text)
+                if col == 1 and st.error:
+                    item.setToolTip(st.error)
+                if col >= 3:
+                    item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+                self.table.setItem(row, col, item)
+        self.table.resizeColumnsToContents()
+
+    def selected_runs(self) -> list[Run]:
+        rows = sorted({i.row() for i in self.table.selectedIndexes()})
+        return [self._runs[r] for r in rows if r < len(self._runs)]
+
+    def select_row(self, row: int) -> None:
+        self.table.selectRow(row)
+
+    def _one(self, signal: SignalInstance) -> None:
+        runs = self.selected_runs()
+        if runs:
+            signal.emit(runs[0])
+
+    def _compare(self) -> None:
+        runs = self.selected_runs()
+        if runs:
+            self.compare_requested.emit(runs)

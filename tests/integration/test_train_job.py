@@ -1,0 +1,140 @@
+"""Real ``accelerate launch`` on CPU with the tiny model, supervised by TrainingJob."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.runstore import RunStore, latest_checkpoint
+from gaudi_gui.services.training_job import TrainingJob
+
+pytestmark = pytest.mark.usefixtures("demo_model")
+
+
+def make_job(tmp_path: Path, **args: object) -> JobConfig:
+    job = JobConfig()
+    job.dataset.max_length = 32
+    job.training_args = {"output_dir": str(tmp_path / "out"), "max_steps": 6,
+                         "per_device_train_batch_size": 2, "logging_steps": 1, "save_steps": 3,
+                         **args}
+    return job
+
+
+def run_to_end(qtbot, job: JobConfig, tmp_path: Path, timeout: int = 120000) -> TrainingJob:  # type: ignore[no-untyped-def]
+    tj = TrainingJob(RunStore(tmp_path / "runs"), stop_grace_s=20)
+    lines: list[str] = []
+    tj.log_line_received.connect(lines.append)
+    tj.lines = lines  # type: ignore[attr-defined]
+    with qtbot.waitSignal(tj.finished, timeout=timeout) as blocker:
+        tj.start(job)
+    tj.result = blocker.args  # type: ignore[attr-defined]
+    return tj
+
+
+def test_one_process_checkpoint_and_metrics(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    got: list[dict] = []
+    job = make_job(tmp_path)
+    tj = TrainingJob(RunStore(tmp_path / "runs"))
+    tj.metrics_received.connect(got.append)
+    with qtbot.waitSignal(tj.finished, timeout=120000) as blocker:
+        run = tj.start(job)
+    code, state, _tail = blocker.args
+    assert (code, state) == (0, "finished"), tj.run.log_tail(30)  # type: ignore[union-attr]
+    steps = [r["step"] for r in got if r.get("loss") is not None]
+    assert steps == [1, 2, 3, 4, 5, 6]
+    assert all(r["max_steps"] == 6 for r in got)
+    assert latest_checkpoint(tmp_path / "out").name == "checkpoint-6"  # type: ignore[union-attr]
+    assert (tmp_path / "out" / "final" / "config.json").is_file()
+    status = run.status()
+    assert status.state == "finished" and status.exit_code == 0 and status.final_loss is not None
+    assert len(run.metrics()) >= 6
+    assert "[rank 0/1] done" in run.log_path.read_text()
+    for name in ("command.txt", "command.json", "env.json", "versions.json", "accelerate_config.json"):
+        assert (run.folder / name).is_file(), name
+    argv = json.loads((run.folder / "command.json").read_text())["argv"]
+    assert "--config_file" in argv and "--cpu" in argv
+
+
+def test_two_processes_gloo(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    job = make_job(tmp_path)
+    job.launch.num_processes = 2
+    tj = run_to_end(qtbot, job, tmp_path)
+    code, state, _ = tj.result  # type: ignore[attr-defined]
+    log = tj.run.log_path.read_text()  # type: ignore[union-attr]
+    assert (code, state) == (0, "finished"), log[-3000:]
+    assert "[rank 0/2] done" in log and "[rank 1/2] done" in log
+    assert '"world_size":2' in log
+
+
+def test_stop_mid_run_then_resume(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # Slow the steps down with a large max_steps; stop after the first metrics arrive.
+    job = make_job(tmp_path, max_steps=2000, save_steps=100000)
+    tj = TrainingJob(RunStore(tmp_path / "runs"), stop_grace_s=30)
+    with qtbot.waitSignal(tj.metrics_received, timeout=120000):
+        tj.start(job)
+    root = tj.pid
+    with qtbot.waitSignal(tj.finished, timeout=60000) as blocker:
+        tj.stop()
+    _code, state, _ = blocker.args
+    assert state == "stopped", tj.run.log_tail(30)  # type: ignore[union-attr]
+    assert not tj.leftover_pids
+    assert not psutil.pid_exists(root) or psutil.Process(root).status() == psutil.STATUS_ZOMBIE
+    ckpt = latest_checkpoint(tmp_path / "out")
+    assert ckpt is not None
+    stopped_at = int(ckpt.name.split("-")[1])
+    assert 0 < stopped_at < 2000
+    # Resume from the latest checkpoint, to a few steps further.
+    job2 = make_job(tmp_path, max_steps=stopped_at + 3, save_steps=100000)
+    job2.resume_from_checkpoint = "latest"
+    got: list[dict] = []
+    tj2 = TrainingJob(RunStore(tmp_path / "runs"))
+    tj2.metrics_received.connect(got.append)
+    with qtbot.waitSignal(tj2.finished, timeout=120000) as blocker:
+        tj2.start(job2)
+    assert blocker.args[1] == "finished", tj2.run.log_tail(30)  # type: ignore[union-attr]
+    steps = [r["step"] for r in got if r.get("loss") is not None]
+    assert steps and steps[0] == stopped_at + 1
+
+
+@pytest.mark.parametrize("method", ["lora", "qlora"])
+def test_lora_and_qlora(qtbot, tmp_path: Path, method: str) -> None:  # type: ignore[no-untyped-def]
+    if method == "qlora":
+        pytest.importorskip("bitsandbytes", reason="QLoRA needs bitsandbytes")
+    job = make_job(tmp_path, max_steps=4, save_steps=100000)
+    job.method = method
+    tj = run_to_end(qtbot, job, tmp_path)
+    code, state, _ = tj.result  # type: ignore[attr-defined]
+    log = tj.run.log_path.read_text()  # type: ignore[union-attr]
+    if method == "qlora" and code != 0 and "bitsandbytes" in log.lower() and "cpu" in log.lower():
+        pytest.skip("bitsandbytes cannot run 4-bit on this CPU: " + log.splitlines()[-1])
+    assert (code, state) == (0, "finished"), log[-3000:]
+    assert f"{method}: " in log and "trainable parameters" in log
+
+
+def test_missing_column_is_reported(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"body": "hello there"}\n{"body": "more text"}\n')
+    job = make_job(tmp_path)
+    job.dataset.source = str(data)
+    tj = run_to_end(qtbot, job, tmp_path)
+    code, state, _ = tj.result  # type: ignore[attr-defined]
+    assert code != 0 and state == "failed"
+    assert tj.error is not None and tj.error["kind"] == "missing_column"
+    assert "'text'" in tj.error["message"] and "body" in tj.error["message"]
+    assert tj.run.status().error_kind == "missing_column"  # type: ignore[union-attr]
+
+
+def test_unwritable_output_dir_is_reported(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    # A regular file in the path makes the folder impossible to create, even for root (chmod is not).
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    job = make_job(tmp_path, output_dir=str(blocker / "out"))
+    tj = run_to_end(qtbot, job, tmp_path)
+    code, state, _ = tj.result  # type: ignore[attr-defined]
+    assert code != 0 and state == "failed"
+    assert tj.error is not None and tj.error["kind"] == "output_dir", tj.run.log_tail(20)  # type: ignore[union-attr]
+    assert "not writable" in tj.error["message"]
