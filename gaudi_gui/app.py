@@ -48,7 +48,13 @@ def run_gui(argv: Sequence[str]) -> int:
     if os.environ.get("GAUDI_GUI_QUIT_AFTER_MS"):
         QTimer.singleShot(int(os.environ["GAUDI_GUI_QUIT_AFTER_MS"]), window.close)
     code = int(app.exec())
-    from gaudi_gui.services.process import reap_all
+    from gaudi_gui.services.process import detached_running, reap_all
 
     reap_all()
+    if detached_running():
+        # A QProcess kills its child when destroyed; a run the user chose to leave running must
+        # survive, so skip the destructors (settings are already synced by the window's close).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
     return code

@@ -99,9 +99,15 @@ def reap_all(timeout_ms: int = 3000) -> None:
     this once the window is gone; it is the one place allowed to block on a child.
     """
     for runner in list(_LIVE):
-        if runner.is_running():
+        if runner.is_running() and not runner.is_detached():
             runner.kill_tree()
             runner._process.waitForFinished(timeout_ms)
+
+
+def detached_running() -> bool:
+    """True when a detached child still runs: the app must then exit without QProcess destructors
+    (they kill their child), see ``gaudi_gui.app.run_gui``."""
+    return any(r.is_detached() and r.is_running() for r in list(_LIVE))
 
 
 class ProcessRunner(QObject):
@@ -144,6 +150,7 @@ class ProcessRunner(QObject):
         self._kill_timer.setSingleShot(True)
         self._kill_timer.timeout.connect(self.kill_tree)
         self._new_session = False
+        self._detached = False
         self._pid = 0
         self._program = ""
         self._argv: list[str] = []
@@ -227,10 +234,26 @@ class ProcessRunner(QObject):
         return list(self._argv)
 
     def is_running(self) -> bool:
-        return self._process.state() != QProcess.ProcessState.NotRunning
+        try:
+            return self._process.state() != QProcess.ProcessState.NotRunning
+        except RuntimeError:
+            # The QProcess was deleted with its parent widget (the window closed): nothing runs.
+            return False
 
     def is_stopping(self) -> bool:
         return self._stopping
+
+    def is_detached(self) -> bool:
+        return self._detached
+
+    def detach(self) -> None:
+        """Let the child outlive this runner (and the app): stop watching it, never kill it.
+
+        Only sensible for a child in its own session whose output also goes to a file (a training
+        launch tees its log into the run folder); the app re-attaches to that file on next start."""
+        self._detached = True
+        self._watch.stop()
+        self._kill_timer.stop()
 
     def tail(self, count: int = 20) -> list[str]:
         """The last ``count`` output lines (both streams, protocol lines excluded)."""

@@ -277,6 +277,11 @@ class TrainingJob(QObject):
 
     # -- re-attaching -----------------------------------------------------------------------------
 
+    def detach(self) -> None:
+        """Leave the launch running after the app exits (its log keeps going to log.txt)."""
+        self._runner.detach()
+        self._follow.stop()
+
     def attach(self, run: Run) -> bool:
         """Follow a run started by an earlier session; False when its process is gone."""
         status = run.status()

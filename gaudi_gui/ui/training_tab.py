@@ -415,7 +415,10 @@ class TrainingTab(QWidget):
             job.stop()
 
     def detach_jobs(self) -> list[str]:
-        folders = [str(j.run.folder) for j in self._running() if j.run is not None]
+        running = [j for j in self._running() if j.run is not None]
+        folders = [str(j.run.folder) for j in running if j.run is not None]
+        for job in running:
+            job.detach()
         self.services.settings.set("training/detached_runs", folders)
         return folders
 
@@ -424,11 +427,6 @@ class TrainingTab(QWidget):
         self.schema_loader.shutdown()
         for job in {self.job, *self.attached}:
             job.shutdown()
-
-    def ask_detach(self) -> bool:  # pragma: no cover - interactive
-        answer = QMessageBox.question(self, "Training is running",
-                                      "Leave the training running after the app closes?")
-        return answer == QMessageBox.StandardButton.Yes
 
     def _debug_state(self) -> dict[str, Any]:
         return {"state": self.job.state, "records": len(self.job.records)}

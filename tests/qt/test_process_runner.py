@@ -160,3 +160,19 @@ def test_env_replaces_environment(qtbot) -> None:
         runner.start(sys.executable, ["-c", "import os; print(os.environ.get('GAUDI_TEST_VAR'), "
                                             "os.environ.get('HOME'))"], env=env)
     assert got["lines"] == [("stdout", "42 None")]
+
+
+def test_detached_child_survives_reap_all(qtbot) -> None:
+    import signal
+
+    from gaudi_gui.services import process
+
+    runner = ProcessRunner()
+    with qtbot.waitSignal(runner.started, timeout=5000):
+        runner.start(sys.executable, ["-c", "import time; time.sleep(60)"], new_session=True)
+    runner.detach()
+    process.reap_all(timeout_ms=500)
+    assert runner.is_running() and process.detached_running()
+    with qtbot.waitSignal(runner.finished, timeout=5000):
+        os.killpg(runner.pid, signal.SIGKILL)
+    assert not process.detached_running()

@@ -119,3 +119,29 @@ def test_log_view_collapses_bounds_and_filters(qtbot) -> None:  # type: ignore[n
     view.search.setText("line 249")
     assert view.find_next()
     view.shutdown()
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_detach_then_reattach_and_stop(qtbot, tab: TrainingTab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    set_arg(tab, "output_dir", str(tmp_path / "out"))
+    set_arg(tab, "max_steps", "100000")
+    set_arg(tab, "save_steps", "100000")
+    set_arg(tab, "logging_steps", "5")
+    run = tab.start()
+    assert run is not None
+    qtbot.waitUntil(lambda: len(tab.job.records) > 0, timeout=120000)
+    assert tab.active_jobs() and "training run" in tab.active_jobs()[0]
+    assert tab.detach_jobs() == [str(run.folder)]
+    # A second window (next start of the app) re-attaches from the settings and follows the files.
+    second = TrainingTab(tab.services)
+    qtbot.addWidget(second)
+    assert second.job.attached and second.job.run is not None
+    assert second.job.run.folder == run.folder
+    seen = len(second.job.records)
+    qtbot.waitUntil(lambda: len(second.job.records) > seen, timeout=60000)
+    with qtbot.waitSignal(second.job.finished, timeout=60000) as blocker:
+        second.stop()
+    assert blocker.args[1] == "stopped", second.status.text()
+    qtbot.waitUntil(lambda: not tab.active_jobs(), timeout=30000)
+    assert run.latest_checkpoint() is not None
+    second.shutdown()
