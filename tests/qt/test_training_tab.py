@@ -14,7 +14,7 @@ from gaudi_gui.ui.training_tab import TrainingTab
 
 
 @pytest.fixture
-def tab(qtbot, tmp_path: Path):  # type: ignore[no-untyped-def]
+def tab(qtbot, tmp_path: Path):
     services = create_services()
     services.settings.set("training/runs_dir", str(tmp_path / "runs"))
     w = TrainingTab(services)
@@ -31,7 +31,7 @@ def set_arg(tab: TrainingTab, name: str, text: str) -> None:
     tab.form.editors[name].editor.setText(text)  # type: ignore[attr-defined]
 
 
-def test_form_from_schema_validation_and_save_load(qtbot, tab: TrainingTab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_form_from_schema_validation_and_save_load(qtbot, tab: TrainingTab, tmp_path: Path) -> None:
     assert len(tab.form.editors) > 100
     assert tab.form.editors["lr_scheduler_type"].editor.count() > 3  # type: ignore[attr-defined]
     assert "learning rate" in tab.form.editors["learning_rate"].toolTip().lower()
@@ -69,7 +69,7 @@ def test_form_from_schema_validation_and_save_load(qtbot, tab: TrainingTab, tmp_
 
 
 @pytest.mark.usefixtures("demo_model")
-def test_demo_run_end_to_end(qtbot, tab: TrainingTab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_demo_run_end_to_end(qtbot, tab: TrainingTab, tmp_path: Path) -> None:
     set_arg(tab, "output_dir", str(tmp_path / "out"))
     set_arg(tab, "max_steps", "8")
     set_arg(tab, "save_steps", "4")
@@ -84,7 +84,8 @@ def test_demo_run_end_to_end(qtbot, tab: TrainingTab, tmp_path: Path) -> None:  
     assert tab.progress.value() == 100 and "final loss" in tab.status.text()
     qtbot.waitUntil(lambda: "[rank 0/1] done" in tab.log.plain_text(), timeout=5000)
     assert tab.runs.table.rowCount() == 1
-    assert tab.runs.table.item(0, 1).text() == "finished"
+    status_item = tab.runs.table.item(0, 1)
+    assert status_item is not None and status_item.text() == "finished"
     # History: reopen, compare, clone and load-in-runner.
     tab.chart.clear()
     tab.runs.select_row(0)
@@ -102,7 +103,7 @@ def test_demo_run_end_to_end(qtbot, tab: TrainingTab, tmp_path: Path) -> None:  
     assert saved["state"] == "finished"
 
 
-def test_log_view_collapses_bounds_and_filters(qtbot) -> None:  # type: ignore[no-untyped-def]
+def test_log_view_collapses_bounds_and_filters(qtbot) -> None:
     view = LogView(max_lines=100)
     qtbot.addWidget(view)
     for i in range(250):
@@ -122,7 +123,7 @@ def test_log_view_collapses_bounds_and_filters(qtbot) -> None:  # type: ignore[n
 
 
 @pytest.mark.usefixtures("demo_model")
-def test_detach_then_reattach_and_stop(qtbot, tab: TrainingTab, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_detach_then_reattach_and_stop(qtbot, tab: TrainingTab, tmp_path: Path) -> None:
     set_arg(tab, "output_dir", str(tmp_path / "out"))
     set_arg(tab, "max_steps", "100000")
     set_arg(tab, "save_steps", "100000")
