@@ -56,3 +56,17 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 def demo_model(tiny_model_dir: Path) -> Path:
     """Makes ``builtin:demo`` resolve to the session's tiny model (no 8-second rebuild per test)."""
     return tiny_model_dir
+
+
+@pytest.fixture
+def fake_hl_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fake ``hl-smi`` on PATH replaying recorded output; returns its path. Tune it with the
+    FAKE_HLSMI_* variables (see tests/fake_hl_smi.py)."""
+    folder = tmp_path / "fake-bin"
+    folder.mkdir()
+    program = folder / "hl-smi"
+    program.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).parent / 'fake_hl_smi.py'} \"$@\"\n")
+    program.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_HLSMI_PERIOD", "0.1")
+    return program

@@ -1,13 +1,254 @@
-"""PLACEHOLDER: replaced by the issue that builds this tab."""
+"""The Devices tab: every card (table + history charts), their processes, the job selection, and a
+clear state panel when hl-smi is missing or failing. It only listens to the DevicePoller; it never runs
+hl-smi itself."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from collections.abc import Sequence
 
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QComboBox,
+    QFrame,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gaudi_gui.core.devices import DeviceSample, ProcessInfo
+from gaudi_gui.services import device_poller as dp
 from gaudi_gui.services.context import AppServices
+from gaudi_gui.ui.device_charts import CHARTS, DeviceCharts
+from gaudi_gui.ui.device_table import DeviceTable
+
+#: (label, seconds) of the history window choices.
+WINDOWS = (("1 min", 60), ("5 min", 300), ("15 min", 900), ("1 h", 3600))
+#: Each chart is redrawn at most this often (ms): samples arrive at 1 Hz (10 Hz in the bench).
+CHART_REFRESH_MS = 500
+
+
+def _gib(mib: float | None) -> str:
+    return "?" if mib is None else f"{mib / 1024:.1f}"
 
 
 class DevicesTab(QWidget):
     def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        QVBoxLayout(self).addWidget(QLabel("devices"))
+        self.services = services
+        self.poller = services.poller
+        self.selection = services.selection
+        settings = services.settings
+
+        self.state_panel = QFrame(self)
+        self.state_panel.setObjectName("devicesStatePanel")
+        self.state_panel.setStyleSheet(
+            "#devicesStatePanel { background: #fdecea; border: 1px solid #e0a0a0; border-radius: 4px; }")
+        self.state_title = QLabel(self.state_panel)
+        self.state_title.setStyleSheet("font-weight: bold;")
+        self.state_text = QLabel(self.state_panel)
+        self.state_text.setWordWrap(True)
+        self.state_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.retry_button = QPushButton("Retry hl-smi", self.state_panel)
+        self.retry_button.clicked.connect(self.poller.restart)
+        panel_layout = QVBoxLayout(self.state_panel)
+        panel_layout.addWidget(self.state_title)
+        panel_layout.addWidget(self.state_text)
+        panel_layout.addWidget(self.retry_button, 0, Qt.AlignmentFlag.AlignLeft)
+        self.state_panel.setVisible(False)
+
+        self.source_label = QLabel("waiting for hl-smi…", self)
+        self.host_label = QLabel("host: —", self)
+        top = QHBoxLayout()
+        top.addWidget(self.source_label, 1)
+        top.addWidget(self.host_label)
+
+        self.table = DeviceTable(self)
+        self.table.hot_c = float(settings.get("devices/hot_temperature_c"))
+        self.table.busy_util = float(settings.get("devices/busy_utilization"))
+        self.table.selection_edited.connect(self._on_selection_edited)
+
+        self.env_label = QLabel(self)
+        self.env_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.selection_warning = QLabel(self)
+        self.selection_warning.setWordWrap(True)
+        self.selection_warning.setStyleSheet("color: #a33;")
+        select_row = QHBoxLayout()
+        select_row.addWidget(self.env_label, 1)
+        self.window_combo = QComboBox(self)
+        for label, seconds in WINDOWS:
+            self.window_combo.addItem(label, seconds)
+        saved = int(settings.get("devices/history_window_s"))
+        index = next((i for i, (_l, s) in enumerate(WINDOWS) if s == saved), 1)
+        self.window_combo.setCurrentIndex(index)
+        self.window_combo.currentIndexChanged.connect(self._on_window_changed)
+        select_row.addWidget(QLabel("history:", self))
+        select_row.addWidget(self.window_combo)
+
+        self.charts = DeviceCharts(self)
+        self.charts.set_window(WINDOWS[index][1])
+
+        self.process_table = QTableWidget(0, 6, self)
+        self.process_table.setHorizontalHeaderLabels(["Card", "PID", "Name", "Memory MiB", "User", "Command"])
+        self.process_table.verticalHeader().setVisible(False)
+        self.process_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.process_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
+        self.process_table.horizontalHeader().setStretchLastSection(True)
+        self.process_label = QLabel("Processes on the cards (hl-smi lists only those it may see)", self)
+
+        upper = QWidget(self)
+        upper_layout = QVBoxLayout(upper)
+        upper_layout.setContentsMargins(0, 0, 0, 0)
+        upper_layout.addWidget(self.table)
+        upper_layout.addLayout(select_row)
+        upper_layout.addWidget(self.selection_warning)
+        lower = QWidget(self)
+        lower_layout = QVBoxLayout(lower)
+        lower_layout.setContentsMargins(0, 0, 0, 0)
+        lower_layout.addWidget(self.process_label)
+        lower_layout.addWidget(self.process_table)
+        splitter = QSplitter(Qt.Orientation.Vertical, self)
+        splitter.addWidget(upper)
+        splitter.addWidget(self.charts)
+        splitter.addWidget(lower)
+        splitter.setStretchFactor(0, 3)
+        splitter.setStretchFactor(1, 4)
+        splitter.setStretchFactor(2, 1)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.state_panel)
+        layout.addLayout(top)
+        layout.addWidget(splitter, 1)
+
+        self._keys: list[str] = []
+        self._host_key: str | None = None
+        self._dirty: set[str] = set()
+        self._next_chart = 0
+        # One chart per tick, four ticks per period: a redraw never paints all four plots at once.
+        self._chart_timer = QTimer(self)
+        self._chart_timer.setInterval(CHART_REFRESH_MS // len(CHARTS))
+        self._chart_timer.timeout.connect(self._refresh_charts)
+        self._chart_timer.start()
+
+        self.poller.samples_received.connect(self.on_samples)
+        self.poller.host_received.connect(self.on_host)
+        self.poller.processes_received.connect(self.on_processes)
+        self.poller.state_changed.connect(self.on_state)
+        self.selection.selection_changed.connect(self._on_selection_changed)
+        self.selection.claims_changed.connect(self._update_selection_text)
+
+        # Restore the last selection; the poller sets which cards exist once hl-smi has answered.
+        saved_ids = [int(i) for i in settings.get("devices/selected_modules") if isinstance(i, int)]
+        self.selection.set_selected(saved_ids)
+        self.table.set_checked(self.selection.selected)
+        latest = self.poller.latest()
+        if latest:
+            self.on_samples(latest)
+        if self.poller.state != dp.STATE_STOPPED:
+            self.on_state(self.poller.state, self.poller.message)
+        self._update_selection_text()
+
+    # -- poller events ----------------------------------------------------------------------------------
+
+    def on_samples(self, samples: Sequence[DeviceSample]) -> None:
+        self.table.update_samples(samples)
+        self._keys = [s.key for s in samples]
+        self._dirty.update(c[0] for c in CHARTS)
+        if samples:
+            kind = samples[0].kind
+            source = {"hpu": "hl-smi", "cuda": "nvidia-smi"}.get(kind, kind)
+            self.source_label.setText(f"{len(samples)} card(s) from {source}")
+
+    def on_host(self, sample: DeviceSample) -> None:
+        self._host_key = sample.key
+        util = "?" if sample.utilization is None else f"{sample.utilization:.0f}"
+        self.host_label.setText(f"host: CPU {util}% · RAM {_gib(sample.memory_used_mib)} / "
+                                f"{_gib(sample.memory_total_mib)} GiB")
+        if not self._keys:
+            self._dirty.update(c[0] for c in CHARTS)
+
+    def on_processes(self, processes: Sequence[ProcessInfo]) -> None:
+        table = self.process_table
+        table.setRowCount(len(processes))
+        for row, p in enumerate(processes):
+            memory = "—" if p.memory_mib is None else f"{p.memory_mib:.0f}"
+            values = [str(p.index), str(p.pid), p.name, memory,
+                      p.user or "(not visible)", p.cmdline or "(not visible)"]
+            for col, text in enumerate(values):
+                item = table.item(row, col)
+                if item is None:
+                    table.setItem(row, col, QTableWidgetItem(text))
+                elif item.text() != text:
+                    item.setText(text)
+        self.process_label.setText(f"Processes on the cards: {len(processes)} "
+                                   "(hl-smi lists only those it may see)")
+
+    def on_state(self, state: str, message: str) -> None:
+        if state in (dp.STATE_OK, dp.STATE_STARTING, dp.STATE_STOPPED):
+            self.state_panel.setVisible(False)
+            if state == dp.STATE_STARTING:
+                self.source_label.setText(message)
+            return
+        title = {dp.STATE_ABSENT: "hl-smi was not found",
+                 dp.STATE_FAILED: "hl-smi failed"}.get(state, state)
+        fallback = {"nvidia-smi": "Showing NVIDIA GPUs (nvidia-smi) and the host instead.",
+                    "host": "Showing the host (CPU, RAM) only."}.get(self.poller.source, "")
+        self.state_title.setText(title)
+        self.state_text.setText(f"{message}\n{fallback}".strip())
+        self.state_panel.setVisible(True)
+        if not self._keys or self.poller.source != "hl-smi":
+            self.source_label.setText(fallback or title)
+
+    # -- charts -------------------------------------------------------------------------------------
+
+    def _on_window_changed(self, index: int) -> None:
+        seconds = int(self.window_combo.itemData(index))
+        self.charts.set_window(seconds)
+        self.services.settings.set("devices/history_window_s", seconds)
+        self.refresh_now()
+
+    def _refresh_charts(self) -> None:
+        metric = CHARTS[self._next_chart][0]
+        self._next_chart = (self._next_chart + 1) % len(CHARTS)
+        if metric not in self._dirty or not self.isVisible():
+            return
+        self._dirty.discard(metric)
+        keys = self._keys or ([self._host_key] if self._host_key else [])
+        self.charts.refresh(self.poller.history_store, keys, metrics=[metric])
+
+    def refresh_now(self) -> None:
+        """Redraw all charts at once (window change, screenshots, tests)."""
+        self._dirty.clear()
+        keys = self._keys or ([self._host_key] if self._host_key else [])
+        self.charts.refresh(self.poller.history_store, keys)
+
+    # -- selection ----------------------------------------------------------------------------------
+
+    def _on_selection_edited(self, ids: list[int]) -> None:
+        self.selection.set_selected(ids)
+        self.services.settings.set("devices/selected_modules", list(ids))
+
+    def _on_selection_changed(self, ids: list[int]) -> None:
+        self.table.set_checked(ids)
+        self._update_selection_text()
+
+    def _update_selection_text(self) -> None:
+        sel = self.selection
+        env = {k: v for k, v in sel.env().items() if k != "PT_ENABLE_INT64_SUPPORT"}
+        if sel.kind == "cpu":
+            text = "no accelerator: jobs run on the CPU"
+        elif env:
+            text = "jobs get " + " ".join(f"{k}={v}" for k, v in env.items())
+        else:
+            var = "HABANA_VISIBLE_MODULES" if sel.kind == "hpu" else "CUDA_VISIBLE_DEVICES"
+            text = f"no card checked: jobs see every card ({var} unset)"
+        self.env_label.setText(text)
+        warnings = sel.warnings() if sel.kind != "cpu" else []
+        self.selection_warning.setText("\n".join(f"⚠ {w}" for w in warnings))
+        self.selection_warning.setVisible(bool(warnings))

@@ -6,6 +6,7 @@ start: it re-attaches to the run folder, sees it still progress, and stops it wi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -72,7 +73,5 @@ def test_run_outlives_the_app_and_is_reattached(qtbot, tmp_path: Path) -> None:
                         psutil.Process(pid).status() == psutil.STATUS_ZOMBIE, timeout=20000)
     finally:
         if psutil.pid_exists(pid):
-            try:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(pid, 9)
-            except (ProcessLookupError, PermissionError):
-                pass
