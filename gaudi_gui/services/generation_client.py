@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core import generation
 from gaudi_gui.core.generation import GenerationParams, LoadOptions
@@ -168,7 +168,8 @@ class GenerationClient(QObject):
         self._expect_exit = True
         self._runner.write_line(generation.shutdown_command())
         self._runner.close_stdin()
-        self._runner.terminate_tree(grace_ms)
+        # Give the worker the grace period to exit by itself before SIGTERM (then SIGKILL).
+        QTimer.singleShot(grace_ms, self, lambda: self._runner.terminate_tree(grace_ms))
 
     def kill(self) -> None:
         self._restart_after_exit = False
