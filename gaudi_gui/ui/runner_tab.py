@@ -235,7 +235,7 @@ class RunnerTab(QWidget):
         self.client.token_received.connect(self._on_token)
         self.client.generation_finished.connect(self._on_finished)
         self.client.error_occurred.connect(self._on_error)
-        self.client.info_received.connect(lambda text: self.model_status.setText(text))
+        self.client.info_received.connect(self.model_status.setText)
         self.client.worker_exited.connect(self._on_worker_exited)
         services.environment.probe_finished.connect(self._on_probe)
         if services.environment.result:

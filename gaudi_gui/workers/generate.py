@@ -178,7 +178,9 @@ class Worker:
             from gaudi_gui.workers.demo import resolve_model
             model_path = resolve_model(model_path)
         expanded = os.path.expanduser(model_path)
-        if (model_path.startswith((".", "/", "~")) or os.path.isabs(expanded)) and not os.path.isdir(expanded):
+        looks_local = (model_path.startswith((".", "/", "~"))
+                       or os.path.isabs(expanded))
+        if looks_local and not os.path.isdir(expanded):
             raise WorkerError("missing_model", f"model folder not found: {model_path}")
         if os.path.isdir(expanded):
             model_path = expanded
@@ -196,7 +198,7 @@ class Worker:
         self._stage(started, "loading tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=options.trust_remote_code)
         self._stage(started, "loading weights")
-        model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+        model: Any = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
         if "device_map" not in kwargs and device != "cpu":
             self._stage(started, f"moving to {device}")
             model = model.to(device)
@@ -261,7 +263,7 @@ class Worker:
             if self.device == "cuda":
                 return int(torch.cuda.memory_allocated()), "cuda allocated"
             if self.device == "hpu":
-                return int(torch.hpu.memory_allocated()), "hpu allocated"
+                return int(torch.hpu.memory_allocated()), "hpu allocated"  # type: ignore[attr-defined]
         import psutil
         return int(psutil.Process().memory_info().rss), "process RSS"
 

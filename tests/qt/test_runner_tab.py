@@ -64,7 +64,7 @@ def test_stop_ends_generation_in_the_worker(qtbot, tab: RunnerTab) -> None:
     tab.chat_mode.setChecked(False)
     tab.max_new_tokens.setValue(100000)
     tab.prompt.setPlainText("The learning rate")
-    first = []
+    first: list[str] = []
     tab.client.token_received.connect(first.append)
     tab.send()
     qtbot.waitUntil(lambda: len(first) > 3, timeout=60000)
