@@ -104,8 +104,11 @@ def run(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             samples = fallback(args.timeout)
             code = 1
-    if args.json:
-        print(json.dumps([s.to_dict() for s in samples], indent=2))
-    else:
-        print(_table(samples))
+    text = json.dumps([s.to_dict() for s in samples], indent=2) if args.json else _table(samples)
+    try:
+        print(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `gaudi-gui devices | head`: the reader left; not an error worth a traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     return code

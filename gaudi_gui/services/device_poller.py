@@ -19,6 +19,7 @@ import math
 import os
 import shutil
 import time
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -27,6 +28,9 @@ from gaudi_gui.core.devices import DeviceSample, History, ProcessInfo, attach_pr
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
 from gaudi_gui.services.settings import Settings
+
+if TYPE_CHECKING:
+    import numpy as np
 
 #: Poller states (the ``state`` of ``state_changed``).
 STATE_STARTING = "starting"
@@ -98,6 +102,7 @@ class DevicePoller(QObject):
         self._stream = hlsmi.CsvStream()
         self._source = "hl-smi"
         self._hung_for: float | None = None
+        self._discard_exit = False
 
         self._runner = ProcessRunner(self, parse_protocol=False, tail_lines=40)
         self._runner.started.connect(self._on_started)
@@ -125,6 +130,11 @@ class DevicePoller(QObject):
         self._host_timer.timeout.connect(self._poll_host)
         self._table_timer = QTimer(self)
         self._table_timer.timeout.connect(self._poll_table)
+        settings.value_changed.connect(self._on_setting_changed)
+        # The job selection survives restarts even before the Devices tab is built.
+        saved = [i for i in settings.get("devices/selected_modules") if isinstance(i, int)]
+        if saved:
+            selection.set_selected(saved)
 
     # -- public ---------------------------------------------------------------------------------------
 
@@ -152,7 +162,7 @@ class DevicePoller(QObject):
     def processes(self) -> list[ProcessInfo]:
         return list(self._processes)
 
-    def history(self, key: str, metric: str, since: float | None = None) -> tuple[object, object]:
+    def history(self, key: str, metric: str, since: float | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(timestamps, values) numpy arrays of one card's metric (see ``core.devices.METRICS``)."""
         return self.history_store.series(key, metric, since)
 
@@ -164,8 +174,9 @@ class DevicePoller(QObject):
             return
         self._running = True
         self._backoff_s = self.backoff_initial_s
+        # The first host sample comes after one interval: start() runs before the window's first
+        # paint, which should not wait for psutil and numpy.
         self._host_timer.start(int(self.interval_s * 1000))
-        self._poll_host()
         self._launch()
 
     def stop(self) -> None:
@@ -174,6 +185,8 @@ class DevicePoller(QObject):
         for timer in (self._restart_timer, self._watchdog, self._host_timer, self._table_timer,
                       self._settle):
             timer.stop()
+        # The killed loop's exit belongs to this stop, not to a run started right after (restart).
+        self._discard_exit = self._runner.is_running()
         for runner in (self._runner, self._table_runner, self._nvidia_runner):
             if runner.is_running():
                 runner.kill_tree()
@@ -186,6 +199,11 @@ class DevicePoller(QObject):
         self.process_interval_s = max(0.1, float(self._settings.get("devices/process_interval_s")))
         self.start()
 
+    def _on_setting_changed(self, key: str, value: object) -> None:
+        if key in ("devices/hl_smi", "devices/interval_s", "devices/process_interval_s") and self._running:
+            # A new program or interval takes a new hl-smi loop (its -l is fixed when it starts).
+            self.restart()
+
     def feed_samples(self, samples: list[DeviceSample]) -> None:
         """Publish a snapshot as if it came from hl-smi (benchmarks and demos drive the panel so)."""
         self._publish(samples)
@@ -194,6 +212,10 @@ class DevicePoller(QObject):
 
     def _launch(self) -> None:
         if not self._running:
+            return
+        if self._runner.is_running():
+            # A restart killed the old loop; it is reaped asynchronously. Try again shortly.
+            self._restart_timer.start(50)
             return
         self._program, self._explicit = resolve_program(self._settings)
         args = hlsmi.query_args(hlsmi.QUERY_FIELDS, loop_s=loop_seconds(self.interval_s))
@@ -268,6 +290,9 @@ class DevicePoller(QObject):
             self._runner.kill_tree()
 
     def _on_finished(self, code: int, status: str) -> None:
+        if self._discard_exit:
+            self._discard_exit = False
+            return
         self._watchdog.stop()
         self._settle.stop()
         # The last rows of a dying loop may be a partial snapshot: keep them.

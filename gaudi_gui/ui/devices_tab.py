@@ -4,6 +4,7 @@ hl-smi itself."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, QTimer
@@ -15,7 +16,6 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
-    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -100,6 +100,8 @@ class DevicesTab(QWidget):
         self.process_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.process_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.process_table.horizontalHeader().setStretchLastSection(True)
+        self.process_table.setMinimumHeight(90)
+        self.process_table.setMaximumHeight(180)
         self.process_label = QLabel("Processes on the cards (hl-smi lists only those it may see)", self)
 
         upper = QWidget(self)
@@ -113,18 +115,14 @@ class DevicesTab(QWidget):
         lower_layout.setContentsMargins(0, 0, 0, 0)
         lower_layout.addWidget(self.process_label)
         lower_layout.addWidget(self.process_table)
-        splitter = QSplitter(Qt.Orientation.Vertical, self)
-        splitter.addWidget(upper)
-        splitter.addWidget(self.charts)
-        splitter.addWidget(lower)
-        splitter.setStretchFactor(0, 3)
-        splitter.setStretchFactor(1, 4)
-        splitter.setStretchFactor(2, 1)
-
+        # A plain layout, not a splitter: the table is as tall as its rows, the processes table is
+        # short, and the charts take whatever height is left whatever the state panel shows.
         layout = QVBoxLayout(self)
         layout.addWidget(self.state_panel)
         layout.addLayout(top)
-        layout.addWidget(splitter, 1)
+        layout.addWidget(upper, 0)
+        layout.addWidget(self.charts, 1)
+        layout.addWidget(lower, 0)
 
         self._keys: list[str] = []
         self._host_key: str | None = None
@@ -142,6 +140,7 @@ class DevicesTab(QWidget):
         self.poller.state_changed.connect(self.on_state)
         self.selection.selection_changed.connect(self._on_selection_changed)
         self.selection.claims_changed.connect(self._update_selection_text)
+        settings.value_changed.connect(self._on_setting_changed)
 
         # Restore the last selection; the poller sets which cards exist once hl-smi has answered.
         saved_ids = [int(i) for i in settings.get("devices/selected_modules") if isinstance(i, int)]
@@ -171,6 +170,8 @@ class DevicesTab(QWidget):
         self.host_label.setText(f"host: CPU {util}% · RAM {_gib(sample.memory_used_mib)} / "
                                 f"{_gib(sample.memory_total_mib)} GiB")
         if not self._keys:
+            # No accelerator (hl-smi absent, no NVIDIA GPU): the host is the one row of the table.
+            self.table.update_samples([sample])
             self._dirty.update(c[0] for c in CHARTS)
 
     def on_processes(self, processes: Sequence[ProcessInfo]) -> None:
@@ -202,8 +203,17 @@ class DevicesTab(QWidget):
         self.state_title.setText(title)
         self.state_text.setText(f"{message}\n{fallback}".strip())
         self.state_panel.setVisible(True)
-        if not self._keys or self.poller.source != "hl-smi":
+        if self._keys and self.poller.latest() and self.poller.latest()[0].kind == "hpu":
+            stamp = time.strftime("%H:%M:%S", time.localtime(self.poller.latest()[0].timestamp))
+            self.source_label.setText(f"hl-smi is not answering: card values are from {stamp}")
+        else:
             self.source_label.setText(fallback or title)
+
+    def _on_setting_changed(self, key: str, value: object) -> None:
+        if key == "devices/hot_temperature_c":
+            self.table.hot_c = float(self.services.settings.get(key))
+        elif key == "devices/busy_utilization":
+            self.table.busy_util = float(self.services.settings.get(key))
 
     # -- charts -------------------------------------------------------------------------------------
 

@@ -428,7 +428,11 @@ def _stop_split(text: str, stops: list[str]) -> tuple[str, bool]:
 
 def main() -> int:
     out = Output()
-    return Worker(out).run()
+    code = Worker(out).run()
+    sys.stderr.flush()
+    # Skip interpreter teardown: the stdin reader is blocked in a read and torch's thread pools abort
+    # (SIGABRT) when finalized under it; everything worth keeping has been written already.
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,182 @@
+"""Device samples (one card at one moment), processes on cards, warnings, and a bounded history.
+
+The same model serves Gaudi cards (from hl-smi), NVIDIA GPUs (from nvidia-smi) and the host (psutil),
+so the Devices panel looks the same on every machine. ``None`` always means "unknown" (hl-smi printed
+N/A or the field is not supported), never zero.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import numpy as np
+
+#: Name prefix -> generation. Match by prefix; always show the raw name too.
+GENERATIONS = (("HL-205", "Gaudi 1"), ("HL-225", "Gaudi 2"), ("HL-3", "Gaudi 3"))
+
+
+def generation(name: str | None) -> str | None:
+    if not name:
+        return None
+    for prefix, label in GENERATIONS:
+        if name.strip().upper().startswith(prefix):
+            return label
+    return None
+
+
+@dataclass
+class ProcessInfo:
+    """A process using a card, from hl-smi's Compute Processes section (plus psutil where visible)."""
+
+    index: int
+    pid: int
+    name: str
+    memory_mib: float | None = None
+    kind: str | None = None
+    user: str | None = None
+    cmdline: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class DeviceSample:
+    """One card at one moment."""
+
+    kind: str  # "hpu", "cuda" or "host"
+    index: int
+    name: str | None = None
+    module_id: int | None = None
+    bus_id: str | None = None
+    uuid: str | None = None
+    serial: str | None = None
+    driver_version: str | None = None
+    utilization: float | None = None  # percent
+    memory_used_mib: float | None = None
+    memory_total_mib: float | None = None
+    temperature_c: float | None = None
+    power_w: float | None = None
+    power_max_w: float | None = None
+    timestamp: float = 0.0
+    processes: list[ProcessInfo] = field(default_factory=list)
+
+    @property
+    def generation(self) -> str | None:
+        return generation(self.name) if self.kind == "hpu" else None
+
+    @property
+    def key(self) -> str:
+        """Stable identity across samples: module id on Gaudi (indices can change across reboots)."""
+        if self.kind == "hpu" and self.module_id is not None:
+            return f"hpu:m{self.module_id}"
+        return f"{self.kind}:{self.index}"
+
+    @property
+    def memory_fraction(self) -> float | None:
+        if self.memory_used_mib is None or not self.memory_total_mib:
+            return None
+        return max(0.0, min(1.0, self.memory_used_mib / self.memory_total_mib))
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["generation"] = self.generation
+        return data
+
+
+def card_warnings(sample: DeviceSample, hot_c: float = 85.0, busy_util: float = 5.0) -> list[str]:
+    """Visible warnings for one card: failed to initialise (0 C), hot, busy."""
+    out: list[str] = []
+    if sample.kind == "hpu" and sample.temperature_c == 0:
+        out.append("reports 0 C: the card failed to initialise")
+    elif sample.temperature_c is not None and sample.temperature_c >= hot_c:
+        out.append(f"hot: {sample.temperature_c:.0f} C")
+    busy = sample.utilization is not None and sample.utilization >= busy_util
+    if sample.kind != "host" and (busy or sample.processes):
+        who = f" by {len(sample.processes)} process(es)" if sample.processes else ""
+        out.append(f"busy{who}")
+    return out
+
+
+METRICS = ("utilization", "memory_used_mib", "power_w", "temperature_c")
+
+
+class History:
+    """Per-card ring buffers of the METRICS, bounded by ``capacity`` samples per card.
+
+    8 cards x 1 Hz x 1 hour is 8 x 3600 x 5 float64 = 1.2 MB, allocated once: memory never grows.
+    """
+
+    def __init__(self, capacity: int = 3600) -> None:
+        self.capacity = capacity
+        self._data: dict[str, np.ndarray] = {}  # key -> (capacity, 1 + len(METRICS)) ring
+        self._count: dict[str, int] = {}
+        self._labels: dict[str, str] = {}
+
+    def add(self, samples: Iterable[DeviceSample]) -> None:
+        import numpy as np  # lazily: the window's first paint should not wait for numpy
+
+        for s in samples:
+            ring = self._data.get(s.key)
+            if ring is None:
+                ring = np.full((self.capacity, 1 + len(METRICS)), np.nan)
+                self._data[s.key] = ring
+                self._count[s.key] = 0
+            row = self._count[s.key] % self.capacity
+            ring[row, 0] = s.timestamp
+            for i, metric in enumerate(METRICS, start=1):
+                value = getattr(s, metric)
+                ring[row, i] = math.nan if value is None else float(value)
+            self._count[s.key] += 1
+            self._labels[s.key] = _label(s)
+
+    def keys(self) -> list[str]:
+        return sorted(self._data)
+
+    def label(self, key: str) -> str:
+        return self._labels.get(key, key)
+
+    def series(self, key: str, metric: str, since: float | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(timestamps, values) in time order, optionally only those at or after ``since``."""
+        import numpy as np
+
+        ring = self._data.get(key)
+        if ring is None:
+            return np.empty(0), np.empty(0)
+        count = self._count[key]
+        if count <= self.capacity:
+            rows = ring[:count]
+        else:
+            start = count % self.capacity
+            rows = np.concatenate((ring[start:], ring[:start]))
+        column = 1 + METRICS.index(metric)
+        t, v = rows[:, 0], rows[:, column]
+        if since is not None:
+            keep = t >= since
+            t, v = t[keep], v[keep]
+        return t, v
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self._data.values())
+
+
+def _label(s: DeviceSample) -> str:
+    if s.kind == "hpu":
+        return f"card {s.index}" + (f" (module {s.module_id})" if s.module_id is not None else "")
+    if s.kind == "cuda":
+        return f"GPU {s.index}"
+    return "host"
+
+
+def attach_processes(samples: Sequence[DeviceSample], processes: Sequence[ProcessInfo]) -> None:
+    """Put each process on the sample of the card (by index) it runs on."""
+    by_index = {s.index: s for s in samples}
+    for s in samples:
+        s.processes = []
+    for p in processes:
+        if p.index in by_index:
+            by_index[p.index].processes.append(p)

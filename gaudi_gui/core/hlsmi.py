@@ -1,0 +1,282 @@
+"""Parsing Intel Gaudi's ``hl-smi`` output: the CSV query (``-Q ... -f csv``) and the summary table.
+
+Everything keys on header names and on the ``index`` column, never on row order or positions: real
+machines print rows unsorted and layouts differ across versions (see tests/data/hlsmi/FORMAT.md).
+A bad line is reported in ``errors`` and skipped; nothing here raises on odd input.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from gaudi_gui.core.devices import DeviceSample, ProcessInfo
+
+#: The fields the poller asks for (all documented -Q fields; power.max is not documented, so omitted).
+QUERY_FIELDS = ("index", "module_id", "name", "bus_id", "uuid", "serial", "driver_version",
+                "utilization.aip", "memory.used", "memory.total", "temperature.aip", "power.draw")
+
+#: hl-smi field -> DeviceSample attribute, and whether it is numeric.
+_FIELD_MAP: dict[str, tuple[str, str]] = {
+    "index": ("index", "int"),
+    "module_id": ("module_id", "int"),
+    "name": ("name", "str"),
+    "bus_id": ("bus_id", "str"),
+    "uuid": ("uuid", "str"),
+    "serial": ("serial", "str"),
+    "driver_version": ("driver_version", "str"),
+    "utilization.aip": ("utilization", "float"),
+    "memory.used": ("memory_used_mib", "float"),
+    "memory.total": ("memory_total_mib", "float"),
+    "temperature.aip": ("temperature_c", "float"),
+    "power.draw": ("power_w", "float"),
+    "power.max": ("power_max_w", "float"),
+}
+
+_UNIT = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(MiB|GiB|KiB|W|mW|C|%|MHz)?\s*$")
+_UNSET = ("", "N/A", "[N/A]", "NA", "n/a", "[Not Supported]", "Not Supported")
+
+
+def query_args(fields: Sequence[str] = QUERY_FIELDS, loop_s: int | None = None,
+               header: bool = True, units: bool = False) -> list[str]:
+    """Arguments for ``hl-smi -Q <fields> -f csv[,noheader][,nounits] [-l N]``."""
+    fmt = "csv" + ("" if header else ",noheader") + ("" if units else ",nounits")
+    args = ["-Q", ",".join(fields), "-f", fmt]
+    if loop_s is not None:
+        args += ["-l", str(loop_s)]
+    return args
+
+
+def parse_number(text: str) -> float | None:
+    """'672 MiB' / '226 W' / '36' -> float; N/A, garbage, or a non-finite value -> None."""
+    text = text.strip()
+    if text in _UNSET:
+        return None
+    m = _UNIT.match(text)
+    if not m:
+        return None
+    value = float(m.group(1))
+    if not math.isfinite(value):
+        return None
+    unit = m.group(2)
+    if unit == "GiB":
+        value *= 1024
+    elif unit == "KiB":
+        value /= 1024
+    elif unit == "mW":
+        value /= 1000
+    return value
+
+
+def header_fields(line: str) -> list[str] | None:
+    """The field names of a CSV header line ('memory.used [MiB]' -> 'memory.used'), or None."""
+    parts = [p.strip() for p in line.split(",")]
+    names = [re.sub(r"\s*\[.*\]\s*$", "", p) for p in parts]
+    if not names or not all(re.fullmatch(r"[a-z_]+(\.[a-z_.]+)?", n) for n in names):
+        return None
+    if not any(n in _FIELD_MAP for n in names):
+        return None
+    return names
+
+
+def parse_row(fields: Sequence[str], line: str, kind: str = "hpu") -> DeviceSample:
+    """One CSV row; raises ValueError with a reason when it cannot be a card's row."""
+    values = [v.strip() for v in line.split(",")]
+    if len(values) < len(fields):
+        raise ValueError(f"expected {len(fields)} fields, got {len(values)}")
+    if len(values) > len(fields):
+        # A name with a comma cannot happen in hl-smi output; extra fields mean a mismatched header.
+        raise ValueError(f"expected {len(fields)} fields, got {len(values)}")
+    sample = DeviceSample(kind=kind, index=-1)
+    for name, value in zip(fields, values, strict=True):
+        target = _FIELD_MAP.get(name)
+        if target is None:
+            continue
+        attr, typ = target
+        if typ == "str":
+            setattr(sample, attr, None if value in _UNSET else value)
+            continue
+        number = parse_number(value)
+        if typ == "int":
+            if number is None or number != int(number) or number < 0 or number > 1 << 20:
+                if value in _UNSET and name != "index":
+                    continue
+                raise ValueError(f"bad {name}: {value!r}")
+            setattr(sample, attr, int(number))
+        else:
+            setattr(sample, attr, number)
+    if sample.index < 0 and "index" in fields:
+        raise ValueError("no index")
+    return sample
+
+
+@dataclass
+class CsvResult:
+    samples: list[DeviceSample] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    fields: list[str] = field(default_factory=list)
+
+
+def parse_csv(text: str, fields: Sequence[str] | None = None, kind: str = "hpu") -> CsvResult:
+    """A whole ``-f csv`` output (header optional when ``fields`` is given). Rows are keyed by index:
+    without an index column, row order is the only identity and the samples are numbered in order."""
+    result = CsvResult(fields=list(fields or []))
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        names = header_fields(line)
+        if names is not None:
+            result.fields = names
+            continue
+        if not result.fields:
+            result.errors.append(f"line {number}: no header and no field list: {line[:80]!r}")
+            continue
+        try:
+            sample = parse_row(result.fields, line, kind)
+        except ValueError as exc:
+            result.errors.append(f"line {number}: {exc}: {line[:80]!r}")
+            continue
+        if "index" not in result.fields:
+            sample.index = len(result.samples)
+        result.samples.append(sample)
+    result.samples.sort(key=lambda s: s.index)
+    return result
+
+
+class CsvStream:
+    """Incremental parser for ``hl-smi -Q ... -l N``: the header comes once, then a group of rows per
+    period. A snapshot is complete when every known card has reported, or when an index repeats."""
+
+    def __init__(self, fields: Sequence[str] | None = None, kind: str = "hpu") -> None:
+        self.fields = list(fields or [])
+        self.kind = kind
+        self._pending: dict[int, DeviceSample] = {}
+        self._expected = 0
+        self.errors: list[str] = []
+
+    def feed_line(self, line: str) -> list[DeviceSample] | None:
+        """Feed one line; returns a complete snapshot (sorted by index) when one is finished."""
+        line = line.strip()
+        if not line:
+            return None
+        names = header_fields(line)
+        if names is not None:
+            self.fields = names
+            return None
+        if not self.fields:
+            self._error(f"no header yet: {line[:80]!r}")
+            return None
+        try:
+            sample = parse_row(self.fields, line, self.kind)
+        except ValueError as exc:
+            self._error(f"{exc}: {line[:80]!r}")
+            return None
+        done = None
+        if sample.index in self._pending:
+            done = self._flush()
+            self._expected = max(self._expected, len(done))
+        self._pending[sample.index] = sample
+        if done is None and self._expected and len(self._pending) >= self._expected:
+            done = self._flush()
+        return done
+
+    @property
+    def expected(self) -> int:
+        """Cards per snapshot once one complete snapshot was seen (0 before)."""
+        return self._expected
+
+    def flush(self) -> list[DeviceSample] | None:
+        """The partial snapshot at end of stream (or a timer tick), if any."""
+        if not self._pending:
+            return None
+        done = self._flush()
+        self._expected = max(self._expected, len(done))
+        return done
+
+    def _flush(self) -> list[DeviceSample]:
+        done = sorted(self._pending.values(), key=lambda s: s.index)
+        self._pending = {}
+        return done
+
+    def _error(self, message: str) -> None:
+        self.errors.append(message)
+        del self.errors[:-50]  # keep the newest reasons only
+
+
+@dataclass
+class TableResult:
+    samples: list[DeviceSample] = field(default_factory=list)
+    processes: list[ProcessInfo] = field(default_factory=list)
+    hl_smi_version: str | None = None
+    driver_version: str | None = None
+    errors: list[str] = field(default_factory=list)
+
+
+_CARD_LINE1 = re.compile(r"^\|\s*(\d+)\s+(\S+)\s+.*?\|\s*([0-9a-fA-F:.]+)\s+")
+_CARD_LINE2 = re.compile(
+    r"^\|\s*(\S+)\s+(N/A|\d+)\s*C\s+(\S+)\s+(N/A|\d+)\s*W\s*/\s*(N/A|\d+)\s*W\s*\|"
+    r"\s*(N/A|\d+)\s*MiB\s*/\s*(N/A|\d+)\s*MiB\s*\|\s*(N/A|\d+)\s*%")
+_PROC = re.compile(r"^\|\s*(\d+)\s+(N/A|\d+)\s+(\S+)\s+(.*?)\s+(N/A|\d+\s*MiB)\s*\|\s*$")
+
+
+def _num(text: str) -> float | None:
+    return parse_number(text.replace("MiB", " MiB"))
+
+
+def parse_table(text: str) -> TableResult:
+    """The plain ``hl-smi`` summary table: versions, one sample per card, and the process rows."""
+    result = TableResult()
+    in_processes = False
+    pending: DeviceSample | None = None
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if "HL-SMI Version:" in line:
+            result.hl_smi_version = line.split(":", 1)[1].strip(" |")
+            continue
+        if "Driver Version:" in line and "Nic" not in line:
+            result.driver_version = line.split(":", 1)[1].strip(" |")
+            continue
+        if "Compute Processes" in line:
+            in_processes = True
+            continue
+        if in_processes:
+            m = _PROC.match(line)
+            if m and m.group(2) != "N/A":
+                result.processes.append(ProcessInfo(
+                    index=int(m.group(1)), pid=int(m.group(2)), kind=m.group(3),
+                    name=m.group(4).strip(), memory_mib=_num(m.group(5))))
+            continue
+        m1 = _CARD_LINE1.match(line)
+        if m1 and not line.startswith("| AIP"):
+            pending = DeviceSample(kind="hpu", index=int(m1.group(1)), name=m1.group(2),
+                                   bus_id=m1.group(3), driver_version=result.driver_version)
+            continue
+        m2 = _CARD_LINE2.match(line)
+        if m2 and pending is not None:
+            pending.temperature_c = _num(m2.group(2))
+            pending.power_w = _num(m2.group(4))
+            pending.power_max_w = _num(m2.group(5))
+            pending.memory_used_mib = _num(m2.group(6))
+            pending.memory_total_mib = _num(m2.group(7))
+            pending.utilization = _num(m2.group(8))
+            result.samples.append(pending)
+            pending = None
+    if not result.samples and not result.processes:
+        result.errors.append("no card rows found in the hl-smi table")
+    result.samples.sort(key=lambda s: s.index)
+    return result
+
+
+def parse_module_map(text: str) -> dict[int, int]:
+    """``hl-smi -Q index,module_id -f csv`` -> {index: module_id}."""
+    return {s.index: s.module_id for s in parse_csv(text, ["index", "module_id"]).samples
+            if s.module_id is not None}
+
+
+def merge_processes(samples: Iterable[DeviceSample], processes: Iterable[ProcessInfo]) -> None:
+    from gaudi_gui.core.devices import attach_processes
+
+    attach_processes(list(samples), list(processes))

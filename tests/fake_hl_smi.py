@@ -1,0 +1,116 @@
+#!/usr/bin/env python3
+"""A fake ``hl-smi`` that replays real recorded output (tests/data/hlsmi/) in the shapes hl-smi prints.
+
+Understands ``-Q/--query-aip FIELDS``, ``-f/--format csv[,noheader][,nounits]``, ``-l N`` (loop mode:
+header once, then one group of rows per period) and the plain summary table (no -Q). The card values
+are the recorded HL-205 server (8 cards, index -> module id map from csv-index-module_id.txt).
+
+Environment knobs for tests:
+  FAKE_HLSMI_PERIOD=0.1        seconds between loop snapshots (real hl-smi takes whole seconds)
+  FAKE_HLSMI_MODE=...          normal | unsorted | die_after:K | hang | hang_after:K | garbage | empty |
+                               fail | zero_temp | na
+  FAKE_HLSMI_TABLE=FILE        table to print in table mode (default: table-hl205-1.18.0.txt)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+DATA = Path(__file__).resolve().parent / "data" / "hlsmi"
+UNITS = {"memory.used": "MiB", "memory.total": "MiB", "memory.free": "MiB", "power.draw": "W",
+         "power.max": "W", "temperature.aip": "C", "utilization.aip": "%"}
+
+
+def cards(snapshot: int, mode: str) -> list[dict[str, str]]:
+    mapping: dict[int, str] = {}
+    for line in (DATA / "csv-index-module_id.txt").read_text().splitlines()[1:]:
+        position, module = (p.strip() for p in line.split(","))
+        mapping[int(position)] = module
+    rows = (DATA / "csv-nounits-hl205.txt").read_text().splitlines()[1:]
+    out = []
+    for index, line in enumerate(rows):
+        name, uuid, power, temp, util, used, total = (p.strip() for p in line.split(","))
+        util_now = (int(util) + 7 * snapshot + 11 * index) % 100
+        card = {
+            "index": str(index), "module_id": mapping[index], "name": name, "uuid": uuid,
+            "serial": f"AM{index:02d}SN", "bus_id": f"0000:{0x19 + index:02x}:00.0",
+            "driver_version": "1.18.0-ee698fb", "power.draw": power, "power.max": "350",
+            "temperature.aip": "0" if (mode == "zero_temp" and index == 2) else temp,
+            "utilization.aip": str(util_now), "memory.used": used, "memory.total": total,
+            "memory.free": str(int(total) - int(used)), "timestamp": time.strftime("%c"),
+        }
+        if mode == "na":
+            card["power.draw"] = "N/A"
+            card["serial"] = "N/A"
+        out.append(card)
+    if mode == "unsorted":
+        order = [3, 1, 2, 0, 7, 5, 6, 4]
+        out = [out[i] for i in order]
+    return out
+
+
+def main(argv: list[str]) -> int:
+    mode = os.environ.get("FAKE_HLSMI_MODE", "normal")
+    fields: list[str] | None = None
+    fmt = "csv"
+    loop: float | None = None
+    args = list(argv)
+    while args:
+        arg = args.pop(0)
+        if arg in ("-Q", "--query-aip"):
+            fields = [f.strip() for f in args.pop(0).split(",")]
+        elif arg.startswith("--query-aip="):
+            fields = arg.split("=", 1)[1].split(",")
+        elif arg in ("-f", "--format"):
+            fmt = args.pop(0)
+        elif arg.startswith("--format="):
+            fmt = arg.split("=", 1)[1]
+        elif arg in ("-l", "--loop"):
+            loop = float(args.pop(0))
+        else:
+            print(f"hl-smi: unknown option {arg}", file=sys.stderr)
+            return 2
+    if mode == "fail":
+        print("hl-smi: failed to initialize: no Habana devices found", file=sys.stderr)
+        return 3
+    if mode == "empty":
+        return 0
+    if mode == "garbage":
+        print("Segmentation fault? \x00\x01 ### not csv at all")
+        return 0
+    if fields is None:
+        table = Path(os.environ.get("FAKE_HLSMI_TABLE", DATA / "table-hl205-1.18.0.txt"))
+        sys.stdout.write(table.read_text())
+        return 0
+    opts = fmt.split(",")
+    header, units = "noheader" not in opts, "nounits" not in opts
+    if header:
+        print(", ".join(f"{f} [{UNITS[f]}]" if f in UNITS else f for f in fields), flush=True)
+    period = float(os.environ.get("FAKE_HLSMI_PERIOD", loop or 1))
+    snapshot = 0
+    while True:
+        if mode == "hang" or (mode.startswith("hang_after:") and snapshot >= int(mode.split(":")[1])):
+            time.sleep(3600)
+        for card in cards(snapshot, mode):
+            values = []
+            for f in fields:
+                value = card.get(f, "N/A")
+                if units and f in UNITS and value != "N/A":
+                    value = f"{value} {UNITS[f]}"
+                values.append(value)
+            print(", ".join(values))
+        sys.stdout.flush()
+        snapshot += 1
+        if mode.startswith("die_after:") and snapshot >= int(mode.split(":")[1]):
+            print("hl-smi: lost connection to the driver", file=sys.stderr)
+            return 1
+        if loop is None:
+            return 0
+        time.sleep(period)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

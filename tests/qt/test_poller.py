@@ -1,0 +1,182 @@
+"""The DevicePoller against a real fake-hl-smi child: loop mode, death and restart, hang and kill,
+absent program, garbage, and the host / nvidia-smi fallback."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gaudi_gui.services import device_poller as dp
+from gaudi_gui.services.device_poller import DevicePoller
+from gaudi_gui.services.device_selection import DeviceSelection
+from gaudi_gui.services.settings import Settings
+
+MODULES = {0: 2, 1: 6, 2: 3, 3: 7, 4: 0, 5: 4, 6: 5, 7: 1}
+
+
+class Recorder:
+    def __init__(self, poller: DevicePoller) -> None:
+        self.snapshots: list[list] = []
+        self.states: list[tuple[str, str]] = []
+        self.hosts: list = []
+        self.processes: list[list] = []
+        self.pids: list[int] = []
+        poller.samples_received.connect(self.snapshots.append)
+        poller.state_changed.connect(lambda s, m: self.states.append((s, m)))
+        poller.host_received.connect(self.hosts.append)
+        poller.processes_received.connect(self.processes.append)
+        poller._runner.started.connect(self.pids.append)
+
+
+@pytest.fixture
+def make_poller(qtbot) -> Iterator:
+    made: list[DevicePoller] = []
+
+    def make(**settings: object) -> tuple[DevicePoller, Recorder, DeviceSelection]:
+        store = Settings()
+        store.set("devices/interval_s", 0.2)
+        store.set("devices/process_interval_s", 0.5)
+        for key, value in settings.items():
+            store.set(f"devices/{key}", value)
+        selection = DeviceSelection()
+        poller = DevicePoller(store, selection)
+        poller.backoff_initial_s = 0.1
+        poller.backoff_max_s = 0.2
+        made.append(poller)
+        return poller, Recorder(poller), selection
+
+    yield make
+    for poller in made:
+        poller.stop()
+
+
+def test_loop_mode_streams_snapshots(fake_hl_smi: Path, make_poller, qtbot) -> None:
+    poller, rec, selection = make_poller()
+    poller.start()
+    qtbot.waitUntil(lambda: len(rec.snapshots) >= 3 and bool(rec.processes), timeout=15000)
+    assert len(rec.pids) == 1  # one long-running hl-smi, not one per tick
+    assert "-l 1" in poller.command and "csv,nounits" in poller.command
+    snap = rec.snapshots[-1]
+    assert [s.index for s in snap] == list(range(8))
+    assert {s.index: s.module_id for s in snap} == MODULES
+    assert all(s.generation == "Gaudi 1" and s.memory_total_mib == 32768 for s in snap)
+    assert poller.state == dp.STATE_OK
+    assert selection.kind == "hpu" and selection.available == list(range(8))
+    procs = rec.processes[-1]
+    assert [(p.index, p.pid) for p in procs] == [(0, 10), (6, 20)]
+    t, _v = poller.history("hpu:m2", "utilization")
+    assert len(t) >= 3
+    assert rec.hosts and rec.hosts[-1].kind == "host"
+
+
+def test_unsorted_rows_are_keyed_on_index(fake_hl_smi: Path, make_poller, qtbot, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_HLSMI_MODE", "unsorted")
+    poller, rec, _ = make_poller()
+    poller.start()
+    qtbot.waitUntil(lambda: len(rec.snapshots) >= 2, timeout=15000)
+    snap = rec.snapshots[-1]
+    assert {s.index: s.module_id for s in snap} == MODULES and len(snap) == 8
+
+
+def test_death_restarts_with_backoff(fake_hl_smi: Path, make_poller, qtbot, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_HLSMI_MODE", "die_after:2")
+    poller, rec, _ = make_poller()
+    poller.start()
+    qtbot.waitUntil(lambda: len(rec.pids) >= 3, timeout=20000)
+    assert len(set(rec.pids)) >= 3
+    failed = [m for s, m in rec.states if s == dp.STATE_FAILED]
+    assert failed and "exited with code 1" in failed[0] and "lost connection" in failed[0]
+    qtbot.waitUntil(lambda: poller.state == dp.STATE_OK, timeout=15000)
+
+
+def test_hang_is_killed_and_restarted(fake_hl_smi: Path, make_poller, qtbot, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_HLSMI_MODE", "hang_after:1")
+    poller, rec, _ = make_poller()
+    poller.start()
+    qtbot.waitUntil(lambda: any("hung" in m for _s, m in rec.states), timeout=20000)
+    qtbot.waitUntil(lambda: len(rec.pids) >= 2, timeout=15000)
+    assert rec.snapshots  # the first snapshot arrived before the hang
+
+
+def test_absent_program_falls_back_to_host(make_poller, qtbot, monkeypatch, tmp_path: Path) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    poller, rec, selection = make_poller()
+    selection.set_kind("hpu", [0, 1])
+    poller.start()
+    qtbot.waitUntil(lambda: poller.state == dp.STATE_ABSENT and len(rec.hosts) >= 2, timeout=15000)
+    assert "not found" in poller.message and "hl-smi" in poller.message
+    assert poller.source == "host" and selection.kind == "cpu"
+    assert len(rec.pids) == 0
+
+
+def test_broken_explicit_path_says_so(make_poller, qtbot, tmp_path: Path) -> None:
+    poller, _rec, _ = make_poller(hl_smi=str(tmp_path / "no" / "hl-smi"))
+    poller.start()
+    qtbot.waitUntil(lambda: poller.state == dp.STATE_FAILED, timeout=15000)
+    assert "settings" in poller.message and str(tmp_path) in poller.message
+
+
+def test_env_var_chooses_program(fake_hl_smi: Path, make_poller, qtbot, monkeypatch) -> None:
+    monkeypatch.setenv("GAUDI_GUI_HL_SMI", str(fake_hl_smi))
+    monkeypatch.setenv("PATH", os.defpath)
+    poller, rec, _ = make_poller()
+    poller.start()
+    qtbot.waitUntil(lambda: len(rec.snapshots) >= 1, timeout=15000)
+    assert poller.command.startswith(str(fake_hl_smi))
+
+
+@pytest.mark.parametrize("mode, said", [("garbage", "unparsed"), ("fail", "no Habana devices"),
+                                        ("empty", "printed nothing")])
+def test_bad_output_is_a_clear_state(fake_hl_smi: Path, make_poller, qtbot, monkeypatch,  # noqa: PLR0917
+                                     mode: str, said: str) -> None:
+    monkeypatch.setenv("FAKE_HLSMI_MODE", mode)
+    poller, rec, _ = make_poller()
+    poller.start()
+    qtbot.waitUntil(lambda: poller.state == dp.STATE_FAILED, timeout=15000)
+    assert said in poller.message and "retrying" in poller.message
+    assert rec.snapshots == []
+
+
+def test_nvidia_fallback(make_poller, qtbot, monkeypatch, tmp_path: Path) -> None:
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    fake = folder / "nvidia-smi"
+    fake.write_text("#!/bin/sh\n"
+                    "echo '0, NVIDIA H100, GPU-1, 37, 1024, 81559, 41, 70.5, 700.00, 550, 0:18:00.0'\n"
+                    "echo '1, NVIDIA H100, GPU-2, 5, 10, 81559, 39, [N/A], 700.00, 550, 0:2a:00.0'\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", str(folder))
+    poller, rec, selection = make_poller()
+    poller.start()
+    qtbot.waitUntil(lambda: len(rec.snapshots) >= 2, timeout=15000)
+    snap = rec.snapshots[-1]
+    assert [s.kind for s in snap] == ["cuda", "cuda"] and snap[1].power_w is None
+    assert poller.state == dp.STATE_ABSENT and poller.source == "nvidia-smi"
+    assert selection.kind == "cuda" and selection.available == [0, 1]
+
+
+def test_loop_seconds_is_whole() -> None:
+    assert [dp.loop_seconds(x) for x in (0.1, 0.5, 1.0, 1.6, 5.0, float("nan"))] == [1, 1, 1, 2, 5, 1]
+
+
+def test_settings_change_restarts_loop(fake_hl_smi: Path, make_poller, qtbot) -> None:
+    poller, rec, _ = make_poller()
+    poller.start()
+    qtbot.waitUntil(lambda: len(rec.snapshots) >= 1, timeout=15000)
+    poller._settings.set("devices/hl_smi", str(fake_hl_smi))
+    qtbot.waitUntil(lambda: len(rec.pids) >= 2 and poller.state == dp.STATE_OK, timeout=15000)
+    assert poller.command.startswith(str(fake_hl_smi))
+    assert not [m for s, m in rec.states if s == dp.STATE_FAILED]  # the killed old loop is no failure
+
+
+def test_selection_restored_by_poller(qtbot) -> None:
+    store = Settings()
+    store.set("devices/selected_modules", [2, 3])
+    selection = DeviceSelection()
+    DevicePoller(store, selection)
+    assert selection.selected == [2, 3]

@@ -1,0 +1,49 @@
+"""Units of gaudi_gui.core.generation: validation, dict round-trips, export, protocol commands."""
+
+from __future__ import annotations
+
+from gaudi_gui.core import generation, protocol
+from gaudi_gui.core.generation import Conversation, GenerationParams, LoadOptions
+
+
+def test_params_validation_messages() -> None:
+    assert GenerationParams().validate() == []
+    assert any("temperature must be > 0" in p for p in GenerationParams(temperature=0).validate())
+    assert GenerationParams(temperature=0, do_sample=False).validate() == []
+    assert any("num_beams" in p for p in GenerationParams(num_beams=2).validate())
+    assert not GenerationParams(num_beams=2, do_sample=False).streams
+    assert any("max_new_tokens" in p for p in GenerationParams(max_new_tokens=0).validate())
+
+
+def test_load_options_validation_and_round_trip() -> None:
+    assert LoadOptions().validate() == []
+    bad = LoadOptions(model=" ", device="tpu", quantization="2bit")
+    assert len(bad.validate()) == 3
+    opts = LoadOptions(model="x/y", dtype="bf16", quantization="4bit")
+    assert LoadOptions.from_dict(opts.to_dict()) == opts
+    # Stale or hand-edited settings never break: wrong types fall back to defaults.
+    assert LoadOptions.from_dict({"compile": "yes", "junk": 1}).compile is True
+
+
+def test_presets_round_trip() -> None:
+    presets = {"mine": GenerationParams(top_k=3, seed=7, stop=["\n\n"])}
+    assert generation.presets_from_dict(generation.presets_to_dict(presets)) == presets
+    assert GenerationParams.from_dict({"seed": "", "top_k": "bad"}) == GenerationParams()
+
+
+def test_conversation_export() -> None:
+    conv = Conversation(system="Be brief.", model="builtin:demo")
+    conv.add_user("hi")
+    conv.add_assistant("hello", {"ttft_s": 0.01, "tokens": 3, "decode_tokens_per_s": 100.0})
+    assert conv.messages()[0] == {"role": "system", "content": "Be brief."}
+    assert Conversation.from_json(conv.to_json()) == conv
+    md = conv.to_markdown()
+    assert "## User" in md and "## Assistant" in md and "TTFT 10 ms" in md
+    assert conv.last_answer() == "hello"
+
+
+def test_protocol_commands() -> None:
+    line = generation.generate_command(GenerationParams(), prompt="x", request_id=3)
+    message = protocol.decode(line)
+    assert message is not None and message["cmd"] == "generate" and message["id"] == 3
+    assert protocol.decode(generation.load_command(LoadOptions()))["options"]["model"] == "builtin:demo"  # type: ignore[index]
