@@ -1,0 +1,59 @@
+"""Offscreen screenshot of the Model runner with the demo model loaded and a two-turn chat streamed:
+``python scripts/screenshot_runner.py OUT.png``."""
+
+from __future__ import annotations
+
+import sys
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QApplication
+
+from gaudi_gui.app import create_services
+from gaudi_gui.ui.main_window import MainWindow
+
+QUESTIONS = ["What is the learning rate?", "And what does a checkpoint do?"]
+
+
+def main() -> int:
+    out = sys.argv[1] if len(sys.argv) > 1 else "docs/runner.png"
+    app = QApplication([])
+    services = create_services(app)
+    window = MainWindow(services)
+    window.resize(1400, 900)
+    window.show()
+    window.ensure_tabs()
+    window.tabs.setCurrentIndex(1)
+    services.environment.refresh()
+    tab = window.runner_tab
+    tab.chat_mode.setChecked(True)
+    tab.system_prompt.setPlainText("You are a helpful assistant for Gaudi users.")
+    tab.max_new_tokens.setValue(40)
+    tab.do_sample.setChecked(True)
+    tab.seed.setText("3")
+    pending = list(QUESTIONS)
+
+    def ask() -> None:
+        if not pending:
+            QTimer.singleShot(300, shoot)
+            return
+        tab.prompt.setPlainText(pending.pop(0))
+        tab.send()
+
+    def shoot() -> None:
+        window.grab().save(out)
+        window.close()
+
+    tab.client.model_loaded.connect(lambda _info: QTimer.singleShot(100, ask))
+    tab.client.generation_finished.connect(lambda _stats: QTimer.singleShot(100, ask))
+    tab.client.error_occurred.connect(lambda kind, msg: print(kind, msg))
+    tab.load_model()
+    QTimer.singleShot(120000, window.close)
+    app.exec()
+    from gaudi_gui.services.process import reap_all
+
+    reap_all()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
