@@ -45,7 +45,7 @@ def main() -> int:
 
     tab.client.model_loaded.connect(lambda _info: QTimer.singleShot(100, ask))
     tab.client.generation_finished.connect(lambda _stats: QTimer.singleShot(100, ask))
-    tab.client.error_occurred.connect(lambda kind, msg: print(kind, msg))
+    tab.client.error_occurred.connect(print)
     tab.load_model()
     QTimer.singleShot(120000, window.close)
     app.exec()

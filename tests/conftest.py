@@ -65,7 +65,8 @@ def fake_hl_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder = tmp_path / "fake-bin"
     folder.mkdir()
     program = folder / "hl-smi"
-    program.write_text(f"#!/bin/sh\nexec {sys.executable} {Path(__file__).parent / 'fake_hl_smi.py'} \"$@\"\n")
+    fake = Path(__file__).parent / "fake_hl_smi.py"
+    program.write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
     program.chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_HLSMI_PERIOD", "0.1")

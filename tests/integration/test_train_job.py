@@ -24,7 +24,7 @@ def make_job(tmp_path: Path, **args: object) -> JobConfig:
     return job
 
 
-def run_to_end(qtbot, job: JobConfig, tmp_path: Path, timeout: int = 120000) -> TrainingJob:  # type: ignore[no-untyped-def]
+def run_to_end(qtbot, job: JobConfig, tmp_path: Path, timeout: int = 120000) -> TrainingJob:
     tj = TrainingJob(RunStore(tmp_path / "runs"), stop_grace_s=20)
     lines: list[str] = []
     tj.log_line_received.connect(lines.append)
@@ -35,7 +35,7 @@ def run_to_end(qtbot, job: JobConfig, tmp_path: Path, timeout: int = 120000) -> 
     return tj
 
 
-def test_one_process_checkpoint_and_metrics(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_one_process_checkpoint_and_metrics(qtbot, tmp_path: Path) -> None:
     got: list[dict] = []
     job = make_job(tmp_path)
     tj = TrainingJob(RunStore(tmp_path / "runs"))
@@ -59,7 +59,7 @@ def test_one_process_checkpoint_and_metrics(qtbot, tmp_path: Path) -> None:  # t
     assert "--config_file" in argv and "--cpu" in argv
 
 
-def test_two_processes_gloo(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_two_processes_gloo(qtbot, tmp_path: Path) -> None:
     job = make_job(tmp_path)
     job.launch.num_processes = 2
     tj = run_to_end(qtbot, job, tmp_path)
@@ -70,7 +70,7 @@ def test_two_processes_gloo(qtbot, tmp_path: Path) -> None:  # type: ignore[no-u
     assert '"world_size":2' in log
 
 
-def test_stop_mid_run_then_resume(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_stop_mid_run_then_resume(qtbot, tmp_path: Path) -> None:
     # Slow the steps down with a large max_steps; stop after the first metrics arrive.
     job = make_job(tmp_path, max_steps=2000, save_steps=100000)
     tj = TrainingJob(RunStore(tmp_path / "runs"), stop_grace_s=30)
@@ -101,7 +101,7 @@ def test_stop_mid_run_then_resume(qtbot, tmp_path: Path) -> None:  # type: ignor
 
 
 @pytest.mark.parametrize("method", ["lora", "qlora"])
-def test_lora_and_qlora(qtbot, tmp_path: Path, method: str) -> None:  # type: ignore[no-untyped-def]
+def test_lora_and_qlora(qtbot, tmp_path: Path, method: str) -> None:
     if method == "qlora":
         pytest.importorskip("bitsandbytes", reason="QLoRA needs bitsandbytes")
     job = make_job(tmp_path, max_steps=4, save_steps=100000)
@@ -115,7 +115,7 @@ def test_lora_and_qlora(qtbot, tmp_path: Path, method: str) -> None:  # type: ig
     assert f"{method}: " in log and "trainable parameters" in log
 
 
-def test_missing_column_is_reported(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_missing_column_is_reported(qtbot, tmp_path: Path) -> None:
     data = tmp_path / "data.jsonl"
     data.write_text('{"body": "hello there"}\n{"body": "more text"}\n')
     job = make_job(tmp_path)
@@ -128,7 +128,7 @@ def test_missing_column_is_reported(qtbot, tmp_path: Path) -> None:  # type: ign
     assert tj.run.status().error_kind == "missing_column"  # type: ignore[union-attr]
 
 
-def test_unwritable_output_dir_is_reported(qtbot, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_unwritable_output_dir_is_reported(qtbot, tmp_path: Path) -> None:
     # A regular file in the path makes the folder impossible to create, even for root (chmod is not).
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")

@@ -116,3 +116,12 @@ def test_close_with_running_job_leave_detaches(qtbot, window: MainWindow,
     with qtbot.waitSignal(window.closed, timeout=5000):
         window.close()
     assert jobs.detached and not jobs.stopped
+
+
+def test_training_output_opens_in_the_runner(qtbot, window: MainWindow, tmp_path) -> None:
+    window.ensure_tabs()
+    missing = str(tmp_path / "run" / "final")
+    window.training_tab.load_in_runner_requested.emit(missing)
+    assert window.tabs.currentIndex() == 1
+    assert window.runner_tab.model.currentText() == missing
+    assert "no such folder" in window.runner_tab.model_status.text()

@@ -58,7 +58,7 @@ def test_cache_round_trip() -> None:
     assert ta.latest_cached() is not None
 
 
-def test_real_schema_child_and_validation(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_real_schema_child_and_validation(tmp_path) -> None:
     out = subprocess.run([sys.executable, "-m", "gaudi_gui.workers.schema"], capture_output=True,
                          text=True, timeout=120, check=True).stdout
     schema = ta.Schema.from_dict(json.loads(out))
