@@ -24,10 +24,23 @@ class LossChart(QWidget):
         self.lr_plot.showGrid(x=True, y=True, alpha=0.3)
         self.lr_plot.setXLink(self.loss_plot)
         self.lr_plot.setLabel("bottom", "step")
+        # Card usage from the Devices tab, mapped onto the same step axis (wall time -> step through
+        # the metrics records' elapsed time), so a loss spike can be read against the cards' load.
+        self.device_plot = pg.PlotWidget(self, background="w")
+        self.device_plot.setTitle("card utilization (%)", color="k")
+        self.device_plot.showGrid(x=True, y=True, alpha=0.3)
+        self.device_plot.setXLink(self.loss_plot)
+        self.device_plot.setYRange(0, 100, padding=0.02)
+        self.device_plot.setLabel("bottom", "step")
+        self.device_plot.addLegend(offset=(-10, 5), labelTextSize="7pt", colCount=4)
+        self._device_curves: dict[str, Any] = {}
+        self._times: list[float] = []  # wall time of each record, for the time -> step mapping
+        self._time_steps: list[float] = []
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.loss_plot, 3)
         layout.addWidget(self.lr_plot, 2)
+        layout.addWidget(self.device_plot, 2)
         self._steps: list[float] = []
         self._loss: list[float] = []
         self._lr_steps: list[float] = []
@@ -39,6 +52,10 @@ class LossChart(QWidget):
 
     def clear(self) -> None:
         self._steps, self._loss, self._lr_steps, self._lr = [], [], [], []
+        self._times, self._time_steps = [], []
+        for curve in self._device_curves.values():
+            self.device_plot.removeItem(curve)
+        self._device_curves = {}
         self._loss_curve.setData([], [])
         self._lr_curve.setData([], [])
         self.clear_overlays()
@@ -47,6 +64,9 @@ class LossChart(QWidget):
         step = record.get("step")
         if not isinstance(step, (int, float)):
             return
+        if isinstance(record.get("time"), (int, float)):
+            self._times.append(float(record["time"]))
+            self._time_steps.append(float(step))
         if isinstance(record.get("loss"), (int, float)):
             self._steps.append(float(step))
             self._loss.append(float(record["loss"]))
@@ -74,3 +94,31 @@ class LossChart(QWidget):
         for item in self._overlays:
             self.loss_plot.removeItem(item)
         self._overlays = []
+
+    def time_range(self) -> tuple[float, float] | None:
+        """(first, last) wall time of the live records, or None before two of them arrived."""
+        if len(self._times) < 2:
+            return None
+        return self._times[0], self._times[-1]
+
+    def set_device_series(self, series: Sequence[tuple[str, Any, Any]]) -> None:
+        """Card utilization as (label, wall times, values), drawn against the run's steps."""
+        import numpy as np
+
+        if len(self._times) < 2:
+            return
+        times = np.asarray(self._times)
+        steps = np.asarray(self._time_steps)
+        for n, (label, t, v) in enumerate(series):
+            t = np.asarray(t, dtype=float)
+            keep = (t >= times[0]) & (t <= times[-1])
+            x = np.interp(t[keep], times, steps)
+            curve = self._device_curves.get(label)
+            if curve is None:
+                curve = self.device_plot.plot([], [], pen=pg.mkPen(pg.intColor(n, hues=9), width=1.5),
+                                              name=label)
+                self._device_curves[label] = curve
+            curve.setData(x, np.asarray(v, dtype=float)[keep], connect="finite")
+
+    def device_point_count(self) -> int:
+        return sum(len(c.xData) if c.xData is not None else 0 for c in self._device_curves.values())

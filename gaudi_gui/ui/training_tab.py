@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -296,7 +297,9 @@ class TrainingTab(QWidget):
         return self.start(job)
 
     def _on_metrics(self, record: dict) -> None:
-        self.chart.add_record(record)
+        # Stamp live records with the wall time they arrived, to line card usage up with steps.
+        self.chart.add_record({**record, "time": time.time()})
+        self._update_device_usage()
         p = self.job.progress
         self.progress.setValue(int(p.fraction * 100))
         loss = record.get("loss")
@@ -381,6 +384,29 @@ class TrainingTab(QWidget):
             self.status.setText(f"{run.name} has no saved model yet")
             return
         self.load_in_runner_requested.emit(str(target))
+
+    def _update_device_usage(self) -> None:
+        """Card utilization of the cards this run uses (all cards when none is checked; the host on
+        a CPU machine), from the Devices tab's poller history, over the run's time so far."""
+        span = self.chart.time_range()
+        poller = self.services.poller
+        store = getattr(poller, "history_store", None)
+        if span is None or store is None:
+            return
+        selected = set(self.services.selection.selected)
+        series = []
+        keys: list[str] = store.keys()
+        for key in keys:
+            accelerator = not key.startswith("host")
+            if self.services.selection.kind == "cpu" and accelerator:
+                continue
+            if self.services.selection.kind != "cpu" and not accelerator:
+                continue
+            if selected and key.startswith("hpu:m") and int(key[5:]) not in selected:
+                continue
+            t, v = store.series(key, "utilization", since=span[0] - 1)
+            series.append((store.label(key), t, v))
+        self.chart.set_device_series(series)
 
     # -- detached runs ----------------------------------------------------------------------------
 

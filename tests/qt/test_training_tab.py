@@ -146,3 +146,19 @@ def test_detach_then_reattach_and_stop(qtbot, tab: TrainingTab, tmp_path: Path) 
     qtbot.waitUntil(lambda: not tab.active_jobs(), timeout=30000)
     assert run.latest_checkpoint() is not None
     second.shutdown()
+
+
+def test_card_usage_lines_up_with_steps(qtbot) -> None:
+    from gaudi_gui.ui.loss_chart import LossChart
+
+    chart = LossChart()
+    qtbot.addWidget(chart)
+    for step in range(1, 11):  # one step per second, from t=100 to t=109
+        chart.add_record({"step": step, "loss": 1.0 / step, "time": 99.0 + step})
+    times = [95.0 + i for i in range(20)]  # samples from before the run to after it
+    chart.set_device_series([("card 0", times, [50.0] * 20)])
+    curve = chart._device_curves["card 0"]
+    assert list(curve.xData) == [float(s) for s in range(1, 11)]  # only the run's span, as steps
+    assert chart.device_point_count() == 10
+    chart.clear()
+    assert chart.device_point_count() == 0
