@@ -8,21 +8,12 @@ from __future__ import annotations
 import sys
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication
-
-from gaudi_gui.app import create_services
-from gaudi_gui.ui.main_window import MainWindow
+from shot import open_window, run
 
 
 def main() -> int:
     out = sys.argv[1] if len(sys.argv) > 1 else "docs/environment.png"
-    app = QApplication([])
-    services = create_services(app)
-    window = MainWindow(services)
-    window.resize(1280, 860)
-    window.show()
-    window.ensure_tabs()
-    window.tabs.setCurrentIndex(3)
+    app, services, window = open_window(3, 1280, 860)
 
     def shoot(_info: dict) -> None:
         QTimer.singleShot(200, lambda: (window.grab().save(out), window.close()))
@@ -30,11 +21,7 @@ def main() -> int:
     services.environment.probe_finished.connect(shoot)
     services.environment.probe_failed.connect(lambda r: (print(r), window.close()))
     services.environment.refresh()
-    app.exec()
-    from gaudi_gui.services.process import reap_all
-
-    reap_all()
-    return 0
+    return run(app)
 
 
 if __name__ == "__main__":

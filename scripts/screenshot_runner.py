@@ -6,23 +6,14 @@ from __future__ import annotations
 import sys
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication
-
-from gaudi_gui.app import create_services
-from gaudi_gui.ui.main_window import MainWindow
+from shot import open_window, run
 
 QUESTIONS = ["What is the learning rate?", "And what does a checkpoint do?"]
 
 
 def main() -> int:
     out = sys.argv[1] if len(sys.argv) > 1 else "docs/runner.png"
-    app = QApplication([])
-    services = create_services(app)
-    window = MainWindow(services)
-    window.resize(1400, 900)
-    window.show()
-    window.ensure_tabs()
-    window.tabs.setCurrentIndex(1)
+    app, services, window = open_window(1, 1400, 900)
     services.environment.refresh()
     tab = window.runner_tab
     tab.chat_mode.setChecked(True)
@@ -48,11 +39,7 @@ def main() -> int:
     tab.client.error_occurred.connect(print)
     tab.load_model()
     QTimer.singleShot(120000, window.close)
-    app.exec()
-    from gaudi_gui.services.process import reap_all
-
-    reap_all()
-    return 0
+    return run(app)
 
 
 if __name__ == "__main__":

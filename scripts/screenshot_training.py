@@ -7,21 +7,12 @@ import sys
 import tempfile
 
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QApplication
-
-from gaudi_gui.app import create_services
-from gaudi_gui.ui.main_window import MainWindow
+from shot import open_window, run
 
 
 def main() -> int:
     out = sys.argv[1] if len(sys.argv) > 1 else "docs/training.png"
-    app = QApplication([])
-    services = create_services(app)
-    window = MainWindow(services)
-    window.resize(1500, 950)
-    window.show()
-    window.ensure_tabs()
-    window.tabs.setCurrentIndex(2)
+    app, services, window = open_window(2, 1500, 950)
     services.poller.start()
     tab = window.training_tab
     folder = tempfile.mkdtemp()
@@ -42,11 +33,7 @@ def main() -> int:
 
     tab.schema_loader.schema_loaded.connect(go)
     QTimer.singleShot(240000, window.close)
-    app.exec()
-    from gaudi_gui.services.process import reap_all
-
-    reap_all()
-    return 0
+    return run(app)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gaudi_gui.core.devices import DeviceSample, ProcessInfo
@@ -84,10 +84,8 @@ def header_fields(line: str) -> list[str] | None:
 def parse_row(fields: Sequence[str], line: str, kind: str = "hpu") -> DeviceSample:
     """One CSV row; raises ValueError with a reason when it cannot be a card's row."""
     values = [v.strip() for v in line.split(",")]
-    if len(values) < len(fields):
-        raise ValueError(f"expected {len(fields)} fields, got {len(values)}")
-    if len(values) > len(fields):
-        # A name with a comma cannot happen in hl-smi output; extra fields mean a mismatched header.
+    if len(values) != len(fields):
+        # Truncated line, or (no hl-smi value holds a comma) a header that does not match the rows.
         raise ValueError(f"expected {len(fields)} fields, got {len(values)}")
     sample = DeviceSample(kind=kind, index=-1)
     for name, value in zip(fields, values, strict=True):
@@ -274,9 +272,3 @@ def parse_module_map(text: str) -> dict[int, int]:
     """``hl-smi -Q index,module_id -f csv`` -> {index: module_id}."""
     return {s.index: s.module_id for s in parse_csv(text, ["index", "module_id"]).samples
             if s.module_id is not None}
-
-
-def merge_processes(samples: Iterable[DeviceSample], processes: Iterable[ProcessInfo]) -> None:
-    from gaudi_gui.core.devices import attach_processes
-
-    attach_processes(list(samples), list(processes))

@@ -389,9 +389,8 @@ class TrainingTab(QWidget):
         """Card utilization of the cards this run uses (all cards when none is checked; the host on
         a CPU machine), from the Devices tab's poller history, over the run's time so far."""
         span = self.chart.time_range()
-        poller = self.services.poller
-        store = getattr(poller, "history_store", None)
-        if span is None or store is None:
+        store = self.services.poller.history_store
+        if span is None:
             return
         selected = set(self.services.selection.selected)
         series = []

@@ -1,0 +1,30 @@
+"""Shared set-up of the screenshot scripts: the real main window, offscreen, on one tab."""
+
+from __future__ import annotations
+
+from PySide6.QtWidgets import QApplication
+
+from gaudi_gui.app import create_services
+from gaudi_gui.services.context import AppServices
+from gaudi_gui.ui.main_window import MainWindow
+
+
+def open_window(tab: int, width: int, height: int) -> tuple[QApplication, AppServices, MainWindow]:
+    """A QApplication, the app's services and its main window, every tab built, ``tab`` shown."""
+    app = QApplication([])
+    services = create_services(app)
+    window = MainWindow(services)
+    window.resize(width, height)
+    window.show()
+    window.ensure_tabs()
+    window.tabs.setCurrentIndex(tab)
+    return app, services, window
+
+
+def run(app: QApplication) -> int:
+    """Run until the script closes the window, then reap every child the window started."""
+    app.exec()
+    from gaudi_gui.services.process import reap_all
+
+    reap_all()
+    return 0
