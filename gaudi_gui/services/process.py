@@ -207,6 +207,7 @@ class ProcessRunner(QObject):
         self._start_error = None
         self._stopping = False
         self._finished_reported = False
+        self._detached = False
         self._pid = 0
 
     def _fail_to_start(self, reason: str) -> None:
