@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from collections.abc import Sequence
 
-from PySide6.QtCore import QObject, QTimer
-from PySide6.QtWidgets import QApplication
+from PySide6.QtCore import QObject
+from PySide6.QtWidgets import QApplication, QMainWindow
 
 from gaudi_gui.services.context import AppServices
-
-_T0 = time.perf_counter()
 
 
 def create_services(parent: QObject | None = None) -> AppServices:
@@ -28,6 +25,22 @@ def create_services(parent: QObject | None = None) -> AppServices:
     return AppServices(settings=settings, selection=selection, environment=environment, poller=poller)
 
 
+def _show_settings_problems(services: AppServices, window: QMainWindow) -> None:
+    """Say in the status bar what was wrong with the settings file (it was also printed to stderr):
+    the window starts either way, with defaults for what could not be used."""
+    settings = services.settings
+    settings.check_all()
+
+    def show(message: str) -> None:
+        count = len(settings.problems)
+        more = f" (+{count - 1} more, see stderr)" if count > 1 else ""
+        window.statusBar().showMessage(f"Settings: {message}{more}", 30_000)
+
+    settings.problem_found.connect(show)
+    if settings.problems:
+        show(settings.problems[0])
+
+
 def run_gui(argv: Sequence[str]) -> int:
     app = QApplication.instance() or QApplication([sys.argv[0], *argv])
     assert isinstance(app, QApplication)
@@ -38,15 +51,9 @@ def run_gui(argv: Sequence[str]) -> int:
     services = create_services(app)
     window = MainWindow(services)
     window.show()
+    _show_settings_problems(services, window)
     services.poller.start()
     services.environment.refresh()
-    if os.environ.get("GAUDI_GUI_BENCH_STARTUP"):
-        # bench/run.py: report when the first frame has been painted, then quit.
-        from gaudi_gui.bench_hooks import report_first_paint
-
-        report_first_paint(window, _T0)
-    if os.environ.get("GAUDI_GUI_QUIT_AFTER_MS"):
-        QTimer.singleShot(int(os.environ["GAUDI_GUI_QUIT_AFTER_MS"]), window.close)
     code = int(app.exec())
     from gaudi_gui.services.process import detached_running, reap_all
 

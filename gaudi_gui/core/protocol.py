@@ -1,9 +1,14 @@
 """The JSON-lines protocol between the Qt process and its child processes.
 
-Every structured message is one line: ``PREFIX`` followed by a compact JSON object with a ``type`` key
-(events, child -> parent) or a ``cmd`` key (commands, parent -> child). The prefix lets a reader pick the
-protocol out of a stream that also carries ordinary log text (the training worker shares stdout with the
-Trainer, tqdm and accelerate), and lets a worker ignore noise on stdin.
+Every structured message is one line that BEGINS with ``PREFIX``, followed by a compact JSON object with
+a ``type`` key (events, child -> parent) or a ``cmd`` key (commands, parent -> child). The prefix lets a
+reader pick the protocol out of a stream that also carries ordinary log text (the training worker shares
+stdout with the Trainer, tqdm and accelerate), and lets a worker ignore noise on stdin.
+
+Only a line that starts with the prefix is a message. Text that merely contains it (a dataset row, a
+column name, a log line quoting an event) is ordinary text: anything else would let data a user trains
+on spoof events such as ``finished`` with a made-up ``final_loss``. A reader never raises anything but
+ProtocolError, whatever the line holds (deep nesting, huge numbers, lone surrogates).
 
 This module is Qt-free and torch-free: workers, services and the command line all use it.
 """
@@ -55,15 +60,22 @@ def decode(line: str) -> dict[str, Any] | None:
     Raises ProtocolError when the line has the prefix but its payload is not a JSON object with a
     ``type`` or ``cmd`` key, so a truncated or corrupt message is reported instead of silently lost.
     """
+    if not isinstance(line, str):
+        raise ProtocolError(f"a protocol line must be text, not {type(line).__name__}")
     text = line.rstrip("\r\n")
-    start = text.find(PREFIX)
-    if start < 0:
+    if not text.startswith(PREFIX):
         return None
-    payload = text[start + len(PREFIX):]
+    payload = text[len(PREFIX):]
     try:
         message = json.loads(payload)
     except json.JSONDecodeError as exc:
         raise ProtocolError(f"bad protocol line ({exc.msg}): {payload[:200]!r}") from exc
+    except RecursionError as exc:
+        # 100k '[' overflow the decoder's stack; a choking line is a bad line, not a crash.
+        raise ProtocolError(f"protocol line nested too deeply: {payload[:200]!r}") from exc
+    except (ValueError, TypeError, OverflowError, MemoryError) as exc:
+        # ValueError: e.g. an integer with more digits than Python's int limit.
+        raise ProtocolError(f"bad protocol line ({type(exc).__name__}): {payload[:200]!r}") from exc
     if not isinstance(message, dict) or ("type" not in message and "cmd" not in message):
         raise ProtocolError(f"protocol line is not a message: {payload[:200]!r}")
     return message

@@ -1,9 +1,17 @@
 """The one place that touches QSettings: a typed schema of every persistent setting.
 
-Each setting is declared once in ``SCHEMA`` with its type and default. Reads coerce what is stored (an
-INI file can hold anything a user typed) back to that type and fall back to the default when it does
-not fit, so a corrupt settings file never breaks start-up. Values that are structures (lists, dicts)
-are stored as JSON text so they round-trip exactly across Qt versions.
+Each setting is declared once in ``SCHEMA`` with its type, its default and, for numbers, the range it
+may take. Values are stored as JSON text (strings as they are), so a boolean is a JSON boolean: ``true``
+or ``false``, never ``"false"`` (``bool("false")`` is True, and a hand-edited ``"trust_remote_code":
+"false"`` must not turn remote code on). What is read back is checked, never coerced: a value of the
+wrong type, a non-finite number or JSON that does not parse is reported (``problems``, and the
+``problem_found`` signal) and the default is used instead, so a corrupt settings file never breaks
+start-up. A number outside its range is clamped to the range (so an interval of ``3e6`` or ``inf``
+never reaches a QTimer) and reported. Dict settings with a known shape declare the type of each field;
+a field of the wrong type is dropped (reported), so the consumer's own default applies.
+
+When the settings file cannot be used at all (the config folder is a file, say) the settings live in
+memory for this session: ``persistent`` is False and the reason is the first of ``problems``.
 
 The file lives in ``gaudi_gui.core.paths.config_dir()``; tests point ``GAUDI_GUI_HOME`` at a temporary
 folder so they never see the user's settings.
@@ -12,12 +20,22 @@ folder so they never see the user's settings.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import math
+import sys
+from dataclasses import dataclass, field
 from typing import Any
 
 from PySide6.QtCore import QByteArray, QObject, QSettings, Signal
 
 from gaudi_gui.core import paths
+
+
+class SettingError(ValueError):
+    """A stored value does not fit its setting (the message says which and why)."""
+
+
+#: The JSON type(s) a field of a dict setting may hold.
+_Kinds = tuple[type, ...]
 
 
 @dataclass(frozen=True)
@@ -26,59 +44,196 @@ class Setting:
     type: type
     default: Any
     doc: str
+    #: Inclusive range of a numeric setting (None: unbounded on that side).
+    minimum: float | None = None
+    maximum: float | None = None
+    #: For dict settings with a known shape: field name -> allowed type(s). Unknown fields pass.
+    fields: dict[str, _Kinds] = field(default_factory=dict)
+    #: For dict settings whose every value is a dict of that shape (presets by name).
+    value_fields: dict[str, _Kinds] = field(default_factory=dict)
 
 
-def _s(key: str, kind: type, default: Any, doc: str) -> Setting:
-    return Setting(key, kind, default, doc)
+def _s(key: str, kind: type, default: Any, doc: str, bounds: tuple[float, float] | None = None, *,
+       fields: dict[str, tuple[type, ...]] | None = None,
+       value_fields: dict[str, tuple[type, ...]] | None = None) -> Setting:
+    low, high = bounds if bounds is not None else (None, None)
+    return Setting(key, kind, default, doc, low, high, fields or {}, value_fields or {})
 
+
+_NUM = (int, float)
+#: The fields of core.generation.LoadOptions and GenerationParams, as JSON types.
+_LOAD_FIELDS: dict[str, tuple[type, ...]] = {
+    "model": (str,), "device": (str,), "dtype": (str,), "quantization": (str,), "compile": (bool,),
+    "trust_remote_code": (bool,)}
+_GENERATION_FIELDS: dict[str, tuple[type, ...]] = {
+    "max_new_tokens": (int,), "min_new_tokens": (int,), "do_sample": (bool,), "temperature": _NUM,
+    "top_p": _NUM, "top_k": (int,), "repetition_penalty": _NUM, "num_beams": (int,),
+    "seed": (int, type(None)), "stop": (list,)}
+#: A QTimer takes a signed 32-bit millisecond count (about 24.8 days); keep intervals far below it.
+_DAY_S = 86_400.0
 
 #: Every persistent setting. Add new ones here, in the section of the area that owns them.
 SCHEMA: dict[str, Setting] = {s.key: s for s in [
     # -- main window --------------------------------------------------------------------------------
     _s("window/geometry", QByteArray, QByteArray(), "main window geometry (saveGeometry)"),
     _s("window/state", QByteArray, QByteArray(), "main window state (saveState)"),
-    _s("window/tab", int, 0, "index of the tab shown last"),
+    _s("window/tab", int, 0, "index of the tab shown last", (0, 64)),
     # -- devices ------------------------------------------------------------------------------------
     _s("devices/hl_smi", str, "", "hl-smi program (empty: GAUDI_GUI_HL_SMI, then PATH)"),
-    _s("devices/interval_s", float, 1.0, "hl-smi polling interval in seconds"),
-    _s("devices/process_interval_s", float, 5.0, "how often the process table is read, seconds"),
-    _s("devices/history_window_s", int, 300, "time window shown by the history charts, seconds"),
+    _s("devices/interval_s", float, 1.0, "hl-smi polling interval in seconds", (0.1, 3600.0)),
+    _s("devices/process_interval_s", float, 5.0, "how often the process table is read, seconds",
+       (0.5, 3600.0)),
+    _s("devices/history_window_s", int, 300, "time window shown by the history charts, seconds",
+       (10, 7 * 86_400)),
     _s("devices/selected_modules", list, [], "module ids checked for jobs"),
-    _s("devices/hot_temperature_c", float, 85.0, "temperature above which a card is flagged hot"),
-    _s("devices/busy_utilization", float, 5.0, "utilization (%) above which a card counts as busy"),
+    _s("devices/hot_temperature_c", float, 85.0, "temperature above which a card is flagged hot",
+       (0.0, 200.0)),
+    _s("devices/busy_utilization", float, 5.0, "utilization (%) above which a card counts as busy",
+       (0.0, 100.0)),
     # -- model runner -------------------------------------------------------------------------------
     _s("runner/last_model", str, paths.DEMO_MODEL_ID, "model id or folder loaded last"),
     _s("runner/recent_models", list, [], "recently loaded models, newest first"),
-    _s("runner/load_options", dict, {}, "device, dtype, quantization, compile, trust_remote_code"),
-    _s("runner/generation", dict, {}, "generation parameters shown last"),
-    _s("runner/presets", dict, {}, "saved generation presets by name"),
+    _s("runner/load_options", dict, {}, "device, dtype, quantization, compile, trust_remote_code",
+       fields=_LOAD_FIELDS),
+    _s("runner/generation", dict, {}, "generation parameters shown last",
+       fields=_GENERATION_FIELDS),
+    _s("runner/presets", dict, {}, "saved generation presets by name",
+       value_fields=_GENERATION_FIELDS),
     _s("runner/system_prompt", str, "", "system prompt for chat mode"),
     _s("runner/chat_mode", bool, True, "chat mode (True) or plain prompt (False)"),
     # -- training -----------------------------------------------------------------------------------
     _s("training/last_job", dict, {}, "the training form's values last time (a job config)"),
     _s("training/runs_dir", str, "", "where run folders go (empty: the default data folder)"),
-    _s("training/stop_grace_s", float, 30.0, "seconds between SIGTERM and SIGKILL when stopping"),
+    _s("training/stop_grace_s", float, 30.0, "seconds between SIGTERM and SIGKILL when stopping",
+       (1.0, _DAY_S)),
     _s("training/detached_runs", list, [], "run folders left running at exit, to re-attach"),
 ]}
 
 
-def _coerce(setting: Setting, raw: Any) -> Any:
+def _type_name(value: Any) -> str:
+    return "null" if value is None else {bool: "boolean", int: "integer", float: "number", str: "text",
+                                         list: "list", dict: "object"}.get(type(value), type(value).__name__)
+
+
+def _is(value: Any, kinds: tuple[type, ...]) -> bool:
+    # bool is an int subclass in Python, but a JSON boolean is not a number here.
+    if isinstance(value, bool):
+        return bool in kinds
+    if isinstance(value, int) and float in kinds:
+        return True
+    return isinstance(value, kinds)
+
+
+def _check_fields(key: str, value: dict[str, Any], shape: dict[str, tuple[type, ...]],
+                  problems: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, item in value.items():
+        kinds = shape.get(name)
+        if kinds is not None and not _is(item, kinds):
+            wanted = " or ".join("null" if k is type(None) else _type_name(k()) for k in kinds)
+            problems.append(f"{key}: {name} must be {wanted}, not {_type_name(item)} "
+                            f"{json.dumps(item, default=str)[:60]}; its default is used")
+            continue
+        if isinstance(item, float) and not math.isfinite(item):
+            problems.append(f"{key}: {name} is not a finite number; its default is used")
+            continue
+        out[name] = item
+    return out
+
+
+def check_value(setting: Setting, value: Any, problems: list[str]) -> Any:
+    """``value`` (already decoded from JSON) checked against ``setting``; raises SettingError when it
+    cannot be used at all, appends to ``problems`` when part of it was dropped or clamped."""
     kind = setting.type
-    if raw is None:
-        return setting.default
+    key = setting.key
+    if kind is QByteArray:
+        if isinstance(value, QByteArray):
+            return value
+        if isinstance(value, (bytes, bytearray)):
+            return QByteArray(bytes(value))
+        raise SettingError(f"{key}: expected binary data, got {_type_name(value)}")
+    if kind is float or kind is int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise SettingError(f"{key}: expected a number, got {_type_name(value)} "
+                               f"{json.dumps(value, default=str)[:60]}")
+        if not math.isfinite(value):
+            raise SettingError(f"{key}: {value} is not a finite number")
+        if kind is int and isinstance(value, float):
+            if not value.is_integer():
+                raise SettingError(f"{key}: expected a whole number, got {value}")
+            value = int(value)
+        number: float = value
+        low, high = setting.minimum, setting.maximum
+        if (low is not None and number < low) or (high is not None and number > high):
+            clamped = min(max(number, low if low is not None else number),
+                          high if high is not None else number)
+            problems.append(f"{key}: {value} is outside {low}..{high}; {clamped} is used")
+            number = clamped
+        return int(number) if kind is int else float(number)
+    if not _is(value, (kind,)):
+        raise SettingError(f"{key}: expected {_type_name(kind())}, got {_type_name(value)} "
+                           f"{json.dumps(value, default=str)[:60]}")
+    if kind is dict:
+        if setting.fields:
+            value = _check_fields(key, value, setting.fields, problems)
+        if setting.value_fields:
+            checked: dict[str, Any] = {}
+            for name, item in value.items():
+                if isinstance(item, dict):
+                    checked[name] = _check_fields(f"{key}[{name}]", item, setting.value_fields, problems)
+                else:
+                    problems.append(f"{key}: {name} must be an object, not {_type_name(item)}; "
+                                    "it is left out")
+            value = checked
+    return value
+
+
+def decode_stored(setting: Setting, raw: Any) -> Any:
+    """What QSettings handed back, as the JSON value it was stored as (SettingError when it is not)."""
+    if setting.type is QByteArray or not isinstance(raw, str):
+        if setting.type is str and isinstance(raw, list) and all(isinstance(p, str) for p in raw):
+            # An unquoted hand-edited INI value with commas comes back split; put it back together.
+            return ", ".join(raw)
+        return raw
+    if setting.type is str:
+        return raw
     try:
-        if kind is QByteArray:
-            return raw if isinstance(raw, QByteArray) else QByteArray(raw)
-        if kind is bool:
-            if isinstance(raw, str):
-                return raw.strip().lower() in ("1", "true", "yes", "on")
-            return bool(raw)
-        if kind in (list, dict):
-            value = json.loads(raw) if isinstance(raw, str) else raw
-            return value if isinstance(value, kind) else setting.default
-        return kind(raw)
-    except (TypeError, ValueError):
-        return setting.default
+        return json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise SettingError(f"{setting.key}: {raw[:60]!r} is not valid JSON "
+                           f"({type(exc).__name__})") from exc
+
+
+def encode_for_store(setting: Setting, value: Any) -> Any:
+    """The text (or bytes) ``set`` stores; raises SettingError for a value of the wrong type."""
+    problems: list[str] = []
+    checked = check_value(setting, value, problems)
+    if setting.type is QByteArray or setting.type is str:
+        return checked
+    return json.dumps(checked, allow_nan=False)
+
+
+class _MemoryStore:
+    """The QSettings subset Settings uses, held in memory (no usable settings file this session)."""
+
+    def __init__(self, reason: str) -> None:
+        self._values: dict[str, Any] = {}
+        self._reason = reason
+
+    def value(self, key: str) -> Any:
+        return self._values.get(key)
+
+    def setValue(self, key: str, value: Any) -> None:
+        self._values[key] = value
+
+    def remove(self, key: str) -> None:
+        self._values.pop(key, None)
+
+    def sync(self) -> None:
+        pass
+
+    def fileName(self) -> str:
+        return ""
 
 
 class Settings(QObject):
@@ -86,41 +241,85 @@ class Settings(QObject):
 
     #: A setting was written: (key, new value).
     value_changed = Signal(str, object)
+    #: A stored value was unusable (wrong type, corrupt, out of range) or the file could not be used;
+    #: carries a one-line message. Each distinct message is reported once.
+    problem_found = Signal(str)
 
     def __init__(self, path: str | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        if path is None:
-            folder = paths.config_dir()
-            folder.mkdir(parents=True, exist_ok=True)
-            path = str(folder / "settings.ini")
-        self._qs = QSettings(path, QSettings.Format.IniFormat)
+        self._problems: list[str] = []
+        self._store: QSettings | _MemoryStore
+        try:
+            if path is None:
+                folder = paths.config_dir()
+                if folder.exists() and not folder.is_dir():
+                    raise NotADirectoryError(f"{folder} is a file, not a folder")
+                folder.mkdir(parents=True, exist_ok=True)
+                path = str(folder / "settings.ini")
+            self._store = QSettings(path, QSettings.Format.IniFormat)
+            if self._store.status() != QSettings.Status.NoError:
+                raise OSError(f"cannot read {path} ({self._store.status().name})")
+        except OSError as exc:
+            reason = (f"settings cannot be saved this session, defaults are used: {exc}")
+            self._store = _MemoryStore(reason)
+            self._report(reason)
 
     @property
     def file_name(self) -> str:
-        return self._qs.fileName()
+        """The settings file, or "" when settings live in memory this session."""
+        return self._store.fileName()
+
+    @property
+    def persistent(self) -> bool:
+        """False when no settings file could be used (changes are lost at exit)."""
+        return not isinstance(self._store, _MemoryStore)
+
+    @property
+    def problems(self) -> list[str]:
+        """Every problem found so far (file unusable, values that fell back or were clamped)."""
+        return list(self._problems)
+
+    def _report(self, message: str) -> None:
+        if message in self._problems:
+            return
+        self._problems.append(message)
+        print(f"gaudi-gui: settings: {message}", file=sys.stderr)
+        self.problem_found.emit(message)
 
     def get(self, key: str) -> Any:
         setting = SCHEMA[key]
-        value = _coerce(setting, self._qs.value(key))
-        # Hand out copies of mutable defaults so callers cannot change the schema by accident.
+        raw = self._store.value(key)
+        value: Any = setting.default
+        if raw is not None:
+            problems: list[str] = []
+            try:
+                value = check_value(setting, decode_stored(setting, raw), problems)
+            except SettingError as exc:
+                self._report(f"{exc}; the default {json.dumps(setting.default, default=str)} is used")
+                value = setting.default
+            for problem in problems:
+                self._report(problem)
+        # Hand out copies of mutable values so callers cannot change the schema by accident.
         if isinstance(value, (list, dict)):
             return json.loads(json.dumps(value))
         return value
 
+    def check_all(self) -> list[str]:
+        """Read every setting once (reporting what is wrong); returns ``problems``."""
+        for key in SCHEMA:
+            self.get(key)
+        return self.problems
+
     def set(self, key: str, value: Any) -> None:
+        """Store ``value``; raises SettingError (a ValueError) when it does not fit the setting.
+        A number outside the setting's range is stored clamped."""
         setting = SCHEMA[key]
-        if setting.type in (list, dict):
-            stored: Any = json.dumps(value)
-        elif setting.type is QByteArray:
-            stored = value
-        else:
-            stored = setting.type(value)
-        self._qs.setValue(key, stored)
+        self._store.setValue(key, encode_for_store(setting, value))
         self.value_changed.emit(key, value)
 
     def reset(self, key: str) -> None:
-        self._qs.remove(key)
+        self._store.remove(key)
         self.value_changed.emit(key, SCHEMA[key].default)
 
     def sync(self) -> None:
-        self._qs.sync()
+        self._store.sync()

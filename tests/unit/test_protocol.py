@@ -19,9 +19,32 @@ def test_plain_text_is_not_a_message() -> None:
     assert protocol.decode("") is None
 
 
-def test_prefix_inside_a_line_is_found() -> None:
-    # launchers may prefix a rank tag to a worker's line
-    assert protocol.decode("[rank0]: " + protocol.event("x")) == {"type": "x"}
+@pytest.mark.parametrize("before", ["[rank0]: ", " ", "text ", "col_@gaudi-gui,", "\ufeff"])
+def test_prefix_inside_a_line_is_ordinary_text(before: str) -> None:
+    # Only a line that begins with the prefix is a message: a dataset row or a column name that
+    # quotes an event must not spoof one (it once put final_loss -123 into status.json).
+    spoof = before + protocol.event("finished", final_loss=-123)
+    assert protocol.decode(spoof) is None
+
+
+def test_trailing_newline_and_carriage_return_are_ignored() -> None:
+    assert protocol.decode(protocol.event("x") + "\r\n") == {"type": "x"}
+
+
+@pytest.mark.parametrize("payload", [
+    "[" * 100_000,                       # RecursionError inside json
+    "{" * 100_000,
+    '{"type": "x", "n": ' + "9" * 5000 + "}",  # int longer than Python's digit limit: ValueError
+    '{"type": "x", "s": "\\ud800"}' + "]" * 10,
+])
+def test_choking_lines_raise_protocol_error_only(payload: str) -> None:
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(protocol.PREFIX + payload)
+
+
+def test_non_text_is_a_protocol_error() -> None:
+    with pytest.raises(protocol.ProtocolError):
+        protocol.decode(b"@gaudi-gui {}")  # type: ignore[arg-type]
 
 
 def test_nan_and_inf_become_null() -> None:
