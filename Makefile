@@ -1,12 +1,13 @@
 # Two commands do all the set-up on a fresh machine:
-#   make run    create .venv if missing, install, start the app
-#   make test   the same set-up, then the whole test suite (offscreen)
+#   make run    create .venv if missing, install, check (and as root install) the system libraries
+#               Qt's platform plugin needs, then start the app
+#   make test   the same set-up, then the whole test suite (offscreen: needs no display)
 PYTHON ?= python3
 VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.gaudi-gui-installed
 
-.PHONY: run test lint bench screenshots clean setup
+.PHONY: run test lint bench screenshots clean setup check-display
 
 setup: $(STAMP)
 
@@ -14,7 +15,12 @@ $(STAMP): pyproject.toml scripts/bootstrap.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) sh scripts/bootstrap.sh
 	touch $(STAMP)
 
-run: $(STAMP)
+# Missing xcb libraries (libxcb-cursor0, libxcb-icccm4 ...) or no display stop here with what to do,
+# instead of Qt aborting inside the app.
+check-display: $(STAMP)
+	$(PY) scripts/check_qt_platform.py
+
+run: check-display
 	$(PY) -m gaudi_gui
 
 test: $(STAMP)

@@ -26,9 +26,8 @@ COMMANDS = {
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> None:  # type: ignore[override]
-        # Usage errors exit 2 with one clear line, never a traceback.
-        self.print_usage(sys.stderr)
-        self.exit(2, f"gaudi-gui: error: {message}\n")
+        # Usage errors exit 2 with one clear line (no usage block, never a traceback).
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,12 +44,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if not args_list or (args_list[0].startswith("-") and args_list[0] not in ("-h", "--help", "--version")):
+    if not args_list:
         # The GUI path stays lean: no subcommand modules, no argparse tree.
         from gaudi_gui.app import run_gui
-        return run_gui(args_list)
+        return run_gui([])
+    # Anything else goes through the parser, so an unknown option (``gaudi-gui --bogus``) is a usage
+    # error (exit 2, one line) instead of silently opening the window.
     parser = build_parser()
-    args = parser.parse_args(args_list)
+    args, extras = parser.parse_known_args(args_list)
+    if extras:
+        message = f"unrecognized arguments: {' '.join(extras)}"
+        dashed = next((e for e in extras if e.startswith("-") and e != "-"), None)
+        if dashed and args.command and "--" not in args_list:
+            # A folder named "-dir" looks like an option; say how to pass it as a path.
+            message += (f"; a path that begins with '-' goes after '--' "
+                        f"(gaudi-gui {args.command} -- {dashed}) or as ./{dashed}")
+        parser.error(message)
     if args.command is None:
         from gaudi_gui.app import run_gui
         return run_gui([])
