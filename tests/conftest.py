@@ -71,3 +71,40 @@ def fake_hl_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_HLSMI_PERIOD", "0.1")
     return program
+
+
+SLOW_DISK = Path(__file__).resolve().parent / "slowdisk"
+
+_BIG_MODEL_SCRIPT = """
+import shutil, sys
+from pathlib import Path
+from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+src, out, hidden, layers = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+tok = AutoTokenizer.from_pretrained(src)
+config = LlamaConfig(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 4,
+                     num_hidden_layers=layers, num_attention_heads=8, num_key_value_heads=8,
+                     max_position_embeddings=256, tie_word_embeddings=False,
+                     bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                     pad_token_id=tok.pad_token_id)
+model = LlamaForCausalLM(config)
+model.save_pretrained(out)
+tok.save_pretrained(out)
+print(sum(p.numel() for p in model.parameters()))
+"""
+
+
+@pytest.fixture(scope="session")
+def sized_model_dir(tiny_model_dir: Path, session_home: Path) -> Path:
+    """A real Llama (hidden 256, 4 layers, ~5M parameters) with the demo tokenizer: its checkpoint
+    (weights + Adam state, ~60 MB) takes seconds to write on the slow disk (``slow_disk_env``)."""
+    out = session_home / "sized-model"
+    subprocess.run([sys.executable, "-c", _BIG_MODEL_SCRIPT, str(tiny_model_dir), str(out), "256", "4"],
+                   check=True, capture_output=True, timeout=300)
+    return out
+
+
+def slow_disk_env(mbps: float) -> dict[str, str]:
+    """Variables that give the training children the throttled checkpoint disk of tests/slowdisk."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {"GAUDI_TEST_DISK_MBPS": str(mbps),
+            "PYTHONPATH": f"{SLOW_DISK}{os.pathsep}{path}" if path else str(SLOW_DISK)}

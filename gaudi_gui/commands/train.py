@@ -1,58 +1,89 @@
 """``gaudi-gui train --config FILE``: the same launch the Training tab makes, from a terminal.
 
-The run folder is written exactly as the tab writes it; the log streams live; Ctrl-C stops the
-workers gracefully (checkpoint at the next step), then kills the process group after a grace period.
+The run is prepared by ``core.prepare.prepare_run`` exactly as the tab prepares it (device ``auto``
+by default: hpu > cuda > cpu, as the environment probe decides), the console streams live, and the
+structured events are read from the run's events.jsonl. Ctrl-C, SIGTERM and SIGHUP (a closed
+terminal) stop the run the way the tab's Stop does: SIGTERM to the recorded ranks only, "saving
+checkpoint… N s" while they save, SIGKILL after ``--grace`` seconds or at a second Ctrl-C. If this
+command itself is SIGKILLed, the launch (in its own session) keeps running and keeps writing its
+folder; the next ``gaudi-gui`` that reads the run re-attaches to it, or reports how it ended.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import os
+import math
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
-from typing import Any
+from typing import IO, Any
 
-from gaudi_gui.core import launch as launch_mod
-from gaudi_gui.core import metrics as metrics_mod
-from gaudi_gui.core import protocol
+from gaudi_gui.core import prepare as prepare_mod
+from gaudi_gui.core.events import EventFollower
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
-from gaudi_gui.core.runstore import RunStore
+from gaudi_gui.core.outcome import outcome_from_events
+from gaudi_gui.core.proctree import ProcessRef
+from gaudi_gui.core.runstore import RunStatus, RunStore
+from gaudi_gui.core.secrets import redact
+from gaudi_gui.core.stopper import Stopper
+
+DEFAULT_GRACE_S = 120.0
+
+
+def _grace(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text!r}")
+    return value
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="run a training job (the JSON the Training tab saves)")
     p.add_argument("--config", required=True, help="job config JSON")
     p.add_argument("--runs-dir", default="", help="where the run folder goes (default: data folder)")
-    p.add_argument("--device", default="cpu", choices=("cpu", "cuda", "hpu"),
-                   help="accelerator to launch for (default: cpu)")
-    p.add_argument("--grace", type=float, default=30.0, help="seconds from Ctrl-C to SIGKILL")
+    p.add_argument("--device", default="auto", choices=("auto", *prepare_mod.DEVICES),
+                   help="accelerator to launch for (default: auto = hpu > cuda > cpu, as probed)")
+    p.add_argument("--grace", type=_grace, default=DEFAULT_GRACE_S,
+                   help=f"seconds a stop may take to save its checkpoint before the ranks are killed "
+                        f"(default {DEFAULT_GRACE_S:g}); a second Ctrl-C kills at once")
 
 
-def _stop(proc: subprocess.Popen[str], grace: float) -> None:
-    import psutil
+def _printable(line: str) -> str:
+    # Escape sequences from a library or a dataset must not drive the user's terminal.
+    return "".join(ch if ch == "\t" or (ch >= " " and ch != "\x7f" and not "\x80" <= ch <= "\x9f")
+                   else "?" for ch in line)
+
+
+def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    for raw in stream:
+        lines.put(raw.rstrip("\n"))
+    lines.put(None)
+
+
+class _Signals:
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = ""
+
+    def handler(self, signum: int, _frame: Any) -> None:
+        self.count += 1
+        self.last = signal.Signals(signum).name
+
+
+def _say(text: str) -> None:
+    with_newline = text if text.endswith("\n") else text + "\n"
     try:
-        workers = [c for c in psutil.Process(proc.pid).children(recursive=True)
-                   if launch_mod.WORKER_MODULE in " ".join(c.cmdline())]
-    except psutil.Error:
-        workers = []
-    for w in workers:
-        with contextlib.suppress(psutil.Error):
-            w.send_signal(signal.SIGTERM)
-    if not workers:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        for w in workers:
-            with contextlib.suppress(psutil.Error):
-                w.kill()
-        proc.wait()
+        sys.stderr.write(with_newline)
+        sys.stderr.flush()
+    except OSError:
+        pass
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,64 +97,110 @@ def run(args: argparse.Namespace) -> int:
         for field, problem in problems:
             print(f"gaudi-gui train: {field}: {problem}", file=sys.stderr)
         return 2
-    effective = JobConfig.from_dict(job.to_dict())
-    effective.training_args = launch_mod.worker_training_args(job, args.device)
-    store = RunStore(args.runs_dir or None)
-    run_ = store.create(effective)
-    launch = launch_mod.build(effective, run_.folder, device=args.device)
-    launch_mod.write_generated_config(launch)
-    env = launch.env()
-    run_.write_launch(launch.argv, launch.env_extra, launch.shell_command(), env)
-    print(f"run folder: {run_.folder}", flush=True)
-    argv = launch_mod.supervised_argv(launch, run_.log_path)
-    started = time.time()
-    proc = subprocess.Popen(argv, env=env, cwd=str(run_.folder), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, errors="replace", bufsize=1,
-                            start_new_session=True)
-    run_.update_status(state="running", pid=proc.pid, started_at=started)
-    records: list[dict[str, Any]] = []
-    error: dict[str, Any] = {}
-    kinds: set[str] = set()
-    interrupted = False
+    device = args.device if args.device != "auto" else prepare_mod.probe_device()
     try:
-        assert proc.stdout is not None
-        for raw in proc.stdout:
-            line = raw.rstrip("\n")
-            message: dict[str, Any] | None
+        prepared = prepare_mod.prepare_run(job, device=device, store=RunStore(args.runs_dir or None),
+                                           origin="cli")
+    except prepare_mod.PrepareError as exc:
+        print(f"gaudi-gui train: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"gaudi-gui train: cannot create the run folder: {exc.strerror or exc}", file=sys.stderr)
+        return 1
+    run_ = prepared.run
+    print(f"run folder: {run_.folder} (device {device})", flush=True)
+
+    signals = _Signals()
+    previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        proc = subprocess.Popen(prepared.argv, env=prepared.env, cwd=str(run_.folder),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", bufsize=1, start_new_session=True)
+    except OSError as exc:
+        run_.update_status(state="failed", summary=f"Failed: cannot start the launcher: {exc}")
+        print(f"gaudi-gui train: cannot start the launcher: {exc}", file=sys.stderr)
+        return 1
+    launcher = ProcessRef.of(proc.pid)
+    run_.update_status(state="running", pid=proc.pid, started_at=time.time(),
+                       pid_create_time=launcher.create_time if launcher else 0.0)
+    lines: queue.Queue[str | None] = queue.Queue()
+    assert proc.stdout is not None
+    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+    follower = EventFollower(run_.events_path)
+    events: list[dict[str, Any]] = []
+    stopper: Stopper | None = None
+    handled = 0
+    saving_since = 0.0
+    saved = False
+    last_note = 0.0
+    stdout_open = True
+    try:
+        while True:
             try:
-                message = protocol.decode(line)
-            except protocol.ProtocolError:
-                message = None
-            if message is None:
-                print(line, flush=True)
-                continue
-            kind = str(message.get("type"))
-            kinds.add(kind)
-            if kind == "metrics":
-                records.append(message)
-            elif kind == "error" and not error:
-                error = message
-        proc.wait()
-    except KeyboardInterrupt:
-        interrupted = True
-        print("\nstopping (checkpoint at the next step; Ctrl-C again is ignored)...", file=sys.stderr)
-        with contextlib.suppress(KeyboardInterrupt):
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
-            _stop(proc, args.grace)
-    code = proc.returncode if proc.returncode is not None else -1
-    if interrupted:
-        state = "stopped" if "stopped" in kinds or code == 0 else "killed"
-    else:
-        state = "finished" if code == 0 else "failed"
-    run_.update_status(state=state, ended_at=time.time(), exit_code=code,
-                       final_loss=metrics_mod.final_loss(records) if records
-                       else metrics_mod.final_loss(run_.metrics()),
-                       error=str(error.get("message", "")), error_kind=str(error.get("kind", "")))
-    if error:
-        print(f"gaudi-gui train: training failed ({error.get('kind')}): {error.get('message')}",
-              file=sys.stderr)
-    elif state != "finished":
-        print(f"gaudi-gui train: run {state} (exit code {code}); log: {run_.log_path}", file=sys.stderr)
-    else:
-        print(f"finished: final loss {metrics_mod.final_loss(records)}; run folder {run_.folder}")
-    return 0 if state in ("finished", "stopped") else 1
+                line = lines.get(timeout=0.25)
+            except queue.Empty:
+                line = ""
+            else:
+                if line is None:
+                    stdout_open = False
+                else:
+                    with contextlib.suppress(BrokenPipeError):
+                        print(_printable(redact(line)), flush=True)
+            for event in follower.read():
+                events.append(event)
+                kind = event.get("type")
+                if kind == "checkpoint_saving":
+                    saving_since = time.time()
+                elif kind == "checkpoint_saved":
+                    saved = True
+                    if saving_since:
+                        _say(f"checkpoint-{event.get('step')} saved in {time.time() - saving_since:.1f} s")
+                    saving_since = 0.0
+                elif kind == "error":
+                    _say(f"error ({event.get('kind')}): {event.get('message')}")
+            if signals.count > handled:
+                handled = signals.count
+                if stopper is None:
+                    stopper = Stopper(run_, launcher)
+                    _say(f"\n{signals.last}: stopping — {stopper.request()}; killed after "
+                         f"{args.grace:g} s (Ctrl-C again: kill now)")
+                else:
+                    _say(f"{signals.last} again: killing the run now (no checkpoint from this stop)")
+                    stopper.kill_now()
+            now = time.time()
+            if stopper is not None and proc.poll() is None:
+                if stopper.elapsed() > args.grace and not stopper.killed:
+                    _say(f"the ranks did not end within {args.grace:g} s: killing them")
+                    stopper.kill_now()
+                elif now - last_note >= 5:
+                    last_note = now
+                    what = (f"saving checkpoint… {now - saving_since:.0f} s" if saving_since
+                            else "checkpoint saved; waiting for the processes to end…" if saved
+                            else f"waiting for the current step to end… {stopper.elapsed():.0f} s")
+                    _say(what)
+            if not stdout_open and proc.poll() is not None:
+                break
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    code = proc.wait()
+    events += follower.read()
+    leftovers = stopper.leftovers() if stopper else [r for r in run_.rank_refs() if r.is_alive()]
+    for ref in leftovers:
+        ref.signal(signal.SIGKILL)
+    result = outcome_from_events(events, run_.status(), exit_code=code,
+                                 stop_requested=stopper is not None,
+                                 killed=bool(stopper and stopper.killed))
+    if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":
+        result.update(state="stopped", summary="Stopped before training began — nothing to save")
+    changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}
+    run_.update_status(ended_at=time.time(), exit_description=f"launcher exited with code {code}", **changes)
+    state = str(result["state"])
+    summary = str(result["summary"])
+    if leftovers:
+        summary += f" (killed {len(leftovers)} process(es) that outlived the launcher)"
+    if state in ("finished", "stopped"):
+        _say(f"{summary}\nrun folder: {run_.folder}")
+        return 0
+    _say(f"gaudi-gui train: {summary}\nlog: {run_.log_path}")
+    return 1

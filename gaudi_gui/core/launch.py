@@ -154,8 +154,10 @@ def write_generated_config(launch: Launch) -> None:
     if launch.generated_config is None:
         return
     path = Path(launch.accelerate_config)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(launch.generated_config, indent=2), encoding="utf-8")
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(json.dumps(launch.generated_config, indent=2))
 
 
 def worker_training_args(job: JobConfig, device: str) -> dict[str, Any]:

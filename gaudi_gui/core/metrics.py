@@ -21,6 +21,16 @@ def parse_line(line: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+_EVENT_ONLY_KEYS = ("type", "rank")
+
+
+def metric_record(event: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The metrics record carried by an events.jsonl ``metrics`` event, else None."""
+    if event.get("type") != "metrics" or not isinstance(event.get("step"), int):
+        return None
+    return {k: v for k, v in event.items() if k not in _EVENT_ONLY_KEYS}
+
+
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
@@ -44,9 +54,14 @@ def series(records: Iterable[Mapping[str, Any]], key: str) -> tuple[list[float],
 
 @dataclass
 class Progress:
+    """Where a run is. ``start_step`` is where this launch began (a resumed run starts at its
+    checkpoint's step), ``elapsed`` the seconds since this launch began training: the pace is
+    (step - start_step) / elapsed, never the absolute step over this launch's time."""
+
     step: int = 0
     max_steps: int = 0
     elapsed: float = 0.0
+    start_step: int = 0
 
     @property
     def fraction(self) -> float:
@@ -55,11 +70,14 @@ class Progress:
     @property
     def eta(self) -> float | None:
         """Seconds left, from the average pace so far (None before the first step)."""
-        if self.step <= 0 or self.max_steps <= 0 or self.elapsed <= 0:
+        done = self.step - self.start_step
+        if done <= 0 or self.max_steps <= 0 or self.elapsed <= 0:
             return None
-        return max(0.0, (self.max_steps - self.step) * self.elapsed / self.step)
+        return max(0.0, (self.max_steps - self.step) * self.elapsed / done)
 
     def update(self, record: Mapping[str, Any]) -> None:
+        if isinstance(record.get("start_step"), int) and not isinstance(record["start_step"], bool):
+            self.start_step = record["start_step"]
         if isinstance(record.get("step"), int):
             self.step = record["step"]
         if isinstance(record.get("max_steps"), int) and record["max_steps"] > 0:

@@ -1,35 +1,52 @@
 """One folder per training launch, written while it runs so nothing is lost if the app dies.
 
-``<runs_dir>/<YYYYmmdd-HHMMSS>-<name>/`` holds config.json (the job as it ran), command.txt and
-command.json, env.json, versions.json, log.txt (appended as lines arrive), metrics.jsonl (written by
-the worker's callback), and status.json (state, pid, times, exit code, final loss).
+``<runs_dir>/<YYYYmmdd-HHMMSS>-<name>/`` holds job.json (the job as the user made it), config.json
+(the job as it ran: what the launcher added for the device), command.txt and command.json, env.json
+(the variables the app set, and the names only of inherited secrets), versions.json, log.txt (the
+console, appended by ``tee`` on the child side), events.jsonl (the worker's events: phases, metrics,
+checkpoints, the end), ranks/rank-N.json (each rank's pid and create time) and status.json (state,
+launcher pid and create time, times, exit code, final loss). Folders are 0700 and files 0600: a run
+folder is the user's business.
+
+A status.json that says "running" is checked against the recorded processes: a run whose launcher
+is gone is reconciled from its event file (``Run.reconcile``), so a run whose supervisor was killed
+is reported truthfully by the next reader instead of "running" forever.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import re
 import shutil
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
+from gaudi_gui.core import events as events_mod
 from gaudi_gui.core import paths
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
+from gaudi_gui.core.proctree import ProcessRef
 
 STATES = ("queued", "running", "finished", "failed", "stopped", "killed")
 FINAL_STATES = ("finished", "failed", "stopped", "killed")
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
+#: transformers' JIT checkpoint writes this while a save is under way and removes it at the end.
+INCOMPLETE_SENTINEL = "checkpoint-is-incomplete.txt"
+FOLDER_MODE = 0o700
+FILE_MODE = 0o600
 
 
 @dataclass
 class RunStatus:
     state: str = "queued"
     pid: int = 0
+    #: The launcher's create time (psutil): a pid without it is never signalled.
+    pid_create_time: float = 0.0
     started_at: float = 0.0
     ended_at: float = 0.0
     exit_code: int | None = None
@@ -40,6 +57,14 @@ class RunStatus:
     error: str = ""
     error_kind: str = ""
     output_dir: str = ""
+    #: The checkpoint the run stopped with (its folder), when it saved one.
+    checkpoint: str = ""
+    #: The run folder this run resumed from.
+    resumed_from: str = ""
+    #: Who launched it: "gui" or "cli".
+    origin: str = ""
+    #: One human sentence for the final state ("Stopped at step 401 — checkpoint-401 saved; ...").
+    summary: str = ""
 
     @property
     def duration(self) -> float:
@@ -48,16 +73,65 @@ class RunStatus:
         end = self.ended_at or time.time()
         return max(0.0, end - self.started_at)
 
+    @property
+    def launcher(self) -> ProcessRef | None:
+        if self.pid <= 0 or self.pid_create_time <= 0:
+            return None
+        return ProcessRef(self.pid, self.pid_create_time)
+
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> RunStatus:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+    def from_dict(cls, data: Any) -> RunStatus:
+        """A status from JSON; wrong types and impossible values fall back to the defaults."""
+        if not isinstance(data, Mapping):
+            return cls(state="failed", error="status.json does not hold an object")
+        out = cls()
+        now = time.time()
+        for f in fields(cls):
+            if f.name not in data:
+                continue
+            value, default = data[f.name], getattr(out, f.name)
+            if f.name in ("exit_code",):
+                if isinstance(value, int) and not isinstance(value, bool):
+                    out.exit_code = value
+                continue
+            if f.name == "final_loss":
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                    out.final_loss = float(value)
+                continue
+            if isinstance(default, bool) or isinstance(value, bool):
+                continue
+            if isinstance(default, int):
+                if isinstance(value, int) and 0 <= value < 1 << 62:
+                    setattr(out, f.name, value)
+            elif isinstance(default, float):
+                # Times: a finite, non-negative moment not far in the future (a clock can drift).
+                latest = now + 86400 * 365
+                if isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value < latest:
+                    setattr(out, f.name, float(value))
+            elif isinstance(default, str) and isinstance(value, str):
+                setattr(out, f.name, value)
+        if out.state not in STATES:
+            out.state = "failed"
+        return out
+
+
+def _private_write(path: Path, text: str) -> None:
+    """Write ``text`` through a 0600 temporary file and rename it over ``path``; a failed write
+    (a full disk) leaves the old file and no temporary behind."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def _write_json(path: Path, data: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str), encoding="utf-8")
-    os.replace(tmp, path)
+    _private_write(path, json.dumps(data, indent=2, default=str))
 
 
 def _slug(text: str) -> str:
@@ -74,6 +148,12 @@ class Run:
     def __repr__(self) -> str:
         return f"Run({str(self.folder)!r})"
 
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Run) and other.folder == self.folder
+
+    def __hash__(self) -> int:
+        return hash(self.folder)
+
     @property
     def name(self) -> str:
         return self.folder.name
@@ -83,16 +163,29 @@ class Run:
         return self.folder / "config.json"
 
     @property
+    def job_path(self) -> Path:
+        return self.folder / "job.json"
+
+    @property
     def log_path(self) -> Path:
         return self.folder / "log.txt"
 
     @property
+    def events_path(self) -> Path:
+        return self.folder / events_mod.EVENTS_NAME
+
+    @property
     def metrics_path(self) -> Path:
+        """Runs of earlier versions wrote their metrics here; new runs use events.jsonl."""
         return self.folder / "metrics.jsonl"
 
     @property
     def status_path(self) -> Path:
         return self.folder / "status.json"
+
+    @property
+    def ranks_dir(self) -> Path:
+        return self.folder / "ranks"
 
     def exists(self) -> bool:
         return self.config_path.is_file()
@@ -101,18 +194,21 @@ class Run:
 
     def write_launch(self, argv: list[str], env_extra: Mapping[str, str], shell: str,
                      full_env: Mapping[str, str] | None = None) -> None:
-        (self.folder / "command.txt").write_text(shell + "\n", encoding="utf-8")
-        _write_json(self.folder / "command.json", {"argv": argv, "env": dict(env_extra)})
-        _write_json(self.folder / "env.json", dict(full_env if full_env is not None else env_extra))
+        from gaudi_gui.core.secrets import recorded_env, redact
+        _private_write(self.folder / "command.txt", redact(shell) + "\n")
+        _write_json(self.folder / "command.json", {"argv": [redact(a) for a in argv],
+                                                   "env": recorded_env(env_extra, ())["set_by_gaudi_gui"]})
+        _write_json(self.folder / "env.json", recorded_env(env_extra, full_env or {}))
 
     def write_versions(self, versions: Mapping[str, Any]) -> None:
         _write_json(self.folder / "versions.json", dict(versions))
 
     def status(self) -> RunStatus:
         try:
-            return RunStatus.from_dict(json.loads(self.status_path.read_text(encoding="utf-8")))
-        except (OSError, ValueError, TypeError):
+            data = json.loads(self.status_path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
             return RunStatus(state="failed", error="status.json missing or unreadable")
+        return RunStatus.from_dict(data)
 
     def write_status(self, status: RunStatus) -> None:
         _write_json(self.status_path, asdict(status))
@@ -126,7 +222,8 @@ class Run:
 
     def append_log(self, lines: Iterable[str]) -> None:
         if self._log is None:
-            self._log = open(self.log_path, "a", encoding="utf-8")  # noqa: SIM115 - kept open while streaming
+            fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+            self._log = os.fdopen(fd, "a", encoding="utf-8")
         for line in lines:
             self._log.write(line + "\n")
         self._log.flush()
@@ -137,10 +234,39 @@ class Run:
                 self._log.close()
             self._log = None
 
+    # -- processes --------------------------------------------------------------------------------
+
+    def ranks(self) -> list[dict[str, Any]]:
+        """Each rank's record ({rank, pid, create_time, host, ...}), as the ranks wrote them."""
+        out = []
+        try:
+            files = sorted(self.ranks_dir.glob("rank-*.json"))
+        except OSError:
+            return []
+        for path in files:
+            with contextlib.suppress(OSError, ValueError, RecursionError):
+                data = json.loads(path.read_text(encoding="utf-8"))
+                if isinstance(data, dict) and ProcessRef.from_dict(data) is not None:
+                    out.append(data)
+        return out
+
+    def rank_refs(self) -> list[ProcessRef]:
+        return [ref for ref in (ProcessRef.from_dict(r) for r in self.ranks()) if ref is not None]
+
+    def processes_alive(self) -> bool:
+        """Is any recorded process of this run (launcher or rank) still the one recorded?"""
+        launcher = self.status().launcher
+        refs = ([launcher] if launcher else []) + self.rank_refs()
+        return any(ref.is_alive() for ref in refs)
+
     # -- reading ----------------------------------------------------------------------------------
 
     def job(self) -> JobConfig:
         return JobConfig.load(self.config_path)
+
+    def user_job(self) -> JobConfig:
+        """The job as the user made it (runs of earlier versions: the job as it ran)."""
+        return JobConfig.load(self.job_path if self.job_path.is_file() else self.config_path)
 
     def log_tail(self, count: int = 40) -> list[str]:
         try:
@@ -153,8 +279,13 @@ class Run:
             return []
         return text.splitlines()[-count:]
 
+    def events(self) -> list[dict[str, Any]]:
+        return events_mod.read_events(self.events_path)
+
     def metrics(self) -> list[dict[str, Any]]:
-        from gaudi_gui.core.metrics import read_metrics
+        from gaudi_gui.core.metrics import metric_record, read_metrics
+        if self.events_path.is_file():
+            return [r for r in (metric_record(e) for e in self.events()) if r is not None]
         return read_metrics(self.metrics_path)
 
     def output_dir(self) -> Path | None:
@@ -170,9 +301,48 @@ class Run:
         out = self.output_dir()
         return latest_checkpoint(out) if out else None
 
+    def reconcile(self) -> RunStatus:
+        """The status, with a "queued"/"running" run whose processes are all gone brought to the
+        state its event file proves (and written back): a supervisor that died must not leave a
+        run "running" forever."""
+        status = self.status()
+        if status.state not in ("queued", "running") or self.processes_alive():
+            return status
+        if status.state == "queued" and not status.pid and time.time() - _mtime(self.status_path) < 60:
+            return status  # being started right now
+        from gaudi_gui.core.outcome import outcome_from_events
+        result = outcome_from_events(self.events(), status, nobody_watched=True)
+        for key, value in result.items():
+            setattr(status, key, value)
+        if not status.ended_at:
+            status.ended_at = max(_mtime(self.events_path), _mtime(self.log_path)) or time.time()
+        with contextlib.suppress(OSError):
+            self.write_status(status)
+        return status
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def checkpoint_complete(folder: str | Path) -> bool:
+    """A checkpoint the Trainer finished writing: trainer_state.json (written last) parses, and no
+    in-progress sentinel remains."""
+    folder = Path(folder)
+    if (folder / INCOMPLETE_SENTINEL).exists():
+        return False
+    try:
+        state = json.loads((folder / "trainer_state.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(state, dict) and "global_step" in state
+
 
 def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The ``checkpoint-N`` folder with the highest N that holds a trainer state."""
+    """The complete ``checkpoint-N`` folder with the highest N (an incomplete one is never offered)."""
     folder = Path(output_dir)
     best: tuple[int, Path] | None = None
     try:
@@ -181,7 +351,7 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
         return None
     for entry in entries:
         match = _CHECKPOINT.match(entry.name)
-        if match and entry.is_dir() and (entry / "trainer_state.json").is_file():
+        if match and entry.is_dir() and checkpoint_complete(entry):
             step = int(match.group(1))
             if best is None or step > best[0]:
                 best = (step, entry)
@@ -192,23 +362,33 @@ class RunStore:
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root else paths.runs_dir()
 
-    def create(self, job: JobConfig) -> Run:
-        """A new folder with config.json and a 'queued' status."""
-        self.root.mkdir(parents=True, exist_ok=True)
+    def create(self, job: JobConfig, user_job: JobConfig | None = None) -> Run:
+        """A new private folder with config.json (``job``, as it will run), job.json (``user_job``,
+        as the user made it; ``job`` when not given) and a 'queued' status. OSError when the disk
+        refuses; nothing is left behind then."""
+        self.root.mkdir(parents=True, exist_ok=True, mode=FOLDER_MODE)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = f"{stamp}-{_slug(job.name or Path(job.model).name or 'run')}"
         folder = self.root / base
         counter = 1
         while True:
             try:
-                folder.mkdir()
+                folder.mkdir(mode=FOLDER_MODE)
                 break
             except FileExistsError:
                 counter += 1
                 folder = self.root / f"{base}-{counter}"
         run = Run(folder)
-        job.save(run.config_path)
-        run.write_status(RunStatus(state="queued", output_dir=job.output_dir))
+        try:
+            os.chmod(folder, FOLDER_MODE)
+            (run.ranks_dir).mkdir(mode=FOLDER_MODE)
+            _write_json(run.job_path, (user_job or job).to_dict())
+            _write_json(run.config_path, job.to_dict())
+            run.write_status(RunStatus(state="queued", output_dir=job.output_dir))
+        except OSError:
+            # A full disk: leave no half-made run behind for the history to trip over.
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
         return run
 
     def runs(self) -> list[Run]:
@@ -220,8 +400,9 @@ class RunStore:
         return [Run(p) for p in sorted(folders, key=lambda p: p.name, reverse=True)]
 
     def clone(self, run: Run) -> JobConfig:
-        """The run's job, ready to edit and launch again (resume cleared)."""
-        job = run.job()
+        """The run's job as the user made it, ready to edit and launch again (resume cleared): not
+        what the launcher added for the device (use_cpu, ddp_backend...)."""
+        job = run.user_job()
         job.resume_from_checkpoint = ""
         return job
 
@@ -246,5 +427,5 @@ def is_pid_alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["FINAL_STATES", "STATES", "Run", "RunStatus", "RunStore", "field", "is_pid_alive",
-           "latest_checkpoint"]
+__all__ = ["FINAL_STATES", "STATES", "Run", "RunStatus", "RunStore", "checkpoint_complete", "field",
+           "is_pid_alive", "latest_checkpoint"]

@@ -10,6 +10,7 @@ if TYPE_CHECKING:
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.environment_probe import EnvironmentProbe
     from gaudi_gui.services.settings import Settings
+    from gaudi_gui.services.training import TrainingService
 
 
 @dataclass
@@ -21,3 +22,6 @@ class AppServices:
     environment: EnvironmentProbe
     #: Live hl-smi / nvidia-smi / host samples (one poller for the whole window).
     poller: DevicePoller
+    #: The training supervisor: current and re-attached runs, their card claims (None only in
+    #: tests that build services by hand; ``gaudi_gui.app.create_services`` always makes one).
+    training: TrainingService | None = None

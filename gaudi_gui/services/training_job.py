@@ -1,11 +1,15 @@
 """Supervising training launches: one ``TrainingJob`` per run, plus the schema/validation children.
 
-``TrainingJob`` starts ``accelerate launch`` (wrapped so ``tee`` appends everything to the run's
-log.txt) through ProcessRunner in a new session, turns protocol events into signals, keeps the run's
-status.json current, and stops the whole tree: SIGTERM to the training workers (they save a JIT
-checkpoint at the next step and exit), SIGKILL of the group and every recorded descendant after the
-grace period, then a check that nothing is left. It can also re-attach to a run left running by a
-previous session, following its files and its pid.
+``TrainingJob`` starts the ``PreparedRun`` of ``gaudi_gui.core.prepare`` (``accelerate launch``
+wrapped so ``tee`` appends the console to the run's log.txt) through ProcessRunner in a new session,
+and follows the run's event file (``events.jsonl``) for everything structured: phases, metrics,
+checkpoints, errors, the end. A run re-attached from an earlier session (or started by
+``gaudi-gui train``) is followed from the same files, so it looks exactly like a live one.
+
+Stop goes through ``core.stopper.Stopper``: SIGTERM to the recorded ranks only (never the launcher),
+a "saving checkpoint… N s" line while they save, SIGKILL only after the grace period (a setting,
+default 120 s) or a second Stop. The final state and its one-line summary come from
+``core.outcome`` (what the events prove), never from the launcher's exit code alone.
 """
 
 from __future__ import annotations
@@ -13,111 +17,105 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import signal
 import sys
 import tempfile
 import time
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-import psutil
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core import metrics as metrics_mod
+from gaudi_gui.core import prepare as prepare_mod
+from gaudi_gui.core.events import EventFollower
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.runstore import Run, RunStatus, RunStore, is_pid_alive
+from gaudi_gui.core.outcome import outcome_from_events
+from gaudi_gui.core.proctree import ProcessRef
+from gaudi_gui.core.runstore import Run, RunStatus, RunStore
+from gaudi_gui.core.secrets import redact
+from gaudi_gui.core.stopper import Stopper
 from gaudi_gui.core.training_args import Schema, load_cached, save_cached
-from gaudi_gui.services.process import EXIT_CRASHED, EXIT_FAILED_TO_START, ProcessRunner, describe_exit
+from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
 
-
-def _versions() -> dict[str, str]:
-    from importlib import metadata
-    out = {"python": sys.version.split()[0]}
-    for name in ("gaudi-gui", "torch", "transformers", "accelerate", "peft", "datasets", "bitsandbytes"):
-        with contextlib.suppress(metadata.PackageNotFoundError):
-            out[name] = metadata.version(name)
-    return out
-
-
-def _worker_pids(root_pid: int) -> list[psutil.Process]:
-    """The training worker processes under ``root_pid`` (not the launcher, not tee)."""
-    try:
-        children = psutil.Process(root_pid).children(recursive=True)
-    except psutil.Error:
-        return []
-    out = []
-    for child in children:
-        with contextlib.suppress(psutil.Error):
-            if launch_mod.WORKER_MODULE in " ".join(child.cmdline()):
-                out.append(child)
-    return out
+#: How often the event file is read (also read at once whenever the console prints a line).
+FOLLOW_MS = 250
 
 
 class TrainingJob(QObject):
-    """One training run: launched here, or re-attached from a previous session."""
+    """One training run: launched here, or re-attached from a previous session or the CLI."""
 
     #: The launcher is running; carries its pid.
     started = Signal(int)
-    #: A complete log line (stdout and stderr merged, protocol lines excluded).
+    #: A console line (stdout and stderr merged), secrets redacted.
     log_line_received = Signal(str)
-    #: The newest tqdm ``\\r`` rewrite of the unfinished line.
+    #: The newest tqdm ``\\r`` rewrite of the unfinished console line.
     progress_line = Signal(str)
-    #: A metrics record from the worker's callback (step, max_steps, loss, learning_rate, ...).
+    #: A metrics record from the worker (step, max_steps, start_step, loss, learning_rate, ...).
     metrics_received = Signal(dict)
-    #: Any other protocol event from the worker (phase, training_started, checkpoint_saved, error...).
+    #: Any other event from the worker (phase, training_started, checkpoint_saving/_saved, error...).
     event_received = Signal(dict)
-    #: The run's state changed: queued / running / finished / failed / stopped / killed.
+    #: The run's state changed: queued / running / stopping / finished / failed / stopped / killed.
     status_changed = Signal(str)
-    #: The run ended: (exit code, final state, last log lines).
+    #: One human line about the run changed ("saving checkpoint… 4 s", "Stopped at step 40 — ...").
+    summary_changed = Signal(str)
+    #: The run ended: (exit code, final state, last console lines).
     finished = Signal(int, str, list)
 
-    def __init__(self, store: RunStore | None = None, *, stop_grace_s: float = 30.0,
+    def __init__(self, store: RunStore | None = None, *, stop_grace_s: float = 120.0,
                  parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.store = store or RunStore()
         self.stop_grace_s = stop_grace_s
         self.run: Run | None = None
         self.job: JobConfig | None = None
-        self.launch: launch_mod.Launch | None = None
+        self.prepared: prepare_mod.PreparedRun | None = None
         self.state = "idle"
+        self.summary = ""
         self.error: dict[str, Any] | None = None
         self.progress = metrics_mod.Progress()
         self.records: list[dict[str, Any]] = []
+        self.events: list[dict[str, Any]] = []
         self.leftover_pids: list[int] = []
-        self._stop_requested = False
-        self._escalated = False
-        self._kinds: set[str] = set()
-        self._runner = ProcessRunner(self, tail_lines=60)
+        self.launcher: ProcessRef | None = None
+        self.stopper: Stopper | None = None
+        self.saving_since = 0.0
+        self._ended = False
+        self._runner = ProcessRunner(self, tail_lines=60, parse_protocol=False)
         self._runner.started.connect(self._on_started)
         self._runner.line_received.connect(self._on_line)
         self._runner.progress_received.connect(self._on_progress)
-        self._runner.message_received.connect(self._on_message)
         self._runner.finished.connect(self._on_finished)
+        self._follower: EventFollower | None = None
+        self._follow = QTimer(self)
+        self._follow.setInterval(FOLLOW_MS)
+        self._follow.timeout.connect(self._poll)
         self._kill_timer = QTimer(self)
         self._kill_timer.setSingleShot(True)
-        self._kill_timer.timeout.connect(self._escalate)
-        # Re-attached runs: follow the files and the pid.
-        self._attached_pid = 0
-        self._follow = QTimer(self)
-        self._follow.setInterval(500)
-        self._follow.timeout.connect(self._poll_files)
-        self._offsets = {"log": 0, "metrics": 0}
-        self._partial = {"log": "", "metrics": ""}
+        self._kill_timer.timeout.connect(self._grace_over)
+        self._tick = QTimer(self)
+        self._tick.setInterval(1000)
+        self._tick.timeout.connect(self._on_tick)
+        # Re-attached runs: the console log is followed from its file.
+        self._attached = False
+        self._log_offset = 0
+        self._log_partial = ""
 
     # -- state ------------------------------------------------------------------------------------
 
     def is_running(self) -> bool:
-        return self._runner.is_running() or self._follow.isActive()
+        return (self._runner.is_running() or self._attached) and not self._ended
 
     @property
     def attached(self) -> bool:
-        return self._follow.isActive()
+        return self._attached and not self._ended
 
     @property
     def pid(self) -> int:
-        return self._runner.pid or self._attached_pid
+        return self.launcher.pid if self.launcher else self._runner.pid
+
+    @property
+    def stopping(self) -> bool:
+        return self.stopper is not None and self.is_running()
 
     def describe(self) -> str:
         name = self.run.name if self.run else "training"
@@ -128,229 +126,282 @@ class TrainingJob(QObject):
             self.state = state
             self.status_changed.emit(state)
 
-    # -- launching --------------------------------------------------------------------------------
+    def _set_summary(self, text: str) -> None:
+        if text != self.summary:
+            self.summary = text
+            self.summary_changed.emit(text)
 
-    def start(self, job: JobConfig, *, device: str = "cpu",
-              device_env: Mapping[str, str] | None = None) -> Run:
-        """Create the run folder and start the launch; raises ValueError listing the problems."""
-        if self.is_running():
-            raise RuntimeError("this job is already running")
-        problems = job.validate()
-        if problems:
-            raise ValueError("; ".join(f"{field}: {msg}" for field, msg in problems))
-        effective = JobConfig.from_dict(job.to_dict())
-        effective.training_args = launch_mod.worker_training_args(job, device)
-        run = self.store.create(effective)
-        launch = launch_mod.build(effective, run.folder, device=device, device_env=device_env)
-        launch_mod.write_generated_config(launch)
-        env = launch.env()
-        run.write_launch(launch.argv, launch.env_extra, launch.shell_command(), env)
-        run.write_versions(_versions())
-        self.run, self.job, self.launch = run, effective, launch
-        self.records = []
+    def _reset(self) -> None:
+        self.records, self.events = [], []
         self.progress = metrics_mod.Progress()
         self.error = None
         self.leftover_pids = []
-        self._stop_requested = self._escalated = False
-        self._kinds = set()
-        run.update_status(state="queued", output_dir=effective.output_dir)
+        self.stopper = None
+        self.saving_since = 0.0
+        self.launcher = None
+        self._ended = False
+        self.summary = ""
+
+    # -- launching --------------------------------------------------------------------------------
+
+    def start(self, job: JobConfig, *, device: str = "cpu",
+              device_env: Mapping[str, str] | None = None, resumed_from: str = "") -> Run:
+        """Create the run folder and start the launch; PrepareError (a ValueError) lists the
+        problems, OSError when the disk refuses."""
+        if self.is_running():
+            raise RuntimeError("this job is already running")
+        prepared = prepare_mod.prepare_run(job, device=device, device_env=device_env, store=self.store,
+                                           origin="gui", resumed_from=resumed_from)
+        self._reset()
+        self.prepared, self.run, self.job = prepared, prepared.run, prepared.job
+        self._follower = EventFollower(prepared.run.events_path)
+        self._attached = False
         self._set_state("queued")
-        argv = launch_mod.supervised_argv(launch, run.log_path)
-        self._runner.start(argv[0], argv[1:], env=env, cwd=str(run.folder), new_session=True)
-        return run
+        self._set_summary("starting the launcher…")
+        self._runner.start(prepared.argv[0], prepared.argv[1:], env=prepared.env,
+                           cwd=str(prepared.run.folder), new_session=True)
+        self._follow.start()
+        return prepared.run
 
     def _on_started(self, pid: int) -> None:
+        self.launcher = ProcessRef.of(pid)
         if self.run:
-            self.run.update_status(state="running", pid=pid, started_at=time.time())
-        self._set_state("running")
+            self.run.update_status(state="running", pid=pid, started_at=time.time(),
+                                   pid_create_time=self.launcher.create_time if self.launcher else 0.0)
+        if self.stopper is not None:
+            self.stopper.launcher_started(self.launcher)
+        self._set_state("stopping" if self.stopper else "running")
         self.started.emit(pid)
 
     def _on_progress(self, _stream: str, text: str) -> None:
         # A real method, not a lambda: a lambda slot would return emit()'s True, and PySide6 on
         # Python 3.11 drops a reference to it each time until the interpreter aborts.
-        self.progress_line.emit(text)
+        self.progress_line.emit(redact(text))
 
     def _on_line(self, _stream: str, line: str) -> None:
-        self.log_line_received.emit(line)
+        self.log_line_received.emit(redact(line))
+        self._poll_events()
 
-    def _on_message(self, message: dict) -> None:
-        kind = message.get("type")
-        if kind == "metrics":
-            self._take_metrics(message)
+    # -- events -----------------------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        self._poll_events()
+        if self._attached:
+            for line in self._read_log():
+                self.log_line_received.emit(redact(line))
+            self._check_attached_alive()
+
+    def _poll_events(self) -> None:
+        if self._follower is None:
             return
-        if kind == "training_started" and isinstance(message.get("max_steps"), int):
-            self.progress.max_steps = message["max_steps"]
-        self._kinds.add(str(kind))
-        if kind == "error" and self.error is None:
-            self.error = message
-        self.event_received.emit(message)
+        for event in self._follower.read():
+            self._take_event(event)
 
-    def _take_metrics(self, record: dict) -> None:
-        record = {k: v for k, v in record.items() if k != "type"}
-        self.records.append(record)
-        self.progress.update(record)
-        if self.run and isinstance(record.get("step"), int) and len(self.records) % 10 == 1:
-            self.run.update_status(step=record["step"], max_steps=self.progress.max_steps)
-        self.metrics_received.emit(record)
+    def _take_event(self, event: dict[str, Any]) -> None:
+        self.events.append(event)
+        kind = event.get("type")
+        if kind == "metrics":
+            record = metrics_mod.metric_record(event)
+            if record is not None:
+                self.records.append(record)
+                self.progress.update(record)
+                if self.run and len(self.records) % 10 == 1:
+                    with contextlib.suppress(OSError):
+                        self.run.update_status(step=self.progress.step, max_steps=self.progress.max_steps)
+                self.metrics_received.emit(record)
+            return
+        if kind == "training_started":
+            self.progress.update(event)
+            if isinstance(event.get("start_step"), int):
+                self.progress.step = max(self.progress.step, event["start_step"])
+            self._set_summary(f"training: step {self.progress.step} of {event.get('max_steps')} on "
+                              f"{event.get('world_size')} process(es)")
+        elif kind == "phase":
+            self._set_summary(str(event.get("message") or event.get("phase")))
+        elif kind == "checkpoint_saving":
+            self.saving_since = time.time()
+            self._tick.start()
+            self._set_summary(f"saving checkpoint-{event.get('step')}… 0 s")
+        elif kind == "checkpoint_saved":
+            self.saving_since = 0.0
+            if self.stopper is None:
+                self._tick.stop()
+            seconds = event.get("seconds")
+            took = f" in {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
+            self._set_summary(f"checkpoint-{event.get('step')} saved{took}"
+                              + ("; the processes are ending" if self.stopper else ""))
+        elif kind == "error" and self.error is None:
+            self.error = event
+            self._set_summary(f"error ({event.get('kind')}): {event.get('message')}")
+        elif kind == "stop_requested" and self.stopper is None:
+            # Someone else signalled the ranks (preemption, a terminal): still a stop.
+            self._set_summary(f"stop requested ({event.get('signal')}): checkpoint at the end of this step")
+        self.event_received.emit(event)
+
+    def _on_tick(self) -> None:
+        if self.saving_since:
+            name = f"checkpoint-{self.progress.step}" if self.progress.step else "checkpoint"
+            self._set_summary(f"saving {name}… {time.time() - self.saving_since:.0f} s")
+        elif self.stopper is not None and self.is_running():
+            left = max(0.0, self.stop_grace_s - self.stopper.elapsed())
+            waited = self.stopper.elapsed()
+            self._set_summary(f"stopping: waiting for the current step to end ({waited:.0f} s; "
+                              f"killed in {left:.0f} s, or press Stop again)")
 
     # -- stopping ---------------------------------------------------------------------------------
 
     def stop(self, grace_s: float | None = None) -> None:
-        """Graceful stop: SIGTERM the workers (checkpoint at the next step), SIGKILL all after grace."""
-        if not self.is_running() or self._stop_requested:
+        """Stop with a checkpoint; pressed again while stopping: kill now."""
+        if not self.is_running() or self.run is None:
             return
-        self._stop_requested = True
+        if self.stopper is not None:
+            self.kill()
+            return
+        self.stopper = Stopper(self.run, self.launcher)
+        what = self.stopper.request()
         grace = self.stop_grace_s if grace_s is None else grace_s
-        root = self.pid
-        workers = _worker_pids(root)
-        if workers:
-            # Only the workers: the single-process launcher would die at once on SIGTERM and its
-            # supervisor would then kill the worker before its checkpoint is written.
-            for proc in workers:
-                with contextlib.suppress(psutil.Error):
-                    proc.send_signal(signal.SIGTERM)
+        self.log_line_received.emit(f"[gaudi-gui] stop: {what}; SIGKILL after {grace:g} s "
+                                    f"(press Stop again to kill now)")
+        self._set_state("stopping")
+        if self.stopper.mode == "ranks":
+            self._set_summary("stopping: checkpoint at the end of the current step…")
+            self._kill_timer.start(int(max(0.0, grace) * 1000))
+            self._tick.start()
         else:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(root, signal.SIGTERM)
-        self.log_line_received.emit(f"[gaudi-gui] stop requested: SIGTERM sent to "
-                                    f"{len(workers) or 'the process group of'} "
-                                    f"{'worker(s)' if workers else root}; SIGKILL in {grace:g} s")
-        self._kill_timer.start(int(grace * 1000))
+            self._set_summary("stopping: the launch is ended (training had not begun)")
 
     def kill(self) -> None:
-        """Immediate SIGKILL of the whole tree."""
-        if not self.is_running():
+        """SIGKILL the run's processes now (no checkpoint)."""
+        if not self.is_running() or self.run is None:
             return
-        self._stop_requested = True
-        self._escalate()
+        if self.stopper is None:
+            self.stopper = Stopper(self.run, self.launcher)
+            self.stopper.requested_at = time.time()
+            self.stopper.mode = "ranks"
+        self.log_line_received.emit("[gaudi-gui] killing the run's processes now")
+        self.stopper.kill_now()
+        self._runner.kill_tree()
 
-    def _escalate(self) -> None:
-        self._escalated = True
-        self.log_line_received.emit("[gaudi-gui] grace period over: killing the process tree")
-        if self._runner.is_running():
-            self._runner.kill_tree()
-        elif self._attached_pid:
-            for proc in _worker_pids(self._attached_pid):
-                with contextlib.suppress(psutil.Error):
-                    proc.kill()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self._attached_pid, signal.SIGKILL)
+    def _grace_over(self) -> None:
+        self.log_line_received.emit(f"[gaudi-gui] the ranks did not end within {self.stop_grace_s:g} s "
+                                    f"of the stop: killing them")
+        self.kill()
 
     # -- the end ----------------------------------------------------------------------------------
 
-    def _final_state(self, code: int, status: str) -> str:
-        if status == EXIT_FAILED_TO_START:
-            return "failed"
-        if "finished" in self._kinds and code == 0:
-            return "finished"
-        if self._stop_requested:
-            if "stopped" in self._kinds and not self._escalated:
-                return "stopped"
-            return "killed" if self._escalated or status == EXIT_CRASHED else "stopped"
-        if status == EXIT_CRASHED or code in (137, -9):
-            return "killed"
-        return "failed" if code != 0 else "finished"
-
     def _on_finished(self, code: int, status: str) -> None:
-        self._kill_timer.stop()
-        self._end(code, status, describe_exit(code, status), self._runner.tail(30))
+        self._poll_events()
+        description = describe_exit(code, status)
+        if status == EXIT_FAILED_TO_START:
+            self._end(code, {"state": "failed", "summary": f"Failed: the launcher {description}"},
+                      self._runner.tail(30))
+            return
+        self._end(code, None, self._runner.tail(30))
 
-    def _end(self, code: int, status: str, description: str, tail: list[str]) -> None:
-        self._kill_timer.stop()
-        self._follow.stop()
-        self.leftover_pids = [p for p in self._runner.alive_descendants()]
-        state = self._final_state(code, status)
-        if self.leftover_pids:
-            self.log_line_received.emit(f"[gaudi-gui] WARNING: processes still alive after the run: "
-                                        f"{self.leftover_pids}")
+    def _end(self, code: int | None, override: dict[str, Any] | None, tail: list[str]) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        for timer in (self._kill_timer, self._tick, self._follow):
+            timer.stop()
+        stopper = self.stopper
+        leftovers = stopper.leftovers() if stopper else [
+            r for r in (self.run.rank_refs() if self.run else []) if r.is_alive()]
+        if leftovers:
+            # A rank outliving its launcher must not hold the cards: end it, and say so.
+            for ref in leftovers:
+                ref.signal(9)
+            self.leftover_pids = [r.pid for r in leftovers]
+            self.log_line_received.emit(f"[gaudi-gui] WARNING: processes outlived the run and were "
+                                        f"killed: {self.leftover_pids}")
+        if override is not None:
+            result = override
+        else:
+            result = outcome_from_events(self.events, self.run.status() if self.run else None,
+                                         exit_code=code if not self._attached else None,
+                                         stop_requested=stopper is not None,
+                                         killed=bool(stopper and stopper.killed),
+                                         nobody_watched=self._attached and not self.events)
+            if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":
+                result.update(state="stopped", summary="Stopped before training began — nothing to save")
+        state = str(result.get("state", "failed"))
         if self.run:
-            final = metrics_mod.final_loss(self.records) if self.records else \
-                metrics_mod.final_loss(self.run.metrics())
-            error = self.error or {}
-            self.run.update_status(state=state, ended_at=time.time(), exit_code=code,
-                                   exit_description=description, final_loss=final,
-                                   step=self.progress.step, max_steps=self.progress.max_steps,
-                                   error=str(error.get("message", "")), error_kind=str(error.get("kind", "")))
+            final = metrics_mod.final_loss(self.records)
+            changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}
+            changes.setdefault("final_loss", final)
+            if code is not None and not self._attached:
+                changes["exit_code"] = code
+                changes["exit_description"] = describe_exit(code, "exited" if code >= 0 else "crashed")
+            with contextlib.suppress(OSError):
+                self.run.update_status(ended_at=time.time(), **changes)
             self.run.close()
+        self._attached = False
+        self._set_summary(str(result.get("summary", state)))
         self._set_state(state)
-        self.finished.emit(code, state, tail)
+        self.finished.emit(-1 if code is None else code, state, tail)
 
     # -- re-attaching -----------------------------------------------------------------------------
 
     def detach(self) -> None:
-        """Leave the launch running after the app exits (its log keeps going to log.txt)."""
+        """Leave the launch running after the app exits (its console keeps going to log.txt)."""
         self._runner.detach()
-        self._follow.stop()
+        for timer in (self._follow, self._kill_timer, self._tick):
+            timer.stop()
 
     def attach(self, run: Run) -> bool:
-        """Follow a run started by an earlier session; False when its process is gone."""
-        status = run.status()
-        if status.state not in ("queued", "running") or not is_pid_alive(status.pid):
-            if status.state in ("queued", "running"):
-                run.update_status(state="failed", ended_at=time.time(),
-                                  exit_description="ended while the app was closed (exit code unknown)")
+        """Follow a run started by an earlier session or the CLI; False when its processes are gone
+        (its status is then brought to what its events prove) or its pid was recycled."""
+        status = run.reconcile()
+        if status.state not in ("queued", "running"):
             return False
+        self._reset()
         self.run = run
+        self.launcher = status.launcher
         with contextlib.suppress(Exception):
             self.job = run.job()
-        self._attached_pid = status.pid
-        self.records = run.metrics()
-        self.progress = metrics_mod.Progress()
-        for rec in self.records:
-            self.progress.update(rec)
-        self._offsets = {"log": _size(run.log_path), "metrics": _size(run.metrics_path)}
-        self._partial = {"log": "", "metrics": ""}
-        self._stop_requested = self._escalated = False
-        self._kinds = set()
+        self._follower = EventFollower(run.events_path)
+        for event in self._follower.read():
+            self._take_event(event)
+        self._log_offset = _size(run.log_path)
+        self._log_partial = ""
+        self._attached = True
         self._follow.start()
         self._set_state("running")
+        if not self.summary:
+            self._set_summary(f"re-attached to {run.name}")
         return True
 
-    def _poll_files(self) -> None:
+    def _check_attached_alive(self) -> None:
         assert self.run is not None
-        for line in self._read_new("log", self.run.log_path):
-            message = None
-            with contextlib.suppress(ValueError):
-                from gaudi_gui.core import protocol
-                message = protocol.decode(line)
-            if message is None:
-                self.log_line_received.emit(line)
-            elif message.get("type") != "metrics":
-                self._on_message(message)
-        for line in self._read_new("metrics", self.run.metrics_path):
-            record = metrics_mod.parse_line(line)
-            if record is not None:
-                self._take_metrics(record)
-        if not is_pid_alive(self._attached_pid):
-            status = self.run.status()
-            code = status.exit_code if status.exit_code is not None else (
-                0 if "finished" in self._kinds or "stopped" in self._kinds else -1)
-            self._end(code, "exited", "ended while re-attached (exit code read from the log)",
-                      self.run.log_tail(30))
+        if self.run.processes_alive():
+            return
+        self._poll_events()
+        self._end(None, None, self.run.log_tail(30))
 
-    def _read_new(self, key: str, path: Path) -> list[str]:
+    def _read_log(self) -> list[str]:
+        assert self.run is not None
         try:
-            with open(path, "rb") as fh:
-                fh.seek(self._offsets[key])
+            with open(self.run.log_path, "rb") as fh:
+                fh.seek(self._log_offset)
                 data = fh.read()
         except OSError:
             return []
-        self._offsets[key] += len(data)
-        text = self._partial[key] + data.decode("utf-8", errors="replace")
+        self._log_offset += len(data)
+        text = self._log_partial + data.decode("utf-8", errors="replace")
         lines = text.split("\n")
-        self._partial[key] = lines.pop()
+        self._log_partial = lines.pop()
         return [line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines]
 
     def shutdown(self) -> None:
-        self._follow.stop()
-        self._kill_timer.stop()
+        for timer in (self._follow, self._kill_timer, self._tick):
+            timer.stop()
         if self.run:
             self.run.close()
 
 
-def _size(path: Path) -> int:
+def _size(path: Any) -> int:
     try:
-        return path.stat().st_size
+        return int(os.stat(path).st_size)
     except OSError:
         return 0
 
@@ -381,8 +432,9 @@ class SchemaLoader(QObject):
     def is_running(self) -> bool:
         return self._schema_runner.is_running() or self._validate_runner.is_running()
 
-    def load(self, transformers_version: str = "") -> None:
-        """Cached schema for that version at once, else ask a child."""
+    def load(self, transformers_version: str = "", *, device: str = "cpu",
+             device_env: Mapping[str, str] | None = None) -> None:
+        """Cached schema for that version at once, else ask a child (with the device's env)."""
         if transformers_version:
             cached = load_cached(transformers_version)
             if cached is not None:
@@ -393,7 +445,7 @@ class SchemaLoader(QObject):
             return
         self._schema_lines = []
         self._schema_runner.start(sys.executable, ["-m", "gaudi_gui.workers.schema"],
-                                  env=launch_mod.visibility.child_env())
+                                  env=prepare_mod.child_env(device, device_env))
 
     def _on_schema_line(self, stream: str, line: str) -> None:
         if stream == "stdout":
@@ -413,7 +465,9 @@ class SchemaLoader(QObject):
         self.schema = schema
         self.schema_loaded.emit(schema)
 
-    def validate(self, training_args: Mapping[str, Any]) -> None:
+    def validate(self, training_args: Mapping[str, Any], *, device: str = "cpu",
+                 device_env: Mapping[str, str] | None = None) -> None:
+        """Build TrainingArguments from the whole dict in a child that has the job's device env."""
         if self._validate_runner.is_running():
             return
         fd, path = tempfile.mkstemp(prefix="gaudi-gui-validate-", suffix=".json")
@@ -422,7 +476,7 @@ class SchemaLoader(QObject):
         self._validate_file = path
         self._validate_lines = []
         self._validate_runner.start(sys.executable, ["-m", "gaudi_gui.workers.schema", "--validate", path],
-                                    env=launch_mod.visibility.child_env())
+                                    env=prepare_mod.child_env(device, device_env))
 
     def _on_validate_line(self, stream: str, line: str) -> None:
         if stream == "stdout":

@@ -72,6 +72,10 @@ class MainWindow(QMainWindow):
         self._jobs_timer.setInterval(1000)
         self._jobs_timer.timeout.connect(self._update_jobs_label)
         self._jobs_timer.start()
+        if services.training is not None:
+            # Runs left going by an earlier session or started by `gaudi-gui train`: follow them
+            # at once, whether or not the Training tab is ever opened.
+            QTimer.singleShot(0, services.training.reattach)
         self._closing = False
         self._shut_down = False
         self._restore()
@@ -194,8 +198,10 @@ class MainWindow(QMainWindow):
         self._device_label.setText(f"device: {detail}")
 
     def _owners(self) -> list[JobOwner]:
-        # Only tabs already built can own jobs (building one now would only to ask it).
-        return [w for w in self._built.values() if isinstance(w, JobOwner)]
+        """The job registry: the training service (it owns runs whether or not its tab was ever
+        opened) and the built tabs that own jobs (building one now would only be to ask it)."""
+        owners: list[JobOwner] = [self.services.training] if self.services.training is not None else []
+        return owners + [w for w in self._built.values() if isinstance(w, JobOwner)]
 
     def active_jobs(self) -> list[str]:
         return [job for owner in self._owners() for job in owner.active_jobs()]
@@ -282,6 +288,11 @@ class MainWindow(QMainWindow):
         self._jobs_timer.stop()
         for owner in self._owners():
             owner.shutdown()
+        for widget in self._built.values():
+            # Views that own no job still hold timers and helper processes.
+            shutdown = getattr(widget, "shutdown", None)
+            if not isinstance(widget, JobOwner) and callable(shutdown):
+                shutdown()
         self.services.poller.stop()
         self.services.environment.shutdown()
         self.closed.emit()

@@ -28,9 +28,12 @@ from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import paths
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
-from gaudi_gui.core.runstore import Run, RunStore
+from gaudi_gui.core.prepare import PrepareError, preview_command
+from gaudi_gui.core.runstore import Run
+from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.training_args import Schema, hints, latest_cached
 from gaudi_gui.services.context import AppServices
+from gaudi_gui.services.training import TrainingService
 from gaudi_gui.services.training_job import SchemaLoader, TrainingJob
 from gaudi_gui.ui.log_view import LogView
 from gaudi_gui.ui.loss_chart import LossChart
@@ -47,10 +50,11 @@ class TrainingTab(QWidget):
     def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.services = services
-        runs_dir = services.settings.get("training/runs_dir")
-        self.store = RunStore(runs_dir or None)
-        self.job = self._new_job()
-        self.attached: list[TrainingJob] = []
+        # The supervisor owns the runs; this view only binds to its current job.
+        self.training = services.training or TrainingService(services.settings, services.selection,
+                                                             services.environment, self)
+        self.store = self.training.store
+        self._bound: TrainingJob | None = None
         self.schema_loader = SchemaLoader(self)
         self.schema_loader.schema_loaded.connect(self._on_schema)
         self.schema_loader.schema_failed.connect(self._on_schema_failed)
@@ -71,7 +75,8 @@ class TrainingTab(QWidget):
                               ("Save job…", self.save_job_dialog), ("Load job…", self.load_job_dialog),
                               ("Start", self.start), ("Stop", self.stop), ("Resume", self.resume_current)):
             b = QPushButton(name, self)
-            b.clicked.connect(handler)
+            # clicked(bool) would hand `checked` to a slot's first optional parameter (start(job)).
+            b.clicked.connect(lambda _checked=False, h=handler: h())
             buttons.addWidget(b)
             self.btn[name] = b
         self.btn["Start"].setDefault(True)
@@ -141,31 +146,52 @@ class TrainingTab(QWidget):
         version = str(probed.get("transformers", "") or "") if isinstance(probed, dict) else ""
         self.schema_loader.load(version)
         self.update_preview()
-        self._reattach()
+        self.training.current_changed.connect(self._bind)
+        self.services.selection.selection_changed.connect(lambda _ids: self.update_preview())
+        self._bind(self.training.current)
+        self.training.reattach()
         self._update_buttons()
 
-    # -- helpers ----------------------------------------------------------------------------------
+    # -- binding to the supervisor's current job ---------------------------------------------------
 
-    def _new_job(self) -> TrainingJob:
-        job = TrainingJob(self.store, stop_grace_s=float(self.services.settings.get("training/stop_grace_s")),
-                          parent=self)
-        job.log_line_received.connect(self.log.append_line if hasattr(self, "log") else self._late_log)
-        return job
+    @property
+    def job(self) -> TrainingJob:
+        return self.training.current
 
-    def _late_log(self, line: str) -> None:
-        self.log.append_line(line)
+    def _bind(self, job: TrainingJob) -> None:
+        if job is self._bound:
+            return
+        if self._bound is not None:
+            for sig, slot in self._connections(self._bound):
+                with contextlib.suppress(RuntimeError, TypeError):
+                    sig.disconnect(slot)
+        self._bound = job
+        for sig, slot in self._connections(job):
+            sig.connect(slot)
+        self._show_job(job)
 
-    def _wire(self, job: TrainingJob) -> None:
-        job.progress_line.connect(self.log.set_progress)
-        job.metrics_received.connect(self._on_metrics)
-        job.event_received.connect(self._on_event)
-        job.status_changed.connect(self._on_state)
-        job.finished.connect(self._on_finished)
+    def _connections(self, job: TrainingJob) -> list[tuple[Any, Any]]:
+        return [(job.log_line_received, self.log.append_line), (job.progress_line, self.log.set_progress),
+                (job.metrics_received, self._on_metrics), (job.event_received, self._on_event),
+                (job.status_changed, self._on_state), (job.summary_changed, self._on_summary),
+                (job.finished, self._on_finished)]
+
+    def _show_job(self, job: TrainingJob) -> None:
+        """Show a job the tab did not watch from its start (re-attached): its curve and progress."""
+        if job.run is None:
+            return
+        self._clear_run_view()
+        self.chart.set_records(self._curve_before(job.run) + list(job.records))
+        self.log.append_lines(self._clean_log(job.run.log_tail(2000)))
+        self.log.flush()
+        self._show_progress()
+        if job.summary:
+            self.status.setText(job.summary)
+        self._update_buttons()
 
     @property
     def device(self) -> str:
-        kind = getattr(self.services.environment, "device", None)
-        return kind if kind in ("cpu", "cuda", "hpu") else "cpu"
+        return self.training.device
 
     def current_job(self) -> tuple[JobConfig, list[tuple[str, str]]]:
         job, errors = self.form.job()
@@ -175,15 +201,15 @@ class TrainingTab(QWidget):
         return job, errors
 
     def update_preview(self) -> None:
+        """The command Start would run now: this form, this device, the cards checked right now."""
         job, errors = self.current_job()
-        preview = launch_mod.build(job, self.store.root / "<run>", device=self.device,
-                                   device_env=self.services.selection.env(), port=29500)
-        self.command.setPlainText(preview.shell_command())
+        self.command.setPlainText(preview_command(job, device=self.device,
+                                                  device_env=self.training.device_env(),
+                                                  runs_root=self.store.root))
         n = job.launch.num_processes * job.launch.num_machines
         self.form.set_hints(hints(self.device, launch_mod.worker_training_args(job, self.device)
                                   if self.device != "cpu" else job.training_args, n))
         self.form.show_errors(errors)
-        self._preview = preview
 
     def copy_command(self) -> None:
         QGuiApplication.clipboard().setText(self.command.toPlainText())
@@ -206,7 +232,8 @@ class TrainingTab(QWidget):
             self.status.setText("fix: " + "; ".join(f"{f}: {m}" for f, m in errors[:4]))
             return
         self.status.setText("validating TrainingArguments in a child process…")
-        self.schema_loader.validate(launch_mod.worker_training_args(job, self.device))
+        self.schema_loader.validate(launch_mod.worker_training_args(job, self.device), device=self.device,
+                                    device_env=self.training.device_env())
 
     def _on_validated(self, errors: list) -> None:
         self.form.show_errors([(f"training_args.{f}", m) for f, m in errors])
@@ -243,7 +270,7 @@ class TrainingTab(QWidget):
 
     # -- running ----------------------------------------------------------------------------------
 
-    def start(self, job: JobConfig | None = None) -> Run | None:
+    def start(self, job: JobConfig | None = None, *, resumed_from: Run | None = None) -> Run | None:
         if self.job.is_running():
             self.status.setText("a run is already going: stop it first")
             return None
@@ -254,19 +281,19 @@ class TrainingTab(QWidget):
             self.form.show_errors(errors)
             self.status.setText("cannot start: " + "; ".join(f"{f}: {m}" for f, m in errors[:4]))
             return None
-        self.services.settings.set("training/last_job", job.to_dict())
-        self.job = self._new_job()
-        self._wire(self.job)
-        self.log.clear()
-        self.chart.clear()
-        self.progress.setValue(0)
-        self.eta.setText("")
         try:
-            run = self.job.start(job, device=self.device, device_env=self.services.selection.env())
-        except (ValueError, OSError) as exc:
+            run = self.training.start(job, resumed_from=str(resumed_from.folder) if resumed_from else "")
+        except PrepareError as exc:
+            self.form.show_errors(exc.problems)
             self.status.setText(f"cannot start: {exc}")
             return None
-        self.services.selection.claim(f"training {run.name}")
+        except (OSError, RuntimeError) as exc:
+            self.status.setText(f"cannot start: {getattr(exc, 'strerror', None) or exc}")
+            return None
+        self._clear_run_view()
+        if resumed_from is not None:
+            # The resumed run continues its parent's curve.
+            self.chart.set_records(self._curve_before(run))
         self.status.setText(f"starting {run.name}…")
         self.views.setCurrentWidget(self.live)
         self.runs.refresh()
@@ -274,70 +301,94 @@ class TrainingTab(QWidget):
         return run
 
     def stop(self) -> None:
+        """Stop with a checkpoint; pressed again while stopping: kill now."""
         if self.job.is_running():
-            self.job.stop()
-            self.status.setText("stopping: checkpoint at the next step, then the processes end…")
+            self.training.stop()
         self._update_buttons()
 
     def resume_current(self) -> None:
         runs = self.runs.selected_runs() or ([self.job.run] if self.job.run else [])
         if runs:
             self.resume_run(runs[0])
+        else:
+            self.status.setText("no run to resume: pick one in Runs")
 
     def resume_run(self, run: Run) -> Run | None:
         try:
-            job = run.job()
+            job = run.user_job()
         except JobConfigError as exc:
             self.status.setText(str(exc))
             return None
         if run.latest_checkpoint() is None:
-            self.status.setText(f"{run.name} has no checkpoint to resume from")
+            self.status.setText(f"{run.name} has no complete checkpoint to resume from")
             return None
         job.resume_from_checkpoint = "latest"
-        return self.start(job)
+        return self.start(job, resumed_from=run)
+
+    def _curve_before(self, run: Run) -> list[dict[str, Any]]:
+        """The records of the runs this one resumed, up to where it resumed (oldest first)."""
+        chain: list[dict[str, Any]] = []
+        seen = {run.folder}
+        parent_folder = run.status().resumed_from
+        limit: int | None = None
+        while parent_folder and Path(parent_folder) not in seen and len(seen) < 20:
+            parent = Run(parent_folder)
+            seen.add(parent.folder)
+            checkpoint = parent.status().checkpoint
+            records = parent.metrics()
+            upto = limit if limit is not None else None
+            if checkpoint and Path(checkpoint).name.startswith("checkpoint-"):
+                with contextlib.suppress(ValueError):
+                    upto = int(Path(checkpoint).name.split("-", 1)[1]) if upto is None else upto
+            chain = [r for r in records if upto is None or int(r.get("step", 0)) <= upto] + chain
+            limit = min((int(r.get("step", 0)) for r in records), default=None)
+            parent_folder = parent.status().resumed_from
+        return chain
+
+    def _clear_run_view(self) -> None:
+        self.log.clear()
+        self.log.set_progress("")
+        self.chart.clear()
+        self.chart.clear_overlays()
+        self.progress.setValue(0)
+        self.eta.setText("")
+
+    def _show_progress(self) -> None:
+        p = self.job.progress
+        self.progress.setValue(int(p.fraction * 100))
+        last = self.job.records[-1] if self.job.records else {}
+        loss = last.get("loss")
+        if p.max_steps:
+            eta = metrics_mod.format_duration(p.eta) if self.job.is_running() else "–"
+            self.eta.setText(f"step {p.step}/{p.max_steps}  ETA {eta}"
+                             + (f"  loss {loss:.4f}" if isinstance(loss, (int, float)) else ""))
 
     def _on_metrics(self, record: dict) -> None:
         # Stamp live records with the wall time they arrived, to line card usage up with steps.
         self.chart.add_record({**record, "time": time.time()})
         self._update_device_usage()
-        p = self.job.progress
-        self.progress.setValue(int(p.fraction * 100))
-        loss = record.get("loss")
-        self.eta.setText(f"step {p.step}/{p.max_steps}  ETA {metrics_mod.format_duration(p.eta)}"
-                         + (f"  loss {loss:.4f}" if isinstance(loss, (int, float)) else ""))
+        self._show_progress()
 
     def _on_event(self, event: dict) -> None:
-        kind = event.get("type")
-        if kind == "phase":
-            self.status.setText(str(event.get("message") or event.get("phase")))
-        elif kind == "training_started":
-            self.status.setText(f"training: {event.get('max_steps')} steps on "
-                                f"{event.get('world_size')} process(es)")
-        elif kind == "checkpoint_saved":
-            self.status.setText(f"checkpoint saved: {event.get('path')}")
-        elif kind == "error":
-            self.status.setText(f"error ({event.get('kind')}): {event.get('message')}")
+        if event.get("type") == "training_started":
+            self._show_progress()
+
+    def _on_summary(self, text: str) -> None:
+        self.status.setText(text)
 
     def _on_state(self, state: str) -> None:
         self.job_state_changed.emit(state)
         self._update_buttons()
 
     def _on_finished(self, code: int, state: str, tail: list) -> None:
-        sender = self.sender()
-        job = sender if isinstance(sender, TrainingJob) else self.job
-        if job.run is not None:
-            self.services.selection.release(f"training {job.run.name}")
+        job = self.job
+        self.status.setText(job.summary or state)
         if state == "finished":
-            loss = metrics_mod.final_loss(job.records)
-            self.status.setText(f"finished: final loss {loss:.4f}" if loss is not None else "finished")
             self.progress.setValue(100)
-        elif job.error:
-            self.status.setText(f"failed ({job.error.get('kind')}): {job.error.get('message')}")
-        else:
-            last = "\n".join(str(t) for t in tail[-5:])
-            self.status.setText(f"{state}: {job.run.status().exit_description if job.run else code}\n{last}")
+        self._show_progress()
         if job.leftover_pids:
-            self.status.setText(self.status.text() + f"\n⚠ processes left: {job.leftover_pids}")
+            self.status.setText(self.status.text() + f" ⚠ processes outlived the run and were killed: "
+                                f"{job.leftover_pids}")
         self.log.flush()
         self.log.set_progress("")
         self.runs.refresh()
@@ -347,17 +398,29 @@ class TrainingTab(QWidget):
         running = self.job.is_running()
         self.btn["Start"].setEnabled(not running)
         self.btn["Stop"].setEnabled(running)
+        self.btn["Stop"].setText("Kill now" if self.job.stopping else "Stop")
+        self.btn["Stop"].setToolTip("SIGKILL the run's processes now: no checkpoint" if self.job.stopping
+                                    else "save a checkpoint at the end of the current step, then end")
         self.btn["Resume"].setEnabled(not running)
 
     # -- history ----------------------------------------------------------------------------------
 
+    @staticmethod
+    def _clean_log(lines: list[str]) -> list[str]:
+        # Logs of earlier versions carry raw protocol lines; none of them is for a person.
+        return [redact(line) for line in lines if not line.lstrip().startswith("@gaudi-gui {")]
+
     def reopen(self, run: Run) -> None:
-        self.chart.set_records(run.metrics())
-        self.log.clear()
-        self.log.append_lines(run.log_tail(5000))
+        self._clear_run_view()
+        self.chart.set_records(self._curve_before(run) + run.metrics())
+        self.log.append_lines(self._clean_log(run.log_tail(5000)))
         self.log.flush()
-        st = run.status()
-        self.status.setText(f"{run.name}: {st.state}" + (f" ({st.error})" if st.error else ""))
+        st = run.reconcile()
+        self.status.setText(f"{run.name}: {st.summary or st.state}" + (f" ({st.error})" if st.error and
+                                                                       st.error not in st.summary else ""))
+        if st.max_steps:
+            self.progress.setValue(int(min(1.0, st.step / st.max_steps) * 100))
+            self.eta.setText(f"step {st.step}/{st.max_steps}")
         self.views.setCurrentWidget(self.live)
 
     def clone(self, run: Run) -> None:
@@ -370,7 +433,7 @@ class TrainingTab(QWidget):
         self.status.setText(f"form filled from {run.name}")
 
     def compare(self, runs: list[Run]) -> None:
-        self.chart.clear_overlays()
+        self._clear_run_view()
         for run in runs:
             steps, losses = metrics_mod.series(run.metrics(), "loss")
             self.chart.add_overlay(run.name, steps, losses)
@@ -407,50 +470,10 @@ class TrainingTab(QWidget):
             series.append((store.label(key), t, v))
         self.chart.set_device_series(series)
 
-    # -- detached runs ----------------------------------------------------------------------------
-
-    def _reattach(self) -> None:
-        remaining = []
-        for folder in self.services.settings.get("training/detached_runs"):
-            run = Run(folder)
-            if not Path(folder).is_dir():
-                continue
-            job = self._new_job()
-            self._wire(job)
-            if job.attach(run):
-                self.job = job
-                self.attached.append(job)
-                remaining.append(folder)
-                self.chart.set_records(job.records)
-                self.status.setText(f"re-attached to {run.name} (still running)")
-        self.services.settings.set("training/detached_runs", remaining)
-
-    # -- JobOwner ---------------------------------------------------------------------------------
-
-    def _running(self) -> list[TrainingJob]:
-        jobs = [self.job, *self.attached]
-        return [j for j in dict.fromkeys(jobs) if j.is_running()]
-
-    def active_jobs(self) -> list[str]:
-        return [j.describe() for j in self._running()]
-
-    def stop_jobs(self) -> None:
-        for job in self._running():
-            job.stop()
-
-    def detach_jobs(self) -> list[str]:
-        running = [j for j in self._running() if j.run is not None]
-        folders = [str(j.run.folder) for j in running if j.run is not None]
-        for job in running:
-            job.detach()
-        self.services.settings.set("training/detached_runs", folders)
-        return folders
-
     def shutdown(self) -> None:
+        """The view's own timers and helper children; the runs belong to the training service."""
         self.log.shutdown()
         self.schema_loader.shutdown()
-        for job in {self.job, *self.attached}:
-            job.shutdown()
 
     def _debug_state(self) -> dict[str, Any]:
         return {"state": self.job.state, "records": len(self.job.records)}

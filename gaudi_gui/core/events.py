@@ -1,0 +1,127 @@
+"""A run's event file, ``<run>/events.jsonl``: what the training worker tells the app.
+
+The worker appends one JSON object per line (phases, metrics, checkpoints, errors, the end), each
+with ONE ``os.write`` on a file opened with ``O_APPEND``: Linux appends a regular-file write as a
+whole, so ranks (or a rank and a crashing library) can never interleave inside a line, as they do on
+a shared stdout pipe where a ``print()`` is two writes. The live view and a re-attached view read
+the same file with ``EventFollower``, so a re-attached run looks exactly like a live one.
+
+Qt-free and torch-free.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+EVENTS_NAME = "events.jsonl"
+#: A line longer than this is not an event (a corrupt or hostile file must not exhaust memory).
+MAX_EVENT_BYTES = 1 << 20
+#: Event types that end a run, as the worker writes them.
+END_TYPES = ("finished", "stopped", "error")
+
+
+def _clean(value: Any) -> Any:
+    # JSON has no NaN/Infinity: a NaN loss is written as null rather than breaking the reader.
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def encode(event: Mapping[str, Any]) -> bytes:
+    """One event line, newline included, as the bytes of one write."""
+    if not isinstance(event.get("type"), str):
+        raise ValueError("an event needs a string 'type'")
+    text = json.dumps(_clean(event), separators=(",", ":"), ensure_ascii=False, default=str)
+    return (text + "\n").encode("utf-8")
+
+
+class EventWriter:
+    """Appends events to a file, one atomic write each; private to the user (mode 0600)."""
+
+    def __init__(self, path: str | Path, *, rank: int = 0) -> None:
+        self.path = Path(path)
+        self.rank = rank
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+    def write(self, event_type: str, **fields: Any) -> None:
+        data = encode({"type": event_type, "rank": self.rank, "time": round(time.time(), 3), **fields})
+        view = memoryview(data)
+        # A regular-file write is whole unless the disk is full or a signal interrupts it midway;
+        # finish a short write rather than leave half a line.
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> EventWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def decode(line: str | bytes) -> dict[str, Any] | None:
+    """The event on one line, or None when it is not one (blank, cut, corrupt, hostile)."""
+    if isinstance(line, bytes):
+        if len(line) > MAX_EVENT_BYTES:
+            return None
+        line = line.decode("utf-8", errors="replace")
+    text = line.strip()
+    if not text.startswith("{") or len(text) > MAX_EVENT_BYTES:
+        return None
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        return None
+    return value
+
+
+class EventFollower:
+    """Reads the complete lines appended to an event file since the last call (a cut last line
+    waits for its end), from the start or from a given offset."""
+
+    def __init__(self, path: str | Path, offset: int = 0) -> None:
+        self.path = Path(path)
+        self.offset = offset
+        self._partial = b""
+
+    def read(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        data = self._partial + data
+        lines = data.split(b"\n")
+        self._partial = lines.pop()
+        if len(self._partial) > MAX_EVENT_BYTES:
+            self._partial = b""
+        return [e for e in (decode(line) for line in lines) if e is not None]
+
+
+def read_events(path: str | Path) -> list[dict[str, Any]]:
+    """Every complete event in a file."""
+    return EventFollower(path).read()
+
+
+__all__ = ["END_TYPES", "EVENTS_NAME", "EventFollower", "EventWriter", "decode", "encode", "read_events"]

@@ -1,0 +1,124 @@
+"""How a run ended, told from its events: one state and one human sentence.
+
+The state comes from what the worker proved (its end event, its last checkpoint), not from the
+launcher's exit code alone: a shell that exits 143 after a clean stop is "stopped", a worker killed
+by SIGTERM from outside (preemption) saves and is "stopped", never "finished" at step 620 of 100000,
+and a run that ended without an end event was killed. Qt-free; the Training tab, the CLI and a
+reader that finds a run nobody watched all use it.
+"""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+
+def _signal_name(code: int) -> str:
+    number = -code if code < 0 else code - 128
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _is_signal_death(code: int | None) -> bool:
+    return code is not None and (code < 0 or code in (128 + 9, 128 + 15, 128 + 2, 128 + 1, 128 + 6))
+
+
+def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None, *,
+                        exit_code: int | None = None, stop_requested: bool = False,
+                        killed: bool = False, nobody_watched: bool = False) -> dict[str, Any]:
+    """The final fields of a run's status: state, summary, step, max_steps, checkpoint, error...
+
+    ``killed``: the supervisor had to SIGKILL (grace period over, or "kill now"). ``nobody_watched``:
+    the supervisor is gone and the exit code is unknown.
+    """
+    step = int(getattr(status, "step", 0) or 0)
+    max_steps = int(getattr(status, "max_steps", 0) or 0)
+    end: Mapping[str, Any] | None = None
+    error: Mapping[str, Any] | None = None
+    checkpoint = ""
+    stop_seen = False
+    final_loss = None
+    for ev in events:
+        kind = ev.get("type")
+        if kind == "metrics" or kind == "training_started":
+            if isinstance(ev.get("step"), int):
+                step = max(step, ev["step"]) if kind == "metrics" else step
+            if isinstance(ev.get("start_step"), int):
+                step = max(step, ev["start_step"])
+            if isinstance(ev.get("max_steps"), int) and ev["max_steps"] > 0:
+                max_steps = ev["max_steps"]
+            if kind == "metrics" and isinstance(ev.get("loss"), (int, float)):
+                final_loss = float(ev["loss"])
+        elif kind == "checkpoint_saved":
+            checkpoint = str(ev.get("path") or "")
+            if isinstance(ev.get("step"), int):
+                step = max(step, ev["step"])
+        elif kind == "stop_requested":
+            stop_seen = True
+        elif kind == "error" and error is None:
+            error = ev
+        elif kind in ("finished", "stopped") and (ev.get("rank", 0) == 0):
+            end = ev
+    out: dict[str, Any] = {}
+    if end is not None:
+        if isinstance(end.get("global_step"), int):
+            step = end["global_step"]
+        if isinstance(end.get("max_steps"), int) and end["max_steps"] > 0:
+            max_steps = end["max_steps"]
+        if end.get("checkpoint"):
+            checkpoint = str(end["checkpoint"])
+        if isinstance(end.get("final_loss"), (int, float)):
+            final_loss = float(end["final_loss"])
+    ckpt_name = Path(checkpoint).name if checkpoint else ""
+    ckpt_at_stop = bool(checkpoint) and ckpt_name == f"checkpoint-{step}"
+
+    if error is not None and (end is None or end.get("type") != "finished"):
+        state = "failed"
+        message = str(error.get("message", "")) or "the worker reported an error"
+        summary = f"Failed at step {step}: {message}" if step else f"Failed: {message}"
+        out.update(error=message, error_kind=str(error.get("kind", "other")))
+    elif end is not None and end.get("type") == "finished" and (not killed or end.get("final_dir")):
+        state = "finished"
+        loss = f"; final loss {final_loss:.4f}" if final_loss is not None else ""
+        where = f"; model saved in {end.get('final_dir')}" if end.get("final_dir") else ""
+        summary = f"Finished {step} steps{loss}{where}"
+    elif end is not None and end.get("type") == "stopped" and (not killed or ckpt_at_stop):
+        state = "stopped"
+        if ckpt_at_stop:
+            summary = f"Stopped at step {step} — {ckpt_name} saved; Resume continues there"
+        elif end.get("before_training"):
+            summary = "Stopped before training began — nothing to save"
+        elif checkpoint:
+            summary = (f"Stopped at step {step} — no checkpoint at this step; Resume continues from "
+                       f"{ckpt_name}")
+        else:
+            summary = f"Stopped at step {step} — no checkpoint saved"
+    elif killed or stop_requested or stop_seen or _is_signal_death(exit_code) or nobody_watched:
+        state = "killed"
+        if killed:
+            why = "the grace period ran out" if stop_requested else "killed on request"
+        elif nobody_watched:
+            why = "ended without reporting how (its supervisor was gone)"
+        elif exit_code is not None and _is_signal_death(exit_code):
+            why = f"killed by {_signal_name(exit_code)}"
+        else:
+            why = "ended without saving"
+        keep = f"; Resume continues from {ckpt_name}" if checkpoint else "; no checkpoint"
+        summary = f"Killed at step {step} — {why}{keep}"
+    else:
+        state = "failed"
+        summary = (f"Failed at step {step}: the training process exited with code {exit_code} "
+                   f"without reporting an error — see the log")
+    out.update(state=state, summary=summary, step=step, max_steps=max_steps, checkpoint=checkpoint)
+    if final_loss is not None:
+        out["final_loss"] = final_loss
+    if exit_code is not None:
+        out["exit_code"] = exit_code
+    return out
+
+
+__all__ = ["outcome_from_events"]
