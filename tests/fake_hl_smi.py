@@ -8,7 +8,12 @@ are the recorded HL-205 server (8 cards, index -> module id map from csv-index-m
 Environment knobs for tests:
   FAKE_HLSMI_PERIOD=0.1        seconds between loop snapshots (real hl-smi takes whole seconds)
   FAKE_HLSMI_MODE=...          normal | unsorted | die_after:K | hang | hang_after:K | garbage | empty |
-                               fail | zero_temp | na
+                               fail | zero_temp | na | garbage_rows | escapes | absurd | stall_mid:K
+                               garbage_rows: two unparsable lines among each snapshot's rows
+                               escapes: card names carry ANSI colour / title escapes and a BEL
+                               absurd: utilization 250 (card 1), memory.used -5 (2), 9999 C (3)
+                               stall_mid:K: after K snapshots print 3 rows, then sleep forever
+  FAKE_HLSMI_ROW_DELAY=0.1     seconds between two rows of a snapshot (a slow or loaded driver)
   FAKE_HLSMI_TABLE=FILE        table to print in table mode (default: table-hl205-1.18.0.txt)
 """
 
@@ -45,6 +50,12 @@ def cards(snapshot: int, mode: str) -> list[dict[str, str]]:
         if mode == "na":
             card["power.draw"] = "N/A"
             card["serial"] = "N/A"
+        if mode == "escapes":
+            card["name"] = f"\x1b[31m{name}\x1b[0m\x1b]0;pwned\x07\x1b[2J"
+        if mode == "absurd":
+            card["utilization.aip"] = {1: "250"}.get(index, card["utilization.aip"])
+            card["memory.used"] = {2: "-5"}.get(index, card["memory.used"])
+            card["temperature.aip"] = {3: "9999"}.get(index, card["temperature.aip"])
         out.append(card)
     if mode == "unsorted":
         order = [3, 1, 2, 0, 7, 5, 6, 4]
@@ -90,11 +101,19 @@ def main(argv: list[str]) -> int:
     if header:
         print(", ".join(f"{f} [{UNITS[f]}]" if f in UNITS else f for f in fields), flush=True)
     period = float(os.environ.get("FAKE_HLSMI_PERIOD", loop or 1))
+    row_delay = float(os.environ.get("FAKE_HLSMI_ROW_DELAY", "0"))
     snapshot = 0
     while True:
         if mode == "hang" or (mode.startswith("hang_after:") and snapshot >= int(mode.split(":")[1])):
             time.sleep(3600)
-        for card in cards(snapshot, mode):
+        stall = mode.startswith("stall_mid:") and snapshot >= int(mode.split(":")[1])
+        for position, card in enumerate(cards(snapshot, mode)):
+            if stall and position == 3:
+                sys.stdout.flush()
+                time.sleep(3600)
+            if mode == "garbage_rows" and position == 4:
+                print("### hl-smi: \x1b[31mdriver busy\x1b[0m ###")
+                print("3, 7")  # a truncated row
             values = []
             for f in fields:
                 value = card.get(f, "N/A")
@@ -102,6 +121,9 @@ def main(argv: list[str]) -> int:
                     value = f"{value} {UNITS[f]}"
                 values.append(value)
             print(", ".join(values))
+            if row_delay:
+                sys.stdout.flush()
+                time.sleep(row_delay)
         sys.stdout.flush()
         snapshot += 1
         if mode.startswith("die_after:") and snapshot >= int(mode.split(":")[1]):

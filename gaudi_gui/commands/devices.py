@@ -2,21 +2,32 @@
 
 Exit codes: 0 with the cards (or, when hl-smi is simply not installed, the host and NVIDIA GPUs plus a
 note on stderr); 1 when hl-smi ran but failed or printed nothing usable (the fallback is still
-printed); 2 when an explicitly chosen hl-smi (``--hl-smi`` or ``GAUDI_GUI_HL_SMI``) cannot be run.
+printed); 2 when an explicitly chosen hl-smi (``--hl-smi`` or ``GAUDI_GUI_HL_SMI``) cannot be run, or
+``--timeout`` is not a finite number of seconds above 0 (one line on stderr).
+
+hl-smi runs in its own session: on a timeout, and after it exits (a wrapper script's helpers), its
+process group and every descendant seen while it ran are killed, so nothing it forked is left.
+Everything hl-smi printed passes ``hlsmi.clean_text`` before it reaches the terminal, and unparsable
+rows are counted in a warning on stderr.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
+import psutil
+
 from gaudi_gui.core import hlsmi, host
-from gaudi_gui.core.devices import DeviceSample, attach_processes, card_warnings
+from gaudi_gui.core.devices import DeviceSample, attach_processes, card_warnings, value_problems
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,17 +35,102 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list of cards (unknown values: null)")
     p.add_argument("--hl-smi", dest="hl_smi", metavar="PATH",
                    help="the hl-smi program (default: $GAUDI_GUI_HL_SMI, then hl-smi on PATH)")
-    p.add_argument("--timeout", type=float, default=15.0, help="seconds to wait for hl-smi (default 15)")
+    # A string, checked in run(): argparse's own errors print the usage too (two lines, not one).
+    p.add_argument("--timeout", default="15", metavar="SECONDS",
+                   help="seconds to wait for each hl-smi call; then its whole process tree is ended "
+                        "(default 15)")
+
+
+#: After hl-smi itself exited, how long helpers that still hold its output pipes may take to finish.
+HELPER_GRACE_S = 0.5
+#: Seconds between looks at hl-smi's process tree while waiting for it.
+_SLICE_S = 0.05
+
+
+def parse_timeout(text: object) -> float | None:
+    """``--timeout`` as seconds, or None when it is not a finite number above 0."""
+    try:
+        value = float(str(text))
+    except ValueError:
+        return None
+    return value if math.isfinite(value) and value > 0 else None
+
+
+class _Tree:
+    """The processes an hl-smi run started: its session's group and every descendant seen."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.seen: dict[int, float] = {}  # pid -> create_time (a reused pid is not ours)
+        self.created: float | None = None
+        with contextlib.suppress(psutil.Error):
+            self.created = psutil.Process(pid).create_time()
+
+    def record(self) -> None:
+        with contextlib.suppress(psutil.Error):
+            root = psutil.Process(self.pid)
+            if self.created is None or abs(root.create_time() - self.created) >= 0.01:
+                return  # hl-smi was reaped and its pid reused: not ours
+            for child in root.children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    self.seen[child.pid] = child.create_time()
+
+    def kill(self) -> None:
+        self.record()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, signal.SIGKILL)  # start_new_session: the group id is hl-smi's pid
+        for pid, created in self.seen.items():
+            with contextlib.suppress(psutil.Error):
+                proc = psutil.Process(pid)
+                if abs(proc.create_time() - created) < 0.01:
+                    proc.kill()
 
 
 def _run(argv: list[str], timeout: float) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``argv``; -1 when it could not start or did not finish in
+    ``timeout`` seconds, in which case its whole process tree was killed."""
     try:
-        done = subprocess.run(argv, capture_output=True, timeout=timeout, text=True, errors="replace")
-    except subprocess.TimeoutExpired:
-        return -1, "", f"timed out after {timeout:.0f} s"
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
     except OSError as exc:
         return -1, "", str(exc)
-    return done.returncode, done.stdout, done.stderr
+    tree = _Tree(proc.pid)
+    deadline = time.monotonic() + timeout
+    exited_at: float | None = None
+    finished = False
+    out, err = b"", b""
+    while True:
+        tree.record()
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        try:
+            # Retrying communicate() after its timeout loses no output (documented).
+            out, err = proc.communicate(timeout=min(_SLICE_S, deadline - now))
+            finished = True
+            break
+        except subprocess.TimeoutExpired:
+            if proc.poll() is not None:
+                # hl-smi is gone but something it forked still holds the pipes.
+                exited_at = exited_at or now
+                if now - exited_at > HELPER_GRACE_S:
+                    break
+    tree.kill()  # helpers of a finished wrapper, or the whole tree of a hung one
+    if not finished:
+        try:
+            out, err = proc.communicate(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            # An escaped helper (a new session we never saw) holds the pipes: stop reading.
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+            proc.wait()
+    decoded_out = out.decode("utf-8", errors="replace")
+    decoded_err = err.decode("utf-8", errors="replace")
+    if proc.returncode is None or (not finished and exited_at is None):
+        return -1, decoded_out, (decoded_err + f"\ntimed out after {timeout:g} s; its process tree "
+                                 "was ended").strip()
+    return proc.returncode, decoded_out, decoded_err
 
 
 def snapshot(program: str, timeout: float) -> tuple[list[DeviceSample], str | None]:
@@ -47,6 +143,17 @@ def snapshot(program: str, timeout: float) -> tuple[list[DeviceSample], str | No
         what = f"exit code {code}" if code >= 0 else "did not finish"
         extra = ("\nunparsed lines:\n" + "\n".join(result.errors[:5])) if result.errors else ""
         return [], f"{' '.join(argv)}: {what}; it said:\n{said}{extra}"
+    if result.rejected:
+        shown = "\n  ".join(result.errors[:5])
+        _say(f"gaudi-gui devices: warning: {result.rejected} hl-smi row(s) could not be parsed and were "
+             f"skipped:\n  {shown}")
+    if result.warnings:
+        shown = "\n  ".join(result.warnings[:5])
+        _say(f"gaudi-gui devices: warning: {len(result.warnings)} hl-smi value(s) were not numbers and "
+             f"are shown as unknown:\n  {shown}")
+    flagged = [f"card {s.index}: {p}" for s in result.samples for p in value_problems(s)]
+    if flagged:
+        _say("gaudi-gui devices: warning: implausible values (shown as reported):\n  " + "\n  ".join(flagged))
     now = time.time()
     for s in result.samples:
         s.timestamp = now
@@ -54,6 +161,11 @@ def snapshot(program: str, timeout: float) -> tuple[list[DeviceSample], str | No
     if code == 0:
         attach_processes(result.samples, host.describe_processes(hlsmi.parse_table(out).processes))
     return result.samples, None
+
+
+def _say(text: str) -> None:
+    """A message on stderr, without the terminal escapes hl-smi's output may carry."""
+    print(hlsmi.clean_text(text), file=sys.stderr)
 
 
 def fallback(timeout: float) -> list[DeviceSample]:
@@ -81,27 +193,30 @@ def _table(samples: list[DeviceSample]) -> str:
                      n(s.utilization), f"{n(s.memory_used_mib)} / {n(s.memory_total_mib)}",
                      n(s.temperature_c), n(s.power_w), "; ".join(card_warnings(s))))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+    text = "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+    return hlsmi.clean_text(text)
 
 
 def run(args: argparse.Namespace) -> int:
+    timeout = parse_timeout(args.timeout)
+    if timeout is None:
+        _say(f"gaudi-gui devices: --timeout must be a finite number of seconds above 0, not {args.timeout!r}")
+        return 2
+    args.timeout = timeout
     explicit = args.hl_smi or os.environ.get("GAUDI_GUI_HL_SMI", "").strip() or None
     program = explicit or "hl-smi"
     resolved = shutil.which(program)
     code = 0
     if resolved is None:
         if explicit:
-            print(f"gaudi-gui devices: cannot run hl-smi {program!r}: not found or not executable",
-                  file=sys.stderr)
+            _say(f"gaudi-gui devices: cannot run hl-smi {program!r}: not found or not executable")
             return 2
-        print("gaudi-gui devices: hl-smi is not installed (not on PATH); showing NVIDIA GPUs and the host",
-              file=sys.stderr)
+        _say("gaudi-gui devices: hl-smi is not installed (not on PATH); showing NVIDIA GPUs and the host")
         samples = fallback(args.timeout)
     else:
         samples, problem = snapshot(resolved, args.timeout)
         if problem is not None:
-            print(f"gaudi-gui devices: hl-smi failed: {problem}\nshowing NVIDIA GPUs and the host instead",
-                  file=sys.stderr)
+            _say(f"gaudi-gui devices: hl-smi failed: {problem}\nshowing NVIDIA GPUs and the host instead")
             samples = fallback(args.timeout)
             code = 1
     text = json.dumps([s.to_dict() for s in samples], indent=2) if args.json else _table(samples)

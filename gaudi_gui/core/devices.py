@@ -85,15 +85,45 @@ class DeviceSample:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["generation"] = self.generation
+        data["problems"] = value_problems(self)
         return data
 
 
-def card_warnings(sample: DeviceSample, hot_c: float = 85.0, busy_util: float = 5.0) -> list[str]:
-    """Visible warnings for one card: failed to initialise (0 C), hot, busy."""
+#: Plausible ranges; a value outside is shown as reported but flagged (a driver or parse fault).
+TEMPERATURE_RANGE_C = (-40.0, 150.0)
+POWER_MAX_W = 3000.0
+
+
+def value_problems(sample: DeviceSample) -> list[str]:
+    """Values no card can have (utilization above 100 %, negative memory, used above total, an absurd
+    temperature or power). Each starts with "implausible"."""
     out: list[str] = []
+    util = sample.utilization
+    if util is not None and not 0 <= util <= 100:
+        out.append(f"implausible utilization {util:g} %")
+    for label, value in (("memory used", sample.memory_used_mib), ("memory total", sample.memory_total_mib)):
+        if value is not None and value < 0:
+            out.append(f"implausible {label} {value:g} MiB")
+    used, total = sample.memory_used_mib, sample.memory_total_mib
+    if used is not None and total is not None and total > 0 and used > total:
+        out.append(f"implausible memory: {used:g} MiB used of {total:g} MiB")
+    temp = sample.temperature_c
+    low, high = TEMPERATURE_RANGE_C
+    if temp is not None and not low <= temp <= high:
+        out.append(f"implausible temperature {temp:g} C")
+    for label, value in (("power", sample.power_w), ("power limit", sample.power_max_w)):
+        if value is not None and not 0 <= value <= POWER_MAX_W:
+            out.append(f"implausible {label} {value:g} W")
+    return out
+
+
+def card_warnings(sample: DeviceSample, hot_c: float = 85.0, busy_util: float = 5.0) -> list[str]:
+    """Visible warnings for one card: implausible values, failed to initialise (0 C), hot, busy."""
+    out: list[str] = value_problems(sample)
     if sample.kind == "hpu" and sample.temperature_c == 0:
         out.append("reports 0 C: the card failed to initialise")
-    elif sample.temperature_c is not None and sample.temperature_c >= hot_c:
+    elif (sample.temperature_c is not None and sample.temperature_c >= hot_c
+          and sample.temperature_c <= TEMPERATURE_RANGE_C[1]):
         out.append(f"hot: {sample.temperature_c:.0f} C")
     busy = sample.utilization is not None and sample.utilization >= busy_util
     if sample.kind != "host" and (busy or sample.processes):

@@ -2,14 +2,16 @@
 
 Everything keys on header names and on the ``index`` column, never on row order or positions: real
 machines print rows unsorted and layouts differ across versions (see tests/data/hlsmi/FORMAT.md).
-A bad line is reported in ``errors`` and skipped; nothing here raises on odd input.
+A bad line is counted (``rejected``) and its reason kept in ``errors``, never silently dropped;
+nothing here raises on odd input. Text that came from hl-smi passes ``clean_text`` before it is
+shown: a terminal escape sequence in a card name must not reach the user's terminal raw.
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from gaudi_gui.core.devices import DeviceSample, ProcessInfo
@@ -37,6 +39,18 @@ _FIELD_MAP: dict[str, tuple[str, str]] = {
 
 _UNIT = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(MiB|GiB|KiB|W|mW|C|%|MHz)?\s*$")
 _UNSET = ("", "N/A", "[N/A]", "NA", "n/a", "[Not Supported]", "Not Supported")
+# ANSI escape sequences (CSI ... final byte, OSC ... BEL/ST, and two-byte ESC x), then any other C0/C1
+# control character except tab and newline.
+_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, screen clears
+                      r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks
+                      r"|\x1b[@-Z\\-_]?"  # other two-byte escapes
+                      r"|\x9b[0-?]*[ -/]*[@-~]")  # the 8-bit CSI
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` without terminal escape sequences and control characters (tabs become spaces)."""
+    return _CONTROLS.sub("", _ESCAPES.sub("", text)).replace("\t", " ")
 
 
 def query_args(fields: Sequence[str] = QUERY_FIELDS, loop_s: int | None = None,
@@ -81,8 +95,10 @@ def header_fields(line: str) -> list[str] | None:
     return names
 
 
-def parse_row(fields: Sequence[str], line: str, kind: str = "hpu") -> DeviceSample:
-    """One CSV row; raises ValueError with a reason when it cannot be a card's row."""
+def parse_row(fields: Sequence[str], line: str, kind: str = "hpu",
+              problems: list[str] | None = None) -> DeviceSample:
+    """One CSV row; raises ValueError with a reason when it cannot be a card's row. A numeric value
+    that is neither a number nor N/A becomes None and, when ``problems`` is given, a reason there."""
     values = [v.strip() for v in line.split(",")]
     if len(values) != len(fields):
         # Truncated line, or (no hl-smi value holds a comma) a header that does not match the rows.
@@ -94,7 +110,8 @@ def parse_row(fields: Sequence[str], line: str, kind: str = "hpu") -> DeviceSamp
             continue
         attr, typ = target
         if typ == "str":
-            setattr(sample, attr, None if value in _UNSET else value)
+            text = clean_text(value).strip()
+            setattr(sample, attr, None if text in _UNSET else text)
             continue
         number = parse_number(value)
         if typ == "int":
@@ -104,6 +121,9 @@ def parse_row(fields: Sequence[str], line: str, kind: str = "hpu") -> DeviceSamp
                 raise ValueError(f"bad {name}: {value!r}")
             setattr(sample, attr, int(number))
         else:
+            if number is None and value not in _UNSET and problems is not None:
+                # Not N/A but not a number either ('five', 'inf'): shown as unknown, and reported.
+                problems.append(f"bad {name} {clean_text(value)[:40]!r}, shown as unknown")
             setattr(sample, attr, number)
     if sample.index < 0 and "index" in fields:
         raise ValueError("no index")
@@ -113,8 +133,16 @@ def parse_row(fields: Sequence[str], line: str, kind: str = "hpu") -> DeviceSamp
 @dataclass
 class CsvResult:
     samples: list[DeviceSample] = field(default_factory=list)
+    #: One reason per line that could not be parsed (line number, why, the line as repr).
     errors: list[str] = field(default_factory=list)
     fields: list[str] = field(default_factory=list)
+    #: Values of kept rows that were neither a number nor N/A (read as unknown).
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def rejected(self) -> int:
+        """How many non-empty, non-header lines were skipped."""
+        return len(self.errors)
 
 
 def parse_csv(text: str, fields: Sequence[str] | None = None, kind: str = "hpu") -> CsvResult:
@@ -132,11 +160,13 @@ def parse_csv(text: str, fields: Sequence[str] | None = None, kind: str = "hpu")
         if not result.fields:
             result.errors.append(f"line {number}: no header and no field list: {line[:80]!r}")
             continue
+        problems: list[str] = []
         try:
-            sample = parse_row(result.fields, line, kind)
+            sample = parse_row(result.fields, line, kind, problems)
         except ValueError as exc:
             result.errors.append(f"line {number}: {exc}: {line[:80]!r}")
             continue
+        result.warnings += [f"line {number}: {p}" for p in problems]
         if "index" not in result.fields:
             sample.index = len(result.samples)
         result.samples.append(sample)
@@ -146,14 +176,33 @@ def parse_csv(text: str, fields: Sequence[str] | None = None, kind: str = "hpu")
 
 class CsvStream:
     """Incremental parser for ``hl-smi -Q ... -l N``: the header comes once, then a group of rows per
-    period. A snapshot is complete when every known card has reported, or when an index repeats."""
+    period, in any order (keyed on ``index``).
 
-    def __init__(self, fields: Sequence[str] | None = None, kind: str = "hpu") -> None:
+    A snapshot ends when the index column wraps (an index already pending comes again) or, once the
+    set of cards is known, when every known card has reported. The set is learned from the last
+    snapshot that ended on a wrap, or given with ``expect`` (the poller passes the cards of the plain
+    hl-smi table and of its previous run). A row of a card outside the known set means the set is
+    stale: that snapshot then waits for the wrap, which teaches the new set.
+
+    Time never ends a snapshot: rows that arrive seconds apart still make one whole snapshot, and a
+    stalled stream publishes nothing (``flush`` at end of stream drops a partial snapshot when the
+    card set is known, and counts it in ``partial_dropped``).
+    """
+
+    def __init__(self, fields: Sequence[str] | None = None, kind: str = "hpu",
+                 expected: Iterable[int] | None = None) -> None:
         self.fields = list(fields or [])
         self.kind = kind
         self._pending: dict[int, DeviceSample] = {}
-        self._expected = 0
+        self._known: frozenset[int] | None = frozenset(expected) if expected else None
+        #: The newest reasons for skipped lines (bounded); ``rejected`` counts all of them.
         self.errors: list[str] = []
+        #: Lines that could not be parsed, since the start of the stream.
+        self.rejected = 0
+        #: Values of kept rows that were neither a number nor N/A (read as unknown).
+        self.bad_values = 0
+        #: Partial snapshots dropped at end of stream.
+        self.partial_dropped = 0
 
     def feed_line(self, line: str) -> list[DeviceSample] | None:
         """Feed one line; returns a complete snapshot (sorted by index) when one is finished."""
@@ -167,32 +216,57 @@ class CsvStream:
         if not self.fields:
             self._error(f"no header yet: {line[:80]!r}")
             return None
+        problems: list[str] = []
         try:
-            sample = parse_row(self.fields, line, self.kind)
+            sample = parse_row(self.fields, line, self.kind, problems)
         except ValueError as exc:
             self._error(f"{exc}: {line[:80]!r}")
             return None
+        for problem in problems:
+            self.bad_values += 1
+            self.errors.append(f"index {sample.index}: {problem}")
+            del self.errors[:-50]
         done = None
         if sample.index in self._pending:
             done = self._flush()
-            self._expected = max(self._expected, len(done))
+            self._known = frozenset(s.index for s in done)
         self._pending[sample.index] = sample
-        if done is None and self._expected and len(self._pending) >= self._expected:
+        if done is None and self._complete():
             done = self._flush()
         return done
 
+    def expect(self, indices: Iterable[int]) -> list[DeviceSample] | None:
+        """Tell the stream which cards exist (when it has not learned that itself yet); returns the
+        pending snapshot if that makes it complete."""
+        ids = frozenset(indices)
+        if not ids or self._known is not None:
+            return None
+        self._known = ids
+        return self._flush() if self._complete() else None
+
     @property
     def expected(self) -> int:
-        """Cards per snapshot once one complete snapshot was seen (0 before)."""
-        return self._expected
+        """Cards per snapshot once the card set is known (0 before)."""
+        return len(self._known) if self._known is not None else 0
+
+    @property
+    def known(self) -> frozenset[int] | None:
+        """The indices of the cards a complete snapshot holds, once known."""
+        return self._known
 
     def flush(self) -> list[DeviceSample] | None:
-        """The partial snapshot at end of stream (or a timer tick), if any."""
+        """At end of stream: the pending rows when no card set is known (a one-shot query's whole
+        output), else None; a partial snapshot is never passed off as a whole one."""
         if not self._pending:
             return None
-        done = self._flush()
-        self._expected = max(self._expected, len(done))
-        return done
+        if self._known is not None:
+            self._pending = {}
+            self.partial_dropped += 1
+            return None
+        return self._flush()
+
+    def _complete(self) -> bool:
+        return self._known is not None and self._pending.keys() == self._known
 
     def _flush(self) -> list[DeviceSample]:
         done = sorted(self._pending.values(), key=lambda s: s.index)
@@ -200,6 +274,7 @@ class CsvStream:
         return done
 
     def _error(self, message: str) -> None:
+        self.rejected += 1
         self.errors.append(message)
         del self.errors[:-50]  # keep the newest reasons only
 
@@ -245,11 +320,11 @@ def parse_table(text: str) -> TableResult:
             if m and m.group(2) != "N/A":
                 result.processes.append(ProcessInfo(
                     index=int(m.group(1)), pid=int(m.group(2)), kind=m.group(3),
-                    name=m.group(4).strip(), memory_mib=_num(m.group(5))))
+                    name=clean_text(m.group(4)).strip(), memory_mib=_num(m.group(5))))
             continue
         m1 = _CARD_LINE1.match(line)
         if m1 and not line.startswith("| AIP"):
-            pending = DeviceSample(kind="hpu", index=int(m1.group(1)), name=m1.group(2),
+            pending = DeviceSample(kind="hpu", index=int(m1.group(1)), name=clean_text(m1.group(2)),
                                    bus_id=m1.group(3), driver_version=result.driver_version)
             continue
         m2 = _CARD_LINE2.match(line)

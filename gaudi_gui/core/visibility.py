@@ -1,7 +1,8 @@
 """Which cards a job may use, and the environment that tells a child process so.
 
 Gaudi: ``HABANA_VISIBLE_MODULES`` takes module ids (the physical OAM slot, stable across reboots).
-Intel supports partial-server jobs on 2 or 4 cards in fixed groups only. CUDA: ``CUDA_VISIBLE_DEVICES``
+Intel supports partial-server jobs on 2 or 4 cards in fixed groups only (a job on one card is not a
+partial-server job and needs no group). CUDA: ``CUDA_VISIBLE_DEVICES``
 takes indices. Device visibility is fixed when a process starts, which is why it is an environment of
 the child and never something the Qt process could change later.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 #: Intel's supported partial-server groups (module ids). A full server (all cards) is always fine.
 SUPPORTED_GROUPS: tuple[frozenset[int], ...] = tuple(
@@ -45,7 +47,9 @@ def selection_warnings(kind: str, selected: Sequence[int], available: Sequence[i
     missing = sorted(chosen - set(available))
     if missing:
         warnings.append(f"card(s) {format_ids(missing)} are not present on this machine")
-    if kind == "hpu" and chosen and chosen != set(available):
+    # One card is a single-card job, not a partial-server one: Intel's 2/4 groups are about several
+    # multi-card jobs sharing one server.
+    if kind == "hpu" and len(chosen) > 1 and chosen != set(available):
         if len(chosen) not in (2, 4):
             warnings.append(
                 f"{len(chosen)} card(s) selected: Intel supports partial-server jobs on 2 or 4 cards only"
@@ -84,3 +88,41 @@ def child_env(extra: Mapping[str, str] | None = None,
     if extra:
         env.update({str(k): str(v) for k, v in extra.items()})
     return env
+
+
+#: What to install so that jobs use Gaudi cards (shown in the Devices tab's banner).
+HABANA_INSTALL_HINT = ("install Intel's habana-torch-plugin (module habana_frameworks, with Intel's own "
+                       "torch build) through the Intel Gaudi software installer, or run gaudi-gui in an "
+                       "Intel Gaudi container; it is not on PyPI")
+
+
+def jobs_device(kind: str, info: Mapping[str, Any] | None) -> str:
+    """Where jobs will really run: ``kind`` (what hl-smi / nvidia-smi see) unless the environment probe
+    (``gaudi_gui.workers.probe.collect``) says the job's Python cannot use those cards. Before a probe
+    result (``info`` None) the cards are assumed usable."""
+    if info is None or kind == "cpu":
+        return kind
+    if kind == "hpu" and not (info.get("habana_frameworks") and info.get("is_torch_hpu_available")):
+        return "cuda" if int(info.get("cuda_count") or 0) > 0 else "cpu"
+    if kind == "cuda" and int(info.get("cuda_count") or 0) <= 0:
+        return "cpu"
+    return kind
+
+
+def runtime_mismatch(kind: str, info: Mapping[str, Any] | None) -> str | None:
+    """A sentence for a banner when the cards the device tools see will not be used by jobs."""
+    used = jobs_device(kind, info)
+    if used == kind or info is None:
+        return None
+    where = {"cpu": "the CPU", "cuda": "the NVIDIA GPU(s)"}.get(used, used)
+    python = info.get("executable") or "the app's Python"
+    if kind == "hpu":
+        if not info.get("habana_frameworks"):
+            return (f"hl-smi sees Gaudi cards, but {python} has no habana_frameworks: jobs will run on "
+                    f"{where}. To use the cards, {HABANA_INSTALL_HINT}.")
+        error = (info.get("errors") or {}).get("hpu")
+        return (f"habana_frameworks is installed, but torch in {python} sees no usable HPU"
+                f"{f' ({error})' if error else ''}: jobs will run on {where}. Check the driver, "
+                "HABANA_VISIBLE_MODULES and that habana-torch-plugin matches the installed torch.")
+    return (f"nvidia-smi sees NVIDIA GPUs, but torch in {python} cannot use them (a CPU-only build?): "
+            f"jobs will run on {where}. Install a CUDA build of torch to use them.")

@@ -2,7 +2,15 @@
 
 Design:
 - ONE hl-smi process in loop mode (cheaper than spawning hl-smi every tick); its CSV stream goes
-  through ``core.hlsmi.CsvStream`` which keys rows on the ``index`` column.
+  through ``core.hlsmi.CsvStream`` which keys rows on the ``index`` column. A snapshot ends when the
+  index wraps or when every known card (from the plain table, read at launch, or the previous complete
+  snapshot) has reported, never on a timer: rows seconds apart still make one whole snapshot, and a
+  stall publishes no partial snapshot (the hang watchdog below ends it). Unparsable rows are counted
+  and reported through ``rows_rejected``.
+- Every hl-smi child runs in its own session (process group). Many installs wrap hl-smi in a script
+  that forks helpers (``hl-smi.real "$@" | cat``): stop, restart and the hang watchdog kill the whole
+  group plus every descendant seen while it ran, and a run that ended by itself has its group swept,
+  so no helper outlives its hl-smi.
 - It is restarted with exponential back-off when it dies, and killed when it hangs (no complete
   snapshot for ``HANG_FACTOR`` intervals); the plain ``hl-smi`` table is read every
   ``devices/process_interval_s`` for the Compute Processes section (the only place PIDs appear).
@@ -11,13 +19,17 @@ Design:
 - Real hl-smi's ``-l`` takes whole seconds, so the poller always passes ``max(1, round(interval))``.
   The interval setting may be fractional: it drives the host timer and the hang watchdog. Tests make
   the fake hl-smi faster with its own ``FAKE_HLSMI_PERIOD`` variable, never through ``-l``.
+- Intervals are clamped here, where they feed QTimer (whose milliseconds are a C int): a stored 3e6,
+  inf or NaN must not raise OverflowError in ``QTimer.start``; ``interval_note`` says what was done.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
+import signal
 import time
 from typing import TYPE_CHECKING
 
@@ -44,8 +56,37 @@ HANG_FACTOR = 3.0
 #: hl-smi needs time to open the driver before its first line.
 FIRST_OUTPUT_GRACE_S = 10.0
 HISTORY_SECONDS = 3600
-#: Quiet time (ms) after a row that ends a snapshot's burst of rows.
-SETTLE_MS = 60
+#: Interval bounds (seconds): below, hl-smi would be spawned too often; above, QTimer's int ms and
+#: any sense of "live" end. A non-number or NaN takes the default.
+INTERVAL_RANGE_S = (0.05, 3600.0)
+PROCESS_INTERVAL_RANGE_S = (0.1, 3600.0)
+
+
+def clamp_interval(value: object, default: float, bounds: tuple[float, float]) -> tuple[float, str | None]:
+    """(seconds, note): ``value`` as a float within ``bounds``; the note says what was changed."""
+    low, high = bounds
+    try:
+        seconds = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):
+        return default, f"{value!r} is not a number of seconds; {default:g} s is used"
+    if math.isnan(seconds):
+        return default, f"{value!r} is not a number of seconds; {default:g} s is used"
+    if seconds < low:
+        return low, f"{seconds:g} s is below {low:g} s; {low:g} s is used"
+    if seconds > high:
+        return high, f"{seconds:g} s is above {high:g} s; {high:g} s is used"
+    return seconds, None
+
+
+def sweep_group(pgid: int, descendants: list[int] | None = None) -> None:
+    """SIGKILL what is left of an hl-smi run: its process group (it ran in its own session, so the
+    group id is its pid) and the descendants recorded while it ran. Errors mean "already gone"."""
+    if pgid > 0:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+    for pid in descendants or []:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def resolve_program(settings: Settings) -> tuple[str, bool]:
@@ -77,13 +118,19 @@ class DevicePoller(QObject):
     processes_received = Signal(list)
     #: (state, human-readable message): one of the STATE_* values and what was run / what it said.
     state_changed = Signal(str, str)
+    #: hl-smi printed rows that could not be parsed, or values that are not numbers: (how many since
+    #: start(), the newest reason). Skipped rows and unknown values are counted, never dropped silently.
+    rows_rejected = Signal(int, str)
 
     def __init__(self, settings: Settings, selection: DeviceSelection, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._settings = settings
         self._selection = selection
-        self.interval_s = max(0.05, float(settings.get("devices/interval_s")))
-        self.process_interval_s = max(0.1, float(settings.get("devices/process_interval_s")))
+        self.interval_s = 1.0
+        self.process_interval_s = 5.0
+        #: What clamping did to the interval settings ("" when they were used as given).
+        self.interval_note = ""
+        self._read_intervals()
         #: First and largest restart delay; tests make them small.
         self.backoff_initial_s = 1.0
         self.backoff_max_s = 30.0
@@ -100,6 +147,10 @@ class DevicePoller(QObject):
         self._latest: list[DeviceSample] = []
         self._processes: list[ProcessInfo] = []
         self._stream = hlsmi.CsvStream()
+        #: Indices of the cards of the last complete snapshot or table: seeds the next stream.
+        self._known_cards: list[int] = []
+        self._rejected_total = 0
+        self._rejected_seen = 0
         self._source = "hl-smi"
         self._hung_for: float | None = None
         self._discard_exit = False
@@ -111,18 +162,13 @@ class DevicePoller(QObject):
 
         self._table_runner = ProcessRunner(self, parse_protocol=False, tail_lines=400)
         self._table_runner.finished.connect(self._on_table_finished)
+        self._table_for_count = False
         self._nvidia_runner = ProcessRunner(self, parse_protocol=False, tail_lines=64)
         self._nvidia_runner.finished.connect(self._on_nvidia_finished)
 
         self._restart_timer = QTimer(self)
         self._restart_timer.setSingleShot(True)
         self._restart_timer.timeout.connect(self._launch)
-        # Rows of one snapshot arrive in one burst: a short quiet gap ends it, so the first snapshot
-        # does not wait for the second period's first row (the card count is unknown until then).
-        self._settle = QTimer(self)
-        self._settle.setSingleShot(True)
-        self._settle.setInterval(SETTLE_MS)
-        self._settle.timeout.connect(self._flush_pending)
         self._watchdog = QTimer(self)
         self._watchdog.setInterval(250)
         self._watchdog.timeout.connect(self._check_hang)
@@ -169,11 +215,30 @@ class DevicePoller(QObject):
     def is_running(self) -> bool:
         return self._running
 
+    @property
+    def rejected_rows(self) -> int:
+        """hl-smi rows skipped as unparsable, plus values read as unknown, since ``start()``."""
+        return self._rejected_total
+
+    def children_pids(self) -> list[int]:
+        """Every live process this poller started, with descendants (tests check none is left)."""
+        import psutil
+
+        out: list[int] = []
+        for runner in (self._runner, self._table_runner, self._nvidia_runner):
+            if runner.is_running() and runner.pid > 0:
+                with contextlib.suppress(psutil.Error):
+                    proc = psutil.Process(runner.pid)
+                    out += [proc.pid, *(c.pid for c in proc.children(recursive=True))]
+        return out
+
     def start(self) -> None:
         if self._running:
             return
         self._running = True
         self._backoff_s = self.backoff_initial_s
+        self._rejected_total = 0
+        self._rejected_seen = 0
         # The first host sample comes after one interval: start() runs before the window's first
         # paint, which should not wait for psutil and numpy.
         self._host_timer.start(int(self.interval_s * 1000))
@@ -182,8 +247,7 @@ class DevicePoller(QObject):
     def stop(self) -> None:
         """Stop every child and timer (called when the window closes)."""
         self._running = False
-        for timer in (self._restart_timer, self._watchdog, self._host_timer, self._table_timer,
-                      self._settle):
+        for timer in (self._restart_timer, self._watchdog, self._host_timer, self._table_timer):
             timer.stop()
         # The killed loop's exit belongs to this stop, not to a run started right after (restart).
         self._discard_exit = self._runner.is_running()
@@ -195,9 +259,23 @@ class DevicePoller(QObject):
     def restart(self) -> None:
         """Re-read the settings and start over (after the user changed the program or interval)."""
         self.stop()
-        self.interval_s = max(0.05, float(self._settings.get("devices/interval_s")))
-        self.process_interval_s = max(0.1, float(self._settings.get("devices/process_interval_s")))
+        self._read_intervals()
         self.start()
+
+    def _read_intervals(self) -> None:
+        notes = []
+        for attr, key, default, bounds in (
+                ("interval_s", "devices/interval_s", 1.0, INTERVAL_RANGE_S),
+                ("process_interval_s", "devices/process_interval_s", 5.0, PROCESS_INTERVAL_RANGE_S)):
+            try:
+                raw = self._settings.get(key)
+            except Exception as exc:  # a broken stored value must not stop the poller
+                raw = f"unreadable ({exc})"
+            value, note = clamp_interval(raw, default, bounds)
+            setattr(self, attr, value)
+            if note:
+                notes.append(f"{key}: {note}")
+        self.interval_note = "; ".join(notes)
 
     def _on_setting_changed(self, key: str, value: object) -> None:
         if key in ("devices/hl_smi", "devices/interval_s", "devices/process_interval_s") and self._running:
@@ -220,12 +298,20 @@ class DevicePoller(QObject):
         self._program, self._explicit = resolve_program(self._settings)
         args = hlsmi.query_args(hlsmi.QUERY_FIELDS, loop_s=loop_seconds(self.interval_s))
         self._argv = [self._program, *args]
-        self._stream = hlsmi.CsvStream()
+        self._stream = hlsmi.CsvStream(expected=self._known_cards or None)
+        self._rejected_seen = 0
         self._snapshots_this_run = 0
         self._last_output_at = time.monotonic()
         if self._state in (STATE_STOPPED, STATE_STARTING):
-            self._set_state(STATE_STARTING, f"running {self.command}")
-        self._runner.start(self._program, args)
+            note = f" ({self.interval_note})" if self.interval_note else ""
+            self._set_state(STATE_STARTING, f"running {self.command}{note}")
+        # Its own session: a wrapper script's helpers share its process group, which a stop kills.
+        self._runner.start(self._program, args, new_session=True)
+        if not self._known_cards:
+            # The plain table lists every card: its count ends the first snapshot without waiting
+            # for the index to wrap one period later.
+            self._table_for_count = True
+            self._poll_table()
 
     def _on_started(self, pid: int) -> None:
         self._last_output_at = time.monotonic()
@@ -236,21 +322,22 @@ class DevicePoller(QObject):
             return
         self._last_output_at = time.monotonic()
         snapshot = self._stream.feed_line(line)
+        self._report_rejected()
         if snapshot:
             self._on_snapshot(snapshot)
-        self._settle.start()
 
-    def _flush_pending(self) -> None:
-        if self._stream.expected:
-            # The card count is known: a quiet gap mid-burst (a loaded machine) must not publish half
-            # a snapshot; the next row completes it.
-            return
-        snapshot = self._stream.flush()
-        if snapshot and self._running:
-            self._on_snapshot(snapshot)
+    def _report_rejected(self) -> None:
+        seen = self._stream.rejected + self._stream.bad_values
+        new = seen - self._rejected_seen
+        if new > 0:
+            self._rejected_seen = seen
+            self._rejected_total += new
+            reason = hlsmi.clean_text(self._stream.errors[-1]) if self._stream.errors else ""
+            self.rows_rejected.emit(self._rejected_total, reason)
 
     def _on_snapshot(self, samples: list[DeviceSample]) -> None:
         self._snapshots_this_run += 1
+        self._known_cards = [s.index for s in samples]
         self._backoff_s = self.backoff_initial_s
         self._source = "hl-smi"
         if self._state != STATE_OK:
@@ -290,27 +377,30 @@ class DevicePoller(QObject):
             self._runner.kill_tree()
 
     def _on_finished(self, code: int, status: str) -> None:
+        # Helpers of a wrapper that exited on its own are still in its group: none may outlive it.
+        sweep_group(self._runner.pid, self._runner.alive_descendants())
         if self._discard_exit:
             self._discard_exit = False
             return
         self._watchdog.stop()
-        self._settle.stop()
-        # The last rows of a dying loop may be a partial snapshot: keep them.
+        # The last rows of a dying loop: a whole snapshot only when no card set is known yet (then
+        # they are all hl-smi printed); a partial one is dropped, never shown as every card.
         tail = self._stream.flush()
         if tail and self._running:
             self._on_snapshot(tail)
         if not self._running:
             return
-        said = self._said(self._runner.tail(8), self._stream.errors[-3:])
+        said = hlsmi.clean_text(self._said(self._runner.tail(8), self._stream.errors[-3:]))
         if status == EXIT_FAILED_TO_START:
             reason = self._runner.tail(1)[0] if self._runner.tail(1) else "could not start"
             if self._explicit or shutil.which(self._program) is not None:
                 self._fail(STATE_FAILED, f"{self.command}\n{reason}\nCheck the hl-smi path in the "
                                          "settings or GAUDI_GUI_HL_SMI.", retry=True)
             else:
+                # Each fact once: the Devices tab adds what it shows instead.
                 self._fail(STATE_ABSENT, f"{self.command}\n{reason}\nhl-smi comes with Intel Gaudi's "
                                          "driver package (habanalabs-firmware-tools); install it or set "
-                                         "GAUDI_GUI_HL_SMI. Showing the host instead.", retry=False)
+                                         "GAUDI_GUI_HL_SMI.", retry=False)
             return
         hung = self._hung_for
         self._hung_for = None
@@ -331,8 +421,9 @@ class DevicePoller(QObject):
 
     def _fail(self, state: str, message: str, *, retry: bool) -> None:
         self._table_timer.stop()
-        self._set_state(state, message)
+        # The fallback first: listeners of state_changed read ``source`` to say what is shown instead.
         self._start_fallback()
+        self._set_state(state, message)
         if retry and self._running:
             self._restart_timer.start(int(self._backoff_s * 1000))
             self._backoff_s = min(self.backoff_max_s, self._backoff_s * 2)
@@ -354,12 +445,18 @@ class DevicePoller(QObject):
             if time.time() - self._table_runner.started_at > max(10.0, 2 * self.process_interval_s):
                 self._table_runner.kill_tree()
             return
-        self._table_runner.start(self._program, [])
+        self._table_runner.start(self._program, [], new_session=True)
 
     def _on_table_finished(self, code: int, status: str) -> None:
+        sweep_group(self._table_runner.pid, self._table_runner.alive_descendants())
+        for_count, self._table_for_count = self._table_for_count, False
         if not self._running or code != 0:
             return
         result = hlsmi.parse_table("\n".join(self._table_runner.tail(400)))
+        if for_count and result.samples and self._runner.is_running():
+            snapshot = self._stream.expect(s.index for s in result.samples)
+            if snapshot:
+                self._on_snapshot(snapshot)
         self._processes = host.describe_processes(result.processes)
         if self._latest and self._latest[0].kind == "hpu":
             attach_processes(self._latest, self._processes)
@@ -390,9 +487,10 @@ class DevicePoller(QObject):
     def _poll_nvidia(self) -> None:
         if self._nvidia_runner.is_running() or not self._running:
             return
-        self._nvidia_runner.start("nvidia-smi", host.nvidia_args())
+        self._nvidia_runner.start("nvidia-smi", host.nvidia_args(), new_session=True)
 
     def _on_nvidia_finished(self, code: int, status: str) -> None:
+        sweep_group(self._nvidia_runner.pid, self._nvidia_runner.alive_descendants())
         if not self._running or self._state == STATE_OK:
             return
         if code != 0:

@@ -1,11 +1,15 @@
-"""The table of cards: one row per card, checkboxes for the job selection, warnings highlighted."""
+"""The table of cards: one row per card, checkboxes for the job selection, warnings highlighted.
+
+A card's check toggles on a click anywhere in its row and on Space (the row with the focus frame);
+the table handles both itself, so the check cell is not Qt-user-checkable (Qt would toggle a click
+on the box a second time)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QBrush, QColor
+from PySide6.QtGui import QBrush, QColor, QKeyEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHeaderView,
@@ -58,11 +62,14 @@ class DeviceTable(QTableWidget):
         self._ids: list[int] = []
         self._bars: list[QProgressBar] = []
         self._checked: set[int] = set()
+        self._checkable: list[bool] = []
         self._updating = False
         self._fit_pending = False
         self.hot_c = 85.0
         self.busy_util = 5.0
         self.itemChanged.connect(self._on_item_changed)
+        self.cellClicked.connect(lambda row, _col: self.toggle_row(row))
+        self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
         self.setMaximumHeight(self.horizontalHeader().sizeHint().height() + 60)
 
     def set_checked(self, ids: Sequence[int]) -> None:
@@ -71,7 +78,7 @@ class DeviceTable(QTableWidget):
         try:
             for row, card_id in enumerate(self._ids):
                 item = self.item(row, 0)
-                if item is not None and item.flags() & Qt.ItemFlag.ItemIsUserCheckable:
+                if item is not None and self._checkable[row]:
                     state = Qt.CheckState.Checked if card_id in self._checked else Qt.CheckState.Unchecked
                     if item.checkState() != state:
                         item.setCheckState(state)
@@ -100,13 +107,13 @@ class DeviceTable(QTableWidget):
         self._keys = [s.key for s in samples]
         self._ids = [selection_id(s) for s in samples]
         self._bars = []
+        # The host is shown, not selectable: jobs on the CPU need no device env.
+        self._checkable = [s.kind != "host" for s in samples]
         for row, card_id in enumerate(self._ids):
             check = QTableWidgetItem()
-            if samples[row].kind == "host":
-                # The host is shown, not selectable: jobs on the CPU need no device env.
-                check.setFlags(Qt.ItemFlag.ItemIsEnabled)
-            else:
-                check.setFlags(Qt.ItemFlag.ItemIsUserCheckable | Qt.ItemFlag.ItemIsEnabled)
+            check.setFlags(Qt.ItemFlag.ItemIsEnabled)
+            if self._checkable[row]:
+                check.setToolTip("click the row or press Space to use this card for jobs")
                 checked = card_id in self._checked
                 check.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
             self.setItem(row, 0, check)
@@ -177,7 +184,7 @@ class DeviceTable(QTableWidget):
             item.setText(text)
             item.setToolTip(text)
             color = None
-            if any("initialise" in w or w.startswith("hot") for w in warnings):
+            if any("initialise" in w or w.startswith(("hot", "implausible")) for w in warnings):
                 color = _BAD
             elif warnings:
                 color = _BUSY
@@ -201,10 +208,27 @@ class DeviceTable(QTableWidget):
         self.selection_edited.emit(sorted(self._checked))
 
     def check_row(self, row: int, checked: bool) -> None:
-        """Check or uncheck a row as the user would (tests and keyboard helpers)."""
+        """Check or uncheck a row (the same path a click or Space takes)."""
+        item = self.item(row, 0)
+        if item is not None and row < len(self._checkable) and self._checkable[row]:
+            item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+
+    def toggle_row(self, row: int) -> None:
+        """Flip a card's check (a click on its row, Space on the current row)."""
         item = self.item(row, 0)
         if item is not None:
-            item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+            self.check_row(row, item.checkState() != Qt.CheckState.Checked)
+
+    def is_checked(self, row: int) -> bool:
+        item = self.item(row, 0)
+        return item is not None and item.checkState() == Qt.CheckState.Checked
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        if event.key() in (Qt.Key.Key_Space, Qt.Key.Key_Select) and self.currentRow() >= 0:
+            self.toggle_row(self.currentRow())
+            event.accept()
+            return
+        super().keyPressEvent(event)
 
     def row_ids(self) -> list[int]:
         return list(self._ids)

@@ -1,6 +1,11 @@
 """The Devices tab: every card (table + history charts), their processes, the job selection, and a
 clear state panel when hl-smi is missing or failing. It only listens to the DevicePoller; it never runs
-hl-smi itself."""
+hl-smi itself.
+
+Banners: the state panel (hl-smi missing / failing, each fact said once), the runtime banner (cards
+are present but the job's Python cannot use them, so jobs run on the CPU: what to install), and a line
+counting hl-smi rows that could not be parsed. The tab also hands the environment probe's report to
+the DeviceSelection, so that ``selection.env()`` / ``card_count()`` tell jobs the truth."""
 
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core.devices import DeviceSample, ProcessInfo
+from gaudi_gui.core.devices import METRICS, DeviceSample, ProcessInfo
 from gaudi_gui.services import device_poller as dp
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.ui.device_charts import CHARTS, DeviceCharts
@@ -56,12 +61,25 @@ class DevicesTab(QWidget):
         self.state_text.setWordWrap(True)
         self.state_text.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.retry_button = QPushButton("Retry hl-smi", self.state_panel)
-        self.retry_button.clicked.connect(self.poller.restart)
+        # Through a lambda: clicked passes `checked`, which must never reach a slot (DESIGN.md).
+        self.retry_button.clicked.connect(lambda: self.poller.restart())  # noqa: PLW0108
         panel_layout = QVBoxLayout(self.state_panel)
         panel_layout.addWidget(self.state_title)
         panel_layout.addWidget(self.state_text)
         panel_layout.addWidget(self.retry_button, 0, Qt.AlignmentFlag.AlignLeft)
         self.state_panel.setVisible(False)
+
+        self.runtime_panel = QLabel(self)
+        self.runtime_panel.setObjectName("devicesRuntimePanel")
+        self.runtime_panel.setWordWrap(True)
+        self.runtime_panel.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.runtime_panel.setStyleSheet("#devicesRuntimePanel { background: #fff4d6; border: 1px solid "
+                                         "#e0c070; border-radius: 4px; padding: 6px; }")
+        self.runtime_panel.setVisible(False)
+        self.rejected_label = QLabel(self)
+        self.rejected_label.setWordWrap(True)
+        self.rejected_label.setStyleSheet("color: #a33;")
+        self.rejected_label.setVisible(False)
 
         self.source_label = QLabel("waiting for hl-smi…", self)
         self.host_label = QLabel("host: —", self)
@@ -119,7 +137,9 @@ class DevicesTab(QWidget):
         # short, and the charts take whatever height is left whatever the state panel shows.
         layout = QVBoxLayout(self)
         layout.addWidget(self.state_panel)
+        layout.addWidget(self.runtime_panel)
         layout.addLayout(top)
+        layout.addWidget(self.rejected_label)
         layout.addWidget(upper, 0)
         layout.addWidget(self.charts, 1)
         layout.addWidget(lower, 0)
@@ -138,7 +158,11 @@ class DevicesTab(QWidget):
         self.poller.host_received.connect(self.on_host)
         self.poller.processes_received.connect(self.on_processes)
         self.poller.state_changed.connect(self.on_state)
+        self.poller.rows_rejected.connect(self.on_rows_rejected)
         self.selection.selection_changed.connect(self._on_selection_changed)
+        services.environment.probe_finished.connect(self.selection.set_environment)
+        if services.environment.result is not None:
+            self.selection.set_environment(services.environment.result)
         self.selection.claims_changed.connect(self._update_selection_text)
         settings.value_changed.connect(self._on_setting_changed)
 
@@ -159,6 +183,7 @@ class DevicesTab(QWidget):
         self.table.update_samples(samples)
         self._keys = [s.key for s in samples]
         self._dirty.update(c[0] for c in CHARTS)
+        self._show_metrics(samples)
         if samples:
             kind = samples[0].kind
             source = {"hpu": "hl-smi", "cuda": "nvidia-smi"}.get(kind, kind)
@@ -172,7 +197,22 @@ class DevicesTab(QWidget):
         if not self._keys:
             # No accelerator (hl-smi absent, no NVIDIA GPU): the host is the one row of the table.
             self.table.update_samples([sample])
+            self._show_metrics([sample])
             self._dirty.update(c[0] for c in CHARTS)
+
+    def _show_metrics(self, samples: Sequence[DeviceSample]) -> None:
+        # Only charts some device can fill: the host (psutil) has no power or temperature reading.
+        shown = [m for m in METRICS if any(getattr(s, m) is not None for s in samples)]
+        if any(s.kind != "host" for s in samples):
+            shown = list(METRICS)  # a card's N/A power is still a card's chart
+        self.charts.set_metrics(shown or ["utilization", "memory_used_mib"])
+        totals = [s.memory_total_mib for s in samples if s.memory_total_mib]
+        self.charts.set_memory_total(max(totals) if totals else None)
+
+    def on_rows_rejected(self, count: int, reason: str) -> None:
+        self.rejected_label.setText(f"⚠ hl-smi printed {count} row(s) that could not be parsed and were "
+                                    f"skipped; the newest: {reason}")
+        self.rejected_label.setVisible(True)
 
     def on_processes(self, processes: Sequence[ProcessInfo]) -> None:
         table = self.process_table
@@ -196,18 +236,25 @@ class DevicesTab(QWidget):
             if state == dp.STATE_STARTING:
                 self.source_label.setText(message)
             return
-        title = {dp.STATE_ABSENT: "hl-smi was not found",
+        # The title names the situation, the text says what was run and what to do, the fallback line
+        # what is shown instead: each once (the message itself never repeats the fallback).
+        title = {dp.STATE_ABSENT: "No Gaudi cards can be read",
                  dp.STATE_FAILED: "hl-smi failed"}.get(state, state)
         fallback = {"nvidia-smi": "Showing NVIDIA GPUs (nvidia-smi) and the host instead.",
                     "host": "Showing the host (CPU, RAM) only."}.get(self.poller.source, "")
+        lines: list[str] = []
+        for line in [*message.splitlines(), fallback]:
+            if line.strip() and line not in lines:
+                lines.append(line)
         self.state_title.setText(title)
-        self.state_text.setText(f"{message}\n{fallback}".strip())
+        self.state_text.setText("\n".join(lines))
         self.state_panel.setVisible(True)
         if self._keys and self.poller.latest() and self.poller.latest()[0].kind == "hpu":
             stamp = time.strftime("%H:%M:%S", time.localtime(self.poller.latest()[0].timestamp))
             self.source_label.setText(f"hl-smi is not answering: card values are from {stamp}")
         else:
-            self.source_label.setText(fallback or title)
+            self.source_label.setText({"nvidia-smi": "NVIDIA GPUs and the host",
+                                       "host": "host only"}.get(self.poller.source, title))
 
     def _on_setting_changed(self, key: str, value: object) -> None:
         if key == "devices/hot_temperature_c":
@@ -251,14 +298,20 @@ class DevicesTab(QWidget):
     def _update_selection_text(self) -> None:
         sel = self.selection
         env = {k: v for k, v in sel.env().items() if k != "PT_ENABLE_INT64_SUPPORT"}
+        problem = sel.runtime_problem()
+        self.runtime_panel.setText(f"⚠ {problem}" if problem else "")
+        self.runtime_panel.setVisible(bool(problem))
         if sel.kind == "cpu":
             text = "no accelerator: jobs run on the CPU"
+        elif not sel.jobs_use_cards():
+            where = "the CPU" if sel.jobs_kind == "cpu" else sel.jobs_kind
+            text = f"jobs run on {where}: checked cards are not used (see the note above)"
         elif env:
             text = "jobs get " + " ".join(f"{k}={v}" for k, v in env.items())
         else:
             var = "HABANA_VISIBLE_MODULES" if sel.kind == "hpu" else "CUDA_VISIBLE_DEVICES"
             text = f"no card checked: jobs see every card ({var} unset)"
         self.env_label.setText(text)
-        warnings = sel.warnings() if sel.kind != "cpu" else []
+        warnings = sel.warnings()
         self.selection_warning.setText("\n".join(f"⚠ {w}" for w in warnings))
         self.selection_warning.setVisible(bool(warnings))

@@ -71,3 +71,14 @@ def test_failing_hl_smi_exits_non_zero(fake_hl_smi: Path, monkeypatch: pytest.Mo
     assert done.returncode == 1
     assert "no Habana devices found" in done.stderr and "Traceback" not in done.stderr
     assert json.loads(done.stdout)[-1]["kind"] == "host"
+
+
+def test_explicit_timeout_accepted_and_output_clean(fake_hl_smi: Path) -> None:
+    done = cli("--timeout", "5")
+    assert done.returncode == 0, done.stderr
+    assert not any(ord(c) < 32 and c != "\n" for c in done.stdout)
+
+
+def test_json_carries_problems(fake_hl_smi: Path) -> None:
+    cards = json.loads(cli("--json").stdout)
+    assert all(c["problems"] == [] for c in cards)  # the recorded server has plausible values

@@ -180,3 +180,45 @@ def test_selection_restored_by_poller(qtbot) -> None:
     selection = DeviceSelection()
     DevicePoller(store, selection)
     assert selection.selected == [2, 3]
+
+
+@pytest.mark.parametrize("bad", [3e6, float("inf"), float("nan"), "abc", -5.0])
+def test_absurd_intervals_do_not_crash(fake_hl_smi: Path, make_poller, qtbot, monkeypatch,
+                                       bad: object) -> None:
+    poller, rec, _ = make_poller()
+    real_get = poller._settings.get
+    monkeypatch.setattr(poller._settings, "get",
+                        lambda key: bad if key.endswith("interval_s") else real_get(key))
+    poller.restart()  # re-reads the intervals and starts: QTimer.start must not overflow
+    assert dp.INTERVAL_RANGE_S[0] <= poller.interval_s <= dp.INTERVAL_RANGE_S[1]
+    assert poller._host_timer.interval() <= 3_600_000
+    assert poller.interval_note and "devices/interval_s" in poller.interval_note
+    qtbot.waitUntil(lambda: len(rec.snapshots) >= 1, timeout=15000)
+    assert any(s == dp.STATE_STARTING and "is used" in m for s, m in rec.states)
+
+
+def test_clamp_interval() -> None:
+    assert dp.clamp_interval(2.5, 1.0, (0.05, 3600.0)) == (2.5, None)
+    assert dp.clamp_interval(float("inf"), 1.0, (0.05, 3600.0))[0] == 3600.0
+    assert dp.clamp_interval(3e6, 1.0, (0.05, 3600.0))[0] == 3600.0
+    assert dp.clamp_interval(float("nan"), 1.0, (0.05, 3600.0))[0] == 1.0
+    assert dp.clamp_interval(None, 5.0, (0.1, 3600.0))[0] == 5.0
+    assert dp.clamp_interval(0.0, 1.0, (0.05, 3600.0))[0] == 0.05
+
+
+def test_hl_smi_runs_in_its_own_session(fake_hl_smi: Path, make_poller, qtbot) -> None:
+    poller, rec, _ = make_poller()
+    poller.start()
+    qtbot.waitUntil(lambda: len(rec.snapshots) >= 1, timeout=15000)
+    pid = rec.pids[0]
+    assert os.getpgid(pid) == pid and os.getsid(pid) == pid  # a group of its own, killed as one
+
+
+def test_first_snapshot_is_whole_and_card_set_carries_over(fake_hl_smi: Path, make_poller, qtbot,
+                                                           monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_HLSMI_MODE", "die_after:1")
+    poller, rec, _ = make_poller()
+    poller.start()
+    qtbot.waitUntil(lambda: len(rec.pids) >= 3 and len(rec.snapshots) >= 2, timeout=20000)
+    # every loop printed one snapshot and died: each was published whole, never a part of it
+    assert all(len(s) == 8 for s in rec.snapshots)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gaudi_gui.core import host
+from gaudi_gui.core import host, visibility
 from gaudi_gui.core.devices import (
     DeviceSample,
     History,
@@ -13,6 +13,7 @@ from gaudi_gui.core.devices import (
     attach_processes,
     card_warnings,
     generation,
+    value_problems,
 )
 
 
@@ -94,3 +95,47 @@ def test_describe_processes_own_pid() -> None:
                                    ProcessInfo(index=1, pid=2**22 + 12345, name="gone")])
     assert out[0].cmdline and out[0].user
     assert out[1].user is None and out[1].cmdline is None
+
+
+def test_implausible_values_are_flagged() -> None:
+    ok = DeviceSample(kind="hpu", index=0, utilization=100, memory_used_mib=0, memory_total_mib=32768,
+                      temperature_c=-10, power_w=0)
+    assert value_problems(ok) == []
+    bad = DeviceSample(kind="hpu", index=0, utilization=250, memory_used_mib=-5, memory_total_mib=32768,
+                       temperature_c=9999, power_w=-1)
+    problems = value_problems(bad)
+    assert len(problems) == 4 and all(p.startswith("implausible") for p in problems)
+    assert "utilization 250" in problems[0]
+    over = DeviceSample(kind="hpu", index=0, memory_used_mib=40000, memory_total_mib=32768)
+    assert value_problems(over) == ["implausible memory: 40000 MiB used of 32768 MiB"]
+    # flagged first in the card's warnings; an absurd temperature is not also "hot"
+    warnings = card_warnings(bad)
+    assert warnings[:4] == problems and not any(w.startswith("hot") for w in warnings)
+    assert bad.to_dict()["problems"] == problems
+
+
+def test_single_card_needs_no_partial_server_group() -> None:
+    eight = list(range(8))
+    assert visibility.selection_warnings("hpu", [5], eight) == []
+    assert "2 or 4 cards" in visibility.selection_warnings("hpu", [0, 1, 2], eight)[0]
+    assert "not a supported group" in visibility.selection_warnings("hpu", [1, 2], eight)[0]
+    assert visibility.selection_warnings("hpu", [0, 1], eight) == []
+    assert visibility.selection_warnings("hpu", eight, eight) == []
+
+
+PROBE_CPU_TORCH = {"habana_frameworks": False, "is_torch_hpu_available": False, "cuda_count": 0,
+                   "executable": "/venv/bin/python", "device": "cpu", "packages": {"habana_frameworks": None}}
+PROBE_GAUDI = {"habana_frameworks": True, "is_torch_hpu_available": True, "cuda_count": 0, "device": "hpu"}
+
+
+def test_jobs_device_follows_the_probe() -> None:
+    assert visibility.jobs_device("hpu", None) == "hpu"  # not probed yet: assume the cards work
+    assert visibility.jobs_device("hpu", PROBE_GAUDI) == "hpu"
+    assert visibility.jobs_device("hpu", PROBE_CPU_TORCH) == "cpu"
+    assert visibility.jobs_device("cuda", PROBE_CPU_TORCH) == "cpu"
+    assert visibility.jobs_device("cpu", PROBE_GAUDI) == "cpu"
+    text = visibility.runtime_mismatch("hpu", PROBE_CPU_TORCH)
+    assert text is not None and "CPU" in text and "habana-torch-plugin" in text and "/venv/bin/python" in text
+    assert visibility.runtime_mismatch("hpu", PROBE_GAUDI) is None
+    broken = dict(PROBE_GAUDI, is_torch_hpu_available=False, errors={"hpu": "RuntimeError: no driver"})
+    assert "no driver" in (visibility.runtime_mismatch("hpu", broken) or "")

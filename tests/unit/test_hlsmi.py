@@ -142,8 +142,93 @@ def test_stream_loop_mode() -> None:
     done = [s for s in snaps if s]
     # first snapshot completes when index 1 repeats; later ones when the known count is reached
     assert [[x.utilization for x in s] for s in done] == [[0, 10], [1, 11]]
-    assert [x.utilization for x in stream.flush() or []] == [12]
+    # end of stream mid-snapshot: the card set is known, so the partial snapshot is dropped (counted)
+    assert stream.flush() is None and stream.partial_dropped == 1
     assert stream.errors == []
+
+
+HEADER = "index, module_id, utilization.aip [%]"
+
+
+def _rows(period: int, order: list[int]) -> list[str]:
+    return [f"{i}, {i + 10}, {period * 10 + i}" for i in order]
+
+
+def test_stream_first_snapshot_waits_for_the_wrap_not_a_timer() -> None:
+    stream = hlsmi.CsvStream()
+    stream.feed_line(HEADER)
+    # rows of one period arrive one by one (however slowly): nothing is published before the wrap
+    assert [stream.feed_line(r) for r in _rows(0, [3, 1, 2, 0])] == [None] * 4
+    first = stream.feed_line(_rows(1, [3])[0])
+    assert first is not None and [s.index for s in first] == [0, 1, 2, 3]
+    assert stream.expected == 4
+    # from now on the known set ends a snapshot as soon as its last card reported
+    out = [stream.feed_line(r) for r in _rows(1, [1, 2, 0])]
+    assert out[:2] == [None, None] and out[2] is not None and len(out[2]) == 4
+
+
+def test_stream_expect_from_the_table_ends_the_first_snapshot() -> None:
+    stream = hlsmi.CsvStream()
+    stream.feed_line(HEADER)
+    for row in _rows(0, [2, 0]):
+        assert stream.feed_line(row) is None
+    assert stream.expect([0, 1, 2]) is None  # card 1 has not reported yet
+    done = stream.feed_line(_rows(0, [1])[0])
+    assert done is not None and [s.index for s in done] == [0, 1, 2]
+    seeded = hlsmi.CsvStream(expected=[0, 1])
+    seeded.feed_line(HEADER)
+    assert seeded.feed_line(_rows(0, [1])[0]) is None
+    assert seeded.expect([0, 1, 2, 3]) is None  # already known: not replaced
+    assert len(seeded.feed_line(_rows(0, [0])[0]) or []) == 2
+
+
+def test_stream_expect_completes_pending_rows() -> None:
+    stream = hlsmi.CsvStream()
+    stream.feed_line(HEADER)
+    for row in _rows(0, [1, 0]):
+        stream.feed_line(row)
+    done = stream.expect([0, 1])
+    assert done is not None and [s.index for s in done] == [0, 1]
+
+
+def test_stream_stale_card_set_relearns_on_wrap() -> None:
+    # told 2 cards, but 3 report: the snapshot of 3 ends on the wrap, and 3 are known from then on
+    stream = hlsmi.CsvStream(expected=[0, 1])
+    stream.feed_line(HEADER)
+    out = [stream.feed_line(r) for r in _rows(0, [2, 0, 1])]
+    assert out == [None, None, None]  # card 2 is outside the known set: wait for the wrap
+    done = stream.feed_line(_rows(1, [0])[0])
+    assert done is not None and [s.index for s in done] == [0, 1, 2] and stream.expected == 3
+    # a card that vanished: the wrap ends the smaller snapshot and teaches it
+    stream.feed_line(_rows(1, [1])[0])
+    done = stream.feed_line(_rows(2, [0])[0])
+    assert done is not None and [s.index for s in done] == [0, 1] and stream.expected == 2
+
+
+def test_stream_counts_rejected_rows_and_bad_values() -> None:
+    stream = hlsmi.CsvStream(["index", "utilization.aip"])
+    assert stream.feed_line("0, 5") is None
+    assert stream.feed_line("### \x1b[31mbusy\x1b[0m") is None
+    assert stream.feed_line("1, five") is None
+    assert stream.rejected == 1 and stream.bad_values == 1
+    assert any("five" in e for e in stream.errors)
+
+
+def test_clean_text_strips_terminal_escapes() -> None:
+    raw = "HL-\x1b[31m205\x1b[0m\x07 \x1b]0;pwned\x07ok\x1b[2J\r\x9b1mz\tq"
+    assert hlsmi.clean_text(raw) == "HL-205 okz q"
+    assert hlsmi.clean_text("line1\nline2") == "line1\nline2"
+
+
+def test_names_from_hl_smi_are_cleaned() -> None:
+    result = hlsmi.parse_csv("index, name\n0, \x1b[31mHL-205\x1b[0m\n")
+    assert result.samples[0].name == "HL-205"
+
+
+def test_parse_csv_counts_values_that_are_not_numbers() -> None:
+    result = hlsmi.parse_csv("index, utilization.aip [%]\n0, five\n1, N/A\n2, 7\n")
+    assert [s.utilization for s in result.samples] == [None, None, 7]
+    assert result.rejected == 0 and len(result.warnings) == 1 and "five" in result.warnings[0]
 
 
 def test_stream_reports_garbage_without_header() -> None:
