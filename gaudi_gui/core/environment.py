@@ -6,6 +6,7 @@ the GUI, the command line and the tests judge a probe result the same way.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 #: Shown name -> importable module.
@@ -19,6 +20,13 @@ PACKAGES: dict[str, str] = {
     "datasets": "datasets",
     "tokenizers": "tokenizers",
     "PySide6": "PySide6",
+}
+
+#: Shown name -> distribution name, reported only when installed. Read from the package metadata,
+#: never imported: importing deepspeed probes compilers and CUDA for seconds.
+OPTIONAL_PACKAGES: dict[str, str] = {
+    "deepspeed": "deepspeed",
+    "optimum-habana": "optimum-habana",
 }
 
 #: Environment variables that change what a Gaudi job does.
@@ -43,6 +51,29 @@ def parse_version(text: str | None) -> tuple[int, ...]:
         if len(digits) < len(part):
             break  # '0rc1': a pre-release tag ends the numeric part
     return tuple(out)
+
+
+_HLSMI_VERSION = re.compile(r"HL-SMI Version:\s*(\S+)")
+_DRIVER_VERSION = re.compile(r"^\W*Driver Version:\s*(\S+)", re.MULTILINE)
+_NIC_DRIVER_VERSION = re.compile(r"Nic Driver Version:\s*(\S+)")
+_FW_IN_HLSMI = re.compile(r"-fw-([0-9][\w.\-]*)")
+_FW_LINE = re.compile(r"^\s*Firmware[^:\n]*Version\s*:\s*(.+?)\s*\|?\s*$", re.MULTILINE | re.IGNORECASE)
+
+
+def parse_hlsmi_versions(text: str) -> dict[str, str | None]:
+    """Versions from ``hl-smi``'s table header (and ``hl-smi -q`` firmware lines).
+
+    The header reads ``HL-SMI Version: hl-1.18.0-fw-53.1.1.1`` (the firmware version is the part after
+    ``-fw-``) and ``Driver Version: 1.18.0-ee698fb``; newer releases add ``Nic Driver Version:``.
+    """
+    def first(pattern: re.Pattern[str], where: str) -> str | None:
+        m = pattern.search(where)
+        return m.group(1).strip(" |") if m else None
+
+    hl_smi = first(_HLSMI_VERSION, text)
+    firmware = first(_FW_IN_HLSMI, hl_smi or "") or first(_FW_LINE, text)
+    return {"hl_smi_version": hl_smi, "driver_version": first(_DRIVER_VERSION, text),
+            "nic_driver_version": first(_NIC_DRIVER_VERSION, text), "firmware_version": firmware}
 
 
 def pick_device(hpu_count: int, cuda_count: int) -> str:
@@ -78,10 +109,19 @@ def warnings(info: dict[str, Any]) -> list[str]:
 
 def as_text(info: dict[str, Any]) -> str:
     """A plain-text report for bug reports (the Environment view's Copy button, ``gaudi-gui env``)."""
-    lines = [f"gaudi-gui environment ({info.get('platform', '?')})",
+    lines = [f"gaudi-gui {info.get('gaudi_gui_version', '?')} environment ({info.get('platform', '?')})",
              f"python            {info.get('python')}  ({info.get('executable')})"]
     for name, version in info.get("packages", {}).items():
         lines.append(f"{name:<18}{version or 'not installed'}")
+    for name, version in info.get("optional_packages", {}).items():
+        if version:
+            lines.append(f"{name:<18}{version}")
+    gaudi = info.get("gaudi", {})
+    lines += [
+        f"{'gaudi driver':<18}{gaudi.get('driver_version') or 'unknown'}",
+        f"{'gaudi firmware':<18}{gaudi.get('firmware_version') or 'unknown'}",
+        f"{'hl-smi':<18}{gaudi.get('hl_smi_version') or gaudi.get('error') or 'unknown'}",
+    ]
     lines += [
         f"{'hpu available':<18}{info.get('is_torch_hpu_available')}",
         f"{'hpu count':<18}{info.get('hpu_count')}",

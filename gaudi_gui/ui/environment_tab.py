@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gaudi_gui import __version__
 from gaudi_gui.core import environment
 from gaudi_gui.services.context import AppServices
 
@@ -32,6 +33,8 @@ _WHY = {
     "datasets": "training data loading",
     "tokenizers": "fast tokenizers, the demo model's tokenizer",
     "PySide6": "this window",
+    "deepspeed": "ZeRO / DeepSpeed training (Intel's fork on Gaudi)",
+    "optimum-habana": "Gaudi-optimized Trainer and models (GaudiTrainer)",
 }
 
 
@@ -57,10 +60,13 @@ class EnvironmentTab(QWidget):
         self.refresh_button.clicked.connect(self._probe.refresh)
         self.copy_button = QPushButton("&Copy as text")
         self.copy_button.setToolTip("Copy the whole report, for a bug report")
-        self.copy_button.clicked.connect(self.copy_report)
+        self.copy_button.clicked.connect(self.copy_report)  # takes no argument, so `checked` is dropped
         self.copy_button.setEnabled(False)
+        #: Says what the last Copy did ("Copied N lines to the clipboard").
+        self.copy_status = QLabel("")
         buttons = QHBoxLayout()
         buttons.addWidget(self.summary, 1)
+        buttons.addWidget(self.copy_status)
         buttons.addWidget(self.refresh_button)
         buttons.addWidget(self.copy_button)
 
@@ -153,6 +159,10 @@ class EnvironmentTab(QWidget):
         # Qt signals do not keep dict order: show packages in the schema's order, then any extras.
         names = [n for n in environment.PACKAGES if n in packages]
         names += [n for n in packages if n not in names]
+        # Optional packages (deepspeed, optimum-habana) appear only when installed.
+        optional = {n: v for n, v in info.get("optional_packages", {}).items() if v}
+        packages = {**packages, **optional}
+        names += [n for n in optional if n not in names]
         for r, name in enumerate(names):
             version = packages[name]
             status = version or ("not installed" if name not in errors else "import failed")
@@ -164,7 +174,13 @@ class EnvironmentTab(QWidget):
                 bad.add(r)
             rows.append((name, status, errors.get(name, _WHY.get(name, ""))))
         self._fill(self.packages, rows, bad)
+        gaudi = info.get("gaudi", {})
+        unknown = f"unknown ({gaudi['error']})" if gaudi.get("error") else "unknown"
         self._fill(self.devices, [
+            ("gaudi-gui", str(info.get("gaudi_gui_version") or __version__)),
+            ("Gaudi driver", str(gaudi.get("driver_version") or unknown)),
+            ("Gaudi firmware", str(gaudi.get("firmware_version") or unknown)),
+            ("hl-smi", str(gaudi.get("hl_smi_version") or unknown)),
             ("device used (hpu > cuda > cpu)", _DEVICE_TEXT.get(device, device)),
             ("is_torch_hpu_available()", str(info.get("is_torch_hpu_available"))),
             ("habana_frameworks", "present" if info.get("habana_frameworks") else "absent"),
@@ -186,5 +202,8 @@ class EnvironmentTab(QWidget):
 
     def copy_report(self) -> None:
         text = self.report_text()
-        if text:
-            QGuiApplication.clipboard().setText(text)
+        if not text:
+            self.copy_status.setText("Nothing to copy yet")
+            return
+        QGuiApplication.clipboard().setText(text)
+        self.copy_status.setText(f"Copied {len(text.splitlines())} lines to the clipboard")

@@ -14,11 +14,18 @@ import io
 import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
 import time
+from importlib import metadata
 from typing import Any
 
+from gaudi_gui import __version__
 from gaudi_gui.core import environment, protocol
+
+#: hl-smi answers in well under a second; a wedged driver must not hang the probe.
+HLSMI_TIMEOUT_S = 10.0
 
 
 def _version(module: str) -> tuple[str | None, str | None]:
@@ -30,9 +37,42 @@ def _version(module: str) -> tuple[str | None, str | None]:
     return str(getattr(mod, "__version__", "unknown")), None
 
 
+def optional_packages() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name, dist in environment.OPTIONAL_PACKAGES.items():
+        try:
+            out[name] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def gaudi_versions() -> dict[str, Any]:
+    """Driver, firmware and hl-smi versions from ``hl-smi``'s table (GAUDI_GUI_HL_SMI, then PATH)."""
+    program = os.environ.get("GAUDI_GUI_HL_SMI", "").strip() or "hl-smi"
+    resolved = shutil.which(program)
+    empty: dict[str, Any] = {"driver_version": None, "firmware_version": None, "hl_smi_version": None,
+                             "nic_driver_version": None}
+    if resolved is None:
+        return {**empty, "error": f"{program} not found"}
+    try:
+        proc = subprocess.run([resolved], capture_output=True, text=True, errors="replace",
+                              timeout=HLSMI_TIMEOUT_S, stdin=subprocess.DEVNULL, check=False)
+    except subprocess.TimeoutExpired:
+        return {**empty, "error": f"{program} did not answer in {HLSMI_TIMEOUT_S:.0f} s"}
+    except OSError as exc:
+        return {**empty, "error": f"{program}: {exc}"}
+    versions = environment.parse_hlsmi_versions(proc.stdout)
+    if proc.returncode != 0 and not any(versions.values()):
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or [""]
+        return {**empty, "error": f"{program} exited {proc.returncode}: {tail[0][:200]}"}
+    return {**versions, "error": None}
+
+
 def collect() -> dict[str, Any]:
     started = time.perf_counter()
     info: dict[str, Any] = {
+        "gaudi_gui_version": __version__,
         "python": platform.python_version(),
         "executable": sys.executable,
         "platform": platform.platform(),
@@ -46,6 +86,8 @@ def collect() -> dict[str, Any]:
         info["packages"][name] = version
         if error and name != "habana_frameworks":
             info["errors"][name] = error
+    info["optional_packages"] = optional_packages()
+    info["gaudi"] = gaudi_versions()
     habana_version, habana_error = info["packages"].get("habana_frameworks"), None
     info["habana_frameworks"] = habana_version is not None
     hpu_available = False

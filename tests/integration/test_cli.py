@@ -42,6 +42,8 @@ def test_env_json_reports_versions_and_device() -> None:
     assert info["device"] == "cpu"
     assert info["packages"]["transformers"].startswith("5.")
     assert info["habana_frameworks"] is False and info["is_torch_hpu_available"] is False
+    assert info["gaudi_gui_version"] and set(info["optional_packages"]) == {"deepspeed", "optimum-habana"}
+    assert set(info["gaudi"]) >= {"driver_version", "firmware_version", "error"}
     assert set(info["env"]) >= {"PT_ENABLE_INT64_SUPPORT", "PT_HPU_LAZY_MODE", "HABANA_VISIBLE_MODULES"}
     text = gaudi_gui("env").stdout
     assert "device used" in text and "accelerate" in text
