@@ -6,6 +6,8 @@ and keeps working when a transformers release changes a default.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -155,6 +157,16 @@ class JobConfig:
             problems.append(("dataset.source", f"file not found: {self.dataset.source}"))
         if not self.dataset.text_column.strip() and fmt != "text":
             problems.append(("dataset.text_column", "name the column to train on"))
+        elif fmt != "hub":
+            # The worker trains on this column: a name the file does not have fails only after the
+            # launch and the model load, so check it against the file's first rows here.
+            source = str(paths.demo_dataset_path()) if paths.is_demo(self.dataset.source) \
+                else self.dataset.source
+            columns = dataset_columns(source, fmt)
+            column = self.dataset.text_column.strip() or "text"
+            if columns is not None and column not in columns:
+                problems.append(("dataset.text_column", f"the dataset has no column {column!r}; its "
+                                                        f"columns: {', '.join(columns) or '(none)'}"))
         if not _positive_int(self.dataset.max_length):
             problems.append(("dataset.max_length", "max length must be a whole number above 0"))
         if self.method not in METHODS:
@@ -203,6 +215,63 @@ def resolve_format(source: str, fmt: str = "auto") -> str:
     if suffix in (".txt", ".md", ".text"):
         return "text"
     return "hub" if not Path(source).expanduser().exists() else "text"
+
+
+#: How much of a dataset file the column check reads (the first rows, never the whole file).
+COLUMN_PROBE_BYTES = 256 * 1024
+
+
+def dataset_columns(source: str, fmt: str, rows: int = 20) -> list[str] | None:
+    """The column names ``datasets`` will see in a local file, from its first rows, read as plain text
+    (no ``datasets`` import in the GUI). None when they cannot be known this way (Hub dataset, missing
+    or unreadable file, a JSON layout other than rows of objects)."""
+    fmt = resolve_format(source, fmt)
+    if fmt == "hub":
+        return None
+    if fmt == "text":
+        return ["text"]  # datasets' text loader: one "text" column
+    try:
+        # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name.
+        with open(Path(source).expanduser(), encoding="utf-8-sig", errors="replace") as fh:
+            head = fh.read(COLUMN_PROBE_BYTES)
+    except OSError:
+        return None
+    if fmt == "csv":
+        header = next(csv.reader(io.StringIO(head)), None)
+        return list(header) if header else None
+    if fmt != "json":
+        return None
+    columns: dict[str, None] = {}
+    text = head.lstrip()
+    decoder = json.JSONDecoder()
+    if text.startswith("["):
+        # A JSON array of row objects: decode the first rows one after another.
+        pos, seen = 1, 0
+        while seen < rows:
+            while pos < len(text) and text[pos] in " \t\r\n,":
+                pos += 1
+            try:
+                row, pos = decoder.raw_decode(text, pos)
+            except ValueError:
+                break
+            if not isinstance(row, dict):
+                return None
+            columns.update(dict.fromkeys(row))
+            seen += 1
+        return list(columns) if columns else None
+    lines = text.splitlines()
+    complete = lines if len(head) < COLUMN_PROBE_BYTES else lines[:-1]  # the last may be cut off
+    for line in complete[:rows]:
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            return None  # not JSON lines (one JSON document, e.g. {"data": [...]}): unknown here
+        if not isinstance(row, dict):
+            return None
+        columns.update(dict.fromkeys(row))
+    return list(columns) if columns else None
 
 
 def _positive_int(value: Any) -> bool:

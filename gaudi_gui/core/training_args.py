@@ -36,6 +36,28 @@ REMOVED: dict[str, str] = {
 KINDS = ("bool", "int", "float", "str", "enum", "list", "dict")
 
 
+#: Lowest sensible value per field (TrainingArguments itself accepts most of these and fails later,
+#: or silently trains nothing): (minimum, what to say).
+MINIMUM: dict[str, tuple[float, str]] = {
+    "max_steps": (-1, "max_steps must be -1 (train for num_train_epochs) or a number of steps"),
+    "logging_steps": (0, "logging_steps may not be negative"),
+    "save_steps": (0, "save_steps may not be negative"),
+    "eval_steps": (0, "eval_steps may not be negative"),
+    "warmup_steps": (0, "warmup_steps may not be negative"),
+    "eval_delay": (0, "eval_delay may not be negative"),
+    "num_train_epochs": (0, "num_train_epochs may not be negative"),
+    "learning_rate": (0, "learning_rate may not be negative"),
+    "per_device_train_batch_size": (1, "per_device_train_batch_size must be at least 1"),
+    "per_device_eval_batch_size": (1, "per_device_eval_batch_size must be at least 1"),
+    "gradient_accumulation_steps": (1, "gradient_accumulation_steps must be at least 1"),
+    "dataloader_num_workers": (0, "dataloader_num_workers may not be negative"),
+    "save_total_limit": (0, "save_total_limit may not be negative"),
+}
+
+_PY_TYPES: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float": (int, float),
+                                          "str": (str,), "enum": (str,), "list": (list,), "dict": (dict,)}
+
+
 @dataclass(frozen=True)
 class FieldSpec:
     name: str
@@ -44,18 +66,32 @@ class FieldSpec:
     help: str = ""
     choices: tuple[str, ...] = ()
     optional: bool = False
+    #: Every JSON kind the field's type accepts ("str | dict" edits as str but takes a dict too); None:
+    #: not reported (a schema cached by an older gaudi-gui), so values are not type-checked beyond kind.
+    accepts: tuple[str, ...] | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FieldSpec:
         kind = str(data.get("kind", "str"))
+        accepts = data.get("accepts")
         return cls(name=str(data["name"]), kind=kind if kind in KINDS else "str",
                    default=data.get("default"), help=str(data.get("help") or ""),
                    choices=tuple(str(c) for c in (data.get("choices") or ())),
-                   optional=bool(data.get("optional", False)))
+                   optional=bool(data.get("optional", False)),
+                   accepts=tuple(str(a) for a in accepts) if isinstance(accepts, (list, tuple)) else None)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "kind": self.kind, "default": self.default, "help": self.help,
-                "choices": list(self.choices), "optional": self.optional}
+        out = {"name": self.name, "kind": self.kind, "default": self.default, "help": self.help,
+               "choices": list(self.choices), "optional": self.optional}
+        if self.accepts is not None:
+            out["accepts"] = list(self.accepts)
+        return out
+
+    @property
+    def mixed(self) -> bool:
+        """A text field that also takes JSON values (dict, list, bool): editor text is read as JSON
+        when it looks like JSON."""
+        return self.kind == "str" and any(a != "str" for a in self.accepts or ())
 
     def parse(self, text: str) -> Any:
         """The value typed in an editor as this field's type; ValueError with a readable message."""
@@ -76,6 +112,11 @@ class FieldSpec:
                 raise ValueError(f"{self.name}: expected a whole number, got {text!r}") from None
         if self.kind == "float":
             try:
+                # "3" stays the int 3: the job keeps what the user typed (TrainingArguments takes both).
+                return int(text)
+            except ValueError:
+                pass
+            try:
                 return float(text)
             except ValueError:
                 raise ValueError(f"{self.name}: expected a number, got {text!r}") from None
@@ -93,6 +134,20 @@ class FieldSpec:
                     return [part.strip() for part in text.split(",") if part.strip()]
                 raise ValueError(f"{self.name}: expected a JSON object") from None
             return value
+        if self.kind == "str" and text == '""':
+            return ""  # an empty string typed as such (a blank editor means "default")
+        if self.mixed:
+            accepts = self.accepts or ()
+            if "bool" in accepts and text.lower() in ("true", "false"):
+                return text.lower() == "true"
+            if text[:1] in ('"', "{", "["):
+                try:
+                    value = json.loads(text)
+                except ValueError:
+                    return text
+                if isinstance(value, str) or (isinstance(value, dict) and "dict" in accepts) \
+                        or (isinstance(value, list) and "list" in accepts):
+                    return value
         return text
 
     def format(self, value: Any) -> str:
@@ -103,20 +158,38 @@ class FieldSpec:
             return "true" if value else "false"
         if isinstance(value, (list, dict)):
             return json.dumps(value)
-        return str(value)
+        text = str(value)
+        if value == "" and self.kind == "str":
+            return '""'
+        if self.mixed and isinstance(value, str):
+            # A string that would read back as something else ("true", "{...}", " x") is quoted.
+            try:
+                same = self.parse(text) == value and text == text.strip()
+            except ValueError:
+                same = False
+            if not same:
+                return json.dumps(value)
+        return text
 
     def check(self, value: Any) -> str | None:
-        """A type problem with ``value`` (as stored in a job file), or None."""
+        """A type or range problem with ``value`` (as stored in a job file), or None."""
         if value is None:
             return None if (self.optional or self.default is None) else f"{self.name} may not be empty"
-        expected: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float": (int, float),
-                                                 "list": (list, str), "dict": (dict, str)}
-        types_ = expected.get(self.kind)
-        if types_ and (not isinstance(value, types_) or (self.kind != "bool" and isinstance(value, bool)
-                                                         and bool not in types_)):
+        allowed: tuple[type, ...] = ()
+        if self.accepts is not None:
+            for kind in (self.kind, *self.accepts):
+                allowed += _PY_TYPES.get(kind, ())
+        else:
+            allowed = {"bool": (bool,), "int": (int,), "float": (int, float), "list": (list, str),
+                       "dict": (dict, str)}.get(self.kind, ())
+        if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
             return f"{self.name}: expected {self.kind}, got {type(value).__name__} {value!r}"
         if self.kind == "enum" and self.choices and str(value) not in self.choices:
             return f"{self.name}: {value!r} is not one of {', '.join(self.choices)}"
+        minimum = MINIMUM.get(self.name)
+        if minimum and isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and value < minimum[0]:
+            return f"{minimum[1]} (got {value})"
         return None
 
 
@@ -157,7 +230,10 @@ class Schema:
         return out
 
     def check(self, values: Mapping[str, Any]) -> list[tuple[str, str]]:
-        """Unknown/removed fields and type errors, without a child (the child checks the rest)."""
+        """Unknown/removed fields, type and range errors, and the few combinations that can never train,
+        without a child. Anything TrainingArguments decides from the whole set (bf16 needs use_cpu on a
+        CPU, matching strategies for load_best_model_at_end, ...) is left to the child, which knows the
+        device: a per-field check here must never refuse a combination that builds."""
         problems: list[tuple[str, str]] = []
         for name, value in values.items():
             spec = self.fields.get(name)
@@ -168,7 +244,24 @@ class Schema:
             message = spec.check(value)
             if message:
                 problems.append((name, message))
+        flagged = {name for name, _ in problems}
+        steps, epochs = self.value(values, "max_steps"), self.value(values, "num_train_epochs")
+        if "num_train_epochs" in self.fields and "num_train_epochs" not in flagged \
+                and _number(steps) and _number(epochs) and steps <= 0 and epochs <= 0:
+            problems.append(("num_train_epochs", f"nothing to train: num_train_epochs is {epochs} and "
+                                                 f"max_steps {steps}; set one of them above 0"))
         return problems
+
+    def value(self, values: Mapping[str, Any], name: str) -> Any:
+        """``values[name]``, else the field's default (a job file stores only what differs)."""
+        if name in values:
+            return values[name]
+        spec = self.fields.get(name)
+        return spec.default if spec else None
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def hints(device: str, values: Mapping[str, Any], num_processes: int = 1) -> list[tuple[str, str]]:

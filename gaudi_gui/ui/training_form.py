@@ -3,6 +3,7 @@ TrainingArguments field of the installed transformers (built from the schema a c
 
 from __future__ import annotations
 
+import copy
 import csv
 import json
 from pathlib import Path
@@ -27,8 +28,16 @@ from PySide6.QtWidgets import (
 )
 
 from gaudi_gui.core import paths
-from gaudi_gui.core.jobconfig import FORMATS, METHODS, MIXED_PRECISION, JobConfig, resolve_format
+from gaudi_gui.core.jobconfig import (
+    FORMATS,
+    METHODS,
+    MIXED_PRECISION,
+    JobConfig,
+    dataset_columns,
+    resolve_format,
+)
 from gaudi_gui.core.training_args import FieldSpec, Schema
+from gaudi_gui.ui.wheel_guard import guard_wheel
 
 ERROR_STYLE = "border: 1px solid #d62728; background: #fff0f0;"
 
@@ -42,60 +51,132 @@ def preview_rows(source: str, fmt: str, count: int = 5) -> str:
         return f"Hub dataset '{source}': loaded by the worker (no preview offline)."
     path = Path(source).expanduser()
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
+        with open(path, encoding="utf-8-sig", errors="replace") as fh:
             if fmt == "csv":
                 rows = [dict(r) for _, r in zip(range(count), csv.DictReader(fh), strict=False)]
-                return "\n".join(json.dumps(r, ensure_ascii=False)[:300] for r in rows)
-            lines = [line.rstrip("\n")[:300] for _, line in zip(range(count), fh, strict=False)]
+                text = "\n".join(json.dumps(r, ensure_ascii=False)[:300] for r in rows)
+            else:
+                text = "\n".join(line.rstrip("\n")[:300] for _, line in zip(range(count), fh, strict=False))
     except OSError as exc:
         return f"cannot read {source}: {exc.strerror or exc}"
-    return "\n".join(lines)
+    columns = dataset_columns(str(path), fmt)
+    if columns is not None:
+        text = f"columns: {', '.join(columns) or '(none)'}\n{text}"
+    return text
+
+
+class _Unset:
+    """The value of an editor left at "(default)": the job file does not store the field."""
+
+    _instance: _Unset | None = None
+
+    def __new__(cls) -> _Unset:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "UNSET"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+UNSET: Any = _Unset()
 
 
 class FieldEditor(QWidget):
-    """One TrainingArguments field with an editor fitting its kind; help as tooltip."""
+    """One TrainingArguments field with an editor fitting its kind; help as tooltip.
+
+    Every editor can be "unset" (the field stays out of the job and TrainingArguments uses its own
+    default): a blank text field, "(default …)" in a combo box, a check box at its default that the
+    loaded job did not name. Anything else the user set — even a value equal to the default — is
+    written, so a job read and saved again is the job that was read.
+    """
 
     def __init__(self, spec: FieldSpec, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.spec = spec
+        self._explicit = False
+        self._setting = False
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         self.editor: QWidget
-        if spec.kind == "bool":
-            self.editor = QCheckBox(self)
+        default_text = spec.format(spec.default)
+        unset_label = f"(default: {default_text})" if default_text else "(default)"
+        if spec.kind == "bool" and (spec.optional or spec.default is None):
+            # Tri-state: None means "transformers decides" (tf32, gradient_checkpointing, ...), which
+            # neither true nor false says.
+            combo = QComboBox(self)
+            combo.addItem(unset_label, UNSET)
+            combo.addItem("true", True)
+            combo.addItem("false", False)
+            self.editor = combo
+        elif spec.kind == "bool":
+            box = QCheckBox(self)
+            box.toggled.connect(self._on_toggled)
+            self.editor = box
         elif spec.kind == "enum" and spec.choices:
             combo = QComboBox(self)
-            if spec.optional or spec.default is None:
-                combo.addItem("")
-            combo.addItems(list(spec.choices))
+            combo.addItem(unset_label, UNSET)
+            for choice in spec.choices:
+                combo.addItem(choice, choice)
             self.editor = combo
         else:
             self.editor = QLineEdit(self)
-            self.editor.setPlaceholderText(spec.format(spec.default) or "(none)")
+            self.editor.setPlaceholderText(f"default: {default_text}" if default_text else "(none)")
         layout.addWidget(self.editor)
-        self.setToolTip(f"{spec.name} ({spec.kind}, default {spec.format(spec.default) or 'none'})\n\n"
-                        f"{spec.help}")
-        self.set_value(spec.default)
+        self.setToolTip(f"{spec.name} ({spec.kind}, default {default_text or 'none'})\n\n{spec.help}")
+        self.set_value(UNSET)
 
-    def set_value(self, value: Any) -> None:
-        if isinstance(self.editor, QCheckBox):
-            self.editor.setChecked(bool(value))
-        elif isinstance(self.editor, QComboBox):
-            index = self.editor.findText(self.spec.format(value))
-            self.editor.setCurrentIndex(max(0, index))
-        elif isinstance(self.editor, QLineEdit):
-            self.editor.setText("" if value == self.spec.default else self.spec.format(value))
+    def _on_toggled(self, _checked: bool) -> None:
+        # The user changed the box: from now on it is written only when it differs from the default.
+        if not self._setting:
+            self._explicit = False
+
+    def set_value(self, value: Any, explicit: bool = True) -> None:
+        """Show ``value``; UNSET (or ``explicit=False``) shows the field at its default, unset."""
+        if value is UNSET:
+            value, explicit = self.spec.default, False
+        self._setting = True
+        try:
+            self._explicit = explicit
+            if isinstance(self.editor, QCheckBox):
+                self.editor.setChecked(bool(value))
+            elif isinstance(self.editor, QComboBox):
+                self._set_combo(self.editor, value if explicit else UNSET)
+            elif isinstance(self.editor, QLineEdit):
+                self.editor.setText(self.spec.format(value) if explicit else "")
+        finally:
+            self._setting = False
+
+    def _set_combo(self, combo: QComboBox, value: Any) -> None:
+        if value is UNSET:
+            combo.setCurrentIndex(0)
+            return
+        for index in range(1, combo.count()):
+            data = combo.itemData(index)
+            if data == value and type(data) is type(value):
+                combo.setCurrentIndex(index)
+                return
+        if value is None:
+            combo.setCurrentIndex(0)
+            return
+        # A value that is not a choice (a job from another transformers version, a typo): shown as
+        # it is, so the check marks it instead of the form silently replacing it.
+        combo.addItem(f"{value} (not a choice)", value)
+        combo.setCurrentIndex(combo.count() - 1)
 
     def value(self) -> Any:
-        """The typed value; raises ValueError for text that does not fit the field."""
+        """The typed value, or UNSET; raises ValueError for text that does not fit the field."""
         if isinstance(self.editor, QCheckBox):
-            return self.editor.isChecked()
+            checked = self.editor.isChecked()
+            return checked if (self._explicit or checked != bool(self.spec.default)) else UNSET
         if isinstance(self.editor, QComboBox):
-            text = self.editor.currentText()
-            return None if text == "" else text
+            return self.editor.currentData()
         assert isinstance(self.editor, QLineEdit)
         text = self.editor.text()
-        return self.spec.default if text.strip() == "" else self.spec.parse(text)
+        return UNSET if text.strip() == "" else self.spec.parse(text)
 
     def set_error(self, message: str) -> None:
         self.editor.setStyleSheet(ERROR_STYLE if message else "")
@@ -103,6 +184,9 @@ class FieldEditor(QWidget):
 
 
 class TrainingForm(QWidget):
+    """The whole job as a form: ``set_job(job)`` shows one, ``job()`` reads it back (the same job when
+    nothing was edited), ``check()`` also marks every problem the GUI can see without a child."""
+
     #: Any value changed (the tab refreshes the command preview).
     changed = Signal()
 
@@ -112,6 +196,9 @@ class TrainingForm(QWidget):
         self.editors: dict[str, FieldEditor] = {}
         self._labels: dict[str, QLabel] = {}
         self._extra_args: dict[str, Any] = {}
+        #: The job last shown: job() starts from it, so what the form has no editor for (name,
+        #: resume_from_checkpoint, dataset.split) is kept.
+        self._base = JobConfig()
         root = QVBoxLayout(self)
 
         # -- model and data --------------------------------------------------------------------
@@ -124,11 +211,12 @@ class TrainingForm(QWidget):
         form.addRow("Model", self.model)
         self.dataset = QLineEdit(paths.DEMO_DATASET_ID, self)
         self.dataset.setToolTip("text / JSON lines / CSV file, a Hub dataset id, or builtin:demo")
-        browse = QPushButton("…", self)
-        browse.clicked.connect(self._browse_dataset)
+        self.browse = QPushButton("…", self)
+        self.browse.setToolTip("choose a local dataset file")
+        self.browse.clicked.connect(self._browse_dataset)  # a no-argument slot: `checked` is dropped
         row = QHBoxLayout()
         row.addWidget(self.dataset, 1)
-        row.addWidget(browse)
+        row.addWidget(self.browse)
         form.addRow("Dataset", row)
         self.format = QComboBox(self)
         self.format.addItems(list(FORMATS))
@@ -143,7 +231,8 @@ class TrainingForm(QWidget):
         form.addRow("", line)
         self.preview = QPlainTextEdit(self)
         self.preview.setReadOnly(True)
-        self.preview.setMaximumHeight(70)
+        self.preview.setMaximumHeight(90)
+        self.preview.setToolTip("the first rows of the file and the columns the worker will see")
         form.addRow("Preview", self.preview)
         self.method = QComboBox(self)
         self.method.addItems(list(METHODS))
@@ -235,6 +324,7 @@ class TrainingForm(QWidget):
         self.method.currentIndexChanged.connect(self._update_method)
         self._update_preview()
         self._update_method()
+        guard_wheel(self)
 
     # -- schema -------------------------------------------------------------------------------
 
@@ -254,6 +344,7 @@ class TrainingForm(QWidget):
                                    "arguments (common ones first; hover for help)")
         self.set_training_args({**current, **self._extra_args})
         self._filter(self.search.text())
+        guard_wheel(self)
 
     def _add_editor(self, form: QFormLayout, spec: FieldSpec) -> None:
         editor = FieldEditor(spec, self)
@@ -264,11 +355,11 @@ class TrainingForm(QWidget):
         self._labels[spec.name] = label
         w = editor.editor
         if isinstance(w, QCheckBox):
-            w.toggled.connect(self.changed)
+            w.toggled.connect(lambda _on: self.changed.emit())
         elif isinstance(w, QComboBox):
-            w.currentIndexChanged.connect(self.changed)
+            w.currentIndexChanged.connect(lambda _i: self.changed.emit())
         elif isinstance(w, QLineEdit):
-            w.textChanged.connect(self.changed)
+            w.textChanged.connect(lambda _t: self.changed.emit())
 
     def _filter(self, text: str) -> None:
         if self.schema is None:
@@ -284,33 +375,39 @@ class TrainingForm(QWidget):
         out: dict[str, Any] = {}
         for name, editor in self.editors.items():
             try:
-                out[name] = editor.value()
+                value = editor.value()
             except ValueError:
                 continue
-        return self.schema.non_default(out) if self.schema else out
+            if value is not UNSET:
+                out[name] = value
+        return out
 
     def training_args(self) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """What the user set (fields left at "(default)" are absent), and text that does not parse."""
         values: dict[str, Any] = dict(self._extra_args)
         errors: list[tuple[str, str]] = []
         for name, editor in self.editors.items():
             try:
-                values[name] = editor.value()
+                value = editor.value()
             except ValueError as exc:
                 errors.append((name, str(exc)))
-        if self.schema:
-            values = self.schema.non_default(values)
-            values = {k: v for k, v in values.items() if v is not None or k in self._extra_args}
+                continue
+            if value is not UNSET:
+                values[name] = value
         return values, errors
 
     def set_training_args(self, args: dict[str, Any]) -> None:
+        """Show ``args``: the fields it names as set (even at their default), all others unset."""
         self._extra_args = {k: v for k, v in args.items() if k not in self.editors}
         for name, editor in self.editors.items():
-            editor.set_value(args.get(name, editor.spec.default))
+            editor.set_value(args.get(name, UNSET))
 
     def job(self) -> tuple[JobConfig, list[tuple[str, str]]]:
         args, errors = self.training_args()
-        job = JobConfig(model=self.model.currentText().strip(), method=self.method.currentText(),
-                        training_args=args)
+        job = copy.deepcopy(self._base)
+        job.model = self.model.currentText().strip()
+        job.method = self.method.currentText()
+        job.training_args = args
         job.dataset.source = self.dataset.text().strip()
         job.dataset.format = self.format.currentText()
         job.dataset.text_column = self.column.text().strip()
@@ -329,6 +426,7 @@ class TrainingForm(QWidget):
         return job, errors
 
     def set_job(self, job: JobConfig) -> None:
+        self._base = copy.deepcopy(job)
         self.model.setCurrentText(job.model)
         self.dataset.setText(job.dataset.source)
         self.format.setCurrentText(job.dataset.format)
@@ -336,7 +434,7 @@ class TrainingForm(QWidget):
         self.max_length.setValue(job.dataset.max_length)
         self.method.setCurrentText(job.method)
         self.lora_r.setValue(job.lora.r)
-        self.lora_alpha.setValue(int(job.lora.alpha))
+        self.lora_alpha.setValue(round(job.lora.alpha))
         self.lora_dropout.setValue(job.lora.dropout)
         self.lora_targets.setText(",".join(job.lora.target_modules))
         self.num_processes.setValue(job.launch.num_processes)
@@ -348,6 +446,16 @@ class TrainingForm(QWidget):
         self.main_port.setValue(job.launch.main_process_port)
         self.set_training_args(job.training_args)
 
+    def check(self) -> tuple[JobConfig, list[tuple[str, str]]]:
+        """The job and every problem found without a child (text that does not parse, JobConfig.validate,
+        the schema's type/range checks), marked at their fields. Field names as in JobConfig.validate."""
+        job, parse_errors = self.job()
+        errors = [(f"training_args.{f}", m) for f, m in parse_errors] + job.validate()
+        if self.schema is not None:
+            errors += [(f"training_args.{f}", m) for f, m in self.schema.check(job.training_args)]
+        self.show_errors(errors)
+        return job, errors
+
     def show_errors(self, errors: list[tuple[str, str]]) -> None:
         """Mark the fields that have a problem (field names as in JobConfig.validate or bare args)."""
         by_field: dict[str, str] = {}
@@ -355,11 +463,18 @@ class TrainingForm(QWidget):
             by_field.setdefault(field.removeprefix("training_args."), message)
         for name, editor in self.editors.items():
             editor.set_error(by_field.get(name, ""))
-        plain = {"model": self.model, "dataset.source": self.dataset, "dataset.text_column": self.column,
-                 "launch.accelerate_config": self.accelerate_config, "launch.main_process_ip": self.main_ip}
+        plain: dict[str, QWidget] = {
+            "model": self.model, "dataset.source": self.dataset, "dataset.text_column": self.column,
+            "dataset.max_length": self.max_length, "method": self.method, "lora.r": self.lora_r,
+            "lora.alpha": self.lora_alpha, "lora.dropout": self.lora_dropout,
+            "launch.num_processes": self.num_processes, "launch.accelerate_config": self.accelerate_config,
+            "launch.num_machines": self.num_machines, "launch.machine_rank": self.machine_rank,
+            "launch.main_process_ip": self.main_ip, "launch.main_process_port": self.main_port}
         for key, widget in plain.items():
+            if widget.property("help") is None:
+                widget.setProperty("help", widget.toolTip())  # the tooltip to restore once fixed
             widget.setStyleSheet(ERROR_STYLE if key in by_field else "")
-            widget.setToolTip(by_field.get(key, widget.toolTip() if key not in by_field else ""))
+            widget.setToolTip(by_field.get(key, str(widget.property("help") or "")))
         # An error in a folded "all arguments" row must be visible: show those rows.
         if self.schema:
             for spec in self.schema.others():

@@ -3,18 +3,25 @@
 ``python -m gaudi_gui.workers.schema`` prints the fields as JSON on stdout:
 ``{"transformers_version": ..., "fields": [{"name", "kind", "default", "help", "choices"}, ...]}``.
 
-``python -m gaudi_gui.workers.schema --validate FILE`` reads a job config (or a plain dict of training
-arguments), builds ``TrainingArguments`` through ``HfArgumentParser.parse_dict`` exactly as the training
-worker does, and prints ``{"ok": bool, "errors": [{"field", "message"}]}``.
+``python -m gaudi_gui.workers.schema --validate FILE`` reads ``{"training_args": {...}, "env": {...},
+"num_processes": N}`` (``env`` and ``num_processes`` optional; a plain dict of training arguments works
+too), sets ``env`` in its own environment before transformers is imported (the job's device
+environment: a null value unsets a variable), builds ``TrainingArguments`` from the whole dict through
+``HfArgumentParser.parse_dict`` as the training worker does, and prints one line
+``{"ok": bool, "errors": [{"field", "message"}]}`` (exit 1 when there are errors). ``num_processes``
+above 1 says the job runs distributed, so checks only a launched rank can pass (a ``ddp_backend`` needs
+a process group) are not reported as mistakes.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import enum
 import json
 import math
+import os
 import re
 import sys
 import types
@@ -37,8 +44,29 @@ def _json_safe(value: Any) -> Any:
     return str(value)
 
 
-def _describe_type(tp: Any) -> tuple[str, bool, list[str] | None]:
-    """(kind, optional, enum choices) for a dataclass field type."""
+def _accepted(tp: Any) -> set[str]:
+    """The JSON kinds one member of a field's type union takes."""
+    origin = typing.get_origin(tp)
+    if origin is typing.Literal:
+        return {_json_kind(type(a)) for a in typing.get_args(tp)}
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return {"str"}
+    if origin in (list, tuple) or tp in (list, tuple):
+        return {"list"}
+    if origin is dict or tp is dict:
+        return {"dict"}
+    if tp in (bool, int, float, str):
+        return {_json_kind(tp)}
+    # A class (accelerate's ParallelismConfig, ...): TrainingArguments builds it from a dict or a path.
+    return {"dict", "str"}
+
+
+def _json_kind(tp: type) -> str:
+    return {bool: "bool", int: "int", float: "float", str: "str", list: "list", dict: "dict"}.get(tp, "str")
+
+
+def _describe_type(tp: Any) -> tuple[str, bool, list[str] | None, list[str]]:
+    """(kind, optional, enum choices, accepted JSON kinds) for a dataclass field type."""
     optional = False
     choices: list[str] | None = None
     args: tuple[Any, ...] = ()
@@ -47,10 +75,14 @@ def _describe_type(tp: Any) -> tuple[str, bool, list[str] | None]:
     if type(None) in args:
         optional = True
     rest = [a for a in args if a is not type(None)]
+    accepts: set[str] = set()
+    for a in rest:
+        accepts |= _accepted(a)
+    accepted = sorted(accepts)
     for a in rest:
         if isinstance(a, type) and issubclass(a, enum.Enum):
             choices = [str(m.value) for m in a]
-            return "enum", optional, choices
+            return "enum", optional, choices, accepted
     kinds = []
     for a in rest:
         o = typing.get_origin(a)
@@ -71,10 +103,10 @@ def _describe_type(tp: Any) -> tuple[str, bool, list[str] | None]:
     # "str | list[str]" edits best as a string; dict-or-str likewise (JSON text).
     for preferred in ("bool", "int", "float"):
         if kinds == [preferred]:
-            return preferred, optional, None
+            return preferred, optional, None, accepted
     if "str" in kinds and len(kinds) > 1:
-        return "str", optional, None
-    return (kinds[0] if kinds else "str"), optional, None
+        return "str", optional, None, accepted
+    return (kinds[0] if kinds else "str"), optional, None, accepted
 
 
 def dump_schema() -> dict[str, Any]:
@@ -86,7 +118,7 @@ def dump_schema() -> dict[str, Any]:
     for f in dataclasses.fields(TrainingArguments):
         if not f.init:
             continue
-        kind, optional, choices = _describe_type(hints.get(f.name, f.type))
+        kind, optional, choices, accepts = _describe_type(hints.get(f.name, f.type))
         if f.metadata.get("choices"):
             choices = [str(c) for c in f.metadata["choices"]]
             kind = "enum"
@@ -97,51 +129,100 @@ def dump_schema() -> dict[str, Any]:
         else:
             default = None
         out.append({"name": f.name, "kind": kind, "optional": optional, "default": default,
-                    "help": str(f.metadata.get("help", "")), "choices": choices})
+                    "help": str(f.metadata.get("help", "")), "choices": choices, "accepts": accepts})
     return {"transformers_version": transformers.__version__, "fields": out}
 
 
-def _field_from_message(message: str, names: set[str]) -> str:
-    for match in re.finditer(r"[A-Za-z_][A-Za-z0-9_]*", message):
-        word = match.group(0)
-        if word in names:
-            return word
-    return ""
+#: Messages of checks a single validating process cannot pass although the launched job will (the
+#: launcher initialises the process group before TrainingArguments is built in each rank).
+_NEEDS_PROCESS_GROUP = ("process group has not been initialized", "init_process_group")
 
 
-def validate(args: dict[str, Any]) -> list[dict[str, str]]:
-    """Problems building TrainingArguments from ``args`` (empty: it builds)."""
+def _signature(message: str) -> str:
+    """The stable part of an error message: its first line without the values it quotes."""
+    first = message.strip().splitlines()[0] if message.strip() else message
+    return re.sub(r"\S*\d\S*", "#", first.split(" but found")[0])[:200]
+
+
+def validate(args: dict[str, Any], num_processes: int = 1) -> list[dict[str, str]]:
+    """Problems building TrainingArguments from the whole of ``args`` (empty: it builds).
+
+    The whole set is built first, so a combination that is valid together (bf16 with use_cpu,
+    load_best_model_at_end with matching strategies) is never flagged. When it does not build, the
+    fields to blame are found by elimination: the smallest subset of the set that still fails with
+    the same error (removing any one of them makes that error go away) is found, blamed, taken out, and the
+    rest built again until it builds — so independent mistakes are each named. Within that subset the
+    fields whose removal lets it build are the ones named (load_best_model_at_end, not the default
+    eval_strategy it contradicts; fp16 and bf16, not the use_cpu that makes bf16 possible).
+    """
     from transformers import HfArgumentParser, TrainingArguments
 
-    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    from gaudi_gui.core.training_args import Schema
+
+    schema = Schema.from_dict(dump_schema())
     errors: list[dict[str, str]] = []
-    unknown = sorted(set(args) - names)
-    for name in unknown:
-        errors.append({"field": name, "message": f"unknown argument '{name}' in this transformers "
-                                                 "version (removed or misspelled)"})
-    clean = {k: v for k, v in args.items() if k in names}
+    # Unknown names, wrong types, negative step counts: the same checks the form makes, so a job file
+    # checked here (gaudi-gui train, a hand-edited file) gets the same answer as in the form.
+    bad: set[str] = set()
+    for name, problem in schema.check(args):
+        errors.append({"field": name, "message": problem})
+        bad.add(name)
+    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    remaining = {k: v for k, v in args.items() if k in names and k not in bad}
     parser = HfArgumentParser(TrainingArguments)  # type: ignore[arg-type]
-    base = {"output_dir": clean.get("output_dir", "out")}
 
     def attempt(values: dict[str, Any]) -> str | None:
         try:
             parser.parse_dict(values, allow_extra_keys=False)
-        except (ValueError, TypeError, ImportError) as exc:
+        except Exception as exc:  # TrainingArguments raises ValueError mostly, also ImportError, ...
             text = str(exc).strip()
-            return text.splitlines()[0] if text else type(exc).__name__
+            return " ".join(text.split("\n")[:3]) if text else type(exc).__name__
         return None
 
-    # One field at a time first, so an error lands on the field that caused it even when the
-    # message does not name it ("bogus is not a valid IntervalStrategy").
-    for name, value in clean.items():
-        message = attempt({**base, name: value})
-        if message:
-            errors.append({"field": name, "message": message})
-    if not errors:
-        message = attempt({**base, **clean})
-        if message:
-            errors.append({"field": _field_from_message(message, names), "message": message})
+    for _ in range(len(remaining) + 1):
+        message = attempt(remaining)
+        if message is None:
+            break
+        signature = _signature(message)
+        culprits = dict(remaining)
+        for name in list(remaining):
+            trial = {k: v for k, v in culprits.items() if k != name}
+            again = attempt(trial)
+            if again is not None and _signature(again) == signature:
+                culprits = trial
+        if not culprits:
+            # Fails with nothing set: the installation or device, not the job.
+            errors.append({"field": "", "message": message})
+            break
+        # Within that subset, blame the fields whose removal lets it build: with fp16 and bf16 both
+        # set on a CPU, use_cpu belongs to the subset (without it bf16 fails differently) but is not
+        # the mistake.
+        fixing = {k: v for k, v in culprits.items()
+                  if attempt({n: x for n, x in culprits.items() if n != k}) is None}
+        culprits = fixing or culprits
+        if any(needle in message for needle in _NEEDS_PROCESS_GROUP) and num_processes > 1:
+            # Checked by the launched ranks, which have a process group; not a mistake in the job.
+            pass
+        else:
+            if any(needle in message for needle in _NEEDS_PROCESS_GROUP):
+                message = f"{message} (a single process has no process group: "\
+                          "this needs more than one process)"
+            for name in culprits:
+                errors.append({"field": name, "message": message})
+        for name in culprits:
+            remaining.pop(name)
     return errors
+
+
+def apply_env(env: Any) -> None:
+    """The job's device environment (HABANA_VISIBLE_MODULES, CUDA_VISIBLE_DEVICES, ACCELERATE_USE_CPU,
+    ...), set before transformers/torch are imported so device checks see what the run will see."""
+    if isinstance(env, dict):
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(str(key), None)
+            else:
+                os.environ[str(key)] = str(value)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,12 +236,16 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"ok": False, "errors": [{"field": "", "message": f"cannot read "
                                                        f"{ns.validate}: {exc}"}]}))
             return 1
+        num_processes = 1
         if isinstance(data, dict) and isinstance(data.get("training_args"), dict):
+            apply_env(data.get("env"))
+            with contextlib.suppress(TypeError, ValueError):
+                num_processes = max(1, int(data.get("num_processes", 1)))
             data = data["training_args"]
         if not isinstance(data, dict):
             print(json.dumps({"ok": False, "errors": [{"field": "", "message": "not a JSON object"}]}))
             return 1
-        errors = validate(data)
+        errors = validate(data, num_processes)
         print(json.dumps({"ok": not errors, "errors": errors}))
         return 0 if not errors else 1
     print(json.dumps(dump_schema()))

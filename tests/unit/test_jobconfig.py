@@ -53,3 +53,43 @@ def test_format_by_extension(tmp_path: Path) -> None:
     assert resolve_format("builtin:demo") == "json"
     assert resolve_format("user/some-dataset") == "hub"
     assert resolve_format("x.jsonl", "text") == "text"
+
+
+def test_dataset_columns(tmp_path: Path) -> None:
+    from gaudi_gui.core.jobconfig import dataset_columns
+
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "a", "completion": "b"}\n\n{"messages": []}\n')
+    assert dataset_columns(str(rows), "auto") == ["prompt", "completion", "messages"]
+    array = tmp_path / "rows.json"
+    array.write_text('[ {"body": "x"},\n {"body": "y", "id": 1} ]')
+    assert dataset_columns(str(array), "auto") == ["body", "id"]
+    nested = tmp_path / "nested.json"
+    nested.write_text('{\n  "data": [{"text": "x"}]\n}')
+    assert dataset_columns(str(nested), "auto") is None  # not rows: not guessed
+    table = tmp_path / "t.csv"
+    table.write_text("\ufefftext,label\nhi,1\n")
+    assert dataset_columns(str(table), "auto") == ["text", "label"]
+    assert dataset_columns(str(tmp_path / "t.txt"), "auto") == ["text"]
+    assert dataset_columns("user/hub-dataset", "auto") is None
+    assert dataset_columns(str(tmp_path / "missing.jsonl"), "auto") is None
+    big = tmp_path / "big.jsonl"
+    big.write_text('{"text": "' + "x" * 300_000 + '"}\n')  # first row longer than the probe
+    assert dataset_columns(str(big), "auto") is None
+
+
+def test_validate_text_column_against_the_file(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"prompt": "a", "completion": "b"}\n')
+    job = JobConfig(training_args={"output_dir": str(tmp_path)})
+    job.dataset.source = str(rows)
+    problems = dict(job.validate())
+    assert "no column 'text'" in problems["dataset.text_column"]
+    assert "prompt, completion" in problems["dataset.text_column"]
+    job.dataset.text_column = "prompt"
+    assert job.validate() == []
+    job.dataset.source = "builtin:demo"
+    job.dataset.text_column = "text"
+    assert job.validate() == []
+    job.dataset.text_column = "body"
+    assert "dataset.text_column" in dict(job.validate())

@@ -76,3 +76,52 @@ def test_real_schema_child_and_validation(tmp_path) -> None:
     data = json.loads(res.stdout)
     assert res.returncode == 1 and not data["ok"]
     assert {e["field"] for e in data["errors"]} == {"eval_strategy", "warmup_ratio"}
+
+
+MIXED = ta.FieldSpec.from_dict({"name": "lr_scheduler_kwargs", "kind": "str", "default": None,
+                                "optional": True, "accepts": ["dict", "str"]})
+TOKENS = ta.FieldSpec.from_dict({"name": "include_num_input_tokens_seen", "kind": "str", "default": "no",
+                                 "accepts": ["bool", "str"]})
+
+
+@pytest.mark.parametrize("spec, value", [
+    (MIXED, {"power": 2}), (MIXED, '{"power": 2}'), (MIXED, "plain"), (MIXED, " padded"), (MIXED, ""),
+    (TOKENS, True), (TOKENS, False), (TOKENS, "true"), (TOKENS, "all"),
+    (SCHEMA.fields["learning_rate"], 3), (SCHEMA.fields["learning_rate"], 1e-7),
+    (SCHEMA.fields["report_to"], ""),
+])
+def test_format_parse_are_inverse(spec: ta.FieldSpec, value: object) -> None:
+    again = spec.parse(spec.format(value))
+    assert again == value and type(again) is type(value)
+
+
+def test_accepts_types_and_old_cached_schemas() -> None:
+    assert MIXED.check({"power": 2}) is None and MIXED.check("x") is None
+    assert MIXED.check(3) is not None
+    assert TOKENS.check(True) is None
+    old = ta.FieldSpec.from_dict({"name": "x", "kind": "str"})  # cached before "accepts" existed
+    assert old.accepts is None and old.check(3) is None and not old.mixed
+    assert ta.FieldSpec.from_dict(MIXED.to_dict()) == MIXED
+
+
+def test_ranges_and_nothing_to_train() -> None:
+    schema = ta.Schema.from_dict({"transformers_version": "9.9", "fields": [
+        {"name": "max_steps", "kind": "int", "default": -1},
+        {"name": "num_train_epochs", "kind": "float", "default": 3.0},
+        {"name": "save_steps", "kind": "float", "default": 500},
+        {"name": "logging_steps", "kind": "float", "default": 500},
+        {"name": "eval_steps", "kind": "float", "default": None, "optional": True},
+    ], })
+    assert schema.check({}) == []
+    assert schema.check({"max_steps": -1, "save_steps": 0, "logging_steps": 0, "eval_steps": 0}) == []
+    flagged = dict(schema.check({"max_steps": -5, "save_steps": -1, "logging_steps": -0.5,
+                                 "eval_steps": -2}))
+    assert set(flagged) == {"max_steps", "save_steps", "logging_steps", "eval_steps"}
+    assert "-5" in flagged["max_steps"]
+    refused = dict(schema.check({"max_steps": -5, "num_train_epochs": 0}))
+    assert set(refused) == {"max_steps", "num_train_epochs"}
+    assert "nothing to train" in refused["num_train_epochs"]
+    assert [f for f, _ in schema.check({"num_train_epochs": 0})] == ["num_train_epochs"]
+    assert schema.check({"num_train_epochs": 0, "max_steps": 10}) == []
+    # Combinations that TrainingArguments accepts are left to the child: never refused here.
+    assert SCHEMA.check({"bf16": True, "output_dir": "o"}) == []
