@@ -1,10 +1,15 @@
 """Devices benchmarks: hl-smi parse cost per 8-card snapshot, and the GUI event loop's worst stall while
-the Devices tab updates 8 cards at 10 Hz (charts showing a full hour of history)."""
+the Devices tab updates 8 cards at 10 Hz (charts showing a full hour of history).
+
+The tab is driven from outside, the way the app is: a fake ``hl-smi`` (tests/fake_hl_smi.py, replaying
+recorded output every 0.1 s) is the poller's program, so samples take the real path (QProcess, CSV
+parser, history, selection, ``samples_received``); the product has no feeding hook."""
 
 from __future__ import annotations
 
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -12,6 +17,8 @@ from typing import Any
 
 from gaudi_gui.core import hlsmi
 from gaudi_gui.core.devices import DeviceSample
+
+FAKE_HLSMI = Path(__file__).resolve().parents[1] / "tests" / "fake_hl_smi.py"
 
 
 def _row(name: str, value: float, unit: str, goal: str, *, baseline: float | None = None,
@@ -79,8 +86,13 @@ def worst_stall(seconds: float, rate_hz: float = 10.0) -> tuple[float, float, fl
 
     app = QApplication.instance() or QApplication([])
     with tempfile.TemporaryDirectory() as tmp:
+        program = Path(tmp) / "hl-smi"
+        program.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_HLSMI} \"$@\"\n")
+        program.chmod(0o755)
+        os.environ["FAKE_HLSMI_PERIOD"] = str(1.0 / rate_hz)
         settings = Settings(str(Path(tmp) / "settings.ini"))
         settings.set("devices/history_window_s", 3600)
+        settings.set("devices/hl_smi", str(program))
         selection = DeviceSelection()
         poller = DevicePoller(settings, selection)
         services = AppServices(settings=settings, selection=selection,
@@ -96,36 +108,34 @@ def worst_stall(seconds: float, rate_hz: float = 10.0) -> tuple[float, float, fl
         warm: list[float] = []
         last = [time.perf_counter()]
         begin = last[0]
-        counter = [3600]
 
         def tick() -> None:
             t = time.perf_counter()
             (warm if t - begin < WARMUP_S else gaps).append((t - last[0]) * 1000)
             last[0] = t
 
-        def feed() -> None:
-            counter[0] += 1
-            # The poller's own path: history, selection, samples_received -> the tab.
-            poller.feed_samples(_samples(time.time(), counter[0]))
-
+        snapshots = [0]
+        poller.samples_received.connect(lambda samples: snapshots.__setitem__(0, snapshots[0] + 1))
         probe = QTimer()
         probe.setInterval(1)
         probe.timeout.connect(tick)
-        feeder = QTimer()
-        feeder.setInterval(int(1000 / rate_hz))
-        feeder.timeout.connect(feed)
         app.processEvents()
         begin = last[0] = time.perf_counter()
         probe.start()
-        feeder.start()
+        poller.start()
         loop = QEventLoop()
         QTimer.singleShot(int(seconds * 1000), loop.quit)
         loop.exec()  # the real event loop, as in the app
         probe.stop()
-        feeder.stop()
+        poller.stop()
         tab.close()
         tab.deleteLater()
         app.processEvents()
+        from gaudi_gui.services.process import reap_all
+
+        reap_all()
+    if snapshots[0] < seconds * rate_hz / 4:
+        raise RuntimeError(f"the fake hl-smi delivered only {snapshots[0]} snapshots in {seconds} s")
     gaps = gaps or [0.0]
     return max(gaps), statistics.median(gaps), max(warm or [0.0])
 
@@ -135,8 +145,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     worst, median, first = worst_stall(5.0 if quick else 30.0)
     return [
         _row("devices: parse per 8-card snapshot", parse_ms, "ms", "< 1 ms"),
-        _row("devices: worst event-loop stall, 8 cards at 10 Hz", worst, "ms", "< 20 ms",
-             baseline=round(median, 3), ratio=round(worst / median, 2) if median else None),
+        _row("devices: worst event-loop stall, 8 cards at 10 Hz", worst, "ms", "< 20 ms"),
+        _row("devices: median event-loop gap (1 ms timer), same run", median, "ms", "informational"),
         _row("devices: first draw of 1 h x 8 cards history (warm-up)", first, "ms", "informational"),
     ]
 

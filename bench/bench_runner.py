@@ -17,6 +17,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.harness import interleaved_metrics, row  # noqa: E402
 from gaudi_gui.core import generation, protocol  # noqa: E402
 from gaudi_gui.core.generation import GenerationParams, LoadOptions  # noqa: E402
 
@@ -40,25 +41,58 @@ PLAIN = r"""
 import json, sys, time, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 from transformers.generation.streamers import BaseStreamer
-path, n, reps = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+path, prompt = sys.argv[1], sys.argv[2]
 tok = AutoTokenizer.from_pretrained(path)
 model = AutoModelForCausalLM.from_pretrained(path).eval()
 class Clock(BaseStreamer):
     def __init__(self): self.times = []
     def put(self, value): self.times.append(time.perf_counter())
     def end(self): pass
-inputs = tok(sys.argv[4], return_tensors="pt")
-out = []
-with torch.inference_mode():
-    model.generate(**inputs, max_new_tokens=4, min_new_tokens=4, do_sample=False)  # warm-up
-    for _ in range(reps):
+inputs = tok(prompt, return_tensors="pt")
+print("ready", flush=True)
+# One generate per line on stdin ("N" new tokens), so the parent can interleave it with the worker.
+for line in sys.stdin:
+    n = int(line)
+    with torch.inference_mode():
         clock = Clock(); t0 = time.perf_counter()
         model.generate(**inputs, max_new_tokens=n, min_new_tokens=n, do_sample=False, streamer=clock)
-        # put() is called once for the prompt, then once per new token
-        first, last = clock.times[1], clock.times[-1]
-        out.append({"ttft_s": first - t0, "decode_tokens_per_s": (len(clock.times) - 2) / (last - first)})
-print(json.dumps(out))
+    # put() is called once for the prompt, then once per new token
+    first, last = clock.times[1], clock.times[-1]
+    print(json.dumps({"ttft_s": first - t0,
+                      "decode_tokens_per_s": (len(clock.times) - 2) / (last - first)}), flush=True)
 """
+
+
+class Plain:
+    """A plain ``model.generate`` script, kept loaded, one generate per request."""
+
+    def __init__(self, path: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", PLAIN, path, PROMPT], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     bufsize=1)
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip() == "ready":
+                return
+        raise RuntimeError("the plain generate script ended before it was ready")
+
+    def generate(self, n: int) -> dict[str, float]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(f"{n}\n")
+        self.proc.stdin.flush()
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                return dict(json.loads(line))
+        raise RuntimeError("the plain generate script ended")
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 class Worker:
@@ -131,25 +165,29 @@ class Worker:
 
 
 def _bench_model(label: str, path: str, n: int, reps: int) -> list[dict]:
-    plain = json.loads(subprocess.run([sys.executable, "-c", PLAIN, path, str(n), str(reps), PROMPT],
-                                      capture_output=True, text=True, check=True).stdout)
     worker = Worker()
+    plain = Plain(path)
     try:
         worker.load(path)
-        worker.generate(4)  # warm-up, as the plain script does
-        runs = [worker.generate(n) for _ in range(reps)]
+
+        def app_once() -> dict[str, float]:
+            ttft, stats = worker.generate(n)
+            return {"ttft_s": ttft, "decode_tokens_per_s": stats["decode_tokens_per_s"]}
+
+        # Worker and plain script alternate (warm-up pair first), so drift hits both alike.
+        result = interleaved_metrics(app_once, lambda: plain.generate(n), reps, warmup=1)
         stops = [worker.stop_latency() for _ in range(3)]
     finally:
         worker.close()
-    app_tps = statistics.median(r[1]["decode_tokens_per_s"] for r in runs)
-    base_tps = statistics.median(p["decode_tokens_per_s"] for p in plain)
-    app_ttft = statistics.median(r[0] for r in runs)
-    base_ttft = statistics.median(p["ttft_s"] for p in plain)
+        plain.close()
+    tps, ttft = result["decode_tokens_per_s"], result["ttft_s"]
+    added = [(s["app"] - s["base"]) * 1000 for s in ttft["samples"]]
     return [
-        {"name": f"runner[{label}]: decode tokens/s (worker vs plain generate)", "value": app_tps,
-         "unit": "tok/s", "baseline": base_tps, "ratio": app_tps / base_tps, "goal": "ratio >= 0.95"},
-        {"name": f"runner[{label}]: added time to first token", "value": (app_ttft - base_ttft) * 1000,
-         "unit": "ms", "baseline": base_ttft * 1000, "ratio": None, "goal": "< 20 ms"},
+        row(f"runner[{label}]: decode tokens/s (worker vs plain generate)", tps, unit="tok/s",
+            goal="ratio >= 0.95"),
+        {"name": f"runner[{label}]: added time to first token", "value": statistics.median(added),
+         "unit": "ms", "baseline": round(ttft["base_median"] * 1000, 3), "ratio": None,
+         "spread": [round(min(added), 2), round(max(added), 2)], "goal": "< 20 ms"},
         {"name": f"runner[{label}]: Stop to finished event", "value": statistics.median(stops) * 1000,
          "unit": "ms", "baseline": None, "ratio": None, "goal": "< 100 ms"},
     ]
@@ -169,5 +207,5 @@ def run(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    for row in run(quick="--quick" in sys.argv):
-        print(row)
+    for r in run(quick="--quick" in sys.argv):
+        print(r)

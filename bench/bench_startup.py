@@ -1,94 +1,75 @@
 """Start-up: time from launching ``gaudi-gui`` to its first painted window, and the GUI process's RSS,
-each against a bare PySide6 window started the same way in the same run."""
+each against a bare PySide6 window started the same way, in interleaved repeats (bench/harness.py).
+
+Both sides run bench/drive.py, which installs its own event filter on the QApplication (the product
+has no benchmark hooks) and prints a JSON line at the first paint and when the app's tabs are built.
+"""
 
 from __future__ import annotations
 
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
-BARE = r"""
-import json, sys, time
-t0 = time.perf_counter()
-import psutil
-from PySide6.QtCore import QEvent, QObject, QTimer
-from PySide6.QtWidgets import QApplication, QLabel, QMainWindow
-app = QApplication(sys.argv)
-win = QMainWindow()
-win.setCentralWidget(QLabel("bare"))
-win.resize(1280, 860)
-class F(QObject):
-    def eventFilter(self, obj, ev):
-        if obj is win and ev.type() == QEvent.Type.Paint:
-            win.removeEventFilter(self)
-            QTimer.singleShot(0, report)
-        return False
-def report():
-    print(json.dumps({"rss_bytes": psutil.Process().memory_info().rss,
-                      "event": "ready", "torch_loaded": "torch" in sys.modules}), flush=True)
-    win.close()
-f = F(); win.installEventFilter(f)
-win.show()
-app.exec()
-"""
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.harness import interleaved_metrics, row  # noqa: E402
+
+DRIVE = Path(__file__).resolve().parent / "drive.py"
 
 
-def _measure(argv: list[str], env: dict[str, str]) -> tuple[float, dict, float, dict]:
-    """(seconds to first paint, its report, seconds to ready, its report) seen from the parent."""
+def measure(mode: str, env: dict[str, str]) -> dict[str, float]:
+    """Seconds from launch (seen from this parent) to first paint and to ready, and RSS at ready."""
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, str(DRIVE), mode], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=env, cwd=str(ROOT))
     assert proc.stdout is not None
-    first: dict = {}
-    ready: dict = {}
-    t_first = t_ready = float("nan")
+    out: dict[str, float] = {}
     for line in proc.stdout:
-        line = line.strip()
         if not line.startswith("{"):
             continue
         report = json.loads(line)
-        if not first:
-            t_first, first = time.perf_counter() - start, report
-        if report.get("event", "ready") == "ready":
-            t_ready, ready = time.perf_counter() - start, report
+        if report["event"] == "first_paint":
+            out["first_paint_s"] = time.perf_counter() - start
+        elif report["event"] == "ready":
+            out["ready_s"] = time.perf_counter() - start
+            out["rss_mib"] = report["rss_bytes"] / 2**20
+            out["torch"] = float(bool(report.get("torch_loaded") or report.get("transformers_loaded")))
             break
     proc.stdout.close()
     proc.wait(timeout=60)
-    return t_first, first, t_ready, ready
+    if "ready_s" not in out:
+        raise RuntimeError(f"bench/drive.py {mode} reported no ready event (exit {proc.returncode})")
+    return out
 
 
-def run(quick: bool = False) -> list[dict]:
-    repeats = 3 if quick else 7
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    repeats = 5 if quick else 11
     with tempfile.TemporaryDirectory() as home:
-        env = dict(os.environ, QT_QPA_PLATFORM="offscreen", GAUDI_GUI_HOME=home,
-                   GAUDI_GUI_BENCH_STARTUP="1")
-        app_times, bare_times, ready_times, app_rss, bare_rss = [], [], [], [], []
-        torch_loaded = False
-        for _ in range(repeats):
-            # Interleave so drift (page cache, other load) hits both sides alike.
-            t, _first, t_ready, rep = _measure([sys.executable, "-m", "gaudi_gui"], env)
-            app_times.append(t)
-            ready_times.append(t_ready)
-            app_rss.append(rep.get("rss_bytes", 0))
-            torch_loaded |= bool(rep.get("torch_loaded") or rep.get("transformers_loaded"))
-            t, _first, _t, rep = _measure([sys.executable, "-c", BARE], env)
-            bare_times.append(t)
-            bare_rss.append(rep.get("rss_bytes", 0))
-    app_t, bare_t = statistics.median(app_times), statistics.median(bare_times)
-    ready_t = statistics.median(ready_times)
-    app_m, bare_m = statistics.median(app_rss) / 2**20, statistics.median(bare_rss) / 2**20
-    if torch_loaded:
+        env = dict(os.environ, QT_QPA_PLATFORM=os.environ.get("QT_QPA_PLATFORM", "offscreen"),
+                   GAUDI_GUI_HOME=home, PYTHONPATH=str(ROOT))
+        env.pop("GAUDI_GUI_HL_SMI", None)
+        result = interleaved_metrics(lambda: measure("app", env), lambda: measure("bare", env),
+                                     repeats, warmup=1)
+    if any(s["app"] for s in result["torch"]["samples"]):
         raise AssertionError("the GUI process imported torch or transformers")
     return [
-        {"name": "startup: launch to first painted window", "value": app_t * 1000, "unit": "ms",
-         "baseline": bare_t * 1000, "ratio": app_t / bare_t, "goal": "ratio <= 1.5"},
-        {"name": "startup: launch to every tab built", "value": ready_t * 1000, "unit": "ms",
-         "baseline": bare_t * 1000, "ratio": ready_t / bare_t, "goal": "(report)"},
-        {"name": "startup: GUI process RSS, all tabs built", "value": app_m, "unit": "MiB",
-         "baseline": bare_m, "ratio": app_m / bare_m, "goal": "(report)"},
+        row("startup: launch to first painted window", result["first_paint_s"], unit="ms", scale=1000,
+            goal="ratio <= 1.3"),
+        row("startup: launch to every tab built", result["ready_s"], unit="ms", scale=1000,
+            goal="(report)"),
+        row("startup: GUI process RSS, all tabs built", result["rss_mib"], unit="MiB", goal="(report)"),
         {"name": "startup: torch in the GUI process", "value": 0.0, "unit": "modules",
          "baseline": None, "ratio": None, "goal": "0 (asserted)"},
     ]
+
+
+if __name__ == "__main__":
+    for r in run(quick="--quick" in sys.argv):
+        print(r)

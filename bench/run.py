@@ -1,8 +1,10 @@
 """``python bench/run.py [--quick] [--only NAME ...]``: the project's figures as one table.
 
 Each bench/bench_<area>.py exposes ``run(quick) -> list[dict]`` rows with name, value, unit, baseline,
-ratio and goal. Timings are medians of repeated runs; ratios compare against a baseline measured in the
-same run, so they stay meaningful across machines.
+ratio, spread and goal. Every ratio comes from interleaved repeats (app, baseline, app, baseline ...;
+bench/harness.py): the ratio is the median of the per-pair ratios and ``spread`` their min-max, so a
+figure shows how far it can be trusted on a busy machine. Benchmarks drive the app from outside (the
+product package holds no benchmark hooks).
 """
 
 from __future__ import annotations
@@ -56,12 +58,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{area}] done in {time.perf_counter() - started:.1f} s", file=sys.stderr)
         rows.extend(got)
     width = max([len(r["name"]) for r in rows] + [10])
-    header = f"{'figure':<{width}}  {'value':>12}  {'baseline':>12}  {'ratio':>7}  goal"
+    header = (f"{'figure':<{width}}  {'value':>12}  {'baseline':>12}  {'ratio':>7}  {'spread':>13}  "
+              f"{'n':>3}  goal")
     print(header)
     print("-" * len(header))
     for r in rows:
+        spread = r.get("spread")
+        spread_text = f"{_fmt(spread[0])}-{_fmt(spread[1])}" if spread else "-"
         print(f"{r['name']:<{width}}  {_fmt(r['value'], r['unit']):>12}  "
-              f"{_fmt(r.get('baseline'), r['unit']):>12}  {_fmt(r.get('ratio')):>7}  {r.get('goal', '')}")
+              f"{_fmt(r.get('baseline'), r['unit']):>12}  {_fmt(r.get('ratio')):>7}  {spread_text:>13}  "
+              f"{r.get('repeats', '-')!s:>3}  {r.get('goal', '')}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=2))
     return 1 if failures else 0

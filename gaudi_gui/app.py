@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
-from PySide6.QtCore import QObject
-from PySide6.QtWidgets import QApplication, QMainWindow
+from PySide6.QtCore import QEvent, QObject, QTimer
+from PySide6.QtWidgets import QApplication, QMainWindow, QWidget
 
 from gaudi_gui.services.context import AppServices
 
@@ -23,6 +23,35 @@ def create_services(parent: QObject | None = None) -> AppServices:
     environment = EnvironmentProbe(parent=parent)
     poller = DevicePoller(settings, selection, parent)
     return AppServices(settings=settings, selection=selection, environment=environment, poller=poller)
+
+
+class _FirstPaint(QObject):
+    """Calls ``then`` once, on the event-loop turn after ``window``'s first paint (or after
+    ``FALLBACK_MS`` if no paint comes: a window opened minimized, say)."""
+
+    FALLBACK_MS = 2000
+
+    def __init__(self, window: QWidget, then: Callable[[], object]) -> None:
+        super().__init__(window)
+        self._window = window
+        self._then: Callable[[], object] | None = then
+        window.installEventFilter(self)
+        QTimer.singleShot(self.FALLBACK_MS, self._fire)
+
+    def eventFilter(self, obj: QObject, event: QEvent) -> bool:
+        if obj is self._window and event.type() == QEvent.Type.Paint:
+            self._window.removeEventFilter(self)
+            QTimer.singleShot(0, self._fire)
+        return False
+
+    def _fire(self) -> None:
+        then, self._then = self._then, None
+        if then is not None:
+            then()
+
+
+def _after_first_paint(window: QWidget, then: Callable[[], object]) -> None:
+    _FirstPaint(window, then)
 
 
 def _show_settings_problems(services: AppServices, window: QMainWindow) -> None:
@@ -52,8 +81,13 @@ def run_gui(argv: Sequence[str]) -> int:
     window = MainWindow(services)
     window.show()
     _show_settings_problems(services, window)
-    services.poller.start()
-    services.environment.refresh()
+    # hl-smi and the probe child (a Python that imports torch) compete with the first frame for the
+    # CPU: start them once the window has been painted.
+    def start_background() -> None:
+        services.poller.start()
+        services.environment.refresh()
+
+    _after_first_paint(window, start_background)
     code = int(app.exec())
     from gaudi_gui.services.process import detached_running, reap_all
 
