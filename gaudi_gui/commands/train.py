@@ -190,7 +190,7 @@ def run(args: argparse.Namespace) -> int:
         ref.signal(signal.SIGKILL)
     result = outcome_from_events(events, run_.status(), exit_code=code,
                                  stop_requested=stopper is not None,
-                                 killed=bool(stopper and stopper.killed))
+                                 killed=bool(stopper and stopper.killed), log_tail=run_.log_tail(40))
     if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":
         result.update(state="stopped", summary="Stopped before training began — nothing to save")
     changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}

@@ -9,8 +9,9 @@ reader that finds a run nobody watched all use it.
 
 from __future__ import annotations
 
+import re
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +28,26 @@ def _is_signal_death(code: int | None) -> bool:
     return code is not None and (code < 0 or code in (128 + 9, 128 + 15, 128 + 2, 128 + 1, 128 + 6))
 
 
+# What launchers print when a rank died of a signal (accelerate's subprocess, torchrun's agent).
+_DIED = re.compile(r"died with <Signals\.(SIG[A-Z]+)|exitcode\s*:\s*-(\d+)|Signal (\d+) \((SIG[A-Z]+)\)")
+
+
+def _signal_in_log(lines: Sequence[str]) -> str:
+    for line in reversed(lines):
+        match = _DIED.search(line)
+        if match:
+            if match.group(1):
+                return match.group(1)
+            if match.group(2):
+                return _signal_name(-int(match.group(2)))
+            return match.group(4)
+    return ""
+
+
 def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None, *,
                         exit_code: int | None = None, stop_requested: bool = False,
-                        killed: bool = False, nobody_watched: bool = False) -> dict[str, Any]:
+                        killed: bool = False, nobody_watched: bool = False,
+                        log_tail: Sequence[str] = ()) -> dict[str, Any]:
     """The final fields of a run's status: state, summary, step, max_steps, checkpoint, error...
 
     ``killed``: the supervisor had to SIGKILL (grace period over, or "kill now"). ``nobody_watched``:
@@ -42,7 +60,9 @@ def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None,
     checkpoint = ""
     stop_seen = False
     final_loss = None
+    seen_any = False
     for ev in events:
+        seen_any = True
         kind = ev.get("type")
         if kind == "metrics" or kind == "training_started":
             if isinstance(ev.get("step"), int):
@@ -73,6 +93,7 @@ def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None,
             checkpoint = str(end["checkpoint"])
         if isinstance(end.get("final_loss"), (int, float)):
             final_loss = float(end["final_loss"])
+    saw_worker = seen_any
     ckpt_name = Path(checkpoint).name if checkpoint else ""
     ckpt_at_stop = bool(checkpoint) and ckpt_name == f"checkpoint-{step}"
 
@@ -97,7 +118,9 @@ def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None,
                        f"{ckpt_name}")
         else:
             summary = f"Stopped at step {step} — no checkpoint saved"
-    elif killed or stop_requested or stop_seen or _is_signal_death(exit_code) or nobody_watched:
+    elif (killed or stop_requested or stop_seen or _is_signal_death(exit_code) or nobody_watched
+          or saw_worker):
+        # The worker always ends through an end or error event unless something killed it.
         state = "killed"
         if killed:
             why = "the grace period ran out" if stop_requested else "killed on request"
@@ -105,14 +128,16 @@ def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None,
             why = "ended without reporting how (its supervisor was gone)"
         elif exit_code is not None and _is_signal_death(exit_code):
             why = f"killed by {_signal_name(exit_code)}"
+        elif _signal_in_log(log_tail):
+            why = f"a training process was killed by {_signal_in_log(log_tail)}"
         else:
-            why = "ended without saving"
+            why = "a training process ended abruptly without reporting (killed, or crashed)"
         keep = f"; Resume continues from {ckpt_name}" if checkpoint else "; no checkpoint"
         summary = f"Killed at step {step} — {why}{keep}"
     else:
         state = "failed"
-        summary = (f"Failed at step {step}: the training process exited with code {exit_code} "
-                   f"without reporting an error — see the log")
+        summary = (f"Failed: the launcher exited with code {exit_code} before the training worker "
+                   f"started — see the log")
     out.update(state=state, summary=summary, step=step, max_steps=max_steps, checkpoint=checkpoint)
     if final_loss is not None:
         out["final_loss"] = final_loss

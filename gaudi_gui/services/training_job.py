@@ -321,7 +321,8 @@ class TrainingJob(QObject):
                                          exit_code=code if not self._attached else None,
                                          stop_requested=stopper is not None,
                                          killed=bool(stopper and stopper.killed),
-                                         nobody_watched=self._attached and not self.events)
+                                         nobody_watched=self._attached and not self.events,
+                                         log_tail=tail)
             if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":
                 result.update(state="stopped", summary="Stopped before training began — nothing to save")
         state = str(result.get("state", "failed"))
@@ -466,13 +467,17 @@ class SchemaLoader(QObject):
         self.schema_loaded.emit(schema)
 
     def validate(self, training_args: Mapping[str, Any], *, device: str = "cpu",
-                 device_env: Mapping[str, str] | None = None) -> None:
-        """Build TrainingArguments from the whole dict in a child that has the job's device env."""
+                 device_env: Mapping[str, str] | None = None, num_processes: int = 1) -> None:
+        """Build TrainingArguments from the whole dict in a child that has the job's device env
+        (the child blames fields by elimination; ``num_processes`` > 1 lets it accept a
+        ddp_backend that no single process could initialise)."""
         if self._validate_runner.is_running():
             return
         fd, path = tempfile.mkstemp(prefix="gaudi-gui-validate-", suffix=".json")
         with os.fdopen(fd, "w") as fh:
-            json.dump({"training_args": dict(training_args)}, fh)
+            json.dump({"training_args": dict(training_args),
+                       "env": prepare_mod.device_variables(device, device_env),
+                       "num_processes": max(1, int(num_processes))}, fh)
         self._validate_file = path
         self._validate_lines = []
         self._validate_runner.start(sys.executable, ["-m", "gaudi_gui.workers.schema", "--validate", path],

@@ -233,7 +233,8 @@ class TrainingTab(QWidget):
             return
         self.status.setText("validating TrainingArguments in a child process…")
         self.schema_loader.validate(launch_mod.worker_training_args(job, self.device), device=self.device,
-                                    device_env=self.training.device_env())
+                                    device_env=self.training.device_env(),
+                                    num_processes=job.launch.num_processes * job.launch.num_machines)
 
     def _on_validated(self, errors: list) -> None:
         self.form.show_errors([(f"training_args.{f}", m) for f, m in errors])
