@@ -1,6 +1,7 @@
-"""Offscreen screenshot of the Devices tab: 8 Gaudi 2 cards, two minutes of synthetic history fed
-through the poller's own signal path, two cards busy with a job, one card reporting 0 C (failed to
-initialise). ``python scripts/screenshot_devices.py [OUT.png]`` (default docs/devices.png)."""
+"""Offscreen screenshot of the Devices tab: 8 Gaudi 2 cards, two minutes of synthetic history put into
+the poller's history and published on its public signals from outside (no product hook), two cards
+busy with a job, one card reporting 0 C (failed to initialise).
+``python scripts/screenshot_devices.py [OUT.png]`` (default docs/devices.png)."""
 
 from __future__ import annotations
 
@@ -52,8 +53,12 @@ def main() -> int:
         return cards
 
     now = time.time()
+    last: list[DeviceSample] = []
     for k in range(120):
-        services.poller.feed_samples(snapshot(now - 120 + k, k))
+        last = snapshot(now - 120 + k, k)
+        services.poller.history_store.add(last)
+    services.selection.set_kind("hpu", [s.module_id if s.module_id is not None else s.index for s in last])
+    services.poller.samples_received.emit(last)
     job = "python -m gaudi_gui.workers.train --config run.json"
     procs = [ProcessInfo(index=4, pid=48211, name="python", memory_mib=61440, user="alice", cmdline=job),
              ProcessInfo(index=7, pid=48212, name="python", memory_mib=61440, user="alice", cmdline=job)]
