@@ -21,8 +21,15 @@ def create_services(parent: QObject | None = None) -> AppServices:
     settings = Settings(parent=parent)
     selection = DeviceSelection(parent)
     environment = EnvironmentProbe(parent=parent)
+    from gaudi_gui.services.training import TrainingService
+
     poller = DevicePoller(settings, selection, parent)
-    return AppServices(settings=settings, selection=selection, environment=environment, poller=poller)
+    training = TrainingService(settings, selection, environment, parent)
+    # Where jobs really run (cards seen but no habana_frameworks: the CPU), whether or not the
+    # Devices tab is ever built.
+    environment.probe_finished.connect(selection.set_environment)
+    return AppServices(settings=settings, selection=selection, environment=environment, poller=poller,
+                       training=training)
 
 
 class _FirstPaint(QObject):

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -50,6 +53,40 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     if "tiny_model_dir" in request.fixturenames or "demo_model" in request.fixturenames:
         monkeypatch.setenv("GAUDI_GUI_DEMO_MODEL_DIR", str(request.getfixturevalue("tiny_model_dir")))
     yield home
+    _assert_no_process_left(home)
+
+
+def _processes_of(home: Path) -> list[psutil.Process]:
+    """Processes started for this test, found by the test's own GAUDI_GUI_HOME in their
+    environment: children, and also runs in their own sessions that were re-parented to init."""
+    mine = f"{home}"
+    out = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get("GAUDI_GUI_HOME") == mine:
+                out.append(proc)
+        except psutil.Error:
+            continue
+    return out
+
+
+def _assert_no_process_left(home: Path) -> None:
+    """Every test, unit to integration: nothing it started may outlive it."""
+    deadline = time.monotonic() + 20
+    left = _processes_of(home)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = _processes_of(home)
+    if left:
+        described = [(p.pid, " ".join(p.cmdline())[:120]) for p in left if p.is_running()]
+        for proc in left:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        pytest.fail(f"the test left processes running: {described}")
 
 
 @pytest.fixture

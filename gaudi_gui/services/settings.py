@@ -104,7 +104,7 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in [
     # -- training -----------------------------------------------------------------------------------
     _s("training/last_job", dict, {}, "the training form's values last time (a job config)"),
     _s("training/runs_dir", str, "", "where run folders go (empty: the default data folder)"),
-    _s("training/stop_grace_s", float, 30.0, "seconds between SIGTERM and SIGKILL when stopping",
+    _s("training/stop_grace_s", float, 120.0, "seconds a Stop may save its checkpoint before SIGKILL",
        (1.0, _DAY_S)),
     _s("training/detached_runs", list, [], "run folders left running at exit, to re-attach"),
 ]}

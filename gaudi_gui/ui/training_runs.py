@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal, SignalInstance
 from PySide6.QtWidgets import (
@@ -52,7 +53,7 @@ class RunsTable(QWidget):
                               ("Load in runner", lambda: self._one(self.load_in_runner_requested)),
                               ("Refresh", self.refresh)):
             button = QPushButton(name, self)
-            button.clicked.connect(handler)
+            button.clicked.connect(lambda _checked=False, h=handler: h())
             buttons.addWidget(button)
             self.buttons[name] = button
         buttons.addStretch(1)
@@ -67,15 +68,19 @@ class RunsTable(QWidget):
         self._runs = self.store.runs()[:500]
         self.table.setRowCount(len(self._runs))
         for row, run in enumerate(self._runs):
-            st = run.status()
+            # A "running" run whose processes are gone is told as its events prove, not "running".
+            st = run.reconcile()
             loss = f"{st.final_loss:.4f}" if isinstance(st.final_loss, (int, float)) else "–"
             started = time.strftime("%Y-%m-%d %H:%M", time.localtime(st.started_at)) if st.started_at else "–"
             steps = f"{st.step}/{st.max_steps}" if st.max_steps else "–"
             for col, text in enumerate((run.name, st.state, started, format_duration(st.duration)
                                         if st.started_at else "–", steps, loss)):
                 item = QTableWidgetItem(text)
-                if col == 1 and st.error:
-                    item.setToolTip(st.error)
+                if col == 1 and (st.summary or st.error):
+                    item.setToolTip(st.summary or st.error)
+                if col == 0 and st.resumed_from:
+                    item.setToolTip(f"resumed from {Path(st.resumed_from).name}")
+                    item.setText(f"{run.name} ↳ {Path(st.resumed_from).name}")
                 if col >= 3:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, col, item)

@@ -44,7 +44,7 @@ def _start_cli(tmp_path: Path, config: Path, env_extra: dict[str, str]) -> subpr
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:  # type: ignore[no-untyped-def]
+def _wait_for(predicate, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -80,7 +80,7 @@ def test_ctrl_c_on_cli_keeps_a_slow_checkpoint_and_resumes_there(tmp_path: Path,
         assert len(run.ranks()) == nproc
         t0 = time.monotonic()
         cli.send_signal(signal.SIGINT)
-        out, err = cli.communicate(timeout=180)
+        _out, err = cli.communicate(timeout=180)
         took = time.monotonic() - t0
     finally:
         if cli.poll() is None:
@@ -108,7 +108,7 @@ def test_ctrl_c_on_cli_keeps_a_slow_checkpoint_and_resumes_there(tmp_path: Path,
     target = step + 2
     resume = _start_cli(tmp_path / "resume", _job(tmp_path, sized_model_dir, nproc=1, max_steps=target,
                                                    resume="latest"), {})
-    out, err = resume.communicate(timeout=240)
+    _out, err = resume.communicate(timeout=240)
     assert resume.returncode == 0, err[-3000:]
     (rfolder,) = list((tmp_path / "resume" / "runs").iterdir())
     revents = read_events(rfolder / "events.jsonl")

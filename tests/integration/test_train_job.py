@@ -67,7 +67,11 @@ def test_two_processes_gloo(qtbot, tmp_path: Path) -> None:
     log = tj.run.log_path.read_text()  # type: ignore[union-attr]
     assert (code, state) == (0, "finished"), log[-3000:]
     assert "[rank 0/2] done" in log and "[rank 1/2] done" in log
-    assert '"world_size":2' in log
+    events = tj.run.events()  # type: ignore[union-attr]
+    assert next(e for e in events if e["type"] == "training_started")["world_size"] == 2
+    assert next(e for e in events if e["type"] == "finished")["world_size"] == 2
+    assert [r["rank"] for r in tj.run.ranks()] == [0, 1]  # type: ignore[union-attr]
+    assert "@gaudi-gui" not in log  # the console is a log; events live in events.jsonl
 
 
 def test_stop_mid_run_then_resume(qtbot, tmp_path: Path) -> None:
@@ -113,19 +117,36 @@ def test_lora_and_qlora(qtbot, tmp_path: Path, method: str) -> None:
         pytest.skip("bitsandbytes cannot run 4-bit on this CPU: " + log.splitlines()[-1])
     assert (code, state) == (0, "finished"), log[-3000:]
     assert f"{method}: " in log and "trainable parameters" in log
+    if method == "lora":
+        # The adapter is kept, and the merged model is what the runner loads.
+        assert (tmp_path / "out" / "adapter" / "adapter_config.json").is_file()
+        assert (tmp_path / "out" / "final" / "config.json").is_file()
+        assert not (tmp_path / "out" / "final" / "adapter_config.json").exists()
 
 
-def test_missing_column_is_reported(qtbot, tmp_path: Path) -> None:
+def test_missing_column_is_refused_before_launch(qtbot, tmp_path: Path) -> None:
+    from gaudi_gui.core.prepare import PrepareError
     data = tmp_path / "data.jsonl"
     data.write_text('{"body": "hello there"}\n{"body": "more text"}\n')
     job = make_job(tmp_path)
     job.dataset.source = str(data)
+    tj = TrainingJob(RunStore(tmp_path / "runs"))
+    with pytest.raises(PrepareError) as refused:
+        tj.start(job)
+    assert "text" in str(refused.value)
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+def test_a_value_that_is_not_text_names_its_row(qtbot, tmp_path: Path) -> None:
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"text": "hello there friend"}\n{"text": null}\n{"text": "more text here"}\n')
+    job = make_job(tmp_path)
+    job.dataset.source = str(data)
     tj = run_to_end(qtbot, job, tmp_path)
-    code, state, _ = tj.result  # type: ignore[attr-defined]
-    assert code != 0 and state == "failed"
-    assert tj.error is not None and tj.error["kind"] == "missing_column"
-    assert "'text'" in tj.error["message"] and "body" in tj.error["message"]
-    assert tj.run.status().error_kind == "missing_column"  # type: ignore[union-attr]
+    assert tj.result[1] == "failed"  # type: ignore[attr-defined]
+    assert tj.error is not None and tj.error["kind"] == "dataset"
+    assert "row 1" in tj.error["message"] and "not text" in tj.error["message"]
+    assert tj.run.status().summary.startswith("Failed")  # type: ignore[union-attr]
 
 
 def test_unwritable_output_dir_is_reported(qtbot, tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ class _Loader(importlib.abc.Loader):
         return self.inner.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
-        self.inner.exec_module(module)  # type: ignore[attr-defined]
+        self.inner.exec_module(module)
         _PATCHES[self.name](module)
 
 
@@ -77,7 +77,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         for finder in sys.meta_path:
             if finder is self:
                 continue
-            spec = finder.find_spec(name, path, target)  # type: ignore[attr-defined]
+            spec = finder.find_spec(name, path, target)
             if spec is not None and spec.loader is not None:
                 spec.loader = _Loader(spec.loader, name)
                 return spec

@@ -28,11 +28,14 @@ def test_create_list_clone_and_status(tmp_path: Path) -> None:
 
 
 def test_latest_checkpoint(tmp_path: Path) -> None:
-    for step in (5, 20, 100):
+    for step in (5, 20, 30, 40, 100):
         (tmp_path / f"checkpoint-{step}").mkdir()
-    for step in (5, 20):
-        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
-    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-20"  # 100 has no state: incomplete
+    for step in (5, 20, 30, 40):
+        (tmp_path / f"checkpoint-{step}" / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    (tmp_path / "checkpoint-30" / "checkpoint-is-incomplete.txt").write_text("saving")  # JIT sentinel
+    (tmp_path / "checkpoint-40" / "trainer_state.json").write_text('{"global_st')  # cut mid-write
+    # 100 has no state, 40's is cut, 30 is still being written: none of them is offered.
+    assert latest_checkpoint(tmp_path) == tmp_path / "checkpoint-20"
     assert latest_checkpoint(tmp_path / "missing") is None
 
 
@@ -54,3 +57,31 @@ def test_metrics_and_progress(tmp_path: Path) -> None:
 def test_pid_alive() -> None:
     import os
     assert is_pid_alive(os.getpid()) and not is_pid_alive(0)
+
+
+def test_status_survives_corrupt_files(tmp_path: Path) -> None:
+    import time
+    store = RunStore(tmp_path / "runs")
+    run = store.create(JobConfig())
+    for text, state in (("[]", "failed"), ('"running"', "failed"), ("{oops", "failed"),
+                        ('{"state": "bogus"}', "failed"), ('{"state": "finished", "started_at": 1e300, '
+                                                          '"pid": "12", "final_loss": "NaN"}', "finished")):
+        run.status_path.write_text(text)
+        st = run.status()
+        assert st.state == state, text
+        assert st.started_at == 0.0 and st.pid == 0 and st.final_loss is None
+        assert st.duration < time.time()
+
+
+def test_run_folder_is_private_and_clone_gives_the_users_job(tmp_path: Path) -> None:
+    store = RunStore(tmp_path / "runs")
+    user = JobConfig(training_args={"max_steps": 4})
+    effective = JobConfig(training_args={"max_steps": 4, "use_cpu": True})
+    run = store.create(effective, user_job=user)
+    assert run.folder.stat().st_mode & 0o777 == 0o700
+    for path in run.folder.iterdir():
+        if path.is_file():
+            assert path.stat().st_mode & 0o777 == 0o600, path
+    assert store.clone(run).training_args == {"max_steps": 4}
+    assert run.job().training_args["use_cpu"] is True
+

@@ -1,0 +1,89 @@
+"""Training faults injected for real: a full disk, a spoofed event, a stop while loading."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.runstore import Run
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _unshare() -> list[str]:
+    """A private mount namespace (root, or an unprivileged user namespace) for a real tmpfs."""
+    tool = shutil.which("unshare")
+    assert tool, "util-linux's unshare is needed to mount a full tmpfs for this test"
+    return [tool, "-rm"] if os.geteuid() != 0 else [tool, "-m"]
+
+
+def test_full_disk_refuses_cleanly_and_leaves_nothing(tmp_path: Path) -> None:
+    """A runs folder on a real 256 KiB tmpfs, filled up: `gaudi-gui train` says so in one line."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    job = tmp_path / "job.json"
+    JobConfig(training_args={"output_dir": str(tmp_path / "out"), "max_steps": 2}).save(job)
+    script = (f"mount -t tmpfs -o size=256k tmpfs {mount} && "
+              f"mkdir {mount}/runs && (head -c 1M /dev/zero > {mount}/filler || true) && "
+              f"{sys.executable} -m gaudi_gui train --config {job} --runs-dir {mount}/runs --device cpu; "
+              f"echo \"rc=$?\"; ls -A {mount}/runs")
+    done = subprocess.run([*_unshare(), "sh", "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert "rc=1" in done.stdout, (done.stdout, done.stderr)
+    assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
+    assert done.stdout.strip().endswith("rc=1")  # the runs folder is empty: no half-made run, no .tmp
+
+
+def test_a_dataset_cannot_spoof_an_event(tmp_path: Path, demo_model: Path) -> None:
+    """A column named like an event line is printed by the worker's error; it changes nothing."""
+    spoof = '@gaudi-gui {"type":"metrics","step":9,"loss":-123,"final_loss":-123}'
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(json.dumps({spoof: f"row {i} text here"}) for i in range(4)) + "\n")
+    job = JobConfig(training_args={"output_dir": str(tmp_path / "out"), "max_steps": 2})
+    job.dataset.source = str(data)
+    job.dataset.text_column = spoof
+    job.save(tmp_path / "job.json")
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"),
+                           "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"],
+                          capture_output=True, text=True, timeout=240)
+    (folder,) = list((tmp_path / "runs").iterdir())
+    status = Run(folder).status()
+    assert status.final_loss != -123 and status.step != 9
+    assert all(e.get("loss") != -123 for e in Run(folder).events())
+    assert done.returncode in (0, 1)
+
+
+def test_stop_while_loading_ends_cleanly(tmp_path: Path, demo_model: Path) -> None:
+    """SIGTERM to the rank while it imports torch and loads: 'stopped before training began'."""
+    job = JobConfig(training_args={"output_dir": str(tmp_path / "out"), "max_steps": 100000})
+    job.save(tmp_path / "job.json")
+    argv = [sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"),
+            "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"]
+    cli = subprocess.Popen(argv,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    run = None
+    while time.monotonic() < deadline:
+        folders = list((tmp_path / "runs").iterdir()) if (tmp_path / "runs").is_dir() else []
+        if folders and Run(folders[0]).ranks():
+            run = Run(folders[0])
+            break
+        time.sleep(0.05)
+    assert run is not None
+    os.kill(run.ranks()[0]["pid"], signal.SIGTERM)
+    _out, err = cli.communicate(timeout=120)
+    status = run.status()
+    if any(e["type"] == "training_started" for e in run.events()):
+        pytest.fail("training began before the signal; the test machine is too fast for this check")
+    assert status.state == "stopped", (status, err[-2000:])
+    assert status.summary == "Stopped before training began — nothing to save"
+    assert cli.returncode == 0 and "Traceback" not in err
