@@ -11,6 +11,8 @@ Protocol (``gaudi_gui.core.protocol`` lines):
 from __future__ import annotations
 
 import json
+import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -26,6 +28,20 @@ ERROR_KINDS = ("missing_model", "no_network", "out_of_memory", "bad_parameters",
 
 #: Why a generation ended.
 STOP_REASONS = ("eos", "max_new_tokens", "stop_string", "cancelled", "error")
+
+# Bounds of the generation parameters: the runner tab's fields, the CLI and the worker all use these,
+# so a value the field refuses is also refused on the command line and over the protocol.
+MAX_NEW_TOKENS = 131_072       # the longest context of common models; more is a typo, not a wish
+MAX_TOP_K = 100_000
+TEMPERATURE_RANGE = (0.01, 10.0)   # below 0.01 the logits overflow to inf/nan; greedy is "sample off"
+TOP_P_RANGE = (0.01, 1.0)
+REPETITION_PENALTY_RANGE = (0.1, 10.0)
+MAX_BEAMS = 16
+MAX_STOP_STRINGS = 16
+MAX_STOP_CHARS = 200
+
+#: What the UI and the CLI say for an empty prompt.
+EMPTY_PROMPT = "type a prompt"
 
 
 @dataclass
@@ -77,31 +93,55 @@ class GenerationParams:
     seed: int | None = None
     stop: list[str] = field(default_factory=list)
 
-    def validate(self) -> list[str]:
-        problems: list[str] = []
-        if not 1 <= self.max_new_tokens <= 1_000_000:
-            problems.append("max_new_tokens must be between 1 and 1000000")
-        if not 0 <= self.min_new_tokens <= self.max_new_tokens:
-            problems.append("min_new_tokens must be between 0 and max_new_tokens")
-        if self.do_sample:
-            if not self.temperature > 0:
-                problems.append("temperature must be > 0 when sampling (turn sampling off for greedy)")
-            if not 0 < self.top_p <= 1:
-                problems.append("top_p must be in (0, 1]")
-            if self.top_k < 0:
-                problems.append("top_k must be >= 0 (0 turns it off)")
-        if not self.repetition_penalty > 0:
-            problems.append("repetition_penalty must be > 0 (1.0 turns it off)")
-        if self.num_beams < 1:
-            problems.append("num_beams must be >= 1")
-        elif self.num_beams > 1 and self.do_sample:
+    def field_problems(self) -> dict[str, str]:
+        """What is wrong, by field name (the runner tab marks those fields); empty when all is well."""
+        problems: dict[str, str] = {}
+
+        def _int(name: str, low: int, high: int, text: str) -> bool:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                problems[name] = text
+                return False
+            return True
+
+        def _float(name: str, bounds: tuple[float, float], text: str) -> None:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                problems[name] = f"{name} must be a finite number"
+            elif not bounds[0] <= value <= bounds[1]:
+                problems[name] = text
+
+        if _int("max_new_tokens", 1, MAX_NEW_TOKENS,
+                f"max_new_tokens must be between 1 and {MAX_NEW_TOKENS}"):
+            _int("min_new_tokens", 0, self.max_new_tokens,
+                 "min_new_tokens must be between 0 and max_new_tokens")
+        # Checked whether or not sampling is on: a NaN must never reach generate(), and a preset saved
+        # with sampling off must still be valid when sampling is turned back on.
+        _float("temperature", TEMPERATURE_RANGE, "temperature must be between {} and {} (turn sampling off "
+               "for greedy)".format(*TEMPERATURE_RANGE))
+        _float("top_p", TOP_P_RANGE, "top_p must be between {} and {}".format(*TOP_P_RANGE))
+        _int("top_k", 0, MAX_TOP_K, f"top_k must be between 0 and {MAX_TOP_K} (0 turns it off)")
+        _float("repetition_penalty", REPETITION_PENALTY_RANGE,
+               "repetition_penalty must be between {} and {} (1.0 turns it off)".format(
+                   *REPETITION_PENALTY_RANGE))
+        if _int("num_beams", 1, MAX_BEAMS, f"num_beams must be between 1 and {MAX_BEAMS}") \
+                and self.num_beams > 1 and self.do_sample:
             # Beam sampling exists but streaming it shows tokens of beams that lose later; refuse.
-            problems.append("num_beams > 1 needs sampling off (beam search is greedy here)")
-        if self.seed is not None and not 0 <= self.seed < 2**63:
-            problems.append("seed must be a non-negative integer")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            problems.append("stop strings must be non-empty text")
+            problems["num_beams"] = "num_beams > 1 needs sampling off (beam search is greedy here)"
+        if not isinstance(self.do_sample, bool):
+            problems["do_sample"] = "do_sample must be true or false"
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not 0 <= self.seed < 2**63):
+            problems["seed"] = "seed must be a non-negative integer"
+        if not isinstance(self.stop, list) or any(not isinstance(s, str) or not s for s in self.stop):
+            problems["stop"] = "stop strings must be non-empty text"
+        elif len(self.stop) > MAX_STOP_STRINGS or any(len(s) > MAX_STOP_CHARS for s in self.stop):
+            problems["stop"] = (f"at most {MAX_STOP_STRINGS} stop strings of at most {MAX_STOP_CHARS} "
+                                "characters each")
         return problems
+
+    def validate(self) -> list[str]:
+        return list(self.field_problems().values())
 
     @property
     def streams(self) -> bool:
@@ -110,7 +150,8 @@ class GenerationParams:
         return self.num_beams == 1
 
     def generate_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for ``model.generate`` (stop strings are handled by the worker)."""
+        """Keyword arguments for ``model.generate``; the worker adds ``stop_strings`` (with the
+        tokenizer they need) and its streamer and stopping criteria."""
         kwargs: dict[str, Any] = {"max_new_tokens": self.max_new_tokens, "do_sample": self.do_sample,
                                   "repetition_penalty": self.repetition_penalty,
                                   "num_beams": self.num_beams}
@@ -127,10 +168,22 @@ class GenerationParams:
     def from_dict(cls, data: dict[str, Any]) -> GenerationParams:
         return _from_dict(cls, data)
 
+    @classmethod
+    def parse(cls, data: Any) -> tuple[GenerationParams, list[str]]:
+        """Strict reading of a command's params (the worker): every wrong value is a problem, never
+        silently replaced by a default. Returns (params, problems)."""
+        if not isinstance(data, dict):
+            return cls(), ["params must be an object"]
+        bad: list[str] = []
+        params = _from_dict(cls, data, bad)
+        problems = [f"{name}: {data[name]!r} is not a valid value" for name in bad]
+        return params, problems + params.validate()
 
-def _from_dict(cls: Any, data: dict[str, Any]) -> Any:
+
+def _from_dict(cls: Any, data: dict[str, Any], bad: list[str] | None = None) -> Any:
     """Build a dataclass from a (possibly stale or hand-edited) dict: unknown keys are ignored and
-    values of the wrong type fall back to the default, so old settings never break the tab."""
+    values of the wrong type fall back to the default (their names go into ``bad`` when given), so old
+    settings never break the tab."""
     default = cls()
     values: dict[str, Any] = {}
     for f in fields(cls):
@@ -140,20 +193,38 @@ def _from_dict(cls: Any, data: dict[str, Any]) -> Any:
         current = getattr(default, f.name)
         try:
             if f.name == "seed":
-                values[f.name] = None if value in (None, "") else int(value)
+                values[f.name] = None if value in (None, "") else _as_int(value)
             elif f.name == "stop":
-                values[f.name] = [str(s) for s in value] if isinstance(value, list) else []
+                if not isinstance(value, list):
+                    raise TypeError("stop must be a list")
+                values[f.name] = [str(s) for s in value]
             elif isinstance(current, bool):
+                if bad is not None and not isinstance(value, bool):
+                    raise TypeError("not a bool")
                 values[f.name] = bool(value)
             elif isinstance(current, int):
-                values[f.name] = int(value)
+                values[f.name] = _as_int(value)
             elif isinstance(current, float):
+                if isinstance(value, bool):
+                    raise TypeError("a bool is not a number")
                 values[f.name] = float(value)
             else:
                 values[f.name] = str(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
+            if bad is not None:
+                bad.append(f.name)
             continue
     return cls(**values)
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise TypeError("a bool is not a number")
+    if isinstance(value, float):
+        if not value.is_integer():
+            raise ValueError("not a whole number")
+        return int(value)
+    return int(value)
 
 
 # -- presets --------------------------------------------------------------------------------------------
@@ -280,8 +351,12 @@ def generate_command(params: GenerationParams, *, prompt: str | None = None,
     return protocol.command("generate", **fields_)
 
 
-def cancel_command() -> str:
-    return protocol.command("cancel")
+def cancel_command(request_id: int | None = None) -> str:
+    """Cancel request ``request_id`` (queued or running); without an id, every generate the worker
+    received before this cancel. A generate sent after it is never affected."""
+    if request_id is None:
+        return protocol.command("cancel")
+    return protocol.command("cancel", id=request_id)
 
 
 def unload_command() -> str:
@@ -303,3 +378,54 @@ def parse_messages(value: Any) -> list[dict[str, str]]:
             raise ValueError(f"bad chat message: {item!r}")
         out.append({"role": item["role"], "content": item["content"]})
     return out
+
+
+def prompt_problem(text: str) -> str | None:
+    """``EMPTY_PROMPT`` for a prompt with nothing in it, else None."""
+    return EMPTY_PROMPT if not text.strip() else None
+
+
+# -- the stop strings field ------------------------------------------------------------------------------
+# Taken literally, except four escapes a single-line field needs: \n (newline), \t (tab), \, (a comma
+# inside a stop string) and \\ (a backslash). Any other backslash is an ordinary character: no
+# unicode_escape, which garbled non-ASCII text ("。") and raised on "\x".
+
+_FIELD_ESCAPES = {"n": "\n", "t": "\t", ",": ",", "\\": "\\"}
+
+
+def parse_stop_field(text: str) -> list[str]:
+    """Stop strings from the comma-separated field; blanks around each item are dropped."""
+    items: list[str] = []
+    current: list[str] = []
+    i = 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\" and i + 1 < len(text) and text[i + 1] in _FIELD_ESCAPES:
+            current.append(_FIELD_ESCAPES[text[i + 1]])
+            i += 2
+            continue
+        if ch == ",":
+            items.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+        i += 1
+    items.append("".join(current))
+    return [item.strip(" ") for item in items if item.strip(" ")]
+
+
+def format_stop_field(stops: list[str]) -> str:
+    """The field text that ``parse_stop_field`` reads back as ``stops``."""
+    def one(s: str) -> str:
+        return s.replace("\\", "\\\\").replace(",", "\\,").replace("\n", "\\n").replace("\t", "\\t")
+    return ", ".join(one(s) for s in stops)
+
+
+# C0 controls except tab and newline, DEL, and C1 controls: ESC sequences from a model must not drive the
+# user's terminal (colours, cursor moves, window titles, OSC 52 clipboard writes).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str) -> str:
+    """``text`` with every control character but \\n and \\t replaced by U+FFFD."""
+    return _CONTROL.sub("\ufffd", text)

@@ -3,6 +3,11 @@
 The worker is started lazily (on the first load) with the device environment of the cards checked in
 the Devices tab, keeps its model between prompts, and is stopped with the window. While a model is
 loaded the cards are claimed in the DeviceSelection so the training tab can warn about sharing them.
+
+A failed load leaves the loaded model (the worker keeps it until a new one is ready). A load can be
+cancelled: that kills the worker (a load cannot be interrupted inside it) and, when a model was loaded
+before, starts a fresh worker that loads that model again. Every generate has a request id; cancel
+names it, and events of an earlier request are ignored.
 """
 
 from __future__ import annotations
@@ -32,6 +37,12 @@ class GenerationClient(QObject):
     state_changed = Signal(str)
     #: Loading went on: (stage text, seconds since the load began, as the worker measured).
     loading_progressed = Signal(str, float)
+    #: A loading stage with a known size moved on (the demo model's first build): (done, total).
+    load_progress_changed = Signal(int, int)
+    #: A load failed; the model loaded before (if any) is still loaded: (kind, message).
+    load_failed = Signal(str, str)
+    #: A load was cancelled (the worker was killed); carries the model being reloaded, or "".
+    load_cancelled = Signal(str)
     #: A model is loaded: the worker's 'loaded' event (load_s, device, dtype, parameters, memory_bytes...).
     model_loaded = Signal(dict)
     #: The model was unloaded (on request, or because the worker ended).
@@ -64,9 +75,11 @@ class GenerationClient(QObject):
         self._state = STOPPED
         self._expect_exit = False
         self._restart_after_exit = False
-        self._options: LoadOptions | None = None
+        self._options: LoadOptions | None = None      # of the loaded model (what restart reloads)
+        self._pending: LoadOptions | None = None      # of the load in progress
         self._loaded: dict[str, Any] = {}
         self._request = 0
+        self._cancelling_load = False
 
     # -- properties ---------------------------------------------------------------------------------
 
@@ -81,7 +94,13 @@ class GenerationClient(QObject):
 
     @property
     def options(self) -> LoadOptions | None:
+        """The options of the loaded model (None when none is loaded)."""
         return self._options
+
+    @property
+    def request_id(self) -> int:
+        """The id of the latest generate request."""
+        return self._request
 
     def is_running(self) -> bool:
         return self._runner.is_running()
@@ -114,10 +133,20 @@ class GenerationClient(QObject):
             self.error_occurred.emit("busy", f"the worker is {self._state}; wait or stop it first")
             return False
         self.start()
-        self._options = options
+        self._pending = options
         self._set_state(LOADING)
         self._runner.write_line(generation.load_command(options))
         return True
+
+    def cancel_load(self) -> None:
+        """Abandon the load in progress: kill the worker; reload the previous model, if there was one."""
+        if self._state != LOADING or not self._runner.is_running():
+            return
+        self._pending = None
+        self._cancelling_load = True
+        self._restart_after_exit = self._options is not None and bool(self._loaded)
+        self._expect_exit = True
+        self._runner.kill_tree()
 
     def generate(self, params: GenerationParams, *, prompt: str | None = None,
                  messages: list[dict[str, str]] | None = None) -> bool:
@@ -140,7 +169,7 @@ class GenerationClient(QObject):
     def cancel(self) -> None:
         """Stop the current answer; the worker ends it within one token and sends 'finished'."""
         if self._state == GENERATING:
-            self._runner.write_line(generation.cancel_command())
+            self._runner.write_line(generation.cancel_command(self._request))
 
     def unload(self) -> None:
         if self._runner.is_running() and self._state in (LOADED, GENERATING):
@@ -190,32 +219,55 @@ class GenerationClient(QObject):
                 self._set_state(IDLE)
         elif kind == "loading":
             self.loading_progressed.emit(str(message.get("stage", "")), float(message.get("elapsed_s") or 0))
+            progress = message.get("progress")
+            if isinstance(progress, list) and len(progress) == 2 and all(isinstance(v, int)
+                                                                         for v in progress):
+                self.load_progress_changed.emit(progress[0], progress[1])
         elif kind == "loaded":
             self._loaded = {k: v for k, v in message.items() if k != "type"}
+            self._options = self._pending or self._options
+            self._pending = None
             if self._selection is not None:
                 self._selection.claim(JOB_NAME)
             self._set_state(LOADED)
             self.model_loaded.emit(dict(self._loaded))
         elif kind == "token":
-            self.token_received.emit(str(message.get("text", "")))
+            if self._current(message):
+                self.token_received.emit(str(message.get("text", "")))
         elif kind == "finished":
-            self._set_state(LOADED)
-            self.generation_finished.emit(dict(message.get("stats") or {}))
+            if self._current(message):
+                self._set_state(LOADED)
+                self.generation_finished.emit(dict(message.get("stats") or {}))
         elif kind == "unloaded":
             self._drop_model()
         elif kind == "info":
             self.info_received.emit(str(message.get("message", "")))
         elif kind == "error":
             command = message.get("command")
+            kind_, text = str(message.get("kind", "internal")), str(message.get("message", ""))
             if command == "load":
-                self._drop_model()
-            elif command == "generate" and self._state == GENERATING:
-                self._set_state(LOADED)
-            self.error_occurred.emit(str(message.get("kind", "internal")), str(message.get("message", "")))
+                # The worker kept the model it had: back to that state, options unchanged.
+                self._pending = None
+                if self._state == LOADING:
+                    self._set_state(LOADED if self._loaded else IDLE)
+                self.load_failed.emit(kind_, text)
+            elif command == "generate":
+                if message.get("request_id") not in (None, self._request):
+                    return  # about an earlier request
+                if self._state == GENERATING:
+                    self._set_state(LOADED)
+            self.error_occurred.emit(kind_, text)
+
+    def _current(self, message: dict) -> bool:
+        """False for an event of an earlier request (a cancelled answer's last tokens)."""
+        request = message.get("id")
+        return request is None or request == self._request
 
     def _drop_model(self) -> None:
         had = bool(self._loaded)
         self._loaded = {}
+        if self._runner.is_running():
+            self._options = None  # an unload; a dead worker keeps them so restart() can reload
         if self._selection is not None:
             self._selection.release(JOB_NAME)
         if self._runner.is_running():
@@ -231,9 +283,20 @@ class GenerationClient(QObject):
         tail = "\n".join(self._runner.tail(12))
         was = self._state
         self._drop_model()
+        self._pending = None
         self._set_state(STOPPED)
+        cancelled_load = self._cancelling_load
+        reload = ""
+        if cancelled_load:
+            self._cancelling_load = False
+            reload = self._options.model if self._restart_after_exit and self._options else ""
+            if not self._restart_after_exit:
+                self._options = None
         expected = self._expect_exit or (status == EXIT_NORMAL and code == 0 and was in (IDLE, STOPPED))
         self.worker_exited.emit(code, status, tail)
+        if cancelled_load:
+            # After worker_exited, so a view shows the cancel rather than the kill it took.
+            self.load_cancelled.emit(reload)
         if not expected:
             during = f" while {was}" if was not in (IDLE, STOPPED, STARTING) else ""
             self.error_occurred.emit("crashed", f"the model worker {describe_exit(code, status)}{during}; "

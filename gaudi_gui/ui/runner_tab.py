@@ -1,4 +1,10 @@
-"""The Model runner tab: load a model in the worker, chat or prompt, watch tokens stream, stop, measure."""
+"""The Model runner tab: load a model in the worker, chat or prompt, watch tokens stream, stop, measure.
+
+Every button connects through a lambda or a no-argument slot (``clicked`` passes ``checked``). Load
+options are saved, and the model enters the recent list, only once the worker reports it loaded.
+Parameter problems are shown at their field (red frame, tooltip, a line under the form); the bounds
+come from ``gaudi_gui.core.generation`` so the fields, the CLI and the worker agree.
+"""
 
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QMessageBox,
     QPlainTextEdit,
+    QProgressBar,
     QPushButton,
     QSpinBox,
     QSplitter,
@@ -27,7 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core import paths
+from gaudi_gui.core import generation, paths
 from gaudi_gui.core.generation import (
     BUILTIN_PRESETS,
     DTYPES,
@@ -37,12 +44,16 @@ from gaudi_gui.core.generation import (
     LoadOptions,
     format_bytes,
     format_stats,
+    format_stop_field,
+    parse_stop_field,
 )
 from gaudi_gui.services import generation_client as gc
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.services.process import describe_exit
 
 MAX_RECENT = 10
+MODIFIED = " (modified)"
+_INVALID_STYLE = "border: 1px solid #b00020;"
 
 
 class RunnerTab(QWidget):
@@ -58,6 +69,7 @@ class RunnerTab(QWidget):
         self._pending_user: str | None = None
         self._load_started = 0.0
         self._loaded_info: dict = {}
+        self._loading_options: LoadOptions | None = None
 
         # -- model ---------------------------------------------------------------------------------
         self.model = QComboBox()
@@ -69,6 +81,7 @@ class RunnerTab(QWidget):
             self.model.addItem(entry)
         self.model.setCurrentText(self._settings.get("runner/last_model") or paths.DEMO_MODEL_ID)
         browse = QPushButton("Browse…")
+        self.browse_button = browse
         browse.clicked.connect(self._browse)
         self.device = QComboBox()
         for value in ("auto", "hpu", "cuda", "cpu"):
@@ -85,11 +98,19 @@ class RunnerTab(QWidget):
         self.trust.toggled.connect(self._on_trust_toggled)
         self.load_button = QPushButton("&Load")
         self.load_button.clicked.connect(self.load_model)
+        self.cancel_load_button = QPushButton("Cancel")
+        self.cancel_load_button.setToolTip("Abandon this load (Esc): the loading worker is killed and the "
+                                           "model loaded before, if any, is loaded again")
+        self.cancel_load_button.clicked.connect(self.cancel_load)
         self.unload_button = QPushButton("Unload")
         self.unload_button.clicked.connect(self.client.unload)
         self.restart_button = QPushButton("Restart worker")
         self.restart_button.setToolTip("Kill the worker process and start a fresh one (reloads the model)")
         self.restart_button.clicked.connect(self.client.restart)
+        self.load_progress = QProgressBar()
+        self.load_progress.setMaximumWidth(160)
+        self.load_progress.setTextVisible(True)
+        self.load_progress.hide()
         self.model_status = QLabel("No model loaded.")
         self.model_status.setWordWrap(True)
         self.model_status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -111,48 +132,69 @@ class RunnerTab(QWidget):
         opts.addStretch(1)
         grid.addRow(opts)
         buttons = QHBoxLayout()
-        for b in (self.load_button, self.unload_button, self.restart_button):
+        for b in (self.load_button, self.cancel_load_button, self.unload_button, self.restart_button):
             buttons.addWidget(b)
+        buttons.addWidget(self.load_progress)
         buttons.addWidget(self.model_status, 1)
         grid.addRow(buttons)
 
         # -- generation parameters -----------------------------------------------------------------
         self.max_new_tokens = QSpinBox()
-        self.max_new_tokens.setRange(1, 1_000_000)
+        self.max_new_tokens.setRange(1, generation.MAX_NEW_TOKENS)
         self.do_sample = QCheckBox("sample")
         self.temperature = QDoubleSpinBox()
-        self.temperature.setRange(0.0, 10.0)
+        self.temperature.setRange(*generation.TEMPERATURE_RANGE)
         self.temperature.setSingleStep(0.05)
         self.top_p = QDoubleSpinBox()
-        self.top_p.setRange(0.0, 1.0)
+        self.top_p.setRange(*generation.TOP_P_RANGE)
         self.top_p.setSingleStep(0.01)
         self.top_k = QSpinBox()
-        self.top_k.setRange(0, 100_000)
+        self.top_k.setRange(0, generation.MAX_TOP_K)
         self.repetition_penalty = QDoubleSpinBox()
-        self.repetition_penalty.setRange(0.0, 10.0)
+        self.repetition_penalty.setRange(*generation.REPETITION_PENALTY_RANGE)
         self.repetition_penalty.setSingleStep(0.05)
         self.num_beams = QSpinBox()
-        self.num_beams.setRange(1, 64)
+        self.num_beams.setRange(1, generation.MAX_BEAMS)
         self.seed = QLineEdit()
         self.seed.setPlaceholderText("random")
         self.stop_strings = QLineEdit()
-        self.stop_strings.setPlaceholderText("e.g. \\n\\n, ###  (comma separated)")
+        self.stop_strings.setPlaceholderText("e.g. \\n\\n, ###  (comma separated, taken literally)")
+        self.stop_strings.setToolTip("Comma separated and taken literally; \\n is a newline, \\t a tab, "
+                                     "\\, a comma and \\\\ a backslash")
+        self.params_error = QLabel("")
+        self.params_error.setWordWrap(True)
+        self.params_error.setStyleSheet("color: #b00020;")
+        self.params_error.hide()
         self.presets = QComboBox()
         self.presets.setToolTip("Saved parameter sets")
-        self.presets.activated.connect(self._apply_preset)
-        save_preset = QPushButton("Save preset…")
-        save_preset.clicked.connect(self._save_preset)
-        delete_preset = QPushButton("Delete")
-        delete_preset.clicked.connect(self._delete_preset)
+        self.presets.activated.connect(lambda index: self._apply_preset())
+        self.save_preset_button = QPushButton("Save preset…")
+        self.save_preset_button.clicked.connect(self._save_preset)
+        self.delete_preset_button = QPushButton("Delete")
+        self.delete_preset_button.clicked.connect(self._delete_preset)
+        self._preset_name = ""
         self._refresh_presets()
         self.set_params(GenerationParams.from_dict(self._settings.get("runner/generation")))
+        self._param_fields: dict[str, QWidget] = {
+            "max_new_tokens": self.max_new_tokens, "min_new_tokens": self.max_new_tokens,
+            "do_sample": self.do_sample, "temperature": self.temperature, "top_p": self.top_p,
+            "top_k": self.top_k, "repetition_penalty": self.repetition_penalty,
+            "num_beams": self.num_beams, "seed": self.seed, "stop": self.stop_strings}
+        for spin in (self.max_new_tokens, self.top_k, self.num_beams):
+            spin.valueChanged.connect(lambda value: self._on_params_edited())
+        for dspin in (self.temperature, self.top_p, self.repetition_penalty):
+            dspin.valueChanged.connect(lambda value: self._on_params_edited())
+        self.do_sample.toggled.connect(lambda on: self._on_params_edited())
+        for line in (self.seed, self.stop_strings):
+            line.textChanged.connect(lambda text: self._on_params_edited())
+        self._mark_preset()
 
         params_box = QGroupBox("Generation")
         form = QFormLayout(params_box)
         preset_row = QHBoxLayout()
         preset_row.addWidget(self.presets, 1)
-        preset_row.addWidget(save_preset)
-        preset_row.addWidget(delete_preset)
+        preset_row.addWidget(self.save_preset_button)
+        preset_row.addWidget(self.delete_preset_button)
         form.addRow("Preset", preset_row)
         form.addRow("max_new_tokens", self.max_new_tokens)
         form.addRow("", self.do_sample)
@@ -163,6 +205,7 @@ class RunnerTab(QWidget):
         form.addRow("num_beams", self.num_beams)
         form.addRow("seed", self.seed)
         form.addRow("stop strings", self.stop_strings)
+        form.addRow(self.params_error)
         self.chat_mode = QCheckBox("Chat mode (chat template, multi-turn)")
         self.chat_mode.setChecked(bool(self._settings.get("runner/chat_mode")))
         self.system_prompt = QPlainTextEdit(self._settings.get("runner/system_prompt"))
@@ -186,23 +229,34 @@ class RunnerTab(QWidget):
         self.stop_button.clicked.connect(self.stop)
         self.copy_button = QPushButton("Copy answer")
         self.copy_button.clicked.connect(self.copy_answer)
+        self.copy_chat_button = QPushButton("Copy chat")
+        self.copy_chat_button.setToolTip("Copy the whole conversation as Markdown")
+        self.copy_chat_button.clicked.connect(self.copy_conversation)
         self.export_button = QPushButton("Export…")
         self.export_button.clicked.connect(self._export_dialog)
         self.clear_button = QPushButton("Clear")
         self.clear_button.clicked.connect(self.clear)
         self.stats = QLabel("")
         self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.prompt_error = QLabel("")
+        self.prompt_error.setStyleSheet("color: #b00020;")
+        self.prompt_error.hide()
+        self.prompt.textChanged.connect(self._clear_prompt_error)
+        #: One line saying what the last action did ("Copied the answer (42 characters)").
+        self.notice = QLabel("")
         chat_box = QWidget()
         chat = QVBoxLayout(chat_box)
         chat.setContentsMargins(0, 0, 0, 0)
         chat.addWidget(self.view, 1)
         chat.addWidget(self.stats)
         chat.addWidget(self.prompt)
+        chat.addWidget(self.prompt_error)
         actions = QHBoxLayout()
         for b in (self.send_button, self.stop_button):
             actions.addWidget(b)
         actions.addStretch(1)
-        for b in (self.copy_button, self.export_button, self.clear_button):
+        actions.addWidget(self.notice)
+        for b in (self.copy_button, self.copy_chat_button, self.export_button, self.clear_button):
             actions.addWidget(b)
         chat.addLayout(actions)
 
@@ -220,9 +274,11 @@ class RunnerTab(QWidget):
         layout.addWidget(model_box)
         layout.addWidget(splitter, 1)
 
-        QShortcut(QKeySequence("Ctrl+Return"), self, self.send)
-        QShortcut(QKeySequence("Ctrl+Enter"), self, self.send)
-        QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self.stop)
+        self.shortcuts = {
+            "send": QShortcut(QKeySequence("Ctrl+Return"), self, self.send),
+            "send (keypad)": QShortcut(QKeySequence("Ctrl+Enter"), self, self.send),
+            "stop": QShortcut(QKeySequence(Qt.Key.Key_Escape), self, self.stop),
+        }
 
         self._elapsed = QTimer(self)
         self._elapsed.setInterval(200)
@@ -230,8 +286,11 @@ class RunnerTab(QWidget):
 
         self.client.state_changed.connect(self._on_state)
         self.client.loading_progressed.connect(self._on_loading)
+        self.client.load_progress_changed.connect(self._on_load_progress)
+        self.client.load_failed.connect(self._on_load_failed)
+        self.client.load_cancelled.connect(self._on_load_cancelled)
         self.client.model_loaded.connect(self._on_loaded)
-        self.client.model_unloaded.connect(lambda: self.model_status.setText("Model unloaded."))
+        self.client.model_unloaded.connect(self._on_unloaded)
         self.client.token_received.connect(self._on_token)
         self.client.generation_finished.connect(self._on_finished)
         self.client.error_occurred.connect(self._on_error)
@@ -302,6 +361,21 @@ class RunnerTab(QWidget):
                 return
         if not self.client.load(options):
             return
+        # Nothing is saved yet: a load that fails must not become the default or a recent entry.
+        self._loading_options = options
+        self._load_started = time.perf_counter()
+        self._elapsed.start()
+        self.load_progress.setRange(0, 0)  # busy until a stage with a size (the demo build) says more
+        self.load_progress.show()
+        self.model_status.setText(f"Loading {options.model}…")
+
+    def cancel_load(self) -> None:
+        """Abandon the load in progress (the worker is killed; a previous model is loaded again)."""
+        if self.client.state == gc.LOADING:
+            self.model_status.setText("Cancelling the load…")
+            self.client.cancel_load()
+
+    def _remember(self, options: LoadOptions) -> None:
         self._settings.set("runner/load_options", options.to_dict())
         self._settings.set("runner/last_model", options.model)
         recent = [options.model, *[m for m in self._settings.get("runner/recent_models")
@@ -309,9 +383,6 @@ class RunnerTab(QWidget):
         self._settings.set("runner/recent_models", recent)
         if self.model.findText(options.model) < 0:
             self.model.addItem(options.model)
-        self._load_started = time.perf_counter()
-        self._elapsed.start()
-        self.model_status.setText(f"Loading {options.model}…")
 
     def load_model_requested_from(self, path: str) -> None:
         """Put a folder (a training run's output) in the model field and load it."""
@@ -326,8 +397,37 @@ class RunnerTab(QWidget):
     def _on_loading(self, stage: str, elapsed: float) -> None:
         self.model_status.setText(f"Loading: {stage} · {elapsed:.1f} s")
 
-    def _on_loaded(self, info: dict) -> None:
+    def _on_load_progress(self, done: int, total: int) -> None:
+        if total > 0:
+            self.load_progress.setRange(0, total)
+            self.load_progress.setValue(min(done, total))
+            self.load_progress.setFormat("demo %v/%m")
+
+    def _end_loading(self) -> None:
         self._elapsed.stop()
+        self.load_progress.hide()
+        self._loading_options = None
+
+    def _on_load_failed(self, kind: str, message: str) -> None:
+        self._end_loading()
+        if self.client.loaded_info:
+            # _on_error shows the reason; say that the working model is still there.
+            QTimer.singleShot(0, self, lambda: self.model_status.setText(
+                self.model_status.text() + f" — {self.client.loaded_info.get('model')} is still loaded."))
+
+    def _on_load_cancelled(self, reloading: str) -> None:
+        self._end_loading()
+        self.model_status.setText("Load cancelled." + (f" Loading {reloading} again…" if reloading else ""))
+
+    def _on_unloaded(self) -> None:
+        if self.client.state != gc.STOPPED:
+            self.model_status.setText("Model unloaded.")
+
+    def _on_loaded(self, info: dict) -> None:
+        options = self._loading_options or self.client.options
+        self._end_loading()
+        if options is not None:
+            self._remember(options)
         self._loaded_info = info
         self.conversation.model = str(info.get("model", ""))
         memory = info.get("memory_bytes")
@@ -341,13 +441,12 @@ class RunnerTab(QWidget):
 
     def params(self) -> GenerationParams:
         seed_text = self.seed.text().strip()
-        stops = [s.strip().encode().decode("unicode_escape") for s in self.stop_strings.text().split(",")
-                 if s.strip()]
+        stops = parse_stop_field(self.stop_strings.text())
         return GenerationParams(
             max_new_tokens=self.max_new_tokens.value(), do_sample=self.do_sample.isChecked(),
             temperature=self.temperature.value(), top_p=self.top_p.value(), top_k=self.top_k.value(),
             repetition_penalty=self.repetition_penalty.value(), num_beams=self.num_beams.value(),
-            seed=int(seed_text) if seed_text.isdigit() else None, stop=stops)
+            seed=int(seed_text) if seed_text.isdigit() else (-1 if seed_text else None), stop=stops)
 
     def set_params(self, p: GenerationParams) -> None:
         self.max_new_tokens.setValue(p.max_new_tokens)
@@ -358,26 +457,54 @@ class RunnerTab(QWidget):
         self.repetition_penalty.setValue(p.repetition_penalty)
         self.num_beams.setValue(p.num_beams)
         self.seed.setText("" if p.seed is None else str(p.seed))
-        self.stop_strings.setText(", ".join(s.encode("unicode_escape").decode() for s in p.stop))
+        self.stop_strings.setText(format_stop_field(p.stop))
 
     def _all_presets(self) -> dict[str, dict]:
         return {**BUILTIN_PRESETS, **self._settings.get("runner/presets")}
 
-    def _refresh_presets(self) -> None:
+    def preset_name(self) -> str:
+        """The selected preset's name (without the "(modified)" mark)."""
+        return str(self.presets.currentData() or "")
+
+    def _refresh_presets(self, select: str = "") -> None:
+        self.presets.blockSignals(True)
         self.presets.clear()
-        self.presets.addItems(list(self._all_presets()))
+        for name in self._all_presets():
+            self.presets.addItem(name, name)
+        index = self.presets.findData(select) if select else 0
+        self.presets.setCurrentIndex(max(0, index))
+        self.presets.blockSignals(False)
+        self._preset_name = self.preset_name()
 
     def _apply_preset(self) -> None:
-        data = self._all_presets().get(self.presets.currentText())
+        name = self.preset_name()
+        data = self._all_presets().get(name)
+        self._preset_name = name
         if data:
             self.set_params(GenerationParams.from_dict(data))
+        self._mark_preset()
+
+    def _on_params_edited(self) -> None:
+        self._clear_field_problems()
+        self._mark_preset()
+
+    def _mark_preset(self) -> None:
+        """Show "(modified)" after the preset's name while the fields differ from it."""
+        index = self.presets.currentIndex()
+        if index < 0 or not hasattr(self, "_param_fields"):
+            return
+        name = self.preset_name()
+        data = self._all_presets().get(name)
+        modified = data is not None and GenerationParams.from_dict(data) != self.params()
+        self.presets.setItemText(index, name + (MODIFIED if modified else ""))
 
     def save_preset(self, name: str) -> None:
         presets = self._settings.get("runner/presets")
         presets[name] = self.params().to_dict()
         self._settings.set("runner/presets", presets)
-        self._refresh_presets()
-        self.presets.setCurrentText(name)
+        self._refresh_presets(select=name)
+        self._mark_preset()
+        self.notice.setText(f"Saved preset '{name}'.")
 
     def _save_preset(self) -> None:
         name, ok = QInputDialog.getText(self, "Save preset", "Name:")
@@ -386,24 +513,62 @@ class RunnerTab(QWidget):
 
     def _delete_preset(self) -> None:
         presets = self._settings.get("runner/presets")
-        name = self.presets.currentText()
+        name = self.preset_name()
         if name in presets:
             del presets[name]
             self._settings.set("runner/presets", presets)
             self._refresh_presets()
+            self._mark_preset()
+            self.notice.setText(f"Deleted preset '{name}'.")
         elif name in BUILTIN_PRESETS:
-            self.model_status.setText(f"'{name}' is built in and cannot be deleted.")
+            self.notice.setText(f"'{name}' is built in and cannot be deleted.")
+
+    # -- field problems ---------------------------------------------------------------------------------
+
+    def _show_field_problems(self, problems: dict[str, str]) -> None:
+        self._clear_field_problems()
+        for name, text in problems.items():
+            widget = self._param_fields.get(name)
+            if widget is not None:
+                widget.setStyleSheet(_INVALID_STYLE)
+                widget.setToolTip(text)
+        self.params_error.setText("\n".join(problems.values()))
+        self.params_error.show()
+        first = self._param_fields.get(next(iter(problems)))
+        if first is not None:
+            first.setFocus()
+
+    def _clear_field_problems(self) -> None:
+        if not hasattr(self, "_param_fields") or self.params_error.isHidden():
+            return
+        for widget in self._param_fields.values():
+            widget.setStyleSheet("")
+            widget.setToolTip("")
+        self.params_error.hide()
+        self.params_error.clear()
+
+    def _clear_prompt_error(self) -> None:
+        if not self.prompt_error.isHidden():
+            self.prompt_error.hide()
+            self.prompt.setStyleSheet("")
 
     # -- conversation -----------------------------------------------------------------------------------
 
     def send(self) -> None:
+        if self.client.state == gc.GENERATING:
+            return  # Ctrl+Enter while an answer streams
         text = self.prompt.toPlainText().strip()
-        if not text:
+        empty = generation.prompt_problem(text)
+        if empty:
+            self.prompt_error.setText(empty.capitalize() + " first.")
+            self.prompt_error.show()
+            self.prompt.setStyleSheet(_INVALID_STYLE)
+            self.prompt.setFocus()
             return
         params = self.params()
-        problems = params.validate()
+        problems = params.field_problems()
         if problems:
-            self._on_error("bad_parameters", "; ".join(problems))
+            self._show_field_problems(problems)
             return
         self.conversation.system = self.system_prompt.toPlainText()
         chat = self.chat_mode.isChecked()
@@ -425,7 +590,11 @@ class RunnerTab(QWidget):
         self.stats.setText("generating…")
 
     def stop(self) -> None:
-        self.client.cancel()
+        """Stop the answer; while loading, cancel the load (Esc does both)."""
+        if self.client.state == gc.LOADING:
+            self.cancel_load()
+        else:
+            self.client.cancel()
 
     def _append(self, text: str) -> None:
         cursor = self.view.textCursor()
@@ -446,7 +615,8 @@ class RunnerTab(QWidget):
         self.stats.setText(format_stats(stats))
 
     def _on_error(self, kind: str, message: str) -> None:
-        self._elapsed.stop()
+        if self.client.state != gc.LOADING:
+            self._end_loading()
         if self._pending_user is not None and kind not in ("busy", "not_loaded", "bad_parameters"):
             self._pending_user = None
         text = f"<span style='color:#b00020'><b>{kind.replace('_', ' ')}:</b> " \
@@ -457,7 +627,8 @@ class RunnerTab(QWidget):
             self.model_status.setText(text)
 
     def _on_worker_exited(self, code: int, status: str, tail: str) -> None:
-        self._elapsed.stop()
+        if self.client.state != gc.LOADING:
+            self._end_loading()
         if self._pending_user is not None:
             self._pending_user = None
             self._append("\n[the worker ended during generation]")
@@ -469,12 +640,27 @@ class RunnerTab(QWidget):
     def _on_state(self, state: str) -> None:
         busy = state in (gc.LOADING, gc.GENERATING, gc.STARTING)
         self.load_button.setEnabled(not busy)
+        self.cancel_load_button.setVisible(state == gc.LOADING)
+        self.cancel_load_button.setEnabled(state == gc.LOADING)
         self.unload_button.setEnabled(state == gc.LOADED)
         self.send_button.setEnabled(state == gc.LOADED)
         self.stop_button.setEnabled(state == gc.GENERATING)
 
     def copy_answer(self) -> None:
-        QGuiApplication.clipboard().setText(self.conversation.last_answer())
+        answer = self.conversation.last_answer()
+        if not answer:
+            self.notice.setText("Nothing to copy yet: no answer.")
+            return
+        QGuiApplication.clipboard().setText(answer)
+        self.notice.setText(f"Copied the answer ({len(answer)} characters).")
+
+    def copy_conversation(self) -> None:
+        if not self.conversation.turns:
+            self.notice.setText("Nothing to copy yet: the conversation is empty.")
+            return
+        text = self.conversation.to_markdown()
+        QGuiApplication.clipboard().setText(text)
+        self.notice.setText(f"Copied the conversation as Markdown ({len(self.conversation.turns)} turns).")
 
     def export(self, path: str) -> None:
         text = self.conversation.to_json() if path.endswith(".json") else self.conversation.to_markdown()
@@ -488,11 +674,14 @@ class RunnerTab(QWidget):
                 self.export(path)
             except OSError as exc:
                 QMessageBox.warning(self, "Export failed", str(exc))
+                return
+            self.notice.setText(f"Exported the conversation to {path}.")
 
     def clear(self) -> None:
         self.conversation.clear()
         self.view.clear()
         self.stats.clear()
+        self.notice.setText("Conversation cleared.")
 
     # -- JobOwner ---------------------------------------------------------------------------------------
 
@@ -510,5 +699,5 @@ class RunnerTab(QWidget):
         return []
 
     def shutdown(self) -> None:
-        self._elapsed.stop()
+        self._end_loading()
         self.client.kill()

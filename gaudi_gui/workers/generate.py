@@ -6,25 +6,47 @@ never corrupt the protocol stream, so at start the original stdout fd is duplica
 and fd 1 is pointed at stderr.
 
 Threads: a reader thread parses stdin, so a ``cancel`` arrives while the main thread is generating;
-it only sets a flag that a StoppingCriteria checks after every token, so the worker really stops
-within one token step. ``model.generate`` runs in the main thread with a TextStreamer whose callback
-writes each token event as the text is finalized (measured: a TextIteratorStreamer drained from a second
-thread halves a small model's decoding rate). The model stays loaded between prompts.
+it only marks requests cancelled, and a StoppingCriteria checks that after every token, so the worker
+really stops within one token step. A cancel names a request id (or, without one, every generate
+received before it), so a generate sent right after a cancel never revives the cancelled one.
+``model.generate`` runs in the main thread with a TextStreamer whose callback writes token events
+(measured: a TextIteratorStreamer drained from a second thread halves a small model's decoding rate);
+events are coalesced to at most one per ~20 ms, the first token of an answer always at once. Stop
+strings are generate's own ``stop_strings``. The model stays loaded between prompts; a failed load
+keeps the previous model.
+
+The worker ends itself when its parent goes: stdin EOF (also over SSH, where no signal arrives) and,
+on Linux, PR_SET_PDEATHSIG. SIGINT (Ctrl+C in a terminal reaches the whole process group) cancels the
+answer and exits with 130, without a traceback.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import queue
+import signal
+import socket
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlparse
 
 from gaudi_gui.core import generation, paths, protocol
 from gaudi_gui.core.generation import GenerationParams, LoadOptions
 
+#: Token events are coalesced: at most one per this many seconds (the first of an answer at once).
+FLUSH_INTERVAL_S = 0.02
+#: How long the Hub reachability probe may take before a load is called offline.
+HUB_PROBE_TIMEOUT_S = 3.0
+#: After stdin closes or SIGINT, how long the main thread gets to finish before the process ends anyway
+#: (a load or a compile cannot be interrupted).
+EXIT_GRACE_S = 3.0
+#: A command line longer than this is refused (and skipped) instead of read into memory.
+MAX_COMMAND_BYTES = 16 << 20
 
 class WorkerError(Exception):
     """An error with a kind from ``generation.ERROR_KINDS``, reported as an 'error' event."""
@@ -55,70 +77,255 @@ class Output:
                 pass  # the parent is gone; the reader sees EOF and we shut down
 
 
+_OOM_PATTERNS = ("out of memory", "can't allocate memory", "cannot allocate memory",
+                 "not enough memory", "failed to allocate", "allocation failed", "insufficient memory",
+                 "pt_devmem", "resource_exhausted")
+
+
+def _is_oom(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        name = type(current).__name__
+        text = str(current).lower()
+        if isinstance(current, MemoryError) or name in ("OutOfMemoryError", "OOMError") \
+                or any(p in text for p in _OOM_PATTERNS):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _first_line(text: str, limit: int = 400) -> str:
+    lines = text.strip().splitlines()
+    return lines[0][:limit] if lines else ""
+
+
 def _classify(exc: BaseException, model: str = "") -> WorkerError:
     """Turn a library exception into a kind and a sentence the user can act on."""
     if isinstance(exc, WorkerError):
         return exc
     text = str(exc) or type(exc).__name__
     name = type(exc).__name__
-    if name == "OutOfMemoryError" or isinstance(exc, MemoryError) or "out of memory" in text.lower():
-        return WorkerError("out_of_memory", f"out of memory: {text.splitlines()[0][:300]}. Try a "
-                           "smaller model, bf16 or 4-bit quantization, or free the device.")
+    if _is_oom(exc):
+        # Before the OSError branch: the CPU allocator's "Cannot allocate memory" is errno 12 text.
+        return WorkerError("out_of_memory", f"out of memory: {_first_line(text, 300)}. Try a smaller "
+                           "model, fewer new tokens, bf16 or 4-bit quantization, or free the device.")
     if isinstance(exc, OSError):
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1" or os.environ.get("TRANSFORMERS_OFFLINE") == "1"
         lowered = text.lower()
-        if offline and not os.path.isdir(os.path.expanduser(model)):
+        if _offline() and not os.path.isdir(os.path.expanduser(model)):
             return WorkerError("no_network", f"'{model}' is not a local folder and not in the Hugging Face "
                                "cache, and offline mode is on (HF_HUB_OFFLINE=1): download it first "
                                "or give a folder.")
         if any(w in lowered for w in ("connection", "resolve", "timed out", "network", "offline")):
             return WorkerError("no_network", f"could not reach the Hugging Face Hub for '{model}': "
-                               f"{text.splitlines()[0][:300]}")
-        return WorkerError("missing_model", f"could not load '{model}': {text.splitlines()[0][:400]}")
+                               f"{_first_line(text, 300)}")
+        return WorkerError("missing_model", f"could not load '{model}': {_first_line(text)}")
     if isinstance(exc, ImportError):
         return WorkerError("unsupported", f"a library is missing: {text[:300]}")
     if isinstance(exc, (ValueError, TypeError)):
-        return WorkerError("bad_parameters", text.splitlines()[0][:400] if text else name)
-    return WorkerError("internal", f"{name}: {text.splitlines()[0][:400] if text else ''}")
+        return WorkerError("bad_parameters", _first_line(text) or name)
+    return WorkerError("internal", f"{name}: {_first_line(text)}")
+
+
+def _offline() -> bool:
+    return any(os.environ.get(var, "").strip().lower() in ("1", "true", "yes", "on")
+               for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_address() -> tuple[str, int]:
+    """Where a Hub request would first connect: the HTTPS proxy when one is set, else the endpoint."""
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"):
+        if os.environ.get(var):
+            url = urlparse(os.environ[var] if "://" in os.environ[var] else "http://" + os.environ[var])
+            return url.hostname or "", url.port or 80
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    return url.hostname or "", url.port or (80 if url.scheme == "http" else 443)
+
+
+def _reachable(host: str, port: int, timeout: float) -> str | None:
+    """None when a TCP connection to host:port opens within ``timeout`` s, else why not. Runs in a
+    thread joined with the timeout, because name resolution ignores socket timeouts."""
+    result: list[str | None] = []
+
+    def probe() -> None:
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                result.append(None)
+        except OSError as exc:
+            result.append(str(exc) or type(exc).__name__)
+
+    thread = threading.Thread(target=probe, name="hub-probe", daemon=True)
+    thread.start()
+    thread.join(timeout + 0.5)
+    return result[0] if result else f"no answer within {timeout:.0f} s"
+
+
+class _Pieces:
+    """Streams one answer's text as token events: coalesced, with possible stop-string starts held
+    back, and the text from a stop string on never shown."""
+
+    def __init__(self, out: Output, request_id: Any, stops: list[str]) -> None:
+        self.out = out
+        self.request_id = request_id
+        self.stops = stops
+        self.keep = max((len(s) for s in stops), default=1) - 1  # sent text a stop may begin in
+        self.pending = ""
+        self.tail = ""  # the last ``keep`` characters already sent
+        self.shown: list[str] = []
+        self.hit = False
+        self.last_flush: float | None = None
+
+    def feed(self, piece: str) -> None:
+        if self.hit or not piece:
+            return
+        self.pending += piece
+        ready = self.pending
+        if self.stops:
+            window = self.tail + self.pending
+            cuts = [window.find(s) for s in self.stops if s in window]
+            if cuts:
+                # Text before a stop string is shown; from it on, never (generate stops right there).
+                self.pending = window[:min(cuts)][len(self.tail):]
+                self.hit = True
+                self.flush()
+                return
+            hold = 0
+            for s in self.stops:
+                for n in range(min(len(s) - 1, len(window)), 0, -1):
+                    if window.endswith(s[:n]):
+                        hold = max(hold, n)
+                        break
+            ready = self.pending[:len(self.pending) - min(hold, len(self.pending))]
+        now = time.perf_counter()
+        if ready and (self.last_flush is None or now - self.last_flush >= FLUSH_INTERVAL_S):
+            self._send(ready)
+            self.pending = self.pending[len(ready):]
+            self.last_flush = now
+
+    def flush(self) -> None:
+        """Send what is pending (the end of an answer)."""
+        if self.pending:
+            self._send(self.pending)
+            self.pending = ""
+
+    def _send(self, text: str) -> None:
+        self.out.emit("token", text=text, id=self.request_id)
+        self.shown.append(text)
+        if self.keep:
+            self.tail = (self.tail + text)[-self.keep:]
+
+    def text(self) -> str:
+        return "".join(self.shown)
 
 
 class Worker:
     def __init__(self, out: Output) -> None:
         self.out = out
         self.commands: queue.Queue[dict[str, Any]] = queue.Queue()
-        self.cancel = threading.Event()
+        self._cancel_lock = threading.Lock()
+        self._cancel_epoch = 0              # bumped by an id-less cancel, unload, shutdown
+        self._cancelled_ids: set[Any] = set()
+        self._exit_requested = False
         self.model: Any = None
         self.tokenizer: Any = None
         self.device = "cpu"
         self.options: LoadOptions | None = None
         self.load_info: dict[str, Any] = {}
 
+    # -- cancel semantics -------------------------------------------------------------------------------
+
+    def is_cancelled(self, message: dict[str, Any]) -> bool:
+        """Whether this generate was cancelled: by its id, or by an id-less cancel received after it."""
+        return (message.get("_epoch") != self._cancel_epoch
+                or ("id" in message and message["id"] in self._cancelled_ids))
+
+    def _cancel_all(self) -> None:
+        with self._cancel_lock:
+            self._cancel_epoch += 1
+
     # -- stdin ------------------------------------------------------------------------------------------
 
     def read_commands(self) -> None:
-        """Reader thread: cancel acts at once; everything else queues for the main thread, in order."""
-        for raw in sys.stdin.buffer:
-            line = raw.decode("utf-8", errors="replace")
+        """Reader thread: cancel acts at once; everything else queues for the main thread, in order.
+        No line, however malformed (deep nesting, bad UTF-8, huge), stops this loop."""
+        stdin = sys.stdin.buffer
+        skipping = False
+        while True:
             try:
-                message = protocol.decode(line)
-            except protocol.ProtocolError as exc:
-                self.out.emit("error", kind="protocol", message=str(exc))
+                raw = stdin.readline(MAX_COMMAND_BYTES)
+            except (OSError, ValueError):
+                break
+            if not raw:
+                break
+            if skipping or (len(raw) >= MAX_COMMAND_BYTES and not raw.endswith(b"\n")):
+                if not skipping:
+                    self.out.emit("error", kind="protocol",
+                                  message=f"command line longer than {MAX_COMMAND_BYTES} bytes: ignored")
+                skipping = not raw.endswith(b"\n")
                 continue
-            if message is None or "cmd" not in message:
-                continue
-            name = message["cmd"]
-            if name == "cancel":
-                self.cancel.set()
-                continue
-            if name == "generate":
-                # Cleared here, not when generation starts, so a cancel sent right after this generate
-                # (but before the main thread picks it up) is not lost.
-                self.cancel.clear()
-            elif name in ("unload", "shutdown"):
-                self.cancel.set()
-            self.commands.put(message)
-        self.cancel.set()
-        self.commands.put({"cmd": "shutdown", "reason": "stdin closed"})
+            try:
+                self._take(raw.decode("utf-8", errors="replace"))
+            except Exception as exc:  # RecursionError, MemoryError-free oddities: report, keep reading
+                self.out.emit("error", kind="protocol",
+                              message=f"bad command line ({type(exc).__name__}): {str(exc)[:200]}")
+        self.request_exit(0, "stdin closed")
+
+    def _take(self, line: str) -> None:
+        message = protocol.decode(line)
+        if message is None or "cmd" not in message:
+            return
+        name = message["cmd"]
+        if name == "cancel":
+            with self._cancel_lock:
+                if message.get("id") is None:
+                    self._cancel_epoch += 1
+                else:
+                    self._cancelled_ids.add(message["id"])
+            return
+        if name == "generate":
+            # Stamped on arrival: an id-less cancel cancels what came before it, never what comes after.
+            message["_epoch"] = self._cancel_epoch
+        elif name in ("unload", "shutdown"):
+            self._cancel_all()
+        self.commands.put(message)
+
+    def request_exit(self, code: int, reason: str) -> None:
+        """End the worker soon: cancel everything, queue a shutdown, and if the main thread cannot get
+        to it within EXIT_GRACE_S (a load or compile in progress), end the process anyway."""
+        with self._cancel_lock:
+            if self._exit_requested:
+                return
+            self._exit_requested = True
+        self._cancel_all()
+        self.commands.put({"cmd": "shutdown", "reason": reason, "code": code})
+
+        def deadline() -> None:
+            time.sleep(EXIT_GRACE_S)
+            self.out.emit("exiting", reason=f"{reason} (did not finish within {EXIT_GRACE_S:.0f} s)")
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
+            os._exit(code)
+
+        threading.Thread(target=deadline, name="exit-deadline", daemon=True).start()
+
+    def install_signal_handlers(self) -> None:
+        """SIGINT -> cancel and exit 130. The Python-level handler only wakes a thread through the
+        wakeup fd, so it works while the main thread is deep inside a C call (loading, a matmul) and
+        never raises KeyboardInterrupt into torch (whose teardown then aborts with SIGABRT)."""
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        signal.signal(signal.SIGINT, lambda signum, frame: None)
+        signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+
+        def watch() -> None:
+            while True:
+                data = os.read(read_fd, 64)
+                if not data or signal.SIGINT in data:
+                    break
+            self.request_exit(128 + signal.SIGINT, "interrupted (SIGINT)")
+
+        threading.Thread(target=watch, name="signal-watch", daemon=True).start()
 
     def run(self) -> int:
         self.out.emit("ready", pid=os.getpid(), protocol=protocol.PROTOCOL_VERSION)
@@ -129,7 +336,8 @@ class Worker:
             if name == "shutdown":
                 self.unload(quiet=True)
                 self.out.emit("exiting", reason=message.get("reason", "shutdown"))
-                return 0
+                code = message.get("code", 0)
+                return code if isinstance(code, int) else 0
             try:
                 if name == "load":
                     self.load(LoadOptions.from_dict(message.get("options") or {}))
@@ -142,24 +350,97 @@ class Worker:
             except Exception as exc:
                 model = self.options.model if self.options else ""
                 if name == "load":
-                    model = str((message.get("options") or {}).get("model", ""))
+                    options = message.get("options")
+                    model = str(options.get("model", "")) if isinstance(options, dict) else ""
                 error = _classify(exc, model)
                 if name == "load":
-                    self.unload(quiet=True)
+                    # A failed load keeps the model that was loaded before; drop the half-built one.
+                    self._collect()
+                    if error.kind == "out_of_memory" and self.model is not None:
+                        error = WorkerError(error.kind, f"{error} The previous model is still loaded: "
+                                            "unload it first to make room.")
                 self.out.emit("error", kind=error.kind, message=str(error), command=name,
-                              request_id=message.get("id"))
+                              request_id=message.get("id"), loaded=self.model is not None)
 
     # -- loading ----------------------------------------------------------------------------------------
 
-    def _stage(self, started: float, stage: str) -> None:
-        self.out.emit("loading", stage=stage, elapsed_s=round(time.perf_counter() - started, 3))
+    def _stage(self, started: float, stage: str, **fields: Any) -> None:
+        self.out.emit("loading", stage=stage, elapsed_s=round(time.perf_counter() - started, 3), **fields)
+
+    @contextlib.contextmanager
+    def _demo_progress(self, started: float) -> Iterator[None]:
+        """Relay the demo builder's progress as loading events. The builder prints its own protocol
+        events to stdout, which in this process is stderr: they would never reach the parent as
+        progress. It has no callback parameter, so its module-level emitter is swapped for the build."""
+        from gaudi_gui.workers import demo
+
+        original: Callable[..., None] = demo._emit
+
+        def relay(kind: str, **fields: object) -> None:
+            if kind == "demo_progress":
+                step, steps = int(str(fields.get("step") or 0)), int(str(fields.get("steps") or 0))
+                self._stage(started, f"building the demo model (first use only): step {step}/{steps}",
+                            progress=[step, steps])
+
+        demo._emit = relay
+        try:
+            yield
+        finally:
+            demo._emit = original
+
+    def _check_hub(self, model_id: str, started: float) -> bool:
+        """Before importing torch (seconds): can ``model_id`` be loaded at all? True means load it from
+        the local cache only. Fails at once when offline mode is on and the model is not cached, and
+        within HUB_PROBE_TIMEOUT_S when the Hub cannot be reached (instead of 40-60 s of retries)."""
+        self._stage(started, "checking the Hugging Face cache and Hub")
+        try:
+            from huggingface_hub import try_to_load_from_cache
+            cached = isinstance(try_to_load_from_cache(model_id, "config.json"), str)
+        except ValueError as exc:  # HFValidationError: not a valid repo id
+            raise WorkerError("missing_model", f"'{model_id}' is neither a model folder nor a valid Hub "
+                              f"id (org/name): {_first_line(str(exc), 200)}") from exc
+        except ImportError:
+            return False
+        if _offline():
+            if cached:
+                return True
+            raise WorkerError("no_network", f"'{model_id}' is not in the local Hugging Face cache and "
+                              "offline mode is on (HF_HUB_OFFLINE=1): download it first "
+                              f"(hf download {model_id}) or give a model folder.")
+        host, port = _hub_address()
+        problem = _reachable(host, port, HUB_PROBE_TIMEOUT_S)
+        if problem is None:
+            return False
+        if cached:
+            self.out.emit("info", message=f"the Hub ({host}:{port}) is unreachable ({problem}): using the "
+                          f"cached copy of {model_id}")
+            return True
+        raise WorkerError("no_network", f"cannot reach the Hugging Face Hub ({host}:{port}: {problem}) and "
+                          f"'{model_id}' is not in the local cache: connect, set HF_ENDPOINT or a proxy, "
+                          "or give a model folder.")
 
     def load(self, options: LoadOptions) -> None:
+        """Load ``options.model``; the current model stays loaded (and in use) until the new one is
+        ready, so a failed load changes nothing."""
         problems = options.validate()
         if problems:
             raise WorkerError("bad_parameters", "; ".join(problems))
-        self.unload(quiet=True)
         started = time.perf_counter()
+        model_path = options.model.strip()
+        local_only = False
+        if paths.is_demo(model_path):
+            pass
+        else:
+            expanded = os.path.expanduser(model_path)
+            looks_local = model_path.startswith((".", "/", "~")) or os.path.isabs(expanded)
+            if looks_local and not os.path.isdir(expanded):
+                raise WorkerError("missing_model", f"model folder not found: {model_path}")
+            if os.path.isdir(expanded):
+                model_path = expanded
+                if not os.path.isfile(os.path.join(expanded, "config.json")):
+                    raise WorkerError("missing_model", f"{model_path} has no config.json: not a model folder")
+            else:
+                local_only = self._check_hub(model_path, started)
         self._stage(started, "importing torch and transformers")
         import torch
         import transformers
@@ -173,22 +454,15 @@ class Worker:
             dtype_name = "fp32" if device == "cpu" else "bf16"
         dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
 
-        model_path = options.model.strip()
         if paths.is_demo(model_path):
             self._stage(started, "building the demo model (first use only)")
             from gaudi_gui.workers.demo import resolve_model
-            model_path = resolve_model(model_path)
-        expanded = os.path.expanduser(model_path)
-        looks_local = (model_path.startswith((".", "/", "~"))
-                       or os.path.isabs(expanded))
-        if looks_local and not os.path.isdir(expanded):
-            raise WorkerError("missing_model", f"model folder not found: {model_path}")
-        if os.path.isdir(expanded):
-            model_path = expanded
-            if not os.path.isfile(os.path.join(expanded, "config.json")):
-                raise WorkerError("missing_model", f"{model_path} has no config.json: not a model folder")
+            with self._demo_progress(started):
+                model_path = resolve_model(model_path)
 
         kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": options.trust_remote_code}
+        if local_only:
+            kwargs["local_files_only"] = True
         if options.quantization != "none":
             kwargs["quantization_config"] = self._bnb_config(options.quantization, dtype, transformers)
         if device == "hpu":
@@ -197,7 +471,8 @@ class Worker:
             kwargs["device_map"] = "cuda"
 
         self._stage(started, "loading tokenizer")
-        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=options.trust_remote_code)
+        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=options.trust_remote_code,
+                                                  local_files_only=local_only)
         self._stage(started, "loading weights")
         model: Any = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
         if "device_map" not in kwargs and device != "cpu":
@@ -212,13 +487,15 @@ class Worker:
                 self.out.emit("info", message="on Gaudi transformers runs torch.compile with the "
                               "hpu_backend backend")
             model.forward = torch.compile(model.forward, dynamic=True)
-            self.model, self.tokenizer, self.device = model, tokenizer, device
             # Compile now, so a compiler failure is a load error and the first answer is not slow.
             ids = tokenizer("warm up", return_tensors="pt").to(device)
             with torch.inference_mode():
                 model.generate(**ids, max_new_tokens=2, do_sample=False,
                                pad_token_id=tokenizer.pad_token_id)
+        # Only now is the previous model let go.
+        previous_device = self.device
         self.model, self.tokenizer, self.device, self.options = model, tokenizer, device, options
+        self._collect(previous_device)
         memory, memory_kind = self._memory()
         self.load_info = {
             "model": options.model, "path": model_path, "device": device, "dtype": dtype_name,
@@ -268,17 +545,20 @@ class Worker:
         import psutil
         return int(psutil.Process().memory_info().rss), "process RSS"
 
+    def _collect(self, device: str | None = None) -> None:
+        """Free what no longer has a reference (a replaced or half-loaded model)."""
+        import gc
+        gc.collect()
+        if (device or self.device) == "cuda" and "torch" in sys.modules:
+            with contextlib.suppress(Exception):
+                sys.modules["torch"].cuda.empty_cache()
+
     def unload(self, quiet: bool = False) -> None:
         was_loaded = self.model is not None
         self.model = self.tokenizer = self.options = None
         self.load_info = {}
         if was_loaded:
-            import gc
-            gc.collect()
-            import torch
-            with contextlib.suppress(Exception):
-                if self.device == "cuda":
-                    torch.cuda.empty_cache()
+            self._collect()
         if not quiet:
             self.out.emit("unloaded")
 
@@ -302,56 +582,54 @@ class Worker:
         prompt = message.get("prompt")
         if not isinstance(prompt, str):
             raise WorkerError("bad_parameters", "generate needs a prompt (text) or messages")
+        if generation.prompt_problem(prompt):
+            raise WorkerError("bad_parameters", generation.EMPTY_PROMPT)
         return tokenizer(prompt, return_tensors="pt")
 
     def generate(self, message: dict[str, Any]) -> None:
         received = time.perf_counter()
         if self.model is None:
             raise WorkerError("not_loaded", "no model is loaded: load one first")
-        raw_params = message.get("params") or {}
-        if not isinstance(raw_params, dict):
-            raise WorkerError("bad_parameters", "params must be an object")
-        params = GenerationParams.from_dict(raw_params)
-        problems = params.validate()
+        params, problems = GenerationParams.parse(message.get("params") or {})
         if problems:
             raise WorkerError("bad_parameters", "; ".join(problems))
+        request_id = message.get("id")
+        if self.is_cancelled(message):
+            # Cancelled while it waited in the queue: nothing to generate.
+            self.out.emit("finished", id=request_id, stats={
+                "ttft_s": None, "tokens": 0, "prompt_tokens": 0, "decode_tokens_per_s": None,
+                "total_s": round(time.perf_counter() - received, 6), "stop_reason": "cancelled",
+                "streamed": params.streams})
+            return
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList, TextStreamer
 
-        request_id = message.get("id")
         inputs = self._inputs(message).to(self.device)
         prompt_len = int(inputs["input_ids"].shape[-1])
-        cancel = self.cancel
+        if prompt_len == 0:
+            raise WorkerError("bad_parameters", f"{generation.EMPTY_PROMPT}: the prompt has no tokens")
         stamps: list[float] = []
-        stop_hit = threading.Event()
+        stops = list(dict.fromkeys(s for s in params.stop if s))
+        pieces = _Pieces(self.out, request_id, stops)
+        is_cancelled = self.is_cancelled
+        verdicts: dict[tuple[int, bool], Any] = {}
 
         class _Flag(StoppingCriteria):
-            # Called once per generated token, in the generation thread.
+            # Called once per generated token, in the generation thread: keep it cheap (cached tensors).
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
                 stamps.append(time.perf_counter())
-                done = cancel.is_set() or stop_hit.is_set()
-                return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
-
-        stops = [s for s in params.stop if s]
-        state = {"text": "", "sent": ""}
-        out = self.out
-
-        def on_text(piece: str) -> None:
-            # Runs inside generate(), in this thread: no queue, no second thread, no GIL ping-pong
-            # (a TextIteratorStreamer read from another thread halves a small model's tokens/s).
-            if stop_hit.is_set() or not piece:
-                return
-            state["text"] += piece
-            safe, hit = _stop_split(state["text"], stops)
-            if len(safe) > len(state["sent"]):
-                out.emit("token", text=safe[len(state["sent"]):], id=request_id)
-                state["sent"] = safe
-            if hit:
-                stop_hit.set()
+                done = pieces.hit or is_cancelled(message)
+                key = (int(input_ids.shape[0]), done)
+                verdict = verdicts.get(key)
+                if verdict is None or verdict.device != input_ids.device:
+                    verdict = verdicts[key] = torch.full((key[0],), done, dtype=torch.bool,
+                                                         device=input_ids.device)
+                return verdict
 
         class _Emit(TextStreamer):
+            # Runs inside generate(), in this thread: no queue, no second thread, no GIL ping-pong.
             def on_finalized_text(self, text: str, stream_end: bool = False) -> None:
-                on_text(text)
+                pieces.feed(text)
 
         streamer = _Emit(self.tokenizer, skip_prompt=True, skip_special_tokens=True) \
             if params.streams else None
@@ -361,40 +639,29 @@ class Worker:
         kwargs.update(inputs)
         kwargs["stopping_criteria"] = StoppingCriteriaList([_Flag()])
         kwargs["pad_token_id"] = self.tokenizer.pad_token_id
+        if stops:
+            # generate's own stop strings (they need the tokenizer to match across token boundaries).
+            kwargs["stop_strings"] = stops
+            kwargs["tokenizer"] = self.tokenizer
         if streamer is not None:
             kwargs["streamer"] = streamer
-        result: dict[str, Any] = {}
-        try:
-            with torch.inference_mode():
-                result["output"] = self.model.generate(**kwargs)
-        except Exception as exc:
-            result["error"] = exc
-        text, sent = state["text"], state["sent"]
-        if "error" in result:
-            raise result["error"]
-        output = result["output"]
+        with torch.inference_mode():
+            output = self.model.generate(**kwargs)
         tokens = int(output.shape[-1]) - prompt_len
         if streamer is None:
-            text = self.tokenizer.decode(output[0][prompt_len:], skip_special_tokens=True)
-            safe, hit = _stop_split(text, stops)
-            if hit:
-                stop_hit.set()
-            if safe:
-                self.out.emit("token", text=safe, id=request_id)
-        elif not stop_hit.is_set():
-            # Text the streamer held back (the last word) is flushed by end(); anything left over:
-            rest = _stop_split(text, stops)[0][len(sent):]
-            if rest:
-                self.out.emit("token", text=rest, id=request_id)
+            pieces.feed(self.tokenizer.decode(output[0][prompt_len:], skip_special_tokens=True))
+        pieces.flush()
         end = time.perf_counter()
-        if stop_hit.is_set():
+        if pieces.hit:
             reason = "stop_string"
-        elif cancel.is_set():
+        elif is_cancelled(message):
             reason = "cancelled"
         elif tokens >= params.max_new_tokens:
             reason = "max_new_tokens"
         else:
             reason = "eos"
+        with self._cancel_lock:
+            self._cancelled_ids.discard(request_id)
         first = stamps[0] if stamps else end
         last = stamps[-1] if stamps else end
         decode_rate = (len(stamps) - 1) / (last - first) if len(stamps) > 1 and last > first else None
@@ -407,28 +674,25 @@ class Worker:
         })
 
 
-def _stop_split(text: str, stops: list[str]) -> tuple[str, bool]:
-    """(the part of ``text`` safe to show, whether a stop string was hit).
-
-    Text that could be the beginning of a stop string is held back until the next piece decides."""
-    if not stops:
-        return text, False
-    cut = min((text.find(s) for s in stops if s in text), default=-1)
-    if cut >= 0:
-        return text[:cut], True
-    hold = 0
-    for s in stops:
-        for n in range(min(len(s) - 1, len(text)), 0, -1):
-            if text.endswith(s[:n]):
-                hold = max(hold, n)
-                break
-    return text[:len(text) - hold], False
+def _die_with_parent() -> None:
+    """Linux: have the kernel SIGKILL this worker when the parent that started it dies, even by
+    SIGKILL. (stdin EOF is the portable backstop, and the only one over SSH.)"""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(Exception):
+        libc = ctypes.CDLL(None, use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
 
 
 def main() -> int:
     out = Output()
-    code = Worker(out).run()
-    sys.stderr.flush()
+    worker = Worker(out)
+    worker.install_signal_handlers()
+    _die_with_parent()
+    code = worker.run()
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
     # Skip interpreter teardown: the stdin reader is blocked in a read and torch's thread pools abort
     # (SIGABRT) when finalized under it; everything worth keeping has been written already.
     os._exit(code)

@@ -38,3 +38,11 @@ def test_generate_bad_arguments_and_missing_model(tmp_path: Path) -> None:
     proc = gaudi_gui("generate", "--prompt", "x", "--model", str(tmp_path / "missing"))
     assert proc.returncode == 1
     assert "error" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_generate_stop_strings_are_literal() -> None:
+    # "。" was garbled and "\x" raised in unicode_escape; both are plain text now.
+    proc = gaudi_gui("generate", "--prompt", "The learning rate", "--max-new-tokens", "6",
+                     "--stop", "。", "--stop", "\\x", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["stats"]["stop_reason"] in ("max_new_tokens", "eos", "stop_string")

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -91,6 +94,94 @@ def test_load_generate_cancel_errors(worker: Worker) -> None:
     worker.send(generation.shutdown_command())
     worker.until("exiting")
     assert worker.proc.wait(20) == 0
+
+
+def test_cancel_then_generate_at_once_cancels_the_first(worker: Worker) -> None:
+    worker.until("ready")
+    worker.send(generation.load_command(LoadOptions()))
+    worker.until("loaded")
+    long = GenerationParams(do_sample=False, max_new_tokens=20000, min_new_tokens=20000)
+    short = GenerationParams(do_sample=False, max_new_tokens=5, min_new_tokens=5)
+    worker.send(generation.generate_command(long, prompt="The", request_id=1))
+    worker.until("token")
+    # Both lines in one write: the second generate reaches the reader before the first notices.
+    assert worker.proc.stdin is not None
+    worker.proc.stdin.write(generation.cancel_command(1) + "\n"
+                            + generation.generate_command(short, prompt="The", request_id=2) + "\n")
+    worker.proc.stdin.flush()
+    first, _ = worker.until("finished", timeout=30)
+    assert first["id"] == 1 and first["stats"]["stop_reason"] == "cancelled"
+    assert first["stats"]["tokens"] < 2000
+    second, seen = worker.until("finished", timeout=30)
+    assert second["id"] == 2 and second["stats"]["tokens"] == 5
+    assert all(m.get("id") == 2 for m in seen if m["type"] == "token")
+    # An id-less cancel cancels what came before it, never a generate sent after it.
+    worker.send(generation.generate_command(long, prompt="The", request_id=3))
+    worker.send(generation.cancel_command())
+    worker.send(generation.generate_command(short, prompt="The", request_id=4))
+    third, _ = worker.until("finished", timeout=30)
+    fourth, _ = worker.until("finished", timeout=30)
+    assert third["stats"]["stop_reason"] == "cancelled"
+    assert fourth["id"] == 4 and fourth["stats"]["stop_reason"] == "max_new_tokens"
+
+
+def test_stop_strings_literal_and_empty_prompt(worker: Worker) -> None:
+    worker.until("ready")
+    worker.send(generation.load_command(LoadOptions()))
+    worker.until("loaded")
+    free = GenerationParams(do_sample=False, max_new_tokens=40)
+    worker.send(generation.generate_command(free, prompt="The learning rate", request_id=1))
+    _, seen = worker.until("finished")
+    text = "".join(m["text"] for m in seen if m["type"] == "token")
+    words = text.split()
+    assert len(words) > 3, text
+    stop = " " + words[2]
+    stopped = GenerationParams(do_sample=False, max_new_tokens=40, stop=[stop, "。", "\\x"])
+    worker.send(generation.generate_command(stopped, prompt="The learning rate", request_id=2))
+    done, seen = worker.until("finished")
+    shown = "".join(m["text"] for m in seen if m["type"] == "token")
+    assert done["stats"]["stop_reason"] == "stop_string", done
+    assert shown == text[:text.index(stop)] and stop not in shown
+    assert done["stats"]["tokens"] < 40
+
+    worker.send(generation.generate_command(free, prompt="", request_id=3))
+    error, _ = worker.until("error", "finished")
+    assert error["kind"] == "bad_parameters" and error["message"] == generation.EMPTY_PROMPT
+    for bad in ({"temperature": float("nan")}, {"num_beams": 1000, "do_sample": False},
+                {"max_new_tokens": "lots"}, {"top_p": 1e309}):
+        worker.send(protocol.PREFIX + json.dumps({"cmd": "generate", "prompt": "x", "id": 4,
+                                                  "params": bad}))
+        error, _ = worker.until("error", "finished")
+        assert error["type"] == "error" and error["kind"] == "bad_parameters", (bad, error)
+
+
+def test_first_demo_load_reports_build_progress(demo_model: object, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GAUDI_GUI_DEMO_MODEL_DIR", str(tmp_path / "unbuilt"))
+    w = Worker()
+    try:
+        w.until("ready")
+        w.send(generation.load_command(LoadOptions()))
+        while True:
+            message = w.events.get(timeout=120)
+            assert message["type"] not in ("error", "loaded", "eof"), message
+            if message["type"] == "loading" and message.get("progress"):
+                break
+        assert "building the demo model" in message["stage"] and message["progress"][1] > 0
+    finally:
+        w.proc.kill()
+        w.proc.wait(10)
+
+
+def test_offline_hub_id_fails_fast(worker: Worker) -> None:
+    worker.until("ready")
+    started = time.perf_counter()
+    worker.send(generation.load_command(LoadOptions(model="some-org/not-cached")))
+    error, seen = worker.until("error", "loaded")
+    took = time.perf_counter() - started
+    assert error["kind"] == "no_network" and "HF_HUB_OFFLINE" in error["message"]
+    assert took < 3, took
+    assert not any(m.get("stage", "").startswith("importing torch") for m in seen)
 
 
 def test_killed_mid_generation(worker: Worker) -> None:

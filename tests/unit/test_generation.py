@@ -8,8 +8,7 @@ from gaudi_gui.core.generation import Conversation, GenerationParams, LoadOption
 
 def test_params_validation_messages() -> None:
     assert GenerationParams().validate() == []
-    assert any("temperature must be > 0" in p for p in GenerationParams(temperature=0).validate())
-    assert GenerationParams(temperature=0, do_sample=False).validate() == []
+    assert any("temperature must be between" in p for p in GenerationParams(temperature=0).validate())
     assert any("num_beams" in p for p in GenerationParams(num_beams=2).validate())
     assert not GenerationParams(num_beams=2, do_sample=False).streams
     assert any("max_new_tokens" in p for p in GenerationParams(max_new_tokens=0).validate())
@@ -47,3 +46,41 @@ def test_protocol_commands() -> None:
     message = protocol.decode(line)
     assert message is not None and message["cmd"] == "generate" and message["id"] == 3
     assert protocol.decode(generation.load_command(LoadOptions()))["options"]["model"] == "builtin:demo"  # type: ignore[index]
+
+
+def test_bounds_and_non_finite_values() -> None:
+    nan, inf = float("nan"), float("inf")
+    for bad in (dict(temperature=nan), dict(top_p=inf), dict(repetition_penalty=nan),
+                dict(temperature=-inf, do_sample=False), dict(num_beams=generation.MAX_BEAMS + 1),
+                dict(max_new_tokens=generation.MAX_NEW_TOKENS + 1), dict(top_k=-1),
+                dict(repetition_penalty=0.0), dict(seed=-1), dict(stop=[""]), dict(stop=["x"] * 17)):
+        found = GenerationParams(**bad).field_problems()
+        assert set(found) == {next(iter(bad))}, (bad, found)
+    assert GenerationParams(num_beams=4, do_sample=False).validate() == []
+    params, problems = GenerationParams.parse({"temperature": "hot", "max_new_tokens": True,
+                                               "do_sample": "yes", "junk": 1})
+    assert len(problems) == 3 and params == GenerationParams()
+    assert GenerationParams.parse({"max_new_tokens": 5.0})[1] == []
+    assert GenerationParams.parse([1])[1] == ["params must be an object"]
+    assert generation.prompt_problem("  \n") == generation.EMPTY_PROMPT
+    assert generation.prompt_problem("hi") is None
+
+
+def test_stop_field_is_literal_and_round_trips() -> None:
+    text = "。, \\x, \\n\\n, a\\,b, c:\\\\d,  ### "
+    stops = generation.parse_stop_field(text)
+    assert stops == ["。", "\\x", "\n\n", "a,b", "c:\\d", "###"]
+    assert generation.parse_stop_field(generation.format_stop_field(stops)) == stops
+    assert generation.parse_stop_field(" , ,") == []
+
+
+def test_terminal_safe_replaces_escape_sequences() -> None:
+    raw = "ok\x1b[2J\x1b]52;c;ZXZpbA==\x07 tab\there\nline\rback\x9b31m\x00"
+    safe = generation.terminal_safe(raw)
+    assert "\x1b" not in safe and "\x07" not in safe and "\r" not in safe and "\x9b" not in safe
+    assert "\t" in safe and "\n" in safe and safe.startswith("ok\ufffd[2J")
+
+
+def test_cancel_command_carries_the_request() -> None:
+    assert protocol.decode(generation.cancel_command(7)) == {"cmd": "cancel", "id": 7}
+    assert protocol.decode(generation.cancel_command()) == {"cmd": "cancel"}
