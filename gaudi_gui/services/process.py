@@ -143,9 +143,9 @@ class ProcessRunner(QObject):
         self._streams = {"stdout": _Stream(), "stderr": _Stream()}
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._descendants: dict[int, float] = {}  # pid -> create_time, to avoid killing a reused pid
-        self._watch = QTimer(self)
-        self._watch.setInterval(1000)
-        self._watch.timeout.connect(self._record_descendants)
+        # Descendants are recorded when a stop begins (the tree is still whole then), not by a
+        # periodic scan: psutil's children(recursive=True) reads the whole process table, and one
+        # per runner per second on the GUI thread is a cost every user pays for a rare case.
         self._kill_timer = QTimer(self)
         self._kill_timer.setSingleShot(True)
         self._kill_timer.timeout.connect(self.kill_tree)
@@ -253,7 +253,6 @@ class ProcessRunner(QObject):
         Only sensible for a child in its own session whose output also goes to a file (a training
         launch tees its log into the run folder); the app re-attaches to that file on next start."""
         self._detached = True
-        self._watch.stop()
         self._kill_timer.stop()
 
     def tail(self, count: int = 20) -> list[str]:
@@ -346,7 +345,6 @@ class ProcessRunner(QObject):
 
     def _on_started(self) -> None:
         self._pid = int(self._process.processId())
-        self._watch.start()
         self._record_descendants()
         self.started.emit(self._pid)
 
@@ -377,7 +375,6 @@ class ProcessRunner(QObject):
         if error == QProcess.ProcessError.FailedToStart:
             reason = f"could not start {self._program}: {self._process.errorString()}"
             self._tail.append(reason)
-            self._watch.stop()
             if not self._finished_reported:
                 self._finished_reported = True
                 self.finished_at = time.time()
@@ -388,7 +385,6 @@ class ProcessRunner(QObject):
         # Crashed is reported through finished(); Timedout only comes from waitFor*, never used.
 
     def _on_finished(self, exit_code: int, exit_status: QProcess.ExitStatus) -> None:
-        self._watch.stop()
         self._kill_timer.stop()
         # Drain whatever is still buffered, then flush partial lines.
         self._consume("stdout", bytes(self._process.readAllStandardOutput().data()), final=True)

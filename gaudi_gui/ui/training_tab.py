@@ -207,8 +207,15 @@ class TrainingTab(QWidget):
                                                   device_env=self.training.device_env(),
                                                   runs_root=self.store.root))
         n = job.launch.num_processes * job.launch.num_machines
-        self.form.set_hints(hints(self.device, launch_mod.worker_training_args(job, self.device)
-                                  if self.device != "cpu" else job.training_args, n))
+        shown = hints(self.device, launch_mod.worker_training_args(job, self.device)
+                      if self.device != "cpu" else job.training_args, n)
+        if self.device != "cpu" and not self.job.is_running():
+            # Cards held by the runner or another run: a second owner of a Gaudi card fails to start.
+            conflicts = getattr(self.services.selection, "conflicts", None)
+            held = conflicts() if callable(conflicts) else {}
+            shown = [*shown, *(("cards", f"card(s) {', '.join(map(str, ids))} are held by {owner}")
+                               for owner, ids in held.items())]
+        self.form.set_hints(shown)
         self.form.show_errors(errors)
 
     def copy_command(self) -> None:
