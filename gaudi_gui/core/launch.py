@@ -111,7 +111,15 @@ def build(job: JobConfig, run_dir: str | Path, *, device: str = "cpu",
     argv = [*accelerate_program(python), "--config_file", config_file]
     nproc = max(1, launch.num_processes)
     total = nproc * max(1, launch.num_machines)
-    if device == "cpu":
+    if launch.accelerate_config:
+        # The user's config names the distributed type (FSDP, DeepSpeed, multi-GPU...): a mode flag
+        # here (--multi_gpu, --cpu) would silently override it, turning an FSDP job into DDP.
+        argv += ["--num_processes", str(total)]
+        if device == "cpu":
+            env["ACCELERATE_USE_CPU"] = "true"
+        elif device == "hpu":
+            env["PT_ENABLE_INT64_SUPPORT"] = "1"
+    elif device == "cpu":
         env["ACCELERATE_USE_CPU"] = "true"
         if total > 1:
             argv += ["--multi_gpu", "--num_processes", str(total)]

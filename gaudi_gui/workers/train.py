@@ -345,7 +345,8 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
                                         f"trainer_state.json, or a save was cut short)")
     trainer = Trainer(model=model, args=targs, train_dataset=tokenized, data_collator=collator,
                       callbacks=callbacks)
-    say(f"pid {os.getpid()} training on {targs.device} ({len(tokenized)} rows)")
+    distributed = str(getattr(trainer.accelerator, "distributed_type", "")).rsplit(".", 1)[-1]
+    say(f"pid {os.getpid()} training on {targs.device} ({len(tokenized)} rows, {distributed})")
     if resume:
         emit("phase", phase="resuming", checkpoint=str(resume), message=f"resuming from {resume}")
     result = trainer.train(resume_from_checkpoint=resume)

@@ -60,3 +60,17 @@ def test_fallback_to_python_module(tmp_path: Path) -> None:
     assert launch.accelerate_program(str(tmp_path / "python")) == [str(tmp_path / "python"), "-m",
                                                                    "accelerate.commands.launch"]
     assert launch.accelerate_program(sys.executable)[0].endswith("accelerate")
+
+
+def test_a_users_accelerate_config_keeps_its_distributed_type(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """--multi_gpu or --cpu on the command line would override an FSDP / DeepSpeed config file."""
+    from gaudi_gui.core import launch as launch_mod
+    from gaudi_gui.core.jobconfig import JobConfig
+    job = JobConfig()
+    job.launch.num_processes = 2
+    job.launch.accelerate_config = str(tmp_path / "fsdp.yaml")
+    for device in ("cpu", "cuda", "hpu"):
+        argv = launch_mod.build(job, tmp_path, device=device, port=29501).argv
+        assert "--multi_gpu" not in argv and "--cpu" not in argv
+        assert argv[argv.index("--num_processes") + 1] == "2"
+        assert argv[argv.index("--config_file") + 1] == str(tmp_path / "fsdp.yaml")
