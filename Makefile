@@ -38,6 +38,7 @@ bench: $(STAMP)
 # Under the current QT_QPA_PLATFORM, else the display, else xvfb-run, else offscreen.
 screenshots: $(STAMP)
 	$(PY) scripts/screenshots.py docs
+	$(PY) scripts/screenshot_training.py docs
 
 clean:
 	rm -rf $(VENV) build *.egg-info

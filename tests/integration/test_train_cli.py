@@ -18,11 +18,13 @@ def test_cli_train_runs_and_writes_run_folder(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"),
                           "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "finished: final loss" in res.stdout
+    assert "Finished 3 steps; final loss" in res.stderr
     (run,) = list((tmp_path / "runs").iterdir())
     status = json.loads((run / "status.json").read_text())
-    assert status["state"] == "finished" and status["exit_code"] == 0
-    assert (run / "metrics.jsonl").read_text().count("\n") >= 3
+    assert status["state"] == "finished" and status["exit_code"] == 0 and status["origin"] == "cli"
+    assert status["step"] == 3 and status["max_steps"] == 3  # the CLI records its steps
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert sum(e["type"] == "metrics" for e in events) >= 3
 
 
 def test_cli_bad_config(tmp_path: Path) -> None:
