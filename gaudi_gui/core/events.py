@@ -12,29 +12,19 @@ Qt-free and torch-free.
 from __future__ import annotations
 
 import json
-import math
 import os
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.core.protocol import json_safe as _clean
+
 EVENTS_NAME = "events.jsonl"
 #: A line longer than this is not an event (a corrupt or hostile file must not exhaust memory).
 MAX_EVENT_BYTES = 1 << 20
 #: Event types that end a run, as the worker writes them.
 END_TYPES = ("finished", "stopped", "error")
-
-
-def _clean(value: Any) -> Any:
-    # JSON has no NaN/Infinity: a NaN loss is written as null rather than breaking the reader.
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {str(k): _clean(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
-    return value
 
 
 def encode(event: Mapping[str, Any]) -> bytes:

@@ -39,6 +39,10 @@ def _clean(value: Any) -> Any:
     return value
 
 
+#: The same cleaning for other JSON lines the app writes (the run's event file).
+json_safe = _clean
+
+
 def encode(message: Mapping[str, Any]) -> str:
     """One protocol line (no trailing newline)."""
     if "type" not in message and "cmd" not in message:

@@ -139,19 +139,25 @@ def test_sigterm_or_sighup_to_cli_stops_like_ctrl_c(tmp_path: Path, demo_model: 
     _no_process_left(run)
 
 
-def test_sigterm_to_a_rank_from_outside_is_a_stop_not_a_finish(tmp_path: Path, demo_model: Path) -> None:
-    """Preemption: a scheduler SIGTERMs the worker directly. The run saves and says "stopped"."""
-    cli = _start_cli(tmp_path, _job(tmp_path, demo_model), {})
+def _signal_the_rank(tmp_path: Path, model: Path, sig: int) -> tuple[subprocess.Popen[str], Run, str]:
+    """Start a CLI run, wait for two steps, send ``sig`` to its rank (not the CLI) and wait."""
+    cli = _start_cli(tmp_path, _job(tmp_path, model), {})
     try:
         _wait_for(lambda: (tmp_path / "runs").is_dir() and any((tmp_path / "runs").iterdir())
                   and _steps(_run_folder(tmp_path)) >= 2, 240, "two training steps")
         run = _run_folder(tmp_path)
         (rank,) = run.ranks()
-        os.kill(rank["pid"], signal.SIGTERM)
+        os.kill(rank["pid"], sig)
         _out, err = cli.communicate(timeout=120)
     finally:
         if cli.poll() is None:
             cli.kill()
+    return cli, run, err
+
+
+def test_sigterm_to_a_rank_from_outside_is_a_stop_not_a_finish(tmp_path: Path, demo_model: Path) -> None:
+    """Preemption: a scheduler SIGTERMs the worker directly. The run saves and says "stopped"."""
+    cli, run, err = _signal_the_rank(tmp_path, demo_model, signal.SIGTERM)
     status = run.status()
     assert status.state == "stopped", (status, err[-2000:])
     assert status.step < 100000 and status.max_steps == 100000
@@ -159,17 +165,7 @@ def test_sigterm_to_a_rank_from_outside_is_a_stop_not_a_finish(tmp_path: Path, d
 
 
 def test_sigkill_of_a_rank_is_killed(tmp_path: Path, demo_model: Path) -> None:
-    cli = _start_cli(tmp_path, _job(tmp_path, demo_model), {})
-    try:
-        _wait_for(lambda: (tmp_path / "runs").is_dir() and any((tmp_path / "runs").iterdir())
-                  and _steps(_run_folder(tmp_path)) >= 2, 240, "two training steps")
-        run = _run_folder(tmp_path)
-        (rank,) = run.ranks()
-        os.kill(rank["pid"], signal.SIGKILL)
-        _out, err = cli.communicate(timeout=120)
-    finally:
-        if cli.poll() is None:
-            cli.kill()
+    cli, run, err = _signal_the_rank(tmp_path, demo_model, signal.SIGKILL)
     assert cli.returncode == 1
     status = run.status()
     assert status.state == "killed" and "Killed at step" in status.summary, status
