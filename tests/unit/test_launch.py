@@ -62,7 +62,7 @@ def test_fallback_to_python_module(tmp_path: Path) -> None:
     assert launch.accelerate_program(sys.executable)[0].endswith("accelerate")
 
 
-def test_a_users_accelerate_config_keeps_its_distributed_type(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_users_accelerate_config_keeps_its_distributed_type(tmp_path) -> None:
     """--multi_gpu or --cpu on the command line would override an FSDP / DeepSpeed config file."""
     from gaudi_gui.core import launch as launch_mod
     from gaudi_gui.core.jobconfig import JobConfig
