@@ -36,6 +36,17 @@ class LossChart(QWidget):
         self._device_curves: dict[str, Any] = {}
         self._times: list[float] = []  # wall time of each record, for the time -> step mapping
         self._time_steps: list[float] = []
+        # Readable at 1024x700: the learning-rate chart was squeezed to 15 px.
+        self.loss_plot.setMinimumHeight(130)
+        self.lr_plot.setMinimumHeight(90)
+        self.device_plot.setMinimumHeight(90)
+        for plot in (self.loss_plot, self.device_plot):
+            # Room above the curves for the legend, which gets an opaque box so it never hides one.
+            plot.getPlotItem().getViewBox().setDefaultPadding(0.12)
+            legend = plot.getPlotItem().legend
+            if legend is not None:
+                legend.setBrush(pg.mkBrush(255, 255, 255, 230))
+                legend.setPen(pg.mkPen(200, 200, 200))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.loss_plot, 3)

@@ -121,6 +121,9 @@ class FieldEditor(QWidget):
             combo.addItem(unset_label, UNSET)
             for choice in spec.choices:
                 combo.addItem(choice, choice)
+            # Long choices must not widen the whole form past a small window's column.
+            combo.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            combo.setMinimumContentsLength(10)
             self.editor = combo
         else:
             self.editor = QLineEdit(self)
@@ -224,11 +227,13 @@ class TrainingForm(QWidget):
         self.max_length = QSpinBox(self)
         self.max_length.setRange(2, 1 << 16)
         self.max_length.setValue(32)
+        # Rows of at most two pairs: the form must fit a 1024-pixel window's left column.
         line = QHBoxLayout()
-        for label, w in (("format", self.format), ("column", self.column), ("max length", self.max_length)):
+        for label, w in (("format", self.format), ("column", self.column)):
             line.addWidget(QLabel(label, self))
-            line.addWidget(w)
+            line.addWidget(w, 1 if w is self.column else 0)
         form.addRow("", line)
+        form.addRow("max length", self.max_length)
         self.preview = QPlainTextEdit(self)
         self.preview.setReadOnly(True)
         self.preview.setMaximumHeight(90)
@@ -250,11 +255,16 @@ class TrainingForm(QWidget):
         self.lora_targets.setPlaceholderText("target modules (empty: peft default)")
         mrow = QHBoxLayout()
         mrow.addWidget(self.method)
-        for label, spin in (("r", self.lora_r), ("alpha", self.lora_alpha), ("dropout", self.lora_dropout)):
+        for label, spin in (("r", self.lora_r), ("alpha", self.lora_alpha)):
             mrow.addWidget(QLabel(label, self))
             mrow.addWidget(spin)
-        mrow.addWidget(self.lora_targets, 1)
+        mrow.addStretch(1)
         form.addRow("Method", mrow)
+        lrow2 = QHBoxLayout()
+        lrow2.addWidget(QLabel("dropout", self))
+        lrow2.addWidget(self.lora_dropout)
+        lrow2.addWidget(self.lora_targets, 1)
+        form.addRow("LoRA", lrow2)
         root.addWidget(data)
 
         # -- launch ----------------------------------------------------------------------------
@@ -271,8 +281,9 @@ class TrainingForm(QWidget):
         lrow.addWidget(self.num_processes)
         lrow.addWidget(QLabel("mixed precision", self))
         lrow.addWidget(self.mixed_precision)
-        lrow.addWidget(self.accelerate_config, 1)
+        lrow.addStretch(1)
         lform.addRow("", lrow)
+        lform.addRow("config", self.accelerate_config)
         self.num_machines = QSpinBox(self)
         self.num_machines.setRange(1, 1024)
         self.machine_rank = QSpinBox(self)
@@ -283,17 +294,23 @@ class TrainingForm(QWidget):
         self.main_port.setRange(1, 65535)
         self.main_port.setValue(29500)
         nrow = QHBoxLayout()
-        for label, w in (("machines", self.num_machines), ("rank", self.machine_rank),
-                         ("ip", self.main_ip), ("port", self.main_port)):
+        for label, w in (("machines", self.num_machines), ("rank", self.machine_rank)):
             nrow.addWidget(QLabel(label, self))
             nrow.addWidget(w)
+        nrow.addStretch(1)
         lform.addRow("Multi-node", nrow)
+        irow = QHBoxLayout()
+        for label, w in (("ip", self.main_ip), ("port", self.main_port)):
+            irow.addWidget(QLabel(label, self))
+            irow.addWidget(w, 1 if w is self.main_ip else 0)
+        lform.addRow("", irow)
         root.addWidget(launch)
 
         # -- training arguments ----------------------------------------------------------------
         self.args_box = QGroupBox("Training arguments", self)
         self.args_layout = QVBoxLayout(self.args_box)
         self.schema_status = QLabel("reading TrainingArguments from transformers…", self)
+        self.schema_status.setWordWrap(True)
         self.args_layout.addWidget(self.schema_status)
         self.common_form = QFormLayout()
         self.args_layout.addLayout(self.common_form)

@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import (
     QFileDialog,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
@@ -64,12 +65,13 @@ class TrainingTab(QWidget):
         scroll = QScrollArea(self)
         scroll.setWidgetResizable(True)
         scroll.setWidget(self.form)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
         self.command = QPlainTextEdit(self)
         self.command.setReadOnly(True)
         self.command.setMaximumHeight(90)
         self.command.setToolTip("exactly what Start runs: environment variables, then the argv")
-        buttons = QHBoxLayout()
+        buttons = QGridLayout()
         self.btn: dict[str, QPushButton] = {}
         for name, handler in (("Copy command", self.copy_command), ("Validate", self.validate),
                               ("Save job…", self.save_job_dialog), ("Load job…", self.load_job_dialog),
@@ -77,7 +79,9 @@ class TrainingTab(QWidget):
             b = QPushButton(name, self)
             # clicked(bool) would hand `checked` to a slot's first optional parameter (start(job)).
             b.clicked.connect(lambda _checked=False, h=handler: h())
-            buttons.addWidget(b)
+            # Two rows (files, then the run) so the column fits a 1024-pixel window.
+            index = len(self.btn)
+            buttons.addWidget(b, 0 if index < 4 else 1, index if index < 4 else index - 4)
             self.btn[name] = b
         self.btn["Start"].setDefault(True)
         self.status = QLabel("idle", self)
@@ -118,9 +122,27 @@ class TrainingTab(QWidget):
         splitter.addWidget(right)
         splitter.setStretchFactor(0, 2)
         splitter.setStretchFactor(1, 3)
+        # A handle a person can see and grab; both positions are remembered.
+        for s_ in (splitter, live):
+            s_.setHandleWidth(7)
+            s_.setChildrenCollapsible(False)
+            s_.setStyleSheet("QSplitter::handle { background: palette(mid); margin: 1px; }")
+        self.splitter = splitter
+        self.form_scroll = scroll
+        for key, widget in (("training/splitter", splitter), ("training/live_splitter", live)):
+            state = services.settings.get(key)
+            if state is not None and not state.isEmpty():
+                widget.restoreState(state)
+            widget.splitterMoved.connect(lambda _pos, _index, k=key, w=widget: self._save_splitter(k, w))
         QVBoxLayout(self).addWidget(splitter)
+        # Unsaved form edits survive a restart: the form is kept in the settings as it is edited.
+        self._draft_timer = QTimer(self)
+        self._draft_timer.setSingleShot(True)
+        self._draft_timer.setInterval(400)
+        self._draft_timer.timeout.connect(self._save_draft)
 
         self.form.changed.connect(self.update_preview)
+        self.form.changed.connect(lambda *_a: self._draft_timer.start())
         self.runs.reopen_requested.connect(self.reopen)
         self.runs.clone_requested.connect(self.clone)
         self.runs.compare_requested.connect(self.compare)
@@ -142,6 +164,7 @@ class TrainingTab(QWidget):
         cached = latest_cached()
         if cached is not None:
             self.form.set_schema(cached)
+            self._fit_form_column()
         probed = getattr(services.environment, "result", None)
         version = str(probed.get("transformers", "") or "") if isinstance(probed, dict) else ""
         self.schema_loader.load(version)
@@ -218,15 +241,38 @@ class TrainingTab(QWidget):
         self.form.set_hints(shown)
         self.form.show_errors(errors)
 
+    def _save_splitter(self, key: str, widget: QSplitter) -> None:
+        self.services.settings.set(key, widget.saveState())
+
+    def _save_draft(self) -> None:
+        job, _errors = self.form.job()
+        with contextlib.suppress(ValueError, TypeError):
+            self.services.settings.set("training/last_job", job.to_dict())
+
+    def _dialog_folder(self) -> str:
+        """File dialogs start in the folder used last, else the user's home (never the repository)."""
+        last = self.services.settings.get("training/last_folder")
+        return last if last and Path(last).is_dir() else str(Path.home())
+
+    def _remember_folder(self, path: str) -> None:
+        with contextlib.suppress(ValueError, TypeError):
+            self.services.settings.set("training/last_folder", str(Path(path).parent))
+
     def copy_command(self) -> None:
         QGuiApplication.clipboard().setText(self.command.toPlainText())
         self.status.setText("command copied to the clipboard")
 
     # -- schema / validation ----------------------------------------------------------------------
 
+    def _fit_form_column(self) -> None:
+        """The form's column never narrower than the form (nothing clipped, no sideways scrolling)."""
+        bar = self.form_scroll.verticalScrollBar().sizeHint().width()
+        self.form_scroll.setMinimumWidth(self.form.minimumSizeHint().width() + bar + 4)
+
     def _on_schema(self, schema: Schema) -> None:
         if self.form.schema is None or self.form.schema.to_dict() != schema.to_dict():
             self.form.set_schema(schema)
+        self._fit_form_column()
         self.update_preview()
 
     def _on_schema_failed(self, reason: str) -> None:
@@ -267,13 +313,16 @@ class TrainingTab(QWidget):
         return True
 
     def save_job_dialog(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save job", "job.json", "Job (*.json)")
+        path, _ = QFileDialog.getSaveFileName(self, "Save job", str(Path(self._dialog_folder()) / "job.json"),
+                                              "Job (*.json)")
         if path:
+            self._remember_folder(path)
             self.save_job(path)
 
     def load_job_dialog(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Load job", "", "Job (*.json)")
+        path, _ = QFileDialog.getOpenFileName(self, "Load job", self._dialog_folder(), "Job (*.json)")
         if path:
+            self._remember_folder(path)
             self.load_job(path)
 
     # -- running ----------------------------------------------------------------------------------
@@ -480,6 +529,9 @@ class TrainingTab(QWidget):
 
     def shutdown(self) -> None:
         """The view's own timers and helper children; the runs belong to the training service."""
+        if self._draft_timer.isActive():
+            self._draft_timer.stop()
+            self._save_draft()
         self.log.shutdown()
         self.schema_loader.shutdown()
 
