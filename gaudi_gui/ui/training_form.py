@@ -229,7 +229,8 @@ class TrainingForm(QWidget):
         self.max_length.setValue(32)
         # Rows of at most two pairs: the form must fit a 1024-pixel window's left column.
         line = QHBoxLayout()
-        for label, w in (("format", self.format), ("column", self.column)):
+        pairs: tuple[tuple[str, QWidget], ...] = (("format", self.format), ("column", self.column))
+        for label, w in pairs:
             line.addWidget(QLabel(label, self))
             line.addWidget(w, 1 if w is self.column else 0)
         form.addRow("", line)
@@ -294,13 +295,16 @@ class TrainingForm(QWidget):
         self.main_port.setRange(1, 65535)
         self.main_port.setValue(29500)
         nrow = QHBoxLayout()
-        for label, w in (("machines", self.num_machines), ("rank", self.machine_rank)):
+        spins: tuple[tuple[str, QWidget], ...] = (("machines", self.num_machines),
+                                                  ("rank", self.machine_rank))
+        for label, w in spins:
             nrow.addWidget(QLabel(label, self))
             nrow.addWidget(w)
         nrow.addStretch(1)
         lform.addRow("Multi-node", nrow)
         irow = QHBoxLayout()
-        for label, w in (("ip", self.main_ip), ("port", self.main_port)):
+        addr: tuple[tuple[str, QWidget], ...] = (("ip", self.main_ip), ("port", self.main_port))
+        for label, w in addr:
             irow.addWidget(QLabel(label, self))
             irow.addWidget(w, 1 if w is self.main_ip else 0)
         lform.addRow("", irow)

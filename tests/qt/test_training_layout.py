@@ -1,6 +1,7 @@
 """The Training tab at 1280x800 and 1024x700: readable charts, a visible remembered splitter, no
 horizontal scrolling in the form, dialogs that start at home, and form edits that survive a restart."""
 
+# mypy: disable-error-code="union-attr,attr-defined"
 from __future__ import annotations
 
 from pathlib import Path
@@ -14,7 +15,7 @@ from gaudi_gui.core.runstore import RunStore
 from gaudi_gui.ui.training_tab import TrainingTab
 
 
-def _tab(qtbot, services, size: tuple[int, int]) -> TrainingTab:  # type: ignore[no-untyped-def]
+def _tab(qtbot, services, size: tuple[int, int]) -> TrainingTab:
     w = TrainingTab(services)
     qtbot.addWidget(w)
     w.resize(*size)
@@ -25,7 +26,7 @@ def _tab(qtbot, services, size: tuple[int, int]) -> TrainingTab:  # type: ignore
 
 
 @pytest.fixture
-def services(tmp_path: Path):  # type: ignore[no-untyped-def]
+def services(tmp_path: Path):
     s = create_services()
     s.settings.set("training/runs_dir", str(tmp_path / "runs"))
     s.training.store = RunStore(tmp_path / "runs")
@@ -34,7 +35,7 @@ def services(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.parametrize("size", [(1280, 800), (1024, 700)])
-def test_layout_is_readable(qtbot, services, size: tuple[int, int]) -> None:  # type: ignore[no-untyped-def]
+def test_layout_is_readable(qtbot, services, size: tuple[int, int]) -> None:
     w = _tab(qtbot, services, size)
     qtbot.waitUntil(lambda: w.chart.lr_plot.height() > 0, timeout=5000)
     for plot in (w.chart.loss_plot, w.chart.lr_plot, w.chart.device_plot):
@@ -45,7 +46,7 @@ def test_layout_is_readable(qtbot, services, size: tuple[int, int]) -> None:  # 
     w.shutdown()
 
 
-def test_splitter_position_and_unsaved_edits_survive_a_restart(qtbot, services) -> None:  # type: ignore[no-untyped-def]
+def test_splitter_position_and_unsaved_edits_survive_a_restart(qtbot, services) -> None:
     first = _tab(qtbot, services, (1280, 800))
     handle = first.splitter.handle(1)
     start = first.splitter.sizes()[0]
@@ -60,23 +61,23 @@ def test_splitter_position_and_unsaved_edits_survive_a_restart(qtbot, services) 
     qtbot.keyClicks(editor, "77")
     first.shutdown()  # the app closing: the draft is written now, not only after the debounce
     second = _tab(qtbot, services, (1280, 800))
-    assert second.form.editors["max_steps"].editor.text() == "77"  # type: ignore[attr-defined]
+    assert second.form.editors["max_steps"].editor.text() == "77"
     assert abs(second.splitter.sizes()[0] - moved) <= 10
     second.shutdown()
 
 
-def test_file_dialogs_start_at_home_then_the_last_folder(qtbot, services, tmp_path: Path,  # type: ignore[no-untyped-def]
+def test_file_dialogs_start_at_home_then_the_last_folder(qtbot, services, tmp_path: Path,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     w = _tab(qtbot, services, (1280, 800))
     seen: list[str] = []
     target = tmp_path / "jobs" / "mine.json"
     target.parent.mkdir()
 
-    def save(_parent, _title, start, _filter):  # type: ignore[no-untyped-def]
+    def save(_parent, _title, start, _filter):
         seen.append(start)
         return str(target), ""
 
-    def open_(_parent, _title, start, _filter):  # type: ignore[no-untyped-def]
+    def open_(_parent, _title, start, _filter):
         seen.append(start)
         return "", ""
     monkeypatch.setattr(QFileDialog, "getSaveFileName", staticmethod(save))
