@@ -155,7 +155,10 @@ class MainWindow(QMainWindow):
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
         quit_action = QAction("&Quit", self)
-        quit_action.setShortcut(QKeySequence.StandardKey.Quit)
+        # The platform's Quit key where it has one; Ctrl+Q everywhere (some platforms bind nothing).
+        keys = [k for k in QKeySequence.keyBindings(QKeySequence.StandardKey.Quit) if not k.isEmpty()]
+        ctrl_q = QKeySequence("Ctrl+Q")
+        quit_action.setShortcuts(keys + ([ctrl_q] if ctrl_q not in keys else []))
         quit_action.triggered.connect(self.close)
         file_menu.addAction(quit_action)
 

@@ -125,3 +125,46 @@ def test_training_output_opens_in_the_runner(qtbot, window: MainWindow, tmp_path
     assert window.tabs.currentIndex() == 1
     assert window.runner_tab.model.currentText() == missing
     assert "no such folder" in window.runner_tab.model_status.text()
+
+
+def _click_menu_item(qtbot, window: MainWindow, menu_title: str, item: str) -> None:  # type: ignore[no-untyped-def]
+    """Open a menu by clicking its title in the menu bar, then click the item, as a person does."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QMenu
+
+    bar = window.menuBar()
+    (action,) = [a for a in bar.actions() if a.text().replace("&", "") == menu_title]
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.actionGeometry(action).center())
+    menu = action.menu()
+    assert isinstance(menu, QMenu)
+    qtbot.waitUntil(menu.isVisible, timeout=3000)
+    (entry,) = [a for a in menu.actions() if a.text().replace("&", "") == item]
+    qtbot.mouseClick(menu, Qt.MouseButton.LeftButton, pos=menu.actionGeometry(entry).center())
+
+
+def test_every_menu_item_and_shortcut_by_click(qtbot, window: MainWindow,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QMessageBox
+
+    window.activateWindow()
+    for index, name in enumerate(("Devices", "Model runner", "Training", "Environment")):
+        _click_menu_item(qtbot, window, "View", name)
+        qtbot.waitUntil(lambda i=index: window.tabs.currentIndex() == i, timeout=3000)
+    for index in (3, 2, 1, 0):
+        qtbot.keyClick(window, getattr(Qt.Key, f"Key_{index + 1}"), Qt.KeyboardModifier.ControlModifier)
+        qtbot.waitUntil(lambda i=index: window.tabs.currentIndex() == i, timeout=3000)
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "about", staticmethod(lambda _p, title, text: shown.append(title)))
+    _click_menu_item(qtbot, window, "Help", "About gaudi-gui")
+    qtbot.waitUntil(lambda: bool(shown), timeout=3000)
+    _click_menu_item(qtbot, window, "File", "Quit")
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=5000)
+
+
+def test_ctrl_q_quits(qtbot, window: MainWindow) -> None:
+    from PySide6.QtCore import Qt
+
+    window.activateWindow()
+    qtbot.keyClick(window, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
+    qtbot.waitUntil(lambda: not window.isVisible(), timeout=5000)
