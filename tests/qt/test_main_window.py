@@ -127,7 +127,7 @@ def test_training_output_opens_in_the_runner(qtbot, window: MainWindow, tmp_path
     assert "no such folder" in window.runner_tab.model_status.text()
 
 
-def _click_menu_item(qtbot, window: MainWindow, menu_title: str, item: str) -> None:  # type: ignore[no-untyped-def]
+def _click_menu_item(qtbot, window: MainWindow, menu_title: str, item: str) -> None:
     """Open a menu by clicking its title in the menu bar, then click the item, as a person does."""
     from PySide6.QtCore import Qt
     from PySide6.QtWidgets import QMenu
