@@ -166,12 +166,12 @@ def run(args: argparse.Namespace) -> int:
                          f"{args.grace:g} s (Ctrl-C again: kill now)")
                 else:
                     _say(f"{signals.last} again: killing the run now (no checkpoint from this stop)")
-                    stopper.kill_now()
+                    stopper.kill_now("request")
             now = time.time()
             if stopper is not None and proc.poll() is None:
                 if stopper.elapsed() > args.grace and not stopper.killed:
                     _say(f"the ranks did not end within {args.grace:g} s: killing them")
-                    stopper.kill_now()
+                    stopper.kill_now("grace")
                 elif now - last_note >= 5:
                     last_note = now
                     what = (f"saving checkpoint… {now - saving_since:.0f} s" if saving_since
@@ -190,7 +190,8 @@ def run(args: argparse.Namespace) -> int:
         ref.signal(signal.SIGKILL)
     result = outcome_from_events(events, run_.status(), exit_code=code,
                                  stop_requested=stopper is not None,
-                                 killed=bool(stopper and stopper.killed), log_tail=run_.log_tail(40))
+                                 killed=bool(stopper and stopper.killed), log_tail=run_.log_tail(40),
+                                 kill_reason=stopper.kill_reason if stopper else "")
     if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":
         result.update(state="stopped", summary="Stopped before training began — nothing to save")
     changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}

@@ -47,7 +47,7 @@ def _signal_in_log(lines: Sequence[str]) -> str:
 def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None, *,
                         exit_code: int | None = None, stop_requested: bool = False,
                         killed: bool = False, nobody_watched: bool = False,
-                        log_tail: Sequence[str] = ()) -> dict[str, Any]:
+                        log_tail: Sequence[str] = (), kill_reason: str = "") -> dict[str, Any]:
     """The final fields of a run's status: state, summary, step, max_steps, checkpoint, error...
 
     ``killed``: the supervisor had to SIGKILL (grace period over, or "kill now"). ``nobody_watched``:
@@ -123,7 +123,8 @@ def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None,
         # The worker always ends through an end or error event unless something killed it.
         state = "killed"
         if killed:
-            why = "the grace period ran out" if stop_requested else "killed on request"
+            by_grace = kill_reason == "grace" or (stop_requested and not kill_reason)
+            why = "the grace period ran out" if by_grace else "killed on request"
         elif nobody_watched:
             why = "ended without reporting how (its supervisor was gone)"
         elif exit_code is not None and _is_signal_death(exit_code):

@@ -13,9 +13,13 @@ import os
 import signal
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import psutil
+if TYPE_CHECKING:
+    import psutil
+
+# psutil is imported where it is used, not here: it costs ~40 ms, and the run store (which the app
+# loads before its first paint) only needs ``ProcessRef`` as a value until a process is looked up.
 
 #: psutil's create times are rounded by the kernel's clock ticks; two reads of one process agree to
 #: well within this, two different processes on one pid differ by far more.
@@ -32,6 +36,8 @@ class ProcessRef:
         """The process now running as ``pid``, or None when there is none."""
         if pid <= 0:
             return None
+        import psutil
+
         try:
             return cls(pid, psutil.Process(pid).create_time())
         except psutil.Error:
@@ -51,6 +57,8 @@ class ProcessRef:
 
     def process(self) -> psutil.Process | None:
         """The live process, only if it is still the one recorded (not a zombie, not a reused pid)."""
+        import psutil
+
         try:
             proc = psutil.Process(self.pid)
             if abs(proc.create_time() - self.create_time) > CREATE_TIME_TOLERANCE:
@@ -69,6 +77,8 @@ class ProcessRef:
         proc = self.process()
         if proc is None:
             return False
+        import psutil
+
         try:
             proc.send_signal(sig)
         except psutil.Error:
@@ -78,6 +88,8 @@ class ProcessRef:
 
 def descendants(pid: int) -> list[ProcessRef]:
     """The live descendants of ``pid`` (a scan of the process table: call it on demand only)."""
+    import psutil
+
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:

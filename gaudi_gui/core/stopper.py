@@ -30,7 +30,11 @@ class Stopper:
     #: "pending" (the launcher has not started yet: end it as soon as it has).
     mode: str = ""
     killed: bool = False
+    #: Why kill_now ran: "grace" (the grace period ran out) or "request" (a second Stop / Ctrl-C).
+    kill_reason: str = ""
     signalled: list[ProcessRef] = field(default_factory=list)
+    #: Processes sent SIGKILL: a process still dying (flushing to a slow disk) is not a leftover.
+    kill_sent: set[ProcessRef] = field(default_factory=set)
     seen: dict[int, ProcessRef] = field(default_factory=dict)
 
     def _remember_tree(self) -> None:
@@ -56,20 +60,22 @@ class Stopper:
             self.mode = "pending"
             return "stop requested before the launcher started: it is ended as soon as it starts"
         self.mode = "tree"
-        self.kill_now()
+        self.kill_now("tree")
         return "no rank had started training yet: the launch was ended (nothing to save)"
 
     def launcher_started(self, launcher: ProcessRef | None) -> None:
         self.launcher = launcher
         if self.mode == "pending":
             self.mode = "tree"
-            self.kill_now()
+            self.kill_now("tree")
 
-    def kill_now(self) -> None:
+    def kill_now(self, reason: str = "request") -> None:
         self.killed = self.killed or self.mode != "tree"
+        self.kill_reason = self.kill_reason or reason
         self._remember_tree()
         for ref in list(self.seen.values()):
-            ref.signal(signal.SIGKILL)
+            if ref.signal(signal.SIGKILL):
+                self.kill_sent.add(ref)
         if self.launcher is not None:
             proctree.signal_group(self.launcher, signal.SIGKILL)
             self.launcher.signal(signal.SIGKILL)
@@ -80,7 +86,7 @@ class Stopper:
     def leftovers(self) -> list[ProcessRef]:
         """Processes of the run that are still alive (after the launcher ended, should be none)."""
         self._remember_tree()
-        return [r for r in self.seen.values() if r.is_alive()]
+        return [r for r in self.seen.values() if r.is_alive() and r not in self.kill_sent]
 
 
 def leftovers_of(run: Run, launcher: ProcessRef | None) -> list[ProcessRef]:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from gaudi_gui.core import hlsmi, host
+from gaudi_gui.core import hlsmi
 from gaudi_gui.core.devices import DeviceSample, History, ProcessInfo, attach_processes
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
@@ -43,6 +43,9 @@ from gaudi_gui.services.settings import Settings
 
 if TYPE_CHECKING:
     import numpy as np
+
+# ``gaudi_gui.core.host`` (and with it psutil, ~40 ms) is imported by the methods that read the host
+# or nvidia-smi: this module is loaded before the window's first paint, they all run after it.
 
 #: Poller states (the ``state`` of ``state_changed``).
 STATE_STARTING = "starting"
@@ -457,6 +460,8 @@ class DevicePoller(QObject):
             snapshot = self._stream.expect(s.index for s in result.samples)
             if snapshot:
                 self._on_snapshot(snapshot)
+        from gaudi_gui.core import host
+
         self._processes = host.describe_processes(result.processes)
         if self._latest and self._latest[0].kind == "hpu":
             attach_processes(self._latest, self._processes)
@@ -478,6 +483,8 @@ class DevicePoller(QObject):
             self._nvidia_runner.kill_tree()
 
     def _poll_host(self) -> None:
+        from gaudi_gui.core import host
+
         sample = host.host_sample()
         self.history_store.add([sample])
         self.host_received.emit(sample)
@@ -487,6 +494,8 @@ class DevicePoller(QObject):
     def _poll_nvidia(self) -> None:
         if self._nvidia_runner.is_running() or not self._running:
             return
+        from gaudi_gui.core import host
+
         self._nvidia_runner.start("nvidia-smi", host.nvidia_args(), new_session=True)
 
     def _on_nvidia_finished(self, code: int, status: str) -> None:
@@ -496,6 +505,8 @@ class DevicePoller(QObject):
         if code != 0:
             self._source = "host"
             return
+        from gaudi_gui.core import host
+
         samples = host.parse_nvidia("\n".join(self._nvidia_runner.tail(64)))
         if samples:
             self._publish(samples)

@@ -20,10 +20,12 @@ import weakref
 from collections import deque
 from collections.abc import Mapping, Sequence
 
-import psutil
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from gaudi_gui.core import protocol
+
+# psutil (~40 ms to import) is imported in the methods that scan processes: this module is loaded
+# before the window's first paint, and none of them runs until a child has started after it.
 
 #: A line longer than this without a newline is flushed as a line so memory stays bounded.
 MAX_LINE_CHARS = 1 << 20
@@ -313,6 +315,8 @@ class ProcessRunner(QObject):
     def _record_descendants(self) -> None:
         if self._pid <= 0:
             return
+        import psutil
+
         try:
             for child in psutil.Process(self._pid).children(recursive=True):
                 with contextlib.suppress(psutil.Error):
@@ -321,6 +325,8 @@ class ProcessRunner(QObject):
             pass
 
     def _kill_recorded_descendants(self) -> None:
+        import psutil
+
         for pid, created in list(self._descendants.items()):
             try:
                 proc = psutil.Process(pid)
@@ -331,6 +337,8 @@ class ProcessRunner(QObject):
 
     def alive_descendants(self) -> list[int]:
         """Recorded descendants that are still running (should be empty after a stop)."""
+        import psutil
+
         alive = []
         for pid, created in self._descendants.items():
             try:

@@ -270,7 +270,7 @@ class TrainingJob(QObject):
         else:
             self._set_summary("stopping: the launch is ended (training had not begun)")
 
-    def kill(self) -> None:
+    def kill(self, reason: str = "request") -> None:
         """SIGKILL the run's processes now (no checkpoint)."""
         if not self.is_running() or self.run is None:
             return
@@ -279,13 +279,13 @@ class TrainingJob(QObject):
             self.stopper.requested_at = time.time()
             self.stopper.mode = "ranks"
         self.log_line_received.emit("[gaudi-gui] killing the run's processes now")
-        self.stopper.kill_now()
+        self.stopper.kill_now(reason)
         self._runner.kill_tree()
 
     def _grace_over(self) -> None:
         self.log_line_received.emit(f"[gaudi-gui] the ranks did not end within {self.stop_grace_s:g} s "
                                     f"of the stop: killing them")
-        self.kill()
+        self.kill("grace")
 
     # -- the end ----------------------------------------------------------------------------------
 
@@ -321,6 +321,7 @@ class TrainingJob(QObject):
                                          exit_code=code if not self._attached else None,
                                          stop_requested=stopper is not None,
                                          killed=bool(stopper and stopper.killed),
+                                         kill_reason=stopper.kill_reason if stopper else "",
                                          nobody_watched=self._attached and not self.events,
                                          log_tail=tail)
             if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":
@@ -353,7 +354,8 @@ class TrainingJob(QObject):
         """Follow a run started by an earlier session or the CLI; False when its processes are gone
         (its status is then brought to what its events prove) or its pid was recycled."""
         status = run.reconcile()
-        if status.state not in ("queued", "running"):
+        if status.state != "running":
+            # "queued": another gaudi-gui is creating it right now; it is not ours to follow yet.
             return False
         self._reset()
         self.run = run

@@ -4,16 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, cast
 
-from PySide6.QtCore import QEvent, QObject, Qt, QTimer, Signal
+# What this module loads runs before the first paint. PySide6 builds a type's Python enums when the
+# type is first imported: the ``Qt`` namespace alone is ~90 enums (~65 ms), so it is not imported here
+# (the tabs load it after the first paint), and QMessageBox / QProgressDialog are imported by the
+# methods that show them.
+from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
-from PySide6.QtWidgets import (
-    QLabel,
-    QMainWindow,
-    QMessageBox,
-    QProgressDialog,
-    QTabWidget,
-    QWidget,
-)
+from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QWidget
 
 from gaudi_gui import __version__
 from gaudi_gui.services.context import AppServices
@@ -55,7 +52,8 @@ class MainWindow(QMainWindow):
         self._built: dict[str, QWidget] = {}
         for _key, title in _TABS:
             page = QLabel("Loading…")
-            page.setAlignment(Qt.AlignmentFlag.AlignCenter)
+            # Qt.AlignmentFlag.AlignCenter, set by name so that ``Qt`` is not imported (see the top).
+            page.setProperty("alignment", "AlignCenter")
             self.tabs.addTab(page, title)
         self.setCentralWidget(self.tabs)
 
@@ -187,6 +185,8 @@ class MainWindow(QMainWindow):
             self.tabs.setCurrentIndex(index)
 
     def _about(self) -> None:
+        from PySide6.QtWidgets import QMessageBox
+
         QMessageBox.about(self, "About gaudi-gui", (
             f"<b>gaudi-gui {__version__}</b><p>A control panel for Intel Gaudi, CUDA and CPU machines: "
             "devices, model runner and training.</p><p>Model work runs in child processes; this window "
@@ -236,6 +236,8 @@ class MainWindow(QMainWindow):
         event.accept()
 
     def _ask_about_jobs(self, jobs: list[str]) -> str:
+        from PySide6.QtWidgets import QMessageBox
+
         box = QMessageBox(self)
         box.setIcon(QMessageBox.Icon.Question)
         box.setWindowTitle("Jobs are running")
@@ -258,6 +260,8 @@ class MainWindow(QMainWindow):
         self._closing = True
         for owner in self._owners():
             owner.stop_jobs()
+        from PySide6.QtWidgets import QProgressDialog
+
         dialog = QProgressDialog("Stopping jobs…", "Quit now", 0, 0, self)
         dialog.setWindowTitle("Stopping")
         dialog.setMinimumDuration(0)

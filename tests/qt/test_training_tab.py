@@ -205,6 +205,34 @@ def test_demo_run_end_to_end_and_history_by_clicks(qtbot, tab: TrainingTab, tmp_
 
 
 @pytest.mark.usefixtures("demo_model")
+def test_stop_then_kill_now_while_saving_leaves_no_checkpoint_to_resume(
+        qtbot, tab: TrainingTab, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in slow_disk_env(0.05).items():  # the demo checkpoint then takes ~30 s
+        monkeypatch.setenv(key, value)
+    set_arg(tab, "output_dir", str(tmp_path / "out"))
+    set_arg(tab, "max_steps", "100000")
+    set_arg(tab, "save_steps", "100000")
+    click(qtbot, tab.btn["Start"])
+    job = tab.job
+    qtbot.waitUntil(lambda: len(job.records) >= 2, timeout=240000)
+    click(qtbot, tab.btn["Stop"])
+    qtbot.waitUntil(lambda: "saving checkpoint" in tab.status.text(), timeout=60000)
+    assert tab.btn["Stop"].text() == "Kill now"
+    with qtbot.waitSignal(job.finished, timeout=60000) as done:
+        click(qtbot, tab.btn["Stop"])
+    assert done.args[1] == "killed"
+    assert tab.status.text().startswith("Killed at step") and "killed on request" in tab.status.text()
+    assert job.run is not None and not job.run.processes_alive()
+    # The cut checkpoint is on disk, but never offered for resume.
+    assert list((tmp_path / "out").glob("checkpoint-*"))
+    assert job.run.latest_checkpoint() is None
+    tab.runs.refresh()
+    tab.runs.select_row(0)
+    click(qtbot, tab.runs.buttons["Resume"])
+    assert tab.status.text().endswith("has no complete checkpoint to resume from")
+
+
+@pytest.mark.usefixtures("demo_model")
 def test_stop_before_the_launcher_started(qtbot, tab: TrainingTab, tmp_path: Path) -> None:
     set_arg(tab, "output_dir", str(tmp_path / "out"))
     set_arg(tab, "max_steps", "100000")
