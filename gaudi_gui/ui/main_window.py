@@ -163,7 +163,9 @@ class MainWindow(QMainWindow):
         view_menu = self.menuBar().addMenu("&View")
         for index in range(self.tabs.count()):
             action = QAction(self.tabs.tabText(index).replace("&", ""), self)
-            action.setShortcut(QKeySequence(f"Ctrl+{index + 1}"))
+            # setShortcuts([key]) is setShortcut(key); PySide6's overload check for setShortcut builds
+            # the ``Qt`` namespace's ~90 enums (~40 ms before the first paint), the list form does not.
+            action.setShortcuts([QKeySequence(f"Ctrl+{index + 1}")])
             action.triggered.connect(lambda _checked=False, i=index: self.tabs.setCurrentIndex(i))
             view_menu.addAction(action)
 
