@@ -21,7 +21,6 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core import visibility
@@ -142,11 +141,5 @@ def versions() -> dict[str, str]:
     return out
 
 
-def stop_plan(run: Run) -> dict[str, Any]:
-    """What a Stop of ``run`` signals: the recorded ranks that are still those processes."""
-    ranks = [ref for ref in run.rank_refs() if ref.is_alive()]
-    return {"ranks": ranks, "launcher": run.status().launcher}
-
-
 __all__ = ["DEVICES", "PrepareError", "PreparedRun", "child_env", "device_variables", "prepare_run",
-           "preview_command", "probe_device", "stop_plan", "versions"]
+           "preview_command", "probe_device", "versions"]

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -101,15 +100,6 @@ def descendants(pid: int) -> list[ProcessRef]:
     return out
 
 
-def alive(refs: Iterable[ProcessRef]) -> list[ProcessRef]:
-    return [r for r in refs if r.is_alive()]
-
-
-def kill_all(refs: Iterable[ProcessRef]) -> None:
-    for ref in refs:
-        ref.signal(signal.SIGKILL)
-
-
 def signal_group(leader: ProcessRef, sig: int) -> bool:
     """Signal the process group that ``leader`` leads, when it still runs and leads its own group
     that is not ours (``os.killpg(0, ...)`` or our own group would hit the app itself)."""
@@ -129,4 +119,4 @@ def signal_group(leader: ProcessRef, sig: int) -> bool:
     return True
 
 
-__all__ = ["CREATE_TIME_TOLERANCE", "ProcessRef", "alive", "descendants", "kill_all", "signal_group"]
+__all__ = ["CREATE_TIME_TOLERANCE", "ProcessRef", "descendants", "signal_group"]

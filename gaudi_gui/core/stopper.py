@@ -89,12 +89,4 @@ class Stopper:
         return [r for r in self.seen.values() if r.is_alive() and r not in self.kill_sent]
 
 
-def leftovers_of(run: Run, launcher: ProcessRef | None) -> list[ProcessRef]:
-    """The run's recorded processes still alive."""
-    refs = list(run.rank_refs())
-    if launcher is not None:
-        refs += proctree.descendants(launcher.pid) if launcher.is_alive() else []
-    return [r for r in refs if r.is_alive()]
-
-
-__all__ = ["Stopper", "leftovers_of"]
+__all__ = ["Stopper"]

@@ -9,7 +9,6 @@ left running at exit, or started by ``gaudi-gui train`` in a terminal is found h
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QObject, Signal
@@ -173,9 +172,6 @@ class TrainingService(QObject):
     def shutdown(self) -> None:
         for job in dict.fromkeys([self.current, *self.jobs]):
             job.shutdown()
-
-    def validate_env(self) -> Mapping[str, str]:
-        return self.device_env()
 
 
 __all__ = ["TrainingService"]
