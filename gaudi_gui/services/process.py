@@ -291,6 +291,12 @@ class ProcessRunner(QObject):
         self._stopping = True
         self._kill_timer.stop()
         if self.is_running():
+            if self._new_session and self._pid > 0:
+                # Freeze the group first: a member forking at this moment (a wrapper starting
+                # `setsid helper &`) could otherwise leave a child that is not yet recorded and
+                # escapes the group kill. Stopped members fork nothing; their children are found.
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self._pid, signal.SIGSTOP)
             self._record_descendants()
             self._signal_group(signal.SIGKILL)
         self._kill_recorded_descendants()

@@ -39,6 +39,8 @@ from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, desc
 
 #: How often the event file is read (also read at once whenever the console prints a line).
 FOLLOW_MS = 250
+#: How long the end of a run waits for processes already sent SIGKILL to disappear.
+DYING_WAIT_S = 30.0
 
 
 class TrainingJob(QObject):
@@ -80,6 +82,7 @@ class TrainingJob(QObject):
         self.stopper: Stopper | None = None
         self.saving_since = 0.0
         self._ended = False
+        self._dying_since = 0.0
         self._runner = ProcessRunner(self, tail_lines=60, parse_protocol=False)
         self._runner.started.connect(self._on_started)
         self._runner.line_received.connect(self._on_line)
@@ -103,7 +106,7 @@ class TrainingJob(QObject):
     # -- state ------------------------------------------------------------------------------------
 
     def is_running(self) -> bool:
-        return (self._runner.is_running() or self._attached) and not self._ended
+        return (self._runner.is_running() or self._attached or self._dying_since > 0) and not self._ended
 
     @property
     def attached(self) -> bool:
@@ -140,6 +143,7 @@ class TrainingJob(QObject):
         self.saving_since = 0.0
         self.launcher = None
         self._ended = False
+        self._dying_since = 0.0
         self.summary = ""
 
     # -- launching --------------------------------------------------------------------------------
@@ -300,6 +304,17 @@ class TrainingJob(QObject):
 
     def _end(self, code: int | None, override: dict[str, Any] | None, tail: list[str]) -> None:
         if self._ended:
+            return
+        # A rank sent SIGKILL may still be dying (flushing a write to a slow disk): the run has not
+        # ended, and its cards are not free, until it is gone. Wait for it (bounded), then end.
+        dying = [r for r in self.stopper.kill_sent if r.is_alive()] if self.stopper else []
+        now = time.time()
+        if dying and (not self._dying_since or now - self._dying_since < DYING_WAIT_S):
+            if not self._dying_since:
+                for timer in (self._kill_timer, self._tick, self._follow):
+                    timer.stop()  # nothing else may end the run meanwhile
+            self._dying_since = self._dying_since or now
+            QTimer.singleShot(200, self, lambda: self._end(code, override, tail))
             return
         self._ended = True
         for timer in (self._kill_timer, self._tick, self._follow):
