@@ -21,7 +21,13 @@ COMMANDS = {
     "generate": "generate",
     "train": "train",
     "demo-model": "demo_model",
+    "runs": "runs",
+    "hosts": "hosts",
+    "hello": "hello",
+    "guard": "guard",
 }
+#: What runs on the host itself (the handshake and the guard): --host makes no sense for them.
+_HOST_SIDE = ("hello", "guard")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -36,9 +42,17 @@ def build_parser() -> argparse.ArgumentParser:
         "window."))
     parser.add_argument("--version", action="version", version=f"gaudi-gui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    for module in COMMANDS.values():
+    for name, module in COMMANDS.items():
         mod = importlib.import_module(f"gaudi_gui.commands.{module}")
         mod.add_parser(sub)
+        if name not in _HOST_SIDE:
+            command = sub.choices[name]
+            command.add_argument("--host", default="", metavar="DEST",
+                                 help="run it on this host: an ssh destination as `ssh DEST` takes it "
+                                      "(alias, user@host, host:port); default: this machine")
+            command.add_argument("--remote-command", dest="remote_command", default="", metavar="CMD",
+                                 help="the command that runs gaudi-gui on the host (default: the "
+                                      "host's saved one, else 'python3 -m gaudi_gui')")
     return parser
 
 
@@ -63,9 +77,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         from gaudi_gui.app import run_gui
         return run_gui([])
+    target = (getattr(args, "host", "") or "").strip()
+    if target and target != "local" and args.command != "hosts":
+        return _on_host(args, args_list)
     module = importlib.import_module(f"gaudi_gui.commands.{COMMANDS[args.command]}")
     try:
         return int(module.run(args))
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _on_host(args: argparse.Namespace, args_list: list[str]) -> int:
+    from gaudi_gui.commands import remote_run
+    from gaudi_gui.core.remote import HostError, find_host
+    try:
+        host = find_host(args.host, args.remote_command)
+    except HostError as exc:
+        print(f"gaudi-gui {args.command}: --host: {exc}", file=sys.stderr)
+        return 2
+    try:
+        if args.command == "train":
+            return remote_run.train(host, args)
+        if args.command == "runs" and args.runs_action == "follow":
+            # Following a run on a host reconnects after a dropped connection (the run goes on).
+            return remote_run.follow(host, args.run, reconnect_s=600.0)
+        return remote_run.forward(host, remote_run.strip_host_options(args_list))
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

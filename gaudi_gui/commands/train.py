@@ -32,6 +32,10 @@ from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.stopper import Stopper
 
 DEFAULT_GRACE_S = 120.0
+#: What `gaudi-gui runs stop --now` sends a detached supervisor (SIGTERM asks for a checkpoint first).
+KILL_NOW_SIGNAL = signal.SIGUSR2
+#: How long ``--detach`` waits for the background supervisor to create the run folder.
+DETACH_WAIT_S = 120.0
 
 
 def _grace(text: str) -> float:
@@ -46,13 +50,22 @@ def _grace(text: str) -> float:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="run a training job (the JSON the Training tab saves)")
-    p.add_argument("--config", required=True, help="job config JSON")
+    p.add_argument("--config", required=True, help="job config JSON ('-': read it from stdin)")
     p.add_argument("--runs-dir", default="", help="where the run folder goes (default: data folder)")
     p.add_argument("--device", default="auto", choices=("auto", *prepare_mod.DEVICES),
                    help="accelerator to launch for (default: auto = hpu > cuda > cpu, as probed)")
     p.add_argument("--grace", type=_grace, default=DEFAULT_GRACE_S,
                    help=f"seconds a stop may take to save its checkpoint before the ranks are killed "
                         f"(default {DEFAULT_GRACE_S:g}); a second Ctrl-C kills at once")
+    p.add_argument("--detach", action="store_true",
+                   help="start the run in the background (its own session: it outlives this shell and "
+                        "an SSH connection), print its folder and return; follow it with `gaudi-gui "
+                        "runs follow`, stop it with `gaudi-gui runs stop`")
+    p.add_argument("--json", action="store_true", help="with --detach: print the run as JSON")
+    p.add_argument("--announce", default="", help=argparse.SUPPRESS)
+    p.add_argument("--reconnect-s", type=_grace, default=600.0,
+                   help="with --host: how long to keep reconnecting after the connection dropped "
+                        "(the run goes on on the host meanwhile; default 600)")
 
 
 def _printable(line: str) -> str:
@@ -86,9 +99,20 @@ def _say(text: str) -> None:
         pass
 
 
+def _load_job(config: str) -> JobConfig:
+    if config != "-":
+        return JobConfig.load(config)
+    import json
+    try:
+        data = json.loads(sys.stdin.read())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise JobConfigError(f"the config on stdin is not JSON: {exc}") from None
+    return JobConfig.from_dict(data)
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        job = JobConfig.load(args.config)
+        job = _load_job(args.config)
     except JobConfigError as exc:
         print(f"gaudi-gui train: {exc}", file=sys.stderr)
         return 2
@@ -97,6 +121,8 @@ def run(args: argparse.Namespace) -> int:
         for field, problem in problems:
             print(f"gaudi-gui train: {field}: {problem}", file=sys.stderr)
         return 2
+    if args.detach:
+        return _detach(job, args)
     device = args.device if args.device != "auto" else prepare_mod.probe_device()
     try:
         prepared = prepare_mod.prepare_run(job, device=device, store=RunStore(args.runs_dir or None),
@@ -108,10 +134,13 @@ def run(args: argparse.Namespace) -> int:
         print(f"gaudi-gui train: cannot create the run folder: {exc.strerror or exc}", file=sys.stderr)
         return 1
     run_ = prepared.run
+    if args.announce:
+        _announce_supervisor(run_, args.announce, device)
     print(f"run folder: {run_.folder} (device {device})", flush=True)
 
     signals = _Signals()
-    previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    previous = {s: signal.signal(s, signals.handler)
+                for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, KILL_NOW_SIGNAL)}
     try:
         proc = subprocess.Popen(prepared.argv, env=prepared.env, cwd=str(run_.folder),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -160,7 +189,12 @@ def run(args: argparse.Namespace) -> int:
                     _say(f"error ({event.get('kind')}): {event.get('message')}")
             if signals.count > handled:
                 handled = signals.count
-                if stopper is None:
+                if signals.last == KILL_NOW_SIGNAL.name:
+                    # `gaudi-gui runs stop --now` (a workstation's "Kill now"): no checkpoint.
+                    stopper = stopper or Stopper(run_, launcher)
+                    _say("kill requested: killing the run now (no checkpoint from this stop)")
+                    stopper.kill_now("request")
+                elif stopper is None:
                     stopper = Stopper(run_, launcher)
                     _say(f"\n{signals.last}: stopping — {stopper.request()}; killed after "
                          f"{args.grace:g} s (Ctrl-C again: kill now)")
@@ -205,3 +239,92 @@ def run(args: argparse.Namespace) -> int:
         return 0
     _say(f"gaudi-gui train: {summary}\nlog: {run_.log_path}")
     return 1
+
+
+# -- detached runs (what a workstation starts on a host over SSH) -------------------------------------
+
+
+def _detach(job: JobConfig, args: argparse.Namespace) -> int:
+    """Start this command again in a session of its own (it outlives the shell and the SSH
+    connection), wait until it has created the run folder, print that and return."""
+    import json
+    import os
+    import tempfile
+    from pathlib import Path
+
+    store = RunStore(args.runs_dir or None)
+    incoming = store.root / ".incoming"
+    incoming.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd, config_path = tempfile.mkstemp(prefix="job-", suffix=".json", dir=incoming)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(job.to_dict(), fh)
+    announce = Path(config_path).with_suffix(".run")
+    prelog = Path(config_path).with_suffix(".log")
+    argv = [sys.executable, "-m", "gaudi_gui", "train", "--config", config_path, "--device", args.device,
+            "--grace", repr(args.grace), "--announce", str(announce)]
+    if args.runs_dir:
+        argv += ["--runs-dir", args.runs_dir]
+    with open(prelog, "wb") as out:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    deadline = time.monotonic() + DETACH_WAIT_S
+    info: dict[str, Any] | None = None
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError, ValueError):
+            info = json.loads(announce.read_text(encoding="utf-8"))
+            break
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    if info is None:
+        code = proc.poll()
+        text = prelog.read_text(encoding="utf-8", errors="replace").strip() if prelog.exists() else ""
+        for path in (Path(config_path), prelog, announce):
+            with contextlib.suppress(OSError):
+                path.unlink()
+        if code is None:
+            print(f"gaudi-gui train: the background run did not start within {DETACH_WAIT_S:g} s "
+                  f"(pid {proc.pid}, still running)", file=sys.stderr)
+            return 1
+        print(text or f"gaudi-gui train: the background run exited with code {code}", file=sys.stderr)
+        return code or 1
+    for path in (Path(config_path), announce):
+        with contextlib.suppress(OSError):
+            path.unlink()
+    if args.json:
+        print(json.dumps(info), flush=True)
+    else:
+        print(f"run folder: {info['folder']} (detached, device {info['device']}, supervisor pid "
+              f"{info['pid']}); follow: gaudi-gui runs follow {info['name']}; stop: gaudi-gui runs stop "
+              f"{info['name']}", flush=True)
+    return 0
+
+
+def _announce_supervisor(run_: Any, announce: str, device: str) -> None:
+    """In the background supervisor: record itself in the run folder (what `runs stop` signals),
+    move its own output into the folder, and tell the waiting `--detach` where the run is."""
+    import json
+    import os
+
+    from gaudi_gui.core.runstore import _private_write
+    me = ProcessRef.of(os.getpid())
+    info = {"pid": os.getpid(), "create_time": me.create_time if me else 0.0, "folder": str(run_.folder),
+            "name": run_.name, "device": device}
+    _private_write(run_.folder / "supervisor.json", json.dumps(info))
+    fd = os.open(run_.folder / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # The console is in log.txt already (tee): only the supervisor's own notes are kept here.
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.close(null)
+    prelog = announce[: -len(".run")] + ".log" if announce.endswith(".run") else ""
+    if prelog:
+        with contextlib.suppress(OSError):
+            os.unlink(prelog)
+    tmp = announce + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(info, fh)
+    os.replace(tmp, announce)

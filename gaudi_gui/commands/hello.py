@@ -1,0 +1,38 @@
+"""``gaudi-gui hello --json``: the handshake a workstation runs on a host before it uses it.
+
+One JSON object: gaudi-gui's version, the remote protocol, python, the platform, whether hl-smi is on
+PATH, and the libraries' versions (torch, transformers …, read from package metadata: nothing is
+imported, so the answer comes in well under a second). The environment probe proper (devices) is
+``gaudi-gui env --json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import socket
+import sys
+
+from gaudi_gui import __version__
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("hello", help="(for hosts) version and protocol handshake, as JSON")
+    p.add_argument("--json", action="store_true", help="print JSON (the default; kept for symmetry)")
+
+
+def info() -> dict[str, object]:
+    from gaudi_gui.core.prepare import versions
+    from gaudi_gui.core.remote import REMOTE_PROTOCOL
+    hl_smi = os.environ.get("GAUDI_GUI_HL_SMI") or shutil.which("hl-smi") or ""
+    return {"gaudi_gui": __version__, "protocol": REMOTE_PROTOCOL, "python": sys.version.split()[0],
+            "executable": sys.executable, "hostname": socket.gethostname(), "platform": platform.platform(),
+            "hl_smi": hl_smi, "versions": versions()}
+
+
+def run(args: argparse.Namespace) -> int:
+    print(json.dumps(info(), sort_keys=True), flush=True)
+    return 0

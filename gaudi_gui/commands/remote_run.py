@@ -1,0 +1,239 @@
+"""Running a subcommand on a host: what ``--host DEST`` does for every ``gaudi-gui`` subcommand.
+
+``devices``, ``generate``, ``env``, ``runs`` … run on the host as they would here, under ``gaudi-gui
+guard`` (so they end when this command or the connection goes) with their output streamed back; the
+host's gaudi-gui is checked first (``hello``), and an ssh failure is one line saying what to do.
+
+``train --host`` is different, because a run must outlive the connection: the job file (read here;
+the paths in it are the host's) goes to the host's ``train --detach``, which starts the run in a
+session of its own there; this command then follows the run's events and log (``runs follow``),
+reconnecting with back-off when the connection drops, and Ctrl-C stops the run with a checkpoint
+(``runs stop``; a second Ctrl-C: ``runs stop --now``). If this command is killed, the run goes on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from collections.abc import Sequence
+from typing import IO, Any
+
+from gaudi_gui.core import remote
+from gaudi_gui.core.remote import SSH_FAILED, Host, RemoteError
+
+#: Exit status when the host could not be used (ssh failed, no or another gaudi-gui there).
+EXIT_HOST = 3
+
+
+def strip_host_options(argv: Sequence[str]) -> list[str]:
+    """``argv`` without ``--host X`` / ``--remote-command X`` (both spellings), up to a ``--``."""
+    out: list[str] = []
+    skip = False
+    for i, arg in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if arg == "--":
+            out += list(argv[i:])
+            break
+        if arg in ("--host", "--remote-command"):
+            skip = True
+            continue
+        if arg.startswith(("--host=", "--remote-command=")):
+            continue
+        out.append(arg)
+    return out
+
+
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError):
+        sys.stderr.write(text.rstrip("\n") + "\n")
+        sys.stderr.flush()
+
+
+def _relay(stream: IO[bytes], tail: deque[str], sink: IO[bytes] | None) -> None:
+    for raw in iter(stream.readline, b""):
+        tail.append(raw.decode("utf-8", errors="replace").rstrip("\n"))
+        if sink is not None:
+            with contextlib.suppress(OSError, ValueError):
+                sink.write(raw)
+                sink.flush()
+
+
+def forward(host: Host, argv: Sequence[str]) -> int:
+    """Run ``gaudi-gui ARGV`` on ``host`` under the guard, streaming its output; its exit status."""
+    try:
+        remote.handshake(host)
+    except RemoteError as exc:
+        _say(f"gaudi-gui: {exc}")
+        return EXIT_HOST
+    cmd = host.wrap(host.gaudi_gui_argv("guard", "--gaudi-gui", "--", *argv))
+    # stdin stays open (a pipe we never write): the guard ends the remote command when it closes.
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=None, stderr=subprocess.PIPE)
+    tail: deque[str] = deque(maxlen=20)
+    assert proc.stderr is not None
+    relay = threading.Thread(target=_relay, args=(proc.stderr, tail, sys.stderr.buffer), daemon=True)
+    relay.start()
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()  # type: ignore[union-attr]
+        code = proc.wait()
+    relay.join(timeout=2)
+    if code == SSH_FAILED:
+        _say(f"gaudi-gui: {remote.explain_ssh_failure(host.name, chr(10).join(tail))[1]}")
+        return EXIT_HOST
+    return code
+
+
+# -- train on a host ----------------------------------------------------------------------------------
+
+
+class _Signals:
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = ""
+
+    def handler(self, signum: int, _frame: Any) -> None:
+        self.count += 1
+        self.last = signal.Signals(signum).name
+
+
+def _printable(line: str) -> str:
+    return "".join(ch if ch == "\t" or (ch >= " " and ch != "\x7f" and not "\x80" <= ch <= "\x9f")
+                   else "?" for ch in line)
+
+
+def _pump(stream: IO[bytes], lines: queue.Queue[bytes | None]) -> None:
+    for raw in iter(stream.readline, b""):
+        lines.put(raw)
+    lines.put(None)
+
+
+def train(host: Host, args: argparse.Namespace) -> int:
+    from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
+    try:
+        job = JobConfig.load(args.config) if args.config != "-" else JobConfig.from_dict(json.load(sys.stdin))
+    except (JobConfigError, ValueError) as exc:
+        _say(f"gaudi-gui train: {exc}")
+        return 2
+    try:
+        remote.handshake(host)
+        argv = ["train", "--config", "-", "--detach", "--json", "--device", args.device,
+                "--grace", repr(args.grace)]
+        code, out, err = remote.call(host, host.gaudi_gui_argv(*argv), input_text=json.dumps(job.to_dict()),
+                                     timeout=180)
+    except RemoteError as exc:
+        _say(f"gaudi-gui train: {exc}")
+        return EXIT_HOST
+    if code != 0:
+        _say(err.strip() or f"gaudi-gui train: the host refused the run (exit {code})")
+        return code
+    try:
+        info = json.loads(out.strip().splitlines()[-1])
+        folder = str(info["folder"])
+    except (ValueError, KeyError, IndexError, TypeError):
+        _say(f"gaudi-gui train: the host answered something unexpected: {out.strip()[:200]!r}")
+        return EXIT_HOST
+    print(f"run folder on {host.name}: {folder} (device {info.get('device')}; the run goes on if this "
+          f"command or the connection ends)", flush=True)
+    return follow(host, folder, reconnect_s=args.reconnect_s)
+
+
+def follow(host: Host, folder: str, *, reconnect_s: float = 600.0) -> int:
+    """Follow a run on ``host`` to its end (exit 0 finished/stopped, 1 failed/killed, 3 gave up)."""
+    signals = _Signals()
+    previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    events_from = log_from = 0
+    handled = 0
+    backoff = 1.0
+    last_contact = time.monotonic()
+    final: dict[str, Any] | None = None
+    try:
+        while final is None:
+            cmd = host.wrap(host.gaudi_gui_argv("runs", "follow", folder, "--events-from", str(events_from),
+                                                "--log-from", str(log_from)))
+            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE)
+            lines: queue.Queue[bytes | None] = queue.Queue()
+            tail: deque[str] = deque(maxlen=20)
+            assert proc.stdout is not None and proc.stderr is not None
+            threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
+            threading.Thread(target=_relay, args=(proc.stderr, tail, None), daemon=True).start()
+            while True:
+                if signals.count > handled:
+                    handled = signals.count
+                    now = handled > 1
+                    _say(f"\n{signals.last}: " + ("killing the run now (no checkpoint from this stop)" if now
+                         else "stopping — the ranks save a checkpoint first (Ctrl-C again: kill now)"))
+                    try:
+                        remote.call(host, host.gaudi_gui_argv("runs", "stop", folder,
+                                                              *(["--now"] if now else [])), timeout=60)
+                    except RemoteError as exc:
+                        _say(f"could not reach {host.name} to stop the run: {exc}")
+                try:
+                    raw = lines.get(timeout=0.25)
+                except queue.Empty:
+                    continue
+                if raw is None:
+                    break
+                last_contact = time.monotonic()
+                backoff = 1.0
+                try:
+                    msg = json.loads(raw)
+                except ValueError:
+                    continue
+                kind = msg.get("t")
+                if kind == "log":
+                    with contextlib.suppress(BrokenPipeError):
+                        print(_printable(str(msg.get("line", ""))), flush=True)
+                elif kind == "log_offset":
+                    log_from = int(msg.get("end", log_from))
+                elif kind == "event":
+                    if "end" in msg:
+                        events_from = int(msg["end"])
+                    _note(msg.get("event") or {})
+                elif kind == "end":
+                    final = msg.get("status") or {}
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+            code = proc.wait()
+            if final is not None:
+                break
+            why = (remote.explain_ssh_failure(host.name, "\n".join(tail))[1] if code == SSH_FAILED
+                   else f"the follower on {host.name} exited with {code}: {' '.join(tail)[-200:]}")
+            if time.monotonic() - last_contact > reconnect_s:
+                _say(f"gaudi-gui train: {why}; gave up after {reconnect_s:g} s. The run goes on on the "
+                     f"host: gaudi-gui runs --host {host.name} follow {folder}")
+                return EXIT_HOST
+            _say(f"{why}; reconnecting in {backoff:g} s (the run goes on on the host)")
+            deadline = time.monotonic() + backoff
+            while time.monotonic() < deadline and signals.count == handled:
+                time.sleep(0.1)
+            backoff = min(30.0, backoff * 2)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    state = str(final.get("state", "failed"))
+    summary = str(final.get("summary") or state)
+    _say(f"{summary}\nrun folder on {host.name}: {folder}")
+    return 0 if state in ("finished", "stopped") else 1
+
+
+def _note(event: dict[str, Any]) -> None:
+    kind = event.get("type")
+    if kind == "checkpoint_saving":
+        _say(f"saving checkpoint-{event.get('step')}…")
+    elif kind == "checkpoint_saved":
+        _say(f"checkpoint-{event.get('step')} saved")
+    elif kind == "error":
+        _say(f"error ({event.get('kind')}): {event.get('message')}")

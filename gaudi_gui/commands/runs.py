@@ -1,0 +1,193 @@
+"""``gaudi-gui runs``: the run history of this machine, for a person and for a workstation over SSH.
+
+- ``runs list [--json]``: every run, newest first, reconciled (a run whose supervisor died is
+  brought to the state its events prove).
+- ``runs show RUN [--json]``: one run's status, summary and latest complete checkpoint.
+- ``runs follow RUN [--events-from N] [--log-from N]``: JSON lines as the run goes on:
+  ``{"t": "event", "end": OFFSET, "event": {...}}``, ``{"t": "log", "end": OFFSET, "line": "..."}``,
+  ``{"t": "status", "status": {...}}`` when it changes, and ``{"t": "end", "status": {...}}`` once the
+  run has ended and its processes are gone. The offsets let a follower that lost its connection go on
+  exactly where it was. It ends itself when its stdin closes (over SSH nothing else tells it).
+- ``runs stop RUN [--now]``: a stop with a checkpoint (SIGTERM to the run's supervisor, which stops
+  the ranks as the Training tab does); ``--now`` kills at once. A run whose supervisor is gone is
+  stopped through its recorded rank pids directly.
+
+RUN is a run folder or its name under the runs folder. Qt-free, torch-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from gaudi_gui.core.events import EventFollower
+from gaudi_gui.core.proctree import ProcessRef
+from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStore
+from gaudi_gui.core.secrets import redact
+
+SUPERVISOR_NAME = "supervisor.json"
+#: The signal that tells a supervisor to kill the run now (SIGTERM asks for a stop with a checkpoint).
+KILL_NOW_SIGNAL = signal.SIGUSR2
+FOLLOW_POLL_S = 0.25
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("runs", help="list, show, follow or stop training runs")
+    p.add_argument("--runs-dir", default="", help="the runs folder (default: data folder)")
+    action = p.add_subparsers(dest="runs_action", metavar="ACTION")
+    action.required = True
+    lst = action.add_parser("list", help="every run, newest first")
+    lst.add_argument("--json", action="store_true")
+    show = action.add_parser("show", help="one run")
+    show.add_argument("run")
+    show.add_argument("--json", action="store_true")
+    follow = action.add_parser("follow", help="stream a run's events and log as JSON lines")
+    follow.add_argument("run")
+    follow.add_argument("--events-from", type=int, default=0)
+    follow.add_argument("--log-from", type=int, default=0)
+    stop = action.add_parser("stop", help="stop a run (checkpoint first; --now kills)")
+    stop.add_argument("run")
+    stop.add_argument("--now", action="store_true", help="kill the run's processes now")
+
+
+def find_run(text: str, runs_dir: str = "") -> Run | None:
+    path = Path(text).expanduser()
+    run = Run(path) if path.is_absolute() or os.sep in text else Run(RunStore(runs_dir or None).root / text)
+    return run if run.exists() else None
+
+
+def supervisor_of(run: Run) -> ProcessRef | None:
+    try:
+        data = json.loads((run.folder / SUPERVISOR_NAME).read_text(encoding="utf-8"))
+        ref = ProcessRef(int(data["pid"]), float(data["create_time"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return ref if ref.is_alive() else None
+
+
+def describe(run: Run) -> dict[str, Any]:
+    status = run.reconcile()
+    checkpoint = run.latest_checkpoint()
+    out = {"name": run.name, "folder": str(run.folder), "status": asdict(status),
+           "checkpoint": str(checkpoint) if checkpoint else "", "alive": run.processes_alive()
+           or supervisor_of(run) is not None}
+    with contextlib.suppress(Exception):
+        job = run.user_job()
+        out["model"] = job.model
+        out["job_name"] = job.name
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    action = args.runs_action
+    if action == "list":
+        runs = [describe(r) for r in RunStore(args.runs_dir or None).runs()]
+        if args.json:
+            print(json.dumps(runs), flush=True)
+        else:
+            for item in runs:
+                status = item["status"]
+                print(f"{item['name']}  {status['state']:<8}  step {status['step']}/{status['max_steps']}  "
+                      f"{status['summary']}")
+        return 0
+    found = find_run(args.run, args.runs_dir)
+    if found is None:
+        print(f"gaudi-gui runs: no run {args.run!r} (a run folder, or a name from `gaudi-gui runs list`)",
+              file=sys.stderr)
+        return 2
+    if action == "show":
+        item = describe(found)
+        print(json.dumps(item) if args.json else
+              f"{item['name']}: {item['status']['state']} — {item['status']['summary']}", flush=True)
+        return 0
+    if action == "stop":
+        return _stop(found, now=args.now)
+    return _follow(found, args.events_from, args.log_from)
+
+
+def _stop(run_: Run, *, now: bool) -> int:
+    supervisor = supervisor_of(run_)
+    if supervisor is not None:
+        supervisor.signal(KILL_NOW_SIGNAL if now else signal.SIGTERM)
+        print("kill requested" if now else "stop requested: the ranks save a checkpoint at the end of "
+              "their current step", flush=True)
+        return 0
+    from gaudi_gui.core.stopper import Stopper
+    stopper = Stopper(run_, run_.status().launcher)
+    if now:
+        stopper.kill_now("request")
+        print("killed", flush=True)
+    elif any(r.is_alive() for r in run_.rank_refs()):
+        print(stopper.request(), flush=True)
+    else:
+        print("the run is not running", flush=True)
+    return 0
+
+
+def _emit(obj: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _follow(run_: Run, events_from: int, log_from: int) -> int:
+    closed = threading.Event()
+
+    def watch_stdin() -> None:
+        with contextlib.suppress(OSError):
+            while os.read(0, 4096):
+                pass
+        closed.set()
+
+    threading.Thread(target=watch_stdin, name="stdin", daemon=True).start()
+    follower = EventFollower(run_.events_path, offset=max(0, events_from))
+    log_offset = max(0, log_from)
+    partial = b""
+    last_status: dict[str, Any] | None = None
+    next_status = 0.0
+    try:
+        while not closed.is_set():
+            events = follower.read()
+            # Offsets are per event: a follower cut mid-batch resumes after the last one it got.
+            end = follower.offset - len(follower._partial)
+            for i, event in enumerate(events):
+                _emit({"t": "event", "event": event, **({"end": end} if i == len(events) - 1 else {})})
+            try:
+                with open(run_.log_path, "rb") as fh:
+                    fh.seek(log_offset)
+                    data = fh.read(1 << 20)
+            except OSError:
+                data = b""
+            if data:
+                log_offset += len(data)
+                lines = (partial + data).split(b"\n")
+                partial = lines.pop()
+                for line in lines:
+                    text = line.decode("utf-8", errors="replace").rstrip("\r").rsplit("\r", 1)[-1]
+                    _emit({"t": "log", "line": redact(text)})
+                _emit({"t": "log_offset", "end": log_offset - len(partial)})
+            now = time.monotonic()
+            if now >= next_status:
+                next_status = now + 1.0
+                status = asdict(run_.reconcile())
+                alive = run_.processes_alive() or supervisor_of(run_) is not None
+                if status != last_status:
+                    last_status = status
+                    _emit({"t": "status", "status": status})
+                if status["state"] in FINAL_STATES and not alive and not data and not events:
+                    _emit({"t": "end", "status": status})
+                    return 0
+                if not events and not data:
+                    _emit({"t": "alive"})  # a heartbeat: the follower sees a dead link within seconds
+            time.sleep(FOLLOW_POLL_S)
+    except BrokenPipeError:
+        return 0
+    return 0

@@ -1,0 +1,140 @@
+"""A real SSH server on 127.0.0.1 (tests/sshd.py), a throwaway key, and the system OpenSSH client
+configured the way a user's ~/.ssh/config would be: the "remote" host is this machine, with the fake
+hl-smi on its PATH and a data folder of its own (GAUDI_GUI_HOME), reached as ``gg-remote``.
+
+Everything the server starts carries a marker in its environment, so a test can ask what is still
+running "on the host" after the client side was killed."""
+
+from __future__ import annotations
+
+import contextlib
+import getpass
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+import pytest
+
+SSHD = Path(__file__).resolve().parents[1] / "sshd.py"
+FAKE = Path(__file__).resolve().parents[1] / "fake_hl_smi.py"
+MARKER = "GAUDI_GUI_REMOTE_MARKER"
+ALIAS = "gg-remote"
+
+
+@dataclass
+class SshHost:
+    dest: str
+    home: Path  #: the host's GAUDI_GUI_HOME
+    config: Path
+    control_dir: Path
+    server: subprocess.Popen
+    marker: str
+    port: int
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.home / "data" / "runs"
+
+    def drop(self) -> None:
+        """Cut every connection, as a network failure does (the host's processes keep running)."""
+        self.server.send_signal(signal.SIGUSR1)
+
+    def processes(self) -> list[psutil.Process]:
+        """What is running on the "host" that the server started (zombies excluded)."""
+        out = []
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if proc.pid != self.server.pid and proc.status() != psutil.STATUS_ZOMBIE \
+                        and proc.environ().get(MARKER) == self.marker:
+                    out.append(proc)
+        return out
+
+    def wait_no_processes(self, timeout: float = 20.0) -> list[str]:
+        deadline = time.monotonic() + timeout
+        left = self.processes()
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = self.processes()
+        return [" ".join(p.cmdline())[:160] for p in left if p.is_running()]
+
+
+def _keygen(path: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(path)], check=True,
+                   capture_output=True)
+
+
+@pytest.fixture
+def ssh_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshHost]:
+    if shutil.which("ssh") is None:
+        pytest.fail("the remote-host tests need the OpenSSH client (Debian: apt-get install openssh-client)")
+    base = tmp_path / "ssh"
+    base.mkdir(mode=0o700)
+    _keygen(base / "client_key")
+    _keygen(base / "host_key")
+    _keygen(base / "other_key")  # a key the server does not accept
+    marker = uuid.uuid4().hex
+    home = tmp_path / "remote-home"
+    home.mkdir()
+    fake_bin = tmp_path / "remote-bin"
+    fake_bin.mkdir()
+    program = fake_bin / "hl-smi"
+    program.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
+    program.chmod(0o755)
+    env = dict(os.environ)
+    env.update({"GAUDI_GUI_HOME": str(home), MARKER: marker, "FAKE_HLSMI_PERIOD": "0.1",
+                "PATH": os.pathsep.join([str(fake_bin), str(Path(sys.executable).parent), env["PATH"]])})
+    env.pop("GAUDI_GUI_SSH_CONFIG", None)
+    port_file = base / "port"
+    server = subprocess.Popen([sys.executable, str(SSHD), "--host-key", str(base / "host_key"),
+                               "--authorized-keys", str(base / "client_key.pub"), "--port-file",
+                               str(port_file)], env=env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not port_file.exists():
+        if server.poll() is not None or time.monotonic() > deadline:
+            err = server.stderr.read().decode(errors="replace") if server.stderr else ""
+            pytest.fail(f"the test SSH server did not start: {err[-2000:]}")
+        time.sleep(0.05)
+    port = int(port_file.read_text())
+    host_pub = (base / "host_key.pub").read_text().split()
+    (base / "known_hosts").write_text(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}\n")
+    common = (f"  HostName 127.0.0.1\n  Port {port}\n  User {getpass.getuser()}\n"
+              f"  IdentitiesOnly yes\n  UserKnownHostsFile {base / 'known_hosts'}\n"
+              f"  GlobalKnownHostsFile /dev/null\n  StrictHostKeyChecking yes\n  LogLevel ERROR\n")
+    config = base / "config"
+    config.write_text(f"Host {ALIAS} {ALIAS}-b\n  IdentityFile {base / 'client_key'}\n{common}\n"
+                      f"Host gg-nokey\n  IdentityFile {base / 'other_key'}\n{common}\n"
+                      f"Host gg-unknown-key\n  IdentityFile {base / 'client_key'}\n"
+                      f"{common.replace(str(base / 'known_hosts'), '/dev/null')}\n"
+                      f"Host gg-*\n  ConnectTimeout 5\n")
+    control = Path(tempfile.mkdtemp(prefix="ggs-"))  # short: a socket path has ~104 bytes
+    monkeypatch.setenv("GAUDI_GUI_SSH_CONFIG", str(config))
+    monkeypatch.setenv("GAUDI_GUI_SSH_CONTROL_DIR", str(control))
+    host = SshHost(ALIAS, home, config, control, server, marker, port)
+    try:
+        yield host
+    finally:
+        # ssh's multiplexing masters (ControlPersist) are ours: end them, then the server and what
+        # it started (a test that checks for leftovers has done so already).
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if proc.name() == "ssh" and any(str(control) in a for a in proc.cmdline()):
+                    proc.kill()
+        server.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            server.wait(timeout=10)
+        if server.poll() is None:
+            server.kill()
+        for proc in host.processes():
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+        shutil.rmtree(control, ignore_errors=True)

@@ -1,0 +1,120 @@
+"""A real SSH server on 127.0.0.1 for the remote-host tests (asyncssh: needs no root).
+
+It behaves as OpenSSH's sshd does where the app depends on it: each exec request runs
+``/bin/sh -c COMMAND`` in a session of its own with the server's environment; stdin, stdout and
+stderr are pipes (no pty); when the client goes away the command only sees its stdin close, and is
+never signalled. Public-key authentication against one authorized key; any number of channels per
+connection (OpenSSH's connection multiplexing).
+
+    python tests/sshd.py --host-key KEY --authorized-keys PUB --port-file FILE
+
+SIGUSR1 drops every connection at once (a network cut, from the client's side); SIGTERM stops the
+server (what it started keeps running, as with sshd).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import signal
+import sys
+
+import asyncssh
+
+CONNECTIONS: set[asyncssh.SSHServerConnection] = set()
+
+
+class Server(asyncssh.SSHServer):
+    def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
+        self.conn = conn
+        CONNECTIONS.add(conn)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        CONNECTIONS.discard(self.conn)
+
+    def begin_auth(self, username: str) -> bool:
+        return True
+
+    def password_auth_supported(self) -> bool:
+        return False
+
+
+async def handle(process: asyncssh.SSHServerProcess) -> None:
+    command = process.command
+    if command is None:  # a shell request: the app never makes one
+        process.stderr.write("this test server runs commands only\n")
+        process.exit(1)
+        return
+    child = await asyncio.create_subprocess_exec(
+        "/bin/sh", "-c", command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, start_new_session=True)
+
+    async def pump_in() -> None:
+        assert child.stdin is not None
+        try:
+            while True:
+                data = await process.stdin.read(65536)
+                if not data:
+                    break
+                child.stdin.write(data)
+                await child.stdin.drain()
+        except Exception:
+            pass  # the connection is gone: like sshd, only close the command's stdin
+        with contextlib.suppress(Exception):
+            child.stdin.close()
+
+    async def pump_out(reader: asyncio.StreamReader, writer: asyncssh.SSHWriter) -> None:
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                return
+            with contextlib.suppress(Exception):
+                writer.write(data)
+
+    feeder = asyncio.ensure_future(pump_in())
+    assert child.stdout is not None and child.stderr is not None
+    await asyncio.gather(pump_out(child.stdout, process.stdout), pump_out(child.stderr, process.stderr))
+    code = await child.wait()
+    feeder.cancel()
+    with contextlib.suppress(Exception):
+        if code < 0:
+            process.exit_with_signal(signal.Signals(-code).name[3:])
+        else:
+            process.exit(code)
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--host-key", required=True)
+    parser.add_argument("--authorized-keys", required=True)
+    parser.add_argument("--port-file", required=True)
+    args = parser.parse_args()
+    server = await asyncssh.create_server(
+        Server, "127.0.0.1", 0, server_host_keys=[args.host_key],
+        authorized_client_keys=args.authorized_keys, process_factory=handle, encoding=None,
+        keepalive_interval=0)
+    port = server.sockets[0].getsockname()[1]
+    tmp = args.port_file + ".tmp"
+    with open(tmp, "w") as fh:
+        fh.write(str(port))
+    os.replace(tmp, args.port_file)
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+
+    def drop() -> None:
+        for conn in list(CONNECTIONS):
+            conn.abort()
+
+    loop.add_signal_handler(signal.SIGUSR1, drop)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    await stop.wait()
+    server.close()
+    drop()
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(main())
+    sys.exit(0)
