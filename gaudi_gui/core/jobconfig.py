@@ -2,6 +2,12 @@
 
 Only the training arguments that differ from the defaults are stored, so a job file stays readable
 and keeps working when a transformers release changes a default.
+
+Version 2 adds the dataset's kind (``dataset.kind``: text, prompt_completion, conversational), the
+column mapping (``dataset.columns``) and an eval split (``dataset.eval``); a version-1 file reads as a
+text job with no eval split. ``training_args`` are SFTConfig values (TRL's subclass of
+TrainingArguments); the worker keeps TrainingArguments' defaults where SFTConfig changes them, so a
+version-1 file trains as it did.
 """
 
 from __future__ import annotations
@@ -13,9 +19,10 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from gaudi_gui.core import paths
+from gaudi_gui.core import paths, sft
+from gaudi_gui.core.secrets import SECRET_TRAINING_ARGS
 
-JOB_VERSION = 1
+JOB_VERSION = 2
 METHODS = ("full", "lora", "qlora")
 FORMATS = ("auto", "text", "json", "csv", "hub")
 MIXED_PRECISION = ("no", "bf16", "fp16")
@@ -34,6 +41,13 @@ class DatasetConfig:
     text_column: str = "text"
     max_length: int = 32
     split: str = "train"
+    #: "text" | "prompt_completion" | "conversational" (gaudi_gui.core.sft.KINDS).
+    kind: str = "text"
+    #: SFTTrainer field -> column (or a "{col}" template): {"prompt": "question", "completion": "answer"},
+    #: {"messages": "conversations"}. Unused by "text", which reads ``text_column``.
+    columns: dict[str, str] = field(default_factory=dict)
+    #: {} (none), {"fraction": 0.1} (seeded split of the train rows), {"source": FILE}, {"split": NAME}.
+    eval: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -74,6 +88,9 @@ class JobConfig:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["version"] = JOB_VERSION
+        # A token comes from the environment or the Hub's token store, never from a job file.
+        data["training_args"] = {k: v for k, v in data["training_args"].items()
+                                 if k not in SECRET_TRAINING_ARGS}
         return data
 
     @classmethod
@@ -99,6 +116,8 @@ class JobConfig:
                 raise JobConfigError("'training_args' must be an object of TrainingArguments values")
             job.training_args = dict(data["training_args"])
         job.dataset = _section(DatasetConfig, data.get("dataset", {}), "dataset")
+        if version < 2 and (job.dataset.kind != "text" or job.dataset.columns or job.dataset.eval):
+            raise JobConfigError("dataset.kind, dataset.columns and dataset.eval need a version 2 job file")
         job.lora = _section(LoraConfig, data.get("lora", {}), "lora")
         job.launch = _section(LaunchConfig, data.get("launch", {}), "launch")
         return job
@@ -155,13 +174,18 @@ class JobConfig:
         if fmt != "hub" and not paths.is_demo(self.dataset.source) \
                 and not Path(self.dataset.source).expanduser().is_file():
             problems.append(("dataset.source", f"file not found: {self.dataset.source}"))
-        if not self.dataset.text_column.strip() and fmt != "text":
+        kind = self.dataset.kind
+        source = str(paths.demo_dataset_path()) if paths.is_demo(self.dataset.source) \
+            else self.dataset.source
+        if kind != "text":
+            # The worker maps these columns: a name the file lacks would fail only after the model load.
+            columns = dataset_columns(source, fmt) if fmt != "hub" else None
+            problems += sft.check_columns(kind, self.dataset.columns, columns)
+        elif not self.dataset.text_column.strip() and fmt != "text":
             problems.append(("dataset.text_column", "name the column to train on"))
         elif fmt != "hub":
             # The worker trains on this column: a name the file does not have fails only after the
             # launch and the model load, so check it against the file's first rows here.
-            source = str(paths.demo_dataset_path()) if paths.is_demo(self.dataset.source) \
-                else self.dataset.source
             columns = dataset_columns(source, fmt)
             column = self.dataset.text_column.strip() or "text"
             if columns is not None and column not in columns:
@@ -169,6 +193,7 @@ class JobConfig:
                                                         f"columns: {', '.join(columns) or '(none)'}"))
         if not _positive_int(self.dataset.max_length):
             problems.append(("dataset.max_length", "max length must be a whole number above 0"))
+        problems += self._sft_problems(fmt)
         if self.method not in METHODS:
             problems.append(("method", f"method must be one of {', '.join(METHODS)}"))
         if self.method in ("lora", "qlora"):
@@ -198,6 +223,48 @@ class JobConfig:
                                  f"machine rank must be 0 .. {launch.num_machines - 1}"))
         if not isinstance(launch.main_process_port, int) or not 0 < launch.main_process_port < 65536:
             problems.append(("launch.main_process_port", "port must be 1 .. 65535"))
+        return problems
+
+
+    def _sft_problems(self, fmt: str) -> list[tuple[str, str]]:
+        """The eval split, and the training arguments that the dataset part of the job decides."""
+        problems = sft.check_eval(self.dataset.eval)
+        spec = self.dataset.eval
+        if spec.get("split") and fmt != "hub":
+            problems.append(("dataset.eval.split", "a named split is for a Hub dataset; for a file use "
+                                                   "a fraction or a second file"))
+        if spec.get("source") and not problems and self.dataset.kind != "text":
+            eval_fmt = resolve_format(spec["source"], str(spec.get("format") or "auto"))
+            columns = dataset_columns(spec["source"], eval_fmt) if eval_fmt != "hub" else None
+            problems += [(f.replace("dataset.columns", "dataset.eval.source"), f"eval file: {m}")
+                         for f, m in sft.check_columns(self.dataset.kind, self.dataset.columns, columns)]
+        args = self.training_args
+        if not sft.has_eval(spec):
+            strategy = args.get("eval_strategy")
+            if strategy not in (None, "no"):
+                problems.append(("training_args.eval_strategy",
+                                 f"eval_strategy {strategy!r} needs an eval split: set one under Dataset "
+                                 f"(a fraction of the train rows or a second file)"))
+            if args.get("load_best_model_at_end"):
+                problems.append(("training_args.load_best_model_at_end",
+                                 "load_best_model_at_end needs an eval split (and eval_strategy)"))
+        if "max_length" in args and args["max_length"] != self.dataset.max_length:
+            problems.append(("training_args.max_length",
+                             f"set the max length once: dataset.max_length ({self.dataset.max_length}) is "
+                             f"what the run uses; remove training_args.max_length ({args['max_length']})"))
+        if "dataset_text_field" in args:
+            problems.append(("training_args.dataset_text_field",
+                             "the column to train on is dataset.text_column (or dataset.columns)"))
+        if self.dataset.kind != "prompt_completion" and args.get("completion_only_loss"):
+            problems.append(("training_args.completion_only_loss",
+                             "completion_only_loss is for prompt_completion datasets"))
+        if self.dataset.kind != "conversational" and args.get("assistant_only_loss"):
+            problems.append(("training_args.assistant_only_loss",
+                             "assistant_only_loss is for conversational datasets"))
+        for name in SECRET_TRAINING_ARGS:
+            if args.get(name):
+                problems.append((f"training_args.{name}", f"{name} is never kept in a job: log in with "
+                                                          "`hf auth login` or set HF_TOKEN"))
         return problems
 
 

@@ -1,4 +1,7 @@
-"""The TrainingArguments schema as the form sees it: Qt-free, torch-free, transformers-free.
+"""The training-arguments schema as the form sees it: Qt-free, torch-free, transformers-free.
+
+The fields are those of TRL's SFTConfig (TrainingArguments and the SFT options), or of
+TrainingArguments where trl is not installed; ``Schema.config_class`` says which.
 
 The schema itself comes from a child (``python -m gaudi_gui.workers.schema``) so the installed
 transformers version decides which fields exist; it is cached per transformers version in
@@ -20,8 +23,11 @@ COMMON: tuple[str, ...] = (
     "output_dir", "num_train_epochs", "max_steps", "per_device_train_batch_size",
     "gradient_accumulation_steps", "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay",
     "bf16", "torch_compile", "logging_steps", "save_strategy", "save_steps", "save_total_limit",
-    "eval_strategy", "eval_steps", "seed", "use_cpu",
+    "eval_strategy", "eval_steps", "load_best_model_at_end", "seed", "use_cpu", "packing",
+    "push_to_hub", "hub_model_id",
 )
+#: Schemas cached before this format lack the SFTConfig fields: read again from the child.
+SCHEMA_FORMAT = 2
 
 #: Fields of transformers 4.x that 5.x removed, with what to use instead (shown when a loaded job uses
 #: one; the worker would otherwise reject the whole job).
@@ -197,15 +203,28 @@ class FieldSpec:
 class Schema:
     transformers_version: str
     fields: dict[str, FieldSpec] = field(default_factory=dict)
+    #: "SFTConfig" or "TrainingArguments".
+    config_class: str = "TrainingArguments"
+    trl_version: str = ""
+    format: int = SCHEMA_FORMAT
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Schema:
         specs = [FieldSpec.from_dict(f) for f in data.get("fields", [])]
-        return cls(str(data.get("transformers_version", "")), {s.name: s for s in specs})
+        fmt = data.get("format", 1)
+        return cls(str(data.get("transformers_version", "")), {s.name: s for s in specs},
+                   config_class=str(data.get("config_class") or "TrainingArguments"),
+                   trl_version=str(data.get("trl_version") or ""),
+                   format=fmt if isinstance(fmt, int) else 1)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"transformers_version": self.transformers_version,
+        return {"transformers_version": self.transformers_version, "config_class": self.config_class,
+                "trl_version": self.trl_version, "format": self.format,
                 "fields": [f.to_dict() for f in self.fields.values()]}
+
+    def describe(self) -> str:
+        trl = f", trl {self.trl_version}" if self.trl_version else ""
+        return f"{self.config_class} (transformers {self.transformers_version}{trl})"
 
     def common(self) -> list[FieldSpec]:
         return [self.fields[n] for n in COMMON if n in self.fields]
@@ -297,6 +316,8 @@ def load_cached(transformers_version: str) -> Schema | None:
         schema = Schema.from_dict(data)
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if schema.format < SCHEMA_FORMAT:
+        return None
     return schema if schema.fields and schema.transformers_version == transformers_version else None
 
 
@@ -320,7 +341,7 @@ def latest_cached() -> Schema | None:
             schema = Schema.from_dict(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, ValueError, KeyError, TypeError):
             continue
-        if schema.fields:
+        if schema.fields and schema.format >= SCHEMA_FORMAT:
             return schema
     return None
 

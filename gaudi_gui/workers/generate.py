@@ -428,6 +428,9 @@ class Worker:
         started = time.perf_counter()
         model_path = options.model.strip()
         local_only = False
+        #: A LoRA adapter folder (a training run's adapter/): its base model is loaded and the adapter
+        #: applied over it, unmerged.
+        adapter_dir = ""
         if paths.is_demo(model_path):
             pass
         else:
@@ -437,7 +440,9 @@ class Worker:
                 raise WorkerError("missing_model", f"model folder not found: {model_path}")
             if os.path.isdir(expanded):
                 model_path = expanded
-                if not os.path.isfile(os.path.join(expanded, "config.json")):
+                adapter_dir = expanded if os.path.isfile(os.path.join(expanded, "adapter_config.json")) \
+                    else ""
+                if not adapter_dir and not os.path.isfile(os.path.join(expanded, "config.json")):
                     raise WorkerError("missing_model", f"{model_path} has no config.json: not a model folder")
             else:
                 local_only = self._check_hub(model_path, started)
@@ -470,11 +475,26 @@ class Worker:
         elif device == "cuda" and options.quantization != "none":
             kwargs["device_map"] = "cuda"
 
+        base_path = model_path
+        if adapter_dir:
+            import json
+            try:
+                with open(os.path.join(adapter_dir, "adapter_config.json"), encoding="utf-8") as fh:
+                    base_path = str(json.load(fh).get("base_model_name_or_path") or "")
+            except (OSError, ValueError) as exc:
+                raise WorkerError("missing_model", f"cannot read {adapter_dir}/adapter_config.json: "
+                                                   f"{exc}") from None
+            if not base_path:
+                raise WorkerError("missing_model", f"{adapter_dir}: the adapter names no base model")
         self._stage(started, "loading tokenizer")
         tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=options.trust_remote_code,
                                                   local_files_only=local_only)
         self._stage(started, "loading weights")
-        model: Any = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+        model: Any = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
+        if adapter_dir:
+            self._stage(started, "applying the adapter")
+            # transformers' peft integration: the adapter stays a separate module (not merged).
+            model.load_adapter(adapter_dir)
         if "device_map" not in kwargs and device != "cpu":
             self._stage(started, f"moving to {device}")
             model = model.to(device)
@@ -505,6 +525,8 @@ class Worker:
             "memory_kind": memory_kind, "chat_template": bool(getattr(tokenizer, "chat_template", None)),
             "model_type": getattr(model.config, "model_type", ""),
         }
+        if adapter_dir:
+            self.load_info.update(adapter=adapter_dir, base=base_path)
         self.out.emit("loaded", **self.load_info)
 
     def _pick_device(self, wanted: str, transformers: Any, torch: Any) -> str:

@@ -1,4 +1,11 @@
-"""Introspect ``transformers.TrainingArguments`` in a child process (the GUI never imports transformers).
+"""Introspect the training arguments in a child process (the GUI never imports transformers).
+
+The class is TRL's ``SFTConfig`` (a TrainingArguments subclass with the SFT fields: packing,
+max_length, completion_only_loss, assistant_only_loss, ...), or ``TrainingArguments`` where trl is
+not installed. Where SFTConfig changes a TrainingArguments default (bf16, gradient_checkpointing,
+learning_rate, logging_steps) gaudi-gui keeps TrainingArguments' value (``pinned_defaults``): a job
+file stores only what differs from the defaults, so a version-1 job trains as it did, and bf16 is not
+switched on where the device cannot run it. The schema reports those kept defaults.
 
 ``python -m gaudi_gui.workers.schema`` prints the fields as JSON on stdout:
 ``{"transformers_version": ..., "fields": [{"name", "kind", "default", "help", "choices"}, ...]}``.
@@ -109,28 +116,68 @@ def _describe_type(tp: Any) -> tuple[str, bool, list[str] | None, list[str]]:
     return (kinds[0] if kinds else "str"), optional, None, accepted
 
 
-def dump_schema() -> dict[str, Any]:
-    import transformers
+def config_class() -> Any:
+    """trl.SFTConfig, or TrainingArguments where trl is missing."""
+    try:
+        from trl import SFTConfig
+    except ImportError:
+        from transformers import TrainingArguments
+        return TrainingArguments
+    return SFTConfig
+
+
+def _default_of(f: Any) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+def pinned_defaults(cls: Any = None) -> dict[str, Any]:
+    """TrainingArguments' defaults for the fields whose default ``cls`` (SFTConfig) changes."""
     from transformers import TrainingArguments
 
-    hints = typing.get_type_hints(TrainingArguments)
+    cls = cls or config_class()
+    base = {f.name: _default_of(f) for f in dataclasses.fields(TrainingArguments) if f.init}
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.init and f.name in base and _json_safe(_default_of(f)) != _json_safe(base[f.name]):
+            out[f.name] = base[f.name]
+    return out
+
+
+def dump_schema() -> dict[str, Any]:
+    import transformers
+
+    cls = config_class()
+    pinned = pinned_defaults(cls)
+    hints = typing.get_type_hints(cls)
     out = []
-    for f in dataclasses.fields(TrainingArguments):
+    for f in dataclasses.fields(cls):
         if not f.init:
             continue
         kind, optional, choices, accepts = _describe_type(hints.get(f.name, f.type))
         if f.metadata.get("choices"):
             choices = [str(c) for c in f.metadata["choices"]]
             kind = "enum"
-        if f.default is not dataclasses.MISSING:
-            default = _json_safe(f.default)
-        elif f.default_factory is not dataclasses.MISSING:
-            default = _json_safe(f.default_factory())
-        else:
-            default = None
+        help_text = str(f.metadata.get("help", ""))
+        default = _json_safe(_default_of(f))
+        if f.name in pinned:
+            help_text += (f" (gaudi-gui keeps TrainingArguments' default {_json_safe(pinned[f.name])!r}; "
+                          f"{cls.__name__}'s own is {default!r})")
+            default = _json_safe(pinned[f.name])
+        if kind == "bool" and default is not None and f.name in pinned:
+            optional = False  # a pinned bool has a definite default: a check box, not a tri-state
         out.append({"name": f.name, "kind": kind, "optional": optional, "default": default,
-                    "help": str(f.metadata.get("help", "")), "choices": choices, "accepts": accepts})
-    return {"transformers_version": transformers.__version__, "fields": out}
+                    "help": help_text, "choices": choices, "accepts": accepts})
+    try:
+        import trl
+        trl_version = str(trl.__version__) if cls.__name__ == "SFTConfig" else ""
+    except ImportError:
+        trl_version = ""
+    return {"transformers_version": transformers.__version__, "config_class": cls.__name__,
+            "trl_version": trl_version, "format": 2, "fields": out}
 
 
 #: Messages of checks a single validating process cannot pass although the launched job will (the
@@ -155,7 +202,7 @@ def validate(args: dict[str, Any], num_processes: int = 1) -> list[dict[str, str
     fields whose removal lets it build are the ones named (load_best_model_at_end, not the default
     eval_strategy it contradicts; fp16 and bf16, not the use_cpu that makes bf16 possible).
     """
-    from transformers import HfArgumentParser, TrainingArguments
+    from transformers import HfArgumentParser
 
     from gaudi_gui.core.training_args import Schema
 
@@ -167,13 +214,16 @@ def validate(args: dict[str, Any], num_processes: int = 1) -> list[dict[str, str
     for name, problem in schema.check(args):
         errors.append({"field": name, "message": problem})
         bad.add(name)
-    names = {f.name for f in dataclasses.fields(TrainingArguments)}
+    cls = config_class()
+    pinned = pinned_defaults(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
     remaining = {k: v for k, v in args.items() if k in names and k not in bad}
-    parser = HfArgumentParser(TrainingArguments)  # type: ignore[arg-type]
+    parser = HfArgumentParser(cls)
 
     def attempt(values: dict[str, Any]) -> str | None:
         try:
-            parser.parse_dict(values, allow_extra_keys=False)
+            # Built as the worker builds it: the kept TrainingArguments defaults under what is set.
+            parser.parse_dict({**pinned, **values}, allow_extra_keys=False)
         except Exception as exc:  # TrainingArguments raises ValueError mostly, also ImportError, ...
             text = str(exc).strip()
             return " ".join(text.split("\n")[:3]) if text else type(exc).__name__

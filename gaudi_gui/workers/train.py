@@ -33,7 +33,6 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from gaudi_gui.core import paths
 from gaudi_gui.core.events import EventWriter
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 
@@ -116,38 +115,6 @@ def record_rank(run_dir: Path) -> None:
     os.replace(tmp, path)
 
 
-def load_dataset_rows(job: JobConfig) -> Any:
-    import datasets
-
-    source = job.dataset.source
-    fmt = job.dataset_format()
-    if paths.is_demo(source):
-        source = str(paths.demo_dataset_path())
-    try:
-        if fmt == "hub":
-            ds = datasets.load_dataset(source, split=job.dataset.split or "train")
-        else:
-            if not Path(source).expanduser().is_file():
-                raise WorkerError("dataset", f"dataset file not found: {source}")
-            ds = datasets.load_dataset(fmt, data_files=str(Path(source).expanduser()), split="train")
-    except WorkerError:
-        raise
-    except Exception as exc:  # datasets raises many types (FileNotFoundError, DatasetNotFoundError, ...)
-        raise WorkerError("dataset", f"cannot load dataset {job.dataset.source!r}: {exc}") from exc
-    column = job.dataset.text_column or "text"
-    if column not in ds.column_names:
-        raise WorkerError("missing_column", f"dataset has no column {column!r}; available columns: "
-                                            f"{', '.join(ds.column_names)}")
-    return ds, column
-
-
-def _text_of(value: Any, row: int, column: str) -> str:
-    if isinstance(value, str):
-        return value
-    raise WorkerError("dataset", f"row {row} of column {column!r} is not text "
-                                 f"({type(value).__name__}: {str(value)[:60]!r})")
-
-
 def check_output_dir(output_dir: str) -> None:
     folder = Path(output_dir).expanduser()
     try:
@@ -193,8 +160,12 @@ def make_callbacks(started: float) -> list[Any]:
                 "loss": num("loss"), "learning_rate": num("learning_rate"), "epoch": num("epoch"),
                 "grad_norm": num("grad_norm"), "elapsed": round(elapsed, 3),
                 "throughput": round(steps / elapsed, 4) if elapsed > 0 else None}
-            if num("eval_loss") is not None:
-                record["eval_loss"] = num("eval_loss")
+            eval_loss = num("eval_loss")
+            if eval_loss is not None:
+                import math
+                record["eval_loss"] = eval_loss
+                # Perplexity of the eval split: exp(mean token loss); inf past float range is None.
+                record["eval_perplexity"] = round(math.exp(eval_loss), 4) if eval_loss < 700 else None
             if record["loss"] is None and num("train_loss") is not None:
                 record["train_loss"] = num("train_loss")
                 record["summary"] = True
@@ -260,36 +231,19 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
     started = time.time()
     emit("phase", phase="loading", message="loading model and dataset")
     say("loading model and dataset")
-    import dataclasses
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from transformers import (
-        AutoModelForCausalLM,
-        AutoTokenizer,
-        DataCollatorForLanguageModeling,
-        HfArgumentParser,
-        Trainer,
-        TrainingArguments,
-    )
-
+    from gaudi_gui.workers import sft_data
     from gaudi_gui.workers.demo import resolve_model
+    from gaudi_gui.workers.schema import config_class
 
-    args_dict = dict(job.training_args)
-    names = {f.name for f in dataclasses.fields(TrainingArguments)}
-    if "enable_jit_checkpoint" in names:
-        # Our StopCallback saves on a stop; the JIT handler would take SIGTERM from it (see above).
-        args_dict["enable_jit_checkpoint"] = False
-    args_dict.setdefault("report_to", "none")
-    unknown = sorted(set(args_dict) - names)
-    if unknown:
-        raise WorkerError("config", f"unknown training argument(s) for this transformers version: "
-                                    f"{', '.join(unknown)}")
+    args_dict = sft_data.build_args(job)
     if not args_dict.get("output_dir"):
         raise WorkerError("config", "training_args.output_dir is not set")
     check_output_dir(str(args_dict["output_dir"]))
-    try:
-        (targs,) = HfArgumentParser(TrainingArguments).parse_dict(args_dict)  # type: ignore[arg-type]
-    except (ValueError, TypeError) as exc:
-        raise WorkerError("config", f"invalid training arguments: {exc}") from exc
+    targs = sft_data.parse_args(args_dict)
+    if config_class().__name__ != "SFTConfig":
+        raise WorkerError("config", "trl is not installed in this environment (pip install 'trl>=1.16')")
 
     model_path = resolve_model(job.model)
     try:
@@ -306,29 +260,22 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
         raise WorkerError("model", f"cannot load model {job.model!r}: {exc}") from exc
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    peft_config = None
     if job.method in ("lora", "qlora"):
-        from peft import LoraConfig, get_peft_model, prepare_model_for_kbit_training
-        if job.method == "qlora":
-            model = prepare_model_for_kbit_training(model, use_gradient_checkpointing=False)
-        lora = LoraConfig(r=job.lora.r, lora_alpha=job.lora.alpha, lora_dropout=job.lora.dropout,
-                          target_modules=job.lora.target_modules or None, task_type="CAUSAL_LM")
-        model = get_peft_model(model, lora)  # type: ignore[assignment]
-        trainable = sum(p.numel() for p in model.parameters() if p.requires_grad)
-        say(f"{job.method}: {trainable} trainable parameters")
+        from peft import LoraConfig
+        # SFTTrainer wraps the model (and prepares a 4-bit one) from this config.
+        peft_config = LoraConfig(r=job.lora.r, lora_alpha=job.lora.alpha, lora_dropout=job.lora.dropout,
+                                 target_modules=job.lora.target_modules or None, task_type="CAUSAL_LM")
 
-    ds, column = load_dataset_rows(job)
-    max_length = job.dataset.max_length
-
-    def tokenize(batch: dict[str, list[Any]], indices: list[int]) -> Any:
-        texts = [_text_of(v, row, column) for v, row in zip(batch[column], indices, strict=True)]
-        return tokenizer(texts, truncation=True, max_length=max_length)
-
-    with targs.main_process_first(desc="tokenize"):
-        tokenized = ds.map(tokenize, batched=True, with_indices=True, remove_columns=ds.column_names)
-    tokenized = tokenized.filter(lambda row: len(row["input_ids"]) > 1)
-    if len(tokenized) == 0:
-        raise WorkerError("dataset", f"column {column!r} holds no text to train on")
-    collator = DataCollatorForLanguageModeling(tokenizer, mlm=False)
+    raw, raw_eval = sft_data.load_raw(job)
+    chat = bool(getattr(tokenizer, "chat_template", None)) or bool(args_dict.get("chat_template_path"))
+    train_rows = sft_data.to_sft(job, raw, chat)
+    eval_rows = sft_data.to_sft(job, raw_eval, chat, "eval split") if raw_eval is not None else None
+    if targs.assistant_only_loss and not targs.chat_template_path:
+        from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+        if not has_generation_markers(tokenizer.chat_template or ""):
+            # SFTTrainer raises a bare ValueError here; say what to choose instead.
+            sft_data.training_chat_template(tokenizer, get_training_chat_template)
     callbacks = make_callbacks(started)
     resume: str | bool | None = job.resume_from_checkpoint or None
     if resume == "latest":
@@ -343,16 +290,31 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
         if not checkpoint_complete(str(resume)):
             raise WorkerError("resume", f"{resume} is not a complete checkpoint (no readable "
                                         f"trainer_state.json, or a save was cut short)")
-    trainer = Trainer(model=model, args=targs, train_dataset=tokenized, data_collator=collator,
-                      callbacks=callbacks)
+    from trl import SFTTrainer
+    trainer: Any = SFTTrainer(model=model, args=targs, train_dataset=train_rows, eval_dataset=eval_rows,
+                         processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
+    if peft_config is not None:
+        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        say(f"{job.method}: {trainable} trainable parameters")
+    first = trainer.train_dataset[0] if len(trainer.train_dataset) else {}
+    labels = list(first.get("labels") or first.get("input_ids") or [])
+    emit("dataset_ready", kind=job.dataset.kind, rows=len(trainer.train_dataset),
+         eval_rows=len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0,
+         first_tokens=len(first.get("input_ids") or []),
+         first_labelled=sum(1 for x in labels if x != -100))
     distributed = str(getattr(trainer.accelerator, "distributed_type", "")).rsplit(".", 1)[-1]
-    say(f"pid {os.getpid()} training on {targs.device} ({len(tokenized)} rows, {distributed})")
+    say(f"pid {os.getpid()} training on {targs.device} ({len(trainer.train_dataset)} rows, {distributed})")
     if resume:
         emit("phase", phase="resuming", checkpoint=str(resume), message=f"resuming from {resume}")
     result = trainer.train(resume_from_checkpoint=resume)
     STOP.phase = "finishing"
     state = trainer.state
     stopped = STOP.requested and state.max_steps > 0 and state.global_step < state.max_steps
+    strategy = str(getattr(targs.eval_strategy, "value", targs.eval_strategy))
+    if eval_rows is not None and not stopped and strategy == "no":
+        # An eval split without a schedule: one evaluation of the trained model (logged as metrics).
+        emit("phase", phase="evaluating", message="evaluating on the eval split")
+        trainer.evaluate()
     final_dir = ""
     checkpoint = ""
     if stopped:
@@ -371,30 +333,22 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
 
 def save_final(trainer: Any, job: JobConfig, tokenizer: Any, output_dir: Path) -> str:
     """Every rank calls ``trainer.save_model`` (ZeRO-3 and FSDP gather collectively; only the main
-    process writes). A LoRA run keeps its adapter in ``adapter/`` and, when the weights are whole on
-    each rank (not sharded), rank 0 writes the merged model to ``final/`` for the runner."""
-    final = output_dir / "final"
-    sharded = bool(getattr(trainer, "is_fsdp_enabled", False))
-    if getattr(trainer, "is_deepspeed_enabled", False):
-        from transformers.integrations.deepspeed import is_deepspeed_zero3_enabled
-        sharded = sharded or is_deepspeed_zero3_enabled()
-    if job.method == "lora":
-        adapter = output_dir / "adapter" if not sharded else final
-        trainer.save_model(str(adapter))
-        trainer.accelerator.wait_for_everyone()
-        if not sharded and MAIN:
-            merged = trainer.accelerator.unwrap_model(trainer.model).merge_and_unload()
-            merged.save_pretrained(str(final))
-    else:
-        trainer.save_model(str(final))
+    process writes). A full run writes the model to ``final/``; a LoRA/QLoRA run writes its adapter,
+    as an adapter, to ``adapter/`` (with the tokenizer, so the runner can load base + adapter from
+    it); "Merge and save" (``gaudi_gui.workers.merge``) makes a full model of it when asked."""
+    target = output_dir / ("adapter" if job.method in ("lora", "qlora") else "final")
+    trainer.save_model(str(target))
     if MAIN:
-        tokenizer.save_pretrained(str(final))
-    return str(final)
+        tokenizer.save_pretrained(str(target))
+    return str(target)
 
 
 def classify(exc: BaseException) -> tuple[str, str]:
     text = str(exc)
     if isinstance(exc, WorkerError):
+        return exc.kind, text
+    from gaudi_gui.workers.sft_data import DataError
+    if isinstance(exc, DataError):
         return exc.kind, text
     if isinstance(exc, MemoryError) or "out of memory" in text.lower() or "OutOfMemory" in type(exc).__name__:
         first = text.splitlines()[0] if text else ""

@@ -117,11 +117,10 @@ def test_lora_and_qlora(qtbot, tmp_path: Path, method: str) -> None:
         pytest.skip("bitsandbytes cannot run 4-bit on this CPU: " + log.splitlines()[-1])
     assert (code, state) == (0, "finished"), log[-3000:]
     assert f"{method}: " in log and "trainable parameters" in log
-    if method == "lora":
-        # The adapter is kept, and the merged model is what the runner loads.
-        assert (tmp_path / "out" / "adapter" / "adapter_config.json").is_file()
-        assert (tmp_path / "out" / "final" / "config.json").is_file()
-        assert not (tmp_path / "out" / "final" / "adapter_config.json").exists()
+    # The adapter is saved as an adapter (with its tokenizer); "Merge and save" makes a full model.
+    assert (tmp_path / "out" / "adapter" / "adapter_config.json").is_file()
+    assert (tmp_path / "out" / "adapter" / "tokenizer_config.json").is_file()
+    assert not (tmp_path / "out" / "final").exists()
 
 
 def test_missing_column_is_refused_before_launch(qtbot, tmp_path: Path) -> None:

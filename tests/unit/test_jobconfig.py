@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ def test_round_trip(tmp_path: Path) -> None:
     job.save(path)
     again = JobConfig.load(path)
     assert again == job
-    assert '"version": 1' in path.read_text()
+    assert '"version": 2' in path.read_text()
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -93,3 +94,26 @@ def test_validate_text_column_against_the_file(tmp_path: Path) -> None:
     assert job.validate() == []
     job.dataset.text_column = "body"
     assert "dataset.text_column" in dict(job.validate())
+
+
+def test_version_1_file_reads_as_text_job_and_version_2_keys(tmp_path: Path) -> None:
+    v1 = {"version": 1, "model": "m", "dataset": {"source": "builtin:demo", "text_column": "text"},
+          "training_args": {"output_dir": str(tmp_path / "o"), "max_steps": 3}}
+    job = JobConfig.from_dict(v1)
+    assert job.dataset.kind == "text" and job.dataset.columns == {} and job.dataset.eval == {}
+    assert job.to_dict()["version"] == 2
+    with pytest.raises(JobConfigError, match="version 2"):
+        JobConfig.from_dict({**v1, "dataset": {"kind": "conversational"}})
+    data = tmp_path / "qa.jsonl"
+    data.write_text('{"question": "q", "answer": "a"}\n')
+    v2 = JobConfig.from_dict({"version": 2, "dataset": {
+        "source": str(data), "kind": "prompt_completion",
+        "columns": {"prompt": "question", "completion": "answr"}, "eval": {"fraction": 0.1}},
+        "training_args": {"output_dir": str(tmp_path / "o"), "hub_token": "hf_" + "x" * 30}})
+    problems = dict(v2.validate())
+    assert "question, answer" in problems["dataset.columns.completion"]
+    assert "HF_TOKEN" in problems["training_args.hub_token"]
+    assert "hub_token" not in json.dumps(v2.to_dict())
+    v2.dataset.eval = {}
+    v2.training_args = {"output_dir": str(tmp_path / "o"), "eval_strategy": "steps"}
+    assert "needs an eval split" in dict(v2.validate())["training_args.eval_strategy"]

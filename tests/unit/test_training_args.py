@@ -8,7 +8,7 @@ import pytest
 
 from gaudi_gui.core import training_args as ta
 
-SCHEMA = ta.Schema.from_dict({"transformers_version": "9.9", "fields": [
+SCHEMA = ta.Schema.from_dict({"transformers_version": "9.9", "format": 2, "fields": [
     {"name": "output_dir", "kind": "str", "default": None, "help": "where", "optional": True},
     {"name": "learning_rate", "kind": "float", "default": 5e-5, "help": "The initial learning rate"},
     {"name": "max_steps", "kind": "int", "default": -1, "help": "steps"},

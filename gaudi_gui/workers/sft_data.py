@@ -1,0 +1,256 @@
+"""The data side of a training run, shared by the training worker and the render preview.
+
+``python -m gaudi_gui.workers.sft_data --config JOB.json [--rows N]`` prints one JSON line: the first
+rows exactly as SFTTrainer will train on them (TRL's own dataset preparation: chat template, EOS,
+tokenizing, completion/assistant masks, truncation), as segments of text marked with whether their
+tokens carry the loss::
+
+    {"ok": true, "rows": [{"segments": [["<|im_start|>user\\n...", false], ["answer", true]],
+      "tokens": 31, "labelled": 9}], "loss": "assistant tokens only", "template": "..."}
+
+or ``{"ok": false, "field": "dataset.columns.prompt", "message": "..."}``. Only the tokenizer is
+loaded (no model), so the preview costs seconds even for a large model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import json
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from gaudi_gui.core import paths, sft
+from gaudi_gui.core.jobconfig import JobConfig, JobConfigError, resolve_format
+
+
+class DataError(Exception):
+    """A dataset or mapping problem: ``kind`` as the worker's error kinds, ``field`` the job key."""
+
+    def __init__(self, kind: str, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.field = field
+
+
+# -- arguments ---------------------------------------------------------------------------------------
+
+def build_args(job: JobConfig) -> dict[str, Any]:
+    """The SFTConfig values of a job: what it sets over the kept TrainingArguments defaults, plus what
+    its dataset part decides (max length, the text field, the loss default of its kind)."""
+    from gaudi_gui.workers.schema import config_class, pinned_defaults
+
+    cls = config_class()
+    names = {f.name for f in dataclasses.fields(cls)}
+    args = {**pinned_defaults(cls), **job.training_args}
+    if "enable_jit_checkpoint" in names:
+        # Our StopCallback saves on a stop; the JIT handler would take SIGTERM from it (train.py).
+        args["enable_jit_checkpoint"] = False
+    args.setdefault("report_to", "none")
+    if cls.__name__ == "SFTConfig":
+        args.setdefault("max_length", job.dataset.max_length)
+        args["dataset_text_field"] = "text"
+        if job.dataset.kind == "conversational":
+            # Loss on the answers is the default for chat data (TRL's own default is every token).
+            args.setdefault("assistant_only_loss", True)
+    unknown = sorted(set(args) - names)
+    if unknown:
+        raise DataError("config", f"unknown training argument(s) for this transformers/trl version: "
+                                  f"{', '.join(unknown)}")
+    return args
+
+
+def parse_args(args: dict[str, Any]) -> Any:
+    from transformers import HfArgumentParser
+
+    from gaudi_gui.workers.schema import config_class
+    try:
+        (parsed,) = HfArgumentParser(config_class()).parse_dict(args)
+    except (ValueError, TypeError) as exc:
+        raise DataError("config", f"invalid training arguments: {exc}") from exc
+    return parsed
+
+
+# -- rows --------------------------------------------------------------------------------------------
+
+def _load(source: str, fmt: str, split: str) -> Any:
+    import datasets
+
+    if paths.is_demo(source):
+        source = str(paths.demo_dataset_path())
+    try:
+        if fmt == "hub":
+            return datasets.load_dataset(source, split=split or "train")
+        if not Path(source).expanduser().is_file():
+            raise DataError("dataset", f"dataset file not found: {source}")
+        return datasets.load_dataset(fmt, data_files=str(Path(source).expanduser()), split="train")
+    except DataError:
+        raise
+    except Exception as exc:  # datasets raises many types (FileNotFoundError, DatasetNotFoundError, ...)
+        raise DataError("dataset", f"cannot load dataset {source!r}: {exc}") from exc
+
+
+def load_raw(job: JobConfig) -> tuple[Any, Any]:
+    """(train rows, eval rows or None) as the file holds them; a fraction is split off, seeded."""
+    ds = _load(job.dataset.source, job.dataset_format(), job.dataset.split)
+    spec = job.dataset.eval
+    eval_ds = None
+    if spec.get("source"):
+        fmt = resolve_format(spec["source"], str(spec.get("format") or "auto"))
+        eval_ds = _load(spec["source"], fmt, "train")
+    elif spec.get("split"):
+        eval_ds = _load(job.dataset.source, "hub", str(spec["split"]))
+    elif spec.get("fraction"):
+        fraction = float(spec["fraction"])
+        if round(len(ds) * fraction) < 1 or round(len(ds) * (1 - fraction)) < 1:
+            raise DataError("dataset", f"an eval fraction of {fraction} of {len(ds)} rows leaves no row "
+                                       f"for one side", "dataset.eval.fraction")
+        seed = job.training_args.get("seed", 42)
+        parts = ds.train_test_split(test_size=fraction, seed=seed if isinstance(seed, int) else 42)
+        ds, eval_ds = parts["train"], parts["test"]
+    return ds, eval_ds
+
+
+def check_columns(job: JobConfig, ds: Any, what: str = "dataset") -> None:
+    kind = job.dataset.kind
+    if kind == "text":
+        column = job.dataset.text_column or "text"
+        if column not in ds.column_names:
+            raise DataError("missing_column", f"{what} has no column {column!r}; available columns: "
+                                              f"{', '.join(ds.column_names)}", "dataset.text_column")
+        return
+    problems = sft.check_columns(kind, job.dataset.columns, list(ds.column_names))
+    if problems:
+        field, message = problems[0]
+        raise DataError("missing_column", f"{what}: {message}", field)
+
+
+def to_sft(job: JobConfig, ds: Any, chat: bool, what: str = "dataset") -> Any:
+    """File rows -> SFTTrainer rows (text / prompt+completion / messages), every other column dropped."""
+    check_columns(job, ds, what)
+    kind, columns = job.dataset.kind, job.dataset.columns
+    column = job.dataset.text_column or "text"
+
+    def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
+        try:
+            if kind == "conversational":
+                from trl import maybe_convert_to_chatml
+
+                # TRL renames sharegpt's from/value keys; its human/gpt speakers are mapped in core.sft.
+                value = copy.deepcopy(row.get(columns["messages"]))
+                if isinstance(value, list):
+                    value = maybe_convert_to_chatml({"conversations": value})["messages"]
+                return {"messages": sft.to_messages(value, columns["messages"])}
+            return sft.to_sft_row(kind, columns, row, chat=chat, text_column=column)
+        except sft.MappingError as exc:
+            raise DataError("dataset", f"{what} row {index}: {exc}", exc.field) from None
+
+    out = ds.map(convert, with_indices=True, remove_columns=ds.column_names)
+    if kind == "text":
+        out = out.filter(lambda row: bool(row["text"].strip()))
+        if len(out) == 0:
+            raise DataError("dataset", f"column {column!r} holds no text to train on", "dataset.text_column")
+    elif len(out) == 0:
+        raise DataError("dataset", f"{what} has no rows")
+    return out
+
+
+def apply_chat_template_path(tokenizer: Any, path: str | None) -> str:
+    """For the preview: the chat template a chosen ``chat_template_path`` gives (SFTTrainer itself sets
+    it in training; a tokenizer folder's template is cloned there with its special tokens)."""
+    if not path:
+        return "the model's" if getattr(tokenizer, "chat_template", None) else "none"
+    if path.endswith((".jinja", ".j2")) and Path(path).is_file():
+        tokenizer.chat_template = Path(path).read_text(encoding="utf-8")
+    else:
+        from transformers import AutoTokenizer
+        tokenizer.chat_template = AutoTokenizer.from_pretrained(path).chat_template
+    return Path(path).name
+
+
+# -- preview -----------------------------------------------------------------------------------------
+
+def preview(job: JobConfig, rows: int = 3) -> dict[str, Any]:
+    from transformers import AutoTokenizer
+    from trl import SFTTrainer
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    from gaudi_gui.workers.demo import resolve_model
+
+    args = parse_args(build_args(job) | {"output_dir": job.output_dir or str(paths.cache_dir())})
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(resolve_model(job.model))
+    except Exception as exc:
+        raise DataError("model", f"cannot load the tokenizer of {job.model!r}: {exc}", "model") from exc
+    template = apply_chat_template_path(tokenizer, args.chat_template_path)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    ds, _eval = load_raw(job)
+    ds = ds.select(range(min(rows, len(ds))))
+    chat = bool(getattr(tokenizer, "chat_template", None))
+    data = to_sft(job, ds, chat)
+    sample = data[0]
+    # What SFTTrainer.__init__ decides before it prepares the dataset, the same way.
+    training_template = None
+    if args.assistant_only_loss and not has_generation_markers(tokenizer.chat_template or ""):
+        training_template = training_chat_template(tokenizer, get_training_chat_template)
+    completion_only = args.completion_only_loss
+    if completion_only is None:
+        completion_only = "prompt" in sample and "completion" in sample
+    stub = types.SimpleNamespace(_tokenizer=tokenizer, chat_template=training_template,
+                                 completion_only_loss=completion_only)
+    prepared = SFTTrainer._prepare_dataset(stub, data, tokenizer, args, False, None,  # type: ignore[arg-type]
+                                           "preview")
+    out_rows = []
+    for row in prepared:
+        ids, labels = list(row["input_ids"]), list(row["labels"])
+        segments: list[list[Any]] = []
+        start = 0
+        for i in range(1, len(ids) + 1):
+            if i == len(ids) or (labels[i] != -100) != (labels[start] != -100):
+                segments.append([tokenizer.decode(ids[start:i]), labels[start] != -100])
+                start = i
+        out_rows.append({"segments": segments, "tokens": len(ids),
+                         "labelled": sum(1 for x in labels if x != -100)})
+    loss = "assistant tokens only" if args.assistant_only_loss else \
+        "completion tokens only" if completion_only else "every token"
+    return {"ok": True, "rows": out_rows, "loss": loss, "template": template,
+            "training_template": bool(training_template), "kind": job.dataset.kind}
+
+
+def training_chat_template(tokenizer: Any, get_training_chat_template: Any) -> str | None:
+    """TRL's training version of the tokenizer's template (with {% generation %} markers), or a
+    DataError that says what to choose instead."""
+    try:
+        return get_training_chat_template(tokenizer)
+    except ValueError:
+        raise DataError("config", "assistant-only loss needs a chat template with {% generation %} markers; "
+                                  "this model's template has none and TRL has no training version of it: "
+                                  "choose a chat template (a TRL training template fits most models) or "
+                                  "train on every token (assistant_only_loss=false)",
+                        "training_args.chat_template_path") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gaudi_gui.workers.sft_data")
+    parser.add_argument("--config", required=True, help="job file")
+    parser.add_argument("--rows", type=int, default=3)
+    ns = parser.parse_args(argv)
+    try:
+        job = JobConfig.load(ns.config)
+        result = preview(job, max(1, min(ns.rows, 50)))
+    except JobConfigError as exc:
+        result = {"ok": False, "field": "", "message": str(exc)}
+    except DataError as exc:
+        result = {"ok": False, "field": exc.field, "message": str(exc)}
+    except Exception as exc:  # a preview never shows a traceback; the message says what failed
+        result = {"ok": False, "field": "", "message": f"{type(exc).__name__}: {str(exc)[:500]}"}
+    print(json.dumps(result, ensure_ascii=False), flush=True)
+    return 0 if result.get("ok") else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
