@@ -175,7 +175,12 @@ def to_sft_row(kind: str, columns: Mapping[str, str], row: Mapping[str, Any], *,
     assistant message, so the model's chat template renders them (a model without one gets the plain
     strings, which TRL joins as they are)."""
     if kind == "text":
-        return {"text": _as_text(row.get(text_column), text_column, "text")}
+        value = row.get(text_column)
+        if not isinstance(value, str):
+            # A null is a hole in a text dataset, not an empty section (unlike alpaca's input).
+            raise MappingError("dataset.text_column", f"column {text_column!r} is not text "
+                                                      f"({type(value).__name__}: {str(value)[:60]!r})")
+        return {"text": value}
     if kind == "prompt_completion":
         prompt = render(columns["prompt"], row, "prompt")
         completion = render(columns["completion"], row, "completion")

@@ -31,7 +31,7 @@ import os
 import shutil
 import signal
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
 STATE_STARTING = "starting"
 STATE_OK = "ok"  # hl-smi streams samples
 STATE_ABSENT = "absent"  # hl-smi is not installed / not found
+STATE_UNREACHABLE = "unreachable"  # a remote host's ssh failed (auth, network, dropped): retrying
 STATE_FAILED = "failed"  # hl-smi ran but died, hung or printed nothing usable (retrying)
 STATE_STOPPED = "stopped"
 
@@ -125,8 +126,14 @@ class DevicePoller(QObject):
     #: start(), the newest reason). Skipped rows and unknown values are counted, never dropped silently.
     rows_rejected = Signal(int, str)
 
-    def __init__(self, settings: Settings, selection: DeviceSelection, parent: QObject | None = None) -> None:
+    def __init__(self, settings: Settings, selection: DeviceSelection, parent: QObject | None = None,
+                 host: Any = None) -> None:
         super().__init__(parent)
+        #: The ``core.remote.Host`` whose cards this poller reads (None: this machine). A remote
+        #: host's hl-smi loop runs there over ssh under ``gaudi-gui guard`` (it ends with the
+        #: connection), parsed here by the same parser; a failed or dropped connection is the
+        #: "unreachable" state, retried with back-off like a dead hl-smi.
+        self.host = host if host is not None and not host.is_local else None
         self._settings = settings
         self._selection = selection
         self.interval_s = 1.0
@@ -181,7 +188,8 @@ class DevicePoller(QObject):
         self._table_timer.timeout.connect(self._poll_table)
         settings.value_changed.connect(self._on_setting_changed)
         # The job selection survives restarts even before the Devices tab is built.
-        saved = [i for i in settings.get("devices/selected_modules") if isinstance(i, int)]
+        saved = ([i for i in settings.get("devices/selected_modules") if isinstance(i, int)]
+                 if self.host is None else [])
         if saved:
             selection.set_selected(saved)
 
@@ -203,7 +211,16 @@ class DevicePoller(QObject):
     @property
     def command(self) -> str:
         """The hl-smi command line as last run (for the state panel)."""
-        return " ".join(self._argv)
+        line = " ".join(self._argv)
+        return f"{line} (on {self.host.name})" if self.host is not None else line
+
+    def _start_hl_smi(self, runner: ProcessRunner, args: list[str]) -> None:
+        if self.host is None:
+            runner.start(self._program, args, new_session=True)
+            return
+        argv = self.host.wrap(self.host.gaudi_gui_argv("guard", "--grace", "0", "--", self._program, *args))
+        # stdin stays open: the guard on the host ends hl-smi when it closes (this app or ssh gone).
+        runner.start(argv[0], argv[1:], new_session=True, stdin_open=True)
 
     def latest(self) -> list[DeviceSample]:
         return list(self._latest)
@@ -244,7 +261,8 @@ class DevicePoller(QObject):
         self._rejected_seen = 0
         # The first host sample comes after one interval: start() runs before the window's first
         # paint, which should not wait for psutil and numpy.
-        self._host_timer.start(int(self.interval_s * 1000))
+        if self.host is None:  # a remote host's CPU and RAM are not this machine's psutil
+            self._host_timer.start(int(self.interval_s * 1000))
         self._launch()
 
     def stop(self) -> None:
@@ -298,7 +316,10 @@ class DevicePoller(QObject):
             # A restart killed the old loop; it is reaped asynchronously. Try again shortly.
             self._restart_timer.start(50)
             return
-        self._program, self._explicit = resolve_program(self._settings)
+        if self.host is not None:
+            self._program, self._explicit = self.host.hl_smi or "hl-smi", bool(self.host.hl_smi)
+        else:
+            self._program, self._explicit = resolve_program(self._settings)
         args = hlsmi.query_args(hlsmi.QUERY_FIELDS, loop_s=loop_seconds(self.interval_s))
         self._argv = [self._program, *args]
         self._stream = hlsmi.CsvStream(expected=self._known_cards or None)
@@ -309,7 +330,7 @@ class DevicePoller(QObject):
             note = f" ({self.interval_note})" if self.interval_note else ""
             self._set_state(STATE_STARTING, f"running {self.command}{note}")
         # Its own session: a wrapper script's helpers share its process group, which a stop kills.
-        self._runner.start(self._program, args, new_session=True)
+        self._start_hl_smi(self._runner, list(args))
         if not self._known_cards:
             # The plain table lists every card: its count ends the first snapshot without waiting
             # for the index to wrap one period later.
@@ -394,6 +415,16 @@ class DevicePoller(QObject):
         if not self._running:
             return
         said = hlsmi.clean_text(self._said(self._runner.tail(8), self._stream.errors[-3:]))
+        if self.host is not None and (code == 255 or status == EXIT_FAILED_TO_START):
+            from gaudi_gui.core.remote import explain_ssh_failure
+            _kind, why = explain_ssh_failure(self.host.name, "\n".join(self._runner.tail(8)))
+            if status == EXIT_FAILED_TO_START:
+                why = self._runner.tail(1)[0] if self._runner.tail(1) else "ssh could not start"
+            self._fail(STATE_UNREACHABLE, f"{why}\nretrying in {self._backoff_s:.0f} s", retry=True)
+            return
+        if self.host is not None and code == 3:
+            self._fail(STATE_FAILED, f"{said}\nretrying in {self._backoff_s:.0f} s", retry=True)
+            return
         if status == EXIT_FAILED_TO_START:
             reason = self._runner.tail(1)[0] if self._runner.tail(1) else "could not start"
             if self._explicit or shutil.which(self._program) is not None:
@@ -448,7 +479,7 @@ class DevicePoller(QObject):
             if time.time() - self._table_runner.started_at > max(10.0, 2 * self.process_interval_s):
                 self._table_runner.kill_tree()
             return
-        self._table_runner.start(self._program, [], new_session=True)
+        self._start_hl_smi(self._table_runner, [])
 
     def _on_table_finished(self, code: int, status: str) -> None:
         sweep_group(self._table_runner.pid, self._table_runner.alive_descendants())
@@ -462,7 +493,9 @@ class DevicePoller(QObject):
                 self._on_snapshot(snapshot)
         from gaudi_gui.core import host
 
-        self._processes = host.describe_processes(result.processes)
+        # User and command line come from this machine's process table: only for local cards.
+        self._processes = (result.processes if self.host is not None
+                           else host.describe_processes(result.processes))
         if self._latest and self._latest[0].kind == "hpu":
             attach_processes(self._latest, self._processes)
         self.processes_received.emit(list(self._processes))
@@ -470,6 +503,9 @@ class DevicePoller(QObject):
     # -- fallback: host + nvidia-smi ------------------------------------------------------------------
 
     def _start_fallback(self) -> None:
+        if self.host is not None:
+            self._source = "hl-smi"  # a host's fallbacks would read this machine: none
+            return
         if shutil.which("nvidia-smi") is not None:
             self._source = "nvidia-smi"
             self._poll_nvidia()

@@ -1,4 +1,7 @@
-"""Loss and learning-rate curves of a run (pyqtgraph), with other runs overlaid for comparison."""
+"""Loss and learning-rate curves of a run (pyqtgraph), with other runs overlaid for comparison.
+
+The eval split's loss is drawn on the train loss chart (same axis, so over-fitting shows as the two
+curves parting) and its perplexity on a right-hand axis of the same chart."""
 
 from __future__ import annotations
 
@@ -60,6 +63,28 @@ class LossChart(QWidget):
                                                symbol="o", symbolSize=4, symbolBrush=_COLORS[0])
         self._lr_curve = self.lr_plot.plot([], [], pen=pg.mkPen(_COLORS[1], width=2))
         self._overlays: list[Any] = []
+        self._eval_steps: list[float] = []
+        self._eval_loss: list[float] = []
+        self._ppl: list[float] = []
+        self._eval_curve = self.loss_plot.plot([], [], pen=pg.mkPen(_COLORS[3], width=2), name="eval loss",
+                                               symbol="s", symbolSize=6, symbolBrush=_COLORS[3])
+        # Perplexity on a right-hand axis of the loss chart: its own view box, x linked.
+        item = self.loss_plot.getPlotItem()
+        self._ppl_view = pg.ViewBox()
+        item.showAxis("right")
+        item.scene().addItem(self._ppl_view)
+        item.getAxis("right").linkToView(self._ppl_view)
+        item.getAxis("right").setLabel("eval perplexity", color=_COLORS[4])
+        self._ppl_view.setXLink(item)
+        self._ppl_curve = pg.PlotDataItem([], [], pen=pg.mkPen(_COLORS[4], width=1.5,
+                                                               style=pg.QtCore.Qt.PenStyle.DotLine),
+                                          symbol="t", symbolSize=6, symbolBrush=_COLORS[4])
+        self._ppl_view.addItem(self._ppl_curve)
+        legend = item.legend
+        if legend is not None:
+            legend.addItem(self._ppl_curve, "eval perplexity (right axis)")
+        item.getViewBox().sigResized.connect(self._sync_ppl_view)
+        self._sync_ppl_view()
 
     def clear(self) -> None:
         self._steps, self._loss, self._lr_steps, self._lr = [], [], [], []
@@ -69,6 +94,9 @@ class LossChart(QWidget):
         self._device_curves = {}
         self._loss_curve.setData([], [])
         self._lr_curve.setData([], [])
+        self._eval_steps, self._eval_loss, self._ppl = [], [], []
+        self._eval_curve.setData([], [])
+        self._ppl_curve.setData([], [])
         self.clear_overlays()
 
     def add_record(self, record: Mapping[str, Any]) -> None:
@@ -82,6 +110,13 @@ class LossChart(QWidget):
             self._steps.append(float(step))
             self._loss.append(float(record["loss"]))
             self._loss_curve.setData(self._steps, self._loss)
+        if isinstance(record.get("eval_loss"), (int, float)):
+            self._eval_steps.append(float(step))
+            self._eval_loss.append(float(record["eval_loss"]))
+            self._eval_curve.setData(self._eval_steps, self._eval_loss)
+            ppl = record.get("eval_perplexity")
+            self._ppl.append(float(ppl) if isinstance(ppl, (int, float)) else float("nan"))
+            self._ppl_curve.setData(self._eval_steps, self._ppl, connect="finite")
         if isinstance(record.get("learning_rate"), (int, float)):
             self._lr_steps.append(float(step))
             self._lr.append(float(record["learning_rate"]))
@@ -94,6 +129,17 @@ class LossChart(QWidget):
 
     def point_count(self) -> int:
         return len(self._loss)
+
+    def eval_point_count(self) -> int:
+        return len(self._eval_loss)
+
+    def perplexities(self) -> list[float]:
+        return list(self._ppl)
+
+    def _sync_ppl_view(self) -> None:
+        view = self.loss_plot.getPlotItem().getViewBox()
+        self._ppl_view.setGeometry(view.sceneBoundingRect())
+        self._ppl_view.linkedViewChanged(view, self._ppl_view.XAxis)
 
     def add_overlay(self, name: str, steps: list[float], losses: list[float]) -> None:
         color = _COLORS[(len(self._overlays) + 2) % len(_COLORS)]

@@ -19,12 +19,13 @@ from gaudi_gui.ui.tab import JobOwner
 if TYPE_CHECKING:
     from gaudi_gui.ui.devices_tab import DevicesTab
     from gaudi_gui.ui.environment_tab import EnvironmentTab
+    from gaudi_gui.ui.hosts_tab import HostsTab
     from gaudi_gui.ui.runner_tab import RunnerTab
     from gaudi_gui.ui.training_tab import TrainingTab
 
 #: (attribute, tab title) in tab order.
 _TABS = (("devices_tab", "&Devices"), ("runner_tab", "&Model runner"), ("training_tab", "&Training"),
-         ("environment_tab", "&Environment"))
+         ("environment_tab", "&Environment"), ("hosts_tab", "H&osts"))
 
 #: How long "Stop and quit" waits for jobs to end before it gives up waiting and closes anyway
 #: (the jobs' own escalation to SIGKILL still runs; this only bounds how long the window stays).
@@ -143,6 +144,10 @@ class MainWindow(QMainWindow):
     @property
     def training_tab(self) -> TrainingTab:
         return cast("TrainingTab", self._tab("training_tab"))
+
+    @property
+    def hosts_tab(self) -> HostsTab:
+        return cast("HostsTab", self._tab("hosts_tab"))
 
     @property
     def environment_tab(self) -> EnvironmentTab:
@@ -313,6 +318,10 @@ def _construct(key: str, services: AppServices, parent: QWidget) -> QWidget:
         from gaudi_gui.ui.devices_tab import DevicesTab
 
         return DevicesTab(services, parent)
+    if key == "hosts_tab":
+        from gaudi_gui.ui.hosts_tab import HostsTab
+
+        return HostsTab(services, parent)
     if key == "runner_tab":
         from gaudi_gui.ui.runner_tab import RunnerTab
 

@@ -1,5 +1,6 @@
-"""The training job form: model, dataset (with a preview), method, launch options and every
-TrainingArguments field of the installed transformers (built from the schema a child reported)."""
+"""The training job form: model, dataset (with a preview, its SFT kind and mapping, eval split and a
+render preview), method, launch options and every SFTConfig / TrainingArguments field of the
+installed trl and transformers (built from the schema a child reported)."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core import paths
+from gaudi_gui.core import paths, sft
 from gaudi_gui.core.jobconfig import (
     FORMATS,
     METHODS,
@@ -36,7 +37,10 @@ from gaudi_gui.core.jobconfig import (
     dataset_columns,
     resolve_format,
 )
+from gaudi_gui.core.secrets import SECRET_TRAINING_ARGS
 from gaudi_gui.core.training_args import FieldSpec, Schema
+from gaudi_gui.services.sft_tools import RenderPreview
+from gaudi_gui.ui.dataset_panel import DatasetPanel
 from gaudi_gui.ui.wheel_guard import guard_wheel
 
 ERROR_STYLE = "border: 1px solid #d62728; background: #fff0f0;"
@@ -240,6 +244,14 @@ class TrainingForm(QWidget):
         self.preview.setMaximumHeight(90)
         self.preview.setToolTip("the first rows of the file and the columns the worker will see")
         form.addRow("Preview", self.preview)
+        self.dataset_panel = DatasetPanel(self)
+        self.dataset_panel.add_rows(form)
+        self.dataset_panel.changed.connect(self.changed)
+        self.dataset_panel.changed.connect(self._update_kind)
+        self.dataset_panel.render_requested.connect(self._render)
+        # The render preview's child (tokenizer + TRL's dataset preparation, no model).
+        self.renderer = RenderPreview(self)
+        self.renderer.finished.connect(self.dataset_panel.show_rendering)
         self.method = QComboBox(self)
         self.method.addItems(list(METHODS))
         self.lora_r = QSpinBox(self)
@@ -357,11 +369,16 @@ class TrainingForm(QWidget):
                 form.removeRow(0)
         self.editors.clear()
         self._labels.clear()
+        # The dataset panel edits the SFT fields it owns; a token never has an editor (job files
+        # never hold one).
+        skip = {*sft.PANEL_FIELDS, *SECRET_TRAINING_ARGS}
         for spec in schema.common():
-            self._add_editor(self.common_form, spec)
+            if spec.name not in skip:
+                self._add_editor(self.common_form, spec)
         for spec in schema.others():
-            self._add_editor(self.all_form, spec)
-        self.schema_status.setText(f"transformers {schema.transformers_version}: {len(schema.fields)} "
+            if spec.name not in skip:
+                self._add_editor(self.all_form, spec)
+        self.schema_status.setText(f"{schema.describe()}: {len(schema.fields)} "
                                    "arguments (common ones first; hover for help)")
         self.set_training_args({**current, **self._extra_args})
         self._filter(self.search.text())
@@ -388,7 +405,8 @@ class TrainingForm(QWidget):
         # The "all arguments" section stays folded until the user searches: 100 rows are noise.
         visible = {s.name for s in self.schema.search(text)} if text.strip() else set()
         for spec in self.schema.others():
-            self.all_form.setRowVisible(self._labels[spec.name], spec.name in visible)
+            if spec.name in self._labels:
+                self.all_form.setRowVisible(self._labels[spec.name], spec.name in visible)
 
     # -- values -------------------------------------------------------------------------------
 
@@ -428,7 +446,12 @@ class TrainingForm(QWidget):
         job = copy.deepcopy(self._base)
         job.model = self.model.currentText().strip()
         job.method = self.method.currentText()
-        job.training_args = args
+        owned = ("chat_template_path", "completion_only_loss", "assistant_only_loss")
+        job.training_args = {**{k: v for k, v in args.items() if k not in owned},
+                             **self.dataset_panel.training_args()}
+        job.dataset.kind = self.dataset_panel.kind.currentText()
+        job.dataset.columns = self.dataset_panel.columns()
+        job.dataset.eval = self.dataset_panel.eval_spec()
         job.dataset.source = self.dataset.text().strip()
         job.dataset.format = self.format.currentText()
         job.dataset.text_column = self.column.text().strip()
@@ -466,6 +489,9 @@ class TrainingForm(QWidget):
         self.main_ip.setText(job.launch.main_process_ip)
         self.main_port.setValue(job.launch.main_process_port)
         self.set_training_args(job.training_args)
+        self.dataset_panel.set_values(job.dataset.kind, dict(job.dataset.columns), dict(job.dataset.eval),
+                                      job.training_args)
+        self._update_kind()
 
     def check(self) -> tuple[JobConfig, list[tuple[str, str]]]:
         """The job and every problem found without a child (text that does not parse, JobConfig.validate,
@@ -490,7 +516,8 @@ class TrainingForm(QWidget):
             "lora.alpha": self.lora_alpha, "lora.dropout": self.lora_dropout,
             "launch.num_processes": self.num_processes, "launch.accelerate_config": self.accelerate_config,
             "launch.num_machines": self.num_machines, "launch.machine_rank": self.machine_rank,
-            "launch.main_process_ip": self.main_ip, "launch.main_process_port": self.main_port}
+            "launch.main_process_ip": self.main_ip, "launch.main_process_port": self.main_port,
+            **self.dataset_panel.widgets_by_field()}
         for key, widget in plain.items():
             if widget.property("help") is None:
                 widget.setProperty("help", widget.toolTip())  # the tooltip to restore once fixed
@@ -499,7 +526,7 @@ class TrainingForm(QWidget):
         # An error in a folded "all arguments" row must be visible: show those rows.
         if self.schema:
             for spec in self.schema.others():
-                if spec.name in by_field:
+                if spec.name in by_field and spec.name in self._labels:
                     self.all_form.setRowVisible(self._labels[spec.name], True)
 
     def set_hints(self, hints: list[tuple[str, str]]) -> None:
@@ -516,6 +543,27 @@ class TrainingForm(QWidget):
     def _update_preview(self) -> None:
         source = self.dataset.text().strip()
         self.preview.setPlainText(preview_rows(source, self.format.currentText()) if source else "")
+        local = str(paths.demo_dataset_path()) if paths.is_demo(source) else source
+        fmt = resolve_format(local, self.format.currentText()) if source else "hub"
+        self.dataset_panel.set_columns(dataset_columns(local, fmt) if fmt != "hub" else None)
+
+    def _update_kind(self) -> None:
+        # The text column is for the text kind; the others map their columns in the panel.
+        self.column.setEnabled(self.dataset_panel.kind.currentText() == "text")
+
+    def _render(self) -> None:
+        """The render preview of the job as the form holds it (problems are marked instead)."""
+        job, errors = self.check()
+        dataset_errors = [(f, m) for f, m in errors if f.startswith(("dataset", "model"))]
+        if dataset_errors:
+            self.dataset_panel.show_rendering({"ok": False, "message": dataset_errors[0][1]})
+            return
+        if self.renderer.render(job):
+            self.dataset_panel.set_rendering()
+
+    def shutdown(self) -> None:
+        """The render preview's child, if one runs."""
+        self.renderer.shutdown()
 
     def _update_method(self) -> None:
         lora = self.method.currentText() in ("lora", "qlora")

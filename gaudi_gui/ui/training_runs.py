@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt, Signal, SignalInstance
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QHBoxLayout,
+    QLabel,
     QPushButton,
     QTableWidget,
     QTableWidgetItem,
@@ -18,6 +19,8 @@ from PySide6.QtWidgets import (
 
 from gaudi_gui.core.metrics import format_duration
 from gaudi_gui.core.runstore import Run, RunStore
+from gaudi_gui.core.sft import is_adapter_dir
+from gaudi_gui.services.sft_tools import AdapterMerger
 
 COLUMNS = ("run", "status", "started", "duration", "steps", "final loss")
 
@@ -31,8 +34,12 @@ class RunsTable(QWidget):
     compare_requested = Signal(list)
     #: Continue this run from its latest checkpoint.
     resume_requested = Signal(object)
-    #: Open this run's trained model in the Model runner.
+    #: Open this run's trained model in the Model runner (an adapter: over its base, unmerged).
     load_in_runner_requested = Signal(object)
+    #: Merge this run's LoRA adapter into its base model and save the full model.
+    merge_requested = Signal(object)
+    #: A merge ended: (ok, the merged folder or what went wrong).
+    merge_finished = Signal(bool, str)
 
     def __init__(self, store: RunStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -50,17 +57,25 @@ class RunsTable(QWidget):
                               ("Clone", lambda: self._one(self.clone_requested)),
                               ("Compare", self._compare),
                               ("Resume", lambda: self._one(self.resume_requested)),
-                              ("Load in runner", lambda: self._one(self.load_in_runner_requested)),
+                              ("Try in runner", lambda: self._one(self.load_in_runner_requested)),
+                              ("Merge and save", lambda: self._one(self.merge_requested)),
                               ("Refresh", self.refresh)):
             button = QPushButton(name, self)
             button.clicked.connect(lambda _checked=False, h=handler: h())
             buttons.addWidget(button)
             self.buttons[name] = button
         buttons.addStretch(1)
+        self.status = QLabel(self)
+        self.status.setWordWrap(True)
+        # "Merge and save" runs its own small child (base + adapter -> <output>/merged).
+        self.merger = AdapterMerger(self)
+        self.merger.finished.connect(self._merged)
+        self.merge_requested.connect(self.merge)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.table, 1)
         layout.addLayout(buttons)
+        layout.addWidget(self.status)
         self._runs: list[Run] = []
         self.refresh()
 
@@ -102,3 +117,22 @@ class RunsTable(QWidget):
         runs = self.selected_runs()
         if runs:
             self.compare_requested.emit(runs)
+
+    def merge(self, run: Run) -> None:
+        """Merge the run's adapter into a full model in ``<output>/merged``."""
+        out = run.output_dir()
+        adapter = out / "adapter" if out else None
+        if adapter is None or not is_adapter_dir(adapter):
+            self.status.setText(f"{run.name} has no LoRA adapter to merge (only LoRA/QLoRA runs do)")
+            return
+        if self.merger.merge(adapter, adapter.parent / "merged"):
+            self.buttons["Merge and save"].setEnabled(False)
+            self.status.setText(f"merging {run.name}'s adapter into its base model…")
+
+    def _merged(self, ok: bool, text: str) -> None:
+        self.buttons["Merge and save"].setEnabled(True)
+        self.status.setText(f"merged model saved in {text}" if ok else f"⚠ {text}")
+        self.merge_finished.emit(ok, text)
+
+    def shutdown(self) -> None:
+        self.merger.shutdown()

@@ -497,9 +497,9 @@ class TrainingTab(QWidget):
         self.views.setCurrentWidget(self.live)
 
     def _load_in_runner(self, run: Run) -> None:
-        out = run.output_dir()
-        final = out / "final" if out else None
-        target = final if final and final.is_dir() else run.latest_checkpoint()
+        from gaudi_gui.core.sft import runner_target
+        # final/, merged/, else a LoRA adapter/ (the runner loads it over its base, unmerged).
+        target = runner_target(run.output_dir()) or run.latest_checkpoint()
         if target is None:
             self.status.setText(f"{run.name} has no saved model yet")
             return
@@ -534,6 +534,8 @@ class TrainingTab(QWidget):
             self._save_draft()
         self.log.shutdown()
         self.schema_loader.shutdown()
+        self.form.shutdown()
+        self.runs.shutdown()
 
     def _debug_state(self) -> dict[str, Any]:
         return {"state": self.job.state, "records": len(self.job.records)}

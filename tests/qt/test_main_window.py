@@ -48,7 +48,7 @@ def window(qtbot) -> Iterator[MainWindow]:
 
 def test_tabs_and_probe_in_status_bar(qtbot, window: MainWindow) -> None:
     titles = [window.tabs.tabText(i).replace("&", "") for i in range(window.tabs.count())]
-    assert titles == ["Devices", "Model runner", "Training", "Environment"]
+    assert titles == ["Devices", "Model runner", "Training", "Environment", "Hosts"]
     with qtbot.waitSignal(window.services.environment.probe_finished, timeout=60000) as blocker:
         window.services.environment.refresh()
     info = blocker.args[0]

@@ -173,8 +173,18 @@ def test_valid_combinations_are_not_flagged_in_the_gui(form: TrainingForm, tmp_p
     for args in ({"bf16": True, "use_cpu": True},
                  {"load_best_model_at_end": True, "eval_strategy": "steps", "save_strategy": "steps"},
                  {"warmup_steps": 0.1, "max_steps": 0, "num_train_epochs": 1}):
-        form.set_job(JobConfig(training_args={"output_dir": str(tmp_path), **args}))
+        job = JobConfig(training_args={"output_dir": str(tmp_path), **args})
+        job.dataset.eval = {"fraction": 0.1}  # eval_strategy needs an eval split (flagged without one)
+        form.set_job(job)
         assert check_fields(form) == {}, args
+
+
+def test_eval_strategy_without_an_eval_split_is_flagged_at_the_field(form: TrainingForm,
+                                                                       tmp_path: Path) -> None:
+    form.set_job(JobConfig(training_args={"output_dir": str(tmp_path), "eval_strategy": "steps"}))
+    problems = check_fields(form)
+    assert "needs an eval split" in problems["training_args.eval_strategy"]
+    assert "background" in form.editors["eval_strategy"].editor.styleSheet()
 
 
 def test_text_column_checked_against_the_preview(qtbot, form: TrainingForm, tmp_path: Path) -> None:

@@ -186,7 +186,7 @@ def test_demo_run_end_to_end_and_history_by_clicks(qtbot, tab: TrainingTab, tmp_
     click(qtbot, tab.runs.buttons["Compare"])
     assert len(tab.chart._overlays) == 1 and tab.chart.point_count() == 0 and tab.eta.text() == ""
     with qtbot.waitSignal(tab.load_in_runner_requested, timeout=2000) as loaded:
-        click(qtbot, tab.runs.buttons["Load in runner"])
+        click(qtbot, tab.runs.buttons["Try in runner"])
     assert Path(loaded.args[0]).name == "final"
     set_arg(tab, "max_steps", "3")
     click(qtbot, tab.runs.buttons["Clone"])
@@ -218,6 +218,8 @@ def test_stop_then_kill_now_while_saving_leaves_no_checkpoint_to_resume(
     click(qtbot, tab.btn["Stop"])
     qtbot.waitUntil(lambda: "saving checkpoint" in tab.status.text(), timeout=60000)
     assert tab.btn["Stop"].text() == "Kill now"
+    # "saving" is announced just before the Trainer makes the folder: kill once the write is under way.
+    qtbot.waitUntil(lambda: any((tmp_path / "out").glob("checkpoint-*/*")), timeout=60000)
     with qtbot.waitSignal(job.finished, timeout=60000) as done:
         click(qtbot, tab.btn["Stop"])
     assert done.args[1] == "killed"

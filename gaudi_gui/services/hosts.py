@@ -1,0 +1,89 @@
+"""The hosts the window watches: one DevicePoller per saved remote host, for the Hosts overview.
+
+"local" is the window's own poller. A saved host (added in the Hosts tab or with ``gaudi-gui hosts
+--add``) gets its own poller, whose hl-smi loop runs on the host over ssh; aliases of ~/.ssh/config
+are listed but not connected to until the user adds them (a config may name fifty machines). Each
+poller has its own card selection. Pollers run only while ``start()`` is in effect (the Hosts tab
+shown), so an unused window makes no connections.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QObject, Signal
+
+from gaudi_gui.core import remote
+from gaudi_gui.core.remote import Host, HostError
+from gaudi_gui.services.device_poller import DevicePoller
+from gaudi_gui.services.device_selection import DeviceSelection
+from gaudi_gui.services.settings import Settings
+
+
+class HostsService(QObject):
+    #: The host list changed (a host added or removed).
+    hosts_changed = Signal()
+    #: A host's poller was created: (host name, poller).
+    poller_added = Signal(str, object)
+
+    def __init__(self, settings: Settings, local: DevicePoller, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._settings = settings
+        self.local = local
+        self.pollers: dict[str, DevicePoller] = {}
+        self.selections: dict[str, DeviceSelection] = {}
+        self._running = False
+
+    def hosts(self) -> list[Host]:
+        """local, the saved hosts, then ~/.ssh/config aliases not saved yet."""
+        return remote.all_hosts()
+
+    def saved(self) -> list[Host]:
+        return remote.saved_hosts()
+
+    def poller(self, name: str) -> DevicePoller | None:
+        if name == remote.LOCAL:
+            return self.local
+        return self.pollers.get(name)
+
+    def start(self) -> None:
+        """Connect to every saved host (idempotent)."""
+        self._running = True
+        for host in self.saved():
+            self._ensure(host).start()
+
+    def stop(self) -> None:
+        self._running = False
+        for poller in self.pollers.values():
+            poller.stop()
+
+    def add(self, name: str, remote_command: str = "", hl_smi: str = "") -> Host:
+        """Save a host and, while watching, connect to it; HostError says what is wrong with it."""
+        host = Host.parse(name, remote_command, hl_smi)
+        if host.is_local:
+            raise HostError("'local' is always there")
+        saved = [h for h in self.saved() if h.name != host.name] + [host]
+        remote.save_hosts(saved)
+        old = self.pollers.pop(host.name, None)
+        if old is not None:
+            old.stop()
+            old.deleteLater()
+        if self._running:
+            self._ensure(host).start()
+        self.hosts_changed.emit()
+        return host
+
+    def remove(self, name: str) -> None:
+        remote.save_hosts([h for h in self.saved() if h.name != name])
+        poller = self.pollers.pop(name, None)
+        if poller is not None:
+            poller.stop()
+            poller.deleteLater()
+        self.hosts_changed.emit()
+
+    def _ensure(self, host: Host) -> DevicePoller:
+        poller = self.pollers.get(host.name)
+        if poller is None:
+            selection = self.selections.setdefault(host.name, DeviceSelection())
+            poller = DevicePoller(self._settings, selection, self, host=host)
+            self.pollers[host.name] = poller
+            self.poller_added.emit(host.name, poller)
+        return poller

@@ -1,0 +1,269 @@
+"""Hosts: every machine's cards at once, the way a person watches a rack.
+
+One row per host ("local" first, then the saved hosts, then ~/.ssh/config aliases not added yet),
+its cards beneath it: utilization, memory, temperature and power per card. A busy card, a failing
+hl-smi and an unreachable host stand out; a lost connection is a state of its row (retried with
+back-off by the host's poller), never a dialog. "Open panel" (or a double-click) opens the host's
+full Devices panel in a window of its own. The add row takes a destination exactly as ``ssh DEST``
+does, and the command that runs gaudi-gui there; a bad one is refused at the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QBrush, QColor, QFont
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gaudi_gui.core.devices import DeviceSample
+from gaudi_gui.core.remote import DEFAULT_REMOTE_COMMAND, LOCAL, HostError
+from gaudi_gui.services import device_poller as dp
+from gaudi_gui.services.context import AppServices
+from gaudi_gui.services.device_poller import DevicePoller
+from gaudi_gui.services.hosts import HostsService
+
+COLUMNS = ("Host / card", "State", "Util %", "Memory", "Temp °C", "Power W")
+BUSY_UTIL = 50.0
+_BAD = QColor("#b3261e")
+_WARN = QColor("#b26a00")
+_IDLE = QColor("#6b6b6b")
+
+
+class HostsTab(QWidget):
+    def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.services = services
+        self.hosts = HostsService(services.settings, services.poller, self)
+        self._panels: dict[str, QWidget] = {}
+
+        self.dest_edit = QLineEdit()
+        self.dest_edit.setPlaceholderText("ssh destination: alias, user@host or host:port")
+        self.dest_edit.setObjectName("host_dest")
+        self.command_edit = QLineEdit()
+        self.command_edit.setPlaceholderText(f"remote command (default: {DEFAULT_REMOTE_COMMAND})")
+        self.hl_smi_edit = QLineEdit()
+        self.hl_smi_edit.setPlaceholderText("hl-smi on the host (default: on its PATH)")
+        self.add_button = QPushButton("&Add host")
+        self.add_button.clicked.connect(lambda: self.add_host())  # noqa: PLW0108
+        self.dest_edit.returnPressed.connect(lambda: self.add_host())  # noqa: PLW0108
+        self.error_label = QLabel("")
+        self.error_label.setStyleSheet("color: #b3261e")
+        self.error_label.setWordWrap(True)
+        self.error_label.hide()
+
+        self.tree = QTreeWidget()
+        self.tree.setColumnCount(len(COLUMNS))
+        self.tree.setHeaderLabels(list(COLUMNS))
+        self.tree.setRootIsDecorated(True)
+        self.tree.setUniformRowHeights(True)
+        self.tree.itemDoubleClicked.connect(lambda item, _col: self.open_panel(self._host_of(item)))
+        self.tree.itemSelectionChanged.connect(self._update_buttons)
+        self.open_button = QPushButton("&Open panel")
+        self.open_button.clicked.connect(lambda: self.open_panel(self.selected_host()))
+        self.remove_button = QPushButton("&Remove host")
+        self.remove_button.clicked.connect(lambda: self.remove_host(self.selected_host()))
+
+        form = QHBoxLayout()
+        form.addWidget(self.dest_edit, 3)
+        form.addWidget(self.command_edit, 3)
+        form.addWidget(self.hl_smi_edit, 2)
+        form.addWidget(self.add_button)
+        actions = QHBoxLayout()
+        actions.addWidget(self.open_button)
+        actions.addWidget(self.remove_button)
+        actions.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.error_label)
+        layout.addWidget(self.tree, 1)
+        layout.addLayout(actions)
+
+        self._items: dict[str, QTreeWidgetItem] = {}
+        self.hosts.hosts_changed.connect(self._rebuild)
+        self.hosts.poller_added.connect(self._watch)
+        self._watch(LOCAL, services.poller)
+        self.hosts.start()
+        self._rebuild()
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def add_host(self) -> None:
+        try:
+            host = self.hosts.add(self.dest_edit.text(), self.command_edit.text(), self.hl_smi_edit.text())
+        except HostError as exc:
+            self.error_label.setText(str(exc))
+            self.error_label.show()
+            self.dest_edit.setFocus()
+            return
+        except OSError as exc:
+            self.error_label.setText(f"cannot save the host list: {exc}")
+            self.error_label.show()
+            return
+        self.error_label.hide()
+        self.dest_edit.clear()
+        self.command_edit.clear()
+        self.hl_smi_edit.clear()
+        item = self._items.get(host.name)
+        if item is not None:
+            self.tree.setCurrentItem(item)
+
+    def remove_host(self, name: str | None) -> None:
+        if not name or name == LOCAL:
+            return
+        panel = self._panels.pop(name, None)
+        if panel is not None:
+            panel.close()
+        self.hosts.remove(name)
+
+    def selected_host(self) -> str | None:
+        item = self.tree.currentItem()
+        return self._host_of(item) if item is not None else None
+
+    def open_panel(self, name: str | None) -> QWidget | None:
+        """The host's Devices panel in a window of its own (the main window's tab for "local")."""
+        if not name:
+            return None
+        poller = self.hosts.poller(name)
+        if poller is None:
+            # An alias not added yet: adding it is what connects to it.
+            try:
+                self.hosts.add(name)
+            except HostError as exc:
+                self.error_label.setText(str(exc))
+                self.error_label.show()
+                return None
+            poller = self.hosts.poller(name)
+        if name == LOCAL:
+            window = self.window()
+            tabs = getattr(window, "tabs", None)
+            if tabs is not None:
+                tabs.setCurrentIndex(0)
+            return None
+        panel = self._panels.get(name)
+        if panel is None:
+            from gaudi_gui.ui.devices_tab import DevicesTab
+            assert poller is not None
+            scoped = dataclasses.replace(self.services, poller=poller, selection=poller._selection)
+            panel = DevicesTab(scoped)
+            panel.setWindowTitle(f"gaudi-gui — devices on {name}")
+            panel.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, False)
+            panel.resize(1100, 720)
+            self._panels[name] = panel
+        panel.show()
+        panel.raise_()
+        return panel
+
+    def shutdown(self) -> None:
+        for panel in self._panels.values():
+            shutdown = getattr(panel, "shutdown", None)
+            if callable(shutdown):
+                shutdown()
+            panel.close()
+        self.hosts.stop()
+
+    # -- the tree ---------------------------------------------------------------------------------
+
+    def _host_of(self, item: QTreeWidgetItem) -> str:
+        parent = item.parent()
+        while parent is not None:
+            item, parent = parent, parent.parent()
+        return str(item.data(0, Qt.ItemDataRole.UserRole))
+
+    def _update_buttons(self) -> None:
+        name = self.selected_host()
+        self.open_button.setEnabled(bool(name))
+        self.remove_button.setEnabled(bool(name) and name != LOCAL and
+                                      any(h.name == name for h in self.hosts.saved()))
+
+    def _rebuild(self) -> None:
+        current = self.selected_host()
+        self.tree.clear()
+        self._items.clear()
+        for host in self.hosts.hosts():
+            item = QTreeWidgetItem([host.label, "", "", "", "", ""])
+            item.setData(0, Qt.ItemDataRole.UserRole, host.name)
+            font = QFont(item.font(0))
+            font.setBold(True)
+            item.setFont(0, font)
+            self.tree.addTopLevelItem(item)
+            self._items[host.name] = item
+            poller = self.hosts.poller(host.name)
+            if poller is None:
+                item.setText(1, "not watched — Open panel or Add host connects")
+                item.setForeground(1, QBrush(_IDLE))
+            else:
+                self._show_state(host.name, poller.state, poller.message)
+                self._show_cards(host.name, poller.latest())
+            item.setExpanded(True)
+            if host.name == current:
+                self.tree.setCurrentItem(item)
+        for col in range(len(COLUMNS)):
+            self.tree.resizeColumnToContents(col)
+        self._update_buttons()
+
+    def _watch(self, name: str, poller: DevicePoller) -> None:
+        poller.samples_received.connect(lambda samples, n=name: self._show_cards(n, samples))
+        poller.state_changed.connect(lambda state, message, n=name: self._show_state(n, state, message))
+
+    def _show_state(self, name: str, state: str, message: str) -> None:
+        item = self._items.get(name)
+        if item is None:
+            return
+        first = next((ln for ln in message.splitlines() if ln.strip()), "")
+        text = {dp.STATE_OK: "ok", dp.STATE_UNREACHABLE: f"unreachable: {first}",
+                dp.STATE_FAILED: f"hl-smi failing: {first}", dp.STATE_ABSENT: "no hl-smi (host only)",
+                dp.STATE_STARTING: "connecting…" if name != LOCAL else "starting…",
+                dp.STATE_STOPPED: "stopped"}.get(state, state)
+        item.setText(1, text)
+        item.setToolTip(1, message)
+        color = _BAD if state in (dp.STATE_UNREACHABLE, dp.STATE_FAILED) else None
+        item.setForeground(1, QBrush(color) if color else QBrush())
+        if state == dp.STATE_UNREACHABLE:
+            for child in _children(item):
+                child.setForeground(1, QBrush(_IDLE))
+                child.setText(1, "stale")
+
+    def _show_cards(self, name: str, samples: list[DeviceSample]) -> None:
+        item = self._items.get(name)
+        if item is None:
+            return
+        cards = [s for s in samples if s.kind in ("hpu", "cuda")]
+        while item.childCount() > len(cards):
+            item.takeChild(item.childCount() - 1)
+        while item.childCount() < len(cards):
+            item.addChild(QTreeWidgetItem(["", "", "", "", "", ""]))
+        busy = 0
+        for child, s in zip(_children(item), cards, strict=True):
+            label = f"{s.kind} {s.index}" + (f" (module {s.module_id})" if s.module_id is not None else "")
+            util = s.utilization
+            is_busy = util is not None and util >= BUSY_UTIL
+            busy += is_busy
+            mem = (f"{(s.memory_used_mib or 0) / 1024:.1f} / {s.memory_total_mib / 1024:.0f} GiB"
+                   if s.memory_total_mib else "—")
+            values = [label, "busy" if is_busy else "idle", _num(util), mem, _num(s.temperature_c),
+                      _num(s.power_w)]
+            for col, value in enumerate(values):
+                child.setText(col, value)
+            child.setForeground(1, QBrush(_WARN) if is_busy else QBrush())
+        if cards:
+            mean = [s.utilization for s in cards if s.utilization is not None]
+            item.setText(2, _num(sum(mean) / len(mean)) if mean else "—")
+            item.setText(3, f"{len(cards)} card(s), {busy} busy")
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else f"{value:.0f}"
+
+
+def _children(item: QTreeWidgetItem) -> list[QTreeWidgetItem]:
+    return [c for c in (item.child(i) for i in range(item.childCount())) if c is not None]

@@ -1,0 +1,72 @@
+"""The Hosts tab against a real SSH server: added by clicking, every card of the host shown, the
+host's full panel opened, a dropped connection shown as a state and recovered, nothing left on the
+host after the tab is shut down."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+from gaudi_gui.app import create_services
+from gaudi_gui.core import remote
+from gaudi_gui.services import device_poller as dp
+from gaudi_gui.ui.hosts_tab import HostsTab
+from tests.remote.conftest import SshHost
+
+
+def click_item(qtbot, tab: HostsTab, item) -> None:
+    rect = tab.tree.visualItemRect(item)
+    qtbot.mouseClick(tab.tree.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
+
+
+def test_add_host_watch_its_cards_open_panel_survive_a_drop(qtbot, ssh_host: SshHost) -> None:
+    services = create_services()
+    services.settings.set("devices/interval_s", 0.2)
+    tab = HostsTab(services)
+    qtbot.addWidget(tab)
+    tab.resize(1200, 800)
+    tab.show()
+    # The alias of the ssh config is offered, not connected to.
+    assert ssh_host.dest in tab._items and tab.hosts.poller(ssh_host.dest) is None
+    assert "not watched" in tab._items[ssh_host.dest].text(1)
+
+    qtbot.keyClicks(tab.dest_edit, "-oProxyCommand=touch /tmp/x")
+    qtbot.mouseClick(tab.add_button, Qt.MouseButton.LeftButton)
+    assert tab.error_label.isVisible() and "cannot begin with '-'" in tab.error_label.text()
+    assert remote.saved_hosts() == []
+
+    tab.dest_edit.clear()
+    qtbot.keyClicks(tab.dest_edit, ssh_host.dest)
+    qtbot.mouseClick(tab.add_button, Qt.MouseButton.LeftButton)
+    assert not tab.error_label.isVisible()
+    assert [h.name for h in remote.saved_hosts()] == [ssh_host.dest]
+    poller = tab.hosts.poller(ssh_host.dest)
+    assert poller is not None
+    poller.backoff_initial_s = 0.2
+    states: list[str] = []
+    poller.state_changed.connect(lambda state, _m: states.append(state))
+    item = tab._items[ssh_host.dest]
+    qtbot.waitUntil(lambda: tab._items[ssh_host.dest].childCount() == 8
+                    and tab._items[ssh_host.dest].text(1) == "ok", timeout=30000)  # noqa
+    item = tab._items[ssh_host.dest]
+    card = item.child(0)
+    assert card.text(0).startswith("hpu 0") and card.text(2) != "—" and "GiB" in card.text(3)
+    assert "8 card(s)" in item.text(3)
+
+    click_item(qtbot, tab, item)
+    assert tab.selected_host() == ssh_host.dest and tab.remove_button.isEnabled()
+    qtbot.mouseClick(tab.open_button, Qt.MouseButton.LeftButton)
+    panel = tab._panels[ssh_host.dest]
+    qtbot.waitUntil(lambda: panel.isVisible() and panel.table.rowCount() == 8, timeout=20000)
+
+    ssh_host.drop()  # the network goes: a state of the row, then it comes back by itself
+    qtbot.waitUntil(lambda: dp.STATE_UNREACHABLE in states or dp.STATE_FAILED in states, timeout=20000)
+    qtbot.waitUntil(lambda: poller.state == dp.STATE_OK and tab._items[ssh_host.dest].text(1) == "ok",
+                    timeout=30000)
+
+    click_item(qtbot, tab, tab._items[ssh_host.dest])
+    qtbot.mouseClick(tab.remove_button, Qt.MouseButton.LeftButton)
+    assert remote.saved_hosts() == [] and tab.hosts.poller(ssh_host.dest) is None
+    assert "not watched" in tab._items[ssh_host.dest].text(1)  # still an alias of the config
+    tab.shutdown()
+    services.poller.stop()
+    assert ssh_host.wait_no_processes(20) == []
