@@ -39,6 +39,7 @@ bench: $(STAMP)
 screenshots: $(STAMP)
 	$(PY) scripts/screenshots.py docs
 	$(PY) scripts/screenshot_training.py docs
+	$(PY) scripts/screenshot_hosts.py docs/hosts.png
 
 clean:
 	rm -rf $(VENV) build *.egg-info

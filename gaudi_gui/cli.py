@@ -36,13 +36,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser, or with ``only`` just that subcommand (the host-side commands: the handshake
+    must answer on a host whose other dependencies are not installed yet, and fast)."""
     parser = _Parser(prog="gaudi-gui", description=(
         "Control panel for Intel Gaudi (and CUDA / CPU) machines. Without a subcommand it opens the "
         "window."))
     parser.add_argument("--version", action="version", version=f"gaudi-gui {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     for name, module in COMMANDS.items():
+        if only is not None and name != only:
+            continue
         mod = importlib.import_module(f"gaudi_gui.commands.{module}")
         mod.add_parser(sub)
         if name not in _HOST_SIDE:
@@ -64,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_gui([])
     # Anything else goes through the parser, so an unknown option (``gaudi-gui --bogus``) is a usage
     # error (exit 2, one line) instead of silently opening the window.
-    parser = build_parser()
+    parser = build_parser(args_list[0] if args_list[0] in _HOST_SIDE else None)
     args, extras = parser.parse_known_args(args_list)
     if extras:
         message = f"unrecognized arguments: {' '.join(extras)}"

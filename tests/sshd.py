@@ -41,6 +41,10 @@ class Server(asyncssh.SSHServer):
         return False
 
 
+#: Where commands start, as sshd starts them in the user's home (not wherever the server was started).
+WORKDIR = ""
+
+
 async def handle(process: asyncssh.SSHServerProcess) -> None:
     command = process.command
     if command is None:  # a shell request: the app never makes one
@@ -49,7 +53,7 @@ async def handle(process: asyncssh.SSHServerProcess) -> None:
         return
     child = await asyncio.create_subprocess_exec(
         "/bin/sh", "-c", command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE, start_new_session=True)
+        stderr=asyncio.subprocess.PIPE, start_new_session=True, cwd=WORKDIR or None)
 
     async def pump_in() -> None:
         assert child.stdin is not None
@@ -90,7 +94,10 @@ async def main() -> None:
     parser.add_argument("--host-key", required=True)
     parser.add_argument("--authorized-keys", required=True)
     parser.add_argument("--port-file", required=True)
+    parser.add_argument("--cwd", default="", help="where commands start (sshd: the user's home)")
     args = parser.parse_args()
+    global WORKDIR
+    WORKDIR = args.cwd
     server = await asyncssh.create_server(
         Server, "127.0.0.1", 0, server_host_keys=[args.host_key],
         authorized_client_keys=args.authorized_keys, process_factory=handle, encoding=None,

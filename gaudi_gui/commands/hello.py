@@ -29,7 +29,8 @@ def info() -> dict[str, object]:
     from gaudi_gui.core.remote import REMOTE_PROTOCOL
     hl_smi = os.environ.get("GAUDI_GUI_HL_SMI") or shutil.which("hl-smi") or ""
     return {"gaudi_gui": __version__, "protocol": REMOTE_PROTOCOL, "python": sys.version.split()[0],
-            "executable": sys.executable, "hostname": socket.gethostname(), "platform": platform.platform(),
+            "executable": sys.executable,
+            "location": os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hostname": socket.gethostname(), "platform": platform.platform(),
             "hl_smi": hl_smi, "versions": versions()}
 
 

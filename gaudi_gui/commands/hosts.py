@@ -2,6 +2,8 @@
 ~/.ssh/config), each checked at once: reachable, its gaudi-gui version, device kind and card count.
 
 ``--add DEST [--remote-command CMD] [--hl-smi PATH]`` saves a host, ``--remove DEST`` forgets one.
+``--setup DEST [--venv PATH] [--python PY] [--no-deps]`` installs this gaudi-gui version into a venv on
+the host (``core/host_setup.py``) and saves the host with that venv's python as its remote command.
 Exit 0 when every host checked answered, 1 when one did not (the reason is in the table / JSON).
 """
 
@@ -23,6 +25,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--add", metavar="DEST", default="", help="save a host (an ssh destination)")
     p.add_argument("--hl-smi", dest="hl_smi", default="", help="with --add: hl-smi's path on the host")
     p.add_argument("--remove", metavar="DEST", default="", help="forget a saved host")
+    p.add_argument("--setup", metavar="DEST", default="",
+                   help="install this gaudi-gui version on the host (a venv that sees the host's torch)")
+    p.add_argument("--venv", default="", metavar="PATH",
+                   help="with --setup: the venv on the host (default ~/.local/share/gaudi-gui/venv)")
+    p.add_argument("--python", default="", metavar="PY",
+                   help="with --setup: the host's Python to make the venv from (default: the remote "
+                        "command's, else python3)")
+    p.add_argument("--no-deps", dest="no_deps", action="store_true",
+                   help="with --setup: install gaudi-gui only (the host's Python already has its "
+                        "dependencies, or has no access to a package index)")
     p.add_argument("--timeout", type=float, default=20.0, help="seconds each host may take (default 20)")
 
 
@@ -52,7 +64,24 @@ def check(host: Host, timeout: float) -> dict[str, Any]:
     return out
 
 
+def _setup(args: argparse.Namespace) -> int:
+    from gaudi_gui.core import host_setup
+    try:
+        host = remote.find_host(args.setup, getattr(args, "remote_command", "") or "")
+        host_setup.setup(host, venv=args.venv or host_setup.DEFAULT_VENV, python=args.python,
+                         deps=not args.no_deps, say=lambda line: print(line, flush=True))
+    except HostError as exc:
+        print(f"gaudi-gui hosts --setup: {exc}", file=sys.stderr)
+        return 2
+    except (RemoteError, host_setup.SetupError, OSError) as exc:
+        print(f"gaudi-gui hosts --setup: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.setup:
+        return _setup(args)
     if args.add or args.remove:
         try:
             saved = remote.saved_hosts()

@@ -24,12 +24,14 @@ class HostsService(QObject):
     #: A host's poller was created: (host name, poller).
     poller_added = Signal(str, object)
 
-    def __init__(self, settings: Settings, local: DevicePoller, parent: QObject | None = None) -> None:
+    def __init__(self, settings: Settings, local: DevicePoller, parent: QObject | None = None, *,
+                 selections: dict[str, DeviceSelection] | None = None) -> None:
         super().__init__(parent)
         self._settings = settings
         self.local = local
         self.pollers: dict[str, DevicePoller] = {}
-        self.selections: dict[str, DeviceSelection] = {}
+        #: Card selection per host (shared with the runner through ``AppServices.host_selections``).
+        self.selections: dict[str, DeviceSelection] = selections if selections is not None else {}
         self._running = False
 
     def hosts(self) -> list[Host]:
@@ -70,6 +72,18 @@ class HostsService(QObject):
             self._ensure(host).start()
         self.hosts_changed.emit()
         return host
+
+    def reload(self, name: str) -> None:
+        """The saved entry of ``name`` changed on disk (set-up wrote a new remote command): a new
+        poller for it, connected while watching."""
+        old = self.pollers.pop(name, None)
+        if old is not None:
+            old.stop()
+            old.deleteLater()
+        host = next((h for h in self.saved() if h.name == name), None)
+        if host is not None and self._running:
+            self._ensure(host).start()
+        self.hosts_changed.emit()
 
     def remove(self, name: str) -> None:
         remote.save_hosts([h for h in self.saved() if h.name != name])

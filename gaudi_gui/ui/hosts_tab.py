@@ -11,11 +11,13 @@ does, and the command that runs gaudi-gui there; a bad one is refused at the fie
 from __future__ import annotations
 
 import dataclasses
+import sys
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QPushButton,
@@ -31,8 +33,12 @@ from gaudi_gui.services import device_poller as dp
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.services.device_poller import DevicePoller
 from gaudi_gui.services.hosts import HostsService
+from gaudi_gui.services.process import ProcessRunner
 
-COLUMNS = ("Host / card", "State", "Util %", "Memory", "Temp °C", "Power W")
+COLUMNS = ("Host / card", "Util %", "Memory", "Temp °C", "Power W", "State")
+#: Column indexes (the numbers sit next to the names; the state, which can be a long line, is last).
+NAME, UTIL, MEMORY, TEMP, POWER, STATE = range(len(COLUMNS))
+_LABEL_ROLE = int(Qt.ItemDataRole.UserRole) + 1
 BUSY_UTIL = 50.0
 _BAD = QColor("#b3261e")
 _WARN = QColor("#b26a00")
@@ -43,7 +49,8 @@ class HostsTab(QWidget):
     def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.services = services
-        self.hosts = HostsService(services.settings, services.poller, self)
+        self.hosts = HostsService(services.settings, services.poller, self,
+                                  selections=services.host_selections)
         self._panels: dict[str, QWidget] = {}
 
         self.dest_edit = QLineEdit()
@@ -66,12 +73,32 @@ class HostsTab(QWidget):
         self.tree.setHeaderLabels(list(COLUMNS))
         self.tree.setRootIsDecorated(True)
         self.tree.setUniformRowHeights(True)
+        # Columns follow their contents (a few rows per host: cheap), the state column takes the rest.
+        header = self.tree.header()
+        for col in range(STATE):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setStretchLastSection(True)
+        self.tree.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.tree.itemDoubleClicked.connect(lambda item, _col: self.open_panel(self._host_of(item)))
         self.tree.itemSelectionChanged.connect(self._update_buttons)
         self.open_button = QPushButton("&Open panel")
         self.open_button.clicked.connect(lambda: self.open_panel(self.selected_host()))
         self.remove_button = QPushButton("&Remove host")
         self.remove_button.clicked.connect(lambda: self.remove_host(self.selected_host()))
+        self.setup_button = QPushButton("&Set up host")
+        self.setup_button.setToolTip("install this gaudi-gui version on the host: a venv that sees the "
+                                     "host's torch (--system-site-packages), from a wheel built here")
+        self.setup_button.clicked.connect(
+            lambda: self.setup_host(self.selected_host(), self.setup_options))
+        self.setup_status = QLabel("")
+        self.setup_status.setWordWrap(True)
+        # `gaudi-gui hosts --setup DEST` as a child: building and copying a wheel, pip on the host.
+        self._setup_runner = ProcessRunner(self, parse_protocol=False, tail_lines=20)
+        self._setup_runner.line_received.connect(self._on_setup_line)
+        self._setup_runner.finished.connect(self._on_setup_finished)
+        self._setup_host = ""
+        #: More ``hosts --setup`` options (``--venv``, ``--python``, ``--no-deps``) for the button.
+        self.setup_options: tuple[str, ...] = ()
 
         form = QHBoxLayout()
         form.addWidget(self.dest_edit, 3)
@@ -81,7 +108,8 @@ class HostsTab(QWidget):
         actions = QHBoxLayout()
         actions.addWidget(self.open_button)
         actions.addWidget(self.remove_button)
-        actions.addStretch(1)
+        actions.addWidget(self.setup_button)
+        actions.addWidget(self.setup_status, 1)
         layout = QVBoxLayout(self)
         layout.addLayout(form)
         layout.addWidget(self.error_label)
@@ -124,6 +152,33 @@ class HostsTab(QWidget):
         if panel is not None:
             panel.close()
         self.hosts.remove(name)
+
+    def setup_host(self, name: str | None, extra: tuple[str, ...] = ()) -> bool:
+        """Install this gaudi-gui on the host (``gaudi-gui hosts --setup``); False when one runs."""
+        if not name or name == LOCAL or self._setup_runner.is_running():
+            return False
+        self._setup_host = name
+        self.setup_status.setText(f"setting up {name}…")
+        self.setup_status.setStyleSheet("")
+        self.setup_button.setEnabled(False)
+        self._setup_runner.start(sys.executable, ["-m", "gaudi_gui", "hosts", "--setup", name, *extra])
+        return True
+
+    def _on_setup_line(self, _stream: str, line: str) -> None:
+        if line.strip():
+            self.setup_status.setText(f"{self._setup_host}: {line.strip()}")
+
+    def _on_setup_finished(self, code: int, _status: str) -> None:
+        name, self._setup_host = self._setup_host, ""
+        if code == 0:
+            self.setup_status.setText(f"{name}: gaudi-gui set up; reconnecting")
+            self.hosts.reload(name)  # the saved remote command changed: its poller starts again
+        else:
+            last = next((t for t in reversed(self._setup_runner.tail(5)) if t.strip()), f"exit {code}")
+            why = last.removeprefix("gaudi-gui hosts --setup: ")
+            self.setup_status.setText(f"{name}: set-up failed — {why}")
+            self.setup_status.setStyleSheet("color: #b3261e")
+        self._update_buttons()
 
     def selected_host(self) -> str | None:
         item = self.tree.currentItem()
@@ -169,6 +224,8 @@ class HostsTab(QWidget):
             if callable(shutdown):
                 shutdown()
             panel.close()
+        if self._setup_runner.is_running():
+            self._setup_runner.kill_tree()
         self.hosts.stop()
 
     # -- the tree ---------------------------------------------------------------------------------
@@ -184,6 +241,7 @@ class HostsTab(QWidget):
         self.open_button.setEnabled(bool(name))
         self.remove_button.setEnabled(bool(name) and name != LOCAL and
                                       any(h.name == name for h in self.hosts.saved()))
+        self.setup_button.setEnabled(bool(name) and name != LOCAL and not self._setup_runner.is_running())
 
     def _rebuild(self) -> None:
         current = self.selected_host()
@@ -192,6 +250,7 @@ class HostsTab(QWidget):
         for host in self.hosts.hosts():
             item = QTreeWidgetItem([host.label, "", "", "", "", ""])
             item.setData(0, Qt.ItemDataRole.UserRole, host.name)
+            item.setData(0, _LABEL_ROLE, host.label)
             font = QFont(item.font(0))
             font.setBold(True)
             item.setFont(0, font)
@@ -199,16 +258,14 @@ class HostsTab(QWidget):
             self._items[host.name] = item
             poller = self.hosts.poller(host.name)
             if poller is None:
-                item.setText(1, "not watched — Open panel or Add host connects")
-                item.setForeground(1, QBrush(_IDLE))
+                item.setText(STATE, "not watched — Open panel or Add host connects")
+                item.setForeground(STATE, QBrush(_IDLE))
             else:
                 self._show_state(host.name, poller.state, poller.message)
                 self._show_cards(host.name, poller.latest())
             item.setExpanded(True)
             if host.name == current:
                 self.tree.setCurrentItem(item)
-        for col in range(len(COLUMNS)):
-            self.tree.resizeColumnToContents(col)
         self._update_buttons()
 
     def _watch(self, name: str, poller: DevicePoller) -> None:
@@ -220,18 +277,19 @@ class HostsTab(QWidget):
         if item is None:
             return
         first = next((ln for ln in message.splitlines() if ln.strip()), "")
-        text = {dp.STATE_OK: "ok", dp.STATE_UNREACHABLE: f"unreachable: {first}",
+        unreachable = first if "unreachable" in first else f"unreachable: {first}"
+        text = {dp.STATE_OK: "ok", dp.STATE_UNREACHABLE: unreachable,
                 dp.STATE_FAILED: f"hl-smi failing: {first}", dp.STATE_ABSENT: "no hl-smi (host only)",
                 dp.STATE_STARTING: "connecting…" if name != LOCAL else "starting…",
                 dp.STATE_STOPPED: "stopped"}.get(state, state)
-        item.setText(1, text)
-        item.setToolTip(1, message)
+        item.setText(STATE, text)
+        item.setToolTip(STATE, message)
         color = _BAD if state in (dp.STATE_UNREACHABLE, dp.STATE_FAILED) else None
-        item.setForeground(1, QBrush(color) if color else QBrush())
+        item.setForeground(STATE, QBrush(color) if color else QBrush())
         if state == dp.STATE_UNREACHABLE:
             for child in _children(item):
-                child.setForeground(1, QBrush(_IDLE))
-                child.setText(1, "stale")
+                child.setForeground(STATE, QBrush(_IDLE))
+                child.setText(STATE, "stale")
 
     def _show_cards(self, name: str, samples: list[DeviceSample]) -> None:
         item = self._items.get(name)
@@ -250,15 +308,27 @@ class HostsTab(QWidget):
             busy += is_busy
             mem = (f"{(s.memory_used_mib or 0) / 1024:.1f} / {s.memory_total_mib / 1024:.0f} GiB"
                    if s.memory_total_mib else "—")
-            values = [label, "busy" if is_busy else "idle", _num(util), mem, _num(s.temperature_c),
-                      _num(s.power_w)]
+            values = [label, _num(util), mem, _num(s.temperature_c), _num(s.power_w),
+                      "busy" if is_busy else "idle"]
             for col, value in enumerate(values):
                 child.setText(col, value)
-            child.setForeground(1, QBrush(_WARN) if is_busy else QBrush())
+            child.setForeground(STATE, QBrush(_WARN) if is_busy else QBrush())
+        label = str(item.data(0, _LABEL_ROLE) or name)
         if cards:
-            mean = [s.utilization for s in cards if s.utilization is not None]
-            item.setText(2, _num(sum(mean) / len(mean)) if mean else "—")
-            item.setText(3, f"{len(cards)} card(s), {busy} busy")
+            # The host's row sums up its server: mean utilization, memory used of all cards, the
+            # hottest card, the power of the whole server.
+            utils = [s.utilization for s in cards if s.utilization is not None]
+            used = sum(s.memory_used_mib or 0 for s in cards)
+            total = sum(s.memory_total_mib or 0 for s in cards)
+            temps = [s.temperature_c for s in cards if s.temperature_c is not None]
+            power = [s.power_w for s in cards if s.power_w is not None]
+            item.setText(NAME, f"{label}  ·  {len(cards)} cards, {busy} busy")
+            item.setText(UTIL, _num(sum(utils) / len(utils)) if utils else "—")
+            item.setText(MEMORY, f"{used / 1024:.1f} / {total / 1024:.0f} GiB" if total else "—")
+            item.setText(TEMP, f"max {_num(max(temps))}" if temps else "—")
+            item.setText(POWER, _num(sum(power)) if power else "—")
+        else:
+            item.setText(NAME, label)
 
 
 def _num(value: float | None) -> str:

@@ -96,7 +96,7 @@ def ssh_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshHos
     port_file = base / "port"
     server = subprocess.Popen([sys.executable, str(SSHD), "--host-key", str(base / "host_key"),
                                "--authorized-keys", str(base / "client_key.pub"), "--port-file",
-                               str(port_file)], env=env, start_new_session=True,
+                               str(port_file), "--cwd", str(home)], env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while not port_file.exists():

@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 from gaudi_gui.app import create_services
 from gaudi_gui.core import remote
 from gaudi_gui.services import device_poller as dp
-from gaudi_gui.ui.hosts_tab import HostsTab
+from gaudi_gui.ui.hosts_tab import MEMORY, STATE, UTIL, HostsTab
 from tests.remote.conftest import SshHost
 
 
@@ -27,7 +27,7 @@ def test_add_host_watch_its_cards_open_panel_survive_a_drop(qtbot, ssh_host: Ssh
     tab.show()
     # The alias of the ssh config is offered, not connected to.
     assert ssh_host.dest in tab._items and tab.hosts.poller(ssh_host.dest) is None
-    assert "not watched" in tab._items[ssh_host.dest].text(1)
+    assert "not watched" in tab._items[ssh_host.dest].text(STATE)
 
     qtbot.keyClicks(tab.dest_edit, "-oProxyCommand=touch /tmp/x")
     qtbot.mouseClick(tab.add_button, Qt.MouseButton.LeftButton)
@@ -46,11 +46,11 @@ def test_add_host_watch_its_cards_open_panel_survive_a_drop(qtbot, ssh_host: Ssh
     poller.state_changed.connect(lambda state, _m: states.append(state))
     item = tab._items[ssh_host.dest]
     qtbot.waitUntil(lambda: tab._items[ssh_host.dest].childCount() == 8
-                    and tab._items[ssh_host.dest].text(1) == "ok", timeout=30000)  # noqa
+                    and tab._items[ssh_host.dest].text(STATE) == "ok", timeout=30000)
     item = tab._items[ssh_host.dest]
     card = item.child(0)
-    assert card.text(0).startswith("hpu 0") and card.text(2) != "—" and "GiB" in card.text(3)
-    assert "8 card(s)" in item.text(3)
+    assert card.text(0).startswith("hpu 0") and card.text(UTIL) != "—" and "GiB" in card.text(MEMORY)
+    assert "8 cards" in item.text(0) and "GiB" in item.text(MEMORY)
 
     click_item(qtbot, tab, item)
     assert tab.selected_host() == ssh_host.dest and tab.remove_button.isEnabled()
@@ -60,13 +60,45 @@ def test_add_host_watch_its_cards_open_panel_survive_a_drop(qtbot, ssh_host: Ssh
 
     ssh_host.drop()  # the network goes: a state of the row, then it comes back by itself
     qtbot.waitUntil(lambda: dp.STATE_UNREACHABLE in states or dp.STATE_FAILED in states, timeout=20000)
-    qtbot.waitUntil(lambda: poller.state == dp.STATE_OK and tab._items[ssh_host.dest].text(1) == "ok",
+    qtbot.waitUntil(lambda: poller.state == dp.STATE_OK and tab._items[ssh_host.dest].text(STATE) == "ok",
                     timeout=30000)
 
     click_item(qtbot, tab, tab._items[ssh_host.dest])
     qtbot.mouseClick(tab.remove_button, Qt.MouseButton.LeftButton)
     assert remote.saved_hosts() == [] and tab.hosts.poller(ssh_host.dest) is None
-    assert "not watched" in tab._items[ssh_host.dest].text(1)  # still an alias of the config
+    assert "not watched" in tab._items[ssh_host.dest].text(STATE)  # still an alias of the config
+    tab.shutdown()
+    services.poller.stop()
+    assert ssh_host.wait_no_processes(20) == []
+
+
+def test_set_up_host_by_clicking(qtbot, ssh_host: SshHost, tmp_path) -> None:
+    import sys
+    from pathlib import Path
+    services = create_services()
+    tab = HostsTab(services)
+    qtbot.addWidget(tab)
+    tab.show()
+    python = str(Path(sys.base_prefix) / "bin" / "python3")  # a plain interpreter, as on a new host
+    venv = tmp_path / "host venv"
+    tab.setup_options = ("--venv", str(venv), "--python", python, "--no-deps")
+    # First a host whose key is refused (before any connection to the server exists: ssh would
+    # otherwise multiplex over the open one, as it does for any alias of the same user@host:port).
+    click_item(qtbot, tab, tab._items["gg-nokey"])
+    qtbot.mouseClick(tab.setup_button, Qt.MouseButton.LeftButton)
+    assert not tab.setup_button.isEnabled() and "setting up gg-nokey" in tab.setup_status.text()
+    qtbot.waitUntil(lambda: not tab._setup_runner.is_running(), timeout=120000)
+    assert "set-up failed" in tab.setup_status.text() and "ssh-copy-id gg-nokey" in tab.setup_status.text()
+    assert remote.saved_hosts() == []
+
+    click_item(qtbot, tab, tab._items[ssh_host.dest])
+    assert tab.setup_button.isEnabled()
+    qtbot.mouseClick(tab.setup_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not tab._setup_runner.is_running(), timeout=240000)
+    assert "set up; reconnecting" in tab.setup_status.text(), tab.setup_status.text()
+    saved = remote.saved_hosts()
+    assert [h.name for h in saved] == [ssh_host.dest] and str(venv) in saved[0].remote_command
+    assert tab.hosts.poller(ssh_host.dest) is not None  # watched through the new remote command
     tab.shutdown()
     services.poller.stop()
     assert ssh_host.wait_no_processes(20) == []
