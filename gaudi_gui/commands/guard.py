@@ -9,7 +9,11 @@ never outlives the connection. The child's stdout and stderr are the guard's own
 in between); the guard exits with the child's status (128+N for a signal N).
 
 ``--gaudi-gui`` runs ``python -m gaudi_gui ARGV`` with the guard's own interpreter, so a remote command
-such as ``docker exec -i C python3 -m gaudi_gui`` needs no second spelling of the python inside.
+such as ``docker exec -i C python3 -m gaudi_gui`` needs no second spelling of the python inside;
+``--python`` runs ``python ARGV`` with it (``--python -- -m gaudi_gui.workers.generate``).
+``--env NAME=VALUE`` (repeatable) sets a variable in the child's environment: variables set where the
+ssh client runs do not cross the connection, so a host's device visibility (``HABANA_VISIBLE_MODULES``)
+travels as arguments, each one checked (a plain variable name, no NUL) and never through a shell.
 SIGTERM, SIGHUP and SIGINT to the guard end the child the same way. Qt-free, torch-free.
 """
 
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -28,13 +33,42 @@ from typing import Any
 #: After SIGTERM to the group, how long before SIGKILL.
 TERM_GRACE_S = 3.0
 
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_env(items: list[str] | None) -> dict[str, str]:
+    """``NAME=VALUE`` items as a dict; ValueError names the first one that is not a plain variable."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise ValueError(f"--env takes NAME=VALUE with a plain variable name, not {item!r}")
+        if "\0" in value:
+            raise ValueError(f"--env {name}: the value holds a NUL character")
+        out[name] = value
+    return out
+
+
+def env_args(env: dict[str, str]) -> list[str]:
+    """``--env NAME=VALUE`` arguments for ``env`` (checked the way the guard will check them)."""
+    args: list[str] = []
+    for name, value in env.items():
+        args += ["--env", f"{name}={value}"]
+    parse_env(args[1::2])
+    return args
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("guard", help="(for hosts) run a command and end it when stdin closes")
     p.add_argument("--grace", type=float, default=5.0,
                    help="seconds the command may take to end by itself after stdin closed (default 5)")
-    p.add_argument("--gaudi-gui", dest="gaudi_gui", action="store_true",
-                   help="ARGV is a gaudi-gui command line, run with this python")
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--gaudi-gui", dest="gaudi_gui", action="store_true",
+                     help="ARGV is a gaudi-gui command line, run with this python")
+    how.add_argument("--python", dest="python", action="store_true",
+                     help="ARGV are arguments to this python (-m MODULE ...)")
+    p.add_argument("--env", dest="env", action="append", metavar="NAME=VALUE",
+                   help="set a variable in the command's environment (repeatable)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="the command (after --)")
 
 
@@ -73,11 +107,19 @@ def run(args: argparse.Namespace) -> int:
     if not argv:
         print("gaudi-gui guard: no command given (gaudi-gui guard -- PROGRAM ARGS…)", file=sys.stderr)
         return 2
+    try:
+        extra = parse_env(getattr(args, "env", None))
+    except ValueError as exc:
+        print(f"gaudi-gui guard: {exc}", file=sys.stderr)
+        return 2
     if args.gaudi_gui:
         argv = [sys.executable, "-m", "gaudi_gui", *argv]
+    elif getattr(args, "python", False):
+        argv = [sys.executable, *argv]
+    env = {**os.environ, **extra} if extra else None
     ending = threading.Event()
     try:
-        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, start_new_session=True)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, start_new_session=True, env=env)
     except OSError as exc:
         print(f"gaudi-gui guard: cannot run {argv[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 127

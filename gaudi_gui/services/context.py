@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -25,3 +25,6 @@ class AppServices:
     #: The training supervisor: current and re-attached runs, their card claims (None only in
     #: tests that build services by hand; ``gaudi_gui.app.create_services`` always makes one).
     training: TrainingService | None = None
+    #: Each remote host's card selection, by host name: the Hosts tab's panels set them, and the
+    #: runner takes a remote worker's device environment (sent as guard arguments) from them.
+    host_selections: dict[str, DeviceSelection] = field(default_factory=dict)

@@ -8,17 +8,27 @@ A failed load leaves the loaded model (the worker keeps it until a new one is re
 cancelled: that kills the worker (a load cannot be interrupted inside it) and, when a model was loaded
 before, starts a fresh worker that loads that model again. Every generate has a request id; cancel
 names it, and events of an earlier request are ignored.
+
+A client has a host (``core.remote.Host``; "local" by default). On a remote host the worker runs there
+over the system ssh client under ``gaudi-gui guard``, speaking the same JSON lines over the connection:
+when this app, the ssh client or the connection goes, the host sees stdin close and the guard ends the
+worker. Variables set here do not cross ssh, so the host's device environment (its card selection)
+travels as the guard's ``--env NAME=VALUE`` arguments, argv-quoted like everything else. An ssh failure
+is reported in words (``remote.explain_ssh_failure``), never as "exit 255". ``set_host`` retires the
+current worker (it is shut down in the background) and the next load starts one on the new host.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from gaudi_gui.core import generation
+from gaudi_gui.core import generation, remote
 from gaudi_gui.core.generation import GenerationParams, LoadOptions
+from gaudi_gui.core.remote import Host
 from gaudi_gui.core.visibility import child_env
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.process import EXIT_NORMAL, ProcessRunner, describe_exit
@@ -62,16 +72,18 @@ class GenerationClient(QObject):
     #: also reported through error_occurred("crashed", ...).
     worker_exited = Signal(int, str, str)
 
+    #: The host changed (its name); the previous host's worker is being shut down.
+    host_changed = Signal(str)
+
     def __init__(self, selection: DeviceSelection | None = None, python: str | None = None,
-                 parent: QObject | None = None) -> None:
+                 parent: QObject | None = None, *, host: Host | None = None) -> None:
         super().__init__(parent)
         self._selection = selection
         self._python = python or sys.executable
-        self._runner = ProcessRunner(self, tail_lines=60)
-        self._runner.message_received.connect(self._on_message)
-        self._runner.line_received.connect(self._on_line)
-        self._runner.error_occurred.connect(lambda reason: self.error_occurred.emit("crashed", reason))
-        self._runner.finished.connect(self._on_finished)
+        self._host = host or Host.local()
+        #: Runners of earlier hosts still shutting down (kept so kill() reaches them).
+        self._retired: list[ProcessRunner] = []
+        self._runner = self._new_runner()
         self._state = STOPPED
         self._expect_exit = False
         self._restart_after_exit = False
@@ -81,7 +93,25 @@ class GenerationClient(QObject):
         self._request = 0
         self._cancelling_load = False
 
+    def _new_runner(self) -> ProcessRunner:
+        runner = ProcessRunner(self, tail_lines=60)
+
+        def current(slot: Callable[..., None]) -> Callable[..., None]:
+            # A retired runner (an earlier host's worker shutting down) must not move this client.
+            return lambda *a: slot(*a) if runner is self._runner else None
+
+        runner.message_received.connect(current(self._on_message))
+        runner.line_received.connect(current(self._on_line))
+        runner.error_occurred.connect(current(lambda reason: self.error_occurred.emit("crashed", reason)))
+        runner.finished.connect(current(self._on_finished))
+        return runner
+
     # -- properties ---------------------------------------------------------------------------------
+
+    @property
+    def host(self) -> Host:
+        """Where the worker runs ("local", or an ssh destination)."""
+        return self._host
 
     @property
     def state(self) -> str:
@@ -120,8 +150,47 @@ class GenerationClient(QObject):
         self._expect_exit = False
         extra = self._selection.env() if self._selection is not None else {}
         self._set_state(STARTING)
-        self._runner.start(self._python, ["-m", "gaudi_gui.workers.generate"],
-                           env=child_env(extra), stdin_open=True)
+        if self._host.is_local:
+            self._runner.start(self._python, ["-m", "gaudi_gui.workers.generate"],
+                               env=child_env(extra), stdin_open=True)
+            return
+        argv = remote_worker_argv(self._host, extra)
+        # Its own session, so a kill reaches the ssh client whatever it started; stdin stays open:
+        # it is the JSON-lines channel, and its end is what tells the host's guard to end the worker.
+        self._runner.start(argv[0], argv[1:], stdin_open=True, new_session=True)
+
+    def set_host(self, host: Host, selection: DeviceSelection | None = None) -> None:
+        """Run the worker on ``host`` from the next load on, with ``selection`` (the host's card
+        selection, for its device environment and claims; None: no cards restricted). The current
+        worker, if any, is shut down in the background and its model dropped."""
+        if host == self._host and selection is self._selection:
+            return
+        old = self._runner
+        if old.is_running():
+            self._retired.append(old)
+            old.finished.connect(lambda *_a: self._forget(old))
+            old.write_line(generation.shutdown_command())
+            old.close_stdin()
+            QTimer.singleShot(3000, old, lambda: old.terminate_tree(3000))
+        else:
+            old.deleteLater()
+        self._runner = self._new_runner()
+        self._drop_model()
+        self._options = None
+        self._pending = None
+        self._request = 0
+        self._cancelling_load = False
+        self._restart_after_exit = False
+        self._expect_exit = False
+        self._host = host
+        self._selection = selection
+        self._set_state(STOPPED)
+        self.host_changed.emit(host.name)
+
+    def _forget(self, runner: ProcessRunner) -> None:
+        if runner in self._retired:
+            self._retired.remove(runner)
+        runner.deleteLater()
 
     def load(self, options: LoadOptions) -> bool:
         """Load a model (starting the worker first if needed); False when the options are invalid."""
@@ -198,12 +267,15 @@ class GenerationClient(QObject):
         self._runner.write_line(generation.shutdown_command())
         self._runner.close_stdin()
         # Give the worker the grace period to exit by itself before SIGTERM (then SIGKILL).
-        QTimer.singleShot(grace_ms, self, lambda: self._runner.terminate_tree(grace_ms))
+        runner = self._runner  # not a later host's worker, should the host change meanwhile
+        QTimer.singleShot(grace_ms, runner, lambda: runner.terminate_tree(grace_ms))
 
     def kill(self) -> None:
         self._restart_after_exit = False
         self._expect_exit = True
         self._runner.kill_tree()
+        for runner in list(self._retired):
+            runner.kill_tree()
 
     # -- worker events ------------------------------------------------------------------------------
 
@@ -299,8 +371,35 @@ class GenerationClient(QObject):
             self.load_cancelled.emit(reload)
         if not expected:
             during = f" while {was}" if was not in (IDLE, STOPPED, STARTING) else ""
-            self.error_occurred.emit("crashed", f"the model worker {describe_exit(code, status)}{during}; "
-                                     f"restart it to go on.\n{tail}".strip())
+            problem = None if self._host.is_local else remote_failure(self._host, code, tail)
+            if problem is not None:
+                self.error_occurred.emit(*problem)
+            else:
+                self.error_occurred.emit("crashed", f"the model worker {describe_exit(code, status)}"
+                                         f"{during}; restart it to go on.\n{tail}".strip())
         if self._restart_after_exit:
             self._restart_after_exit = False
             self._start_and_reload()
+
+
+def remote_worker_argv(host: Host, device_env: dict[str, str] | None = None) -> list[str]:
+    """The argv to start here that runs the generate worker on ``host`` under the guard.
+
+    Every element reaches the host as one word (``Host.wrap`` quotes each for the remote shell); the
+    environment is set there by the guard from ``--env`` arguments, since none crosses ssh."""
+    from gaudi_gui.commands.guard import env_args
+    env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **(device_env or {})}
+    return host.wrap(host.gaudi_gui_argv("guard", "--python", *env_args(env),
+                                         "--", "-m", "gaudi_gui.workers.generate"))
+
+
+def remote_failure(host: Host, code: int, tail: str) -> tuple[str, str] | None:
+    """(kind, message) when a remote worker's end was the host's or the connection's fault, else None."""
+    if code == remote.SSH_FAILED:
+        return remote.explain_ssh_failure(host.name, tail)
+    if "No module named gaudi_gui" in tail or "invalid choice: 'guard'" in tail or code in (126, 127) \
+            or ("unrecognized arguments" in tail and "guard" in tail):
+        last = next((ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), f"exit {code}")
+        return ("missing", f"{host.name} has no usable gaudi-gui behind `{host.remote_command}` ({last}); "
+                           f"fix: {remote.fix_command(host)}, or set the host's remote command")
+    return None

@@ -4,6 +4,11 @@ Every button connects through a lambda or a no-argument slot (``clicked`` passes
 options are saved, and the model enters the recent list, only once the worker reports it loaded.
 Parameter problems are shown at their field (red frame, tooltip, a line under the form); the bounds
 come from ``gaudi_gui.core.generation`` so the fields, the CLI and the worker agree.
+
+The Host combo (local first, then the saved hosts, re-read whenever the list opens) says where the
+worker runs: choosing another host shuts the current worker down, and the next Load starts one on the
+chosen host over ssh. Model folders are then the host's (typed, not browsed here); Hub ids resolve in
+the host's own cache.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core import generation, paths
+from gaudi_gui.core import generation, paths, remote
 from gaudi_gui.core.generation import (
     BUILTIN_PRESETS,
     DTYPES,
@@ -47,6 +52,7 @@ from gaudi_gui.core.generation import (
     format_stop_field,
     parse_stop_field,
 )
+from gaudi_gui.core.remote import Host, HostError
 from gaudi_gui.services import generation_client as gc
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.services.process import describe_exit
@@ -54,6 +60,33 @@ from gaudi_gui.services.process import describe_exit
 MAX_RECENT = 10
 MODIFIED = " (modified)"
 _INVALID_STYLE = "border: 1px solid #b00020;"
+
+
+class HostCombo(QComboBox):
+    """Where the worker runs: "local" first, then the saved hosts (re-read each time the list opens,
+    so a host added in the Hosts tab is offered without a restart). Item data: the host's name."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setToolTip("Where the model worker runs: this machine, or a saved host (over ssh)")
+        self.refresh()
+
+    def refresh(self) -> None:
+        """Re-read the saved hosts; the current choice stays (listed even if it was removed since)."""
+        current = str(self.currentData() or remote.LOCAL)
+        hosts = [Host.local(), *remote.saved_hosts()]
+        self.blockSignals(True)
+        self.clear()
+        for host in hosts:
+            self.addItem(host.label, host.name)
+        if self.findData(current) < 0:
+            self.addItem(current, current)
+        self.setCurrentIndex(self.findData(current))
+        self.blockSignals(False)
+
+    def showPopup(self) -> None:
+        self.refresh()
+        super().showPopup()
 
 
 class RunnerTab(QWidget):
@@ -72,6 +105,9 @@ class RunnerTab(QWidget):
         self._loading_options: LoadOptions | None = None
 
         # -- model ---------------------------------------------------------------------------------
+        self.host_combo = HostCombo()
+        self.host_combo.currentIndexChanged.connect(lambda index: self._on_host_chosen())
+        self._probe_device = ""
         self.model = QComboBox()
         self.model.setEditable(True)
         self.model.setMinimumWidth(320)
@@ -118,6 +154,7 @@ class RunnerTab(QWidget):
 
         model_box = QGroupBox("Model")
         grid = QFormLayout(model_box)
+        grid.addRow("Host", self.host_combo)
         row = QHBoxLayout()
         row.addWidget(self.model, 1)
         row.addWidget(browse)
@@ -316,7 +353,9 @@ class RunnerTab(QWidget):
 
     def _on_probe(self, info: dict) -> None:
         device = info.get("device", "cpu")
-        self.device.setItemText(0, f"auto ({device})")
+        self._probe_device = str(device)
+        if self.client.host.is_local:  # the probe is this machine's, not a host's
+            self.device.setItemText(0, f"auto ({device})")
         packages = info.get("packages", {})
         reason = ""
         if not packages.get("bitsandbytes"):
@@ -341,6 +380,35 @@ class RunnerTab(QWidget):
                                 "The model's own Python code will run in the worker with your user's "
                                 "rights. Turn this on only for models whose code you trust.")
 
+    def _on_host_chosen(self) -> None:
+        name = str(self.host_combo.currentData() or remote.LOCAL)
+        if name == self.client.host.name:
+            return
+        try:
+            host = remote.find_host(name)
+        except HostError as exc:
+            self._on_error("bad_host", str(exc))
+            return
+        self._end_loading()
+        if self._pending_user is not None:
+            self._pending_user = None
+            self._append("\n[stopped: the worker moved to another host]")
+        # A remote worker's device environment comes from that host's card selection (set in its
+        # Devices panel from the Hosts tab); it travels as guard arguments, not this process's env.
+        selection = (self._services.selection if host.is_local
+                     else self._services.host_selections.get(host.name))
+        self.client.set_host(host, selection)
+        local = host.is_local
+        self.browse_button.setEnabled(local)
+        self.browse_button.setToolTip("" if local else f"Model folders are {host.name}'s: type the path "
+                                                       f"as it is on {host.name}")
+        self.device.setItemText(0, f"auto ({self._probe_device})" if local and self._probe_device
+                                else "auto")
+        self._loaded_info = {}
+        self.model_status.setText("No model loaded." if local else
+                                  f"The next Load runs on <b>{host.name}</b> (over ssh); model folders "
+                                  f"and the Hub cache are {host.name}'s.")
+
     def _browse(self) -> None:
         folder = QFileDialog.getExistingDirectory(self, "Model folder")
         if folder:
@@ -353,7 +421,9 @@ class RunnerTab(QWidget):
 
     def load_model(self) -> None:
         options = self.load_options()
-        if options.model and not paths.is_demo(options.model) and ("/" in options.model or
+        # A remote host's folders are checked by the worker there (it answers missing_model).
+        if self.client.host.is_local and options.model and not paths.is_demo(options.model) and (
+                "/" in options.model or
                                                                     options.model.startswith(".")):
             folder = Path(options.model).expanduser()
             if (options.model.startswith(("/", ".", "~"))) and not folder.is_dir():
@@ -432,7 +502,9 @@ class RunnerTab(QWidget):
         self.conversation.model = str(info.get("model", ""))
         memory = info.get("memory_bytes")
         self.model_status.setText(
-            f"Loaded <b>{info.get('model')}</b> on {info.get('device')} ({info.get('dtype')}"
+            f"Loaded <b>{info.get('model')}</b> on {info.get('device')}"
+            + ("" if self.client.host.is_local else f" of {self.client.host.name}")
+            + f" ({info.get('dtype')}"
             f"{', ' + info['quantization'] if info.get('quantization') not in (None, 'none') else ''})"
             f" · {info.get('parameters', 0):,} parameters · load {info.get('load_s', 0):.1f} s"
             + (f" · {format_bytes(memory)} {info.get('memory_kind', '')}" if memory else ""))

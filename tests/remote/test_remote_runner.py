@@ -1,0 +1,193 @@
+"""The Model runner tab on a remote host, against a real SSH server and the system OpenSSH client: the
+host chosen in the Host combo by a person's clicks and keys, the demo model loaded and answering there
+with tokens streaming back, a prompt that would run code in a shell reaching the model as data, the
+host's card selection set in the worker's environment on the host, an ssh failure said in words, and
+nothing left on the host once the local ssh client is SIGKILLed."""
+
+from __future__ import annotations
+
+import glob
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QWidget
+
+from gaudi_gui.app import create_services
+from gaudi_gui.core import remote
+from gaudi_gui.core.remote import Host
+from gaudi_gui.services import generation_client as gc
+from gaudi_gui.services.device_selection import DeviceSelection
+from gaudi_gui.ui.runner_tab import RunnerTab
+from tests.remote.conftest import SshHost
+
+pytestmark = pytest.mark.usefixtures("demo_model")
+
+LOAD_TIMEOUT_MS = 180_000
+EVIL = "hello '; touch /tmp/PWNED_$$ $(id) `id` \"$(touch /tmp/PWNED_x)\""
+
+
+def click(qtbot, button: QWidget) -> None:
+    assert button.isVisible() and button.isEnabled(), f"{button.text()} cannot be clicked"  # type: ignore[attr-defined]
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def choose_host(qtbot, tab: RunnerTab, name: str) -> None:
+    """Open the Host list with a click, walk to ``name`` with the arrow keys, press Return."""
+    combo = tab.host_combo
+    qtbot.mouseClick(combo, Qt.MouseButton.LeftButton)
+    view = combo.view()
+    qtbot.waitUntil(view.isVisible, timeout=5000)
+    target = combo.findData(name)
+    assert target >= 0, f"{name} is not offered: {[combo.itemData(i) for i in range(combo.count())]}"
+    for _ in range(combo.count() + 1):
+        row = view.currentIndex().row()
+        if row == target:
+            break
+        qtbot.keyClick(view, Qt.Key.Key_Down if row < target else Qt.Key.Key_Up)
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not view.isVisible() and tab.client.host.name == name, timeout=5000)
+
+
+def click_load(qtbot, tab: RunnerTab) -> None:
+    with qtbot.waitSignal(tab.client.model_loaded, timeout=LOAD_TIMEOUT_MS):
+        click(qtbot, tab.load_button)
+    qtbot.waitUntil(lambda: "Loaded" in tab.model_status.text() and tab.send_button.isEnabled())
+
+
+def send(qtbot, tab: RunnerTab, text: str) -> None:
+    tab.prompt.clear()
+    qtbot.keyClicks(tab.prompt, text)
+    assert tab.prompt.toPlainText() == text
+    click(qtbot, tab.send_button)
+
+
+def answer_once(qtbot, tab: RunnerTab, text: str) -> tuple[str, dict]:
+    """A short greedy answer that ends by itself: (answer, stats)."""
+    tab.max_new_tokens.setValue(12)
+    with qtbot.waitSignal(tab.client.generation_finished, timeout=60000) as finished:
+        send(qtbot, tab, text)
+    return tab.conversation.last_answer(), dict(finished.args[0])
+
+
+def host_workers(ssh_host: SshHost) -> list:
+    """The generate workers running on the host (not the shell or the guard that started them)."""
+    return [p for p in ssh_host.processes() if p.cmdline()[1:3] == ["-m", "gaudi_gui.workers.generate"]]
+
+
+def canaries(*folders: Path) -> set[str]:
+    found = set(glob.glob("/tmp/PWNED_*"))
+    for folder in folders:
+        found |= {str(p) for p in folder.glob("PWNED*")}
+    return found
+
+
+@pytest.fixture
+def tab(qtbot, ssh_host: SshHost) -> Iterator[RunnerTab]:
+    remote.save_hosts([Host.parse(ssh_host.dest), Host.parse("gg-nokey")])
+    services = create_services()
+    # The host's card selection (as its Devices panel in the Hosts tab sets it): cards 2 and 3.
+    selection = DeviceSelection()
+    selection.set_kind("hpu", list(range(8)))
+    selection.set_selected([2, 3])
+    services.host_selections[ssh_host.dest] = selection
+    widget = RunnerTab(services)
+    qtbot.addWidget(widget)
+    widget.show()
+    qtbot.waitExposed(widget)
+    widget.activateWindow()
+    yield widget
+    widget.shutdown()
+    qtbot.waitUntil(lambda: not widget.client.is_running(), timeout=15000)
+
+
+def test_runner_on_a_host_streams_takes_the_prompt_as_data_and_leaves_nothing(
+        qtbot, tab: RunnerTab, ssh_host: SshHost) -> None:
+    before = canaries(ssh_host.home, Path.cwd())
+    assert tab.host_combo.itemData(0) == remote.LOCAL and tab.client.host.is_local
+    choose_host(qtbot, tab, ssh_host.dest)
+    assert not tab.browse_button.isEnabled() and ssh_host.dest in tab.model_status.text()
+    assert tab.model.currentText() == "builtin:demo"
+    tab.chat_mode.setChecked(False)
+    tab.do_sample.setChecked(False)
+
+    click_load(qtbot, tab)
+    assert f"of {ssh_host.dest}" in tab.model_status.text()
+    # The worker runs on the host, under the guard, with the host's card selection in its environment.
+    workers = host_workers(ssh_host)
+    assert len(workers) == 1, [p.cmdline() for p in ssh_host.processes()]
+    env = workers[0].environ()
+    assert env["HABANA_VISIBLE_MODULES"] == "2,3" and env["PT_ENABLE_INT64_SUPPORT"] == "1"
+    assert "HABANA_VISIBLE_MODULES" not in os.environ
+
+    # A long answer streams back over ssh; Stop ends it.
+    tab.max_new_tokens.setValue(100_000)
+    send(qtbot, tab, "The learning rate")
+    start = len(tab.view.toPlainText())
+    qtbot.waitUntil(lambda: len(tab.view.toPlainText()) > start + 20, timeout=60000)
+    click(qtbot, tab.stop_button)
+    qtbot.waitUntil(lambda: "cancelled" in tab.stats.text(), timeout=15000)
+    assert tab.send_button.isEnabled() and not tab.stop_button.isEnabled()
+
+    # The same prompt, greedy, on the host and then here: the same tokens in, the same answer out,
+    # so the host's model got the prompt byte for byte, as data.
+    there, there_stats = answer_once(qtbot, tab, EVIL)
+    assert f"▶ You: {EVIL}" in tab.view.toPlainText()
+    assert there_stats["prompt_tokens"] > 10 and there
+    assert canaries(ssh_host.home, Path.cwd()) == before
+
+    choose_host(qtbot, tab, remote.LOCAL)  # the host's worker is shut down; the next Load runs here
+    assert tab.client.state == gc.STOPPED and tab.browse_button.isEnabled()
+    qtbot.waitUntil(lambda: not host_workers(ssh_host), timeout=20000)
+    click_load(qtbot, tab)
+    here, here_stats = answer_once(qtbot, tab, EVIL)
+    assert here == there and here_stats["prompt_tokens"] == there_stats["prompt_tokens"]
+
+    # Back to the host; then the ssh client dies (SIGKILL): the guard ends the worker there.
+    choose_host(qtbot, tab, ssh_host.dest)
+    click_load(qtbot, tab)
+    ssh_pid = tab.client.pid()
+    assert ssh_pid > 0 and "ssh" in Path(f"/proc/{ssh_pid}/cmdline").read_bytes().decode(errors="replace")
+    with qtbot.waitSignal(tab.client.worker_exited, timeout=15000):
+        os.kill(ssh_pid, signal.SIGKILL)
+    qtbot.waitUntil(lambda: "Load or Restart" in tab.model_status.text() or "crashed" in
+                    tab.model_status.text(), timeout=5000)
+    assert ssh_host.wait_no_processes(30) == []
+    assert canaries(ssh_host.home, Path.cwd()) == before
+
+
+def test_an_ssh_failure_is_said_in_words(qtbot, tab: RunnerTab, ssh_host: SshHost) -> None:
+    choose_host(qtbot, tab, "gg-nokey")  # a host whose server does not accept our key
+    with qtbot.waitSignal(tab.client.error_occurred, timeout=30000,
+                          check_params_cb=lambda kind, _m: kind == "auth") as error:
+        click(qtbot, tab.load_button)
+    assert "ssh-copy-id gg-nokey" in error.args[1]
+    qtbot.waitUntil(lambda: "ssh-copy-id gg-nokey" in tab.model_status.text(), timeout=5000)
+    assert "255" not in tab.model_status.text()
+    assert tab.load_button.isEnabled() and tab.client.state == gc.STOPPED
+    assert ssh_host.wait_no_processes() == []
+
+
+def test_guard_sets_checked_env_and_runs_python_argv() -> None:
+    """What carries a host's device environment: ``guard --env NAME=VALUE`` (checked, never a shell)
+    with ``--python`` running this interpreter."""
+    import subprocess
+    import sys
+
+    code = "import os, sys; sys.stdout.write(os.environ['GG_X'] + '|' + os.environ['GG_Y'])"
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "guard", "--python", "--env", "GG_X=a b; $(id)",
+                           "--env", "GG_Y=", "--", "-c", code], capture_output=True, text=True, timeout=60,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "a b; $(id)|"
+    for bad in ("1X=1", "NO_EQUALS", "A-B=1", "-X=1"):
+        done = subprocess.run([sys.executable, "-m", "gaudi_gui", "guard", f"--env={bad}", "--", "true"],
+                              capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 2 and "--env takes NAME=VALUE" in done.stderr, (bad, done.stderr)
+    argv = gc.remote_worker_argv(Host.parse("gg-remote"), {"HABANA_VISIBLE_MODULES": "2,3"})
+    assert argv[0] == "ssh" and argv[-2] == "gg-remote"
+    assert "--env HABANA_VISIBLE_MODULES=2,3" in argv[-1]
+    assert argv[-1].endswith("-- -m gaudi_gui.workers.generate")
