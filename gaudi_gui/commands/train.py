@@ -62,6 +62,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "an SSH connection), print its folder and return; follow it with `gaudi-gui "
                         "runs follow`, stop it with `gaudi-gui runs stop`")
     p.add_argument("--json", action="store_true", help="with --detach: print the run as JSON")
+    p.add_argument("--resumed-from", default="", metavar="RUN_FOLDER",
+                   help="the run this one resumes (with the job's resume_from_checkpoint): recorded in "
+                        "the new run's status, so the history links the two")
     p.add_argument("--announce", default="", help=argparse.SUPPRESS)
     p.add_argument("--reconnect-s", type=_grace, default=600.0,
                    help="with --host: how long to keep reconnecting after the connection dropped "
@@ -126,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
     device = args.device if args.device != "auto" else prepare_mod.probe_device()
     try:
         prepared = prepare_mod.prepare_run(job, device=device, store=RunStore(args.runs_dir or None),
-                                           origin="cli")
+                                           origin="cli", resumed_from=getattr(args, "resumed_from", ""))
     except prepare_mod.PrepareError as exc:
         print(f"gaudi-gui train: {exc}", file=sys.stderr)
         return 2
@@ -264,6 +267,8 @@ def _detach(job: JobConfig, args: argparse.Namespace) -> int:
             "--grace", repr(args.grace), "--announce", str(announce)]
     if args.runs_dir:
         argv += ["--runs-dir", args.runs_dir]
+    if getattr(args, "resumed_from", ""):
+        argv += ["--resumed-from", args.resumed_from]
     with open(prelog, "wb") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)

@@ -107,6 +107,9 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in [
     _s("training/stop_grace_s", float, 120.0, "seconds a Stop may save its checkpoint before SIGKILL",
        (1.0, _DAY_S)),
     _s("training/detached_runs", list, [], "run folders left running at exit, to re-attach"),
+    _s("training/host", str, "local", "the Training tab's host: local, or an SSH destination"),
+    _s("training/remote_runs", list, [], "runs on SSH hosts being followed (host, remote command, "
+       "run folder on the host, job), to re-attach after a restart"),
     _s("training/splitter", QByteArray, QByteArray(), "the Training tab's form/run splitter (saveState)"),
     _s("training/live_splitter", QByteArray, QByteArray(), "the Training tab's charts/log splitter"),
     _s("training/last_folder", str, "", "the folder of the last job file saved or loaded"),

@@ -9,7 +9,7 @@ left running at exit, or started by ``gaudi-gui train`` in a terminal is found h
 from __future__ import annotations
 
 import contextlib
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from PySide6.QtCore import QObject, Signal
 
@@ -18,7 +18,9 @@ from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.services.training_job import TrainingJob
 
 if TYPE_CHECKING:
+    from gaudi_gui.core.remote import Host
     from gaudi_gui.services.device_selection import DeviceSelection
+    from gaudi_gui.services.remote_training import RemoteTrainingJob
     from gaudi_gui.services.settings import Settings
 
 
@@ -70,14 +72,19 @@ class TrainingService(QObject):
         self.job_state_changed.emit(state)
 
     def _claim_name(self, job: TrainingJob) -> str:
+        if _is_remote(job):
+            return ""
         return f"training {job.run.name}" if job.run else "training"
 
     def _on_job_finished(self, *_args: object) -> None:
         job = self.sender()
         if not isinstance(job, TrainingJob):
             return
-        with contextlib.suppress(Exception):
-            self.selection.release(self._claim_name(job))
+        if _is_remote(job):
+            self._persist_remote()
+        else:
+            with contextlib.suppress(Exception):
+                self.selection.release(self._claim_name(job))
         self._persist_detached([j for j in self.jobs if j.is_running() and j is not job])
         self.job_finished.emit(job)
 
@@ -98,6 +105,44 @@ class TrainingService(QObject):
             self.selection.claim(self._claim_name(fresh))
         self.current_changed.emit(fresh)
         return run
+
+    def start_remote(self, host: Host, job: JobConfig, *, resumed_from: str = "") -> RemoteTrainingJob:
+        """Start a run on ``host`` as the current job: the answer comes asynchronously (the job's
+        ``run_identified``, or ``finished`` with "failed"). The host's own cards and device are used
+        (its gaudi-gui picks hpu > cuda > cpu); this machine's card selection does not apply."""
+        if self.current.is_running():
+            raise RuntimeError("a run is already going: stop it first")
+        fresh = self._new_remote_job(host)
+        fresh.start_remote(job, device="auto", resumed_from=resumed_from)
+        self.settings.set("training/last_job", job.to_dict())
+        self.jobs.append(fresh)
+        self.current = fresh
+        self.current_changed.emit(fresh)
+        return fresh
+
+    def resume_remote(self, job: RemoteTrainingJob) -> RemoteTrainingJob:
+        """Start a run on ``job``'s host that resumes it from its checkpoint there (ValueError when
+        the host reported none)."""
+        checkpoint = job.checkpoint()
+        if not checkpoint or not job.job_dict:
+            raise ValueError(f"{job.name or 'the run'} on {job.host.name} has no complete checkpoint "
+                             f"to resume from")
+        config = JobConfig.from_dict({**job.job_dict, "resume_from_checkpoint": checkpoint})
+        return self.start_remote(job.host, config, resumed_from=job.folder)
+
+    def _new_remote_job(self, host: Host) -> RemoteTrainingJob:
+        from gaudi_gui.services.remote_training import RemoteTrainingJob
+        job = RemoteTrainingJob(host, self.store, stop_grace_s=self._grace(), parent=self)
+        job.status_changed.connect(self._on_state)
+        job.finished.connect(self._on_job_finished)
+        job.run_identified.connect(lambda _folder: self._persist_remote())
+        return job
+
+    def _persist_remote(self) -> None:
+        """The remote runs being followed (host and folder): followed again after a restart."""
+        entries = [j.to_entry() for j in self.jobs if _is_remote(j) and j.is_running() and j.folder]
+        with contextlib.suppress(Exception):
+            self.settings.set("training/remote_runs", entries)
 
     def stop(self) -> None:
         """Stop the current run with a checkpoint; a second call while it stops kills it."""
@@ -146,10 +191,37 @@ class TrainingService(QObject):
             found.append(job)
             if self.device != "cpu":
                 self.selection.claim(self._claim_name(job))
-        if found:
-            self.current = found[-1]
+        remote_found = self._reattach_remote()
+        if found or remote_found:
+            self.current = (found or remote_found)[-1]
             self.current_changed.emit(self.current)
         self._persist_detached(found)
+        return found + remote_found
+
+    def _reattach_remote(self) -> list[TrainingJob]:
+        """Follow again the runs this app left going on SSH hosts (a run that ended meanwhile is
+        followed to its end at once, so its outcome is shown)."""
+        from gaudi_gui.core.remote import Host, HostError
+        entries: list[Any] = []
+        with contextlib.suppress(Exception):
+            entries = list(self.settings.get("training/remote_runs") or [])
+        found: list[TrainingJob] = []
+        for entry in entries:
+            if not isinstance(entry, dict) or not entry.get("folder"):
+                continue
+            try:
+                host = Host.parse(str(entry.get("host", "")), str(entry.get("remote_command", "") or ""))
+            except HostError:
+                continue
+            if host.is_local:
+                continue
+            job = self._new_remote_job(host)
+            job_dict = entry.get("job")
+            job.follow_existing(str(entry["folder"]), name=str(entry.get("name", "") or ""),
+                                job=job_dict if isinstance(job_dict, dict) else None,
+                                resumed_from=str(entry.get("resumed_from", "") or ""))
+            self.jobs.append(job)
+            found.append(job)
         return found
 
     # -- JobOwner ---------------------------------------------------------------------------------
@@ -167,11 +239,22 @@ class TrainingService(QObject):
         for job in running:
             job.detach()
         self._persist_detached(running)
-        return [str(j.run.folder) for j in running if j.run is not None]
+        remote_jobs = [j for j in self.running() if _is_remote(j)]
+        # Remembered before the followers close: they are followed again at the next start.
+        self._persist_remote()
+        for job in remote_jobs:
+            job.detach()
+        return [str(j.run.folder) for j in running if j.run is not None] + [
+            f"{j.host.name}:{j.folder}" for j in remote_jobs]
 
     def shutdown(self) -> None:
         for job in dict.fromkeys([self.current, *self.jobs]):
             job.shutdown()
+
+
+def _is_remote(job: object) -> TypeGuard[RemoteTrainingJob]:
+    # No import of the remote module for a check: a local-only session never loads it.
+    return bool(getattr(job, "is_remote", False))
 
 
 __all__ = ["TrainingService"]

@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
+    QComboBox,
     QFileDialog,
     QGridLayout,
     QHBoxLayout,
@@ -28,12 +29,14 @@ from PySide6.QtWidgets import (
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import paths
+from gaudi_gui.core import remote as remote_mod
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.prepare import PrepareError, preview_command
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.training_args import Schema, hints, latest_cached
 from gaudi_gui.services.context import AppServices
+from gaudi_gui.services.remote_training import RemoteTrainingJob
 from gaudi_gui.services.training import TrainingService
 from gaudi_gui.services.training_job import SchemaLoader, TrainingJob
 from gaudi_gui.ui.log_view import LogView
@@ -67,6 +70,14 @@ class TrainingTab(QWidget):
         scroll.setWidget(self.form)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
+        # Where Start runs: this machine, or a host over SSH (the run then lives there).
+        self.host_combo = QComboBox(self)
+        self.host_combo.setToolTip("where Start runs the job: this machine, or a host over SSH (the run "
+                                   "lives on the host and goes on if the app or the connection ends)")
+        self.host_note = QLabel("", self)
+        self.host_note.setWordWrap(True)
+        self._fill_hosts(str(services.settings.get("training/host") or remote_mod.LOCAL))
+        self.host_combo.currentIndexChanged.connect(lambda _i: self._on_host_changed())
         self.command = QPlainTextEdit(self)
         self.command.setReadOnly(True)
         self.command.setMaximumHeight(90)
@@ -111,6 +122,11 @@ class TrainingTab(QWidget):
         right = QWidget(self)
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
+        hrow = QHBoxLayout()
+        hrow.addWidget(QLabel("Host", self))
+        hrow.addWidget(self.host_combo, 1)
+        rl.addLayout(hrow)
+        rl.addWidget(self.host_note)
         rl.addWidget(QLabel("Command", self))
         rl.addWidget(self.command)
         rl.addLayout(buttons)
@@ -201,6 +217,16 @@ class TrainingTab(QWidget):
 
     def _show_job(self, job: TrainingJob) -> None:
         """Show a job the tab did not watch from its start (re-attached): its curve and progress."""
+        if isinstance(job, RemoteTrainingJob):
+            # Its records and log stream in from the host (a re-attached one from the beginning).
+            if job.records or job.summary.startswith("re-attaching"):
+                self._clear_run_view()
+                self.chart.set_records(self._remote_curve(job))
+                self._show_progress()
+            if job.summary:
+                self.status.setText(job.summary)
+            self._update_buttons()
+            return
         if job.run is None:
             return
         self._clear_run_view()
@@ -216,9 +242,61 @@ class TrainingTab(QWidget):
     def device(self) -> str:
         return self.training.device
 
+    # -- host -------------------------------------------------------------------------------------
+
+    def _fill_hosts(self, wanted: str) -> None:
+        """"local" first, then the hosts saved in the Hosts tab; ``wanted`` selected if listed."""
+        hosts = [remote_mod.Host.local(), *remote_mod.saved_hosts()]
+        names = [self.host_combo.itemData(i) for i in range(self.host_combo.count())]
+        if names != [h.name for h in hosts]:
+            self.host_combo.blockSignals(True)
+            self.host_combo.clear()
+            for host in hosts:
+                self.host_combo.addItem(host.label, host.name)
+            self.host_combo.blockSignals(False)
+        index = self.host_combo.findData(wanted)
+        self.host_combo.setCurrentIndex(index if index >= 0 else 0)
+        self._update_host_note()
+
+    def selected_host(self) -> remote_mod.Host:
+        name = str(self.host_combo.currentData() or remote_mod.LOCAL)
+        if name == remote_mod.LOCAL:
+            return remote_mod.Host.local()
+        try:
+            return remote_mod.find_host(name)
+        except remote_mod.HostError:
+            return remote_mod.Host.local()
+
+    def _on_host_changed(self) -> None:
+        name = str(self.host_combo.currentData() or remote_mod.LOCAL)
+        with contextlib.suppress(ValueError, TypeError):
+            self.services.settings.set("training/host", name)
+        self._update_host_note()
+        self.update_preview()
+
+    def _update_host_note(self) -> None:
+        host = self.selected_host()
+        self.host_note.setVisible(not host.is_local)
+        if not host.is_local:
+            self.host_note.setText(f"Runs on {host.name}: the model, dataset and output paths are the "
+                                   f"host's, and so are the cards (its gaudi-gui picks hpu > cuda > cpu).")
+
+    def showEvent(self, event: QShowEvent) -> None:
+        # Hosts added in the Hosts tab meanwhile appear here (a small file read).
+        self._fill_hosts(str(self.host_combo.currentData() or remote_mod.LOCAL))
+        super().showEvent(event)
+
+    def _remote_argv(self, host: remote_mod.Host) -> list[str]:
+        return host.gaudi_gui_argv("train", "--config", "-", "--detach", "--json", "--device", "auto",
+                                   "--grace", repr(float(self.training._grace())))
+
     def current_job(self) -> tuple[JobConfig, list[tuple[str, str]]]:
         job, errors = self.form.job()
         errors = errors + job.validate()
+        if not self.selected_host().is_local:
+            # Files named in the job are the host's: this machine cannot tell whether they exist
+            # (the host's `train` checks them and refuses the run with the same message).
+            errors = [(f, m) for f, m in errors if not m.startswith("file not found")]
         if self.form.schema is not None:
             errors += [(f"training_args.{f}", m) for f, m in self.form.schema.check(job.training_args)]
         return job, errors
@@ -226,6 +304,14 @@ class TrainingTab(QWidget):
     def update_preview(self) -> None:
         """The command Start would run now: this form, this device, the cards checked right now."""
         job, errors = self.current_job()
+        host = self.selected_host()
+        if not host.is_local:
+            # What a person would type: the job (this form, as JSON) goes on ssh's stdin.
+            self.command.setPlainText(f"{host.shell_preview(self._remote_argv(host))} < job.json")
+            self.form.set_hints([("cards", f"the run uses {host.name}'s cards, not this machine's "
+                                           f"selection")])
+            self.form.show_errors(errors)
+            return
         self.command.setPlainText(preview_command(job, device=self.device,
                                                   device_env=self.training.device_env(),
                                                   runs_root=self.store.root))
@@ -338,6 +424,10 @@ class TrainingTab(QWidget):
             self.form.show_errors(errors)
             self.status.setText("cannot start: " + "; ".join(f"{f}: {m}" for f, m in errors[:4]))
             return None
+        host = self.selected_host()
+        if not host.is_local and resumed_from is None:
+            self._start_remote(host, job)
+            return None
         try:
             run = self.training.start(job, resumed_from=str(resumed_from.folder) if resumed_from else "")
         except PrepareError as exc:
@@ -357,6 +447,35 @@ class TrainingTab(QWidget):
         self._update_buttons()
         return run
 
+    def _start_remote(self, host: remote_mod.Host, job: JobConfig, *,
+                      after: RemoteTrainingJob | None = None) -> RemoteTrainingJob | None:
+        try:
+            started = (self.training.resume_remote(after) if after is not None
+                       else self.training.start_remote(host, job))
+        except (ValueError, RuntimeError, OSError) as exc:
+            self.status.setText(f"cannot start: {exc}")
+            return None
+        self._clear_run_view()
+        if after is not None:
+            # The resumed run continues its parent's curve, up to the checkpoint it resumes.
+            upto = int(after.remote_status.get("step") or after.progress.step)
+            self.chart.set_records([r for r in self._remote_curve(after) if int(r.get("step", 0)) <= upto])
+        self.status.setText(f"starting the run on {host.name}…")
+        self.views.setCurrentWidget(self.live)
+        self._update_buttons()
+        return started
+
+    def _remote_curve(self, job: RemoteTrainingJob) -> list[dict[str, Any]]:
+        """The records of a remote run and of the runs it resumed that this app still holds."""
+        chain: list[dict[str, Any]] = []
+        for other in self.training.jobs:
+            if isinstance(other, RemoteTrainingJob) and other.folder and other.folder == job.resumed_from \
+                    and other.host.name == job.host.name and other is not job:
+                start = job.progress.start_step or int(job.remote_status.get("step") or 0)
+                chain = [r for r in self._remote_curve(other) if not start or int(r.get("step", 0)) <= start]
+                break
+        return chain + list(job.records)
+
     def stop(self) -> None:
         """Stop with a checkpoint; pressed again while stopping: kill now."""
         if self.job.is_running():
@@ -364,7 +483,12 @@ class TrainingTab(QWidget):
         self._update_buttons()
 
     def resume_current(self) -> None:
-        runs = self.runs.selected_runs() or ([self.job.run] if self.job.run else [])
+        selected = self.runs.selected_runs()
+        if not selected and isinstance(self.job, RemoteTrainingJob):
+            # The run on the host, from its checkpoint there.
+            self._start_remote(self.job.host, JobConfig(), after=self.job)
+            return
+        runs = selected or ([self.job.run] if self.job.run else [])
         if runs:
             self.resume_run(runs[0])
         else:
@@ -423,7 +547,8 @@ class TrainingTab(QWidget):
     def _on_metrics(self, record: dict) -> None:
         # Stamp live records with the wall time they arrived, to line card usage up with steps.
         self.chart.add_record({**record, "time": time.time()})
-        self._update_device_usage()
+        if not isinstance(self.job, RemoteTrainingJob):  # this machine's cards are not the host's
+            self._update_device_usage()
         self._show_progress()
 
     def _on_event(self, event: dict) -> None:

@@ -1,0 +1,156 @@
+"""The Training tab runs a job on a host over SSH (a real SSH server on 127.0.0.1): the host picked
+in the combo, Start clicked, steps streamed back, the connection dropped (a state, then following
+again), Stop clicked (a checkpoint on the host), Resume clicked (the host's run goes on from that
+step), the app "restarted" (the run followed again), and nothing left running on either side."""
+# mypy: disable-error-code="union-attr"
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QPushButton
+from pytestqt.qtbot import QtBot
+
+from gaudi_gui.app import create_services
+from gaudi_gui.core import remote
+from gaudi_gui.core.runstore import RunStore, checkpoint_complete
+from gaudi_gui.services.context import AppServices
+from gaudi_gui.services.remote_training import FOLLOWING, RemoteTrainingJob
+from gaudi_gui.ui.training_tab import TrainingTab
+from tests.remote.conftest import SshHost
+
+
+def click(qtbot: QtBot, button: QPushButton) -> None:
+    assert button.isEnabled(), f"{button.text()} is disabled"
+    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+
+
+def make_tab(qtbot: QtBot, tmp_path: Path) -> tuple[AppServices, TrainingTab]:
+    services = create_services()
+    services.settings.set("training/runs_dir", str(tmp_path / "runs"))
+    services.training.store = RunStore(tmp_path / "runs")
+    tab = TrainingTab(services)
+    qtbot.addWidget(tab)
+    tab.resize(1400, 900)
+    tab.show()
+    qtbot.waitUntil(lambda: tab.form.schema is not None, timeout=120000)
+    return services, tab
+
+
+def set_arg(tab: TrainingTab, name: str, text: str) -> None:
+    tab.form.editors[name].editor.setText(text)  # type: ignore[attr-defined]
+
+
+def stop_and_wait(qtbot: QtBot, tab: TrainingTab) -> RemoteTrainingJob:
+    job = tab.job
+    assert isinstance(job, RemoteTrainingJob)
+    with qtbot.waitSignal(job.finished, timeout=180000) as done:
+        click(qtbot, tab.btn["Stop"])
+        assert tab.btn["Stop"].text() == "Kill now"
+    assert done.args[1] == "stopped", tab.status.text()
+    return job
+
+
+def close(services: AppServices, tab: TrainingTab) -> None:
+    tab.shutdown()
+    services.training.shutdown()
+    services.poller.stop()
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_train_on_a_host_follow_drop_stop_resume_reattach(qtbot: QtBot, ssh_host: SshHost,
+                                                          tmp_path: Path) -> None:
+    remote.save_hosts([remote.Host.parse(ssh_host.dest)])
+    services, tab = make_tab(qtbot, tmp_path)
+    try:
+        # Local first, then the saved host; picking it changes the preview and the card note.
+        assert tab.host_combo.itemData(0) == remote.LOCAL
+        assert "accelerate" in tab.command.toPlainText()
+        tab.host_combo.setCurrentIndex(tab.host_combo.findData(ssh_host.dest))
+        preview = tab.command.toPlainText()
+        assert preview.startswith(f"ssh {ssh_host.dest} ") and "train --config - --detach" in preview
+        assert f"{ssh_host.dest}'s cards" in tab.form.hints.text()
+        assert services.settings.get("training/host") == ssh_host.dest
+
+        out_dir = ssh_host.home / "out"  # a path on the host
+        tab.form.model.setCurrentText("builtin:demo")
+        set_arg(tab, "output_dir", str(out_dir))
+        set_arg(tab, "max_steps", "100000")
+        set_arg(tab, "save_steps", "100000")
+        set_arg(tab, "logging_steps", "1")
+        click(qtbot, tab.btn["Start"])
+        job = tab.job
+        assert isinstance(job, RemoteTrainingJob), tab.status.text()
+        assert not tab.btn["Start"].isEnabled() and tab.btn["Stop"].isEnabled()
+        qtbot.waitUntil(lambda: len(job.records) >= 3, timeout=240000)
+        assert job.folder and Path(job.folder).parent == ssh_host.runs_dir
+        assert "ETA" in tab.eta.text() and tab.chart.point_count() >= 3
+        assert [e["folder"] for e in services.settings.get("training/remote_runs")] == [job.folder]
+
+        # The network drops: a state in the tab (no dialog), then the run is followed again.
+        ssh_host.drop()
+        qtbot.waitUntil(lambda: "reconnecting" in tab.status.text(), timeout=30000)
+        seen = len(job.records)
+        qtbot.waitUntil(lambda: job.connection == FOLLOWING and len(job.records) > seen + 2, timeout=90000)
+        steps = [r["step"] for r in job.records]
+        assert steps == sorted(set(steps))  # went on where it was: nothing twice, nothing missed
+        assert steps == list(range(steps[0], steps[0] + len(steps)))
+
+        # Stop: the host's run saves a checkpoint there and says so.
+        stop_and_wait(qtbot, tab)
+        step = int(job.remote_status["step"])
+        assert tab.status.text().startswith(f"Stopped at step {step} — checkpoint-{step} saved"), \
+            tab.status.text()
+        assert checkpoint_complete(out_dir / f"checkpoint-{step}")
+        assert tab.btn["Start"].isEnabled() and tab.btn["Resume"].isEnabled()
+        assert services.settings.get("training/remote_runs") == []
+
+        # Resume: a new run on the host from that checkpoint, linked to the first.
+        points = tab.chart.point_count()
+        click(qtbot, tab.btn["Resume"])
+        resumed = tab.job
+        assert isinstance(resumed, RemoteTrainingJob) and resumed is not job, tab.status.text()
+        assert tab.chart.point_count() == points  # the first run's curve, before the first new step
+        qtbot.waitUntil(lambda: len(resumed.records) >= 2, timeout=240000)
+        assert resumed.progress.start_step == step
+        assert resumed.records[0]["step"] == step + 1
+        assert resumed.folder != job.folder
+        status = json.loads((Path(resumed.folder) / "status.json").read_text())
+        assert status["resumed_from"] == job.folder
+
+        # The app quits leaving the run going; the next start follows it again.
+        services.training.detach_jobs()
+        services.settings.sync()
+        close(services, tab)
+        got = len(resumed.records)
+        services, tab = make_tab(qtbot, tmp_path)
+        again = tab.job
+        assert isinstance(again, RemoteTrainingJob) and again.folder == resumed.folder
+        qtbot.waitUntil(lambda: len(again.records) > got, timeout=120000)
+        assert again.records[0]["step"] == step + 1  # the whole curve again, from the host
+        stop_and_wait(qtbot, tab)
+        assert tab.status.text().startswith("Stopped at step"), tab.status.text()
+    finally:
+        for running in services.training.running():
+            running.kill()
+        qtbot.waitUntil(lambda: not services.training.running(), timeout=60000)
+        close(services, tab)
+    assert ssh_host.wait_no_processes(30) == []
+
+
+def test_a_host_without_gaudi_gui_fails_the_start_with_the_fix(qtbot: QtBot, ssh_host: SshHost) -> None:
+    from gaudi_gui.core.jobconfig import JobConfig
+    services = create_services()
+    host = remote.Host.parse(ssh_host.dest, "no-such-gaudi-gui --flag")
+    job = services.training.start_remote(host, JobConfig())
+    with qtbot.waitSignal(job.finished, timeout=60000) as done:
+        pass
+    assert done.args[1] == "failed" and not job.is_running()
+    assert "has no gaudi-gui" in job.summary and "hosts --setup" in job.summary, job.summary
+    assert services.settings.get("training/remote_runs") == []
+    services.training.shutdown()
+    services.poller.stop()
+    assert ssh_host.wait_no_processes(20) == []
