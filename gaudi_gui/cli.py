@@ -81,6 +81,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         from gaudi_gui.app import run_gui
         return run_gui([])
+    if args.command == "train" and (getattr(args, "hosts", "") or "").strip():
+        if (getattr(args, "host", "") or "").strip() not in ("", "local"):
+            parser.error("train takes --host (one host) or --hosts (several), not both")
+        from gaudi_gui.commands import multi_host
+        return multi_host.train(args)
     target = (getattr(args, "host", "") or "").strip()
     if target and target != "local" and args.command != "hosts":
         return _on_host(args, args_list)

@@ -108,6 +108,14 @@ def run(args: argparse.Namespace) -> int:
         print("gaudi-gui guard: no command given (gaudi-gui guard -- PROGRAM ARGS…)", file=sys.stderr)
         return 2
     try:
+        import psutil  # noqa: F401  (the guard tracks its child's tree with it: check before starting one)
+    except ImportError:
+        from gaudi_gui import __version__
+        print(f"gaudi-gui guard: psutil is not installed in {sys.executable}, so a command started here "
+              f"could outlive the connection; install gaudi-gui {__version__} with its dependencies "
+              f"(gaudi-gui hosts --setup HOST on the workstation)", file=sys.stderr)
+        return 3
+    try:
         extra = parse_env(getattr(args, "env", None))
     except ValueError as exc:
         print(f"gaudi-gui guard: {exc}", file=sys.stderr)

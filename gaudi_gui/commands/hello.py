@@ -22,6 +22,10 @@ from gaudi_gui import __version__
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("hello", help="(for hosts) version and protocol handshake, as JSON")
     p.add_argument("--json", action="store_true", help="print JSON (the default; kept for symmetry)")
+    p.add_argument("--path", action="append", default=[], metavar="PATH",
+                   help="(pre-flight) report whether PATH exists here (repeatable)")
+    p.add_argument("--port", type=int, default=0, metavar="N",
+                   help="(pre-flight) report whether TCP port N can be listened on here")
 
 
 def info() -> dict[str, object]:
@@ -30,10 +34,27 @@ def info() -> dict[str, object]:
     hl_smi = os.environ.get("GAUDI_GUI_HL_SMI") or shutil.which("hl-smi") or ""
     return {"gaudi_gui": __version__, "protocol": REMOTE_PROTOCOL, "python": sys.version.split()[0],
             "executable": sys.executable,
-            "location": os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "hostname": socket.gethostname(), "platform": platform.platform(),
-            "hl_smi": hl_smi, "versions": versions()}
+            "location": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+            "hostname": socket.gethostname(), "platform": platform.platform(), "hl_smi": hl_smi,
+            "versions": versions()}
+
+
+def port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError:
+            return False
+    return True
 
 
 def run(args: argparse.Namespace) -> int:
-    print(json.dumps(info(), sort_keys=True), flush=True)
+    answer = info()
+    paths = getattr(args, "path", None) or []
+    if paths:
+        answer["paths"] = {p: os.path.exists(os.path.expanduser(p)) for p in paths}
+    if getattr(args, "port", 0):
+        answer["port_free"] = 0 < args.port < 65536 and port_free(args.port)
+    print(json.dumps(answer, sort_keys=True), flush=True)
     return 0

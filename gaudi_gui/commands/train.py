@@ -66,6 +66,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the run this one resumes (with the job's resume_from_checkpoint): recorded in "
                         "the new run's status, so the history links the two")
     p.add_argument("--announce", default="", help=argparse.SUPPRESS)
+    p.add_argument("--hosts", default="", metavar="A,B,…",
+                   help="one job across these hosts: accelerate's multi-node launch on each (machine rank "
+                        "in this order, host A the main process), followed and stopped as one run")
+    p.add_argument("--main-ip", dest="main_ip", default="", metavar="ADDR",
+                   help="with --hosts: the first host's address as the others reach it (default: its "
+                        "HostName as ssh resolves it)")
     p.add_argument("--reconnect-s", type=_grace, default=600.0,
                    help="with --host: how long to keep reconnecting after the connection dropped "
                         "(the run goes on on the host meanwhile; default 600)")

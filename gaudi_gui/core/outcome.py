@@ -44,6 +44,11 @@ def _signal_in_log(lines: Sequence[str]) -> str:
     return ""
 
 
+def _rank(event: Mapping[str, Any]) -> int:
+    rank = event.get("rank", 0)
+    return rank if isinstance(rank, int) else 0
+
+
 def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None, *,
                         exit_code: int | None = None, stop_requested: bool = False,
                         killed: bool = False, nobody_watched: bool = False,
@@ -81,7 +86,9 @@ def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None,
             stop_seen = True
         elif kind == "error" and error is None:
             error = ev
-        elif kind in ("finished", "stopped") and (ev.get("rank", 0) == 0):
+        elif kind in ("finished", "stopped") and (end is None or _rank(ev) <= _rank(end)):
+            # The end comes from the first rank of the machine whose folder this is: rank 0, or in a
+            # multi-host run machine i's first rank.
             end = ev
     out: dict[str, Any] = {}
     if end is not None:

@@ -40,6 +40,9 @@ RANK = int(os.environ.get("RANK", "0"))
 LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
 WORLD = int(os.environ.get("WORLD_SIZE", "1"))
 MAIN = RANK == 0
+#: Each machine's run folder gets its events from that machine's first rank (on one machine: rank 0).
+#: In a multi-host run, machine i's folder must still prove how its ranks ended.
+EVENTS_HERE = LOCAL_RANK == 0
 
 
 class WorkerError(Exception):
@@ -68,9 +71,9 @@ EVENTS: EventWriter | None = None
 
 
 def emit(event_type: str, **fields: Any) -> None:
-    """An event from rank 0 (or ``everywhere=True``: from each rank, tagged with its rank)."""
+    """An event from this machine's first rank (or ``everywhere=True``: from each rank, tagged)."""
     everywhere = bool(fields.pop("everywhere", False))
-    if EVENTS is not None and (MAIN or everywhere):
+    if EVENTS is not None and (EVENTS_HERE or everywhere):
         try:
             EVENTS.write(event_type, **fields)
         except OSError as exc:

@@ -1,0 +1,372 @@
+"""``gaudi-gui train --config FILE --hosts A,B[,…]``: one training job across several hosts.
+
+Nothing home-made: every host runs the same ``accelerate launch`` the single-host run uses, with
+accelerate's own multi-node options (``--num_machines N --machine_rank i --main_process_ip H0
+--main_process_port P``; ``core/launch.py`` builds them from the job's launch section), detached on
+the host in a session of its own (``train --detach``), so the run outlives this command and the
+connection, exactly as ``train --host`` does. One run is a folder per host.
+
+Before anything starts, a pre-flight on every host in parallel: reachable with this gaudi-gui; the same
+versions of torch / transformers / accelerate (a mismatch hangs or corrupts a collective); the model, the
+dataset and a resume checkpoint present at the job's paths (or the Hub id to resolve); the main port
+free on host 0. Host 0's address "as the others reach it" is ssh's own resolution of host 0
+(``ssh -G``: its HostName), or ``--main-ip``.
+
+Then every host's run is followed at once (``runs follow`` over ssh, reconnecting after a drop): log
+lines are printed with a ``host|`` prefix, progress and checkpoints come from host 0 (global rank 0),
+Ctrl-C stops every host's ranks with a checkpoint (the ranks agree on the step through their own
+all-reduce, so a stop asked of one host stops all at the same step), a second Ctrl-C kills. When one
+host's ranks fail, are killed or its host is lost, the others are killed at once, since they would
+otherwise wait in a collective forever, and the message names the host that failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from gaudi_gui.core import remote
+from gaudi_gui.core.remote import SSH_FAILED, Host, HostError, RemoteError
+
+EXIT_HOST = 3
+#: Libraries whose versions must match on every host (collectives and checkpoints depend on them).
+MATCHED = ("torch", "transformers", "accelerate", "gaudi-gui")
+
+
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError):
+        sys.stderr.write(text.rstrip("\n") + "\n")
+        sys.stderr.flush()
+
+
+def parse_hosts(text: str) -> list[Host]:
+    """``A,B,…`` as hosts (saved ones keep their remote command); HostError for a bad or repeated one."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if len(names) < 2:
+        raise HostError("--hosts takes two or more hosts, comma-separated (one host: --host)")
+    if len(set(names)) != len(names):
+        raise HostError(f"a host is named twice in --hosts: {text!r}")
+    return [remote.find_host(n) for n in names]
+
+
+def main_address(host: Host) -> str:
+    """Host 0's address as the other hosts reach it: ssh's resolution of its HostName (``ssh -G``)."""
+    if host.is_local:
+        import socket
+        return socket.getfqdn()
+    argv = ["ssh", "-G"]
+    cfg = remote.ssh_config_file()
+    if cfg:
+        argv += ["-F", cfg]
+    try:
+        done = subprocess.run([*argv, "--", host.name], capture_output=True, text=True, timeout=20,
+                              check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RemoteError("ssh", f"ssh -G {host.name} failed: {exc}") from None
+    for line in done.stdout.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "hostname" and value.strip():
+            return value.strip()
+    name = host.name.rsplit("@", 1)[-1]
+    return name.split(":", 1)[0]
+
+
+# -- pre-flight ----------------------------------------------------------------------------------------
+
+def _paths_to_check(job: Any) -> list[str]:
+    paths = []
+    for value in (job.model, job.dataset.source, job.resume_from_checkpoint if job.resume_from_checkpoint
+                  not in ("", "latest") else ""):
+        # A Hub id (org/name) or builtin:demo resolves on the host; a path must exist there.
+        if value and (value.startswith(("/", "~", "./", "../")) or value.endswith((".json", ".jsonl",
+                                                                                    ".csv", ".txt"))):
+            paths.append(value)
+    return paths
+
+
+def preflight(hosts: list[Host], job: Any, port: int, timeout: float = 60.0) -> list[str]:
+    """What stops this job from running on these hosts (empty: go)."""
+    paths = _paths_to_check(job)
+
+    def check(index_host: tuple[int, Host]) -> tuple[Host, dict[str, Any] | None, str]:
+        index, host = index_host
+        try:
+            remote.handshake(host, timeout=timeout)
+            argv = ["hello", "--json", *[a for p in paths for a in ("--path", p)]]
+            if index == 0:
+                argv += ["--port", str(port)]
+            code, out, err = remote.call(host, host.gaudi_gui_argv(*argv), timeout=timeout)
+            info = json.loads(out.strip().splitlines()[-1]) if code == 0 and out.strip() else None
+            if not isinstance(info, dict):
+                return host, None, f"{host.name}: hello failed ({err.strip()[-200:] or code})"
+            return host, info, ""
+        except RemoteError as exc:
+            return host, None, str(exc)
+        except ValueError as exc:
+            return host, None, f"{host.name}: hello printed no JSON ({exc})"
+
+    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+        answers = list(pool.map(check, enumerate(hosts)))
+    problems = [why for _h, _i, why in answers if why]
+    infos = [(h, i) for h, i, _w in answers if i is not None]
+    if infos:
+        first_host, first = infos[0]
+        for name in MATCHED:
+            want = (first.get("versions") or {}).get(name)
+            for host, info in infos[1:]:
+                have = (info.get("versions") or {}).get(name)
+                if have != want:
+                    problems.append(f"{name} differs: {first_host.name} has {want}, {host.name} has {have}; "
+                                    f"every host needs the same (gaudi-gui hosts --setup installs this "
+                                    f"gaudi-gui)")
+    for host, info in infos:
+        missing = [p for p, ok in (info.get("paths") or {}).items() if not ok]
+        for path in missing:
+            problems.append(f"{path} is not on {host.name}: every host reads the job's paths itself "
+                            f"(copy it there, or use a shared file system)")
+        if host is hosts[0] and info.get("port_free") is False:
+            problems.append(f"port {port} is in use on {host.name} (the main host): choose another "
+                            f"main process port")
+    return problems
+
+
+# -- following every host -----------------------------------------------------------------------------
+
+@dataclass
+class HostRun:
+    host: Host
+    rank: int
+    folder: str = ""
+    final: dict[str, Any] | None = None
+    lost: str = ""  #: why following this host gave up ("" while following)
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+
+
+class Follower(threading.Thread):
+    """``runs follow`` on one host, reconnecting with back-off; puts (run, message) on ``out``."""
+
+    def __init__(self, run: HostRun, out: queue.Queue[tuple[HostRun, dict[str, Any]]], reconnect_s: float,
+                 stopping: threading.Event) -> None:
+        super().__init__(name=f"follow-{run.host.name}", daemon=True)
+        self.run_, self.out, self.reconnect_s, self.stopping = run, out, reconnect_s, stopping
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def run(self) -> None:
+        events_from = log_from = 0
+        backoff = 1.0
+        last_contact = time.monotonic()
+        host, folder = self.run_.host, self.run_.folder
+        while True:
+            cmd = host.wrap(host.gaudi_gui_argv("runs", "follow", folder, "--events-from", str(events_from),
+                                                "--log-from", str(log_from)))
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE)
+            err: deque[str] = deque(maxlen=20)
+            assert self.proc.stdout is not None and self.proc.stderr is not None
+            threading.Thread(target=_collect, args=(self.proc.stderr, err), daemon=True).start()
+            for raw in iter(self.proc.stdout.readline, b""):
+                last_contact = time.monotonic()
+                backoff = 1.0
+                try:
+                    msg = json.loads(raw)
+                except ValueError:
+                    continue
+                kind = msg.get("t")
+                if kind == "log_offset":
+                    log_from = int(msg.get("end", log_from))
+                elif kind == "event" and "end" in msg:
+                    events_from = int(msg["end"])
+                if kind == "end":
+                    self.run_.final = msg.get("status") or {}
+                self.out.put((self.run_, msg))
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()  # type: ignore[union-attr]
+            code = self.proc.wait()
+            if self.run_.final is not None:
+                return
+            why = (remote.explain_ssh_failure(host.name, "\n".join(err))[1] if code == SSH_FAILED
+                   else f"the follower on {host.name} exited with {code}: {' '.join(err)[-200:]}")
+            if time.monotonic() - last_contact > self.reconnect_s:
+                self.run_.lost = f"{why}; gave up after {self.reconnect_s:g} s"
+                self.out.put((self.run_, {"t": "lost", "why": self.run_.lost}))
+                return
+            self.out.put((self.run_, {"t": "reconnecting", "why": why, "in": backoff}))
+            if self.stopping.wait(backoff) and self.run_.final is not None:
+                return
+            backoff = min(30.0, backoff * 2)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()  # type: ignore[union-attr]
+
+
+def _collect(stream: Any, into: deque[str]) -> None:
+    for raw in iter(stream.readline, b""):
+        into.append(raw.decode("utf-8", "replace").rstrip())
+
+
+def _stop(run: HostRun, now: bool) -> None:
+    if not run.folder or run.final is not None:
+        return
+    argv = run.host.gaudi_gui_argv("runs", "stop", run.folder, *(["--now"] if now else []))
+    try:
+        remote.call(run.host, argv, timeout=60)
+    except RemoteError as exc:
+        _say(f"could not reach {run.host.name} to stop its ranks: {exc}")
+
+
+def _stop_all(runs: list[HostRun], now: bool) -> None:
+    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
+        list(pool.map(lambda r: _stop(r, now), runs))
+
+
+class _Signals:
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = ""
+
+    def handler(self, signum: int, _frame: Any) -> None:
+        self.count += 1
+        self.last = signal.Signals(signum).name
+
+
+def train(args: argparse.Namespace) -> int:
+    from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
+    try:
+        hosts = parse_hosts(args.hosts)
+        job = JobConfig.load(args.config) if args.config != "-" else JobConfig.from_dict(json.load(sys.stdin))
+    except (HostError, JobConfigError, ValueError) as exc:
+        _say(f"gaudi-gui train: {exc}")
+        return 2
+    port = int(job.launch.main_process_port or 29500)
+    try:
+        main_ip = args.main_ip.strip() or main_address(hosts[0])
+    except RemoteError as exc:
+        _say(f"gaudi-gui train: {exc}")
+        return EXIT_HOST
+    print(f"pre-flight on {', '.join(h.name for h in hosts)} …", flush=True)
+    problems = preflight(hosts, job, port)
+    if problems:
+        for line in problems:
+            _say(f"gaudi-gui train: {line}")
+        return EXIT_HOST
+    runs = [HostRun(h, i) for i, h in enumerate(hosts)]
+    for run in runs:
+        part = copy.deepcopy(job)
+        part.launch.num_machines = len(hosts)
+        part.launch.machine_rank = run.rank
+        part.launch.main_process_ip = main_ip
+        part.launch.main_process_port = port
+        problems_ = [m for _f, m in part.validate()]
+        if problems_:
+            _say(f"gaudi-gui train: {problems_[0]}")
+            _stop_all(runs, now=True)
+            return 2
+        argv = ["train", "--config", "-", "--detach", "--json", "--device", args.device,
+                "--grace", repr(args.grace)]
+        try:
+            code, out, err = remote.call(run.host, run.host.gaudi_gui_argv(*argv),
+                                         input_text=json.dumps(part.to_dict()), timeout=180)
+            info = json.loads(out.strip().splitlines()[-1]) if code == 0 else None
+            run.folder = str(info["folder"]) if isinstance(info, dict) else ""
+        except (RemoteError, ValueError, KeyError, IndexError) as exc:
+            err, code = str(exc), EXIT_HOST
+        if not run.folder:
+            _say(f"gaudi-gui train: {run.host.name} (machine rank {run.rank}) did not start: "
+                 f"{err.strip()[-300:] or f'exit {code}'}; stopping the hosts already started")
+            _stop_all(runs, now=True)
+            return EXIT_HOST
+        print(f"{run.host.name}: machine rank {run.rank}, run folder {run.folder}", flush=True)
+    print(f"main process {main_ip}:{port}; {len(hosts)} machines × {job.launch.num_processes} "
+          f"process(es) (the run goes on if this command or a connection ends)", flush=True)
+    return follow_all(runs, reconnect_s=args.reconnect_s)
+
+
+def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
+    """Follow every host's run to its end; the exit status of the whole run."""
+    signals = _Signals()
+    previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    out: queue.Queue[tuple[HostRun, dict[str, Any]]] = queue.Queue()
+    stopping = threading.Event()
+    followers = [Follower(r, out, reconnect_s, stopping) for r in runs]
+    for f in followers:
+        f.start()
+    handled = 0
+    failed: HostRun | None = None
+    width = max(len(r.host.name) for r in runs)
+    try:
+        while any(r.final is None and not r.lost for r in runs):
+            if signals.count > handled:
+                handled = signals.count
+                now = handled > 1
+                _say(f"\n{signals.last}: " + ("killing every host's ranks now" if now else
+                     "stopping every host — the ranks save a checkpoint first (Ctrl-C again: kill now)"))
+                threading.Thread(target=_stop_all, args=(runs, now), daemon=True).start()
+            try:
+                run, msg = out.get(timeout=0.25)
+            except queue.Empty:
+                continue
+            kind = msg.get("t")
+            if kind == "log":
+                with contextlib.suppress(BrokenPipeError):
+                    print(f"{run.host.name:<{width}}| {_printable(str(msg.get('line', '')))}", flush=True)
+            elif kind == "event" and run.rank == 0:
+                _note(msg.get("event") or {})
+            elif kind == "event" and (msg.get("event") or {}).get("type") == "error":
+                _note(msg.get("event") or {}, run.host.name)
+            elif kind == "reconnecting":
+                _say(f"{run.host.name}: {msg.get('why')}; reconnecting in {msg.get('in'):g} s")
+            state = str((run.final or {}).get("state", "")) if kind == "end" else ""
+            if failed is None and (run.lost or state in ("failed", "killed")):
+                failed = run
+                why = run.lost or str((run.final or {}).get("summary") or state)
+                _say(f"{run.host.name} (machine rank {run.rank}): {why} — killing the other hosts' ranks, "
+                     f"which would otherwise wait for it in a collective")
+                threading.Thread(target=_stop_all, args=([r for r in runs if r is not run], True),
+                                 daemon=True).start()
+    finally:
+        stopping.set()
+        for f in followers:
+            f.close()
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    for run in runs:
+        final = run.final or {}
+        _say(f"{run.host.name}: {final.get('summary') or final.get('state') or run.lost} "
+             f"(run folder {run.folder})")
+    if failed is not None:
+        _say(f"the run failed on {failed.host.name}")
+        return 1
+    states = {str((r.final or {}).get("state")) for r in runs}
+    return 0 if states <= {"finished", "stopped"} else 1
+
+
+def _printable(line: str) -> str:
+    return "".join(ch if ch == "\t" or (ch >= " " and ch != "\x7f" and not "\x80" <= ch <= "\x9f")
+                   else "?" for ch in line)
+
+
+def _note(event: dict[str, Any], host: str = "") -> None:
+    kind = event.get("type")
+    where = f"{host}: " if host else ""
+    if kind == "checkpoint_saving":
+        _say(f"saving checkpoint-{event.get('step')}…")
+    elif kind == "checkpoint_saved":
+        _say(f"checkpoint-{event.get('step')} saved")
+    elif kind == "error":
+        _say(f"{where}error ({event.get('kind')}): {event.get('message')}")
+    elif kind == "metrics" and event.get("step") is not None and event.get("loss") is not None:
+        _say(f"step {event.get('step')}/{event.get('max_steps')} loss {event.get('loss')}")

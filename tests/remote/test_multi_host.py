@@ -1,0 +1,158 @@
+"""One job on two hosts (``gaudi-gui train --hosts A,B``): two SSH destinations to this machine, one
+process each, gloo on the CPU. A real two-machine rendezvous through accelerate's multi-node launch that
+trains, stops with a checkpoint on both machines at the same step and resumes from it; a rank killed on
+one host ends the run on the other with a message naming the host, and nothing is left running."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from gaudi_gui.core.jobconfig import JobConfig
+from tests.remote.conftest import SshHost
+
+pytestmark = pytest.mark.slow
+
+HOST_B = "gg-remote-b"  # the fixture's second alias of the same server
+
+
+def _wait(condition, timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _events(run: Path, kind: str) -> list[dict]:
+    try:
+        lines = (run / "events.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    return [e for e in map(json.loads, lines) if e.get("type") == kind]
+
+
+def _steps(run: Path) -> int:
+    return max((int(e.get("step") or 0) for e in _events(run, "metrics")), default=0)
+
+
+class Cli:
+    def __init__(self, job: Path, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gaudi_gui", "train", "--config", str(job), "--hosts",
+             f"gg-remote,{HOST_B}", "--device", "cpu", "--main-ip", "127.0.0.1", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        self.out: list[str] = []
+        self.err: list[str] = []
+        for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
+            threading.Thread(target=lambda s=stream, k=sink: k.extend(iter(s.readline, "")),
+                             daemon=True).start()
+
+    def text(self) -> str:
+        return "".join(self.out) + "".join(self.err)
+
+    def folders(self) -> dict[str, Path]:
+        found = {}
+        for line in self.out:
+            if ": machine rank " in line and "run folder " in line:
+                found[line.split(":", 1)[0]] = Path(line.rsplit("run folder ", 1)[1].strip())
+        return found
+
+
+def _job(tmp_path: Path, ssh_host: SshHost, resume: str = "", **args: object) -> Path:
+    job = JobConfig(resume_from_checkpoint=resume, training_args={"output_dir": str(ssh_host.home / "out"), "max_steps": 100000,
+                                   "logging_steps": 1, "per_device_train_batch_size": 2,
+                                   "save_strategy": "no", **args})
+    job.launch.main_process_port = _free_port()
+    path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
+    job.save(path)
+    return path
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_two_hosts_train_stop_with_a_checkpoint_on_both_and_resume(ssh_host: SshHost, tmp_path: Path) -> None:
+    cli = Cli(_job(tmp_path, ssh_host))
+    assert _wait(lambda: len(cli.folders()) == 2, 120), cli.text()
+    runs = cli.folders()
+    a, b = runs["gg-remote"], runs[HOST_B]
+    assert _wait(lambda: _steps(a) >= 3, 240), cli.text() + (a / "log.txt").read_text()[-3000:]
+    # One job: both machines are in one process group of two (world size 2), one per host.
+    started = _events(a, "training_started")[0]
+    assert started["world_size"] == 2, started
+    prefixes = {ln.split("|", 1)[0].strip() for ln in cli.out if "|" in ln}
+    assert {"gg-remote", HOST_B} <= prefixes, prefixes  # every host's log, each line with its host
+    cli.proc.send_signal(signal.SIGINT)  # Ctrl-C: every host stops with a checkpoint
+    assert cli.proc.wait(timeout=240) == 0, cli.text()
+    saved_a = _events(a, "checkpoint_saved")
+    saved_b = _events(b, "checkpoint_saved")
+    assert saved_a and saved_b and saved_a[-1]["step"] == saved_b[-1]["step"], (saved_a, saved_b)
+    step = saved_a[-1]["step"]
+    checkpoint = ssh_host.home / "out" / f"checkpoint-{step}"
+    assert (checkpoint / "trainer_state.json").exists()
+    assert (checkpoint / "rng_state_0.pth").exists() and (checkpoint / "rng_state_1.pth").exists()
+    for run in (a, b):
+        status = json.loads((run / "status.json").read_text())
+        assert status["state"] == "stopped" and f"checkpoint-{step}" in status["summary"], status
+    assert ssh_host.wait_no_processes(30) == []
+
+    # Resume on both from that checkpoint: training goes on from the same step to the end.
+    resume = Cli(_job(tmp_path, ssh_host, resume=str(checkpoint), max_steps=step + 2))
+    assert resume.proc.wait(timeout=300) == 0, resume.text()
+    ra = resume.folders()["gg-remote"]
+    assert _steps(ra) == step + 2 and min(int(e["step"]) for e in _events(ra, "metrics")) == step + 1
+    assert json.loads((ra / "status.json").read_text())["state"] == "finished"
+    assert ssh_host.wait_no_processes(30) == []
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_a_rank_killed_on_one_host_ends_the_run_on_the_other(ssh_host: SshHost, tmp_path: Path) -> None:
+    cli = Cli(_job(tmp_path, ssh_host))
+    assert _wait(lambda: len(cli.folders()) == 2, 120), cli.text()
+    a, b = cli.folders()["gg-remote"], cli.folders()[HOST_B]
+    assert _wait(lambda: _steps(a) >= 2, 240), cli.text()
+    rank = json.loads(next((b / "ranks").glob("rank-*.json")).read_text())
+    os.kill(int(rank["pid"]), signal.SIGKILL)  # the machine of host B loses its rank
+    assert cli.proc.wait(timeout=240) == 1, cli.text()
+    text = cli.text()
+    assert f"{HOST_B} (machine rank 1)" in text and "killing the other hosts' ranks" in text, text
+    assert "the run failed on gg-remote-b" in text
+    assert ssh_host.wait_no_processes(60) == []
+
+
+def test_preflight_refuses_what_would_hang(ssh_host: SshHost, tmp_path: Path) -> None:
+    job = tmp_path / "job.json"
+    JobConfig(model=str(tmp_path / "no-such-model"),
+              training_args={"output_dir": str(tmp_path / "out"), "max_steps": 2}).save(job)
+
+    def train(hosts: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", str(job), "--hosts",
+                               hosts, "--device", "cpu"], capture_output=True, text=True, timeout=120,
+                              env=dict(os.environ), check=False)
+
+    # First, before any connection exists (ssh would multiplex gg-nokey over gg-remote's: same
+    # user@host:port), a host whose key is refused.
+    res = train("gg-nokey,gg-remote")
+    assert res.returncode == 3 and "ssh-copy-id gg-nokey" in res.stderr, res.stderr
+    res = train(f"gg-remote,{HOST_B}")
+    assert res.returncode == 3, res.stderr
+    assert "no-such-model is not on gg-remote" in res.stderr and "Traceback" not in res.stderr
+    assert f"no-such-model is not on {HOST_B}" in res.stderr
+    res = train("gg-remote")
+    assert res.returncode == 2 and "two or more hosts" in res.stderr
+    assert ssh_host.wait_no_processes(20) == []
