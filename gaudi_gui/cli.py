@@ -81,6 +81,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         from gaudi_gui.app import run_gui
         return run_gui([])
+    if args.command == "train" and getattr(args, "slurm", False):
+        if (getattr(args, "host", "") or "").strip() not in ("", "local") or (args.hosts or "").strip():
+            parser.error("train --slurm submits to a cluster (--login HOST for a login host over SSH); "
+                         "it takes neither --host nor --hosts")
+        from gaudi_gui.commands import slurm_run
+        try:
+            return slurm_run.train(args)
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            return 130
     if args.command == "train" and (getattr(args, "hosts", "") or "").strip():
         if (getattr(args, "host", "") or "").strip() not in ("", "local"):
             parser.error("train takes --host (one host) or --hosts (several), not both")

@@ -75,6 +75,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reconnect-s", type=_grace, default=600.0,
                    help="with --host: how long to keep reconnecting after the connection dropped "
                         "(the run goes on on the host meanwhile; default 600)")
+    from gaudi_gui.commands import slurm_run
+    slurm_run.add_arguments(p)
 
 
 def _printable(line: str) -> str:

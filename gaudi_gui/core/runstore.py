@@ -308,6 +308,10 @@ class Run:
         status = self.status()
         if status.state not in ("queued", "running") or self.processes_alive():
             return status
+        if (self.folder / "slurm.json").is_file():
+            # A Slurm job's processes are on the cluster's nodes, not here: only the queue (squeue,
+            # sacct) knows whether it still runs, and the command following it writes its end.
+            return status
         if status.state == "queued" and not status.pid and time.time() - _mtime(self.status_path) < 60:
             return status  # being started right now
         from gaudi_gui.core.outcome import outcome_from_events

@@ -1,0 +1,345 @@
+"""``gaudi-gui train --config FILE --slurm [--nodes N --partition P --time T --account A …]``.
+
+The job becomes an sbatch script (``core/slurm.py``: one task per node, each running accelerate's
+multi-node launch), saved in the run folder as slurm.sh and submitted with ``sbatch`` on this machine or
+on a login host over SSH (``--login HOST``: sbatch, squeue, scontrol, sacct and scancel run there as
+argv lists, never as user text in a shell). The run folder must be on the file system the login host
+and the nodes share, at the same path (``--runs-dir``): the console (log.txt) and the events come from
+there. ``--print-script`` shows the script and submits nothing.
+
+Then the run follows the job: pending / running / ended from squeue (scontrol for the exit status,
+sacct once the controller has forgotten the job), the log and the events from the folder. Ctrl-C (or
+SIGTERM / SIGHUP) stops with a checkpoint: ``scancel --batch --signal=USR1`` lets the batch shell ask
+each node's ranks to save at the end of their step; a job still pending, or whose ranks have not
+started, is simply cancelled. A second Ctrl-C, or the grace period running out, cancels the job (no
+checkpoint). Exit status: 0 finished or stopped, 1 failed / killed / not submitted, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gaudi_gui.core import prepare as prepare_mod
+from gaudi_gui.core import remote
+from gaudi_gui.core import slurm as slurm_mod
+from gaudi_gui.core.events import EventFollower
+from gaudi_gui.core.jobconfig import JobConfigError
+from gaudi_gui.core.outcome import outcome_from_events
+from gaudi_gui.core.remote import Host, HostError, RemoteError
+from gaudi_gui.core.runstore import Run, RunStatus, RunStore
+from gaudi_gui.core.secrets import redact
+
+#: Seconds between two squeue polls.
+POLL_S = 1.0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The --slurm options of ``gaudi-gui train``."""
+    g = p.add_argument_group("Slurm (with --slurm)")
+    g.add_argument("--slurm", action="store_true",
+                   help="submit the job to Slurm with sbatch (one task per node running accelerate launch) "
+                        "and follow it; the run folder must be on the file system the nodes share")
+    g.add_argument("--nodes", type=int, default=1, metavar="N",
+                   help="nodes (machines) for the job (default 1)")
+    g.add_argument("--partition", default="", metavar="P", help="Slurm partition")
+    g.add_argument("--time", default="", metavar="T", help="time limit (minutes, HH:MM:SS or D-HH:MM:SS); a "
+                   "checkpoint stop is asked for --grace seconds before it")
+    g.add_argument("--account", default="", metavar="A", help="Slurm account to charge")
+    g.add_argument("--cards-per-node", dest="cards_per_node", type=int, default=0, metavar="N",
+                   help="cards (processes) per node (default: the job's number of processes)")
+    g.add_argument("--gres", default="", metavar="SPEC",
+                   help="generic resources per node as the cluster names them (default for cuda: gpu:N)")
+    g.add_argument("--login", default="", metavar="HOST",
+                   help="submit and watch on this login host over SSH (default: this machine)")
+    g.add_argument("--node-python", dest="node_python", default="", metavar="PATH",
+                   help="the Python with gaudi-gui on the nodes (default: this one)")
+    g.add_argument("--print-script", dest="print_script", action="store_true",
+                   help="print the sbatch script and exit without submitting")
+
+
+def _say(text: str) -> None:
+    with contextlib.suppress(OSError):
+        sys.stderr.write(text.rstrip("\n") + "\n")
+        sys.stderr.flush()
+
+
+def _printable(line: str) -> str:
+    return "".join(ch if ch == "\t" or (ch >= " " and ch != "\x7f" and not "\x80" <= ch <= "\x9f")
+                   else "?" for ch in line)
+
+
+class _Signals:
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = ""
+
+    def handler(self, signum: int, _frame: Any) -> None:
+        self.count += 1
+        self.last = signal.Signals(signum).name
+
+
+def runner_for(host: Host) -> slurm_mod.Runner:
+    """Runs a Slurm command on ``host``: (exit code, stdout, stderr); a missing program or an
+    unreachable host is an exit code 127 / 255 with the reason on stderr, never an exception."""
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        if host.is_local:
+            try:
+                done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=60,
+                                      stdin=subprocess.DEVNULL, check=False)
+            except FileNotFoundError:
+                return 127, "", f"{argv[0]} is not installed on this machine (is this a Slurm login node?)"
+            except subprocess.TimeoutExpired:
+                return 124, "", f"{argv[0]} did not answer within 60 s"
+            return done.returncode, done.stdout, done.stderr
+        try:
+            return remote.call(host, argv, timeout=60)
+        except RemoteError as exc:
+            return 255, "", str(exc)
+    return run
+
+
+def options_from(args: argparse.Namespace, device: str) -> slurm_mod.SlurmOptions:
+    return slurm_mod.SlurmOptions(
+        nodes=args.nodes, partition=args.partition.strip(), time=args.time.strip(),
+        account=args.account.strip(),
+        cards_per_node=args.cards_per_node, gres=args.gres.strip(), device=device,
+        python=args.node_python.strip(), stop_before_limit_s=int(args.grace))
+
+
+def train(args: argparse.Namespace) -> int:
+    from gaudi_gui.commands.train import _load_job
+    try:
+        job = _load_job(args.config)
+    except JobConfigError as exc:
+        _say(f"gaudi-gui train: {exc}")
+        return 2
+    device = args.device
+    if device == "auto" and args.login.strip():
+        # This machine's cards say nothing of the nodes'.
+        _say("gaudi-gui train: with --login, name the nodes' device (--device hpu / cuda / cpu)")
+        return 2
+    if device == "auto":
+        device = prepare_mod.probe_device()
+    options = options_from(args, device)
+    problems = options.validate()
+    part = slurm_mod.slurm_job(job, options)
+    problems += part.validate()
+    if problems:
+        for name, problem in problems:
+            _say(f"gaudi-gui train: {name}: {problem}")
+        return 2
+    store = RunStore(args.runs_dir or None)
+    if args.print_script:
+        # Nothing is created: the folder is where the run would go ("<run>" in its name).
+        print(slurm_mod.sbatch_script(part, store.root / "<run>", options), end="", flush=True)
+        return 0
+    try:
+        host = remote.find_host(args.login) if args.login.strip() else Host.local()
+    except HostError as exc:
+        _say(f"gaudi-gui train: --login: {exc}")
+        return 2
+    try:
+        prepared = prepare_mod.prepare_run(part, device=device, store=store, origin="cli",
+                                           resumed_from=getattr(args, "resumed_from", ""),
+                                           python=options.python or None)
+    except prepare_mod.PrepareError as exc:
+        _say(f"gaudi-gui train: {exc}")
+        return 2
+    except OSError as exc:
+        _say(f"gaudi-gui train: cannot create the run folder: {exc.strerror or exc}")
+        return 1
+    run = prepared.run
+    script = slurm_mod.sbatch_script(prepared.job, run.folder, options)
+    script_path = run.folder / slurm_mod.SCRIPT_NAME
+    fd = os.open(script_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o700)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(script)
+    run_cmd = runner_for(host)
+    code, out, err = run_cmd(slurm_mod.sbatch_argv(script_path))
+    try:
+        job_id = slurm_mod.parse_sbatch(out) if code == 0 else ""
+    except ValueError as exc:
+        err, job_id = str(exc), ""
+    if not job_id:
+        why = (err.strip() or out.strip() or f"exit {code}")[-500:]
+        run.update_status(state="failed", ended_at=time.time(),
+                          summary=f"Failed: sbatch refused the job: {why}")
+        _say(f"gaudi-gui train: sbatch refused the job: {why}\nscript: {script_path}")
+        return 1
+    _write_info(run, {"job_id": job_id, "login": host.name, "script": str(script_path)})
+    run.update_status(summary=f"Slurm job {job_id} submitted")
+    where = "" if host.is_local else f" on {host.name}"
+    print(f"submitted batch job {job_id}{where}", flush=True)
+    print(f"run folder: {run.folder} (device {device}, {options.nodes} node(s)); script: {script_path}",
+          flush=True)
+    return follow(run, job_id, run_cmd, grace=args.grace)
+
+
+def _write_info(run: Run, info: dict[str, Any]) -> None:
+    from gaudi_gui.core.runstore import _private_write
+    _private_write(run.folder / slurm_mod.INFO_NAME, json.dumps(info, indent=2))
+
+
+class _LogTail:
+    def __init__(self, path: Path) -> None:
+        self.path, self.offset, self.partial = path, 0, b""
+
+    def lines(self) -> list[str]:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(1 << 20)
+        except OSError:
+            return []
+        self.offset += len(data)
+        data = self.partial + data
+        parts = data.replace(b"\r", b"\n").split(b"\n")
+        self.partial = parts.pop()
+        return [p.decode("utf-8", "replace") for p in parts if p.strip()]
+
+
+def _note(event: dict[str, Any]) -> None:
+    kind = event.get("type")
+    if kind == "checkpoint_saved":
+        _say(f"checkpoint-{event.get('step')} saved")
+    elif kind == "error":
+        _say(f"error ({event.get('kind')}): {event.get('message')}")
+
+
+def follow(run: Run, job_id: str, run_cmd: slurm_mod.Runner, *, grace: float) -> int:
+    """Follow the job to its end; the command's exit status."""
+    query = slurm_mod.Query(run_cmd)
+    signals = _Signals()
+    previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    log = _LogTail(run.log_path)
+    follower = EventFollower(run.events_path)
+    events: list[dict[str, Any]] = []
+    handled = 0
+    stop_at = 0.0
+    stop_mode = ""  # "checkpoint" (the ranks save) or "cancel" (nothing to save yet)
+    killed = False
+    kill_reason = ""
+    info: slurm_mod.JobInfo | None = None
+    phase = ""
+    next_poll = 0.0
+    unknown_since = 0.0
+    last_note = 0.0
+    try:
+        while True:
+            for line in log.lines():
+                with contextlib.suppress(BrokenPipeError):
+                    print(_printable(redact(line)), flush=True)
+            for event in follower.read():
+                events.append(event)
+                _note(event)
+            now = time.monotonic()
+            if now >= next_poll:
+                next_poll = now + POLL_S
+                found = query(job_id)
+                if found is None:
+                    unknown_since = unknown_since or now
+                    if now - unknown_since > 60:
+                        _say(f"Slurm does not know job {job_id} any more: {'; '.join(query.errors)}")
+                        break
+                else:
+                    unknown_since = 0.0
+                    info = found
+                    if info.phase != phase:
+                        phase = info.phase
+                        _report(run, info)
+                    if phase == "ended":
+                        break
+            if signals.count > handled:
+                handled = signals.count
+                if not stop_mode:
+                    # Signals that arrive together (a terminal's and a wrapper's) are one stop.
+                    stop_at = now
+                    stop_mode = _stop(run, job_id, run_cmd, phase, name=signals.last, grace=grace)
+                elif not killed:
+                    _say(f"{signals.last} again: cancelling job {job_id} now (no checkpoint from this stop)")
+                    killed, kill_reason = True, "request"
+                    _cancel(job_id, run_cmd)
+            if stop_at and not killed and stop_mode == "checkpoint":
+                if now - stop_at > grace:
+                    _say(f"the job did not end within {grace:g} s of the stop: cancelling it")
+                    killed, kill_reason = True, "grace"
+                    _cancel(job_id, run_cmd)
+                elif now - last_note >= 5:
+                    last_note = now
+                    _say(f"waiting for the ranks to save and end… {now - stop_at:.0f} s")
+            time.sleep(0.2)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    for line in log.lines():
+        with contextlib.suppress(BrokenPipeError):
+            print(_printable(redact(line)), flush=True)
+    events += follower.read()
+    return _finish(run, job_id, info, events, stop_requested=bool(stop_mode),
+                   before_training=stop_mode == "cancel", killed=killed, kill_reason=kill_reason)
+
+
+def _report(run: Run, info: slurm_mod.JobInfo) -> None:
+    if info.phase == "pending":
+        _say(f"job {info.job_id}: pending" + (f" ({info.reason})" if info.reason else ""))
+    elif info.phase == "running":
+        _say(f"job {info.job_id}: running on {info.nodes or '?'}")
+        if run.status().state != "running":
+            run.update_status(state="running", started_at=time.time())
+    else:
+        _say(f"job {info.job_id}: {info.state.lower()}")
+
+
+def _cancel(job_id: str, run_cmd: slurm_mod.Runner) -> None:
+    code, _out, err = run_cmd(slurm_mod.scancel_argv(job_id, stop=False))
+    if code != 0:
+        _say(f"scancel {job_id} failed: {err.strip() or code}")
+
+
+def _stop(run: Run, job_id: str, run_cmd: slurm_mod.Runner, phase: str, *, name: str, grace: float) -> str:
+    """Ask the job to stop: "checkpoint" when ranks are training, else "cancel" (nothing to save)."""
+    if phase == "running" and run.ranks():
+        code, _out, err = run_cmd(slurm_mod.scancel_argv(job_id, stop=True))
+        if code == 0:
+            _say(f"\n{name}: stopping job {job_id} — each node's ranks save a checkpoint at the end of their "
+                 f"current step; cancelled after {grace:g} s (Ctrl-C again: cancel now)")
+            return "checkpoint"
+        _say(f"scancel --batch failed ({err.strip() or code}): cancelling the job")
+    else:
+        _say(f"\n{name}: no rank has started training yet: cancelling job {job_id} (nothing to save)")
+    _cancel(job_id, run_cmd)
+    return "cancel"
+
+
+def _finish(run: Run, job_id: str, info: slurm_mod.JobInfo | None, events: list[dict[str, Any]], *,
+            stop_requested: bool, before_training: bool, killed: bool, kill_reason: str) -> int:
+    exit_code = info.exit_code if info is not None else None
+    slurm_state = info.state if info is not None else "UNKNOWN"
+    if before_training and not any(e.get("type") in ("training_started", "metrics") for e in events):
+        result: dict[str, Any] = {"state": "stopped",
+                                  "summary": "Stopped before training began — nothing to save"}
+    else:
+        result = outcome_from_events(events, run.status(), exit_code=exit_code, stop_requested=stop_requested,
+                                     killed=killed, log_tail=run.log_tail(40), kill_reason=kill_reason)
+        if result["state"] in ("failed", "killed") and slurm_state not in ("COMPLETED", "FAILED", "UNKNOWN"):
+            result["summary"] = f"{result['summary']} (Slurm: {slurm_state.lower()})"
+    changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}
+    run.update_status(ended_at=time.time(), exit_description=f"Slurm job {job_id}: {slurm_state}", **changes)
+    state, summary = str(result["state"]), str(result["summary"])
+    if state in ("finished", "stopped"):
+        _say(f"{summary}\nrun folder: {run.folder}")
+        return 0
+    _say(f"gaudi-gui train: {summary}\nlog: {run.log_path}")
+    return 1
+
+
+__all__ = ["add_arguments", "follow", "options_from", "runner_for", "train"]

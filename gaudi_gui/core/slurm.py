@@ -1,0 +1,401 @@
+"""A training job as a Slurm batch job: the sbatch script, and what squeue / scontrol / sacct say of it.
+
+The script runs the same ``accelerate launch`` as a local run (``core/launch.py``), once per node:
+``srun`` starts one task per node, and each task runs accelerate's multi-node launch with
+``--machine_rank $SLURM_NODEID --num_machines $SLURM_NNODES --main_process_ip $MAIN`` where ``MAIN`` is
+the first node of the allocation (``scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1``). The
+run folder is on the file system every node shares: the console goes to its log.txt (``--output``),
+each node's first rank appends its events to its events.jsonl, and each rank records itself in
+``ranks/`` with its host name.
+
+Stopping with a checkpoint. ``scancel --signal=TERM`` on the job's step signals every process of the
+step, the accelerate launcher included, and the launcher then SIGKILLs its ranks 5 s later (DESIGN.md):
+a real checkpoint does not fit in 5 s. So a stop signals the batch shell only (``scancel --batch
+--signal=USR1``); the script traps it and runs one more step (``srun --overlap``, one task per node)
+that sends SIGTERM to the ranks recorded on that node (``python -m gaudi_gui.core.slurm signal-ranks``,
+pid and create time checked). The ranks agree on the step, save, and end; the job then ends by itself.
+With a time limit, ``--signal=B:USR1@S`` asks Slurm for the same stop S seconds before the limit.
+
+Qt-free and torch-free; every word of the script that is not a Slurm variable is ``shlex.quote``d.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import signal
+import socket
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from gaudi_gui.core import launch as launch_mod
+from gaudi_gui.core.jobconfig import JobConfig
+
+#: What the batch shell traps as "stop with a checkpoint" (``scancel --batch --signal=USR1 JOB``).
+STOP_SIGNAL = "USR1"
+SCRIPT_NAME = "slurm.sh"
+INFO_NAME = "slurm.json"
+#: launch.main_process_ip while the job is prepared: the script replaces it with the first node.
+MAIN_PLACEHOLDER = "slurm-first-node"
+SQUEUE_FORMAT = "%i|%T|%r|%N"
+SACCT_FIELDS = "JobID,State,ExitCode,NodeList"
+
+PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                            "RESV_DEL_HOLD", "SUSPENDED", "STOPPED", "RESIZING"})
+RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT"})
+FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+                          "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
+
+_TIME = re.compile(r"^(?:\d+|\d+:\d{1,2}|\d+:\d{1,2}:\d{1,2}|\d+-\d+|\d+-\d+:\d{1,2}|\d+-\d+:\d{1,2}:\d{1,2}"
+                   r"|UNLIMITED|INFINITE)$", re.IGNORECASE)
+_NAME = re.compile(r"^[A-Za-z0-9._@:+=,/-]+$")
+_JOB_ID = re.compile(r"^\d+(?:_\d+)?(?:\+\d+)?$")
+
+
+@dataclass
+class SlurmOptions:
+    """What the job asks of Slurm, beyond the job itself."""
+
+    nodes: int = 1
+    partition: str = ""
+    #: A Slurm time limit: minutes, MM:SS, HH:MM:SS, D-HH[:MM[:SS]].
+    time: str = ""
+    account: str = ""
+    #: Cards (processes) per node; 0: the job's launch.num_processes.
+    cards_per_node: int = 0
+    #: A generic resource request as the cluster names it (``gpu:8``); default for CUDA ``gpu:N``.
+    gres: str = ""
+    job_name: str = ""
+    #: The device the nodes have: cpu, cuda or hpu.
+    device: str = "cpu"
+    #: The Python that runs gaudi-gui on the nodes (default: this one, on the shared file system).
+    python: str = ""
+    #: With a time limit: ask for a checkpoint stop this many seconds before it.
+    stop_before_limit_s: int = 120
+
+    def validate(self) -> list[tuple[str, str]]:
+        problems: list[tuple[str, str]] = []
+        if not isinstance(self.nodes, int) or self.nodes < 1:
+            problems.append(("nodes", "the number of nodes must be at least 1"))
+        if not isinstance(self.cards_per_node, int) or self.cards_per_node < 0:
+            problems.append(("cards_per_node", "cards per node must be 0 (the job's) or more"))
+        if self.time and not _TIME.match(self.time):
+            problems.append(("time", f"not a Slurm time limit: {self.time!r} "
+                                     f"(minutes, HH:MM:SS or D-HH:MM:SS)"))
+        for name in ("partition", "account", "gres", "job_name"):
+            value = getattr(self, name)
+            if value and not _NAME.match(value):
+                label = name.replace("_", " ")
+                problems.append((name, f"{label} {value!r} has characters Slurm does not take"))
+        if self.device not in ("cpu", "cuda", "hpu"):
+            problems.append(("device", f"unknown device {self.device!r}"))
+        if self.stop_before_limit_s < 0:
+            problems.append(("stop_before_limit_s", "must be 0 or more seconds"))
+        return problems
+
+
+def slurm_job(job: JobConfig, options: SlurmOptions) -> JobConfig:
+    """``job`` as one job over ``options.nodes`` machines: launch.num_machines set, the main address a
+    placeholder the script fills in at run time, processes per node from the cards per node."""
+    out = JobConfig.from_dict(job.to_dict())
+    out.launch.num_machines = options.nodes
+    out.launch.machine_rank = 0
+    out.launch.main_process_ip = MAIN_PLACEHOLDER
+    if options.cards_per_node:
+        out.launch.num_processes = options.cards_per_node
+    return out
+
+
+_MULTI_NODE = ("--num_machines", "--machine_rank", "--main_process_ip", "--main_process_port")
+
+
+def task_words(launch_argv: Sequence[str], port: int) -> list[str]:
+    """The launch's words for one node's task, each shell-quoted, with the node's machine rank, the
+    node count and the main address as Slurm variables of the task."""
+    words: list[str] = []
+    skip = False
+    module_at = len(launch_argv)
+    for i, word in enumerate(launch_argv):
+        if word == "-m" and i > 0:
+            module_at = i
+            break
+    for word in launch_argv[:module_at]:
+        if skip:
+            skip = False
+            continue
+        if word in _MULTI_NODE:
+            skip = True
+            continue
+        words.append(shlex.quote(word))
+    words += ["--num_machines", '"$SLURM_NNODES"', "--machine_rank", '"$SLURM_NODEID"',
+              "--main_process_ip", '"$MAIN"', "--main_process_port", shlex.quote(str(port))]
+    words += [shlex.quote(w) for w in launch_argv[module_at:]]
+    return words
+
+
+def default_gres(options: SlurmOptions) -> str:
+    if options.gres:
+        return options.gres
+    if options.device == "cuda" and options.cards_per_node:
+        return f"gpu:{options.cards_per_node}"
+    # Gaudi clusters name their cards in gres.conf as they choose: --gres says how.
+    return ""
+
+
+def _sbatch(option: str, value: str) -> str:
+    return f"#SBATCH --{option}={shlex.quote(value)}"
+
+
+def sbatch_script(job: JobConfig, run_folder: str | Path, options: SlurmOptions) -> str:
+    """The batch script for ``job`` (as prepared: ``slurm_job``) whose run folder is ``run_folder``."""
+    folder = str(run_folder)
+    python = options.python or sys.executable
+    if "\n" in folder or "\n" in python:
+        raise ValueError("a run folder or Python path with a line break cannot go in a batch script")
+    launch = launch_mod.build(job, folder, device=options.device, python=python,
+                              port=job.launch.main_process_port)
+    port = int(job.launch.main_process_port)
+    name = options.job_name or f"gaudi-gui-{Path(folder).name}"[:64]
+    lines = ["#!/bin/bash",
+             _sbatch("job-name", name),
+             _sbatch("nodes", str(options.nodes)),
+             "#SBATCH --ntasks-per-node=1"]
+    gres = default_gres(options)
+    if gres:
+        lines.append(_sbatch("gres", gres))
+    if options.time:
+        lines.append(_sbatch("time", options.time))
+    if options.partition:
+        lines.append(_sbatch("partition", options.partition))
+    if options.account:
+        lines.append(_sbatch("account", options.account))
+    lines += [_sbatch("chdir", folder),
+              _sbatch("output", str(Path(folder) / "log.txt")),
+              "#SBATCH --open-mode=append"]
+    if options.time and options.stop_before_limit_s:
+        lines.append(f"#SBATCH --signal=B:{STOP_SIGNAL}@{int(options.stop_before_limit_s)}")
+    q_python, q_folder = shlex.quote(python), shlex.quote(folder)
+    stop_step = (f'srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 {q_python} -m '
+                 f"gaudi_gui.core.slurm signal-ranks {q_folder}")
+    task = "exec " + " ".join(task_words(launch.argv, port))
+    exports = [f"export {k}={shlex.quote(v)}" for k, v in sorted(launch.env_extra.items())]
+    lines += [
+        f"# gaudi-gui training job; run folder (on the file system every node shares): {folder}",
+        f"# Stop with a checkpoint: scancel --batch --signal={STOP_SIGNAL} JOBID (the ranks save at the",
+        "# end of their current step); plain scancel JOBID kills without one.",
+        "set -u",
+        "STOP=0",
+        "stop_ranks() {",
+        "    STOP=1",
+        '    echo "gaudi-gui: $1: asking every node\'s ranks to save a checkpoint at the end of this step"',
+        f"    {stop_step} || true",
+        "}",
+        f"trap 'stop_ranks SIG{STOP_SIGNAL}' {STOP_SIGNAL}",
+        "trap 'stop_ranks SIGTERM' TERM",
+        *exports,
+        'MAIN=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
+        "export MAIN",
+        f'echo "gaudi-gui: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST; main process $MAIN:{port}"',
+        "# Each node's task: accelerate's multi-node launch, its machine rank from SLURM_NODEID.",
+        "TASK=$(cat <<'GAUDI_GUI_TASK'",
+        task,
+        "GAUDI_GUI_TASK",
+        ")",
+        'if [ "$STOP" = 1 ]; then exit 0; fi',
+        'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c "$TASK" &',
+        "STEP=$!",
+        "# A trapped signal interrupts wait: wait again until the step has really ended.",
+        'while kill -0 "$STEP" 2>/dev/null; do wait "$STEP"; done',
+        'wait "$STEP"',
+    ]
+    return "\n".join(lines) + "\n"
+
+
+# -- commands --------------------------------------------------------------------------------------------
+
+def sbatch_argv(script: str | Path) -> list[str]:
+    return ["sbatch", "--parsable", str(script)]
+
+
+def squeue_argv(job_id: str) -> list[str]:
+    return ["squeue", "--noheader", "--states=all", "--jobs", job_id, "--format", SQUEUE_FORMAT]
+
+
+def scontrol_argv(job_id: str) -> list[str]:
+    return ["scontrol", "--oneliner", "show", "job", job_id]
+
+
+def sacct_argv(job_id: str) -> list[str]:
+    return ["sacct", "--noheader", "--parsable2", "--allocations", "--jobs", job_id, "--format", SACCT_FIELDS]
+
+
+def scancel_argv(job_id: str, *, stop: bool) -> list[str]:
+    """``stop``: the checkpoint stop (the batch shell's trap); else cancel (Slurm ends every process)."""
+    if stop:
+        return ["scancel", "--batch", f"--signal={STOP_SIGNAL}", job_id]
+    return ["scancel", job_id]
+
+
+# -- parsing ---------------------------------------------------------------------------------------------
+
+@dataclass
+class JobInfo:
+    job_id: str
+    #: Slurm's word: PENDING, RUNNING, COMPLETED, CANCELLED, ...
+    state: str
+    reason: str = ""
+    nodes: str = ""
+    #: The batch script's exit status; negative: killed by that signal; None: not known.
+    exit_code: int | None = None
+
+    @property
+    def phase(self) -> str:
+        """"pending", "running" or "ended"."""
+        if self.state in FINAL_STATES:
+            return "ended"
+        if self.state in RUNNING_STATES:
+            return "running"
+        return "pending"
+
+
+def parse_sbatch(text: str) -> str:
+    """The job id ``sbatch --parsable`` printed ("123" or "123;cluster"); ValueError otherwise."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    if not lines:
+        raise ValueError("sbatch printed no job id")
+    job_id = lines[-1].split(";", 1)[0]
+    if not _JOB_ID.match(job_id):
+        raise ValueError(f"sbatch printed {lines[-1]!r}, not a job id")
+    return job_id
+
+
+def _state_word(text: str) -> str:
+    # sacct: "CANCELLED by 0"; scontrol: "CANCELLED"; some versions add "+" to a truncated word.
+    return text.strip().split(" ", 1)[0].rstrip("+").upper()
+
+
+def _exit_code(text: str) -> int | None:
+    code, _, sig = text.strip().partition(":")
+    try:
+        number, signum = int(code), int(sig or 0)
+    except ValueError:
+        return None
+    return -signum if signum else number
+
+
+def parse_squeue(text: str) -> dict[str, JobInfo]:
+    """``squeue --noheader --format '%i|%T|%r|%N'`` lines, by job id."""
+    out: dict[str, JobInfo] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 2 or not parts[0]:
+            continue
+        reason = parts[2] if len(parts) > 2 else ""
+        out[parts[0]] = JobInfo(parts[0], _state_word(parts[1]), "" if reason == "None" else reason,
+                                parts[3] if len(parts) > 3 else "")
+    return out
+
+
+def parse_sacct(text: str) -> dict[str, JobInfo]:
+    """``sacct --noheader --parsable2 --allocations --format JobID,State,ExitCode,NodeList`` lines."""
+    out: dict[str, JobInfo] = {}
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 3 or not parts[0] or "." in parts[0]:
+            continue
+        out[parts[0]] = JobInfo(parts[0], _state_word(parts[1]), "", parts[3] if len(parts) > 3 else "",
+                                _exit_code(parts[2]))
+    return out
+
+
+def parse_scontrol(text: str) -> JobInfo | None:
+    """``scontrol --oneliner show job ID``: Key=Value words (values without spaces, but Command= and
+    the paths may hold some: read up to the next known key)."""
+    values: dict[str, str] = {}
+    for match in re.finditer(r"(?:^|\s)([A-Za-z/:]+)=(\S*)", text):
+        values.setdefault(match.group(1), match.group(2))
+    if "JobId" not in values or "JobState" not in values:
+        return None
+    reason = values.get("Reason", "")
+    return JobInfo(values["JobId"], _state_word(values["JobState"]), "" if reason == "None" else reason,
+                   "" if values.get("NodeList") == "(null)" else values.get("NodeList", ""),
+                   _exit_code(values.get("ExitCode", "")))
+
+
+Runner = Callable[[list[str]], tuple[int, str, str]]
+
+
+@dataclass
+class Query:
+    """Where a job stands, asked of squeue first, then scontrol (the exit code), then sacct (a job the
+    controller has forgotten). ``errors`` keeps what the commands said when none knew the job."""
+
+    run: Runner
+    errors: list[str] = field(default_factory=list)
+
+    def __call__(self, job_id: str) -> JobInfo | None:
+        self.errors = []
+        code, out, err = self.run(squeue_argv(job_id))
+        info = parse_squeue(out).get(job_id) if code == 0 else None
+        if code != 0:
+            self.errors.append(f"squeue: {err.strip() or code}")
+        if info is not None and info.phase != "ended":
+            return info
+        code, out, err = self.run(scontrol_argv(job_id))
+        detailed = parse_scontrol(out) if code == 0 else None
+        if detailed is not None and (info is None or detailed.phase == "ended"):
+            return detailed
+        if code != 0:
+            self.errors.append(f"scontrol: {err.strip() or code}")
+        code, out, err = self.run(sacct_argv(job_id))
+        accounted = parse_sacct(out).get(job_id) if code == 0 else None
+        if accounted is not None:
+            return accounted
+        if code != 0:
+            self.errors.append(f"sacct: {err.strip() or code}")
+        return info
+
+
+# -- the stop step on each node ------------------------------------------------------------------------------
+
+def signal_ranks(folder: str | Path, signum: int = signal.SIGTERM, host: str | None = None) -> list[int]:
+    """Signal the ranks of the run in ``folder`` that recorded themselves on this host (pid and create
+    time checked): the pids signalled."""
+    from gaudi_gui.core.proctree import ProcessRef
+    from gaudi_gui.core.runstore import Run
+    here = host or socket.gethostname()
+    done = []
+    for record in Run(folder).ranks():
+        if record.get("host") != here:
+            continue
+        ref = ProcessRef.from_dict(record)
+        if ref is not None and ref.is_alive() and ref.signal(signum):
+            done.append(ref.pid)
+    return done
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m gaudi_gui.core.slurm")
+    sub = parser.add_subparsers(dest="action", required=True)
+    p = sub.add_parser("signal-ranks", help="SIGTERM the run's ranks on this node (the checkpoint stop)")
+    p.add_argument("folder")
+    args = parser.parse_args(argv)
+    pids = signal_ranks(args.folder)
+    where = socket.gethostname()
+    if pids:
+        print(f"gaudi-gui: {where}: SIGTERM sent to rank pid(s) {', '.join(map(str, pids))}", flush=True)
+        return 0
+    print(f"gaudi-gui: {where}: no running rank of this run here", flush=True)
+    return 1
+
+
+__all__ = ["FINAL_STATES", "INFO_NAME", "MAIN_PLACEHOLDER", "SCRIPT_NAME", "STOP_SIGNAL", "JobInfo", "Query",
+           "SlurmOptions", "parse_sacct", "parse_sbatch", "parse_scontrol", "parse_squeue", "sacct_argv",
+           "sbatch_argv", "sbatch_script", "scancel_argv", "scontrol_argv", "signal_ranks", "slurm_job",
+           "squeue_argv", "task_words"]
+
+if __name__ == "__main__":
+    sys.exit(main())

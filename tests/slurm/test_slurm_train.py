@@ -1,0 +1,163 @@
+"""``gaudi-gui train --slurm`` against a real one-node Slurm cluster (slurmctld, slurmd, munge): a job
+submitted with sbatch runs to the end; a long one stopped with Ctrl-C ends "stopped" with a complete
+checkpoint (the batch shell's trap asks the ranks to save, not the launcher), and resuming submits a new
+job that continues from it. Nothing is left running: the leftover guard of tests/conftest.py checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.runstore import checkpoint_complete
+from tests.slurm_cluster import PARTITION, SlurmCluster
+
+pytestmark = pytest.mark.slow
+
+
+def _wait(condition: Callable[[], object], timeout: float = 60.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return bool(condition())
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _job(tmp_path: Path, resume: str = "", **args: object) -> Path:
+    job = JobConfig(resume_from_checkpoint=resume,
+                    training_args={"output_dir": str(tmp_path / "out"), "max_steps": 100000,
+                                   "logging_steps": 1, "per_device_train_batch_size": 2,
+                                   "save_strategy": "no", **args})
+    job.launch.main_process_port = _free_port()
+    path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
+    job.save(path)
+    return path
+
+
+class Cli:
+    def __init__(self, job: Path, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "gaudi_gui", "train", "--config", str(job), "--slurm", "--device", "cpu",
+             "--partition", PARTITION, "--time", "10", *extra],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        self.out: list[str] = []
+        self.err: list[str] = []
+        for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
+            threading.Thread(target=lambda s=stream, k=sink: k.extend(iter(s.readline, "")),
+                             daemon=True).start()
+
+    def text(self) -> str:
+        return "".join(self.out) + "".join(self.err)
+
+    def folder(self) -> Path | None:
+        for line in list(self.out):
+            if line.startswith("run folder: "):
+                return Path(line[len("run folder: "):].split(" (", 1)[0])
+        return None
+
+    def job_id(self) -> str:
+        for line in list(self.out):
+            if line.startswith("submitted batch job "):
+                return line.split()[3]
+        return ""
+
+
+def _events(run: Path, kind: str) -> list[dict]:
+    try:
+        lines = (run / "events.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    return [e for e in map(json.loads, lines) if e.get("type") == kind]
+
+
+def _steps(run: Path) -> int:
+    return max((int(e.get("step") or 0) for e in _events(run, "metrics")), default=0)
+
+
+def _slurm_state(slurm: SlurmCluster, job_id: str) -> str:
+    done = subprocess.run(["scontrol", "--oneliner", "show", "job", job_id], capture_output=True, text=True,
+                          env=slurm.env(), check=False, timeout=20)
+    return done.stdout.split("JobState=", 1)[1].split()[0] if "JobState=" in done.stdout else done.stderr
+
+
+def test_print_script_shows_the_job_and_submits_nothing(slurm: SlurmCluster, tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    train = [sys.executable, "-m", "gaudi_gui", "train", "--config", str(job), "--slurm", "--device", "cpu"]
+    asked = ["--nodes", "2", "--partition", PARTITION, "--account", "ml", "--time", "1:00:00",
+             "--print-script"]
+    done = subprocess.run([*train, *asked], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    script = done.stdout
+    for line in ("#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=1", "#SBATCH --partition=gg",
+                 "#SBATCH --account=ml", "#SBATCH --time=1:00:00", '--machine_rank "$SLURM_NODEID"'):
+        assert line in script, script
+    assert slurm.jobs() == []
+    bad = subprocess.run([*train, "--time", "soon"], capture_output=True, text=True, timeout=60, check=False)
+    assert bad.returncode == 2 and "not a Slurm time limit" in bad.stderr, bad.stderr
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_a_submitted_job_runs_to_the_end(slurm: SlurmCluster, tmp_path: Path) -> None:
+    cli = Cli(_job(tmp_path, max_steps=3))
+    assert cli.proc.wait(timeout=180) == 0, cli.text()
+    run = cli.folder()
+    assert run is not None and cli.job_id(), cli.text()
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "finished" and status["step"] == 3, status
+    assert _slurm_state(slurm, cli.job_id()) == "COMPLETED"
+    assert "#SBATCH --partition=gg" in (run / "slurm.sh").read_text()
+    assert json.loads((run / "slurm.json").read_text())["job_id"] == cli.job_id()
+    # The console of the node's task came back through the shared folder's log.
+    assert f"job {cli.job_id()}: running on {slurm.node}" in cli.text()
+    assert "[rank 0/1] done" in cli.text() and "[rank 0/1] done" in (run / "log.txt").read_text()
+    assert (tmp_path / "out" / "final").is_dir()
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_ctrl_c_stops_the_job_with_a_checkpoint_and_resume_submits_a_new_job(slurm: SlurmCluster,
+                                                                              tmp_path: Path) -> None:
+    cli = Cli(_job(tmp_path))
+    assert _wait(lambda: cli.folder() is not None, 60), cli.text()
+    run = cli.folder()
+    assert run is not None
+    assert _wait(lambda: _steps(run) >= 2, 120), cli.text()
+    cli.proc.send_signal(signal.SIGINT)
+    assert cli.proc.wait(timeout=90) == 0, cli.text()
+    saved = _events(run, "checkpoint_saved")
+    assert saved, cli.text()
+    step = int(saved[-1]["step"])
+    checkpoint = tmp_path / "out" / f"checkpoint-{step}"
+    assert checkpoint_complete(checkpoint), list(checkpoint.iterdir()) if checkpoint.exists() else cli.text()
+    status = json.loads((run / "status.json").read_text())
+    assert status["state"] == "stopped" and f"checkpoint-{step} saved" in status["summary"], status
+    # The stop went through the batch shell's trap to the rank, never to the launcher.
+    log = (run / "log.txt").read_text()
+    assert "SIGTERM sent to rank pid" in log, log[-3000:]
+    assert _slurm_state(slurm, cli.job_id()) == "COMPLETED"
+
+    resume = Cli(_job(tmp_path, resume=str(checkpoint), max_steps=step + 2), "--resumed-from", str(run))
+    assert resume.proc.wait(timeout=150) == 0, resume.text()
+    assert resume.job_id() and resume.job_id() != cli.job_id()
+    again = resume.folder()
+    assert again is not None
+    metrics = _events(again, "metrics")
+    assert min(int(e["step"]) for e in metrics) == step + 1 and _steps(again) == step + 2, metrics
+    status = json.loads((again / "status.json").read_text())
+    assert status["state"] == "finished" and status["resumed_from"] == str(run), status
