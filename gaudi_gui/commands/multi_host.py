@@ -18,13 +18,15 @@ Ctrl-C stops every host's ranks with a checkpoint (the ranks agree on the step t
 all-reduce, so a stop asked of one host stops all at the same step), a second Ctrl-C kills. When one
 host's ranks fail, are killed or its host is lost, the others are killed at once, since they would
 otherwise wait in a collective forever, and the message names the host that failed.
+
+The pre-flight, host 0's address and the per-host jobs are in ``core/multi_host.py`` (the Training
+tab's multi-host run uses the same).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import json
 import queue
 import signal
@@ -38,108 +40,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gaudi_gui.core import remote
+from gaudi_gui.core.multi_host import host_jobs, main_address, parse_hosts, preflight
 from gaudi_gui.core.remote import SSH_FAILED, Host, HostError, RemoteError
 
 EXIT_HOST = 3
-#: Libraries whose versions must match on every host (collectives and checkpoints depend on them).
-MATCHED = ("torch", "transformers", "accelerate", "gaudi-gui")
 
 
 def _say(text: str) -> None:
     with contextlib.suppress(OSError):
         sys.stderr.write(text.rstrip("\n") + "\n")
         sys.stderr.flush()
-
-
-def parse_hosts(text: str) -> list[Host]:
-    """``A,B,…`` as hosts (saved ones keep their remote command); HostError for a bad or repeated one."""
-    names = [n.strip() for n in text.split(",") if n.strip()]
-    if len(names) < 2:
-        raise HostError("--hosts takes two or more hosts, comma-separated (one host: --host)")
-    if len(set(names)) != len(names):
-        raise HostError(f"a host is named twice in --hosts: {text!r}")
-    return [remote.find_host(n) for n in names]
-
-
-def main_address(host: Host) -> str:
-    """Host 0's address as the other hosts reach it: ssh's resolution of its HostName (``ssh -G``)."""
-    if host.is_local:
-        import socket
-        return socket.getfqdn()
-    argv = ["ssh", "-G"]
-    cfg = remote.ssh_config_file()
-    if cfg:
-        argv += ["-F", cfg]
-    try:
-        done = subprocess.run([*argv, "--", host.name], capture_output=True, text=True, timeout=20,
-                              check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise RemoteError("ssh", f"ssh -G {host.name} failed: {exc}") from None
-    for line in done.stdout.splitlines():
-        key, _, value = line.partition(" ")
-        if key == "hostname" and value.strip():
-            return value.strip()
-    name = host.name.rsplit("@", 1)[-1]
-    return name.split(":", 1)[0]
-
-
-# -- pre-flight ----------------------------------------------------------------------------------------
-
-def _paths_to_check(job: Any) -> list[str]:
-    paths = []
-    for value in (job.model, job.dataset.source, job.resume_from_checkpoint if job.resume_from_checkpoint
-                  not in ("", "latest") else ""):
-        # A Hub id (org/name) or builtin:demo resolves on the host; a path must exist there.
-        if value and (value.startswith(("/", "~", "./", "../")) or value.endswith((".json", ".jsonl",
-                                                                                    ".csv", ".txt"))):
-            paths.append(value)
-    return paths
-
-
-def preflight(hosts: list[Host], job: Any, port: int, timeout: float = 60.0) -> list[str]:
-    """What stops this job from running on these hosts (empty: go)."""
-    paths = _paths_to_check(job)
-
-    def check(index_host: tuple[int, Host]) -> tuple[Host, dict[str, Any] | None, str]:
-        index, host = index_host
-        try:
-            remote.handshake(host, timeout=timeout)
-            argv = ["hello", "--json", *[a for p in paths for a in ("--path", p)]]
-            if index == 0:
-                argv += ["--port", str(port)]
-            code, out, err = remote.call(host, host.gaudi_gui_argv(*argv), timeout=timeout)
-            info = json.loads(out.strip().splitlines()[-1]) if code == 0 and out.strip() else None
-            if not isinstance(info, dict):
-                return host, None, f"{host.name}: hello failed ({err.strip()[-200:] or code})"
-            return host, info, ""
-        except RemoteError as exc:
-            return host, None, str(exc)
-        except ValueError as exc:
-            return host, None, f"{host.name}: hello printed no JSON ({exc})"
-
-    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
-        answers = list(pool.map(check, enumerate(hosts)))
-    problems = [why for _h, _i, why in answers if why]
-    infos = [(h, i) for h, i, _w in answers if i is not None]
-    if infos:
-        first_host, first = infos[0]
-        for name in MATCHED:
-            want = (first.get("versions") or {}).get(name)
-            for host, info in infos[1:]:
-                have = (info.get("versions") or {}).get(name)
-                if have != want:
-                    problems.append(f"{name} differs: {first_host.name} has {want}, {host.name} has {have}; "
-                                    f"every host needs the same (gaudi-gui hosts --setup installs this "
-                                    f"gaudi-gui)")
-    for host, info in infos:
-        missing = [p for p, ok in (info.get("paths") or {}).items() if not ok]
-        for path in missing:
-            problems.append(f"{path} is not on {host.name}: every host reads the job's paths itself "
-                            f"(copy it there, or use a shared file system)")
-        if host is hosts[0] and info.get("port_free") is False:
-            problems.append(f"port {port} is in use on {host.name} (the main host): choose another "
-                            f"main process port")
-    return problems
 
 
 # -- following every host -----------------------------------------------------------------------------
@@ -264,12 +174,7 @@ def train(args: argparse.Namespace) -> int:
             _say(f"gaudi-gui train: {line}")
         return EXIT_HOST
     runs = [HostRun(h, i) for i, h in enumerate(hosts)]
-    for run in runs:
-        part = copy.deepcopy(job)
-        part.launch.num_machines = len(hosts)
-        part.launch.machine_rank = run.rank
-        part.launch.main_process_ip = main_ip
-        part.launch.main_process_port = port
+    for run, part in zip(runs, host_jobs(job, len(hosts), main_ip, port), strict=True):
         problems_ = [m for _f, m in part.validate()]
         if problems_:
             _say(f"gaudi-gui train: {problems_[0]}")

@@ -108,6 +108,8 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in [
        (1.0, _DAY_S)),
     _s("training/detached_runs", list, [], "run folders left running at exit, to re-attach"),
     _s("training/host", str, "local", "the Training tab's host: local, or an SSH destination"),
+    _s("training/multi_hosts", list, [], "the hosts checked for a run on several hosts (machine rank "
+       "in this order)"),
     _s("training/remote_runs", list, [], "runs on SSH hosts being followed (host, remote command, "
        "run folder on the host, job), to re-attach after a restart"),
     _s("training/splitter", QByteArray, QByteArray(), "the Training tab's form/run splitter (saveState)"),

@@ -20,6 +20,7 @@ from gaudi_gui.services.training_job import TrainingJob
 if TYPE_CHECKING:
     from gaudi_gui.core.remote import Host
     from gaudi_gui.services.device_selection import DeviceSelection
+    from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
     from gaudi_gui.services.remote_training import RemoteTrainingJob
     from gaudi_gui.services.settings import Settings
 
@@ -130,6 +131,27 @@ class TrainingService(QObject):
         config = JobConfig.from_dict({**job.job_dict, "resume_from_checkpoint": checkpoint})
         return self.start_remote(job.host, config, resumed_from=job.folder)
 
+    def start_multi(self, hosts: list[Host], job: JobConfig, *, main_ip: str = "") -> MultiHostTrainingJob:
+        """Start one run across ``hosts`` (machine rank = position) as the current job: a pre-flight
+        on every host first, then each host's part; the outcome comes asynchronously."""
+        if self.current.is_running():
+            raise RuntimeError("a run is already going: stop it first")
+        fresh = self._new_multi_job(hosts)
+        fresh.start_multi(job, main_ip=main_ip, device="auto")
+        self.settings.set("training/last_job", job.to_dict())
+        self.jobs.append(fresh)
+        self.current = fresh
+        self.current_changed.emit(fresh)
+        return fresh
+
+    def _new_multi_job(self, hosts: list[Host]) -> MultiHostTrainingJob:
+        from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
+        job = MultiHostTrainingJob(hosts, self.store, stop_grace_s=self._grace(), parent=self)
+        job.status_changed.connect(self._on_state)
+        job.finished.connect(self._on_job_finished)
+        job.run_identified.connect(lambda _folder: self._persist_remote())
+        return job
+
     def _new_remote_job(self, host: Host) -> RemoteTrainingJob:
         from gaudi_gui.services.remote_training import RemoteTrainingJob
         job = RemoteTrainingJob(host, self.store, stop_grace_s=self._grace(), parent=self)
@@ -209,6 +231,12 @@ class TrainingService(QObject):
         for entry in entries:
             if not isinstance(entry, dict) or not entry.get("folder"):
                 continue
+            if isinstance(entry.get("hosts"), list):
+                multi = self._reattach_multi(entry)
+                if multi is not None:
+                    self.jobs.append(multi)
+                    found.append(multi)
+                continue
             try:
                 host = Host.parse(str(entry.get("host", "")), str(entry.get("remote_command", "") or ""))
             except HostError:
@@ -223,6 +251,23 @@ class TrainingService(QObject):
             self.jobs.append(job)
             found.append(job)
         return found
+
+    def _reattach_multi(self, entry: dict[str, Any]) -> TrainingJob | None:
+        """A multi-host run left going: every host's part followed again."""
+        from gaudi_gui.core.remote import Host, HostError
+        parts = [p for p in entry["hosts"] if isinstance(p, dict) and p.get("folder")]
+        try:
+            hosts = [Host.parse(str(p.get("host", "")), str(p.get("remote_command", "") or ""))
+                     for p in parts]
+        except HostError:
+            return None
+        if len(hosts) < 2 or len(parts) != len(entry["hosts"]):
+            return None
+        job = self._new_multi_job(hosts)
+        job_dict = entry.get("job")
+        job.follow_existing(parts, job=job_dict if isinstance(job_dict, dict) else None,
+                            main_ip=str(entry.get("main_ip", "") or ""), port=int(entry.get("port") or 0))
+        return job
 
     # -- JobOwner ---------------------------------------------------------------------------------
 

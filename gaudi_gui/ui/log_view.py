@@ -1,5 +1,6 @@
-"""A live log: batched appends (thousands of lines/s without stalling), bounded memory, search and a
-per-rank filter. tqdm's ``\\r`` rewrites arrive separately and show in one status line."""
+"""A live log: batched appends (thousands of lines/s without stalling), bounded memory, search, a
+per-rank filter and, for a run on several hosts, a host filter (lines start ``host| ``). tqdm's ``\\r``
+rewrites arrive separately and show in one status line."""
 
 from __future__ import annotations
 
@@ -32,9 +33,11 @@ def line_rank(line: str) -> int | None:
 class LogView(QWidget):
     def __init__(self, parent: QWidget | None = None, max_lines: int = MAX_LINES) -> None:
         super().__init__(parent)
-        self._lines: deque[tuple[int | None, str]] = deque(maxlen=max_lines)
-        self._pending: list[tuple[int | None, str]] = []
+        self._lines: deque[tuple[int | None, str | None, str]] = deque(maxlen=max_lines)
+        self._pending: list[tuple[int | None, str | None, str]] = []
         self._rank_filter: int | None = None
+        self._sources: list[str] = []
+        self._source_filter: str | None = None
         self.text = QPlainTextEdit(self)
         self.text.setReadOnly(True)
         self.text.setMaximumBlockCount(max_lines)
@@ -46,6 +49,12 @@ class LogView(QWidget):
         self.rank = QComboBox(self)
         self.rank.addItem("all ranks", None)
         self.rank.currentIndexChanged.connect(self._on_rank_changed)
+        # Shown only for a run on several hosts (set_sources).
+        self.source = QComboBox(self)
+        self.source.setToolTip("show the lines of one host only")
+        self.source.addItem("all hosts", None)
+        self.source.setVisible(False)
+        self.source.currentIndexChanged.connect(self._on_rank_changed)
         self.progress = QLabel(self)
         self.progress.setObjectName("progressLine")
         # A long tqdm line must not widen the whole window.
@@ -54,6 +63,7 @@ class LogView(QWidget):
         clear.clicked.connect(self.clear)
         bar = QHBoxLayout()
         bar.addWidget(self.search, 1)
+        bar.addWidget(self.source)
         bar.addWidget(self.rank)
         bar.addWidget(clear)
         layout = QVBoxLayout(self)
@@ -68,9 +78,27 @@ class LogView(QWidget):
         self._flush.start()
         self._ranks: set[int] = set()
 
+    def set_sources(self, names: list[str]) -> None:
+        """The hosts whose lines come prefixed ``name| `` (none: no host filter shown)."""
+        if names == self._sources:
+            return
+        self._sources = list(names)
+        self.source.blockSignals(True)
+        self.source.clear()
+        self.source.addItem("all hosts", None)
+        for name in names:
+            self.source.addItem(name, name)
+        self.source.blockSignals(False)
+        self.source.setVisible(bool(names))
+        self._on_rank_changed()
+
+    def _source_of(self, line: str) -> str | None:
+        head = line.split("| ", 1)[0] if "| " in line else ""
+        return head if head and head in self._sources else None
+
     def append_line(self, line: str) -> None:
         rank = line_rank(line)
-        self._pending.append((rank, line))
+        self._pending.append((rank, self._source_of(line), line))
         if rank is not None and rank not in self._ranks:
             self._ranks.add(rank)
             self.rank.addItem(f"rank {rank}", rank)
@@ -87,7 +115,7 @@ class LogView(QWidget):
             return
         batch, self._pending = self._pending, []
         self._lines.extend(batch)
-        shown = [line for rank, line in batch if self._keep(rank)]
+        shown = [line for rank, source, line in batch if self._keep(rank, source)]
         if shown:
             bar = self.text.verticalScrollBar()
             at_end = bar.value() >= bar.maximum() - 2
@@ -95,13 +123,18 @@ class LogView(QWidget):
             if at_end:
                 bar.setValue(bar.maximum())
 
-    def _keep(self, rank: int | None) -> bool:
+    def _keep(self, rank: int | None, source: str | None = None) -> bool:
+        # A line of no host (the app's own) is shown under every host's filter.
+        if self._source_filter is not None and source is not None and source != self._source_filter:
+            return False
         return self._rank_filter is None or rank is None or rank == self._rank_filter
 
     def _on_rank_changed(self) -> None:
         self._rank_filter = self.rank.currentData()
+        self._source_filter = self.source.currentData()
         self.flush()
-        self.text.setPlainText("\n".join(line for rank, line in self._lines if self._keep(rank)))
+        self.text.setPlainText("\n".join(line for rank, source, line in self._lines
+                                         if self._keep(rank, source)))
         self.text.verticalScrollBar().setValue(self.text.verticalScrollBar().maximum())
 
     def find_next(self) -> bool:

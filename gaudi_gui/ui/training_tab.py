@@ -10,6 +10,7 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QFileDialog,
     QGridLayout,
@@ -28,6 +29,7 @@ from PySide6.QtWidgets import (
 
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core import metrics as metrics_mod
+from gaudi_gui.core import multi_host as multi_mod
 from gaudi_gui.core import paths
 from gaudi_gui.core import remote as remote_mod
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
@@ -36,6 +38,8 @@ from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.training_args import Schema, hints, latest_cached
 from gaudi_gui.services.context import AppServices
+from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
+from gaudi_gui.services.process import ProcessRunner
 from gaudi_gui.services.remote_training import RemoteTrainingJob
 from gaudi_gui.services.training import TrainingService
 from gaudi_gui.services.training_job import SchemaLoader, TrainingJob
@@ -43,6 +47,9 @@ from gaudi_gui.ui.log_view import LogView
 from gaudi_gui.ui.loss_chart import LossChart
 from gaudi_gui.ui.training_form import TrainingForm
 from gaudi_gui.ui.training_runs import RunsTable
+
+#: The Host combo's entry for one run across several hosts (its item data).
+SEVERAL = "*several*"
 
 
 class TrainingTab(QWidget):
@@ -70,18 +77,37 @@ class TrainingTab(QWidget):
         scroll.setWidget(self.form)
         scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
 
+        self.command = QPlainTextEdit(self)
+        self.command.setReadOnly(True)
+        self.command.setMaximumHeight(90)
+        self.command.setToolTip("exactly what Start runs: environment variables, then the argv")
         # Where Start runs: this machine, or a host over SSH (the run then lives there).
         self.host_combo = QComboBox(self)
         self.host_combo.setToolTip("where Start runs the job: this machine, or a host over SSH (the run "
                                    "lives on the host and goes on if the app or the connection ends)")
         self.host_note = QLabel("", self)
         self.host_note.setWordWrap(True)
+        # "several hosts…": one run across the checked hosts (machine rank in this order).
+        self.hosts_box = QWidget(self)
+        self.hosts_row = QHBoxLayout(self.hosts_box)
+        self.hosts_row.setContentsMargins(0, 0, 0, 0)
+        self.hosts_row.addWidget(QLabel("Hosts", self.hosts_box))
+        self.hosts_row.addStretch(1)
+        self.host_checks: dict[str, QCheckBox] = {}
+        self.hosts_box.setVisible(False)
+        # Each host's live state during a multi-host run ("gg-a (rank 0): running · …").
+        self.hosts_line = QLabel("", self)
+        self.hosts_line.setWordWrap(True)
+        self.hosts_line.setVisible(False)
+        # Host 0's address as the others reach it, resolved by `ssh -G` (no connection) for the preview.
+        self._addresses: dict[str, str] = {}
+        self._resolving = ""
+        self._resolver = ProcessRunner(self, parse_protocol=False, tail_lines=5)
+        self._resolver_out: list[str] = []
+        self._resolver.line_received.connect(self._on_resolver_line)
+        self._resolver.finished.connect(self._on_resolved)
         self._fill_hosts(str(services.settings.get("training/host") or remote_mod.LOCAL))
         self.host_combo.currentIndexChanged.connect(lambda _i: self._on_host_changed())
-        self.command = QPlainTextEdit(self)
-        self.command.setReadOnly(True)
-        self.command.setMaximumHeight(90)
-        self.command.setToolTip("exactly what Start runs: environment variables, then the argv")
         buttons = QGridLayout()
         self.btn: dict[str, QPushButton] = {}
         for name, handler in (("Copy command", self.copy_command), ("Validate", self.validate),
@@ -126,11 +152,13 @@ class TrainingTab(QWidget):
         hrow.addWidget(QLabel("Host", self))
         hrow.addWidget(self.host_combo, 1)
         rl.addLayout(hrow)
+        rl.addWidget(self.hosts_box)
         rl.addWidget(self.host_note)
         rl.addWidget(QLabel("Command", self))
         rl.addWidget(self.command)
         rl.addLayout(buttons)
         rl.addWidget(self.status)
+        rl.addWidget(self.hosts_line)
         rl.addLayout(prow)
         rl.addWidget(self.views, 1)
         splitter = QSplitter(Qt.Orientation.Horizontal, self)
@@ -210,13 +238,29 @@ class TrainingTab(QWidget):
         self._show_job(job)
 
     def _connections(self, job: TrainingJob) -> list[tuple[Any, Any]]:
-        return [(job.log_line_received, self.log.append_line), (job.progress_line, self.log.set_progress),
-                (job.metrics_received, self._on_metrics), (job.event_received, self._on_event),
-                (job.status_changed, self._on_state), (job.summary_changed, self._on_summary),
-                (job.finished, self._on_finished)]
+        out = [(job.log_line_received, self.log.append_line), (job.progress_line, self.log.set_progress),
+               (job.metrics_received, self._on_metrics), (job.event_received, self._on_event),
+               (job.status_changed, self._on_state), (job.summary_changed, self._on_summary),
+               (job.finished, self._on_finished)]
+        if isinstance(job, MultiHostTrainingJob):
+            out.append((job.hosts_changed, self._show_hosts))
+        return out
 
     def _show_job(self, job: TrainingJob) -> None:
         """Show a job the tab did not watch from its start (re-attached): its curve and progress."""
+        multi = isinstance(job, MultiHostTrainingJob)
+        # Lines of a run on several hosts come prefixed "host| ": the log view filters on them.
+        self.log.set_sources(job.host_names() if isinstance(job, MultiHostTrainingJob) else [])
+        self._show_hosts()
+        if multi:
+            if job.records or job.summary.startswith("re-attaching"):
+                self._clear_run_view()
+                self.chart.set_records(list(job.records))
+                self._show_progress()
+            if job.summary:
+                self.status.setText(job.summary)
+            self._update_buttons()
+            return
         if isinstance(job, RemoteTrainingJob):
             # Its records and log stream in from the host (a re-attached one from the beginning).
             if job.records or job.summary.startswith("re-attaching"):
@@ -246,20 +290,67 @@ class TrainingTab(QWidget):
 
     def _fill_hosts(self, wanted: str) -> None:
         """"local" first, then the hosts saved in the Hosts tab; ``wanted`` selected if listed."""
-        hosts = [remote_mod.Host.local(), *remote_mod.saved_hosts()]
+        saved = remote_mod.saved_hosts()
+        hosts = [remote_mod.Host.local(), *saved]
+        wanted_items = [(h.label, h.name) for h in hosts]
+        if len(saved) >= 2:
+            wanted_items.append(("several hosts…", SEVERAL))
         names = [self.host_combo.itemData(i) for i in range(self.host_combo.count())]
-        if names != [h.name for h in hosts]:
+        if names != [n for _l, n in wanted_items]:
             self.host_combo.blockSignals(True)
             self.host_combo.clear()
-            for host in hosts:
-                self.host_combo.addItem(host.label, host.name)
+            for label, name in wanted_items:
+                self.host_combo.addItem(label, name)
             self.host_combo.blockSignals(False)
+        self._fill_host_checks([h.name for h in saved])
         index = self.host_combo.findData(wanted)
         self.host_combo.setCurrentIndex(index if index >= 0 else 0)
         self._update_host_note()
 
+    def _fill_host_checks(self, names: list[str]) -> None:
+        """One check box per saved host, for "several hosts…" (checked: those checked last time)."""
+        if list(self.host_checks) == names:
+            return
+        checked: list[str] = []
+        with contextlib.suppress(Exception):
+            checked = [str(n) for n in self.services.settings.get("training/multi_hosts") or []]
+        for box in self.host_checks.values():
+            self.hosts_row.removeWidget(box)
+            box.deleteLater()
+        self.host_checks = {}
+        for name in names:
+            box = QCheckBox(name, self.hosts_box)
+            box.setChecked(name in checked)
+            box.setToolTip("machine rank = position among the checked hosts; the first checked is the "
+                           "main process")
+            box.toggled.connect(lambda _on: self._on_host_checks_changed())
+            self.hosts_row.insertWidget(self.hosts_row.count() - 1, box)  # before the stretch
+            self.host_checks[name] = box
+
+    def multi_selected(self) -> bool:
+        return self.host_combo.currentData() == SEVERAL
+
+    def selected_hosts(self) -> list[remote_mod.Host]:
+        """The hosts of a run on several hosts, in machine-rank order (the checked ones)."""
+        hosts = []
+        for name, box in self.host_checks.items():
+            if box.isChecked():
+                with contextlib.suppress(remote_mod.HostError):
+                    hosts.append(remote_mod.find_host(name))
+        return hosts
+
+    def _on_host_checks_changed(self) -> None:
+        with contextlib.suppress(ValueError, TypeError):
+            self.services.settings.set("training/multi_hosts", [h.name for h in self.selected_hosts()])
+        self._update_host_note()
+        self.update_preview()
+
     def selected_host(self) -> remote_mod.Host:
+        """Where Start runs (several hosts: the main host, the first checked)."""
         name = str(self.host_combo.currentData() or remote_mod.LOCAL)
+        if name == SEVERAL:
+            several = self.selected_hosts()
+            name = several[0].name if several else remote_mod.LOCAL
         if name == remote_mod.LOCAL:
             return remote_mod.Host.local()
         try:
@@ -276,8 +367,23 @@ class TrainingTab(QWidget):
 
     def _update_host_note(self) -> None:
         host = self.selected_host()
-        self.host_note.setVisible(not host.is_local)
-        if not host.is_local:
+        multi = self.multi_selected()
+        self.hosts_box.setVisible(multi)
+        # Machines and rank are set per host at Start (the main address too, unless typed).
+        for widget in (self.form.num_machines, self.form.machine_rank):
+            widget.setEnabled(not multi)
+            widget.setToolTip("set for each host by \"several hosts…\"" if multi else "")
+        self.form.main_ip.setPlaceholderText("empty: from ssh -G, first host" if multi
+                                             else "main machine IP")
+        self.host_note.setVisible(multi or not host.is_local)
+        if multi:
+            hosts = self.selected_hosts()
+            self.host_note.setText(
+                f"One run on {len(hosts)} hosts (check two or more): accelerate's multi-node launch on "
+                f"each, machine rank in the order above, the first the main process; \"processes\" is "
+                f"per host. Paths and cards are each host's own." if len(hosts) >= 2 else
+                "Check two or more hosts: machine rank in this order, the first is the main process.")
+        elif not host.is_local:
             self.host_note.setText(f"Runs on {host.name}: the model, dataset and output paths are the "
                                    f"host's, and so are the cards (its gaudi-gui picks hpu > cuda > cpu).")
 
@@ -292,6 +398,11 @@ class TrainingTab(QWidget):
 
     def current_job(self) -> tuple[JobConfig, list[tuple[str, str]]]:
         job, errors = self.form.job()
+        if self.multi_selected():
+            # Machines, rank and (unless typed) the main address are set per host at Start.
+            job.launch.num_machines, job.launch.machine_rank = 1, 0
+            if len(self.selected_hosts()) < 2:
+                errors = [*errors, ("host", "check two or more hosts for a run on several hosts")]
         errors = errors + job.validate()
         if not self.selected_host().is_local:
             # Files named in the job are the host's: this machine cannot tell whether they exist
@@ -305,6 +416,16 @@ class TrainingTab(QWidget):
         """The command Start would run now: this form, this device, the cards checked right now."""
         job, errors = self.current_job()
         host = self.selected_host()
+        if self.multi_selected():
+            text = self._multi_preview(job)
+            self.command.setPlainText(text)
+            # Every host's command in view, without a scroll bar.
+            lines = text.count("\n") + 1
+            self.command.setMaximumHeight(self.command.fontMetrics().lineSpacing() * lines + 24)
+            self.form.set_hints([("cards", "every host uses its own cards, not this machine's selection")])
+            self.form.show_errors(errors)
+            return
+        self.command.setMaximumHeight(90)
         if not host.is_local:
             # What a person would type: the job (this form, as JSON) goes on ssh's stdin.
             self.command.setPlainText(f"{host.shell_preview(self._remote_argv(host))} < job.json")
@@ -326,6 +447,48 @@ class TrainingTab(QWidget):
                                for owner, ids in held.items())]
         self.form.set_hints(shown)
         self.form.show_errors(errors)
+
+    def _multi_preview(self, job: JobConfig) -> str:
+        """Every host's command: the ssh line that starts its part, and the accelerate launch it runs."""
+        hosts = self.selected_hosts()
+        if len(hosts) < 2:
+            return "# check two or more hosts"
+        port = int(job.launch.main_process_port or multi_mod.DEFAULT_PORT)
+        address = job.launch.main_process_ip.strip() or self._main_address(hosts[0])
+        n = job.launch.num_processes
+        lines = [f"# {len(hosts)} machines × {n} process(es); main process {address}:{port} on "
+                 f"{hosts[0].name}; a pre-flight on every host first"]
+        for rank, (host, part) in enumerate(zip(hosts, multi_mod.host_jobs(job, len(hosts), address, port),
+                                                strict=True)):
+            launch = part.launch
+            lines.append(f"# machine rank {rank} on {host.name}: accelerate launch --num_machines "
+                         f"{launch.num_machines} --machine_rank {launch.machine_rank} --main_process_ip "
+                         f"{launch.main_process_ip} --main_process_port {launch.main_process_port} …")
+            lines.append(f"{host.shell_preview(self._remote_argv(host))} < job-rank{rank}.json")
+        return "\n".join(lines)
+
+    def _main_address(self, host: remote_mod.Host) -> str:
+        """Host 0's address (``ssh -G``, asked once per host in the background); a placeholder meanwhile."""
+        if host.name in self._addresses:
+            return self._addresses[host.name]
+        if not self._resolver.is_running():
+            self._resolving = host.name
+            self._resolver_out = []
+            argv = multi_mod.ssh_g_argv(host)
+            self._resolver.start(argv[0], argv[1:])
+        return f"<{host.name}'s address>"
+
+    def _on_resolver_line(self, stream: str, line: str) -> None:
+        if stream == "stdout":
+            self._resolver_out.append(line)
+
+    def _on_resolved(self, _code: int, _status: str) -> None:
+        name = self._resolving
+        with contextlib.suppress(remote_mod.HostError):
+            self._addresses[name] = multi_mod.address_from_ssh_g(remote_mod.find_host(name),
+                                                                 "\n".join(self._resolver_out))
+        if self.multi_selected():
+            self.update_preview()
 
     def _save_splitter(self, key: str, widget: QSplitter) -> None:
         self.services.settings.set(key, widget.saveState())
@@ -425,6 +588,9 @@ class TrainingTab(QWidget):
             self.status.setText("cannot start: " + "; ".join(f"{f}: {m}" for f, m in errors[:4]))
             return None
         host = self.selected_host()
+        if self.multi_selected() and resumed_from is None:
+            self._start_multi(self.selected_hosts(), job)
+            return None
         if not host.is_local and resumed_from is None:
             self._start_remote(host, job)
             return None
@@ -465,6 +631,32 @@ class TrainingTab(QWidget):
         self._update_buttons()
         return started
 
+    def _start_multi(self, hosts: list[remote_mod.Host], job: JobConfig, *,
+                     after: MultiHostTrainingJob | None = None) -> MultiHostTrainingJob | None:
+        main_ip = job.launch.main_process_ip.strip() or self._addresses.get(hosts[0].name, "")
+        try:
+            started = self.training.start_multi(hosts, job, main_ip=main_ip)
+        except (ValueError, RuntimeError, OSError) as exc:
+            self.status.setText(f"cannot start: {exc}")
+            return None
+        self._clear_run_view()
+        if after is not None:
+            upto = int(after.remote_status.get("step") or after.progress.step)
+            self.chart.set_records([r for r in after.records if int(r.get("step", 0)) <= upto])
+        self.views.setCurrentWidget(self.live)
+        self._update_buttons()
+        return started
+
+    def _show_hosts(self) -> None:
+        """Each host's state during a run on several hosts (hidden otherwise)."""
+        job = self.job
+        if not isinstance(job, MultiHostTrainingJob):
+            self.hosts_line.setVisible(False)
+            return
+        self.hosts_line.setText("  ·  ".join(f"<b>{name}</b> (machine {rank}): {word}"
+                                             for name, rank, word in job.host_states()))
+        self.hosts_line.setVisible(True)
+
     def _remote_curve(self, job: RemoteTrainingJob) -> list[dict[str, Any]]:
         """The records of a remote run and of the runs it resumed that this app still holds."""
         chain: list[dict[str, Any]] = []
@@ -484,6 +676,15 @@ class TrainingTab(QWidget):
 
     def resume_current(self) -> None:
         selected = self.runs.selected_runs()
+        if not selected and isinstance(self.job, MultiHostTrainingJob):
+            # The run on every host, from machine rank 0's checkpoint (each host must hold it).
+            checkpoint = self.job.checkpoint()
+            if not checkpoint or not self.job.job_dict:
+                self.status.setText("the run reported no complete checkpoint to resume from")
+                return
+            job = JobConfig.from_dict({**self.job.job_dict, "resume_from_checkpoint": checkpoint})
+            self._start_multi(list(self.job.hosts), job, after=self.job)
+            return
         if not selected and isinstance(self.job, RemoteTrainingJob):
             # The run on the host, from its checkpoint there.
             self._start_remote(self.job.host, JobConfig(), after=self.job)
@@ -547,7 +748,7 @@ class TrainingTab(QWidget):
     def _on_metrics(self, record: dict) -> None:
         # Stamp live records with the wall time they arrived, to line card usage up with steps.
         self.chart.add_record({**record, "time": time.time()})
-        if not isinstance(self.job, RemoteTrainingJob):  # this machine's cards are not the host's
+        if not getattr(self.job, "is_remote", False):  # this machine's cards are not the host's
             self._update_device_usage()
         self._show_progress()
 
@@ -658,6 +859,7 @@ class TrainingTab(QWidget):
             self._draft_timer.stop()
             self._save_draft()
         self.log.shutdown()
+        self._resolver.kill_tree()
         self.schema_loader.shutdown()
         self.form.shutdown()
         self.runs.shutdown()

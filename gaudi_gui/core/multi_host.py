@@ -1,0 +1,143 @@
+"""One training job on several hosts: what the command line (``gaudi-gui train --hosts A,B``) and the
+Training tab share. Qt-free: every function here may run in a plain thread.
+
+Nothing home-made: every host runs the same ``accelerate launch`` as a single-host run, with
+accelerate's own multi-node options (``--num_machines N --machine_rank i --main_process_ip H0
+--main_process_port P``, built by ``core/launch.py`` from the job's launch section). ``host_jobs``
+makes the per-host jobs; ``preflight`` says what would stop or hang the run before anything starts;
+``main_address`` is host 0's address as the other hosts reach it (ssh's own resolution of it).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from gaudi_gui.core import remote
+from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.remote import Host, HostError, RemoteError
+
+#: Libraries whose versions must match on every host (collectives and checkpoints depend on them).
+MATCHED = ("torch", "transformers", "accelerate", "gaudi-gui")
+#: The main process port when the job names none.
+DEFAULT_PORT = 29500
+
+
+def parse_hosts(text: str) -> list[Host]:
+    """``A,B,…`` as hosts (saved ones keep their remote command); HostError for a bad or repeated one."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if len(names) < 2:
+        raise HostError("--hosts takes two or more hosts, comma-separated (one host: --host)")
+    if len(set(names)) != len(names):
+        raise HostError(f"a host is named twice in --hosts: {text!r}")
+    return [remote.find_host(n) for n in names]
+
+
+def ssh_g_argv(host: Host) -> list[str]:
+    """``ssh -G`` for ``host``: ssh's resolved configuration of it, without connecting."""
+    argv = ["ssh", "-G"]
+    cfg = remote.ssh_config_file()
+    if cfg:
+        argv += ["-F", cfg]
+    return [*argv, "--", host.name]
+
+
+def address_from_ssh_g(host: Host, text: str) -> str:
+    """The ``hostname`` line of ``ssh -G`` output, else the host part of the destination."""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "hostname" and value.strip():
+            return value.strip()
+    name = host.name.rsplit("@", 1)[-1]
+    return name.split(":", 1)[0]
+
+
+def main_address(host: Host) -> str:
+    """Host 0's address as the other hosts reach it: ssh's resolution of its HostName (``ssh -G``)."""
+    if host.is_local:
+        import socket
+        return socket.getfqdn()
+    try:
+        done = subprocess.run(ssh_g_argv(host), capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise RemoteError("ssh", f"ssh -G {host.name} failed: {exc}") from None
+    return address_from_ssh_g(host, done.stdout)
+
+
+def host_jobs(job: JobConfig, count: int, main_ip: str, port: int) -> list[JobConfig]:
+    """The job each of ``count`` hosts runs: the same job with its machine rank, in host order."""
+    parts = []
+    for rank in range(count):
+        part = copy.deepcopy(job)
+        part.launch.num_machines = count
+        part.launch.machine_rank = rank
+        part.launch.main_process_ip = main_ip
+        part.launch.main_process_port = port
+        parts.append(part)
+    return parts
+
+
+def paths_to_check(job: Any) -> list[str]:
+    """The job's paths every host must hold itself (a Hub id or builtin:demo resolves on the host)."""
+    paths = []
+    for value in (job.model, job.dataset.source, job.resume_from_checkpoint if job.resume_from_checkpoint
+                  not in ("", "latest") else ""):
+        if value and (value.startswith(("/", "~", "./", "../")) or value.endswith((".json", ".jsonl",
+                                                                                    ".csv", ".txt"))):
+            paths.append(value)
+    return paths
+
+
+def preflight(hosts: list[Host], job: Any, port: int, timeout: float = 60.0) -> list[str]:
+    """What stops this job from running on these hosts (empty: go). Every host is asked at once:
+    reachable with this gaudi-gui, the same library versions, the job's paths present, and the main
+    port free on host 0."""
+    paths = paths_to_check(job)
+
+    def check(index_host: tuple[int, Host]) -> tuple[Host, dict[str, Any] | None, str]:
+        index, host = index_host
+        try:
+            remote.handshake(host, timeout=timeout)
+            argv = ["hello", "--json", *[a for p in paths for a in ("--path", p)]]
+            if index == 0:
+                argv += ["--port", str(port)]
+            code, out, err = remote.call(host, host.gaudi_gui_argv(*argv), timeout=timeout)
+            info = json.loads(out.strip().splitlines()[-1]) if code == 0 and out.strip() else None
+            if not isinstance(info, dict):
+                return host, None, f"{host.name}: hello failed ({err.strip()[-200:] or code})"
+            return host, info, ""
+        except RemoteError as exc:
+            return host, None, str(exc)
+        except ValueError as exc:
+            return host, None, f"{host.name}: hello printed no JSON ({exc})"
+
+    with ThreadPoolExecutor(max_workers=len(hosts)) as pool:
+        answers = list(pool.map(check, enumerate(hosts)))
+    problems = [why for _h, _i, why in answers if why]
+    infos = [(h, i) for h, i, _w in answers if i is not None]
+    if infos:
+        first_host, first = infos[0]
+        for name in MATCHED:
+            want = (first.get("versions") or {}).get(name)
+            for host, info in infos[1:]:
+                have = (info.get("versions") or {}).get(name)
+                if have != want:
+                    problems.append(f"{name} differs: {first_host.name} has {want}, {host.name} has {have}; "
+                                    f"every host needs the same (gaudi-gui hosts --setup installs this "
+                                    f"gaudi-gui)")
+    for host, info in infos:
+        missing = [p for p, ok in (info.get("paths") or {}).items() if not ok]
+        for path in missing:
+            problems.append(f"{path} is not on {host.name}: every host reads the job's paths itself "
+                            f"(copy it there, or use a shared file system)")
+        if host is hosts[0] and info.get("port_free") is False:
+            problems.append(f"port {port} is in use on {host.name} (the main host): choose another "
+                            f"main process port")
+    return problems
+
+
+__all__ = ["DEFAULT_PORT", "MATCHED", "address_from_ssh_g", "host_jobs", "main_address", "parse_hosts",
+           "paths_to_check", "preflight", "ssh_g_argv"]

@@ -1,0 +1,157 @@
+"""The Training tab runs one job on two hosts (two SSH aliases of one test server, one process each,
+gloo on the CPU): "several hosts…" picked and both hosts checked by clicks, every host's command in
+the preview, Start, steps from machine rank 0, both hosts' log lines and the host filter, Stop — both
+hosts stopped at the same step with a checkpoint, and nothing left running. Then a rank killed on
+one host: the run fails naming that host and the other host's ranks are killed."""
+# mypy: disable-error-code="union-attr"
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from pytestqt.qtbot import QtBot
+
+from gaudi_gui.core import remote
+from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
+from gaudi_gui.ui.training_tab import SEVERAL, TrainingTab
+from tests.remote.conftest import SshHost
+from tests.remote.test_remote_training_tab import click, close, make_tab, set_arg
+
+pytestmark = pytest.mark.slow
+
+HOST_B = "gg-remote-b"  # the fixture's second alias of the same server
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _fill_form(tab: TrainingTab, ssh_host: SshHost) -> int:
+    port = _free_port()
+    tab.form.model.setCurrentText("builtin:demo")
+    tab.form.main_port.setValue(port)
+    set_arg(tab, "output_dir", str(ssh_host.home / "out"))
+    set_arg(tab, "max_steps", "100000")
+    set_arg(tab, "save_steps", "100000")
+    set_arg(tab, "logging_steps", "1")
+    set_arg(tab, "per_device_train_batch_size", "2")
+    return port
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_path: Path) -> None:
+    remote.save_hosts([remote.Host.parse(ssh_host.dest), remote.Host.parse(HOST_B)])
+    services, tab = make_tab(qtbot, tmp_path)
+    try:
+        # "several hosts…" is the combo's last entry: picked with the keyboard, as a person can.
+        assert tab.host_combo.itemData(tab.host_combo.count() - 1) == SEVERAL
+        assert not tab.hosts_box.isVisible()
+        tab.host_combo.setFocus()
+        qtbot.keyClick(tab.host_combo, Qt.Key.Key_End)
+        assert tab.multi_selected() and tab.hosts_box.isVisible()
+        assert "check two or more hosts" in tab.command.toPlainText()
+        for name in (ssh_host.dest, HOST_B):
+            box = tab.host_checks[name]
+            assert not box.isChecked()
+            qtbot.mouseClick(box, Qt.MouseButton.LeftButton)
+            assert box.isChecked()
+        assert [h.name for h in tab.selected_hosts()] == [ssh_host.dest, HOST_B]
+        assert services.settings.get("training/multi_hosts") == [ssh_host.dest, HOST_B]
+
+        port = _fill_form(tab, ssh_host)
+        # Every host's command; host 0's address as ssh resolves it (HostName 127.0.0.1).
+        qtbot.waitUntil(lambda: f"127.0.0.1:{port}" in tab.command.toPlainText(), timeout=20000)
+        preview = tab.command.toPlainText()
+        for rank, name in enumerate((ssh_host.dest, HOST_B)):
+            assert f"machine rank {rank} on {name}: accelerate launch --num_machines 2 --machine_rank " \
+                   f"{rank} --main_process_ip 127.0.0.1 --main_process_port {port}" in preview, preview
+            assert f"ssh {name} " in preview and f"< job-rank{rank}.json" in preview, preview
+
+        click(qtbot, tab.btn["Start"])
+        job = tab.job
+        assert isinstance(job, MultiHostTrainingJob), tab.status.text()
+        assert not tab.btn["Start"].isEnabled() and tab.btn["Stop"].isEnabled()
+        qtbot.waitUntil(lambda: len(job.records) >= 3, timeout=120000)
+        assert job.records == job.parts[0].records  # charts and progress from machine rank 0
+        started = next(e for e in job.events if e.get("type") == "training_started")
+        assert started["world_size"] == 2, started  # one process group across both hosts
+        assert f"step {job.progress.step}/" in tab.eta.text()
+        assert "running" in tab.hosts_line.text() and HOST_B in tab.hosts_line.text()
+        qtbot.waitUntil(lambda: all(any(ln.startswith(f"{n}| ") and "[gaudi-gui]" not in ln
+                                        for ln in tab.log.plain_text().splitlines())
+                                    for n in (ssh_host.dest, HOST_B)), timeout=60000)
+
+        # The host filter: host B's lines only (the app's own lines stay), then all again.
+        assert tab.log.source.isVisible()
+        tab.log.source.setFocus()
+        qtbot.keyClick(tab.log.source, Qt.Key.Key_End)
+        assert tab.log.source.currentData() == HOST_B
+        shown = tab.log.plain_text().splitlines()
+        assert any(ln.startswith(f"{HOST_B}| ") for ln in shown)
+        assert not any(ln.startswith(f"{ssh_host.dest}| ") for ln in shown)
+        qtbot.keyClick(tab.log.source, Qt.Key.Key_Home)
+        assert any(ln.startswith(f"{ssh_host.dest}| ") for ln in tab.log.plain_text().splitlines())
+
+        if os.environ.get("GAUDI_GUI_SCREENSHOT"):
+            tab.grab().save(os.environ["GAUDI_GUI_SCREENSHOT"])
+
+        with qtbot.waitSignal(job.finished, timeout=180000) as done:
+            click(qtbot, tab.btn["Stop"])
+            assert tab.btn["Stop"].text() == "Kill now"
+        assert done.args[1] == "stopped", tab.status.text()
+        assert [p.state for p in job.parts] == ["stopped", "stopped"]
+        saved = [[e["step"] for e in p.events if e.get("type") == "checkpoint_saved"] for p in job.parts]
+        assert saved[0] and saved[0][-1] == saved[1][-1], saved
+        step = saved[0][-1]
+        assert (ssh_host.home / "out" / f"checkpoint-{step}" / "trainer_state.json").exists()
+        assert tab.status.text().startswith("Stopped at step") and "on 2 hosts" in tab.status.text(), \
+            tab.status.text()
+        assert "stopped" in tab.hosts_line.text()
+        assert tab.btn["Start"].isEnabled() and not tab.btn["Stop"].isEnabled()
+    finally:
+        for running in services.training.running():
+            running.kill()
+        qtbot.waitUntil(lambda: not services.training.running(), timeout=60000)
+        close(services, tab)
+    assert ssh_host.wait_no_processes(30) == []
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_a_rank_killed_on_one_host_fails_the_run_and_kills_the_other(qtbot: QtBot, ssh_host: SshHost,
+                                                                     tmp_path: Path) -> None:
+    remote.save_hosts([remote.Host.parse(ssh_host.dest), remote.Host.parse(HOST_B)])
+    services, tab = make_tab(qtbot, tmp_path)
+    try:
+        tab.host_combo.setFocus()
+        qtbot.keyClick(tab.host_combo, Qt.Key.Key_End)
+        for name in (ssh_host.dest, HOST_B):
+            qtbot.mouseClick(tab.host_checks[name], Qt.MouseButton.LeftButton)
+        _fill_form(tab, ssh_host)
+        click(qtbot, tab.btn["Start"])
+        job = tab.job
+        assert isinstance(job, MultiHostTrainingJob), tab.status.text()
+        qtbot.waitUntil(lambda: len(job.records) >= 2, timeout=120000)
+        rank_file = next((Path(job.parts[1].folder) / "ranks").glob("rank-*.json"))
+        with qtbot.waitSignal(job.finished, timeout=180000) as done:
+            os.kill(int(json.loads(rank_file.read_text())["pid"]), signal.SIGKILL)  # host B loses its rank
+        assert done.args[1] == "failed", tab.status.text()
+        text = tab.status.text()
+        # Host A's gloo may see the peer gone and fail on its own first: either host may be named.
+        assert text.startswith("Failed on gg-remote") and "(machine rank " in text, text
+        assert "were killed" in text, text
+        assert job.parts[1].state in ("failed", "killed") and job.parts[0].state in ("failed", "killed")
+        assert "✗" in tab.hosts_line.text() and "killing the other hosts' ranks" in tab.log.plain_text()
+    finally:
+        for running in services.training.running():
+            running.kill()
+        qtbot.waitUntil(lambda: not services.training.running(), timeout=60000)
+        close(services, tab)
+    assert ssh_host.wait_no_processes(60) == []
