@@ -45,7 +45,8 @@ def _job(out: Path, steps: int) -> JobConfig:
 
 def _throughput(metrics_file: Path) -> float:
     rows = [json.loads(line) for line in metrics_file.read_text().splitlines() if line.strip()]
-    rows = [r for r in rows if r.get("loss") is not None]
+    # A run's events.jsonl (metrics among other events) or a plain file of metrics lines.
+    rows = [r for r in rows if r.get("type", "metrics") == "metrics" and r.get("loss") is not None]
     # Steps/s between the first and the last logged step: training speed, not start-up.
     first, last = rows[0], rows[-1]
     return (last["step"] - first["step"]) / max(1e-9, last["elapsed"] - first["elapsed"])
@@ -86,7 +87,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         dl = launch_mod.build(djob, direct_run.folder, device="cpu")
         launch_mod.write_generated_config(dl)
         subprocess.run(dl.argv, env=dl.env(), capture_output=True, timeout=600, check=True)
-        return _throughput(direct_run.metrics_path)
+        return _throughput(direct_run.events_path)
 
     def app_once() -> float:
         counter[0] += 1
@@ -95,7 +96,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         tj.finished.connect(lambda *a: done.append(a))
         run_ = tj.start(_job(tmp / f"out-app-{counter[0]}", steps))
         _wait(app, lambda: bool(done), 600)
-        return _throughput(run_.metrics_path)
+        return _throughput(run_.events_path)
 
     result = interleaved(app_once, direct_once, 2 if quick else 3)
     rows.append(row("training steps/s via the app", result, unit="steps/s", goal="ratio >= 0.98"))

@@ -89,6 +89,28 @@ def _assert_no_process_left(home: Path) -> None:
         pytest.fail(f"the test left processes running: {described}")
 
 
+_CHAT_MODEL_SCRIPT = """
+import shutil, sys
+from pathlib import Path
+import trl
+from transformers import AutoTokenizer
+src, out = Path(sys.argv[1]), Path(sys.argv[2])
+shutil.copytree(src, out)
+tok = AutoTokenizer.from_pretrained(out)
+tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
+tok.save_pretrained(out)
+"""
+
+
+@pytest.fixture(scope="session")
+def chat_model_dir(tiny_model_dir: Path, session_home: Path) -> Path:
+    """The tiny model with a real chat template (Qwen2.5's, as TRL ships it), built once per session."""
+    out = session_home / "chat-model"
+    subprocess.run([sys.executable, "-c", _CHAT_MODEL_SCRIPT, str(tiny_model_dir), str(out)], check=True,
+                   capture_output=True, timeout=120)
+    return out
+
+
 @pytest.fixture
 def demo_model(tiny_model_dir: Path) -> Path:
     """Makes ``builtin:demo`` resolve to the session's tiny model (no 8-second rebuild per test)."""

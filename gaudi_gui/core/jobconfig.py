@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from gaudi_gui.core import paths, sft
-from gaudi_gui.core.secrets import SECRET_TRAINING_ARGS
+from gaudi_gui.core.secrets import SECRET_TRAINING_ARGS, hub_token_available
 
 JOB_VERSION = 2
 METHODS = ("full", "lora", "qlora")
@@ -261,6 +261,17 @@ class JobConfig:
         if self.dataset.kind != "conversational" and args.get("assistant_only_loss"):
             problems.append(("training_args.assistant_only_loss",
                              "assistant_only_loss is for conversational datasets"))
+        if args.get("push_to_hub") and not hub_token_available():
+            # The Trainer would create the repository only after the model load, then fail there.
+            problems.append(("training_args.push_to_hub",
+                             "push_to_hub needs a Hugging Face token: log in with `hf auth login` or set "
+                             "HF_TOKEN (a job file never holds the token)"))
+        hub_id = args.get("hub_model_id")
+        if isinstance(hub_id, str) and hub_id.strip() and (hub_id.count("/") > 1 or hub_id.strip() != hub_id
+                                                            or " " in hub_id):
+            problems.append(("training_args.hub_model_id",
+                             f"hub_model_id is a repository name, optionally with its owner: 'name' or "
+                             f"'owner/name' (got {hub_id!r})"))
         for name in SECRET_TRAINING_ARGS:
             if args.get(name):
                 problems.append((f"training_args.{name}", f"{name} is never kept in a job: log in with "

@@ -7,8 +7,10 @@ or saved (the command preview, logs) goes through ``redact``. Qt-free.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 # Whole name segments: HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY; not TOKENIZERS_PARALLELISM.
@@ -68,5 +70,21 @@ def strip_secret_args(training_args: Mapping[str, Any]) -> tuple[dict[str, Any],
     return {k: v for k, v in training_args.items() if k not in SECRET_TRAINING_ARGS}, removed
 
 
-__all__ = ["REDACTED", "SECRET_TRAINING_ARGS", "is_secret_name", "recorded_env", "redact",
-           "strip_secret_args"]
+def hub_token_available(env: Mapping[str, str] | None = None) -> bool:
+    """Whether huggingface_hub will find a token: HF_TOKEN (or the older HUGGING_FACE_HUB_TOKEN), or the
+    token file ``hf auth login`` writes (HF_TOKEN_PATH, else HF_HOME/token, else
+    ~/.cache/huggingface/token). Only that one exists is looked at; the value is never read."""
+    env = os.environ if env is None else env
+    if env.get("HF_TOKEN", "").strip() or env.get("HUGGING_FACE_HUB_TOKEN", "").strip():
+        return True
+    cache = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    home = env.get("HF_HOME") or str(cache / "huggingface")
+    path = Path(env.get("HF_TOKEN_PATH") or Path(home) / "token").expanduser()
+    try:
+        return path.is_file() and path.stat().st_size > 0
+    except OSError:
+        return False
+
+
+__all__ = ["REDACTED", "SECRET_TRAINING_ARGS", "hub_token_available", "is_secret_name", "recorded_env",
+           "redact", "strip_secret_args"]

@@ -87,6 +87,9 @@ class DatasetPanel(QWidget):
         self.render_status = QLabel(self)
         self.render_status.setWordWrap(True)
         self._columns: list[str] = []
+        #: The panel's fields as the job last shown named them: what the job says explicitly stays
+        #: said (a job read and saved back is the same job), a field of another kind stays to be flagged.
+        self._loaded: dict[str, Any] = {}
         for w in (self.kind, self.eval_mode):
             w.currentIndexChanged.connect(self._update_visible)
         for box in (*self.column_boxes.values(), self.template):
@@ -98,20 +101,23 @@ class DatasetPanel(QWidget):
         self.eval_source.textChanged.connect(lambda _t: self.changed.emit())
 
     def add_rows(self, form: QFormLayout) -> None:
+        # One row per value: the form's column must stay as narrow as it was for a text dataset (the
+        # Training tab sizes it once; a wider row would be clipped there).
         kind_row = QHBoxLayout()
         kind_row.addWidget(self.kind)
-        kind_row.addWidget(self.answers_only)
         kind_row.addStretch(1)
         form.addRow("Kind", kind_row)
-        cols = QHBoxLayout()
         self._col_labels: dict[str, QLabel] = {}
         for field, box in self.column_boxes.items():
             label = QLabel(field, self)
+            label.setToolTip(box.toolTip())
             self._col_labels[field] = label
-            cols.addWidget(label)
-            cols.addWidget(box, 1)
-        self._cols_label = QLabel("Columns", self)
-        form.addRow(self._cols_label, cols)
+            form.addRow(label, box)
+        self._loss_label = QLabel("Loss", self)
+        loss_row = QHBoxLayout()
+        loss_row.addWidget(self.answers_only)
+        loss_row.addStretch(1)  # the box as wide as its text: a click beside it is not a click on it
+        form.addRow(self._loss_label, loss_row)
         form.addRow("Chat template", self.template)
         ev = QHBoxLayout()
         ev.addWidget(self.eval_mode)
@@ -124,6 +130,9 @@ class DatasetPanel(QWidget):
         form.addRow("", rrow)
         form.addRow("Rendered", self.rendered)
         self._form = form
+        # The rows now belong to the form's widget; this one holds no pixels and must not sit over
+        # the form's top-left corner catching clicks.
+        self.hide()
         self._update_visible()
 
     # -- values -------------------------------------------------------------------------------------
@@ -154,14 +163,10 @@ class DatasetPanel(QWidget):
     def _update_visible(self) -> None:
         kind = self.kind.currentText()
         fields = sft.FIELDS.get(kind, ())
-        for field, box in self.column_boxes.items():
-            shown = field in fields and kind != "text"
-            box.setVisible(shown)
-            if hasattr(self, "_col_labels"):
-                self._col_labels[field].setVisible(shown)
         if hasattr(self, "_form"):
-            self._form.setRowVisible(self._cols_label, kind != "text")
-        self.answers_only.setVisible(kind != "text")
+            for field, label in self._col_labels.items():
+                self._form.setRowVisible(label, field in fields and kind != "text")
+            self._form.setRowVisible(self._loss_label, kind != "text")
         mode = self.eval_mode.currentText()
         self.eval_fraction.setVisible(mode == "fraction")
         self.eval_source.setVisible(mode in ("file", "Hub split"))
@@ -187,8 +192,8 @@ class DatasetPanel(QWidget):
         """The SFTConfig fields this panel owns (sft.PANEL_FIELDS), as the job stores them."""
         out: dict[str, Any] = {}
         data = self.template.currentData()
-        text = self.template.currentText().strip()
-        if text and text != MODEL_TEMPLATE:
+        text = self.template.currentText()
+        if text.strip() and text != MODEL_TEMPLATE:
             # A listed TRL template stores its path; typed text is a path itself.
             index = self.template.findText(text)
             out["chat_template_path"] = str(self.template.itemData(index) or text) if index >= 0 \
@@ -196,14 +201,23 @@ class DatasetPanel(QWidget):
         elif data:
             out["chat_template_path"] = str(data)
         kind = self.kind.currentText()
-        if kind == "prompt_completion" and not self.answers_only.isChecked():
-            out["completion_only_loss"] = False  # TRL's default for prompt/completion is True
-        if kind == "conversational":
-            out["assistant_only_loss"] = self.answers_only.isChecked()
+        checked = self.answers_only.isChecked()
+        # Answers only is the default of both kinds (TRL's for prompt/completion, the worker's for
+        # conversations): written when unticked, or when the job named it.
+        for field, its_kind in (("completion_only_loss", "prompt_completion"),
+                                ("assistant_only_loss", "conversational")):
+            if kind == its_kind:
+                if not checked:
+                    out[field] = False
+                elif self._loaded.get(field) is True:
+                    out[field] = True
+            elif field in self._loaded:
+                out[field] = self._loaded[field]
         return out
 
     def set_values(self, kind: str, columns: dict[str, str], eval_spec: dict[str, Any],
                    args: dict[str, Any]) -> None:
+        self._loaded = {k: args[k] for k in ("completion_only_loss", "assistant_only_loss") if k in args}
         self.kind.blockSignals(True)
         self.kind.setCurrentText(kind if kind in sft.KINDS else "text")
         self.kind.blockSignals(False)
@@ -249,6 +263,8 @@ class DatasetPanel(QWidget):
     # -- render preview -------------------------------------------------------------------------------
 
     def show_rendering(self, result: dict[str, Any]) -> None:
+        """The child's answer (or a problem found before starting it); the button works again."""
+        self.render_button.setEnabled(True)
         if not result.get("ok"):
             self.rendered.clear()
             self.render_status.setText(f"⚠ {result.get('message', 'the preview failed')}")
@@ -268,10 +284,20 @@ class DatasetPanel(QWidget):
         tokens = sum(int(r.get("tokens", 0)) for r in rows)
         template = result.get("template", "")
         extra = " (TRL's training version)" if result.get("training_template") else ""
-        self.render_status.setStyleSheet("")
-        self.render_status.setText(f"{len(rows)} rows · loss on {result.get('loss', '')}: {labelled} of "
-                                   f"{tokens} tokens · template: {template}{extra}")
+        split = f"train {result['train_rows']} rows" if "train_rows" in result else ""
+        if result.get("eval_rows"):
+            split += f", eval {result['eval_rows']} rows"
+        dropped = int(result.get("dropped") or 0)
+        # TRL drops a row that truncation left without an answer token: say it before training does.
+        warning = (f"⚠ {dropped} of {len(rows) + dropped} rows shown have no answer left after truncation "
+                   f"to max length {result.get('max_length')}: training drops them · ") if dropped else ""
+        self.render_status.setStyleSheet("color: #8a5a00;" if dropped else "")
+        self.render_status.setText(warning + f"{len(rows)} rows shown · loss on {result.get('loss', '')}: "
+                                   f"{labelled} of {tokens} tokens (highlighted) · template: "
+                                   f"{template}{extra}" + (f" · {split}" if split else ""))
 
     def set_rendering(self) -> None:
+        """A preview child started: one at a time."""
+        self.render_button.setEnabled(False)
         self.render_status.setStyleSheet("")
         self.render_status.setText("rendering with the tokenizer…")

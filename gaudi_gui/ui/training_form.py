@@ -251,7 +251,7 @@ class TrainingForm(QWidget):
         self.dataset_panel.render_requested.connect(self._render)
         # The render preview's child (tokenizer + TRL's dataset preparation, no model).
         self.renderer = RenderPreview(self)
-        self.renderer.finished.connect(self.dataset_panel.show_rendering)
+        self.renderer.finished.connect(self._rendered)
         self.method = QComboBox(self)
         self.method.addItems(list(METHODS))
         self.lora_r = QSpinBox(self)
@@ -510,7 +510,17 @@ class TrainingForm(QWidget):
             by_field.setdefault(field.removeprefix("training_args."), message)
         for name, editor in self.editors.items():
             editor.set_error(by_field.get(name, ""))
-        plain: dict[str, QWidget] = {
+        for key, widget in self._plain_widgets().items():
+            self._mark(widget, by_field.get(key, ""))
+        # An error in a folded "all arguments" row must be visible: show those rows.
+        if self.schema:
+            for spec in self.schema.others():
+                if spec.name in by_field and spec.name in self._labels:
+                    self.all_form.setRowVisible(self._labels[spec.name], True)
+
+    def _plain_widgets(self) -> dict[str, QWidget]:
+        """Job keys (as JobConfig.validate names them) -> the editor outside the arguments list."""
+        return {
             "model": self.model, "dataset.source": self.dataset, "dataset.text_column": self.column,
             "dataset.max_length": self.max_length, "method": self.method, "lora.r": self.lora_r,
             "lora.alpha": self.lora_alpha, "lora.dropout": self.lora_dropout,
@@ -518,16 +528,25 @@ class TrainingForm(QWidget):
             "launch.num_machines": self.num_machines, "launch.machine_rank": self.machine_rank,
             "launch.main_process_ip": self.main_ip, "launch.main_process_port": self.main_port,
             **self.dataset_panel.widgets_by_field()}
-        for key, widget in plain.items():
-            if widget.property("help") is None:
-                widget.setProperty("help", widget.toolTip())  # the tooltip to restore once fixed
-            widget.setStyleSheet(ERROR_STYLE if key in by_field else "")
-            widget.setToolTip(by_field.get(key, str(widget.property("help") or "")))
-        # An error in a folded "all arguments" row must be visible: show those rows.
-        if self.schema:
-            for spec in self.schema.others():
-                if spec.name in by_field and spec.name in self._labels:
-                    self.all_form.setRowVisible(self._labels[spec.name], True)
+
+    @staticmethod
+    def _mark(widget: QWidget, message: str) -> None:
+        if widget.property("help") is None:
+            widget.setProperty("help", widget.toolTip())  # the tooltip to restore once fixed
+        widget.setStyleSheet(ERROR_STYLE if message else "")
+        widget.setToolTip(message or str(widget.property("help") or ""))
+
+    def _rendered(self, result: dict[str, Any]) -> None:
+        """The preview child's answer; a problem only the data could show (a Hub dataset's columns, a
+        prompt longer than max length) is marked at its field too."""
+        self.dataset_panel.show_rendering(result)
+        field = str(result.get("field") or "")
+        if not result.get("ok") and field:
+            widget = self._plain_widgets().get(field)
+            if widget is None and field.removeprefix("training_args.") in self.editors:
+                widget = self.editors[field.removeprefix("training_args.")].editor
+            if widget is not None:
+                self._mark(widget, str(result.get("message", "")))
 
     def set_hints(self, hints: list[tuple[str, str]]) -> None:
         self.hints.setText("\n".join(f"⚠ {field}: {text}" for field, text in hints))

@@ -188,9 +188,14 @@ def preview(job: JobConfig, rows: int = 3) -> dict[str, Any]:
     template = apply_chat_template_path(tokenizer, args.chat_template_path)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    ds, _eval = load_raw(job)
-    ds = ds.select(range(min(rows, len(ds))))
     chat = bool(getattr(tokenizer, "chat_template", None))
+    ds, eval_ds = load_raw(job)
+    # Both sides of the split as training will see them (a Hub split or a second file is loaded too,
+    # so a wrong split name or eval file shows here, not after the model load).
+    train_rows, eval_rows = len(ds), len(eval_ds) if eval_ds is not None else 0
+    if eval_ds is not None:
+        to_sft(job, eval_ds.select(range(min(rows, len(eval_ds)))), chat, "eval split")
+    ds = ds.select(range(min(rows, len(ds))))
     data = to_sft(job, ds, chat)
     sample = data[0]
     # What SFTTrainer.__init__ decides before it prepares the dataset, the same way.
@@ -204,6 +209,10 @@ def preview(job: JobConfig, rows: int = 3) -> dict[str, Any]:
                                  completion_only_loss=completion_only)
     prepared = SFTTrainer._prepare_dataset(stub, data, tokenizer, args, False, None,  # type: ignore[arg-type]
                                            "preview")
+    dropped = len(data) - len(prepared)
+    if len(prepared) == 0:
+        raise DataError("dataset", truncated_message(len(data), len(data), args.max_length),
+                        "dataset.max_length")
     out_rows = []
     for row in prepared:
         ids, labels = list(row["input_ids"]), list(row["labels"])
@@ -218,7 +227,15 @@ def preview(job: JobConfig, rows: int = 3) -> dict[str, Any]:
     loss = "assistant tokens only" if args.assistant_only_loss else \
         "completion tokens only" if completion_only else "every token"
     return {"ok": True, "rows": out_rows, "loss": loss, "template": template,
-            "training_template": bool(training_template), "kind": job.dataset.kind}
+            "training_template": bool(training_template), "kind": job.dataset.kind,
+            "train_rows": train_rows, "eval_rows": eval_rows, "dropped": dropped,
+            "max_length": args.max_length}
+
+
+def truncated_message(dropped: int, rows: int, max_length: int | None) -> str:
+    """What to say when TRL dropped rows that truncation left without a labelled token."""
+    return (f"{dropped} of {rows} rows have no answer token left after truncation to max length "
+            f"{max_length} (the prompt alone fills it), so training drops them: raise the max length")
 
 
 def training_chat_template(tokenizer: Any, get_training_chat_template: Any) -> str | None:

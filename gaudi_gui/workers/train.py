@@ -299,9 +299,17 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
     if peft_config is not None:
         trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
         say(f"{job.method}: {trainable} trainable parameters")
+    # TRL drops rows that truncation left without a labelled token (a prompt longer than max_length).
+    dropped = len(train_rows) - len(trainer.train_dataset)
+    if len(trainer.train_dataset) == 0:
+        raise sft_data.DataError("dataset", sft_data.truncated_message(dropped, len(train_rows),
+                                                                       targs.max_length),
+                                 "dataset.max_length")
+    if dropped:
+        say(f"warning: {sft_data.truncated_message(dropped, len(train_rows), targs.max_length)}")
     first = trainer.train_dataset[0] if len(trainer.train_dataset) else {}
     labels = list(first.get("labels") or first.get("input_ids") or [])
-    emit("dataset_ready", kind=job.dataset.kind, rows=len(trainer.train_dataset),
+    emit("dataset_ready", kind=job.dataset.kind, rows=len(trainer.train_dataset), dropped=dropped,
          eval_rows=len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0,
          first_tokens=len(first.get("input_ids") or []),
          first_labelled=sum(1 for x in labels if x != -100))

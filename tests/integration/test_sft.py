@@ -6,6 +6,7 @@ over its base; "Try in runner" and "Merge and save" clicked. (The text kind trai
 SFTTrainer path in test_train_job.py.)
 
 Two runs are trained once per module, side by side, and every test reads them."""
+# mypy: disable-error-code="union-attr"
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,17 +51,6 @@ SHAREGPT = [
     {"conversations": [{"from": "human", "value": "Two plus two?"}, {"from": "gpt", "value": "Four."}]},
     {"conversations": [{"from": "human", "value": "Say yes."}, {"from": "gpt", "value": "Yes."}]},
 ]
-_CHAT_MODEL = """
-import shutil, sys
-from pathlib import Path
-import trl
-from transformers import AutoTokenizer
-src, out = Path(sys.argv[1]), Path(sys.argv[2])
-shutil.copytree(src, out)
-tok = AutoTokenizer.from_pretrained(out)
-tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen2_5.jinja").read_text()
-tok.save_pretrained(out)
-"""
 
 
 def _env(home: Path) -> dict[str, str]:
@@ -75,20 +66,22 @@ def _events(run: Run) -> list[dict[str, Any]]:
     return [json.loads(line) for line in run.events_path.read_text().splitlines() if line.strip()]
 
 
+@dataclass
 class Trained:
-    def __init__(self, root: Path, model: Path, store: RunStore, pc: Run, cv: Run,
-                 jobs: dict[str, JobConfig]) -> None:
-        self.root, self.model, self.store, self.pc, self.cv, self.jobs = root, model, store, pc, cv, jobs
+    root: Path
+    model: Path
+    store: RunStore
+    pc: Run
+    cv: Run
+    jobs: dict[str, JobConfig]
 
 
 @pytest.fixture(scope="module")
-def trained(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Trained:
+def trained(chat_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Trained:
     root = tmp_path_factory.mktemp("sft")
     home = root / "home"
     home.mkdir()
-    model = root / "chat-model"
-    subprocess.run([sys.executable, "-c", _CHAT_MODEL, str(tiny_model_dir), str(model)], check=True,
-                   capture_output=True, timeout=120, env=_env(home))
+    model = chat_model_dir
     alpaca = _jsonl(root / "alpaca.jsonl", ALPACA)
     share = _jsonl(root / "sharegpt.jsonl", SHAREGPT)
     common = {"use_cpu": True, "max_steps": 4, "logging_steps": 1, "save_strategy": "no",
@@ -183,9 +176,9 @@ def test_loss_mask_labels_only_answers(trained: Trained, previews: dict[str, dic
     answers = {m["value"] for c in SHAREGPT for m in c["conversations"] if m["from"] == "gpt"}
     asked = {m["value"] for c in SHAREGPT for m in c["conversations"] if m["from"] != "gpt"}
     for row in cv["rows"]:
-        labelled = "".join(t for t, on in row["segments"] if on)
-        assert any(a in labelled for a in answers)
-        assert not any(q in labelled for q in asked)
+        said = "".join(t for t, on in row["segments"] if on)
+        assert any(a in said for a in answers)
+        assert not any(q in said for q in asked)
         assert "<|im_start|>user" in "".join(t for t, on in row["segments"] if not on)
 
 
@@ -214,15 +207,18 @@ def test_runner_worker_loads_base_plus_adapter_unmerged(trained: Trained) -> Non
         proc.stdin.write(generation.load_command(LoadOptions(model=str(adapter))) + "\n")
         proc.stdin.write(generation.generate_command(
             GenerationParams(do_sample=False, max_new_tokens=4, min_new_tokens=4), prompt="Say") + "\n")
-        proc.stdin.write(generation.shutdown_command() + "\n")
         proc.stdin.flush()
         seen: list[dict[str, Any]] = []
+        # Shutdown only after the answer: a shutdown cancels what is still queued.
         for line in proc.stdout:
             message = protocol.decode(line)
             if message is not None:
                 seen.append(message)
-                if message["type"] in ("exiting", "eof"):
+                if message["type"] in ("finished", "error", "exiting", "eof"):
                     break
+        proc.stdin.write(generation.shutdown_command() + "\n")
+        proc.stdin.close()
+        assert proc.wait(60) == 0
         loaded = next(m for m in seen if m["type"] in ("loaded", "error"))
         assert loaded["type"] == "loaded", loaded
         assert loaded["adapter"] == str(adapter) and loaded["base"] == str(trained.model)
@@ -255,3 +251,40 @@ def test_try_in_runner_and_merge_and_save_clicked(qtbot, trained: Trained) -> No
     table.select_row(names.index(trained.cv.name))
     qtbot.mouseClick(table.buttons["Merge and save"], Qt.MouseButton.LeftButton)
     assert "no LoRA adapter" in table.status.text() and not table.merger.is_running()
+
+
+def test_cli_train_refuses_a_bad_mapping_in_one_line(tmp_path: Path) -> None:
+    job = JobConfig(training_args={"output_dir": str(tmp_path / "out")})
+    job.dataset.source, job.dataset.kind = str(_jsonl(tmp_path / "alpaca.jsonl", ALPACA)), "prompt_completion"
+    job.dataset.columns = {"prompt": "question", "completion": "output"}
+    job.save(tmp_path / "job.json")
+    res = subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"),
+                          "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"],
+                         capture_output=True, text=True, timeout=120, env=_env(tmp_path))
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.splitlines() == ["gaudi-gui train: dataset.columns.prompt: the dataset has no column "
+                                       "'question' for prompt; its columns: instruction, input, output"]
+    assert not (tmp_path / "runs").exists()
+
+
+def test_hub_split_as_the_eval_split(chat_model_dir: Path, tmp_path: Path) -> None:
+    """A Hub dataset's own split as the eval split: a dataset repository laid out as on the Hub (here a
+    local folder, read by datasets the same way, offline), its test split held out."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _jsonl(repo / "train.jsonl", ALPACA[:6])
+    _jsonl(repo / "test.jsonl", ALPACA[6:])
+    job = JobConfig(model=str(chat_model_dir), training_args={"output_dir": str(tmp_path / "out")})
+    job.dataset.source, job.dataset.format, job.dataset.max_length = str(repo), "hub", 128
+    job.dataset.kind = "prompt_completion"
+    job.dataset.columns = {"prompt": "instruction", "completion": "output"}
+    job.dataset.eval = {"split": "test"}
+    assert job.validate() == []
+    wrong = JobConfig.from_dict(job.to_dict())
+    wrong.dataset.eval = {"split": "tset"}
+    with ThreadPoolExecutor(2) as pool:
+        good, bad = pool.map(lambda j: _preview(j[0], tmp_path / j[1]),
+                             [(job, "good.json"), (wrong, "bad.json")])
+    assert good["ok"], good
+    assert (good["train_rows"], good["eval_rows"]) == (6, 2)
+    assert not bad["ok"] and "tset" in bad["message"] and "test" in bad["message"]

@@ -2,11 +2,26 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 
 import psutil
 import pytest
+
+from gaudi_gui.core.training_args import Schema
+
+
+@pytest.fixture(scope="session")
+def real_schema() -> Schema:
+    """The installed transformers' schema, from the real child once per session (never imported here)."""
+    out = subprocess.run([sys.executable, "-m", "gaudi_gui.workers.schema"], capture_output=True,
+                         text=True, timeout=180, check=True).stdout
+    schema = Schema.from_dict(json.loads(out))
+    assert len(schema.fields) > 100
+    return schema
 
 
 @pytest.fixture(autouse=True)

@@ -5,7 +5,6 @@ its columns, the wheel guard, and the browse button clicked for real."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -19,16 +18,6 @@ from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.training_args import FieldSpec, Schema
 from gaudi_gui.ui.training_form import UNSET, TrainingForm
 from gaudi_gui.ui.wheel_guard import guard_wheel
-
-
-@pytest.fixture(scope="session")
-def real_schema() -> Schema:
-    """The installed transformers' schema, from the real child once per session (never imported here)."""
-    out = subprocess.run([sys.executable, "-m", "gaudi_gui.workers.schema"], capture_output=True,
-                         text=True, timeout=180, check=True).stdout
-    schema = Schema.from_dict(json.loads(out))
-    assert len(schema.fields) > 100
-    return schema
 
 
 @pytest.fixture
