@@ -110,8 +110,8 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
     def timed_flush() -> None:
         now = time.time()
-        for rank_line in view._pending:
-            line = rank_line[1]
+        for pending in view._pending:
+            line = pending[-1]
             if line.startswith("t="):
                 latencies.append(now - float(line[2:].split()[0]))
         original_flush()

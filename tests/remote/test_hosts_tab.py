@@ -4,11 +4,14 @@ host after the tab is shut down."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from PySide6.QtCore import Qt
 
 from gaudi_gui.app import create_services
 from gaudi_gui.core import remote
 from gaudi_gui.services import device_poller as dp
+from gaudi_gui.ui.devices_tab import DevicesTab
 from gaudi_gui.ui.hosts_tab import MEMORY, STATE, UTIL, HostsTab
 from tests.remote.conftest import SshHost
 
@@ -49,13 +52,14 @@ def test_add_host_watch_its_cards_open_panel_survive_a_drop(qtbot, ssh_host: Ssh
                     and tab._items[ssh_host.dest].text(STATE) == "ok", timeout=30000)
     item = tab._items[ssh_host.dest]
     card = item.child(0)
+    assert card is not None
     assert card.text(0).startswith("hpu 0") and card.text(UTIL) != "—" and "GiB" in card.text(MEMORY)
     assert "8 cards" in item.text(0) and "GiB" in item.text(MEMORY)
 
     click_item(qtbot, tab, item)
     assert tab.selected_host() == ssh_host.dest and tab.remove_button.isEnabled()
     qtbot.mouseClick(tab.open_button, Qt.MouseButton.LeftButton)
-    panel = tab._panels[ssh_host.dest]
+    panel = cast(DevicesTab, tab._panels[ssh_host.dest])
     qtbot.waitUntil(lambda: panel.isVisible() and panel.table.rowCount() == 8, timeout=20000)
 
     ssh_host.drop()  # the network goes: a state of the row, then it comes back by itself

@@ -76,7 +76,8 @@ class Cli:
 
 
 def _job(tmp_path: Path, ssh_host: SshHost, resume: str = "", **args: object) -> Path:
-    job = JobConfig(resume_from_checkpoint=resume, training_args={"output_dir": str(ssh_host.home / "out"), "max_steps": 100000,
+    job = JobConfig(resume_from_checkpoint=resume,
+                    training_args={"output_dir": str(ssh_host.home / "out"), "max_steps": 100000,
                                    "logging_steps": 1, "per_device_train_batch_size": 2,
                                    "save_strategy": "no", **args})
     job.launch.main_process_port = _free_port()
