@@ -24,7 +24,7 @@ run: check-display
 	$(PY) -m gaudi_gui
 
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
 	$(PY) -m ruff check gaudi_gui bench tests
 	$(PY) -m mypy
 

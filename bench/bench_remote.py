@@ -35,8 +35,9 @@ ALIAS = "gg-bench"
 
 
 @contextlib.contextmanager
-def ssh_server(base: Path) -> Iterator[str]:
-    """A throwaway SSH server on 127.0.0.1 and a client config naming it; yields the host alias."""
+def ssh_server(base: Path, extra_aliases: tuple[str, ...] = ()) -> Iterator[str]:
+    """A throwaway SSH server on 127.0.0.1 and a client config naming it (also as ``extra_aliases``);
+    yields the host alias."""
     if shutil.which("ssh") is None or shutil.which("ssh-keygen") is None:
         raise RuntimeError("the remote bench needs the OpenSSH client (ssh, ssh-keygen)")
     base.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -64,7 +65,8 @@ def ssh_server(base: Path) -> Iterator[str]:
         kind, key = (base / "host_key.pub").read_text().split()[:2]
         (base / "known_hosts").write_text(f"[127.0.0.1]:{port} {kind} {key}\n")
         (base / "config").write_text(
-            f"Host {ALIAS}\n  HostName 127.0.0.1\n  Port {port}\n  User {getpass.getuser()}\n"
+            f"Host {' '.join((ALIAS, *extra_aliases))}\n  HostName 127.0.0.1\n  Port {port}\n"
+            f"  User {getpass.getuser()}\n"
             f"  IdentityFile {base / 'client_key'}\n  IdentitiesOnly yes\n"
             f"  UserKnownHostsFile {base / 'known_hosts'}\n  GlobalKnownHostsFile /dev/null\n"
             f"  StrictHostKeyChecking yes\n  LogLevel ERROR\n")

@@ -21,7 +21,8 @@ class LossChart(QWidget):
         self.loss_plot = pg.PlotWidget(self, background="w")
         self.loss_plot.setTitle("loss", color="k")
         self.loss_plot.showGrid(x=True, y=True, alpha=0.3)
-        self.loss_plot.addLegend(offset=(-10, 10))
+        # One row of entries at the top (a column of three would cover the newest points).
+        self.loss_plot.addLegend(offset=(-10, 5), colCount=4)
         self.lr_plot = pg.PlotWidget(self, background="w")
         self.lr_plot.setTitle("learning rate", color="k")
         self.lr_plot.showGrid(x=True, y=True, alpha=0.3)
@@ -37,6 +38,7 @@ class LossChart(QWidget):
         self.device_plot.setLabel("bottom", "step")
         self.device_plot.addLegend(offset=(-10, 5), labelTextSize="7pt", colCount=4)
         self._device_curves: dict[str, Any] = {}
+        self._device_legend_shown(False)
         self._times: list[float] = []  # wall time of each record, for the time -> step mapping
         self._time_steps: list[float] = []
         # Readable at 1024x700: the learning-rate chart was squeezed to 15 px.
@@ -45,7 +47,7 @@ class LossChart(QWidget):
         self.device_plot.setMinimumHeight(90)
         for plot in (self.loss_plot, self.device_plot):
             # Room above the curves for the legend, which gets an opaque box so it never hides one.
-            plot.getPlotItem().getViewBox().setDefaultPadding(0.12)
+            plot.getPlotItem().getViewBox().setDefaultPadding(0.2 if plot is self.loss_plot else 0.12)
             legend = plot.getPlotItem().legend
             if legend is not None:
                 legend.setBrush(pg.mkBrush(255, 255, 255, 230))
@@ -66,23 +68,25 @@ class LossChart(QWidget):
         self._eval_steps: list[float] = []
         self._eval_loss: list[float] = []
         self._ppl: list[float] = []
-        self._eval_curve = self.loss_plot.plot([], [], pen=pg.mkPen(_COLORS[3], width=2), name="eval loss",
+        # The eval curves, their legend entries and the perplexity axis appear with the first eval point:
+        # a run without an eval split shows none of them.
+        self._eval_curve = self.loss_plot.plot([], [], pen=pg.mkPen(_COLORS[3], width=2),
                                                symbol="s", symbolSize=6, symbolBrush=_COLORS[3])
         # Perplexity on a right-hand axis of the loss chart: its own view box, x linked.
         item = self.loss_plot.getPlotItem()
         self._ppl_view = pg.ViewBox()
-        item.showAxis("right")
         item.scene().addItem(self._ppl_view)
         item.getAxis("right").linkToView(self._ppl_view)
         item.getAxis("right").setLabel("eval perplexity", color=_COLORS[4])
         self._ppl_view.setXLink(item)
+        # The legend's row sits at the top of the chart: keep the highest points below it.
+        self._ppl_view.setDefaultPadding(0.22)
         self._ppl_curve = pg.PlotDataItem([], [], pen=pg.mkPen(_COLORS[4], width=1.5,
                                                                style=pg.QtCore.Qt.PenStyle.DotLine),
                                           symbol="t", symbolSize=6, symbolBrush=_COLORS[4])
         self._ppl_view.addItem(self._ppl_curve)
-        legend = item.legend
-        if legend is not None:
-            legend.addItem(self._ppl_curve, "eval perplexity (right axis)")
+        item.hideAxis("right")
+        self._eval_shown = False
         item.getViewBox().sigResized.connect(self._sync_ppl_view)
         self._sync_ppl_view()
 
@@ -92,12 +96,41 @@ class LossChart(QWidget):
         for curve in self._device_curves.values():
             self.device_plot.removeItem(curve)
         self._device_curves = {}
+        self._device_legend_shown(False)
         self._loss_curve.setData([], [])
         self._lr_curve.setData([], [])
         self._eval_steps, self._eval_loss, self._ppl = [], [], []
         self._eval_curve.setData([], [])
         self._ppl_curve.setData([], [])
+        self._show_eval(False)
         self.clear_overlays()
+
+    def _device_legend_shown(self, shown: bool) -> None:
+        # An empty legend is still drawn as an empty box.
+        legend = self.device_plot.getPlotItem().legend
+        if legend is not None:
+            legend.setVisible(shown)
+
+    def set_card_chart_shown(self, shown: bool) -> None:
+        """Show the card utilization chart (this machine's cards) or hide it (a run on a host)."""
+        self.device_plot.setVisible(shown)
+
+    def _show_eval(self, shown: bool) -> None:
+        if shown == self._eval_shown:
+            return
+        self._eval_shown = shown
+        item = self.loss_plot.getPlotItem()
+        legend = item.legend
+        if shown:
+            item.showAxis("right")
+            if legend is not None:
+                legend.addItem(self._eval_curve, "eval loss")
+                legend.addItem(self._ppl_curve, "eval perplexity (right axis)")
+        else:
+            item.hideAxis("right")
+            if legend is not None:
+                legend.removeItem(self._eval_curve)
+                legend.removeItem(self._ppl_curve)
 
     def add_record(self, record: Mapping[str, Any]) -> None:
         step = record.get("step")
@@ -111,6 +144,7 @@ class LossChart(QWidget):
             self._loss.append(float(record["loss"]))
             self._loss_curve.setData(self._steps, self._loss)
         if isinstance(record.get("eval_loss"), (int, float)):
+            self._show_eval(True)
             self._eval_steps.append(float(step))
             self._eval_loss.append(float(record["eval_loss"]))
             self._eval_curve.setData(self._eval_steps, self._eval_loss)
@@ -175,6 +209,7 @@ class LossChart(QWidget):
                 curve = self.device_plot.plot([], [], pen=pg.mkPen(pg.intColor(n, hues=9), width=1.5),
                                               name=label)
                 self._device_curves[label] = curve
+                self._device_legend_shown(True)
             curve.setData(x, np.asarray(v, dtype=float)[keep], connect="finite")
 
     def device_point_count(self) -> int:

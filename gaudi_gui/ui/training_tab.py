@@ -249,6 +249,8 @@ class TrainingTab(QWidget):
     def _show_job(self, job: TrainingJob) -> None:
         """Show a job the tab did not watch from its start (re-attached): its curve and progress."""
         multi = isinstance(job, MultiHostTrainingJob)
+        # This machine's card usage says nothing about a host's cards: no such chart for remote runs.
+        self.chart.set_card_chart_shown(not isinstance(job, (MultiHostTrainingJob, RemoteTrainingJob)))
         # Lines of a run on several hosts come prefixed "host| ": the log view filters on them.
         self.log.set_sources(job.host_names() if isinstance(job, MultiHostTrainingJob) else [])
         self._show_hosts()

@@ -22,7 +22,8 @@ from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import checkpoint_complete
 from tests.slurm_cluster import PARTITION, SlurmCluster
 
-pytestmark = pytest.mark.slow
+# One cluster per session: under xdist every Slurm test goes to the same worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
 
 
 def _wait(condition: Callable[[], object], timeout: float = 60.0) -> bool:

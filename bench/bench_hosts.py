@@ -1,0 +1,147 @@
+"""Hosts overview: the GUI event loop's worst stall while the Hosts tab watches 4 hosts × 8 cards at
+1 Hz over SSH, and the time from connecting to a host's first sample.
+
+Each "host" is an alias of a real SSH server on 127.0.0.1 (bench_remote.ssh_server) whose PATH holds
+the fake hl-smi replaying recorded 8-card output: every sample takes the real path (the system ssh
+client, ``gaudi-gui guard`` on the host, the remote hl-smi loop, the CSV parser, the tab's tree).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.bench_remote import ALIAS, ssh_server  # noqa: E402
+
+FAKE_HLSMI = ROOT / "tests" / "fake_hl_smi.py"
+HOSTS = 4
+
+
+def _measure(aliases: list[str], seconds: float) -> tuple[list[float], float, int]:
+    """(seconds from start to each host's first sample, worst 1 ms timer gap in ms after every host
+    answered, samples seen) for one fresh Hosts tab."""
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from gaudi_gui.app import create_services
+    from gaudi_gui.core import remote
+    from gaudi_gui.ui.hosts_tab import HostsTab
+
+    app = QApplication.instance() or QApplication([])
+    remote.save_hosts([remote.Host.parse(a) for a in aliases])
+    services = create_services()
+    started = time.perf_counter()
+    tab = HostsTab(services)
+    tab.resize(1280, 800)
+    tab.show()
+    first: dict[str, float] = {}
+    count = [0]
+    for name in aliases:
+        poller = tab.hosts.poller(name)
+        assert poller is not None
+        poller.samples_received.connect(
+            lambda _s, n=name: (first.setdefault(n, time.perf_counter() - started),
+                                count.__setitem__(0, count[0] + 1)))
+    loop = QEventLoop()
+    deadline = time.monotonic() + 60
+
+    def wait_all() -> None:
+        if len(first) == len(aliases) or time.monotonic() > deadline:
+            loop.quit()
+        else:
+            QTimer.singleShot(20, wait_all)
+
+    QTimer.singleShot(20, wait_all)
+    loop.exec()
+    if len(first) < len(aliases):
+        tab.shutdown()
+        raise RuntimeError(f"only {len(first)} of {len(aliases)} hosts answered within 60 s")
+    gaps: list[float] = []
+    last = [time.perf_counter()]
+
+    def tick() -> None:
+        t = time.perf_counter()
+        gaps.append((t - last[0]) * 1000)
+        last[0] = t
+
+    probe = QTimer()
+    probe.setInterval(1)
+    probe.timeout.connect(tick)
+    seen = count[0]
+    last[0] = time.perf_counter()
+    probe.start()
+    QTimer.singleShot(int(seconds * 1000), loop.quit)
+    loop.exec()
+    probe.stop()
+    samples = count[0] - seen
+    tab.shutdown()
+    services.poller.stop()
+    tab.close()
+    tab.deleteLater()
+    app.processEvents()
+    from gaudi_gui.services.process import reap_all
+    reap_all()
+    return list(first.values()), max(gaps or [0.0]), samples
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    seconds, repeats = (8.0, 2) if quick else (30.0, 3)
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        bin_dir = folder / "bin"
+        bin_dir.mkdir()
+        program = bin_dir / "hl-smi"
+        program.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_HLSMI} \"$@\"\n")
+        program.chmod(0o755)
+        saved = {k: os.environ.get(k) for k in ("PATH", "FAKE_HLSMI_PERIOD", "GAUDI_GUI_HOME")}
+        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+        os.environ["FAKE_HLSMI_PERIOD"] = "1.0"  # hl-smi -l 1: one snapshot a second per host
+        os.environ["GAUDI_GUI_HOME"] = str(folder / "home")
+        aliases = [ALIAS, *(f"{ALIAS}-{i}" for i in range(2, HOSTS + 1))]
+        connect: list[float] = []
+        stalls: list[float] = []
+        rates: list[float] = []
+        try:
+            with ssh_server(folder / "ssh", tuple(aliases[1:])):
+                for _ in range(repeats):
+                    firsts, worst, samples = _measure(aliases, seconds)
+                    connect.append(statistics.median(firsts))
+                    stalls.append(worst)
+                    rates.append(samples / seconds)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def spread(values: list[float]) -> tuple[float, float]:
+        return (round(min(values), 3), round(max(values), 3))
+
+    return [
+        {"name": f"hosts: worst event-loop stall, {HOSTS} hosts x 8 cards at 1 Hz over ssh",
+         "value": round(statistics.median(stalls), 2), "unit": "ms", "baseline": None, "ratio": None,
+         "spread": spread(stalls), "repeats": repeats, "goal": "< 20 ms"},
+        {"name": "hosts: connect to first sample (median of the hosts)",
+         "value": round(statistics.median(connect) * 1000, 1), "unit": "ms", "baseline": None,
+         "ratio": None, "spread": spread([c * 1000 for c in connect]), "repeats": repeats,
+         "goal": "informational"},
+        {"name": "hosts: snapshots per second received (all hosts)",
+         "value": round(statistics.median(rates), 2), "unit": "/s", "baseline": None, "ratio": None,
+         "spread": spread(rates), "repeats": repeats,
+         "goal": f"~{HOSTS}"},
+    ]
+
+
+if __name__ == "__main__":
+    for r in run(quick=True):
+        print(r)
