@@ -168,12 +168,23 @@ def _say(text: str) -> None:
     print(hlsmi.clean_text(text), file=sys.stderr)
 
 
+#: The least time over which the host's CPU utilization is measured. This command is one short
+#: process (a host's poller runs it every interval over ssh): psutil's first reading would cover only
+#: the interpreter's own start-up, so the window starts here and the command waits out the rest.
+CPU_WINDOW_S = 0.2
+
+
 def fallback(timeout: float) -> list[DeviceSample]:
+    psutil.cpu_percent(interval=None)  # the window of host_sample()'s reading starts now
+    begun = time.monotonic()
     samples: list[DeviceSample] = []
     if shutil.which("nvidia-smi"):
         code, out, _err = _run(["nvidia-smi", *host.nvidia_args()], timeout)
         if code == 0:
             samples += host.parse_nvidia(out)
+    rest = CPU_WINDOW_S - (time.monotonic() - begun)
+    if rest > 0:
+        time.sleep(rest)
     samples.append(host.host_sample())
     return samples
 

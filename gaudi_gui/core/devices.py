@@ -8,7 +8,7 @@ N/A or the field is not supported), never zero.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,16 @@ class ProcessInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ProcessInfo:
+        """The inverse of ``to_dict`` (a host's ``gaudi-gui devices --json``); ValueError when a field
+        has the wrong type."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a process is a JSON object, not {type(data).__name__}")
+        return cls(index=_int(data, "index"), pid=_int(data, "pid"), name=_text(data, "name") or "",
+                   memory_mib=_number(data, "memory_mib"), kind=_text(data, "kind"),
+                   user=_text(data, "user"), cmdline=_text(data, "cmdline"))
 
 
 @dataclass
@@ -87,6 +97,61 @@ class DeviceSample:
         data["generation"] = self.generation
         data["problems"] = value_problems(self)
         return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> DeviceSample:
+        """The inverse of ``to_dict`` (read from a host's ``gaudi-gui devices --json``): the derived
+        ``generation`` and ``problems`` and unknown keys are ignored, a missing value is unknown (None).
+        ValueError names the field of the wrong type (text printed by another program is checked)."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a device sample is a JSON object, not {type(data).__name__}")
+        kind = _text(data, "kind")
+        if kind not in KINDS:
+            raise ValueError(f"kind {kind!r} is not one of {', '.join(KINDS)}")
+        processes = data.get("processes")
+        if processes is None:
+            processes = []
+        if not isinstance(processes, list):
+            raise ValueError("processes is not a list")
+        module_id = data.get("module_id")
+        return cls(kind=kind, index=_int(data, "index"), name=_text(data, "name"),
+                   module_id=None if module_id is None else _int(data, "module_id"),
+                   bus_id=_text(data, "bus_id"), uuid=_text(data, "uuid"), serial=_text(data, "serial"),
+                   driver_version=_text(data, "driver_version"),
+                   utilization=_number(data, "utilization"),
+                   memory_used_mib=_number(data, "memory_used_mib"),
+                   memory_total_mib=_number(data, "memory_total_mib"),
+                   temperature_c=_number(data, "temperature_c"), power_w=_number(data, "power_w"),
+                   power_max_w=_number(data, "power_max_w"),
+                   timestamp=_number(data, "timestamp") or 0.0,
+                   processes=[ProcessInfo.from_dict(p) for p in processes])
+
+
+#: The kinds of DeviceSample.
+KINDS = ("hpu", "cuda", "host")
+
+
+def _int(data: Mapping[str, Any], key: str) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{key} is not a whole number: {value!r}")
+    return value
+
+
+def _number(data: Mapping[str, Any], key: str) -> float | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{key} is not a finite number: {value!r}")
+    return float(value)
+
+
+def _text(data: Mapping[str, Any], key: str) -> str | None:
+    value = data.get(key)
+    if value is not None and not isinstance(value, str):
+        raise ValueError(f"{key} is not text: {value!r}")
+    return value
 
 
 #: Plausible ranges; a value outside is shown as reported but flagged (a driver or parse fault).

@@ -16,6 +16,11 @@ Design:
   ``devices/process_interval_s`` for the Compute Processes section (the only place PIDs appear).
 - When hl-smi is absent or fails, the poller falls back to the host (psutil) and, when ``nvidia-smi``
   is on PATH, NVIDIA GPUs, and says in ``state``/``message`` what was run and what it printed.
+- On a remote host the fallbacks run on the host: when the guard there cannot start hl-smi (exit 127,
+  "gaudi-gui guard: cannot run ..."), the poller runs the host's own ``gaudi-gui devices --json`` (its
+  CPU/RAM and nvidia-smi GPUs) once per interval, one short ssh call through the multiplexed
+  connection at a time, and parses the JSON here. Card processes of a host always come from the host
+  (its hl-smi table, or the JSON, described by the host's psutil), never from this machine's table.
 - Real hl-smi's ``-l`` takes whole seconds, so the poller always passes ``max(1, round(interval))``.
   The interval setting may be fractional: it drives the host timer and the hang watchdog. Tests make
   the fake hl-smi faster with its own ``FAKE_HLSMI_PERIOD`` variable, never through ``-l``.
@@ -26,6 +31,7 @@ Design:
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import os
 import shutil
@@ -50,7 +56,7 @@ if TYPE_CHECKING:
 #: Poller states (the ``state`` of ``state_changed``).
 STATE_STARTING = "starting"
 STATE_OK = "ok"  # hl-smi streams samples
-STATE_ABSENT = "absent"  # hl-smi is not installed / not found
+STATE_ABSENT = "absent"  # hl-smi is not installed / not found (on a host: the guard there cannot start it)
 STATE_UNREACHABLE = "unreachable"  # a remote host's ssh failed (auth, network, dropped): retrying
 STATE_FAILED = "failed"  # hl-smi ran but died, hung or printed nothing usable (retrying)
 STATE_STOPPED = "stopped"
@@ -64,6 +70,14 @@ HISTORY_SECONDS = 3600
 #: any sense of "live" end. A non-number or NaN takes the default.
 INTERVAL_RANGE_S = (0.05, 3600.0)
 PROCESS_INTERVAL_RANGE_S = (0.1, 3600.0)
+#: ``gaudi-gui guard`` on a host says so, and exits 127, when it cannot start its command.
+GUARD_CANNOT_RUN = "gaudi-gui guard: cannot run"
+#: ``--timeout`` of a host's ``gaudi-gui devices`` (each nvidia-smi call there); a call of ours that
+#: outlives REMOTE_STUCK_S (or three intervals) is killed so the next one can run.
+REMOTE_DEVICES_TIMEOUT_S = 10.0
+REMOTE_STUCK_S = 30.0
+#: A host's ``devices --json`` prints a few hundred lines; more is not that command's output.
+REMOTE_MAX_LINES = 20000
 
 
 def clamp_interval(value: object, default: float, bounds: tuple[float, float]) -> tuple[float, str | None]:
@@ -175,6 +189,15 @@ class DevicePoller(QObject):
         self._table_for_count = False
         self._nvidia_runner = ProcessRunner(self, parse_protocol=False, tail_lines=64)
         self._nvidia_runner.finished.connect(self._on_nvidia_finished)
+        #: A host without hl-smi: its ``gaudi-gui devices --json``, one call per interval.
+        self._remote_runner = ProcessRunner(self, parse_protocol=False, tail_lines=40)
+        self._remote_runner.line_received.connect(self._on_remote_line)
+        self._remote_runner.finished.connect(self._on_remote_finished)
+        self._remote_out: list[str] = []
+        #: The host's fallback runs (its hl-smi cannot be started there).
+        self._remote_fallback = False
+        #: The state and message that the fallback's answers stand for (restored after a failed call).
+        self._fallback_state: tuple[str, str] = (STATE_ABSENT, "")
 
         self._restart_timer = QTimer(self)
         self._restart_timer.setSingleShot(True)
@@ -245,7 +268,7 @@ class DevicePoller(QObject):
         import psutil
 
         out: list[int] = []
-        for runner in (self._runner, self._table_runner, self._nvidia_runner):
+        for runner in (self._runner, self._table_runner, self._nvidia_runner, self._remote_runner):
             if runner.is_running() and runner.pid > 0:
                 with contextlib.suppress(psutil.Error):
                     proc = psutil.Process(runner.pid)
@@ -272,7 +295,8 @@ class DevicePoller(QObject):
             timer.stop()
         # The killed loop's exit belongs to this stop, not to a run started right after (restart).
         self._discard_exit = self._runner.is_running()
-        for runner in (self._runner, self._table_runner, self._nvidia_runner):
+        self._remote_fallback = False
+        for runner in (self._runner, self._table_runner, self._nvidia_runner, self._remote_runner):
             if runner.is_running():
                 runner.kill_tree()
         self._set_state(STATE_STOPPED, "stopped")
@@ -425,6 +449,10 @@ class DevicePoller(QObject):
         if self.host is not None and code == 3:
             self._fail(STATE_FAILED, f"{said}\nretrying in {self._backoff_s:.0f} s", retry=True)
             return
+        cannot = next((ln for ln in self._runner.tail(8) if ln.startswith(GUARD_CANNOT_RUN)), None)
+        if self.host is not None and code == 127 and cannot is not None:
+            self._host_lacks_hl_smi(hlsmi.clean_text(cannot))
+            return
         if status == EXIT_FAILED_TO_START:
             reason = self._runner.tail(1)[0] if self._runner.tail(1) else "could not start"
             if self._explicit or shutil.which(self._program) is not None:
@@ -452,6 +480,25 @@ class DevicePoller(QObject):
         out = [line for line in lines if line.strip()]
         out += [f"(unparsed: {e})" for e in errors]
         return "\n".join(out[-10:])
+
+    def _host_lacks_hl_smi(self, said: str) -> None:
+        """The guard on the host could not start hl-smi: show the host's CPU/RAM and NVIDIA GPUs,
+        read there. Not on the host's PATH is "absent" (as locally, not retried); an hl-smi path set
+        for the host that cannot be run is a failure of that setting, retried."""
+        assert self.host is not None
+        name = self.host.name
+        self._remote_fallback = True
+        if self._explicit:
+            retry = f"retrying in {self._backoff_s:.0f} s"
+            state, message = STATE_FAILED, (f"{self._program} cannot be run on {name}: showing its CPU/RAM "
+                                            f"and NVIDIA GPUs meanwhile\n{self.command}\n{said}\nCheck "
+                                            f"the host's hl-smi path.\n{retry}")
+        else:
+            state, message = STATE_ABSENT, (f"no hl-smi on {name}: showing its CPU/RAM and NVIDIA GPUs\n"
+                                            f"{self.command}\n{said}\nhl-smi comes with Intel Gaudi's "
+                                            "driver package (habanalabs-firmware-tools).")
+        self._fallback_state = (state, message)
+        self._fail(state, message, retry=self._explicit)
 
     def _fail(self, state: str, message: str, *, retry: bool) -> None:
         self._table_timer.stop()
@@ -504,7 +551,16 @@ class DevicePoller(QObject):
 
     def _start_fallback(self) -> None:
         if self.host is not None:
-            self._source = "hl-smi"  # a host's fallbacks would read this machine: none
+            if not self._remote_fallback:
+                # Its hl-smi failed or ssh did: the host's fallback is read only where hl-smi
+                # cannot start (else each call would run a failing hl-smi there again).
+                self._source = "hl-smi"
+                return
+            if self._source not in ("nvidia-smi", "host"):
+                self._source = "host"  # until its first answer says whether it has NVIDIA GPUs
+            if not self._host_timer.isActive():
+                self._host_timer.start(int(self.interval_s * 1000))
+                self._poll_remote_devices()
             return
         if shutil.which("nvidia-smi") is not None:
             self._source = "nvidia-smi"
@@ -517,8 +573,16 @@ class DevicePoller(QObject):
     def _stop_fallback(self) -> None:
         if self._nvidia_runner.is_running():
             self._nvidia_runner.kill_tree()
+        if self.host is not None:
+            self._remote_fallback = False
+            self._host_timer.stop()
+            if self._remote_runner.is_running():
+                self._remote_runner.kill_tree()
 
     def _poll_host(self) -> None:
+        if self.host is not None:
+            self._poll_remote_devices()
+            return
         from gaudi_gui.core import host
 
         sample = host.host_sample()
@@ -547,3 +611,76 @@ class DevicePoller(QObject):
         if samples:
             self._publish(samples)
 
+    # -- fallback on a host: its own ``gaudi-gui devices --json`` -------------------------------------
+
+    def _poll_remote_devices(self) -> None:
+        if not self._running or not self._remote_fallback or self.host is None:
+            return
+        if self._remote_runner.is_running():
+            # Calls never overlap; one that outlives its limit is stuck (a hung link): end it.
+            limit = max(REMOTE_STUCK_S, 3 * self.interval_s)
+            if time.time() - self._remote_runner.started_at > limit:
+                self._remote_runner.kill_tree()
+            return
+        self._remote_out = []
+        # Not under the guard: a second interpreter per tick would cost the host CPU, and the command
+        # ends by itself (each nvidia-smi call within --timeout) when this side is gone.
+        argv = self.host.wrap(self.host.gaudi_gui_argv(
+            "devices", "--json", "--timeout", f"{REMOTE_DEVICES_TIMEOUT_S:g}"))
+        self._remote_runner.start(argv[0], argv[1:], new_session=True)
+
+    def _on_remote_line(self, stream: str, line: str) -> None:
+        if stream == "stdout" and len(self._remote_out) < REMOTE_MAX_LINES:
+            self._remote_out.append(line)
+
+    def _on_remote_finished(self, code: int, status: str) -> None:
+        sweep_group(self._remote_runner.pid, self._remote_runner.alive_descendants())
+        if not self._running or not self._remote_fallback or self.host is None:
+            return
+        name = self.host.name
+        what = f"gaudi-gui devices --json on {name}"
+        if code == 255 or status == EXIT_FAILED_TO_START:
+            from gaudi_gui.core.remote import explain_ssh_failure
+            _kind, why = explain_ssh_failure(name, "\n".join(self._remote_runner.tail(8)))
+            if status == EXIT_FAILED_TO_START:
+                why = self._remote_runner.tail(1)[0] if self._remote_runner.tail(1) else "ssh could not start"
+            self._set_state(STATE_UNREACHABLE, f"{why}\n({what}: trying again every {self.interval_s:g} s)")
+            return
+        said = hlsmi.clean_text("\n".join(ln for ln in self._remote_runner.tail(6) if ln.strip()))
+        # Exit 1: the host's hl-smi ran and failed; its fallback is printed all the same.
+        if code not in (0, 1):
+            said = said or "it printed nothing"
+            self._set_state(STATE_FAILED, f"{what}: {describe_exit(code, status)}\n{said}")
+            return
+        try:
+            data = json.loads("\n".join(self._remote_out))
+            if not isinstance(data, list):
+                raise ValueError(f"a JSON list was expected, not {type(data).__name__}")
+            samples = [DeviceSample.from_dict(item) for item in data]
+        except ValueError as exc:  # json.JSONDecodeError is a ValueError
+            why = hlsmi.clean_text(str(exc))
+            self._set_state(STATE_FAILED, f"{what}: its output could not be read ({why})")
+            return
+        self._set_state(*self._fallback_state)
+        self._show_remote(samples)
+
+    def _show_remote(self, samples: list[DeviceSample]) -> None:
+        # The host's clock is not this machine's: the charts place a sample at its arrival.
+        now = time.time()
+        for s in samples:
+            s.timestamp = now
+        cards = [s for s in samples if s.kind in ("hpu", "cuda")]
+        hosts = [s for s in samples if s.kind == "host"]
+        if cards:
+            self._source = {"hpu": "hl-smi", "cuda": "nvidia-smi"}[cards[0].kind]
+            # Processes on the cards as the host saw and described them (its hl-smi table, its psutil).
+            self._processes = [p for s in cards for p in s.processes]
+            self._publish(cards)
+            self.processes_received.emit(list(self._processes))
+        else:
+            self._source = "host"
+            if not self._latest or self._latest[0].kind != "hpu":
+                self._selection.set_kind("cpu", [])
+        for sample in hosts[:1]:
+            self.history_store.add([sample])
+            self.host_received.emit(sample)
