@@ -25,6 +25,7 @@ COMMANDS = {
     "hosts": "hosts",
     "hello": "hello",
     "guard": "guard",
+    "ls": "ls",
 }
 #: What runs on the host itself (the handshake and the guard): --host makes no sense for them.
 _HOST_SIDE = ("hello", "guard")

@@ -7,12 +7,14 @@ come from ``gaudi_gui.core.generation`` so the fields, the CLI and the worker ag
 
 The Host combo (local first, then the saved hosts, re-read whenever the list opens) says where the
 worker runs: choosing another host shuts the current worker down, and the next Load starts one on the
-chosen host over ssh. Model folders are then the host's (typed, not browsed here); Hub ids resolve in
-the host's own cache.
+chosen host over ssh. Model folders are then the host's: Browse… opens the "Browse HOST" dialog
+(``gaudi_gui.ui.remote_browser``), which lists the host's folders and Hub cache over ssh; Hub ids
+resolve in the host's own cache.
 """
 
 from __future__ import annotations
 
+import posixpath
 import time
 from pathlib import Path
 
@@ -56,6 +58,7 @@ from gaudi_gui.core.remote import Host, HostError
 from gaudi_gui.services import generation_client as gc
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.services.process import describe_exit
+from gaudi_gui.ui import remote_browser
 
 MAX_RECENT = 10
 MODIFIED = " (modified)"
@@ -119,6 +122,8 @@ class RunnerTab(QWidget):
         browse = QPushButton("Browse…")
         self.browse_button = browse
         browse.clicked.connect(self._browse)
+        #: The "Browse HOST" dialog while it is open (a remote host's folders).
+        self.remote_browser: remote_browser.RemoteBrowser | None = None
         self.device = QComboBox()
         for value in ("auto", "hpu", "cuda", "cpu"):
             self.device.addItem(value, value)
@@ -399,9 +404,8 @@ class RunnerTab(QWidget):
                      else self._services.host_selections.get(host.name))
         self.client.set_host(host, selection)
         local = host.is_local
-        self.browse_button.setEnabled(local)
-        self.browse_button.setToolTip("" if local else f"Model folders are {host.name}'s: type the path "
-                                                       f"as it is on {host.name}")
+        self.browse_button.setToolTip("" if local else f"Browse {host.name}'s folders (model folders "
+                                                       f"and the Hub cache are {host.name}'s)")
         self.device.setItemText(0, f"auto ({self._probe_device})" if local and self._probe_device
                                 else "auto")
         self._loaded_info = {}
@@ -410,9 +414,40 @@ class RunnerTab(QWidget):
                                   f"and the Hub cache are {host.name}'s.")
 
     def _browse(self) -> None:
+        host = self.client.host
+        if not host.is_local:
+            self._browse_host(host)
+            return
         folder = QFileDialog.getExistingDirectory(self, "Model folder")
         if folder:
             self.model.setCurrentText(folder)
+
+    def _browse_host(self, host: Host) -> None:
+        """Open the "Browse HOST" dialog (non-blocking); the chosen host path fills the model field."""
+        if self.remote_browser is not None:
+            self.remote_browser.raise_()
+            return
+        text = self.model.currentText().strip()
+        # Start where this session last browsed on that host, else where the model field points
+        # (its parent, so the folder is in view), else the host's home.
+        start = remote_browser.last_folder(host.name)
+        if not start and text.startswith(("/", "~")):
+            start = posixpath.dirname(text.rstrip("/")) or "/"
+        dialog = remote_browser.RemoteBrowser(host, start, parent=self)
+        dialog.setWindowModality(Qt.WindowModality.WindowModal)
+        dialog.accepted.connect(lambda: self._on_host_path_chosen(dialog))
+        dialog.finished.connect(lambda result: self._on_browser_closed(dialog))
+        self.remote_browser = dialog
+        dialog.open()
+
+    def _on_host_path_chosen(self, dialog: remote_browser.RemoteBrowser) -> None:
+        if dialog.chosen and dialog.host.name == self.client.host.name:
+            self.model.setCurrentText(dialog.chosen)
+
+    def _on_browser_closed(self, dialog: remote_browser.RemoteBrowser) -> None:
+        if self.remote_browser is dialog:
+            self.remote_browser = None
+        dialog.deleteLater()
 
     def load_options(self) -> LoadOptions:
         return LoadOptions(model=self.model.currentText().strip(), device=self.device.currentData(),
@@ -771,5 +806,7 @@ class RunnerTab(QWidget):
         return []
 
     def shutdown(self) -> None:
+        if self.remote_browser is not None:
+            self.remote_browser.reject()  # ends its listing child, if one runs
         self._end_loading()
         self.client.kill()

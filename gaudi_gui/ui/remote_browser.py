@@ -1,0 +1,350 @@
+"""The "Browse HOST" dialog: a folder picker that browses a host's folders (model paths are the host's).
+
+Every listing is the host's own ``gaudi-gui ls PATH --json`` (``gaudi_gui.commands.ls``), started as a
+child process through ``ProcessRunner``: ``host.wrap(host.gaudi_gui_argv(...))``, an argv whose every
+word is quoted for the host's shell, so a folder named ``$(touch X)`` stays a name. Nothing blocks the
+GUI thread; while a listing runs the dialog says "loading…", and a failure (no such folder, permission
+denied, ssh itself) is said in the dialog, an ssh failure in the words of
+``gaudi_gui.core.remote.explain_ssh_failure``.
+
+The folder list shows ".." first, then the folders (model folders marked: they hold config.json or
+adapter_config.json), then the files (greyed, not choosable). Double-click or Enter on a folder goes
+into it, on ".." goes up; Enter in the path field lists what was typed. "Choose" picks the selected
+folder, or the folder shown when nothing (or "..") is selected. A second tab lists the models in the
+host's Hugging Face cache as Hub ids (listed when the tab is first shown); choosing one gives the id.
+
+The last folder shown per host is remembered for this session only (the settings schema has no
+per-host key for it).
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QFont
+from PySide6.QtWidgets import (
+    QDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gaudi_gui.core import remote
+from gaudi_gui.core.remote import Host
+from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
+
+#: host name -> the last folder listed there (this session).
+_LAST_FOLDER: dict[str, str] = {}
+#: Runners whose dialog has gone: kept referenced until their child is reaped (never destroyed while
+#: a child runs, which would orphan it and print a Qt warning).
+_ORPHANS: set[ProcessRunner] = set()
+
+PATH_ROLE = Qt.ItemDataRole.UserRole
+KIND_ROLE = Qt.ItemDataRole.UserRole + 1
+KIND_UP, KIND_DIR, KIND_FILE, KIND_HUB = "up", "dir", "file", "hub"
+MODEL_MARK = "  — model"
+_ERROR_STYLE = "color: #b00020;"
+
+
+def last_folder(host_name: str) -> str:
+    """The folder last shown for this host in this session ("" when none)."""
+    return _LAST_FOLDER.get(host_name, "")
+
+
+def _format_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def _last_json(lines: list[str]) -> dict[str, Any] | None:
+    # A login script on the host may print before gaudi-gui does: the answer is the last JSON line.
+    for line in reversed(lines):
+        text = line.strip()
+        if text.startswith("{"):
+            try:
+                value = json.loads(text)
+            except ValueError:
+                return None
+            return value if isinstance(value, dict) else None
+    return None
+
+
+class _Listing:
+    """One ``gaudi-gui ls`` child and its collected output."""
+
+    def __init__(self, runner: ProcessRunner, kind: str) -> None:
+        self.runner = runner
+        self.kind = kind  #: "folder" or "cache"
+        self.stdout: list[str] = []
+        self.stderr: list[str] = []
+
+
+class RemoteBrowser(QDialog):
+    """Pick a folder (or a cached Hub id) on ``host``; ``chosen`` holds it after ``accepted``."""
+
+    #: A listing has been shown: (kind "folder" | "cache", the folder or cache path).
+    listing_shown = Signal(str, str)
+    #: A listing failed: (kind "folder" | "cache", the message shown).
+    listing_failed = Signal(str, str)
+
+    def __init__(self, host: Host, start: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.host = host
+        self.chosen = ""
+        self.folder = ""  #: the folder shown (as the host resolved it)
+        self._listing: _Listing | None = None
+        self._cache_loaded = False
+        self.setWindowTitle(f"Browse {host.name}")
+        self.resize(640, 480)
+
+        self.path = QLineEdit()
+        self.path.setPlaceholderText(f"a folder on {host.name} (Enter lists it; ~ is {host.name}'s home)")
+        self.path.returnPressed.connect(self._on_path_entered)
+        self.entries = QListWidget()
+        self.entries.setToolTip("Double-click or Enter: open a folder ('..' goes up)")
+        self.entries.itemActivated.connect(self._on_entry_activated)
+        self.hub_models = QListWidget()
+        self.hub_models.setToolTip(f"Models in {host.name}'s Hugging Face cache: double-click or Enter "
+                                   f"chooses the Hub id (it loads from that cache)")
+        self.hub_models.itemActivated.connect(lambda item: self.choose())
+        self.tabs = QTabWidget()
+        folders = QWidget()
+        folders_layout = QVBoxLayout(folders)
+        folders_layout.setContentsMargins(0, 0, 0, 0)
+        folders_layout.addWidget(self.path)
+        folders_layout.addWidget(self.entries, 1)
+        self.tabs.addTab(folders, "Folders")
+        self.tabs.addTab(self.hub_models, "Hugging Face cache")
+        self.tabs.currentChanged.connect(lambda index: self._on_tab_changed())
+        self.status = QLabel("")
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.choose_button = QPushButton("Choose")
+        self.choose_button.setToolTip("Use the selected folder (or the folder shown) as the model")
+        self.choose_button.clicked.connect(self.choose)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.clicked.connect(self.reject)
+        # Enter belongs to the list (open a folder) and the path field (list it): no button may take
+        # it as the dialog's default.
+        for button in (self.choose_button, self.cancel_button):
+            button.setAutoDefault(False)
+            button.setDefault(False)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.status, 1)
+        buttons.addWidget(self.choose_button)
+        buttons.addWidget(self.cancel_button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.tabs, 1)
+        layout.addLayout(buttons)
+
+        self.list_folder(start or last_folder(host.name) or "~")
+
+    # -- listing ----------------------------------------------------------------------------------------
+
+    def is_loading(self) -> bool:
+        return self._listing is not None
+
+    def list_folder(self, path: str) -> None:
+        """List ``path`` on the host (replacing a listing still under way)."""
+        self.path.setText(path)
+        self.entries.clear()
+        self._start("folder", ["ls", "--json", "--", path])
+
+    def _start(self, kind: str, args: list[str]) -> None:
+        self._abandon()
+        runner = ProcessRunner(self, parse_protocol=False)
+        listing = _Listing(runner, kind)
+        runner.line_received.connect(
+            lambda stream, line: (listing.stdout if stream == "stdout" else listing.stderr).append(line))
+        runner.finished.connect(lambda code, status: self._on_finished(listing, code, status))
+        self._listing = listing
+        self._set_status("loading…")
+        self.choose_button.setEnabled(False)
+        argv = self.host.wrap(self.host.gaudi_gui_argv(*args))
+        runner.start(argv[0], argv[1:])
+
+    def _abandon(self) -> None:
+        """Stop waiting for the current listing; its child is killed and reaped in the background."""
+        listing, self._listing = self._listing, None
+        if listing is None:
+            return
+        runner = listing.runner
+        runner.finished.disconnect()
+        runner.line_received.disconnect()
+        if runner.is_running():
+            runner.setParent(None)
+            _ORPHANS.add(runner)
+            # Let go of it only after its finished signal has returned (never delete a QObject
+            # inside its own signal).
+            runner.finished.connect(
+                lambda code, status: QTimer.singleShot(0, lambda: _ORPHANS.discard(runner)))
+            runner.kill_tree()
+
+    def done(self, result: int) -> None:
+        self._abandon()
+        super().done(result)
+
+    def _on_finished(self, listing: _Listing, code: int, status: str) -> None:
+        if listing is not self._listing:
+            return
+        self._listing = None
+        self.choose_button.setEnabled(True)
+        answer = _last_json(listing.stdout) if code == 0 else None
+        if answer is None:
+            message = self._failure(listing, code, status)
+            if listing.kind == "folder":
+                self.folder = ""  # Choose must not take a folder that is no longer shown
+            self._set_status(message, error=True)
+            self.listing_failed.emit(listing.kind, message)
+            return
+        if listing.kind == "folder":
+            self._show_folder(answer)
+        else:
+            self._show_cache(answer)
+
+    def _failure(self, listing: _Listing, code: int, status: str) -> str:
+        err = "\n".join(listing.stderr)
+        last = next((ln.strip() for ln in reversed(listing.stderr) if ln.strip()), "")
+        if status == EXIT_FAILED_TO_START:
+            return next(iter(listing.runner.tail(1)), "the listing could not start")
+        if not self.host.is_local and code == remote.SSH_FAILED:
+            return remote.explain_ssh_failure(self.host.name, err)[1]
+        if "invalid choice" in err or "No module named" in err or code in (126, 127):
+            return (f"{self.host.name} has no gaudi-gui with the `ls` command behind "
+                    f"`{self.host.remote_command}` ({last or describe_exit(code, status)}); fix: "
+                    f"{remote.fix_command(self.host)}")
+        if last.startswith("gaudi-gui ls: "):
+            last = last[len("gaudi-gui ls: "):]
+        if code == 0:
+            return f"{self.host.name} answered something that is not a listing"
+        return last or f"the listing on {self.host.name} {describe_exit(code, status)}"
+
+    def _set_status(self, text: str, *, error: bool = False) -> None:
+        self.status.setText(text)
+        self.status.setStyleSheet(_ERROR_STYLE if error else "")
+
+    def _show_folder(self, answer: dict[str, Any]) -> None:
+        folder = str(answer.get("path", ""))
+        self.folder = folder
+        _LAST_FOLDER[self.host.name] = folder
+        self.path.setText(folder)
+        self.entries.clear()
+        if folder != "/":
+            up = QListWidgetItem("..")
+            up.setData(PATH_ROLE, str(answer.get("parent") or posixpath.dirname(folder)))
+            up.setData(KIND_ROLE, KIND_UP)
+            up.setToolTip("the folder above")
+            self.entries.addItem(up)
+        bold = QFont(self.entries.font())
+        bold.setBold(True)
+        first_dir: QListWidgetItem | None = None
+        entries = answer.get("entries") or []
+        for entry in entries:
+            name = str(entry.get("name", ""))
+            path = posixpath.join(folder, name)
+            if entry.get("is_dir"):
+                model = bool(entry.get("model"))
+                item = QListWidgetItem(name + "/" + (MODEL_MARK if model else ""))
+                item.setData(KIND_ROLE, KIND_DIR)
+                item.setToolTip(f"{path}\n(a model folder)" if model else path)
+                if model:
+                    item.setFont(bold)
+                first_dir = first_dir or item
+            else:
+                item = QListWidgetItem(f"{name}    {_format_size(int(entry.get('size') or 0))}")
+                item.setData(KIND_ROLE, KIND_FILE)
+                item.setForeground(QColor("#808080"))
+                # Files are shown for context (config.json tells a model folder) but are not choices.
+                item.setFlags(Qt.ItemFlag.ItemIsEnabled)
+            item.setData(PATH_ROLE, path)
+            self.entries.addItem(item)
+        # The keyboard starts on the first folder, but nothing is selected: Choose takes the folder
+        # shown until the person selects an entry.
+        if first_dir is not None:
+            self.entries.setCurrentItem(first_dir, QItemSelectionModel.SelectionFlag.NoUpdate)
+        elif self.entries.count():
+            self.entries.setCurrentRow(0, QItemSelectionModel.SelectionFlag.NoUpdate)
+        note = f"{len(entries)} entries"
+        if answer.get("model"):
+            note = "This folder is a model folder. " + note
+        if answer.get("truncated"):
+            note += " (the listing was cut short)"
+        if answer.get("skipped"):
+            note += f"; {answer['skipped']} names that are not UTF-8 left out"
+        self._set_status(note)
+        self.entries.setFocus()
+        self.listing_shown.emit("folder", folder)
+
+    def _show_cache(self, answer: dict[str, Any]) -> None:
+        self._cache_loaded = True
+        self.hub_models.clear()
+        cache = str(answer.get("cache", ""))
+        models = answer.get("models") or []
+        for model in models:
+            hub_id = str(model.get("id", ""))
+            item = QListWidgetItem(f"{hub_id}    {_format_size(int(model.get('size') or 0))}")
+            item.setData(PATH_ROLE, hub_id)
+            item.setData(KIND_ROLE, KIND_HUB)
+            item.setToolTip(str(model.get("path", "")))
+            self.hub_models.addItem(item)
+        if models:
+            self.hub_models.setCurrentRow(0)
+            self._set_status(f"{len(models)} models in {cache}")
+        else:
+            self._set_status(f"No models in {self.host.name}'s Hugging Face cache ({cache}).")
+        self.hub_models.setFocus()
+        self.listing_shown.emit("cache", cache)
+
+    # -- the person's actions ---------------------------------------------------------------------------
+
+    def _on_path_entered(self) -> None:
+        text = self.path.text().strip()
+        if text:
+            self.list_folder(text)
+
+    def _on_entry_activated(self, item: QListWidgetItem) -> None:
+        kind = item.data(KIND_ROLE)
+        if kind in (KIND_UP, KIND_DIR):
+            self.list_folder(str(item.data(PATH_ROLE)))
+
+    def _on_tab_changed(self) -> None:
+        if self.tabs.currentWidget() is self.hub_models:
+            if not self._cache_loaded and self._listing is None:
+                self.hub_models.clear()
+                self._start("cache", ["ls", "--json", "--hf-cache"])
+        elif self._listing is not None and self._listing.kind == "cache":
+            self._abandon()
+            self.choose_button.setEnabled(True)
+            self._set_status("")
+
+    def choose(self) -> None:
+        """Accept with the selected folder, the folder shown, or (Hub cache tab) the selected id."""
+        if self._listing is not None:
+            return
+        if self.tabs.currentWidget() is self.hub_models:
+            item = self.hub_models.currentItem()
+            if item is None:
+                self._set_status("Select a model of the cache first.", error=True)
+                return
+            self.chosen = str(item.data(PATH_ROLE))
+        else:
+            if not self.folder:
+                self._set_status("No folder is shown: type one and press Enter.", error=True)
+                return
+            item = self.entries.currentItem()
+            selected = item is not None and item.isSelected() and item.data(KIND_ROLE) == KIND_DIR
+            self.chosen = str(item.data(PATH_ROLE)) if selected and item is not None else self.folder
+        self.accept()
