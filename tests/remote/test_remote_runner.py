@@ -109,7 +109,8 @@ def test_runner_on_a_host_streams_takes_the_prompt_as_data_and_leaves_nothing(
     before = canaries(ssh_host.home, Path.cwd())
     assert tab.host_combo.itemData(0) == remote.LOCAL and tab.client.host.is_local
     choose_host(qtbot, tab, ssh_host.dest)
-    assert not tab.browse_button.isEnabled() and ssh_host.dest in tab.model_status.text()
+    # Browse… lists the host's folders (ui/remote_browser.py).
+    assert tab.browse_button.isEnabled() and ssh_host.dest in tab.model_status.text()
     assert tab.model.currentText() == "builtin:demo"
     tab.chat_mode.setChecked(False)
     tab.do_sample.setChecked(False)
