@@ -39,8 +39,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from gaudi_gui.core import remote
-from gaudi_gui.core.multi_host import host_jobs, main_address, parse_hosts, preflight
+from gaudi_gui.core import remote, visibility
+from gaudi_gui.core.multi_host import host_jobs, main_address, parse_host_cards, parse_hosts, preflight
 from gaudi_gui.core.remote import SSH_FAILED, Host, HostError, RemoteError
 
 EXIT_HOST = 3
@@ -157,6 +157,7 @@ def train(args: argparse.Namespace) -> int:
     from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
     try:
         hosts = parse_hosts(args.hosts)
+        cards = parse_host_cards(getattr(args, "cards", "") or "", [h.name for h in hosts])
         job = JobConfig.load(args.config) if args.config != "-" else JobConfig.from_dict(json.load(sys.stdin))
     except (HostError, JobConfigError, ValueError) as exc:
         _say(f"gaudi-gui train: {exc}")
@@ -181,7 +182,7 @@ def train(args: argparse.Namespace) -> int:
             _stop_all(runs, now=True)
             return 2
         argv = ["train", "--config", "-", "--detach", "--json", "--device", args.device,
-                "--grace", repr(args.grace)]
+                "--grace", repr(args.grace), *visibility.cards_argv(cards.get(run.host.name, []))]
         try:
             code, out, err = remote.call(run.host, run.host.gaudi_gui_argv(*argv),
                                          input_text=json.dumps(part.to_dict()), timeout=180)

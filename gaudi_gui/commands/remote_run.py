@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import IO, Any
 
-from gaudi_gui.core import remote
+from gaudi_gui.core import remote, visibility
 from gaudi_gui.core.remote import SSH_FAILED, Host, RemoteError
 
 #: Exit status when the host could not be used (ssh failed, no or another gaudi-gui there).
@@ -127,9 +127,14 @@ def train(host: Host, args: argparse.Namespace) -> int:
         _say(f"gaudi-gui train: {exc}")
         return 2
     try:
+        cards = visibility.parse_cards(args.cards) if (args.cards or "").strip() else []
+    except ValueError as exc:
+        _say(f"gaudi-gui train: {exc}")
+        return 2
+    try:
         remote.handshake(host)
         argv = ["train", "--config", "-", "--detach", "--json", "--device", args.device,
-                "--grace", repr(args.grace)]
+                "--grace", repr(args.grace), *visibility.cards_argv(cards)]
         code, out, err = remote.call(host, host.gaudi_gui_argv(*argv), input_text=json.dumps(job.to_dict()),
                                      timeout=180)
     except RemoteError as exc:

@@ -23,6 +23,7 @@ import time
 from typing import IO, Any
 
 from gaudi_gui.core import prepare as prepare_mod
+from gaudi_gui.core import visibility
 from gaudi_gui.core.events import EventFollower
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.outcome import outcome_from_events
@@ -62,6 +63,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "an SSH connection), print its folder and return; follow it with `gaudi-gui "
                         "runs follow`, stop it with `gaudi-gui runs stop`")
     p.add_argument("--json", action="store_true", help="with --detach: print the run as JSON")
+    p.add_argument("--cards", default="", metavar="IDS",
+                   help="the cards the run may use, e.g. 2,3: Gaudi module ids (HABANA_VISIBLE_MODULES) or "
+                        "CUDA device indexes (CUDA_VISIBLE_DEVICES); ignored on cpu; recorded in the run's "
+                        "env.json (default: all cards). With --host: the host's cards. With --hosts: "
+                        "'0,1' uses those cards on every host, 'A=0,1;B=2,3' each host's own (a host "
+                        "not named uses all its cards)")
     p.add_argument("--resumed-from", default="", metavar="RUN_FOLDER",
                    help="the run this one resumes (with the job's resume_from_checkpoint): recorded in "
                         "the new run's status, so the history links the two")
@@ -121,7 +128,18 @@ def _load_job(config: str) -> JobConfig:
     return JobConfig.from_dict(data)
 
 
+def _cards(args: argparse.Namespace) -> list[int] | None:
+    """``--cards`` as ids, None when not given; ValueError (one line) when malformed."""
+    text = getattr(args, "cards", "") or ""
+    return visibility.parse_cards(text) if text.strip() else None
+
+
 def run(args: argparse.Namespace) -> int:
+    try:
+        cards = _cards(args)
+    except ValueError as exc:
+        print(f"gaudi-gui train: {exc}", file=sys.stderr)
+        return 2
     try:
         job = _load_job(args.config)
     except JobConfigError as exc:
@@ -135,9 +153,13 @@ def run(args: argparse.Namespace) -> int:
     if args.detach:
         return _detach(job, args)
     device = args.device if args.device != "auto" else prepare_mod.probe_device()
+    if cards is not None and device == "cpu":
+        print(f"gaudi-gui train: note: --cards {visibility.format_ids(cards)} ignored: the run is on the "
+              f"cpu", file=sys.stderr, flush=True)
     try:
         prepared = prepare_mod.prepare_run(job, device=device, store=RunStore(args.runs_dir or None),
-                                           origin="cli", resumed_from=getattr(args, "resumed_from", ""))
+                                           origin="cli", resumed_from=getattr(args, "resumed_from", ""),
+                                           cards=cards)
     except prepare_mod.PrepareError as exc:
         print(f"gaudi-gui train: {exc}", file=sys.stderr)
         return 2
@@ -271,12 +293,7 @@ def _detach(job: JobConfig, args: argparse.Namespace) -> int:
         json.dump(job.to_dict(), fh)
     announce = Path(config_path).with_suffix(".run")
     prelog = Path(config_path).with_suffix(".log")
-    argv = [sys.executable, "-m", "gaudi_gui", "train", "--config", config_path, "--device", args.device,
-            "--grace", repr(args.grace), "--announce", str(announce)]
-    if args.runs_dir:
-        argv += ["--runs-dir", args.runs_dir]
-    if getattr(args, "resumed_from", ""):
-        argv += ["--resumed-from", args.resumed_from]
+    argv = detached_argv(args, config_path, str(announce))
     with open(prelog, "wb") as out:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True, close_fds=True)
@@ -304,6 +321,10 @@ def _detach(job: JobConfig, args: argparse.Namespace) -> int:
     for path in (Path(config_path), announce):
         with contextlib.suppress(OSError):
             path.unlink()
+    cards = _cards(args)
+    if cards is not None and info.get("device") == "cpu":
+        print(f"gaudi-gui train: note: --cards {visibility.format_ids(cards)} ignored: the run is on the "
+              f"cpu", file=sys.stderr, flush=True)
     if args.json:
         print(json.dumps(info), flush=True)
     else:
@@ -311,6 +332,21 @@ def _detach(job: JobConfig, args: argparse.Namespace) -> int:
               f"{info['pid']}); follow: gaudi-gui runs follow {info['name']}; stop: gaudi-gui runs stop "
               f"{info['name']}", flush=True)
     return 0
+
+
+def detached_argv(args: argparse.Namespace, config_path: str, announce: str) -> list[str]:
+    """The background supervisor's command: this ``train`` again, on the saved config, with the
+    options that shape the run (device, cards, grace, runs folder, resumed run)."""
+    argv = [sys.executable, "-m", "gaudi_gui", "train", "--config", config_path, "--device", args.device,
+            "--grace", repr(args.grace), "--announce", announce]
+    cards = _cards(args)
+    if cards is not None:
+        argv += ["--cards", visibility.format_ids(cards)]
+    if args.runs_dir:
+        argv += ["--runs-dir", args.runs_dir]
+    if getattr(args, "resumed_from", ""):
+        argv += ["--resumed-from", args.resumed_from]
+    return argv
 
 
 def _announce_supervisor(run_: Any, announce: str, device: str) -> None:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import copy
 import json
 import subprocess
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gaudi_gui.core import remote
+from gaudi_gui.core import remote, visibility
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.remote import Host, HostError, RemoteError
 
@@ -34,6 +35,31 @@ def parse_hosts(text: str) -> list[Host]:
     if len(set(names)) != len(names):
         raise HostError(f"a host is named twice in --hosts: {text!r}")
     return [remote.find_host(n) for n in names]
+
+
+def parse_host_cards(text: str, hosts: Sequence[str]) -> dict[str, list[int]]:
+    """``train --hosts``'s ``--cards``: ``0,1`` (the same cards on every host) or ``A=0,1;B=2,3``
+    (per host; a host not named uses all its cards). ValueError with one readable line otherwise."""
+    text = text.strip()
+    if not text:
+        return {}
+    if "=" not in text:
+        ids = visibility.parse_cards(text)
+        return {name: list(ids) for name in hosts}
+    out: dict[str, list[int]] = {}
+    for item in (i.strip() for i in text.split(";")):
+        if not item:
+            continue
+        name, sep, ids_text = item.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"--cards: expected HOST=IDS, not {item!r} (e.g. \"A=0,1;B=2,3\")")
+        if name not in hosts:
+            raise ValueError(f"--cards names {name!r}, which is not one of --hosts ({', '.join(hosts)})")
+        if name in out:
+            raise ValueError(f"--cards names {name!r} twice")
+        out[name] = visibility.parse_cards(ids_text)
+    return out
 
 
 def ssh_g_argv(host: Host) -> list[str]:

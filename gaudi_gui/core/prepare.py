@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,9 +87,14 @@ def probe_device(timeout: float = 120.0, env: Mapping[str, str] | None = None) -
 
 def prepare_run(job: JobConfig, *, device: str, device_env: Mapping[str, str] | None = None,
                 store: RunStore | None = None, origin: str = "gui", resumed_from: str = "",
-                python: str | None = None, base_env: Mapping[str, str] | None = None) -> PreparedRun:
+                python: str | None = None, base_env: Mapping[str, str] | None = None,
+                cards: Sequence[int] | None = None) -> PreparedRun:
     """Validate ``job`` and create its run folder; PrepareError lists what is wrong, OSError when
-    the disk refuses (nothing is left behind then)."""
+    the disk refuses (nothing is left behind then).
+
+    ``cards`` (``gaudi-gui train --cards``): the card ids this run may use, turned into
+    HABANA_VISIBLE_MODULES (hpu) or CUDA_VISIBLE_DEVICES (cuda) over whatever ``device_env`` says,
+    and ignored on cpu; either way env.json records them under "cards"."""
     if device not in DEVICES:
         raise PrepareError([("device", f"unknown device {device!r}; one of {', '.join(DEVICES)}")])
     problems = job.validate()
@@ -102,11 +107,14 @@ def prepare_run(job: JobConfig, *, device: str, device_env: Mapping[str, str] | 
     store = store or RunStore()
     run = store.create(effective, user_job=user_job)
     try:
-        variables = device_variables(device, device_env)
+        variables = device_variables(device, {**(device_env or {}),
+                                              **visibility.device_env(device, cards or ())})
         launch = launch_mod.build(effective, run.folder, device=device, device_env=variables, python=python)
         launch_mod.write_generated_config(launch)
         env = visibility.child_env(launch.env_extra, base_env)
-        run.write_launch(launch.argv, launch.env_extra, launch.shell_command(), env)
+        recorded = None if cards is None else {"requested": visibility.format_ids(cards), "device": device,
+                                               "applied": device != "cpu" and bool(cards)}
+        run.write_launch(launch.argv, launch.env_extra, launch.shell_command(), env, cards=recorded)
         run.write_versions(versions())
         run.update_status(origin=origin, resumed_from=resumed_from)
         # tee appends to it: create it private first (tee would make it 0644 under a usual umask).

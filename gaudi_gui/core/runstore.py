@@ -193,12 +193,18 @@ class Run:
     # -- writing ----------------------------------------------------------------------------------
 
     def write_launch(self, argv: list[str], env_extra: Mapping[str, str], shell: str,
-                     full_env: Mapping[str, str] | None = None) -> None:
+                     full_env: Mapping[str, str] | None = None, *,
+                     cards: Mapping[str, Any] | None = None) -> None:
+        """command.txt, command.json and env.json; ``cards`` (what ``train --cards`` asked for, and
+        whether the device applied it) goes into env.json as "cards"."""
         from gaudi_gui.core.secrets import recorded_env, redact
         _private_write(self.folder / "command.txt", redact(shell) + "\n")
         _write_json(self.folder / "command.json", {"argv": [redact(a) for a in argv],
                                                    "env": recorded_env(env_extra, ())["set_by_gaudi_gui"]})
-        _write_json(self.folder / "env.json", recorded_env(env_extra, full_env or {}))
+        recorded: dict[str, Any] = recorded_env(env_extra, full_env or {})
+        if cards is not None:
+            recorded["cards"] = dict(cards)
+        _write_json(self.folder / "env.json", recorded)
 
     def write_versions(self, versions: Mapping[str, Any]) -> None:
         _write_json(self.folder / "versions.json", dict(versions))

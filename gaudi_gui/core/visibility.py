@@ -35,6 +35,20 @@ def parse_ids(text: str) -> list[int]:
     return sorted(set(out))
 
 
+def parse_cards(text: str) -> list[int]:
+    """``--cards``: card ids (module ids on Gaudi, indexes on CUDA) as comma-separated non-negative
+    integers, e.g. ``2,3``; ValueError with one readable line on anything else (an empty list too)."""
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or any(not p.isascii() or not p.isdigit() for p in parts):
+        raise ValueError(f"--cards takes card ids separated by commas (e.g. 2,3), not {text!r}")
+    return sorted({int(p) for p in parts})
+
+
+def cards_argv(ids: Sequence[int]) -> list[str]:
+    """``--cards IDS`` for a host's ``gaudi-gui train`` ([] for no selection: all of its cards)."""
+    return ["--cards", format_ids(ids)] if ids else []
+
+
 def selection_warnings(kind: str, selected: Sequence[int], available: Sequence[int],
                        claims: Mapping[str, Sequence[int]] | None = None) -> list[str]:
     """Human-readable problems with a card selection (empty list: fine).

@@ -24,6 +24,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -80,6 +81,8 @@ class MultiHostTrainingJob(TrainingJob):
         self.main_ip = ""
         self.port = 0
         self.device = "auto"
+        #: Each host's cards by host name (a host not in it: all of its cards).
+        self.cards: dict[str, list[int]] = {}
         #: The job as the user wrote it (before each host's machine rank is set in).
         self.job_dict: dict[str, Any] = {}
         #: "host (machine rank i): why" of the host whose failure ended the run ("" otherwise).
@@ -169,9 +172,11 @@ class MultiHostTrainingJob(TrainingJob):
 
     # -- starting ---------------------------------------------------------------------------------
 
-    def start_multi(self, job: JobConfig, *, main_ip: str = "", device: str = "auto") -> None:
+    def start_multi(self, job: JobConfig, *, main_ip: str = "", device: str = "auto",
+                    cards: Mapping[str, Sequence[int]] | None = None) -> None:
         """Pre-flight on every host (in a thread), then start each host's part; the outcome comes
-        asynchronously (``run_identified``, or ``finished`` with "failed" and the reasons)."""
+        asynchronously (``run_identified``, or ``finished`` with "failed" and the reasons).
+        ``cards``: each host's cards by host name (``train --cards`` there; absent: all of them)."""
         if self.is_running():
             raise RuntimeError("this job is already running")
         self._reset()
@@ -180,6 +185,7 @@ class MultiHostTrainingJob(TrainingJob):
         self.port = int(job.launch.main_process_port or multi_host.DEFAULT_PORT)
         self.main_ip = main_ip.strip()
         self.device = device
+        self.cards = {name: sorted(set(ids)) for name, ids in (cards or {}).items() if ids}
         self._active = True
         self._set_state("queued")
         self._set_summary(f"pre-flight on {', '.join(self.host_names())}: versions, paths, port "
@@ -223,7 +229,8 @@ class MultiHostTrainingJob(TrainingJob):
         self._say(f"main process {address}:{self.port}; {len(self.hosts)} machines × {n} process(es) "
                   f"(the run goes on if the app or a connection ends)")
         for rank, (host, part) in enumerate(zip(self.hosts, parts, strict=True)):
-            self._add_part(rank, host).start_remote(part, device=self.device)
+            self._add_part(rank, host).start_remote(part, device=self.device,
+                                                    cards=self.cards.get(host.name, ()))
         self._lost_timer.start()
         self.hosts_changed.emit()
 
@@ -242,7 +249,10 @@ class MultiHostTrainingJob(TrainingJob):
             part = self._add_part(rank, host)
             part_job = entry.get("job")
             part.follow_existing(str(entry.get("folder", "")), name=str(entry.get("name", "") or ""),
-                                 job=part_job if isinstance(part_job, dict) else None)
+                                 job=part_job if isinstance(part_job, dict) else None,
+                                 cards=entry.get("cards") or ())
+            if part.cards:
+                self.cards[host.name] = list(part.cards)
         self._lost_timer.start()
         self.hosts_changed.emit()
 
@@ -268,6 +278,7 @@ class MultiHostTrainingJob(TrainingJob):
             part.shutdown()
             part.deleteLater()
         self.parts = []
+        self.cards = {}
         self.failure = ""
         self._stop_sent = 0
         self._given_up = set()

@@ -22,11 +22,12 @@ import contextlib
 import json
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from gaudi_gui.core import remote
+from gaudi_gui.core import remote, visibility
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.remote import SSH_FAILED, Host
 from gaudi_gui.core.runstore import RunStore
@@ -133,6 +134,8 @@ class RemoteTrainingJob(TrainingJob):
         self.job_dict: dict[str, Any] = {}
         #: The run this one resumes (a folder on the host), "" for a fresh run.
         self.resumed_from = ""
+        #: The host's cards this run was started on (``train --cards``); empty: all of them.
+        self.cards: list[int] = []
         #: The host's last status of the run (state, step, checkpoint, summary ...).
         self.remote_status: dict[str, Any] = {}
         self.connection = CLOSED
@@ -186,7 +189,8 @@ class RemoteTrainingJob(TrainingJob):
     def to_entry(self) -> dict[str, Any]:
         """What the supervisor keeps to follow this run again after a restart."""
         return {"host": self.host.name, "remote_command": self.host.remote_command, "folder": self.folder,
-                "name": self.name, "job": self.job_dict, "resumed_from": self.resumed_from}
+                "name": self.name, "job": self.job_dict, "resumed_from": self.resumed_from,
+                "cards": list(self.cards)}
 
     def _set_connection(self, state: str, message: str = "") -> None:
         self.connection = state
@@ -194,18 +198,21 @@ class RemoteTrainingJob(TrainingJob):
 
     # -- starting ---------------------------------------------------------------------------------
 
-    def start_remote(self, job: JobConfig, *, device: str = "auto", resumed_from: str = "") -> None:
+    def start_remote(self, job: JobConfig, *, device: str = "auto", resumed_from: str = "",
+                     cards: Sequence[int] = ()) -> None:
         """Send ``job`` to the host's ``train --detach``; the answer (the run folder) or the refusal
-        comes back asynchronously (``run_identified``, or ``finished`` with state "failed")."""
+        comes back asynchronously (``run_identified``, or ``finished`` with state "failed").
+        ``cards``: the host's cards the run may use (``train --cards``; empty: all of them)."""
         if self.is_running():
             raise RuntimeError("this job is already running")
         self._reset()
         self.job = job
         self.job_dict = job.to_dict()
         self.resumed_from = resumed_from
+        self.cards = sorted(set(cards))
         self._active = True
         argv = ["train", "--config", "-", "--detach", "--json", "--device", device,
-                "--grace", repr(float(self.stop_grace_s))]
+                "--grace", repr(float(self.stop_grace_s)), *visibility.cards_argv(self.cards)]
         if resumed_from:
             argv += ["--resumed-from", resumed_from]
         self._set_state("queued")
@@ -240,10 +247,13 @@ class RemoteTrainingJob(TrainingJob):
         self._follow_again()
 
     def follow_existing(self, folder: str, *, name: str = "", job: dict[str, Any] | None = None,
-                        resumed_from: str = "") -> None:
+                        resumed_from: str = "", cards: Any = ()) -> None:
         """Follow a run this app started on the host before (after a restart): from its beginning,
-        so the curve and log are whole again."""
+        so the curve and log are whole again. ``cards``: what ``to_entry`` recorded (kept for a
+        Resume; anything but a list of non-negative ints is taken as none)."""
         self._reset()
+        self.cards = sorted({c for c in cards if isinstance(c, int) and c >= 0}) \
+            if isinstance(cards, (list, tuple)) else []
         self.folder, self.name = folder, name or folder.rstrip("/").rsplit("/", 1)[-1]
         self.job_dict = dict(job or {})
         with contextlib.suppress(Exception):

@@ -9,6 +9,7 @@ left running at exit, or started by ``gaudi-gui train`` in a terminal is found h
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from PySide6.QtCore import QObject, Signal
@@ -107,14 +108,17 @@ class TrainingService(QObject):
         self.current_changed.emit(fresh)
         return run
 
-    def start_remote(self, host: Host, job: JobConfig, *, resumed_from: str = "") -> RemoteTrainingJob:
+    def start_remote(self, host: Host, job: JobConfig, *, resumed_from: str = "",
+                     cards: Sequence[int] = ()) -> RemoteTrainingJob:
         """Start a run on ``host`` as the current job: the answer comes asynchronously (the job's
-        ``run_identified``, or ``finished`` with "failed"). The host's own cards and device are used
-        (its gaudi-gui picks hpu > cuda > cpu); this machine's card selection does not apply."""
+        ``run_identified``, or ``finished`` with "failed"). The host's own device is used (its
+        gaudi-gui picks hpu > cuda > cpu) and ``cards`` of the host's cards (the host's selection in
+        the Hosts tab, sent as ``train --cards``; empty: all of them); this machine's card
+        selection does not apply."""
         if self.current.is_running():
             raise RuntimeError("a run is already going: stop it first")
         fresh = self._new_remote_job(host)
-        fresh.start_remote(job, device="auto", resumed_from=resumed_from)
+        fresh.start_remote(job, device="auto", resumed_from=resumed_from, cards=cards)
         self.settings.set("training/last_job", job.to_dict())
         self.jobs.append(fresh)
         self.current = fresh
@@ -129,15 +133,18 @@ class TrainingService(QObject):
             raise ValueError(f"{job.name or 'the run'} on {job.host.name} has no complete checkpoint "
                              f"to resume from")
         config = JobConfig.from_dict({**job.job_dict, "resume_from_checkpoint": checkpoint})
-        return self.start_remote(job.host, config, resumed_from=job.folder)
+        # On the cards the run had: its checkpoint's sharding and batch size were made for them.
+        return self.start_remote(job.host, config, resumed_from=job.folder, cards=job.cards)
 
-    def start_multi(self, hosts: list[Host], job: JobConfig, *, main_ip: str = "") -> MultiHostTrainingJob:
+    def start_multi(self, hosts: list[Host], job: JobConfig, *, main_ip: str = "",
+                    cards: Mapping[str, Sequence[int]] | None = None) -> MultiHostTrainingJob:
         """Start one run across ``hosts`` (machine rank = position) as the current job: a pre-flight
-        on every host first, then each host's part; the outcome comes asynchronously."""
+        on every host first, then each host's part; the outcome comes asynchronously. ``cards``:
+        each host's cards by host name (a host not in it uses all of its cards)."""
         if self.current.is_running():
             raise RuntimeError("a run is already going: stop it first")
         fresh = self._new_multi_job(hosts)
-        fresh.start_multi(job, main_ip=main_ip, device="auto")
+        fresh.start_multi(job, main_ip=main_ip, device="auto", cards=cards)
         self.settings.set("training/last_job", job.to_dict())
         self.jobs.append(fresh)
         self.current = fresh
@@ -247,7 +254,8 @@ class TrainingService(QObject):
             job_dict = entry.get("job")
             job.follow_existing(str(entry["folder"]), name=str(entry.get("name", "") or ""),
                                 job=job_dict if isinstance(job_dict, dict) else None,
-                                resumed_from=str(entry.get("resumed_from", "") or ""))
+                                resumed_from=str(entry.get("resumed_from", "") or ""),
+                                cards=entry.get("cards") or ())
             self.jobs.append(job)
             found.append(job)
         return found

@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import multi_host as multi_mod
-from gaudi_gui.core import paths
+from gaudi_gui.core import paths, visibility
 from gaudi_gui.core import remote as remote_mod
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.prepare import PrepareError, preview_command
@@ -38,6 +38,7 @@ from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.training_args import Schema, hints, latest_cached
 from gaudi_gui.services.context import AppServices
+from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
 from gaudi_gui.services.process import ProcessRunner
 from gaudi_gui.services.remote_training import RemoteTrainingJob
@@ -101,6 +102,8 @@ class TrainingTab(QWidget):
         self.hosts_line.setVisible(False)
         # Host 0's address as the others reach it, resolved by `ssh -G` (no connection) for the preview.
         self._addresses: dict[str, str] = {}
+        #: Hosts whose card selection this tab follows (``_host_cards``).
+        self._watched_selections: dict[str, DeviceSelection] = {}
         self._resolving = ""
         self._resolver = ProcessRunner(self, parse_protocol=False, tail_lines=5)
         self._resolver_out: list[str] = []
@@ -387,16 +390,42 @@ class TrainingTab(QWidget):
                 "Check two or more hosts: machine rank in this order, the first is the main process.")
         elif not host.is_local:
             self.host_note.setText(f"Runs on {host.name}: the model, dataset and output paths are the "
-                                   f"host's, and so are the cards (its gaudi-gui picks hpu > cuda > cpu).")
+                                   f"host's, and so are the cards (its gaudi-gui picks hpu > cuda > cpu): "
+                                   f"{self._cards_phrase(host)} (its Devices panel in the Hosts tab).")
 
     def showEvent(self, event: QShowEvent) -> None:
-        # Hosts added in the Hosts tab meanwhile appear here (a small file read).
+        # Hosts added in the Hosts tab meanwhile appear here (a small file read); their card
+        # selections may have changed meanwhile too.
         self._fill_hosts(str(self.host_combo.currentData() or remote_mod.LOCAL))
+        self.update_preview()
         super().showEvent(event)
+
+    def _host_cards(self, host: remote_mod.Host) -> list[int]:
+        """The cards checked for ``host`` in its Devices panel (Hosts tab); empty: all of them."""
+        selection = self.services.host_selections.get(host.name)
+        if selection is None:
+            return []
+        if self._watched_selections.get(host.name) is not selection:
+            # Panels are made by the Hosts tab when a host first shows: follow each one once.
+            self._watched_selections[host.name] = selection
+            selection.selection_changed.connect(self._on_host_selection_changed)
+        return list(selection.selected)
+
+    def _on_host_selection_changed(self, _ids: object) -> None:
+        if not self.selected_host().is_local:
+            self._update_host_note()
+            self.update_preview()
+
+    def _cards_phrase(self, host: remote_mod.Host) -> str:
+        cards = self._host_cards(host)
+        if not cards:
+            return f"all of {host.name}'s cards"
+        return f"cards {visibility.format_ids(cards)} of {host.name}"
 
     def _remote_argv(self, host: remote_mod.Host) -> list[str]:
         return host.gaudi_gui_argv("train", "--config", "-", "--detach", "--json", "--device", "auto",
-                                   "--grace", repr(float(self.training._grace())))
+                                   "--grace", repr(float(self.training._grace())),
+                                   *visibility.cards_argv(self._host_cards(host)))
 
     def current_job(self) -> tuple[JobConfig, list[tuple[str, str]]]:
         job, errors = self.form.job()
@@ -424,14 +453,15 @@ class TrainingTab(QWidget):
             # Every host's command in view, without a scroll bar.
             lines = text.count("\n") + 1
             self.command.setMaximumHeight(self.command.fontMetrics().lineSpacing() * lines + 24)
-            self.form.set_hints([("cards", "every host uses its own cards, not this machine's selection")])
+            self.form.set_hints([("cards", "; ".join(self._cards_phrase(h) for h in self.selected_hosts())
+                                  or "every host uses its own cards, not this machine's selection")])
             self.form.show_errors(errors)
             return
         self.command.setMaximumHeight(90)
         if not host.is_local:
             # What a person would type: the job (this form, as JSON) goes on ssh's stdin.
             self.command.setPlainText(f"{host.shell_preview(self._remote_argv(host))} < job.json")
-            self.form.set_hints([("cards", f"the run uses {host.name}'s cards, not this machine's "
+            self.form.set_hints([("cards", f"the run uses {self._cards_phrase(host)}, not this machine's "
                                            f"selection")])
             self.form.show_errors(errors)
             return
@@ -619,7 +649,7 @@ class TrainingTab(QWidget):
                       after: RemoteTrainingJob | None = None) -> RemoteTrainingJob | None:
         try:
             started = (self.training.resume_remote(after) if after is not None
-                       else self.training.start_remote(host, job))
+                       else self.training.start_remote(host, job, cards=self._host_cards(host)))
         except (ValueError, RuntimeError, OSError) as exc:
             self.status.setText(f"cannot start: {exc}")
             return None
@@ -636,8 +666,10 @@ class TrainingTab(QWidget):
     def _start_multi(self, hosts: list[remote_mod.Host], job: JobConfig, *,
                      after: MultiHostTrainingJob | None = None) -> MultiHostTrainingJob | None:
         main_ip = job.launch.main_process_ip.strip() or self._addresses.get(hosts[0].name, "")
+        # A resumed run keeps the cards it had (its checkpoint was made on them).
+        cards = dict(after.cards) if after is not None else {h.name: self._host_cards(h) for h in hosts}
         try:
-            started = self.training.start_multi(hosts, job, main_ip=main_ip)
+            started = self.training.start_multi(hosts, job, main_ip=main_ip, cards=cards)
         except (ValueError, RuntimeError, OSError) as exc:
             self.status.setText(f"cannot start: {exc}")
             return None
