@@ -39,17 +39,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from gaudi_gui.commands.terminal import StopSignals as _Signals
+from gaudi_gui.commands.terminal import printable as _printable
+from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import remote, visibility
 from gaudi_gui.core.multi_host import host_jobs, main_address, parse_host_cards, parse_hosts, preflight
 from gaudi_gui.core.remote import SSH_FAILED, Host, HostError, RemoteError
 
 EXIT_HOST = 3
-
-
-def _say(text: str) -> None:
-    with contextlib.suppress(OSError):
-        sys.stderr.write(text.rstrip("\n") + "\n")
-        sys.stderr.flush()
 
 
 # -- following every host -----------------------------------------------------------------------------
@@ -141,16 +138,6 @@ def _stop(run: HostRun, now: bool) -> None:
 def _stop_all(runs: list[HostRun], now: bool) -> None:
     with ThreadPoolExecutor(max_workers=len(runs)) as pool:
         list(pool.map(lambda r: _stop(r, now), runs))
-
-
-class _Signals:
-    def __init__(self) -> None:
-        self.count = 0
-        self.last = ""
-
-    def handler(self, signum: int, _frame: Any) -> None:
-        self.count += 1
-        self.last = signal.Signals(signum).name
 
 
 def train(args: argparse.Namespace) -> int:
@@ -258,11 +245,6 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
         return 1
     states = {str((r.final or {}).get("state")) for r in runs}
     return 0 if states <= {"finished", "stopped"} else 1
-
-
-def _printable(line: str) -> str:
-    return "".join(ch if ch == "\t" or (ch >= " " and ch != "\x7f" and not "\x80" <= ch <= "\x9f")
-                   else "?" for ch in line)
 
 
 def _note(event: dict[str, Any], host: str = "") -> None:

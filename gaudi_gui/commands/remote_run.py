@@ -26,6 +26,9 @@ from collections import deque
 from collections.abc import Sequence
 from typing import IO, Any
 
+from gaudi_gui.commands.terminal import StopSignals as _Signals
+from gaudi_gui.commands.terminal import printable as _printable
+from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import remote, visibility
 from gaudi_gui.core.remote import SSH_FAILED, Host, RemoteError
 
@@ -51,12 +54,6 @@ def strip_host_options(argv: Sequence[str]) -> list[str]:
             continue
         out.append(arg)
     return out
-
-
-def _say(text: str) -> None:
-    with contextlib.suppress(OSError):
-        sys.stderr.write(text.rstrip("\n") + "\n")
-        sys.stderr.flush()
 
 
 def _relay(stream: IO[bytes], tail: deque[str], sink: IO[bytes] | None) -> None:
@@ -96,21 +93,6 @@ def forward(host: Host, argv: Sequence[str]) -> int:
 
 
 # -- train on a host ----------------------------------------------------------------------------------
-
-
-class _Signals:
-    def __init__(self) -> None:
-        self.count = 0
-        self.last = ""
-
-    def handler(self, signum: int, _frame: Any) -> None:
-        self.count += 1
-        self.last = signal.Signals(signum).name
-
-
-def _printable(line: str) -> str:
-    return "".join(ch if ch == "\t" or (ch >= " " and ch != "\x7f" and not "\x80" <= ch <= "\x9f")
-                   else "?" for ch in line)
 
 
 def _pump(stream: IO[bytes], lines: queue.Queue[bytes | None]) -> None:

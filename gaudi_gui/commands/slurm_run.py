@@ -23,11 +23,13 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.commands.terminal import StopSignals as _Signals
+from gaudi_gui.commands.terminal import printable as _printable
+from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import remote
 from gaudi_gui.core import slurm as slurm_mod
@@ -64,27 +66,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the Python with gaudi-gui on the nodes (default: this one)")
     g.add_argument("--print-script", dest="print_script", action="store_true",
                    help="print the sbatch script and exit without submitting")
-
-
-def _say(text: str) -> None:
-    with contextlib.suppress(OSError):
-        sys.stderr.write(text.rstrip("\n") + "\n")
-        sys.stderr.flush()
-
-
-def _printable(line: str) -> str:
-    return "".join(ch if ch == "\t" or (ch >= " " and ch != "\x7f" and not "\x80" <= ch <= "\x9f")
-                   else "?" for ch in line)
-
-
-class _Signals:
-    def __init__(self) -> None:
-        self.count = 0
-        self.last = ""
-
-    def handler(self, signum: int, _frame: Any) -> None:
-        self.count += 1
-        self.last = signal.Signals(signum).name
 
 
 def runner_for(host: Host) -> slurm_mod.Runner:

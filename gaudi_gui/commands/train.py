@@ -22,6 +22,9 @@ import threading
 import time
 from typing import IO, Any
 
+from gaudi_gui.commands.terminal import StopSignals as _Signals
+from gaudi_gui.commands.terminal import printable as _printable
+from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import visibility
 from gaudi_gui.core.events import EventFollower
@@ -86,35 +89,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     slurm_run.add_arguments(p)
 
 
-def _printable(line: str) -> str:
-    # Escape sequences from a library or a dataset must not drive the user's terminal.
-    return "".join(ch if ch == "\t" or (ch >= " " and ch != "\x7f" and not "\x80" <= ch <= "\x9f")
-                   else "?" for ch in line)
-
-
 def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
     for raw in stream:
         lines.put(raw.rstrip("\n"))
     lines.put(None)
-
-
-class _Signals:
-    def __init__(self) -> None:
-        self.count = 0
-        self.last = ""
-
-    def handler(self, signum: int, _frame: Any) -> None:
-        self.count += 1
-        self.last = signal.Signals(signum).name
-
-
-def _say(text: str) -> None:
-    with_newline = text if text.endswith("\n") else text + "\n"
-    try:
-        sys.stderr.write(with_newline)
-        sys.stderr.flush()
-    except OSError:
-        pass
 
 
 def _load_job(config: str) -> JobConfig:

@@ -33,8 +33,7 @@ from gaudi_gui.core import multi_host
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.remote import Host, RemoteError
 from gaudi_gui.core.runstore import RunStore
-from gaudi_gui.services.remote_training import CLOSED, RECONNECTING, RemoteTrainingJob
-from gaudi_gui.services.training_job import TrainingJob
+from gaudi_gui.services.remote_training import CLOSED, RECONNECTING, HostedJob, RemoteTrainingJob
 
 #: How long a host may stay unreachable before the run counts it as lost (the CLI's default too).
 LOST_AFTER_S = 600.0
@@ -60,7 +59,7 @@ def _preflight(hosts: list[Host], job: JobConfig, port: int, main_ip: str,
     out.put((address, problems))
 
 
-class MultiHostTrainingJob(TrainingJob):
+class MultiHostTrainingJob(HostedJob):
     """One job across ``hosts`` (machine rank = position): composed of a RemoteTrainingJob per host."""
 
     #: A host's state or connection changed (the tab's host line reads ``host_states()``).
@@ -102,21 +101,6 @@ class MultiHostTrainingJob(TrainingJob):
         self._lost_timer.timeout.connect(self._check_lost)
 
     # -- state ------------------------------------------------------------------------------------
-
-    def is_running(self) -> bool:
-        return self._active and not self._ended
-
-    @property
-    def attached(self) -> bool:
-        return self.is_running()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop_sent > 0 and self.is_running()
-
-    @property
-    def is_remote(self) -> bool:
-        return True
 
     @property
     def folder(self) -> str:

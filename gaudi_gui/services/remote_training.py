@@ -110,7 +110,32 @@ def explain_call(host: Host, code: int, err: str, what: str) -> str:
     return f"{what} on {host.name} failed: {last or f'exit {code}'}"
 
 
-class RemoteTrainingJob(TrainingJob):
+class HostedJob(TrainingJob):
+    """What a run on one or several hosts has in common for the tab and the supervisor: it runs while
+    it is followed and has not ended (``_active``, ``_ended``), and a stop was asked of it when
+    ``_stop_sent`` > 0 (1: with a checkpoint, 2: kill)."""
+
+    _active = False
+    _ended = False
+    _stop_sent = 0
+
+    def is_running(self) -> bool:
+        return self._active and not self._ended
+
+    @property
+    def attached(self) -> bool:
+        return self.is_running()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_sent > 0 and self.is_running()
+
+    @property
+    def is_remote(self) -> bool:
+        return True
+
+
+class RemoteTrainingJob(HostedJob):
     """One training run on a host over SSH (started here, or followed again after a restart).
 
     It is a ``TrainingJob`` for the views and the supervisor (same signals, ``records``,
@@ -162,21 +187,6 @@ class RemoteTrainingJob(TrainingJob):
         self._watchdog.timeout.connect(self._check_silence)
 
     # -- state ------------------------------------------------------------------------------------
-
-    def is_running(self) -> bool:
-        return self._active and not self._ended
-
-    @property
-    def attached(self) -> bool:
-        return self.is_running()
-
-    @property
-    def stopping(self) -> bool:
-        return self._stop_sent > 0 and self.is_running()
-
-    @property
-    def is_remote(self) -> bool:
-        return True
 
     def describe(self) -> str:
         return (f"training run {self.name or 'starting'} on {self.host.name} ({self.state}, step "

@@ -1,0 +1,39 @@
+"""What the long-running subcommands (``train`` here, on a host, on several hosts, on Slurm) share
+about the terminal they run in: one-line messages on stderr, text made safe to print, and the count of
+stop signals (the first asks for a stop with a checkpoint, the second kills). Qt-free, torch-free."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import sys
+from typing import Any
+
+
+def say(text: str) -> None:
+    """One message on stderr (a closed terminal is not an error)."""
+    with contextlib.suppress(OSError):
+        sys.stderr.write(text.rstrip("\n") + "\n")
+        sys.stderr.flush()
+
+
+def printable(line: str) -> str:
+    """``line`` with control characters replaced: escape sequences from a library or a dataset must
+    not drive the user's terminal."""
+    return "".join(ch if ch == "\t" or (ch >= " " and ch != "\x7f" and not "\x80" <= ch <= "\x9f")
+                   else "?" for ch in line)
+
+
+class StopSignals:
+    """Counts SIGINT / SIGTERM / SIGHUP (install ``handler``); ``last`` names the newest."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.last = ""
+
+    def handler(self, signum: int, _frame: Any) -> None:
+        self.count += 1
+        self.last = signal.Signals(signum).name
+
+
+__all__ = ["StopSignals", "printable", "say"]
