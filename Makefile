@@ -40,6 +40,7 @@ screenshots: $(STAMP)
 	$(PY) scripts/screenshots.py docs
 	$(PY) scripts/screenshot_training.py docs
 	$(PY) scripts/screenshot_hosts.py docs/hosts.png
+	$(PY) scripts/screenshot_sft.py docs
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -315,13 +315,23 @@ def fix_command(host: Host) -> str:
 def handshake(host: Host, timeout: float = 30.0) -> dict[str, Any]:
     """The host's ``gaudi-gui hello``: RemoteError "missing" / "version" with the command that fixes
     it when the host has no gaudi-gui, another version, or another protocol."""
+    code, out, err = call(host, host.gaudi_gui_argv("hello", "--json"), timeout=timeout)
+    return read_hello(host, code, out, err)
+
+
+def read_hello(host: Host, code: int, out: str, err: str) -> dict[str, Any]:
+    """The answer of ``gaudi-gui hello --json`` run on ``host`` (exit code, stdout, stderr), or
+    RemoteError saying what is wrong and the command that fixes it (for callers that ran it
+    themselves, without blocking: the Hosts tab)."""
+    import contextlib
     import json
 
     from gaudi_gui import __version__
-    code, out, err = call(host, host.gaudi_gui_argv("hello", "--json"), timeout=timeout)
+    if not host.is_local and code == SSH_FAILED:
+        raise RemoteError(*explain_ssh_failure(host.name, err))
     info: Any = None
     if code == 0:
-        with __import__("contextlib").suppress(ValueError):
+        with contextlib.suppress(ValueError):
             info = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
     if not isinstance(info, dict):
         last = next((ln for ln in reversed(err.splitlines()) if ln.strip()), "").strip()
@@ -412,6 +422,7 @@ __all__ = [
     "fix_command",
     "handshake",
     "hosts_file",
+    "read_hello",
     "remote_line",
     "save_hosts",
     "saved_hosts",

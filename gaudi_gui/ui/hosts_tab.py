@@ -35,9 +35,9 @@ from gaudi_gui.services.device_poller import DevicePoller
 from gaudi_gui.services.hosts import HostsService
 from gaudi_gui.services.process import ProcessRunner
 
-COLUMNS = ("Host / card", "Util %", "Memory", "Temp °C", "Power W", "State")
+COLUMNS = ("Host / card", "Util %", "Memory", "Temp °C", "Power W", "gaudi-gui", "State")
 #: Column indexes (the numbers sit next to the names; the state, which can be a long line, is last).
-NAME, UTIL, MEMORY, TEMP, POWER, STATE = range(len(COLUMNS))
+NAME, UTIL, MEMORY, TEMP, POWER, VERSION, STATE = range(len(COLUMNS))
 _LABEL_ROLE = int(Qt.ItemDataRole.UserRole) + 1
 BUSY_UTIL = 50.0
 _BAD = QColor("#b3261e")
@@ -119,6 +119,7 @@ class HostsTab(QWidget):
         self._items: dict[str, QTreeWidgetItem] = {}
         self.hosts.hosts_changed.connect(self._rebuild)
         self.hosts.poller_added.connect(self._watch)
+        self.hosts.handshake_finished.connect(self._show_handshake)
         self._watch(LOCAL, services.poller)
         self.hosts.start()
         self._rebuild()
@@ -248,7 +249,7 @@ class HostsTab(QWidget):
         self.tree.clear()
         self._items.clear()
         for host in self.hosts.hosts():
-            item = QTreeWidgetItem([host.label, "", "", "", "", ""])
+            item = QTreeWidgetItem([host.label] + [""] * (len(COLUMNS) - 1))
             item.setData(0, Qt.ItemDataRole.UserRole, host.name)
             item.setData(0, _LABEL_ROLE, host.label)
             font = QFont(item.font(0))
@@ -262,6 +263,8 @@ class HostsTab(QWidget):
                 item.setForeground(STATE, QBrush(_IDLE))
             else:
                 self._show_state(host.name, poller.state, poller.message)
+                if host.name in self.hosts.handshakes:
+                    self._show_handshake(host.name, self.hosts.handshakes[host.name])
                 self._show_cards(host.name, poller.latest())
             item.setExpanded(True)
             if host.name == current:
@@ -291,6 +294,24 @@ class HostsTab(QWidget):
                 child.setForeground(STATE, QBrush(_IDLE))
                 child.setText(STATE, "stale")
 
+    def _show_handshake(self, name: str, answer: dict) -> None:
+        """The host's gaudi-gui: its version (libraries in the tooltip), or what is wrong and the fix."""
+        item = self._items.get(name)
+        if item is None:
+            return
+        if answer.get("ok"):
+            versions = answer.get("versions") or {}
+            item.setText(VERSION, str(answer.get("version")))
+            item.setToolTip(VERSION, "\n".join(f"{k} {v}" for k, v in sorted(versions.items())))
+            item.setForeground(VERSION, QBrush())
+            return
+        kind = str(answer.get("kind") or "")
+        short = {"missing": "missing — Set up host", "version": "other version — Set up host"}.get(
+            kind, "unknown")
+        item.setText(VERSION, short)
+        item.setToolTip(VERSION, str(answer.get("message") or ""))
+        item.setForeground(VERSION, QBrush(_BAD))
+
     def _show_cards(self, name: str, samples: list[DeviceSample]) -> None:
         item = self._items.get(name)
         if item is None:
@@ -299,7 +320,7 @@ class HostsTab(QWidget):
         while item.childCount() > len(cards):
             item.takeChild(item.childCount() - 1)
         while item.childCount() < len(cards):
-            item.addChild(QTreeWidgetItem(["", "", "", "", "", ""]))
+            item.addChild(QTreeWidgetItem([""] * len(COLUMNS)))
         busy = 0
         for child, s in zip(_children(item), cards, strict=True):
             label = f"{s.kind} {s.index}" + (f" (module {s.module_id})" if s.module_id is not None else "")
@@ -308,7 +329,7 @@ class HostsTab(QWidget):
             busy += is_busy
             mem = (f"{(s.memory_used_mib or 0) / 1024:.1f} / {s.memory_total_mib / 1024:.0f} GiB"
                    if s.memory_total_mib else "—")
-            values = [label, _num(util), mem, _num(s.temperature_c), _num(s.power_w),
+            values = [label, _num(util), mem, _num(s.temperature_c), _num(s.power_w), "",
                       "busy" if is_busy else "idle"]
             for col, value in enumerate(values):
                 child.setText(col, value)

@@ -8,11 +8,12 @@ from typing import cast
 
 from PySide6.QtCore import Qt
 
+from gaudi_gui import __version__
 from gaudi_gui.app import create_services
 from gaudi_gui.core import remote
 from gaudi_gui.services import device_poller as dp
 from gaudi_gui.ui.devices_tab import DevicesTab
-from gaudi_gui.ui.hosts_tab import MEMORY, STATE, UTIL, HostsTab
+from gaudi_gui.ui.hosts_tab import MEMORY, STATE, UTIL, VERSION, HostsTab
 from tests.remote.conftest import SshHost
 
 
@@ -37,11 +38,20 @@ def test_add_host_watch_its_cards_open_panel_survive_a_drop(qtbot, ssh_host: Ssh
     assert tab.error_label.isVisible() and "cannot begin with '-'" in tab.error_label.text()
     assert remote.saved_hosts() == []
 
+    # A remote command with no gaudi-gui behind it: the handshake says so, with the fix.
     tab.dest_edit.clear()
     qtbot.keyClicks(tab.dest_edit, ssh_host.dest)
+    qtbot.keyClicks(tab.command_edit, "python3 -m no_such_module")
+    qtbot.mouseClick(tab.add_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "missing" in tab._items[ssh_host.dest].text(VERSION), timeout=30000)
+    assert f"gaudi-gui hosts --setup {ssh_host.dest}" in tab._items[ssh_host.dest].toolTip(VERSION)
+
+    qtbot.keyClicks(tab.dest_edit, ssh_host.dest)  # added again, with the default remote command
     qtbot.mouseClick(tab.add_button, Qt.MouseButton.LeftButton)
     assert not tab.error_label.isVisible()
     assert [h.name for h in remote.saved_hosts()] == [ssh_host.dest]
+    qtbot.waitUntil(lambda: tab._items[ssh_host.dest].text(VERSION) == __version__, timeout=30000)
+    assert "transformers" in tab._items[ssh_host.dest].toolTip(VERSION)
     poller = tab.hosts.poller(ssh_host.dest)
     assert poller is not None
     poller.backoff_initial_s = 0.2
