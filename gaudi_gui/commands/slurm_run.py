@@ -145,24 +145,32 @@ def train(args: argparse.Namespace) -> int:
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(script)
     run_cmd = runner_for(host)
-    code, out, err = run_cmd(slurm_mod.sbatch_argv(script_path))
+    # From here a stop signal is counted, not a KeyboardInterrupt: one that comes while sbatch runs
+    # (a window that would leave a job nobody follows) is acted on as soon as the job is followed.
+    signals = _Signals()
+    previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     try:
-        job_id = slurm_mod.parse_sbatch(out) if code == 0 else ""
-    except ValueError as exc:
-        err, job_id = str(exc), ""
-    if not job_id:
-        why = (err.strip() or out.strip() or f"exit {code}")[-500:]
-        run.update_status(state="failed", ended_at=time.time(),
-                          summary=f"Failed: sbatch refused the job: {why}")
-        _say(f"gaudi-gui train: sbatch refused the job: {why}\nscript: {script_path}")
-        return 1
-    _write_info(run, {"job_id": job_id, "login": host.name, "script": str(script_path)})
-    run.update_status(summary=f"Slurm job {job_id} submitted")
-    where = "" if host.is_local else f" on {host.name}"
-    print(f"submitted batch job {job_id}{where}", flush=True)
-    print(f"run folder: {run.folder} (device {device}, {options.nodes} node(s)); script: {script_path}",
-          flush=True)
-    return follow(run, job_id, run_cmd, grace=args.grace)
+        code, out, err = run_cmd(slurm_mod.sbatch_argv(script_path))
+        try:
+            job_id = slurm_mod.parse_sbatch(out) if code == 0 else ""
+        except ValueError as exc:
+            err, job_id = str(exc), ""
+        if not job_id:
+            why = (err.strip() or out.strip() or f"exit {code}")[-500:]
+            run.update_status(state="failed", ended_at=time.time(),
+                              summary=f"Failed: sbatch refused the job: {why}")
+            _say(f"gaudi-gui train: sbatch refused the job: {why}\nscript: {script_path}")
+            return 1
+        _write_info(run, {"job_id": job_id, "login": host.name, "script": str(script_path)})
+        run.update_status(summary=f"Slurm job {job_id} submitted")
+        where = "" if host.is_local else f" on {host.name}"
+        print(f"submitted batch job {job_id}{where}", flush=True)
+        print(f"run folder: {run.folder} (device {device}, {options.nodes} node(s)); script: {script_path}",
+              flush=True)
+        return follow(run, job_id, run_cmd, grace=args.grace, signals=signals)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def _write_info(run: Run, info: dict[str, Any]) -> None:
@@ -196,11 +204,15 @@ def _note(event: dict[str, Any]) -> None:
         _say(f"error ({event.get('kind')}): {event.get('message')}")
 
 
-def follow(run: Run, job_id: str, run_cmd: slurm_mod.Runner, *, grace: float) -> int:
-    """Follow the job to its end; the command's exit status."""
+def follow(run: Run, job_id: str, run_cmd: slurm_mod.Runner, *, grace: float,
+           signals: _Signals | None = None) -> int:
+    """Follow the job to its end; the command's exit status. ``signals``: the stop signals counted
+    so far (one that came while sbatch ran is acted on at the first turn)."""
     query = slurm_mod.Query(run_cmd)
-    signals = _Signals()
-    previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    own = signals is None
+    signals = signals or _Signals()
+    previous = ({s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+                if own else {})
     log = _LogTail(run.log_path)
     follower = EventFollower(run.events_path)
     events: list[dict[str, Any]] = []

@@ -65,6 +65,10 @@ _NUM = (int, float)
 _LOAD_FIELDS: dict[str, tuple[type, ...]] = {
     "model": (str,), "device": (str,), "dtype": (str,), "quantization": (str,), "compile": (bool,),
     "trust_remote_code": (bool,)}
+#: The Training tab's Slurm fields (``training/slurm``).
+_SLURM_FIELDS: dict[str, tuple[type, ...]] = {
+    "nodes": (int,), "partition": (str,), "time": (str,), "account": (str,), "cards_per_node": (int,),
+    "gres": (str,), "device": (str,), "login": (str,)}
 _GENERATION_FIELDS: dict[str, tuple[type, ...]] = {
     "max_new_tokens": (int,), "min_new_tokens": (int,), "do_sample": (bool,), "temperature": _NUM,
     "top_p": _NUM, "top_k": (int,), "repetition_penalty": _NUM, "num_beams": (int,),
@@ -115,6 +119,8 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in [
     _s("training/splitter", QByteArray, QByteArray(), "the Training tab's form/run splitter (saveState)"),
     _s("training/live_splitter", QByteArray, QByteArray(), "the Training tab's charts/log splitter"),
     _s("training/last_folder", str, "", "the folder of the last job file saved or loaded"),
+    _s("training/slurm", dict, {}, "the Training tab's Slurm fields last used (nodes, partition, time, "
+       "account, cards per node, gres, node device, login host)", fields=_SLURM_FIELDS),
 ]}
 
 

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
     from gaudi_gui.services.remote_training import RemoteTrainingJob
     from gaudi_gui.services.settings import Settings
+    from gaudi_gui.services.slurm_training import SlurmTarget, SlurmTrainingJob
 
 
 class TrainingService(QObject):
@@ -151,6 +152,31 @@ class TrainingService(QObject):
         self.current_changed.emit(fresh)
         return fresh
 
+    def start_slurm(self, job: JobConfig, target: SlurmTarget, *, resumed_from: str = "") -> SlurmTrainingJob:
+        """Submit ``job`` to Slurm (``target``: sbatch options and login host) as the current job,
+        through a ``gaudi-gui train --slurm`` child; the outcome comes asynchronously."""
+        if self.current.is_running():
+            raise RuntimeError("a run is already going: stop it first")
+        from gaudi_gui.services.slurm_training import SlurmTrainingJob
+        fresh = SlurmTrainingJob(self.store, stop_grace_s=self._grace(), parent=self)
+        fresh.status_changed.connect(self._on_state)
+        fresh.finished.connect(self._on_job_finished)
+        fresh.start_slurm(job, target, resumed_from=resumed_from)
+        self.settings.set("training/last_job", job.to_dict())
+        self.jobs.append(fresh)
+        self.current = fresh
+        self.current_changed.emit(fresh)
+        return fresh
+
+    def resume_slurm(self, job: SlurmTrainingJob) -> SlurmTrainingJob:
+        """Submit a new Slurm job that resumes ``job`` from its checkpoint, with the same Slurm
+        options (ValueError when it has none)."""
+        checkpoint = job.checkpoint()
+        if not checkpoint or not job.job_dict or job.target is None:
+            raise ValueError(f"{job.name or 'the Slurm run'} has no complete checkpoint to resume from")
+        config = JobConfig.from_dict({**job.job_dict, "resume_from_checkpoint": checkpoint})
+        return self.start_slurm(config, job.target, resumed_from=job.folder)
+
     def _new_multi_job(self, hosts: list[Host]) -> MultiHostTrainingJob:
         from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
         job = MultiHostTrainingJob(hosts, self.store, stop_grace_s=self._grace(), parent=self)
@@ -169,7 +195,8 @@ class TrainingService(QObject):
 
     def _persist_remote(self) -> None:
         """The remote runs being followed (host and folder): followed again after a restart."""
-        entries = [j.to_entry() for j in self.jobs if _is_remote(j) and j.is_running() and j.folder]
+        entries = [j.to_entry() for j in self.jobs if _is_remote(j) and j.is_running() and j.folder
+                   and getattr(j, "reattachable", True)]
         with contextlib.suppress(Exception):
             self.settings.set("training/remote_runs", entries)
 

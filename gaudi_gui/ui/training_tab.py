@@ -16,11 +16,13 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QHBoxLayout,
     QLabel,
+    QLineEdit,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QScrollArea,
     QSizePolicy,
+    QSpinBox,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -32,6 +34,7 @@ from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import multi_host as multi_mod
 from gaudi_gui.core import paths, visibility
 from gaudi_gui.core import remote as remote_mod
+from gaudi_gui.core import slurm as slurm_mod
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.prepare import PrepareError, preview_command
 from gaudi_gui.core.runstore import Run
@@ -42,6 +45,7 @@ from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
 from gaudi_gui.services.process import ProcessRunner
 from gaudi_gui.services.remote_training import RemoteTrainingJob
+from gaudi_gui.services.slurm_training import SlurmTarget, SlurmTrainingJob
 from gaudi_gui.services.training import TrainingService
 from gaudi_gui.services.training_job import SchemaLoader, TrainingJob
 from gaudi_gui.ui.log_view import LogView
@@ -51,6 +55,8 @@ from gaudi_gui.ui.training_runs import RunsTable
 
 #: The Host combo's entry for one run across several hosts (its item data).
 SEVERAL = "*several*"
+#: The Host combo's entry for a job submitted to Slurm with sbatch (its item data).
+SLURM = "*slurm*"
 
 
 class TrainingTab(QWidget):
@@ -96,6 +102,8 @@ class TrainingTab(QWidget):
         self.hosts_row.addStretch(1)
         self.host_checks: dict[str, QCheckBox] = {}
         self.hosts_box.setVisible(False)
+        # "Slurm cluster…": the sbatch options and where sbatch runs.
+        self._make_slurm_box()
         # Each host's live state during a multi-host run ("gg-a (rank 0): running · …").
         self.hosts_line = QLabel("", self)
         self.hosts_line.setWordWrap(True)
@@ -156,6 +164,7 @@ class TrainingTab(QWidget):
         hrow.addWidget(self.host_combo, 1)
         rl.addLayout(hrow)
         rl.addWidget(self.hosts_box)
+        rl.addWidget(self.slurm_box)
         rl.addWidget(self.host_note)
         rl.addWidget(QLabel("Command", self))
         rl.addWidget(self.command)
@@ -253,7 +262,8 @@ class TrainingTab(QWidget):
         """Show a job the tab did not watch from its start (re-attached): its curve and progress."""
         multi = isinstance(job, MultiHostTrainingJob)
         # This machine's card usage says nothing about a host's cards: no such chart for remote runs.
-        self.chart.set_card_chart_shown(not isinstance(job, (MultiHostTrainingJob, RemoteTrainingJob)))
+        self.chart.set_card_chart_shown(not isinstance(job, (MultiHostTrainingJob, RemoteTrainingJob,
+                                                             SlurmTrainingJob)))
         # Lines of a run on several hosts come prefixed "host| ": the log view filters on them.
         self.log.set_sources(job.host_names() if isinstance(job, MultiHostTrainingJob) else [])
         self._show_hosts()
@@ -262,6 +272,12 @@ class TrainingTab(QWidget):
                 self._clear_run_view()
                 self.chart.set_records(list(job.records))
                 self._show_progress()
+            if job.summary:
+                self.status.setText(job.summary)
+            self._update_buttons()
+            return
+        if isinstance(job, SlurmTrainingJob):
+            # Its records and log come in from the child and the run folder as the job goes.
             if job.summary:
                 self.status.setText(job.summary)
             self._update_buttons()
@@ -298,6 +314,8 @@ class TrainingTab(QWidget):
         saved = remote_mod.saved_hosts()
         hosts = [remote_mod.Host.local(), *saved]
         wanted_items = [(h.label, h.name) for h in hosts]
+        # "several hosts…" stays the last entry (End picks it).
+        wanted_items.append(("Slurm cluster…", SLURM))
         if len(saved) >= 2:
             wanted_items.append(("several hosts…", SEVERAL))
         names = [self.host_combo.itemData(i) for i in range(self.host_combo.count())]
@@ -308,6 +326,7 @@ class TrainingTab(QWidget):
                 self.host_combo.addItem(label, name)
             self.host_combo.blockSignals(False)
         self._fill_host_checks([h.name for h in saved])
+        self._fill_login_hosts([h.name for h in saved])
         index = self.host_combo.findData(wanted)
         self.host_combo.setCurrentIndex(index if index >= 0 else 0)
         self._update_host_note()
@@ -335,6 +354,133 @@ class TrainingTab(QWidget):
     def multi_selected(self) -> bool:
         return self.host_combo.currentData() == SEVERAL
 
+    # -- Slurm ------------------------------------------------------------------------------------
+
+    def _make_slurm_box(self) -> None:
+        """The fields of "Slurm cluster…" (two short rows), filled from the last ones used."""
+        box = self.slurm_box = QWidget(self)
+        grid = QGridLayout(box)
+        grid.setContentsMargins(0, 0, 0, 0)
+        self.slurm_nodes = QSpinBox(box)
+        self.slurm_nodes.setRange(1, 4096)
+        self.slurm_nodes.setToolTip("nodes (machines) for the job: one task per node runs accelerate's "
+                                    "multi-node launch")
+        self.slurm_cards = QSpinBox(box)
+        self.slurm_cards.setRange(0, 64)
+        self.slurm_cards.setSpecialValueText("the job's")
+        self.slurm_cards.setToolTip("cards (processes) per node; \"the job's\": the form's processes")
+        self.slurm_device = QComboBox(box)
+        for kind in ("hpu", "cuda", "cpu"):
+            self.slurm_device.addItem(kind, kind)
+        self.slurm_device.setToolTip("the nodes' device (this machine's cards say nothing of theirs)")
+        self.slurm_time = QLineEdit(box)
+        self.slurm_time.setPlaceholderText("none")
+        self.slurm_time.setToolTip("time limit: minutes, HH:MM:SS or D-HH:MM:SS; a checkpoint stop is "
+                                   "asked for the stop grace period before it")
+        self.slurm_partition = QLineEdit(box)
+        self.slurm_partition.setPlaceholderText("default")
+        self.slurm_partition.setToolTip("Slurm partition (empty: the cluster's default)")
+        self.slurm_account = QLineEdit(box)
+        self.slurm_account.setPlaceholderText("default")
+        self.slurm_account.setToolTip("Slurm account to charge (empty: yours by default)")
+        self.slurm_gres = QLineEdit(box)
+        self.slurm_gres.setPlaceholderText("cuda: gpu:N")
+        self.slurm_gres.setToolTip("generic resources per node as the cluster names them (gres.conf), "
+                                   "e.g. gpu:8; Gaudi clusters choose their own name")
+        self.slurm_login = QComboBox(box)
+        self.slurm_login.setToolTip("where sbatch, squeue and scancel run: this machine, or a login host "
+                                    "over SSH. The run folder must be on the file system it and the "
+                                    "nodes share, at the same path")
+        fields: list[tuple[str, QWidget]] = [
+            ("Nodes", self.slurm_nodes), ("Cards/node", self.slurm_cards), ("Device", self.slurm_device),
+            ("Time", self.slurm_time), ("Partition", self.slurm_partition), ("Account", self.slurm_account),
+            ("Gres", self.slurm_gres), ("Login", self.slurm_login)]
+        for i, (label, widget) in enumerate(fields):
+            row, col = divmod(i, 4)
+            grid.addWidget(QLabel(label, box), row, col * 2)
+            grid.addWidget(widget, row, col * 2 + 1)
+        saved: dict[str, Any] = {}
+        with contextlib.suppress(Exception):
+            saved = dict(self.services.settings.get("training/slurm") or {})
+        self.slurm_nodes.setValue(int(saved.get("nodes") or 1))
+        self.slurm_cards.setValue(int(saved.get("cards_per_node") or 0))
+        device = str(saved.get("device") or self.training.device)
+        self.slurm_device.setCurrentIndex(max(0, self.slurm_device.findData(device)))
+        for edit, key in ((self.slurm_time, "time"), (self.slurm_partition, "partition"),
+                          (self.slurm_account, "account"), (self.slurm_gres, "gres")):
+            edit.setText(str(saved.get(key) or ""))
+            edit.textChanged.connect(lambda _t: self._on_slurm_changed())
+        self._slurm_login_wanted = str(saved.get("login") or remote_mod.LOCAL)
+        for spin in (self.slurm_nodes, self.slurm_cards):
+            spin.valueChanged.connect(lambda _v: self._on_slurm_changed())
+        for combo in (self.slurm_device, self.slurm_login):
+            combo.currentIndexChanged.connect(lambda _i: self._on_slurm_changed())
+        box.setVisible(False)
+
+    def _fill_login_hosts(self, names: list[str]) -> None:
+        """The login host combo: this machine, then the saved hosts."""
+        wanted = [remote_mod.LOCAL, *names]
+        current = str(self.slurm_login.currentData() or self._slurm_login_wanted)
+        if [self.slurm_login.itemData(i) for i in range(self.slurm_login.count())] != wanted:
+            self.slurm_login.blockSignals(True)
+            self.slurm_login.clear()
+            for name in wanted:
+                self.slurm_login.addItem("local (this machine)" if name == remote_mod.LOCAL else name, name)
+            self.slurm_login.blockSignals(False)
+        self.slurm_login.setCurrentIndex(max(0, self.slurm_login.findData(current)))
+
+    def slurm_selected(self) -> bool:
+        return self.host_combo.currentData() == SLURM
+
+    def slurm_target(self) -> SlurmTarget:
+        """The Slurm fields as sbatch options (the stop before a time limit is the stop grace period,
+        as ``train --grace`` makes it)."""
+        options = slurm_mod.SlurmOptions(
+            nodes=self.slurm_nodes.value(), partition=self.slurm_partition.text().strip(),
+            time=self.slurm_time.text().strip(), account=self.slurm_account.text().strip(),
+            cards_per_node=self.slurm_cards.value(), gres=self.slurm_gres.text().strip(),
+            device=str(self.slurm_device.currentData() or "cpu"),
+            stop_before_limit_s=int(self.training._grace()))
+        return SlurmTarget(options, str(self.slurm_login.currentData() or remote_mod.LOCAL))
+
+    def _on_slurm_changed(self) -> None:
+        target = self.slurm_target()
+        o = target.options
+        with contextlib.suppress(ValueError, TypeError):
+            self.services.settings.set("training/slurm", {
+                "nodes": o.nodes, "partition": o.partition, "time": o.time, "account": o.account,
+                "cards_per_node": o.cards_per_node, "gres": o.gres, "device": o.device,
+                "login": target.login})
+        if self.slurm_selected():
+            self._update_host_note()
+            self.update_preview()
+
+    def _slurm_preview(self, job: JobConfig, errors: list[tuple[str, str]]) -> str:
+        """The sbatch script Start submits, as ``train --slurm --print-script`` shows it."""
+        target = self.slurm_target()
+        if errors:
+            return "# cannot make the sbatch script: " + "; ".join(f"{f}: {m}" for f, m in errors[:4])
+        try:
+            return target.script(job, self.store.root)
+        except (ValueError, OSError) as exc:
+            return f"# cannot make the sbatch script: {exc}"
+
+    def _start_slurm(self, job: JobConfig, *, resumed_from: str = "",
+                     after: SlurmTrainingJob | None = None) -> SlurmTrainingJob | None:
+        try:
+            started = (self.training.resume_slurm(after) if after is not None
+                       else self.training.start_slurm(job, self.slurm_target(), resumed_from=resumed_from))
+        except (ValueError, RuntimeError, OSError) as exc:
+            self.status.setText(f"cannot start: {exc}")
+            return None
+        self._clear_run_view()
+        if after is not None:
+            upto = after.progress.step
+            self.chart.set_records([r for r in after.records if int(r.get("step", 0)) <= upto])
+        self.views.setCurrentWidget(self.live)
+        self._update_buttons()
+        return started
+
     def selected_hosts(self) -> list[remote_mod.Host]:
         """The hosts of a run on several hosts, in machine-rank order (the checked ones)."""
         hosts = []
@@ -356,7 +502,8 @@ class TrainingTab(QWidget):
         if name == SEVERAL:
             several = self.selected_hosts()
             name = several[0].name if several else remote_mod.LOCAL
-        if name == remote_mod.LOCAL:
+        if name in (remote_mod.LOCAL, SLURM):
+            # Slurm: the job is prepared here (its folder on the shared file system), run on the nodes.
             return remote_mod.Host.local()
         try:
             return remote_mod.find_host(name)
@@ -373,15 +520,26 @@ class TrainingTab(QWidget):
     def _update_host_note(self) -> None:
         host = self.selected_host()
         multi = self.multi_selected()
+        slurm = self.slurm_selected()
         self.hosts_box.setVisible(multi)
-        # Machines and rank are set per host at Start (the main address too, unless typed).
+        self.slurm_box.setVisible(slurm)
+        # Machines and rank are set per host at Start (the main address too, unless typed); on Slurm
+        # by the nodes and the node's rank in the allocation.
         for widget in (self.form.num_machines, self.form.machine_rank):
-            widget.setEnabled(not multi)
-            widget.setToolTip("set for each host by \"several hosts…\"" if multi else "")
-        self.form.main_ip.setPlaceholderText("empty: from ssh -G, first host" if multi
-                                             else "main machine IP")
-        self.host_note.setVisible(multi or not host.is_local)
-        if multi:
+            widget.setEnabled(not multi and not slurm)
+            widget.setToolTip("set for each host by \"several hosts…\"" if multi else
+                              "set by the Slurm fields: Nodes, and each node's rank" if slurm else "")
+        self.form.main_ip.setPlaceholderText("empty: from ssh -G, first host" if multi else
+                                             "the allocation's first node" if slurm else "main machine IP")
+        self.host_note.setVisible(multi or slurm or not host.is_local)
+        if slurm:
+            login = self.slurm_target().login
+            where = "this machine" if login == remote_mod.LOCAL else f"{login} over SSH"
+            self.host_note.setText(
+                f"Submitted with sbatch on {where} and followed with squeue / sacct. The runs folder "
+                f"({self.store.root}) must be on the file system the nodes share, at the same path; the "
+                f"model, dataset and output paths are the nodes'. \"processes\" is per node.")
+        elif multi:
             hosts = self.selected_hosts()
             self.host_note.setText(
                 f"One run on {len(hosts)} hosts (check two or more): accelerate's multi-node launch on "
@@ -434,7 +592,12 @@ class TrainingTab(QWidget):
             job.launch.num_machines, job.launch.machine_rank = 1, 0
             if len(self.selected_hosts()) < 2:
                 errors = [*errors, ("host", "check two or more hosts for a run on several hosts")]
+        if self.slurm_selected():
+            # Machines, rank and the main address are set by the Slurm fields and the allocation.
+            job.launch.num_machines, job.launch.machine_rank = 1, 0
         errors = errors + job.validate()
+        if self.slurm_selected():
+            errors = [*errors, *(("slurm." + f, m) for f, m in self.slurm_target().problems(job))]
         if not self.selected_host().is_local:
             # Files named in the job are the host's: this machine cannot tell whether they exist
             # (the host's `train` checks them and refuses the run with the same message).
@@ -455,6 +618,14 @@ class TrainingTab(QWidget):
             self.command.setMaximumHeight(self.command.fontMetrics().lineSpacing() * lines + 24)
             self.form.set_hints([("cards", "; ".join(self._cards_phrase(h) for h in self.selected_hosts())
                                   or "every host uses its own cards, not this machine's selection")])
+            self.form.show_errors(errors)
+            return
+        if self.slurm_selected():
+            # The whole script (Copy command copies it), a dozen lines in view.
+            self.command.setPlainText(self._slurm_preview(job, errors))
+            self.command.setMaximumHeight(self.command.fontMetrics().lineSpacing() * 14 + 24)
+            self.form.set_hints([("cards", "the nodes' cards (Cards/node and Gres), not this machine's "
+                                           "selection")])
             self.form.show_errors(errors)
             return
         self.command.setMaximumHeight(90)
@@ -620,6 +791,10 @@ class TrainingTab(QWidget):
             self.status.setText("cannot start: " + "; ".join(f"{f}: {m}" for f, m in errors[:4]))
             return None
         host = self.selected_host()
+        if self.slurm_selected():
+            # A resume picked in Runs goes to Slurm too (the checkpoint is on the shared file system).
+            self._start_slurm(job, resumed_from=str(resumed_from.folder) if resumed_from else "")
+            return None
         if self.multi_selected() and resumed_from is None:
             self._start_multi(self.selected_hosts(), job)
             return None
@@ -718,6 +893,10 @@ class TrainingTab(QWidget):
                 return
             job = JobConfig.from_dict({**self.job.job_dict, "resume_from_checkpoint": checkpoint})
             self._start_multi(list(self.job.hosts), job, after=self.job)
+            return
+        if not selected and isinstance(self.job, SlurmTrainingJob):
+            # A new Slurm job, from the stopped run's checkpoint, with the same Slurm options.
+            self._start_slurm(JobConfig(), after=self.job)
             return
         if not selected and isinstance(self.job, RemoteTrainingJob):
             # The run on the host, from its checkpoint there.

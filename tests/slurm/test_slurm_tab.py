@@ -1,0 +1,163 @@
+"""The Training tab submits a job to a real one-node Slurm cluster: "Slurm cluster…" picked in the Host
+combo with the keyboard, its fields filled by clicks and keys, the sbatch script in the preview (and on
+the clipboard), Start — the job seen pending/running with its steps, Stop — "Stopped at step N —
+checkpoint-N saved", a complete checkpoint on disk, the Slurm job ended; Resume — a new job from that
+checkpoint, stopped, then cancelled with Kill now before its slow checkpoint is written; nothing left
+running (the leftover guard of tests/conftest.py checks)."""
+# mypy: disable-error-code="union-attr"
+
+from __future__ import annotations
+
+import contextlib
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import QWidget
+from pytestqt.qtbot import QtBot
+
+from gaudi_gui.core.runstore import checkpoint_complete
+from gaudi_gui.services.slurm_training import SlurmTrainingJob
+from gaudi_gui.ui.training_tab import SLURM
+from tests.conftest import slow_disk_env
+from tests.remote.test_remote_training_tab import click, close, make_tab, set_arg
+from tests.slurm_cluster import PARTITION, SlurmCluster
+
+# One cluster per session: under xdist every Slurm test goes to the same worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _without(script: str, folder_mark: str) -> list[str]:
+    """The script's lines that do not name the run folder."""
+    return [line for line in script.splitlines() if folder_mark not in line]
+
+
+def _type(qtbot: QtBot, widget: QWidget, text: str) -> None:
+    """Click a field, select what it holds and type ``text`` over it, as a person does."""
+    qtbot.mouseClick(widget, Qt.MouseButton.LeftButton)
+    assert widget.hasFocus()
+    qtbot.keyClick(widget, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    if text:
+        qtbot.keyClicks(widget, text)
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_slurm_run_from_the_tab_stop_with_checkpoint_and_resume(qtbot: QtBot, slurm: SlurmCluster,
+                                                                 tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    services, tab = make_tab(qtbot, tmp_path)
+    try:
+        # "Slurm cluster…" is the combo's last entry without saved hosts: picked with the keyboard.
+        assert tab.host_combo.itemData(tab.host_combo.count() - 1) == SLURM
+        assert not tab.slurm_box.isVisible()
+        tab.host_combo.setFocus()
+        qtbot.keyClick(tab.host_combo, Qt.Key.Key_End)
+        assert tab.slurm_selected() and tab.slurm_box.isVisible()
+        assert services.settings.get("training/host") == SLURM
+        assert "sbatch" in tab.host_note.text()
+
+        tab.form.model.setCurrentText("builtin:demo")
+        tab.form.main_port.setValue(_free_port())
+        out = tmp_path / "out"
+        set_arg(tab, "output_dir", str(out))
+        set_arg(tab, "max_steps", "100000")
+        set_arg(tab, "save_steps", "100000")
+        set_arg(tab, "logging_steps", "1")
+        set_arg(tab, "per_device_train_batch_size", "2")
+
+        # The Slurm fields, each by clicks and keys.
+        _type(qtbot, tab.slurm_nodes, "1")
+        _type(qtbot, tab.slurm_cards, "1")
+        _type(qtbot, tab.slurm_time, "10")
+        _type(qtbot, tab.slurm_partition, PARTITION)
+        _type(qtbot, tab.slurm_account, "")
+        _type(qtbot, tab.slurm_gres, "")
+        for combo, key, value in ((tab.slurm_device, Qt.Key.Key_End, "cpu"),
+                                  (tab.slurm_login, Qt.Key.Key_Home, "local")):
+            combo.setFocus()
+            qtbot.keyClick(combo, key)
+            assert combo.currentData() == value
+        assert services.settings.get("training/slurm")["partition"] == PARTITION
+
+        # The preview is the sbatch script `train --slurm --print-script` makes; Copy command copies it.
+        script = tab.command.toPlainText()
+        for line in ("#!/bin/bash", "#SBATCH --nodes=1", f"#SBATCH --partition={PARTITION}",
+                     "#SBATCH --time=10", "#SBATCH --signal=B:USR1@", '--machine_rank "$SLURM_NODEID"',
+                     str(tab.store.root / "<run>")):
+            assert line in script, script
+        assert "--account" not in script
+        click(qtbot, tab.btn["Copy command"])
+        assert QGuiApplication.clipboard().text() == script
+        # A bad field is refused in the preview, before anything is submitted.
+        _type(qtbot, tab.slurm_time, "soon")
+        assert "not a Slurm time limit" in tab.command.toPlainText()
+        _type(qtbot, tab.slurm_time, "10")
+        assert tab.command.toPlainText() == script
+
+        click(qtbot, tab.btn["Start"])
+        job = tab.job
+        assert isinstance(job, SlurmTrainingJob), tab.status.text()
+        qtbot.waitUntil(lambda: bool(job.job_id and job.folder), timeout=60000)
+        qtbot.waitUntil(lambda: f"Slurm job {job.job_id} running" in tab.status.text()
+                        and job.progress.step >= 2, timeout=120000)
+        assert f"step {job.progress.step}" in tab.eta.text()
+        assert tab.chart.point_count() >= 2
+        assert f"submitted batch job {job.job_id}" in tab.log.plain_text()
+        run = Path(job.folder)
+        assert run.parent == tab.store.root
+        # What was submitted is the script the preview showed, in the run's own folder.
+        submitted = (run / "slurm.sh").read_text()
+        assert _without(submitted, run.name) == _without(script, "<run>"), submitted
+
+        with qtbot.waitSignal(job.finished, timeout=90000) as done:
+            click(qtbot, tab.btn["Stop"])
+            assert tab.btn["Stop"].text() == "Kill now"
+        assert done.args[1] == "stopped", tab.status.text()
+        saved = [json.loads(ln) for ln in (run / "events.jsonl").read_text().splitlines()]
+        steps = [int(e["step"]) for e in saved if e.get("type") == "checkpoint_saved"]
+        assert steps, tab.log.plain_text()[-3000:]
+        step = steps[-1]
+        status = tab.status.text()
+        assert status.startswith(f"Stopped at step {step} — checkpoint-{step} saved"), status
+        assert checkpoint_complete(out / f"checkpoint-{step}")
+        assert job.checkpoint() and Path(job.checkpoint()).name == f"checkpoint-{step}"
+        assert tab.btn["Start"].isEnabled() and tab.btn["Resume"].isEnabled()
+        assert not job.is_running()
+        assert job.job_id not in slurm.jobs()
+
+        # Resume submits a new job from the checkpoint: its first step is the one after it. Its
+        # checkpoint disk is slow (sbatch passes the environment on), so Kill now comes while it saves.
+        for name, setting in slow_disk_env(0.05).items():
+            monkeypatch.setenv(name, setting)
+        click(qtbot, tab.btn["Resume"])
+        again = tab.job
+        assert isinstance(again, SlurmTrainingJob) and again is not job, tab.status.text()
+        qtbot.waitUntil(lambda: bool(again.records), timeout=120000)
+        assert again.job_id != job.job_id and again.resumed_from == job.folder
+        assert int(again.records[0]["step"]) == step + 1, again.records[:3]
+        assert json.loads((Path(again.folder) / "status.json").read_text())["resumed_from"] == job.folder
+        # Stop, then (once the stop was sent) Kill now: the job is cancelled at once, no checkpoint.
+        with qtbot.waitSignal(again.finished, timeout=90000) as done:
+            click(qtbot, tab.btn["Stop"])
+            qtbot.waitUntil(lambda: f"stopping job {again.job_id}" in tab.log.plain_text(), timeout=30000)
+            assert tab.btn["Stop"].text() == "Kill now"
+            click(qtbot, tab.btn["Stop"])
+        assert done.args[1] == "killed", tab.status.text()
+        assert f"SIGINT again: cancelling job {again.job_id}" in tab.log.plain_text()
+        assert again.job_id not in slurm.jobs()
+    finally:
+        if tab.job.is_running():
+            # A failed check must not leave the job going in Slurm: Kill now, as a person would.
+            tab.job.kill()
+            with contextlib.suppress(Exception):
+                qtbot.waitUntil(lambda: not tab.job.is_running(), timeout=60000)
+        close(services, tab)
