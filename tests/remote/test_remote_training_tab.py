@@ -18,6 +18,7 @@ from gaudi_gui.app import create_services
 from gaudi_gui.core import remote
 from gaudi_gui.core.runstore import RunStore, checkpoint_complete
 from gaudi_gui.services.context import AppServices
+from gaudi_gui.services.process import reap_all
 from gaudi_gui.services.remote_training import FOLLOWING, RemoteTrainingJob
 from gaudi_gui.ui.training_tab import TrainingTab
 from tests.remote.conftest import SshHost
@@ -58,6 +59,9 @@ def close(services: AppServices, tab: TrainingTab) -> None:
     tab.shutdown()
     services.training.shutdown()
     services.poller.stop()
+    # As the app does once its window is gone: a `runs stop --now` call still on its way to a host
+    # was killed by the shutdown; wait for it, or Qt destroys a running QProcess.
+    reap_all()
 
 
 @pytest.mark.usefixtures("demo_model")
