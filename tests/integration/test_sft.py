@@ -31,7 +31,8 @@ from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.sft import runner_target
 from gaudi_gui.ui.training_runs import RunsTable
 
-pytestmark = pytest.mark.slow
+# Its module fixture (real children) runs once: under xdist every test here goes to one worker.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sft_runs")]
 
 ALPACA = [
     {"instruction": "Name a color.", "input": "", "output": "Blue."},

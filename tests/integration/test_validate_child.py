@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+# Its module fixture (real children) runs once: under xdist every test here goes to one worker.
+pytestmark = pytest.mark.xdist_group("validate_child")
+
 #: name -> the validate file's content. All run at once (one transformers import each).
 CASES: dict[str, dict[str, Any]] = {
     "bf16_use_cpu": {"training_args": {"output_dir": "o", "bf16": True, "use_cpu": True}},
