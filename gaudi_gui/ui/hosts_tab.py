@@ -306,11 +306,11 @@ class HostsTab(QWidget):
             self._fit_columns()
             return
         kind = str(answer.get("kind") or "")
-        short = {"missing": "missing — Set up host", "version": "other version — Set up host"}.get(
-            kind, "unknown")
-        item.setText(VERSION, short)
+        fix = {"missing": "missing — Set up host", "version": "other version — Set up host"}.get(kind)
+        # Not reached (the state column says why): no version known, nothing to set up.
+        item.setText(VERSION, fix or "—")
         item.setToolTip(VERSION, str(answer.get("message") or ""))
-        item.setForeground(VERSION, QBrush(_BAD))
+        item.setForeground(VERSION, QBrush(_BAD if fix else _IDLE))
         self._fit_columns()
 
     def _show_cards(self, name: str, samples: list[DeviceSample]) -> None:

@@ -45,6 +45,9 @@ class LossChart(QWidget):
         self.loss_plot.setMinimumHeight(130)
         self.lr_plot.setMinimumHeight(90)
         self.device_plot.setMinimumHeight(90)
+        for plot in (self.loss_plot, self.lr_plot, self.device_plot):
+            # Steps start at 0: the padding that makes room for the legend must not show step -10.
+            plot.getPlotItem().getViewBox().setLimits(xMin=0)
         for plot in (self.loss_plot, self.device_plot):
             # Room above the curves for the legend, which gets an opaque box so it never hides one.
             plot.getPlotItem().getViewBox().setDefaultPadding(0.2 if plot is self.loss_plot else 0.12)
