@@ -397,15 +397,8 @@ class MultiHostTrainingJob(HostedJob):
 
     # -- stopping ---------------------------------------------------------------------------------
 
-    def stop(self, grace_s: float | None = None) -> None:
-        """Stop every host with a checkpoint; pressed again: kill every host's ranks now."""
-        if not self.is_running():
-            return
-        if self._stop_sent:
-            self.kill()
-            return
-        self._stop_sent = 1
-        self._set_state("stopping")
+    def _request_stop(self) -> None:
+        """Every host stops with a checkpoint (Stop again: ``kill`` every host's ranks now)."""
         self._set_summary(f"stopping on every host ({', '.join(self.host_names())}): checkpoint at the "
                           f"end of the current step…")
         self._say("stop: every host saves a checkpoint at the end of the current step (Stop again: "

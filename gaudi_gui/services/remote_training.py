@@ -134,6 +134,22 @@ class HostedJob(TrainingJob):
     def is_remote(self) -> bool:
         return True
 
+    def stop(self, grace_s: float | None = None) -> None:
+        """Stop with a checkpoint (the hosts' ranks save at the end of their current step); pressed
+        again: kill now."""
+        if not self.is_running():
+            return
+        if self._stop_sent:
+            self.kill()
+            return
+        self._stop_sent = 1
+        self._set_state("stopping")
+        self._request_stop()
+
+    def _request_stop(self) -> None:
+        """Ask the host(s) for the stop with a checkpoint (``_stop_sent`` and the state are set)."""
+        raise NotImplementedError
+
 
 class RemoteTrainingJob(HostedJob):
     """One training run on a host over SSH (started here, or followed again after a restart).
@@ -371,16 +387,9 @@ class RemoteTrainingJob(HostedJob):
 
     # -- stopping ---------------------------------------------------------------------------------
 
-    def stop(self, grace_s: float | None = None) -> None:
-        """Stop with a checkpoint (``runs stop`` on the host); pressed again: kill now."""
-        if not self.is_running():
-            return
-        if self._stop_sent:
-            self.kill()
-            return
-        self._stop_sent = 1
+    def _request_stop(self) -> None:
+        """``runs stop`` on the host (the ranks checkpoint at the end of the current step)."""
         self._stop_at = time.time()
-        self._set_state("stopping")
         self._set_summary(f"stopping on {self.host.name}: checkpoint at the end of the current step…")
         self._tick.start()
         if self.folder:

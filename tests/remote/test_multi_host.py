@@ -8,48 +8,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.launch import free_port
 from tests.remote.conftest import SshHost
+from tests.run_events import events, steps, wait_until
 
 pytestmark = pytest.mark.slow
 
 HOST_B = "gg-remote-b"  # the fixture's second alias of the same server
-
-
-def _wait(condition, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _events(run: Path, kind: str) -> list[dict]:
-    try:
-        lines = (run / "events.jsonl").read_text().splitlines()
-    except OSError:
-        return []
-    return [e for e in map(json.loads, lines) if e.get("type") == kind]
-
-
-def _steps(run: Path) -> int:
-    return max((int(e.get("step") or 0) for e in _events(run, "metrics")), default=0)
 
 
 class Cli:
@@ -80,7 +53,7 @@ def _job(tmp_path: Path, ssh_host: SshHost, resume: str = "", **args: object) ->
                     training_args={"output_dir": str(ssh_host.home / "out"), "max_steps": 100000,
                                    "logging_steps": 1, "per_device_train_batch_size": 2,
                                    "save_strategy": "no", **args})
-    job.launch.main_process_port = _free_port()
+    job.launch.main_process_port = free_port()
     path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
     job.save(path)
     return path
@@ -89,19 +62,19 @@ def _job(tmp_path: Path, ssh_host: SshHost, resume: str = "", **args: object) ->
 @pytest.mark.usefixtures("demo_model")
 def test_two_hosts_train_stop_with_a_checkpoint_on_both_and_resume(ssh_host: SshHost, tmp_path: Path) -> None:
     cli = Cli(_job(tmp_path, ssh_host))
-    assert _wait(lambda: len(cli.folders()) == 2, 120), cli.text()
+    assert wait_until(lambda: len(cli.folders()) == 2, 120), cli.text()
     runs = cli.folders()
     a, b = runs["gg-remote"], runs[HOST_B]
-    assert _wait(lambda: _steps(a) >= 3, 240), cli.text() + (a / "log.txt").read_text()[-3000:]
+    assert wait_until(lambda: steps(a) >= 3, 240), cli.text() + (a / "log.txt").read_text()[-3000:]
     # One job: both machines are in one process group of two (world size 2), one per host.
-    started = _events(a, "training_started")[0]
+    started = events(a, "training_started")[0]
     assert started["world_size"] == 2, started
     prefixes = {ln.split("|", 1)[0].strip() for ln in cli.out if "|" in ln}
     assert {"gg-remote", HOST_B} <= prefixes, prefixes  # every host's log, each line with its host
     cli.proc.send_signal(signal.SIGINT)  # Ctrl-C: every host stops with a checkpoint
     assert cli.proc.wait(timeout=240) == 0, cli.text()
-    saved_a = _events(a, "checkpoint_saved")
-    saved_b = _events(b, "checkpoint_saved")
+    saved_a = events(a, "checkpoint_saved")
+    saved_b = events(b, "checkpoint_saved")
     assert saved_a and saved_b and saved_a[-1]["step"] == saved_b[-1]["step"], (saved_a, saved_b)
     step = saved_a[-1]["step"]
     checkpoint = ssh_host.home / "out" / f"checkpoint-{step}"
@@ -116,7 +89,7 @@ def test_two_hosts_train_stop_with_a_checkpoint_on_both_and_resume(ssh_host: Ssh
     resume = Cli(_job(tmp_path, ssh_host, resume=str(checkpoint), max_steps=step + 2))
     assert resume.proc.wait(timeout=300) == 0, resume.text()
     ra = resume.folders()["gg-remote"]
-    assert _steps(ra) == step + 2 and min(int(e["step"]) for e in _events(ra, "metrics")) == step + 1
+    assert steps(ra) == step + 2 and min(int(e["step"]) for e in events(ra, "metrics")) == step + 1
     assert json.loads((ra / "status.json").read_text())["state"] == "finished"
     assert ssh_host.wait_no_processes(30) == []
 
@@ -124,9 +97,9 @@ def test_two_hosts_train_stop_with_a_checkpoint_on_both_and_resume(ssh_host: Ssh
 @pytest.mark.usefixtures("demo_model")
 def test_a_rank_killed_on_one_host_ends_the_run_on_the_other(ssh_host: SshHost, tmp_path: Path) -> None:
     cli = Cli(_job(tmp_path, ssh_host))
-    assert _wait(lambda: len(cli.folders()) == 2, 120), cli.text()
+    assert wait_until(lambda: len(cli.folders()) == 2, 120), cli.text()
     a, b = cli.folders()["gg-remote"], cli.folders()[HOST_B]
-    assert _wait(lambda: _steps(a) >= 2, 240), cli.text()
+    assert wait_until(lambda: steps(a) >= 2, 240), cli.text()
     rank = json.loads(next((b / "ranks").glob("rank-*.json")).read_text())
     os.kill(int(rank["pid"]), signal.SIGKILL)  # the machine of host B loses its rank
     assert cli.proc.wait(timeout=240) == 1, cli.text()

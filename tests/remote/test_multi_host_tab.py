@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
 from gaudi_gui.core import remote
+from gaudi_gui.core.launch import free_port
 from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
 from gaudi_gui.ui.training_tab import SEVERAL, TrainingTab
 from tests.remote.conftest import SshHost
@@ -28,14 +28,8 @@ pytestmark = pytest.mark.slow
 HOST_B = "gg-remote-b"  # the fixture's second alias of the same server
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _fill_form(tab: TrainingTab, ssh_host: SshHost) -> int:
-    port = _free_port()
+    port = free_port()
     tab.form.model.setCurrentText("builtin:demo")
     tab.form.main_port.setValue(port)
     set_arg(tab, "output_dir", str(ssh_host.home / "out"))

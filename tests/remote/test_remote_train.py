@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -17,23 +16,7 @@ import pytest
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.remote import Host
 from tests.remote.conftest import SshHost
-
-
-def _wait(condition, timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
-
-
-def _steps(run: Path) -> int:
-    try:
-        lines = (run / "events.jsonl").read_text().splitlines()
-    except OSError:
-        return 0
-    return max((json.loads(x).get("step", 0) for x in lines if '"metrics"' in x), default=0)
+from tests.run_events import steps, wait_until
 
 
 @pytest.mark.usefixtures("demo_model")
@@ -49,14 +32,14 @@ def test_run_on_host_outlives_client_and_connection_then_stops_with_checkpoint(
     def runs() -> list[Path]:
         return [p for p in ssh_host.runs_dir.glob("*") if (p / "config.json").exists()]
 
-    assert _wait(lambda: bool(runs()), 60), cli.stderr
+    assert wait_until(lambda: bool(runs()), 60), cli.stderr
     (run,) = runs()
-    assert _wait(lambda: _steps(run) >= 2, 120), (run / "log.txt").read_text()[-2000:]
+    assert wait_until(lambda: steps(run) >= 2, 120), (run / "log.txt").read_text()[-2000:]
     # The app's side dies hard (ssh included): the run on the host goes on.
     os.killpg(cli.pid, signal.SIGKILL)
     cli.wait()
-    before = _steps(run)
-    assert _wait(lambda: _steps(run) >= before + 3, 60)
+    before = steps(run)
+    assert wait_until(lambda: steps(run) >= before + 3, 60)
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "running"
 
@@ -68,11 +51,11 @@ def test_run_on_host_outlives_client_and_connection_then_stops_with_checkpoint(
     err_lines: list[str] = []
     for stream, sink in ((follower.stdout, out_lines), (follower.stderr, err_lines)):
         threading.Thread(target=lambda s=stream, k=sink: k.extend(iter(s.readline, "")), daemon=True).start()
-    assert _wait(lambda: len(out_lines) >= 3, 60)  # the follower is connected and streaming
+    assert wait_until(lambda: len(out_lines) >= 3, 60)  # the follower is connected and streaming
     ssh_host.drop()
-    assert _wait(lambda: any("reconnecting" in ln for ln in err_lines), 30), err_lines
+    assert wait_until(lambda: any("reconnecting" in ln for ln in err_lines), 30), err_lines
     seen = len(out_lines)
-    assert _wait(lambda: len(out_lines) > seen + 2, 60), err_lines  # streaming again after the drop
+    assert wait_until(lambda: len(out_lines) > seen + 2, 60), err_lines  # streaming again after the drop
     stop = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--host", ssh_host.dest, "stop",
                            run.name], capture_output=True, text=True, timeout=60, env=dict(os.environ))
     assert stop.returncode == 0, stop.stderr

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import socket
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from PySide6.QtGui import QGuiApplication
 from PySide6.QtWidgets import QWidget
 from pytestqt.qtbot import QtBot
 
+from gaudi_gui.core.launch import free_port
 from gaudi_gui.core.runstore import checkpoint_complete
 from gaudi_gui.services.slurm_training import SlurmTrainingJob
 from gaudi_gui.ui.training_tab import SLURM
@@ -28,12 +28,6 @@ from tests.slurm_cluster import PARTITION, SlurmCluster
 
 # One cluster per session: under xdist every Slurm test goes to the same worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _without(script: str, folder_mark: str) -> list[str]:
@@ -66,7 +60,7 @@ def test_slurm_run_from_the_tab_stop_with_checkpoint_and_resume(qtbot: QtBot, sl
         assert "sbatch" in tab.host_note.text()
 
         tab.form.model.setCurrentText("builtin:demo")
-        tab.form.main_port.setValue(_free_port())
+        tab.form.main_port.setValue(free_port())
         out = tmp_path / "out"
         set_arg(tab, "output_dir", str(out))
         set_arg(tab, "max_steps", "100000")

@@ -8,37 +8,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.launch import free_port
 from gaudi_gui.core.runstore import checkpoint_complete
+from tests.run_events import events, steps, wait_until
 from tests.slurm_cluster import PARTITION, SlurmCluster
 
 # One cluster per session: under xdist every Slurm test goes to the same worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
-
-
-def _wait(condition: Callable[[], object], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return bool(condition())
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _job(tmp_path: Path, resume: str = "", **args: object) -> Path:
@@ -46,7 +30,7 @@ def _job(tmp_path: Path, resume: str = "", **args: object) -> Path:
                     training_args={"output_dir": str(tmp_path / "out"), "max_steps": 100000,
                                    "logging_steps": 1, "per_device_train_batch_size": 2,
                                    "save_strategy": "no", **args})
-    job.launch.main_process_port = _free_port()
+    job.launch.main_process_port = free_port()
     path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
     job.save(path)
     return path
@@ -78,18 +62,6 @@ class Cli:
             if line.startswith("submitted batch job "):
                 return line.split()[3]
         return ""
-
-
-def _events(run: Path, kind: str) -> list[dict]:
-    try:
-        lines = (run / "events.jsonl").read_text().splitlines()
-    except OSError:
-        return []
-    return [e for e in map(json.loads, lines) if e.get("type") == kind]
-
-
-def _steps(run: Path) -> int:
-    return max((int(e.get("step") or 0) for e in _events(run, "metrics")), default=0)
 
 
 def _slurm_state(slurm: SlurmCluster, job_id: str) -> str:
@@ -135,13 +107,13 @@ def test_a_submitted_job_runs_to_the_end(slurm: SlurmCluster, tmp_path: Path) ->
 def test_ctrl_c_stops_the_job_with_a_checkpoint_and_resume_submits_a_new_job(slurm: SlurmCluster,
                                                                               tmp_path: Path) -> None:
     cli = Cli(_job(tmp_path))
-    assert _wait(lambda: cli.folder() is not None, 60), cli.text()
+    assert wait_until(lambda: cli.folder() is not None, 60), cli.text()
     run = cli.folder()
     assert run is not None
-    assert _wait(lambda: _steps(run) >= 2, 120), cli.text()
+    assert wait_until(lambda: steps(run) >= 2, 120), cli.text()
     cli.proc.send_signal(signal.SIGINT)
     assert cli.proc.wait(timeout=90) == 0, cli.text()
-    saved = _events(run, "checkpoint_saved")
+    saved = events(run, "checkpoint_saved")
     assert saved, cli.text()
     step = int(saved[-1]["step"])
     checkpoint = tmp_path / "out" / f"checkpoint-{step}"
@@ -158,7 +130,7 @@ def test_ctrl_c_stops_the_job_with_a_checkpoint_and_resume_submits_a_new_job(slu
     assert resume.job_id() and resume.job_id() != cli.job_id()
     again = resume.folder()
     assert again is not None
-    metrics = _events(again, "metrics")
-    assert min(int(e["step"]) for e in metrics) == step + 1 and _steps(again) == step + 2, metrics
+    metrics = events(again, "metrics")
+    assert min(int(e["step"]) for e in metrics) == step + 1 and steps(again) == step + 2, metrics
     status = json.loads((again / "status.json").read_text())
     assert status["state"] == "finished" and status["resumed_from"] == str(run), status
