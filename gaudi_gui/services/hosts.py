@@ -17,7 +17,7 @@ from gaudi_gui.core import remote
 from gaudi_gui.core.remote import Host, HostError, RemoteError
 from gaudi_gui.services.device_poller import DevicePoller
 from gaudi_gui.services.device_selection import DeviceSelection
-from gaudi_gui.services.process import ProcessRunner
+from gaudi_gui.services.process import ProcessRunner, delete_when_reaped
 from gaudi_gui.services.settings import Settings
 
 
@@ -89,8 +89,8 @@ class HostsService(QObject):
     def shake_hands(self, host: Host) -> None:
         """Run the host's ``gaudi-gui hello`` (its version, protocol and libraries) in a child."""
         old = self._hellos.pop(host.name, None)
-        if old is not None and old.runner.is_running():
-            old.runner.kill_tree()
+        if old is not None:
+            delete_when_reaped(old)
         hello = _Hello(host, self)
         hello.runner.finished.connect(lambda code, _status, h=hello: self._on_hello(h, code))
         self._hellos[host.name] = hello
@@ -118,7 +118,7 @@ class HostsService(QObject):
         old = self.pollers.pop(host.name, None)
         if old is not None:
             old.stop()
-            old.deleteLater()
+            delete_when_reaped(old)
         if self._running:
             self._ensure(host).start()
         self.hosts_changed.emit()
@@ -130,7 +130,7 @@ class HostsService(QObject):
         old = self.pollers.pop(name, None)
         if old is not None:
             old.stop()
-            old.deleteLater()
+            delete_when_reaped(old)
         host = next((h for h in self.saved() if h.name == name), None)
         if host is not None and self._running:
             self._ensure(host).start()
@@ -141,7 +141,7 @@ class HostsService(QObject):
         poller = self.pollers.pop(name, None)
         if poller is not None:
             poller.stop()
-            poller.deleteLater()
+            delete_when_reaped(poller)
         self.hosts_changed.emit()
 
     def _ensure(self, host: Host) -> DevicePoller:

@@ -33,6 +33,7 @@ from gaudi_gui.core import multi_host
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.remote import Host, RemoteError
 from gaudi_gui.core.runstore import RunStore
+from gaudi_gui.services.process import delete_when_reaped
 from gaudi_gui.services.remote_training import CLOSED, RECONNECTING, HostedJob, RemoteTrainingJob
 
 #: How long a host may stay unreachable before the run counts it as lost (the CLI's default too).
@@ -260,7 +261,7 @@ class MultiHostTrainingJob(HostedJob):
         super()._reset()
         for part in self.parts:
             part.shutdown()
-            part.deleteLater()
+            delete_when_reaped(part)
         self.parts = []
         self.cards = {}
         self.failure = ""

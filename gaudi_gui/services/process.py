@@ -106,6 +106,30 @@ def reap_all(timeout_ms: int = 3000) -> None:
             runner._process.waitForFinished(timeout_ms)
 
 
+def delete_when_reaped(obj: QObject) -> None:
+    """``obj.deleteLater()`` once no child of its runners runs any more.
+
+    A QProcess destroyed while its child runs warns and orphans it, and a killed child is reaped
+    by the event loop, not at once: an object whose work was just stopped (a poller replaced, a
+    host removed) is deleted only after its runners report ``finished``."""
+    runners = [r for r in obj.findChildren(ProcessRunner)
+               if r.is_running() and not r.is_detached()]
+    if not runners:
+        obj.deleteLater()
+        return
+    pending = set(runners)
+
+    def reaped(runner: ProcessRunner) -> None:
+        pending.discard(runner)
+        if not pending:
+            obj.deleteLater()
+
+    for runner in runners:
+        runner.finished.connect(lambda *_a, r=runner: reaped(r))
+        if not runner.is_stopping():
+            runner.kill_tree()
+
+
 def detached_running() -> bool:
     """True when a detached child still runs: the app must then exit without QProcess destructors
     (they kill their child), see ``gaudi_gui.app.run_gui``."""

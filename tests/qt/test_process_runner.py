@@ -176,3 +176,34 @@ def test_detached_child_survives_reap_all(qtbot) -> None:
     with qtbot.waitSignal(runner.finished, timeout=5000):
         os.killpg(runner.pid, signal.SIGKILL)
     assert not process.detached_running()
+
+
+def test_delete_when_reaped_waits_for_the_killed_children(qtbot) -> None:
+    """An owner deleted right after its children were killed would destroy a QProcess whose
+    child is not reaped yet ('QProcess: Destroyed while process … is still running', an orphan):
+    the owner goes only once every runner reported its end."""
+    from PySide6.QtCore import QObject
+
+    from gaudi_gui.services.process import delete_when_reaped
+
+    owner = QObject()
+    runners = [ProcessRunner(owner), ProcessRunner(owner)]
+    for runner in runners:
+        runner.start(sys.executable, ["-c", "import time; time.sleep(60)"])
+    qtbot.waitUntil(lambda: all(r.pid > 0 for r in runners), timeout=10000)
+    pids = [r.pid for r in runners]
+    destroyed: list[bool] = []
+    owner.destroyed.connect(lambda *_a: destroyed.append(True))
+    runners[0].kill_tree()  # one already being stopped, one still running: both are waited for
+    delete_when_reaped(owner)
+    assert not destroyed
+    qtbot.waitUntil(lambda: bool(destroyed), timeout=10000)
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
+                   for p in pids)
+
+    idle = QObject()  # nothing running: deleted on the next turn of the loop
+    ProcessRunner(idle)
+    gone: list[bool] = []
+    idle.destroyed.connect(lambda *_a: gone.append(True))
+    delete_when_reaped(idle)
+    qtbot.waitUntil(lambda: bool(gone), timeout=5000)
