@@ -8,6 +8,8 @@
   ``{"t": "status", "status": {...}}`` when it changes, and ``{"t": "end", "status": {...}}`` once the
   run has ended and its processes are gone. The offsets let a follower that lost its connection go on
   exactly where it was. It ends itself when its stdin closes (over SSH nothing else tells it).
+- ``runs attach RUN [--grace S]``: follow a Slurm run's job again (``commands/slurm_run.attach``),
+  after the terminal or the app that submitted it went away; Ctrl-C stops it with a checkpoint.
 - ``runs stop RUN [--now]``: a stop with a checkpoint (SIGTERM to the run's supervisor, which stops
   the ranks as the Training tab does); ``--now`` kills at once. A run whose supervisor is gone is
   stopped through its recorded rank pids directly.
@@ -29,6 +31,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.commands.terminal import seconds
 from gaudi_gui.core.events import EventFollower
 from gaudi_gui.core.proctree import ProcessRef
 from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStore
@@ -54,6 +57,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     follow.add_argument("run")
     follow.add_argument("--events-from", type=int, default=0)
     follow.add_argument("--log-from", type=int, default=0)
+    attach = action.add_parser("attach", help="follow a Slurm run's job again (after the terminal or app "
+                                "that submitted it went away); Ctrl-C stops it with a checkpoint")
+    attach.add_argument("run")
+    attach.add_argument("--grace", type=seconds, default=120.0, metavar="S",
+                        help="seconds the ranks get to save after a stop before the job is cancelled")
     stop = action.add_parser("stop", help="stop a run (checkpoint first; --now kills)")
     stop.add_argument("run")
     stop.add_argument("--now", action="store_true", help="kill the run's processes now")
@@ -111,6 +119,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if action == "stop":
         return _stop(found, now=args.now)
+    if action == "attach":
+        from gaudi_gui.commands import slurm_run
+        return slurm_run.attach(found, grace=args.grace)
     return _follow(found, args.events_from, args.log_from)
 
 

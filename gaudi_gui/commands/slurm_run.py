@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -161,7 +162,8 @@ def train(args: argparse.Namespace) -> int:
                               summary=f"Failed: sbatch refused the job: {why}")
             _say(f"gaudi-gui train: sbatch refused the job: {why}\nscript: {script_path}")
             return 1
-        _write_info(run, {"job_id": job_id, "login": host.name, "script": str(script_path)})
+        _write_info(run, {"job_id": job_id, "login": host.name, "script": str(script_path),
+                          "options": dataclasses.asdict(options)})
         run.update_status(summary=f"Slurm job {job_id} submitted")
         where = "" if host.is_local else f" on {host.name}"
         print(f"submitted batch job {job_id}{where}", flush=True)
@@ -171,6 +173,54 @@ def train(args: argparse.Namespace) -> int:
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def read_info(run: Run) -> dict[str, Any]:
+    """The run's slurm.json (job id, login host, options); ValueError (one line) when it is not a
+    Slurm run or the file is unreadable."""
+    path = run.folder / slurm_mod.INFO_NAME
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{run.folder} is not a Slurm run (no {slurm_mod.INFO_NAME})") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    if not isinstance(info, dict) or not str(info.get("job_id") or "").strip():
+        raise ValueError(f"{path} names no Slurm job")
+    return info
+
+
+def options_of(info: dict[str, Any]) -> slurm_mod.SlurmOptions:
+    """The sbatch options a run was submitted with (defaults for a slurm.json older than them)."""
+    saved = info.get("options")
+    if not isinstance(saved, dict):
+        saved = {}
+    known = {f.name for f in dataclasses.fields(slurm_mod.SlurmOptions)}
+    return slurm_mod.SlurmOptions(**{k: v for k, v in saved.items() if k in known})
+
+
+def attach(run: Run, *, grace: float) -> int:
+    """Follow a submitted job again (``gaudi-gui runs attach RUN``): after the terminal or the app
+    that submitted it went away, the job goes on in Slurm; this follows it from the start of its log
+    and events to its end, and Ctrl-C stops it as ``train --slurm`` would. A job that ended while
+    nobody followed it gets its outcome written at once."""
+    try:
+        info = read_info(run)
+        login = str(info.get("login") or remote.LOCAL)
+        host = Host.local() if login == remote.LOCAL else remote.find_host(login)
+    except (ValueError, HostError) as exc:
+        _say(f"gaudi-gui runs attach: {exc}")
+        return 2
+    job_id = str(info["job_id"]).strip()
+    status = run.status()
+    if status.state not in ("queued", "running", "stopping"):
+        _say(f"{run.name}: Slurm job {job_id} already ended: {status.state} — {status.summary}")
+        return 0 if status.state in ("finished", "stopped") else 1
+    where = "" if host.is_local else f" on {host.name}"
+    print(f"submitted batch job {job_id}{where} (followed again)", flush=True)
+    print(f"run folder: {run.folder} (device {options_of(info).device}, {options_of(info).nodes} node(s))",
+          flush=True)
+    return follow(run, job_id, runner_for(host), grace=grace)
 
 
 def _write_info(run: Run, info: dict[str, Any]) -> None:
@@ -335,4 +385,5 @@ def _finish(run: Run, job_id: str, info: slurm_mod.JobInfo | None, events: list[
     return 1
 
 
-__all__ = ["add_arguments", "follow", "options_from", "runner_for", "train"]
+__all__ = ["add_arguments", "attach", "follow", "options_from", "options_of", "read_info", "runner_for",
+           "train"]

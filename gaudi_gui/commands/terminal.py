@@ -36,4 +36,19 @@ class StopSignals:
         self.last = signal.Signals(signum).name
 
 
-__all__ = ["StopSignals", "printable", "say"]
+
+
+def seconds(text: str) -> float:
+    """An argparse type: a finite number of seconds >= 0 (``--grace``, ``--reconnect-s``)."""
+    import argparse
+    import math
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text!r}")
+    return value
+
+
+__all__ = ["StopSignals", "printable", "say", "seconds"]

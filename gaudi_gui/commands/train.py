@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import queue
 import signal
 import subprocess
@@ -25,6 +24,7 @@ from typing import IO, Any
 from gaudi_gui.commands.terminal import StopSignals as _Signals
 from gaudi_gui.commands.terminal import printable as _printable
 from gaudi_gui.commands.terminal import say as _say
+from gaudi_gui.commands.terminal import seconds as _grace
 from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import visibility
 from gaudi_gui.core.events import EventFollower
@@ -40,16 +40,6 @@ DEFAULT_GRACE_S = 120.0
 KILL_NOW_SIGNAL = signal.SIGUSR2
 #: How long ``--detach`` waits for the background supervisor to create the run folder.
 DETACH_WAIT_S = 120.0
-
-
-def _grace(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number of seconds >= 0, not {text!r}")
-    return value
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -111,7 +111,9 @@ def delete_when_reaped(obj: QObject) -> None:
 
     A QProcess destroyed while its child runs warns and orphans it, and a killed child is reaped
     by the event loop, not at once: an object whose work was just stopped (a poller replaced, a
-    host removed) is deleted only after its runners report ``finished``."""
+    host removed) is deleted only after its runners report ``finished``. Meanwhile it is mute (its
+    signals blocked): a retired object must not speak into whatever replaced it."""
+    obj.blockSignals(True)
     runners = [r for r in obj.findChildren(ProcessRunner)
                if r.is_running() and not r.is_detached()]
     if not runners:

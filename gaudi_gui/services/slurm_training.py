@@ -124,7 +124,8 @@ class SlurmTrainingJob(HostedJob):
 
     # is_remote (HostedJob): the ranks are on the cluster's nodes, so this machine's cards and their
     # chart do not apply.
-    #: The supervisor does not follow it again after a restart (the job goes on in Slurm).
+    #: Not in the remote runs the service remembers: after a restart a Slurm run is found in the run
+    #: store (its slurm.json) and followed again with ``follow_existing``.
     reattachable = False
 
     def describe(self) -> str:
@@ -168,6 +169,31 @@ class SlurmTrainingJob(HostedJob):
             self._child.write_line(json.dumps(self.job_dict))
             self._child.close_stdin()
 
+    def follow_existing(self, run: Run) -> None:
+        """Follow again a job submitted earlier (the app was closed while it ran): a ``gaudi-gui runs
+        attach`` child reads its log and events from the start, and Stop, Kill now and Resume work
+        as for a job submitted here (the options come from the run's slurm.json). ValueError when
+        the folder is not a Slurm run."""
+        if self.is_running():
+            raise RuntimeError("this job is already running")
+        from gaudi_gui.commands.slurm_run import options_of, read_info
+        info = read_info(run)
+        self._reset()
+        login = str(info.get("login") or LOCAL)
+        self.target = SlurmTarget(options_of(info), login)
+        self.host = Host.local() if login == LOCAL else Host.parse(login)
+        with contextlib.suppress(Exception):
+            job = run.user_job()  # as submitted (config.json is the job as the nodes run it)
+            self.job, self.job_dict = job, job.to_dict()
+        with contextlib.suppress(OSError, ValueError):
+            self.resumed_from = run.status().resumed_from or ""
+        self._active = True
+        self._set_state("queued")
+        self._set_summary(f"following Slurm job {info.get('job_id')} again…")
+        argv = [sys.executable, "-m", "gaudi_gui", "runs", "attach", str(run.folder),
+                "--grace", repr(float(self.stop_grace_s))]
+        self._child.start(argv[0], argv[1:], new_session=True)
+
     def _reset(self) -> None:
         super()._reset()
         self.job_id = self.folder = self.name = self.slurm_phase = ""
@@ -181,7 +207,8 @@ class SlurmTrainingJob(HostedJob):
 
     def _on_child_started(self, pid: int) -> None:
         # After the tab has bound this job (the start returns first): the line is seen.
-        self.log_line_received.emit("[gaudi-gui] " + shlex.join(self._child.argv) + " < job.json")
+        given = " < job.json" if "--config" in self._child.argv else ""
+        self.log_line_received.emit("[gaudi-gui] " + shlex.join(self._child.argv) + given)
         self.started.emit(pid)
 
     def _on_child_line(self, stream: str, line: str) -> None:

@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from PySide6.QtCore import QObject, Signal
 
+from gaudi_gui.core import slurm as slurm_mod
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.remote import HostError
 from gaudi_gui.core.runstore import Run, RunStore
+from gaudi_gui.services.process import delete_when_reaped
 from gaudi_gui.services.training_job import TrainingJob
 
 if TYPE_CHECKING:
@@ -157,16 +160,20 @@ class TrainingService(QObject):
         through a ``gaudi-gui train --slurm`` child; the outcome comes asynchronously."""
         if self.current.is_running():
             raise RuntimeError("a run is already going: stop it first")
-        from gaudi_gui.services.slurm_training import SlurmTrainingJob
-        fresh = SlurmTrainingJob(self.store, stop_grace_s=self._grace(), parent=self)
-        fresh.status_changed.connect(self._on_state)
-        fresh.finished.connect(self._on_job_finished)
+        fresh = self._new_slurm_job()
         fresh.start_slurm(job, target, resumed_from=resumed_from)
         self.settings.set("training/last_job", job.to_dict())
         self.jobs.append(fresh)
         self.current = fresh
         self.current_changed.emit(fresh)
         return fresh
+
+    def _new_slurm_job(self) -> SlurmTrainingJob:
+        from gaudi_gui.services.slurm_training import SlurmTrainingJob
+        job = SlurmTrainingJob(self.store, stop_grace_s=self._grace(), parent=self)
+        job.status_changed.connect(self._on_state)
+        job.finished.connect(self._on_job_finished)
+        return job
 
     def resume_slurm(self, job: SlurmTrainingJob) -> SlurmTrainingJob:
         """Submit a new Slurm job that resumes ``job`` from its checkpoint, with the same Slurm
@@ -235,6 +242,17 @@ class TrainingService(QObject):
             with contextlib.suppress(OSError):
                 if run.status().state not in ("queued", "running"):
                     continue
+            if (run.folder / slurm_mod.INFO_NAME).is_file():
+                # A Slurm job goes on without the app: followed again through the queue.
+                slurm_job = self._new_slurm_job()
+                try:
+                    slurm_job.follow_existing(run)
+                except (ValueError, HostError, OSError):
+                    delete_when_reaped(slurm_job)
+                    continue
+                self.jobs.append(slurm_job)
+                found.append(slurm_job)
+                continue
             job = self._new_job()
             try:
                 ok = job.attach(run)

@@ -194,10 +194,14 @@ def test_delete_when_reaped_waits_for_the_killed_children(qtbot) -> None:
     pids = [r.pid for r in runners]
     destroyed: list[bool] = []
     owner.destroyed.connect(lambda *_a: destroyed.append(True))
+    spoke: list[str] = []
+    owner.objectNameChanged.connect(spoke.append)
     runners[0].kill_tree()  # one already being stopped, one still running: both are waited for
     delete_when_reaped(owner)
     assert not destroyed
+    owner.setObjectName("retired")  # its signals are blocked: nothing it does reaches a slot
     qtbot.waitUntil(lambda: bool(destroyed), timeout=10000)
+    assert spoke == []
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE
                    for p in pids)
 

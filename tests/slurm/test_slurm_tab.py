@@ -1,6 +1,7 @@
 """The Training tab submits a job to a real one-node Slurm cluster: "Slurm cluster…" picked in the Host
 combo with the keyboard, its fields filled by clicks and keys, the sbatch script in the preview (and on
-the clipboard), Start — the job seen pending/running with its steps, Stop — "Stopped at step N —
+the clipboard), Start — the job seen pending/running with its steps; the app closed and started
+again — the job (still running in Slurm) followed again from its run folder; Stop — "Stopped at step N —
 checkpoint-N saved", a complete checkpoint on disk, the Slurm job ended; Resume — a new job from that
 checkpoint, stopped, then cancelled with Kill now before its slow checkpoint is written; nothing left
 running (the leftover guard of tests/conftest.py checks)."""
@@ -98,8 +99,9 @@ def test_slurm_run_from_the_tab_stop_with_checkpoint_and_resume(qtbot: QtBot, sl
         assert tab.command.toPlainText() == script
 
         click(qtbot, tab.btn["Start"])
-        job = tab.job
-        assert isinstance(job, SlurmTrainingJob), tab.status.text()
+        started = tab.job
+        assert isinstance(started, SlurmTrainingJob), tab.status.text()
+        job: SlurmTrainingJob = started
         qtbot.waitUntil(lambda: bool(job.job_id and job.folder), timeout=60000)
         qtbot.waitUntil(lambda: f"Slurm job {job.job_id} running" in tab.status.text()
                         and job.progress.step >= 2, timeout=120000)
@@ -111,6 +113,30 @@ def test_slurm_run_from_the_tab_stop_with_checkpoint_and_resume(qtbot: QtBot, sl
         # What was submitted is the script the preview showed, in the run's own folder.
         submitted = (run / "slurm.sh").read_text()
         assert _without(submitted, run.name) == _without(script, "<run>"), submitted
+
+        # The app quits while the job runs: the job goes on in Slurm, and the next start follows it
+        # again (found in the run store by its slurm.json), its whole curve and log read back.
+        services.training.detach_jobs()
+        assert f"scancel {job.job_id} ends it" in tab.log.plain_text()
+        services.settings.sync()
+        close(services, tab)
+        assert job.job_id in slurm.jobs()
+        got = job.progress.step
+        services, tab = make_tab(qtbot, tmp_path)
+        reattached = tab.job
+        assert isinstance(reattached, SlurmTrainingJob) and reattached is not job, type(reattached)
+        followed: SlurmTrainingJob = reattached
+        qtbot.waitUntil(lambda: followed.job_id == job.job_id and followed.progress.step > got,
+                        timeout=120000)
+        qtbot.waitUntil(lambda: f"Slurm job {job.job_id} running" in tab.status.text(), timeout=30000)
+        assert followed.folder == job.folder and followed.target is not None
+        assert followed.target.options.partition == PARTITION and followed.target.options.time == "10"
+        # What a Resume submits again (the job as sent to the nodes: the same form, one node).
+        for key in ("model", "dataset", "training_args"):
+            assert followed.job_dict[key] == job.job_dict[key], key
+        assert followed.records[0]["step"] == job.records[0]["step"]  # the curve from its first step
+        assert "runs attach" in tab.log.plain_text() and "[rank 0/1]" in tab.log.plain_text()
+        job = followed
 
         with qtbot.waitSignal(job.finished, timeout=90000) as done:
             click(qtbot, tab.btn["Stop"])

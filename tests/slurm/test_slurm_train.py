@@ -1,5 +1,6 @@
 """``gaudi-gui train --slurm`` against a real one-node Slurm cluster (slurmctld, slurmd, munge): a job
-submitted with sbatch runs to the end; a long one stopped with Ctrl-C ends "stopped" with a complete
+submitted with sbatch runs to the end; a long one whose submitting terminal was killed is followed again
+with ``runs attach``, and stopped with Ctrl-C there ends "stopped" with a complete
 checkpoint (the batch shell's trap asks the ranks to save, not the launcher), and resuming submits a new
 job that continues from it. Nothing is left running: the leftover guard of tests/conftest.py checks."""
 
@@ -37,16 +38,27 @@ def _job(tmp_path: Path, resume: str = "", **args: object) -> Path:
 
 
 class Cli:
-    def __init__(self, job: Path, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gaudi_gui", "train", "--config", str(job), "--slurm", "--device", "cpu",
-             "--partition", PARTITION, "--time", "10", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    """A ``gaudi-gui`` command, its output collected as it comes."""
+
+    def __init__(self, *args: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", *args], stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True, env=dict(os.environ))
         self.out: list[str] = []
         self.err: list[str] = []
         for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
             threading.Thread(target=lambda s=stream, k=sink: k.extend(iter(s.readline, "")),
                              daemon=True).start()
+
+    @classmethod
+    def train(cls, job: Path, *extra: str) -> Cli:
+        """``gaudi-gui train --slurm``: the job submitted to the test partition and followed."""
+        return cls("train", "--config", str(job), "--slurm", "--device", "cpu", "--partition", PARTITION,
+                   "--time", "10", *extra)
+
+    @classmethod
+    def attach(cls, run: Path) -> Cli:
+        """``gaudi-gui runs attach RUN``: the job of a run followed again."""
+        return cls("runs", "attach", str(run))
 
     def text(self) -> str:
         return "".join(self.out) + "".join(self.err)
@@ -88,7 +100,7 @@ def test_print_script_shows_the_job_and_submits_nothing(slurm: SlurmCluster, tmp
 
 @pytest.mark.usefixtures("demo_model")
 def test_a_submitted_job_runs_to_the_end(slurm: SlurmCluster, tmp_path: Path) -> None:
-    cli = Cli(_job(tmp_path, max_steps=3))
+    cli = Cli.train(_job(tmp_path, max_steps=3))
     assert cli.proc.wait(timeout=180) == 0, cli.text()
     run = cli.folder()
     assert run is not None and cli.job_id(), cli.text()
@@ -106,11 +118,21 @@ def test_a_submitted_job_runs_to_the_end(slurm: SlurmCluster, tmp_path: Path) ->
 @pytest.mark.usefixtures("demo_model")
 def test_ctrl_c_stops_the_job_with_a_checkpoint_and_resume_submits_a_new_job(slurm: SlurmCluster,
                                                                               tmp_path: Path) -> None:
-    cli = Cli(_job(tmp_path))
-    assert wait_until(lambda: cli.folder() is not None, 60), cli.text()
-    run = cli.folder()
+    submitter = Cli.train(_job(tmp_path))
+    assert wait_until(lambda: submitter.folder() is not None, 60), submitter.text()
+    run = submitter.folder()
     assert run is not None
-    assert wait_until(lambda: steps(run) >= 2, 120), cli.text()
+    assert wait_until(lambda: steps(run) >= 2, 120), submitter.text()
+    # The terminal that submitted it is gone (SIGKILL: nothing is asked of the job), the job goes on;
+    # `runs attach` follows it again from its folder, and its Ctrl-C is the stop.
+    submitter.proc.kill()
+    submitter.proc.wait(timeout=30)
+    assert submitter.job_id() in slurm.jobs()
+    cli = Cli.attach(run)
+    assert wait_until(lambda: cli.job_id() == submitter.job_id(), 30), cli.text()
+    assert wait_until(lambda: f"job {cli.job_id()}: running on {slurm.node}" in cli.text(), 30), cli.text()
+    seen = steps(run)
+    assert wait_until(lambda: steps(run) > seen and "[rank 0/1]" in cli.text(), 60), cli.text()
     cli.proc.send_signal(signal.SIGINT)
     assert cli.proc.wait(timeout=90) == 0, cli.text()
     saved = events(run, "checkpoint_saved")
@@ -125,7 +147,7 @@ def test_ctrl_c_stops_the_job_with_a_checkpoint_and_resume_submits_a_new_job(slu
     assert "SIGTERM sent to rank pid" in log, log[-3000:]
     assert _slurm_state(slurm, cli.job_id()) == "COMPLETED"
 
-    resume = Cli(_job(tmp_path, resume=str(checkpoint), max_steps=step + 2), "--resumed-from", str(run))
+    resume = Cli.train(_job(tmp_path, resume=str(checkpoint), max_steps=step + 2), "--resumed-from", str(run))
     assert resume.proc.wait(timeout=150) == 0, resume.text()
     assert resume.job_id() and resume.job_id() != cli.job_id()
     again = resume.folder()

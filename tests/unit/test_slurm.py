@@ -165,3 +165,41 @@ def test_signal_ranks_only_signals_this_hosts_live_ranks(tmp_path: Path) -> None
         if child.poll() is None:
             os.kill(child.pid, 9)
             child.wait()
+
+
+def _attach(*args: str) -> subprocess.CompletedProcess[str]:
+    import sys
+    return subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "attach", *args], capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_runs_attach_refuses_what_is_not_a_running_slurm_job(tmp_path: Path) -> None:
+    """``runs attach`` on a run that is not a Slurm run, a broken slurm.json, a job that already ended,
+    a bad --grace: a one-line reason and exit 2 (or the outcome and 0/1), never a traceback."""
+    import json
+
+    from gaudi_gui.commands.slurm_run import options_of
+    from gaudi_gui.core.runstore import RunStore
+
+    store = RunStore(tmp_path / "runs")
+    local = store.create(JobConfig(training_args={"output_dir": str(tmp_path / "out")}))
+    done = _attach(str(local.folder))
+    assert done.returncode == 2 and "is not a Slurm run" in done.stderr and "Traceback" not in done.stderr
+
+    (local.folder / slurm.INFO_NAME).write_text("{not json")
+    done = _attach(str(local.folder))
+    assert done.returncode == 2 and "cannot read" in done.stderr and "Traceback" not in done.stderr
+
+    info = {"job_id": "41", "login": "local", "options": {"partition": "p", "nodes": 2, "from_a_newer": 1}}
+    (local.folder / slurm.INFO_NAME).write_text(json.dumps(info))
+    assert options_of(info) == SlurmOptions(partition="p", nodes=2)
+    local.update_status(state="stopped", summary="Stopped at step 7 — checkpoint-7 saved")
+    done = _attach(str(local.folder))
+    assert done.returncode == 0 and "Slurm job 41 already ended: stopped" in done.stderr, done.stderr
+    local.update_status(state="failed", summary="Failed: exit 1")
+    assert _attach(str(local.folder)).returncode == 1
+
+    done = _attach(str(local.folder), "--grace", "-1")
+    assert done.returncode == 2 and "--grace" in done.stderr and "Traceback" not in done.stderr
+    done = _attach(str(tmp_path / "nowhere"))
+    assert done.returncode == 2 and "no run" in done.stderr
