@@ -132,8 +132,8 @@ def test_slurm_run_from_the_tab_stop_with_checkpoint_and_resume(qtbot: QtBot, sl
         assert followed.folder == job.folder and followed.target is not None
         assert followed.target.options.partition == PARTITION and followed.target.options.time == "10"
         # What a Resume submits again (the job as sent to the nodes: the same form, one node).
-        for key in ("model", "dataset", "training_args"):
-            assert followed.job_dict[key] == job.job_dict[key], key
+        for field in ("model", "dataset", "training_args"):
+            assert followed.job_dict[field] == job.job_dict[field], field
         assert followed.records[0]["step"] == job.records[0]["step"]  # the curve from its first step
         assert "runs attach" in tab.log.plain_text() and "[rank 0/1]" in tab.log.plain_text()
         job = followed
