@@ -384,8 +384,10 @@ class ProcessRunner(QObject):
     # -- QProcess slots -------------------------------------------------------------------------------
 
     def _on_started(self) -> None:
+        # No descendants are recorded here: a child that has just been exec'd has none, and the
+        # scan reads the whole process table on the GUI thread (a hosts poller starts a child every
+        # few seconds). Stops record them while the tree is whole (terminate_tree, kill_tree).
         self._pid = int(self._process.processId())
-        self._record_descendants()
         self.started.emit(self._pid)
 
     def _on_stdout(self) -> None:
