@@ -158,9 +158,11 @@ def train(args: argparse.Namespace) -> int:
             err, job_id = str(exc), ""
         if not job_id:
             why = (err.strip() or out.strip() or f"exit {code}")[-500:]
-            run.update_status(state="failed", ended_at=time.time(),
-                              summary=f"Failed: sbatch refused the job: {why}")
-            _say(f"gaudi-gui train: sbatch refused the job: {why}\nscript: {script_path}")
+            # runner_for: 255 is ssh's own failure (the reason is in err), not sbatch's answer.
+            what = (f"the login host {host.name} could not be reached" if code == 255 and not host.is_local
+                    else "sbatch refused the job")
+            run.update_status(state="failed", ended_at=time.time(), summary=f"Failed: {what}: {why}")
+            _say(f"gaudi-gui train: {what}: {why}\nscript: {script_path}")
             return 1
         _write_info(run, {"job_id": job_id, "login": host.name, "script": str(script_path),
                           "options": dataclasses.asdict(options)})

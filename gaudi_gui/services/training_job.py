@@ -39,6 +39,8 @@ from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, desc
 
 #: How often the event file is read (also read at once whenever the console prints a line).
 FOLLOW_MS = 250
+#: Seconds between two writes of the run's step into its status file while it trains.
+STEP_WRITE_S = 2.0
 #: How long the end of a run waits for processes already sent SIGKILL to disappear.
 DYING_WAIT_S = 30.0
 
@@ -83,6 +85,7 @@ class TrainingJob(QObject):
         self.saving_since = 0.0
         self._ended = False
         self._dying_since = 0.0
+        self._step_written_at = -STEP_WRITE_S
         self._runner = ProcessRunner(self, tail_lines=60, parse_protocol=False)
         self._runner.started.connect(self._on_started)
         self._runner.line_received.connect(self._on_line)
@@ -144,6 +147,7 @@ class TrainingJob(QObject):
         self.launcher = None
         self._ended = False
         self._dying_since = 0.0
+        self._step_written_at = -STEP_WRITE_S
         self.summary = ""
 
     # -- launching --------------------------------------------------------------------------------
@@ -209,7 +213,12 @@ class TrainingJob(QObject):
             if record is not None:
                 self.records.append(record)
                 self.progress.update(record)
-                if self.run and len(self.records) % 10 == 1:
+                now = time.monotonic()
+                if self.run and now - self._step_written_at >= STEP_WRITE_S:
+                    # The status file's step (for `runs list` and the Runs table): at most one
+                    # atomic rewrite every few seconds, not one per N steps (a fast model logs
+                    # 100 steps/s, and each write is a file replace on the GUI thread).
+                    self._step_written_at = now
                     with contextlib.suppress(OSError):
                         self.run.update_status(step=self.progress.step, max_steps=self.progress.max_steps)
                 self.metrics_received.emit(record)

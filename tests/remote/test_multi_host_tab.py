@@ -1,8 +1,9 @@
 """The Training tab runs one job on two hosts (two SSH aliases of one test server, one process each,
 gloo on the CPU): "several hosts…" picked and both hosts checked by clicks, every host's command in
-the preview, Start, steps from machine rank 0, both hosts' log lines and the host filter, Stop — both
-hosts stopped at the same step with a checkpoint, and nothing left running. Then a rank killed on
-one host: the run fails naming that host and the other host's ranks are killed."""
+the preview, Start, steps from machine rank 0, both hosts' log lines and the host filter; the app
+closed and started again — every host followed again; Stop — both hosts stopped at the same step with
+a checkpoint; Resume — both hosts from that checkpoint, stopped again; nothing left running. Then a
+rank killed on one host: the run fails naming that host and the other host's ranks are killed."""
 # mypy: disable-error-code="union-attr"
 
 from __future__ import annotations
@@ -97,6 +98,21 @@ def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_
         if os.environ.get("GAUDI_GUI_SCREENSHOT"):
             tab.grab().save(os.environ["GAUDI_GUI_SCREENSHOT"])
 
+        # The app quits leaving the run going on both hosts; the next start follows every host again.
+        services.training.detach_jobs()
+        services.settings.sync()
+        close(services, tab)
+        got = job.progress.step
+        services, tab = make_tab(qtbot, tmp_path)
+        reattached = tab.job
+        assert isinstance(reattached, MultiHostTrainingJob) and reattached is not job, type(reattached)
+        followed: MultiHostTrainingJob = reattached
+        assert [h.name for h in followed.hosts] == [ssh_host.dest, HOST_B]
+        qtbot.waitUntil(lambda: followed.progress.step > got, timeout=120000)
+        assert followed.records[0]["step"] == job.records[0]["step"]  # the whole curve, from rank 0
+        assert not tab.btn["Start"].isEnabled() and tab.btn["Stop"].isEnabled()
+        job = followed
+
         with qtbot.waitSignal(job.finished, timeout=180000) as done:
             click(qtbot, tab.btn["Stop"])
             assert tab.btn["Stop"].text() == "Kill now"
@@ -110,6 +126,18 @@ def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_
             tab.status.text()
         assert "stopped" in tab.hosts_line.text()
         assert tab.btn["Start"].isEnabled() and not tab.btn["Stop"].isEnabled()
+
+        # Resume: both hosts again from machine rank 0's checkpoint; the first step is the next one.
+        click(qtbot, tab.btn["Resume"])
+        again = tab.job
+        assert isinstance(again, MultiHostTrainingJob) and again is not job, tab.status.text()
+        resumed: MultiHostTrainingJob = again
+        qtbot.waitUntil(lambda: len(resumed.records) >= 2, timeout=180000)
+        assert resumed.records[0]["step"] == step + 1, resumed.records[:2]
+        assert [h.name for h in resumed.hosts] == [ssh_host.dest, HOST_B]
+        with qtbot.waitSignal(resumed.finished, timeout=180000) as done:
+            click(qtbot, tab.btn["Stop"])
+        assert done.args[1] == "stopped", tab.status.text()
     finally:
         for running in services.training.running():
             running.kill()

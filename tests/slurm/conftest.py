@@ -8,6 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.remote.conftest import ssh_host  # noqa: F401 (the --login tests' SSH server)
 from tests.slurm_cluster import ClusterError, SlurmCluster
 
 

@@ -19,6 +19,7 @@ import pytest
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.launch import free_port
 from gaudi_gui.core.runstore import checkpoint_complete
+from tests.remote.conftest import SshHost
 from tests.run_events import events, steps, wait_until
 from tests.slurm_cluster import PARTITION, SlurmCluster
 
@@ -113,6 +114,31 @@ def test_a_submitted_job_runs_to_the_end(slurm: SlurmCluster, tmp_path: Path) ->
     assert f"job {cli.job_id()}: running on {slurm.node}" in cli.text()
     assert "[rank 0/1] done" in cli.text() and "[rank 0/1] done" in (run / "log.txt").read_text()
     assert (tmp_path / "out" / "final").is_dir()
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_submitted_and_followed_on_a_login_host_over_ssh(slurm: SlurmCluster, ssh_host: SshHost,
+                                                         tmp_path: Path) -> None:
+    """--login: sbatch, squeue, scontrol and sacct run on the login host through the system ssh
+    client (here a real SSH server on 127.0.0.1 in front of the same cluster), the folder is shared."""
+    # A login host that refuses us is a clear error, nothing submitted. (First: once a connection to
+    # the server is open, ssh multiplexes any alias of the same user@host:port over it.)
+    bad = Cli.train(_job(tmp_path, max_steps=3), "--login", "gg-nokey")
+    assert bad.proc.wait(timeout=120) == 1, bad.text()
+    assert "the login host gg-nokey could not be reached" in bad.text(), bad.text()
+    assert "Traceback" not in bad.text() and slurm.jobs() == []
+
+    cli = Cli.train(_job(tmp_path, max_steps=3), "--login", ssh_host.dest)
+    assert cli.proc.wait(timeout=180) == 0, cli.text()
+    run = cli.folder()
+    assert run is not None and cli.job_id(), cli.text()
+    assert f"submitted batch job {cli.job_id()} on {ssh_host.dest}" in cli.text()
+    assert f"job {cli.job_id()}: running on {slurm.node}" in cli.text()
+    info = json.loads((run / "slurm.json").read_text())
+    assert info["login"] == ssh_host.dest and info["options"]["partition"] == PARTITION
+    assert json.loads((run / "status.json").read_text())["state"] == "finished"
+    assert _slurm_state(slurm, cli.job_id()) == "COMPLETED"
+    assert ssh_host.wait_no_processes(20) == []
 
 
 @pytest.mark.usefixtures("demo_model")
