@@ -86,6 +86,8 @@ class GenerationClient(QObject):
         self._runner = self._new_runner()
         self._state = STOPPED
         self._expect_exit = False
+        #: Why the worker was refused (another gaudi-gui on the host), said once it has ended.
+        self._refused = ""
         self._restart_after_exit = False
         self._options: LoadOptions | None = None      # of the loaded model (what restart reloads)
         self._pending: LoadOptions | None = None      # of the load in progress
@@ -287,6 +289,14 @@ class GenerationClient(QObject):
     def _on_message(self, message: dict) -> None:
         kind = message.get("type")
         if kind == "ready":
+            problem = worker_mismatch(self._host, message)
+            if problem is not None:
+                # Another gaudi-gui on the host: its worker may read the commands differently. Said
+                # once it is gone (after worker_exited, so a view's last word is the reason).
+                self._refused = problem
+                self._restart_after_exit = False
+                self._runner.kill_tree()
+                return
             if self._state == STARTING:
                 self._set_state(IDLE)
         elif kind == "loading":
@@ -365,7 +375,11 @@ class GenerationClient(QObject):
             if not self._restart_after_exit:
                 self._options = None
         expected = self._expect_exit or (status == EXIT_NORMAL and code == 0 and was in (IDLE, STOPPED))
+        refused, self._refused = self._refused, ""
         self.worker_exited.emit(code, status, tail)
+        if refused:
+            self.error_occurred.emit("version", refused)
+            expected = True
         if cancelled_load:
             # After worker_exited, so a view shows the cancel rather than the kill it took.
             self.load_cancelled.emit(reload)
@@ -391,6 +405,21 @@ def remote_worker_argv(host: Host, device_env: dict[str, str] | None = None) -> 
     env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **(device_env or {})}
     return host.wrap(host.gaudi_gui_argv("guard", "--python", *env_args(env),
                                          "--", "-m", "gaudi_gui.workers.generate"))
+
+
+def worker_mismatch(host: Host, ready: dict[str, Any]) -> str | None:
+    """What is wrong when a worker on ``host`` is not this gaudi-gui (its ``ready`` message names
+    its version and protocol), with the command that fixes it; None when it matches or is local."""
+    from gaudi_gui import __version__
+    from gaudi_gui.core import protocol
+    if host.is_local:
+        return None
+    version, proto = ready.get("gaudi_gui"), ready.get("protocol")
+    if version == __version__ and proto == protocol.PROTOCOL_VERSION:
+        return None
+    theirs = f"gaudi-gui {version}" if version else "an older gaudi-gui"
+    return (f"{host.name} runs {theirs} (worker protocol {proto}); this is {__version__} (protocol "
+            f"{protocol.PROTOCOL_VERSION}). Fix: {remote.fix_command(host)}")
 
 
 def remote_failure(host: Host, code: int, tail: str) -> tuple[str, str] | None:

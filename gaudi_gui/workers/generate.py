@@ -328,7 +328,9 @@ class Worker:
         threading.Thread(target=watch, name="signal-watch", daemon=True).start()
 
     def run(self) -> int:
-        self.out.emit("ready", pid=os.getpid(), protocol=protocol.PROTOCOL_VERSION)
+        from gaudi_gui import __version__
+        # The version lets a client on another machine refuse a worker that is not its own.
+        self.out.emit("ready", pid=os.getpid(), protocol=protocol.PROTOCOL_VERSION, gaudi_gui=__version__)
         threading.Thread(target=self.read_commands, name="stdin-reader", daemon=True).start()
         while True:
             message = self.commands.get()

@@ -1,8 +1,9 @@
 """The Model runner tab on a remote host, against a real SSH server and the system OpenSSH client: the
 host chosen in the Host combo by a person's clicks and keys, the demo model loaded and answering there
 with tokens streaming back, a prompt that would run code in a shell reaching the model as data, the
-host's card selection set in the worker's environment on the host, an ssh failure said in words, and
-nothing left on the host once the local ssh client is SIGKILLed."""
+host's card selection set in the worker's environment on the host, an ssh failure said in words, a
+worker of another gaudi-gui version refused with the fix, and nothing left on the host once the local
+ssh client is SIGKILLed."""
 
 from __future__ import annotations
 
@@ -192,3 +193,39 @@ def test_guard_sets_checked_env_and_runs_python_argv() -> None:
     assert argv[0] == "ssh" and argv[-2] == "gg-remote"
     assert "--env HABANA_VISIBLE_MODULES=2,3" in argv[-1]
     assert argv[-1].endswith("-- -m gaudi_gui.workers.generate")
+
+
+def test_a_worker_of_another_gaudi_gui_is_refused_with_the_fix(qtbot, ssh_host: SshHost,
+                                                               tmp_path: Path) -> None:
+    """A host whose remote command runs another gaudi-gui version: its worker's ready message says
+    so, the worker is ended before it is given anything, and the tab says why with the fix."""
+    import re
+    import shutil
+    import sys
+
+    import gaudi_gui
+    other = tmp_path / "other"
+    shutil.copytree(Path(gaudi_gui.__file__).parent, other / "gaudi_gui",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    init = other / "gaudi_gui" / "__init__.py"
+    init.write_text(re.sub(r'__version__ = "[^"]+"', '__version__ = "0.0.9"', init.read_text()))
+    remote.save_hosts([Host.parse(ssh_host.dest, f"env PYTHONPATH={other} {sys.executable} -m gaudi_gui")])
+    services = create_services()
+    widget = RunnerTab(services)
+    qtbot.addWidget(widget)
+    widget.show()
+    qtbot.waitExposed(widget)
+    try:
+        choose_host(qtbot, widget, ssh_host.dest)
+        with qtbot.waitSignal(widget.client.error_occurred, timeout=60000,
+                              check_params_cb=lambda kind, _m: kind == "version") as error:
+            click(qtbot, widget.load_button)
+        assert f"{ssh_host.dest} runs gaudi-gui 0.0.9" in error.args[1]
+        assert f"gaudi-gui hosts --setup {ssh_host.dest}" in error.args[1]
+        qtbot.waitUntil(lambda: "runs gaudi-gui 0.0.9" in widget.model_status.text(), timeout=5000)
+        assert widget.client.state == gc.STOPPED and widget.load_button.isEnabled()
+        assert "loaded" not in widget.model_status.text().lower()
+    finally:
+        widget.shutdown()
+        qtbot.waitUntil(lambda: not widget.client.is_running(), timeout=15000)
+    assert ssh_host.wait_no_processes() == []
