@@ -30,100 +30,20 @@ import contextlib
 import json
 import queue
 import signal
-import subprocess
 import sys
 import threading
-import time
-from collections import deque
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
+from gaudi_gui.commands.remote_run import EXIT_HOST, Follower, HostRun
 from gaudi_gui.commands.terminal import StopSignals as _Signals
 from gaudi_gui.commands.terminal import printable as _printable
 from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import remote, visibility
 from gaudi_gui.core.multi_host import host_jobs, main_address, parse_host_cards, parse_hosts, preflight
-from gaudi_gui.core.remote import SSH_FAILED, Host, HostError, RemoteError
-
-EXIT_HOST = 3
-
+from gaudi_gui.core.remote import HostError, RemoteError
 
 # -- following every host -----------------------------------------------------------------------------
-
-@dataclass
-class HostRun:
-    host: Host
-    rank: int
-    folder: str = ""
-    final: dict[str, Any] | None = None
-    lost: str = ""  #: why following this host gave up ("" while following)
-    tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
-
-
-class Follower(threading.Thread):
-    """``runs follow`` on one host, reconnecting with back-off; puts (run, message) on ``out``."""
-
-    def __init__(self, run: HostRun, out: queue.Queue[tuple[HostRun, dict[str, Any]]], reconnect_s: float,
-                 stopping: threading.Event) -> None:
-        super().__init__(name=f"follow-{run.host.name}", daemon=True)
-        self.run_, self.out, self.reconnect_s, self.stopping = run, out, reconnect_s, stopping
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def run(self) -> None:
-        events_from = log_from = 0
-        backoff = 1.0
-        last_contact = time.monotonic()
-        host, folder = self.run_.host, self.run_.folder
-        while True:
-            cmd = host.wrap(host.gaudi_gui_argv("runs", "follow", folder, "--events-from", str(events_from),
-                                                "--log-from", str(log_from)))
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE)
-            err: deque[str] = deque(maxlen=20)
-            assert self.proc.stdout is not None and self.proc.stderr is not None
-            threading.Thread(target=_collect, args=(self.proc.stderr, err), daemon=True).start()
-            for raw in iter(self.proc.stdout.readline, b""):
-                last_contact = time.monotonic()
-                backoff = 1.0
-                try:
-                    msg = json.loads(raw)
-                except ValueError:
-                    continue
-                kind = msg.get("t")
-                if kind == "log_offset":
-                    log_from = int(msg.get("end", log_from))
-                elif kind == "event" and "end" in msg:
-                    events_from = int(msg["end"])
-                if kind == "end":
-                    self.run_.final = msg.get("status") or {}
-                self.out.put((self.run_, msg))
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()  # type: ignore[union-attr]
-            code = self.proc.wait()
-            if self.run_.final is not None:
-                return
-            why = (remote.explain_ssh_failure(host.name, "\n".join(err))[1] if code == SSH_FAILED
-                   else f"the follower on {host.name} exited with {code}: {' '.join(err)[-200:]}")
-            if time.monotonic() - last_contact > self.reconnect_s:
-                self.run_.lost = f"{why}; gave up after {self.reconnect_s:g} s"
-                self.out.put((self.run_, {"t": "lost", "why": self.run_.lost}))
-                return
-            self.out.put((self.run_, {"t": "reconnecting", "why": why, "in": backoff}))
-            if self.stopping.wait(backoff) and self.run_.final is not None:
-                return
-            backoff = min(30.0, backoff * 2)
-
-    def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()  # type: ignore[union-attr]
-
-
-def _collect(stream: Any, into: deque[str]) -> None:
-    for raw in iter(stream.readline, b""):
-        into.append(raw.decode("utf-8", "replace").rstrip())
-
 
 def _stop(run: HostRun, now: bool) -> None:
     if not run.folder or run.final is not None:
@@ -200,8 +120,9 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
     handled = 0
     failed: HostRun | None = None
     width = max(len(r.host.name) for r in runs)
+    ended: set[int] = set()  # the ranks whose follower said "end" or "lost" (after all their lines)
     try:
-        while any(r.final is None and not r.lost for r in runs):
+        while len(ended) < len(runs):
             if signals.count > handled:
                 handled = signals.count
                 now = handled > 1
@@ -222,6 +143,8 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
                 _note(msg.get("event") or {}, run.host.name)
             elif kind == "reconnecting":
                 _say(f"{run.host.name}: {msg.get('why')}; reconnecting in {msg.get('in'):g} s")
+            elif kind in ("end", "lost"):
+                ended.add(run.rank)
             state = str((run.final or {}).get("state", "")) if kind == "end" else ""
             if failed is None and (run.lost or state in ("failed", "killed")):
                 failed = run

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import IO, Any
 
 from gaudi_gui.commands.terminal import StopSignals as _Signals
@@ -95,12 +96,6 @@ def forward(host: Host, argv: Sequence[str]) -> int:
 # -- train on a host ----------------------------------------------------------------------------------
 
 
-def _pump(stream: IO[bytes], lines: queue.Queue[bytes | None]) -> None:
-    for raw in iter(stream.readline, b""):
-        lines.put(raw)
-    lines.put(None)
-
-
 def train(host: Host, args: argparse.Namespace) -> int:
     from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
     try:
@@ -136,43 +131,48 @@ def train(host: Host, args: argparse.Namespace) -> int:
     return follow(host, folder, reconnect_s=args.reconnect_s)
 
 
-def follow(host: Host, folder: str, *, reconnect_s: float = 600.0) -> int:
-    """Follow a run on ``host`` to its end (exit 0 finished/stopped, 1 failed/killed, 3 gave up)."""
-    signals = _Signals()
-    previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    events_from = log_from = 0
-    handled = 0
-    backoff = 1.0
-    last_contact = time.monotonic()
+# -- following a run on a host ------------------------------------------------------------------------
+
+@dataclass
+class HostRun:
+    host: Host
+    rank: int
+    folder: str = ""
     final: dict[str, Any] | None = None
-    try:
-        while final is None:
+    lost: str = ""  #: why following this host gave up ("" while following)
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
+
+
+class Follower(threading.Thread):
+    """``runs follow`` on one host, reconnecting with back-off; puts (run, message) on ``out``."""
+
+    def __init__(self, run: HostRun, out: queue.Queue[tuple[HostRun, dict[str, Any]]], reconnect_s: float,
+                 stopping: threading.Event) -> None:
+        super().__init__(name=f"follow-{run.host.name}", daemon=True)
+        self.run_, self.out, self.reconnect_s, self.stopping = run, out, reconnect_s, stopping
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def run(self) -> None:
+        try:
+            self._follow()
+        except Exception as exc:  # said as the host's loss, never a silent dead thread
+            self.run_.lost = f"following {self.run_.host.name} failed: {exc}"
+            self.out.put((self.run_, {"t": "lost", "why": self.run_.lost}))
+
+    def _follow(self) -> None:
+        events_from = log_from = 0
+        backoff = 1.0
+        last_contact = time.monotonic()
+        host, folder = self.run_.host, self.run_.folder
+        while True:
             cmd = host.wrap(host.gaudi_gui_argv("runs", "follow", folder, "--events-from", str(events_from),
                                                 "--log-from", str(log_from)))
-            proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE)
-            lines: queue.Queue[bytes | None] = queue.Queue()
-            tail: deque[str] = deque(maxlen=20)
-            assert proc.stdout is not None and proc.stderr is not None
-            threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-            threading.Thread(target=_relay, args=(proc.stderr, tail, None), daemon=True).start()
-            while True:
-                if signals.count > handled:
-                    handled = signals.count
-                    now = handled > 1
-                    _say(f"\n{signals.last}: " + ("killing the run now (no checkpoint from this stop)" if now
-                         else "stopping — the ranks save a checkpoint first (Ctrl-C again: kill now)"))
-                    try:
-                        remote.call(host, host.gaudi_gui_argv("runs", "stop", folder,
-                                                              *(["--now"] if now else [])), timeout=60)
-                    except RemoteError as exc:
-                        _say(f"could not reach {host.name} to stop the run: {exc}")
-                try:
-                    raw = lines.get(timeout=0.25)
-                except queue.Empty:
-                    continue
-                if raw is None:
-                    break
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE)
+            err: deque[str] = deque(maxlen=20)
+            assert self.proc.stdout is not None and self.proc.stderr is not None
+            threading.Thread(target=_collect, args=(self.proc.stderr, err), daemon=True).start()
+            for raw in iter(self.proc.stdout.readline, b""):
                 last_contact = time.monotonic()
                 backoff = 1.0
                 try:
@@ -180,38 +180,89 @@ def follow(host: Host, folder: str, *, reconnect_s: float = 600.0) -> int:
                 except ValueError:
                     continue
                 kind = msg.get("t")
-                if kind == "log":
-                    with contextlib.suppress(BrokenPipeError):
-                        print(_printable(str(msg.get("line", ""))), flush=True)
-                elif kind == "log_offset":
+                if kind == "log_offset":
                     log_from = int(msg.get("end", log_from))
-                elif kind == "event":
-                    if "end" in msg:
-                        events_from = int(msg["end"])
-                    _note(msg.get("event") or {})
-                elif kind == "end":
-                    final = msg.get("status") or {}
+                elif kind == "event" and "end" in msg:
+                    events_from = int(msg["end"])
+                if kind == "end":
+                    self.run_.final = msg.get("status") or {}
+                self.out.put((self.run_, msg))
             with contextlib.suppress(OSError):
-                proc.stdin.close()  # type: ignore[union-attr]
-            code = proc.wait()
-            if final is not None:
-                break
-            why = (remote.explain_ssh_failure(host.name, "\n".join(tail))[1] if code == SSH_FAILED
-                   else f"the follower on {host.name} exited with {code}: {' '.join(tail)[-200:]}")
-            if time.monotonic() - last_contact > reconnect_s:
-                _say(f"gaudi-gui train: {why}; gave up after {reconnect_s:g} s. The run goes on on the "
-                     f"host: gaudi-gui runs --host {host.name} follow {folder}")
-                return EXIT_HOST
-            _say(f"{why}; reconnecting in {backoff:g} s (the run goes on on the host)")
-            deadline = time.monotonic() + backoff
-            while time.monotonic() < deadline and signals.count == handled:
-                time.sleep(0.1)
+                self.proc.stdin.close()  # type: ignore[union-attr]
+            code = self.proc.wait()
+            if self.run_.final is not None:
+                return
+            why = (remote.explain_ssh_failure(host.name, "\n".join(err))[1] if code == SSH_FAILED
+                   else f"the follower on {host.name} exited with {code}: {' '.join(err)[-200:]}")
+            if time.monotonic() - last_contact > self.reconnect_s:
+                self.run_.lost = f"{why}; gave up after {self.reconnect_s:g} s"
+                self.out.put((self.run_, {"t": "lost", "why": self.run_.lost}))
+                return
+            self.out.put((self.run_, {"t": "reconnecting", "why": why, "in": backoff}))
+            if self.stopping.wait(backoff) and self.run_.final is not None:
+                return
             backoff = min(30.0, backoff * 2)
+
+    def close(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()  # type: ignore[union-attr]
+
+
+def _collect(stream: Any, into: deque[str]) -> None:
+    for raw in iter(stream.readline, b""):
+        into.append(raw.decode("utf-8", "replace").rstrip())
+
+
+def follow(host: Host, folder: str, *, reconnect_s: float = 600.0) -> int:
+    """Follow a run on ``host`` to its end (exit 0 finished/stopped, 1 failed/killed, 3 gave up).
+    Ctrl-C asks the host for a stop with a checkpoint (a second: kill now), also while reconnecting."""
+    signals = _Signals()
+    previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    run = HostRun(host, 0, folder)
+    out: queue.Queue[tuple[HostRun, dict[str, Any]]] = queue.Queue()
+    stopping = threading.Event()
+    follower = Follower(run, out, reconnect_s, stopping)
+    follower.start()
+    handled = 0
+    try:
+        # Until the follower's own "end" / "lost" message: the lines queued before it are shown.
+        while True:
+            if signals.count > handled:
+                handled = signals.count
+                now = handled > 1
+                _say(f"\n{signals.last}: " + ("killing the run now (no checkpoint from this stop)" if now
+                     else "stopping — the ranks save a checkpoint first (Ctrl-C again: kill now)"))
+                try:
+                    stop = host.gaudi_gui_argv("runs", "stop", folder, *(["--now"] if now else []))
+                    remote.call(host, stop, timeout=60)
+                except RemoteError as exc:
+                    _say(f"could not reach {host.name} to stop the run: {exc}")
+            try:
+                _run, msg = out.get(timeout=0.25)
+            except queue.Empty:
+                continue
+            kind = msg.get("t")
+            if kind == "log":
+                with contextlib.suppress(BrokenPipeError):
+                    print(_printable(str(msg.get("line", ""))), flush=True)
+            elif kind == "event":
+                _note(msg.get("event") or {})
+            elif kind == "reconnecting":
+                _say(f"{msg.get('why')}; reconnecting in {msg.get('in'):g} s (the run goes on on the host)")
+            elif kind in ("end", "lost"):
+                break
     finally:
+        stopping.set()
+        follower.close()
         for sig, old in previous.items():
             signal.signal(sig, old)
-    state = str(final.get("state", "failed"))
-    summary = str(final.get("summary") or state)
+    if run.final is None:
+        _say(f"gaudi-gui train: {run.lost}. The run goes on on the host: gaudi-gui runs --host {host.name} "
+             f"follow {folder}")
+        return EXIT_HOST
+    state = str(run.final.get("state", "failed"))
+    summary = str(run.final.get("summary") or state)
     _say(f"{summary}\nrun folder on {host.name}: {folder}")
     return 0 if state in ("finished", "stopped") else 1
 
