@@ -231,6 +231,8 @@ def _write_info(run: Run, info: dict[str, Any]) -> None:
 
 
 class _LogTail:
+    """The complete lines added to a log file since the last call."""
+
     def __init__(self, path: Path) -> None:
         self.path, self.offset, self.partial = path, 0, b""
 
@@ -243,9 +245,12 @@ class _LogTail:
             return []
         self.offset += len(data)
         data = self.partial + data
-        parts = data.replace(b"\r", b"\n").split(b"\n")
+        parts = data.split(b"\n")
         self.partial = parts.pop()
-        return [p.decode("utf-8", "replace") for p in parts if p.strip()]
+        # A line's carriage-return rewrites (tqdm redrawing its bar, tqdm.write clearing it) are
+        # what a terminal shows at the end: the last one, not one line per redraw.
+        last = (p.rstrip(b"\r").rsplit(b"\r", 1)[-1] for p in parts)
+        return [p.decode("utf-8", "replace") for p in last if p.strip()]
 
 
 def _note(event: dict[str, Any]) -> None:
