@@ -27,6 +27,30 @@ FAKE_HLSMI = ROOT / "tests" / "fake_hl_smi.py"
 HOSTS = 4
 
 
+def _worst_gap_ms(loop: Any, seconds: float) -> float:
+    """Run ``loop`` for ``seconds`` with a 1 ms timer in it: the longest gap between two of its
+    ticks, in ms (how long the event loop was kept from its work at worst)."""
+    from PySide6.QtCore import QTimer
+
+    gaps: list[float] = []
+    last = [time.perf_counter()]
+
+    def tick() -> None:
+        t = time.perf_counter()
+        gaps.append((t - last[0]) * 1000)
+        last[0] = t
+
+    probe = QTimer()
+    probe.setInterval(1)
+    probe.timeout.connect(tick)
+    last[0] = time.perf_counter()
+    probe.start()
+    QTimer.singleShot(int(seconds * 1000), loop.quit)
+    loop.exec()
+    probe.stop()
+    return max(gaps or [0.0])
+
+
 def _measure(aliases: list[str], seconds: float) -> tuple[list[float], float, int]:
     """(seconds from start to each host's first sample, worst 1 ms timer gap in ms after every host
     answered, samples seen) for one fresh Hosts tab."""
@@ -66,23 +90,8 @@ def _measure(aliases: list[str], seconds: float) -> tuple[list[float], float, in
     if len(first) < len(aliases):
         tab.shutdown()
         raise RuntimeError(f"only {len(first)} of {len(aliases)} hosts answered within 60 s")
-    gaps: list[float] = []
-    last = [time.perf_counter()]
-
-    def tick() -> None:
-        t = time.perf_counter()
-        gaps.append((t - last[0]) * 1000)
-        last[0] = t
-
-    probe = QTimer()
-    probe.setInterval(1)
-    probe.timeout.connect(tick)
     seen = count[0]
-    last[0] = time.perf_counter()
-    probe.start()
-    QTimer.singleShot(int(seconds * 1000), loop.quit)
-    loop.exec()
-    probe.stop()
+    worst = _worst_gap_ms(loop, seconds)
     samples = count[0] - seen
     tab.shutdown()
     services.poller.stop()
@@ -91,7 +100,7 @@ def _measure(aliases: list[str], seconds: float) -> tuple[list[float], float, in
     app.processEvents()
     from gaudi_gui.services.process import reap_all
     reap_all()
-    return list(first.values()), max(gaps or [0.0]), samples
+    return list(first.values()), worst, samples
 
 
 def _discard(proc: Any) -> None:
@@ -144,28 +153,13 @@ def _measure_bare(aliases: list[str], seconds: float) -> float:
     loop = QEventLoop()
     QTimer.singleShot(3000, loop.quit)  # the streams going, as the app's after every host answered
     loop.exec()
-    gaps: list[float] = []
-    last = [time.perf_counter()]
-
-    def tick() -> None:
-        t = time.perf_counter()
-        gaps.append((t - last[0]) * 1000)
-        last[0] = t
-
-    probe = QTimer()
-    probe.setInterval(1)
-    probe.timeout.connect(tick)
-    last[0] = time.perf_counter()
-    probe.start()
-    QTimer.singleShot(int(seconds * 1000), loop.quit)
-    loop.exec()
-    probe.stop()
+    worst = _worst_gap_ms(loop, seconds)
     table_timer.stop()
     for proc in loops + tables:
         if proc.state() != QProcess.ProcessState.NotRunning:
             proc.kill()
             proc.waitForFinished(3000)
-    return max(gaps or [0.0])
+    return worst
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
