@@ -343,6 +343,14 @@ def test_log_view_collapses_bounds_and_filters(qtbot) -> None:
     assert "[rank 0/2]" not in text and "[rank 1/2] line 249" in text and "shared line" in text
     view.search.setText("line 249")
     assert view.find_next()
+    # Terminal escapes (tqdm's cursor-up, colours, a window title) and control characters are not
+    # shown as boxes and "[A": the text a terminal would show stays, tabs too.
+    view.rank.setCurrentIndex(0)
+    view.append_line("Writing model shards: 100%|##| 1/1 [00:03<00:00]\x1b[A\x1b[A")
+    view.append_line("\x1b[1;31mWARNING\x1b[0m\tdisk \x1b]0;title\x07almost full\x00\x08")
+    view.flush()
+    lines = view.plain_text().splitlines()
+    assert lines[-2:] == ["Writing model shards: 100%|##| 1/1 [00:03<00:00]", "WARNING\tdisk almost full"]
     view.shutdown()
 
 
