@@ -14,12 +14,13 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 
 from PySide6.QtCore import QObject, Signal
 
-from gaudi_gui.core import slurm as slurm_mod
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.remote import HostError
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.services.process import delete_when_reaped
 from gaudi_gui.services.training_job import TrainingJob
+
+#: A Slurm run's folder holds this (``core.slurm.INFO_NAME``; core.slurm is not imported at start-up).
+SLURM_INFO = "slurm.json"
 
 if TYPE_CHECKING:
     from gaudi_gui.core.remote import Host
@@ -242,8 +243,9 @@ class TrainingService(QObject):
             with contextlib.suppress(OSError):
                 if run.status().state not in ("queued", "running"):
                     continue
-            if (run.folder / slurm_mod.INFO_NAME).is_file():
+            if (run.folder / SLURM_INFO).is_file():
                 # A Slurm job goes on without the app: followed again through the queue.
+                from gaudi_gui.core.remote import HostError
                 slurm_job = self._new_slurm_job()
                 try:
                     slurm_job.follow_existing(run)
