@@ -12,7 +12,10 @@ from PySide6.QtWidgets import QApplication, QMainWindow, QWidget
 from gaudi_gui.services.context import AppServices
 
 
-def create_services(parent: QObject | None = None) -> AppServices:
+def create_services(parent: QObject | None = None, *, training: bool = True) -> AppServices:
+    """The window's services. ``training=False`` leaves ``services.training`` None for
+    ``add_training`` to fill in later: the app makes it after its first paint (the training
+    service's modules are a good part of what the window would otherwise wait for)."""
     from gaudi_gui.services.device_poller import DevicePoller
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.environment_probe import EnvironmentProbe
@@ -21,15 +24,22 @@ def create_services(parent: QObject | None = None) -> AppServices:
     settings = Settings(parent=parent)
     selection = DeviceSelection(parent)
     environment = EnvironmentProbe(parent=parent)
-    from gaudi_gui.services.training import TrainingService
-
     poller = DevicePoller(settings, selection, parent)
-    training = TrainingService(settings, selection, environment, parent)
     # Where jobs really run (cards seen but no habana_frameworks: the CPU), whether or not the
     # Devices tab is ever built.
     environment.probe_finished.connect(selection.set_environment)
-    return AppServices(settings=settings, selection=selection, environment=environment, poller=poller,
-                       training=training)
+    services = AppServices(settings=settings, selection=selection, environment=environment, poller=poller)
+    if training:
+        add_training(services, parent)
+    return services
+
+
+def add_training(services: AppServices, parent: QObject | None = None) -> None:
+    """Give ``services`` its training supervisor (once)."""
+    if services.training is not None:
+        return
+    from gaudi_gui.services.training import TrainingService
+    services.training = TrainingService(services.settings, services.selection, services.environment, parent)
 
 
 class _FirstPaint(QObject):
@@ -84,13 +94,19 @@ def run_gui(argv: Sequence[str]) -> int:
     app.setOrganizationName("gaudi-gui")
     from gaudi_gui.ui.main_window import MainWindow
 
-    services = create_services(app)
+    services = create_services(app, training=False)
     window = MainWindow(services)
     window.show()
     _show_settings_problems(services, window)
-    # hl-smi and the probe child (a Python that imports torch) compete with the first frame for the
-    # CPU: start them once the window has been painted.
+    # The training supervisor, hl-smi and the probe child (a Python that imports torch) compete with
+    # the first frame for the CPU: start them once the window has been painted (this runs before
+    # the window builds its first tab, which may need the supervisor).
     def start_background() -> None:
+        add_training(services, app)
+        assert services.training is not None
+        # Runs left going by an earlier session or started by `gaudi-gui train`: followed at once,
+        # whether or not the Training tab is ever opened.
+        QTimer.singleShot(0, services.training.reattach)
         services.poller.start()
         services.environment.refresh()
 

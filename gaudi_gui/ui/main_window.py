@@ -104,6 +104,10 @@ class MainWindow(QMainWindow):
         widget = self._built.get(key)
         if widget is not None:
             return widget
+        if key == "training_tab" and self.services.training is None:
+            # Built before the app made its supervisor (after the first paint): make it now.
+            from gaudi_gui.app import add_training
+            add_training(self.services, self.services.settings.parent())
         widget = _construct(key, self.services, self)
         self._built[key] = widget
         index = [k for k, _ in _TABS].index(key)
