@@ -37,6 +37,8 @@ FINAL_STATES = ("finished", "failed", "stopped", "killed")
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 #: transformers' JIT checkpoint writes this while a save is under way and removes it at the end.
 INCOMPLETE_SENTINEL = "checkpoint-is-incomplete.txt"
+#: What a run submitted to Slurm holds in its folder (job id, login host, sbatch options; core/slurm.py).
+SLURM_INFO = "slurm.json"
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
 
@@ -314,7 +316,7 @@ class Run:
         status = self.status()
         if status.state not in ("queued", "running") or self.processes_alive():
             return status
-        if (self.folder / "slurm.json").is_file():
+        if (self.folder / SLURM_INFO).is_file():
             # A Slurm job's processes are on the cluster's nodes, not here: only the queue (squeue,
             # sacct) knows whether it still runs, and the command following it writes its end.
             return status
@@ -437,5 +439,5 @@ def is_pid_alive(pid: int) -> bool:
     return True
 
 
-__all__ = ["FINAL_STATES", "STATES", "Run", "RunStatus", "RunStore", "checkpoint_complete", "field",
-           "is_pid_alive", "latest_checkpoint"]
+__all__ = ["FINAL_STATES", "SLURM_INFO", "STATES", "Run", "RunStatus", "RunStore", "checkpoint_complete",
+           "field", "is_pid_alive", "latest_checkpoint"]

@@ -33,11 +33,12 @@ from pathlib import Path
 
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.runstore import SLURM_INFO
 
 #: What the batch shell traps as "stop with a checkpoint" (``scancel --batch --signal=USR1 JOB``).
 STOP_SIGNAL = "USR1"
 SCRIPT_NAME = "slurm.sh"
-INFO_NAME = "slurm.json"
+INFO_NAME = SLURM_INFO
 #: launch.main_process_ip while the job is prepared: the script replaces it with the first node.
 MAIN_PLACEHOLDER = "slurm-first-node"
 SQUEUE_FORMAT = "%i|%T|%r|%N"

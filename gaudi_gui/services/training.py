@@ -15,12 +15,9 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.runstore import Run, RunStore
+from gaudi_gui.core.runstore import SLURM_INFO, Run, RunStore
 from gaudi_gui.services.process import delete_when_reaped
 from gaudi_gui.services.training_job import TrainingJob
-
-#: A Slurm run's folder holds this (``core.slurm.INFO_NAME``; core.slurm is not imported at start-up).
-SLURM_INFO = "slurm.json"
 
 if TYPE_CHECKING:
     from gaudi_gui.core.remote import Host
