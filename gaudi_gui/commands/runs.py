@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gaudi_gui.commands.terminal import seconds
-from gaudi_gui.core.events import EventFollower
+from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.proctree import ProcessRef
 from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStore
 from gaudi_gui.core.secrets import redact
@@ -160,8 +160,7 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
 
     threading.Thread(target=watch_stdin, name="stdin", daemon=True).start()
     follower = EventFollower(run_.events_path, offset=max(0, events_from))
-    log_offset = max(0, log_from)
-    partial = b""
+    log = LogFollower(run_.log_path, offset=max(0, log_from))
     last_status: dict[str, Any] | None = None
     next_status = 0.0
     try:
@@ -171,20 +170,12 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
             end = follower.offset - len(follower._partial)
             for i, event in enumerate(events):
                 _emit({"t": "event", "event": event, **({"end": end} if i == len(events) - 1 else {})})
-            try:
-                with open(run_.log_path, "rb") as fh:
-                    fh.seek(log_offset)
-                    data = fh.read(1 << 20)
-            except OSError:
-                data = b""
+            read_from = log.offset
+            for text in log.read(1 << 20):
+                _emit({"t": "log", "line": redact(text)})
+            data = log.offset != read_from
             if data:
-                log_offset += len(data)
-                lines = (partial + data).split(b"\n")
-                partial = lines.pop()
-                for line in lines:
-                    text = line.decode("utf-8", errors="replace").rstrip("\r").rsplit("\r", 1)[-1]
-                    _emit({"t": "log", "line": redact(text)})
-                _emit({"t": "log_offset", "end": log_offset - len(partial)})
+                _emit({"t": "log_offset", "end": log.end})
             now = time.monotonic()
             if now >= next_status:
                 next_status = now + 1.0

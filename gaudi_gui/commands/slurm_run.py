@@ -25,7 +25,6 @@ import os
 import signal
 import subprocess
 import time
-from pathlib import Path
 from typing import Any
 
 from gaudi_gui.commands.terminal import StopSignals as _Signals
@@ -34,7 +33,7 @@ from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import remote
 from gaudi_gui.core import slurm as slurm_mod
-from gaudi_gui.core.events import EventFollower
+from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.jobconfig import JobConfigError
 from gaudi_gui.core.outcome import outcome_from_events
 from gaudi_gui.core.remote import Host, HostError, RemoteError
@@ -230,27 +229,9 @@ def _write_info(run: Run, info: dict[str, Any]) -> None:
     _private_write(run.folder / slurm_mod.INFO_NAME, json.dumps(info, indent=2))
 
 
-class _LogTail:
-    """The complete lines added to a log file since the last call."""
-
-    def __init__(self, path: Path) -> None:
-        self.path, self.offset, self.partial = path, 0, b""
-
-    def lines(self) -> list[str]:
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read(1 << 20)
-        except OSError:
-            return []
-        self.offset += len(data)
-        data = self.partial + data
-        parts = data.split(b"\n")
-        self.partial = parts.pop()
-        # A line's carriage-return rewrites (tqdm redrawing its bar, tqdm.write clearing it) are
-        # what a terminal shows at the end: the last one, not one line per redraw.
-        last = (p.rstrip(b"\r").rsplit(b"\r", 1)[-1] for p in parts)
-        return [p.decode("utf-8", "replace") for p in last if p.strip()]
+def _printed_lines(log: LogFollower) -> list[str]:
+    """The job's new console lines worth printing (a MiB at a time; blank ones left out)."""
+    return [line for line in log.read(1 << 20) if line.strip()]
 
 
 def _note(event: dict[str, Any]) -> None:
@@ -270,7 +251,7 @@ def follow(run: Run, job_id: str, run_cmd: slurm_mod.Runner, *, grace: float,
     signals = signals or _Signals()
     previous = ({s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
                 if own else {})
-    log = _LogTail(run.log_path)
+    log = LogFollower(run.log_path)
     follower = EventFollower(run.events_path)
     events: list[dict[str, Any]] = []
     handled = 0
@@ -285,7 +266,7 @@ def follow(run: Run, job_id: str, run_cmd: slurm_mod.Runner, *, grace: float,
     last_note = 0.0
     try:
         while True:
-            for line in log.lines():
+            for line in _printed_lines(log):
                 with contextlib.suppress(BrokenPipeError):
                     print(_printable(redact(line)), flush=True)
             for event in follower.read():
@@ -330,7 +311,7 @@ def follow(run: Run, job_id: str, run_cmd: slurm_mod.Runner, *, grace: float,
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-    for line in log.lines():
+    for line in _printed_lines(log):
         with contextlib.suppress(BrokenPipeError):
             print(_printable(redact(line)), flush=True)
     events += follower.read()

@@ -109,9 +109,42 @@ class EventFollower:
         return [e for e in (decode(line) for line in lines) if e is not None]
 
 
+class LogFollower:
+    """Reads the complete console lines appended to a log file since the last call (a cut last line
+    waits for its end), each as a terminal shows it at its end: the last of its carriage-return
+    rewrites (tqdm redraws its bar with them), not one line per redraw."""
+
+    def __init__(self, path: str | Path, offset: int = 0) -> None:
+        self.path = Path(path)
+        #: How far the file has been read (a cut last line included).
+        self.offset = offset
+        self._partial = b""
+
+    @property
+    def end(self) -> int:
+        """The offset just past the last complete line read (where a new follower would go on)."""
+        return self.offset - len(self._partial)
+
+    def read(self, limit: int | None = None) -> list[str]:
+        """The new complete lines; ``limit``: read at most that many bytes this time."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read() if limit is None else fh.read(limit)
+        except OSError:
+            return []
+        if not data:
+            return []
+        self.offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        return [line.rstrip(b"\r").rsplit(b"\r", 1)[-1].decode("utf-8", errors="replace") for line in lines]
+
+
 def read_events(path: str | Path) -> list[dict[str, Any]]:
     """Every complete event in a file."""
     return EventFollower(path).read()
 
 
-__all__ = ["END_TYPES", "EVENTS_NAME", "EventFollower", "EventWriter", "decode", "encode", "read_events"]
+__all__ = ["END_TYPES", "EVENTS_NAME", "EventFollower", "EventWriter", "LogFollower", "decode", "encode",
+           "read_events"]

@@ -27,7 +27,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import prepare as prepare_mod
-from gaudi_gui.core.events import EventFollower
+from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.outcome import outcome_from_events
 from gaudi_gui.core.proctree import ProcessRef
@@ -103,8 +103,7 @@ class TrainingJob(QObject):
         self._tick.timeout.connect(self._on_tick)
         # Re-attached runs: the console log is followed from its file.
         self._attached = False
-        self._log_offset = 0
-        self._log_partial = ""
+        self._log: LogFollower | None = None
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -389,8 +388,7 @@ class TrainingJob(QObject):
         self._follower = EventFollower(run.events_path)
         for event in self._follower.read():
             self._take_event(event)
-        self._log_offset = _size(run.log_path)
-        self._log_partial = ""
+        self._log = LogFollower(run.log_path, offset=_size(run.log_path))
         self._attached = True
         self._follow.start()
         self._set_state("running")
@@ -406,18 +404,7 @@ class TrainingJob(QObject):
         self._end(None, None, self.run.log_tail(30))
 
     def _read_log(self) -> list[str]:
-        assert self.run is not None
-        try:
-            with open(self.run.log_path, "rb") as fh:
-                fh.seek(self._log_offset)
-                data = fh.read()
-        except OSError:
-            return []
-        self._log_offset += len(data)
-        text = self._log_partial + data.decode("utf-8", errors="replace")
-        lines = text.split("\n")
-        self._log_partial = lines.pop()
-        return [line.rstrip("\r").rsplit("\r", 1)[-1] for line in lines]
+        return self._log.read() if self._log is not None else []
 
     def shutdown(self) -> None:
         for timer in (self._follow, self._kill_timer, self._tick):

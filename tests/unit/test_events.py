@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gaudi_gui.core.events import EventFollower, EventWriter, decode, read_events
+from gaudi_gui.core.events import EventFollower, EventWriter, LogFollower, decode, read_events
 from gaudi_gui.core.outcome import outcome_from_events
 from gaudi_gui.core.secrets import recorded_env, redact, strip_secret_args
 
@@ -91,3 +91,20 @@ def test_secrets_stay_off_disk_and_screen() -> None:
     line = f"HF_TOKEN={env['HF_TOKEN']} accelerate launch --hub_token abc -m x --max_new_tokens 40"
     assert redact(line) == "HF_TOKEN=*** accelerate launch --hub_token *** -m x --max_new_tokens 40"
     assert redact("loading token hf_" + "b" * 30 + " done") == "loading token *** done"
+
+
+def test_the_followed_log_shows_a_redrawn_line_once(tmp_path: Path) -> None:
+    """tqdm redraws its bar with carriage returns in log.txt: followed (the Training tab's re-attached
+    runs, ``runs follow``, a Slurm job), each line is what a terminal would show at its end, not one
+    line per redraw; an unfinished line waits for its end."""
+    log = tmp_path / "log.txt"
+    log.write_bytes(b"[rank 0/1] start\r\n  0%|  | 1/9\r 11%|# | 2/9\r" + b" " * 20 + b"\r{'loss': '4.2'}\n"
+                    b" 22%|## | 3/9\r 33%|### | 4/9")
+    tail = LogFollower(log)
+    assert tail.read() == ["[rank 0/1] start", "{'loss': '4.2'}"]
+    assert tail.end == tail.offset - len(b" 22%|## | 3/9\r 33%|### | 4/9")  # where `runs follow` resumes
+    with open(log, "ab") as fh:
+        fh.write(b"\r100%|#####| 9/9\n[rank 0/1] done\n")
+    assert tail.read() == ["100%|#####| 9/9", "[rank 0/1] done"]
+    assert tail.read() == []
+    assert tail.end == tail.offset == log.stat().st_size

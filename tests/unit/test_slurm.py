@@ -203,19 +203,3 @@ def test_runs_attach_refuses_what_is_not_a_running_slurm_job(tmp_path: Path) -> 
     assert done.returncode == 2 and "--grace" in done.stderr and "Traceback" not in done.stderr
     done = _attach(str(tmp_path / "nowhere"))
     assert done.returncode == 2 and "no run" in done.stderr
-
-
-def test_the_followed_log_shows_a_redrawn_line_once(tmp_path: Path) -> None:
-    """tqdm redraws its bar with carriage returns in log.txt: followed, each line is what a terminal
-    would show at its end, not one line per redraw; an unfinished line waits for its end."""
-    from gaudi_gui.commands.slurm_run import _LogTail
-
-    log = tmp_path / "log.txt"
-    log.write_bytes(b"[rank 0/1] start\r\n  0%|  | 1/9\r 11%|# | 2/9\r" + b" " * 20 + b"\r{'loss': '4.2'}\n"
-                    b" 22%|## | 3/9\r 33%|### | 4/9")
-    tail = _LogTail(log)
-    assert tail.lines() == ["[rank 0/1] start", "{'loss': '4.2'}"]
-    with open(log, "ab") as fh:
-        fh.write(b"\r100%|#####| 9/9\n[rank 0/1] done\n")
-    assert tail.lines() == ["100%|#####| 9/9", "[rank 0/1] done"]
-    assert tail.lines() == []
