@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import os
 import signal
 import subprocess
@@ -163,7 +162,7 @@ def train(args: argparse.Namespace) -> int:
             run.update_status(state="failed", ended_at=time.time(), summary=f"Failed: {what}: {why}")
             _say(f"gaudi-gui train: {what}: {why}\nscript: {script_path}")
             return 1
-        _write_info(run, {"job_id": job_id, "login": host.name, "script": str(script_path),
+        slurm_mod.write_info(run, {"job_id": job_id, "login": host.name, "script": str(script_path),
                           "options": dataclasses.asdict(options)})
         run.update_status(summary=f"Slurm job {job_id} submitted")
         where = "" if host.is_local else f" on {host.name}"
@@ -176,37 +175,13 @@ def train(args: argparse.Namespace) -> int:
             signal.signal(sig, old)
 
 
-def read_info(run: Run) -> dict[str, Any]:
-    """The run's slurm.json (job id, login host, options); ValueError (one line) when it is not a
-    Slurm run or the file is unreadable."""
-    path = run.folder / slurm_mod.INFO_NAME
-    try:
-        info = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ValueError(f"{run.folder} is not a Slurm run (no {slurm_mod.INFO_NAME})") from None
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"cannot read {path}: {exc}") from None
-    if not isinstance(info, dict) or not str(info.get("job_id") or "").strip():
-        raise ValueError(f"{path} names no Slurm job")
-    return info
-
-
-def options_of(info: dict[str, Any]) -> slurm_mod.SlurmOptions:
-    """The sbatch options a run was submitted with (defaults for a slurm.json older than them)."""
-    saved = info.get("options")
-    if not isinstance(saved, dict):
-        saved = {}
-    known = {f.name for f in dataclasses.fields(slurm_mod.SlurmOptions)}
-    return slurm_mod.SlurmOptions(**{k: v for k, v in saved.items() if k in known})
-
-
 def attach(run: Run, *, grace: float) -> int:
     """Follow a submitted job again (``gaudi-gui runs attach RUN``): after the terminal or the app
     that submitted it went away, the job goes on in Slurm; this follows it from the start of its log
     and events to its end, and Ctrl-C stops it as ``train --slurm`` would. A job that ended while
     nobody followed it gets its outcome written at once."""
     try:
-        info = read_info(run)
+        info = slurm_mod.read_info(run)
         login = str(info.get("login") or remote.LOCAL)
         host = Host.local() if login == remote.LOCAL else remote.find_host(login)
     except (ValueError, HostError) as exc:
@@ -219,14 +194,9 @@ def attach(run: Run, *, grace: float) -> int:
         return 0 if status.state in ("finished", "stopped") else 1
     where = "" if host.is_local else f" on {host.name}"
     print(f"submitted batch job {job_id}{where} (followed again)", flush=True)
-    print(f"run folder: {run.folder} (device {options_of(info).device}, {options_of(info).nodes} node(s))",
-          flush=True)
+    options = slurm_mod.options_of(info)
+    print(f"run folder: {run.folder} (device {options.device}, {options.nodes} node(s))", flush=True)
     return follow(run, job_id, runner_for(host), grace=grace)
-
-
-def _write_info(run: Run, info: dict[str, Any]) -> None:
-    from gaudi_gui.core.runstore import _private_write
-    _private_write(run.folder / slurm_mod.INFO_NAME, json.dumps(info, indent=2))
 
 
 def _printed_lines(log: LogFollower) -> list[str]:
@@ -373,5 +343,4 @@ def _finish(run: Run, job_id: str, info: slurm_mod.JobInfo | None, events: list[
     return 1
 
 
-__all__ = ["add_arguments", "attach", "follow", "options_from", "options_of", "read_info", "runner_for",
-           "train"]
+__all__ = ["add_arguments", "attach", "follow", "options_from", "runner_for", "train"]

@@ -22,6 +22,8 @@ Qt-free and torch-free; every word of the script that is not a Slurm variable is
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import re
 import shlex
 import signal
@@ -30,10 +32,11 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.runstore import SLURM_INFO
+from gaudi_gui.core.runstore import SLURM_INFO, Run
 
 #: What the batch shell traps as "stop with a checkpoint" (``scancel --batch --signal=USR1 JOB``).
 STOP_SIGNAL = "USR1"
@@ -393,10 +396,62 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1
 
 
-__all__ = ["FINAL_STATES", "INFO_NAME", "MAIN_PLACEHOLDER", "SCRIPT_NAME", "STOP_SIGNAL", "JobInfo", "Query",
-           "SlurmOptions", "parse_sacct", "parse_sbatch", "parse_scontrol", "parse_squeue", "sacct_argv",
-           "sbatch_argv", "sbatch_script", "scancel_argv", "scontrol_argv", "signal_ranks", "slurm_job",
-           "squeue_argv", "task_words"]
+def read_info(run: Run) -> dict[str, Any]:
+    """The run's slurm.json (job id, login host, options); ValueError (one line) when it is not a
+    Slurm run or the file is unreadable."""
+    path = run.folder / INFO_NAME
+    try:
+        info = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{run.folder} is not a Slurm run (no {INFO_NAME})") from None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read {path}: {exc}") from None
+    if not isinstance(info, dict) or not str(info.get("job_id") or "").strip():
+        raise ValueError(f"{path} names no Slurm job")
+    return info
+
+
+def options_of(info: dict[str, Any]) -> SlurmOptions:
+    """The sbatch options a run was submitted with (defaults for a slurm.json older than them)."""
+    saved = info.get("options")
+    if not isinstance(saved, dict):
+        saved = {}
+    known = {f.name for f in dataclasses.fields(SlurmOptions)}
+    return SlurmOptions(**{k: v for k, v in saved.items() if k in known})
+
+
+def write_info(run: Run, info: dict[str, Any]) -> None:
+    """Write the run's slurm.json (private, as every file of a run folder)."""
+    from gaudi_gui.core.runstore import _private_write
+    _private_write(run.folder / INFO_NAME, json.dumps(info, indent=2))
+
+
+__all__ = [
+    "FINAL_STATES",
+    "INFO_NAME",
+    "MAIN_PLACEHOLDER",
+    "SCRIPT_NAME",
+    "STOP_SIGNAL",
+    "JobInfo",
+    "Query",
+    "SlurmOptions",
+    "options_of",
+    "parse_sacct",
+    "parse_sbatch",
+    "parse_scontrol",
+    "parse_squeue",
+    "read_info",
+    "sacct_argv",
+    "sbatch_argv",
+    "sbatch_script",
+    "scancel_argv",
+    "scontrol_argv",
+    "signal_ranks",
+    "slurm_job",
+    "squeue_argv",
+    "task_words",
+    "write_info",
+]
 
 if __name__ == "__main__":
     sys.exit(main())

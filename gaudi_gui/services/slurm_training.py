@@ -176,11 +176,10 @@ class SlurmTrainingJob(HostedJob):
         the folder is not a Slurm run."""
         if self.is_running():
             raise RuntimeError("this job is already running")
-        from gaudi_gui.commands.slurm_run import options_of, read_info
-        info = read_info(run)
+        info = slurm_mod.read_info(run)
         self._reset()
         login = str(info.get("login") or LOCAL)
-        self.target = SlurmTarget(options_of(info), login)
+        self.target = SlurmTarget(slurm_mod.options_of(info), login)
         self.host = Host.local() if login == LOCAL else Host.parse(login)
         with contextlib.suppress(Exception):
             job = run.user_job()  # as submitted (config.json is the job as the nodes run it)

@@ -178,7 +178,6 @@ def test_runs_attach_refuses_what_is_not_a_running_slurm_job(tmp_path: Path) -> 
     a bad --grace: a one-line reason and exit 2 (or the outcome and 0/1), never a traceback."""
     import json
 
-    from gaudi_gui.commands.slurm_run import options_of
     from gaudi_gui.core.runstore import RunStore
 
     store = RunStore(tmp_path / "runs")
@@ -192,7 +191,7 @@ def test_runs_attach_refuses_what_is_not_a_running_slurm_job(tmp_path: Path) -> 
 
     info = {"job_id": "41", "login": "local", "options": {"partition": "p", "nodes": 2, "from_a_newer": 1}}
     (local.folder / slurm.INFO_NAME).write_text(json.dumps(info))
-    assert options_of(info) == SlurmOptions(partition="p", nodes=2)
+    assert slurm.options_of(info) == SlurmOptions(partition="p", nodes=2)
     local.update_status(state="stopped", summary="Stopped at step 7 — checkpoint-7 saved")
     done = _attach(str(local.folder))
     assert done.returncode == 0 and "Slurm job 41 already ended: stopped" in done.stderr, done.stderr
