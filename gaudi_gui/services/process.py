@@ -384,10 +384,11 @@ class ProcessRunner(QObject):
     # -- QProcess slots -------------------------------------------------------------------------------
 
     def _on_started(self) -> None:
-        # No descendants are recorded here: a child that has just been exec'd has none, and the
-        # scan reads the whole process table on the GUI thread (a hosts poller starts a child every
-        # few seconds). Stops record them while the tree is whole (terminate_tree, kill_tree).
         self._pid = int(self._process.processId())
+        # By the time this slot runs, a wrapper script may already have started helpers in sessions
+        # of their own; a child that then ends by itself is swept with what was recorded (the
+        # device poller's hl-smi runs). Without this scan such a helper outlived its run.
+        self._record_descendants()
         self.started.emit(self._pid)
 
     def _on_stdout(self) -> None:
