@@ -26,6 +26,7 @@ COMMANDS = {
     "hello": "hello",
     "guard": "guard",
     "ls": "ls",
+    "doctor": "doctor",
 }
 #: What runs on the host itself (the handshake and the guard): --host makes no sense for them.
 _HOST_SIDE = ("hello", "guard")
@@ -98,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gaudi_gui.commands import multi_host
         return multi_host.train(args)
     target = (getattr(args, "host", "") or "").strip()
-    if target and target != "local" and args.command != "hosts":
+    if target and target != "local" and args.command not in ("hosts", "doctor"):
         return _on_host(args, args_list)
     module = importlib.import_module(f"gaudi_gui.commands.{COMMANDS[args.command]}")
     try:

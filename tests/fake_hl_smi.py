@@ -15,6 +15,12 @@ Environment knobs for tests:
                                stall_mid:K: after K snapshots print 3 rows, then sleep forever
   FAKE_HLSMI_ROW_DELAY=0.1     seconds between two rows of a snapshot (a slow or loaded driver)
   FAKE_HLSMI_TABLE=FILE        table to print in table mode (default: table-hl205-1.18.0.txt)
+
+Doctor modes: ``-q`` prints the recorded per-card query (health/q-style-L-i-hl225-1.12.1.txt) for 8
+cards; ``-n link -i BUS`` prints the card's ports. FAKE_HLSMI_MODE=sick makes a sick 8-card server:
+card 1 has ports 2,5 DOWN, card 2 double-bit ECC with a pending row replacement, card 3 reads 0 C,
+card 5 has power slowdown active (card 6 is held: tests hold it through a fixture /proc).
+  FAKE_HLSMI_DRIVER=1.18.0     the driver/firmware version printed by -q (default: as recorded, 1.12.1)
 """
 
 from __future__ import annotations
@@ -63,8 +69,48 @@ def cards(snapshot: int, mode: str) -> list[dict[str, str]]:
     return out
 
 
+def query(mode: str) -> str:
+    """``hl-smi -q``: the recorded card block repeated for 8 cards, sick ones altered in mode sick."""
+    lines = (DATA / "health" / "q-style-L-i-hl225-1.12.1.txt").read_text().splitlines()
+    lines = [ln for ln in lines if not ln.startswith("#") and "$" not in ln]
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("[0] AIP"))
+    head, block = "\n".join(lines[:start]), "\n".join(lines[start:])
+    out = [head]
+    for i in range(8):
+        bus = f"0000:{0x19 + i:02x}:00.0"
+        card = block.replace("[0] AIP (accel0) 0000:43:00.0", f"[{i}] AIP (accel{i}) {bus}")
+        card = card.replace("Module ID                       : 0", f"Module ID                       : {i}")
+        card = card.replace("Bus Id                  : 0000:43:00.0", f"Bus Id                  : {bus}")
+        if mode == "sick" and i == 2:
+            card = card.replace("Double Bit ECC          : 0", "Double Bit ECC          : 2")
+            card = card.replace("Pending                 : No", "Pending                 : Yes")
+        if mode == "sick" and i == 3:
+            import re
+            card = re.sub(r"(\[\s*\d+\] [^:\n]*(?:Chip|HBM|Board|Temp)[^:\n]*:)\s*\d+ C", r"\1  0 C", card)
+        if mode == "sick" and i == 5:
+            card = card.replace("""Power Slowdown
+                                        : Not Active""", """Power Slowdown
+                                        : Active""")
+        out.append(card)
+    text = "\n".join(out) + "\n"
+    driver = os.environ.get("FAKE_HLSMI_DRIVER")
+    return text.replace("1.12.1", driver) if driver else text
+
+
+def links(bus: str, mode: str) -> str:
+    index = int(bus.split(":")[1], 16) - 0x19
+    down = {2, 5} if (mode == "sick" and index == 1) else set()
+    return "".join(f"port {p:2d}:\t{'DOWN' if p in down else 'UP'}\n" for p in range(24))
+
+
 def main(argv: list[str]) -> int:
     mode = os.environ.get("FAKE_HLSMI_MODE", "normal")
+    if argv[:1] == ["-q"]:
+        sys.stdout.write(query(mode))
+        return 0
+    if argv[:2] == ["-n", "link"] and len(argv) == 4 and argv[2] == "-i":
+        sys.stdout.write(links(argv[3], mode))
+        return 0
     fields: list[str] | None = None
     fmt = "csv"
     loop: float | None = None

@@ -11,8 +11,15 @@ and is rebuilt here with ``Report.from_json``. Keep the names and JSON keys stab
 
 from __future__ import annotations
 
+import json as _json
+import os
+import re
+import shutil
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from importlib import metadata as _metadata
+from pathlib import Path
 from typing import Any, Literal
 
 from gaudi_gui.core.visibility import SUPPORTED_GROUPS, format_ids
@@ -222,3 +229,406 @@ def gate(report: Report, modules: Sequence[int] | None, *, multi_node: bool) -> 
         wanted = len(chosen) if chosen else len(bad_cards)
         suggestion = _suggest(sorted(free - sick), wanted)
     return GateResult(tuple(errors), tuple(warnings), suggestion)
+
+
+# --------------------------------------------------------------------------------------------------
+# Parsing (keyed on names, never positions) and checks. Every root is injectable so tests point them
+# at fixture folders; nothing here imports torch (package versions come from importlib.metadata).
+# --------------------------------------------------------------------------------------------------
+
+
+_CARD_HEAD = re.compile(r"^\s*\[(\d+)\]\s+AIP\s+\((accel\d+)\)\s+(\S+)")
+_KV = re.compile(r"^(\s*)(.*?)\s*:\s*(.*?)\s*$")
+_VERSION = re.compile(r"(\d+\.\d+\.\d+)")
+
+
+def _norm(key: str) -> str:
+    # "[ 3] On Chip 2" -> "On Chip 2"; keys compared case-insensitively across hl-smi releases.
+    return re.sub(r"^\[\s*\d+\]\s*", "", key).strip().lower()
+
+
+def parse_query(text: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """``hl-smi -q`` (or ``-L -i BUS`` on older releases): (header fields, one dict per card).
+
+    Each card dict maps a lower-cased path of section names joined with "/" to the value, e.g.
+    "replaced rows/double bit ecc" -> "0", "aip link info/link speed/max" -> "16GT/s", plus
+    "_index", "_accel" and "_bus_id" from the card's heading line. Indentation gives the nesting, so a
+    release that adds, drops or reorders lines still parses.
+    """
+    header: dict[str, str] = {}
+    cards: list[dict[str, str]] = []
+    card: dict[str, str] | None = None
+    stack: list[tuple[int, str]] = []  # (indent, section name)
+    last_key: tuple[int, str] | None = None
+    for raw in text.replace("\t", "        ").splitlines():
+        if not raw.strip() or raw.lstrip().startswith("#") or raw.strip().startswith("="):
+            continue
+        head = _CARD_HEAD.match(raw)
+        if head:
+            card = {"_index": head.group(1), "_accel": head.group(2), "_bus_id": head.group(3)}
+            cards.append(card)
+            stack, last_key = [], None
+            continue
+        indent = len(raw) - len(raw.lstrip())
+        stripped = raw.strip()
+        if stripped.startswith(":") and last_key is not None:
+            # "Thermal Slowdown" on one line and ": Not Active" on the next (hl-smi 1.12).
+            target = card if card is not None else header
+            target[last_key[1]] = stripped[1:].strip()
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        m = _KV.match(raw) if ":" in stripped else None
+        path = "/".join([s for _, s in stack])
+        if m is None or (m.group(3) == "" and card is not None):
+            name = _norm(stripped.rstrip(":"))
+            key = f"{path}/{name}" if path else name
+            stack.append((indent, name))
+            last_key = (indent, key)
+            continue
+        name = _norm(m.group(2))
+        key = f"{path}/{name}" if path else name
+        (card if card is not None else header)[key] = m.group(3)
+        last_key = None
+    return header, cards
+
+
+def parse_links(text: str) -> dict[int, bool]:
+    """``hl-smi -n link -i BUS``: {port: up}; unparsable lines are ignored (an empty dict: unknown)."""
+    ports: dict[int, bool] = {}
+    for m in re.finditer(r"port\s*(\d+)\s*:\s*(UP|DOWN)", text, flags=re.IGNORECASE):
+        ports[int(m.group(1))] = m.group(2).upper() == "UP"
+    return ports
+
+
+def _first(card: dict[str, str], *suffixes: str) -> str | None:
+    for suffix in suffixes:
+        for key, value in card.items():
+            if key == suffix or key.endswith("/" + suffix):
+                return value
+    return None
+
+
+def _number(value: str | None) -> float | None:
+    if value is None:
+        return None
+    m = re.search(r"-?\d+(?:\.\d+)?", value)
+    return float(m.group(0)) if m else None
+
+
+def _version_of(value: str | None) -> str:
+    m = _VERSION.search(value or "")
+    return m.group(1) if m else ""
+
+
+@dataclass
+class Roots:
+    """Where the doctor looks (injectable for tests)."""
+
+    sysfs: Path = Path("/sys")
+    proc: Path = Path("/proc")
+    dev: Path = Path("/dev")
+    hl_smi: str = ""
+    timeout_s: float = 20.0
+
+
+def card_findings(card: dict[str, str], *, host: str = "local",
+                  sysfs_status: str | None = None) -> list[Finding]:
+    """The per-card checks on one parsed ``-q`` block (and the sysfs status when readable)."""
+    out: list[Finding] = []
+    idx = int(card.get("_index", "-1"))
+    mod_text = _first(card, "module id")
+    mod = int(mod_text) if mod_text and mod_text.strip().isdigit() else idx
+
+    def add(check: str, severity: str, seen: str, fix: str = "") -> None:
+        out.append(Finding(check, severity, seen, fix, module_id=mod, index=idx, host=host))
+
+    status = sysfs_status if sysfs_status is not None else _first(card, "module status")
+    if status is None:
+        add("card.status", "warning", "status could not be read (no sysfs status, no 'Module status')",
+            "check the driver (dmesg | grep habanalabs)")
+    elif status.strip().lower() != "operational":
+        add("card.status", "error", f"status is {status.strip()!r}, not operational",
+            "reset the card (hl-smi -r) or reboot; see dmesg | grep habanalabs")
+    else:
+        add("card.status", "ok", "operational")
+    temps = [t for k, v in card.items() if k.startswith("temperature/") and (t := _number(v)) is not None]
+    if not temps:
+        add("card.temperature", "warning", "temperature could not be read", "check hl-smi -q")
+    elif max(temps) <= 0:
+        add("card.init", "error", "temperature reads 0 C: the card failed to initialise",
+            "reset the card (hl-smi -r) or reload habanalabs; replace it if it stays at 0 C")
+    elif max(temps) >= 95:
+        add("card.temperature", "warning", f"temperature {max(temps):.0f} C", "check the cooling")
+    else:
+        add("card.temperature", "ok", f"{max(temps):.0f} C")
+    draw, limit = None, None
+    for key, value in card.items():
+        if key.startswith("power readings") and key.endswith("/power draw") and draw is None:
+            draw = _number(value)
+        if key.startswith("power readings") and key.endswith("/power limit") and limit is None:
+            limit = _number(value)
+    if draw is not None and limit:
+        if draw >= limit:
+            add("card.power", "warning", f"power draw {draw:.0f} W at its limit {limit:.0f} W",
+                "expect power slowdown; check the power limit")
+        else:
+            add("card.power", "ok", f"{draw:.0f} W of {limit:.0f} W")
+    single = _number(_first(card, "replaced rows/single bit ecc"))
+    double = _number(_first(card, "replaced rows/double bit ecc"))
+    pending = _first(card, "replaced rows/pending")
+    if single is None and double is None:
+        add("card.ecc", "warning", "ECC / replaced rows could not be read", "check hl-smi -q")
+    elif (double or 0) > 0 or (pending or "").strip().lower() in ("yes", "true", "1"):
+        add("card.ecc", "error", f"double-bit ECC {int(double or 0)}, row replacement pending: "
+            f"{(pending or 'unknown').strip()}", "reset the card (hl-smi -r) to replace the rows; "
+            "replace the card if double-bit errors recur")
+    elif (single or 0) > 0:
+        add("card.ecc", "warning", f"single-bit ECC {int(single or 0)}", "watch it; rows are replaced")
+    else:
+        add("card.ecc", "ok", "no ECC errors")
+    throttles = {k.rsplit("/", 1)[-1]: v for k, v in card.items() if k.startswith("clocks throttle reasons/")}
+    active = sorted(k for k, v in throttles.items() if v.strip().lower() == "active")
+    if not throttles:
+        add("card.throttle", "warning", "throttle reasons could not be read", "check hl-smi -q")
+    elif active:
+        add("card.throttle", "warning", f"{', '.join(active)} active",
+            "check cooling and the power limit")
+    else:
+        add("card.throttle", "ok", "no slowdown")
+    speed = (_first(card, "link speed/current"), _first(card, "link speed/max"))
+    width = (_first(card, "link width/current"), _first(card, "link width/max"))
+    if all(speed) and all(width):
+        low = [n for n, (cur, top) in (("speed", speed), ("width", width))
+               if (_number(cur) or 0) < (_number(top) or 0)]
+        if low:
+            add("card.pcie", "warning", f"PCIe link {speed[0]} {width[0]} below its max "
+                f"{speed[1]} {width[1]}", "reseat the card or check the slot/BIOS settings")
+        else:
+            add("card.pcie", "ok", f"PCIe {speed[0]} {width[0]}")
+    return out
+
+
+# The packages the stack check reads; accelerate < 1.5 makes is_torch_hpu_available() False.
+PACKAGES = ("habana-torch-plugin", "torch", "transformers", "accelerate", "peft", "trl", "bitsandbytes",
+            "optimum-habana", "vllm", "vllm-gaudi")
+
+
+def package_versions() -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = _metadata.version(name)
+        except _metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def load_compat(path: Path | None = None) -> dict[str, Any]:
+    path = path or Path(__file__).resolve().parents[2] / "resources" / "gaudi-compat.json"
+    try:
+        data: dict[str, Any] = _json.loads(path.read_text())
+        return data
+    except (OSError, ValueError):
+        return {"rows": []}
+
+
+def _older(a: str, b: str) -> bool:
+    from packaging.version import InvalidVersion, Version
+    try:
+        return Version(a) < Version(b)
+    except InvalidVersion:
+        return False
+
+
+def stack_findings(versions: dict[str, str], *, host: str = "local",
+                   compat: dict[str, Any] | None = None) -> list[Finding]:
+    """Python packages against the table (and accelerate >= 1.5)."""
+    out: list[Finding] = []
+    compat = compat if compat is not None else load_compat()
+    acc = versions.get("accelerate")
+    if acc is None:
+        out.append(Finding("stack.accelerate", "warning", "accelerate is not installed",
+                           "pip install 'accelerate>=1.5'", host=host))
+    elif _older(acc, "1.5.0"):
+        out.append(Finding("stack.accelerate", "error", f"accelerate {acc} < 1.5: "
+                           "is_torch_hpu_available() is False", "pip install 'accelerate>=1.5'", host=host))
+    else:
+        out.append(Finding("stack.accelerate", "ok", f"accelerate {acc}", host=host))
+    sw = _version_of(versions.get("driver"))
+    row = next((r for r in compat.get("rows", []) if r.get("gaudi_software") == sw), None)
+    if sw and row is None:
+        out.append(Finding("stack.compat", "warning", f"Gaudi software {sw} is not in the compatibility "
+                           "table", "update resources/gaudi-compat.json", host=host))
+    if row:
+        plugin = versions.get("habana-torch-plugin", "")
+        if plugin and _version_of(plugin) != sw:
+            out.append(Finding("stack.plugin", "error", f"habana-torch-plugin {plugin} with driver {sw}",
+                               f"install habana-torch-plugin {sw} (or the matching container)", host=host))
+        for pkg, minimum in dict(row.get("minimums", {})).items():
+            have = versions.get(pkg)
+            if have and _older(have, str(minimum)):
+                out.append(Finding(f"stack.{pkg}", "warning", f"{pkg} {have} older than {minimum} "
+                                   f"(Gaudi software {sw})", f"pip install '{pkg}>={minimum}'", host=host))
+    return out
+
+
+def module_findings(proc: Path, dev: Path, card_count: int | None, *, host: str = "local") -> list[Finding]:
+    """Kernel modules (habanalabs and _cn/_ib/_en) and /dev/accel nodes against hl-smi's count."""
+    out: list[Finding] = []
+    try:
+        loaded = {line.split()[0] for line in (proc / "modules").read_text().splitlines() if line.strip()}
+    except OSError as exc:
+        out.append(Finding("stack.modules", "warning", f"could not read {proc / 'modules'}: {exc.strerror}",
+                           "run lsmod | grep habanalabs", host=host))
+        loaded = None
+    if loaded is not None:
+        if "habanalabs" not in loaded:
+            out.append(Finding("stack.modules", "error", "kernel module habanalabs is not loaded",
+                               "sudo modprobe habanalabs (install habanalabs-dkms)", host=host))
+        else:
+            missing = [m for m in ("habanalabs_cn", "habanalabs_en", "habanalabs_ib") if m not in loaded]
+            if missing:
+                out.append(Finding("stack.modules", "warning", f"not loaded: {', '.join(missing)}",
+                                   "sudo modprobe " + " ".join(missing) + " (scale-out needs them)",
+                                   host=host))
+            else:
+                out.append(Finding("stack.modules", "ok", "habanalabs, _cn, _en, _ib loaded", host=host))
+    nodes = sorted(p.name for p in (dev / "accel").glob("accel[0-9]*")) if (dev / "accel").is_dir() else []
+    if card_count is not None and len(nodes) != card_count:
+        out.append(Finding("stack.devices", "error", f"{len(nodes)} /dev/accel nodes, hl-smi sees "
+                           f"{card_count} cards", "reload habanalabs; check dmesg", host=host))
+    elif nodes:
+        out.append(Finding("stack.devices", "ok", f"{len(nodes)} /dev/accel nodes", host=host))
+    return out
+
+
+def accel_holders(proc: Path, dev: Path) -> dict[int, list[int]]:
+    """{accel number: [pids]} of the processes here holding /dev/accel/accelN open (readable ones)."""
+    holders: dict[int, list[int]] = {}
+    prefix = str(dev / "accel" / "accel")
+    try:
+        pids = [p for p in proc.iterdir() if p.name.isdigit()]
+    except OSError:
+        return holders
+    for pid_dir in pids:
+        try:
+            fds = list((pid_dir / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            rest = target[len(prefix):] if target.startswith(prefix) else ""
+            if rest.isdigit() and int(pid_dir.name) != os.getpid():
+                holders.setdefault(int(rest), []).append(int(pid_dir.name))
+    return holders
+
+
+def _run(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return 124, "", f"timed out after {timeout_s:.0f} s"
+    except OSError as exc:
+        return 127, "", str(exc)
+    return proc.returncode, proc.stdout, proc.stderr
+
+
+def check_host(roots: Roots | None = None, *, host: str = "local", cards: Sequence[int] | None = None,
+               compat: dict[str, Any] | None = None) -> HostHealth:
+    """Run every check this machine allows; return what was seen (never raises for a sick machine)."""
+    roots = roots or Roots()
+    findings: list[Finding] = []
+    versions = package_versions()
+    hl_smi = roots.hl_smi or os.environ.get("GAUDI_GUI_HL_SMI", "")
+    if not hl_smi:
+        hl_smi = shutil.which("hl-smi") or ""
+    if not hl_smi:
+        findings.append(Finding("stack.hl-smi", "ok", "no hl-smi: no Gaudi cards on this machine "
+                                "(fine on a CPU or CUDA machine)", host=host))
+        findings.extend(stack_findings(versions, host=host, compat=compat))
+        return HostHealth(host, True, "", tuple(findings), (), (), versions)
+    rc, out, err = _run([hl_smi, "-q"], roots.timeout_s)
+    header, parsed = parse_query(out) if rc == 0 else ({}, [])
+    if rc != 0 or not parsed:
+        findings.append(Finding("stack.hl-smi", "error", f"hl-smi -q failed (exit {rc}): "
+                                f"{(err.strip().splitlines() or ['no cards in its output'])[-1]}",
+                                "check the driver: dmesg | grep habanalabs", host=host))
+    driver = _version_of(header.get("driver version"))
+    versions["driver"] = header.get("driver version", "")
+    versions["hl-smi"] = header.get("hl-smi version", "")
+    fw = {int(c["_index"]): _version_of(_first(c, "firmware [spi] version")
+                                        or _first(c, "firmware [fit] version")) for c in parsed}
+    drivers = {v for v in fw.values() if v}
+    versions["firmware"] = ",".join(sorted(drivers))
+    if len(drivers) > 1:
+        findings.append(Finding("stack.firmware", "error", f"cards run different firmware: "
+                                f"{', '.join(sorted(drivers))}", "update the firmware (hl-fw-loader) on "
+                                "every card to the driver's version", host=host))
+    elif drivers and driver and drivers != {driver}:
+        findings.append(Finding("stack.firmware", "error", f"firmware {next(iter(drivers))} with driver "
+                                f"{driver}", "update the firmware to the driver's version", host=host))
+    elif drivers:
+        findings.append(Finding("stack.firmware", "ok", f"driver and firmware {driver}", host=host))
+    findings.extend(stack_findings(versions, host=host, compat=compat))
+    findings.extend(module_findings(roots.proc, roots.dev, len(parsed) if parsed else None, host=host))
+    holders = accel_holders(roots.proc, roots.dev)
+    card_rows: list[dict[str, Any]] = []
+    free: list[int] = []
+    for card in parsed:
+        idx = int(card["_index"])
+        mod_text = _first(card, "module id")
+        mod = int(mod_text) if mod_text and mod_text.strip().isdigit() else idx
+        card_rows.append({"index": idx, "module_id": mod, "bus_id": card["_bus_id"],
+                          "name": _first(card, "product name") or ""})
+        if cards is not None and mod not in cards:
+            continue
+        accel = card.get("_accel", f"accel{idx}")
+        try:
+            status: str | None = (roots.sysfs / "class" / "accel" / accel / "device" / "status").read_text()
+        except OSError:
+            status = None
+        findings.extend(card_findings(card, host=host, sysfs_status=status))
+        pids = holders.get(int(accel[5:]) if accel[5:].isdigit() else idx, [])
+        used = _number(_first(card, "memory usage/used")) or 0
+        if pids:
+            findings.append(Finding("busy.held", "error", f"held by pid {', '.join(map(str, pids))}",
+                                    "stop that process or choose free cards", mod, idx, host))
+        elif used > 1024:
+            # No process here holds it but its memory is in use: another container's process.
+            findings.append(Finding("busy.held", "warning", f"{used:.0f} MB in use and no process here "
+                                    "holds it: held by a process outside this view (another container?)",
+                                    "free it there or choose free cards", mod, idx, host))
+        else:
+            free.append(mod)
+        rc_n, link_out, _ = _run([hl_smi, "-n", "link", "-i", card["_bus_id"]], roots.timeout_s)
+        ports = parse_links(link_out) if rc_n == 0 else {}
+        if not ports:
+            findings.append(Finding("net.ports", "warning", "scale-out ports could not be read",
+                                    f"run hl-smi -n link -i {card['_bus_id']}", mod, idx, host))
+        else:
+            down = sorted(p for p, up in ports.items() if not up)
+            if down:
+                findings.append(Finding("net.ports", "error", f"ports {format_ids(down)} DOWN",
+                                        "check the cables/switch; ip link / hl-smi -n link", mod, idx, host))
+            else:
+                findings.append(Finding("net.ports", "ok", f"{len(ports)} ports UP", "", mod, idx, host))
+    return HostHealth(host, True, "", tuple(findings), tuple(card_rows), tuple(sorted(free)), versions)
+
+
+def cross_host_findings(hosts: Sequence[HostHealth]) -> list[Finding]:
+    """Versions that differ between reachable hosts (a multi-node job needs them equal)."""
+    up = [h for h in hosts if h.reachable]
+    if len(up) < 2:
+        return []
+    out: list[Finding] = []
+    for key in ("driver", "firmware", "habana-torch-plugin", "torch", "transformers", "accelerate"):
+        seen = {h.host: h.versions.get(key, "") for h in up}
+        if len(set(seen.values())) > 1:
+            out.append(Finding("hosts.versions", "error", f"{key} differs: " + ", ".join(
+                f"{h} {v or 'none'}" for h, v in seen.items()), "install the same Gaudi software and "
+                "packages on every host", host=",".join(seen)))
+    return out

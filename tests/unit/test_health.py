@@ -77,3 +77,103 @@ def test_gate_versions_differing_between_hosts() -> None:
     report = Report(hosts=(_host(host="a"), _host(host="b")), cross_host=(cross,))
     result = gate(report, None, multi_node=True)
     assert not result.ok and "driver" in result.errors[0]
+
+
+# -- parsers and checks on the recorded samples --------------------------------------------------
+
+from pathlib import Path  # noqa: E402
+
+from gaudi_gui.core import health  # noqa: E402
+
+HEALTH = Path(__file__).resolve().parents[1] / "data" / "hlsmi" / "health"
+
+
+def test_parse_query_recorded_hl225_keyed_on_names() -> None:
+    header, cards = health.parse_query((HEALTH / "q-style-L-i-hl225-1.12.1.txt").read_text())
+    assert header["driver version"] == "1.12.1-cb7a7bc"
+    assert header["hl-smi version"].startswith("hl-1.12.1")
+    (card,) = cards
+    assert card["_bus_id"] == "0000:43:00.0" and card["_accel"] == "accel0"
+    assert card["replaced rows/double bit ecc"] == "0"
+    assert card["clocks throttle reasons/thermal slowdown"] == "Not Active"  # value on the next line
+    assert card["pci/aip link info/link width/max"] == "x16"
+    found = {f.check: f for f in health.card_findings(card)}
+    assert {f.severity for f in found.values()} == {"ok"}
+    assert set(found) >= {"card.status", "card.temperature", "card.power", "card.ecc", "card.throttle",
+                          "card.pcie"}
+
+
+def test_card_checks_on_sick_values() -> None:
+    _, (card,) = health.parse_query((HEALTH / "q-style-L-i-hl225-1.12.1.txt").read_text())
+    sick = dict(card)
+    sick["replaced rows/pending"] = "Yes"
+    sick["clocks throttle reasons/power slowdown"] = "Active"
+    sick["pci/aip link info/link width/current"] = "x8"
+    for key in [k for k in sick if k.startswith("temperature/")]:
+        sick[key] = "0 C"
+    got = {f.check: f for f in health.card_findings(sick, sysfs_status="needs reset\n")}
+    assert got["card.status"].severity == "error" and "needs reset" in got["card.status"].seen
+    assert got["card.init"].severity == "error"
+    assert got["card.ecc"].severity == "error" and got["card.ecc"].fix
+    assert got["card.throttle"].severity == "warning" and "power slowdown" in got["card.throttle"].seen
+    assert got["card.pcie"].severity == "warning"
+
+
+def test_unknown_is_a_warning_never_ok() -> None:
+    got = health.card_findings({"_index": "0", "_accel": "accel0", "_bus_id": "x"})
+    assert got and all(f.severity == "warning" for f in got)
+    assert all("could not be read" in f.seen for f in got)
+
+
+def test_parse_links_recorded_and_down() -> None:
+    ports = health.parse_links((HEALTH / "n-link-hl288e-gaudi2e-1.23.0.txt").read_text())
+    assert len(ports) == 18 and all(ports.values())
+    assert health.parse_links("port  2:\tDOWN\nport 3: UP\n") == {2: False, 3: True}
+    assert health.parse_links("garbage") == {}
+
+
+def test_modules_and_device_nodes(tmp_path: Path) -> None:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc" / "modules").write_text("habanalabs 1 0 - Live 0x0\nhabanalabs_cn 1 0 - Live 0x0\n")
+    (tmp_path / "dev" / "accel").mkdir(parents=True)
+    for i in range(7):
+        (tmp_path / "dev" / "accel" / f"accel{i}").touch()
+    got = {f.check: f for f in health.module_findings(tmp_path / "proc", tmp_path / "dev", 8)}
+    assert got["stack.modules"].severity == "warning" and "habanalabs_en" in got["stack.modules"].seen
+    assert got["stack.devices"].severity == "error"
+    missing = health.module_findings(tmp_path / "nowhere", tmp_path / "dev", None)
+    assert missing[0].severity == "warning" and "could not read" in missing[0].seen
+
+
+def test_stack_accelerate_and_compat() -> None:
+    compat = {"rows": [{"gaudi_software": "1.18.0", "minimums": {"transformers": "4.40.2"}}]}
+    got = health.stack_findings({"accelerate": "1.4.0", "driver": "1.18.0-ee698fb",
+                                 "transformers": "4.38.0", "habana-torch-plugin": "1.17.0.495"},
+                                compat=compat)
+    by = {f.check: f for f in got}
+    assert by["stack.accelerate"].severity == "error"
+    assert by["stack.transformers"].severity == "warning"
+    assert by["stack.plugin"].severity == "error"
+    unknown = health.stack_findings({"accelerate": "1.16.0", "driver": "1.99.0"}, compat=compat)
+    assert any(f.check == "stack.compat" and f.severity == "warning" for f in unknown)
+
+
+def test_shipped_compat_table_rows_have_sources() -> None:
+    table = health.load_compat()
+    assert table["rows"]
+    assert all(r["source"].startswith("https://") and r["date"] for r in table["rows"])
+
+
+def test_holders_from_proc_fd(tmp_path: Path) -> None:
+    fd = tmp_path / "proc" / "4242" / "fd"
+    fd.mkdir(parents=True)
+    (fd / "5").symlink_to(tmp_path / "dev" / "accel" / "accel6")
+    (tmp_path / "proc" / "self").mkdir()
+    assert health.accel_holders(tmp_path / "proc", tmp_path / "dev") == {6: [4242]}
+
+
+def test_cross_host_versions() -> None:
+    a = HostHealth("a", True, versions={"driver": "1.18.0-x", "torch": "2.4.0"})
+    b = HostHealth("b", True, versions={"driver": "1.17.0-y", "torch": "2.4.0"})
+    got = health.cross_host_findings([a, b, HostHealth("c", False, "down")])
+    assert [f.check for f in got] == ["hosts.versions"] and "driver" in got[0].seen

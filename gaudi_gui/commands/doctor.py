@@ -1,0 +1,123 @@
+"""``gaudi-gui doctor``: say why a card or the stack will fail before a job does, on every host.
+
+One line per finding (severity, card, check, what was seen, the fix) or ``--json`` (exactly
+``core.health.Report.to_json()``). Hosts run ``<remote command> doctor --json`` over the system ssh,
+in parallel, each with a timeout; a host that does not answer is an error naming it. Exit 0 when no
+finding is an error, 1 when one is, 2 for bad input. This process never imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from gaudi_gui.core import health
+from gaudi_gui.core.health import Finding, HostHealth, Report
+
+HOST_TIMEOUT_S = 60.0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("doctor", help="check the Gaudi stack, cards, holders and network (exit 1 on errors)")
+    p.add_argument("--hosts", default="", metavar="A,B", help="check these hosts in parallel over ssh")
+    p.add_argument("--hl-smi", dest="hl_smi", default="", metavar="PATH", help="the hl-smi to run")
+    p.add_argument("--cards", default="", metavar="IDS", help="only these module ids (e.g. 0,1)")
+    p.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    p.add_argument("--timeout", type=float, default=HOST_TIMEOUT_S, metavar="S",
+                   help=f"seconds to wait for each host (default {HOST_TIMEOUT_S:g})")
+
+
+def _roots(hl_smi: str) -> health.Roots:
+    # The roots come from the environment so tests (and a container with /sys mounted elsewhere) can
+    # point the doctor at other folders; the defaults are the real ones.
+    env = os.environ
+    return health.Roots(sysfs=Path(env.get("GAUDI_GUI_DOCTOR_SYSFS", "/sys")),
+                        proc=Path(env.get("GAUDI_GUI_DOCTOR_PROC", "/proc")),
+                        dev=Path(env.get("GAUDI_GUI_DOCTOR_DEV", "/dev")), hl_smi=hl_smi)
+
+
+def check_remote(name: str, remote_command: str, cards: str, timeout: float) -> HostHealth:
+    """``doctor --json`` on one host; any failure becomes an unreachable HostHealth naming it."""
+    from gaudi_gui.core.remote import HostError, RemoteError, call, find_host
+    try:
+        host = find_host(name, remote_command)
+        argv = host.gaudi_gui_argv("doctor", "--json", *(["--cards", cards] if cards else []))
+        code, out, err = call(host, argv, timeout=timeout)
+    except (HostError, RemoteError) as exc:
+        return HostHealth(name, False, str(exc))
+    try:
+        data = json.loads(out)
+        got = Report.from_json(data).hosts[0]
+    except (ValueError, KeyError, IndexError, TypeError):
+        last = (err.strip().splitlines() or ["no output"])[-1]
+        return HostHealth(name, False, f"doctor failed there (exit {code}): {last}")
+    # The host calls itself "local": name it as the user did.
+    return HostHealth(name, True, got.error,
+                      tuple(Finding(f.check, f.severity, f.seen, f.fix, f.module_id, f.index, name)
+                            for f in got.findings), got.cards, got.free_modules, got.versions)
+
+
+def build_report(hosts: list[str], remote_command: str, cards: list[int] | None, cards_text: str, *,
+                 hl_smi: str, timeout: float) -> Report:
+    if not hosts:
+        return Report(hosts=(health.check_host(_roots(hl_smi), cards=cards),))
+    with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+        found = list(pool.map(lambda h: check_remote(h, remote_command, cards_text, timeout), hosts))
+    return Report(hosts=tuple(found), cross_host=tuple(health.cross_host_findings(found)))
+
+
+def format_finding(f: Finding) -> str:
+    card = f.card_label() or "-"
+    where = "" if f.host == "local" else f"{f.host} "
+    fix = f" -> {f.fix}" if f.fix else ""
+    return f"{f.severity.upper():7} {where}{card:18} {f.check:17} {f.seen}{fix}"
+
+
+def run(args: argparse.Namespace) -> int:
+    host = (getattr(args, "host", "") or "").strip()
+    hosts_text = (args.hosts or "").strip()
+    remote_command = (getattr(args, "remote_command", "") or "").strip()
+    if host and host != "local" and hosts_text:
+        print("gaudi-gui doctor: takes --host (one host) or --hosts (several), not both", file=sys.stderr)
+        return 2
+    if remote_command and not (hosts_text or (host and host != "local")):
+        print("gaudi-gui doctor: --remote-command needs --host or --hosts", file=sys.stderr)
+        return 2
+    cards: list[int] | None = None
+    if args.cards:
+        from gaudi_gui.core.visibility import parse_cards
+        try:
+            cards = parse_cards(args.cards)
+        except ValueError as exc:
+            print(f"gaudi-gui doctor: {exc}", file=sys.stderr)
+            return 2
+    if args.timeout <= 0:
+        print("gaudi-gui doctor: --timeout must be above 0", file=sys.stderr)
+        return 2
+    names = [h.strip() for h in hosts_text.split(",") if h.strip()] if hosts_text else []
+    if host and host != "local":
+        names = [host]
+    report = build_report(names, remote_command, cards, args.cards, hl_smi=args.hl_smi, timeout=args.timeout)
+    if cards is not None:
+        seen = {int(c["module_id"]) for h in report.hosts for c in h.cards}
+        unknown = sorted(set(cards) - seen) if seen else []
+        if unknown:
+            print(f"gaudi-gui doctor: --cards: no card with module id {','.join(map(str, unknown))} "
+                  f"(cards here: {','.join(map(str, sorted(seen)))})", file=sys.stderr)
+            return 2
+    if args.json:
+        print(json.dumps(report.to_json()))
+        return report.exit_code
+    for f in report.all_findings():
+        print(format_finding(f))
+    for h in report.hosts:
+        if h.reachable and not h.cards:
+            print(f"{h.host}: no Gaudi cards (hl-smi not found): only the Python stack was checked")
+        elif h.free_modules:
+            print(f"{h.host}: free cards: {','.join(map(str, h.free_modules))}")
+    print(f"{report.errors} error(s), {report.warnings} warning(s)")
+    return report.exit_code

@@ -1,0 +1,98 @@
+"""``gaudi-gui doctor`` as a user runs it: a real child process against the fake hl-smi's sick 8-card
+server (with fixture sysfs / proc / dev roots), a CPU machine without hl-smi, and bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def doctor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gaudi_gui", "doctor", *args], capture_output=True,
+                          text=True, timeout=120, env=env)
+
+
+@pytest.fixture
+def sick_server(fake_hl_smi: Path, tmp_path: Path) -> dict[str, str]:
+    """Env for a sick 8-card server: all modules loaded, 8 nodes, card 6 held by pid 4242."""
+    sysfs, proc, dev = tmp_path / "sys", tmp_path / "proc", tmp_path / "dev"
+    (dev / "accel").mkdir(parents=True)
+    for i in range(8):
+        (dev / "accel" / f"accel{i}").touch()
+        status = sysfs / "class" / "accel" / f"accel{i}" / "device" / "status"
+        status.parent.mkdir(parents=True)
+        status.write_text("operational\n")
+    (proc / "4242" / "fd").mkdir(parents=True)
+    (proc / "4242" / "fd" / "7").symlink_to(dev / "accel" / "accel6")
+    (proc / "modules").write_text("".join(f"{m} 1 0 - Live 0x0\n" for m in (
+        "habanalabs", "habanalabs_cn", "habanalabs_en", "habanalabs_ib")))
+    return dict(os.environ, FAKE_HLSMI_MODE="sick", GAUDI_GUI_DOCTOR_SYSFS=str(sysfs),
+                GAUDI_GUI_DOCTOR_PROC=str(proc), GAUDI_GUI_DOCTOR_DEV=str(dev))
+
+
+def test_sick_server_names_each_sick_card_with_its_fix(sick_server: dict[str, str]) -> None:
+    done = doctor(env=sick_server)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = done.stdout.splitlines()
+
+    def line(card: int, check: str) -> str:
+        hits = [ln for ln in lines if f"card {card} " in ln and check in ln]
+        assert hits, f"no {check} line for card {card} in:\n{done.stdout}"
+        return hits[0]
+
+    assert line(1, "net.ports").startswith("ERROR") and "2,5 DOWN" in line(1, "net.ports")
+    assert "ECC 2" in line(2, "card.ecc") and "pending: Yes" in line(2, "card.ecc")
+    assert "0 C" in line(3, "card.init") and "-> reset the card" in line(3, "card.init")
+    assert line(5, "card.throttle").startswith("WARNING") and "power slowdown" in line(5, "card.throttle")
+    assert "pid 4242" in line(6, "busy.held") and "->" in line(6, "busy.held")
+    assert "free cards: 0,1,2,3,4,5,7" in done.stdout
+
+
+def test_sick_server_json_is_the_report(sick_server: dict[str, str]) -> None:
+    done = doctor("--json", env=sick_server)
+    assert done.returncode == 1
+    data = json.loads(done.stdout)
+    assert data["version"] == 1 and data["errors"] >= 4
+    (host,) = data["hosts"]
+    assert host["reachable"] and len(host["cards"]) == 8 and 6 not in host["free_modules"]
+    assert host["versions"]["driver"].startswith("1.12.1")
+    bad = {(f["module_id"], f["check"]) for f in host["findings"] if f["severity"] == "error"}
+    assert {(1, "net.ports"), (2, "card.ecc"), (3, "card.init"), (6, "busy.held")} <= bad
+
+
+def test_only_chosen_cards_are_checked(sick_server: dict[str, str]) -> None:
+    done = doctor("--json", "--cards", "4,5", env=sick_server)
+    assert done.returncode == 0, done.stdout
+    mods = {f["module_id"] for f in json.loads(done.stdout)["hosts"][0]["findings"]}
+    assert mods <= {None, 4, 5}
+
+
+def test_cpu_machine_without_hl_smi(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GAUDI_GUI_HL_SMI"}
+    env["PATH"] = str(tmp_path)
+    done = doctor(env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "no Gaudi cards" in done.stdout and "accelerate" in done.stdout
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--cards", "x"], "--cards"),
+    (["--host", "a", "--hosts", "b,c"], "not both"),
+    (["--remote-command", "gg"], "needs --host"),
+])
+def test_bad_input_one_line_exit_2(args: list[str], message: str) -> None:
+    done = doctor(*args, env=dict(os.environ))
+    assert done.returncode == 2
+    assert message in done.stderr and len(done.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in done.stderr
+
+
+def test_unknown_card_id_exit_2(sick_server: dict[str, str]) -> None:
+    done = doctor("--cards", "9", env=sick_server)
+    assert done.returncode == 2 and "no card with module id 9" in done.stderr
