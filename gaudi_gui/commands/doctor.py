@@ -27,6 +27,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hl-smi", dest="hl_smi", default="", metavar="PATH", help="the hl-smi to run")
     p.add_argument("--cards", default="", metavar="IDS", help="only these module ids (e.g. 0,1)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    p.add_argument("--smoke", action="store_true",
+                   help="also acquire each card in its own child and run a tensor operation")
+    p.add_argument("--smoke-timeout", dest="smoke_timeout", type=float, default=120.0, metavar="S",
+                   help="seconds each smoke child may take (default 120)")
     p.add_argument("--timeout", type=float, default=HOST_TIMEOUT_S, metavar="S",
                    help=f"seconds to wait for each host (default {HOST_TIMEOUT_S:g})")
 
@@ -40,12 +44,14 @@ def _roots(hl_smi: str) -> health.Roots:
                         dev=Path(env.get("GAUDI_GUI_DOCTOR_DEV", "/dev")), hl_smi=hl_smi)
 
 
-def check_remote(name: str, remote_command: str, cards: str, timeout: float) -> HostHealth:
+def check_remote(name: str, remote_command: str, cards: str, timeout: float,
+                 smoke: bool = False) -> HostHealth:
     """``doctor --json`` on one host; any failure becomes an unreachable HostHealth naming it."""
     from gaudi_gui.core.remote import HostError, RemoteError, call, find_host
     try:
         host = find_host(name, remote_command)
-        argv = host.gaudi_gui_argv("doctor", "--json", *(["--cards", cards] if cards else []))
+        argv = host.gaudi_gui_argv("doctor", "--json", *(["--cards", cards] if cards else []),
+                                   *(["--smoke"] if smoke else []))
         code, out, err = call(host, argv, timeout=timeout)
     except (HostError, RemoteError) as exc:
         return HostHealth(name, False, str(exc))
@@ -61,12 +67,37 @@ def check_remote(name: str, remote_command: str, cards: str, timeout: float) -> 
                             for f in got.findings), got.cards, got.free_modules, got.versions)
 
 
+def with_smoke(found: HostHealth, cards: list[int] | None, timeout: float) -> HostHealth:
+    """Add the smoke findings: one child per Gaudi card (or CUDA GPU), else one CPU child."""
+    import shutil
+    import subprocess
+    targets: list[tuple[int | None, int | None]] = [
+        (int(c["module_id"]), int(c["index"])) for c in found.cards
+        if cards is None or int(c["module_id"]) in cards]
+    kind = "hpu" if found.cards else "cpu"
+    if not found.cards and shutil.which("nvidia-smi"):
+        try:
+            listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
+            gpus = [ln for ln in listed.stdout.splitlines() if ln.startswith("GPU ")]
+        except (OSError, subprocess.TimeoutExpired):
+            gpus = []
+        if gpus:
+            kind = "cuda"
+            targets = [(None, i) for i in range(len(gpus)) if cards is None or i in cards]
+    if kind == "cpu":
+        targets = [(None, None)]
+    smoke = health.run_smoke(kind, targets, timeout_s=timeout, host=found.host)
+    return HostHealth(found.host, found.reachable, found.error, found.findings + tuple(smoke), found.cards,
+                      found.free_modules, found.versions)
+
+
 def build_report(hosts: list[str], remote_command: str, cards: list[int] | None, cards_text: str, *,
-                 hl_smi: str, timeout: float) -> Report:
+                 hl_smi: str, timeout: float, smoke: bool = False, smoke_timeout: float = 120.0) -> Report:
     if not hosts:
-        return Report(hosts=(health.check_host(_roots(hl_smi), cards=cards),))
+        here = health.check_host(_roots(hl_smi), cards=cards)
+        return Report(hosts=(with_smoke(here, cards, smoke_timeout) if smoke else here,))
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        found = list(pool.map(lambda h: check_remote(h, remote_command, cards_text, timeout), hosts))
+        found = list(pool.map(lambda h: check_remote(h, remote_command, cards_text, timeout, smoke), hosts))
     return Report(hosts=tuple(found), cross_host=tuple(health.cross_host_findings(found)))
 
 
@@ -101,7 +132,8 @@ def run(args: argparse.Namespace) -> int:
     names = [h.strip() for h in hosts_text.split(",") if h.strip()] if hosts_text else []
     if host and host != "local":
         names = [host]
-    report = build_report(names, remote_command, cards, args.cards, hl_smi=args.hl_smi, timeout=args.timeout)
+    report = build_report(names, remote_command, cards, args.cards, hl_smi=args.hl_smi,
+                          timeout=args.timeout, smoke=args.smoke, smoke_timeout=args.smoke_timeout)
     if cards is not None:
         seen = {int(c["module_id"]) for h in report.hosts for c in h.cards}
         unknown = sorted(set(cards) - seen) if seen else []

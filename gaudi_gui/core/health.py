@@ -632,3 +632,89 @@ def cross_host_findings(hosts: Sequence[HostHealth]) -> list[Finding]:
                 f"{h} {v or 'none'}" for h, v in seen.items()), "install the same Gaudi software and "
                 "packages on every host", host=",".join(seen)))
     return out
+
+
+# --------------------------------------------------------------------------------------------------
+# Smoke test orchestration: one child per card, in parallel, each seeing only its card.
+# --------------------------------------------------------------------------------------------------
+
+
+def smoke_argv(kind: str) -> list[str]:
+    import sys
+    return [sys.executable, "-m", "gaudi_gui.workers.smoke", kind]
+
+
+def smoke_env(kind: str, card: int | None) -> dict[str, str]:
+    env = dict(os.environ)
+    if kind == "hpu" and card is not None:
+        env["HABANA_VISIBLE_MODULES"] = str(card)
+        env["PT_ENABLE_INT64_SUPPORT"] = "1"
+    elif kind == "cuda" and card is not None:
+        env["CUDA_VISIBLE_DEVICES"] = str(card)
+    return env
+
+
+def classify_smoke(code: int | None, output: str) -> tuple[str, str, str]:
+    """(severity, seen, fix) for one child's exit code (None: timed out) and output."""
+    last = (output.strip().splitlines() or [""])[-1][:300]
+    if code is None:
+        return ("error", "smoke test timed out (killed)",
+                "the card may be hung or held: check hl-smi, reset it (hl-smi -r)")
+    if code == 0 and "SMOKE OK" in output:
+        return "ok", "smoke test passed", ""
+    if "already acquired" in output.lower() or "synstatus=20" in output.lower():
+        return "error", f"held by another process: {last}", "stop the other process or choose free cards"
+    if "acquire" in output.lower():
+        return ("error", f"acquire failed: {last}",
+                "check that driver, firmware and habana-torch-plugin versions match (gaudi-gui doctor)")
+    return "error", f"smoke test failed (exit {code}): {last or 'no output'}", "see the message above"
+
+
+def _kill_tree(proc: subprocess.Popen[str]) -> None:
+    import signal
+
+    from gaudi_gui.core.proctree import ProcessRef, descendants, signal_group
+    kids = descendants(proc.pid)
+    ref = ProcessRef.of(proc.pid)
+    if ref is not None:
+        signal_group(ref, signal.SIGKILL)
+    for kid in kids:
+        kid.signal(signal.SIGKILL)
+    proc.kill()
+
+
+def run_smoke(kind: str, cards: Sequence[tuple[int | None, int | None]], *, timeout_s: float = 120.0,
+              argv: Sequence[str] | None = None, host: str = "local") -> list[Finding]:
+    """One "smoke" finding per (module_id, index) card (a single (None, None) on a CPU machine).
+
+    ``argv`` replaces the child command (tests start children that pass, fail and hang); the child's
+    whole tree is killed on timeout (it runs in its own session)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(card: tuple[int | None, int | None]) -> Finding:
+        module_id, index = card
+        visible = module_id if kind == "hpu" else index
+        cmd = list(argv) if argv is not None else smoke_argv(kind)
+        try:
+            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    errors="replace", env=smoke_env(kind, visible), start_new_session=True,
+                                    stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            return Finding("smoke", "error", f"could not start the smoke child: {exc}", "",
+                           module_id, index, host)
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            _kill_tree(proc)
+            out, _ = proc.communicate()
+            code = None
+        severity, seen, fix = classify_smoke(code, out or "")
+        if code is None:
+            seen = f"smoke test timed out after {timeout_s:g} s (killed)"
+        return Finding("smoke", severity, seen, fix, module_id, index, host)
+
+    if not cards:
+        return []
+    with ThreadPoolExecutor(max_workers=min(16, len(cards))) as pool:
+        return list(pool.map(one, cards))

@@ -96,3 +96,54 @@ def test_bad_input_one_line_exit_2(args: list[str], message: str) -> None:
 def test_unknown_card_id_exit_2(sick_server: dict[str, str]) -> None:
     done = doctor("--cards", "9", env=sick_server)
     assert done.returncode == 2 and "no card with module id 9" in done.stderr
+
+
+# -- the smoke test's orchestration with real children ---------------------------------------------
+
+CHILD = """
+import os, sys, time
+card = os.environ.get("HABANA_VISIBLE_MODULES")
+assert os.environ.get("PT_ENABLE_INT64_SUPPORT") == "1"
+if card == "0":
+    print("SMOKE OK hpu")
+elif card == "1":
+    print("synStatus=20 [Device already acquired]"); sys.exit(1)
+elif card == "2":
+    print("Device acquire failed"); sys.exit(1)
+else:
+    import subprocess
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])  # a grandchild
+    time.sleep(600)
+"""
+
+
+def test_smoke_children_pass_fail_and_hang(tmp_path: Path) -> None:
+    import time
+
+    import psutil
+
+    from gaudi_gui.core import health
+
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    started = time.monotonic()
+    got = health.run_smoke("hpu", [(0, 4), (1, 5), (2, 6), (3, 7)], timeout_s=3.0,
+                           argv=[sys.executable, str(script)])
+    assert time.monotonic() - started < 15  # in parallel, bounded by the timeout
+    by = {f.module_id: f for f in got}
+    assert by[0].severity == "ok" and by[0].index == 4
+    assert by[1].severity == "error" and "held by another process" in by[1].seen
+    assert by[2].severity == "error" and "acquire failed" in by[2].seen
+    assert by[3].severity == "error" and "timed out after 3 s" in by[3].seen
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(script) in " ".join(p.info["cmdline"] or [])
+            or "time.sleep(600)" in " ".join(p.info["cmdline"] or [])]
+    assert not left, left
+
+
+def test_cpu_machine_smoke_runs_one_cpu_child(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "GAUDI_GUI_HL_SMI"}
+    env["PATH"] = str(tmp_path)
+    done = doctor("--smoke", "--json", env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    smoke = [f for f in json.loads(done.stdout)["hosts"][0]["findings"] if f["check"] == "smoke"]
+    assert len(smoke) == 1 and smoke[0]["severity"] == "ok"
