@@ -1,0 +1,42 @@
+"""Doctor benchmark: ``gaudi-gui doctor --json`` on the fake hl-smi's 8 cards without the smoke test
+(goal < 2 s locally), interleaved with its baseline, the bare ``fake hl-smi -q`` call (one process
+start of the fake, which is what every doctor run pays at least once)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.harness import interleaved, row
+
+FAKE_HLSMI = Path(__file__).resolve().parents[1] / "tests" / "fake_hl_smi.py"
+
+
+def _timed(argv: list[str], env: dict[str, str]) -> float:
+    started = time.perf_counter()
+    subprocess.run(argv, capture_output=True, env=env, timeout=120, check=False)
+    return time.perf_counter() - started
+
+
+def run(quick: bool = False) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="bench-doctor-") as tmp:
+        program = Path(tmp) / "hl-smi"
+        program.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_HLSMI} \"$@\"\n")
+        program.chmod(0o755)
+        env = dict(os.environ, GAUDI_GUI_HOME=tmp)
+        doctor = [sys.executable, "-m", "gaudi_gui", "doctor", "--json", "--hl-smi", str(program)]
+        bare = [str(program), "-q"]
+        result = interleaved(lambda: _timed(doctor, env), lambda: _timed(bare, env),
+                             repeats=3 if quick else 7, warmup=1)
+    return [row("doctor: 8 fake cards, no smoke (baseline: fake hl-smi -q)", result, unit="s",
+                goal="< 2 s")]
+
+
+if __name__ == "__main__":
+    for r in run(quick="--quick" in sys.argv):
+        print(r)
