@@ -27,6 +27,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hl-smi", dest="hl_smi", default="", metavar="PATH", help="the hl-smi to run")
     p.add_argument("--cards", default="", metavar="IDS", help="only these module ids (e.g. 0,1)")
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    p.add_argument("--report", default="", metavar="FILE.tar.gz",
+                   help="also pack the findings, versions, hl-smi -q, kernel messages and the running "
+                        "runs' last log lines (secrets redacted) for a bug report")
     p.add_argument("--smoke", action="store_true",
                    help="also acquire each card in its own child and run a tensor operation")
     p.add_argument("--smoke-timeout", dest="smoke_timeout", type=float, default=120.0, metavar="S",
@@ -101,6 +104,56 @@ def build_report(hosts: list[str], remote_command: str, cards: list[int] | None,
     return Report(hosts=tuple(found), cross_host=tuple(health.cross_host_findings(found)))
 
 
+def write_report(path: Path, report: Report, hl_smi: str) -> None:
+    """A tar.gz for a bug report; every text in it goes through core.secrets.redact."""
+    import io
+    import shutil
+    import subprocess
+    import tarfile
+
+    from gaudi_gui.core.secrets import redact
+
+    def text_of(argv: list[str]) -> str:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"could not run {' '.join(argv)}: {exc}\n"
+        if done.returncode != 0:
+            return (f"{' '.join(argv)} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}\n"
+                    + done.stdout)
+        return done.stdout
+
+    parts: dict[str, str] = {
+        "findings.json": json.dumps(report.to_json(), indent=1),
+        "findings.txt": "\n".join(format_finding(f) for f in report.all_findings()) + "\n",
+        "versions.json": json.dumps({h.host: h.versions for h in report.hosts}, indent=1),
+    }
+    program = hl_smi or os.environ.get("GAUDI_GUI_HL_SMI", "") or shutil.which("hl-smi") or ""
+    parts["hl-smi-q.txt"] = text_of([program, "-q"]) if program else "no hl-smi on this machine\n"
+    # dmesg often needs root (kernel.dmesg_restrict): the report says so instead of failing.
+    kernel = text_of(["dmesg", "--ctime"]) if shutil.which("dmesg") else "dmesg is not installed\n"
+    habana = [ln for ln in kernel.splitlines() if "habana" in ln.lower() or "accel" in ln.lower()]
+    parts["kernel.txt"] = "\n".join(habana[-300:]) + "\n" if habana else kernel[-20000:]
+    from gaudi_gui.core.runstore import RunStore
+    logs = []
+    for run in RunStore().runs():
+        try:
+            if run.status().state != "running" or not run.log_path.exists():
+                continue
+            tail = run.log_path.read_text(errors="replace").splitlines()[-200:]
+        except OSError:
+            continue
+        logs.append(f"==== {run.name} ====\n" + "\n".join(tail))
+    parts["runs.txt"] = "\n".join(logs) + "\n" if logs else "no running runs\n"
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in parts.items():
+            data = redact(text).encode()
+            info = tarfile.TarInfo(f"gaudi-doctor/{name}")
+            info.size = len(data)
+            info.mode = 0o600
+            tar.addfile(info, io.BytesIO(data))
+
+
 def format_finding(f: Finding) -> str:
     card = f.card_label() or "-"
     where = "" if f.host == "local" else f"{f.host} "
@@ -141,6 +194,13 @@ def run(args: argparse.Namespace) -> int:
             print(f"gaudi-gui doctor: --cards: no card with module id {','.join(map(str, unknown))} "
                   f"(cards here: {','.join(map(str, sorted(seen)))})", file=sys.stderr)
             return 2
+    if args.report:
+        try:
+            write_report(Path(args.report), report, args.hl_smi)
+        except OSError as exc:
+            print(f"gaudi-gui doctor: --report: cannot write {args.report}: {exc.strerror}", file=sys.stderr)
+            return 2
+        print(f"report written to {args.report}", file=sys.stderr)
     if args.json:
         print(json.dumps(report.to_json()))
         return report.exit_code

@@ -147,3 +147,28 @@ def test_cpu_machine_smoke_runs_one_cpu_child(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     smoke = [f for f in json.loads(done.stdout)["hosts"][0]["findings"] if f["check"] == "smoke"]
     assert len(smoke) == 1 and smoke[0]["severity"] == "ok"
+
+
+def test_report_packs_findings_query_kernel_and_redacted_run_logs(sick_server: dict[str, str],
+                                                                  tmp_path: Path) -> None:
+    import tarfile
+
+    from gaudi_gui.core.jobconfig import JobConfig
+    from gaudi_gui.core.runstore import RunStore
+
+    run = RunStore().create(JobConfig())  # this test's GAUDI_GUI_HOME (tests/conftest.py)
+    run.update_status(state="running")
+    token = "hf_" + "a1B2c3D4e5" * 3
+    run.log_path.write_text(f"step 1\nlogin with {token}\nstep 2 loss 1.5\n")
+    out = tmp_path / "report.tar.gz"
+    done = doctor("--report", str(out), env=dict(sick_server, GAUDI_GUI_HOME=os.environ["GAUDI_GUI_HOME"]))
+    assert done.returncode == 1 and out.exists(), done.stderr
+    with tarfile.open(out) as tar:
+        files = {m.name.split("/", 1)[1]: tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+                 for m in tar.getmembers()}
+    assert {"findings.json", "findings.txt", "versions.json", "hl-smi-q.txt", "kernel.txt",
+            "runs.txt"} <= set(files)
+    assert "Double Bit ECC          : 2" in files["hl-smi-q.txt"]
+    assert files["kernel.txt"].strip()  # the lines, or why dmesg could not be read
+    assert "step 2 loss 1.5" in files["runs.txt"] and token not in files["runs.txt"]
+    assert json.loads(files["findings.json"])["errors"] >= 4
