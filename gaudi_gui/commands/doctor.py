@@ -213,3 +213,23 @@ def run(args: argparse.Namespace) -> int:
             print(f"{h.host}: free cards: {','.join(map(str, h.free_modules))}")
     print(f"{report.errors} error(s), {report.warnings} warning(s)")
     return report.exit_code
+
+
+def preflight(cards: list[int] | None, *, multi_node: bool = False) -> str:
+    """The start gate of ``gaudi-gui train``: "" to go on, else the reason (and the fix) to refuse.
+
+    A no-op without hl-smi (no Gaudi cards here: nothing of the cards' to check). Warnings are printed
+    to stderr and let the run go on."""
+    import shutil
+    if not (os.environ.get("GAUDI_GUI_HL_SMI") or shutil.which("hl-smi")):
+        return ""
+    # All cards are checked (not only the chosen ones) so the refusal can name free, healthy ones.
+    report = Report(hosts=(health.check_host(_roots("")),))
+    result = health.gate(report, cards, multi_node=multi_node)
+    for warning in result.warnings:
+        print(f"gaudi-gui train: preflight warning: {warning}", file=sys.stderr)
+    if result.ok:
+        return ""
+    fix = f"; {result.suggestion}" if result.suggestion else ""
+    return ("preflight refused the start: " + "; ".join(result.errors) + fix
+            + " (gaudi-gui doctor shows all; --no-preflight skips this check)")

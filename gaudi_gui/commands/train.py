@@ -66,6 +66,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the run this one resumes (with the job's resume_from_checkpoint): recorded in "
                         "the new run's status, so the history links the two")
     p.add_argument("--announce", default="", help=argparse.SUPPRESS)
+    p.add_argument("--no-preflight", dest="no_preflight", action="store_true",
+                   help="skip the doctor's check of the chosen cards before the start (Gaudi only)")
     p.add_argument("--hosts", default="", metavar="A,B,…",
                    help="one job across these hosts: accelerate's multi-node launch on each (machine rank "
                         "in this order, host A the main process), followed and stopped as one run")
@@ -118,6 +120,12 @@ def run(args: argparse.Namespace) -> int:
         for field, problem in problems:
             print(f"gaudi-gui train: {field}: {problem}", file=sys.stderr)
         return 2
+    if not getattr(args, "no_preflight", False) and args.device in ("auto", "hpu"):
+        from gaudi_gui.commands.doctor import preflight  # the doctor's gate (a no-op without hl-smi)
+        refusal = preflight(cards)
+        if refusal:
+            print(f"gaudi-gui train: {refusal}", file=sys.stderr)
+            return 2
     if args.detach:
         return _detach(job, args)
     device = args.device if args.device != "auto" else prepare_mod.probe_device()

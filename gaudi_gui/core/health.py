@@ -187,9 +187,10 @@ def _suggest(free: Sequence[int], wanted: int) -> str:
 def gate(report: Report, modules: Sequence[int] | None, *, multi_node: bool) -> GateResult:
     """Whether a run on ``modules`` (None: all cards) on the report's hosts may start.
 
-    Errors block: a chosen card held, dead, failed to initialise, with double-bit ECC; ports down on a
-    chosen card when ``multi_node``; versions differing between hosts; a host that did not answer; and
-    any other error-severity stack finding. Warnings (and errors about cards not chosen) let it go on.
+    Errors block: an error about a chosen card (held, dead, failed to initialise, double-bit ECC);
+    ports down on a chosen card when ``multi_node``; versions differing between hosts; a host that did
+    not answer. Everything else (stack findings too) is a warning; errors about cards not chosen are
+    left out.
     """
     chosen = None if modules is None else set(modules)
     errors: list[str] = []
@@ -216,7 +217,9 @@ def gate(report: Report, modules: Sequence[int] | None, *, multi_node: bool) -> 
                 if f.module_id is not None:
                     bad_cards.add(f.module_id)
             else:
-                errors.append(_describe(f))
+                # A stack error (a missing node, a module not loaded) may not stop a run on cards that
+                # are themselves fine: the agreed rule lists what blocks; the rest is shown.
+                warnings.append(_describe(f))
         elif not about_card or on_chosen:
             warnings.append(_describe(f))
     suggestion = ""

@@ -172,3 +172,28 @@ def test_report_packs_findings_query_kernel_and_redacted_run_logs(sick_server: d
     assert files["kernel.txt"].strip()  # the lines, or why dmesg could not be read
     assert "step 2 loss 1.5" in files["runs.txt"] and token not in files["runs.txt"]
     assert json.loads(files["findings.json"])["errors"] >= 4
+
+
+def _train(job: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", str(job), *args],
+                          capture_output=True, text=True, timeout=120, env=env)
+
+
+def test_train_preflight_refuses_a_bad_card_and_accepts_free_ones(
+        sick_server: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gaudi_gui.core.jobconfig import JobConfig
+
+    job = tmp_path / "job.json"
+    JobConfig(training_args={"output_dir": str(tmp_path / "out"), "max_steps": 1}).save(job)
+    refused = _train(job, "--cards", "2,3", env=sick_server)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert "preflight refused" in refused.stderr and "card 2" in refused.stderr
+    assert "cards 4,5 are free: use them" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) >= 1 and "Traceback" not in refused.stderr
+    # Free, healthy cards pass the gate (the same function train calls, here in-process: starting a
+    # real launch on this CPU machine would only test the launcher).
+    from gaudi_gui.commands.doctor import preflight
+    for key in ("FAKE_HLSMI_MODE", "GAUDI_GUI_DOCTOR_SYSFS", "GAUDI_GUI_DOCTOR_PROC", "GAUDI_GUI_DOCTOR_DEV"):
+        monkeypatch.setenv(key, sick_server[key])
+    assert preflight([4, 5]) == ""
+    assert "card 6" in preflight([6, 7])

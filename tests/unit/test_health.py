@@ -177,3 +177,12 @@ def test_cross_host_versions() -> None:
     b = HostHealth("b", True, versions={"driver": "1.17.0-y", "torch": "2.4.0"})
     got = health.cross_host_findings([a, b, HostHealth("c", False, "down")])
     assert [f.check for f in got] == ["hosts.versions"] and "driver" in got[0].seen
+
+
+def test_gate_stack_errors_are_warnings() -> None:
+    nodes = Finding("stack.devices", "error", "0 /dev/accel nodes, hl-smi sees 8 cards", "reload")
+    dead = Finding("card.init", "error", "0 C", "reset", module_id=3, index=3)
+    report = Report(hosts=(_host((nodes, dead), free=tuple(range(8))),))
+    result = gate(report, [0, 1], multi_node=False)
+    assert result.ok and any("/dev/accel" in w for w in result.warnings)
+    assert not gate(report, [3], multi_node=False).ok
