@@ -11,6 +11,9 @@ from PySide6.QtWidgets import QApplication, QMainWindow, QWidget
 
 from gaudi_gui.services.context import AppServices
 
+#: How long after the first paint the first health check starts.
+HEALTH_DELAY_MS = 3000
+
 
 def create_services(parent: QObject | None = None, *, training: bool = True) -> AppServices:
     """The window's services. ``training=False`` leaves ``services.training`` None for
@@ -29,6 +32,7 @@ def create_services(parent: QObject | None = None, *, training: bool = True) -> 
     # Devices tab is ever built.
     environment.probe_finished.connect(selection.set_environment)
     services = AppServices(settings=settings, selection=selection, environment=environment, poller=poller)
+    add_health(services, parent)
     if training:
         add_training(services, parent)
     return services
@@ -40,6 +44,19 @@ def add_training(services: AppServices, parent: QObject | None = None) -> None:
         return
     from gaudi_gui.services.training import TrainingService
     services.training = TrainingService(services.settings, services.selection, services.environment, parent)
+    if services.notifier is not None:
+        services.notifier.watch_training(services.training)
+
+
+def add_health(services: AppServices, parent: QObject | None = None) -> None:
+    """The health service (doctor reports and alerts) and the notifier; nothing runs until
+    ``services.health.start()``."""
+    from gaudi_gui.services.health import HealthService
+    from gaudi_gui.services.notifier import Notifier
+    services.health = HealthService(services.settings, parent)
+    services.health.watch_poller("local", services.poller)
+    services.notifier = Notifier(services.settings, parent)
+    services.notifier.watch_health(services.health)
 
 
 class _FirstPaint(QObject):
@@ -109,6 +126,10 @@ def run_gui(argv: Sequence[str]) -> int:
         QTimer.singleShot(0, services.training.reattach)
         services.poller.start()
         services.environment.refresh()
+        if services.health is not None:
+            # The doctor child (hl-smi -q, one -n link per card) waits until the probe child that
+            # imports torch has had the CPU for its start.
+            QTimer.singleShot(HEALTH_DELAY_MS, services.health.start)
 
     _after_first_paint(window, start_background)
     code = int(app.exec())

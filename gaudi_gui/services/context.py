@@ -9,6 +9,8 @@ if TYPE_CHECKING:
     from gaudi_gui.services.device_poller import DevicePoller
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.environment_probe import EnvironmentProbe
+    from gaudi_gui.services.health import HealthService
+    from gaudi_gui.services.notifier import Notifier
     from gaudi_gui.services.settings import Settings
     from gaudi_gui.services.training import TrainingService
 
@@ -28,3 +30,8 @@ class AppServices:
     #: Each remote host's card selection, by host name: the Hosts tab's panels set them, and the
     #: runner takes a remote worker's device environment (sent as guard arguments) from them.
     host_selections: dict[str, DeviceSelection] = field(default_factory=dict)
+    #: Every watched host's doctor report and the alerts (None only in tests that build services
+    #: by hand); started by the app after the first paint.
+    health: HealthService | None = None
+    #: Desktop notifications for alerts and ended runs.
+    notifier: Notifier | None = None

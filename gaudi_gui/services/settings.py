@@ -121,6 +121,25 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in [
     _s("training/last_folder", str, "", "the folder of the last job file saved or loaded"),
     _s("training/slurm", dict, {}, "the Training tab's Slurm fields last used (nodes, partition, time, "
        "account, cards per node, gres, node device, login host)", fields=_SLURM_FIELDS),
+    # -- health, alerts and notifications -----------------------------------------------------------
+    _s("health/interval_s", float, 300.0, "how often the doctor checks each watched host, seconds",
+       (10.0, _DAY_S)),
+    _s("health/timeout_s", float, 120.0, "how long one host's doctor may take before it counts as not "
+       "answering, seconds", (5.0, 3600.0)),
+    _s("alerts/temperature_warning_c", float, 85.0, "temperature that raises a warning alert",
+       (0.0, 200.0)),
+    _s("alerts/temperature_critical_c", float, 95.0, "temperature that raises a critical alert",
+       (0.0, 200.0)),
+    _s("alerts/temperature_margin_c", float, 5.0, "degrees below a threshold before its alert clears",
+       (0.0, 50.0)),
+    _s("alerts/slowdown_clear_s", float, 60.0, "seconds a slowdown must stay off before its alert "
+       "clears", (0.0, _DAY_S)),
+    _s("alerts/idle_held_s", float, 1800.0, "seconds a held card may stay idle before an alert",
+       (10.0, 7 * _DAY_S)),
+    _s("notifications/enabled", bool, True, "desktop notifications for alerts and ended runs"),
+    _s("notifications/max_per_window", int, 3, "at most this many notifications per window",
+       (1, 100)),
+    _s("notifications/window_s", float, 60.0, "the rate limit's window, seconds", (1.0, _DAY_S)),
 ]}
 
 

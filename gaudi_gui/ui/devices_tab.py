@@ -9,6 +9,7 @@ the DeviceSelection, so that ``selection.env()`` / ``card_count()`` tell jobs th
 
 from __future__ import annotations
 
+import html
 import time
 from collections.abc import Sequence
 
@@ -86,6 +87,14 @@ class DevicesTab(QWidget):
         top = QHBoxLayout()
         top.addWidget(self.source_label, 1)
         top.addWidget(self.host_label)
+        # The host's health at a glance (the doctor's worst finding and the alerts); a click opens
+        # the Health view on this host.
+        self.health_host = self.poller.host.name if self.poller.host is not None else "local"
+        self.health_badge = QPushButton("Health: not checked", self)
+        self.health_badge.setObjectName("health_badge")
+        self.health_badge.setVisible(services.health is not None)
+        self.health_badge.clicked.connect(lambda: self._open_health())  # noqa: PLW0108
+        top.addWidget(self.health_badge)
 
         self.table = DeviceTable(self)
         self.table.hot_c = float(settings.get("devices/hot_temperature_c"))
@@ -165,6 +174,11 @@ class DevicesTab(QWidget):
             self.selection.set_environment(services.environment.result)
         self.selection.claims_changed.connect(self._update_selection_text)
         settings.value_changed.connect(self._on_setting_changed)
+        if services.health is not None:
+            services.health.report_changed.connect(self._update_health_badge)
+            services.health.alerts_changed.connect(self._update_health_badge)
+            services.health.checking_changed.connect(self._on_health_checking)
+            self._update_health_badge(self.health_host)
 
         # Restore the last selection; the poller sets which cards exist once hl-smi has answered.
         saved_ids = [int(i) for i in settings.get("devices/selected_modules") if isinstance(i, int)]
@@ -261,6 +275,30 @@ class DevicesTab(QWidget):
             self.table.hot_c = float(self.services.settings.get(key))
         elif key == "devices/busy_utilization":
             self.table.busy_util = float(self.services.settings.get(key))
+
+    # -- health -------------------------------------------------------------------------------------
+
+    def _update_health_badge(self, host: str) -> None:
+        health = self.services.health
+        if health is None or host != self.health_host:
+            return
+        from gaudi_gui.ui.health_view import BADGE_STYLE, badge_text
+
+        self.health_badge.setText(badge_text(health, host))
+        worst = health.worst(host)
+        self.health_badge.setProperty("severity", worst or "unknown")
+        self.health_badge.setStyleSheet(f"#health_badge {{ {BADGE_STYLE.get(worst, '')} }}")
+        alerts = health.alerts(host)
+        # Alert texts carry what hl-smi printed: escaped, since a tooltip may be shown as rich text.
+        self.health_badge.setToolTip("<p>" + "<br>".join(html.escape(a.text) for a in alerts) + "</p>"
+                                     if alerts else "open the Health view")
+
+    def _on_health_checking(self, host: str, _checking: bool) -> None:
+        self._update_health_badge(host)
+
+    def _open_health(self) -> None:
+        if self.services.health is not None:
+            self.services.health.view_requested.emit(self.health_host)
 
     # -- charts -------------------------------------------------------------------------------------
 

@@ -34,9 +34,9 @@ from gaudi_gui.services.device_poller import DevicePoller
 from gaudi_gui.services.hosts import HostsService
 from gaudi_gui.services.process import ProcessRunner
 
-COLUMNS = ("Host / card", "Util %", "Memory", "Temp °C", "Power W", "gaudi-gui", "State")
+COLUMNS = ("Host / card", "Util %", "Memory", "Temp °C", "Power W", "gaudi-gui", "Health", "State")
 #: Column indexes (the numbers sit next to the names; the state, which can be a long line, is last).
-NAME, UTIL, MEMORY, TEMP, POWER, VERSION, STATE = range(len(COLUMNS))
+NAME, UTIL, MEMORY, TEMP, POWER, VERSION, HEALTH, STATE = range(len(COLUMNS))
 _LABEL_ROLE = int(Qt.ItemDataRole.UserRole) + 1
 BUSY_UTIL = 50.0
 _BAD = QColor("#b3261e")
@@ -78,6 +78,7 @@ class HostsTab(QWidget):
         self.tree.header().setStretchLastSection(True)
         self.tree.setTextElideMode(Qt.TextElideMode.ElideRight)
         self.tree.itemDoubleClicked.connect(lambda item, _col: self.open_panel(self._host_of(item)))
+        self.tree.itemClicked.connect(self._on_item_clicked)
         self.tree.itemSelectionChanged.connect(self._update_buttons)
         self.open_button = QPushButton("&Open panel")
         self.open_button.clicked.connect(lambda: self.open_panel(self.selected_host()))
@@ -119,6 +120,10 @@ class HostsTab(QWidget):
         self.hosts.poller_added.connect(self._watch)
         self.hosts.handshake_finished.connect(self._show_handshake)
         self._watch(LOCAL, services.poller)
+        if services.health is not None:
+            services.health.report_changed.connect(self._show_health)
+            services.health.alerts_changed.connect(self._show_health)
+            services.health.checking_changed.connect(self._on_health_checking)
         self.hosts.start()
         self._rebuild()
 
@@ -151,6 +156,8 @@ class HostsTab(QWidget):
         if panel is not None:
             panel.close()
         self.hosts.remove(name)
+        if self.services.health is not None:
+            self.services.health.unwatch_host(name)
 
     def setup_host(self, name: str | None, extra: tuple[str, ...] = ()) -> bool:
         """Install this gaudi-gui on the host (``gaudi-gui hosts --setup``); False when one runs."""
@@ -264,6 +271,7 @@ class HostsTab(QWidget):
                 if host.name in self.hosts.handshakes:
                     self._show_handshake(host.name, self.hosts.handshakes[host.name])
                 self._show_cards(host.name, poller.latest())
+            self._show_health(host.name)
             item.setExpanded(True)
             if host.name == current:
                 self.tree.setCurrentItem(item)
@@ -271,6 +279,11 @@ class HostsTab(QWidget):
         self._update_buttons()
 
     def _watch(self, name: str, poller: DevicePoller) -> None:
+        health = self.services.health
+        if health is not None and name != LOCAL:
+            # A connected host is checked by the doctor too, and its samples feed the alerts.
+            health.watch_poller(name, poller)
+            health.watch_host(name)
         poller.samples_received.connect(lambda samples, n=name: self._show_cards(n, samples))
         poller.state_changed.connect(lambda state, message, n=name: self._show_state(n, state, message))
 
@@ -292,6 +305,29 @@ class HostsTab(QWidget):
             for child in _children(item):
                 child.setForeground(STATE, QBrush(_IDLE))
                 child.setText(STATE, "stale")
+
+    def _show_health(self, name: str) -> None:
+        """The host's health at a glance: the doctor's errors/warnings and the alerts (a click on it
+        opens the Health view)."""
+        item = self._items.get(name)
+        health = self.services.health
+        if item is None or health is None:
+            return
+        from gaudi_gui.ui.health_view import badge_text
+
+        worst = health.worst(name)
+        item.setText(HEALTH, badge_text(health, name).removeprefix("Health: "))
+        item.setData(HEALTH, Qt.ItemDataRole.UserRole, worst)
+        item.setForeground(HEALTH, QBrush({"error": _BAD, "warning": _WARN}[worst])
+                           if worst in ("error", "warning") else QBrush())
+        item.setToolTip(HEALTH, "click to open the Health view")
+
+    def _on_health_checking(self, name: str, _checking: bool) -> None:
+        self._show_health(name)
+
+    def _on_item_clicked(self, item: QTreeWidgetItem, column: int) -> None:
+        if column == HEALTH and item.parent() is None and self.services.health is not None:
+            self.services.health.view_requested.emit(self._host_of(item))
 
     def _show_handshake(self, name: str, answer: dict) -> None:
         """The host's gaudi-gui: its version (libraries in the tooltip), or what is wrong and the fix."""
@@ -345,7 +381,7 @@ class HostsTab(QWidget):
             busy += is_busy
             mem = (f"{(s.memory_used_mib or 0) / 1024:.1f} / {s.memory_total_mib / 1024:.0f} GiB"
                    if s.memory_total_mib else "—")
-            values = [label, _num(util), mem, _num(s.temperature_c), _num(s.power_w), "",
+            values = [label, _num(util), mem, _num(s.temperature_c), _num(s.power_w), "", "",
                       "busy" if is_busy else "idle"]
             for col, value in enumerate(values):
                 child.setText(col, value)

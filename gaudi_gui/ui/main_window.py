@@ -19,6 +19,7 @@ from gaudi_gui.ui.tab import JobOwner
 if TYPE_CHECKING:
     from gaudi_gui.ui.devices_tab import DevicesTab
     from gaudi_gui.ui.environment_tab import EnvironmentTab
+    from gaudi_gui.ui.health_view import HealthView
     from gaudi_gui.ui.hosts_tab import HostsTab
     from gaudi_gui.ui.runner_tab import RunnerTab
     from gaudi_gui.ui.training_tab import TrainingTab
@@ -77,6 +78,11 @@ class MainWindow(QMainWindow):
             QTimer.singleShot(0, services.training.reattach)
         self._closing = False
         self._shut_down = False
+        #: The Health view, in a dock made the first time it is asked for (see ``show_health``).
+        self.health_view: HealthView | None = None
+        self._health_dock: QWidget | None = None
+        if services.health is not None:
+            services.health.view_requested.connect(self.show_health)
         self._restore()
         self.installEventFilter(self)
 
@@ -178,6 +184,11 @@ class MainWindow(QMainWindow):
             action.triggered.connect(lambda _checked=False, i=index: self.tabs.setCurrentIndex(i))
             view_menu.addAction(action)
 
+        health = QAction("&Health", self)
+        health.setShortcuts([QKeySequence("Ctrl+H")])
+        health.triggered.connect(lambda _checked=False: self.show_health("local"))
+        view_menu.addAction(health)
+
         help_menu = self.menuBar().addMenu("&Help")
         about = QAction("&About gaudi-gui", self)
         about.triggered.connect(self._about)
@@ -202,6 +213,34 @@ class MainWindow(QMainWindow):
             f"<b>gaudi-gui {__version__}</b><p>A control panel for Intel Gaudi, CUDA and CPU machines: "
             "devices, model runner and training.</p><p>Model work runs in child processes; this window "
             "never loads torch.</p>"))
+
+    # -- health ---------------------------------------------------------------------------------------
+
+    def show_health(self, host: str = "local") -> HealthView | None:
+        """The Health view of ``host`` in its dock (made and checked on first use)."""
+        health = self.services.health
+        if health is None or self._shut_down:
+            return None
+        if self._health_dock is None:
+            from PySide6.QtCore import Qt
+            from PySide6.QtWidgets import QDockWidget
+
+            from gaudi_gui.ui.health_view import HealthView
+
+            dock = QDockWidget("Health", self)
+            dock.setObjectName("health_dock")
+            self.health_view = HealthView(health, dock)
+            dock.setWidget(self.health_view)
+            self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
+            self._health_dock = dock
+        view = self.health_view
+        assert view is not None and self._health_dock is not None
+        view.show_host(host)
+        self._health_dock.show()
+        self._health_dock.raise_()
+        if health.health(host) is None and not health.is_checking(host):
+            health.refresh(host)
+        return view
 
     # -- status ---------------------------------------------------------------------------------------
 
@@ -313,6 +352,12 @@ class MainWindow(QMainWindow):
                 shutdown()
         self.services.poller.stop()
         self.services.environment.shutdown()
+        if self.health_view is not None:
+            self.health_view.shutdown()
+        if self.services.health is not None:
+            self.services.health.shutdown()
+        if self.services.notifier is not None:
+            self.services.notifier.shutdown()
         self.closed.emit()
 
 

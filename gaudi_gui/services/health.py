@@ -1,0 +1,298 @@
+"""Every watched host's health: ``gaudi-gui doctor --json`` as a child per host, and the alerts.
+
+The doctor runs in a child process (``python -m gaudi_gui doctor --json``, with ``--host DEST`` for a
+remote host, which runs the doctor there over ssh), never on the GUI thread: it starts hl-smi eight
+times, reads /proc and may wait on a slow host. Hosts are checked in parallel, one child each, and
+again every ``health/interval_s``. A child that crashes, times out or prints something that is not
+the report becomes ``HostHealth(reachable=False, error=...)`` with its exit and last lines, so a
+broken doctor is a visible error of that host, never a silent "ok".
+
+Alerts (``core.alerts``) are computed here from the hosts' live samples (the pollers the window
+already runs) and the doctor's findings; views and the notifier subscribe to the signals.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import QObject, QTimer, Signal
+
+from gaudi_gui.core.alerts import CLEARED, RAISED, Alert, AlertEngine, AlertEvent, Thresholds, card_key
+from gaudi_gui.services.process import ProcessRunner, delete_when_reaped, describe_exit
+from gaudi_gui.services.settings import Settings
+
+if TYPE_CHECKING:
+    # core.health is imported where a report is read: it loads importlib.metadata (~0.1 s), and
+    # this service is made before the window's first paint.
+    from gaudi_gui.core.health import HostHealth
+
+LOCAL = "local"
+#: How many of a failed child's last lines its error keeps (each cut to ``_LINE_CHARS``).
+_LAST_LINES = 4
+_LINE_CHARS = 300
+
+
+def thresholds_from(settings: Settings) -> Thresholds:
+    """The alert thresholds of the settings schema (idle: the Devices panel's busy utilization)."""
+    return Thresholds(
+        temperature_warning_c=float(settings.get("alerts/temperature_warning_c")),
+        temperature_critical_c=float(settings.get("alerts/temperature_critical_c")),
+        temperature_margin_c=float(settings.get("alerts/temperature_margin_c")),
+        slowdown_clear_s=float(settings.get("alerts/slowdown_clear_s")),
+        idle_held_s=float(settings.get("alerts/idle_held_s")),
+        idle_utilization=float(settings.get("devices/busy_utilization")))
+
+
+def parse_output(host: str, stdout: str, code: int, status: str, tail: list[str]) -> HostHealth:
+    """The child's stdout as the host's health, or an unreachable host saying what went wrong."""
+    from gaudi_gui.core.health import HostHealth, Report
+
+    try:
+        report = Report.from_json(json.loads(stdout))
+        got = report.hosts[0]
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        lines = [ln.strip()[:_LINE_CHARS] for ln in tail if ln.strip()][-_LAST_LINES:]
+        detail = " | ".join(lines) if lines else "no output"
+        return HostHealth(host, False, f"the doctor {describe_exit(code, status)} without a report: {detail}")
+    if got.host != host:
+        # The local doctor calls its host "local"; keep the name the window uses.
+        got = HostHealth(host, got.reachable, got.error, got.findings, got.cards, got.free_modules,
+                         got.versions)
+    return got
+
+
+class _Check(QObject):
+    """One doctor child for one host, with its own timeout."""
+
+    def __init__(self, host: str, parent: QObject) -> None:
+        super().__init__(parent)
+        self.host = host
+        self.out: list[str] = []
+        self.timed_out = False
+        self.runner = ProcessRunner(self, parse_protocol=False, tail_lines=40)
+        self.runner.line_received.connect(self._on_line)
+        self.timer = QTimer(self)
+        self.timer.setSingleShot(True)
+        self.timer.timeout.connect(self._on_timeout)
+
+    def _on_line(self, stream: str, line: str) -> None:
+        if stream == "stdout":
+            self.out.append(line)
+
+    def _on_timeout(self) -> None:
+        self.timed_out = True
+        self.runner.kill_tree()
+
+
+class _PollerWatch(QObject):
+    """Feeds one host's live samples to the alerts (a child of the service, so the connection
+    ends with whichever of the service and the poller goes first)."""
+
+    def __init__(self, service: HealthService, host: str, poller: QObject) -> None:
+        super().__init__(service)
+        self.service = service
+        self.host = host
+        poller.samples_received.connect(self.on_samples)  # type: ignore[attr-defined]
+
+    def on_samples(self, samples: list[Any]) -> None:
+        self.service.feed_samples(self.host, samples)
+
+
+class HealthService(QObject):
+    """The doctor's report per watched host, refreshed now and then, and the alerts over them."""
+
+    #: A host's health changed (a new report, or it did not answer): carries the host's name.
+    report_changed = Signal(str)
+    #: A host's check started (True) or ended (False): (host, checking).
+    checking_changed = Signal(str, bool)
+    #: An alert started or got worse (core.alerts.Alert); also carried by ``alerts_changed``.
+    alert_raised = Signal(object)
+    #: An alert ended (core.alerts.Alert).
+    alert_cleared = Signal(object)
+    #: A host's set of alerts in effect changed: carries the host's name.
+    alerts_changed = Signal(str)
+    #: Someone (a health badge, the Hosts overview) asked to show a host's Health view.
+    view_requested = Signal(str)
+
+    def __init__(self, settings: Settings, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.settings = settings
+        #: The doctor's command line before the host options (tests put another child here).
+        self.command: list[str] = [sys.executable, "-m", "gaudi_gui", "doctor", "--json"]
+        self._hosts: list[str] = [LOCAL]
+        self._health: dict[str, HostHealth] = {}
+        self._checked_at: dict[str, float] = {}
+        self._checks: dict[str, _Check] = {}
+        self._pending: set[str] = set()
+        self._watches: dict[str, _PollerWatch] = {}
+        self.engine = AlertEngine(thresholds_from(settings))
+        self._timer = QTimer(self)
+        self._timer.timeout.connect(self.refresh)
+        self._read_interval()
+        self._running = False
+        self._shut_down = False
+        settings.value_changed.connect(self._on_setting)
+
+    # -- hosts ------------------------------------------------------------------------------------
+
+    def hosts(self) -> list[str]:
+        return list(self._hosts)
+
+    def watch_host(self, host: str) -> None:
+        """Check ``host`` too (at once when the service runs)."""
+        if host in self._hosts:
+            return
+        self._hosts.append(host)
+        if self._running:
+            self.refresh(host)
+
+    def unwatch_host(self, host: str) -> None:
+        if host == LOCAL or host not in self._hosts:
+            return
+        self._hosts.remove(host)
+        check = self._checks.pop(host, None)
+        if check is not None:
+            check.timer.stop()
+            delete_when_reaped(check)
+        self._health.pop(host, None)
+        watch = self._watches.pop(host, None)
+        if watch is not None:
+            watch.deleteLater()
+        self._apply(host, self.engine.forget(host))
+        self.report_changed.emit(host)
+
+    def watch_poller(self, host: str, poller: QObject) -> None:
+        """Raise temperature and idle-but-held alerts from this poller's samples."""
+        old = self._watches.pop(host, None)
+        if old is not None:
+            old.deleteLater()
+        self._watches[host] = _PollerWatch(self, host, poller)
+
+    # -- reports ----------------------------------------------------------------------------------
+
+    def health(self, host: str) -> HostHealth | None:
+        """The newest report of ``host`` (None: not checked yet)."""
+        return self._health.get(host)
+
+    def checked_at(self, host: str) -> float | None:
+        return self._checked_at.get(host)
+
+    def is_checking(self, host: str) -> bool:
+        check = self._checks.get(host)
+        return check is not None and check.runner.is_running()
+
+    def worst(self, host: str) -> str:
+        """'error' / 'warning' / 'ok' over the host's report and alerts; '' when not checked yet."""
+        found = self._health.get(host)
+        alerts = self.engine.worst(host)
+        if found is None:
+            return alerts if alerts != "ok" else ""
+        levels = {found.worst, alerts}
+        return "error" if "error" in levels else "warning" if "warning" in levels else "ok"
+
+    def alerts(self, host: str | None = None) -> list[Alert]:
+        return self.engine.alerts(host)
+
+    # -- running ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Check every watched host now and then every ``health/interval_s`` (idempotent)."""
+        if self._shut_down:
+            return
+        self._running = True
+        if not self._timer.isActive():
+            self._timer.start()
+        self.refresh()
+
+    def stop(self) -> None:
+        """No more periodic checks; the checks under way are killed."""
+        self._running = False
+        self._timer.stop()
+        for check in list(self._checks.values()):
+            check.timer.stop()
+            if check.runner.is_running():
+                check.runner.kill_tree()
+
+    def shutdown(self) -> None:
+        self._shut_down = True
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def refresh(self, host: str | None = None) -> None:
+        """Check ``host`` (None: every watched host) now; a host already being checked is left be."""
+        if self._shut_down:
+            return
+        for name in [host] if host else list(self._hosts):
+            if name in self._hosts and not self.is_checking(name):
+                self._start_check(name)
+
+    def _start_check(self, host: str) -> None:
+        old = self._checks.pop(host, None)
+        if old is not None:
+            old.deleteLater()
+        check = _Check(host, self)
+        self._checks[host] = check
+        check.runner.finished.connect(lambda code, status, c=check: self._on_finished(c, code, status))
+        args = list(self.command[1:])
+        if host != LOCAL:
+            # One argv element each: the host name never reaches a shell here (the doctor quotes it
+            # for ssh itself).
+            args += ["--host", host]
+        check.timer.start(int(float(self.settings.get("health/timeout_s")) * 1000))
+        check.runner.start(self.command[0], args)
+        self.checking_changed.emit(host, True)
+
+    def _on_finished(self, check: _Check, code: int, status: str) -> None:
+        check.timer.stop()
+        host = check.host
+        if self._checks.get(host) is not check:
+            return  # a host no longer watched, or a newer check replaced it
+        if check.timed_out:
+            from gaudi_gui.core.health import HostHealth
+
+            timeout = float(self.settings.get("health/timeout_s"))
+            found = HostHealth(host, False, f"the doctor did not answer within {timeout:g} s")
+        else:
+            found = parse_output(host, "\n".join(check.out), code, status, check.runner.tail(20))
+        self._health[host] = found
+        self._checked_at[host] = time.time()
+        self.checking_changed.emit(host, False)
+        self._apply(host, self.engine.on_findings(host, found.findings, time.time()))
+        self.report_changed.emit(host)
+
+    # -- alerts -----------------------------------------------------------------------------------
+
+    def feed_samples(self, host: str, samples: list[Any], now: float | None = None) -> None:
+        """One snapshot of a host's cards (from its poller)."""
+        found = self._health.get(host)
+        held = ({card_key(f.module_id, f.index) for f in found.findings
+                 if f.check == "busy.held" and f.severity != "ok"} if found else set())
+        self._apply(host, self.engine.on_samples(host, samples, time.time() if now is None else now, held))
+
+    def _apply(self, host: str, events: list[AlertEvent]) -> None:
+        if not events:
+            return
+        for event in events:
+            # A lowered alert (critical -> hot) only changes what the views list: nobody is told.
+            if event.action == RAISED:
+                self.alert_raised.emit(event.alert)
+            elif event.action == CLEARED:
+                self.alert_cleared.emit(event.alert)
+        self.alerts_changed.emit(host)
+
+    # -- settings ---------------------------------------------------------------------------------
+
+    def _read_interval(self) -> None:
+        self._timer.setInterval(int(float(self.settings.get("health/interval_s")) * 1000))
+
+    def _on_setting(self, key: str, _value: object) -> None:
+        if key == "health/interval_s":
+            self._read_interval()
+        elif key.startswith("alerts/") or key == "devices/busy_utilization":
+            self.engine.thresholds = thresholds_from(self.settings)

@@ -1,0 +1,300 @@
+"""The Health view: what the doctor found on one host, and the alerts in effect there.
+
+One row per finding: severity (colour and icon), card (module id, and the index when it differs),
+check, what was seen and the fix in one line; errors first. Refresh runs the doctor again for the
+host; "Copy findings" puts them on the clipboard as text; "Save report…" runs ``gaudi-gui doctor
+--report FILE.tar.gz`` (findings, versions, hl-smi -q, kernel messages, the runs' last lines, secrets
+redacted) for a bug report. Everything here is plain text: hl-smi's and a host's output never reach
+rich text.
+
+It only listens to the HealthService; it never runs the doctor's checks itself.
+"""
+
+from __future__ import annotations
+
+import html
+import sys
+import time
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QBrush, QColor, QGuiApplication, QIcon
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QStyle,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gaudi_gui.services.process import ProcessRunner, describe_exit
+
+if TYPE_CHECKING:
+    from gaudi_gui.core.health import Finding
+    from gaudi_gui.services.health import HealthService
+
+COLUMNS = ("Severity", "Card", "Check", "Seen", "Fix")
+SEVERITY, CARD, CHECK, SEEN, FIX = range(len(COLUMNS))
+#: Background per severity (the same reds and ambers as the Devices panel).
+COLOURS = {"error": QColor("#f8d0d0"), "warning": QColor("#fff0c8"), "ok": QColor("#e3f4e3")}
+#: Text colour of a health badge per worst severity ("" = not checked yet).
+BADGE_STYLE = {"error": "background: #b3261e; color: white;", "warning": "background: #e6a700;",
+               "ok": "background: #2e7d32; color: white;", "": ""}
+_ORDER = {"error": 0, "warning": 1, "ok": 2}
+
+
+def severity_icon(widget: QWidget, severity: str) -> QIcon:
+    pixmap = {"error": QStyle.StandardPixmap.SP_MessageBoxCritical,
+              "warning": QStyle.StandardPixmap.SP_MessageBoxWarning}.get(
+        severity, QStyle.StandardPixmap.SP_DialogApplyButton)
+    return widget.style().standardIcon(pixmap)
+
+
+def badge_text(health: HealthService, host: str) -> str:
+    """'Health: 3 errors, 2 warnings' / 'Health: ok' / 'Health: checking…' for a host's badge."""
+    found = health.health(host)
+    alerts = health.alerts(host)
+    if found is None:
+        if alerts:
+            return f"Health: {len(alerts)} alert(s)"
+        return "Health: checking…" if health.is_checking(host) else "Health: not checked"
+    if not found.reachable:
+        return "Health: no answer"
+    errors = sum(1 for f in found.findings if f.severity == "error")
+    warnings = sum(1 for f in found.findings if f.severity == "warning")
+    parts = [f"{errors} error{'s' if errors != 1 else ''}"] if errors else []
+    parts += [f"{warnings} warning{'s' if warnings != 1 else ''}"] if warnings else []
+    if alerts:
+        parts.append(f"{len(alerts)} alert{'s' if len(alerts) != 1 else ''}")
+    return "Health: " + (", ".join(parts) if parts else "ok")
+
+
+def findings_text(host: str, findings: list[Finding], error: str = "") -> str:
+    """The findings as plain text, one line each (what "Copy findings" puts on the clipboard)."""
+    lines = [f"gaudi-gui doctor: {host}"]
+    if error:
+        lines.append(f"ERROR   did not answer: {error}")
+    for f in findings:
+        fix = f" -> {f.fix}" if f.fix else ""
+        lines.append(f"{f.severity.upper():7} {f.card_label() or '-':18} {f.check:17} {f.seen}{fix}")
+    return "\n".join(lines) + "\n"
+
+
+class HealthView(QWidget):
+    """Findings and alerts of the chosen host."""
+
+    #: The report file was written (its path) or could not be (a one-line reason): (ok, text).
+    report_saved = Signal(bool, str)
+
+    def __init__(self, health: HealthService, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.health = health
+        self.host_combo = QComboBox(self)
+        self.host_combo.setObjectName("health_host")
+        self.host_combo.currentIndexChanged.connect(self._on_host_chosen)
+        self.status_label = QLabel(self)
+        self.status_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.status_label.setWordWrap(True)
+        self.refresh_button = QPushButton("&Refresh", self)
+        self.refresh_button.setToolTip("run the doctor on this host again")
+        self.refresh_button.clicked.connect(lambda: self.refresh())  # noqa: PLW0108
+        self.show_ok = QCheckBox("Show passed checks", self)
+        self.show_ok.toggled.connect(self._on_host_chosen)
+        self.copy_button = QPushButton("&Copy findings", self)
+        self.copy_button.setToolTip("put the findings on the clipboard as text")
+        self.copy_button.clicked.connect(lambda: self.copy_findings())  # noqa: PLW0108
+        self.report_button = QPushButton("Save &report…", self)
+        self.report_button.setToolTip("gaudi-gui doctor --report: findings, versions, hl-smi -q, kernel "
+                                      "messages and the runs' last lines (secrets redacted) in a .tar.gz")
+        self.report_button.clicked.connect(lambda: self.save_report())  # noqa: PLW0108
+
+        self.alerts_label = QLabel(self)
+        self.alerts_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.alerts_label.setWordWrap(True)
+        self.alerts_label.setStyleSheet("color: #b3261e;")
+
+        self.table = QTableWidget(0, len(COLUMNS), self)
+        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        self.table.verticalHeader().setVisible(False)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setWordWrap(False)
+        header = self.table.horizontalHeader()
+        for col in (SEVERITY, CARD, CHECK):
+            header.setSectionResizeMode(col, QHeaderView.ResizeMode.ResizeToContents)
+        header.setSectionResizeMode(SEEN, QHeaderView.ResizeMode.Interactive)
+        header.setStretchLastSection(True)
+
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Host:", self))
+        top.addWidget(self.host_combo)
+        top.addWidget(self.status_label, 1)
+        top.addWidget(self.show_ok)
+        top.addWidget(self.refresh_button)
+        top.addWidget(self.copy_button)
+        top.addWidget(self.report_button)
+        layout = QVBoxLayout(self)
+        layout.addLayout(top)
+        layout.addWidget(self.alerts_label)
+        layout.addWidget(self.table, 1)
+
+        # `doctor --report FILE` as a child: it runs every check again and packs the files.
+        self._report_runner = ProcessRunner(self, parse_protocol=False, tail_lines=20)
+        self._report_runner.finished.connect(self._on_report_finished)
+        self._report_path = ""
+
+        health.report_changed.connect(self._on_host_changed)
+        health.alerts_changed.connect(self._on_host_changed)
+        health.checking_changed.connect(self._on_checking)
+        self._sync_hosts()
+        self._show()
+
+    # -- hosts ------------------------------------------------------------------------------------
+
+    def host(self) -> str:
+        return str(self.host_combo.currentData() or "local")
+
+    def show_host(self, host: str) -> None:
+        """Show ``host`` (added to the list when it is not there yet)."""
+        self._sync_hosts()
+        index = self.host_combo.findData(host)
+        if index < 0:
+            self.host_combo.addItem(host, host)
+            index = self.host_combo.count() - 1
+        self.host_combo.setCurrentIndex(index)
+        self._show()
+
+    def _sync_hosts(self) -> None:
+        known = [self.host_combo.itemData(i) for i in range(self.host_combo.count())]
+        for host in self.health.hosts():
+            if host not in known:
+                self.host_combo.addItem(host, host)
+
+    def _on_host_chosen(self, *_args: object) -> None:
+        self._show()
+
+    def _on_checking(self, host: str, _checking: bool) -> None:
+        self._on_host_changed(host)
+
+    def _on_host_changed(self, host: str) -> None:
+        self._sync_hosts()
+        if host == self.host():
+            self._show()
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        self.health.refresh(self.host())
+        self._show()
+
+    def copy_findings(self) -> str:
+        found = self.health.health(self.host())
+        text = findings_text(self.host(), list(found.findings) if found else [],
+                             found.error if found is not None and not found.reachable else "")
+        QGuiApplication.clipboard().setText(text)
+        self.status_label.setText("findings copied to the clipboard")
+        return text
+
+    def choose_report_path(self) -> str:
+        """Where the report goes ("" when the user cancels); tests replace it."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        path, _filter = QFileDialog.getSaveFileName(self, "Save the doctor's report",
+                                                    f"gaudi-doctor-{self.host()}-{stamp}.tar.gz",
+                                                    "Report (*.tar.gz)")
+        return path
+
+    def save_report(self) -> bool:
+        if self._report_runner.is_running():
+            return False
+        path = self.choose_report_path()
+        if not path:
+            return False
+        if not path.endswith(".tar.gz"):
+            path += ".tar.gz"
+        self._report_path = path
+        host = self.host()
+        args = ["-m", "gaudi_gui", "doctor", "--report", path, *([] if host == "local" else ["--host", host])]
+        self.report_button.setEnabled(False)
+        self.status_label.setText(f"writing the report to {path}…")
+        self._report_runner.start(sys.executable, args)
+        return True
+
+    def _on_report_finished(self, code: int, status: str) -> None:
+        self.report_button.setEnabled(True)
+        # doctor exits 1 when it found errors: the report is written all the same.
+        if code in (0, 1):
+            self.status_label.setText(f"report written to {self._report_path}")
+            self.report_saved.emit(True, self._report_path)
+            return
+        last = next((ln.strip() for ln in reversed(self._report_runner.tail(5)) if ln.strip()),
+                    describe_exit(code, status))
+        self.status_label.setText(f"the report could not be written: {last}")
+        self.report_saved.emit(False, last)
+
+    def shutdown(self) -> None:
+        if self._report_runner.is_running():
+            self._report_runner.kill_tree()
+
+    # -- showing ----------------------------------------------------------------------------------
+
+    def rows(self) -> list[tuple[str, ...]]:
+        """The table's text, row by row (tests and screen readers)."""
+        out = []
+        for row in range(self.table.rowCount()):
+            out.append(tuple((self.table.item(row, c) or QTableWidgetItem()).text()
+                             for c in range(len(COLUMNS))))
+        return out
+
+    def _show(self) -> None:
+        host = self.host()
+        found = self.health.health(host)
+        checking = self.health.is_checking(host)
+        self.refresh_button.setEnabled(not checking)
+        when = self.health.checked_at(host)
+        stamp = time.strftime("%H:%M:%S", time.localtime(when)) if when else ""
+        if found is None:
+            status = "checking…" if checking else "not checked yet: press Refresh"
+        elif not found.reachable:
+            status = f"did not answer ({stamp}): {found.error}"
+        else:
+            errors = sum(1 for f in found.findings if f.severity == "error")
+            warnings = sum(1 for f in found.findings if f.severity == "warning")
+            free = ",".join(map(str, found.free_modules))
+            status = (f"{errors} error(s), {warnings} warning(s) at {stamp}"
+                      + (f"; free cards: {free}" if free else "")
+                      + ("; no Gaudi cards (only the Python stack was checked)" if not found.cards else "")
+                      + ("; checking again…" if checking else ""))
+        self.status_label.setText(status)
+        alerts = self.health.alerts(host)
+        self.alerts_label.setText("\n".join(f"⚠ {a.text}" for a in alerts))
+        self.alerts_label.setVisible(bool(alerts))
+        findings = list(found.findings) if found is not None else []
+        if not self.show_ok.isChecked():
+            findings = [f for f in findings if f.severity != "ok"]
+        findings.sort(key=lambda f: (_ORDER.get(f.severity, 3), f.module_id if f.module_id is not None
+                                     else -1, f.check))
+        if found is not None and not found.reachable:
+            from gaudi_gui.core.health import Finding
+            findings.insert(0, Finding("host.reachable", "error", found.error,
+                                       "check that the host is up and answers over ssh", host=host))
+        self.table.setRowCount(len(findings))
+        for row, f in enumerate(findings):
+            values = (f.severity, f.card_label(), f.check, f.seen, f.fix)
+            brush = QBrush(COLOURS.get(f.severity, QColor("white")))
+            for col, value in enumerate(values):
+                item = QTableWidgetItem(value)
+                # A tooltip is shown as rich text when it looks like HTML: escape it and say so.
+                item.setToolTip(f"<p>{html.escape(value)}</p>" if value else "")
+                if col == SEVERITY:
+                    item.setIcon(severity_icon(self, f.severity))
+                    item.setBackground(brush)
+                self.table.setItem(row, col, item)
+        self.table.resizeColumnToContents(SEEN)

@@ -1,0 +1,243 @@
+"""Health at a glance, the Health view and notifications, clicked as a person does.
+
+The doctor runs as a real child (``python -m gaudi_gui doctor --json``) against the fake hl-smi's sick
+8-card server (card 1 ports down, card 2 double-bit ECC and a pending row replacement, card 3 at 0 C,
+card 5 in power slowdown, card 6 held through a fixture /proc)."""
+
+from __future__ import annotations
+
+import sys
+import tarfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtGui import QGuiApplication
+
+from gaudi_gui.app import create_services
+from gaudi_gui.core.devices import DeviceSample
+from gaudi_gui.services.context import AppServices
+from gaudi_gui.services.notifier import Notifier
+from gaudi_gui.ui.health_view import CARD, CHECK, FIX, SEEN, SEVERITY, HealthView
+from gaudi_gui.ui.hosts_tab import HEALTH
+from gaudi_gui.ui.main_window import MainWindow
+
+DOCTOR_S = 90_000  # ms: the doctor child on 2 loaded cores (about 2 s when idle)
+
+
+@pytest.fixture
+def sick_server(fake_hl_smi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The sick 8-card server of tests/integration/test_doctor_cli.py, for every child of the test."""
+    sysfs, proc, dev = tmp_path / "sys", tmp_path / "proc", tmp_path / "dev"
+    (dev / "accel").mkdir(parents=True)
+    for i in range(8):
+        (dev / "accel" / f"accel{i}").touch()
+        status = sysfs / "class" / "accel" / f"accel{i}" / "device" / "status"
+        status.parent.mkdir(parents=True)
+        status.write_text("operational\n")
+    (proc / "4242" / "fd").mkdir(parents=True)
+    (proc / "4242" / "fd" / "7").symlink_to(dev / "accel" / "accel6")
+    (proc / "modules").write_text("".join(f"{m} 1 0 - Live 0x0\n" for m in (
+        "habanalabs", "habanalabs_cn", "habanalabs_en", "habanalabs_ib")))
+    monkeypatch.setenv("FAKE_HLSMI_MODE", "sick")
+    monkeypatch.setenv("GAUDI_GUI_DOCTOR_SYSFS", str(sysfs))
+    monkeypatch.setenv("GAUDI_GUI_DOCTOR_PROC", str(proc))
+    monkeypatch.setenv("GAUDI_GUI_DOCTOR_DEV", str(dev))
+    return fake_hl_smi
+
+
+@pytest.fixture
+def app(qtbot) -> Iterator[MainWindow]:
+    """The window as ``gaudi-gui`` opens it: poller and health checks started after it is shown."""
+    services = create_services()
+    window = MainWindow(services)
+    qtbot.addWidget(window)
+    window.show()
+    services.poller.start()
+    assert services.health is not None
+    services.health.start()
+    yield window
+    if not window._shut_down:
+        window._shutdown_tabs()
+
+
+def rows_of(view: HealthView) -> dict[tuple[str, str], tuple[str, ...]]:
+    """(card, check) -> the row's text."""
+    return {(r[CARD], r[CHECK]): r for r in view.rows()}
+
+
+def test_sick_server_badge_turns_red_and_opens_the_health_view(qtbot, sick_server: Path,
+                                                               app: MainWindow) -> None:
+    health = app.services.health
+    assert health is not None
+    badge = app.devices_tab.health_badge
+    assert badge.isVisible()
+    qtbot.waitUntil(lambda: badge.property("severity") == "error", timeout=DOCTOR_S)
+    assert "error" in badge.text() and "#b3261e" in badge.styleSheet()
+
+    qtbot.mouseClick(badge, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: app.health_view is not None and app.health_view.isVisible(), timeout=5000)
+    view = app.health_view
+    assert isinstance(view, HealthView) and view.host() == "local"
+    rows = rows_of(view)
+    ports = rows[("card 1", "net.ports")]
+    assert ports[SEVERITY] == "error" and "2,5 DOWN" in ports[SEEN] and ports[FIX]
+    ecc = rows[("card 2", "card.ecc")]
+    assert ecc[SEVERITY] == "error" and "double-bit ECC 2" in ecc[SEEN] and "reset the card" in ecc[FIX]
+    dead = rows[("card 3", "card.init")]
+    assert "0 C" in dead[SEEN] and "reset the card" in dead[FIX]
+    assert rows[("card 5", "card.throttle")][SEVERITY] == "warning"
+    held = rows[("card 6", "busy.held")]
+    assert "pid 4242" in held[SEEN] and "choose free cards" in held[FIX]
+    assert view.rows()[0][SEVERITY] == "error"  # errors first
+    assert all(r[SEVERITY] != "ok" for r in view.rows())  # passed checks hidden until asked for
+    assert "free cards: 0,1,2,3,4,5,7" in view.status_label.text()
+    # The ECC rise raised an alert, said in the view.
+    assert "ECC errors rising" in view.alerts_label.text()
+
+    qtbot.mouseClick(view.show_ok, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: any(r[SEVERITY] == "ok" for r in view.rows()), timeout=2000)
+
+    before = health.checked_at("local")
+    qtbot.mouseClick(view.refresh_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: not view.refresh_button.isEnabled(), timeout=5000)  # checking…
+    qtbot.waitUntil(lambda: view.refresh_button.isEnabled() and health.checked_at("local") != before,
+                    timeout=DOCTOR_S)
+    assert ("card 1", "net.ports") in rows_of(view)
+
+    qtbot.mouseClick(view.copy_button, Qt.MouseButton.LeftButton)
+    copied = QGuiApplication.clipboard().text()
+    assert "ERROR" in copied and "card 1" in copied and "-> " in copied
+
+
+def test_hosts_overview_shows_health_and_opens_the_view(qtbot, sick_server: Path, app: MainWindow) -> None:
+    health = app.services.health
+    assert health is not None
+    tab = app.hosts_tab
+    app.tabs.setCurrentWidget(tab)
+    item = tab._items["local"]
+    qtbot.waitUntil(lambda: "error" in item.text(HEALTH), timeout=DOCTOR_S)
+    assert item.data(HEALTH, Qt.ItemDataRole.UserRole) == "error"
+    rect = tab.tree.visualItemRect(item)
+    x = tab.tree.header().sectionViewportPosition(HEALTH) + 5
+    qtbot.mouseClick(tab.tree.viewport(), Qt.MouseButton.LeftButton, pos=QPoint(x, rect.center().y()))
+    qtbot.waitUntil(lambda: app.health_view is not None and app.health_view.isVisible(), timeout=5000)
+    assert app.health_view is not None and ("card 3", "card.init") in rows_of(app.health_view)
+
+
+def test_save_report_writes_the_tarball(qtbot, sick_server: Path, app: MainWindow, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    view = app.show_health("local")
+    assert isinstance(view, HealthView)
+    target = tmp_path / "report"
+    monkeypatch.setattr(view, "choose_report_path", lambda: str(target))
+    with qtbot.waitSignal(view.report_saved, timeout=DOCTOR_S) as saved:
+        qtbot.mouseClick(view.report_button, Qt.MouseButton.LeftButton)
+    assert saved.args == [True, f"{target}.tar.gz"]
+    with tarfile.open(f"{target}.tar.gz") as tar:
+        names = tar.getnames()
+    assert "gaudi-doctor/findings.json" in names and "gaudi-doctor/hl-smi-q.txt" in names
+    assert "report written to" in view.status_label.text()
+
+
+@pytest.fixture
+def bare(qtbot) -> Iterator[AppServices]:
+    """Services of the window without the window (nothing started)."""
+    services = create_services()
+    yield services
+    assert services.health is not None
+    services.health.shutdown()
+
+
+def test_a_doctor_that_prints_garbage_is_a_host_that_did_not_answer(qtbot, bare: AppServices) -> None:
+    health = bare.health
+    assert health is not None
+    health.command = [sys.executable, "-c", "print('Segmentation fault? ### not json'); raise SystemExit(3)"]
+    view = HealthView(health)
+    qtbot.addWidget(view)
+    view.show()
+    qtbot.mouseClick(view.refresh_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: health.health("local") is not None, timeout=30000)
+    found = health.health("local")
+    assert found is not None and not found.reachable
+    assert "exited with code 3" in found.error and "not json" in found.error
+    assert health.worst("local") == "error"
+    (row,) = view.rows()
+    assert row[CHECK] == "host.reachable" and row[SEVERITY] == "error"
+    assert "did not answer" in view.status_label.text()
+
+
+def test_a_doctor_that_hangs_is_killed_after_the_timeout(qtbot, bare: AppServices) -> None:
+    health = bare.health
+    assert health is not None
+    bare.settings.set("health/timeout_s", 5.0)
+    health.command = [sys.executable, "-c", "import time; time.sleep(600)"]
+    health.refresh()
+    assert health.is_checking("local")
+    qtbot.waitUntil(lambda: health.health("local") is not None, timeout=30000)
+    found = health.health("local")
+    assert found is not None and not found.reachable and "within 5 s" in found.error
+    assert not health.is_checking("local")
+
+
+def hot(temp: float, n: int = 1) -> list[DeviceSample]:
+    return [DeviceSample(kind="hpu", index=i, module_id=i, temperature_c=temp, utilization=50.0,
+                         timestamp=time.time()) for i in range(n)]
+
+
+def test_a_threshold_crossing_notifies(qtbot, bare: AppServices) -> None:
+    notifier = bare.notifier
+    assert notifier is not None
+    with qtbot.waitSignal(notifier.notified, timeout=5000) as shown:
+        bare.poller.feed_samples(hot(97))
+    title, text = shown.args
+    assert title == "Critical" and "card 0 is critical: 97 C" in text
+    # Still hot: no second notification; cooled below the margin: cleared, nothing shown.
+    with qtbot.assertNotEmitted(notifier.notified):
+        bare.poller.feed_samples(hot(96))
+        bare.poller.feed_samples(hot(50))
+    assert bare.health is not None and bare.health.alerts("local") == []
+
+
+def test_notifications_turned_off_stop(qtbot, bare: AppServices) -> None:
+    notifier = bare.notifier
+    assert notifier is not None
+    bare.settings.set("notifications/enabled", False)
+    with qtbot.assertNotEmitted(notifier.notified), qtbot.waitSignal(notifier.suppressed) as held:
+        bare.poller.feed_samples(hot(97))
+    assert held.args[1] == "notifications are turned off"
+    assert notifier.history == []
+
+
+def test_rate_limit_holds_back_and_says_so_later(qtbot, bare: AppServices) -> None:
+    now = [1000.0]
+    notifier = Notifier(bare.settings, clock=lambda: now[0])
+    bare.settings.set("notifications/max_per_window", 2)
+    bare.settings.set("notifications/window_s", 60.0)
+    shown: list[tuple[str, str]] = []
+    notifier.notified.connect(lambda title, text: shown.append((title, text)))
+    assert bare.health is not None
+    notifier.watch_health(bare.health)
+    bare.poller.feed_samples(hot(97, n=3))  # three cards at once: three alerts
+    assert len(shown) == 2
+    now[0] += 61
+    assert notifier.notify("Run demo-1 finished", "Finished at step 10")
+    assert shown[-1][1].endswith("(+1 more not shown: see the Health view)")
+
+
+def test_an_ended_run_notifies_its_outcome(qtbot, bare: AppServices) -> None:
+    from gaudi_gui.app import add_training
+
+    add_training(bare)
+    assert bare.training is not None and bare.notifier is not None
+
+    class Ended:
+        state = "failed"
+        summary = "Failed at step 3: CUDA out of memory\n(more)"
+        name = "demo-7"
+
+    with qtbot.waitSignal(bare.notifier.notified, timeout=2000) as shown:
+        bare.training.job_finished.emit(Ended())
+    assert shown.args == ["Run demo-7 failed", "Failed at step 3: CUDA out of memory"]
