@@ -116,6 +116,12 @@ class HealthView(QWidget):
                                       "messages and the runs' last lines (secrets redacted) in a .tar.gz")
         self.report_button.clicked.connect(lambda: self.save_report())  # noqa: PLW0108
 
+        self.notify_box = QCheckBox("Desktop &notifications", self)
+        self.notify_box.setToolTip("alerts and ended runs as desktop notifications (rate-limited)")
+        self.notify_box.setChecked(bool(health.settings.get("notifications/enabled")))
+        self.notify_box.toggled.connect(self._on_notify_toggled)
+        health.settings.value_changed.connect(self._on_setting)
+
         self.alerts_label = QLabel(self)
         self.alerts_label.setTextFormat(Qt.TextFormat.PlainText)
         self.alerts_label.setWordWrap(True)
@@ -141,6 +147,7 @@ class HealthView(QWidget):
         top.addWidget(self.refresh_button)
         top.addWidget(self.copy_button)
         top.addWidget(self.report_button)
+        top.addWidget(self.notify_box)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
         layout.addWidget(self.alerts_label)
@@ -177,6 +184,16 @@ class HealthView(QWidget):
         for host in self.health.hosts():
             if host not in known:
                 self.host_combo.addItem(host, host)
+
+    def _on_notify_toggled(self, on: bool) -> None:
+        if bool(self.health.settings.get("notifications/enabled")) != on:
+            self.health.settings.set("notifications/enabled", on)
+
+    def _on_setting(self, key: str, _value: object) -> None:
+        if key == "notifications/enabled":
+            on = bool(self.health.settings.get(key))
+            if self.notify_box.isChecked() != on:
+                self.notify_box.setChecked(on)
 
     def _on_host_chosen(self, *_args: object) -> None:
         self._show()

@@ -203,8 +203,13 @@ def test_a_threshold_crossing_notifies(qtbot, bare: AppServices) -> None:
 
 def test_notifications_turned_off_stop(qtbot, bare: AppServices) -> None:
     notifier = bare.notifier
-    assert notifier is not None
-    bare.settings.set("notifications/enabled", False)
+    assert notifier is not None and bare.health is not None
+    view = HealthView(bare.health)
+    qtbot.addWidget(view)
+    view.show()
+    assert view.notify_box.isChecked()
+    qtbot.mouseClick(view.notify_box, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: bare.settings.get("notifications/enabled") is False, timeout=2000)
     with qtbot.assertNotEmitted(notifier.notified), qtbot.waitSignal(notifier.suppressed) as held:
         bare.poller.feed_samples(hot(97))
     assert held.args[1] == "notifications are turned off"
