@@ -13,6 +13,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers import processes_with_env
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -56,31 +58,13 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     _assert_no_process_left(home)
 
 
-def _processes_of(home: Path) -> list[psutil.Process]:
-    """Processes started for this test, found by the test's own GAUDI_GUI_HOME in their
-    environment: children, and also runs in their own sessions that were re-parented to init."""
-    mine = f"{home}"
-    out = []
-    for proc in psutil.process_iter():
-        if proc.pid == os.getpid():
-            continue
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get("GAUDI_GUI_HOME") == mine:
-                out.append(proc)
-        except psutil.Error:
-            continue
-    return out
-
-
 def _assert_no_process_left(home: Path) -> None:
     """Every test, unit to integration: nothing it started may outlive it."""
     deadline = time.monotonic() + 20
-    left = _processes_of(home)
+    left = processes_with_env("GAUDI_GUI_HOME", str(home))
     while left and time.monotonic() < deadline:
         time.sleep(0.1)
-        left = _processes_of(home)
+        left = processes_with_env("GAUDI_GUI_HOME", str(home))
     if left:
         described = [(p.pid, " ".join(p.cmdline())[:120]) for p in left if p.is_running()]
         for proc in left:
@@ -132,8 +116,6 @@ def fake_hl_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return program
 
 
-SLOW_DISK = Path(__file__).resolve().parent / "slowdisk"
-
 _BIG_MODEL_SCRIPT = """
 import shutil, sys
 from pathlib import Path
@@ -155,15 +137,8 @@ print(sum(p.numel() for p in model.parameters()))
 @pytest.fixture(scope="session")
 def sized_model_dir(tiny_model_dir: Path, session_home: Path) -> Path:
     """A real Llama (hidden 256, 4 layers, ~5M parameters) with the demo tokenizer: its checkpoint
-    (weights + Adam state, ~60 MB) takes seconds to write on the slow disk (``slow_disk_env``)."""
+    (weights + Adam state, ~60 MB) takes seconds to write on the slow disk (``helpers.slow_disk_env``)."""
     out = session_home / "sized-model"
     subprocess.run([sys.executable, "-c", _BIG_MODEL_SCRIPT, str(tiny_model_dir), str(out), "256", "4"],
                    check=True, capture_output=True, timeout=300)
     return out
-
-
-def slow_disk_env(mbps: float) -> dict[str, str]:
-    """Variables that give the training children the throttled checkpoint disk of tests/slowdisk."""
-    path = os.environ.get("PYTHONPATH", "")
-    return {"GAUDI_TEST_DISK_MBPS": str(mbps),
-            "PYTHONPATH": f"{SLOW_DISK}{os.pathsep}{path}" if path else str(SLOW_DISK)}

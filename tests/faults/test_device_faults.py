@@ -24,35 +24,14 @@ from gaudi_gui.services import device_poller as dp
 from gaudi_gui.services.device_poller import DevicePoller
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.settings import Settings
+from tests.helpers import processes_with_env, wait_until
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_hl_smi.py"
 MARKER_VAR = "GAUDI_GUI_FAULT_MARKER"
 
 
 def marked(marker: str) -> list[psutil.Process]:
-    """Live processes (not zombies, not this test) whose environment carries ``marker``."""
-    out = []
-    for proc in psutil.process_iter():
-        if proc.pid == os.getpid():
-            continue
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-            if proc.environ().get(MARKER_VAR) == marker:
-                out.append(proc)
-        except psutil.Error:
-            continue
-    return out
-
-
-def wait_for(condition, timeout: float = 10.0) -> bool:
-    """Deadline polling for subprocess tests (no fixed sleeps)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.05)
-    return condition()
+    return processes_with_env(MARKER_VAR, marker)
 
 
 @pytest.fixture
@@ -125,7 +104,7 @@ def test_poller_leaves_no_helper(wrapper: tuple[Path, str], make_poller, qtbot) 
     poller.restart()  # a restart kills the whole old tree
     qtbot.waitUntil(lambda: poller.state == dp.STATE_OK and len(snapshots) >= 5, timeout=20000)
     poller.stop()
-    assert wait_for(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
+    assert wait_until(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
     assert all(len(s) == 8 for s in snapshots)
 
 
@@ -139,11 +118,11 @@ def test_poller_hang_kills_the_tree(wrapper: tuple[Path, str], make_poller, qtbo
     qtbot.waitUntil(lambda: any("hung" in m for _s, m in states) and len(pids) >= 2, timeout=20000)
     # the stall came mid-snapshot: the 3 rows before it were never published as a snapshot
     assert snapshots and all(len(s) == 8 for s in snapshots)
-    first_tree_gone = wait_for(lambda: not psutil.pid_exists(pids[0])
+    first_tree_gone = wait_until(lambda: not psutil.pid_exists(pids[0])
                                or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE, timeout=5)
     assert first_tree_gone
     poller.stop()
-    assert wait_for(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
+    assert wait_until(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
 
 
 def test_rows_delayed_beyond_60_ms_make_whole_snapshots(wrapper: tuple[Path, str], make_poller, qtbot,
@@ -182,7 +161,7 @@ def test_cli_leaves_no_helper(wrapper: tuple[Path, str]) -> None:
     done = cli("--json", "--hl-smi", str(script))
     assert done.returncode == 0, done.stderr
     assert len(__import__("json").loads(done.stdout)) == 8
-    assert wait_for(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
+    assert wait_until(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
     assert time.monotonic() - started < 30
 
 
@@ -194,7 +173,7 @@ def test_cli_timeout_ends_the_whole_tree(wrapper: tuple[Path, str], monkeypatch)
     took = time.monotonic() - started
     assert done.returncode == 1 and "timed out after 1 s" in done.stderr and "Traceback" not in done.stderr
     assert took < 20
-    assert wait_for(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
+    assert wait_until(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
     assert __import__("json").loads(done.stdout)[-1]["kind"] == "host"  # the fallback is printed
 
 

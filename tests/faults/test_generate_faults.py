@@ -21,9 +21,8 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import psutil
@@ -31,32 +30,11 @@ import pytest
 
 from gaudi_gui.core import generation, protocol
 from gaudi_gui.core.generation import GenerationParams, LoadOptions
+from tests.helpers import processes_with_env, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("demo_model")]
 
 TAG = "GAUDI_GUI_FAULT_TAG"
-
-
-def _tagged(tag: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if proc.pid != os.getpid() and proc.environ().get(TAG) == tag \
-                    and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
-def _wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.05)  # polling a condition with a deadline, not a fixed delay
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
 @pytest.fixture(autouse=True)
@@ -65,11 +43,9 @@ def tag(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     value = uuid.uuid4().hex
     monkeypatch.setenv(TAG, value)
     yield value
-    try:
-        _wait_for(lambda: not _tagged(value), 15, "the test's processes to end")
-    except AssertionError:
-        left = [(p.pid, p.cmdline()) for p in _tagged(value)]
-        for proc in _tagged(value):
+    if not wait_until(lambda: not processes_with_env(TAG, value), 15):
+        left = [(p.pid, p.cmdline()) for p in processes_with_env(TAG, value)]
+        for proc in processes_with_env(TAG, value):
             proc.kill()
         pytest.fail(f"processes left running: {left}")
 
@@ -101,7 +77,9 @@ def _worker_of(cli: subprocess.Popen[bytes]) -> psutil.Process:
         with_worker = [c for c in psutil.Process(cli.pid).children(recursive=True)
                        if "gaudi_gui.workers.generate" in " ".join(c.cmdline())]
         return with_worker[0] if with_worker else None
-    return _wait_for(find, 30, "the CLI's worker")
+    worker = wait_until(find, 30)
+    assert worker is not None, "the CLI started no worker in 30 s"
+    return worker
 
 
 def _gone(proc: psutil.Process) -> bool:
@@ -129,10 +107,10 @@ def test_sigkill_of_the_cli_ends_its_worker() -> None:
     cli = _cli("--prompt", "The learning rate", "--max-new-tokens", "100000")
     out, err = _Reader(cli.stdout), _Reader(cli.stderr)
     worker = _worker_of(cli)
-    _wait_for(lambda: len(out.data) > 10, 120, "the answer to stream")
+    assert wait_until(lambda: len(out.data) > 10, 120), "no answer streamed in 120 s"
     cli.kill()
     cli.wait(10)
-    _wait_for(lambda: _gone(worker), 10, "the orphaned worker to end")
+    assert wait_until(lambda: _gone(worker), 10), "the orphaned worker did not end in 10 s"
     out.join(), err.join()
 
 
@@ -141,12 +119,12 @@ def test_ctrl_c_on_the_cli_exits_130_quietly() -> None:
     cli = _cli("--prompt", "The learning rate", "--max-new-tokens", "100000", start_new_session=True)
     out, err = _Reader(cli.stdout), _Reader(cli.stderr)
     worker = _worker_of(cli)
-    _wait_for(lambda: len(out.data) > 10, 120, "the answer to stream")
+    assert wait_until(lambda: len(out.data) > 10, 120), "no answer streamed in 120 s"
     os.killpg(cli.pid, signal.SIGINT)
     assert cli.wait(timeout=20) == 130
     stderr = err.join().decode(errors="replace")
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
-    _wait_for(lambda: _gone(worker), 10, "the worker to end")
+    assert wait_until(lambda: _gone(worker), 10), "the worker did not end in 10 s"
     out.join()
 
 
@@ -154,11 +132,11 @@ def test_sigint_to_the_cli_alone_ends_its_worker() -> None:
     cli = _cli("--prompt", "The learning rate", "--max-new-tokens", "100000")
     out, err = _Reader(cli.stdout), _Reader(cli.stderr)
     worker = _worker_of(cli)
-    _wait_for(lambda: len(out.data) > 10, 120, "the answer to stream")
+    assert wait_until(lambda: len(out.data) > 10, 120), "no answer streamed in 120 s"
     cli.send_signal(signal.SIGINT)
     assert cli.wait(timeout=20) == 130
     assert "Traceback" not in err.join().decode(errors="replace")
-    _wait_for(lambda: _gone(worker), 10, "the worker to end")
+    assert wait_until(lambda: _gone(worker), 10), "the worker did not end in 10 s"
     out.join()
 
 

@@ -30,20 +30,11 @@ from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.sft import runner_target
 from gaudi_gui.ui.training_runs import RunsTable
+from tests import helpers
 
 # Its module fixture (real children) runs once: under xdist every test here goes to one worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sft_runs")]
 
-ALPACA = [
-    {"instruction": "Name a color.", "input": "", "output": "Blue."},
-    {"instruction": "Add the numbers.", "input": "2 and 3", "output": "5"},
-    {"instruction": "Say hello.", "input": "", "output": "Hello there."},
-    {"instruction": "Reverse the word.", "input": "cat", "output": "tac"},
-    {"instruction": "Name a fruit.", "input": "", "output": "An apple."},
-    {"instruction": "Count to three.", "input": "", "output": "One, two, three."},
-    {"instruction": "Name an animal.", "input": "", "output": "A dog."},
-    {"instruction": "Say bye.", "input": "", "output": "Goodbye."},
-]
 SHAREGPT = [
     {"conversations": [{"from": "human", "value": "Hi, who are you?"}, {"from": "gpt", "value": "A model."}]},
     {"conversations": [{"from": "system", "value": "Be brief."}, {"from": "human", "value": "Sky?"},
@@ -56,15 +47,6 @@ SHAREGPT = [
 
 def _env(home: Path) -> dict[str, str]:
     return {**os.environ, "GAUDI_GUI_HOME": str(home), "HF_DATASETS_DISABLE_PROGRESS_BARS": "1"}
-
-
-def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def _events(run: Run) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in run.events_path.read_text().splitlines() if line.strip()]
 
 
 @dataclass
@@ -83,8 +65,8 @@ def trained(chat_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> T
     home = root / "home"
     home.mkdir()
     model = chat_model_dir
-    alpaca = _jsonl(root / "alpaca.jsonl", ALPACA)
-    share = _jsonl(root / "sharegpt.jsonl", SHAREGPT)
+    alpaca = helpers.write_jsonl(root / "alpaca.jsonl", helpers.ALPACA)
+    share = helpers.write_jsonl(root / "sharegpt.jsonl", SHAREGPT)
     common = {"use_cpu": True, "max_steps": 4, "logging_steps": 1, "save_strategy": "no",
               "per_device_train_batch_size": 2, "learning_rate": 1e-3}
     pc = JobConfig(model=str(model), method="lora", name="alpaca")
@@ -131,7 +113,7 @@ def previews(trained: Trained) -> dict[str, dict[str, Any]]:
 
 
 def test_alpaca_prompt_completion_lora_records_eval_loss_and_saves_the_adapter(trained: Trained) -> None:
-    events = _events(trained.pc)
+    events = helpers.events(trained.pc)
     ready = next(e for e in events if e["type"] == "dataset_ready")
     assert ready["kind"] == "prompt_completion" and ready["rows"] == 6 and ready["eval_rows"] == 2
     assert 0 < ready["first_labelled"] < ready["first_tokens"]
@@ -147,7 +129,7 @@ def test_alpaca_prompt_completion_lora_records_eval_loss_and_saves_the_adapter(t
 
 
 def test_sharegpt_file_trains_with_an_eval_file(trained: Trained) -> None:
-    events = _events(trained.cv)
+    events = helpers.events(trained.cv)
     ready = next(e for e in events if e["type"] == "dataset_ready")
     assert ready["kind"] == "conversational" and ready["rows"] == 4 and ready["eval_rows"] == 4
     assert 0 < ready["first_labelled"] < ready["first_tokens"]
@@ -165,10 +147,10 @@ def test_loss_mask_labels_only_answers(trained: Trained, previews: dict[str, dic
     assert cv["training_template"]  # TRL's training version of Qwen2.5's template
     # The preview's first row is the training run's first row (same seeded split), same mask.
     for key, run in (("pc", trained.pc), ("cv", trained.cv)):
-        ready = next(e for e in _events(run) if e["type"] == "dataset_ready")
+        ready = next(e for e in helpers.events(run) if e["type"] == "dataset_ready")
         first = previews[key]["rows"][0]
         assert (first["labelled"], first["tokens"]) == (ready["first_labelled"], ready["first_tokens"])
-    completions = {r["output"] for r in ALPACA}
+    completions = {r["output"] for r in helpers.ALPACA}
     for row in pc["rows"]:
         labelled = [t for t, on in row["segments"] if on]
         context = "".join(t for t, on in row["segments"] if not on)
@@ -195,7 +177,7 @@ def test_bad_column_mapping_names_the_available_columns(trained: Trained, tmp_pa
     res = subprocess.run([sys.executable, "-m", "gaudi_gui.workers.train", "--config", str(run.config_path)],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 1 and "Traceback" not in res.stderr
-    error = next(e for e in _events(run) if e["type"] == "error")
+    error = next(e for e in helpers.events(run) if e["type"] == "error")
     assert "'question'" in error["message"] and "instruction, input, output" in error["message"]
 
 
@@ -256,7 +238,8 @@ def test_try_in_runner_and_merge_and_save_clicked(qtbot, trained: Trained) -> No
 
 def test_cli_train_refuses_a_bad_mapping_in_one_line(tmp_path: Path) -> None:
     job = JobConfig(training_args={"output_dir": str(tmp_path / "out")})
-    job.dataset.source, job.dataset.kind = str(_jsonl(tmp_path / "alpaca.jsonl", ALPACA)), "prompt_completion"
+    data = helpers.write_jsonl(tmp_path / "alpaca.jsonl", helpers.ALPACA)
+    job.dataset.source, job.dataset.kind = str(data), "prompt_completion"
     job.dataset.columns = {"prompt": "question", "completion": "output"}
     job.save(tmp_path / "job.json")
     res = subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"),
@@ -273,8 +256,8 @@ def test_hub_split_as_the_eval_split(chat_model_dir: Path, tmp_path: Path) -> No
     local folder, read by datasets the same way, offline), its test split held out."""
     repo = tmp_path / "repo"
     repo.mkdir()
-    _jsonl(repo / "train.jsonl", ALPACA[:6])
-    _jsonl(repo / "test.jsonl", ALPACA[6:])
+    helpers.write_jsonl(repo / "train.jsonl", helpers.ALPACA[:6])
+    helpers.write_jsonl(repo / "test.jsonl", helpers.ALPACA[6:])
     job = JobConfig(model=str(chat_model_dir), training_args={"output_dir": str(tmp_path / "out")})
     job.dataset.source, job.dataset.format, job.dataset.max_length = str(repo), "hub", 128
     job.dataset.kind = "prompt_completion"

@@ -23,7 +23,7 @@ import pytest
 from gaudi_gui.core.events import read_events
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run, checkpoint_complete
-from tests.conftest import slow_disk_env
+from tests.helpers import slow_disk_env, steps, wait_until
 
 
 def _job(tmp_path: Path, model: Path, *, nproc: int = 1, max_steps: int = 100000,
@@ -44,26 +44,19 @@ def _start_cli(tmp_path: Path, config: Path, env_extra: dict[str, str]) -> subpr
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
-def _wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def _run_folder(tmp_path: Path) -> Run:
     (folder,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     return Run(folder)
 
 
-def _steps(run: Run) -> int:
-    return max((e["step"] for e in run.events() if e.get("type") == "metrics"), default=0)
+def _steps_so_far(tmp_path: Path) -> int:
+    """The step the one run in tmp_path/runs reached (0 while there is none yet)."""
+    runs = tmp_path / "runs"
+    return steps(_run_folder(tmp_path)) if runs.is_dir() and any(runs.iterdir()) else 0
 
 
 def _no_process_left(run: Run) -> None:
-    _wait_for(lambda: not run.processes_alive(), 30, "every rank to be gone")
+    assert wait_until(lambda: not run.processes_alive(), 30), "a rank was left after 30 s"
     for rank in run.ranks():
         assert not psutil.pid_exists(rank["pid"]) or \
             psutil.Process(rank["pid"]).status() == psutil.STATUS_ZOMBIE
@@ -74,8 +67,7 @@ def test_ctrl_c_on_cli_keeps_a_slow_checkpoint_and_resumes_there(tmp_path: Path,
                                                                 nproc: int) -> None:
     cli = _start_cli(tmp_path, _job(tmp_path, sized_model_dir, nproc=nproc), slow_disk_env(4))
     try:
-        _wait_for(lambda: (tmp_path / "runs").is_dir() and any((tmp_path / "runs").iterdir())
-                  and _steps(_run_folder(tmp_path)) >= 3, 240, "three training steps")
+        assert wait_until(lambda: _steps_so_far(tmp_path) >= 3, 240), "no three training steps in 240 s"
         run = _run_folder(tmp_path)
         assert len(run.ranks()) == nproc
         t0 = time.monotonic()
@@ -124,8 +116,7 @@ def test_ctrl_c_on_cli_keeps_a_slow_checkpoint_and_resumes_there(tmp_path: Path,
 def test_sigterm_or_sighup_to_cli_stops_like_ctrl_c(tmp_path: Path, demo_model: Path, sig: int) -> None:
     cli = _start_cli(tmp_path, _job(tmp_path, demo_model), {})
     try:
-        _wait_for(lambda: (tmp_path / "runs").is_dir() and any((tmp_path / "runs").iterdir())
-                  and _steps(_run_folder(tmp_path)) >= 2, 240, "two training steps")
+        assert wait_until(lambda: _steps_so_far(tmp_path) >= 2, 240), "no two training steps in 240 s"
         run = _run_folder(tmp_path)
         cli.send_signal(sig)
         _out, err = cli.communicate(timeout=120)
@@ -143,8 +134,7 @@ def _signal_the_rank(tmp_path: Path, model: Path, sig: int) -> tuple[subprocess.
     """Start a CLI run, wait for two steps, send ``sig`` to its rank (not the CLI) and wait."""
     cli = _start_cli(tmp_path, _job(tmp_path, model), {})
     try:
-        _wait_for(lambda: (tmp_path / "runs").is_dir() and any((tmp_path / "runs").iterdir())
-                  and _steps(_run_folder(tmp_path)) >= 2, 240, "two training steps")
+        assert wait_until(lambda: _steps_so_far(tmp_path) >= 2, 240), "no two training steps in 240 s"
         run = _run_folder(tmp_path)
         (rank,) = run.ranks()
         os.kill(rank["pid"], sig)
@@ -176,8 +166,7 @@ def test_sigkill_of_the_cli_leaves_a_run_a_later_reader_reports_truthfully(tmp_p
                                                                           demo_model: Path) -> None:
     cli = _start_cli(tmp_path, _job(tmp_path, demo_model), {})
     try:
-        _wait_for(lambda: (tmp_path / "runs").is_dir() and any((tmp_path / "runs").iterdir())
-                  and _steps(_run_folder(tmp_path)) >= 2, 240, "two training steps")
+        assert wait_until(lambda: _steps_so_far(tmp_path) >= 2, 240), "no two training steps in 240 s"
         run = _run_folder(tmp_path)
         cli.kill()
         cli.wait(timeout=30)
@@ -186,13 +175,13 @@ def test_sigkill_of_the_cli_leaves_a_run_a_later_reader_reports_truthfully(tmp_p
             cli.kill()
     # The launch lives on in its own session and keeps writing its folder...
     assert run.reconcile().state == "running"
-    before = _steps(run)
-    _wait_for(lambda: _steps(run) > before, 60, "training to go on without the CLI")
+    before = steps(run)
+    assert wait_until(lambda: steps(run) > before, 60), "training did not go on without the CLI"
     # ...and a later gaudi-gui can stop it exactly, through the recorded ranks.
     from gaudi_gui.core.stopper import Stopper
     stopper = Stopper(run, run.status().launcher)
     assert "SIGTERM sent to 1 rank" in stopper.request()
-    _wait_for(lambda: not run.processes_alive(), 120, "the run to end")
+    assert wait_until(lambda: not run.processes_alive(), 120), "the run did not end in 120 s"
     status = run.reconcile()
     assert status.state == "stopped" and checkpoint_complete(status.checkpoint), status
     assert json.loads(run.status_path.read_text())["state"] == "stopped"  # written back

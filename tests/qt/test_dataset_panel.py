@@ -6,10 +6,8 @@ dataset preparation) on the tiny model with Qwen2.5's chat template."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from PySide6.QtCore import QPoint, Qt
@@ -19,36 +17,14 @@ from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.training_args import Schema
 from gaudi_gui.ui.dataset_panel import LOSS_STYLE, MODEL_TEMPLATE
 from gaudi_gui.ui.training_form import TrainingForm
+from tests.helpers import ALPACA, click, write_jsonl
 
-ALPACA = [
-    {"instruction": "Name a color.", "input": "", "output": "Blue."},
-    {"instruction": "Add the numbers.", "input": "2 and 3", "output": "Five."},
-    {"instruction": "Say hello.", "input": "", "output": "Hello there."},
-    {"instruction": "Reverse the word.", "input": "cat", "output": "tac"},
-    {"instruction": "Name a fruit.", "input": "", "output": "An apple."},
-    {"instruction": "Count to three.", "input": "", "output": "One, two, three."},
-    {"instruction": "Name an animal.", "input": "", "output": "A dog."},
-    {"instruction": "Say bye.", "input": "", "output": "Goodbye."},
-]
 SHAREGPT = [
     {"conversations": [{"from": "human", "value": "Sky?"}, {"from": "gpt", "value": "Blue."}]},
     {"conversations": [{"from": "human", "value": "Grass?"}, {"from": "gpt", "value": "Green."}]},
     {"conversations": [{"from": "human", "value": "Snow?"}, {"from": "gpt", "value": "White."}]},
 ]
 RENDER_TIMEOUT_MS = 180000
-
-
-def _jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
-def click(qtbot, widget: QWidget, pos: QPoint | None = None) -> None:
-    assert widget.isVisible() and widget.isEnabled(), widget
-    if pos is None:
-        qtbot.mouseClick(widget, Qt.MouseButton.LeftButton)
-    else:
-        qtbot.mouseClick(widget, Qt.MouseButton.LeftButton, pos=pos)
 
 
 def choose(qtbot, combo: QComboBox, text: str) -> None:
@@ -101,7 +77,7 @@ def form(qtbot, real_schema: Schema, tmp_path: Path) -> Iterator[TrainingForm]:
 def test_prompt_completion_mapped_from_the_file_and_checked_at_the_fields(qtbot, form: TrainingForm,
                                                                            tmp_path: Path) -> None:
     panel = form.dataset_panel
-    data = _jsonl(tmp_path / "alpaca.jsonl", ALPACA)
+    data = write_jsonl(tmp_path / "alpaca.jsonl", ALPACA)
     type_into(qtbot, form.dataset, str(data))
     assert form.preview.toPlainText().splitlines()[0] == "columns: instruction, input, output"
     # The text kind has no mapping rows; prompt_completion shows prompt and completion only.
@@ -163,7 +139,7 @@ def test_prompt_completion_mapped_from_the_file_and_checked_at_the_fields(qtbot,
 def test_render_preview_highlights_the_answer_tokens(qtbot, form: TrainingForm, tmp_path: Path,
                                                      chat_model_dir: Path) -> None:
     panel = form.dataset_panel
-    data = _jsonl(tmp_path / "alpaca.jsonl", ALPACA)
+    data = write_jsonl(tmp_path / "alpaca.jsonl", ALPACA)
     type_into(qtbot, form.model, str(chat_model_dir))
     type_into(qtbot, form.dataset, str(data))
     choose(qtbot, panel.kind, "prompt_completion")
@@ -207,8 +183,8 @@ def test_render_preview_highlights_the_answer_tokens(qtbot, form: TrainingForm, 
 def test_sharegpt_conversation_with_an_eval_file_renders_assistant_turns(
         qtbot, form: TrainingForm, tmp_path: Path, chat_model_dir: Path) -> None:
     panel = form.dataset_panel
-    share = _jsonl(tmp_path / "sharegpt.jsonl", SHAREGPT)
-    held_out = _jsonl(tmp_path / "held-out.jsonl", SHAREGPT[:1])
+    share = write_jsonl(tmp_path / "sharegpt.jsonl", SHAREGPT)
+    held_out = write_jsonl(tmp_path / "held-out.jsonl", SHAREGPT[:1])
     type_into(qtbot, form.model, str(chat_model_dir))
     type_into(qtbot, form.dataset, str(share))
     choose(qtbot, panel.kind, "conversational")
@@ -241,7 +217,7 @@ def test_render_preview_failure_is_said_in_the_panel(qtbot, form: TrainingForm, 
     of it: assistant-only loss cannot find the answers; the panel says what to choose instead (the
     child's answer, not a traceback)."""
     panel = form.dataset_panel
-    share = _jsonl(tmp_path / "sharegpt.jsonl", SHAREGPT)
+    share = write_jsonl(tmp_path / "sharegpt.jsonl", SHAREGPT)
     type_into(qtbot, form.dataset, str(share))
     choose(qtbot, panel.kind, "conversational")
     with qtbot.waitSignal(form.renderer.finished, timeout=RENDER_TIMEOUT_MS) as answered:

@@ -15,12 +15,13 @@ from pathlib import Path
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QGuiApplication
-from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox, QWidget
+from PySide6.QtWidgets import QFileDialog, QInputDialog, QMessageBox
 
 from gaudi_gui.app import create_services
 from gaudi_gui.core import generation
 from gaudi_gui.services import generation_client as gc
 from gaudi_gui.ui.runner_tab import RunnerTab
+from tests.helpers import click
 
 pytestmark = pytest.mark.usefixtures("demo_model")
 
@@ -38,11 +39,6 @@ def tab(qtbot) -> Iterator[RunnerTab]:
     yield widget
     widget.shutdown()
     qtbot.waitUntil(lambda: not widget.client.is_running(), timeout=10000)
-
-
-def click(qtbot, button: QWidget) -> None:
-    assert button.isVisible() and button.isEnabled(), f"{button.text()} cannot be clicked"  # type: ignore[attr-defined]
-    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
 
 
 def click_load(qtbot, tab: RunnerTab) -> None:

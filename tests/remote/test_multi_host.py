@@ -16,9 +16,8 @@ from pathlib import Path
 import pytest
 
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.launch import free_port
+from tests.helpers import events, job_file, steps, wait_until
 from tests.remote.conftest import SshHost
-from tests.run_events import events, steps, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -48,20 +47,9 @@ class Cli:
         return found
 
 
-def _job(tmp_path: Path, ssh_host: SshHost, resume: str = "", **args: object) -> Path:
-    job = JobConfig(resume_from_checkpoint=resume,
-                    training_args={"output_dir": str(ssh_host.home / "out"), "max_steps": 100000,
-                                   "logging_steps": 1, "per_device_train_batch_size": 2,
-                                   "save_strategy": "no", **args})
-    job.launch.main_process_port = free_port()
-    path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
-    job.save(path)
-    return path
-
-
 @pytest.mark.usefixtures("demo_model")
 def test_two_hosts_train_stop_with_a_checkpoint_on_both_and_resume(ssh_host: SshHost, tmp_path: Path) -> None:
-    cli = Cli(_job(tmp_path, ssh_host))
+    cli = Cli(job_file(tmp_path, ssh_host.home / "out"))
     assert wait_until(lambda: len(cli.folders()) == 2, 120), cli.text()
     runs = cli.folders()
     a, b = runs["gg-remote"], runs[HOST_B]
@@ -86,7 +74,7 @@ def test_two_hosts_train_stop_with_a_checkpoint_on_both_and_resume(ssh_host: Ssh
     assert ssh_host.wait_no_processes(30) == []
 
     # Resume on both from that checkpoint: training goes on from the same step to the end.
-    resume = Cli(_job(tmp_path, ssh_host, resume=str(checkpoint), max_steps=step + 2))
+    resume = Cli(job_file(tmp_path, ssh_host.home / "out", resume=str(checkpoint), max_steps=step + 2))
     assert resume.proc.wait(timeout=300) == 0, resume.text()
     ra = resume.folders()["gg-remote"]
     assert steps(ra) == step + 2 and min(int(e["step"]) for e in events(ra, "metrics")) == step + 1
@@ -96,7 +84,7 @@ def test_two_hosts_train_stop_with_a_checkpoint_on_both_and_resume(ssh_host: Ssh
 
 @pytest.mark.usefixtures("demo_model")
 def test_a_rank_killed_on_one_host_ends_the_run_on_the_other(ssh_host: SshHost, tmp_path: Path) -> None:
-    cli = Cli(_job(tmp_path, ssh_host))
+    cli = Cli(job_file(tmp_path, ssh_host.home / "out"))
     assert wait_until(lambda: len(cli.folders()) == 2, 120), cli.text()
     a, b = cli.folders()["gg-remote"], cli.folders()[HOST_B]
     assert wait_until(lambda: steps(a) >= 2, 240), cli.text()

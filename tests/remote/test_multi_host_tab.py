@@ -21,8 +21,8 @@ from gaudi_gui.core import remote
 from gaudi_gui.core.launch import free_port
 from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
 from gaudi_gui.ui.training_tab import SEVERAL, TrainingTab
+from tests.helpers import click, close_training_tab, end_training_tab, set_arg, training_tab
 from tests.remote.conftest import SshHost
-from tests.remote.test_remote_training_tab import click, close, make_tab, set_arg
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ def _fill_form(tab: TrainingTab, ssh_host: SshHost) -> int:
 @pytest.mark.usefixtures("demo_model")
 def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_path: Path) -> None:
     remote.save_hosts([remote.Host.parse(ssh_host.dest), remote.Host.parse(HOST_B)])
-    services, tab = make_tab(qtbot, tmp_path)
+    services, tab = training_tab(qtbot, tmp_path)
     try:
         # "several hosts…" is the combo's last entry: picked with the keyboard, as a person can.
         assert tab.host_combo.itemData(tab.host_combo.count() - 1) == SEVERAL
@@ -101,9 +101,9 @@ def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_
         # The app quits leaving the run going on both hosts; the next start follows every host again.
         services.training.detach_jobs()
         services.settings.sync()
-        close(services, tab)
+        close_training_tab(services, tab)
         got = job.progress.step
-        services, tab = make_tab(qtbot, tmp_path)
+        services, tab = training_tab(qtbot, tmp_path)
         reattached = tab.job
         assert isinstance(reattached, MultiHostTrainingJob) and reattached is not job, type(reattached)
         followed: MultiHostTrainingJob = reattached
@@ -139,10 +139,7 @@ def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_
             click(qtbot, tab.btn["Stop"])
         assert done.args[1] == "stopped", tab.status.text()
     finally:
-        for running in services.training.running():
-            running.kill()
-        qtbot.waitUntil(lambda: not services.training.running(), timeout=60000)
-        close(services, tab)
+        end_training_tab(qtbot, services, tab)
     assert ssh_host.wait_no_processes(30) == []
 
 
@@ -150,7 +147,7 @@ def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_
 def test_a_rank_killed_on_one_host_fails_the_run_and_kills_the_other(qtbot: QtBot, ssh_host: SshHost,
                                                                      tmp_path: Path) -> None:
     remote.save_hosts([remote.Host.parse(ssh_host.dest), remote.Host.parse(HOST_B)])
-    services, tab = make_tab(qtbot, tmp_path)
+    services, tab = training_tab(qtbot, tmp_path)
     try:
         tab.host_combo.setFocus()
         qtbot.keyClick(tab.host_combo, Qt.Key.Key_End)
@@ -172,8 +169,5 @@ def test_a_rank_killed_on_one_host_fails_the_run_and_kills_the_other(qtbot: QtBo
         assert job.parts[1].state in ("failed", "killed") and job.parts[0].state in ("failed", "killed")
         assert "✗" in tab.hosts_line.text() and "killing the other hosts' ranks" in tab.log.plain_text()
     finally:
-        for running in services.training.running():
-            running.kill()
-        qtbot.waitUntil(lambda: not services.training.running(), timeout=60000)
-        close(services, tab)
+        end_training_tab(qtbot, services, tab)
     assert ssh_host.wait_no_processes(60) == []

@@ -24,8 +24,8 @@ from gaudi_gui.services import process
 from gaudi_gui.ui import remote_browser
 from gaudi_gui.ui.remote_browser import RemoteBrowser
 from gaudi_gui.ui.runner_tab import RunnerTab
+from tests.helpers import choose_runner_host, click
 from tests.remote.conftest import SshHost
-from tests.remote.test_remote_runner import choose_host, click
 
 EVIL_FOLDER = "my models $(touch X)"
 LIST_TIMEOUT_MS = 30_000
@@ -108,7 +108,7 @@ def test_browse_a_host_into_a_hostile_folder_name_and_choose_it(
     blobs.mkdir(parents=True)
     (blobs / "abc").write_bytes(b"0" * 2048)
 
-    choose_host(qtbot, tab, ssh_host.dest)
+    choose_runner_host(qtbot, tab, ssh_host.dest)
     assert tab.browse_button.isEnabled()
     dialog = open_browser(qtbot, tab)
     assert dialog.folder, dialog.status.text()  # the host's home (its user's), listed over ssh
@@ -175,7 +175,7 @@ def test_browse_a_host_into_a_hostile_folder_name_and_choose_it(
 def test_an_ssh_failure_and_an_unknown_folder_are_said_in_the_dialog(
         qtbot, tab: RunnerTab, ssh_host: SshHost) -> None:
     # First, before any connection to the server exists (ssh would share it: same address, port, user).
-    choose_host(qtbot, tab, "gg-nokey")  # a host whose server does not accept our key
+    choose_runner_host(qtbot, tab, "gg-nokey")  # a host whose server does not accept our key
     before = tab.model.currentText()
     dialog = open_browser(qtbot, tab)
     assert "ssh-copy-id gg-nokey" in dialog.status.text() and "255" not in dialog.status.text()
@@ -183,7 +183,7 @@ def test_an_ssh_failure_and_an_unknown_folder_are_said_in_the_dialog(
     click(qtbot, dialog.cancel_button)
     qtbot.waitUntil(lambda: tab.remote_browser is None, timeout=5000)
 
-    choose_host(qtbot, tab, ssh_host.dest)
+    choose_runner_host(qtbot, tab, ssh_host.dest)
     dialog = open_browser(qtbot, tab)
     missing = "/no such dir/$(touch X)"
     with qtbot.waitSignal(dialog.listing_failed, timeout=LIST_TIMEOUT_MS) as failed:

@@ -14,8 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QWidget
 
 from gaudi_gui.app import create_services
 from gaudi_gui.core import remote
@@ -23,34 +21,13 @@ from gaudi_gui.core.remote import Host
 from gaudi_gui.services import generation_client as gc
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.ui.runner_tab import RunnerTab
+from tests.helpers import choose_runner_host, click
 from tests.remote.conftest import SshHost
 
 pytestmark = pytest.mark.usefixtures("demo_model")
 
 LOAD_TIMEOUT_MS = 180_000
 EVIL = "hello '; touch /tmp/PWNED_$$ $(id) `id` \"$(touch /tmp/PWNED_x)\""
-
-
-def click(qtbot, button: QWidget) -> None:
-    assert button.isVisible() and button.isEnabled(), f"{button.text()} cannot be clicked"  # type: ignore[attr-defined]
-    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
-
-
-def choose_host(qtbot, tab: RunnerTab, name: str) -> None:
-    """Open the Host list with a click, walk to ``name`` with the arrow keys, press Return."""
-    combo = tab.host_combo
-    qtbot.mouseClick(combo, Qt.MouseButton.LeftButton)
-    view = combo.view()
-    qtbot.waitUntil(view.isVisible, timeout=5000)
-    target = combo.findData(name)
-    assert target >= 0, f"{name} is not offered: {[combo.itemData(i) for i in range(combo.count())]}"
-    for _ in range(combo.count() + 1):
-        row = view.currentIndex().row()
-        if row == target:
-            break
-        qtbot.keyClick(view, Qt.Key.Key_Down if row < target else Qt.Key.Key_Up)
-    qtbot.keyClick(view, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: not view.isVisible() and tab.client.host.name == name, timeout=5000)
 
 
 def click_load(qtbot, tab: RunnerTab) -> None:
@@ -109,7 +86,7 @@ def test_runner_on_a_host_streams_takes_the_prompt_as_data_and_leaves_nothing(
         qtbot, tab: RunnerTab, ssh_host: SshHost) -> None:
     before = canaries(ssh_host.home, Path.cwd())
     assert tab.host_combo.itemData(0) == remote.LOCAL and tab.client.host.is_local
-    choose_host(qtbot, tab, ssh_host.dest)
+    choose_runner_host(qtbot, tab, ssh_host.dest)
     # Browse… lists the host's folders (ui/remote_browser.py).
     assert tab.browse_button.isEnabled() and ssh_host.dest in tab.model_status.text()
     assert tab.model.currentText() == "builtin:demo"
@@ -141,7 +118,7 @@ def test_runner_on_a_host_streams_takes_the_prompt_as_data_and_leaves_nothing(
     assert there_stats["prompt_tokens"] > 10 and there
     assert canaries(ssh_host.home, Path.cwd()) == before
 
-    choose_host(qtbot, tab, remote.LOCAL)  # the host's worker is shut down; the next Load runs here
+    choose_runner_host(qtbot, tab, remote.LOCAL)  # the host's worker is shut down; the next Load runs here
     assert tab.client.state == gc.STOPPED and tab.browse_button.isEnabled()
     qtbot.waitUntil(lambda: not host_workers(ssh_host), timeout=20000)
     click_load(qtbot, tab)
@@ -149,7 +126,7 @@ def test_runner_on_a_host_streams_takes_the_prompt_as_data_and_leaves_nothing(
     assert here == there and here_stats["prompt_tokens"] == there_stats["prompt_tokens"]
 
     # Back to the host; then the ssh client dies (SIGKILL): the guard ends the worker there.
-    choose_host(qtbot, tab, ssh_host.dest)
+    choose_runner_host(qtbot, tab, ssh_host.dest)
     click_load(qtbot, tab)
     ssh_pid = tab.client.pid()
     assert ssh_pid > 0 and "ssh" in Path(f"/proc/{ssh_pid}/cmdline").read_bytes().decode(errors="replace")
@@ -162,7 +139,7 @@ def test_runner_on_a_host_streams_takes_the_prompt_as_data_and_leaves_nothing(
 
 
 def test_an_ssh_failure_is_said_in_words(qtbot, tab: RunnerTab, ssh_host: SshHost) -> None:
-    choose_host(qtbot, tab, "gg-nokey")  # a host whose server does not accept our key
+    choose_runner_host(qtbot, tab, "gg-nokey")  # a host whose server does not accept our key
     with qtbot.waitSignal(tab.client.error_occurred, timeout=30000,
                           check_params_cb=lambda kind, _m: kind == "auth") as error:
         click(qtbot, tab.load_button)
@@ -216,7 +193,7 @@ def test_a_worker_of_another_gaudi_gui_is_refused_with_the_fix(qtbot, ssh_host: 
     widget.show()
     qtbot.waitExposed(widget)
     try:
-        choose_host(qtbot, widget, ssh_host.dest)
+        choose_runner_host(qtbot, widget, ssh_host.dest)
         with qtbot.waitSignal(widget.client.error_occurred, timeout=60000,
                               check_params_cb=lambda kind, _m: kind == "version") as error:
             click(qtbot, widget.load_button)

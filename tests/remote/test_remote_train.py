@@ -15,8 +15,8 @@ import pytest
 
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.remote import Host
+from tests.helpers import steps, wait_until
 from tests.remote.conftest import SshHost
-from tests.run_events import steps, wait_until
 
 
 @pytest.mark.usefixtures("demo_model")

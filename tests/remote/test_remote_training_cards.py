@@ -14,14 +14,14 @@ from pytestqt.qtbot import QtBot
 from gaudi_gui.core import remote
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.remote_training import RemoteTrainingJob
+from tests.helpers import click, close_training_tab, set_arg, training_tab
 from tests.remote.conftest import SshHost
-from tests.remote.test_remote_training_tab import click, close, make_tab, set_arg
 
 
 @pytest.mark.usefixtures("demo_model")
 def test_a_host_run_uses_that_hosts_card_selection(qtbot: QtBot, ssh_host: SshHost, tmp_path: Path) -> None:
     remote.save_hosts([remote.Host.parse(ssh_host.dest)])
-    services, tab = make_tab(qtbot, tmp_path)
+    services, tab = training_tab(qtbot, tmp_path)
     try:
         selection = DeviceSelection()
         selection.set_kind("hpu", list(range(8)))
@@ -57,5 +57,5 @@ def test_a_host_run_uses_that_hosts_card_selection(qtbot: QtBot, ssh_host: SshHo
         qtbot.waitUntil(lambda: not job.is_running(), timeout=240000)
         assert job.state == "finished", tab.status.text()
     finally:
-        close(services, tab)
+        close_training_tab(services, tab)
     assert ssh_host.wait_no_processes() == []

@@ -10,39 +10,15 @@ import json
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QPushButton
 from pytestqt.qtbot import QtBot
 
 from gaudi_gui.app import create_services
 from gaudi_gui.core import remote
-from gaudi_gui.core.runstore import RunStore, checkpoint_complete
-from gaudi_gui.services.context import AppServices
-from gaudi_gui.services.process import reap_all
+from gaudi_gui.core.runstore import checkpoint_complete
 from gaudi_gui.services.remote_training import FOLLOWING, RemoteTrainingJob
 from gaudi_gui.ui.training_tab import TrainingTab
+from tests.helpers import click, close_training_tab, end_training_tab, set_arg, training_tab
 from tests.remote.conftest import SshHost
-
-
-def click(qtbot: QtBot, button: QPushButton) -> None:
-    assert button.isEnabled(), f"{button.text()} is disabled"
-    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
-
-
-def make_tab(qtbot: QtBot, tmp_path: Path) -> tuple[AppServices, TrainingTab]:
-    services = create_services()
-    services.settings.set("training/runs_dir", str(tmp_path / "runs"))
-    services.training.store = RunStore(tmp_path / "runs")
-    tab = TrainingTab(services)
-    qtbot.addWidget(tab)
-    tab.resize(1400, 900)
-    tab.show()
-    qtbot.waitUntil(lambda: tab.form.schema is not None, timeout=120000)
-    return services, tab
-
-
-def set_arg(tab: TrainingTab, name: str, text: str) -> None:
-    tab.form.editors[name].editor.setText(text)  # type: ignore[attr-defined]
 
 
 def stop_and_wait(qtbot: QtBot, tab: TrainingTab) -> RemoteTrainingJob:
@@ -55,20 +31,11 @@ def stop_and_wait(qtbot: QtBot, tab: TrainingTab) -> RemoteTrainingJob:
     return job
 
 
-def close(services: AppServices, tab: TrainingTab) -> None:
-    tab.shutdown()
-    services.training.shutdown()
-    services.poller.stop()
-    # As the app does once its window is gone: a `runs stop --now` call still on its way to a host
-    # was killed by the shutdown; wait for it, or Qt destroys a running QProcess.
-    reap_all()
-
-
 @pytest.mark.usefixtures("demo_model")
 def test_train_on_a_host_follow_drop_stop_resume_reattach(qtbot: QtBot, ssh_host: SshHost,
                                                           tmp_path: Path) -> None:
     remote.save_hosts([remote.Host.parse(ssh_host.dest)])
-    services, tab = make_tab(qtbot, tmp_path)
+    services, tab = training_tab(qtbot, tmp_path)
     try:
         # Local first, then the saved host; picking it changes the preview and the card note.
         assert tab.host_combo.itemData(0) == remote.LOCAL
@@ -128,9 +95,9 @@ def test_train_on_a_host_follow_drop_stop_resume_reattach(qtbot: QtBot, ssh_host
         # The app quits leaving the run going; the next start follows it again.
         services.training.detach_jobs()
         services.settings.sync()
-        close(services, tab)
+        close_training_tab(services, tab)
         got = len(resumed.records)
-        services, tab = make_tab(qtbot, tmp_path)
+        services, tab = training_tab(qtbot, tmp_path)
         again = tab.job
         assert isinstance(again, RemoteTrainingJob) and again.folder == resumed.folder
         qtbot.waitUntil(lambda: len(again.records) > got, timeout=120000)
@@ -138,10 +105,7 @@ def test_train_on_a_host_follow_drop_stop_resume_reattach(qtbot: QtBot, ssh_host
         stop_and_wait(qtbot, tab)
         assert tab.status.text().startswith("Stopped at step"), tab.status.text()
     finally:
-        for running in services.training.running():
-            running.kill()
-        qtbot.waitUntil(lambda: not services.training.running(), timeout=60000)
-        close(services, tab)
+        end_training_tab(qtbot, services, tab)
     assert ssh_host.wait_no_processes(30) == []
 
 

@@ -23,8 +23,7 @@ from gaudi_gui.core.launch import free_port
 from gaudi_gui.core.runstore import checkpoint_complete
 from gaudi_gui.services.slurm_training import SlurmTrainingJob
 from gaudi_gui.ui.training_tab import SLURM
-from tests.conftest import slow_disk_env
-from tests.remote.test_remote_training_tab import click, close, make_tab, set_arg
+from tests.helpers import click, close_training_tab, set_arg, slow_disk_env, training_tab
 from tests.slurm_cluster import PARTITION, SlurmCluster
 
 # One cluster per session: under xdist every Slurm test goes to the same worker.
@@ -49,7 +48,7 @@ def _type(qtbot: QtBot, widget: QWidget, text: str) -> None:
 def test_slurm_run_from_the_tab_stop_with_checkpoint_and_resume(qtbot: QtBot, slurm: SlurmCluster,
                                                                  tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    services, tab = make_tab(qtbot, tmp_path)
+    services, tab = training_tab(qtbot, tmp_path)
     try:
         # "Slurm cluster…" is the combo's last entry without saved hosts: picked with the keyboard.
         assert tab.host_combo.itemData(tab.host_combo.count() - 1) == SLURM
@@ -119,10 +118,10 @@ def test_slurm_run_from_the_tab_stop_with_checkpoint_and_resume(qtbot: QtBot, sl
         services.training.detach_jobs()
         assert f"scancel {job.job_id} ends it" in tab.log.plain_text()
         services.settings.sync()
-        close(services, tab)
+        close_training_tab(services, tab)
         assert job.job_id in slurm.jobs()
         got = job.progress.step
-        services, tab = make_tab(qtbot, tmp_path)
+        services, tab = training_tab(qtbot, tmp_path)
         reattached = tab.job
         assert isinstance(reattached, SlurmTrainingJob) and reattached is not job, type(reattached)
         followed: SlurmTrainingJob = reattached
@@ -180,4 +179,4 @@ def test_slurm_run_from_the_tab_stop_with_checkpoint_and_resume(qtbot: QtBot, sl
             tab.job.kill()
             with contextlib.suppress(Exception):
                 qtbot.waitUntil(lambda: not tab.job.is_running(), timeout=60000)
-        close(services, tab)
+        close_training_tab(services, tab)

@@ -16,26 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.launch import free_port
 from gaudi_gui.core.runstore import checkpoint_complete
+from tests.helpers import events, job_file, steps, wait_until
 from tests.remote.conftest import SshHost
-from tests.run_events import events, steps, wait_until
 from tests.slurm_cluster import PARTITION, SlurmCluster
 
 # One cluster per session: under xdist every Slurm test goes to the same worker.
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("slurm")]
-
-
-def _job(tmp_path: Path, resume: str = "", **args: object) -> Path:
-    job = JobConfig(resume_from_checkpoint=resume,
-                    training_args={"output_dir": str(tmp_path / "out"), "max_steps": 100000,
-                                   "logging_steps": 1, "per_device_train_batch_size": 2,
-                                   "save_strategy": "no", **args})
-    job.launch.main_process_port = free_port()
-    path = tmp_path / f"job-{len(list(tmp_path.glob('job-*')))}.json"
-    job.save(path)
-    return path
 
 
 class Cli:
@@ -84,7 +71,7 @@ def _slurm_state(slurm: SlurmCluster, job_id: str) -> str:
 
 
 def test_print_script_shows_the_job_and_submits_nothing(slurm: SlurmCluster, tmp_path: Path) -> None:
-    job = _job(tmp_path)
+    job = job_file(tmp_path, tmp_path / "out")
     train = [sys.executable, "-m", "gaudi_gui", "train", "--config", str(job), "--slurm", "--device", "cpu"]
     asked = ["--nodes", "2", "--partition", PARTITION, "--account", "ml", "--time", "1:00:00",
              "--print-script"]
@@ -101,7 +88,7 @@ def test_print_script_shows_the_job_and_submits_nothing(slurm: SlurmCluster, tmp
 
 @pytest.mark.usefixtures("demo_model")
 def test_a_submitted_job_runs_to_the_end(slurm: SlurmCluster, tmp_path: Path) -> None:
-    cli = Cli.train(_job(tmp_path, max_steps=3))
+    cli = Cli.train(job_file(tmp_path, tmp_path / "out", max_steps=3))
     assert cli.proc.wait(timeout=180) == 0, cli.text()
     run = cli.folder()
     assert run is not None and cli.job_id(), cli.text()
@@ -123,12 +110,12 @@ def test_submitted_and_followed_on_a_login_host_over_ssh(slurm: SlurmCluster, ss
     client (here a real SSH server on 127.0.0.1 in front of the same cluster), the folder is shared."""
     # A login host that refuses us is a clear error, nothing submitted. (First: once a connection to
     # the server is open, ssh multiplexes any alias of the same user@host:port over it.)
-    bad = Cli.train(_job(tmp_path, max_steps=3), "--login", "gg-nokey")
+    bad = Cli.train(job_file(tmp_path, tmp_path / "out", max_steps=3), "--login", "gg-nokey")
     assert bad.proc.wait(timeout=120) == 1, bad.text()
     assert "the login host gg-nokey could not be reached" in bad.text(), bad.text()
     assert "Traceback" not in bad.text() and slurm.jobs() == []
 
-    cli = Cli.train(_job(tmp_path, max_steps=3), "--login", ssh_host.dest)
+    cli = Cli.train(job_file(tmp_path, tmp_path / "out", max_steps=3), "--login", ssh_host.dest)
     assert cli.proc.wait(timeout=180) == 0, cli.text()
     run = cli.folder()
     assert run is not None and cli.job_id(), cli.text()
@@ -144,7 +131,7 @@ def test_submitted_and_followed_on_a_login_host_over_ssh(slurm: SlurmCluster, ss
 @pytest.mark.usefixtures("demo_model")
 def test_ctrl_c_stops_the_job_with_a_checkpoint_and_resume_submits_a_new_job(slurm: SlurmCluster,
                                                                               tmp_path: Path) -> None:
-    submitter = Cli.train(_job(tmp_path))
+    submitter = Cli.train(job_file(tmp_path, tmp_path / "out"))
     assert wait_until(lambda: submitter.folder() is not None, 60), submitter.text()
     run = submitter.folder()
     assert run is not None
@@ -173,7 +160,8 @@ def test_ctrl_c_stops_the_job_with_a_checkpoint_and_resume_submits_a_new_job(slu
     assert "SIGTERM sent to rank pid" in log, log[-3000:]
     assert _slurm_state(slurm, cli.job_id()) == "COMPLETED"
 
-    resume = Cli.train(_job(tmp_path, resume=str(checkpoint), max_steps=step + 2), "--resumed-from", str(run))
+    resume = Cli.train(job_file(tmp_path, tmp_path / "out", resume=str(checkpoint), max_steps=step + 2),
+                       "--resumed-from", str(run))
     assert resume.proc.wait(timeout=150) == 0, resume.text()
     assert resume.job_id() and resume.job_id() != cli.job_id()
     again = resume.folder()

@@ -1,0 +1,249 @@
+"""What many tests share, written once: clicking a widget or a modal dialog's button as a person does,
+waiting on a condition where no Qt event loop runs, what a run folder's events say, the job files and
+Training tab the training tests start from, and the processes a test finds by its marker.
+
+Test modules import from here (or use conftest fixtures), never from one another: a test file is a
+list of scenarios, and one that imports another drags that file's tests and fixtures along."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import psutil
+from PySide6.QtCore import QPoint, Qt, QTimer
+from PySide6.QtWidgets import QAbstractButton, QApplication, QDialog, QMessageBox, QWidget
+
+from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.launch import free_port
+from gaudi_gui.core.runstore import Run
+
+if TYPE_CHECKING:
+    from pytestqt.qtbot import QtBot
+
+    from gaudi_gui.services.context import AppServices
+    from gaudi_gui.ui.runner_tab import RunnerTab
+    from gaudi_gui.ui.training_tab import TrainingTab
+
+T = TypeVar("T")
+
+SLOW_DISK = Path(__file__).resolve().parent / "slowdisk"
+
+# -- clicking ----------------------------------------------------------------------------------------
+
+
+def _label(widget: QWidget) -> str:
+    text = widget.text() if isinstance(widget, QAbstractButton) else ""
+    return repr(text) if text else f"{type(widget).__name__} {widget.objectName()!r}"
+
+
+def click(qtbot: QtBot, widget: QWidget, pos: QPoint | None = None) -> None:
+    """A left click on ``widget`` (at ``pos``, else its centre), refused with its name when a person
+    could not click it: disabled, or hidden in its window (the window itself need not be shown)."""
+    assert widget.isEnabled(), f"{_label(widget)} is disabled"
+    assert widget.isVisibleTo(widget.window()), f"{_label(widget)} is hidden"
+    if pos is None:
+        qtbot.mouseClick(widget, Qt.MouseButton.LeftButton)
+    else:
+        qtbot.mouseClick(widget, Qt.MouseButton.LeftButton, pos=pos)
+
+
+class DialogAnswer:
+    """What ``answer_dialog`` saw: the dialog's text and whether the button was clicked."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.clicked = False
+
+
+def answer_dialog(qtbot: QtBot, button_text: str, timeout_ms: int = 10_000) -> DialogAnswer:
+    """Click the button labelled ``button_text`` of the next modal dialog, once it is on screen.
+
+    Call it just before the action that opens the dialog: ``exec()`` runs its own event loop, so the
+    click comes from a timer that looks for the active modal widget on every turn of that loop. The
+    timer ends once it clicked, or after ``timeout_ms`` (then ``clicked`` stays False)."""
+    answer = DialogAnswer()
+    timer = QTimer()
+    timer.setInterval(20)
+    deadline = time.monotonic() + timeout_ms / 1000
+
+    def look() -> None:
+        dialog = QApplication.activeModalWidget()
+        if isinstance(dialog, QDialog) and dialog.isVisible():
+            buttons = [b for b in dialog.findChildren(QAbstractButton)
+                       if b.text().replace("&", "") == button_text and b.isVisible()]
+            if buttons:
+                timer.stop()
+                if isinstance(dialog, QMessageBox):
+                    answer.text = f"{dialog.text()}\n{dialog.informativeText()}"
+                answer.clicked = True
+                qtbot.mouseClick(buttons[0], Qt.MouseButton.LeftButton)
+                return
+        if time.monotonic() > deadline:
+            timer.stop()
+
+    timer.timeout.connect(look)
+    timer.start()
+    answer.timer = timer  # type: ignore[attr-defined]  # kept alive as long as the answer is
+    return answer
+
+
+def choose_runner_host(qtbot: QtBot, tab: RunnerTab, name: str) -> None:
+    """Open the Model runner's Host list with a click, walk to ``name`` with the arrow keys, press
+    Return."""
+    combo = tab.host_combo
+    qtbot.mouseClick(combo, Qt.MouseButton.LeftButton)
+    view = combo.view()
+    qtbot.waitUntil(view.isVisible, timeout=5000)
+    target = combo.findData(name)
+    assert target >= 0, f"{name} is not offered: {[combo.itemData(i) for i in range(combo.count())]}"
+    for _ in range(combo.count() + 1):
+        row = view.currentIndex().row()
+        if row == target:
+            break
+        qtbot.keyClick(view, Qt.Key.Key_Down if row < target else Qt.Key.Key_Up)
+    qtbot.keyClick(view, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: not view.isVisible() and tab.client.host.name == name, timeout=5000)
+
+
+# -- waiting outside an event loop -------------------------------------------------------------------
+
+
+def wait_until(condition: Callable[[], T], timeout: float = 60.0) -> T:
+    """The first truthy value of ``condition()``, polled every 0.05 s, or its last (falsy) value after
+    ``timeout`` seconds: for tests that drive subprocesses, not a Qt event loop (those use
+    ``qtbot.waitUntil``). Use as ``assert wait_until(...), what_went_wrong``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.05)  # polling a condition with a deadline, not a fixed delay
+    return condition()
+
+
+# -- run folders -------------------------------------------------------------------------------------
+
+
+def events(run: Path | Run, kind: str | None = None) -> list[dict[str, Any]]:
+    """The run's events (of type ``kind`` when given); none while events.jsonl does not exist yet."""
+    folder = run.folder if isinstance(run, Run) else run
+    try:
+        lines = (folder / "events.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    found = [json.loads(line) for line in lines if line.strip()]
+    return [e for e in found if kind is None or e.get("type") == kind]
+
+
+def steps(run: Path | Run) -> int:
+    """The highest step the run's metrics events reached."""
+    return max((int(e.get("step") or 0) for e in events(run, "metrics")), default=0)
+
+
+#: Alpaca-style rows (instruction, input, output) for dataset tests.
+ALPACA = [
+    {"instruction": "Name a color.", "input": "", "output": "Blue."},
+    {"instruction": "Add the numbers.", "input": "2 and 3", "output": "Five."},
+    {"instruction": "Say hello.", "input": "", "output": "Hello there."},
+    {"instruction": "Reverse the word.", "input": "cat", "output": "tac"},
+    {"instruction": "Name a fruit.", "input": "", "output": "An apple."},
+    {"instruction": "Count to three.", "input": "", "output": "One, two, three."},
+    {"instruction": "Name an animal.", "input": "", "output": "A dog."},
+    {"instruction": "Say bye.", "input": "", "output": "Goodbye."},
+]
+
+
+def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def job_file(folder: Path, output_dir: Path, resume: str = "", **args: object) -> Path:
+    """A long demo-model job (one step logged per step, no periodic save) saved as a new
+    ``job-N.json`` in ``folder``, on a free rendezvous port."""
+    job = JobConfig(resume_from_checkpoint=resume,
+                    training_args={"output_dir": str(output_dir), "max_steps": 100000,
+                                   "logging_steps": 1, "per_device_train_batch_size": 2,
+                                   "save_strategy": "no", **args})
+    job.launch.main_process_port = free_port()
+    path = folder / f"job-{len(list(folder.glob('job-*')))}.json"
+    job.save(path)
+    return path
+
+
+def slow_disk_env(mbps: float) -> dict[str, str]:
+    """Variables that give the training children the throttled checkpoint disk of tests/slowdisk."""
+    path = os.environ.get("PYTHONPATH", "")
+    return {"GAUDI_TEST_DISK_MBPS": str(mbps),
+            "PYTHONPATH": f"{SLOW_DISK}{os.pathsep}{path}" if path else str(SLOW_DISK)}
+
+
+# -- the Training tab --------------------------------------------------------------------------------
+
+
+def training_tab(qtbot: QtBot, tmp_path: Path) -> tuple[AppServices, TrainingTab]:
+    """Services and a shown Training tab whose runs go to ``tmp_path/runs``, once its form is built."""
+    from gaudi_gui.app import create_services
+    from gaudi_gui.core.runstore import RunStore
+    from gaudi_gui.ui.training_tab import TrainingTab
+
+    services = create_services()
+    services.settings.set("training/runs_dir", str(tmp_path / "runs"))
+    assert services.training is not None
+    services.training.store = RunStore(tmp_path / "runs")
+    tab = TrainingTab(services)
+    qtbot.addWidget(tab)
+    tab.resize(1400, 900)
+    tab.show()
+    qtbot.waitUntil(lambda: tab.form.schema is not None, timeout=120000)
+    return services, tab
+
+
+def set_arg(tab: TrainingTab, name: str, text: str) -> None:
+    tab.form.editors[name].editor.setText(text)  # type: ignore[attr-defined]
+
+
+def close_training_tab(services: AppServices, tab: TrainingTab) -> None:
+    """Shut the tab and its services down as the window does when it closes."""
+    from gaudi_gui.services.process import reap_all
+
+    tab.shutdown()
+    assert services.training is not None
+    services.training.shutdown()
+    services.poller.stop()
+    # As the app does once its window is gone: a `runs stop --now` call still on its way to a host
+    # was killed by the shutdown; wait for it, or Qt destroys a running QProcess.
+    reap_all()
+
+
+def end_training_tab(qtbot: QtBot, services: AppServices, tab: TrainingTab) -> None:
+    """Kill whatever the tab still runs (a test that failed midway), wait for it, then close."""
+    assert services.training is not None
+    training = services.training
+    for running in training.running():
+        running.kill()
+    qtbot.waitUntil(lambda: not training.running(), timeout=60000)
+    close_training_tab(services, tab)
+
+
+# -- processes ---------------------------------------------------------------------------------------
+
+
+def processes_with_env(name: str, value: str) -> list[psutil.Process]:
+    """Live processes (not zombies, not this test) whose environment has ``name=value``: the way a
+    test finds what it started, children and re-parented runs in their own sessions alike."""
+    found = []
+    for proc in psutil.process_iter():
+        if proc.pid == os.getpid():
+            continue
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.environ().get(name) == value:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
