@@ -92,7 +92,8 @@ def options_from(args: argparse.Namespace, device: str) -> slurm_mod.SlurmOption
         nodes=args.nodes, partition=args.partition.strip(), time=args.time.strip(),
         account=args.account.strip(),
         cards_per_node=args.cards_per_node, gres=args.gres.strip(), device=device,
-        python=args.node_python.strip(), stop_before_limit_s=int(args.grace))
+        python=args.node_python.strip(), stop_before_limit_s=int(args.grace),
+        preflight=not getattr(args, "no_preflight", False))
 
 
 def train(args: argparse.Namespace) -> int:

@@ -79,6 +79,8 @@ class SlurmOptions:
     python: str = ""
     #: With a time limit: ask for a checkpoint stop this many seconds before it.
     stop_before_limit_s: int = 120
+    #: On Gaudi: every node checks its cards (``core.preflight node``) before the launch.
+    preflight: bool = True
 
     def validate(self) -> list[tuple[str, str]]:
         problems: list[tuple[str, str]] = []
@@ -153,6 +155,23 @@ def _sbatch(option: str, value: str) -> str:
     return f"#SBATCH --{option}={shlex.quote(value)}"
 
 
+def _node_check(options: SlurmOptions, q_python: str) -> list[str]:
+    """The start gate on Gaudi nodes, known only once the job runs: each node checks its cards (the
+    ones HABANA_VISIBLE_MODULES names, else all) and a held, dead or (multi-node) unlinked card ends the
+    job here with the doctor's reason instead of failing the launch minutes later."""
+    if options.device != "hpu" or not options.preflight:
+        return []
+    multi = " --multi-node" if options.nodes > 1 else ""
+    return [
+        "# Each node checks its cards first (gaudi-gui's start gate; train --no-preflight leaves it out).",
+        f'if ! srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 {q_python} -m '
+        f"gaudi_gui.core.preflight node{multi}; then",
+        '    echo "gaudi-gui: the card check failed on a node (above): the job ends before the launch"',
+        "    exit 1",
+        "fi",
+    ]
+
+
 def sbatch_script(job: JobConfig, run_folder: str | Path, options: SlurmOptions) -> str:
     """The batch script for ``job`` (as prepared: ``slurm_job``) whose run folder is ``run_folder``."""
     folder = str(run_folder)
@@ -203,6 +222,7 @@ def sbatch_script(job: JobConfig, run_folder: str | Path, options: SlurmOptions)
         'MAIN=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)',
         "export MAIN",
         f'echo "gaudi-gui: job $SLURM_JOB_ID on $SLURM_JOB_NODELIST; main process $MAIN:{port}"',
+        *_node_check(options, q_python),
         "# Each node's task: accelerate's multi-node launch, its machine rank from SLURM_NODEID.",
         "TASK=$(cat <<'GAUDI_GUI_TASK'",
         task,
