@@ -247,3 +247,36 @@ def processes_with_env(name: str, value: str) -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
+
+
+# -- run folders as a long history leaves them -------------------------------------------------------
+
+#: The damaged runs ``run_history`` makes, by name, and the one sentence each must show.
+DAMAGED_RUNS = {
+    "20250101-000003-latin1": "config.json is not UTF-8 (byte 0xe9 at 13)",
+    "20250101-000002-cut": "status.json is truncated",
+    "20250101-000001-noevents": "events.jsonl is missing",
+}
+
+
+def run_history(root: Path, count: int) -> list[str]:
+    """``count`` finished runs under ``root`` written directly as files (thousands in a second), plus
+    the damaged ones of DAMAGED_RUNS (named to sort among the newest, so a view that shows only the
+    latest still shows them). The sound runs' names, newest first."""
+    job = JobConfig(training_args={"output_dir": str(root / "out")}).to_dict()
+    status = {"state": "finished", "step": 10, "max_steps": 10, "summary": "Finished at step 10",
+              "started_at": 1.7e9, "ended_at": 1.7e9 + 5, "final_loss": 1.5}
+    names = [f"2024{i:010d}-sound" for i in range(count)]
+    for name in [*names, *DAMAGED_RUNS]:
+        folder = root / name
+        (folder / "ranks").mkdir(parents=True)
+        for file in ("config.json", "job.json"):
+            (folder / file).write_text(json.dumps(job))
+        (folder / "status.json").write_text(json.dumps(status))
+        (folder / "events.jsonl").write_text('{"type": "end", "state": "finished"}\n')
+    latin1, cut, noevents = (root / n for n in DAMAGED_RUNS)
+    (latin1 / "config.json").write_bytes(b'{"name": "caf\xe9", "model": "x"}')
+    (latin1 / "job.json").unlink()
+    (cut / "status.json").write_text('{"state": "finished", "st')
+    (noevents / "events.jsonl").unlink()
+    return sorted(names, reverse=True)

@@ -33,8 +33,9 @@ from typing import Any
 
 from gaudi_gui.commands.terminal import seconds
 from gaudi_gui.core.events import EventFollower, LogFollower
+from gaudi_gui.core.jobconfig import JobConfigError
 from gaudi_gui.core.proctree import ProcessRef
-from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStore
+from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStatus, RunStore
 from gaudi_gui.core.secrets import redact
 
 SUPERVISOR_NAME = "supervisor.json"
@@ -83,16 +84,34 @@ def supervisor_of(run: Run) -> ProcessRef | None:
 
 
 def describe(run: Run) -> dict[str, Any]:
-    status = run.reconcile()
-    checkpoint = run.latest_checkpoint()
+    """One run as ``runs list/show`` print it; "problems": what is wrong with its files (a damaged
+    run is listed with its damage, and never stops the listing of the others)."""
+    problems = run.problems()
+    try:
+        status = run.reconcile()
+        checkpoint = run.latest_checkpoint()
+        alive = run.processes_alive() or supervisor_of(run) is not None
+    except (OSError, ValueError, RecursionError) as exc:
+        # The folder changed under us or holds something no reader expects: this run's problem.
+        problems.append(f"cannot read the run: {exc}")
+        status, checkpoint, alive = RunStatus(state="failed", summary="Damaged run"), None, False
+    if problems and status.summary in ("", "Damaged run"):
+        status.summary = f"Damaged run: {problems[0]}"
     out = {"name": run.name, "folder": str(run.folder), "status": asdict(status),
-           "checkpoint": str(checkpoint) if checkpoint else "", "alive": run.processes_alive()
-           or supervisor_of(run) is not None}
-    with contextlib.suppress(Exception):
+           "checkpoint": str(checkpoint) if checkpoint else "", "alive": alive, "problems": problems}
+    with contextlib.suppress(JobConfigError):
         job = run.user_job()
         out["model"] = job.model
         out["job_name"] = job.name
     return out
+
+
+def _line(item: dict[str, Any]) -> str:
+    status = item["status"]
+    text = (f"{item['name']}  {status['state']:<8}  step {status['step']}/{status['max_steps']}  "
+            f"{status['summary']}")
+    problems = [p for p in item.get("problems", []) if p not in status["summary"]]
+    return text + (f"  ⚠ {'; '.join(problems)}" if problems else "")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -103,9 +122,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(runs), flush=True)
         else:
             for item in runs:
-                status = item["status"]
-                print(f"{item['name']}  {status['state']:<8}  step {status['step']}/{status['max_steps']}  "
-                      f"{status['summary']}")
+                print(_line(item))
         return 0
     found = find_run(args.run, args.runs_dir)
     if found is None:
@@ -114,8 +131,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if action == "show":
         item = describe(found)
+        problems = [p for p in item["problems"] if p not in item["status"]["summary"]]
         print(json.dumps(item) if args.json else
-              f"{item['name']}: {item['status']['state']} — {item['status']['summary']}", flush=True)
+              f"{item['name']}: {item['status']['state']} — {item['status']['summary']}"
+              + (f" (⚠ {'; '.join(problems)})" if problems else ""), flush=True)
         return 0
     if action == "stop":
         return _stop(found, now=args.now)

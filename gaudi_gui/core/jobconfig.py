@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from gaudi_gui.core import paths, sft
+from gaudi_gui.core import jsonfile, paths, sft
 from gaudi_gui.core.secrets import SECRET_TRAINING_ARGS, hub_token_available
 
 JOB_VERSION = 2
@@ -144,9 +144,14 @@ class JobConfig:
     @classmethod
     def load(cls, path: str | Path) -> JobConfig:
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            raw = Path(path).read_bytes()
         except OSError as exc:
             raise JobConfigError(f"cannot read job file {path}: {exc.strerror or exc}") from None
+        try:
+            # A file in another encoding is a bad job file (one line), never a UnicodeDecodeError.
+            text = jsonfile.decode(raw, str(path))
+        except jsonfile.FileProblem as exc:
+            raise JobConfigError(str(exc)) from None
         try:
             return cls.from_json(text)
         except JobConfigError as exc:

@@ -22,13 +22,13 @@ import os
 import re
 import shutil
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from gaudi_gui.core import events as events_mod
-from gaudi_gui.core import paths
+from gaudi_gui.core import jsonfile, paths
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.proctree import ProcessRef
 
@@ -145,7 +145,6 @@ class Run:
 
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
-        self._log: IO[str] | None = None
 
     def __repr__(self) -> str:
         return f"Run({str(self.folder)!r})"
@@ -212,11 +211,42 @@ class Run:
         _write_json(self.folder / "versions.json", dict(versions))
 
     def status(self) -> RunStatus:
+        """The recorded status; a damaged status.json reads as a failed run whose summary says what
+        is wrong with the file ("status.json is truncated"), never as an exception."""
         try:
-            data = json.loads(self.status_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
-            return RunStatus(state="failed", error="status.json missing or unreadable")
+            data = jsonfile.read(self.status_path)
+        except jsonfile.FileProblem as exc:
+            return RunStatus(state="failed", error=str(exc), error_kind="damaged",
+                             summary=f"Damaged run: {exc}")
         return RunStatus.from_dict(data)
+
+    def problems(self) -> list[str]:
+        """What is wrong with this folder's files, one sentence each ("config.json is not UTF-8
+        (byte 0xff at 12)", "status.json is truncated", "events.jsonl is missing"); empty for a sound
+        run. Every reader of the history shows these as the run's own problem."""
+        out: list[str] = []
+        for path in (self.config_path, self.job_path):
+            if path == self.job_path and not path.exists():
+                continue  # runs of earlier versions have no job.json
+            try:
+                JobConfig.from_dict(jsonfile.read(path))
+            except jsonfile.FileProblem as exc:
+                out.append(str(exc))
+            except JobConfigError as exc:
+                out.append(f"{path.name}: {exc}")
+        try:
+            status = RunStatus.from_dict(jsonfile.read(self.status_path))
+        except jsonfile.FileProblem as exc:
+            out.append(str(exc))
+        else:
+            # A finished run, or one that got to a step, had a worker writing events: their file
+            # gone is damage (a run stopped while starting may rightly have none).
+            started = status.state == "finished" or (status.step > 0 and status.state in FINAL_STATES)
+            legacy = self.metrics_path.is_file()  # runs of earlier versions wrote metrics.jsonl only
+            if started and not legacy and not self.events_path.is_file() \
+                    and not (self.folder / SLURM_INFO).is_file():
+                out.append(f"{self.events_path.name} is missing")
+        return out
 
     def write_status(self, status: RunStatus) -> None:
         _write_json(self.status_path, asdict(status))
@@ -227,20 +257,6 @@ class Run:
             setattr(status, key, value)
         self.write_status(status)
         return status
-
-    def append_log(self, lines: Iterable[str]) -> None:
-        if self._log is None:
-            fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
-            self._log = os.fdopen(fd, "a", encoding="utf-8")
-        for line in lines:
-            self._log.write(line + "\n")
-        self._log.flush()
-
-    def close(self) -> None:
-        if self._log is not None:
-            with contextlib.suppress(OSError):
-                self._log.close()
-            self._log = None
 
     # -- processes --------------------------------------------------------------------------------
 

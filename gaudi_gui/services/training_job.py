@@ -359,7 +359,6 @@ class TrainingJob(QObject):
                 changes["exit_description"] = describe_exit(code, "exited" if code >= 0 else "crashed")
             with contextlib.suppress(OSError):
                 self.run.update_status(ended_at=time.time(), **changes)
-            self.run.close()
         self._attached = False
         self._set_summary(str(result.get("summary", state)))
         self._set_state(state)
@@ -409,8 +408,6 @@ class TrainingJob(QObject):
     def shutdown(self) -> None:
         for timer in (self._follow, self._kill_timer, self._tick):
             timer.stop()
-        if self.run:
-            self.run.close()
 
 
 def _size(path: Any) -> int:

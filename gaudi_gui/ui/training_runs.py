@@ -82,17 +82,22 @@ class RunsTable(QWidget):
     def refresh(self) -> None:
         self._runs = self.store.runs()[:500]
         self.table.setRowCount(len(self._runs))
+        damaged = 0
         for row, run in enumerate(self._runs):
+            # A damaged folder is that run's problem, shown on its row: the other rows still fill.
+            problems = run.problems()
+            damaged += bool(problems)
             # A "running" run whose processes are gone is told as its events prove, not "running".
             st = run.reconcile()
             loss = f"{st.final_loss:.4f}" if isinstance(st.final_loss, (int, float)) else "–"
             started = time.strftime("%Y-%m-%d %H:%M", time.localtime(st.started_at)) if st.started_at else "–"
             steps = f"{st.step}/{st.max_steps}" if st.max_steps else "–"
-            for col, text in enumerate((run.name, st.state, started, format_duration(st.duration)
+            state = f"{st.state} ⚠ {problems[0]}" if problems else st.state
+            for col, text in enumerate((run.name, state, started, format_duration(st.duration)
                                         if st.started_at else "–", steps, loss)):
                 item = QTableWidgetItem(text)
-                if col == 1 and (st.summary or st.error):
-                    item.setToolTip(st.summary or st.error)
+                if col == 1 and (st.summary or st.error or problems):
+                    item.setToolTip("\n".join(dict.fromkeys([*problems, st.summary or st.error])))
                 if col == 0 and st.resumed_from:
                     item.setToolTip(f"resumed from {Path(st.resumed_from).name}")
                     item.setText(f"{run.name} ↳ {Path(st.resumed_from).name}")
@@ -100,6 +105,8 @@ class RunsTable(QWidget):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, col, item)
         self.table.resizeColumnsToContents()
+        if damaged:
+            self.status.setText(f"⚠ {damaged} damaged run folder(s): see the status column")
 
     def selected_runs(self) -> list[Run]:
         rows = sorted({i.row() for i in self.table.selectedIndexes()})

@@ -36,6 +36,13 @@ def test_bad_files_give_clear_errors(tmp_path: Path, text: str, needle: str) -> 
         JobConfig.load(tmp_path / "missing.json")
 
 
+def test_a_file_in_another_encoding_is_a_bad_job_file_naming_the_byte(tmp_path: Path) -> None:
+    path = tmp_path / "job.json"
+    path.write_bytes('{"name": "café"}'.encode("latin-1"))
+    with pytest.raises(JobConfigError, match=r"job.json is not UTF-8 \(byte 0xe9 at 13\)"):
+        JobConfig.load(path)
+
+
 def test_validate(tmp_path: Path) -> None:
     job = JobConfig(training_args={"output_dir": str(tmp_path)})
     assert job.validate() == []

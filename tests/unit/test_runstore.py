@@ -16,9 +16,7 @@ def test_create_list_clone_and_status(tmp_path: Path) -> None:
     assert [r.folder for r in store.runs()] == sorted([a.folder, b.folder], reverse=True)
     assert a.status().state == "queued"
     a.update_status(state="running", pid=123, started_at=1.0)
-    a.append_log(["one", "two"])
-    a.append_log(["three"])
-    a.close()
+    a.log_path.write_text("one\ntwo\nthree\n")  # the launcher's tee appends the console here
     assert a.log_tail(2) == ["two", "three"]
     assert a.status().pid == 123
     clone = store.clone(a)
@@ -85,3 +83,27 @@ def test_run_folder_is_private_and_clone_gives_the_users_job(tmp_path: Path) -> 
     assert store.clone(run).training_args == {"max_steps": 4}
     assert run.job().training_args["use_cpu"] is True
 
+
+
+def test_damaged_files_are_the_runs_own_problem(tmp_path: Path) -> None:
+    """Each kind of damage reads as one sentence on that run; the sound run next to it has none."""
+    store = RunStore(tmp_path / "runs")
+    job = JobConfig(training_args={"output_dir": str(tmp_path / "out")})
+    sound, latin1, cut, lost = (store.create(job) for _ in range(4))
+    for run in (sound, latin1, cut, lost):
+        run.update_status(state="finished", step=10, max_steps=10, summary="Finished")
+        run.events_path.write_text('{"type": "end"}\n')
+    latin1.config_path.write_bytes(b'{"name": "caf\xe9", "x": 1}')
+    cut.status_path.write_text('{"state": "finished", "st')
+    lost.events_path.unlink()
+    assert sound.problems() == []
+    assert latin1.problems() == ["config.json is not UTF-8 (byte 0xe9 at 13)"]
+    assert cut.problems() == ["status.json is truncated"]
+    assert lost.problems() == ["events.jsonl is missing"]
+    status = cut.status()
+    assert (status.state, status.summary) == ("failed", "Damaged run: status.json is truncated")
+    # What reads the job of a damaged run gets the job file's error, never a UnicodeDecodeError.
+    assert latin1.output_dir() == Path(str(tmp_path / "out"))  # status.json still names it
+    assert latin1.latest_checkpoint() is None
+    names = sorted((r.name for r in (sound, latin1, cut, lost)), reverse=True)
+    assert [r.name for r in store.runs()] == names
