@@ -23,12 +23,15 @@ check-display: $(STAMP)
 run: check-display
 	$(PY) -m gaudi_gui
 
+# -rs: every skipped test is listed with its reason. lint-imports: the layer contracts in pyproject.toml.
 test: $(STAMP)
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -p no:cacheprovider -n 2 --dist loadgroup
+	$(VENV)/bin/lint-imports
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadgroup
 	$(PY) -m ruff check gaudi_gui bench tests
 	$(PY) -m mypy
 
 lint: $(STAMP)
+	$(VENV)/bin/lint-imports
 	$(PY) -m ruff check gaudi_gui bench tests
 	$(PY) -m mypy
 

@@ -17,7 +17,7 @@ HEALTH_DELAY_MS = 3000
 
 def create_services(parent: QObject | None = None, *, training: bool = True) -> AppServices:
     """The window's services. ``training=False`` leaves ``services.training`` None for
-    ``add_training`` to fill in later: the app makes it after its first paint (the training
+    ``AppServices.ensure_training`` to fill in later: the app makes it after its first paint (the training
     service's modules are a good part of what the window would otherwise wait for)."""
     from gaudi_gui.services.device_poller import DevicePoller
     from gaudi_gui.services.device_selection import DeviceSelection
@@ -34,18 +34,8 @@ def create_services(parent: QObject | None = None, *, training: bool = True) -> 
     services = AppServices(settings=settings, selection=selection, environment=environment, poller=poller)
     add_health(services, parent)
     if training:
-        add_training(services, parent)
+        services.ensure_training(parent)
     return services
-
-
-def add_training(services: AppServices, parent: QObject | None = None) -> None:
-    """Give ``services`` its training supervisor (once)."""
-    if services.training is not None:
-        return
-    from gaudi_gui.services.training import TrainingService
-    services.training = TrainingService(services.settings, services.selection, services.environment, parent)
-    if services.notifier is not None:
-        services.notifier.watch_training(services.training)
 
 
 def add_health(services: AppServices, parent: QObject | None = None) -> None:
@@ -119,11 +109,10 @@ def run_gui(argv: Sequence[str]) -> int:
     # the first frame for the CPU: start them once the window has been painted (this runs before
     # the window builds its first tab, which may need the supervisor).
     def start_background() -> None:
-        add_training(services, app)
-        assert services.training is not None
+        training = services.ensure_training(app)
         # Runs left going by an earlier session or started by `gaudi-gui train`: followed at once,
         # whether or not the Training tab is ever opened.
-        QTimer.singleShot(0, services.training.reattach)
+        QTimer.singleShot(0, training.reattach)
         services.poller.start()
         services.environment.refresh()
         if services.health is not None:

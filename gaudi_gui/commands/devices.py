@@ -14,12 +14,10 @@ rows are counted in a warning on stderr.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import math
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -28,6 +26,7 @@ import psutil
 
 from gaudi_gui.core import hlsmi, host
 from gaudi_gui.core.devices import DeviceSample, attach_processes, card_warnings, value_problems
+from gaudi_gui.core.proctree import ProcessTree
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -56,36 +55,6 @@ def parse_timeout(text: object) -> float | None:
     return value if math.isfinite(value) and value > 0 else None
 
 
-class _Tree:
-    """The processes an hl-smi run started: its session's group and every descendant seen."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.seen: dict[int, float] = {}  # pid -> create_time (a reused pid is not ours)
-        self.created: float | None = None
-        with contextlib.suppress(psutil.Error):
-            self.created = psutil.Process(pid).create_time()
-
-    def record(self) -> None:
-        with contextlib.suppress(psutil.Error):
-            root = psutil.Process(self.pid)
-            if self.created is None or abs(root.create_time() - self.created) >= 0.01:
-                return  # hl-smi was reaped and its pid reused: not ours
-            for child in root.children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    self.seen[child.pid] = child.create_time()
-
-    def kill(self) -> None:
-        self.record()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, signal.SIGKILL)  # start_new_session: the group id is hl-smi's pid
-        for pid, created in self.seen.items():
-            with contextlib.suppress(psutil.Error):
-                proc = psutil.Process(pid)
-                if abs(proc.create_time() - created) < 0.01:
-                    proc.kill()
-
-
 def _run(argv: list[str], timeout: float) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of ``argv``; -1 when it could not start or did not finish in
     ``timeout`` seconds, in which case its whole process tree was killed."""
@@ -94,7 +63,7 @@ def _run(argv: list[str], timeout: float) -> tuple[int, str, str]:
                                 stderr=subprocess.PIPE, start_new_session=True)
     except OSError as exc:
         return -1, "", str(exc)
-    tree = _Tree(proc.pid)
+    tree = ProcessTree(proc.pid)  # start_new_session: the group id is hl-smi's pid
     deadline = time.monotonic() + timeout
     exited_at: float | None = None
     finished = False

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -30,33 +29,11 @@ import threading
 import time
 from typing import Any
 
+from gaudi_gui.core.proctree import ProcessTree
+from gaudi_gui.core.remote import parse_env_assignments
+
 #: After SIGTERM to the group, how long before SIGKILL.
 TERM_GRACE_S = 3.0
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def parse_env(items: list[str] | None) -> dict[str, str]:
-    """``NAME=VALUE`` items as a dict; ValueError names the first one that is not a plain variable."""
-    out: dict[str, str] = {}
-    for item in items or []:
-        name, sep, value = item.partition("=")
-        if not sep or not _ENV_NAME.match(name):
-            raise ValueError(f"--env takes NAME=VALUE with a plain variable name, not {item!r}")
-        if "\0" in value:
-            raise ValueError(f"--env {name}: the value holds a NUL character")
-        out[name] = value
-    return out
-
-
-def env_args(env: dict[str, str]) -> list[str]:
-    """``--env NAME=VALUE`` arguments for ``env`` (checked the way the guard will check them)."""
-    args: list[str] = []
-    for name, value in env.items():
-        args += ["--env", f"{name}={value}"]
-    parse_env(args[1::2])
-    return args
-
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("guard", help="(for hosts) run a command and end it when stdin closes")
@@ -70,34 +47,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--env", dest="env", action="append", metavar="NAME=VALUE",
                    help="set a variable in the command's environment (repeatable)")
     p.add_argument("argv", nargs=argparse.REMAINDER, help="the command (after --)")
-
-
-class _Tree:
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.seen: dict[int, float] = {}
-
-    def record(self) -> None:
-        import psutil
-        with contextlib.suppress(psutil.Error):
-            for child in psutil.Process(self.pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    self.seen[child.pid] = child.create_time()
-
-    def signal(self, sig: signal.Signals) -> None:
-        if sig == signal.SIGKILL:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pid, signal.SIGSTOP)  # nothing forks while it is being recorded
-        self.record()
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pid, sig)
-        if sig == signal.SIGKILL:
-            import psutil
-            for pid, created in self.seen.items():
-                with contextlib.suppress(psutil.Error):
-                    proc = psutil.Process(pid)
-                    if abs(proc.create_time() - created) < 0.01:
-                        proc.kill()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -116,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
               f"(gaudi-gui hosts --setup HOST on the workstation)", file=sys.stderr)
         return 3
     try:
-        extra = parse_env(getattr(args, "env", None))
+        extra = parse_env_assignments(getattr(args, "env", None))
     except ValueError as exc:
         print(f"gaudi-gui guard: {exc}", file=sys.stderr)
         return 2
@@ -131,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"gaudi-gui guard: cannot run {argv[0]}: {exc.strerror or exc}", file=sys.stderr)
         return 127
-    tree = _Tree(proc.pid)
+    tree = ProcessTree(proc.pid)  # start_new_session: the group id is the child's pid
 
     def end_child(grace: float) -> None:
         deadline = time.monotonic() + grace
@@ -140,11 +89,12 @@ def run(args: argparse.Namespace) -> int:
                 break
             time.sleep(0.05)
         if proc.poll() is None:
+            tree.record()
             tree.signal(signal.SIGTERM)
             deadline = time.monotonic() + TERM_GRACE_S
             while proc.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
-        tree.signal(signal.SIGKILL)  # the child, and helpers it left in its group or recorded
+        tree.kill()  # the child, and helpers it left in its group or recorded
 
     def pump() -> None:
         assert proc.stdin is not None
@@ -177,6 +127,6 @@ def run(args: argparse.Namespace) -> int:
     code = proc.wait()
     if not ending.is_set():
         ending.set()
-        tree.signal(signal.SIGKILL)  # the child ended by itself: sweep what it left in its group
+        tree.kill()  # the child ended by itself: sweep what it left in its group
     sys.stdout.flush()
     return 128 - code if code < 0 else code

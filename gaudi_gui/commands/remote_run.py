@@ -73,7 +73,7 @@ def forward(host: Host, argv: Sequence[str]) -> int:
     except RemoteError as exc:
         _say(f"gaudi-gui: {exc}")
         return EXIT_HOST
-    cmd = host.wrap(host.gaudi_gui_argv("guard", "--gaudi-gui", "--", *argv))
+    cmd = host.wrap(host.guard_argv(argv, run="gaudi_gui"))
     # stdin stays open (a pipe we never write): the guard ends the remote command when it closes.
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=None, stderr=subprocess.PIPE)
     tail: deque[str] = deque(maxlen=20)

@@ -680,19 +680,6 @@ def classify_smoke(code: int | None, output: str) -> tuple[str, str, str]:
     return "error", f"smoke test failed (exit {code}): {last or 'no output'}", "see the message above"
 
 
-def _kill_tree(proc: subprocess.Popen[str]) -> None:
-    import signal
-
-    from gaudi_gui.core.proctree import ProcessRef, descendants, signal_group
-    kids = descendants(proc.pid)
-    ref = ProcessRef.of(proc.pid)
-    if ref is not None:
-        signal_group(ref, signal.SIGKILL)
-    for kid in kids:
-        kid.signal(signal.SIGKILL)
-    proc.kill()
-
-
 def run_smoke(kind: str, cards: Sequence[tuple[int | None, int | None]], *, timeout_s: float = 120.0,
               argv: Sequence[str] | None = None, host: str = "local") -> list[Finding]:
     """One "smoke" finding per (module_id, index) card (a single (None, None) on a CPU machine).
@@ -716,7 +703,8 @@ def run_smoke(kind: str, cards: Sequence[tuple[int | None, int | None]], *, time
             out, _ = proc.communicate(timeout=timeout_s)
             code: int | None = proc.returncode
         except subprocess.TimeoutExpired:
-            _kill_tree(proc)
+            from gaudi_gui.core.proctree import ProcessTree
+            ProcessTree(proc.pid).kill()  # its own session: the group id is its pid
             out, _ = proc.communicate()
             code = None
         severity, seen, fix = classify_smoke(code, out or "")

@@ -3,13 +3,17 @@
 A pid alone is not an identity: after a reboot, or once enough processes have come and gone, the pid
 recorded in a run folder belongs to someone else. Every pid the app keeps on disk travels with the
 process's create time (psutil's, seconds since the epoch), and every signal goes through
-``ProcessRef.signal``, which checks it first. Qt-free.
+``ProcessRef.signal``, which checks it first. A tree this process started and watches while it runs
+(:class:`ProcessTree`) holds psutil objects instead: psutil checks the create time itself before it
+signals one. Every process-tree record and kill of the app (the Qt runner, the hosts' guard, the
+``devices`` command, the doctor's smoke test, the training stopper) goes through this module. Qt-free.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -119,4 +123,101 @@ def signal_group(leader: ProcessRef, sig: int) -> bool:
     return True
 
 
-__all__ = ["CREATE_TIME_TOLERANCE", "ProcessRef", "descendants", "signal_group"]
+class ProcessTree:
+    """A child this process started and every descendant seen while it ran, to end all of them.
+
+    ``group``: the child was started in a session of its own (``start_new_session``), so its process
+    group id is its pid and the group holds the helpers that left the tree (a wrapper's ``cmd &``);
+    the group is signalled even after the child itself ended, since a group id is not reused while
+    a member lives. Descendants are held as psutil objects, which never signal a recycled pid;
+    :meth:`record` scans the whole process table, so call it when it matters (at start, when a stop
+    begins), not periodically."""
+
+    def __init__(self, pid: int, *, group: bool = True) -> None:
+        import psutil
+
+        self.pid = pid
+        self.group = group
+        self._seen: dict[int, psutil.Process] = {}
+        self._root: psutil.Process | None = None
+        with contextlib.suppress(psutil.Error):
+            self._root = psutil.Process(pid) if pid > 0 else None
+
+    def pids(self) -> list[int]:
+        """The descendants recorded so far (alive or not)."""
+        return sorted(self._seen)
+
+    def record(self) -> None:
+        """Add the child's live descendants to those recorded (nothing once its pid is not the child's)."""
+        import psutil
+
+        root = self._root
+        if root is None:
+            return
+        try:
+            if not root.is_running():
+                return  # reaped, and the pid perhaps someone else's now
+            children = root.children(recursive=True)
+        except psutil.Error:
+            return
+        for child in children:
+            self._seen[child.pid] = child
+
+    def freeze(self) -> None:
+        """SIGSTOP the group: stopped members fork nothing, so a kill that follows misses no child
+        (a wrapper starting ``setsid helper &`` at that moment). Their children are still found."""
+        if self.group:
+            self._killpg(signal.SIGSTOP)
+
+    def signal(self, sig: int) -> None:
+        """``sig`` to the child's group, or to the child alone when it has none."""
+        if self.group:
+            self._killpg(sig)
+        elif self._root is not None:
+            import psutil
+
+            with contextlib.suppress(psutil.Error):
+                self._root.send_signal(sig)
+
+    def signal_recorded(self, sig: int) -> None:
+        """``sig`` to every recorded descendant still running (those in sessions of their own, such
+        as torchrun's workers, are reached only this way)."""
+        import psutil
+
+        for proc in list(self._seen.values()):
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
+
+    def kill(self) -> None:
+        """SIGKILL the child, its group and every descendant: recorded before, or found now."""
+        self.freeze()
+        self.record()
+        self.signal(signal.SIGKILL)
+        self.signal_recorded(signal.SIGKILL)
+
+    def alive(self) -> list[psutil.Process]:
+        """Recorded descendants still running (a zombie has ended: only its parent's wait is due)."""
+        import psutil
+
+        out = []
+        for proc in self._seen.values():
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                    out.append(proc)
+        return out
+
+    def wait_gone(self, timeout: float) -> list[psutil.Process]:
+        """Wait up to ``timeout`` seconds for the recorded descendants to end; those still running."""
+        import psutil
+
+        _gone, alive = psutil.wait_procs(self.alive(), timeout=timeout)
+        return alive
+
+    def _killpg(self, sig: int) -> None:
+        if self.pid <= 1 or self.pid == os.getpgrp():
+            return  # never our own group (or init's)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pid, sig)
+
+
+__all__ = ["CREATE_TIME_TOLERANCE", "ProcessRef", "ProcessTree", "descendants", "signal_group"]

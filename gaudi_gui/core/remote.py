@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 LOCAL = "local"
 DEFAULT_REMOTE_COMMAND = "python3 -m gaudi_gui"
@@ -38,6 +38,9 @@ REMOTE_PROTOCOL = 1
 SSH_FAILED = 255
 #: The config file ssh reads instead of ~/.ssh/config (tests, and users who keep one per project).
 SSH_CONFIG_VAR = "GAUDI_GUI_SSH_CONFIG"
+
+#: What the argv given to ``gaudi-gui guard`` is (see ``Host.guard_argv``).
+GuardRun = Literal["program", "gaudi_gui", "python"]
 
 _DEST = re.compile(r"^(?:[A-Za-z0-9._%+~-]+@)?(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._-]+)(?::\d{1,5})?$")
 
@@ -129,6 +132,22 @@ class Host:
             return [sys.executable, "-m", "gaudi_gui", *args]
         return [*split_remote_command(self.remote_command), *args]
 
+    def guard_argv(self, argv: Sequence[str], *, run: GuardRun = "program", grace: float | None = None,
+                   env: Mapping[str, str] | None = None) -> list[str]:
+        """The argv that runs ``argv`` on the host under ``gaudi-gui guard``, which ends it when stdin
+        closes (OpenSSH does not signal a remote command when the client goes). ``run``: what
+        ``argv`` is: a "program", a "gaudi_gui" command line, or arguments to the host's "python"
+        (all three with the guard's own interpreter, so the remote command is spelled once).
+        ``env`` travels as ``--env NAME=VALUE`` arguments, checked here the way the guard checks
+        them (variables set here do not cross the connection)."""
+        options = [] if grace is None else ["--grace", f"{grace:g}"]
+        options += {"program": [], "gaudi_gui": ["--gaudi-gui"], "python": ["--python"]}[run]
+        assignments = [f"{name}={value}" for name, value in (env or {}).items()]
+        parse_env_assignments(assignments)
+        for item in assignments:
+            options += ["--env", item]
+        return self.gaudi_gui_argv("guard", *options, "--", *argv)
+
     def wrap(self, argv: Sequence[str], *, config: str | None = None, control_dir: Path | None = None,
              connect_timeout: int = 10) -> list[str]:
         """The argv to start here so that ``argv`` runs on this host."""
@@ -141,6 +160,23 @@ class Host:
         """What a person would type to run ``argv`` on the host (for previews and messages)."""
         line = remote_line(argv)
         return line if self.is_local else f"ssh {shlex.quote(self.name)} {shlex.quote(line)}"
+
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def parse_env_assignments(items: Sequence[str] | None) -> dict[str, str]:
+    """``NAME=VALUE`` items (the guard's ``--env``) as a dict; ValueError names the first one that
+    is not a plain variable name or holds a NUL."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not _ENV_NAME.match(name):
+            raise ValueError(f"--env takes NAME=VALUE with a plain variable name, not {item!r}")
+        if "\0" in value:
+            raise ValueError(f"--env {name}: the value holds a NUL character")
+        out[name] = value
+    return out
 
 
 def remote_line(argv: Sequence[str]) -> str:

@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from PySide6.QtCore import QObject
+
     from gaudi_gui.services.device_poller import DevicePoller
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.environment_probe import EnvironmentProbe
@@ -35,3 +37,14 @@ class AppServices:
     health: HealthService | None = None
     #: Desktop notifications for alerts and ended runs.
     notifier: Notifier | None = None
+
+    def ensure_training(self, parent: QObject | None = None) -> TrainingService:
+        """The training supervisor, made on first use: the app makes it after its first paint (its
+        modules are a good part of what the window would otherwise wait for), or a view that is
+        built sooner asks for it here."""
+        if self.training is None:
+            from gaudi_gui.services.training import TrainingService
+            self.training = TrainingService(self.settings, self.selection, self.environment, parent)
+            if self.notifier is not None:
+                self.notifier.watch_training(self.training)
+        return self.training

@@ -35,7 +35,6 @@ import json
 import math
 import os
 import shutil
-import signal
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -94,17 +93,6 @@ def clamp_interval(value: object, default: float, bounds: tuple[float, float]) -
     if seconds > high:
         return high, f"{seconds:g} s is above {high:g} s; {high:g} s is used"
     return seconds, None
-
-
-def sweep_group(pgid: int, descendants: list[int] | None = None) -> None:
-    """SIGKILL what is left of an hl-smi run: its process group (it ran in its own session, so the
-    group id is its pid) and the descendants recorded while it ran. Errors mean "already gone"."""
-    if pgid > 0:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
-    for pid in descendants or []:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
 
 
 def resolve_program(settings: Settings) -> tuple[str, bool]:
@@ -241,7 +229,7 @@ class DevicePoller(QObject):
         if self.host is None:
             runner.start(self._program, args, new_session=True)
             return
-        argv = self.host.wrap(self.host.gaudi_gui_argv("guard", "--grace", "0", "--", self._program, *args))
+        argv = self.host.wrap(self.host.guard_argv([self._program, *args], grace=0))
         # stdin stays open: the guard on the host ends hl-smi when it closes (this app or ssh gone).
         runner.start(argv[0], argv[1:], new_session=True, stdin_open=True)
 
@@ -426,7 +414,7 @@ class DevicePoller(QObject):
 
     def _on_finished(self, code: int, status: str) -> None:
         # Helpers of a wrapper that exited on its own are still in its group: none may outlive it.
-        sweep_group(self._runner.pid, self._runner.alive_descendants())
+        self._runner.sweep()
         if self._discard_exit:
             self._discard_exit = False
             return
@@ -529,7 +517,7 @@ class DevicePoller(QObject):
         self._start_hl_smi(self._table_runner, [])
 
     def _on_table_finished(self, code: int, status: str) -> None:
-        sweep_group(self._table_runner.pid, self._table_runner.alive_descendants())
+        self._table_runner.sweep()
         for_count, self._table_for_count = self._table_for_count, False
         if not self._running or code != 0:
             return
@@ -599,7 +587,7 @@ class DevicePoller(QObject):
         self._nvidia_runner.start("nvidia-smi", host.nvidia_args(), new_session=True)
 
     def _on_nvidia_finished(self, code: int, status: str) -> None:
-        sweep_group(self._nvidia_runner.pid, self._nvidia_runner.alive_descendants())
+        self._nvidia_runner.sweep()
         if not self._running or self._state == STATE_OK:
             return
         if code != 0:
@@ -634,7 +622,7 @@ class DevicePoller(QObject):
             self._remote_out.append(line)
 
     def _on_remote_finished(self, code: int, status: str) -> None:
-        sweep_group(self._remote_runner.pid, self._remote_runner.alive_descendants())
+        self._remote_runner.sweep()
         if not self._running or not self._remote_fallback or self.host is None:
             return
         name = self.host.name

@@ -401,10 +401,8 @@ def remote_worker_argv(host: Host, device_env: dict[str, str] | None = None) -> 
 
     Every element reaches the host as one word (``Host.wrap`` quotes each for the remote shell); the
     environment is set there by the guard from ``--env`` arguments, since none crosses ssh."""
-    from gaudi_gui.commands.guard import env_args
     env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **(device_env or {})}
-    return host.wrap(host.gaudi_gui_argv("guard", "--python", *env_args(env),
-                                         "--", "-m", "gaudi_gui.workers.generate"))
+    return host.wrap(host.guard_argv(["-m", "gaudi_gui.workers.generate"], run="python", env=env))
 
 
 def worker_mismatch(host: Host, ready: dict[str, Any]) -> str | None:

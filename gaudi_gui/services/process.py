@@ -11,7 +11,6 @@ while the child was alive. It never calls ``waitFor*``: everything is signal dri
 from __future__ import annotations
 
 import codecs
-import contextlib
 import os
 import shutil
 import signal
@@ -23,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from gaudi_gui.core import protocol
+from gaudi_gui.core.proctree import ProcessTree
 
 # psutil (~40 ms to import) is imported in the methods that scan processes: this module is loaded
 # before the window's first paint, and none of them runs until a child has started after it.
@@ -170,7 +170,7 @@ class ProcessRunner(QObject):
         self._process.started.connect(self._on_started)
         self._streams = {"stdout": _Stream(), "stderr": _Stream()}
         self._tail: deque[str] = deque(maxlen=tail_lines)
-        self._descendants: dict[int, float] = {}  # pid -> create_time, to avoid killing a reused pid
+        self._tree: ProcessTree | None = None  # the child and the descendants recorded
         # Descendants are recorded when a stop begins (the tree is still whole then), not by a
         # periodic scan: psutil's children(recursive=True) reads the whole process table, and one
         # per runner per second on the GUI thread is a cost every user pays for a rare case.
@@ -231,7 +231,7 @@ class ProcessRunner(QObject):
     def _reset(self) -> None:
         self._streams = {"stdout": _Stream(), "stderr": _Stream()}
         self._tail.clear()
-        self._descendants.clear()
+        self._tree = None
         self._start_error = None
         self._stopping = False
         self._finished_reported = False
@@ -288,7 +288,7 @@ class ProcessRunner(QObject):
         return list(self._tail)[-count:]
 
     def descendants(self) -> list[int]:
-        return sorted(self._descendants)
+        return self._tree.pids() if self._tree is not None else []
 
     # -- talking to the child -------------------------------------------------------------------------
 
@@ -316,75 +316,41 @@ class ProcessRunner(QObject):
         """SIGKILL the child, its group and every descendant recorded while it was alive."""
         self._stopping = True
         self._kill_timer.stop()
+        if self._tree is None:
+            return
         if self.is_running():
-            if self._new_session and self._pid > 0:
-                # Freeze the group first: a member forking at this moment (a wrapper starting
-                # `setsid helper &`) could otherwise leave a child that is not yet recorded and
-                # escapes the group kill. Stopped members fork nothing; their children are found.
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(self._pid, signal.SIGSTOP)
-            self._record_descendants()
-            self._signal_group(signal.SIGKILL)
-        self._kill_recorded_descendants()
+            self._tree.kill()
+        else:
+            self._tree.signal_recorded(signal.SIGKILL)
+
+    def sweep(self) -> None:
+        """SIGKILL what a child that ended by itself left behind: helpers still in its group (when it
+        had a session of its own) and the descendants recorded while it ran."""
+        if self._tree is not None:
+            self._tree.signal(signal.SIGKILL)
+            self._tree.signal_recorded(signal.SIGKILL)
 
     def _signal_group(self, sig: signal.Signals) -> None:
-        pid = self._pid
-        if pid <= 0:
+        if self._tree is None:
             return
-        try:
-            if self._new_session:
-                os.killpg(pid, sig)
-            else:
-                os.kill(pid, sig)
-        except (ProcessLookupError, PermissionError):
-            pass
+        self._tree.signal(sig)
         if sig == signal.SIGTERM and self._new_session:
             # Launchers such as torchrun put workers into sessions of their own: reach them directly.
-            for child in list(self._descendants):
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(child, sig)
+            self._tree.signal_recorded(sig)
 
     def _record_descendants(self) -> None:
-        if self._pid <= 0:
-            return
-        import psutil
-
-        try:
-            for child in psutil.Process(self._pid).children(recursive=True):
-                with contextlib.suppress(psutil.Error):
-                    self._descendants[child.pid] = child.create_time()
-        except psutil.Error:
-            pass
-
-    def _kill_recorded_descendants(self) -> None:
-        import psutil
-
-        for pid, created in list(self._descendants.items()):
-            try:
-                proc = psutil.Process(pid)
-                if abs(proc.create_time() - created) < 0.01:
-                    proc.kill()
-            except psutil.Error:
-                pass
+        if self._tree is not None:
+            self._tree.record()
 
     def alive_descendants(self) -> list[int]:
         """Recorded descendants that are still running (should be empty after a stop)."""
-        import psutil
-
-        alive = []
-        for pid, created in self._descendants.items():
-            try:
-                proc = psutil.Process(pid)
-                if abs(proc.create_time() - created) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(pid)
-            except psutil.Error:
-                pass
-        return alive
+        return sorted(proc.pid for proc in self._tree.alive()) if self._tree is not None else []
 
     # -- QProcess slots -------------------------------------------------------------------------------
 
     def _on_started(self) -> None:
         self._pid = int(self._process.processId())
+        self._tree = ProcessTree(self._pid, group=self._new_session)
         # By the time this slot runs, a wrapper script may already have started helpers in sessions
         # of their own; a child that then ends by itself is swept with what was recorded (the
         # device poller's hl-smi runs). Without this scan such a helper outlived its run.
@@ -432,9 +398,10 @@ class ProcessRunner(QObject):
         # Drain whatever is still buffered, then flush partial lines.
         self._consume("stdout", bytes(self._process.readAllStandardOutput().data()), final=True)
         self._consume("stderr", bytes(self._process.readAllStandardError().data()), final=True)
-        if self._stopping or exit_status == QProcess.ExitStatus.CrashExit:
+        crashed = exit_status == QProcess.ExitStatus.CrashExit
+        if (self._stopping or crashed) and self._tree is not None:
             # Stragglers (workers in their own sessions) must not outlive a stop or a crash.
-            self._kill_recorded_descendants()
+            self._tree.signal_recorded(signal.SIGKILL)
         status = EXIT_CRASHED if exit_status == QProcess.ExitStatus.CrashExit else EXIT_NORMAL
         code = int(exit_code)
         if status == EXIT_CRASHED and code > 0:

@@ -112,8 +112,7 @@ class MainWindow(QMainWindow):
             return widget
         if key == "training_tab" and self.services.training is None:
             # Built before the app made its supervisor (after the first paint): make it now.
-            from gaudi_gui.app import add_training
-            add_training(self.services, self.services.settings.parent())
+            self.services.ensure_training(self.services.settings.parent())
         widget = _construct(key, self.services, self)
         self._built[key] = widget
         index = [k for k, _ in _TABS].index(key)

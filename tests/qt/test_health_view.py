@@ -233,9 +233,7 @@ def test_rate_limit_holds_back_and_says_so_later(qtbot, bare: AppServices) -> No
 
 
 def test_an_ended_run_notifies_its_outcome(qtbot, bare: AppServices) -> None:
-    from gaudi_gui.app import add_training
-
-    add_training(bare)
+    bare.ensure_training()
     assert bare.training is not None and bare.notifier is not None
 
     class Ended:
