@@ -25,7 +25,7 @@ import threading
 import time
 from typing import IO, Any, NoReturn
 
-from gaudi_gui.core import generation, paths, protocol
+from gaudi_gui.core import generation, paths, protocol, textclean
 from gaudi_gui.core.generation import DEVICES, DTYPES, QUANTIZATIONS, GenerationParams, LoadOptions
 from gaudi_gui.core.visibility import child_env
 
@@ -109,7 +109,7 @@ class _WorkerPipes:
             self.tail.append(line.rsplit("\r", 1)[-1])
             if self._verbose:
                 with contextlib.suppress(OSError, ValueError):
-                    sys.stderr.write(generation.terminal_safe(line) + "\n")
+                    sys.stderr.write(textclean.clean(line) + "\n")
 
     def send(self, line: str) -> bool:
         try:
@@ -210,7 +210,7 @@ def _converse(worker: _WorkerPipes, args: argparse.Namespace, options: LoadOptio
             text.append(piece)
             if not args.json:
                 try:
-                    sys.stdout.write(generation.terminal_safe(piece))
+                    sys.stdout.write(textclean.clean(piece))
                     sys.stdout.flush()
                 except BrokenPipeError:
                     broken_pipe = True
@@ -221,7 +221,7 @@ def _converse(worker: _WorkerPipes, args: argparse.Namespace, options: LoadOptio
         elif kind == "error" and message.get("command") in ("load", "generate", None):
             if cancelled_at is None:
                 print(f"gaudi-gui: error ({message.get('kind', 'error')}): "
-                      f"{generation.terminal_safe(str(message.get('message')))}", file=sys.stderr)
+                      f"{textclean.clean(str(message.get('message')))}", file=sys.stderr)
             code = EXIT_INTERRUPTED if cancelled_at is not None else 1
     if broken_pipe:
         # The reader is gone: stop the answer, and point stdout at /dev/null so the interpreter's
@@ -235,7 +235,7 @@ def _converse(worker: _WorkerPipes, args: argparse.Namespace, options: LoadOptio
     if code == 1 and not stats and returncode not in (0, None):
         tail = "\n".join(worker.tail)[-1500:]
         print(f"gaudi-gui: error: the worker exited with {returncode}\n"
-              f"{generation.terminal_safe(tail)}", file=sys.stderr)
+              f"{textclean.clean(tail)}", file=sys.stderr)
     if broken_pipe:
         return EXIT_BROKEN_PIPE
     if code == EXIT_INTERRUPTED:

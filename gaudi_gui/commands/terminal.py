@@ -9,6 +9,8 @@ import signal
 import sys
 from typing import Any
 
+from gaudi_gui.core import textclean
+
 
 def say(text: str) -> None:
     """One message on stderr (a closed terminal is not an error)."""
@@ -18,10 +20,9 @@ def say(text: str) -> None:
 
 
 def printable(line: str) -> str:
-    """``line`` with control characters replaced: escape sequences from a library or a dataset must
-    not drive the user's terminal."""
-    return "".join(ch if ch == "\t" or (ch >= " " and ch != "\x7f" and not "\x80" <= ch <= "\x9f")
-                   else "?" for ch in line)
+    """``line`` cleaned (``core.textclean``): escape sequences from a library or a dataset must not
+    drive the user's terminal."""
+    return textclean.clean(line)
 
 
 class StopSignals:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -420,12 +419,3 @@ def format_stop_field(stops: list[str]) -> str:
         return s.replace("\\", "\\\\").replace(",", "\\,").replace("\n", "\\n").replace("\t", "\\t")
     return ", ".join(one(s) for s in stops)
 
-
-# C0 controls except tab and newline, DEL, and C1 controls: ESC sequences from a model must not drive the
-# user's terminal (colours, cursor moves, window titles, OSC 52 clipboard writes).
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def terminal_safe(text: str) -> str:
-    """``text`` with every control character but \\n and \\t replaced by U+FFFD."""
-    return _CONTROL.sub("\ufffd", text)

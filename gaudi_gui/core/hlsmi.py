@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
+from gaudi_gui.core import textclean
 from gaudi_gui.core.devices import DeviceSample, ProcessInfo
 
 #: The fields the poller asks for (all documented -Q fields; power.max is not documented, so omitted).
@@ -39,18 +40,10 @@ _FIELD_MAP: dict[str, tuple[str, str]] = {
 
 _UNIT = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(MiB|GiB|KiB|W|mW|C|%|MHz)?\s*$")
 _UNSET = ("", "N/A", "[N/A]", "NA", "n/a", "[Not Supported]", "Not Supported")
-# ANSI escape sequences (CSI ... final byte, OSC ... BEL/ST, and two-byte ESC x), then any other C0/C1
-# control character except tab and newline.
-_ESCAPES = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]"  # CSI: colours, cursor moves, screen clears
-                      r"|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?"  # OSC: window titles, hyperlinks
-                      r"|\x1b[@-Z\\-_]?"  # other two-byte escapes
-                      r"|\x9b[0-?]*[ -/]*[@-~]")  # the 8-bit CSI
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
 def clean_text(text: str) -> str:
-    """``text`` without terminal escape sequences and control characters (tabs become spaces)."""
-    return _CONTROLS.sub("", _ESCAPES.sub("", text)).replace("\t", " ")
+    """``text`` cleaned (``core.textclean``), tabs as spaces: a tab inside a table cell or a card
+    name would break the columns it is shown in."""
+    return textclean.clean(text).replace("\t", " ")
 
 
 def query_args(fields: Sequence[str] = QUERY_FIELDS, loop_s: int | None = None,

@@ -21,10 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-#: Terminal escape sequences (tqdm's cursor-up after a nested bar, colours, titles) and other control
-#: characters: a terminal acts on them, a text view would show them as boxes and "[A".
-_CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[@-_]?"
-                      r"|[\x00-\x08\x0b-\x1f\x7f]")
+from gaudi_gui.core import textclean
 
 MAX_LINES = 20000
 _RANK = re.compile(r"\[rank ?(\d+)")
@@ -102,7 +99,7 @@ class LogView(QWidget):
         return head if head and head in self._sources else None
 
     def append_line(self, line: str) -> None:
-        line = _CONTROL.sub("", line)
+        line = textclean.clean(line)  # tqdm's cursor-up, colours: shown as boxes and "[A" otherwise
         rank = line_rank(line)
         self._pending.append((rank, self._source_of(line), line))
         if rank is not None and rank not in self._ranks:
@@ -114,7 +111,7 @@ class LogView(QWidget):
             self.append_line(line)
 
     def set_progress(self, text: str) -> None:
-        self.progress.setText(_CONTROL.sub("", text).strip()[:300])
+        self.progress.setText(textclean.clean(text).strip()[:300])
 
     def flush(self) -> None:
         if not self._pending:

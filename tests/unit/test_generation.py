@@ -74,13 +74,6 @@ def test_stop_field_is_literal_and_round_trips() -> None:
     assert generation.parse_stop_field(" , ,") == []
 
 
-def test_terminal_safe_replaces_escape_sequences() -> None:
-    raw = "ok\x1b[2J\x1b]52;c;ZXZpbA==\x07 tab\there\nline\rback\x9b31m\x00"
-    safe = generation.terminal_safe(raw)
-    assert "\x1b" not in safe and "\x07" not in safe and "\r" not in safe and "\x9b" not in safe
-    assert "\t" in safe and "\n" in safe and safe.startswith("ok\ufffd[2J")
-
-
 def test_cancel_command_carries_the_request() -> None:
     assert protocol.decode(generation.cancel_command(7)) == {"cmd": "cancel", "id": 7}
     assert protocol.decode(generation.cancel_command()) == {"cmd": "cancel"}
