@@ -7,12 +7,14 @@ ssh client is SIGKILLed."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from gaudi_gui.app import create_services
@@ -53,7 +55,13 @@ def answer_once(qtbot, tab: RunnerTab, text: str) -> tuple[str, dict]:
 
 def host_workers(ssh_host: SshHost) -> list:
     """The generate workers running on the host (not the shell or the guard that started them)."""
-    return [p for p in ssh_host.processes() if p.cmdline()[1:3] == ["-m", "gaudi_gui.workers.generate"]]
+    found = []
+    for proc in ssh_host.processes():
+        # A worker that ends between the listing and this look is not running: not one of them.
+        with contextlib.suppress(psutil.Error):
+            if proc.cmdline()[1:3] == ["-m", "gaudi_gui.workers.generate"]:
+                found.append(proc)
+    return found
 
 
 def canaries(*folders: Path) -> set[str]:
