@@ -90,6 +90,11 @@ class Verdict:
     report: Report = field(default_factory=lambda: Report(hosts=()))
     #: Seconds from the first child's start to the verdict.
     elapsed_s: float = 0.0
+    #: Who asked (``services.preflight`` runs one check per key: the Training tab, the runner).
+    key: str = ""
+    #: Some warning is about a chosen card (slowdown, held outside this view, ports down on one
+    #: machine...): the user confirms before the start. Stack-only warnings are shown, not asked.
+    confirm: bool = False
 
     @property
     def ok(self) -> bool:
@@ -120,8 +125,10 @@ def local_hl_smi(explicit: str = "") -> str:
 def local_plan(cards: Sequence[int] | None, *, uses_cards: bool, hl_smi: str = "",
                multi_node: bool = False, timeout_s: float = HOST_TIMEOUT_S) -> Plan:
     """The plan for a run on this machine: empty where it has no hl-smi or the run uses no cards."""
+    if not uses_cards:
+        return Plan()
     found = local_hl_smi(hl_smi)
-    if not uses_cards or not found:
+    if not found:
         return Plan()
     chosen = tuple(sorted(set(cards))) if cards else None
     return Plan((Target(LOCAL, chosen),), multi_node=multi_node,
@@ -192,6 +199,7 @@ def decide(plan: Plan, report: Report, *, elapsed_s: float = 0.0) -> Verdict:
     errors: list[str] = []
     warnings: list[str] = []
     suggestions: list[str] = []
+    confirm = False
     by_host = {h.host: h for h in report.hosts}
     several = len(plan.targets) > 1
     for target in plan.targets:
@@ -205,6 +213,9 @@ def decide(plan: Plan, report: Report, *, elapsed_s: float = 0.0) -> Verdict:
         result: GateResult = health.gate(Report(hosts=(found,)), target.cards, multi_node=plan.multi_node)
         errors.extend(result.errors)
         warnings.extend(result.warnings)
+        confirm = confirm or any(f.severity != "ok" and f.module_id is not None
+                                 and (target.cards is None or f.module_id in target.cards)
+                                 for f in found.findings)
         seen = {int(c["module_id"]) for c in found.cards if c.get("module_id") is not None}
         missing = sorted(set(target.cards or ()) - seen) if seen else []
         if missing:
@@ -216,7 +227,8 @@ def decide(plan: Plan, report: Report, *, elapsed_s: float = 0.0) -> Verdict:
         cross = health.gate(Report(hosts=(), cross_host=report.cross_host), None, multi_node=plan.multi_node)
         errors.extend(cross.errors)
         warnings.extend(cross.warnings)
-    return Verdict(tuple(errors), tuple(warnings), "; ".join(suggestions), report, elapsed_s)
+    return Verdict(tuple(errors), tuple(warnings), "; ".join(suggestions), report, elapsed_s,
+                   confirm=confirm and not errors)
 
 
 # -- running it without Qt (the command line, the bench) --------------------------------------------------

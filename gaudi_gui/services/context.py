@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from gaudi_gui.services.environment_probe import EnvironmentProbe
     from gaudi_gui.services.health import HealthService
     from gaudi_gui.services.notifier import Notifier
+    from gaudi_gui.services.preflight import PreflightService
     from gaudi_gui.services.settings import Settings
     from gaudi_gui.services.training import TrainingService
 
@@ -37,6 +38,16 @@ class AppServices:
     health: HealthService | None = None
     #: Desktop notifications for alerts and ended runs.
     notifier: Notifier | None = None
+    #: The start gate's doctor children (Training's Start, the runner's Load): ``ensure_preflight``.
+    preflight: PreflightService | None = None
+
+    def ensure_preflight(self, parent: QObject | None = None) -> PreflightService:
+        """The start gate's runner, made when a view first needs it (most starts never do: a machine
+        without hl-smi and no host has nothing to check)."""
+        if self.preflight is None:
+            from gaudi_gui.services.preflight import PreflightService
+            self.preflight = PreflightService(parent)
+        return self.preflight
 
     def ensure_training(self, parent: QObject | None = None) -> TrainingService:
         """The training supervisor, made on first use: the app makes it after its first paint (its

@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 )
 
 from gaudi_gui.core import generation, paths, remote
+from gaudi_gui.core import preflight as preflight_mod
 from gaudi_gui.core.generation import (
     BUILTIN_PRESETS,
     DTYPES,
@@ -106,6 +107,12 @@ class RunnerTab(QWidget):
         self._load_started = 0.0
         self._loaded_info: dict = {}
         self._loading_options: LoadOptions | None = None
+        # The start gate (core.preflight): the load whose card check runs, the one that passed
+        # (or was confirmed with "Load anyway"), and the one waiting for that confirmation.
+        self._gate_options: LoadOptions | None = None
+        self._gate_passed: LoadOptions | None = None
+        self._gate_warned: LoadOptions | None = None
+        self._gate_connected = False
 
         # -- model ---------------------------------------------------------------------------------
         self.host_combo = HostCombo()
@@ -464,6 +471,8 @@ class RunnerTab(QWidget):
             if (options.model.startswith(("/", ".", "~"))) and not folder.is_dir():
                 self._on_error("missing_model", f"no such folder: {folder}")
                 return
+        if not self._gate(options):
+            return  # the card check runs (Load goes on when it passes), or waits for "Load anyway"
         if not self.client.load(options):
             return
         # Nothing is saved yet: a load that fails must not become the default or a recent entry.
@@ -473,6 +482,62 @@ class RunnerTab(QWidget):
         self.load_progress.setRange(0, 0)  # busy until a stage with a size (the demo build) says more
         self.load_progress.show()
         self.model_status.setText(f"Loading {options.model}…")
+
+    def _gate(self, options: LoadOptions) -> bool:
+        """True: load now. False: the worker's cards are being checked first (on this machine only
+        where hl-smi is and the worker uses the cards; a host always), or a warning awaits "Load
+        anyway"."""
+        passed = options in (self._gate_passed, self._gate_warned)
+        self._gate_passed = self._gate_warned = None
+        self.load_button.setText("&Load")
+        self.host_combo.setStyleSheet("")
+        host = self.client.host
+        if passed or options.device not in ("auto", "hpu"):
+            return True
+        if host.is_local:
+            selection = self._services.selection
+            plan = preflight_mod.local_plan(selection.selected or None, uses_cards=selection.jobs_use_cards(),
+                                            hl_smi=str(self._settings.get("devices/hl_smi") or ""))
+        else:
+            chosen = self._services.host_selections.get(host.name)
+            cards = tuple(chosen.selected) if chosen is not None else ()
+            plan = preflight_mod.hosts_plan([preflight_mod.Target(host.name, cards or None,
+                                                                  host.remote_command)])
+        if plan.empty:
+            return True
+        service = self._services.ensure_preflight(self._settings.parent())
+        if not self._gate_connected:
+            service.finished.connect(self._on_gate_finished)
+            self._gate_connected = True
+        self._gate_options = options
+        service.run(plan, "runner")
+        self.load_button.setEnabled(False)
+        self.load_button.setText("Checking cards…")
+        self.model_status.setText(f"Checking the cards on {plan.targets[0].label()} before the load…")
+        return False
+
+    def _on_gate_finished(self, verdict: preflight_mod.Verdict) -> None:
+        if verdict.key != "runner" or self._gate_options is None:
+            return
+        options, self._gate_options = self._gate_options, None
+        self.load_button.setText("&Load")
+        self._on_state(self.client.state)
+        unreachable = [h for h in verdict.report.hosts if not h.reachable]
+        if not verdict.ok and len(unreachable) < len(verdict.errors):
+            self.host_combo.setStyleSheet("QComboBox { border: 1px solid #d62728; }")
+            self._on_error("cards", verdict.message())
+            return
+        # A host that did not answer the check: the load goes on, and the worker's own connection
+        # says why in words, with the fix (ssh-copy-id, the host key...), which the check cannot.
+        if verdict.confirm and verdict.ok:
+            self._gate_warned = options
+            self.load_button.setText("&Load anyway")
+            self.model_status.setText("<span style='color:#8a5a00'><b>The card check found warnings:</b> "
+                                      + "; ".join(w.replace("<", "&lt;") for w in verdict.warnings)
+                                      + " — Load anyway to go on.</span>")
+            return
+        self._gate_passed = options
+        self.load_model()
 
     def cancel_load(self) -> None:
         """Abandon the load in progress (the worker is killed; a previous model is loaded again)."""
@@ -809,4 +874,6 @@ class RunnerTab(QWidget):
         if self.remote_browser is not None:
             self.remote_browser.reject()  # ends its listing child, if one runs
         self._end_loading()
+        if self._services.preflight is not None:
+            self._services.preflight.cancel("runner")
         self.client.kill()

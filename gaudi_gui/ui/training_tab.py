@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import html
 import time
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import multi_host as multi_mod
 from gaudi_gui.core import paths, visibility
+from gaudi_gui.core import preflight as preflight_mod
 from gaudi_gui.core import remote as remote_mod
 from gaudi_gui.core import slurm as slurm_mod
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
@@ -94,6 +96,25 @@ class TrainingTab(QWidget):
                                    "lives on the host and goes on if the app or the connection ends)")
         self.host_note = QLabel("", self)
         self.host_note.setWordWrap(True)
+        # The start gate's answer, under the Host field: why Start was refused and the fix, or the
+        # warnings with "Start anyway" (core.preflight; hidden until a check has something to say).
+        self.gate_box = QWidget(self)
+        gate_row = QHBoxLayout(self.gate_box)
+        gate_row.setContentsMargins(0, 0, 0, 0)
+        self.gate_label = QLabel("", self.gate_box)
+        self.gate_label.setWordWrap(True)
+        self.gate_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.gate_anyway = QPushButton("Start anyway", self.gate_box)
+        self.gate_anyway.setToolTip("start although the card check found warnings (no errors)")
+        self.gate_anyway.clicked.connect(lambda _checked=False: self._start_anyway())
+        gate_row.addWidget(self.gate_label, 1)
+        gate_row.addWidget(self.gate_anyway)
+        self.gate_box.setVisible(False)
+        self._gate_job: JobConfig | None = None  # the job whose card check is under way
+        self._gate_warned: JobConfig | None = None  # checked, warnings only: "Start anyway" starts it
+        self._gate_passed: JobConfig | None = None  # checked: the next start(job) goes ahead
+        self._gate_connected = False
+        self._host_tip = self.host_combo.toolTip()
         # "several hosts…": one run across the checked hosts (machine rank in this order).
         self.hosts_box = QWidget(self)
         self.hosts_row = QHBoxLayout(self.hosts_box)
@@ -163,6 +184,7 @@ class TrainingTab(QWidget):
         hrow.addWidget(QLabel("Host", self))
         hrow.addWidget(self.host_combo, 1)
         rl.addLayout(hrow)
+        rl.addWidget(self.gate_box)
         rl.addWidget(self.hosts_box)
         rl.addWidget(self.slurm_box)
         rl.addWidget(self.host_note)
@@ -790,6 +812,8 @@ class TrainingTab(QWidget):
             self.form.show_errors(errors)
             self.status.setText("cannot start: " + "; ".join(f"{f}: {m}" for f, m in errors[:4]))
             return None
+        if resumed_from is None and not self._gate(job):
+            return None  # the card check is under way (Start goes on when it passes) or refused
         host = self.selected_host()
         if self.slurm_selected():
             # A resume picked in Runs goes to Slurm too (the checkpoint is on the shared file system).
@@ -819,6 +843,88 @@ class TrainingTab(QWidget):
         self.runs.refresh()
         self._update_buttons()
         return run
+
+    # -- the start gate ---------------------------------------------------------------------------
+
+    def _gate_plan(self, job: JobConfig) -> preflight_mod.Plan:
+        """What Start checks first: the chosen host(s) and their cards, or this machine's chosen cards
+        (nothing where it has no hl-smi or the run uses no cards); Slurm's nodes check themselves in
+        the batch script."""
+        if self.slurm_selected():
+            return preflight_mod.Plan()
+
+        def target(host: remote_mod.Host) -> preflight_mod.Target:
+            return preflight_mod.Target(host.name, tuple(self._host_cards(host)) or None, host.remote_command)
+
+        if self.multi_selected():
+            return preflight_mod.hosts_plan([target(h) for h in self.selected_hosts()])
+        host = self.selected_host()
+        several = job.launch.num_machines > 1
+        if not host.is_local:
+            return preflight_mod.hosts_plan([target(host)], multi_node=several)
+        selection = self.services.selection
+        return preflight_mod.local_plan(selection.selected or None, uses_cards=selection.jobs_use_cards(),
+                                        hl_smi=str(self.services.settings.get("devices/hl_smi") or ""),
+                                        multi_node=several)
+
+    def _gate(self, job: JobConfig) -> bool:
+        """True: start now. False: the card check started (Start goes on by itself when it passes)."""
+        passed, self._gate_passed = self._gate_passed is job, None
+        self._show_gate("", "")
+        plan = preflight_mod.Plan() if passed else self._gate_plan(job)
+        if plan.empty:
+            return True
+        service = self.services.ensure_preflight(self.services.settings.parent())
+        if not self._gate_connected:
+            service.finished.connect(self._on_gate_finished)
+            self._gate_connected = True
+        self._gate_job = job
+        service.run(plan, "training")
+        where = ", ".join(t.label() for t in plan.targets)
+        self.status.setText(f"checking the cards on {where} before the start…")
+        self._update_buttons()
+        return False
+
+    def _on_gate_finished(self, verdict: preflight_mod.Verdict) -> None:
+        if verdict.key != "training" or self._gate_job is None:
+            return
+        job, self._gate_job = self._gate_job, None
+        self._update_buttons()
+        if not verdict.ok:
+            fix = f"<br><b>Fix:</b> {html.escape(verdict.suggestion)}" if verdict.suggestion else ""
+            reasons = "<br>".join(map(html.escape, verdict.errors))
+            self._show_gate("error", f"<b>Cannot start:</b> {reasons}{fix}")
+            self.status.setText("cannot start: " + verdict.message())
+            return
+        warnings = "<br>".join(map(html.escape, verdict.warnings))
+        if verdict.confirm:
+            # A warning about a chosen card (slowdown, ports down...): the user decides.
+            self._gate_warned = job
+            self._show_gate("warning", f"<b>The card check found warnings:</b><br>{warnings}")
+            self.status.setText("the card check found warnings: Start anyway goes on")
+            return
+        self._gate_passed = job
+        self.start(job)
+        if warnings:  # about the stack only: shown, not asked
+            self._show_gate("info", f"<b>The card check passed, with warnings:</b><br>{warnings}")
+
+    def _start_anyway(self) -> None:
+        job, self._gate_warned = self._gate_warned, None
+        if job is not None:
+            self._gate_passed = job
+            self.start(job)
+
+    def _show_gate(self, level: str, text: str) -> None:
+        """The gate's answer under the Host field (and the Host field marked) or nothing."""
+        if level != "warning":
+            self._gate_warned = None
+        color = {"error": "#b00020", "warning": "#8a5a00"}.get(level, "")
+        self.gate_label.setText(text)
+        self.gate_label.setStyleSheet(f"color: {color};" if color else "")
+        self.gate_anyway.setVisible(level == "warning")
+        self.gate_box.setVisible(bool(text))
+        self.host_combo.setStyleSheet("QComboBox { border: 1px solid #d62728; }" if level == "error" else "")
+        self.host_combo.setToolTip(text if level == "error" else self._host_tip)
 
     def _start_remote(self, host: remote_mod.Host, job: JobConfig, *,
                       after: RemoteTrainingJob | None = None) -> RemoteTrainingJob | None:
@@ -992,7 +1098,9 @@ class TrainingTab(QWidget):
 
     def _update_buttons(self) -> None:
         running = self.job.is_running()
-        self.btn["Start"].setEnabled(not running)
+        checking = self._gate_job is not None
+        self.btn["Start"].setEnabled(not running and not checking)
+        self.btn["Start"].setText("Checking cards…" if checking else "Start")
         self.btn["Stop"].setEnabled(running)
         self.btn["Stop"].setText("Kill now" if self.job.stopping else "Stop")
         self.btn["Stop"].setToolTip("SIGKILL the run's processes now: no checkpoint" if self.job.stopping
@@ -1073,6 +1181,8 @@ class TrainingTab(QWidget):
             self._save_draft()
         self.log.shutdown()
         self._resolver.kill_tree()
+        if self.services.preflight is not None:
+            self.services.preflight.cancel("training")
         self.schema_loader.shutdown()
         self.form.shutdown()
         self.runs.shutdown()

@@ -71,6 +71,8 @@ def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_
             assert f"ssh {name} " in preview and f"< job-rank{rank}.json" in preview, preview
 
         click(qtbot, tab.btn["Start"])
+        # Start checks both hosts' cards first (the start gate), then starts.
+        qtbot.waitUntil(lambda: isinstance(tab.job, MultiHostTrainingJob), timeout=90000)
         job = tab.job
         assert isinstance(job, MultiHostTrainingJob), tab.status.text()
         assert not tab.btn["Start"].isEnabled() and tab.btn["Stop"].isEnabled()
@@ -155,6 +157,7 @@ def test_a_rank_killed_on_one_host_fails_the_run_and_kills_the_other(qtbot: QtBo
             qtbot.mouseClick(tab.host_checks[name], Qt.MouseButton.LeftButton)
         _fill_form(tab, ssh_host)
         click(qtbot, tab.btn["Start"])
+        qtbot.waitUntil(lambda: isinstance(tab.job, MultiHostTrainingJob), timeout=90000)  # the gate
         job = tab.job
         assert isinstance(job, MultiHostTrainingJob), tab.status.text()
         qtbot.waitUntil(lambda: len(job.records) >= 2, timeout=120000)

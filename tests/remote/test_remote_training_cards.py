@@ -40,7 +40,8 @@ def test_a_host_run_uses_that_hosts_card_selection(qtbot: QtBot, ssh_host: SshHo
         set_arg(tab, "max_steps", "2")
         set_arg(tab, "save_steps", "100000")
         set_arg(tab, "logging_steps", "1")
-        with qtbot.waitSignal(services.training.current_changed, timeout=10000):
+        # Start checks the host's cards first (the start gate), then starts.
+        with qtbot.waitSignal(services.training.current_changed, timeout=90000):
             click(qtbot, tab.btn["Start"])
         job = tab.job
         assert isinstance(job, RemoteTrainingJob), tab.status.text()

@@ -53,6 +53,8 @@ def test_train_on_a_host_follow_drop_stop_resume_reattach(qtbot: QtBot, ssh_host
         set_arg(tab, "save_steps", "100000")
         set_arg(tab, "logging_steps", "1")
         click(qtbot, tab.btn["Start"])
+        # Start checks the host's cards first (the start gate), then starts.
+        qtbot.waitUntil(lambda: isinstance(tab.job, RemoteTrainingJob), timeout=90000)
         job = tab.job
         assert isinstance(job, RemoteTrainingJob), tab.status.text()
         assert not tab.btn["Start"].isEnabled() and tab.btn["Stop"].isEnabled()

@@ -108,7 +108,11 @@ def test_decide_per_host_cards_missing_cards_and_versions() -> None:
     assert verdict.suggestion == "gg-a: cards 0,1 are free: use them; gg-b: cards 2,3 are free: use them"
     # The same card on one host, one machine: ports down is a warning; cards not chosen do not count.
     single = preflight.decide(Plan((Target("gg-b", (0, 1)),)), Report(hosts=(b,)))
-    assert single.ok and any("ports 2,5 DOWN" in w for w in single.warnings)
+    assert single.ok and any("ports 2,5 DOWN" in w for w in single.warnings) and single.confirm
+    assert not preflight.decide(Plan((Target("gg-b", (2, 3)),)), Report(hosts=(b,))).confirm
+    stack = Finding("stack.compat", "warning", "1.12.1 is not in the table", "update it", host="gg-a")
+    only_stack = preflight.decide(Plan((Target("gg-a", (4, 5)),)), Report(hosts=(_host("gg-a", stack),)))
+    assert only_stack.ok and only_stack.warnings and not only_stack.confirm  # shown, not asked
     assert preflight.decide(Plan((Target("gg-a", (4, 5)),)), Report(hosts=(a,))).ok
     missing = preflight.decide(Plan((Target("local", (9,)),)), Report(hosts=(_host("local"),)))
     assert missing.errors == ("no card with module id 9 (cards there: 0,1,2,3,4,5,6,7)",)
@@ -125,7 +129,7 @@ def test_real_doctor_children_on_the_sick_server(sick_server: Path) -> None:
     fine = preflight.check(preflight.local_plan([4, 7], uses_cards=True))
     assert fine.ok and not fine.warnings, fine.message()
     warned = preflight.check(preflight.local_plan([5], uses_cards=True))
-    assert warned.ok and any("power slowdown" in w for w in warned.warnings)
+    assert warned.ok and any("power slowdown" in w for w in warned.warnings) and warned.confirm
 
 
 def test_a_host_that_does_not_answer_is_named(sick_server: Path, tmp_path: Path,
