@@ -31,6 +31,7 @@ from gaudi_gui.commands.terminal import StopSignals as _Signals
 from gaudi_gui.commands.terminal import printable as _printable
 from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import remote, visibility
+from gaudi_gui.core.backoff import Backoff
 from gaudi_gui.core.remote import SSH_FAILED, Host, RemoteError
 
 #: Exit status when the host could not be used (ssh failed, no or another gaudi-gui there).
@@ -161,7 +162,7 @@ class Follower(threading.Thread):
 
     def _follow(self) -> None:
         events_from = log_from = 0
-        backoff = 1.0
+        backoff = Backoff()
         last_contact = time.monotonic()
         host, folder = self.run_.host, self.run_.folder
         while True:
@@ -174,7 +175,7 @@ class Follower(threading.Thread):
             threading.Thread(target=_collect, args=(self.proc.stderr, err), daemon=True).start()
             for raw in iter(self.proc.stdout.readline, b""):
                 last_contact = time.monotonic()
-                backoff = 1.0
+                backoff.reset()
                 try:
                     msg = json.loads(raw)
                 except ValueError:
@@ -198,10 +199,10 @@ class Follower(threading.Thread):
                 self.run_.lost = f"{why}; gave up after {self.reconnect_s:g} s"
                 self.out.put((self.run_, {"t": "lost", "why": self.run_.lost}))
                 return
-            self.out.put((self.run_, {"t": "reconnecting", "why": why, "in": backoff}))
-            if self.stopping.wait(backoff) and self.run_.final is not None:
+            delay = backoff.next()
+            self.out.put((self.run_, {"t": "reconnecting", "why": why, "in": delay}))
+            if self.stopping.wait(delay) and self.run_.final is not None:
                 return
-            backoff = min(30.0, backoff * 2)
 
     def close(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

@@ -41,10 +41,11 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core import hlsmi
+from gaudi_gui.core.backoff import Backoff
 from gaudi_gui.core.devices import DeviceSample, History, ProcessInfo, attach_processes
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
-from gaudi_gui.services.settings import Settings
+from gaudi_gui.services.settings import SCHEMA, Settings, setting_bounds
 
 if TYPE_CHECKING:
     import numpy as np
@@ -65,10 +66,10 @@ HANG_FACTOR = 3.0
 #: hl-smi needs time to open the driver before its first line.
 FIRST_OUTPUT_GRACE_S = 10.0
 HISTORY_SECONDS = 3600
-#: Interval bounds (seconds): below, hl-smi would be spawned too often; above, QTimer's int ms and
-#: any sense of "live" end. A non-number or NaN takes the default.
-INTERVAL_RANGE_S = (0.05, 3600.0)
-PROCESS_INTERVAL_RANGE_S = (0.1, 3600.0)
+#: Interval bounds (seconds), the settings schema's: below, hl-smi would be spawned too often; above,
+#: QTimer's int ms and any sense of "live" end. A non-number or NaN takes the default.
+INTERVAL_RANGE_S = setting_bounds("devices/interval_s")
+PROCESS_INTERVAL_RANGE_S = setting_bounds("devices/process_interval_s")
 #: ``gaudi-gui guard`` on a host says so, and exits 127, when it cannot start its command.
 GUARD_CANNOT_RUN = "gaudi-gui guard: cannot run"
 #: ``--timeout`` of a host's ``gaudi-gui devices`` (each nvidia-smi call there); a call of ours that
@@ -146,7 +147,7 @@ class DevicePoller(QObject):
         #: First and largest restart delay; tests make them small.
         self.backoff_initial_s = 1.0
         self.backoff_max_s = 30.0
-        self._backoff_s = self.backoff_initial_s
+        self._backoff = Backoff(self.backoff_initial_s, self.backoff_max_s)
         self.history_store = History(capacity=max(60, int(HISTORY_SECONDS / max(self.interval_s, 1.0))))
         self._state = STATE_STOPPED
         self._message = ""
@@ -267,7 +268,7 @@ class DevicePoller(QObject):
         if self._running:
             return
         self._running = True
-        self._backoff_s = self.backoff_initial_s
+        self._backoff = Backoff(self.backoff_initial_s, self.backoff_max_s)
         self._rejected_total = 0
         self._rejected_seen = 0
         # The first host sample comes after one interval: start() runs before the window's first
@@ -297,14 +298,14 @@ class DevicePoller(QObject):
 
     def _read_intervals(self) -> None:
         notes = []
-        for attr, key, default, bounds in (
-                ("interval_s", "devices/interval_s", 1.0, INTERVAL_RANGE_S),
-                ("process_interval_s", "devices/process_interval_s", 5.0, PROCESS_INTERVAL_RANGE_S)):
+        for attr, key, bounds in (("interval_s", "devices/interval_s", INTERVAL_RANGE_S),
+                                  ("process_interval_s", "devices/process_interval_s",
+                                   PROCESS_INTERVAL_RANGE_S)):
             try:
                 raw = self._settings.get(key)
             except Exception as exc:  # a broken stored value must not stop the poller
                 raw = f"unreadable ({exc})"
-            value, note = clamp_interval(raw, default, bounds)
+            value, note = clamp_interval(raw, SCHEMA[key].default, bounds)
             setattr(self, attr, value)
             if note:
                 notes.append(f"{key}: {note}")
@@ -374,7 +375,7 @@ class DevicePoller(QObject):
     def _on_snapshot(self, samples: list[DeviceSample]) -> None:
         self._snapshots_this_run += 1
         self._known_cards = [s.index for s in samples]
-        self._backoff_s = self.backoff_initial_s
+        self._backoff = Backoff(self.backoff_initial_s, self.backoff_max_s)
         self._source = "hl-smi"
         if self._state != STATE_OK:
             self._stop_fallback()
@@ -432,10 +433,10 @@ class DevicePoller(QObject):
             _kind, why = explain_ssh_failure(self.host.name, "\n".join(self._runner.tail(8)))
             if status == EXIT_FAILED_TO_START:
                 why = self._runner.tail(1)[0] if self._runner.tail(1) else "ssh could not start"
-            self._fail(STATE_UNREACHABLE, f"{why}\nretrying in {self._backoff_s:.0f} s", retry=True)
+            self._fail(STATE_UNREACHABLE, f"{why}\nretrying in {self._backoff.delay_s:.0f} s", retry=True)
             return
         if self.host is not None and code == 3:
-            self._fail(STATE_FAILED, f"{said}\nretrying in {self._backoff_s:.0f} s", retry=True)
+            self._fail(STATE_FAILED, f"{said}\nretrying in {self._backoff.delay_s:.0f} s", retry=True)
             return
         cannot = next((ln for ln in self._runner.tail(8) if ln.startswith(GUARD_CANNOT_RUN)), None)
         if self.host is not None and code == 127 and cannot is not None:
@@ -461,7 +462,7 @@ class DevicePoller(QObject):
         detail = f"{self.command}\n{what}" + (f"\nit said:\n{said}" if said else "\nit printed nothing")
         if self._snapshots_this_run == 0:
             detail += "\nno card rows were read: is the habanalabs driver loaded and a card present?"
-        self._fail(STATE_FAILED, detail + f"\nretrying in {self._backoff_s:.0f} s", retry=True)
+        self._fail(STATE_FAILED, detail + f"\nretrying in {self._backoff.delay_s:.0f} s", retry=True)
 
     @staticmethod
     def _said(lines: list[str], errors: list[str]) -> str:
@@ -477,7 +478,7 @@ class DevicePoller(QObject):
         name = self.host.name
         self._remote_fallback = True
         if self._explicit:
-            retry = f"retrying in {self._backoff_s:.0f} s"
+            retry = f"retrying in {self._backoff.delay_s:.0f} s"
             state, message = STATE_FAILED, (f"{self._program} cannot be run on {name}: showing its CPU/RAM "
                                             f"and NVIDIA GPUs meanwhile\n{self.command}\n{said}\nCheck "
                                             f"the host's hl-smi path.\n{retry}")
@@ -494,8 +495,7 @@ class DevicePoller(QObject):
         self._start_fallback()
         self._set_state(state, message)
         if retry and self._running:
-            self._restart_timer.start(int(self._backoff_s * 1000))
-            self._backoff_s = min(self.backoff_max_s, self._backoff_s * 2)
+            self._restart_timer.start(int(self._backoff.next() * 1000))
 
     def _set_state(self, state: str, message: str) -> None:
         if state == self._state and message == self._message:

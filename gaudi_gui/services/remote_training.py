@@ -28,6 +28,7 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core import remote, visibility
+from gaudi_gui.core.backoff import Backoff
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.remote import SSH_FAILED, Host
 from gaudi_gui.core.runstore import RunStore
@@ -182,7 +183,7 @@ class RemoteTrainingJob(HostedJob):
         self.connection = CLOSED
         self.backoff_initial_s = 1.0
         self.backoff_max_s = 30.0
-        self._backoff_s = self.backoff_initial_s
+        self._backoff = Backoff(self.backoff_initial_s, self.backoff_max_s)
         self._active = False
         self._stop_sent = 0  # 1: `runs stop` sent, 2: `runs stop --now` sent
         self._stop_at = 0.0
@@ -297,7 +298,7 @@ class RemoteTrainingJob(HostedJob):
         self._events_from = self._log_from = 0
         self._final = None
         self._err_tail.clear()
-        self._backoff_s = self.backoff_initial_s
+        self._backoff = Backoff(self.backoff_initial_s, self.backoff_max_s)
         self._active = False
 
     # -- following --------------------------------------------------------------------------------
@@ -328,7 +329,7 @@ class RemoteTrainingJob(HostedJob):
             return
         self._last_contact = time.monotonic()
         if self.connection != FOLLOWING:
-            self._backoff_s = self.backoff_initial_s
+            self._backoff = Backoff(self.backoff_initial_s, self.backoff_max_s)
             self._set_connection(FOLLOWING, f"following {self.name} on {self.host.name}")
             if self._stop_sent:
                 self._set_summary(f"stopping on {self.host.name}: checkpoint at the end of the current step…")
@@ -377,8 +378,7 @@ class RemoteTrainingJob(HostedJob):
             why = remote.explain_ssh_failure(self.host.name, tail)[1] if code == SSH_FAILED else tail
         else:
             why = f"the follower on {self.host.name} exited with {code}: {tail[-200:]}"
-        delay = self._backoff_s
-        self._backoff_s = min(self.backoff_max_s, self._backoff_s * 2)
+        delay = self._backoff.next()
         message = f"{why}; reconnecting in {delay:g} s (the run goes on on {self.host.name})"
         self._set_connection(RECONNECTING, message)
         self._set_summary(message)

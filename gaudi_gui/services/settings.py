@@ -143,6 +143,13 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in [
 ]}
 
 
+def setting_bounds(key: str) -> tuple[float, float]:
+    """The range of a numeric setting bounded on both sides (an interval a QTimer is started with)."""
+    setting = SCHEMA[key]
+    assert setting.minimum is not None and setting.maximum is not None, key
+    return float(setting.minimum), float(setting.maximum)
+
+
 def _type_name(value: Any) -> str:
     return "null" if value is None else {bool: "boolean", int: "integer", float: "number", str: "text",
                                          list: "list", dict: "object"}.get(type(value), type(value).__name__)
