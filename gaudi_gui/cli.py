@@ -80,13 +80,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             message += (f"; a path that begins with '-' goes after '--' "
                         f"(gaudi-gui {args.command} -- {dashed}) or as ./{dashed}")
         parser.error(message)
+    from gaudi_gui.commands import flags
+    # Options that cannot go together are refused here, before any command starts anything.
+    refused = flags.refusal(parser, args_list)
+    if refused is not None:
+        refused[0].error(refused[1])
     if args.command is None:
         from gaudi_gui.app import run_gui
         return run_gui([])
     if args.command == "train" and getattr(args, "slurm", False):
-        if (getattr(args, "host", "") or "").strip() not in ("", "local") or (args.hosts or "").strip():
-            parser.error("train --slurm submits to a cluster (--login HOST for a login host over SSH); "
-                         "it takes neither --host nor --hosts")
         from gaudi_gui.commands import slurm_run
         try:
             return slurm_run.train(args)
@@ -94,8 +96,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("interrupted", file=sys.stderr)
             return 130
     if args.command == "train" and (getattr(args, "hosts", "") or "").strip():
-        if (getattr(args, "host", "") or "").strip() not in ("", "local"):
-            parser.error("train takes --host (one host) or --hosts (several), not both")
         from gaudi_gui.commands import multi_host
         return multi_host.train(args)
     target = (getattr(args, "host", "") or "").strip()

@@ -30,12 +30,11 @@ import contextlib
 import json
 import queue
 import signal
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from gaudi_gui.commands.remote_run import EXIT_HOST, Follower, HostRun
+from gaudi_gui.commands.remote_run import EXIT_HOST, Follower, HostRun, host_options
 from gaudi_gui.commands.terminal import StopSignals as _Signals
 from gaudi_gui.commands.terminal import printable as _printable
 from gaudi_gui.commands.terminal import say as _say
@@ -61,11 +60,15 @@ def _stop_all(runs: list[HostRun], now: bool) -> None:
 
 
 def train(args: argparse.Namespace) -> int:
-    from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
+    from gaudi_gui.core.jobconfig import JobConfigError, load_job
     try:
         hosts = parse_hosts(args.hosts)
+        remote_command = (getattr(args, "remote_command", "") or "").strip()
+        if remote_command:
+            # --remote-command runs gaudi-gui on every host of the run (a saved host's own is replaced).
+            hosts = [remote.find_host(h.name, remote_command) for h in hosts]
         cards = parse_host_cards(getattr(args, "cards", "") or "", [h.name for h in hosts])
-        job = JobConfig.load(args.config) if args.config != "-" else JobConfig.from_dict(json.load(sys.stdin))
+        job = load_job(args.config)
     except (HostError, JobConfigError, ValueError) as exc:
         _say(f"gaudi-gui train: {exc}")
         return 2
@@ -88,8 +91,8 @@ def train(args: argparse.Namespace) -> int:
             _say(f"gaudi-gui train: {problems_[0]}")
             _stop_all(runs, now=True)
             return 2
-        argv = ["train", "--config", "-", "--detach", "--json", "--device", args.device,
-                "--grace", repr(args.grace), *visibility.cards_argv(cards.get(run.host.name, []))]
+        argv = ["train", "--config", "-", "--detach", "--json", *host_options(args),
+                *visibility.cards_argv(cards.get(run.host.name, []))]
         try:
             code, out, err = remote.call(run.host, run.host.gaudi_gui_argv(*argv),
                                          input_text=json.dumps(part.to_dict()), timeout=180)

@@ -97,11 +97,24 @@ def forward(host: Host, argv: Sequence[str]) -> int:
 # -- train on a host ----------------------------------------------------------------------------------
 
 
+def host_options(args: argparse.Namespace) -> list[str]:
+    """The ``train`` options a host's ``train --detach`` takes as they were given here (the device,
+    the grace, the host's runs folder, the resumed run, the start gate): none is dropped on the way."""
+    argv = ["--device", args.device, "--grace", repr(args.grace)]
+    if getattr(args, "runs_dir", ""):
+        argv += ["--runs-dir", args.runs_dir]
+    if getattr(args, "resumed_from", ""):
+        argv += ["--resumed-from", args.resumed_from]
+    if getattr(args, "no_preflight", False):
+        argv.append("--no-preflight")
+    return argv
+
+
 def train(host: Host, args: argparse.Namespace) -> int:
-    from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
+    from gaudi_gui.core.jobconfig import JobConfigError, load_job
     try:
-        job = JobConfig.load(args.config) if args.config != "-" else JobConfig.from_dict(json.load(sys.stdin))
-    except (JobConfigError, ValueError) as exc:
+        job = load_job(args.config)
+    except JobConfigError as exc:
         _say(f"gaudi-gui train: {exc}")
         return 2
     try:
@@ -111,8 +124,8 @@ def train(host: Host, args: argparse.Namespace) -> int:
         return 2
     try:
         remote.handshake(host)
-        argv = ["train", "--config", "-", "--detach", "--json", "--device", args.device,
-                "--grace", repr(args.grace), *visibility.cards_argv(cards)]
+        argv = ["train", "--config", "-", "--detach", "--json", *host_options(args),
+                *visibility.cards_argv(cards)]
         code, out, err = remote.call(host, host.gaudi_gui_argv(*argv), input_text=json.dumps(job.to_dict()),
                                      timeout=180)
     except RemoteError as exc:
@@ -127,6 +140,15 @@ def train(host: Host, args: argparse.Namespace) -> int:
     except (ValueError, KeyError, IndexError, TypeError):
         _say(f"gaudi-gui train: the host answered something unexpected: {out.strip()[:200]!r}")
         return EXIT_HOST
+    if getattr(args, "detach", False):
+        # As `train --detach` here: the run goes on by itself on the host; say where and return.
+        if getattr(args, "json", False):
+            print(json.dumps({**info, "host": host.name}), flush=True)
+        else:
+            print(f"run folder on {host.name}: {folder} (detached, device {info.get('device')}); follow: "
+                  f"gaudi-gui runs follow {folder} --host {host.name}; stop: gaudi-gui runs stop {folder} "
+                  f"--host {host.name}", flush=True)
+        return 0
     print(f"run folder on {host.name}: {folder} (device {info.get('device')}; the run goes on if this "
           f"command or the connection ends)", flush=True)
     return follow(host, folder, reconnect_s=args.reconnect_s)

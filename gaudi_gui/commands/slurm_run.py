@@ -33,7 +33,7 @@ from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import remote
 from gaudi_gui.core import slurm as slurm_mod
 from gaudi_gui.core.events import EventFollower, LogFollower
-from gaudi_gui.core.jobconfig import JobConfigError
+from gaudi_gui.core.jobconfig import JobConfigError, load_job
 from gaudi_gui.core.outcome import outcome_from_events
 from gaudi_gui.core.remote import Host, HostError, RemoteError
 from gaudi_gui.core.runstore import Run, RunStatus, RunStore
@@ -97,9 +97,8 @@ def options_from(args: argparse.Namespace, device: str) -> slurm_mod.SlurmOption
 
 
 def train(args: argparse.Namespace) -> int:
-    from gaudi_gui.commands.train import _load_job
     try:
-        job = _load_job(args.config)
+        job = load_job(args.config)
     except JobConfigError as exc:
         _say(f"gaudi-gui train: {exc}")
         return 2

@@ -28,7 +28,7 @@ from gaudi_gui.commands.terminal import seconds as _grace
 from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import visibility
 from gaudi_gui.core.events import EventFollower
-from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
+from gaudi_gui.core.jobconfig import JobConfig, JobConfigError, load_job
 from gaudi_gui.core.outcome import outcome_from_events
 from gaudi_gui.core.proctree import ProcessRef
 from gaudi_gui.core.runstore import RunStatus, RunStore
@@ -87,17 +87,6 @@ def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
     lines.put(None)
 
 
-def _load_job(config: str) -> JobConfig:
-    if config != "-":
-        return JobConfig.load(config)
-    import json
-    try:
-        data = json.loads(sys.stdin.read())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise JobConfigError(f"the config on stdin is not JSON: {exc}") from None
-    return JobConfig.from_dict(data)
-
-
 def _cards(args: argparse.Namespace) -> list[int] | None:
     """``--cards`` as ids, None when not given; ValueError (one line) when malformed."""
     text = getattr(args, "cards", "") or ""
@@ -111,7 +100,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"gaudi-gui train: {exc}", file=sys.stderr)
         return 2
     try:
-        job = _load_job(args.config)
+        job = load_job(args.config)
     except JobConfigError as exc:
         print(f"gaudi-gui train: {exc}", file=sys.stderr)
         return 2

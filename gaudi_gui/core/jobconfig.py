@@ -15,9 +15,10 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sys
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from gaudi_gui.core import jsonfile, paths, sft
 from gaudi_gui.core.secrets import SECRET_TRAINING_ARGS, hub_token_available
@@ -282,6 +283,18 @@ class JobConfig:
                 problems.append((f"training_args.{name}", f"{name} is never kept in a job: log in with "
                                                           "`hf auth login` or set HF_TOKEN"))
         return problems
+
+
+def load_job(config: str, stdin: IO[str] | None = None) -> JobConfig:
+    """The job a command's ``--config`` names: a job file, or ``-`` for the job as JSON on stdin;
+    JobConfigError (one line) for anything else."""
+    if config != "-":
+        return JobConfig.load(config)
+    try:
+        data = json.loads((stdin or sys.stdin).read())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise JobConfigError(f"the config on stdin is not JSON: {exc}") from None
+    return JobConfig.from_dict(data)
 
 
 def resolve_format(source: str, fmt: str = "auto") -> str:

@@ -1,0 +1,158 @@
+"""Options that cannot go together: refused before anything starts, never silently ignored.
+
+argparse knows which options exist, not which ones only mean something beside another (``--nodes``
+without ``--slurm``, ``--json`` without ``--detach``) nor which ones one path of a command never reads
+(``--cards`` with ``--slurm``). A user who gives such an option expects it to act; ignoring it starts
+something other than what was asked. So every such pair is written here once, as a rule, and the
+command line refuses the combination with one line and exit 2 (``cli.main`` calls ``refusal`` after
+parsing and before any command runs).
+
+Which options a user *gave* is read from a second parse in which every default is a marker, so an
+option given with its default value (``--nodes 1``) counts as given, and abbreviations (``--part``)
+resolve as argparse resolves them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+#: An option not on the command line.
+_UNSET = object()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``flag`` of ``command`` ("*": every command that has it) needs one of ``needs`` beside it
+    and none of ``excludes``; ``never``: the command takes it in no case. ``why``: the reason, said."""
+
+    command: str
+    flag: str
+    needs: tuple[str, ...] = ()
+    excludes: tuple[str, ...] = ()
+    never: bool = False
+    why: str = ""
+
+
+_SLURM_ONLY = ("--nodes", "--partition", "--time", "--account", "--cards-per-node", "--gres", "--login",
+               "--node-python", "--print-script")
+
+RULES: tuple[Rule, ...] = (
+    Rule("*", "--remote-command", needs=("--host", "--hosts"),
+         why="it is the command that runs gaudi-gui on a host"),
+    # train: one machine, one host (--host), several hosts (--hosts) or Slurm (--slurm)
+    Rule("train", "--host", excludes=("--hosts", "--slurm"),
+         why="a run goes to one place: --host (one host), --hosts (several) or --slurm"),
+    Rule("train", "--hosts", excludes=("--slurm",),
+         why="a run goes to one place: --host (one host), --hosts (several) or --slurm"),
+    Rule("train", "--json", needs=("--detach",), why="it prints the detached run as JSON"),
+    Rule("train", "--detach", excludes=("--hosts",),
+         why="--hosts starts every host's part detached already and follows them as one run"),
+    Rule("train", "--detach", excludes=("--slurm",),
+         why="a Slurm job goes on in the queue by itself (`gaudi-gui runs attach` follows it again)"),
+    Rule("train", "--main-ip", needs=("--hosts",), why="it is the first host's address for the others"),
+    Rule("train", "--reconnect-s", needs=("--host", "--hosts"),
+         why="it is how long to reconnect to a host after the connection dropped"),
+    Rule("train", "--resumed-from", excludes=("--hosts",),
+         why="it names one run folder, and with --hosts each host has its own"),
+    Rule("train", "--cards", excludes=("--slurm",),
+         why="a Slurm job's cards are per node: --cards-per-node, --gres"),
+    *(Rule("train", flag, needs=("--slurm",), why="it is a Slurm option") for flag in _SLURM_ONLY),
+    # generate: values that only sampling or a chat reads
+    *(Rule("generate", flag, needs=("--do-sample",), why="greedy decoding does not sample")
+      for flag in ("--temperature", "--top-p", "--top-k")),
+    Rule("generate", "--system", needs=("--chat",), why="a system prompt goes into the chat template"),
+    # hosts: one action at a time, and each action's own options
+    Rule("hosts", "--host", never=True,
+         why="hosts manages this machine's list; --add, --remove or --setup name the host"),
+    Rule("hosts", "--add", excludes=("--remove", "--setup"), why="one action at a time"),
+    Rule("hosts", "--remove", excludes=("--setup",), why="one action at a time"),
+    Rule("hosts", "--remote-command", needs=("--add", "--setup"),
+         why="it is saved with the host --add saves, or used by --setup"),
+    Rule("hosts", "--hl-smi", needs=("--add",), why="it is saved with the host"),
+    *(Rule("hosts", flag, needs=("--setup",), why="it is a --setup option")
+      for flag in ("--venv", "--python", "--no-deps")),
+    *(Rule("hosts", flag, excludes=("--add", "--remove", "--setup"),
+           why="it is for the list of hosts, which --add, --remove and --setup do not print")
+      for flag in ("--json", "--timeout")),
+    # doctor and ls
+    Rule("doctor", "--host", excludes=("--hosts",),
+         why="doctor takes --host (one host) or --hosts (several), not both"),
+    Rule("doctor", "--smoke-timeout", needs=("--smoke",), why="it limits the smoke test's children"),
+    Rule("ls", "--hf-cache", excludes=("path",),
+         why="--hf-cache lists the Hugging Face cache, not a folder"),
+)
+
+
+def _chain(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> list[argparse.ArgumentParser]:
+    """The parser and the subcommand parsers ``namespace`` went through, outermost first."""
+    out = [parser]
+    while True:
+        subs = [a for a in out[-1]._actions if isinstance(a, argparse._SubParsersAction)]
+        name = getattr(namespace, subs[0].dest, None) if subs else None
+        if not subs or not isinstance(name, str) or name not in subs[0].choices:
+            return out
+        out.append(subs[0].choices[name])
+
+
+def _unset_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every default of ``parser`` and its subcommands becomes the marker (appending ones: None)."""
+    parser._defaults.clear()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                _unset_defaults(child)
+        elif action.dest != argparse.SUPPRESS and action.default != argparse.SUPPRESS:
+            action.default = None if isinstance(action, argparse._AppendAction) else _UNSET
+
+
+def given(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[list[argparse.ArgumentParser],
+                                                                           dict[str, str]]:
+    """The parsers ``argv`` goes through, and the options and positionals it gives: {its name
+    (``--nodes``; a positional's dest, ``path``): its dest}. ``parser`` is changed: parse with it
+    once before (its defaults become markers here)."""
+    _unset_defaults(parser)
+    namespace, _extras = parser.parse_known_args(list(argv))
+    chain = _chain(parser, namespace)
+    out: dict[str, str] = {}
+    for p in chain:
+        for action in p._actions:
+            if isinstance(action, argparse._SubParsersAction) or action.dest == argparse.SUPPRESS:
+                continue
+            value = getattr(namespace, action.dest, _UNSET)
+            if value is _UNSET or (value is None and isinstance(action, argparse._AppendAction)):
+                continue
+            longest = max(action.option_strings, key=len) if action.option_strings else action.dest
+            out[longest] = action.dest
+    return chain, out
+
+
+def refusal(parser: argparse.ArgumentParser,
+            argv: Sequence[str]) -> tuple[argparse.ArgumentParser, str] | None:
+    """The first rule ``argv`` breaks: (the subcommand's parser, one line saying why), else None.
+    ``parser`` must have parsed ``argv`` without error already; it is changed (see ``given``)."""
+    chain, flags = given(parser, argv)
+    if len(chain) < 2:
+        return None
+    command = chain[1].prog.split()[-1]
+    has = {o for p in chain for a in p._actions for o in a.option_strings}
+    own = {r.flag for r in RULES if r.command == command}
+    for rule in RULES:
+        # A command's own rule for a flag replaces the rule every command has for it.
+        applies = rule.command == command or (rule.command == "*" and rule.flag not in own)
+        if rule.flag not in flags or not applies:
+            continue
+        if rule.never:
+            return chain[-1], f"{command} takes no {rule.flag}: {rule.why}"
+        if rule.needs and not any(n in flags for n in rule.needs):
+            needs = [n for n in rule.needs if n in has] or list(rule.needs)
+            return chain[-1], f"{rule.flag} needs {' or '.join(needs)}: {rule.why}"
+        clash = next((e for e in rule.excludes if e in flags), None)
+        if clash is not None:
+            shown = clash if clash.startswith("-") else clash.upper()
+            return chain[-1], f"{rule.flag} cannot go with {shown}: {rule.why}"
+    return None
+
+
+__all__ = ["RULES", "Rule", "given", "refusal"]
