@@ -35,12 +35,10 @@ from gaudi_gui.commands.terminal import seconds
 from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.jobconfig import JobConfigError
 from gaudi_gui.core.proctree import ProcessRef
-from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStatus, RunStore
+from gaudi_gui.core.runstore import FINAL_STATES, SUPERVISOR_INFO, Run, RunStatus, RunStore
 from gaudi_gui.core.secrets import redact
+from gaudi_gui.core.stopper import KILL_NOW_SIGNAL
 
-SUPERVISOR_NAME = "supervisor.json"
-#: The signal that tells a supervisor to kill the run now (SIGTERM asks for a stop with a checkpoint).
-KILL_NOW_SIGNAL = signal.SIGUSR2
 FOLLOW_POLL_S = 0.25
 
 
@@ -76,7 +74,7 @@ def find_run(text: str, runs_dir: str = "") -> Run | None:
 
 def supervisor_of(run: Run) -> ProcessRef | None:
     try:
-        data = json.loads((run.folder / SUPERVISOR_NAME).read_text(encoding="utf-8"))
+        data = json.loads((run.folder / SUPERVISOR_INFO).read_text(encoding="utf-8"))
         ref = ProcessRef(int(data["pid"]), float(data["create_time"]))
     except (OSError, ValueError, KeyError, TypeError):
         return None

@@ -31,13 +31,11 @@ from gaudi_gui.core.events import EventFollower
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError, load_job
 from gaudi_gui.core.outcome import outcome_from_events
 from gaudi_gui.core.proctree import ProcessRef
-from gaudi_gui.core.runstore import RunStatus, RunStore
+from gaudi_gui.core.runstore import SUPERVISOR_INFO, RunStatus, RunStore
 from gaudi_gui.core.secrets import redact
-from gaudi_gui.core.stopper import Stopper
+from gaudi_gui.core.stopper import KILL_NOW_SIGNAL, Stopper
 
 DEFAULT_GRACE_S = 120.0
-#: What `gaudi-gui runs stop --now` sends a detached supervisor (SIGTERM asks for a checkpoint first).
-KILL_NOW_SIGNAL = signal.SIGUSR2
 #: How long ``--detach`` waits for the background supervisor to create the run folder.
 DETACH_WAIT_S = 120.0
 
@@ -324,7 +322,7 @@ def _announce_supervisor(run_: Any, announce: str, device: str) -> None:
     me = ProcessRef.of(os.getpid())
     info = {"pid": os.getpid(), "create_time": me.create_time if me else 0.0, "folder": str(run_.folder),
             "name": run_.name, "device": device}
-    _private_write(run_.folder / "supervisor.json", json.dumps(info))
+    _private_write(run_.folder / SUPERVISOR_INFO, json.dumps(info))
     fd = os.open(run_.folder / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     sys.stdout.flush()
     sys.stderr.flush()

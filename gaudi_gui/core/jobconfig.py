@@ -186,7 +186,13 @@ class JobConfig:
         if kind != "text":
             # The worker maps these columns: a name the file lacks would fail only after the model load.
             columns = dataset_columns(source, fmt) if fmt != "hub" else None
-            problems += sft.check_columns(kind, self.dataset.columns, columns)
+            mapping = sft.check_columns(kind, self.dataset.columns, columns)
+            problems += mapping
+            rows = dataset_rows(source, fmt) if not mapping and columns is not None else None
+            if rows:
+                # Each preview row rendered as the worker renders it: a template that names only
+                # columns the file has can still fail on a row (a format code the text does not take).
+                problems += sft.check_rows(kind, self.dataset.columns, rows)
         elif not self.dataset.text_column.strip() and fmt != "text":
             problems.append(("dataset.text_column", "name the column to train on"))
         elif fmt != "hub":
@@ -322,28 +328,58 @@ def dataset_columns(source: str, fmt: str, rows: int = 20) -> list[str] | None:
     (no ``datasets`` import in the GUI). None when they cannot be known this way (Hub dataset, missing
     or unreadable file, a JSON layout other than rows of objects)."""
     fmt = resolve_format(source, fmt)
-    if fmt == "hub":
-        return None
     if fmt == "text":
         return ["text"]  # datasets' text loader: one "text" column
-    try:
-        # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name.
-        with open(Path(source).expanduser(), encoding="utf-8-sig", errors="replace") as fh:
-            head = fh.read(COLUMN_PROBE_BYTES)
-    except OSError:
+    head = _head(source, fmt)
+    if head is None:
         return None
     if fmt == "csv":
         header = next(csv.reader(io.StringIO(head)), None)
         return list(header) if header else None
-    if fmt != "json":
+    found = _json_rows(head, rows)
+    if not found:
         return None
     columns: dict[str, None] = {}
+    for row in found:
+        columns.update(dict.fromkeys(row))
+    return list(columns)
+
+
+def dataset_rows(source: str, fmt: str, rows: int = 20) -> list[dict[str, Any]] | None:
+    """The first rows of a local JSON or CSV file as the worker's loader gives them (objects of column
+    values), read as plain text; None when they cannot be known this way (see ``dataset_columns``)."""
+    fmt = resolve_format(source, fmt)
+    head = _head(source, fmt) if fmt in ("csv", "json") else None
+    if head is None:
+        return None
+    if fmt == "csv":
+        lines = head.splitlines(keepends=True)
+        complete = lines if len(head) < COLUMN_PROBE_BYTES else lines[:-1]  # the last may be cut off
+        return [dict(r) for _, r in zip(range(rows), csv.DictReader(complete), strict=False)]
+    return _json_rows(head, rows)
+
+
+def _head(source: str, fmt: str) -> str | None:
+    """The first COLUMN_PROBE_BYTES of a local file, or None (a Hub dataset, an unreadable file)."""
+    if fmt == "hub":
+        return None
+    try:
+        # utf-8-sig: a spreadsheet's byte-order mark is not part of the first column's name.
+        with open(Path(source).expanduser(), encoding="utf-8-sig", errors="replace") as fh:
+            return fh.read(COLUMN_PROBE_BYTES)
+    except OSError:
+        return None
+
+
+def _json_rows(head: str, rows: int) -> list[dict[str, Any]] | None:
+    """The first row objects of a JSON array or of JSON lines; None for any other layout."""
     text = head.lstrip()
-    decoder = json.JSONDecoder()
+    out: list[dict[str, Any]] = []
     if text.startswith("["):
         # A JSON array of row objects: decode the first rows one after another.
-        pos, seen = 1, 0
-        while seen < rows:
+        decoder = json.JSONDecoder()
+        pos = 1
+        while len(out) < rows:
             while pos < len(text) and text[pos] in " \t\r\n,":
                 pos += 1
             try:
@@ -352,12 +388,13 @@ def dataset_columns(source: str, fmt: str, rows: int = 20) -> list[str] | None:
                 break
             if not isinstance(row, dict):
                 return None
-            columns.update(dict.fromkeys(row))
-            seen += 1
-        return list(columns) if columns else None
+            out.append(row)
+        return out or None
     lines = text.splitlines()
     complete = lines if len(head) < COLUMN_PROBE_BYTES else lines[:-1]  # the last may be cut off
-    for line in complete[:rows]:
+    for line in complete:
+        if len(out) >= rows:
+            break
         if not line.strip():
             continue
         try:
@@ -366,8 +403,8 @@ def dataset_columns(source: str, fmt: str, rows: int = 20) -> list[str] | None:
             return None  # not JSON lines (one JSON document, e.g. {"data": [...]}): unknown here
         if not isinstance(row, dict):
             return None
-        columns.update(dict.fromkeys(row))
-    return list(columns) if columns else None
+        out.append(row)
+    return out or None
 
 
 def _positive_int(value: Any) -> bool:

@@ -39,6 +39,8 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 INCOMPLETE_SENTINEL = "checkpoint-is-incomplete.txt"
 #: What a run submitted to Slurm holds in its folder (job id, login host, sbatch options; core/slurm.py).
 SLURM_INFO = "slurm.json"
+#: A detached supervisor's record in its run folder (pid and create time: what ``runs stop`` signals).
+SUPERVISOR_INFO = "supervisor.json"
 FOLDER_MODE = 0o700
 FILE_MODE = 0o600
 

@@ -56,14 +56,30 @@ class MappingError(ValueError):
 
 
 def columns_used(spec: str) -> list[str]:
-    """The columns a mapping reads: the one it names, or every ``{name}`` of a template."""
+    """The columns a mapping reads: the one it names, or every ``{name}`` of a template, those nested
+    in a format spec too (``{prompt:>{width}}`` reads prompt and width). A template fills whole
+    columns: ``{name.attr}`` and ``{name[0]}`` are refused (MappingError)."""
     if "{" not in spec:
         return [spec] if spec else []
     names: list[str] = []
-    try:
-        for _literal, name, _fmt, _conv in string.Formatter().parse(spec):
-            if name is not None and name not in names:
+
+    def collect(text: str, depth: int) -> None:
+        for _literal, name, fmt, _conv in string.Formatter().parse(text):
+            if name is None:
+                continue
+            if not name or "." in name or "[" in name:
+                # str.format would look up an attribute or an item of the text: never a column.
+                raise MappingError("", f"template {spec!r}: {{{name}}} is not a column name (a template "
+                                       f"fills whole columns: {{question}}, {{input}})")
+            if name not in names:
                 names.append(name)
+            if fmt and "{" in fmt and depth < 2:
+                collect(fmt, depth + 1)
+
+    try:
+        collect(spec, 0)
+    except MappingError:
+        raise
     except ValueError as exc:
         raise MappingError("", f"template {spec!r} does not parse: {exc}") from None
     return names
@@ -130,7 +146,14 @@ def render(spec: str, row: Mapping[str, Any], field: str = "") -> str:
     if "{" not in spec:
         return _as_text(row.get(spec), spec, field)
     values = {name: _as_text(row.get(name), name, field) for name in columns_used(spec)}
-    text = spec.format_map(values)
+    where = f"dataset.columns.{field}" if field else "dataset.columns"
+    try:
+        text = spec.format_map(values)
+    except KeyError as exc:
+        raise MappingError(where, f"template {spec!r} uses {{{exc.args[0]}}}, which the row does not "
+                                  f"have") from None
+    except (IndexError, AttributeError, ValueError, TypeError) as exc:
+        raise MappingError(where, f"template {spec!r} cannot be filled: {exc}") from None
     # An empty column (alpaca's input) leaves no run of blank lines nor a trailing separator.
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
@@ -190,6 +213,21 @@ def to_sft_row(kind: str, columns: Mapping[str, str], row: Mapping[str, Any], *,
         return {"prompt": prompt, "completion": completion}
     column = columns["messages"]
     return {"messages": to_messages(row.get(column), column)}
+
+
+def check_rows(kind: str, columns: Mapping[str, str], rows: Sequence[Mapping[str, Any]],
+               text_column: str = "text") -> list[tuple[str, str]]:
+    """(field, message) for each mapped field that does not render every one of ``rows`` (the
+    preview's first rows of the file) with ``to_sft_row``, the function the worker runs on each row:
+    a template that passes the column check can still fail on a value (a nested format field, a
+    format code the text does not take, a column holding a list)."""
+    problems: dict[str, str] = {}
+    for n, row in enumerate(rows, start=1):
+        try:
+            to_sft_row(kind, columns, row, chat=False, text_column=text_column)
+        except MappingError as exc:
+            problems.setdefault(exc.field or "dataset.columns", f"row {n} of the file: {exc}")
+    return list(problems.items())
 
 
 # -- eval split --------------------------------------------------------------------------------------

@@ -20,6 +20,10 @@ from gaudi_gui.core import proctree
 from gaudi_gui.core.proctree import ProcessRef
 from gaudi_gui.core.runstore import Run
 
+#: What tells a supervisor to kill its run now (``runs stop --now``); SIGTERM asks for a stop with a
+#: checkpoint first.
+KILL_NOW_SIGNAL = signal.SIGUSR2
+
 
 @dataclass
 class Stopper:
@@ -89,4 +93,4 @@ class Stopper:
         return [r for r in self.seen.values() if r.is_alive() and r not in self.kill_sent]
 
 
-__all__ = ["Stopper"]
+__all__ = ["KILL_NOW_SIGNAL", "Stopper"]

@@ -1,7 +1,12 @@
 """History charts of the cards (utilization, memory, power, temperature) over a selectable window.
 
 Curves are created once per card and updated with ``setData``: no new plot items per tick, so an hour
-at 8 cards x 1 Hz stays smooth. The x axis is seconds relative to now.
+at 8 cards x 1 Hz stays smooth. The x axis is seconds relative to now; it spans the data there is
+(at least ``MIN_SPAN_S``) and grows with it until the chosen window is full, so the first seconds of a
+session fill the chart instead of sitting at the right edge of five empty minutes.
+
+The four charts sit in a 2 x 2 grid, a row of four, or (a small window) share tabs: never a strip
+(see ``plot_area``).
 
 Y ranges are fixed where a scale is known (utilization 0..100 %, memory 0..the largest card's total)
 so a flat line stays flat instead of being autoscaled into noise; without a known total the memory
@@ -16,15 +21,23 @@ from collections.abc import Sequence
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtWidgets import QGridLayout, QWidget
+from PySide6.QtCore import QSize
+from PySide6.QtWidgets import QVBoxLayout, QWidget
 
 from gaudi_gui.core.devices import History
+from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea, readable_plot
 
 #: (metric, title, unit)
 CHARTS = (("utilization", "utilization", "%"), ("memory_used_mib", "memory used", "MiB"),
           ("power_w", "power", "W"), ("temperature_c", "temperature", "°C"))
 #: The smallest memory span (MiB) shown when no card total is known.
 MIN_MEMORY_SPAN_MIB = 1024.0
+#: The shortest time span (s) shown, while the history is younger than that.
+MIN_SPAN_S = 5.0
+#: How far before the window the history is read (s), to tell a full window from young data.
+LOOK_BEHIND_S = 10.0
+#: A chart's cell: a readable view box plus the title row (30 px), the tick labels and the axis label.
+MIN_CELL = QSize(200, MIN_VIEW_PX + 80)
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
           "#7f7f7f", "#bcbd22")
 
@@ -32,13 +45,14 @@ COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e3
 class DeviceCharts(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        layout = QGridLayout(self)
+        layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        # Wide cells first (time series): 2 x 2, a row of four, else a column; the rest on tabs.
+        self.area = PlotArea(MIN_CELL, (2, 4, 1), self)
+        layout.addWidget(self.area)
         self.plots: dict[str, pg.PlotWidget] = {}
-        for i, (metric, title, unit) in enumerate(CHARTS):
-            plot = pg.PlotWidget(self, background="w")
-            plot.setTitle(f"{title} ({unit})", color="k", size="9pt")
-            plot.showGrid(x=True, y=True, alpha=0.3)
+        for metric, title, unit in CHARTS:
+            plot = readable_plot(self, f"{title} ({unit})")
             # Major grid lines only: the minor ones cost ~8 ms of painting per plot, the curves ~1 ms.
             for axis in ("left", "bottom"):
                 plot.getPlotItem().getAxis(axis).setStyle(maxTickLevel=0)
@@ -55,19 +69,21 @@ class DeviceCharts(QWidget):
                 plot.setYRange(0, MIN_MEMORY_SPAN_MIB, padding=0.02)
             # No legend over the curves: the card table's Index column shows each card's color.
             self.plots[metric] = plot
-            layout.addWidget(plot, i // 2, i % 2)
+            self.area.add_plot(plot, f"{title} ({unit})")
         self._curves: dict[tuple[str, str], pg.PlotDataItem] = {}
         self._keys: list[str] = []
         self.window_s = 300.0
+        self.span_s = MIN_SPAN_S  # the x range shown: the data's age, up to window_s
         self.memory_total_mib: float | None = None
 
     def set_metrics(self, metrics: Sequence[str]) -> None:
         """Show only the charts of ``metrics`` (the others have nothing to draw)."""
         for metric, plot in self.plots.items():
-            plot.setVisible(metric in metrics)
+            self.area.set_shown(plot, metric in metrics)
 
     def visible_metrics(self) -> list[str]:
-        return [m for m, plot in self.plots.items() if not plot.isHidden()]
+        """The metrics whose chart is shown (in a cell or on a tab)."""
+        return [m for m, plot in self.plots.items() if self.area.is_shown(plot)]
 
     def set_memory_total(self, total_mib: float | None) -> None:
         """The memory axis spans 0..``total_mib`` (the largest card's memory), when known."""
@@ -86,7 +102,12 @@ class DeviceCharts(QWidget):
     def set_window(self, seconds: float) -> None:
         self.window_s = float(seconds)
         for plot in self.plots.values():
-            plot.setXRange(-self.window_s, 0, padding=0)
+            plot.setXRange(-min(self.span_s, self.window_s), 0, padding=0)
+
+    def x_range(self, metric: str) -> tuple[float, float]:
+        """The x range shown now, in seconds relative to now (tests)."""
+        low, high = self.plots[metric].getPlotItem().viewRange()[0]
+        return float(low), float(high)
 
     @staticmethod
     def color(position: int) -> str:
@@ -108,17 +129,22 @@ class DeviceCharts(QWidget):
             self._set_keys(history, keys)
         for metric in metrics or [c[0] for c in CHARTS]:
             low, high = np.inf, -np.inf
+            first = now
             for key in self._keys:
-                t, v = history.series(key, metric, since)
+                # A little before the window too: a point older than the window means it is full.
+                t, v = history.series(key, metric, since - LOOK_BEHIND_S)
                 curve = self._curves[(metric, key)]
                 if len(t) == 0:
                     curve.setData([], [])
                     continue
+                first = min(first, float(t[0]))
                 curve.setData(t - now, v, connect="finite")
                 finite = v[np.isfinite(v)]
                 if len(finite):
                     low, high = min(low, float(finite.min())), max(high, float(finite.max()))
-            self.plots[metric].setXRange(-self.window_s, 0, padding=0)
+            # The data's age, not the whole window: 10 s of samples fill the chart, not its last 3 %.
+            self.span_s = min(self.window_s, max(now - first, MIN_SPAN_S))
+            self.plots[metric].setXRange(-self.span_s, 0, padding=0)
             if metric == "memory_used_mib" and self.memory_total_mib is None and np.isfinite(low):
                 self._min_span(metric, low, high, MIN_MEMORY_SPAN_MIB)
 

@@ -36,6 +36,8 @@ from gaudi_gui.ui.device_table import DeviceTable
 
 #: (label, seconds) of the history window choices.
 WINDOWS = (("1 min", 60), ("5 min", 300), ("15 min", 900), ("1 h", 3600))
+#: The process table grows with its rows up to this many, then scrolls.
+PROCESS_ROWS = 4
 #: Each chart is redrawn at most this often (ms): samples arrive at 1 Hz (10 Hz in the bench).
 CHART_REFRESH_MS = 500
 
@@ -127,8 +129,7 @@ class DevicesTab(QWidget):
         self.process_table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.process_table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         self.process_table.horizontalHeader().setStretchLastSection(True)
-        self.process_table.setMinimumHeight(90)
-        self.process_table.setMaximumHeight(180)
+        self._fit_process_table()
         self.process_label = QLabel("Processes on the cards (hl-smi lists only those it may see)", self)
 
         upper = QWidget(self)
@@ -243,6 +244,16 @@ class DevicesTab(QWidget):
                     item.setText(text)
         self.process_label.setText(f"Processes on the cards: {len(processes)} "
                                    "(hl-smi lists only those it may see)")
+        self._fit_process_table()
+
+    def _fit_process_table(self) -> None:
+        # As tall as its rows (one to PROCESS_ROWS, then it scrolls): an empty table no longer takes
+        # the charts' height, which at 1024x700 decides between a row of charts and tabs.
+        table = self.process_table
+        rows = max(1, min(table.rowCount(), PROCESS_ROWS))
+        row_h = table.rowHeight(0) if table.rowCount() else table.verticalHeader().defaultSectionSize()
+        table.setFixedHeight(table.horizontalHeader().sizeHint().height() + rows * row_h
+                             + 2 * table.frameWidth() + 2)
 
     def on_state(self, state: str, message: str) -> None:
         if state in (dp.STATE_OK, dp.STATE_STARTING, dp.STATE_STOPPED):

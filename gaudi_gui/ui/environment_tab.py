@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -140,7 +141,7 @@ class EnvironmentTab(QWidget):
     def _on_failed(self, reason: str) -> None:
         self.refresh_button.setEnabled(True)
         first, _, rest = reason.partition("\n")
-        self.summary.setText(f"<b>The probe failed:</b> {first}")
+        self.summary.setText(f"<b>The probe failed:</b> {html.escape(first)}")
         self.warnings.setText(rest or "No output.")
         self.warnings.show()
 
@@ -150,8 +151,8 @@ class EnvironmentTab(QWidget):
         self.copy_button.setEnabled(True)
         device = info.get("device", "cpu")
         self.summary.setText(
-            f"Jobs will run on <b>{_DEVICE_TEXT.get(device, device)}</b> · Python "
-            f"{info.get('python')} · probed in {info.get('probe_seconds', 0):.1f} s")
+            f"Jobs will run on <b>{html.escape(str(_DEVICE_TEXT.get(device, device)))}</b> · Python "
+            f"{html.escape(str(info.get('python')))} · probed in {info.get('probe_seconds', 0):.1f} s")
         packages = info.get("packages", {})
         errors = info.get("errors", {})
         rows: list[tuple[str, ...]] = []

@@ -9,8 +9,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyqtgraph as pg
+from PySide6.QtCore import QSize
 from PySide6.QtWidgets import QVBoxLayout, QWidget
 
+from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea, readable_plot
+
+#: A curve's cell: a readable view box plus the tick labels (the name is the left axis label).
+MIN_CELL = QSize(240, MIN_VIEW_PX + 24)
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 
 
@@ -18,33 +23,23 @@ class LossChart(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         pg.setConfigOptions(antialias=True)
-        self.loss_plot = pg.PlotWidget(self, background="w")
-        self.loss_plot.setTitle("loss", color="k")
-        self.loss_plot.showGrid(x=True, y=True, alpha=0.3)
+        # One column (the curves share the step axis); what does not fit goes on tabs, never a strip.
+        self.area = PlotArea(MIN_CELL, (1,), self, title_on_axis=True)
+        self.loss_plot = readable_plot(self, "loss")
         # One row of entries at the top (a column of three would cover the newest points).
         self.loss_plot.addLegend(offset=(-10, 5), colCount=4)
-        self.lr_plot = pg.PlotWidget(self, background="w")
-        self.lr_plot.setTitle("learning rate", color="k")
-        self.lr_plot.showGrid(x=True, y=True, alpha=0.3)
+        self.lr_plot = readable_plot(self, "learning rate")
         self.lr_plot.setXLink(self.loss_plot)
-        self.lr_plot.setLabel("bottom", "step")
         # Card usage from the Devices tab, mapped onto the same step axis (wall time -> step through
         # the metrics records' elapsed time), so a loss spike can be read against the cards' load.
-        self.device_plot = pg.PlotWidget(self, background="w")
-        self.device_plot.setTitle("card utilization (%)", color="k")
-        self.device_plot.showGrid(x=True, y=True, alpha=0.3)
+        self.device_plot = readable_plot(self, "card utilization (%)")
         self.device_plot.setXLink(self.loss_plot)
         self.device_plot.setYRange(0, 100, padding=0.02)
-        self.device_plot.setLabel("bottom", "step")
         self.device_plot.addLegend(offset=(-10, 5), labelTextSize="7pt", colCount=4)
         self._device_curves: dict[str, Any] = {}
         self._device_legend_shown(False)
         self._times: list[float] = []  # wall time of each record, for the time -> step mapping
         self._time_steps: list[float] = []
-        # Readable at 1024x700: the learning-rate chart was squeezed to 15 px.
-        self.loss_plot.setMinimumHeight(130)
-        self.lr_plot.setMinimumHeight(90)
-        self.device_plot.setMinimumHeight(90)
         for plot in (self.loss_plot, self.lr_plot, self.device_plot):
             # Steps start at 0: the padding that makes room for the legend must not show step -10.
             plot.getPlotItem().getViewBox().setLimits(xMin=0)
@@ -55,11 +50,16 @@ class LossChart(QWidget):
             if legend is not None:
                 legend.setBrush(pg.mkBrush(255, 255, 255, 230))
                 legend.setPen(pg.mkPen(200, 200, 200))
+        # Plain numbers on the learning-rate axis: an SI factor goes into the axis label, which then
+        # no longer fits beside a short chart ("learning rate (x0.0001)").
+        self.lr_plot.getPlotItem().getAxis("left").enableAutoSIPrefix(False)
+        for plot, title, label in ((self.loss_plot, "loss", "loss"),
+                                   (self.lr_plot, "learning rate", "learning rate"),
+                                   (self.device_plot, "card utilization (%)", "utilization %")):
+            self.area.add_plot(plot, title, label)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.loss_plot, 3)
-        layout.addWidget(self.lr_plot, 2)
-        layout.addWidget(self.device_plot, 2)
+        layout.addWidget(self.area)
         self._steps: list[float] = []
         self._loss: list[float] = []
         self._lr_steps: list[float] = []
@@ -116,7 +116,7 @@ class LossChart(QWidget):
 
     def set_card_chart_shown(self, shown: bool) -> None:
         """Show the card utilization chart (this machine's cards) or hide it (a run on a host)."""
-        self.device_plot.setVisible(shown)
+        self.area.set_shown(self.device_plot, shown)
 
     def _show_eval(self, shown: bool) -> None:
         if shown == self._eval_shown:
@@ -166,12 +166,6 @@ class LossChart(QWidget):
 
     def point_count(self) -> int:
         return len(self._loss)
-
-    def eval_point_count(self) -> int:
-        return len(self._eval_loss)
-
-    def perplexities(self) -> list[float]:
-        return list(self._ppl)
 
     def _sync_ppl_view(self) -> None:
         view = self.loss_plot.getPlotItem().getViewBox()

@@ -14,6 +14,7 @@ resolve in the host's own cache.
 
 from __future__ import annotations
 
+import html
 import posixpath
 import time
 from pathlib import Path
@@ -417,8 +418,8 @@ class RunnerTab(QWidget):
                                 else "auto")
         self._loaded_info = {}
         self.model_status.setText("No model loaded." if local else
-                                  f"The next Load runs on <b>{host.name}</b> (over ssh); model folders "
-                                  f"and the Hub cache are {host.name}'s.")
+                                  f"The next Load runs on <b>{html.escape(host.name)}</b> (over ssh); "
+                                  f"model folders and the Hub cache are {html.escape(host.name)}'s.")
 
     def _browse(self) -> None:
         host = self.client.host
@@ -533,7 +534,7 @@ class RunnerTab(QWidget):
             self._gate_warned = options
             self.load_button.setText("&Load anyway")
             self.model_status.setText("<span style='color:#8a5a00'><b>The card check found warnings:</b> "
-                                      + "; ".join(w.replace("<", "&lt;") for w in verdict.warnings)
+                                      + "; ".join(map(html.escape, verdict.warnings))
                                       + " — Load anyway to go on.</span>")
             return
         self._gate_passed = options
@@ -601,13 +602,16 @@ class RunnerTab(QWidget):
         self._loaded_info = info
         self.conversation.model = str(info.get("model", ""))
         memory = info.get("memory_bytes")
+        quantization = info.get("quantization")
+        # Rich text (the model's name in bold): what the worker reported is text, never markup.
         self.model_status.setText(
-            f"Loaded <b>{info.get('model')}</b> on {info.get('device')}"
-            + ("" if self.client.host.is_local else f" of {self.client.host.name}")
-            + f" ({info.get('dtype')}"
-            f"{', ' + info['quantization'] if info.get('quantization') not in (None, 'none') else ''})"
-            f" · {info.get('parameters', 0):,} parameters · load {info.get('load_s', 0):.1f} s"
-            + (f" · {format_bytes(memory)} {info.get('memory_kind', '')}" if memory else ""))
+            f"Loaded <b>{html.escape(str(info.get('model')))}</b> on "
+            + html.escape(f"{info.get('device')}"
+                          + ("" if self.client.host.is_local else f" of {self.client.host.name}")
+                          + f" ({info.get('dtype')}"
+                          f"{', ' + str(quantization) if quantization not in (None, 'none') else ''})"
+                          f" · {info.get('parameters', 0):,} parameters · load {info.get('load_s', 0):.1f} s"
+                          + (f" · {format_bytes(memory)} {info.get('memory_kind', '')}" if memory else "")))
 
     # -- generation parameters --------------------------------------------------------------------------
 
@@ -792,7 +796,7 @@ class RunnerTab(QWidget):
         if self._pending_user is not None and kind not in ("busy", "not_loaded", "bad_parameters"):
             self._pending_user = None
         text = f"<span style='color:#b00020'><b>{kind.replace('_', ' ')}:</b> " \
-               f"{message.replace('<', '&lt;')}</span>"
+               f"{html.escape(message)}</span>"
         if kind in ("bad_parameters", "busy", "not_loaded"):
             self.stats.setText(text)
         else:
@@ -807,7 +811,7 @@ class RunnerTab(QWidget):
         last = tail.strip().splitlines()[-3:] if tail else []
         self.model_status.setText(
             f"<span style='color:#b00020'><b>The worker {describe_exit(code, status)}.</b></span> "
-            + " | ".join(x.replace("<", "&lt;") for x in last) + " — Load or Restart worker to go on.")
+            + " | ".join(map(html.escape, last)) + " — Load or Restart worker to go on.")
 
     def _on_state(self, state: str) -> None:
         busy = state in (gc.LOADING, gc.GENERATING, gc.STARTING)

@@ -968,8 +968,9 @@ class TrainingTab(QWidget):
         if not isinstance(job, MultiHostTrainingJob):
             self.hosts_line.setVisible(False)
             return
-        self.hosts_line.setText("  ·  ".join(f"<b>{name}</b> (machine {rank}): {word}"
-                                             for name, rank, word in job.host_states()))
+        self.hosts_line.setText("  ·  ".join(
+            f"<b>{html.escape(name)}</b> (machine {rank}): {html.escape(word)}"
+            for name, rank, word in job.host_states()))
         self.hosts_line.setVisible(True)
 
     def _remote_curve(self, job: RemoteTrainingJob) -> list[dict[str, Any]]:

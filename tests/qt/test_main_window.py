@@ -1,38 +1,20 @@
-"""The app shell: tabs, the environment probe shown, settings kept, and an orderly close."""
+"""The app shell: tabs, the environment probe shown, settings kept, and an orderly close: the close
+choices (Cancel, Leave running, Stop) clicked in the real dialog over a real training run, and the
+run left going re-attached by the next window."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from PySide6.QtWidgets import QLabel
 
 from gaudi_gui.app import create_services
+from gaudi_gui.core.runstore import checkpoint_complete
 from gaudi_gui.ui.main_window import MainWindow
-
-
-class FakeJobs:
-    """A JobOwner whose job ends a few event-loop turns after stop_jobs()."""
-
-    def __init__(self) -> None:
-        self.running = ["training run demo-1 (step 3/10)"]
-        self.stopped = False
-        self.detached = False
-
-    def active_jobs(self) -> list[str]:
-        return list(self.running)
-
-    def stop_jobs(self) -> None:
-        self.stopped = True
-        from PySide6.QtCore import QTimer
-
-        QTimer.singleShot(200, self.running.clear)
-
-    def detach_jobs(self) -> list[str]:
-        self.detached = True
-        return list(self.running)
-
-    def shutdown(self) -> None:
-        pass
+from gaudi_gui.ui.training_tab import TrainingTab
+from tests.helpers import answer_dialog, click, set_arg
 
 
 @pytest.fixture
@@ -42,8 +24,7 @@ def window(qtbot) -> Iterator[MainWindow]:
     qtbot.addWidget(win)
     win.show()
     yield win
-    if not win._shut_down:
-        win._shutdown_tabs()
+    win.close()  # as a person does; a window already closed stays closed
 
 
 def test_tabs_and_probe_in_status_bar(qtbot, window: MainWindow) -> None:
@@ -88,34 +69,78 @@ def test_geometry_and_tab_are_remembered(qtbot) -> None:
     second.close()
 
 
-def test_close_with_running_job_cancel_keeps_window(qtbot, window: MainWindow,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    jobs = FakeJobs()
-    monkeypatch.setattr(window, "_owners", lambda: [jobs])
-    monkeypatch.setattr(MainWindow, "_ask_about_jobs", lambda self, j: "cancel")
-    window.close()
-    assert window.isVisible() and not jobs.stopped and not jobs.detached
+def _open_training_tab(qtbot, window: MainWindow) -> TrainingTab:
+    """Click the Training tab's title; the tab once it is shown."""
+    from PySide6.QtCore import Qt
+
+    bar = window.tabs.tabBar()
+    titles = [window.tabs.tabText(i).replace("&", "") for i in range(window.tabs.count())]
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(titles.index("Training")).center())
+    tab = window.training_tab
+    qtbot.waitUntil(tab.isVisible, timeout=5000)
+    return tab
 
 
-def test_close_with_running_job_stop_waits_for_it(qtbot, window: MainWindow,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    jobs = FakeJobs()
-    monkeypatch.setattr(window, "_owners", lambda: [jobs])
-    monkeypatch.setattr(MainWindow, "_ask_about_jobs", lambda self, j: "stop")
-    with qtbot.waitSignal(window.closed, timeout=10000):
-        window.close()
-    assert jobs.stopped and not jobs.running
-    qtbot.waitUntil(lambda: not window.isVisible(), timeout=5000)
+def _start_training(qtbot, tab: TrainingTab, out: Path) -> None:
+    """Start a long run on the demo model with the Start button; back once it logged a step."""
+    qtbot.waitUntil(lambda: tab.form.schema is not None, timeout=120000)
+    set_arg(tab, "output_dir", str(out))
+    set_arg(tab, "max_steps", "100000")
+    set_arg(tab, "save_steps", "100000")
+    set_arg(tab, "logging_steps", "1")
+    click(qtbot, tab.btn["Start"])
+    assert tab.job.run is not None, tab.status.text()
+    qtbot.waitUntil(lambda: len(tab.job.records) > 0, timeout=180000)
 
 
-def test_close_with_running_job_leave_detaches(qtbot, window: MainWindow,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    jobs = FakeJobs()
-    monkeypatch.setattr(window, "_owners", lambda: [jobs])
-    monkeypatch.setattr(MainWindow, "_ask_about_jobs", lambda self, j: "leave")
-    with qtbot.waitSignal(window.closed, timeout=5000):
-        window.close()
-    assert jobs.detached and not jobs.stopped
+@pytest.mark.usefixtures("demo_model")
+def test_close_choices_leave_running_restart_reattach_stop(qtbot, tmp_path: Path) -> None:
+    """Cancel keeps the window and the run; "Leave running and quit" closes it with the run going;
+    the next window follows that run again; "Stop and quit" there stops it with a checkpoint and
+    closes once it ended. Every choice is a click on the real dialog's button."""
+    first = MainWindow(create_services())
+    qtbot.addWidget(first)
+    first.show()
+    _start_training(qtbot, _open_training_tab(qtbot, first), tmp_path / "out")
+    run = first.training_tab.job.run
+    assert run is not None
+
+    answer = answer_dialog(qtbot, "Cancel")
+    first.close()
+    assert answer.clicked, "no close dialog was shown"
+    assert "1 job(s) are still running" in answer.text and "training run" in answer.text
+    assert first.isVisible() and run.processes_alive()
+
+    answer = answer_dialog(qtbot, "Leave running and quit")
+    with qtbot.waitSignal(first.closed, timeout=30000):
+        first.close()
+    assert answer.clicked and not first.isVisible()
+    assert run.processes_alive() and run.status().state == "running"
+
+    # The next start of the app follows the run: its curve so far, then new steps.
+    second = MainWindow(create_services())
+    qtbot.addWidget(second)
+    second.show()
+    tab = _open_training_tab(qtbot, second)
+    qtbot.waitUntil(lambda: tab.job.run == run and tab.job.attached, timeout=30000)
+    assert tab.chart.point_count() > 0
+    seen = len(tab.job.records)
+    qtbot.waitUntil(lambda: len(tab.job.records) > seen, timeout=60000)
+    # The status bar says a job runs, as it does for a run this window started.
+    qtbot.waitUntil(lambda: "1 job(s) running" in [label.text() for label in
+                                                   second.statusBar().findChildren(QLabel)], timeout=5000)
+
+    answer = answer_dialog(qtbot, "Stop and quit")
+    with qtbot.waitSignal(second.closed, timeout=180000):
+        second.close()
+    assert answer.clicked
+    qtbot.waitUntil(lambda: not second.isVisible(), timeout=10000)
+    assert tab.status.text().startswith("Stopped at step"), tab.status.text()
+    status = run.status()
+    assert status.state == "stopped", status
+    assert not run.processes_alive()
+    checkpoint = run.latest_checkpoint()
+    assert checkpoint is not None and checkpoint_complete(checkpoint)
 
 
 def test_training_output_opens_in_the_runner(qtbot, window: MainWindow, tmp_path) -> None:
@@ -142,10 +167,8 @@ def _click_menu_item(qtbot, window: MainWindow, menu_title: str, item: str) -> N
     qtbot.mouseClick(menu, Qt.MouseButton.LeftButton, pos=menu.actionGeometry(entry).center())
 
 
-def test_every_menu_item_and_shortcut_by_click(qtbot, window: MainWindow,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_menu_item_and_shortcut_by_click(qtbot, window: MainWindow) -> None:
     from PySide6.QtCore import Qt
-    from PySide6.QtWidgets import QMessageBox
 
     window.activateWindow()
     for index, name in enumerate(("Devices", "Model runner", "Training", "Environment")):
@@ -154,10 +177,10 @@ def test_every_menu_item_and_shortcut_by_click(qtbot, window: MainWindow,
     for index in (3, 2, 1, 0):
         qtbot.keyClick(window, getattr(Qt.Key, f"Key_{index + 1}"), Qt.KeyboardModifier.ControlModifier)
         qtbot.waitUntil(lambda i=index: window.tabs.currentIndex() == i, timeout=3000)
-    shown: list[str] = []
-    monkeypatch.setattr(QMessageBox, "about", staticmethod(lambda _p, title, text: shown.append(title)))
+    answer = answer_dialog(qtbot, "OK")
     _click_menu_item(qtbot, window, "Help", "About gaudi-gui")
-    qtbot.waitUntil(lambda: bool(shown), timeout=3000)
+    qtbot.waitUntil(lambda: answer.clicked, timeout=5000)
+    assert "gaudi-gui" in answer.text
     _click_menu_item(qtbot, window, "File", "Quit")
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=5000)
 

@@ -1,6 +1,7 @@
 """The Training tab over a long run history with a few damaged folders: re-attach at start goes past
 them, the Runs table lists every row it shows with the damaged runs' problems on their own rows, and
 Clone on a damaged run says what is wrong at the tab instead of raising in a slot."""
+# mypy: disable-error-code="union-attr"
 
 from __future__ import annotations
 

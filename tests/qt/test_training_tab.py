@@ -1,5 +1,6 @@
 """The Training tab driven by clicks: form, Validate, Start → Stop → Resume on a real model whose
-checkpoint takes >10 s to write, history, detach and re-attach, Stop before the launcher starts."""
+checkpoint takes >10 s to write, history, Stop before the launcher starts. (Leave running → restart →
+re-attach goes through the window's close dialog: tests/qt/test_main_window.py.)"""
 # mypy: disable-error-code="union-attr"
 
 from __future__ import annotations
@@ -13,22 +14,15 @@ from pathlib import Path
 
 import psutil
 import pytest
-from PySide6.QtCore import Qt
 
 from gaudi_gui.app import create_services
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.proctree import ProcessRef
 from gaudi_gui.core.runstore import Run, RunStore, checkpoint_complete
-from gaudi_gui.services.training import TrainingService
 from gaudi_gui.services.training_job import TrainingJob
 from gaudi_gui.ui.log_view import LogView
 from gaudi_gui.ui.training_tab import TrainingTab
-from tests.conftest import slow_disk_env
-
-
-def click(qtbot, button) -> None:
-    assert button.isEnabled(), f"{button.text()} is disabled"
-    qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
+from tests.helpers import click, set_arg, slow_disk_env
 
 
 def _end_all(qtbot, services) -> None:
@@ -56,10 +50,6 @@ def tab(qtbot, tmp_path: Path):
     yield w
     _end_all(qtbot, services)
     w.shutdown()
-
-
-def set_arg(tab: TrainingTab, name: str, text: str) -> None:
-    tab.form.editors[name].editor.setText(text)  # type: ignore[attr-defined]
 
 
 def test_form_validate_by_click_and_save_load(qtbot, tab: TrainingTab, tmp_path: Path) -> None:
@@ -248,39 +238,6 @@ def test_stop_before_the_launcher_started(qtbot, tab: TrainingTab, tmp_path: Pat
     assert tab.status.text() == "Stopped before training began — nothing to save"
     assert os.getpgrp() == pgid  # we are alive: our own group was never signalled
     assert job.run is not None and not job.run.processes_alive()
-
-
-@pytest.mark.usefixtures("demo_model")
-def test_detach_then_reattach_and_stop_by_click(qtbot, tab: TrainingTab, tmp_path: Path) -> None:
-    set_arg(tab, "output_dir", str(tmp_path / "out"))
-    set_arg(tab, "max_steps", "100000")
-    set_arg(tab, "save_steps", "100000")
-    set_arg(tab, "logging_steps", "5")
-    click(qtbot, tab.btn["Start"])
-    job = tab.job
-    run = job.run
-    assert run is not None
-    qtbot.waitUntil(lambda: len(job.records) > 0, timeout=120000)
-    services = tab.services
-    assert services.training.active_jobs() and "training run" in services.training.active_jobs()[0]
-    assert services.training.detach_jobs() == [str(run.folder)]
-    # Next start of the app: a new supervisor re-attaches from the settings and follows the files.
-    training2 = TrainingService(services.settings, services.selection, services.environment)
-    training2.store = RunStore(tmp_path / "runs")
-    services.training = training2
-    second = TrainingTab(services)
-    qtbot.addWidget(second)
-    assert second.job.attached and second.job.run == run
-    assert second.chart.point_count() > 0  # looks like the live run: its curve so far
-    seen = len(second.job.records)
-    qtbot.waitUntil(lambda: len(second.job.records) > seen, timeout=60000)
-    with qtbot.waitSignal(second.job.finished, timeout=90000) as blocker:
-        click(qtbot, second.btn["Stop"])
-    assert blocker.args[1] == "stopped", second.status.text()
-    assert second.status.text().startswith("Stopped at step")
-    assert run.latest_checkpoint() is not None
-    job.shutdown()
-    second.shutdown()
 
 
 def test_reattach_refuses_a_recycled_pid(qtbot, tmp_path: Path) -> None:

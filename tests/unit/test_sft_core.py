@@ -54,6 +54,49 @@ def test_alpaca_template_and_sharegpt_rows() -> None:
         sft.to_messages([{"speaker": "x"}], "c")
 
 
+def _pc_job(tmp_path: Path, rows: list[dict[str, object]], prompt: str) -> JobConfig:
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    job = JobConfig(training_args={"output_dir": str(tmp_path / "out")})
+    job.dataset.source, job.dataset.kind = str(path), "prompt_completion"
+    job.dataset.columns = {"prompt": prompt, "completion": "answer"}
+    return job
+
+
+def _mapping_problems(job: JobConfig) -> dict[str, str]:
+    return {f: m for f, m in job.validate() if f.startswith("dataset.")}
+
+
+def test_a_template_is_refused_unless_it_renders_every_preview_row(tmp_path: Path) -> None:
+    rows: list[dict[str, object]] = [{"prompt": "Sky?", "answer": "Blue."},
+                                     {"prompt": "Grass?", "answer": "Green."}]
+    nested = "Q: {prompt!r:>{width}}"
+    at_prompt = "dataset.columns.prompt"
+    # A nested format field reads a column too: refused naming it (the worker failed with KeyError).
+    assert sft.columns_used(nested) == ["prompt", "width"]
+    problems = _mapping_problems(_pc_job(tmp_path, rows, nested))
+    assert list(problems) == [at_prompt] and "no column 'width'" in problems[at_prompt]
+    # With the column there, every row renders as the worker renders it (the same function).
+    wide = [{**r, "width": 8} for r in rows]
+    assert _mapping_problems(_pc_job(tmp_path, wide, nested)) == {}
+    mapping = {"prompt": nested, "completion": "answer"}
+    assert sft.to_sft_row("prompt_completion", mapping, wide[0], chat=False)["prompt"] == "Q:   'Sky?'"
+    # A row whose value the template cannot take: refused at the field, naming the row.
+    bad: list[dict[str, object]] = [*wide, {"prompt": "Snow?", "answer": "White.", "width": "wide"}]
+    assert _mapping_problems(_pc_job(tmp_path, bad, nested))[at_prompt].startswith("row 3 of the file: ")
+    assert "Unknown format code 'd'" in _mapping_problems(_pc_job(tmp_path, rows, "{prompt:d}"))[at_prompt]
+    # A column holding a list where the template wants text.
+    listed: list[dict[str, object]] = [*rows, {"prompt": ["a", "b"], "answer": "c"}]
+    assert "row 3 of the file" in _mapping_problems(_pc_job(tmp_path, listed, "Q: {prompt}"))[at_prompt]
+    # Attribute or item lookups are never columns.
+    for spec in ("{prompt.upper}", "{prompt[0]}", "{}"):
+        assert "is not a column name" in _mapping_problems(_pc_job(tmp_path, rows, spec))[at_prompt]
+    # The worker's own render says which template and value, never a bare KeyError or ValueError.
+    with pytest.raises(sft.MappingError, match="cannot be filled"):
+        sft.render("{prompt:>{width}}", {"prompt": "x", "width": "wide"}, "prompt")
+    assert sft.check_rows("prompt_completion", {"prompt": "prompt", "completion": "answer"}, rows) == []
+
+
 def test_eval_split_checks(tmp_path: Path) -> None:
     assert sft.check_eval({"fraction": 0.2}) == []
     assert "between 0 and 1" in dict(sft.check_eval({"fraction": 1.5}))["dataset.eval.fraction"]

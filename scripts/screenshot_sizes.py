@@ -1,0 +1,117 @@
+"""``python scripts/screenshot_sizes.py [OUTDIR] [WxH ...]``: the Devices and Training tabs at small
+window sizes (default 1280x800 and 1024x700), to check that every chart stays readable there.
+
+Made by clicking, like ``screenshots.py``: the app's poller runs the fake ``hl-smi`` replaying recorded
+output of 8 Gaudi cards, the builtin demo model trains for a few dozen steps after a click on Start,
+and once it has finished each size is shot on both tabs, selected by clicking the tab bar. Files:
+OUTDIR/devices-WxH.png and OUTDIR/training-WxH.png (default OUTDIR: docs/).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from screenshots import _choose_platform, _fake_hl_smi  # noqa: E402
+
+SIZES = ((1280, 800), (1024, 700))
+#: Tab indexes in the main window.
+DEVICES, TRAINING = 0, 2
+#: Longest wait for the demo run before giving up (ms).
+RUN_TIMEOUT_MS = 300_000
+
+
+def _size(text: str) -> tuple[int, int]:
+    width, _x, height = text.lower().partition("x")
+    if not (width.isdigit() and height.isdigit()):
+        print(f"screenshot_sizes: {text!r} is not a size like 1024x700", file=sys.stderr)
+        sys.exit(2)
+    return int(width), int(height)
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[1] if len(argv) > 1 else "docs")
+    sizes = [_size(a) for a in argv[2:]] or list(SIZES)
+    out.mkdir(parents=True, exist_ok=True)
+    _choose_platform()
+    home = Path(tempfile.mkdtemp(prefix="gaudi-gui-shots-"))
+    os.environ["GAUDI_GUI_HOME"] = str(home)
+    os.environ["GAUDI_GUI_HL_SMI"] = str(_fake_hl_smi(home))
+    os.environ.setdefault("FAKE_HLSMI_PERIOD", "0.5")
+    from PySide6.QtCore import QPoint, Qt, QTimer
+    from PySide6.QtTest import QTest
+    from shot import open_window, run
+
+    app, services, window = open_window(TRAINING, *sizes[0])
+    tab = window.training_tab
+    saved: list[Path] = []
+
+    def click(widget: object, pos: QPoint | None = None) -> None:
+        QTest.mouseClick(widget, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier,  # type: ignore[arg-type]
+                         pos if pos is not None else QPoint(8, 8))
+
+    def click_tab(index: int) -> None:
+        bar = window.tabs.tabBar()
+        click(bar, bar.tabRect(index).center())
+
+    def start(_schema: object) -> None:
+        for name, value in (("output_dir", str(home / "out")), ("max_steps", "60"), ("save_steps", "1000"),
+                            ("logging_steps", "1"), ("learning_rate", "0.002"), ("warmup_steps", "5")):
+            tab.form.editors[name].editor.setText(value)  # type: ignore[attr-defined]
+        click(tab.btn["Start"])
+        # The start may wait for the health check of the cards: watch for the run to be going.
+        watch.start(200)
+
+    def started() -> None:
+        if tab.job.is_running():
+            watch.stop()
+            tab.job.finished.connect(lambda *_a: QTimer.singleShot(1000, lambda: shoot(0)))
+
+    def shoot(n: int) -> None:
+        if n >= 2 * len(sizes):
+            window.close()
+            return
+        (width, height), index = sizes[n // 2], (DEVICES, TRAINING)[n % 2]
+        window.resize(width, height)
+        click_tab(index)
+
+        def grab() -> None:
+            if window.size().toTuple() != (width, height):
+                print(f"screenshot_sizes: the window is {window.width()}x{window.height()}, not "
+                      f"{width}x{height}", file=sys.stderr)
+            name = "devices" if index == DEVICES else "training"
+            path = out / f"{name}-{width}x{height}.png"
+            if window.grab().save(str(path)):
+                saved.append(path)
+            else:
+                print(f"screenshot_sizes: could not write {path}", file=sys.stderr)
+            shoot(n + 1)
+
+        # Let the layout settle and each chart redraw (one chart per 125 ms tick) before grabbing.
+        QTimer.singleShot(1000, grab)
+
+    watch = QTimer(window)
+    watch.timeout.connect(started)
+    tab.schema_loader.schema_loaded.connect(start)
+    services.poller.start()
+
+    def give_up() -> None:
+        print(f"screenshot_sizes: no finished run after {RUN_TIMEOUT_MS} ms: {tab.status.text()}",
+              file=sys.stderr)
+        window.close()
+
+    QTimer.singleShot(RUN_TIMEOUT_MS, give_up)
+    run(app)
+    shutil.rmtree(home, ignore_errors=True)
+    for path in saved:
+        print(path)
+    return 0 if len(saved) == 2 * len(sizes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
