@@ -206,13 +206,6 @@ class ProcessTree:
                     out.append(proc)
         return out
 
-    def wait_gone(self, timeout: float) -> list[psutil.Process]:
-        """Wait up to ``timeout`` seconds for the recorded descendants to end; those still running."""
-        import psutil
-
-        _gone, alive = psutil.wait_procs(self.alive(), timeout=timeout)
-        return alive
-
     def _killpg(self, sig: int) -> None:
         if self.pid <= 1 or self.pid == os.getpgrp():
             return  # never our own group (or init's)
