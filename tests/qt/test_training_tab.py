@@ -52,6 +52,15 @@ def tab(qtbot, tmp_path: Path):
     w.shutdown()
 
 
+def click_history(qtbot, tab: TrainingTab, name: str) -> None:
+    """Click the Runs page's title (the history sits behind the live Run page), then its button."""
+    if tab.views.currentWidget() is not tab.runs:
+        bar = tab.views.tabBar()
+        click(qtbot, bar, bar.tabRect(tab.views.indexOf(tab.runs)).center())
+        qtbot.waitUntil(lambda: tab.views.currentWidget() is tab.runs, timeout=5000)
+    click(qtbot, tab.runs.buttons[name])
+
+
 def test_form_validate_by_click_and_save_load(qtbot, tab: TrainingTab, tmp_path: Path) -> None:
     assert len(tab.form.editors) > 100
     assert "accelerate" in tab.command.toPlainText() and "--config_file" in tab.command.toPlainText()
@@ -171,21 +180,21 @@ def test_demo_run_end_to_end_and_history_by_clicks(qtbot, tab: TrainingTab, tmp_
     run = job.run
     # History, by clicks: Reopen clears, then shows the run; Compare; Load in runner; Clone.
     tab.runs.select_row(0)
-    click(qtbot, tab.runs.buttons["Reopen"])
+    click_history(qtbot, tab, "Reopen")
     assert tab.chart.point_count() == 8 and tab.eta.text() == "step 8/8"
-    click(qtbot, tab.runs.buttons["Compare"])
+    click_history(qtbot, tab, "Compare")
     assert len(tab.chart._overlays) == 1 and tab.chart.point_count() == 0 and tab.eta.text() == ""
     with qtbot.waitSignal(tab.load_in_runner_requested, timeout=2000) as loaded:
-        click(qtbot, tab.runs.buttons["Try in runner"])
+        click_history(qtbot, tab, "Try in runner")
     assert Path(loaded.args[0]).name == "final"
     set_arg(tab, "max_steps", "3")
-    click(qtbot, tab.runs.buttons["Clone"])
+    click_history(qtbot, tab, "Clone")
     cloned, _errors = tab.form.job()
     assert cloned.training_args["max_steps"] == 8
     # Only what the user set: not what the launcher added for the CPU.
     assert "use_cpu" not in cloned.training_args and "ddp_backend" not in cloned.training_args
     assert json.loads((run.folder / "config.json").read_text())["training_args"]["use_cpu"] is True
-    click(qtbot, tab.runs.buttons["Refresh"])
+    click_history(qtbot, tab, "Refresh")
     assert tab.runs.table.rowCount() == 1
     # A run folder holds no secret and is private.
     assert oct(run.folder.stat().st_mode & 0o777) == "0o700"
@@ -220,7 +229,7 @@ def test_stop_then_kill_now_while_saving_leaves_no_checkpoint_to_resume(
     assert job.run.latest_checkpoint() is None
     tab.runs.refresh()
     tab.runs.select_row(0)
-    click(qtbot, tab.runs.buttons["Resume"])
+    click_history(qtbot, tab, "Resume")
     assert tab.status.text().endswith("has no complete checkpoint to resume from")
 
 
