@@ -280,3 +280,22 @@ def run_history(root: Path, count: int) -> list[str]:
     (cut / "status.json").write_text('{"state": "finished", "st')
     (noevents / "events.jsonl").unlink()
     return sorted(names, reverse=True)
+
+
+def sick_server_env(root: Path) -> dict[str, str]:
+    """Build the doctor's fixture sysfs / proc / dev under ``root`` for the fake hl-smi's sick 8-card
+    server (card 1 ports down, 2 double-bit ECC, 3 at 0 C, 5 power slowdown; card 6 held by pid 4242,
+    all habanalabs modules loaded) and return the env that points the doctor and hl-smi at it."""
+    sysfs, proc, dev = root / "sys", root / "proc", root / "dev"
+    (dev / "accel").mkdir(parents=True)
+    for i in range(8):
+        (dev / "accel" / f"accel{i}").touch()
+        status = sysfs / "class" / "accel" / f"accel{i}" / "device" / "status"
+        status.parent.mkdir(parents=True)
+        status.write_text("operational\n")
+    (proc / "4242" / "fd").mkdir(parents=True)
+    (proc / "4242" / "fd" / "7").symlink_to(dev / "accel" / "accel6")
+    (proc / "modules").write_text("".join(f"{m} 1 0 - Live 0x0\n" for m in (
+        "habanalabs", "habanalabs_cn", "habanalabs_en", "habanalabs_ib")))
+    return {"FAKE_HLSMI_MODE": "sick", "GAUDI_GUI_DOCTOR_SYSFS": str(sysfs),
+            "GAUDI_GUI_DOCTOR_PROC": str(proc), "GAUDI_GUI_DOCTOR_DEV": str(dev)}

@@ -11,28 +11,19 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import sick_server_env
+
 
 def doctor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gaudi_gui", "doctor", *args], capture_output=True,
                           text=True, timeout=120, env=env)
 
 
+
 @pytest.fixture
 def sick_server(fake_hl_smi: Path, tmp_path: Path) -> dict[str, str]:
     """Env for a sick 8-card server: all modules loaded, 8 nodes, card 6 held by pid 4242."""
-    sysfs, proc, dev = tmp_path / "sys", tmp_path / "proc", tmp_path / "dev"
-    (dev / "accel").mkdir(parents=True)
-    for i in range(8):
-        (dev / "accel" / f"accel{i}").touch()
-        status = sysfs / "class" / "accel" / f"accel{i}" / "device" / "status"
-        status.parent.mkdir(parents=True)
-        status.write_text("operational\n")
-    (proc / "4242" / "fd").mkdir(parents=True)
-    (proc / "4242" / "fd" / "7").symlink_to(dev / "accel" / "accel6")
-    (proc / "modules").write_text("".join(f"{m} 1 0 - Live 0x0\n" for m in (
-        "habanalabs", "habanalabs_cn", "habanalabs_en", "habanalabs_ib")))
-    return dict(os.environ, FAKE_HLSMI_MODE="sick", GAUDI_GUI_DOCTOR_SYSFS=str(sysfs),
-                GAUDI_GUI_DOCTOR_PROC=str(proc), GAUDI_GUI_DOCTOR_DEV=str(dev))
+    return dict(os.environ, **sick_server_env(tmp_path))
 
 
 def test_sick_server_names_each_sick_card_with_its_fix(sick_server: dict[str, str]) -> None:

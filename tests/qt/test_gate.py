@@ -20,7 +20,7 @@ from gaudi_gui.ui.device_table import COLUMNS
 from gaudi_gui.ui.devices_tab import DevicesTab
 from gaudi_gui.ui.runner_tab import RunnerTab
 from gaudi_gui.ui.training_tab import TrainingTab
-from tests.helpers import click, close_training_tab, end_training_tab, set_arg, training_tab
+from tests.helpers import click, close_training_tab, end_training_tab, set_arg, sick_server_env, training_tab
 from tests.remote.conftest import SshHost, ssh_host  # noqa: F401 (the host that stops answering)
 
 CHECK_MS = 90_000  # the doctor child on 2 loaded cores (about 1 s when idle)
@@ -29,21 +29,8 @@ RUN_MS = 240_000
 
 @pytest.fixture
 def sick_server(fake_hl_smi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    sysfs, proc, dev = tmp_path / "sys", tmp_path / "proc", tmp_path / "dev"
-    (dev / "accel").mkdir(parents=True)
-    for i in range(8):
-        (dev / "accel" / f"accel{i}").touch()
-        status = sysfs / "class" / "accel" / f"accel{i}" / "device" / "status"
-        status.parent.mkdir(parents=True)
-        status.write_text("operational\n")
-    (proc / "4242" / "fd").mkdir(parents=True)
-    (proc / "4242" / "fd" / "7").symlink_to(dev / "accel" / "accel6")
-    (proc / "modules").write_text("".join(f"{m} 1 0 - Live 0x0\n" for m in (
-        "habanalabs", "habanalabs_cn", "habanalabs_en", "habanalabs_ib")))
     # A driver in the compatibility table: the only warnings left are the cards' own.
-    for key, value in {"FAKE_HLSMI_MODE": "sick", "FAKE_HLSMI_DRIVER": "1.23.0",
-                       "GAUDI_GUI_DOCTOR_SYSFS": str(sysfs), "GAUDI_GUI_DOCTOR_PROC": str(proc),
-                       "GAUDI_GUI_DOCTOR_DEV": str(dev)}.items():
+    for key, value in {**sick_server_env(tmp_path), "FAKE_HLSMI_DRIVER": "1.23.0"}.items():
         monkeypatch.setenv(key, value)
     return fake_hl_smi
 

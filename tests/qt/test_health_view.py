@@ -23,28 +23,17 @@ from gaudi_gui.services.notifier import Notifier
 from gaudi_gui.ui.health_view import CARD, CHECK, FIX, SEEN, SEVERITY, HealthView
 from gaudi_gui.ui.hosts_tab import HEALTH
 from gaudi_gui.ui.main_window import MainWindow
+from tests.helpers import sick_server_env
 
 DOCTOR_S = 90_000  # ms: the doctor child on 2 loaded cores (about 2 s when idle)
+
 
 
 @pytest.fixture
 def sick_server(fake_hl_smi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The sick 8-card server of tests/integration/test_doctor_cli.py, for every child of the test."""
-    sysfs, proc, dev = tmp_path / "sys", tmp_path / "proc", tmp_path / "dev"
-    (dev / "accel").mkdir(parents=True)
-    for i in range(8):
-        (dev / "accel" / f"accel{i}").touch()
-        status = sysfs / "class" / "accel" / f"accel{i}" / "device" / "status"
-        status.parent.mkdir(parents=True)
-        status.write_text("operational\n")
-    (proc / "4242" / "fd").mkdir(parents=True)
-    (proc / "4242" / "fd" / "7").symlink_to(dev / "accel" / "accel6")
-    (proc / "modules").write_text("".join(f"{m} 1 0 - Live 0x0\n" for m in (
-        "habanalabs", "habanalabs_cn", "habanalabs_en", "habanalabs_ib")))
-    monkeypatch.setenv("FAKE_HLSMI_MODE", "sick")
-    monkeypatch.setenv("GAUDI_GUI_DOCTOR_SYSFS", str(sysfs))
-    monkeypatch.setenv("GAUDI_GUI_DOCTOR_PROC", str(proc))
-    monkeypatch.setenv("GAUDI_GUI_DOCTOR_DEV", str(dev))
+    for key, value in sick_server_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
     return fake_hl_smi
 
 

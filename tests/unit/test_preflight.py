@@ -16,29 +16,18 @@ from gaudi_gui.core import preflight, slurm
 from gaudi_gui.core.health import Finding, HostHealth, Report
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.preflight import Plan, Target
+from tests.helpers import sick_server_env
 
 CARDS = tuple({"index": i, "module_id": i, "bus_id": f"0000:{0x19 + i:02x}:00.0", "name": "HL-225"}
               for i in range(8))
+
 
 
 @pytest.fixture
 def sick_server(fake_hl_smi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """The fake hl-smi's sick 8-card server (card 1 ports down, 2 double-bit ECC, 3 at 0 C, 5 power
     slowdown) with card 6 held by pid 4242 through a fixture /proc, for this test and its children."""
-    sysfs, proc, dev = tmp_path / "sys", tmp_path / "proc", tmp_path / "dev"
-    (dev / "accel").mkdir(parents=True)
-    for i in range(8):
-        (dev / "accel" / f"accel{i}").touch()
-        status = sysfs / "class" / "accel" / f"accel{i}" / "device" / "status"
-        status.parent.mkdir(parents=True)
-        status.write_text("operational\n")
-    (proc / "4242" / "fd").mkdir(parents=True)
-    (proc / "4242" / "fd" / "7").symlink_to(dev / "accel" / "accel6")
-    (proc / "modules").write_text("".join(f"{m} 1 0 - Live 0x0\n" for m in (
-        "habanalabs", "habanalabs_cn", "habanalabs_en", "habanalabs_ib")))
-    for key, value in {"FAKE_HLSMI_MODE": "sick", "FAKE_HLSMI_DRIVER": "1.23.0",
-                       "GAUDI_GUI_DOCTOR_SYSFS": str(sysfs), "GAUDI_GUI_DOCTOR_PROC": str(proc),
-                       "GAUDI_GUI_DOCTOR_DEV": str(dev)}.items():
+    for key, value in {**sick_server_env(tmp_path), "FAKE_HLSMI_DRIVER": "1.23.0"}.items():
         monkeypatch.setenv(key, value)
     return fake_hl_smi
 
