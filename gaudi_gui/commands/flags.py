@@ -64,12 +64,12 @@ RULES: tuple[Rule, ...] = (
       for flag in ("--temperature", "--top-p", "--top-k")),
     Rule("generate", "--system", needs=("--chat",), why="a system prompt goes into the chat template"),
     # hosts: one action at a time, and each action's own options
-    Rule("hosts", "--host", never=True,
-         why="hosts manages this machine's list; --add, --remove or --setup name the host"),
+    Rule("hosts", "--host", excludes=("--add", "--remove", "--setup"),
+         why="--host checks one host of the list; --add, --remove and --setup name their own host"),
     Rule("hosts", "--add", excludes=("--remove", "--setup"), why="one action at a time"),
     Rule("hosts", "--remove", excludes=("--setup",), why="one action at a time"),
-    Rule("hosts", "--remote-command", needs=("--add", "--setup"),
-         why="it is saved with the host --add saves, or used by --setup"),
+    Rule("hosts", "--remote-command", needs=("--add", "--setup", "--host"),
+         why="it is saved with the host --add saves, or used by --setup or to check --host"),
     Rule("hosts", "--hl-smi", needs=("--add",), why="it is saved with the host"),
     *(Rule("hosts", flag, needs=("--setup",), why="it is a --setup option")
       for flag in ("--venv", "--python", "--no-deps")),

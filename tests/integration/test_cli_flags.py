@@ -191,7 +191,7 @@ PAIRS: list[tuple[list[str], str]] = [
     (["hosts", "--venv", "/v"], "--venv needs --setup"),
     (["hosts", "--no-deps", "--add", "gg-a"], "--no-deps needs --setup"),
     (["hosts", "--add", "gg-a", "--json"], "--json cannot go with --add"),
-    (["hosts", "--host", "gg-a"], "hosts takes no --host"),
+    (["hosts", "--host", "gg-a", "--add", "gg-b"], "--host cannot go with --add"),
     (["doctor", "--host", "gg-a", "--hosts", "gg-b,gg-c"], "not both"),
     (["doctor", "--smoke-timeout", "5"], "--smoke-timeout needs --smoke"),
     (["ls", "--hf-cache", "/tmp"], "--hf-cache cannot go with PATH"),

@@ -234,3 +234,26 @@ def test_every_panel_button_is_a_real_button(form: TrainingForm) -> None:
     buttons = {b.text() for b in form.findChildren(QAbstractButton)
                if any(b is w for w in vars(panel).values())}
     assert buttons == {"Render preview", "loss on answers only"}
+
+
+def test_a_template_that_does_not_render_every_preview_row_is_refused_at_its_field(
+        qtbot, form: TrainingForm, tmp_path: Path) -> None:
+    """The preview rows are rendered with the worker's own function as the user types: a nested format
+    field naming a column the file lacks, or a format code the text does not take, is marked at the
+    prompt field with the reason, and the render child never starts."""
+    panel = form.dataset_panel
+    type_into(qtbot, form.dataset, str(write_jsonl(tmp_path / "alpaca.jsonl", ALPACA)))
+    choose(qtbot, panel.kind, "prompt_completion")
+    prompt = panel.column_boxes["prompt"]
+    for template, reason in (("{instruction!r:>{width}}", "no column 'width'"),
+                             ("{instruction:d}", "Unknown format code 'd'"),
+                             ("{instruction.upper}", "is not a column name")):
+        type_into(qtbot, prompt, template)
+        click(qtbot, panel.render_button)
+        qtbot.waitUntil(lambda: flagged(prompt))
+        assert reason in prompt.toolTip() and reason in panel.render_status.text(), prompt.toolTip()
+        assert not form.renderer.is_running() and panel.render_button.isEnabled()
+    # Every preview row renders: the field is clear again.
+    type_into(qtbot, prompt, "Q: {instruction!r:>12} {input}")
+    _job, problems = form.check()
+    assert problems == [] and not flagged(prompt)
