@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from gaudi_gui.core.remote import LOCAL, Host, HostError, remote_line, ssh_base
+from gaudi_gui.core.slurm import SlurmTarget
 
 Kind = Literal["local", "host", "hosts", "slurm"]
 KINDS: tuple[Kind, ...] = ("local", "host", "hosts", "slurm")
@@ -131,6 +132,10 @@ class Placement:
         if self.kind == "hosts":
             return ", ".join(h.name for h in self.hosts)
         return KIND_LABELS[self.kind]
+
+    def slurm_target(self) -> SlurmTarget:
+        """The sbatch options and login host of a "slurm" placement (defaults for the others)."""
+        return SlurmTarget.from_record(dict(self.slurm))
 
     def problems(self) -> list[tuple[str, str]]:
         """(field, message) for the form: "placement", "hosts" or "cards"."""

@@ -22,6 +22,7 @@ Qt-free and torch-free; every word of the script that is not a Slurm variable is
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import re
@@ -29,13 +30,14 @@ import shlex
 import signal
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.remote import LOCAL
 from gaudi_gui.core.runstore import SLURM_INFO, Run
 
 #: What the batch shell traps as "stop with a checkpoint" (``scancel --batch --signal=USR1 JOB``).
@@ -475,3 +477,65 @@ __all__ = [
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+@dataclass
+class SlurmTarget:
+    """Where and how a job goes to Slurm: the sbatch options and the login host's name (``local``:
+    sbatch on this machine)."""
+
+    options: SlurmOptions
+    login: str = LOCAL
+
+    def argv(self, *, runs_dir: str | Path, grace_s: float, resumed_from: str = "") -> list[str]:
+        """``gaudi-gui train`` arguments for this target, the job on stdin."""
+        o = self.options
+        argv = ["train", "--config", "-", "--slurm", "--device", o.device, "--runs-dir", str(runs_dir),
+                "--grace", repr(float(grace_s)), "--nodes", str(o.nodes)]
+        for flag, value in (("--partition", o.partition), ("--time", o.time), ("--account", o.account),
+                            ("--gres", o.gres), ("--node-python", o.python)):
+            if value:
+                argv += [flag, value]
+        if o.cards_per_node:
+            argv += ["--cards-per-node", str(o.cards_per_node)]
+        if self.login and self.login != LOCAL:
+            argv += ["--login", self.login]
+        if resumed_from:
+            argv += ["--resumed-from", resumed_from]
+        return argv
+
+    def script(self, job: JobConfig, runs_root: str | Path) -> str:
+        """The sbatch script as ``train --slurm --print-script`` shows it (the folder is ``<run>``)."""
+        return sbatch_script(slurm_job(job, self.options), Path(runs_root) / "<run>", self.options)
+
+    def problems(self, job: JobConfig) -> list[tuple[str, str]]:
+        return self.options.validate() + slurm_job(job, self.options).validate()
+
+    def to_record(self) -> dict[str, str]:
+        """The options and the login host as strings (a placement's ``slurm`` part)."""
+        return {**{f.name: str(getattr(self.options, f.name)) for f in dataclasses.fields(SlurmOptions)},
+                "login": self.login}
+
+    @classmethod
+    def from_record(cls, data: Mapping[str, Any]) -> SlurmTarget:
+        """The target ``to_record`` wrote; a missing or damaged value takes its default (``validate``
+        then says what is wrong with the rest)."""
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(SlurmOptions):
+            if f.name not in data:
+                continue
+            text = str(data[f.name])
+            if isinstance(f.default, bool):
+                values[f.name] = text.lower() in ("1", "true", "yes")
+            elif isinstance(f.default, int):
+                with contextlib.suppress(ValueError):
+                    values[f.name] = int(text)
+            else:
+                values[f.name] = text
+        return cls(SlurmOptions(**values), str(data.get("login") or LOCAL))
+
+
+def target_with_grace(target: SlurmTarget, grace_s: float) -> SlurmTarget:
+    """``target`` whose time-limit stop comes ``grace_s`` before the limit, as the CLI's --grace sets."""
+    options = SlurmOptions(**{**target.options.__dict__, "stop_before_limit_s": int(grace_s)})
+    return SlurmTarget(options, target.login)

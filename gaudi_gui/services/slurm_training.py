@@ -26,7 +26,6 @@ import shlex
 import signal
 import sys
 from collections import deque
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,52 +37,13 @@ from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.remote import LOCAL, Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.secrets import redact
+from gaudi_gui.core.slurm import SlurmTarget, target_with_grace
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
 from gaudi_gui.services.remote_training import HostedJob
 from gaudi_gui.services.training_job import FOLLOW_MS
 
 SUBMITTED = "submitted batch job "
 RUN_FOLDER = "run folder: "
-
-
-@dataclass
-class SlurmTarget:
-    """Where and how a job goes to Slurm: the sbatch options and the login host's name (``local``:
-    sbatch on this machine)."""
-
-    options: slurm_mod.SlurmOptions
-    login: str = LOCAL
-
-    def argv(self, *, runs_dir: str | Path, grace_s: float, resumed_from: str = "") -> list[str]:
-        """``gaudi-gui train`` arguments for this target, the job on stdin."""
-        o = self.options
-        argv = ["train", "--config", "-", "--slurm", "--device", o.device, "--runs-dir", str(runs_dir),
-                "--grace", repr(float(grace_s)), "--nodes", str(o.nodes)]
-        for flag, value in (("--partition", o.partition), ("--time", o.time), ("--account", o.account),
-                            ("--gres", o.gres), ("--node-python", o.python)):
-            if value:
-                argv += [flag, value]
-        if o.cards_per_node:
-            argv += ["--cards-per-node", str(o.cards_per_node)]
-        if self.login and self.login != LOCAL:
-            argv += ["--login", self.login]
-        if resumed_from:
-            argv += ["--resumed-from", resumed_from]
-        return argv
-
-    def script(self, job: JobConfig, runs_root: str | Path) -> str:
-        """The sbatch script as ``train --slurm --print-script`` shows it (the folder is ``<run>``)."""
-        return slurm_mod.sbatch_script(slurm_mod.slurm_job(job, self.options), Path(runs_root) / "<run>",
-                                       self.options)
-
-    def problems(self, job: JobConfig) -> list[tuple[str, str]]:
-        return self.options.validate() + slurm_mod.slurm_job(job, self.options).validate()
-
-
-def target_with_grace(target: SlurmTarget, grace_s: float) -> SlurmTarget:
-    """``target`` whose time-limit stop comes ``grace_s`` before the limit, as the CLI's --grace sets."""
-    options = slurm_mod.SlurmOptions(**{**target.options.__dict__, "stop_before_limit_s": int(grace_s)})
-    return SlurmTarget(options, target.login)
 
 
 class SlurmTrainingJob(HostedJob):

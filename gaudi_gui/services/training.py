@@ -20,12 +20,14 @@ from gaudi_gui.services.process import delete_when_reaped
 from gaudi_gui.services.training_job import TrainingJob
 
 if TYPE_CHECKING:
+    from gaudi_gui.core.placement import Placement
     from gaudi_gui.core.remote import Host
+    from gaudi_gui.core.slurm import SlurmTarget
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
     from gaudi_gui.services.remote_training import RemoteTrainingJob
     from gaudi_gui.services.settings import Settings
-    from gaudi_gui.services.slurm_training import SlurmTarget, SlurmTrainingJob
+    from gaudi_gui.services.slurm_training import SlurmTrainingJob
 
 
 class TrainingService(QObject):
@@ -109,6 +111,47 @@ class TrainingService(QObject):
             self.selection.claim(self._claim_name(fresh))
         self.current_changed.emit(fresh)
         return run
+
+    def launch(self, job: JobConfig, placement: Placement, *, resumed_from: str = "",
+               main_ip: str = "") -> TrainingJob:
+        """Start ``job`` at ``placement`` as the current job: the one entry for every place (this
+        machine, a host, several hosts, Slurm), each host with the cards the placement chose.
+        ``main_ip``: host 0's address for the others on several hosts (empty: from ``ssh -G``).
+        Refusals raise PrepareError (the form's problems), ValueError, OSError or RuntimeError."""
+        if placement.kind == "slurm":
+            return self.start_slurm(job, placement.slurm_target(), resumed_from=resumed_from)
+        if placement.kind == "hosts":
+            return self.start_multi(list(placement.hosts), job, main_ip=main_ip,
+                                    cards={h.name: placement.cards_of(h.name) for h in placement.hosts})
+        if placement.kind == "host":
+            return self.start_remote(placement.host, job, resumed_from=resumed_from,
+                                     cards=placement.cards_of(placement.host.name))
+        self.start(job, resumed_from=resumed_from)
+        return self.current
+
+    def resume(self, job: TrainingJob) -> TrainingJob:
+        """A new run that resumes the stopped ``job`` from its latest complete checkpoint, where it
+        ran and on the cards it had (its checkpoint was made for them). ValueError when there is
+        none. A run on this machine is resumed from its folder (``start`` with ``resumed_from``)."""
+        from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
+        from gaudi_gui.services.remote_training import RemoteTrainingJob
+        from gaudi_gui.services.slurm_training import SlurmTrainingJob
+        if isinstance(job, RemoteTrainingJob):
+            return self.resume_remote(job)
+        if isinstance(job, SlurmTrainingJob):
+            return self.resume_slurm(job)
+        if isinstance(job, MultiHostTrainingJob):
+            checkpoint = job.checkpoint()
+            if not checkpoint or not job.job_dict:
+                raise ValueError("the run reported no complete checkpoint to resume from")
+            config = JobConfig.from_dict({**job.job_dict, "resume_from_checkpoint": checkpoint})
+            return self.start_multi(list(job.hosts), config, cards=dict(job.cards))
+        if job.run is None or job.run.latest_checkpoint() is None:
+            raise ValueError("the run has no complete checkpoint to resume from")
+        config = job.run.user_job()
+        config.resume_from_checkpoint = "latest"
+        self.start(config, resumed_from=str(job.run.folder))
+        return self.current
 
     def start_remote(self, host: Host, job: JobConfig, *, resumed_from: str = "",
                      cards: Sequence[int] = ()) -> RemoteTrainingJob:

@@ -11,19 +11,15 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
     QFileDialog,
     QGridLayout,
     QHBoxLayout,
     QLabel,
-    QLineEdit,
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
     QScrollArea,
     QSizePolicy,
-    QSpinBox,
     QSplitter,
     QTabWidget,
     QVBoxLayout,
@@ -36,29 +32,24 @@ from gaudi_gui.core import multi_host as multi_mod
 from gaudi_gui.core import paths, visibility
 from gaudi_gui.core import preflight as preflight_mod
 from gaudi_gui.core import remote as remote_mod
-from gaudi_gui.core import slurm as slurm_mod
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
+from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.prepare import PrepareError, preview_command
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.training_args import Schema, hints, latest_cached
 from gaudi_gui.services.context import AppServices
-from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
 from gaudi_gui.services.process import ProcessRunner
 from gaudi_gui.services.remote_training import RemoteTrainingJob
-from gaudi_gui.services.slurm_training import SlurmTarget, SlurmTrainingJob
+from gaudi_gui.services.slurm_training import SlurmTrainingJob
 from gaudi_gui.services.training import TrainingService
 from gaudi_gui.services.training_job import SchemaLoader, TrainingJob
 from gaudi_gui.ui.log_view import LogView
 from gaudi_gui.ui.loss_chart import LossChart
+from gaudi_gui.ui.placement_widget import PlacementWidget
 from gaudi_gui.ui.training_form import TrainingForm
 from gaudi_gui.ui.training_runs import RunsTable
-
-#: The Host combo's entry for one run across several hosts (its item data).
-SEVERAL = "*several*"
-#: The Host combo's entry for a job submitted to Slurm with sbatch (its item data).
-SLURM = "*slurm*"
 
 
 class TrainingTab(QWidget):
@@ -90,12 +81,10 @@ class TrainingTab(QWidget):
         self.command.setReadOnly(True)
         self.command.setMaximumHeight(90)
         self.command.setToolTip("exactly what Start runs: environment variables, then the argv")
-        # Where Start runs: this machine, or a host over SSH (the run then lives there).
-        self.host_combo = QComboBox(self)
-        self.host_combo.setToolTip("where Start runs the job: this machine, or a host over SSH (the run "
-                                   "lives on the host and goes on if the app or the connection ends)")
-        self.host_note = QLabel("", self)
-        self.host_note.setWordWrap(True)
+        # Where Start runs: this machine, a host, several hosts, Slurm (its own widget; its value is a
+        # core.placement.Placement).
+        self.placement = PlacementWidget(services, grace_s=self.training._grace, runs_root=self.store.root,
+                                         device=self.training.device, parent=self)
         # The start gate's answer, under the Host field: why Start was refused and the fix, or the
         # warnings with "Start anyway" (core.preflight; hidden until a check has something to say).
         self.gate_box = QWidget(self)
@@ -114,32 +103,19 @@ class TrainingTab(QWidget):
         self._gate_warned: JobConfig | None = None  # checked, warnings only: "Start anyway" starts it
         self._gate_passed: JobConfig | None = None  # checked: the next start(job) goes ahead
         self._gate_connected = False
-        self._host_tip = self.host_combo.toolTip()
-        # "several hosts…": one run across the checked hosts (machine rank in this order).
-        self.hosts_box = QWidget(self)
-        self.hosts_row = QHBoxLayout(self.hosts_box)
-        self.hosts_row.setContentsMargins(0, 0, 0, 0)
-        self.hosts_row.addWidget(QLabel("Hosts", self.hosts_box))
-        self.hosts_row.addStretch(1)
-        self.host_checks: dict[str, QCheckBox] = {}
-        self.hosts_box.setVisible(False)
-        # "Slurm cluster…": the sbatch options and where sbatch runs.
-        self._make_slurm_box()
+        self.placement.below_host.addWidget(self.gate_box)
         # Each host's live state during a multi-host run ("gg-a (rank 0): running · …").
         self.hosts_line = QLabel("", self)
         self.hosts_line.setWordWrap(True)
         self.hosts_line.setVisible(False)
         # Host 0's address as the others reach it, resolved by `ssh -G` (no connection) for the preview.
         self._addresses: dict[str, str] = {}
-        #: Hosts whose card selection this tab follows (``_host_cards``).
-        self._watched_selections: dict[str, DeviceSelection] = {}
         self._resolving = ""
         self._resolver = ProcessRunner(self, parse_protocol=False, tail_lines=5)
         self._resolver_out: list[str] = []
         self._resolver.line_received.connect(self._on_resolver_line)
         self._resolver.finished.connect(self._on_resolved)
-        self._fill_hosts(str(services.settings.get("training/host") or remote_mod.LOCAL))
-        self.host_combo.currentIndexChanged.connect(lambda _i: self._on_host_changed())
+        self.placement.changed.connect(self._on_placement_changed)
         buttons = QGridLayout()
         self.btn: dict[str, QPushButton] = {}
         for name, handler in (("Copy command", self.copy_command), ("Validate", self.validate),
@@ -180,14 +156,7 @@ class TrainingTab(QWidget):
         right = QWidget(self)
         rl = QVBoxLayout(right)
         rl.setContentsMargins(0, 0, 0, 0)
-        hrow = QHBoxLayout()
-        hrow.addWidget(QLabel("Host", self))
-        hrow.addWidget(self.host_combo, 1)
-        rl.addLayout(hrow)
-        rl.addWidget(self.gate_box)
-        rl.addWidget(self.hosts_box)
-        rl.addWidget(self.slurm_box)
-        rl.addWidget(self.host_note)
+        rl.addWidget(self.placement)
         rl.addWidget(QLabel("Command", self))
         rl.addWidget(self.command)
         rl.addLayout(buttons)
@@ -329,298 +298,45 @@ class TrainingTab(QWidget):
     def device(self) -> str:
         return self.training.device
 
-    # -- host -------------------------------------------------------------------------------------
+    # -- where it runs ----------------------------------------------------------------------------
 
-    def _fill_hosts(self, wanted: str) -> None:
-        """"local" first, then the hosts saved in the Hosts tab; ``wanted`` selected if listed."""
-        saved = remote_mod.saved_hosts()
-        hosts = [remote_mod.Host.local(), *saved]
-        wanted_items = [(h.label, h.name) for h in hosts]
-        # "several hosts…" stays the last entry (End picks it).
-        wanted_items.append(("Slurm cluster…", SLURM))
-        if len(saved) >= 2:
-            wanted_items.append(("several hosts…", SEVERAL))
-        names = [self.host_combo.itemData(i) for i in range(self.host_combo.count())]
-        if names != [n for _l, n in wanted_items]:
-            self.host_combo.blockSignals(True)
-            self.host_combo.clear()
-            for label, name in wanted_items:
-                self.host_combo.addItem(label, name)
-            self.host_combo.blockSignals(False)
-        self._fill_host_checks([h.name for h in saved])
-        self._fill_login_hosts([h.name for h in saved])
-        index = self.host_combo.findData(wanted)
-        self.host_combo.setCurrentIndex(index if index >= 0 else 0)
-        self._update_host_note()
-
-    def _fill_host_checks(self, names: list[str]) -> None:
-        """One check box per saved host, for "several hosts…" (checked: those checked last time)."""
-        if list(self.host_checks) == names:
-            return
-        checked: list[str] = []
-        with contextlib.suppress(Exception):
-            checked = [str(n) for n in self.services.settings.get("training/multi_hosts") or []]
-        for box in self.host_checks.values():
-            self.hosts_row.removeWidget(box)
-            box.deleteLater()
-        self.host_checks = {}
-        for name in names:
-            box = QCheckBox(name, self.hosts_box)
-            box.setChecked(name in checked)
-            box.setToolTip("machine rank = position among the checked hosts; the first checked is the "
-                           "main process")
-            box.toggled.connect(lambda _on: self._on_host_checks_changed())
-            self.hosts_row.insertWidget(self.hosts_row.count() - 1, box)  # before the stretch
-            self.host_checks[name] = box
-
-    def multi_selected(self) -> bool:
-        return self.host_combo.currentData() == SEVERAL
-
-    # -- Slurm ------------------------------------------------------------------------------------
-
-    def _make_slurm_box(self) -> None:
-        """The fields of "Slurm cluster…" (two short rows), filled from the last ones used."""
-        box = self.slurm_box = QWidget(self)
-        grid = QGridLayout(box)
-        grid.setContentsMargins(0, 0, 0, 0)
-        self.slurm_nodes = QSpinBox(box)
-        self.slurm_nodes.setRange(1, 4096)
-        self.slurm_nodes.setToolTip("nodes (machines) for the job: one task per node runs accelerate's "
-                                    "multi-node launch")
-        self.slurm_cards = QSpinBox(box)
-        self.slurm_cards.setRange(0, 64)
-        self.slurm_cards.setSpecialValueText("the job's")
-        self.slurm_cards.setToolTip("cards (processes) per node; \"the job's\": the form's processes")
-        self.slurm_device = QComboBox(box)
-        for kind in ("hpu", "cuda", "cpu"):
-            self.slurm_device.addItem(kind, kind)
-        self.slurm_device.setToolTip("the nodes' device (this machine's cards say nothing of theirs)")
-        self.slurm_time = QLineEdit(box)
-        self.slurm_time.setPlaceholderText("none")
-        self.slurm_time.setToolTip("time limit: minutes, HH:MM:SS or D-HH:MM:SS; a checkpoint stop is "
-                                   "asked for the stop grace period before it")
-        self.slurm_partition = QLineEdit(box)
-        self.slurm_partition.setPlaceholderText("default")
-        self.slurm_partition.setToolTip("Slurm partition (empty: the cluster's default)")
-        self.slurm_account = QLineEdit(box)
-        self.slurm_account.setPlaceholderText("default")
-        self.slurm_account.setToolTip("Slurm account to charge (empty: yours by default)")
-        self.slurm_gres = QLineEdit(box)
-        self.slurm_gres.setPlaceholderText("cuda: gpu:N")
-        self.slurm_gres.setToolTip("generic resources per node as the cluster names them (gres.conf), "
-                                   "e.g. gpu:8; Gaudi clusters choose their own name")
-        self.slurm_login = QComboBox(box)
-        self.slurm_login.setToolTip("where sbatch, squeue and scancel run: this machine, or a login host "
-                                    "over SSH. The run folder must be on the file system it and the "
-                                    "nodes share, at the same path")
-        fields: list[tuple[str, QWidget]] = [
-            ("Nodes", self.slurm_nodes), ("Cards/node", self.slurm_cards), ("Device", self.slurm_device),
-            ("Time", self.slurm_time), ("Partition", self.slurm_partition), ("Account", self.slurm_account),
-            ("Gres", self.slurm_gres), ("Login", self.slurm_login)]
-        for i, (label, widget) in enumerate(fields):
-            row, col = divmod(i, 4)
-            grid.addWidget(QLabel(label, box), row, col * 2)
-            grid.addWidget(widget, row, col * 2 + 1)
-        saved: dict[str, Any] = {}
-        with contextlib.suppress(Exception):
-            saved = dict(self.services.settings.get("training/slurm") or {})
-        self.slurm_nodes.setValue(int(saved.get("nodes") or 1))
-        self.slurm_cards.setValue(int(saved.get("cards_per_node") or 0))
-        device = str(saved.get("device") or self.training.device)
-        self.slurm_device.setCurrentIndex(max(0, self.slurm_device.findData(device)))
-        for edit, key in ((self.slurm_time, "time"), (self.slurm_partition, "partition"),
-                          (self.slurm_account, "account"), (self.slurm_gres, "gres")):
-            edit.setText(str(saved.get(key) or ""))
-            edit.textChanged.connect(lambda _t: self._on_slurm_changed())
-        self._slurm_login_wanted = str(saved.get("login") or remote_mod.LOCAL)
-        for spin in (self.slurm_nodes, self.slurm_cards):
-            spin.valueChanged.connect(lambda _v: self._on_slurm_changed())
-        for combo in (self.slurm_device, self.slurm_login):
-            combo.currentIndexChanged.connect(lambda _i: self._on_slurm_changed())
-        box.setVisible(False)
-
-    def _fill_login_hosts(self, names: list[str]) -> None:
-        """The login host combo: this machine, then the saved hosts."""
-        wanted = [remote_mod.LOCAL, *names]
-        current = str(self.slurm_login.currentData() or self._slurm_login_wanted)
-        if [self.slurm_login.itemData(i) for i in range(self.slurm_login.count())] != wanted:
-            self.slurm_login.blockSignals(True)
-            self.slurm_login.clear()
-            for name in wanted:
-                self.slurm_login.addItem("local (this machine)" if name == remote_mod.LOCAL else name, name)
-            self.slurm_login.blockSignals(False)
-        self.slurm_login.setCurrentIndex(max(0, self.slurm_login.findData(current)))
-
-    def slurm_selected(self) -> bool:
-        return self.host_combo.currentData() == SLURM
-
-    def slurm_target(self) -> SlurmTarget:
-        """The Slurm fields as sbatch options (the stop before a time limit is the stop grace period,
-        as ``train --grace`` makes it)."""
-        options = slurm_mod.SlurmOptions(
-            nodes=self.slurm_nodes.value(), partition=self.slurm_partition.text().strip(),
-            time=self.slurm_time.text().strip(), account=self.slurm_account.text().strip(),
-            cards_per_node=self.slurm_cards.value(), gres=self.slurm_gres.text().strip(),
-            device=str(self.slurm_device.currentData() or "cpu"),
-            stop_before_limit_s=int(self.training._grace()))
-        return SlurmTarget(options, str(self.slurm_login.currentData() or remote_mod.LOCAL))
-
-    def _on_slurm_changed(self) -> None:
-        target = self.slurm_target()
-        o = target.options
-        with contextlib.suppress(ValueError, TypeError):
-            self.services.settings.set("training/slurm", {
-                "nodes": o.nodes, "partition": o.partition, "time": o.time, "account": o.account,
-                "cards_per_node": o.cards_per_node, "gres": o.gres, "device": o.device,
-                "login": target.login})
-        if self.slurm_selected():
-            self._update_host_note()
-            self.update_preview()
-
-    def _slurm_preview(self, job: JobConfig, errors: list[tuple[str, str]]) -> str:
-        """The sbatch script Start submits, as ``train --slurm --print-script`` shows it."""
-        target = self.slurm_target()
-        if errors:
-            return "# cannot make the sbatch script: " + "; ".join(f"{f}: {m}" for f, m in errors[:4])
-        try:
-            return target.script(job, self.store.root)
-        except (ValueError, OSError) as exc:
-            return f"# cannot make the sbatch script: {exc}"
-
-    def _start_slurm(self, job: JobConfig, *, resumed_from: str = "",
-                     after: SlurmTrainingJob | None = None) -> SlurmTrainingJob | None:
-        try:
-            started = (self.training.resume_slurm(after) if after is not None
-                       else self.training.start_slurm(job, self.slurm_target(), resumed_from=resumed_from))
-        except (ValueError, RuntimeError, OSError) as exc:
-            self.status.setText(f"cannot start: {exc}")
-            return None
-        self._clear_run_view()
-        if after is not None:
-            upto = after.progress.step
-            self.chart.set_records([r for r in after.records if int(r.get("step", 0)) <= upto])
-        self.views.setCurrentWidget(self.live)
-        self._update_buttons()
-        return started
-
-    def selected_hosts(self) -> list[remote_mod.Host]:
-        """The hosts of a run on several hosts, in machine-rank order (the checked ones)."""
-        hosts = []
-        for name, box in self.host_checks.items():
-            if box.isChecked():
-                with contextlib.suppress(remote_mod.HostError):
-                    hosts.append(remote_mod.find_host(name))
-        return hosts
-
-    def _on_host_checks_changed(self) -> None:
-        with contextlib.suppress(ValueError, TypeError):
-            self.services.settings.set("training/multi_hosts", [h.name for h in self.selected_hosts()])
-        self._update_host_note()
-        self.update_preview()
-
-    def selected_host(self) -> remote_mod.Host:
-        """Where Start runs (several hosts: the main host, the first checked)."""
-        name = str(self.host_combo.currentData() or remote_mod.LOCAL)
-        if name == SEVERAL:
-            several = self.selected_hosts()
-            name = several[0].name if several else remote_mod.LOCAL
-        if name in (remote_mod.LOCAL, SLURM):
-            # Slurm: the job is prepared here (its folder on the shared file system), run on the nodes.
-            return remote_mod.Host.local()
-        try:
-            return remote_mod.find_host(name)
-        except remote_mod.HostError:
-            return remote_mod.Host.local()
-
-    def _on_host_changed(self) -> None:
-        name = str(self.host_combo.currentData() or remote_mod.LOCAL)
-        with contextlib.suppress(ValueError, TypeError):
-            self.services.settings.set("training/host", name)
-        self._update_host_note()
-        self.update_preview()
-
-    def _update_host_note(self) -> None:
-        host = self.selected_host()
-        multi = self.multi_selected()
-        slurm = self.slurm_selected()
-        self.hosts_box.setVisible(multi)
-        self.slurm_box.setVisible(slurm)
-        # Machines and rank are set per host at Start (the main address too, unless typed); on Slurm
-        # by the nodes and the node's rank in the allocation.
+    def _on_placement_changed(self) -> None:
+        """Machines and rank are set per host at Start on several hosts (the main address too,
+        unless typed), on Slurm by the nodes and each node's rank in the allocation."""
+        p = self.placement.placement()
+        several, slurm = p.kind == "hosts", p.kind == "slurm"
         for widget in (self.form.num_machines, self.form.machine_rank):
-            widget.setEnabled(not multi and not slurm)
-            widget.setToolTip("set for each host by \"several hosts…\"" if multi else
+            widget.setEnabled(not several and not slurm)
+            widget.setToolTip("set for each host by \"several hosts…\"" if several else
                               "set by the Slurm fields: Nodes, and each node's rank" if slurm else "")
-        self.form.main_ip.setPlaceholderText("empty: from ssh -G, first host" if multi else
+        self.form.main_ip.setPlaceholderText("empty: from ssh -G, first host" if several else
                                              "the allocation's first node" if slurm else "main machine IP")
-        self.host_note.setVisible(multi or slurm or not host.is_local)
-        if slurm:
-            login = self.slurm_target().login
-            where = "this machine" if login == remote_mod.LOCAL else f"{login} over SSH"
-            self.host_note.setText(
-                f"Submitted with sbatch on {where} and followed with squeue / sacct. The runs folder "
-                f"({self.store.root}) must be on the file system the nodes share, at the same path; the "
-                f"model, dataset and output paths are the nodes'. \"processes\" is per node.")
-        elif multi:
-            hosts = self.selected_hosts()
-            self.host_note.setText(
-                f"One run on {len(hosts)} hosts (check two or more): accelerate's multi-node launch on "
-                f"each, machine rank in the order above, the first the main process; \"processes\" is "
-                f"per host. Paths and cards are each host's own." if len(hosts) >= 2 else
-                "Check two or more hosts: machine rank in this order, the first is the main process.")
-        elif not host.is_local:
-            self.host_note.setText(f"Runs on {host.name}: the model, dataset and output paths are the "
-                                   f"host's, and so are the cards (its gaudi-gui picks hpu > cuda > cpu): "
-                                   f"{self._cards_phrase(host)} (its Devices panel in the Hosts tab).")
+        self.update_preview()
 
     def showEvent(self, event: QShowEvent) -> None:
-        # Hosts added in the Hosts tab meanwhile appear here (a small file read); their card
-        # selections may have changed meanwhile too.
-        self._fill_hosts(str(self.host_combo.currentData() or remote_mod.LOCAL))
+        # Hosts added in the Hosts tab meanwhile appear here; their card selections may have changed.
+        self.placement.refresh_hosts()
         self.update_preview()
         super().showEvent(event)
 
-    def _host_cards(self, host: remote_mod.Host) -> list[int]:
-        """The cards checked for ``host`` in its Devices panel (Hosts tab); empty: all of them."""
-        selection = self.services.host_selections.get(host.name)
-        if selection is None:
-            return []
-        if self._watched_selections.get(host.name) is not selection:
-            # Panels are made by the Hosts tab when a host first shows: follow each one once.
-            self._watched_selections[host.name] = selection
-            selection.selection_changed.connect(self._on_host_selection_changed)
-        return list(selection.selected)
-
-    def _on_host_selection_changed(self, _ids: object) -> None:
-        if not self.selected_host().is_local:
-            self._update_host_note()
-            self.update_preview()
-
-    def _cards_phrase(self, host: remote_mod.Host) -> str:
-        cards = self._host_cards(host)
-        if not cards:
-            return f"all of {host.name}'s cards"
-        return f"cards {visibility.format_ids(cards)} of {host.name}"
-
-    def _remote_argv(self, host: remote_mod.Host) -> list[str]:
-        return host.gaudi_gui_argv("train", "--config", "-", "--detach", "--json", "--device", "auto",
-                                   "--grace", repr(float(self.training._grace())),
-                                   *visibility.cards_argv(self._host_cards(host)))
+    def _train_args(self, p: Placement, host: remote_mod.Host) -> list[str]:
+        """``gaudi-gui train`` as Start runs it on ``host`` (the job on stdin)."""
+        return ["train", "--config", "-", "--detach", "--json", "--device", "auto",
+                "--grace", repr(float(self.training._grace())), *visibility.cards_argv(p.cards_of(host.name))]
 
     def current_job(self) -> tuple[JobConfig, list[tuple[str, str]]]:
+        """The form's job as Start would run it at the chosen placement, and what is wrong with it
+        (the placement's own problems at the Host field)."""
         job, errors = self.form.job()
-        if self.multi_selected():
-            # Machines, rank and (unless typed) the main address are set per host at Start.
+        p = self.placement.placement()
+        if p.kind in ("hosts", "slurm"):
+            # Machines, rank and the main address are set per host at Start, or by the Slurm fields.
             job.launch.num_machines, job.launch.machine_rank = 1, 0
-            if len(self.selected_hosts()) < 2:
-                errors = [*errors, ("host", "check two or more hosts for a run on several hosts")]
-        if self.slurm_selected():
-            # Machines, rank and the main address are set by the Slurm fields and the allocation.
-            job.launch.num_machines, job.launch.machine_rank = 1, 0
+        errors = errors + [("host", m) if f in ("placement", "hosts") else (f, m) for f, m in p.problems()]
         errors = errors + job.validate()
-        if self.slurm_selected():
-            errors = [*errors, *(("slurm." + f, m) for f, m in self.slurm_target().problems(job))]
-        if not self.selected_host().is_local:
+        if p.kind == "slurm":
+            errors = [*errors, *(("slurm." + f, m) for f, m in p.slurm_target().problems(job))]
+        if p.kind in ("host", "hosts"):
             # Files named in the job are the host's: this machine cannot tell whether they exist
             # (the host's `train` checks them and refuses the run with the same message).
             errors = [(f, m) for f, m in errors if not m.startswith("file not found")]
@@ -629,53 +345,61 @@ class TrainingTab(QWidget):
         return job, errors
 
     def update_preview(self) -> None:
-        """The command Start would run now: this form, this device, the cards checked right now."""
+        """The command Start would run now: this form, at this placement, on the cards chosen now."""
         job, errors = self.current_job()
-        host = self.selected_host()
-        if self.multi_selected():
-            text = self._multi_preview(job)
+        p = self.placement.placement()
+        self.command.setMaximumHeight(90)
+        if p.kind == "hosts":
+            text = self._multi_preview(job, p)
             self.command.setPlainText(text)
             # Every host's command in view, without a scroll bar.
             lines = text.count("\n") + 1
             self.command.setMaximumHeight(self.command.fontMetrics().lineSpacing() * lines + 24)
-            self.form.set_hints([("cards", "; ".join(self._cards_phrase(h) for h in self.selected_hosts())
+            self.form.set_hints([("cards", "; ".join(self.placement.cards_phrase(h) for h in p.hosts)
                                   or "every host uses its own cards, not this machine's selection")])
-            self.form.show_errors(errors)
-            return
-        if self.slurm_selected():
+        elif p.kind == "slurm":
             # The whole script (Copy command copies it), a dozen lines in view.
-            self.command.setPlainText(self._slurm_preview(job, errors))
+            self.command.setPlainText(self._slurm_preview(job, p, errors))
             self.command.setMaximumHeight(self.command.fontMetrics().lineSpacing() * 14 + 24)
             self.form.set_hints([("cards", "the nodes' cards (Cards/node and Gres), not this machine's "
                                            "selection")])
-            self.form.show_errors(errors)
-            return
-        self.command.setMaximumHeight(90)
-        if not host.is_local:
+        elif p.kind == "host":
             # What a person would type: the job (this form, as JSON) goes on ssh's stdin.
-            self.command.setPlainText(f"{host.shell_preview(self._remote_argv(host))} < job.json")
-            self.form.set_hints([("cards", f"the run uses {self._cards_phrase(host)}, not this machine's "
-                                           f"selection")])
-            self.form.show_errors(errors)
-            return
-        self.command.setPlainText(preview_command(job, device=self.device,
-                                                  device_env=self.training.device_env(),
-                                                  runs_root=self.store.root))
+            self.command.setPlainText(f"{p.preview(self._train_args(p, p.host))} < job.json")
+            self.form.set_hints([("cards", f"the run uses {self.placement.cards_phrase(p.host)}, not this "
+                                           f"machine's selection")])
+        else:
+            self.command.setPlainText(preview_command(job, device=self.device,
+                                                      device_env=self.training.device_env(),
+                                                      runs_root=self.store.root))
+            self.form.set_hints(self._local_hints(job))
+        self.form.show_errors(errors)
+
+    def _local_hints(self, job: JobConfig) -> list[tuple[str, str]]:
+        """What to know about a run on this machine: the device's own hints, and cards held by the
+        runner or another run (a second owner of a Gaudi card fails to start)."""
         n = job.launch.num_processes * job.launch.num_machines
         shown = hints(self.device, launch_mod.worker_training_args(job, self.device)
                       if self.device != "cpu" else job.training_args, n)
         if self.device != "cpu" and not self.job.is_running():
-            # Cards held by the runner or another run: a second owner of a Gaudi card fails to start.
             conflicts = getattr(self.services.selection, "conflicts", None)
             held = conflicts() if callable(conflicts) else {}
             shown = [*shown, *(("cards", f"card(s) {', '.join(map(str, ids))} are held by {owner}")
                                for owner, ids in held.items())]
-        self.form.set_hints(shown)
-        self.form.show_errors(errors)
+        return shown
 
-    def _multi_preview(self, job: JobConfig) -> str:
+    def _slurm_preview(self, job: JobConfig, p: Placement, errors: list[tuple[str, str]]) -> str:
+        """The sbatch script Start submits, as ``train --slurm --print-script`` shows it."""
+        if errors:
+            return "# cannot make the sbatch script: " + "; ".join(f"{f}: {m}" for f, m in errors[:4])
+        try:
+            return p.slurm_target().script(job, self.store.root)
+        except (ValueError, OSError) as exc:
+            return f"# cannot make the sbatch script: {exc}"
+
+    def _multi_preview(self, job: JobConfig, p: Placement) -> str:
         """Every host's command: the ssh line that starts its part, and the accelerate launch it runs."""
-        hosts = self.selected_hosts()
+        hosts = list(p.hosts)
         if len(hosts) < 2:
             return "# check two or more hosts"
         port = int(job.launch.main_process_port or multi_mod.DEFAULT_PORT)
@@ -689,7 +413,8 @@ class TrainingTab(QWidget):
             lines.append(f"# machine rank {rank} on {host.name}: accelerate launch --num_machines "
                          f"{launch.num_machines} --machine_rank {launch.machine_rank} --main_process_ip "
                          f"{launch.main_process_ip} --main_process_port {launch.main_process_port} …")
-            lines.append(f"{host.shell_preview(self._remote_argv(host))} < job-rank{rank}.json")
+            lines.append(f"{host.shell_preview(host.gaudi_gui_argv(*self._train_args(p, host)))} "
+                         f"< job-rank{rank}.json")
         return "\n".join(lines)
 
     def _main_address(self, host: remote_mod.Host) -> str:
@@ -712,7 +437,7 @@ class TrainingTab(QWidget):
         with contextlib.suppress(remote_mod.HostError):
             self._addresses[name] = multi_mod.address_from_ssh_g(remote_mod.find_host(name),
                                                                  "\n".join(self._resolver_out))
-        if self.multi_selected():
+        if self.placement.multi_selected():
             self.update_preview()
 
     def _save_splitter(self, key: str, widget: QSplitter) -> None:
@@ -814,35 +539,50 @@ class TrainingTab(QWidget):
             return None
         if resumed_from is None and not self._gate(job):
             return None  # the card check is under way (Start goes on when it passes) or refused
-        host = self.selected_host()
-        if self.slurm_selected():
-            # A resume picked in Runs goes to Slurm too (the checkpoint is on the shared file system).
-            self._start_slurm(job, resumed_from=str(resumed_from.folder) if resumed_from else "")
-            return None
-        if self.multi_selected() and resumed_from is None:
-            self._start_multi(self.selected_hosts(), job)
-            return None
-        if not host.is_local and resumed_from is None:
-            self._start_remote(host, job)
-            return None
+        p = self.placement.placement()
+        if resumed_from is not None and p.kind in ("host", "hosts"):
+            # A run picked in Runs is this machine's: it resumes here (a Slurm job resumes on Slurm:
+            # its checkpoint is on the shared file system).
+            p = Placement.local()
+        return self._launch(job, p, resumed_from=resumed_from)
+
+    def _launch(self, job: JobConfig, p: Placement, *, resumed_from: Run | None = None,
+                after: TrainingJob | None = None) -> Run | None:
+        """The one way a run starts: ``job`` at ``p`` (or ``after`` resumed where it ran), then the
+        live view follows the new current job. The run folder on this machine (None elsewhere)."""
         try:
-            run = self.training.start(job, resumed_from=str(resumed_from.folder) if resumed_from else "")
+            if after is not None:
+                started = self.training.resume(after)
+            else:
+                main_ip = job.launch.main_process_ip.strip() or (
+                    self._addresses.get(p.hosts[0].name, "") if p.kind == "hosts" else "")
+                started = self.training.launch(job, p, main_ip=main_ip,
+                                               resumed_from=str(resumed_from.folder) if resumed_from else "")
         except PrepareError as exc:
             self.form.show_errors(exc.problems)
             self.status.setText(f"cannot start: {exc}")
             return None
-        except (OSError, RuntimeError) as exc:
+        except (ValueError, OSError, RuntimeError) as exc:
             self.status.setText(f"cannot start: {getattr(exc, 'strerror', None) or exc}")
             return None
         self._clear_run_view()
-        if resumed_from is not None:
-            # The resumed run continues its parent's curve.
-            self.chart.set_records(self._curve_before(run))
-        self.status.setText(f"starting {run.name}…")
+        if after is not None:
+            # The resumed run continues its parent's curve, up to the checkpoint it resumes.
+            upto = int(getattr(after, "remote_status", {}).get("step") or after.progress.step)
+            before = (self._remote_curve(after) if isinstance(after, RemoteTrainingJob)
+                      else list(after.records))
+            self.chart.set_records([r for r in before if int(r.get("step", 0)) <= upto])
+        elif resumed_from is not None and started.run is not None:
+            self.chart.set_records(self._curve_before(started.run))
+        if started.run is not None and not isinstance(started, (RemoteTrainingJob, MultiHostTrainingJob,
+                                                                SlurmTrainingJob)):
+            self.status.setText(f"starting {started.run.name}…")
+        elif isinstance(started, RemoteTrainingJob):
+            self.status.setText(f"starting the run on {started.host.name}…")
         self.views.setCurrentWidget(self.live)
         self.runs.refresh()
         self._update_buttons()
-        return run
+        return started.run if p.kind == "local" and after is None else None
 
     # -- the start gate ---------------------------------------------------------------------------
 
@@ -850,18 +590,18 @@ class TrainingTab(QWidget):
         """What Start checks first: the chosen host(s) and their cards, or this machine's chosen cards
         (nothing where it has no hl-smi or the run uses no cards); Slurm's nodes check themselves in
         the batch script."""
-        if self.slurm_selected():
+        p = self.placement.placement()
+        if p.kind == "slurm":
             return preflight_mod.Plan()
 
         def target(host: remote_mod.Host) -> preflight_mod.Target:
-            return preflight_mod.Target(host.name, tuple(self._host_cards(host)) or None, host.remote_command)
+            return preflight_mod.Target(host.name, tuple(p.cards_of(host.name)) or None, host.remote_command)
 
-        if self.multi_selected():
-            return preflight_mod.hosts_plan([target(h) for h in self.selected_hosts()])
-        host = self.selected_host()
+        if p.kind == "hosts":
+            return preflight_mod.hosts_plan([target(h) for h in p.hosts])
         several = job.launch.num_machines > 1
-        if not host.is_local:
-            return preflight_mod.hosts_plan([target(host)], multi_node=several)
+        if p.kind == "host":
+            return preflight_mod.hosts_plan([target(p.host)], multi_node=several)
         selection = self.services.selection
         return preflight_mod.local_plan(selection.selected or None, uses_cards=selection.jobs_use_cards(),
                                         hl_smi=str(self.services.settings.get("devices/hl_smi") or ""),
@@ -923,44 +663,7 @@ class TrainingTab(QWidget):
         self.gate_label.setStyleSheet(f"color: {color};" if color else "")
         self.gate_anyway.setVisible(level == "warning")
         self.gate_box.setVisible(bool(text))
-        self.host_combo.setStyleSheet("QComboBox { border: 1px solid #d62728; }" if level == "error" else "")
-        self.host_combo.setToolTip(text if level == "error" else self._host_tip)
-
-    def _start_remote(self, host: remote_mod.Host, job: JobConfig, *,
-                      after: RemoteTrainingJob | None = None) -> RemoteTrainingJob | None:
-        try:
-            started = (self.training.resume_remote(after) if after is not None
-                       else self.training.start_remote(host, job, cards=self._host_cards(host)))
-        except (ValueError, RuntimeError, OSError) as exc:
-            self.status.setText(f"cannot start: {exc}")
-            return None
-        self._clear_run_view()
-        if after is not None:
-            # The resumed run continues its parent's curve, up to the checkpoint it resumes.
-            upto = int(after.remote_status.get("step") or after.progress.step)
-            self.chart.set_records([r for r in self._remote_curve(after) if int(r.get("step", 0)) <= upto])
-        self.status.setText(f"starting the run on {host.name}…")
-        self.views.setCurrentWidget(self.live)
-        self._update_buttons()
-        return started
-
-    def _start_multi(self, hosts: list[remote_mod.Host], job: JobConfig, *,
-                     after: MultiHostTrainingJob | None = None) -> MultiHostTrainingJob | None:
-        main_ip = job.launch.main_process_ip.strip() or self._addresses.get(hosts[0].name, "")
-        # A resumed run keeps the cards it had (its checkpoint was made on them).
-        cards = dict(after.cards) if after is not None else {h.name: self._host_cards(h) for h in hosts}
-        try:
-            started = self.training.start_multi(hosts, job, main_ip=main_ip, cards=cards)
-        except (ValueError, RuntimeError, OSError) as exc:
-            self.status.setText(f"cannot start: {exc}")
-            return None
-        self._clear_run_view()
-        if after is not None:
-            upto = int(after.remote_status.get("step") or after.progress.step)
-            self.chart.set_records([r for r in after.records if int(r.get("step", 0)) <= upto])
-        self.views.setCurrentWidget(self.live)
-        self._update_buttons()
-        return started
+        self.placement.mark(text if level == "error" else "")
 
     def _show_hosts(self) -> None:
         """Each host's state during a run on several hosts (hidden otherwise)."""
@@ -992,22 +695,9 @@ class TrainingTab(QWidget):
 
     def resume_current(self) -> None:
         selected = self.runs.selected_runs()
-        if not selected and isinstance(self.job, MultiHostTrainingJob):
-            # The run on every host, from machine rank 0's checkpoint (each host must hold it).
-            checkpoint = self.job.checkpoint()
-            if not checkpoint or not self.job.job_dict:
-                self.status.setText("the run reported no complete checkpoint to resume from")
-                return
-            job = JobConfig.from_dict({**self.job.job_dict, "resume_from_checkpoint": checkpoint})
-            self._start_multi(list(self.job.hosts), job, after=self.job)
-            return
-        if not selected and isinstance(self.job, SlurmTrainingJob):
-            # A new Slurm job, from the stopped run's checkpoint, with the same Slurm options.
-            self._start_slurm(JobConfig(), after=self.job)
-            return
-        if not selected and isinstance(self.job, RemoteTrainingJob):
-            # The run on the host, from its checkpoint there.
-            self._start_remote(self.job.host, JobConfig(), after=self.job)
+        if not selected and getattr(self.job, "is_remote", False):
+            # A run on a host, several hosts or Slurm resumes where it ran, from its checkpoint there.
+            self._launch(JobConfig(), Placement.local(), after=self.job)
             return
         runs = selected or ([self.job.run] if self.job.run else [])
         if runs:

@@ -98,7 +98,7 @@ def test_start_refused_on_a_held_card_then_runs_on_free_ones(qtbot: QtBot, gate_
     assert tab.gate_box.isVisible() and not tab.gate_anyway.isVisible()
     assert "Cannot start" in shown and "card 6: held by pid 4242" in shown, shown
     assert "cards 4,5 are free: use them" in shown, shown
-    assert "held by pid 4242" in tab.host_combo.toolTip() and tab.host_combo.styleSheet()
+    assert "held by pid 4242" in tab.placement.host_combo.toolTip() and tab.placement.host_combo.styleSheet()
     assert tab.status.text().startswith("cannot start: the card check refused the start")
     assert not services.training.jobs and tab.job.run is None  # nothing started
     assert tab.btn["Start"].isEnabled()
@@ -148,7 +148,7 @@ def test_runner_load_refused_on_a_dead_card(qtbot: QtBot, tmp_path: Path, sick_s
 
 def choose_host(qtbot: QtBot, tab: TrainingTab, name: str) -> None:
     """Open the Host list with a click, walk to ``name`` with the arrow keys, press Return."""
-    combo = tab.host_combo
+    combo = tab.placement.host_combo
     qtbot.mouseClick(combo, Qt.MouseButton.LeftButton)
     view = combo.view()
     qtbot.waitUntil(view.isVisible, timeout=5000)

@@ -20,7 +20,8 @@ from pytestqt.qtbot import QtBot
 from gaudi_gui.core import remote
 from gaudi_gui.core.launch import free_port
 from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
-from gaudi_gui.ui.training_tab import SEVERAL, TrainingTab
+from gaudi_gui.ui.placement_widget import SEVERAL
+from gaudi_gui.ui.training_tab import TrainingTab
 from tests.helpers import click, close_training_tab, end_training_tab, set_arg, training_tab
 from tests.remote.conftest import SshHost
 
@@ -47,18 +48,18 @@ def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_
     services, tab = training_tab(qtbot, tmp_path)
     try:
         # "several hosts…" is the combo's last entry: picked with the keyboard, as a person can.
-        assert tab.host_combo.itemData(tab.host_combo.count() - 1) == SEVERAL
-        assert not tab.hosts_box.isVisible()
-        tab.host_combo.setFocus()
-        qtbot.keyClick(tab.host_combo, Qt.Key.Key_End)
-        assert tab.multi_selected() and tab.hosts_box.isVisible()
+        assert tab.placement.host_combo.itemData(tab.placement.host_combo.count() - 1) == SEVERAL
+        assert not tab.placement.hosts_box.isVisible()
+        tab.placement.host_combo.setFocus()
+        qtbot.keyClick(tab.placement.host_combo, Qt.Key.Key_End)
+        assert tab.placement.multi_selected() and tab.placement.hosts_box.isVisible()
         assert "check two or more hosts" in tab.command.toPlainText()
         for name in (ssh_host.dest, HOST_B):
-            box = tab.host_checks[name]
+            box = tab.placement.host_checks[name]
             assert not box.isChecked()
             qtbot.mouseClick(box, Qt.MouseButton.LeftButton)
             assert box.isChecked()
-        assert [h.name for h in tab.selected_hosts()] == [ssh_host.dest, HOST_B]
+        assert [h.name for h in tab.placement.selected_hosts()] == [ssh_host.dest, HOST_B]
         assert services.settings.get("training/multi_hosts") == [ssh_host.dest, HOST_B]
 
         port = _fill_form(tab, ssh_host)
@@ -151,10 +152,10 @@ def test_a_rank_killed_on_one_host_fails_the_run_and_kills_the_other(qtbot: QtBo
     remote.save_hosts([remote.Host.parse(ssh_host.dest), remote.Host.parse(HOST_B)])
     services, tab = training_tab(qtbot, tmp_path)
     try:
-        tab.host_combo.setFocus()
-        qtbot.keyClick(tab.host_combo, Qt.Key.Key_End)
+        tab.placement.host_combo.setFocus()
+        qtbot.keyClick(tab.placement.host_combo, Qt.Key.Key_End)
         for name in (ssh_host.dest, HOST_B):
-            qtbot.mouseClick(tab.host_checks[name], Qt.MouseButton.LeftButton)
+            qtbot.mouseClick(tab.placement.host_checks[name], Qt.MouseButton.LeftButton)
         _fill_form(tab, ssh_host)
         click(qtbot, tab.btn["Start"])
         qtbot.waitUntil(lambda: isinstance(tab.job, MultiHostTrainingJob), timeout=90000)  # the gate

@@ -26,14 +26,14 @@ def test_a_host_run_uses_that_hosts_card_selection(qtbot: QtBot, ssh_host: SshHo
         selection = DeviceSelection()
         selection.set_kind("hpu", list(range(8)))
         services.host_selections[ssh_host.dest] = selection
-        tab.host_combo.setCurrentIndex(tab.host_combo.findData(ssh_host.dest))
+        tab.placement.host_combo.setCurrentIndex(tab.placement.host_combo.findData(ssh_host.dest))
         assert "--cards" not in tab.command.toPlainText()
         assert f"all of {ssh_host.dest}'s cards" in tab.form.hints.text()
         # Checking cards in the host's panel updates the preview and the notes at once.
         selection.set_selected([3, 2])
         assert "--cards 2,3" in tab.command.toPlainText()
         assert f"cards 2,3 of {ssh_host.dest}" in tab.form.hints.text()
-        assert f"cards 2,3 of {ssh_host.dest}" in tab.host_note.text()
+        assert f"cards 2,3 of {ssh_host.dest}" in tab.placement.host_note.text()
 
         tab.form.model.setCurrentText("builtin:demo")
         set_arg(tab, "output_dir", str(ssh_host.home / "out"))

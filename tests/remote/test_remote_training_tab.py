@@ -38,9 +38,9 @@ def test_train_on_a_host_follow_drop_stop_resume_reattach(qtbot: QtBot, ssh_host
     services, tab = training_tab(qtbot, tmp_path)
     try:
         # Local first, then the saved host; picking it changes the preview and the card note.
-        assert tab.host_combo.itemData(0) == remote.LOCAL
+        assert tab.placement.host_combo.itemData(0) == remote.LOCAL
         assert "accelerate" in tab.command.toPlainText()
-        tab.host_combo.setCurrentIndex(tab.host_combo.findData(ssh_host.dest))
+        tab.placement.host_combo.setCurrentIndex(tab.placement.host_combo.findData(ssh_host.dest))
         preview = tab.command.toPlainText()
         assert preview.startswith(f"ssh {ssh_host.dest} ") and "train --config - --detach" in preview
         assert f"{ssh_host.dest}'s cards" in tab.form.hints.text()

@@ -22,7 +22,7 @@ from pytestqt.qtbot import QtBot
 from gaudi_gui.core.launch import free_port
 from gaudi_gui.core.runstore import checkpoint_complete
 from gaudi_gui.services.slurm_training import SlurmTrainingJob
-from gaudi_gui.ui.training_tab import SLURM
+from gaudi_gui.ui.placement_widget import SLURM
 from tests.helpers import click, close_training_tab, set_arg, slow_disk_env, training_tab
 from tests.slurm_cluster import PARTITION, SlurmCluster
 
@@ -51,13 +51,13 @@ def test_slurm_run_from_the_tab_stop_with_checkpoint_and_resume(qtbot: QtBot, sl
     services, tab = training_tab(qtbot, tmp_path)
     try:
         # "Slurm cluster…" is the combo's last entry without saved hosts: picked with the keyboard.
-        assert tab.host_combo.itemData(tab.host_combo.count() - 1) == SLURM
-        assert not tab.slurm_box.isVisible()
-        tab.host_combo.setFocus()
-        qtbot.keyClick(tab.host_combo, Qt.Key.Key_End)
-        assert tab.slurm_selected() and tab.slurm_box.isVisible()
+        assert tab.placement.host_combo.itemData(tab.placement.host_combo.count() - 1) == SLURM
+        assert not tab.placement.slurm_box.isVisible()
+        tab.placement.host_combo.setFocus()
+        qtbot.keyClick(tab.placement.host_combo, Qt.Key.Key_End)
+        assert tab.placement.slurm_selected() and tab.placement.slurm_box.isVisible()
         assert services.settings.get("training/host") == SLURM
-        assert "sbatch" in tab.host_note.text()
+        assert "sbatch" in tab.placement.host_note.text()
 
         tab.form.model.setCurrentText("builtin:demo")
         tab.form.main_port.setValue(free_port())
@@ -69,14 +69,14 @@ def test_slurm_run_from_the_tab_stop_with_checkpoint_and_resume(qtbot: QtBot, sl
         set_arg(tab, "per_device_train_batch_size", "2")
 
         # The Slurm fields, each by clicks and keys.
-        _type(qtbot, tab.slurm_nodes, "1")
-        _type(qtbot, tab.slurm_cards, "1")
-        _type(qtbot, tab.slurm_time, "10")
-        _type(qtbot, tab.slurm_partition, PARTITION)
-        _type(qtbot, tab.slurm_account, "")
-        _type(qtbot, tab.slurm_gres, "")
-        for combo, key, value in ((tab.slurm_device, Qt.Key.Key_End, "cpu"),
-                                  (tab.slurm_login, Qt.Key.Key_Home, "local")):
+        _type(qtbot, tab.placement.slurm_nodes, "1")
+        _type(qtbot, tab.placement.slurm_cards, "1")
+        _type(qtbot, tab.placement.slurm_time, "10")
+        _type(qtbot, tab.placement.slurm_partition, PARTITION)
+        _type(qtbot, tab.placement.slurm_account, "")
+        _type(qtbot, tab.placement.slurm_gres, "")
+        for combo, key, value in ((tab.placement.slurm_device, Qt.Key.Key_End, "cpu"),
+                                  (tab.placement.slurm_login, Qt.Key.Key_Home, "local")):
             combo.setFocus()
             qtbot.keyClick(combo, key)
             assert combo.currentData() == value
@@ -92,9 +92,9 @@ def test_slurm_run_from_the_tab_stop_with_checkpoint_and_resume(qtbot: QtBot, sl
         click(qtbot, tab.btn["Copy command"])
         assert QGuiApplication.clipboard().text() == script
         # A bad field is refused in the preview, before anything is submitted.
-        _type(qtbot, tab.slurm_time, "soon")
+        _type(qtbot, tab.placement.slurm_time, "soon")
         assert "not a Slurm time limit" in tab.command.toPlainText()
-        _type(qtbot, tab.slurm_time, "10")
+        _type(qtbot, tab.placement.slurm_time, "10")
         assert tab.command.toPlainText() == script
 
         click(qtbot, tab.btn["Start"])

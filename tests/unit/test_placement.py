@@ -64,3 +64,14 @@ def test_from_cli_and_the_record_round_trip() -> None:
                    {"kind": "host", "hosts": [{"name": "-oProxyCommand=x"}]}):
         with pytest.raises(HostError):
             Placement.from_record(broken)
+
+
+def test_a_slurm_placement_carries_its_sbatch_options_and_login() -> None:
+    from gaudi_gui.core.slurm import SlurmOptions, SlurmTarget
+    target = SlurmTarget(SlurmOptions(nodes=2, partition="gaudi", time="1:00:00", cards_per_node=8,
+                                      device="hpu", preflight=False), "login-1")
+    p = Placement.on_slurm(target.to_record())
+    assert p.slurm_target() == target and Placement.from_record(p.to_record()).slurm_target() == target
+    # A damaged value takes its default; validate() then speaks about what is left.
+    broken = SlurmTarget.from_record({"nodes": "two", "login": ""})
+    assert broken.options.nodes == 1 and broken.login == "local"
