@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from gaudi_gui.services.preflight import PreflightService
     from gaudi_gui.services.settings import Settings
     from gaudi_gui.services.training import TrainingService
+    from gaudi_gui.services.training_job import SchemaLoader
 
 
 @dataclass
@@ -40,6 +41,8 @@ class AppServices:
     notifier: Notifier | None = None
     #: The start gate's doctor children (Training's Start, the runner's Load): ``ensure_preflight``.
     preflight: PreflightService | None = None
+    #: The TrainingArguments schema and validation children: ``ensure_schema``.
+    schema: SchemaLoader | None = None
 
     def ensure_preflight(self, parent: QObject | None = None) -> PreflightService:
         """The start gate's runner, made when a view first needs it (most starts never do: a machine
@@ -48,6 +51,14 @@ class AppServices:
             from gaudi_gui.services.preflight import PreflightService
             self.preflight = PreflightService(parent)
         return self.preflight
+
+    def ensure_schema(self, parent: QObject | None = None) -> SchemaLoader:
+        """The TrainingArguments schema and validation children (one for the window): the Training
+        tab binds to it; it never starts them itself."""
+        if self.schema is None:
+            from gaudi_gui.services.training_job import SchemaLoader
+            self.schema = SchemaLoader(parent)
+        return self.schema
 
     def ensure_training(self, parent: QObject | None = None) -> TrainingService:
         """The training supervisor, made on first use: the app makes it after its first paint (its

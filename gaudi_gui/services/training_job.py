@@ -86,11 +86,9 @@ class TrainingJob(QObject):
         self._ended = False
         self._dying_since = 0.0
         self._step_written_at = -STEP_WRITE_S
-        self._runner = ProcessRunner(self, tail_lines=60, parse_protocol=False)
-        self._runner.started.connect(self._on_started)
-        self._runner.line_received.connect(self._on_line)
-        self._runner.progress_received.connect(self._on_progress)
-        self._runner.finished.connect(self._on_finished)
+        # The launcher's runner, made by the first start (a job that follows a run elsewhere, or
+        # one re-attached to its folder, never holds an idle QProcess).
+        self._runner_obj: ProcessRunner | None = None
         self._follower: EventFollower | None = None
         self._follow = QTimer(self)
         self._follow.setInterval(FOLLOW_MS)
@@ -105,10 +103,23 @@ class TrainingJob(QObject):
         self._attached = False
         self._log: LogFollower | None = None
 
+    @property
+    def _runner(self) -> ProcessRunner:
+        if self._runner_obj is None:
+            runner = self._runner_obj = ProcessRunner(self, tail_lines=60, parse_protocol=False)
+            runner.started.connect(self._on_started)
+            runner.line_received.connect(self._on_line)
+            runner.progress_received.connect(self._on_progress)
+            runner.finished.connect(self._on_finished)
+        return self._runner_obj
+
+    def _launcher_running(self) -> bool:
+        return self._runner_obj is not None and self._runner_obj.is_running()
+
     # -- state ------------------------------------------------------------------------------------
 
     def is_running(self) -> bool:
-        return (self._runner.is_running() or self._attached or self._dying_since > 0) and not self._ended
+        return (self._launcher_running() or self._attached or self._dying_since > 0) and not self._ended
 
     @property
     def attached(self) -> bool:
@@ -116,7 +127,7 @@ class TrainingJob(QObject):
 
     @property
     def pid(self) -> int:
-        return self.launcher.pid if self.launcher else self._runner.pid
+        return self.launcher.pid if self.launcher else (self._runner_obj.pid if self._runner_obj else 0)
 
     @property
     def stopping(self) -> bool:
@@ -292,7 +303,8 @@ class TrainingJob(QObject):
             self.stopper.mode = "ranks"
         self.log_line_received.emit("[gaudi-gui] killing the run's processes now")
         self.stopper.kill_now(reason)
-        self._runner.kill_tree()
+        if self._runner_obj is not None:
+            self._runner_obj.kill_tree()
 
     def _grace_over(self) -> None:
         self.log_line_received.emit(f"[gaudi-gui] the ranks did not end within {self.stop_grace_s:g} s "
@@ -368,7 +380,8 @@ class TrainingJob(QObject):
 
     def detach(self) -> None:
         """Leave the launch running after the app exits (its console keeps going to log.txt)."""
-        self._runner.detach()
+        if self._runner_obj is not None:
+            self._runner_obj.detach()
         for timer in (self._follow, self._kill_timer, self._tick):
             timer.stop()
 

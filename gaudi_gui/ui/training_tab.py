@@ -44,7 +44,7 @@ from gaudi_gui.services.process import ProcessRunner
 from gaudi_gui.services.remote_training import RemoteTrainingJob
 from gaudi_gui.services.slurm_training import SlurmTrainingJob
 from gaudi_gui.services.training import TrainingService
-from gaudi_gui.services.training_job import SchemaLoader, TrainingJob
+from gaudi_gui.services.training_job import TrainingJob
 from gaudi_gui.ui.log_view import LogView
 from gaudi_gui.ui.loss_chart import LossChart
 from gaudi_gui.ui.placement_widget import PlacementWidget
@@ -66,7 +66,7 @@ class TrainingTab(QWidget):
                                                              services.environment, self)
         self.store = self.training.store
         self._bound: TrainingJob | None = None
-        self.schema_loader = SchemaLoader(self)
+        self.schema_loader = services.ensure_schema(services.settings.parent())
         self.schema_loader.schema_loaded.connect(self._on_schema)
         self.schema_loader.schema_failed.connect(self._on_schema_failed)
         self.schema_loader.validated.connect(self._on_validated)
@@ -874,9 +874,11 @@ class TrainingTab(QWidget):
         self._resolver.kill_tree()
         if self.services.preflight is not None:
             self.services.preflight.cancel("training")
+        for signal, slot in ((self.schema_loader.schema_loaded, self._on_schema),
+                             (self.schema_loader.schema_failed, self._on_schema_failed),
+                             (self.schema_loader.validated, self._on_validated)):
+            with contextlib.suppress(RuntimeError, TypeError):
+                signal.disconnect(slot)
         self.schema_loader.shutdown()
         self.form.shutdown()
         self.runs.shutdown()
-
-    def _debug_state(self) -> dict[str, Any]:
-        return {"state": self.job.state, "records": len(self.job.records)}

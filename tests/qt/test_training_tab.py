@@ -342,3 +342,23 @@ def test_run_folder_is_private(tmp_path: Path) -> None:
     run = RunStore(tmp_path / "runs").create(JobConfig())
     assert isinstance(run, Run)
     assert oct(run.folder.stat().st_mode & 0o777) == "0o700"
+
+
+def test_jobs_that_follow_a_run_elsewhere_hold_no_idle_launcher(qtbot, tmp_path: Path) -> None:
+    """A job made for a host, several hosts or Slurm never starts a local launcher: it holds no
+    ProcessRunner for one (an N-host run used to hold N+1 idle QProcess objects)."""
+    from gaudi_gui.core.remote import Host
+    from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
+    from gaudi_gui.services.process import ProcessRunner
+    from gaudi_gui.services.remote_training import RemoteTrainingJob
+    from gaudi_gui.services.slurm_training import SlurmTrainingJob
+    from gaudi_gui.services.training_job import TrainingJob
+    store = RunStore(tmp_path / "runs")
+    local = TrainingJob(store)
+    assert local.findChildren(ProcessRunner) == [] and not local.is_running() and local.pid == 0
+    remote = RemoteTrainingJob(Host.parse("gg-a"), store)
+    # Its one runner follows the host's run (`runs follow` over ssh); none launches here.
+    assert len(remote.findChildren(ProcessRunner)) == 1 and remote._runner_obj is None
+    multi = MultiHostTrainingJob([Host.parse("gg-a"), Host.parse("gg-b")], store)
+    assert multi._runner_obj is None
+    assert SlurmTrainingJob(store)._runner_obj is None
