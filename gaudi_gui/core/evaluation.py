@@ -1,0 +1,461 @@
+"""Evaluate: did a fine-tune help, and what did it forget. The spec, its checks, and the results kept
+with the run. Qt-free and torch-free: the model work is ``gaudi_gui.workers.evaluate``.
+
+An evaluation compares two models on the same inputs: the *tuned* one (a run's LoRA adapter over its
+base, unmerged, or the run's full final/merged model; or ``--model M [--adapter A]``) and the *base*
+it started from. Inputs: the user's prompts (typed, or a JSONL/text file), a references JSONL scored
+with exact match, ROUGE-L (rouge-score) and BLEU (sacrebleu), the perplexity of the references text,
+and lm-evaluation-harness tasks that exist offline.
+
+Results of a run are written in the run folder, never anywhere else in it (a LoRA run's adapter and
+output are only read): ``<run>/eval/<stamp>.json`` (the spec, per model the means and per task its
+scores) and ``<run>/eval/<stamp>-answers.jsonl`` (every prompt, both answers, their timings and per-row
+scores). A model evaluated without a run keeps its results under ``<data>/evals/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from gaudi_gui.core import jsonfile, paths
+from gaudi_gui.core.jobconfig import JobConfigError
+from gaudi_gui.core.runstore import Run, RunStore
+from gaudi_gui.core.sft import is_adapter_dir
+
+METRICS = ("exact_match", "rouge", "bleu", "perplexity")
+#: The key each metric's mean has in a result ("rouge" is ROUGE-L's F-measure).
+METRIC_KEYS = {"exact_match": "exact_match", "rouge": "rougeL", "bleu": "bleu", "perplexity": "perplexity"}
+RESULT_VERSION = 1
+EVAL_DIR = "eval"
+#: Rows read from a file to learn its columns (the preview and the checks).
+PREVIEW_ROWS = 20
+MAX_NEW_TOKENS_LIMIT = 2048
+#: Exit codes of ``gaudi-gui eval`` and its worker.
+EXIT_OK, EXIT_MODEL_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class EvalInputError(ValueError):
+    """Input that cannot be evaluated; ``field`` names the option or form field."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+@dataclass
+class EvalSpec:
+    """What to evaluate, as the form or the command line gives it."""
+
+    #: A run folder, or a run's name under the runs folder.
+    run: str = ""
+    #: Without a run: the tuned model (a folder, a Hub id, or an adapter folder).
+    model: str = ""
+    #: An adapter applied over ``model`` (unmerged).
+    adapter: str = ""
+    #: The base model compared with; default: the run's (or the adapter's) base.
+    base: str = ""
+    #: Prompts typed in the view.
+    prompts: list[str] = field(default_factory=list)
+    #: A prompts file: JSONL (a string, or an object with ``prompt_column``) or text (one per line).
+    prompts_file: str = ""
+    #: A references JSONL with a prompt and a reference column.
+    data: str = ""
+    prompt_column: str = "prompt"
+    reference_column: str = "reference"
+    metrics: list[str] = field(default_factory=lambda: ["exact_match", "rouge", "bleu"])
+    tasks: list[str] = field(default_factory=list)
+    include_path: str = ""
+    #: 0: every row.
+    max_rows: int = 0
+    max_new_tokens: int = 32
+    seed: int = 0
+    #: Where results go without a run (default: ``<data>/evals``).
+    output: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EvalSpec:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class Target:
+    """The two models and where results go, resolved from a spec (paths, nothing loaded)."""
+
+    #: The tuned model's weights: a full model folder or id; with an adapter, the base it goes over.
+    tuned_model: str
+    #: The adapter applied over ``tuned_model`` for the tuned answers ("" for a full model).
+    adapter: str
+    #: The base model: with an adapter, the same weights with the adapter switched off.
+    base_model: str
+    results_dir: Path
+    run_folder: str = ""
+    #: What a person reads: "run 2026…-alpaca (adapter over tiny-model)".
+    label: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["results_dir"] = str(self.results_dir)
+        return data
+
+
+# -- reading files -----------------------------------------------------------------------------------
+
+def read_jsonl(path: str | Path, limit: int = 0, *, field_name: str = "data") -> list[Any]:
+    """The rows of a JSONL file (``limit`` 0: all); EvalInputError naming the line that is not JSON,
+    a missing or empty file."""
+    file = Path(path).expanduser()
+    if not file.is_file():
+        raise EvalInputError(field_name, f"{path}: no such file")
+    rows: list[Any] = []
+    try:
+        with open(file, "rb") as fh:
+            for number, raw in enumerate(fh, 1):
+                text = jsonfile.decode(raw, f"{file.name} line {number}")
+                if not text.strip():
+                    continue
+                try:
+                    rows.append(json.loads(text))
+                except json.JSONDecodeError as exc:
+                    raise EvalInputError(field_name, f"{file.name} line {number} is not JSON: "
+                                                     f"{exc.msg}") from None
+                if limit and len(rows) >= limit:
+                    break
+    except jsonfile.FileProblem as exc:
+        raise EvalInputError(field_name, str(exc)) from None
+    except OSError as exc:
+        raise EvalInputError(field_name, f"{path}: {exc.strerror or exc}") from None
+    if not rows:
+        raise EvalInputError(field_name, f"{file.name} is empty: it holds no rows")
+    return rows
+
+
+def columns_of(rows: list[Any]) -> list[str]:
+    """Every key of the object rows, in first-seen order (the preview's column pickers)."""
+    seen: dict[str, None] = {}
+    for row in rows:
+        if isinstance(row, dict):
+            seen.update(dict.fromkeys(str(k) for k in row))
+    return list(seen)
+
+
+def preview(path: str | Path, rows: int = PREVIEW_ROWS) -> tuple[list[str], list[dict[str, Any]]]:
+    """The columns and first rows of a references file (EvalInputError when it cannot be read)."""
+    data = read_jsonl(path, rows)
+    objects = [r for r in data if isinstance(r, dict)]
+    return columns_of(objects), objects
+
+
+def read_prompts(path: str | Path, column: str = "prompt", limit: int = 0) -> list[str]:
+    """Prompts from a file: JSONL of strings or of objects with ``column``; any other file, one prompt
+    a line."""
+    file = Path(path).expanduser()
+    if file.suffix.lower() not in (".jsonl", ".json"):
+        try:
+            lines = [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
+        except FileNotFoundError:
+            raise EvalInputError("prompts_file", f"{path}: no such file") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise EvalInputError("prompts_file", f"{path}: {exc}") from None
+        if not lines:
+            raise EvalInputError("prompts_file", f"{file.name} is empty: it holds no prompts")
+        return lines[:limit] if limit else lines
+    rows = read_jsonl(file, limit, field_name="prompts_file")
+    out: list[str] = []
+    for number, row in enumerate(rows, 1):
+        if isinstance(row, str):
+            out.append(row)
+        elif isinstance(row, dict) and isinstance(row.get(column), str):
+            out.append(row[column])
+        else:
+            cols = ", ".join(columns_of(rows)) or "none"
+            raise EvalInputError("prompts_file", f"{file.name} row {number}: no '{column}' text "
+                                                 f"(a row is a string or an object; columns: {cols})")
+    return out
+
+
+def read_references(path: str | Path, prompt_column: str, reference_column: str,
+                    limit: int = 0) -> list[dict[str, str]]:
+    """``[{"prompt", "reference"}]`` from a references JSONL; a missing column names the file's
+    columns."""
+    file = Path(path).expanduser()
+    rows = read_jsonl(file, limit, field_name="data")
+    cols = columns_of(rows)
+    shown = ", ".join(cols) or "none (its rows are not objects)"
+    for name, column in (("prompt_column", prompt_column), ("reference_column", reference_column)):
+        if column not in cols:
+            raise EvalInputError(name, f"'{column}' is not a column of {file.name} (its columns: {shown})")
+    out: list[dict[str, str]] = []
+    for number, row in enumerate(rows, 1):
+        if not isinstance(row, dict):
+            raise EvalInputError("data", f"{file.name} row {number} is not an object")
+        prompt, ref = row.get(prompt_column), row.get(reference_column)
+        if not isinstance(prompt, str) or not isinstance(ref, str):
+            raise EvalInputError("data", f"{file.name} row {number}: '{prompt_column}' and "
+                                         f"'{reference_column}' must be text")
+        out.append({"prompt": prompt, "reference": ref})
+    return out
+
+
+# -- lm-eval tasks (names and local folders; the worker checks them against lm-eval) -----------------
+
+_TASK_LINE = re.compile(r"^task:\s*['\"]?([A-Za-z0-9_.\-]+)['\"]?\s*$", re.MULTILINE)
+
+
+def local_tasks(include_path: str | Path) -> list[str]:
+    """The task names the YAML files of a local task folder declare (``task: NAME``)."""
+    folder = Path(include_path).expanduser()
+    names: list[str] = []
+    for yaml in sorted([*folder.rglob("*.yaml"), *folder.rglob("*.yml")]):
+        try:
+            names += _TASK_LINE.findall(yaml.read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            continue
+    return sorted(set(names))
+
+
+# -- resolving the models ----------------------------------------------------------------------------
+
+def upstream_architecture(name: str) -> str:
+    """A Gaudi-specific class name (optimum-habana's ``GaudiLlamaForCausalLM``) as the upstream
+    transformers one (``LlamaForCausalLM``): a run trained on Gaudi is evaluated anywhere."""
+    return name[len("Gaudi"):] if name.startswith("Gaudi") and len(name) > 5 and name[5].isupper() else name
+
+
+def find_run(name: str) -> Run:
+    """A run folder given as a path or as a run's folder name under the runs folder."""
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        return Run(folder)
+    store = RunStore()
+    candidate = store.root / name
+    if candidate.is_dir():
+        return Run(candidate)
+    raise EvalInputError("run", f"no run folder {name!r} (neither a folder nor a run under {store.root})")
+
+
+def _adapter_base(adapter: Path) -> str:
+    try:
+        data = json.loads((adapter / "adapter_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise EvalInputError("adapter", f"cannot read {adapter}/adapter_config.json: {exc}") from None
+    base = data.get("base_model_name_or_path") if isinstance(data, dict) else None
+    if not isinstance(base, str) or not base:
+        raise EvalInputError("adapter", f"{adapter}: the adapter names no base model")
+    return base
+
+
+def _local_model(value: str, field_name: str) -> None:
+    """A path-looking model must be a model or adapter folder (a Hub id is checked by the worker)."""
+    expanded = Path(value).expanduser()
+    looks_local = value.startswith((".", "/", "~")) or expanded.is_absolute()
+    if looks_local and not expanded.is_dir():
+        raise EvalInputError(field_name, f"model folder not found: {value}")
+    if expanded.is_dir() and not (expanded / "config.json").is_file() and not is_adapter_dir(expanded):
+        raise EvalInputError(field_name, f"{value} has no config.json: not a model folder")
+
+
+def resolve(spec: EvalSpec) -> Target:
+    """The models and results folder a spec names; EvalInputError for the first thing wrong."""
+    if bool(spec.run) == bool(spec.model):
+        raise EvalInputError("run", "give a run (--run) or a model (--model), one of them")
+    if spec.run:
+        run = find_run(spec.run)
+        try:
+            job = run.job()
+        except JobConfigError as exc:
+            raise EvalInputError("run", f"{run.name}: {exc}") from None
+        out = run.output_dir()
+        base = spec.base or job.model
+        if out is not None and is_adapter_dir(out / "adapter"):
+            tuned, adapter, kind = base, str(out / "adapter"), "adapter over its base"
+        elif job.method in ("lora", "qlora"):
+            raise EvalInputError("run", f"{run.name} is a {job.method.upper()} run with no adapter "
+                                        f"({out / 'adapter' if out else 'no output folder'} holds no "
+                                        "adapter_config.json): it did not save one")
+        else:
+            full = next((out / n for n in ("final", "merged") if out and (out / n / "config.json").is_file()),
+                        None)
+            if full is None:
+                raise EvalInputError("run", f"{run.name} has no saved model (no adapter/, final/ or "
+                                            f"merged/ in {out})")
+            tuned, adapter, kind = str(full), "", f"{full.name} model"
+        if (out is not None and (out / "merged" / "config.json").is_file() and adapter
+                and not spec.base):
+            kind += " (a merged copy exists; the adapter is evaluated)"
+        return Target(tuned, adapter, base, run.folder / EVAL_DIR, str(run.folder),
+                      f"run {run.name} ({kind})")
+    _local_model(spec.model, "model")
+    model = str(Path(spec.model).expanduser()) if Path(spec.model).expanduser().is_dir() else spec.model
+    results = Path(spec.output).expanduser() if spec.output else paths.data_dir() / "evals"
+    if spec.adapter:
+        adapter_dir = Path(spec.adapter).expanduser()
+        if not is_adapter_dir(adapter_dir):
+            raise EvalInputError("adapter", f"{spec.adapter} holds no adapter (adapter_config.json)")
+        base = spec.base or model
+        if spec.base:
+            _local_model(spec.base, "base")
+        return Target(model, str(adapter_dir), base, results, "", f"{spec.adapter} over {model}")
+    if is_adapter_dir(model):
+        base = spec.base or _adapter_base(Path(model))
+        return Target(base, model, base, results, "", f"{model} over {base}")
+    if not spec.base:
+        raise EvalInputError("base", f"{spec.model} is a full model: name the base model it is compared "
+                                     "with (--base)")
+    _local_model(spec.base, "base")
+    return Target(model, "", spec.base, results, "", model)
+
+
+def validate(spec: EvalSpec) -> list[tuple[str, str]]:
+    """Problems at the field: (field, message). Empty: the worker may start."""
+    problems: list[tuple[str, str]] = []
+    try:
+        resolve(spec)
+    except EvalInputError as exc:
+        problems.append((exc.field, str(exc)))
+    unknown = [m for m in spec.metrics if m not in METRICS]
+    if unknown:
+        problems.append(("metrics", f"unknown metric(s) {', '.join(unknown)}: choose from "
+                                    f"{', '.join(METRICS)}"))
+    if not spec.prompts and not spec.prompts_file and not spec.data and not spec.tasks:
+        problems.append(("data", "nothing to evaluate: give prompts, a references file or lm-eval tasks"))
+    if spec.prompts_file:
+        try:
+            read_prompts(spec.prompts_file, spec.prompt_column, 1)
+        except EvalInputError as exc:
+            problems.append((exc.field, str(exc)))
+    if any(not p.strip() for p in spec.prompts):
+        problems.append(("prompts", "a prompt is empty"))
+    if spec.data:
+        try:
+            read_references(spec.data, spec.prompt_column, spec.reference_column, PREVIEW_ROWS)
+        except EvalInputError as exc:
+            problems.append((exc.field, str(exc)))
+    elif "perplexity" in spec.metrics:
+        problems.append(("data", "perplexity is measured on a references file's text: give one (--data)"))
+    if spec.include_path and not Path(spec.include_path).expanduser().is_dir():
+        problems.append(("include_path", f"{spec.include_path}: no such folder"))
+    if spec.include_path and not spec.tasks:
+        problems.append(("tasks", "an include path needs the tasks to run from it (--tasks)"))
+    if spec.max_rows < 0:
+        problems.append(("max_rows", "max rows is 0 (all) or more"))
+    if not 1 <= spec.max_new_tokens <= MAX_NEW_TOKENS_LIMIT:
+        problems.append(("max_new_tokens", f"max new tokens is 1 to {MAX_NEW_TOKENS_LIMIT}"))
+    return problems
+
+
+# -- scores ------------------------------------------------------------------------------------------
+
+def exact_match(answer: str, reference: str) -> float:
+    """1.0 when the answer is the reference, ignoring surrounding whitespace."""
+    return 1.0 if answer.strip() == reference.strip() else 0.0
+
+
+def mean(values: list[float]) -> float | None:
+    finite = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return sum(finite) / len(finite) if finite else None
+
+
+# -- results -----------------------------------------------------------------------------------------
+
+def stamp(now: float | None = None) -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
+
+
+def write_results(results_dir: Path, record: dict[str, Any], answers: list[dict[str, Any]]) -> Path:
+    """``<stamp>.json`` and ``<stamp>-answers.jsonl`` in ``results_dir`` (0700/0600, like a run);
+    returns the JSON's path. Each file goes through a temporary and a rename: a reader never sees half."""
+    results_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    name = stamp(record.get("created"))
+    path, counter = results_dir / f"{name}.json", 1
+    while path.exists():
+        counter += 1
+        path = results_dir / f"{name}-{counter}.json"
+    answers_path = path.with_name(path.stem + "-answers.jsonl")
+    record = {**record, "answers": answers_path.name}
+    _write(answers_path, "".join(json.dumps(a, ensure_ascii=False) + "\n" for a in answers))
+    _write(path, json.dumps(record, indent=2, ensure_ascii=False))
+    return path
+
+
+def _write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        fh.write(text)
+    os.replace(tmp, path)
+
+
+def results_of(run: Run | str | Path) -> list[Path]:
+    """A run's result files, oldest first."""
+    folder = (run.folder if isinstance(run, Run) else Path(run)) / EVAL_DIR
+    try:
+        return sorted(p for p in folder.glob("*.json") if not p.name.endswith(".tmp"))
+    except OSError:
+        return []
+
+
+def latest_result(run: Run | str | Path) -> dict[str, Any] | None:
+    """The newest readable result of a run (a damaged file is skipped), or None."""
+    for path in reversed(results_of(run)):
+        try:
+            data = jsonfile.read(path)
+        except jsonfile.FileProblem:
+            continue
+        if isinstance(data, dict) and isinstance(data.get("tuned"), dict):
+            return {**data, "path": str(path)}
+    return None
+
+
+def score_items(result: dict[str, Any]) -> list[tuple[str, float | None, float | None]]:
+    """(name, tuned, base) for every mean and task score of a result, in a stable order."""
+    tuned, base = result.get("tuned") or {}, result.get("base") or {}
+    out: list[tuple[str, float | None, float | None]] = []
+    names = [METRIC_KEYS[m] for m in METRICS]
+    t_metrics, b_metrics = tuned.get("metrics") or {}, base.get("metrics") or {}
+    for key in names + sorted(set(t_metrics) - set(names)):
+        if key in t_metrics or key in b_metrics:
+            out.append((key, _num(t_metrics.get(key)), _num(b_metrics.get(key))))
+    t_tasks, b_tasks = tuned.get("tasks") or {}, base.get("tasks") or {}
+    for task in sorted(set(t_tasks) | set(b_tasks)):
+        out.append((task, _num((t_tasks.get(task) or {}).get("score")),
+                    _num((b_tasks.get(task) or {}).get("score"))))
+    return out
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        and math.isfinite(value) else None
+
+
+def _fmt(value: float | None) -> str:
+    return "–" if value is None else f"{value:.3g}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def scores_summary(result: dict[str, Any] | None, limit: int = 3) -> str:
+    """The Runs list's cell: "rougeL 0.41 (base 0.12) · bleu 3.2 (base 0.8)"."""
+    if not result:
+        return "–"
+    parts = [f"{name} {_fmt(t)} (base {_fmt(b)})" for name, t, b in score_items(result)[:limit]]
+    return " · ".join(parts) or "–"
+
+
+def latest_scores(run: Run | str | Path) -> str:
+    return scores_summary(latest_result(run))
+
+
+__all__ = ["EVAL_DIR", "EXIT_BAD_INPUT", "EXIT_MODEL_FAILED", "EXIT_OK", "METRICS", "METRIC_KEYS",
+           "EvalInputError", "EvalSpec", "Target", "columns_of", "exact_match", "find_run",
+           "latest_result", "latest_scores", "local_tasks", "mean", "preview", "read_jsonl",
+           "read_prompts", "read_references", "resolve", "results_of", "score_items", "scores_summary",
+           "upstream_architecture", "validate", "write_results"]
