@@ -101,51 +101,32 @@ def list_folder(path: str, limit: int = MAX_ENTRIES) -> dict[str, Any]:
 
 
 def hub_cache_dir() -> str:
-    """Where huggingface_hub keeps its cache on this machine (its own environment variables first)."""
-    explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-    if explicit:
-        return os.path.expanduser(explicit)
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface")
-    return os.path.join(os.path.expanduser(home), "hub")
-
-
-def _tree_size(folder: str) -> int:
-    total = 0
-    try:
-        with os.scandir(folder) as it:
-            for entry in it:
-                try:
-                    if entry.is_file(follow_symlinks=False):
-                        total += entry.stat(follow_symlinks=False).st_size
-                except OSError:
-                    continue
-    except OSError:
-        return 0
-    return total
+    """Where huggingface_hub keeps its cache on this machine, as huggingface_hub itself resolves it
+    (HF_HUB_CACHE, HF_HOME, XDG_CACHE_HOME)."""
+    from huggingface_hub import constants
+    return str(constants.HF_HUB_CACHE)
 
 
 def list_hf_cache(cache: str | None = None) -> dict[str, Any]:
-    """The cached models as Hub ids (``models--org--name`` -> ``org/name``), sorted; an absent cache
-    is an empty list, not an error."""
+    """The cached models as Hub ids, sorted, read by ``huggingface_hub.scan_cache_dir`` (the size is
+    the blobs' bytes on disk); an absent cache is an empty list, not an error, and a damaged entry is
+    named under ``problems`` instead of hiding the others."""
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
     folder = cache or hub_cache_dir()
-    models: list[dict[str, Any]] = []
     try:
-        names = os.listdir(folder)
-    except OSError:
-        names = []
-    for name in names:
-        if not name.startswith("models--") or not _encodable(name):
-            continue
-        path = os.path.join(folder, name)
-        if not os.path.isdir(path):
-            continue
-        hub_id = name[len("models--"):].replace("--", "/")
-        if hub_id:
-            # The blobs hold the real bytes (snapshots are links into them).
-            models.append({"id": hub_id, "path": path, "size": _tree_size(os.path.join(path, "blobs"))})
-    models.sort(key=lambda m: m["id"].lower())
-    return {"cache": folder, "models": models}
+        info = scan_cache_dir(folder)
+    except CacheNotFound:
+        return {"cache": folder, "models": []}
+    except OSError as exc:
+        raise ListError(f"cannot read the Hugging Face cache {folder}: {exc.strerror or exc}") from None
+    models = [{"id": repo.repo_id, "path": str(repo.repo_path), "size": int(repo.size_on_disk)}
+              for repo in info.repos if repo.repo_type == "model" and _encodable(str(repo.repo_path))]
+    models.sort(key=lambda m: str(m["id"]).lower())
+    out: dict[str, Any] = {"cache": folder, "models": models}
+    if info.warnings:
+        out["problems"] = [str(w) for w in info.warnings]
+    return out
 
 
 def _human(size: int) -> str:

@@ -237,12 +237,20 @@ def test_ls_json_shape_missing_folder_and_hf_cache(tmp_path: Path) -> None:
     assert not (folder / "X").exists() and not Path("X").exists()
 
     hub = tmp_path / "hf-home" / "hub"  # HF_HOME of this test (tests/conftest.py)
-    (hub / "models--org--name" / "blobs").mkdir(parents=True)
-    (hub / "models--org--name" / "blobs" / "x").write_bytes(b"abc")
-    (hub / "datasets--org--data").mkdir()
+    # A cache as huggingface_hub writes it: blobs, a snapshot of links into them, the ref.
+    for kind, name in (("models", "org--name"), ("datasets", "org--data")):
+        repo = hub / f"{kind}--{name}"
+        (repo / "blobs").mkdir(parents=True)
+        (repo / "blobs" / "abc123").write_bytes(b"abc")
+        (repo / "snapshots" / "rev1").mkdir(parents=True)
+        (repo / "snapshots" / "rev1" / "config.json").symlink_to("../../blobs/abc123")
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text("rev1")
+    (hub / "models--broken--one").mkdir()  # no snapshots: named as a problem, the others still listed
     cache = json.loads(gaudi_gui("ls", "--json", "--hf-cache").stdout)
-    assert cache == {"cache": str(hub), "models": [
-        {"id": "org/name", "path": str(hub / "models--org--name"), "size": 3}]}
+    assert cache["cache"] == str(hub) and cache["models"] == [
+        {"id": "org/name", "path": str(hub / "models--org--name"), "size": 3}]
+    assert any("models--broken--one" in p for p in cache["problems"]), cache
 
 
 def test_ls_on_a_host(ssh_host: SshHost) -> None:
