@@ -37,20 +37,13 @@ MIN_ACCELERATE = (1, 5, 0)
 
 
 def parse_version(text: str | None) -> tuple[int, ...]:
-    """'1.16.0+abc' -> (1, 16, 0); unparsable parts stop the tuple."""
-    out: list[int] = []
-    for part in (text or "").split("+")[0].split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        out.append(int(digits))
-        if len(digits) < len(part):
-            break  # '0rc1': a pre-release tag ends the numeric part
-    return tuple(out)
+    """The release numbers of a version as ``packaging`` reads it: '1.16.0+abc' -> (1, 16, 0),
+    '1.5.0rc1' -> (1, 5, 0); () for no version or one that is not PEP 440."""
+    from packaging.version import InvalidVersion, Version
+    try:
+        return tuple(Version((text or "").strip()).release)
+    except InvalidVersion:
+        return ()
 
 
 _HLSMI_VERSION = re.compile(r"HL-SMI Version:\s*(\S+)")
