@@ -27,6 +27,7 @@ COMMANDS = {
     "guard": "guard",
     "ls": "ls",
     "doctor": "doctor",
+    "eval": "eval",
 }
 #: What runs on the host itself (the handshake and the guard): --host makes no sense for them.
 _HOST_SIDE = ("hello", "guard")
@@ -99,7 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gaudi_gui.commands import multi_host
         return multi_host.train(args)
     target = (getattr(args, "host", "") or "").strip()
-    if target and target != "local" and args.command not in ("hosts", "doctor"):
+    # eval places itself (core.placement) and reads its events back from the host.
+    if target and target != "local" and args.command not in ("hosts", "doctor", "eval"):
         return _on_host(args, args_list)
     module = importlib.import_module(f"gaudi_gui.commands.{COMMANDS[args.command]}")
     try:

@@ -82,6 +82,28 @@ class EvalSpec:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def cli_args(self) -> list[str]:
+        """The ``gaudi-gui eval`` options that ask for this spec (the view starts the command with
+        them, and a host gets them: one path for the GUI and the command line)."""
+        out: list[str] = ["--run", self.run] if self.run else ["--model", self.model]
+        for option, value in (("--adapter", self.adapter), ("--base", self.base),
+                              ("--prompts", self.prompts_file), ("--data", self.data),
+                              ("--include-path", self.include_path), ("--output", self.output)):
+            if value:
+                out += [option, value]
+        for prompt in self.prompts:
+            out += ["--prompt", prompt]
+        if self.data or self.prompts_file:
+            out += ["--prompt-column", self.prompt_column]
+        if self.data:
+            out += ["--reference-column", self.reference_column]
+        out += ["--metrics", ",".join(self.metrics)]
+        if self.tasks:
+            out += ["--tasks", ",".join(self.tasks)]
+        out += ["--max-rows", str(self.max_rows), "--max-new-tokens", str(self.max_new_tokens),
+                "--seed", str(self.seed)]
+        return out
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvalSpec:
         known = {f.name for f in fields(cls)}
@@ -224,6 +246,41 @@ def local_tasks(include_path: str | Path) -> list[str]:
     return sorted(set(names))
 
 
+_NAME_LINE = re.compile(r"^\s*(?:task|group|tag):\s*['\"]?([A-Za-z0-9_.\-]+)['\"]?\s*$|^\s*-\s*['\"]?"
+                        r"([A-Za-z0-9_.\-]+)['\"]?\s*$", re.MULTILINE)
+
+
+def catalogue_names() -> set[str]:
+    """Every name lm-eval's bundled task YAMLs declare (task, group, tag, and list items, which
+    over-counts harmlessly), read from disk without importing lm_eval (it imports torch). Empty when
+    lm-eval is not installed."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("lm_eval")
+    if spec is None or not spec.submodule_search_locations:
+        return set()
+    folder = Path(next(iter(spec.submodule_search_locations))) / "tasks"
+    names: set[str] = set()
+    for yaml in folder.rglob("*.yaml"):
+        try:
+            text = yaml.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        for scalar, item in _NAME_LINE.findall(text):
+            names.add(scalar or item)
+    return names
+
+
+def unknown_tasks(tasks: list[str], include_path: str = "") -> list[str]:
+    """The tasks neither the local folder nor lm-eval's catalogue declares."""
+    local = set(local_tasks(include_path)) if include_path else set()
+    missing = [t for t in tasks if t not in local]
+    if not missing:
+        return []
+    catalogue = catalogue_names()
+    return [t for t in missing if t not in catalogue] if catalogue else []
+
+
 # -- resolving the models ----------------------------------------------------------------------------
 
 def upstream_architecture(name: str) -> str:
@@ -270,6 +327,11 @@ def resolve(spec: EvalSpec) -> Target:
     if bool(spec.run) == bool(spec.model):
         raise EvalInputError("run", "give a run (--run) or a model (--model), one of them")
     if spec.run:
+        if spec.adapter:
+            raise EvalInputError("adapter", "a run's adapter is found in its output folder: --adapter goes "
+                                            "with --model")
+        if spec.output:
+            raise EvalInputError("output", "a run's results go to its folder: --output goes with --model")
         run = find_run(spec.run)
         try:
             job = run.job()
@@ -316,8 +378,9 @@ def resolve(spec: EvalSpec) -> Target:
     return Target(model, "", spec.base, results, "", model)
 
 
-def validate(spec: EvalSpec) -> list[tuple[str, str]]:
-    """Problems at the field: (field, message). Empty: the worker may start."""
+def validate(spec: EvalSpec, *, catalogue: bool = True) -> list[tuple[str, str]]:
+    """Problems at the field: (field, message). Empty: the worker may start. ``catalogue=False`` skips
+    reading lm-eval's task catalogue (a second's disk reads: the window leaves it to the command)."""
     problems: list[tuple[str, str]] = []
     try:
         resolve(spec)
@@ -345,6 +408,12 @@ def validate(spec: EvalSpec) -> list[tuple[str, str]]:
         problems.append(("data", "perplexity is measured on a references file's text: give one (--data)"))
     if spec.include_path and not Path(spec.include_path).expanduser().is_dir():
         problems.append(("include_path", f"{spec.include_path}: no such folder"))
+    if catalogue and spec.tasks and (not spec.include_path or Path(spec.include_path).expanduser().is_dir()):
+        unknown = unknown_tasks(spec.tasks, spec.include_path)
+        if unknown:
+            where = f" in {spec.include_path} or" if spec.include_path else ""
+            problems.append(("tasks", f"unknown lm-eval task(s): {', '.join(unknown)} (not found{where} in "
+                                      "lm-eval's tasks)"))
     if spec.include_path and not spec.tasks:
         problems.append(("tasks", "an include path needs the tasks to run from it (--tasks)"))
     if spec.max_rows < 0:
