@@ -11,6 +11,7 @@ if TYPE_CHECKING:
     from gaudi_gui.services.device_poller import DevicePoller
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.environment_probe import EnvironmentProbe
+    from gaudi_gui.services.evaluation import EvaluationService
     from gaudi_gui.services.health import HealthService
     from gaudi_gui.services.notifier import Notifier
     from gaudi_gui.services.preflight import PreflightService
@@ -43,6 +44,8 @@ class AppServices:
     preflight: PreflightService | None = None
     #: The TrainingArguments schema and validation children: ``ensure_schema``.
     schema: SchemaLoader | None = None
+    #: The Evaluate job (``gaudi-gui eval --events`` as a child): ``ensure_evaluation``.
+    evaluation: EvaluationService | None = None
 
     def ensure_preflight(self, parent: QObject | None = None) -> PreflightService:
         """The start gate's runner, made when a view first needs it (most starts never do: a machine
@@ -70,3 +73,10 @@ class AppServices:
             if self.notifier is not None:
                 self.notifier.watch_training(self.training)
         return self.training
+
+    def ensure_evaluation(self, parent: QObject | None = None) -> EvaluationService:
+        """The Evaluate job's service, made on first use (a view reached from Runs binds to it)."""
+        if self.evaluation is None:
+            from gaudi_gui.services.evaluation import EvaluationService
+            self.evaluation = EvaluationService(parent)
+        return self.evaluation

@@ -17,12 +17,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gaudi_gui.core.evaluation import latest_scores
 from gaudi_gui.core.metrics import format_duration
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.sft import is_adapter_dir
 from gaudi_gui.services.sft_tools import AdapterMerger
 
-COLUMNS = ("run", "status", "started", "duration", "steps", "final loss")
+COLUMNS = ("run", "status", "started", "duration", "steps", "final loss", "latest scores")
 
 
 class RunsTable(QWidget):
@@ -40,6 +41,8 @@ class RunsTable(QWidget):
     merge_requested = Signal(object)
     #: A merge ended: (ok, the merged folder or what went wrong).
     merge_finished = Signal(bool, str)
+    #: Open the Evaluate window of this run (base vs tuned; ui/eval_view.py).
+    evaluate_requested = Signal(object)
 
     def __init__(self, store: RunStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -59,6 +62,7 @@ class RunsTable(QWidget):
                               ("Resume", lambda: self._one(self.resume_requested)),
                               ("Try in runner", lambda: self._one(self.load_in_runner_requested)),
                               ("Merge and save", lambda: self._one(self.merge_requested)),
+                              ("Evaluate", lambda: self._one(self.evaluate_requested)),
                               ("Refresh", self.refresh)):
             button = QPushButton(name, self)
             button.clicked.connect(lambda _checked=False, h=handler: h())
@@ -71,6 +75,10 @@ class RunsTable(QWidget):
         self.merger = AdapterMerger(self)
         self.merger.finished.connect(self._merged)
         self.merge_requested.connect(self.merge)
+        self.evaluate_requested.connect(self.evaluate)
+        #: Evaluate windows by run folder, and the compared runs' scores (made when first needed).
+        self.eval_views: dict[Path, QWidget] = {}
+        self.scores_panel: QWidget | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.table, 1)
@@ -94,14 +102,14 @@ class RunsTable(QWidget):
             steps = f"{st.step}/{st.max_steps}" if st.max_steps else "–"
             state = f"{st.state} ⚠ {problems[0]}" if problems else st.state
             for col, text in enumerate((run.name, state, started, format_duration(st.duration)
-                                        if st.started_at else "–", steps, loss)):
+                                        if st.started_at else "–", steps, loss, latest_scores(run))):
                 item = QTableWidgetItem(text)
                 if col == 1 and (st.summary or st.error or problems):
                     item.setToolTip("\n".join(dict.fromkeys([*problems, st.summary or st.error])))
                 if col == 0 and st.resumed_from:
                     item.setToolTip(f"resumed from {Path(st.resumed_from).name}")
                     item.setText(f"{run.name} ↳ {Path(st.resumed_from).name}")
-                if col >= 3:
+                if 3 <= col < 6:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, col, item)
         self.table.resizeColumnsToContents()
@@ -124,6 +132,36 @@ class RunsTable(QWidget):
         runs = self.selected_runs()
         if runs:
             self.compare_requested.emit(runs)
+            self.show_scores(runs)
+
+    def show_scores(self, runs: list[Run]) -> None:
+        """The compared runs' latest scores in a window beside the curves (when any was evaluated)."""
+        from gaudi_gui.ui.eval_view import ScoresPanel
+        if self.scores_panel is None:
+            self.scores_panel = ScoresPanel(self)
+            self.scores_panel.setWindowFlag(Qt.WindowType.Tool, True)
+        assert isinstance(self.scores_panel, ScoresPanel)
+        if self.scores_panel.show_runs(runs):
+            self.scores_panel.show()
+            self.scores_panel.raise_()
+        else:
+            self.scores_panel.hide()
+
+    def evaluate(self, run: Run) -> None:
+        """The run's Evaluate window (one per run; its results refresh this list)."""
+        from gaudi_gui.ui.eval_view import EvalView
+        if run.status().state not in ("finished", "stopped"):
+            self.status.setText(f"{run.name} is {run.status().state}: evaluate a finished or stopped run")
+            return
+        view = self.eval_views.get(run.folder)
+        if view is None:
+            view = EvalView(run, parent=self)
+            view.setWindowFlag(Qt.WindowType.Window, True)
+            view.resize(1000, 760)
+            view.service.result.connect(lambda _r: self.refresh())
+            self.eval_views[run.folder] = view
+        view.show()
+        view.raise_()
 
     def merge(self, run: Run) -> None:
         """Merge the run's adapter into a full model in ``<output>/merged``."""
@@ -143,3 +181,5 @@ class RunsTable(QWidget):
 
     def shutdown(self) -> None:
         self.merger.shutdown()
+        for view in self.eval_views.values():
+            view.shutdown()  # type: ignore[attr-defined]

@@ -196,7 +196,7 @@ class Evaluator:
             if config.architectures:
                 config.architectures = [upstream_architecture(a) for a in config.architectures]
             dtype = torch.float32 if self.device == "cpu" else torch.bfloat16
-            model = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
+            model: Any = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
                                                          local_files_only=local_only)
             tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
         except Exception as exc:

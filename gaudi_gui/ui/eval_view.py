@@ -1,0 +1,421 @@
+"""Evaluate a run: base vs tuned, side by side, and the scores. Reached from Runs (Evaluate button).
+
+The view binds only: it reads the form into a ``core.evaluation.EvalSpec`` and hands it to
+``services.evaluation.EvaluationService`` (which runs ``gaudi-gui eval … --events`` as its child), and
+shows what comes back. Reading a references file's first rows for the column pickers is the one thing it
+does itself (a small file read, like the training form's dataset preview).
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QSplitter,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gaudi_gui.core import evaluation as ev
+from gaudi_gui.core import textclean
+from gaudi_gui.core.metrics import format_duration
+from gaudi_gui.core.placement import Placement
+from gaudi_gui.core.remote import Host, saved_hosts
+from gaudi_gui.core.runstore import Run
+from gaudi_gui.services.evaluation import EvaluationService
+
+ANSWER_COLUMNS = ("prompt", "reference", "base", "tuned", "base TTFT s", "base tok/s", "tuned TTFT s",
+                  "tuned tok/s")
+SCORE_COLUMNS = ("score", "base", "tuned")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return textclean.clean(str(value))
+
+
+def fill_scores(table: QTableWidget, items: list[tuple[str, float | None, float | None]]) -> None:
+    table.setRowCount(len(items))
+    for row, (name, tuned, base) in enumerate(items):
+        for col, text in enumerate((name, _cell(base), _cell(tuned))):
+            item = QTableWidgetItem(text)
+            if col:
+                item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            table.setItem(row, col, item)
+    table.resizeColumnsToContents()
+
+
+def _table(columns: tuple[str, ...], parent: QWidget) -> QTableWidget:
+    table = QTableWidget(0, len(columns), parent)
+    table.setHorizontalHeaderLabels(list(columns))
+    table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+    table.verticalHeader().setVisible(False)
+    table.horizontalHeader().setStretchLastSection(True)
+    return table
+
+
+class EvalView(QWidget):
+    """One run's evaluation form, progress and results (a window of its own, opened from Runs)."""
+
+    def __init__(self, run: Run | None, service: EvaluationService | None = None,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.run = run
+        self.service = service or EvaluationService(self)
+        self.setWindowTitle(f"Evaluate {run.name}" if run else "Evaluate")
+        self._rows: dict[tuple[str, int], int] = {}
+        self.errors: dict[str, QLabel] = {}
+        self.inputs: dict[str, QWidget] = {}
+
+        self.models = QLabel(self)
+        self.models.setWordWrap(True)
+        self.models.setTextFormat(Qt.TextFormat.RichText)
+        self.host = QComboBox(self)
+        self.host.addItem("this machine", "local")
+        for saved in saved_hosts():
+            self.host.addItem(saved.name, saved.name)
+        self.prompts = QPlainTextEdit(self)
+        self.prompts.setPlaceholderText("one prompt a line")
+        self.prompts.setMaximumHeight(90)
+        self.prompts_file = QLineEdit(self)
+        self.prompts_file.setPlaceholderText("JSONL (strings or objects with the prompt column) or text")
+        self.data = QLineEdit(self)
+        self.data.setPlaceholderText("references JSONL: a prompt and a reference column")
+        self.data.editingFinished.connect(self.load_preview)
+        self.prompt_column = QComboBox(self)
+        self.prompt_column.setEditable(True)
+        self.reference_column = QComboBox(self)
+        self.reference_column.setEditable(True)
+        self.preview = _table((), self)
+        self.preview.setMaximumHeight(110)
+        self.metric_boxes: dict[str, QCheckBox] = {}
+        metrics_row = QHBoxLayout()
+        for name, label in (("exact_match", "exact match"), ("rouge", "ROUGE-L"), ("bleu", "BLEU"),
+                            ("perplexity", "perplexity")):
+            box = QCheckBox(label, self)
+            box.setChecked(name != "perplexity")
+            self.metric_boxes[name] = box
+            metrics_row.addWidget(box)
+        metrics_row.addStretch(1)
+        metrics = QWidget(self)
+        metrics.setLayout(metrics_row)
+        metrics_row.setContentsMargins(0, 0, 0, 0)
+        self.tasks = QLineEdit(self)
+        self.tasks.setPlaceholderText("lm-eval tasks, comma-separated (offline: local or cached data)")
+        self.include_path = QLineEdit(self)
+        self.include_path.setPlaceholderText("a folder of local lm-eval task YAMLs")
+        self.max_rows = QSpinBox(self)
+        self.max_rows.setRange(0, 1_000_000)
+        self.max_rows.setSpecialValueText("all")
+        self.max_new_tokens = QSpinBox(self)
+        self.max_new_tokens.setRange(1, ev.MAX_NEW_TOKENS_LIMIT)
+        self.max_new_tokens.setValue(32)
+
+        form = QFormLayout()
+        form.addRow("Models", self.models)
+        form.addRow("Runs on", self.host)
+        self._row(form, "Prompts", "prompts", self.prompts)
+        self._row(form, "Prompts file", "prompts_file", self._with_browse(self.prompts_file))
+        self._row(form, "References", "data", self._with_browse(self.data, self.load_preview))
+        self._row(form, "Prompt column", "prompt_column", self.prompt_column)
+        self._row(form, "Reference column", "reference_column", self.reference_column)
+        form.addRow("", self.preview)
+        self._row(form, "Metrics", "metrics", metrics)
+        self._row(form, "lm-eval tasks", "tasks", self.tasks)
+        self._row(form, "Include path", "include_path", self._with_browse(self.include_path, folder=True))
+        self._row(form, "Max rows", "max_rows", self.max_rows)
+        self._row(form, "Max new tokens", "max_new_tokens", self.max_new_tokens)
+        self.run_error = QLabel(self)
+        self.run_error.setWordWrap(True)
+        self.run_error.setStyleSheet("color: #b00020")
+        self.run_error.hide()
+        for field in ("run", "model", "base", "adapter"):
+            self.errors[field] = self.run_error
+
+        self.start_button = QPushButton("Start", self)
+        self.stop_button = QPushButton("Stop", self)
+        self.stop_button.setEnabled(False)
+        self.start_button.clicked.connect(lambda _c=False: self.start())
+        self.stop_button.clicked.connect(lambda _c=False: self.service.stop())
+        self.progress = QProgressBar(self)
+        self.progress.setRange(0, 1)
+        self.progress.setValue(0)
+        self.eta = QLabel(self)
+        self.status = QLabel(self)
+        self.status.setWordWrap(True)
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        controls = QHBoxLayout()
+        controls.addWidget(self.start_button)
+        controls.addWidget(self.stop_button)
+        controls.addWidget(self.progress, 1)
+        controls.addWidget(self.eta)
+
+        self.answers = _table(ANSWER_COLUMNS, self)
+        self.answers.setWordWrap(True)
+        self.scores = _table(SCORE_COLUMNS, self)
+        split = QSplitter(Qt.Orientation.Horizontal, self)
+        split.addWidget(self.answers)
+        split.addWidget(self.scores)
+        split.setStretchFactor(0, 3)
+        split.setStretchFactor(1, 1)
+
+        top = QWidget(self)
+        top.setLayout(form)
+        layout = QVBoxLayout(self)
+        layout.addWidget(top)
+        layout.addWidget(self.run_error)
+        layout.addLayout(controls)
+        layout.addWidget(self.status)
+        layout.addWidget(split, 1)
+
+        self.service.started.connect(self._on_started)
+        self.service.progress.connect(self._on_progress)
+        self.service.phase.connect(self.status.setText)
+        self.service.answer.connect(self._on_answer)
+        self.service.result.connect(self._on_result)
+        self.service.failed.connect(self._on_failed)
+        self.service.finished.connect(self._on_finished)
+        self._describe_models()
+        self._show_latest()
+
+    # -- form ----------------------------------------------------------------------------------------
+
+    def _row(self, form: QFormLayout, label: str, field: str, widget: QWidget) -> None:
+        box = QWidget(self)
+        inner = QVBoxLayout(box)
+        inner.setContentsMargins(0, 0, 0, 0)
+        inner.setSpacing(1)
+        inner.addWidget(widget)
+        error = QLabel(box)
+        error.setWordWrap(True)
+        error.setStyleSheet("color: #b00020")
+        error.hide()
+        inner.addWidget(error)
+        self.errors[field] = error
+        self.inputs[field] = widget
+        form.addRow(label, box)
+
+    def _with_browse(self, edit: QLineEdit, then: Any = None, folder: bool = False) -> QWidget:
+        box = QWidget(self)
+        row = QHBoxLayout(box)
+        row.setContentsMargins(0, 0, 0, 0)
+        row.addWidget(edit, 1)
+        button = QPushButton("Browse…", box)
+
+        def browse() -> None:
+            chosen = QFileDialog.getExistingDirectory(self, "Choose a folder") if folder else \
+                QFileDialog.getOpenFileName(self, "Choose a file", "", "JSONL (*.jsonl *.json);;All (*)")[0]
+            if chosen:
+                edit.setText(chosen)
+                if then is not None:
+                    then()
+
+        button.clicked.connect(lambda _c=False: browse())
+        row.addWidget(button)
+        return box
+
+    def _describe_models(self) -> None:
+        if self.run is None:
+            self.models.setText("no run chosen")
+            return
+        try:
+            target = ev.resolve(ev.EvalSpec(run=str(self.run.folder)))
+        except ev.EvalInputError as exc:
+            self.models.setText(f"<b>{html.escape(self.run.name)}</b>")
+            self._show_error(exc.field, str(exc))
+            self.start_button.setEnabled(False)
+            return
+        tuned = f"{target.adapter} (adapter over {target.tuned_model}, unmerged)" if target.adapter \
+            else target.tuned_model
+        self.models.setText(f"tuned: <b>{html.escape(tuned)}</b><br>base: <b>"
+                            f"{html.escape(target.base_model)}</b>")
+
+    def load_preview(self) -> None:
+        """The references file's columns in the pickers and its first rows in the preview."""
+        self._clear_error("data")
+        path = self.data.text().strip()
+        if not path:
+            return
+        try:
+            columns, rows = ev.preview(path, 5)
+        except ev.EvalInputError as exc:
+            self._show_error("data", str(exc))
+            return
+        for combo, wanted, fallback in ((self.prompt_column, "prompt", 0), (self.reference_column,
+                                                                             "reference", 1)):
+            current = combo.currentText()
+            combo.clear()
+            combo.addItems(columns)
+            pick = current if current in columns else wanted if wanted in columns else \
+                columns[min(fallback, len(columns) - 1)] if columns else ""
+            combo.setCurrentText(pick)
+        self.preview.setColumnCount(len(columns))
+        self.preview.setHorizontalHeaderLabels(columns)
+        self.preview.setRowCount(len(rows))
+        for r, row in enumerate(rows):
+            for c, col in enumerate(columns):
+                self.preview.setItem(r, c, QTableWidgetItem(_cell(row.get(col, ""))[:200]))
+
+    def spec(self) -> ev.EvalSpec:
+        prompts = [p for p in self.prompts.toPlainText().splitlines() if p.strip()]
+        return ev.EvalSpec(
+            run=str(self.run.folder) if self.run else "", prompts=prompts,
+            prompts_file=self.prompts_file.text().strip(), data=self.data.text().strip(),
+            prompt_column=self.prompt_column.currentText().strip() or "prompt",
+            reference_column=self.reference_column.currentText().strip() or "reference",
+            metrics=[m for m, box in self.metric_boxes.items() if box.isChecked()],
+            tasks=[t.strip() for t in self.tasks.text().split(",") if t.strip()],
+            include_path=self.include_path.text().strip(), max_rows=self.max_rows.value(),
+            max_new_tokens=self.max_new_tokens.value())
+
+    def placement(self) -> Placement:
+        name = self.host.currentData()
+        if not name or name == "local":
+            return Placement.local()
+        chosen = next((h for h in saved_hosts() if h.name == name), None)
+        return Placement.on_host(chosen or Host.parse(str(name)))
+
+    def _show_error(self, field: str, message: str) -> None:
+        label = self.errors.get(field) or self.run_error
+        label.setText(message)
+        label.show()
+
+    def _clear_error(self, field: str) -> None:
+        if field in self.errors:
+            self.errors[field].hide()
+
+    def _clear_errors(self) -> None:
+        for label in self.errors.values():
+            label.hide()
+
+    # -- running -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._clear_errors()
+        problems = self.service.start(self.spec(), self.placement())
+        for field, message in problems:
+            self._show_error(field, message)
+        if problems:
+            self.status.setText("⚠ fix the marked fields")
+
+    def _on_started(self) -> None:
+        self.start_button.setEnabled(False)
+        self.stop_button.setEnabled(True)
+        self.answers.setRowCount(0)
+        self._rows.clear()
+        self.progress.setRange(0, 0)  # busy until the first count
+        self.eta.setText("")
+        self.status.setText("starting…")
+
+    def _on_progress(self, done: int, total: int, eta: float) -> None:
+        self.progress.setRange(0, max(total, 1))
+        self.progress.setValue(done)
+        self.progress.setFormat(f"{done}/{total} rows")
+        self.eta.setText(f"ETA {format_duration(eta)}" if eta >= 0 else "")
+
+    def _on_answer(self, message: dict[str, Any]) -> None:
+        key = (str(message.get("source")), int(message.get("i") or 0))
+        row = self._rows.get(key)
+        if row is None:
+            row = self.answers.rowCount()
+            self.answers.insertRow(row)
+            self._rows[key] = row
+            self.answers.setItem(row, 0, QTableWidgetItem(_cell(message.get("prompt"))))
+            self.answers.setItem(row, 1, QTableWidgetItem(_cell(message.get("reference", ""))))
+        name = message.get("model")
+        base_col = 2 if name == "base" else 3
+        timing_col = 4 if name == "base" else 6
+        self.answers.setItem(row, base_col, QTableWidgetItem(_cell(message.get("text"))))
+        for offset, key_name in enumerate(("ttft_s", "tokens_per_s")):
+            item = QTableWidgetItem(_cell(message.get(key_name)))
+            item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
+            self.answers.setItem(row, timing_col + offset, item)
+
+    def _on_result(self, result: dict[str, Any]) -> None:
+        fill_scores(self.scores, ev.score_items(result))
+        self.status.setText(f"results saved in {result.get('path', '')}")
+
+    def _on_failed(self, field: str, message: str) -> None:
+        if field:
+            self._show_error(field, message)
+        self.status.setText(f"⚠ {message}")
+
+    def _on_finished(self, ok: bool, stopped: bool) -> None:
+        self.start_button.setEnabled(True)
+        self.stop_button.setEnabled(False)
+        if self.progress.maximum() == 0:
+            self.progress.setRange(0, 1)
+        self.eta.setText("")
+        if stopped:
+            self.status.setText("stopped: nothing was saved")
+
+    def _show_latest(self) -> None:
+        if self.run is not None:
+            latest = ev.latest_result(self.run)
+            if latest:
+                fill_scores(self.scores, ev.score_items(latest))
+                self.status.setText(f"latest results: {Path(str(latest.get('path', ''))).name}")
+
+    def shutdown(self) -> None:
+        self.service.shutdown()
+
+    def closeEvent(self, event: Any) -> None:
+        self.service.stop()
+        super().closeEvent(event)
+
+
+class ScoresPanel(QWidget):
+    """The latest scores of compared runs, one column pair per run (Compare, beside the loss curves)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Scores of the compared runs")
+        self.table = _table(("score",), self)
+        self.note = QLabel(self)
+        self.note.setWordWrap(True)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.table)
+        layout.addWidget(self.note)
+
+    def show_runs(self, runs: list[Run]) -> bool:
+        """Fill the table; False when none of the runs was evaluated."""
+        results = [(run, ev.latest_result(run)) for run in runs]
+        found = [(run, r) for run, r in results if r]
+        names: list[str] = []
+        values: dict[tuple[str, str], str] = {}
+        for run, result in found:
+            for name, tuned, base in ev.score_items(result):
+                if name not in names:
+                    names.append(name)
+                values[(run.name, name)] = f"{_cell(tuned)} (base {_cell(base)})"
+        self.table.setColumnCount(1 + len(found))
+        self.table.setHorizontalHeaderLabels(["score", *(run.name for run, _r in found)])
+        self.table.setRowCount(len(names))
+        for r, name in enumerate(names):
+            self.table.setItem(r, 0, QTableWidgetItem(name))
+            for c, (run, _r) in enumerate(found, 1):
+                self.table.setItem(r, c, QTableWidgetItem(values.get((run.name, name), "–")))
+        self.table.resizeColumnsToContents()
+        missing = [run.name for run, r in results if not r]
+        self.note.setText("not evaluated: " + ", ".join(missing) if missing else "")
+        return bool(found)
