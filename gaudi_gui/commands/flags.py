@@ -36,7 +36,7 @@ class Rule:
 
 
 _SLURM_ONLY = ("--nodes", "--partition", "--time", "--account", "--cards-per-node", "--gres", "--login",
-               "--node-python", "--print-script")
+               "--node-python", "--print-script", "--events")
 
 RULES: tuple[Rule, ...] = (
     Rule("*", "--remote-command", needs=("--host", "--hosts"),

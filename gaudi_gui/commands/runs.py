@@ -61,6 +61,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     attach.add_argument("run")
     attach.add_argument("--grace", type=seconds, default=120.0, metavar="S",
                         help="seconds the ranks get to save after a stop before the job is cancelled")
+    attach.add_argument("--events", action="store_true",
+                        help="also print the job's progress as structured lines (for a program)")
     stop = action.add_parser("stop", help="stop a run (checkpoint first; --now kills)")
     stop.add_argument("run")
     stop.add_argument("--now", action="store_true", help="kill the run's processes now")
@@ -138,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
         return _stop(found, now=args.now)
     if action == "attach":
         from gaudi_gui.commands import slurm_run
-        return slurm_run.attach(found, grace=args.grace)
+        return slurm_run.attach(found, grace=args.grace, events=args.events)
     return _follow(found, args.events_from, args.log_from)
 
 

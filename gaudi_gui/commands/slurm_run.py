@@ -30,7 +30,7 @@ from gaudi_gui.commands.terminal import StopSignals as _Signals
 from gaudi_gui.commands.terminal import printable as _printable
 from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import prepare as prepare_mod
-from gaudi_gui.core import remote
+from gaudi_gui.core import protocol, remote
 from gaudi_gui.core import slurm as slurm_mod
 from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.jobconfig import JobConfigError, load_job
@@ -65,6 +65,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="the Python with gaudi-gui on the nodes (default: this one)")
     g.add_argument("--print-script", dest="print_script", action="store_true",
                    help="print the sbatch script and exit without submitting")
+    g.add_argument("--events", action="store_true",
+                   help="also print the job's progress as structured lines (@gaudi-gui {json}: submitted, "
+                        "run folder, Slurm state) for a program that follows it")
+
+
+#: Whether structured lines go to stdout beside the words (``--events``; the app sets it).
+_EVENTS = {"on": False}
+
+
+def _event(kind: str, **fields: Any) -> None:
+    """One structured line for a program following the job (with ``--events``), never for a person."""
+    if _EVENTS["on"]:
+        print(protocol.event(kind, **fields), flush=True)
 
 
 def runner_for(host: Host) -> slurm_mod.Runner:
@@ -97,6 +110,7 @@ def options_from(args: argparse.Namespace, device: str) -> slurm_mod.SlurmOption
 
 
 def train(args: argparse.Namespace) -> int:
+    _EVENTS["on"] = bool(getattr(args, "events", False))
     try:
         job = load_job(args.config)
     except JobConfigError as exc:
@@ -167,15 +181,17 @@ def train(args: argparse.Namespace) -> int:
         run.update_status(summary=f"Slurm job {job_id} submitted")
         where = "" if host.is_local else f" on {host.name}"
         print(f"submitted batch job {job_id}{where}", flush=True)
+        _event("slurm_submitted", job_id=job_id, login=host.name)
         print(f"run folder: {run.folder} (device {device}, {options.nodes} node(s)); script: {script_path}",
               flush=True)
+        _event("slurm_run_folder", folder=str(run.folder), device=device, nodes=options.nodes)
         return follow(run, job_id, run_cmd, grace=args.grace, signals=signals)
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
 
 
-def attach(run: Run, *, grace: float) -> int:
+def attach(run: Run, *, grace: float, events: bool = False) -> int:
     """Follow a submitted job again (``gaudi-gui runs attach RUN``): after the terminal or the app
     that submitted it went away, the job goes on in Slurm; this follows it from the start of its log
     and events to its end, and Ctrl-C stops it as ``train --slurm`` would. A job that ended while
@@ -193,9 +209,12 @@ def attach(run: Run, *, grace: float) -> int:
         _say(f"{run.name}: Slurm job {job_id} already ended: {status.state} — {status.summary}")
         return 0 if status.state in ("finished", "stopped") else 1
     where = "" if host.is_local else f" on {host.name}"
+    _EVENTS["on"] = events
     print(f"submitted batch job {job_id}{where} (followed again)", flush=True)
+    _event("slurm_submitted", job_id=job_id, login=host.name)
     options = slurm_mod.options_of(info)
     print(f"run folder: {run.folder} (device {options.device}, {options.nodes} node(s))", flush=True)
+    _event("slurm_run_folder", folder=str(run.folder), device=options.device, nodes=options.nodes)
     return follow(run, job_id, runner_for(host), grace=grace)
 
 
@@ -290,6 +309,8 @@ def follow(run: Run, job_id: str, run_cmd: slurm_mod.Runner, *, grace: float,
 
 
 def _report(run: Run, info: slurm_mod.JobInfo) -> None:
+    _event("slurm_state", job_id=info.job_id, phase=info.phase, state=info.state, reason=info.reason,
+           nodes=info.nodes)
     if info.phase == "pending":
         _say(f"job {info.job_id}: pending" + (f" ({info.reason})" if info.reason else ""))
     elif info.phase == "running":

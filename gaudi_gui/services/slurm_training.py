@@ -31,6 +31,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
+from gaudi_gui.core import protocol
 from gaudi_gui.core import slurm as slurm_mod
 from gaudi_gui.core.events import EventFollower
 from gaudi_gui.core.jobconfig import JobConfig
@@ -41,9 +42,6 @@ from gaudi_gui.core.slurm import SlurmTarget, target_with_grace
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
 from gaudi_gui.services.remote_training import HostedJob
 from gaudi_gui.services.training_job import FOLLOW_MS
-
-SUBMITTED = "submitted batch job "
-RUN_FOLDER = "run folder: "
 
 
 class SlurmTrainingJob(HostedJob):
@@ -120,7 +118,8 @@ class SlurmTrainingJob(HostedJob):
         self.host = Host.local() if target.login in ("", LOCAL) else Host.parse(target.login)
         self._active = True
         argv = [sys.executable, "-m", "gaudi_gui",
-                *target.argv(runs_dir=self.store.root, grace_s=self.stop_grace_s, resumed_from=resumed_from)]
+                *target.argv(runs_dir=self.store.root, grace_s=self.stop_grace_s, resumed_from=resumed_from),
+                "--events"]
         self._set_state("queued")
         where = "" if self.host.is_local else f" on {self.host.name}"
         self._set_summary(f"submitting the job to Slurm{where}…")
@@ -150,7 +149,7 @@ class SlurmTrainingJob(HostedJob):
         self._set_state("queued")
         self._set_summary(f"following Slurm job {info.get('job_id')} again…")
         argv = [sys.executable, "-m", "gaudi_gui", "runs", "attach", str(run.folder),
-                "--grace", repr(float(self.stop_grace_s))]
+                "--grace", repr(float(self.stop_grace_s)), "--events"]
         self._child.start(argv[0], argv[1:], new_session=True)
 
     def _reset(self) -> None:
@@ -171,20 +170,31 @@ class SlurmTrainingJob(HostedJob):
         self.started.emit(pid)
 
     def _on_child_line(self, stream: str, line: str) -> None:
+        message = protocol.decode(line) if stream == "stdout" else None
+        if message is not None:
+            # The child's structured lines (``--events``): what the job is, never read from its words.
+            self._take_message(message)
+            return
         text = redact(line)
         self.log_line_received.emit(text)
         if stream == "stderr":
             self._err_tail.append(text)
-            self._take_note(text.strip())
-        elif not self.job_id and text.startswith(SUBMITTED):
-            self.job_id = text[len(SUBMITTED):].split()[0] if text[len(SUBMITTED):].split() else "?"
+        self._poll_events()
+
+    def _take_message(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "slurm_submitted" and not self.job_id:
+            self.job_id = str(message.get("job_id") or "?")
             self._set_summary(f"Slurm job {self.job_id} submitted")
             if self._stop_pending:
                 # Stop was pressed while sbatch ran: the child counts signals now.
                 for _ in range(self._stop_pending):
                     self._signal_child()
-        elif not self.folder and text.startswith(RUN_FOLDER):
-            self._identify(text[len(RUN_FOLDER):].rsplit(" (device ", 1)[0].strip())
+        elif kind == "slurm_run_folder" and not self.folder and message.get("folder"):
+            self._identify(str(message["folder"]))
+        elif kind == "slurm_state":
+            self._take_state(str(message.get("phase") or ""), str(message.get("state") or ""),
+                             str(message.get("reason") or ""), str(message.get("nodes") or ""))
         self._poll_events()
 
     def _identify(self, folder: str) -> None:
@@ -195,18 +205,17 @@ class SlurmTrainingJob(HostedJob):
         self._follow.start()
         self.run_identified.emit(folder)
 
-    def _take_note(self, text: str) -> None:
-        """The child's notes on the job: its Slurm state as the run's state and summary."""
-        if not self.job_id or not text.startswith(f"job {self.job_id}: "):
-            return
-        word = text[len(f"job {self.job_id}: "):]
+    def _take_state(self, phase: str, state: str, reason: str, nodes: str) -> None:
+        """The job's Slurm state as the run's state and summary."""
+        word = (f"pending ({reason})" if reason else "pending") if phase == "pending" else \
+            f"running on {nodes or '?'}" if phase == "running" else state.lower()
         self.slurm_phase = word
         if self._stop_sent:
             self._set_summary(f"Slurm job {self.job_id} {word}; stopping…")
-        elif word.startswith("pending"):
+        elif phase == "pending":
             self._set_state("queued")
-            self._set_summary(f"Slurm job {self.job_id} pending{word[len('pending'):]}")
-        elif word.startswith("running"):
+            self._set_summary(f"Slurm job {self.job_id} {word}")
+        elif phase == "running":
             self._set_state("running")
             self._set_summary(f"Slurm job {self.job_id} {word}")
         else:
@@ -302,4 +311,4 @@ class SlurmTrainingJob(HostedJob):
                                             f"scancel {self.job_id} ends it")
 
 
-__all__ = ["RUN_FOLDER", "SUBMITTED", "SlurmTarget", "SlurmTrainingJob", "target_with_grace"]
+__all__ = ["SlurmTarget", "SlurmTrainingJob", "target_with_grace"]
