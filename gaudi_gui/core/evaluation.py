@@ -84,25 +84,23 @@ class EvalSpec:
 
     def cli_args(self) -> list[str]:
         """The ``gaudi-gui eval`` options that ask for this spec (the view starts the command with
-        them, and a host gets them: one path for the GUI and the command line)."""
-        out: list[str] = ["--run", self.run] if self.run else ["--model", self.model]
-        for option, value in (("--adapter", self.adapter), ("--base", self.base),
-                              ("--prompts", self.prompts_file), ("--data", self.data),
-                              ("--include-path", self.include_path), ("--output", self.output)):
-            if value:
-                out += [option, value]
-        for prompt in self.prompts:
-            out += ["--prompt", prompt]
+        them, and a host gets them: one path for the GUI and the command line). Each as
+        ``--option=value``, so a value that begins with '-' stays a value."""
+        pairs: list[tuple[str, str]] = [("--run", self.run) if self.run else ("--model", self.model)]
+        pairs += [(o, v) for o, v in (("--adapter", self.adapter), ("--base", self.base),
+                                      ("--prompts", self.prompts_file), ("--data", self.data),
+                                      ("--include-path", self.include_path), ("--output", self.output)) if v]
+        pairs += [("--prompt", p) for p in self.prompts]
         if self.data or self.prompts_file:
-            out += ["--prompt-column", self.prompt_column]
+            pairs.append(("--prompt-column", self.prompt_column))
         if self.data:
-            out += ["--reference-column", self.reference_column]
-        out += ["--metrics", ",".join(self.metrics)]
+            pairs.append(("--reference-column", self.reference_column))
+        pairs.append(("--metrics", ",".join(self.metrics)))
         if self.tasks:
-            out += ["--tasks", ",".join(self.tasks)]
-        out += ["--max-rows", str(self.max_rows), "--max-new-tokens", str(self.max_new_tokens),
-                "--seed", str(self.seed)]
-        return out
+            pairs.append(("--tasks", ",".join(self.tasks)))
+        pairs += [("--max-rows", str(self.max_rows)), ("--max-new-tokens", str(self.max_new_tokens)),
+                  ("--seed", str(self.seed))]
+        return [f"{option}={value}" for option, value in pairs]
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EvalSpec:
@@ -468,8 +466,14 @@ def _write(path: Path, text: str) -> None:
 def results_of(run: Run | str | Path) -> list[Path]:
     """A run's result files, oldest first."""
     folder = (run.folder if isinstance(run, Run) else Path(run)) / EVAL_DIR
+    def order(path: Path) -> tuple[str, int]:
+        # "<stamp>.json" before "<stamp>-2.json" (a second result in the same second)
+        parts = path.stem.split("-")
+        counter = parts[2] if len(parts) == 3 else ""
+        return ("-".join(parts[:2]), int(counter)) if counter.isdigit() else (path.stem, 1)
+
     try:
-        return sorted(p for p in folder.glob("*.json") if not p.name.endswith(".tmp"))
+        return sorted(folder.glob("*.json"), key=order)
     except OSError:
         return []
 
