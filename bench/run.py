@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-AREAS = ["startup", "devices", "hosts", "runner", "remote", "training", "sft", "stop", "multihost", "doctor", "gate"]
+AREAS = ["startup", "devices", "hosts", "runner", "remote", "training", "sft", "stop", "multihost", "doctor",
+         "gate", "eval"]
 
 
 def _fmt(value: float | None, unit: str = "") -> str:
