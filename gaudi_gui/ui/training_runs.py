@@ -8,7 +8,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt, Signal, SignalInstance
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QHBoxLayout,
+    QGridLayout,
     QLabel,
     QPushButton,
     QTableWidget,
@@ -54,7 +54,9 @@ class RunsTable(QWidget):
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.verticalHeader().setVisible(False)
         self.table.doubleClicked.connect(lambda _i: self._one(self.reopen_requested))
-        buttons = QHBoxLayout()
+        # Two rows (the run's own actions, then what to do with its model) so the Runs page fits
+        # beside the form in a 1024-pixel window.
+        buttons = QGridLayout()
         self.buttons: dict[str, QPushButton] = {}
         for name, handler in (("Reopen", lambda: self._one(self.reopen_requested)),
                               ("Clone", lambda: self._one(self.clone_requested)),
@@ -66,9 +68,10 @@ class RunsTable(QWidget):
                               ("Refresh", self.refresh)):
             button = QPushButton(name, self)
             button.clicked.connect(lambda _checked=False, h=handler: h())
-            buttons.addWidget(button)
+            index = len(self.buttons)
+            buttons.addWidget(button, index // 4, index % 4)
             self.buttons[name] = button
-        buttons.addStretch(1)
+        buttons.setColumnStretch(4, 1)
         self.status = QLabel(self)
         self.status.setWordWrap(True)
         # "Merge and save" runs its own small child (base + adapter -> <output>/merged).
