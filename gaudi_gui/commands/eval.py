@@ -252,7 +252,8 @@ def _on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> int:
         print(f"gaudi-gui eval: --host: {exc}", file=sys.stderr)
         return ev.EXIT_BAD_INPUT
     argv = placement.start_argv(placement.host, ["eval", *spec.cli_args(), "--events"], guard=True)
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # stdin stays open (a pipe never written): the guard ends the command there when it closes.
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     tail: collections.deque[str] = collections.deque(maxlen=30)
     assert proc.stdout is not None and proc.stderr is not None
     reader = threading.Thread(target=_read_tail, args=(proc.stderr, tail), daemon=True)
@@ -274,17 +275,24 @@ def _on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> int:
             if args.events:
                 print(protocol.encode({**message, "host": placement.host.name}), flush=True)
     except KeyboardInterrupt:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()  # type: ignore[union-attr]  # the guard ends the command there
         proc.terminate()
         proc.wait()
         print("interrupted", file=sys.stderr)
         return 130
+    with contextlib.suppress(OSError):
+        proc.stdin.close()  # type: ignore[union-attr]
     code = proc.wait()
     reader.join(timeout=2)
     if record is None:
-        text = str((error or {}).get("message") or f"eval on {placement.host.name} ended ({code}): " +
-                   " | ".join(list(tail)[-3:]))
+        last = " | ".join(list(tail)[-3:])
+        text = str((error or {}).get("message") or f"eval on {placement.host.name} ended ({code})" +
+                   (f": {last}" if last else ""))
+        field = str((error or {}).get("field") or "")
         if not args.events:
-            print(f"gaudi-gui eval: {text}", file=sys.stderr)
+            print(f"gaudi-gui eval: {OPTION_OF[field] + ': ' if field in OPTION_OF else ''}{text}",
+                  file=sys.stderr)
         return code if code in (ev.EXIT_BAD_INPUT, ev.EXIT_MODEL_FAILED) else ev.EXIT_MODEL_FAILED
     if args.json:
         print(json.dumps({**record, "host": placement.host.name}, indent=2, ensure_ascii=False))
