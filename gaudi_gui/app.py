@@ -32,6 +32,8 @@ def create_services(parent: QObject | None = None, *, training: bool = True) -> 
     # Devices tab is ever built.
     environment.probe_finished.connect(selection.set_environment)
     services = AppServices(settings=settings, selection=selection, environment=environment, poller=poller)
+    # The saved hosts (hosts.json read once) and each host's card selection, before any view asks.
+    services.ensure_hosts(parent)
     add_health(services, parent)
     if training:
         services.ensure_training(parent)

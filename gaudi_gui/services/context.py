@@ -12,9 +12,12 @@ if TYPE_CHECKING:
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.environment_probe import EnvironmentProbe
     from gaudi_gui.services.evaluation import EvaluationService
+    from gaudi_gui.services.generation_client import GenerationClient
     from gaudi_gui.services.health import HealthService
+    from gaudi_gui.services.hosts import HostsService
     from gaudi_gui.services.notifier import Notifier
     from gaudi_gui.services.preflight import PreflightService
+    from gaudi_gui.services.remote_files import RemoteFiles
     from gaudi_gui.services.settings import Settings
     from gaudi_gui.services.training import TrainingService
     from gaudi_gui.services.training_job import SchemaLoader
@@ -46,6 +49,35 @@ class AppServices:
     schema: SchemaLoader | None = None
     #: The Evaluate job (``gaudi-gui eval --events`` as a child): ``ensure_evaluation``.
     evaluation: EvaluationService | None = None
+    #: The saved hosts in memory (the one reader/writer of hosts.json), each host's card selection,
+    #: pollers, handshakes, ``ssh -G`` addresses and set-up: ``ensure_hosts`` (create_services makes it).
+    hosts: HostsService | None = None
+    #: The model runner's worker (``python -m gaudi_gui.workers.generate``): ``ensure_generation``.
+    generation: GenerationClient | None = None
+    #: A host's folders and Hub cache listed over ssh (the Browse dialog): ``ensure_remote_files``.
+    remote_files: RemoteFiles | None = None
+
+    def ensure_hosts(self, parent: QObject | None = None) -> HostsService:
+        """The host list, read from hosts.json once here; every saved host gets its card selection
+        (in ``host_selections``) now, not when its panel first opens."""
+        if self.hosts is None:
+            from gaudi_gui.services.hosts import HostsService
+            self.hosts = HostsService(self.settings, self.poller, parent, selections=self.host_selections)
+        return self.hosts
+
+    def ensure_generation(self, parent: QObject | None = None) -> GenerationClient:
+        """The model runner's client (its worker starts on the first load): the runner binds to it."""
+        if self.generation is None:
+            from gaudi_gui.services.generation_client import GenerationClient
+            self.generation = GenerationClient(self.selection, parent=parent)
+        return self.generation
+
+    def ensure_remote_files(self, parent: QObject | None = None) -> RemoteFiles:
+        """Listings of a host's folders (``gaudi-gui ls`` there), for the Browse dialog."""
+        if self.remote_files is None:
+            from gaudi_gui.services.remote_files import RemoteFiles
+            self.remote_files = RemoteFiles(parent)
+        return self.remote_files
 
     def ensure_preflight(self, parent: QObject | None = None) -> PreflightService:
         """The start gate's runner, made when a view first needs it (most starts never do: a machine

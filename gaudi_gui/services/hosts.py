@@ -1,24 +1,40 @@
-"""The hosts the window watches: one DevicePoller per saved remote host, for the Hosts overview.
+"""The hosts of the window: the saved host list in memory, each host's card selection and poller, the
+handshake, ``ssh -G`` address resolution and ``hosts --setup``, for every view to bind to.
 
-"local" is the window's own poller. A saved host (added in the Hosts tab or with ``gaudi-gui hosts
---add``) gets its own poller, whose hl-smi loop runs on the host over ssh; aliases of ~/.ssh/config
-are listed but not connected to until the user adds them (a config may name fifty machines). Each
-poller has its own card selection. Pollers run only while ``start()`` is in effect (the Hosts tab
-shown), so an unused window makes no connections.
+This service is the Qt process's one reader and writer of hosts.json: it reads the file once when it
+is made (``gaudi_gui.app.create_services``) and again only when the file changed on disk (a
+``gaudi-gui hosts --add`` in a terminal, a set-up child that saved a new remote command), which a
+directory watcher notices by the file's size, time and inode (a stat, never a read per event). Views
+take ``saved()``, ``hosts()`` and ``find()`` from memory and follow ``changed``: typing in a host
+field or opening a Host list reads no file.
+
+Every saved host has its card selection (``selection(name)``, also in
+``AppServices.host_selections``) from the moment it is loaded or added, whether or not its Devices
+panel was ever opened: the runner and the training placement read a host's cards from it.
+
+"local" is the window's own poller. A saved host gets its own poller, whose hl-smi loop runs on the
+host over ssh; aliases of ~/.ssh/config are listed but not connected to until the user adds them (a
+config may name fifty machines). Pollers run only while ``start()`` is in effect (the Hosts tab
+built), so an unused window makes no connections.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QFileSystemWatcher, QObject, Signal
 
-from gaudi_gui.core import remote
+from gaudi_gui.core import multi_host, remote
 from gaudi_gui.core.remote import Host, HostError, RemoteError
 from gaudi_gui.services.device_poller import DevicePoller
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.process import ProcessRunner, delete_when_reaped
 from gaudi_gui.services.settings import Settings
+
+#: A set-up's last lines kept for its failure message.
+_SETUP_TAIL = 20
 
 
 class _Hello(QObject):
@@ -38,14 +54,45 @@ class _Hello(QObject):
         self.runner.start(argv[0], argv[1:])
 
 
+class _Resolve(QObject):
+    """``ssh -G HOST`` as a child: ssh's resolved configuration of the host, without connecting."""
+
+    def __init__(self, host: Host, parent: QObject) -> None:
+        super().__init__(parent)
+        self.host = host
+        self.out: list[str] = []
+        self.runner = ProcessRunner(self, parse_protocol=False, tail_lines=5)
+        self.runner.line_received.connect(
+            lambda stream, line: self.out.append(line) if stream == "stdout" else None)
+
+    def start(self) -> None:
+        argv = multi_host.ssh_g_argv(self.host)
+        self.runner.start(argv[0], argv[1:])
+
+
+def _file_stamp() -> tuple[int, int, int] | None:
+    """hosts.json's (inode, size, mtime) or None when it is not there: what tells a change."""
+    try:
+        st = os.stat(remote.hosts_file())
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
 class HostsService(QObject):
-    #: The host list changed (a host added or removed).
-    hosts_changed = Signal()
+    #: The saved host list changed (added, removed, set up, or the file changed on disk).
+    changed = Signal()
     #: A host's poller was created: (host name, poller).
     poller_added = Signal(str, object)
     #: The handshake with a host ended: (host name, {"ok", "version", "message", "kind", "versions"}).
     #: A missing or different gaudi-gui says so with the command that fixes it.
     handshake_finished = Signal(str, dict)
+    #: ``ssh -G`` answered for a host: (host name, its address as other machines reach it).
+    address_resolved = Signal(str, str)
+    #: A set-up said something: (host name, the line).
+    setup_progressed = Signal(str, str)
+    #: A set-up ended: (host name, ok, what to show: "" when ok, else why it failed).
+    setup_finished = Signal(str, bool, str)
 
     def __init__(self, settings: Settings, local: DevicePoller, parent: QObject | None = None, *,
                  selections: dict[str, DeviceSelection] | None = None) -> None:
@@ -53,19 +100,131 @@ class HostsService(QObject):
         self._settings = settings
         self.local = local
         self.pollers: dict[str, DevicePoller] = {}
-        #: Card selection per host (shared with the runner through ``AppServices.host_selections``).
+        #: Card selection per saved host (the same dict as ``AppServices.host_selections``).
         self.selections: dict[str, DeviceSelection] = selections if selections is not None else {}
         self._running = False
         self._hellos: dict[str, _Hello] = {}
         #: The newest handshake answer per host (see ``handshake_finished``).
         self.handshakes: dict[str, dict[str, Any]] = {}
+        self._addresses: dict[str, str] = {}
+        self._resolves: dict[str, _Resolve] = {}
+        self._setup_runner = ProcessRunner(self, parse_protocol=False, tail_lines=_SETUP_TAIL)
+        self._setup_runner.line_received.connect(self._on_setup_line)
+        self._setup_runner.finished.connect(self._on_setup_done)
+        #: The host a set-up runs for ("" when none).
+        self.setup_host = ""
+        self._saved: list[Host] = []
+        self._stamp: tuple[int, int, int] | None = None
+        self._watcher = QFileSystemWatcher(self)
+        self._watcher.directoryChanged.connect(lambda _path: self._on_disk_change())
+        self._watcher.fileChanged.connect(lambda _path: self._on_disk_change())
+        self._load()
+
+    # -- the host list (memory) -------------------------------------------------------------------
+
+    def _load(self) -> None:
+        """Read hosts.json (the only place this process does), give every host its card selection,
+        and watch the file's folder for changes made by other processes."""
+        self._stamp = _file_stamp()
+        self._saved = remote.saved_hosts()
+        for host in self._saved:
+            self.selections.setdefault(host.name, DeviceSelection(self))
+        self._watch_file()
+
+    def _watch_file(self) -> None:
+        path = remote.hosts_file()
+        wanted = [p for p in (str(path.parent), str(path)) if os.path.exists(p)]
+        missing = [p for p in wanted if p not in self._watcher.directories() + self._watcher.files()]
+        if missing:
+            self._watcher.addPaths(missing)
+
+    def _on_disk_change(self) -> None:
+        if _file_stamp() != self._stamp:
+            self.reload()
+        else:
+            self._watch_file()  # an atomic replace drops the file's watch: take the new file
+
+    def reload(self) -> None:
+        """Read the file again (another process changed it): new hosts get a selection (and, while
+        watching, a poller), removed ones lose theirs, a host whose entry changed is reconnected."""
+        before = {h.name: h for h in self._saved}
+        self._load()
+        after = {h.name: h for h in self._saved}
+        for name, host in before.items():
+            if after.get(name) != host:
+                self._drop_poller(name)
+            if name not in after:
+                self._drop_selection(name)
+        if self._running:
+            for host in self._saved:
+                self._ensure(host).start()
+        if before != after:
+            self.changed.emit()
+
+    def saved(self) -> list[Host]:
+        """The saved hosts, in order (from memory)."""
+        return list(self._saved)
 
     def hosts(self) -> list[Host]:
         """local, the saved hosts, then ~/.ssh/config aliases not saved yet."""
-        return remote.all_hosts()
+        names = {h.name for h in self._saved}
+        aliases = [Host(a, source="ssh-config") for a in remote.ssh_config_aliases() if a not in names]
+        return [Host.local(), *self._saved, *aliases]
 
-    def saved(self) -> list[Host]:
-        return remote.saved_hosts()
+    def find(self, name: str, remote_command: str = "") -> Host:
+        """``core.remote.find_host`` from memory: local, a saved host (its remote command unless one is
+        given), or a new host for any valid destination; HostError says what is wrong with ``name``."""
+        name = (name or remote.LOCAL).strip()
+        if name == remote.LOCAL:
+            return Host.local()
+        for host in self._saved:
+            if host.name == name:
+                return Host.parse(host.name, remote_command or host.remote_command, host.hl_smi,
+                                  host.source)
+        return Host.parse(name, remote_command)
+
+    def selection(self, name: str) -> DeviceSelection | None:
+        """The card selection of a saved host (None for one not saved)."""
+        return self.selections.get(name)
+
+    def _write(self, hosts: list[Host]) -> None:
+        remote.save_hosts(hosts)
+        self._saved = [h for h in hosts if not h.is_local]
+        self._stamp = _file_stamp()
+        self._watch_file()
+
+    def _merge_disk(self) -> None:
+        """Before a write: take what another process saved since (never write over it)."""
+        if _file_stamp() != self._stamp:
+            self.reload()
+
+    def add(self, name: str, remote_command: str = "", hl_smi: str = "") -> Host:
+        """Save a host and, while watching, connect to it; HostError says what is wrong with it."""
+        host = Host.parse(name, remote_command, hl_smi)
+        if host.is_local:
+            raise HostError("'local' is always there")
+        self._merge_disk()
+        self._write([h for h in self._saved if h.name != host.name] + [host])
+        self.selections.setdefault(host.name, DeviceSelection(self))
+        self._drop_poller(host.name)
+        if self._running:
+            self._ensure(host).start()
+        self.changed.emit()
+        return host
+
+    def remove(self, name: str) -> None:
+        self._merge_disk()
+        self._write([h for h in self._saved if h.name != name])
+        self._drop_poller(name)
+        self._drop_selection(name)
+        self.changed.emit()
+
+    def _drop_selection(self, name: str) -> None:
+        selection = self.selections.pop(name, None)
+        if selection is not None and selection.parent() is self:
+            selection.deleteLater()
+
+    # -- watching ---------------------------------------------------------------------------------
 
     def poller(self, name: str) -> DevicePoller | None:
         if name == remote.LOCAL:
@@ -75,16 +234,38 @@ class HostsService(QObject):
     def start(self) -> None:
         """Connect to every saved host (idempotent)."""
         self._running = True
-        for host in self.saved():
+        for host in self._saved:
             self._ensure(host).start()
 
     def stop(self) -> None:
+        """Stop every host's poller, handshake, address look-up and set-up."""
         self._running = False
         for poller in self.pollers.values():
             poller.stop()
-        for hello in self._hellos.values():
-            if hello.runner.is_running():
-                hello.runner.kill_tree()
+        runners = [h.runner for h in self._hellos.values()] + [r.runner for r in self._resolves.values()]
+        for runner in runners:
+            if runner.is_running():
+                runner.kill_tree()
+        if self._setup_runner.is_running():
+            self._setup_runner.kill_tree()
+
+    def _drop_poller(self, name: str) -> None:
+        old = self.pollers.pop(name, None)
+        if old is not None:
+            old.stop()
+            delete_when_reaped(old)
+
+    def _ensure(self, host: Host) -> DevicePoller:
+        poller = self.pollers.get(host.name)
+        if poller is None:
+            selection = self.selections.setdefault(host.name, DeviceSelection(self))
+            poller = DevicePoller(self._settings, selection, self, host=host)
+            self.pollers[host.name] = poller
+            self.poller_added.emit(host.name, poller)
+            self.shake_hands(host)
+        return poller
+
+    # -- the handshake ----------------------------------------------------------------------------
 
     def shake_hands(self, host: Host) -> None:
         """Run the host's ``gaudi-gui hello`` (its version, protocol and libraries) in a child."""
@@ -108,48 +289,69 @@ class HostsService(QObject):
         self.handshakes[hello.host.name] = answer
         self.handshake_finished.emit(hello.host.name, answer)
 
-    def add(self, name: str, remote_command: str = "", hl_smi: str = "") -> Host:
-        """Save a host and, while watching, connect to it; HostError says what is wrong with it."""
-        host = Host.parse(name, remote_command, hl_smi)
-        if host.is_local:
-            raise HostError("'local' is always there")
-        saved = [h for h in self.saved() if h.name != host.name] + [host]
-        remote.save_hosts(saved)
-        old = self.pollers.pop(host.name, None)
-        if old is not None:
-            old.stop()
-            delete_when_reaped(old)
-        if self._running:
-            self._ensure(host).start()
-        self.hosts_changed.emit()
-        return host
+    # -- addresses --------------------------------------------------------------------------------
 
-    def reload(self, name: str) -> None:
-        """The saved entry of ``name`` changed on disk (set-up wrote a new remote command): a new
-        poller for it, connected while watching."""
-        old = self.pollers.pop(name, None)
-        if old is not None:
-            old.stop()
-            delete_when_reaped(old)
-        host = next((h for h in self.saved() if h.name == name), None)
-        if host is not None and self._running:
-            self._ensure(host).start()
-        self.hosts_changed.emit()
+    def address(self, name: str) -> str | None:
+        """The host's address as other machines reach it (``ssh -G``'s hostname), or None while it
+        is being asked: ``address_resolved`` follows. Asked once per host; "local" is this machine's
+        host name (no DNS look-up in the GUI thread)."""
+        if name in self._addresses:
+            return self._addresses[name]
+        if name == remote.LOCAL:
+            import socket
+            self._addresses[name] = socket.gethostname()
+            return self._addresses[name]
+        if name not in self._resolves:
+            try:
+                host = self.find(name)
+            except HostError:
+                return None
+            resolve = _Resolve(host, self)
+            resolve.runner.finished.connect(lambda _code, _status, r=resolve: self._on_resolved(r))
+            self._resolves[name] = resolve
+            resolve.start()
+        return None
 
-    def remove(self, name: str) -> None:
-        remote.save_hosts([h for h in self.saved() if h.name != name])
-        poller = self.pollers.pop(name, None)
-        if poller is not None:
-            poller.stop()
-            delete_when_reaped(poller)
-        self.hosts_changed.emit()
+    def _on_resolved(self, resolve: _Resolve) -> None:
+        name = resolve.host.name
+        if self._resolves.get(name) is not resolve:
+            return
+        del self._resolves[name]
+        delete_when_reaped(resolve)
+        address = multi_host.address_from_ssh_g(resolve.host, "\n".join(resolve.out))
+        self._addresses[name] = address
+        self.address_resolved.emit(name, address)
 
-    def _ensure(self, host: Host) -> DevicePoller:
-        poller = self.pollers.get(host.name)
-        if poller is None:
-            selection = self.selections.setdefault(host.name, DeviceSelection())
-            poller = DevicePoller(self._settings, selection, self, host=host)
-            self.pollers[host.name] = poller
-            self.poller_added.emit(host.name, poller)
-            self.shake_hands(host)
-        return poller
+    # -- set-up -----------------------------------------------------------------------------------
+
+    def setup_running(self) -> bool:
+        return self._setup_runner.is_running()
+
+    def setup(self, name: str, extra: tuple[str, ...] = ()) -> bool:
+        """Install this gaudi-gui on the host (``gaudi-gui hosts --setup NAME EXTRA`` as a child: a
+        wheel built here, a venv there); False when ``name`` is local or a set-up already runs.
+        ``setup_progressed`` says what it does, ``setup_finished`` how it ended; on success the host
+        list is read again (the child saved the new remote command) and the host reconnected."""
+        if not name or name == remote.LOCAL or self._setup_runner.is_running():
+            return False
+        self.setup_host = name
+        self._setup_runner.start(sys.executable, ["-m", "gaudi_gui", "hosts", "--setup", name, *extra])
+        return True
+
+    def _on_setup_line(self, _stream: str, line: str) -> None:
+        if line.strip():
+            self.setup_progressed.emit(self.setup_host, line.strip())
+
+    def _on_setup_done(self, code: int, _status: str) -> None:
+        name, self.setup_host = self.setup_host, ""
+        if code == 0:
+            self._drop_poller(name)  # its remote command changed: connect again through the new one
+            self.reload()
+            if self._running and name not in self.pollers:
+                host = next((h for h in self._saved if h.name == name), None)
+                if host is not None:
+                    self._ensure(host).start()
+            self.setup_finished.emit(name, True, "")
+            return
+        last = next((t for t in reversed(self._setup_runner.tail(5)) if t.strip()), f"exit {code}")
+        self.setup_finished.emit(name, False, last.removeprefix("gaudi-gui hosts --setup: "))

@@ -6,12 +6,15 @@ hl-smi and an unreachable host stand out; a lost connection is a state of its ro
 back-off by the host's poller), never a dialog. "Open panel" (or a double-click) opens the host's
 full Devices panel in a window of its own. The add row takes a destination exactly as ``ssh DEST``
 does, and the command that runs gaudi-gui there; a bad one is refused at the field.
+
+The tab binds to ``AppServices.hosts`` (``services.hosts.HostsService``): the host list, pollers,
+handshakes and "Set up host" (``hosts --setup`` as the service's child) are the service's; the tab
+starts no process and reads no file.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import sys
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
@@ -31,8 +34,6 @@ from gaudi_gui.core.remote import DEFAULT_REMOTE_COMMAND, LOCAL, HostError
 from gaudi_gui.services import device_poller as dp
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.services.device_poller import DevicePoller
-from gaudi_gui.services.hosts import HostsService
-from gaudi_gui.services.process import ProcessRunner
 
 COLUMNS = ("Host / card", "Util %", "Memory", "Temp °C", "Power W", "gaudi-gui", "Health", "State")
 #: Column indexes (the numbers sit next to the names; the state, which can be a long line, is last).
@@ -48,8 +49,7 @@ class HostsTab(QWidget):
     def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.services = services
-        self.hosts = HostsService(services.settings, services.poller, self,
-                                  selections=services.host_selections)
+        self.hosts = services.ensure_hosts(services.settings.parent())
         self._panels: dict[str, QWidget] = {}
 
         self.dest_edit = QLineEdit()
@@ -91,11 +91,10 @@ class HostsTab(QWidget):
             lambda: self.setup_host(self.selected_host(), self.setup_options))
         self.setup_status = QLabel("")
         self.setup_status.setWordWrap(True)
-        # `gaudi-gui hosts --setup DEST` as a child: building and copying a wheel, pip on the host.
-        self._setup_runner = ProcessRunner(self, parse_protocol=False, tail_lines=20)
-        self._setup_runner.line_received.connect(self._on_setup_line)
-        self._setup_runner.finished.connect(self._on_setup_finished)
-        self._setup_host = ""
+        # `gaudi-gui hosts --setup DEST` runs as the service's child: building and copying a wheel,
+        # pip on the host.
+        self.hosts.setup_progressed.connect(self._on_setup_line)
+        self.hosts.setup_finished.connect(self._on_setup_finished)
         #: More ``hosts --setup`` options (``--venv``, ``--python``, ``--no-deps``) for the button.
         self.setup_options: tuple[str, ...] = ()
 
@@ -116,7 +115,7 @@ class HostsTab(QWidget):
         layout.addLayout(actions)
 
         self._items: dict[str, QTreeWidgetItem] = {}
-        self.hosts.hosts_changed.connect(self._rebuild)
+        self.hosts.changed.connect(self._rebuild)
         self.hosts.poller_added.connect(self._watch)
         self.hosts.handshake_finished.connect(self._show_handshake)
         self._watch(LOCAL, services.poller)
@@ -161,27 +160,21 @@ class HostsTab(QWidget):
 
     def setup_host(self, name: str | None, extra: tuple[str, ...] = ()) -> bool:
         """Install this gaudi-gui on the host (``gaudi-gui hosts --setup``); False when one runs."""
-        if not name or name == LOCAL or self._setup_runner.is_running():
+        if not name or not self.hosts.setup(name, extra):
             return False
-        self._setup_host = name
         self.setup_status.setText(f"setting up {name}…")
         self.setup_status.setStyleSheet("")
         self.setup_button.setEnabled(False)
-        self._setup_runner.start(sys.executable, ["-m", "gaudi_gui", "hosts", "--setup", name, *extra])
         return True
 
-    def _on_setup_line(self, _stream: str, line: str) -> None:
-        if line.strip():
-            self.setup_status.setText(f"{self._setup_host}: {line.strip()}")
+    def _on_setup_line(self, name: str, line: str) -> None:
+        self.setup_status.setText(f"{name}: {line}")
 
-    def _on_setup_finished(self, code: int, _status: str) -> None:
-        name, self._setup_host = self._setup_host, ""
-        if code == 0:
+    def _on_setup_finished(self, name: str, ok: bool, why: str) -> None:
+        if ok:
+            # The service read the new remote command and connects through it.
             self.setup_status.setText(f"{name}: gaudi-gui set up; reconnecting")
-            self.hosts.reload(name)  # the saved remote command changed: its poller starts again
         else:
-            last = next((t for t in reversed(self._setup_runner.tail(5)) if t.strip()), f"exit {code}")
-            why = last.removeprefix("gaudi-gui hosts --setup: ")
             self.setup_status.setText(f"{name}: set-up failed — {why}")
             self.setup_status.setStyleSheet("color: #b3261e")
         self._update_buttons()
@@ -214,7 +207,9 @@ class HostsTab(QWidget):
         if panel is None:
             from gaudi_gui.ui.devices_tab import DevicesTab
             assert poller is not None
-            scoped = dataclasses.replace(self.services, poller=poller, selection=poller._selection)
+            selection = self.hosts.selection(name)
+            assert selection is not None  # a watched host is a saved one
+            scoped = dataclasses.replace(self.services, poller=poller, selection=selection)
             panel = DevicesTab(scoped)
             panel.setWindowTitle(f"gaudi-gui — devices on {name}")
             panel.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, False)
@@ -230,9 +225,7 @@ class HostsTab(QWidget):
             if callable(shutdown):
                 shutdown()
             panel.close()
-        if self._setup_runner.is_running():
-            self._setup_runner.kill_tree()
-        self.hosts.stop()
+        self.hosts.stop()  # the pollers, handshakes and a set-up still running
 
     # -- the tree ---------------------------------------------------------------------------------
 
@@ -247,7 +240,7 @@ class HostsTab(QWidget):
         self.open_button.setEnabled(bool(name))
         self.remove_button.setEnabled(bool(name) and name != LOCAL and
                                       any(h.name == name for h in self.hosts.saved()))
-        self.setup_button.setEnabled(bool(name) and name != LOCAL and not self._setup_runner.is_running())
+        self.setup_button.setEnabled(bool(name) and name != LOCAL and not self.hosts.setup_running())
 
     def _rebuild(self) -> None:
         current = self.selected_host()

@@ -1,11 +1,10 @@
 """The "Browse HOST" dialog: a folder picker that browses a host's folders (model paths are the host's).
 
-Every listing is the host's own ``gaudi-gui ls PATH --json`` (``gaudi_gui.commands.ls``), started as a
-child process through ``ProcessRunner``: ``host.wrap(host.gaudi_gui_argv(...))``, an argv whose every
-word is quoted for the host's shell, so a folder named ``$(touch X)`` stays a name. Nothing blocks the
-GUI thread; while a listing runs the dialog says "loading…", and a failure (no such folder, permission
-denied, ssh itself) is said in the dialog, an ssh failure in the words of
-``gaudi_gui.core.remote.explain_ssh_failure``.
+Every listing is the host's own ``gaudi-gui ls PATH --json`` (``gaudi_gui.commands.ls``), which the
+``services.remote_files.RemoteFiles`` service starts as a child; the dialog binds to its ``Listing``
+and starts no process. Nothing blocks the GUI thread; while a listing runs the dialog says
+"loading…", and a failure (no such folder, permission denied, ssh itself) is said in the dialog, in
+the service's words.
 
 The folder list shows ".." first, then the folders (model folders marked: they hold config.json or
 adapter_config.json), then the files (greyed, not choosable). Double-click or Enter on a folder goes
@@ -13,17 +12,16 @@ into it, on ".." goes up; Enter in the path field lists what was typed. "Choose"
 folder, or the folder shown when nothing (or "..") is selected. A second tab lists the models in the
 host's Hugging Face cache as Hub ids (listed when the tab is first shown); choosing one gives the id.
 
-The last folder shown per host is remembered for this session only (the settings schema has no
-per-host key for it).
+The last folder shown per host is remembered by the service for this session only.
 """
 
 from __future__ import annotations
 
-import json
 import posixpath
+from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QItemSelectionModel, Qt, QTimer, Signal
+from PySide6.QtCore import QItemSelectionModel, Qt, Signal
 from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QDialog,
@@ -38,26 +36,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core import remote
 from gaudi_gui.core.remote import Host
-from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
-
-#: host name -> the last folder listed there (this session).
-_LAST_FOLDER: dict[str, str] = {}
-#: Runners whose dialog has gone: kept referenced until their child is reaped (never destroyed while
-#: a child runs, which would orphan it and print a Qt warning).
-_ORPHANS: set[ProcessRunner] = set()
+from gaudi_gui.services.remote_files import CACHE, FOLDER, Listing, RemoteFiles
 
 PATH_ROLE = Qt.ItemDataRole.UserRole
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
 KIND_UP, KIND_DIR, KIND_FILE, KIND_HUB = "up", "dir", "file", "hub"
 MODEL_MARK = "  — model"
 _ERROR_STYLE = "color: #b00020;"
-
-
-def last_folder(host_name: str) -> str:
-    """The folder last shown for this host in this session ("" when none)."""
-    return _LAST_FOLDER.get(host_name, "")
 
 
 def _format_size(size: int) -> str:
@@ -69,29 +55,6 @@ def _format_size(size: int) -> str:
     return f"{value:.1f} TiB"
 
 
-def _last_json(lines: list[str]) -> dict[str, Any] | None:
-    # A login script on the host may print before gaudi-gui does: the answer is the last JSON line.
-    for line in reversed(lines):
-        text = line.strip()
-        if text.startswith("{"):
-            try:
-                value = json.loads(text)
-            except ValueError:
-                return None
-            return value if isinstance(value, dict) else None
-    return None
-
-
-class _Listing:
-    """One ``gaudi-gui ls`` child and its collected output."""
-
-    def __init__(self, runner: ProcessRunner, kind: str) -> None:
-        self.runner = runner
-        self.kind = kind  #: "folder" or "cache"
-        self.stdout: list[str] = []
-        self.stderr: list[str] = []
-
-
 class RemoteBrowser(QDialog):
     """Pick a folder (or a cached Hub id) on ``host``; ``chosen`` holds it after ``accepted``."""
 
@@ -100,12 +63,14 @@ class RemoteBrowser(QDialog):
     #: A listing failed: (kind "folder" | "cache", the message shown).
     listing_failed = Signal(str, str)
 
-    def __init__(self, host: Host, start: str = "", parent: QWidget | None = None) -> None:
+    def __init__(self, host: Host, files: RemoteFiles, start: str = "",
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.host = host
+        self._files = files
         self.chosen = ""
         self.folder = ""  #: the folder shown (as the host resolved it)
-        self._listing: _Listing | None = None
+        self._listing: Listing | None = None
         self._cache_loaded = False
         self.setWindowTitle(f"Browse {host.name}")
         self.resize(640, 480)
@@ -150,7 +115,7 @@ class RemoteBrowser(QDialog):
         layout.addWidget(self.tabs, 1)
         layout.addLayout(buttons)
 
-        self.list_folder(start or last_folder(host.name) or "~")
+        self.list_folder(start or files.last_folder(host.name) or "~")
 
     # -- listing ----------------------------------------------------------------------------------------
 
@@ -161,76 +126,41 @@ class RemoteBrowser(QDialog):
         """List ``path`` on the host (replacing a listing still under way)."""
         self.path.setText(path)
         self.entries.clear()
-        self._start("folder", ["ls", "--json", "--", path])
+        self._follow(lambda: self._files.list_folder(self.host, path))
 
-    def _start(self, kind: str, args: list[str]) -> None:
+    def _follow(self, start: Callable[[], Listing]) -> None:
         self._abandon()
-        runner = ProcessRunner(self, parse_protocol=False)
-        listing = _Listing(runner, kind)
-        runner.line_received.connect(
-            lambda stream, line: (listing.stdout if stream == "stdout" else listing.stderr).append(line))
-        runner.finished.connect(lambda code, status: self._on_finished(listing, code, status))
-        self._listing = listing
         self._set_status("loading…")
         self.choose_button.setEnabled(False)
-        argv = self.host.wrap(self.host.gaudi_gui_argv(*args))
-        runner.start(argv[0], argv[1:])
+        listing = start()
+        listing.finished.connect(lambda answer, message: self._on_finished(listing, answer, message))
+        self._listing = listing
 
     def _abandon(self) -> None:
-        """Stop waiting for the current listing; its child is killed and reaped in the background."""
+        """Stop waiting for the current listing; the service kills its child in the background."""
         listing, self._listing = self._listing, None
-        if listing is None:
-            return
-        runner = listing.runner
-        runner.finished.disconnect()
-        runner.line_received.disconnect()
-        if runner.is_running():
-            runner.setParent(None)
-            _ORPHANS.add(runner)
-            # Let go of it only after its finished signal has returned (never delete a QObject
-            # inside its own signal).
-            runner.finished.connect(
-                lambda code, status: QTimer.singleShot(0, lambda: _ORPHANS.discard(runner)))
-            runner.kill_tree()
+        if listing is not None:
+            listing.cancel()
 
     def done(self, result: int) -> None:
         self._abandon()
         super().done(result)
 
-    def _on_finished(self, listing: _Listing, code: int, status: str) -> None:
+    def _on_finished(self, listing: Listing, answer: dict[str, Any], message: str) -> None:
         if listing is not self._listing:
             return
         self._listing = None
         self.choose_button.setEnabled(True)
-        answer = _last_json(listing.stdout) if code == 0 else None
-        if answer is None:
-            message = self._failure(listing, code, status)
-            if listing.kind == "folder":
+        if message:
+            if listing.kind == FOLDER:
                 self.folder = ""  # Choose must not take a folder that is no longer shown
             self._set_status(message, error=True)
             self.listing_failed.emit(listing.kind, message)
             return
-        if listing.kind == "folder":
+        if listing.kind == FOLDER:
             self._show_folder(answer)
         else:
             self._show_cache(answer)
-
-    def _failure(self, listing: _Listing, code: int, status: str) -> str:
-        err = "\n".join(listing.stderr)
-        last = next((ln.strip() for ln in reversed(listing.stderr) if ln.strip()), "")
-        if status == EXIT_FAILED_TO_START:
-            return next(iter(listing.runner.tail(1)), "the listing could not start")
-        if not self.host.is_local and code == remote.SSH_FAILED:
-            return remote.explain_ssh_failure(self.host.name, err)[1]
-        if "invalid choice" in err or "No module named" in err or code in (126, 127):
-            return (f"{self.host.name} has no gaudi-gui with the `ls` command behind "
-                    f"`{self.host.remote_command}` ({last or describe_exit(code, status)}); fix: "
-                    f"{remote.fix_command(self.host)}")
-        if last.startswith("gaudi-gui ls: "):
-            last = last[len("gaudi-gui ls: "):]
-        if code == 0:
-            return f"{self.host.name} answered something that is not a listing"
-        return last or f"the listing on {self.host.name} {describe_exit(code, status)}"
 
     def _set_status(self, text: str, *, error: bool = False) -> None:
         self.status.setText(text)
@@ -239,7 +169,6 @@ class RemoteBrowser(QDialog):
     def _show_folder(self, answer: dict[str, Any]) -> None:
         folder = str(answer.get("path", ""))
         self.folder = folder
-        _LAST_FOLDER[self.host.name] = folder
         self.path.setText(folder)
         self.entries.clear()
         if folder != "/":
@@ -286,7 +215,7 @@ class RemoteBrowser(QDialog):
             note += f"; {answer['skipped']} names that are not UTF-8 left out"
         self._set_status(note)
         self.entries.setFocus()
-        self.listing_shown.emit("folder", folder)
+        self.listing_shown.emit(FOLDER, folder)
 
     def _show_cache(self, answer: dict[str, Any]) -> None:
         self._cache_loaded = True
@@ -306,7 +235,7 @@ class RemoteBrowser(QDialog):
         else:
             self._set_status(f"No models in {self.host.name}'s Hugging Face cache ({cache}).")
         self.hub_models.setFocus()
-        self.listing_shown.emit("cache", cache)
+        self.listing_shown.emit(CACHE, cache)
 
     # -- the person's actions ---------------------------------------------------------------------------
 
@@ -324,8 +253,8 @@ class RemoteBrowser(QDialog):
         if self.tabs.currentWidget() is self.hub_models:
             if not self._cache_loaded and self._listing is None:
                 self.hub_models.clear()
-                self._start("cache", ["ls", "--json", "--hf-cache"])
-        elif self._listing is not None and self._listing.kind == "cache":
+                self._follow(lambda: self._files.list_cache(self.host))
+        elif self._listing is not None and self._listing.kind == CACHE:
             self._abandon()
             self.choose_button.setEnabled(True)
             self._set_status("")

@@ -5,11 +5,13 @@ options are saved, and the model enters the recent list, only once the worker re
 Parameter problems are shown at their field (red frame, tooltip, a line under the form); the bounds
 come from ``gaudi_gui.core.generation`` so the fields, the CLI and the worker agree.
 
-The Host combo (local first, then the saved hosts, re-read whenever the list opens) says where the
-worker runs: choosing another host shuts the current worker down, and the next Load starts one on the
-chosen host over ssh. Model folders are then the host's: Browse… opens the "Browse HOST" dialog
-(``gaudi_gui.ui.remote_browser``), which lists the host's folders and Hub cache over ssh; Hub ids
-resolve in the host's own cache.
+The tab binds to ``AppServices.generation`` (the worker lives in the client), ``AppServices.hosts``
+(the saved hosts in memory) and ``AppServices.remote_files`` (the Browse dialog's listings); it starts
+no process and reads no file. The Host combo (local first, then the saved hosts, refilled when the
+service's list changes) says where the worker runs: choosing another host shuts the current
+worker down, and the next Load starts one on the chosen host over ssh. Model folders are then the
+host's: Browse… opens the "Browse HOST" dialog (``gaudi_gui.ui.remote_browser``), which lists the
+host's folders and Hub cache over ssh; Hub ids resolve in the host's own cache.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import html
 import posixpath
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut, QTextCursor
@@ -62,24 +65,30 @@ from gaudi_gui.services.context import AppServices
 from gaudi_gui.services.process import describe_exit
 from gaudi_gui.ui import remote_browser
 
+if TYPE_CHECKING:
+    from gaudi_gui.services.hosts import HostsService
+
 MAX_RECENT = 10
 MODIFIED = " (modified)"
 _INVALID_STYLE = "border: 1px solid #b00020;"
 
 
 class HostCombo(QComboBox):
-    """Where the worker runs: "local" first, then the saved hosts (re-read each time the list opens,
-    so a host added in the Hosts tab is offered without a restart). Item data: the host's name."""
+    """Where the worker runs: "local" first, then the saved hosts of ``hosts`` (refilled when its list
+    changes, so a host added in the Hosts tab is offered without a restart). Item data: the host's
+    name."""
 
-    def __init__(self, parent: QWidget | None = None) -> None:
+    def __init__(self, hosts: HostsService, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self._hosts = hosts
         self.setToolTip("Where the model worker runs: this machine, or a saved host (over ssh)")
         self.refresh()
+        hosts.changed.connect(self.refresh)
 
     def refresh(self) -> None:
-        """Re-read the saved hosts; the current choice stays (listed even if it was removed since)."""
+        """Fill in the saved hosts; the current choice stays (listed even if it was removed since)."""
         current = str(self.currentData() or remote.LOCAL)
-        hosts = [Host.local(), *remote.saved_hosts()]
+        hosts = [Host.local(), *self._hosts.saved()]
         self.blockSignals(True)
         self.clear()
         for host in hosts:
@@ -89,10 +98,6 @@ class HostCombo(QComboBox):
         self.setCurrentIndex(self.findData(current))
         self.blockSignals(False)
 
-    def showPopup(self) -> None:
-        self.refresh()
-        super().showPopup()
-
 
 class RunnerTab(QWidget):
     """Views the GenerationClient; the worker process itself lives in the client."""
@@ -101,7 +106,8 @@ class RunnerTab(QWidget):
         super().__init__(parent)
         self._services = services
         self._settings = services.settings
-        self.client = gc.GenerationClient(services.selection, parent=self)
+        self.client = services.ensure_generation(services.settings.parent())
+        self._hosts = services.ensure_hosts(services.settings.parent())
         self.conversation = Conversation()
         self._answer = ""
         self._pending_user: str | None = None
@@ -116,7 +122,7 @@ class RunnerTab(QWidget):
         self._gate_connected = False
 
         # -- model ---------------------------------------------------------------------------------
-        self.host_combo = HostCombo()
+        self.host_combo = HostCombo(self._hosts)
         self.host_combo.currentIndexChanged.connect(lambda index: self._on_host_chosen())
         self._probe_device = ""
         self.model = QComboBox()
@@ -398,7 +404,7 @@ class RunnerTab(QWidget):
         if name == self.client.host.name:
             return
         try:
-            host = remote.find_host(name)
+            host = self._hosts.find(name)
         except HostError as exc:
             self._on_error("bad_host", str(exc))
             return
@@ -408,8 +414,7 @@ class RunnerTab(QWidget):
             self._append("\n[stopped: the worker moved to another host]")
         # A remote worker's device environment comes from that host's card selection (set in its
         # Devices panel from the Hosts tab); it travels as guard arguments, not this process's env.
-        selection = (self._services.selection if host.is_local
-                     else self._services.host_selections.get(host.name))
+        selection = self._services.selection if host.is_local else self._hosts.selection(host.name)
         self.client.set_host(host, selection)
         local = host.is_local
         self.browse_button.setToolTip("" if local else f"Browse {host.name}'s folders (model folders "
@@ -438,10 +443,11 @@ class RunnerTab(QWidget):
         text = self.model.currentText().strip()
         # Start where this session last browsed on that host, else where the model field points
         # (its parent, so the folder is in view), else the host's home.
-        start = remote_browser.last_folder(host.name)
+        files = self._services.ensure_remote_files(self._settings.parent())
+        start = files.last_folder(host.name)
         if not start and text.startswith(("/", "~")):
             start = posixpath.dirname(text.rstrip("/")) or "/"
-        dialog = remote_browser.RemoteBrowser(host, start, parent=self)
+        dialog = remote_browser.RemoteBrowser(host, files, start, parent=self)
         dialog.setWindowModality(Qt.WindowModality.WindowModal)
         dialog.accepted.connect(lambda: self._on_host_path_chosen(dialog))
         dialog.finished.connect(lambda result: self._on_browser_closed(dialog))
@@ -500,7 +506,7 @@ class RunnerTab(QWidget):
             plan = preflight_mod.local_plan(selection.selected or None, uses_cards=selection.jobs_use_cards(),
                                             hl_smi=str(self._settings.get("devices/hl_smi") or ""))
         else:
-            chosen = self._services.host_selections.get(host.name)
+            chosen = self._hosts.selection(host.name)
             cards = tuple(chosen.selected) if chosen is not None else ()
             plan = preflight_mod.hosts_plan([preflight_mod.Target(host.name, cards or None,
                                                                   host.remote_command)])

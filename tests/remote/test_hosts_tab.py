@@ -101,14 +101,14 @@ def test_set_up_host_by_clicking(qtbot, ssh_host: SshHost, tmp_path) -> None:
     click_item(qtbot, tab, tab._items["gg-nokey"])
     qtbot.mouseClick(tab.setup_button, Qt.MouseButton.LeftButton)
     assert not tab.setup_button.isEnabled() and "setting up gg-nokey" in tab.setup_status.text()
-    qtbot.waitUntil(lambda: not tab._setup_runner.is_running(), timeout=120000)
+    qtbot.waitUntil(lambda: not tab.hosts.setup_running(), timeout=120000)
     assert "set-up failed" in tab.setup_status.text() and "ssh-copy-id gg-nokey" in tab.setup_status.text()
     assert remote.saved_hosts() == []
 
     click_item(qtbot, tab, tab._items[ssh_host.dest])
     assert tab.setup_button.isEnabled()
     qtbot.mouseClick(tab.setup_button, Qt.MouseButton.LeftButton)
-    qtbot.waitUntil(lambda: not tab._setup_runner.is_running(), timeout=240000)
+    qtbot.waitUntil(lambda: not tab.hosts.setup_running(), timeout=240000)
     assert "set up; reconnecting" in tab.setup_status.text(), tab.setup_status.text()
     saved = remote.saved_hosts()
     assert [h.name for h in saved] == [ssh_host.dest] and str(venv) in saved[0].remote_command

@@ -34,7 +34,7 @@ LIST_TIMEOUT_MS = 30_000
 @pytest.fixture
 def tab(qtbot, ssh_host: SshHost) -> Iterator[RunnerTab]:
     remote.save_hosts([Host.parse(ssh_host.dest), Host.parse("gg-nokey")])
-    remote_browser._LAST_FOLDER.clear()
+    # Each test builds its own services: no folder remembered from another test.
     widget = RunnerTab(create_services())
     qtbot.addWidget(widget)
     widget.show()
@@ -103,10 +103,15 @@ def test_browse_a_host_into_a_hostile_folder_name_and_choose_it(
     (parent / "notes.txt").write_text("hello")
     canaries = [d / "X" for d in (ssh_host.home, parent, model, Path.cwd(), Path.home(), tmp_path)]
     assert not any(c.exists() for c in canaries)
-    # The host's Hub cache (the server's HF_HOME is this test's).
-    blobs = Path(os.environ["HF_HOME"]) / "hub" / "models--tiny-org--tiny-llm" / "blobs"
-    blobs.mkdir(parents=True)
-    (blobs / "abc").write_bytes(b"0" * 2048)
+    # The host's Hub cache (the server's HF_HOME is this test's), as huggingface_hub writes it: a
+    # blob, a snapshot linking to it, the ref.
+    repo = Path(os.environ["HF_HOME"]) / "hub" / "models--tiny-org--tiny-llm"
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / "abc").write_bytes(b"0" * 2048)
+    (repo / "snapshots" / "rev1").mkdir(parents=True)
+    (repo / "snapshots" / "rev1" / "config.json").symlink_to("../../blobs/abc")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text("rev1")
 
     choose_runner_host(qtbot, tab, ssh_host.dest)
     assert tab.browse_button.isEnabled()

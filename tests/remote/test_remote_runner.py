@@ -21,7 +21,6 @@ from gaudi_gui.app import create_services
 from gaudi_gui.core import remote
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services import generation_client as gc
-from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.ui.runner_tab import RunnerTab
 from tests.helpers import choose_runner_host, click
 from tests.remote.conftest import SshHost
@@ -75,11 +74,13 @@ def canaries(*folders: Path) -> set[str]:
 def tab(qtbot, ssh_host: SshHost) -> Iterator[RunnerTab]:
     remote.save_hosts([Host.parse(ssh_host.dest), Host.parse("gg-nokey")])
     services = create_services()
-    # The host's card selection (as its Devices panel in the Hosts tab sets it): cards 2 and 3.
-    selection = DeviceSelection()
+    # The host's card selection, made when the saved hosts were loaded (before any panel opened);
+    # set as its Devices panel in the Hosts tab sets it: cards 2 and 3.
+    assert services.hosts is not None
+    selection = services.hosts.selection(ssh_host.dest)
+    assert selection is not None and services.host_selections[ssh_host.dest] is selection
     selection.set_kind("hpu", list(range(8)))
     selection.set_selected([2, 3])
-    services.host_selections[ssh_host.dest] = selection
     widget = RunnerTab(services)
     qtbot.addWidget(widget)
     widget.show()
