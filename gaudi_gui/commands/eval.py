@@ -34,7 +34,8 @@ OPTION_OF = {"run": "--run", "model": "--model", "adapter": "--adapter", "base":
              "prompts": "--prompt", "prompts_file": "--prompts", "data": "--data",
              "prompt_column": "--prompt-column", "reference_column": "--reference-column",
              "metrics": "--metrics", "tasks": "--tasks", "include_path": "--include-path",
-             "max_rows": "--max-rows", "max_new_tokens": "--max-new-tokens"}
+             "max_rows": "--max-rows", "max_new_tokens": "--max-new-tokens", "chat": "--chat",
+             "output": "--output"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -66,6 +67,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-rows", type=int, default=0, help="rows read per file and per task (0: all)")
     p.add_argument("--max-new-tokens", type=int, default=32)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chat", choices=ev.CHAT_MODES, default="auto",
+                   help="format prompts with the chat template: auto (as the run trained: prompt/completion "
+                        "or chat rows), on, off")
     p.add_argument("--output", default="", metavar="DIR",
                    help="where a --model evaluation's results go (default: the data folder's evals/; a "
                         "run's go to its folder)")
@@ -87,7 +91,8 @@ def spec_of(args: argparse.Namespace) -> ev.EvalSpec:
                        metrics=[m.strip() for m in args.metrics.split(",") if m.strip()],
                        tasks=[t.strip() for t in args.tasks.split(",") if t.strip()],
                        include_path=args.include_path, max_rows=args.max_rows,
-                       max_new_tokens=args.max_new_tokens, seed=args.seed, output=args.output)
+                       max_new_tokens=args.max_new_tokens, seed=args.seed, output=args.output,
+                       chat=args.chat)
 
 
 def _emit(events: bool, event_type: str, /, **fields: Any) -> None:
@@ -125,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         prompts = prompts[:spec.max_rows]
     job = {"target": target.to_dict(), "prompts": prompts, "references": references,
            "metrics": spec.metrics, "tasks": spec.tasks, "include_path": spec.include_path,
-           "max_rows": spec.max_rows, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed}
+           "max_rows": spec.max_rows, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed,
+           "chat": spec.chat}
     _emit(args.events, "eval_started", label=target.label, base=target.base_model,
           tuned=target.tuned_model, adapter=target.adapter, prompts=len(prompts),
           references=len(references), tasks=spec.tasks)

@@ -27,9 +27,12 @@ from typing import Any
 from gaudi_gui.core import jsonfile, paths
 from gaudi_gui.core.jobconfig import JobConfigError
 from gaudi_gui.core.runstore import Run, RunStore
-from gaudi_gui.core.sft import is_adapter_dir
+from gaudi_gui.core.sft import has_eval, is_adapter_dir
 
 METRICS = ("exact_match", "rouge", "bleu", "perplexity")
+#: How prompts reach the model: "auto" formats them with the tokenizer's chat template when the run
+#: trained on prompt/completion or chat rows (as training formatted them), "on" always, "off" never.
+CHAT_MODES = ("auto", "on", "off")
 #: The key each metric's mean has in a result ("rouge" is ROUGE-L's F-measure).
 METRIC_KEYS = {"exact_match": "exact_match", "rouge": "rougeL", "bleu": "bleu", "perplexity": "perplexity"}
 RESULT_VERSION = 1
@@ -78,6 +81,8 @@ class EvalSpec:
     seed: int = 0
     #: Where results go without a run (default: ``<data>/evals``).
     output: str = ""
+    #: One of CHAT_MODES.
+    chat: str = "auto"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,6 +105,8 @@ class EvalSpec:
             pairs.append(("--tasks", ",".join(self.tasks)))
         pairs += [("--max-rows", str(self.max_rows)), ("--max-new-tokens", str(self.max_new_tokens)),
                   ("--seed", str(self.seed))]
+        if self.chat != "auto":
+            pairs.append(("--chat", self.chat))
         return [f"{option}={value}" for option, value in pairs]
 
     @classmethod
@@ -122,6 +129,11 @@ class Target:
     run_folder: str = ""
     #: What a person reads: "run 2026…-alpaca (adapter over tiny-model)".
     label: str = ""
+    #: The run trained on prompt/completion or chat rows (chat "auto" formats prompts as it did).
+    chat_kind: bool = False
+    #: The run's config.json when its job has an eval split: perplexity without a references file is
+    #: measured on that held-out split.
+    heldout: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -354,7 +366,9 @@ def resolve(spec: EvalSpec) -> Target:
                 and not spec.base):
             kind += " (a merged copy exists; the adapter is evaluated)"
         return Target(tuned, adapter, base, run.folder / EVAL_DIR, str(run.folder),
-                      f"run {run.name} ({kind})")
+                      f"run {run.name} ({kind})",
+                      chat_kind=job.dataset.kind in ("prompt_completion", "conversational"),
+                      heldout=str(run.config_path) if has_eval(job.dataset.eval) else "")
     _local_model(spec.model, "model")
     model = str(Path(spec.model).expanduser()) if Path(spec.model).expanduser().is_dir() else spec.model
     results = Path(spec.output).expanduser() if spec.output else paths.data_dir() / "evals"
@@ -380,15 +394,19 @@ def validate(spec: EvalSpec, *, catalogue: bool = True) -> list[tuple[str, str]]
     """Problems at the field: (field, message). Empty: the worker may start. ``catalogue=False`` skips
     reading lm-eval's task catalogue (a second's disk reads: the window leaves it to the command)."""
     problems: list[tuple[str, str]] = []
+    target: Target | None = None
     try:
-        resolve(spec)
+        target = resolve(spec)
     except EvalInputError as exc:
         problems.append((exc.field, str(exc)))
+    if spec.chat not in CHAT_MODES:
+        problems.append(("chat", f"chat is one of {', '.join(CHAT_MODES)}"))
     unknown = [m for m in spec.metrics if m not in METRICS]
     if unknown:
         problems.append(("metrics", f"unknown metric(s) {', '.join(unknown)}: choose from "
                                     f"{', '.join(METRICS)}"))
-    if not spec.prompts and not spec.prompts_file and not spec.data and not spec.tasks:
+    heldout = target is not None and bool(target.heldout) and "perplexity" in spec.metrics
+    if not spec.prompts and not spec.prompts_file and not spec.data and not spec.tasks and not heldout:
         problems.append(("data", "nothing to evaluate: give prompts, a references file or lm-eval tasks"))
     if spec.prompts_file:
         try:
@@ -402,8 +420,9 @@ def validate(spec: EvalSpec, *, catalogue: bool = True) -> list[tuple[str, str]]
             read_references(spec.data, spec.prompt_column, spec.reference_column, PREVIEW_ROWS)
         except EvalInputError as exc:
             problems.append((exc.field, str(exc)))
-    elif "perplexity" in spec.metrics:
-        problems.append(("data", "perplexity is measured on a references file's text: give one (--data)"))
+    elif "perplexity" in spec.metrics and target is not None and not target.heldout:
+        problems.append(("data", "perplexity is measured on a references file's text or a run's eval "
+                                 "split: this run has none, give a references file (--data)"))
     if spec.include_path and not Path(spec.include_path).expanduser().is_dir():
         problems.append(("include_path", f"{spec.include_path}: no such folder"))
     if catalogue and spec.tasks and (not spec.include_path or Path(spec.include_path).expanduser().is_dir()):

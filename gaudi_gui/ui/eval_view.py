@@ -130,6 +130,9 @@ class EvalView(QWidget):
         self.max_new_tokens = QSpinBox(self)
         self.max_new_tokens.setRange(1, ev.MAX_NEW_TOKENS_LIMIT)
         self.max_new_tokens.setValue(32)
+        self.chat = QComboBox(self)
+        for mode, label in (("auto", "as the run trained"), ("on", "always"), ("off", "never")):
+            self.chat.addItem(label, mode)
 
         form = QFormLayout()
         form.addRow("Models", self.models)
@@ -145,6 +148,7 @@ class EvalView(QWidget):
         self._row(form, "Include path", "include_path", self._with_browse(self.include_path, folder=True))
         self._row(form, "Max rows", "max_rows", self.max_rows)
         self._row(form, "Max new tokens", "max_new_tokens", self.max_new_tokens)
+        self._row(form, "Chat template", "chat", self.chat)
         self.run_error = QLabel(self)
         self.run_error.setWordWrap(True)
         self.run_error.setStyleSheet("color: #b00020")
@@ -286,7 +290,7 @@ class EvalView(QWidget):
             metrics=[m for m, box in self.metric_boxes.items() if box.isChecked()],
             tasks=[t.strip() for t in self.tasks.text().split(",") if t.strip()],
             include_path=self.include_path.text().strip(), max_rows=self.max_rows.value(),
-            max_new_tokens=self.max_new_tokens.value())
+            max_new_tokens=self.max_new_tokens.value(), chat=str(self.chat.currentData() or "auto"))
 
     def placement(self) -> Placement:
         name = self.host.currentData()

@@ -115,12 +115,18 @@ class Evaluator:
         self.max_rows = int(job.get("max_rows") or 0)
         self.max_new_tokens = int(job.get("max_new_tokens") or 32)
         self.seed = int(job.get("seed") or 0)
+        self.chat_mode = str(job.get("chat") or "auto")
         self.device = "cpu"
-        per_model = len(self.prompts) + len(self.references) * (1 + ("perplexity" in self.metrics)) \
-            + len(self.tasks)
-        self.total = 2 * per_model
+        #: The texts perplexity is measured on, and what they are ("references", "eval split").
+        self.heldout: list[Any] = []
+        self.perplexity_on = ""
+        self.total = 0
         self.done = 0
         self._task_manager: Any = None
+
+    def count(self) -> None:
+        per_model = len(self.prompts) + len(self.references) + len(self.heldout) + len(self.tasks)
+        self.total = 2 * per_model
 
     def step(self, count: int = 1) -> None:
         self.done += count
@@ -183,7 +189,7 @@ class Evaluator:
                 return "hpu"
         return "cuda" if torch.cuda.is_available() else "cpu"
 
-    def load(self, path: str) -> tuple[Any, Any]:
+    def load(self, path: str, tokenizer_path: str = "") -> tuple[Any, Any]:
         import torch
         from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
         if paths.is_demo(path):
@@ -198,7 +204,7 @@ class Evaluator:
             dtype = torch.float32 if self.device == "cpu" else torch.bfloat16
             model: Any = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
                                                          local_files_only=local_only)
-            tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=local_only)
+            tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or path, local_files_only=local_only)
         except Exception as exc:
             raise Failure("model_failed", f"cannot load {path}: {_first_line(exc)}") from None
         if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
@@ -227,7 +233,7 @@ class Evaluator:
             def end(self) -> None:
                 pass
 
-        ids = tokenizer(prompt, return_tensors="pt").to(self.device)
+        ids = self.encode(tokenizer, prompt)
         set_seed(self.seed)
         clock = Clock()
         started = time.perf_counter()
@@ -242,12 +248,67 @@ class Evaluator:
         return {"text": text, "new_tokens": count, "ttft_s": round(ttft, 6),
                 "tokens_per_s": round(count / (ended - started), 3) if ended > started and count else 0.0}
 
+    def use_chat(self, tokenizer: Any) -> bool:
+        if self.chat_mode == "off" or not getattr(tokenizer, "chat_template", None):
+            return False
+        return self.chat_mode == "on" or bool(self.target.get("chat_kind"))
+
+    def encode(self, tokenizer: Any, prompt: str) -> Any:
+        """The prompt as the model saw prompts in training: through the chat template (a user turn and
+        the assistant's start) when the run trained on prompt/completion or chat rows."""
+        if self.use_chat(tokenizer):
+            text = tokenizer.apply_chat_template([{"role": "user", "content": prompt}], tokenize=False,
+                                                 add_generation_prompt=True)
+            return tokenizer(text, return_tensors="pt", add_special_tokens=False).to(self.device)
+        return tokenizer(prompt, return_tensors="pt").to(self.device)
+
+    def prepare_heldout(self, tokenizer: Any) -> None:
+        """The texts perplexity is measured on: the references (prompt then reference, as a chat turn
+        pair when prompts go through the template), else the run's eval split as training built it."""
+        if "perplexity" not in self.metrics:
+            return
+        if self.references:
+            chat = self.use_chat(tokenizer)
+            self.heldout = [tokenizer.apply_chat_template(
+                [{"role": "user", "content": r["prompt"]}, {"role": "assistant", "content": r["reference"]}],
+                tokenize=False) if chat else r["prompt"] + r["reference"] for r in self.references]
+            self.perplexity_on = "references"
+            return
+        config = self.target.get("heldout") or ""
+        if not config:
+            return
+        from gaudi_gui.core.jobconfig import JobConfig
+        from gaudi_gui.workers import sft_data
+        job = JobConfig.load(config)
+        try:
+            _train, raw_eval = sft_data.load_raw(job)
+            if raw_eval is None:
+                return
+            if self.max_rows:
+                raw_eval = raw_eval.select(range(min(self.max_rows, len(raw_eval))))
+            chat = bool(getattr(tokenizer, "chat_template", None))
+            rows = sft_data.to_sft(job, raw_eval, chat, "eval split")
+        except sft_data.DataError as exc:
+            raise Failure("bad_input", f"the run's eval split: {exc}") from None
+        texts: list[str] = []
+        for row in rows:
+            if "text" in row and row["text"] is not None:
+                texts.append(row["text"])
+            elif row.get("messages"):
+                texts.append(tokenizer.apply_chat_template(row["messages"], tokenize=False))
+            elif isinstance(row.get("prompt"), list):
+                texts.append(tokenizer.apply_chat_template(row["prompt"] + row["completion"], tokenize=False))
+            else:
+                texts.append(str(row.get("prompt") or "") + str(row.get("completion") or ""))
+        self.heldout = texts
+        self.perplexity_on = f"the run's eval split ({len(texts)} rows)"
+
     def perplexity(self, model: Any, tokenizer: Any) -> float | None:
-        """exp of the mean token loss over the references' text (prompt followed by reference)."""
+        """exp of the mean token loss over the held-out texts (every token after the first)."""
         import torch
         total_loss, total_tokens = 0.0, 0
-        for row in self.references:
-            ids = tokenizer(row["prompt"] + row["reference"], return_tensors="pt").to(self.device)
+        for text in self.heldout:
+            ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).to(self.device)
             n = int(ids["input_ids"].shape[1]) - 1
             if n > 0:
                 with torch.inference_mode():
@@ -278,25 +339,34 @@ class Evaluator:
             self.step()
         metrics = scorer.corpus(answers, [r["reference"] for r in self.references], rows) \
             if self.references else {}
-        if "perplexity" in self.metrics and self.references:
-            emit("phase", message=f"{name}: perplexity")
+        if self.heldout:
+            emit("phase", message=f"{name}: perplexity on {self.perplexity_on}")
             metrics[METRIC_KEYS["perplexity"]] = self.perplexity(model, tokenizer)
         if self.tasks:
             emit("phase", message=f"{name}: lm-eval {', '.join(self.tasks)}")
         tasks = self.run_tasks(model, tokenizer)
         emit("model_result", model=name, metrics=metrics, tasks=tasks, device=self.device,
+             chat_template=self.use_chat(tokenizer), perplexity_on=self.perplexity_on,
              ttft_s=mean([t["ttft_s"] for t in timings]),
              tokens_per_s=mean([t["tokens_per_s"] for t in timings]))
 
     def run(self) -> None:
         self.check_tasks()
-        emit("progress", done=0, total=self.total)
         scorer = Scorer(self.metrics)
         self.device = self.pick_device()
         base_path = self.target["base_model"]
         tuned_path, adapter = self.target["tuned_model"], self.target.get("adapter") or ""
+        # A run's adapter folder holds the tokenizer training used (its chat template): both models
+        # read their prompts through it, so base and tuned see the same text.
+        has_tokenizer = bool(adapter) and os.path.isfile(os.path.join(adapter, "tokenizer_config.json"))
+        tokenizer_path = adapter if has_tokenizer else ""
         emit("phase", message=f"loading the base model {base_path}")
-        model, tokenizer = self.load(base_path)
+        model, tokenizer = self.load(base_path, tokenizer_path)
+        if self.chat_mode == "on" and not getattr(tokenizer, "chat_template", None):
+            raise Failure("bad_input", f"--chat on: {base_path} has no chat template")
+        self.prepare_heldout(tokenizer)
+        self.count()
+        emit("progress", done=0, total=self.total)
         try:
             self.evaluate("base", model, tokenizer, scorer)
         except Failure:
@@ -307,7 +377,7 @@ class Evaluator:
             emit("phase", message=f"applying the adapter {adapter} (in memory, unmerged)")
             if tuned_path != base_path:
                 del model
-                model, tokenizer = self.load(tuned_path)
+                model, tokenizer = self.load(tuned_path, tokenizer_path)
             try:
                 model.load_adapter(adapter)
             except Exception as exc:

@@ -45,6 +45,7 @@ def train_lora_run(model: Path, root: Path) -> Run:
     job = JobConfig(model=str(model), method="lora", name="eval-lora")
     job.dataset.source, job.dataset.kind, job.dataset.max_length = str(alpaca), "prompt_completion", 64
     job.dataset.columns = {"prompt": "{instruction}", "completion": "output"}
+    job.dataset.eval = {"fraction": 0.25}
     job.training_args = {"use_cpu": True, "max_steps": 6, "logging_steps": 1, "save_strategy": "no",
                          "per_device_train_batch_size": 4, "learning_rate": 5e-2,
                          "output_dir": str(root / "out")}
@@ -141,6 +142,16 @@ def test_events_stream_progress_and_the_result(trained: Trained) -> None:
     assert kinds[0] == "eval_started" and kinds[-1] == "result"
     progress = [(e["done"], e["total"]) for e in events if e and e["type"] == "progress"]
     assert progress[0] == (0, 2) and progress[-1] == (2, 2)
+
+
+def test_perplexity_on_the_runs_eval_split_without_a_references_file(trained: Trained) -> None:
+    res = gaudi_gui("eval", "--run", str(trained.run.folder), "--metrics", "perplexity", "--json")
+    assert res.returncode == 0, res.stderr[-2000:]
+    result = json.loads(res.stdout)
+    for name in ("base", "tuned"):
+        assert result[name]["perplexity_on"] == "the run's eval split (2 rows)"
+        assert result[name]["chat_template"] is True  # prompt/completion rows, a tokenizer with a template
+    assert result["base"]["metrics"]["perplexity"] != result["tuned"]["metrics"]["perplexity"]
 
 
 def test_bad_inputs_are_refused_with_one_line_and_exit_2(trained: Trained, tmp_path: Path) -> None:

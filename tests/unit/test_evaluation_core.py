@@ -68,6 +68,19 @@ def test_a_lora_run_without_adapter_is_refused_at_the_run_field(tmp_path: Path) 
     assert "no saved model" in dict(ev.validate(ev.EvalSpec(run=str(run2.folder), prompts=["hi"])))["run"]
 
 
+def test_perplexity_without_references_needs_a_runs_eval_split(tmp_path: Path) -> None:
+    run = _run(tmp_path, "lora", "adapter")
+    spec = ev.EvalSpec(run=str(run.folder), metrics=["perplexity"])
+    assert "this run has none" in dict(ev.validate(spec))["data"]
+    job = run.job()
+    job.dataset.eval = {"fraction": 0.25}
+    job.save(run.config_path)
+    assert ev.validate(spec) == [] and ev.resolve(spec).heldout == str(run.config_path)
+    assert ev.resolve(spec).chat_kind is False  # a text run: prompts go in as they are
+    assert "chat is one of" in dict(ev.validate(ev.EvalSpec(run=str(run.folder), prompts=["a"],
+                                                            chat="maybe")))["chat"]
+
+
 def test_a_missing_column_names_the_files_columns(tmp_path: Path) -> None:
     run = _run(tmp_path, "lora", "adapter")
     data = _refs(tmp_path / "refs.jsonl", [{"question": "q", "answer": "a"}])
@@ -142,7 +155,8 @@ def test_results_layout_and_latest_scores(tmp_path: Path) -> None:
 def test_the_forms_spec_is_what_the_command_line_reads_back(tmp_path: Path) -> None:
     spec = ev.EvalSpec(run="r", prompts=["a b", "--c"], prompts_file="p.jsonl", data="d.jsonl",
                        prompt_column="q", reference_column="ans", metrics=["bleu", "perplexity"],
-                       tasks=["t1", "t2"], include_path="/tasks", max_rows=3, max_new_tokens=7, seed=5)
+                       tasks=["t1", "t2"], include_path="/tasks", max_rows=3, max_new_tokens=7, seed=5,
+                       chat="off")
     parser = argparse.ArgumentParser()
     sub = parser.add_subparsers(dest="command")
     eval_cmd.add_parser(sub)
