@@ -235,15 +235,6 @@ BUILTIN_PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
-def presets_to_dict(presets: dict[str, GenerationParams]) -> dict[str, dict[str, Any]]:
-    return {name: p.to_dict() for name, p in presets.items()}
-
-
-def presets_from_dict(data: dict[str, Any]) -> dict[str, GenerationParams]:
-    return {str(name): GenerationParams.from_dict(value) for name, value in data.items()
-            if isinstance(value, dict)}
-
-
 # -- conversation -----------------------------------------------------------------------------------------
 
 @dataclass

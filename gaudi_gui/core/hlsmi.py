@@ -334,9 +334,3 @@ def parse_table(text: str) -> TableResult:
         result.errors.append("no card rows found in the hl-smi table")
     result.samples.sort(key=lambda s: s.index)
     return result
-
-
-def parse_module_map(text: str) -> dict[int, int]:
-    """``hl-smi -Q index,module_id -f csv`` -> {index: module_id}."""
-    return {s.index: s.module_id for s in parse_csv(text, ["index", "module_id"]).samples
-            if s.module_id is not None}

@@ -195,17 +195,6 @@ class ProcessTree:
         self.signal(signal.SIGKILL)
         self.signal_recorded(signal.SIGKILL)
 
-    def alive(self) -> list[psutil.Process]:
-        """Recorded descendants still running (a zombie has ended: only its parent's wait is due)."""
-        import psutil
-
-        out = []
-        for proc in self._seen.values():
-            with contextlib.suppress(psutil.Error):
-                if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                    out.append(proc)
-        return out
-
     def _killpg(self, sig: int) -> None:
         if self.pid <= 1 or self.pid == os.getpgrp():
             return  # never our own group (or init's)

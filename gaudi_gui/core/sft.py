@@ -96,15 +96,6 @@ def default_columns(kind: str, available: Sequence[str]) -> dict[str, str]:
     return {f: cols[i] if i < len(cols) else "" for i, f in enumerate(fields)}
 
 
-def guess_kind(available: Sequence[str]) -> str:
-    """The kind a file's columns look like (used when a file is picked, never to override a choice)."""
-    have = set(available)
-    for kind, mapping in KNOWN_SHAPES:
-        if all(set(columns_used(v)) <= have for v in mapping.values()):
-            return kind
-    return "text"
-
-
 def check_columns(kind: str, columns: Mapping[str, str], available: Sequence[str] | None,
                   text_column: str = "text") -> list[tuple[str, str]]:
     """(field, message) for a mapping that cannot work; ``available`` None: columns not known here."""

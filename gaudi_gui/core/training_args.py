@@ -11,7 +11,7 @@ transformers version decides which fields exist; it is cached per transformers v
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -239,15 +239,6 @@ class Schema:
         return [f for f in self.fields.values()
                 if all(w in f.name.lower() or w in f.help.lower() for w in words)]
 
-    def non_default(self, values: Mapping[str, Any]) -> dict[str, Any]:
-        """Only the values that differ from the defaults (what a job file stores)."""
-        out = {}
-        for name, value in values.items():
-            spec = self.fields.get(name)
-            if spec is None or value != spec.default or name == "output_dir":
-                out[name] = value
-        return out
-
     def check(self, values: Mapping[str, Any]) -> list[tuple[str, str]]:
         """Unknown/removed fields, type and range errors, and the few combinations that can never train,
         without a child. Anything TrainingArguments decides from the whole set (bf16 needs use_cpu on a
@@ -344,7 +335,3 @@ def latest_cached() -> Schema | None:
         if schema.fields and schema.format >= SCHEMA_FORMAT:
             return schema
     return None
-
-
-def field_names(specs: Iterable[FieldSpec]) -> list[str]:
-    return [s.name for s in specs]

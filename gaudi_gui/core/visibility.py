@@ -23,18 +23,6 @@ def format_ids(ids: Iterable[int]) -> str:
     return ",".join(str(i) for i in sorted(set(ids)))
 
 
-def parse_ids(text: str) -> list[int]:
-    """'0,1, 3' -> [0, 1, 3]; raises ValueError with a readable message on anything else."""
-    out: list[int] = []
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
-        if not part.isdigit():
-            raise ValueError(f"not a card id: {part!r} (expected numbers separated by commas)")
-        out.append(int(part))
-    return sorted(set(out))
-
-
 def parse_cards(text: str) -> list[int]:
     """``--cards``: card ids (module ids on Gaudi, indexes on CUDA) as comma-separated non-negative
     integers, e.g. ``2,3``; ValueError with one readable line on anything else (an empty list too)."""

@@ -30,7 +30,6 @@ Design:
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -246,23 +245,6 @@ class DevicePoller(QObject):
 
     def is_running(self) -> bool:
         return self._running
-
-    @property
-    def rejected_rows(self) -> int:
-        """hl-smi rows skipped as unparsable, plus values read as unknown, since ``start()``."""
-        return self._rejected_total
-
-    def children_pids(self) -> list[int]:
-        """Every live process this poller started, with descendants (tests check none is left)."""
-        import psutil
-
-        out: list[int] = []
-        for runner in (self._runner, self._table_runner, self._nvidia_runner, self._remote_runner):
-            if runner.is_running() and runner.pid > 0:
-                with contextlib.suppress(psutil.Error):
-                    proc = psutil.Process(runner.pid)
-                    out += [proc.pid, *(c.pid for c in proc.children(recursive=True))]
-        return out
 
     def start(self) -> None:
         if self._running:

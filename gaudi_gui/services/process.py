@@ -342,10 +342,6 @@ class ProcessRunner(QObject):
         if self._tree is not None:
             self._tree.record()
 
-    def alive_descendants(self) -> list[int]:
-        """Recorded descendants that are still running (should be empty after a stop)."""
-        return sorted(proc.pid for proc in self._tree.alive()) if self._tree is not None else []
-
     # -- QProcess slots -------------------------------------------------------------------------------
 
     def _on_started(self) -> None:

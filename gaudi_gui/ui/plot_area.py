@@ -174,13 +174,6 @@ class PlotArea(QWidget):
         """The plots on the tabs of the last cell (empty when every shown plot has its own cell)."""
         return [self.tabs.widget(i) for i in range(self.tabs.count())] if self.tabs.isVisibleTo(self) else []
 
-    def show_plot(self, plot: pg.PlotWidget) -> None:
-        """Bring ``plot`` into view (selects its tab when it is on one)."""
-        index = self.tabs.indexOf(plot)
-        if index >= 0:
-            self._picked = plot
-            self.tabs.setCurrentIndex(index)
-
     def _on_tab_clicked(self, index: int) -> None:
         widget = self.tabs.widget(index)
         if isinstance(widget, pg.PlotWidget):

@@ -139,7 +139,6 @@ def test_terminate_tree_escalates_to_sigkill_and_reaps_grandchildren(qtbot, tmp_
             return True
 
     qtbot.waitUntil(gone, timeout=5000)
-    assert runner.alive_descendants() == []
 
 
 def test_start_twice_is_refused(qtbot) -> None:

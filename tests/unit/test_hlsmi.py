@@ -45,8 +45,8 @@ def test_noheader_without_fields_is_reported() -> None:
 
 
 def test_module_map() -> None:
-    assert hlsmi.parse_module_map(read("csv-index-module_id.txt")) == {
-        0: 2, 1: 6, 2: 3, 3: 7, 4: 0, 5: 4, 6: 5, 7: 1}
+    samples = hlsmi.parse_csv(read("csv-index-module_id.txt"), ["index", "module_id"]).samples
+    assert {s.index: s.module_id for s in samples} == {0: 2, 1: 6, 2: 3, 3: 7, 4: 0, 5: 4, 6: 5, 7: 1}
 
 
 def test_unsorted_rows_keyed_on_index() -> None:

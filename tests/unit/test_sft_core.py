@@ -47,7 +47,6 @@ def test_alpaca_template_and_sharegpt_rows() -> None:
                           chat=True)
     assert chat["prompt"] == [{"role": "user", "content": "Add.\n\n2"}]
     assert chat["completion"] == [{"role": "assistant", "content": "2"}]
-    assert sft.guess_kind(["conversations"]) == "conversational"
     messages = sft.to_messages([{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}], "c")
     assert messages == [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
     with pytest.raises(sft.MappingError, match="from/value"):

@@ -33,11 +33,9 @@ def test_parse_and_check_by_kind() -> None:
     assert f["bf16"].format(True) == "true"
 
 
-def test_common_search_non_default_and_removed() -> None:
+def test_common_search_and_removed() -> None:
     assert [s.name for s in SCHEMA.common()][:2] == ["output_dir", "max_steps"]
     assert [s.name for s in SCHEMA.search("learning rate")] == ["learning_rate"]
-    assert SCHEMA.non_default({"output_dir": "o", "learning_rate": 5e-5, "max_steps": 3}) == \
-        {"output_dir": "o", "max_steps": 3}
     problems = dict(SCHEMA.check({"warmup_ratio": 0.1, "max_steps": "x"}))
     assert "warmup_steps" in problems["warmup_ratio"] and "max_steps" in problems
 
