@@ -119,9 +119,6 @@ class RemoteBrowser(QDialog):
 
     # -- listing ----------------------------------------------------------------------------------------
 
-    def is_loading(self) -> bool:
-        return self._listing is not None
-
     def list_folder(self, path: str) -> None:
         """List ``path`` on the host (replacing a listing still under way)."""
         self.path.setText(path)

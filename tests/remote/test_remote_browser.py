@@ -51,8 +51,9 @@ def open_browser(qtbot, tab: RunnerTab) -> RemoteBrowser:
     dialog = tab.remote_browser
     assert dialog is not None and dialog.isVisible()
     assert dialog.windowTitle() == f"Browse {tab.client.host.name}"
-    assert dialog.status.text() == "loading…" and dialog.is_loading()
-    qtbot.waitUntil(lambda: not dialog.is_loading(), timeout=LIST_TIMEOUT_MS)
+    # While the listing runs the dialog says so and Choose waits.
+    assert dialog.status.text() == "loading…" and not dialog.choose_button.isEnabled()
+    qtbot.waitUntil(dialog.choose_button.isEnabled, timeout=LIST_TIMEOUT_MS)
     return dialog
 
 
@@ -83,7 +84,8 @@ def single_click(qtbot, view: QListWidget, item: QListWidgetItem) -> None:
 
 
 def shows(qtbot, dialog: RemoteBrowser, folder: Path | str) -> None:
-    qtbot.waitUntil(lambda: not dialog.is_loading() and dialog.folder == str(folder), timeout=LIST_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: dialog.choose_button.isEnabled() and dialog.folder == str(folder),
+                    timeout=LIST_TIMEOUT_MS)
     assert dialog.path.text() == str(folder)
 
 
@@ -164,7 +166,7 @@ def test_browse_a_host_into_a_hostile_folder_name_and_choose_it(
     bar = dialog.tabs.tabBar()
     qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(1).center())
     assert dialog.tabs.currentWidget() is dialog.hub_models
-    qtbot.waitUntil(lambda: not dialog.is_loading() and dialog.hub_models.count() > 0,
+    qtbot.waitUntil(lambda: dialog.choose_button.isEnabled() and dialog.hub_models.count() > 0,
                     timeout=LIST_TIMEOUT_MS)
     hub = entry(dialog.hub_models, "tiny-org/tiny-llm")
     assert "2.0 KiB" in hub.text()
