@@ -1,7 +1,8 @@
 """Evaluate speed: rows/s of the reference evaluation through the app (``gaudi-gui eval --run RUN --data
 REFS``: the command, its checks, the worker child, events, results written to the run folder) against
-the same work written by hand in one process (load the base, generate every row greedily, score with
-rouge-score and sacrebleu, apply the LoRA adapter, generate and score again).
+the same work written by hand in one process (load the base, generate every row greedily through the
+chat template as the run trained, score with rouge-score and sacrebleu, apply the LoRA adapter,
+generate and score again).
 
 Both sides are timed end to end from outside (process start to exit, model loads included) on the
 same LoRA run of the tiny demo model (trained once here, a few steps), the same rows and the same
@@ -37,7 +38,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, set_seed
 
 base, adapter, refs, new_tokens = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 rows = [json.loads(line) for line in open(refs)]
-tok = AutoTokenizer.from_pretrained(base)
+tok = AutoTokenizer.from_pretrained(adapter)  # the tokenizer training saved (its chat template)
 model = AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval()
 scorer = rouge_scorer.RougeScorer(["rougeL"])
 
@@ -45,7 +46,9 @@ scorer = rouge_scorer.RougeScorer(["rougeL"])
 def evaluate():
     answers = []
     for r in rows:
-        ids = tok(r["prompt"], return_tensors="pt")
+        text = tok.apply_chat_template([{"role": "user", "content": r["prompt"]}], tokenize=False,
+                                       add_generation_prompt=True)
+        ids = tok(text, return_tensors="pt", add_special_tokens=False)
         set_seed(0)
         with torch.inference_mode():
             out = model.generate(**ids, max_new_tokens=new_tokens, do_sample=False,
