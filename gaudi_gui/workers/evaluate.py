@@ -165,8 +165,7 @@ class Evaluator:
         if not self.tasks:
             return {}
         import lm_eval
-        from lm_eval.models.huggingface import HFLM
-        lm = HFLM(pretrained=model, tokenizer=tokenizer, batch_size=1)
+        lm = self.lm_eval_model(model, tokenizer)
         out: dict[str, dict[str, Any]] = {}
         for task in self.tasks:
             res = lm_eval.simple_evaluate(model=lm, tasks=[task], task_manager=self._task_manager,
@@ -178,6 +177,21 @@ class Evaluator:
                 out[name] = _task_scores(values)
             self.step()
         return out
+
+    def lm_eval_model(self, model: Any, tokenizer: Any) -> Any:
+        """lm-eval's ``hf`` model over the loaded model; on Gaudi with optimum-habana, its Gaudi class
+        (``habana``, a subclass of ``hf``), falling back to ``hf`` if that refuses the loaded model."""
+        from lm_eval.models.huggingface import HFLM
+        if self.device == "hpu":
+            import importlib.util
+            if importlib.util.find_spec("optimum.habana") is not None:
+                try:
+                    from lm_eval.models.optimum_habana import HabanaLM
+                    return HabanaLM(pretrained=model, tokenizer=tokenizer, batch_size=1)
+                except Exception as exc:
+                    emit("phase", message="lm-eval's Gaudi model refused the loaded model "
+                                          f"({_first_line(exc)}): using its hf model")
+        return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=1)
 
     # -- models --------------------------------------------------------------------------------------
 
