@@ -392,11 +392,12 @@ def hosts_file() -> Path:
     return paths.config_dir() / "hosts.json"
 
 
-def saved_hosts() -> list[Host]:
-    """The hosts added by hand (and aliases the user edited), as saved; bad entries are skipped."""
+def saved_hosts(path: Path | None = None) -> list[Host]:
+    """The hosts added by hand (and aliases the user edited), as saved in ``path`` (default:
+    ``hosts_file()``); bad entries are skipped."""
     import json
     try:
-        data = json.loads(hosts_file().read_text(encoding="utf-8"))
+        data = json.loads((path or hosts_file()).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return []
     out: list[Host] = []
@@ -411,9 +412,10 @@ def saved_hosts() -> list[Host]:
     return out
 
 
-def save_hosts(hosts: Sequence[Host]) -> None:
+def save_hosts(hosts: Sequence[Host], path: Path | None = None) -> None:
+    """Write ``hosts`` (not "local") to ``path`` (default: ``hosts_file()``) in one atomic replace."""
     import json
-    path = hosts_file()
+    path = path or hosts_file()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps([h.to_dict() for h in hosts if not h.is_local], indent=2), encoding="utf-8")

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QFileSystemWatcher, QObject, Signal
+from PySide6.QtCore import QCoreApplication, QFileSystemWatcher, QObject, Signal
 
 from gaudi_gui.core import multi_host, remote
 from gaudi_gui.core.remote import Host, HostError, RemoteError
@@ -70,13 +71,25 @@ class _Resolve(QObject):
         self.runner.start(argv[0], argv[1:])
 
 
-def _file_stamp() -> tuple[int, int, int] | None:
+def _file_stamp(path: Path) -> tuple[int, int, int] | None:
     """hosts.json's (inode, size, mtime) or None when it is not there: what tells a change."""
     try:
-        st = os.stat(remote.hosts_file())
+        st = os.stat(path)
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+_WATCHER: QFileSystemWatcher | None = None
+
+
+def _shared_watcher() -> QFileSystemWatcher:
+    """One watcher for the process (each QFileSystemWatcher holds an inotify instance, and a user
+    gets 128 of them); every host list checks its own file's stamp on each event."""
+    global _WATCHER
+    if _WATCHER is None:
+        _WATCHER = QFileSystemWatcher(QCoreApplication.instance())
+    return _WATCHER
 
 
 class HostsService(QObject):
@@ -114,10 +127,12 @@ class HostsService(QObject):
         #: The host a set-up runs for ("" when none).
         self.setup_host = ""
         self._saved: list[Host] = []
+        #: The file this list is kept in (fixed when made: the config folder is read once).
+        self.path = remote.hosts_file()
         self._stamp: tuple[int, int, int] | None = None
-        self._watcher = QFileSystemWatcher(self)
-        self._watcher.directoryChanged.connect(lambda _path: self._on_disk_change())
-        self._watcher.fileChanged.connect(lambda _path: self._on_disk_change())
+        watcher = _shared_watcher()
+        watcher.directoryChanged.connect(self._on_disk_change)
+        watcher.fileChanged.connect(self._on_disk_change)
         self._load()
 
     # -- the host list (memory) -------------------------------------------------------------------
@@ -125,21 +140,21 @@ class HostsService(QObject):
     def _load(self) -> None:
         """Read hosts.json (the only place this process does), give every host its card selection,
         and watch the file's folder for changes made by other processes."""
-        self._stamp = _file_stamp()
-        self._saved = remote.saved_hosts()
+        self._stamp = _file_stamp(self.path)
+        self._saved = remote.saved_hosts(self.path)
         for host in self._saved:
             self.selections.setdefault(host.name, DeviceSelection(self))
         self._watch_file()
 
     def _watch_file(self) -> None:
-        path = remote.hosts_file()
-        wanted = [p for p in (str(path.parent), str(path)) if os.path.exists(p)]
-        missing = [p for p in wanted if p not in self._watcher.directories() + self._watcher.files()]
+        watcher = _shared_watcher()
+        wanted = [p for p in (str(self.path.parent), str(self.path)) if os.path.exists(p)]
+        missing = [p for p in wanted if p not in watcher.directories() + watcher.files()]
         if missing:
-            self._watcher.addPaths(missing)
+            watcher.addPaths(missing)
 
-    def _on_disk_change(self) -> None:
-        if _file_stamp() != self._stamp:
+    def _on_disk_change(self, _path: str = "") -> None:
+        if _file_stamp(self.path) != self._stamp:
             self.reload()
         else:
             self._watch_file()  # an atomic replace drops the file's watch: take the new file
@@ -188,14 +203,14 @@ class HostsService(QObject):
         return self.selections.get(name)
 
     def _write(self, hosts: list[Host]) -> None:
-        remote.save_hosts(hosts)
+        remote.save_hosts(hosts, self.path)
         self._saved = [h for h in hosts if not h.is_local]
-        self._stamp = _file_stamp()
+        self._stamp = _file_stamp(self.path)
         self._watch_file()
 
     def _merge_disk(self) -> None:
         """Before a write: take what another process saved since (never write over it)."""
-        if _file_stamp() != self._stamp:
+        if _file_stamp(self.path) != self._stamp:
             self.reload()
 
     def add(self, name: str, remote_command: str = "", hl_smi: str = "") -> Host:
