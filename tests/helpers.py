@@ -46,6 +46,8 @@ def click(qtbot: QtBot, widget: QWidget, pos: QPoint | None = None) -> None:
     could not click it: disabled, or hidden in its window (the window itself need not be shown)."""
     assert widget.isEnabled(), f"{_label(widget)} is disabled"
     assert widget.isVisibleTo(widget.window()), f"{_label(widget)} is hidden"
+    # A button squeezed to nothing (its window was never shown, so never laid out) takes no click.
+    assert not widget.rect().isEmpty(), f"{_label(widget)} has no size: show its window first"
     if pos is None:
         qtbot.mouseClick(widget, Qt.MouseButton.LeftButton)
     else:

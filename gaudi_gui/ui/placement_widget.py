@@ -161,14 +161,8 @@ class PlacementWidget(QWidget):
     # -- hosts -------------------------------------------------------------------------------------
 
     def _saved_hosts(self) -> list[remote_mod.Host]:
-        """The saved hosts: the app's host list where the services keep one in memory, else the file."""
-        hosts = getattr(self.services, "hosts", None)
-        saved = getattr(hosts, "saved", None)
-        if callable(saved):
-            return list(saved())
-        if isinstance(saved, list):
-            return list(saved)
-        return remote_mod.saved_hosts()
+        """The saved hosts, from the app's host list in memory (``AppServices.hosts``)."""
+        return self.services.ensure_hosts(self.services.settings.parent()).saved()
 
     def refresh_hosts(self, wanted: str | None = None) -> None:
         """"local" first, then the saved hosts, "Slurm cluster…" and (two or more saved) "several

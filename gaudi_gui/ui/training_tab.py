@@ -40,7 +40,6 @@ from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.training_args import Schema, hints, latest_cached
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
-from gaudi_gui.services.process import ProcessRunner
 from gaudi_gui.services.remote_training import RemoteTrainingJob
 from gaudi_gui.services.slurm_training import SlurmTrainingJob
 from gaudi_gui.services.training import TrainingService
@@ -109,12 +108,10 @@ class TrainingTab(QWidget):
         self.hosts_line.setWordWrap(True)
         self.hosts_line.setVisible(False)
         # Host 0's address as the others reach it, resolved by `ssh -G` (no connection) for the preview.
-        self._addresses: dict[str, str] = {}
-        self._resolving = ""
-        self._resolver = ProcessRunner(self, parse_protocol=False, tail_lines=5)
-        self._resolver_out: list[str] = []
-        self._resolver.line_received.connect(self._on_resolver_line)
-        self._resolver.finished.connect(self._on_resolved)
+        # Host 0's address as the others reach it: the hosts service asks `ssh -G` once per host.
+        self.hosts = services.ensure_hosts(services.settings.parent())
+        self.hosts.address_resolved.connect(self._on_resolved)
+        self.hosts.changed.connect(self.placement.refresh_hosts)
         self.placement.changed.connect(self._on_placement_changed)
         buttons = QGridLayout()
         self.btn: dict[str, QPushButton] = {}
@@ -419,24 +416,9 @@ class TrainingTab(QWidget):
 
     def _main_address(self, host: remote_mod.Host) -> str:
         """Host 0's address (``ssh -G``, asked once per host in the background); a placeholder meanwhile."""
-        if host.name in self._addresses:
-            return self._addresses[host.name]
-        if not self._resolver.is_running():
-            self._resolving = host.name
-            self._resolver_out = []
-            argv = multi_mod.ssh_g_argv(host)
-            self._resolver.start(argv[0], argv[1:])
-        return f"<{host.name}'s address>"
+        return self.hosts.address(host.name) or f"<{host.name}'s address>"
 
-    def _on_resolver_line(self, stream: str, line: str) -> None:
-        if stream == "stdout":
-            self._resolver_out.append(line)
-
-    def _on_resolved(self, _code: int, _status: str) -> None:
-        name = self._resolving
-        with contextlib.suppress(remote_mod.HostError):
-            self._addresses[name] = multi_mod.address_from_ssh_g(remote_mod.find_host(name),
-                                                                 "\n".join(self._resolver_out))
+    def _on_resolved(self, _name: str, _address: str) -> None:
         if self.placement.multi_selected():
             self.update_preview()
 
@@ -555,7 +537,7 @@ class TrainingTab(QWidget):
                 started = self.training.resume(after)
             else:
                 main_ip = job.launch.main_process_ip.strip() or (
-                    self._addresses.get(p.hosts[0].name, "") if p.kind == "hosts" else "")
+                    (self.hosts.address(p.hosts[0].name) or "") if p.kind == "hosts" else "")
                 started = self.training.launch(job, p, main_ip=main_ip,
                                                resumed_from=str(resumed_from.folder) if resumed_from else "")
         except PrepareError as exc:
@@ -871,7 +853,9 @@ class TrainingTab(QWidget):
             self._draft_timer.stop()
             self._save_draft()
         self.log.shutdown()
-        self._resolver.kill_tree()
+        with contextlib.suppress(RuntimeError, TypeError):
+            self.hosts.address_resolved.disconnect(self._on_resolved)
+            self.hosts.changed.disconnect(self.placement.refresh_hosts)
         if self.services.preflight is not None:
             self.services.preflight.cancel("training")
         for signal, slot in ((self.schema_loader.schema_loaded, self._on_schema),

@@ -46,6 +46,9 @@ def tab(qtbot, tmp_path: Path):
     w = TrainingTab(services)
     qtbot.addWidget(w)
     w.resize(1400, 900)
+    # Shown, as a person sees it: its pages are laid out, so a click lands on a button of real size.
+    w.show()
+    qtbot.waitExposed(w)
     qtbot.waitUntil(lambda: w.form.schema is not None, timeout=60000)
     yield w
     _end_all(qtbot, services)
