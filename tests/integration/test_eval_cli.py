@@ -154,6 +154,23 @@ def test_perplexity_on_the_runs_eval_split_without_a_references_file(trained: Tr
     assert result["base"]["metrics"]["perplexity"] != result["tuned"]["metrics"]["perplexity"]
 
 
+def test_a_model_and_an_adapter_without_a_run(trained: Trained, tmp_path: Path) -> None:
+    adapter = Path(trained.run.job().output_dir) / "adapter"
+    res = gaudi_gui("eval", "--model", trained.run.job().model, "--adapter", str(adapter), "--prompt",
+                    "Say bye.", "--max-new-tokens", "4", "--output", str(tmp_path / "evals"), "--json",
+                    "--chat", "on")  # without a run, nothing says how it trained: ask for the template
+    assert res.returncode == 0, res.stderr[-2000:]
+    result = json.loads(res.stdout)
+    assert Path(result["path"]).parent == tmp_path / "evals"
+    rows = [json.loads(line) for line in Path(result["answers"]).read_text().splitlines()]
+    # The same answers as the run's own evaluation of the same prompt (same weights, greedy, seeded).
+    again = gaudi_gui("eval", "--run", str(trained.run.folder), "--prompt", "Say bye.", "--max-new-tokens",
+                      "4", "--json")
+    assert again.returncode == 0, again.stderr[-2000:]
+    same = [json.loads(line) for line in Path(json.loads(again.stdout)["answers"]).read_text().splitlines()]
+    assert [(r["base"], r["tuned"]) for r in rows] == [(r["base"], r["tuned"]) for r in same]
+
+
 def test_bad_inputs_are_refused_with_one_line_and_exit_2(trained: Trained, tmp_path: Path) -> None:
     run = str(trained.run.folder)
     (tmp_path / "empty.jsonl").write_text("")
