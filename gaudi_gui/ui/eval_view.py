@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QTableWidget,
@@ -185,12 +186,24 @@ class EvalView(QWidget):
 
         top = QWidget(self)
         top.setLayout(form)
+        scroll = QScrollArea(self)
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(top)
+        bottom = QWidget(self)
+        lower = QVBoxLayout(bottom)
+        lower.setContentsMargins(0, 0, 0, 0)
+        lower.addWidget(self.run_error)
+        lower.addLayout(controls)
+        lower.addWidget(self.status)
+        lower.addWidget(split, 1)
+        # The form scrolls; the answers and scores keep at least half the window.
+        halves = QSplitter(Qt.Orientation.Vertical, self)
+        halves.addWidget(scroll)
+        halves.addWidget(bottom)
+        halves.setStretchFactor(0, 1)
+        halves.setStretchFactor(1, 1)
         layout = QVBoxLayout(self)
-        layout.addWidget(top)
-        layout.addWidget(self.run_error)
-        layout.addLayout(controls)
-        layout.addWidget(self.status)
-        layout.addWidget(split, 1)
+        layout.addWidget(halves)
 
         self.service.started.connect(self._on_started)
         self.service.progress.connect(self._on_progress)
@@ -349,7 +362,11 @@ class EvalView(QWidget):
         name = message.get("model")
         base_col = 2 if name == "base" else 3
         timing_col = 4 if name == "base" else 6
-        self.answers.setItem(row, base_col, QTableWidgetItem(_cell(message.get("text"))))
+        text = _cell(message.get("text"))
+        # Line breaks are shown (an answer of only newlines is not an empty cell); the tooltip has it all.
+        answer = QTableWidgetItem(text.replace("\n", "↵") or "∅")
+        answer.setToolTip(text)
+        self.answers.setItem(row, base_col, answer)
         for offset, key_name in enumerate(("ttft_s", "tokens_per_s")):
             item = QTableWidgetItem(_cell(message.get(key_name)))
             item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
