@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 from PySide6.QtCore import QPoint, Qt, QTimer
-from PySide6.QtWidgets import QAbstractButton, QApplication, QDialog, QMessageBox, QWidget
+from PySide6.QtWidgets import QAbstractButton, QApplication, QDialog, QMessageBox, QTableWidget, QWidget
 
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.launch import free_port
@@ -110,6 +110,52 @@ def choose_runner_host(qtbot: QtBot, tab: RunnerTab, name: str) -> None:
         qtbot.keyClick(view, Qt.Key.Key_Down if row < target else Qt.Key.Key_Up)
     qtbot.keyClick(view, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: not view.isVisible() and tab.client.host.name == name, timeout=5000)
+
+
+# -- reading what a view shows ----------------------------------------------------------------------
+
+
+def card_rows(table: QTableWidget) -> dict[int, int]:
+    """Card id -> row of a Devices table, read from its Module column (Gaudi), else its Index."""
+    from gaudi_gui.ui.device_table import COLUMNS
+
+    rows: dict[int, int] = {}
+    for row in range(table.rowCount()):
+        module, index = (table.item(row, COLUMNS.index(c)) for c in ("Module", "Index"))
+        text = module.text() if module is not None and module.text().isdigit() else (
+            index.text() if index is not None else "")
+        if text.isdigit():
+            rows[int(text)] = row
+    return rows
+
+
+def is_checked(table: QTableWidget, row: int) -> bool:
+    """The row's Use box is checked."""
+    item = table.item(row, 0)
+    return item is not None and item.checkState() == Qt.CheckState.Checked
+
+
+def x_range(plot: Any) -> tuple[float, float]:
+    """The x range a pyqtgraph PlotWidget shows now."""
+    low, high = plot.getPlotItem().viewRange()[0]
+    return float(low), float(high)
+
+
+def y_range(plot: Any) -> tuple[float, float]:
+    """The y range a pyqtgraph PlotWidget shows now."""
+    low, high = plot.getPlotItem().viewRange()[1]
+    return float(low), float(high)
+
+
+def curve_count(plots: Any) -> int:
+    """How many curves the plots (a mapping of PlotWidgets) draw."""
+    return sum(len(p.getPlotItem().listDataItems()) for p in plots.values())
+
+
+def tabbed_plots(area: Any) -> list[Any]:
+    """The plots on a PlotArea's tabs (empty when every shown plot has a cell of its own)."""
+    tabs = area.tabs
+    return [tabs.widget(i) for i in range(tabs.count())] if tabs.isVisibleTo(area) else []
 
 
 # -- waiting outside an event loop -------------------------------------------------------------------

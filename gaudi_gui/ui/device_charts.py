@@ -94,28 +94,15 @@ class DeviceCharts(QWidget):
         else:
             self.memory_total_mib = None
 
-    def y_range(self, metric: str) -> tuple[float, float]:
-        """The y range shown now (tests)."""
-        low, high = self.plots[metric].getPlotItem().viewRange()[1]
-        return float(low), float(high)
-
     def set_window(self, seconds: float) -> None:
         self.window_s = float(seconds)
         for plot in self.plots.values():
             plot.setXRange(-min(self.span_s, self.window_s), 0, padding=0)
 
-    def x_range(self, metric: str) -> tuple[float, float]:
-        """The x range shown now, in seconds relative to now (tests)."""
-        low, high = self.plots[metric].getPlotItem().viewRange()[0]
-        return float(low), float(high)
-
     @staticmethod
     def color(position: int) -> str:
         """The curve color of the card at ``position`` in the key order (the table's row)."""
         return COLORS[position % len(COLORS)]
-
-    def curve_count(self) -> int:
-        return len(self._curves)
 
     def refresh(self, history: History, keys: Sequence[str], now: float | None = None,
                 metrics: Sequence[str] | None = None) -> None:

@@ -219,16 +219,9 @@ class DeviceTable(QTableWidget):
         if item is not None:
             self.check_row(row, item.checkState() != Qt.CheckState.Checked)
 
-    def is_checked(self, row: int) -> bool:
-        item = self.item(row, 0)
-        return item is not None and item.checkState() == Qt.CheckState.Checked
-
     def keyPressEvent(self, event: QKeyEvent) -> None:
         if event.key() in (Qt.Key.Key_Space, Qt.Key.Key_Select) and self.currentRow() >= 0:
             self.toggle_row(self.currentRow())
             event.accept()
             return
         super().keyPressEvent(event)
-
-    def row_ids(self) -> list[int]:
-        return list(self._ids)

@@ -170,10 +170,6 @@ class PlotArea(QWidget):
     def is_shown(self, plot: pg.PlotWidget) -> bool:
         return plot in self.shown_plots()
 
-    def tabbed_plots(self) -> list[pg.PlotWidget]:
-        """The plots on the tabs of the last cell (empty when every shown plot has its own cell)."""
-        return [self.tabs.widget(i) for i in range(self.tabs.count())] if self.tabs.isVisibleTo(self) else []
-
     def _on_tab_clicked(self, index: int) -> None:
         widget = self.tabs.widget(index)
         if isinstance(widget, pg.PlotWidget):

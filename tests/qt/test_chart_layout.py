@@ -22,6 +22,7 @@ from gaudi_gui.app import create_services
 from gaudi_gui.core.devices import DeviceSample
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea
+from tests.helpers import tabbed_plots, x_range
 
 SIZES = [(1280, 800), (1024, 700)]
 TABS = {"devices": 0, "training": 2}
@@ -99,7 +100,7 @@ def assert_readable(qtbot, plot: pg.PlotWidget, where: str) -> None:
 def assert_area_readable(qtbot, area: PlotArea, where: str) -> int:
     """Every plot of ``area`` readable in its cell, the tabbed ones after a click on their tab."""
     checked = 0
-    tabbed = area.tabbed_plots()
+    tabbed = tabbed_plots(area)
     for plot in area.shown_plots():
         if plot not in tabbed:
             assert plot.isVisible()
@@ -128,7 +129,7 @@ def test_devices_charts_are_readable(qtbot, window: MainWindow, size: tuple[int,
     assert assert_area_readable(qtbot, area, f"Devices at {size}") == 4
     # The history spans the ten seconds there are, not the 5-minute window with the data at its edge.
     assert tab.window_combo.currentText() == "5 min"
-    low, high = tab.charts.x_range("utilization")
+    low, high = x_range(tab.charts.plots["utilization"])
     assert high == pytest.approx(0, abs=0.5) and low == pytest.approx(-10, abs=2), (low, high)
 
 
@@ -164,12 +165,12 @@ def test_history_grows_until_the_window_fills(qtbot) -> None:
     keys = [s.key for s in cards(now, 0)]
     history.add(cards(now, 0))
     charts.refresh(history, keys, now=now)
-    assert charts.x_range("utilization") == pytest.approx((-MIN_SPAN_S, 0))
+    assert x_range(charts.plots["utilization"]) == pytest.approx((-MIN_SPAN_S, 0))
     for k in range(1, 31):
         history.add(cards(now + k, k))
     charts.refresh(history, keys, now=now + 30)
-    assert charts.x_range("utilization") == pytest.approx((-30, 0))
+    assert x_range(charts.plots["utilization"]) == pytest.approx((-30, 0))
     for k in range(31, 200):
         history.add(cards(now + k, k))
     charts.refresh(history, keys, now=now + 199)
-    assert charts.x_range("utilization") == pytest.approx((-60, 0))  # full: the chosen window
+    assert x_range(charts.plots["utilization"]) == pytest.approx((-60, 0))  # full: the chosen window

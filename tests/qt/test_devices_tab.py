@@ -17,6 +17,7 @@ from gaudi_gui.core.devices import DeviceSample, ProcessInfo
 from gaudi_gui.services import device_poller as dp
 from gaudi_gui.ui.device_table import COLUMNS
 from gaudi_gui.ui.devices_tab import DevicesTab
+from tests.helpers import card_rows, curve_count, is_checked, y_range
 
 
 def cards(n: int = 8, t: float | None = None, util: float = 0.0, **over: object) -> list[DeviceSample]:
@@ -59,7 +60,7 @@ def click_row(qtbot, tab: DevicesTab, row: int, col: str = "Name") -> None:
 
 
 def row_of_module(tab: DevicesTab) -> dict[int, int]:
-    return {m: r for r, m in enumerate(tab.table.row_ids())}
+    return card_rows(tab.table)
 
 
 PROBE_NO_HABANA = {"habana_frameworks": False, "is_torch_hpu_available": False, "cuda_count": 0,
@@ -128,8 +129,7 @@ def test_selection_restored_from_settings(qtbot) -> None:
     widget = DevicesTab(services)
     qtbot.addWidget(widget)
     services.poller.feed_samples(cards())
-    checked = [m for r, m in enumerate(widget.table.row_ids())
-               if widget.table.item(r, 0).checkState() == Qt.CheckState.Checked]  # type: ignore[union-attr]
+    checked = [m for m, r in card_rows(widget.table).items() if is_checked(widget.table, r)]
     assert checked == [4, 5]
     assert "HABANA_VISIBLE_MODULES=4,5" in widget.env_label.text()
 
@@ -146,13 +146,13 @@ def test_charts_update_in_place(tab: DevicesTab, qtbot) -> None:
     for k in range(60):
         tab.poller.feed_samples(cards(t=now - 60 + k, util=float(k)))
     tab.refresh_now()
-    curves = tab.charts.curve_count()
+    curves = curve_count(tab.charts.plots)
     assert curves == 8 * 4
     items = len(tab.charts.plots["utilization"].getPlotItem().items)
     for k in range(5):
         tab.poller.feed_samples(cards(t=now + k, util=50.0))
         tab.refresh_now()
-    assert tab.charts.curve_count() == curves
+    assert curve_count(tab.charts.plots) == curves
     assert len(tab.charts.plots["utilization"].getPlotItem().items) == items
     curve = tab.charts._curves[("utilization", "hpu:m2")]
     x, y = curve.getData()
@@ -205,7 +205,7 @@ def test_select_cards_by_clicking_with_fake_hl_smi(tab: DevicesTab, fake_hl_smi:
     click_row(qtbot, tab, row_of[4])
     click_row(qtbot, tab, row_of[5], col="Bus ID")
     qtbot.waitUntil(lambda: "HABANA_VISIBLE_MODULES=4,5" in tab.env_label.text())
-    assert tab.table.is_checked(row_of[4]) and tab.table.is_checked(row_of[5])
+    assert is_checked(tab.table, row_of[4]) and is_checked(tab.table, row_of[5])
     assert tab.selection_warning.isHidden()
     assert tab.services.selection.env()["HABANA_VISIBLE_MODULES"] == "4,5"
     assert tab.services.selection.card_count() == 2
@@ -213,7 +213,7 @@ def test_select_cards_by_clicking_with_fake_hl_smi(tab: DevicesTab, fake_hl_smi:
     # new snapshots keep the checks (rows are updated in place)
     count = len(tab.poller.history("hpu:m4", "utilization")[0])
     qtbot.waitUntil(lambda: len(tab.poller.history("hpu:m4", "utilization")[0]) > count + 1, timeout=10000)
-    assert tab.table.is_checked(row_of[4]) and tab.services.selection.selected == [4, 5]
+    assert is_checked(tab.table, row_of[4]) and tab.services.selection.selected == [4, 5]
     click_row(qtbot, tab, row_of[4])
     qtbot.waitUntil(lambda: "HABANA_VISIBLE_MODULES=5" in tab.env_label.text())
 
@@ -224,24 +224,24 @@ def test_click_on_the_check_box_toggles_once(tab: DevicesTab, qtbot) -> None:
     assert item is not None
     rect = tab.table.visualItemRect(item)
     qtbot.mouseClick(tab.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    qtbot.waitUntil(lambda: tab.table.is_checked(1))
+    qtbot.waitUntil(lambda: is_checked(tab.table, 1))
     qtbot.mouseClick(tab.table.viewport(), Qt.MouseButton.LeftButton, pos=rect.center())
-    qtbot.waitUntil(lambda: not tab.table.is_checked(1))
+    qtbot.waitUntil(lambda: not is_checked(tab.table, 1))
     assert tab.services.selection.selected == []
 
 
 def test_space_toggles_the_current_card(tab: DevicesTab, qtbot) -> None:
     tab.poller.feed_samples(cards(4))
     click_row(qtbot, tab, 2)  # focus + current row, and a check
-    qtbot.waitUntil(lambda: tab.table.is_checked(2))
+    qtbot.waitUntil(lambda: is_checked(tab.table, 2))
     qtbot.keyClick(tab.table, Qt.Key.Key_Space)
-    qtbot.waitUntil(lambda: not tab.table.is_checked(2))
+    qtbot.waitUntil(lambda: not is_checked(tab.table, 2))
     qtbot.keyClick(tab.table, Qt.Key.Key_Down)
     qtbot.keyClick(tab.table, Qt.Key.Key_Space)
-    qtbot.waitUntil(lambda: tab.table.is_checked(3))
-    ids = tab.table.row_ids()
-    assert tab.services.selection.selected == [ids[3]]
-    assert f"HABANA_VISIBLE_MODULES={ids[3]}" in tab.env_label.text()
+    qtbot.waitUntil(lambda: is_checked(tab.table, 3))
+    third = next(m for m, r in card_rows(tab.table).items() if r == 3)
+    assert tab.services.selection.selected == [third]
+    assert f"HABANA_VISIBLE_MODULES={third}" in tab.env_label.text()
 
 
 def test_host_row_is_not_checkable(tab: DevicesTab, qtbot) -> None:
@@ -249,7 +249,7 @@ def test_host_row_is_not_checkable(tab: DevicesTab, qtbot) -> None:
                              memory_total_mib=8000))
     click_row(qtbot, tab, 0, col="Index")
     qtbot.keyClick(tab.table, Qt.Key.Key_Space)
-    assert not tab.table.is_checked(0) and tab.services.selection.selected == []
+    assert not is_checked(tab.table, 0) and tab.services.selection.selected == []
 
 
 def test_retry_button_restarts_hl_smi(tab: DevicesTab, fake_hl_smi: Path, qtbot, monkeypatch) -> None:
@@ -301,7 +301,7 @@ def test_memory_chart_is_not_autoscaled_into_noise(tab: DevicesTab, qtbot) -> No
     for k in range(30):
         tab.poller.feed_samples(cards(t=now - 30 + k, memory_used_mib=768 + (k % 2)))  # a flat line
     tab.refresh_now()
-    low, high = tab.charts.y_range("memory_used_mib")
+    low, high = y_range(tab.charts.plots["memory_used_mib"])
     assert low <= 0 and high >= 98304  # 0..the card's total memory
     assert high < 98304 * 1.1
 
@@ -317,7 +317,7 @@ def test_memory_chart_minimum_span_without_a_total(qtbot) -> None:
     for k in range(20):
         history.add([DeviceSample(kind="cuda", index=0, memory_used_mib=5000 + (k % 2), timestamp=now - k)])
     charts.refresh(history, ["cuda:0"], now=now)
-    low, high = charts.y_range("memory_used_mib")
+    low, high = y_range(charts.plots["memory_used_mib"])
     assert high - low >= MIN_MEMORY_SPAN_MIB and low <= 5000 <= high
 
 

@@ -20,7 +20,16 @@ from gaudi_gui.ui.device_table import COLUMNS
 from gaudi_gui.ui.devices_tab import DevicesTab
 from gaudi_gui.ui.runner_tab import RunnerTab
 from gaudi_gui.ui.training_tab import TrainingTab
-from tests.helpers import click, close_training_tab, end_training_tab, set_arg, sick_server_env, training_tab
+from tests.helpers import (
+    card_rows,
+    click,
+    close_training_tab,
+    end_training_tab,
+    is_checked,
+    set_arg,
+    sick_server_env,
+    training_tab,
+)
 from tests.remote.conftest import SshHost, ssh_host  # noqa: F401 (the host that stops answering)
 
 CHECK_MS = 90_000  # the doctor child on 2 loaded cores (about 1 s when idle)
@@ -49,9 +58,8 @@ def devices_tab(qtbot: QtBot, services: AppServices) -> DevicesTab:
 
 def pick(qtbot: QtBot, tab: DevicesTab, *modules: int) -> None:
     """Click the cards' rows so that exactly ``modules`` are checked."""
-    rows = {m: r for r, m in enumerate(tab.table.row_ids())}
-    for module, row in rows.items():
-        if tab.table.is_checked(row) != (module in modules):
+    for module, row in card_rows(tab.table).items():
+        if is_checked(tab.table, row) != (module in modules):
             item = tab.table.item(row, COLUMNS.index("Name"))
             assert item is not None
             qtbot.mouseClick(tab.table.viewport(), Qt.MouseButton.LeftButton,
