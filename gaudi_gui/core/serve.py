@@ -1,0 +1,384 @@
+"""Serving a model on an OpenAI-compatible endpoint: the choices, the engines' argv, and reading them.
+
+Two engines start a server: ``transformers serve`` (ships with transformers' serving extra, runs on
+every device, this CPU included; no API key, no adapters: a LoRA adapter is merged first) and vLLM's
+``vllm serve`` (on Gaudi with Intel's vllm-gaudi plugin; adapters as LoRA modules, an API key, graph
+warm-up that logs ``[Warmup][Prompt][k/N]`` per bucket). This module decides which engine runs and why,
+builds its argv, sizes vLLM's context length, and reads what the engine prints (warm-up progress,
+the uvicorn access log both engines write). Qt-free and torch-free: the command and the GUI share it.
+
+Observed with transformers 5.x on this CPU (``transformers serve --port P --device cpu DIR``): the
+server is pinned to the folder given on the command line; a request's ``model`` may be left out or must
+be that same id (anything else: 400 "Server is pinned to ..."); ``/v1/models`` lists it once loaded;
+uvicorn prints one access line per request (``INFO:     127.0.0.1:PORT - "POST /v1/chat/completions
+HTTP/1.1" 200 OK``); it prints no token counts or time to first token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+ENGINES = ("auto", "transformers", "vllm")
+DEVICES = ("auto", "cpu", "cuda", "hpu")
+DTYPES = ("auto", "bf16", "fp32")
+QUANTIZATIONS = ("none", "4bit", "8bit")
+#: The loopback address every server binds unless "listen on all interfaces" was chosen.
+LOOPBACK = "127.0.0.1"
+ALL_INTERFACES = "0.0.0.0"
+DEFAULT_PORT = 8000
+#: vLLM's block size on Gaudi (its default there is 128): contexts are sized to whole blocks.
+BLOCK = 128
+#: How to install vLLM on Gaudi, said where it is missing (it is never installed by us).
+VLLM_INSTALL_HINT = ("vLLM is not installed there; on Gaudi install Intel's vllm-gaudi plugin for the "
+                     "host's Gaudi software version as its docs say: "
+                     "https://docs.vllm.ai/projects/gaudi/en/latest/getting_started/installation.html")
+
+_DTYPE_WORDS = {"auto": "auto", "bf16": "bfloat16", "fp32": "float32"}
+
+
+class ServeError(ValueError):
+    """Bad input for a server (the field and the message for a person)."""
+
+    def __init__(self, field_name: str, message: str) -> None:
+        super().__init__(f"{field_name}: {message}")
+        self.field = field_name
+        self.message = message
+
+
+@dataclass(frozen=True)
+class EngineChoice:
+    engine: str
+    reason: str
+
+
+def choose_engine(requested: str, *, vllm_importable: bool, device: str) -> EngineChoice:
+    """Which engine serves, with the reason as a sentence a person reads before the start.
+
+    ``auto`` picks vLLM only where it is importable and the device is an accelerator it serves
+    (hpu, cuda); everywhere else ``transformers serve``, which runs on every device."""
+    if requested == "transformers":
+        return EngineChoice("transformers", "transformers serve, as chosen")
+    if requested == "vllm":
+        if not vllm_importable:
+            raise ServeError("engine", VLLM_INSTALL_HINT)
+        return EngineChoice("vllm", "vLLM, as chosen")
+    if requested != "auto":
+        raise ServeError("engine", f"unknown engine {requested!r} (choose {', '.join(ENGINES)})")
+    if not vllm_importable:
+        return EngineChoice("transformers", "transformers serve: vLLM is not importable here")
+    if device not in ("hpu", "cuda"):
+        return EngineChoice("transformers", f"transformers serve: vLLM serves hpu/cuda, the device is "
+                                            f"{device or 'cpu'}")
+    return EngineChoice("vllm", f"vLLM: importable here and the device is {device}")
+
+
+def size_max_model_len(prompt_tokens: int, answer_tokens: int, *, model_max: int | None = None,
+                       block: int = BLOCK) -> int:
+    """The context length to give vLLM: the longest prompt plus the longest answer expected, rounded up
+    to whole KV blocks, never past the model's own limit. vLLM's default is the model's full context,
+    which on Gaudi makes warm-up compile buckets (and reserve KV cache) nobody asked for."""
+    if prompt_tokens < 1 or answer_tokens < 1:
+        raise ServeError("max_model_len", "expected prompt and answer lengths must be at least 1 token")
+    need = prompt_tokens + answer_tokens
+    sized = -(-need // block) * block
+    if model_max:
+        if need > model_max:
+            raise ServeError("max_model_len", f"{need} tokens (prompt {prompt_tokens} + answer "
+                                              f"{answer_tokens}) exceed the model's context of {model_max}")
+        sized = min(sized, model_max)
+    return sized
+
+
+@dataclass(frozen=True)
+class ServeSpec:
+    """One server as the form or the command line asks for it."""
+
+    model: str
+    engine: str = "auto"
+    port: int = DEFAULT_PORT
+    device: str = "auto"
+    dtype: str = "auto"
+    quantization: str = "none"
+    adapter: str = ""
+    max_model_len: int = 0
+    api_key_env: str = ""
+    listen_all: bool = False
+
+    def problems(self) -> list[tuple[str, str]]:
+        """(field, message) for each bad value, before anything starts."""
+        out: list[tuple[str, str]] = []
+        if not self.model.strip():
+            out.append(("model", "choose a model (Hub id, folder, or builtin:demo)"))
+        if self.engine not in ENGINES:
+            out.append(("engine", f"choose one of {', '.join(ENGINES)}"))
+        if not 1 <= self.port <= 65535:
+            out.append(("port", "a port is 1-65535"))
+        if self.device not in DEVICES:
+            out.append(("device", f"choose one of {', '.join(DEVICES)}"))
+        if self.dtype not in DTYPES:
+            out.append(("dtype", f"choose one of {', '.join(DTYPES)}"))
+        if self.quantization not in QUANTIZATIONS:
+            out.append(("quantization", f"choose one of {', '.join(QUANTIZATIONS)}"))
+        if self.max_model_len < 0:
+            out.append(("max_model_len", "must be 0 (the engine's default) or more"))
+        if self.api_key_env and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", self.api_key_env):
+            out.append(("api_key_env", "the name of an environment variable (letters, digits, _)"))
+        if self.listen_all and not self.api_key_env:
+            out.append(("listen_all", "listening on all interfaces requires an API key"))
+        return out
+
+    def cli_args(self) -> list[str]:
+        """The ``gaudi-gui serve`` options for this spec (``--opt=value``: a value may begin with '-')."""
+        args = [f"--model={self.model}", f"--engine={self.engine}", f"--port={self.port}",
+                f"--device={self.device}", f"--dtype={self.dtype}", f"--quantization={self.quantization}"]
+        if self.adapter:
+            args.append(f"--adapter={self.adapter}")
+        if self.max_model_len:
+            args.append(f"--max-model-len={self.max_model_len}")
+        if self.api_key_env:
+            args.append(f"--api-key-env={self.api_key_env}")
+        if self.listen_all:
+            args.append("--listen-all")
+        return args
+
+
+def check_model(model: str, *, is_demo: bool = False) -> str | None:
+    """Why ``model`` is not something a server can load (None: it looks like one). A folder must hold
+    ``config.json`` (or be an adapter: ``adapter_config.json``); anything else must read as a Hub id."""
+    if is_demo:
+        return None
+    text = model.strip()
+    expanded = os.path.expanduser(text)
+    if os.path.isdir(expanded):
+        if os.path.isfile(os.path.join(expanded, "config.json")) or \
+                os.path.isfile(os.path.join(expanded, "adapter_config.json")):
+            return None
+        return f"{text} has no config.json: not a model folder"
+    if text.startswith((".", "/", "~")) or os.path.exists(expanded):
+        return f"model folder not found: {text}" if not os.path.exists(expanded) else \
+            f"{text} is a file, not a model folder"
+    if not re.fullmatch(r"[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?", text):
+        return f"{text!r} is neither a model folder nor a Hub id (org/name)"
+    return None
+
+
+def transformers_argv(program: Sequence[str], model: str, spec: ServeSpec, *, bind: str) -> list[str]:
+    """``transformers serve`` for one model, pinned (the model on the command line: loaded at start,
+    every request served by it). ``program``: how to run the transformers CLI there."""
+    argv = [*program, "serve", "--host", bind, "--port", str(spec.port), "--device", spec.device,
+            "--dtype", _DTYPE_WORDS.get(spec.dtype, "auto")]
+    if spec.quantization != "none":
+        argv += ["--quantization", f"bnb-{spec.quantization}"]
+    if spec.max_model_len:
+        argv += ["--max-model-len", str(spec.max_model_len)]
+    return [*argv, "--", model]
+
+
+def vllm_argv(program: Sequence[str], model: str, spec: ServeSpec, *, bind: str,
+              adapter: str = "") -> list[str]:
+    """``vllm serve``. The API key travels in VLLM_API_KEY (never on a command line ``ps`` shows);
+    an adapter is a LoRA module named ``adapter``."""
+    argv = [*program, "serve", model, "--host", bind, "--port", str(spec.port),
+            "--dtype", _DTYPE_WORDS.get(spec.dtype, "auto")]
+    if spec.max_model_len:
+        argv += ["--max-model-len", str(spec.max_model_len)]
+    if spec.quantization != "none":
+        argv += ["--quantization", "bitsandbytes"]
+    if adapter:
+        argv += ["--enable-lora", "--lora-modules", f"adapter={adapter}"]
+    return argv
+
+
+# -- reading the engine's output -------------------------------------------------------------------
+
+_WARMUP = re.compile(r"\[Warmup\]\[(?P<phase>[^\]]+)\]\[(?P<k>\d+)/(?P<n>\d+)\]")
+_LOG_TIME = re.compile(r"\b(?P<mo>\d\d)-(?P<d>\d\d) (?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)\b")
+
+
+@dataclass
+class WarmupProgress:
+    phase: str
+    step: int
+    total: int
+    fraction: float
+    eta_s: float | None
+
+
+@dataclass
+class WarmupParser:
+    """vLLM-gaudi's warm-up lines (``[Warmup][Prompt][3/24] batch_size:4 seq_len:768 ...``, then
+    ``[Warmup][Decode][k/N]``) turned into one fraction over both phases and an ETA. The phases run
+    one after the other; a phase not seen yet counts as big as the one seen (the decode buckets are
+    not known until they start), so the fraction never goes back. Times come from the line's own
+    ``MM-DD HH:MM:SS`` stamp when it has one (recorded logs replay exactly), else from ``now``."""
+
+    phases: int = 2
+    _done_phases: list[tuple[str, int]] = field(default_factory=list)
+    _current: tuple[str, int] | None = None
+    _first_time: float | None = None
+    _last_fraction: float = 0.0
+
+    def feed(self, line: str, now: float | None = None) -> WarmupProgress | None:
+        match = _WARMUP.search(line)
+        if match is None:
+            return None
+        phase, k, n = match["phase"], int(match["k"]), int(match["n"])
+        if n < 1:
+            return None
+        stamp = _log_time(line)
+        t = stamp if stamp is not None else (time.monotonic() if now is None else now)
+        if self._first_time is None:
+            self._first_time = t
+        if self._current is None or self._current[0] != phase:
+            if self._current is not None:
+                self._done_phases.append(self._current)
+            self._current = (phase, n)
+        done_steps = sum(total for _, total in self._done_phases) + k
+        phases_left = max(self.phases - len(self._done_phases) - 1, 0)
+        all_steps = sum(total for _, total in self._done_phases) + n + phases_left * n
+        fraction = max(min(done_steps / all_steps, 1.0), self._last_fraction)
+        self._last_fraction = fraction
+        elapsed = t - self._first_time
+        eta = elapsed * (1 - fraction) / fraction if fraction > 0 and elapsed > 0 else None
+        return WarmupProgress(phase, k, n, fraction, eta)
+
+
+def _log_time(line: str) -> float | None:
+    match = _LOG_TIME.search(line)
+    if match is None:
+        return None
+    try:
+        stamp = datetime(2000, int(match["mo"]), int(match["d"]), int(match["h"]), int(match["mi"]),
+                         int(match["s"]))
+    except ValueError:
+        return None
+    return stamp.timestamp()
+
+
+_ACCESS = re.compile(r'^(?:INFO|WARNING|ERROR)?:?\s*(?P<client>[\w.:\[\]-]+):(?P<cport>\d+) - '
+                     r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
+#: vLLM's periodic metrics line: "Avg prompt throughput: 12.3 tokens/s, Avg generation throughput: ..."
+_VLLM_STATS = re.compile(r"Avg prompt throughput: (?P<p>[\d.]+) tokens/s, Avg generation throughput: "
+                         r"(?P<g>[\d.]+) tokens/s(?:, Running: (?P<run>\d+) reqs)?")
+
+
+@dataclass(frozen=True)
+class RequestRecord:
+    """One request as the engine's own access log shows it (tokens and TTFT where the engine prints
+    them: ``transformers serve`` does not, so they stay None)."""
+
+    time: float
+    method: str
+    path: str
+    status: int
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    ttft_s: float | None = None
+    tokens_per_s: float | None = None
+
+    def to_dict(self) -> dict[str, object]:
+        return {"time": self.time, "method": self.method, "path": self.path, "status": self.status,
+                "prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens,
+                "ttft_s": self.ttft_s, "tokens_per_s": self.tokens_per_s}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, object]) -> RequestRecord:
+        def num(key: str) -> float | None:
+            value = data.get(key)
+            return float(value) if isinstance(value, (int, float)) else None
+
+        def whole(key: str) -> int | None:
+            value = data.get(key)
+            return int(value) if isinstance(value, int) else None
+
+        return cls(num("time") or 0.0, str(data.get("method", "")), str(data.get("path", "")),
+                   whole("status") or 0, whole("prompt_tokens"), whole("completion_tokens"),
+                   num("ttft_s"), num("tokens_per_s"))
+
+
+def parse_request(line: str, now: float | None = None) -> RequestRecord | None:
+    """A request from one uvicorn access line (both engines print them), or None."""
+    match = _ACCESS.match(line.strip())
+    if match is None:
+        return None
+    return RequestRecord(time.time() if now is None else now, match["method"], match["path"],
+                         int(match["status"]))
+
+
+def parse_throughput(line: str) -> dict[str, float] | None:
+    """vLLM's periodic throughput line, as numbers (prompt/generation tokens/s, requests running)."""
+    match = _VLLM_STATS.search(line)
+    if match is None:
+        return None
+    out = {"prompt_tokens_per_s": float(match["p"]), "generation_tokens_per_s": float(match["g"])}
+    if match["run"] is not None:
+        out["running"] = float(match["run"])
+    return out
+
+
+# -- what a person pastes --------------------------------------------------------------------------
+
+def endpoint_url(port: int, address: str = LOOPBACK) -> str:
+    return f"http://{address}:{port}/v1"
+
+
+def curl_snippet(url: str, model: str, api_key_env: str = "") -> str:
+    """A curl line that works as pasted into a POSIX shell (the key read from the environment)."""
+    body = json.dumps({"model": model, "messages": [{"role": "user", "content": "Hello!"}],
+                       "max_tokens": 32})
+    auth = f' -H "Authorization: Bearer ${api_key_env}"' if api_key_env else ""
+    return (f"curl -s {shlex.quote(url + '/chat/completions')} -H 'Content-Type: application/json'"
+            f"{auth} -d {shlex.quote(body)}")
+
+
+def python_snippet(url: str, model: str, api_key_env: str = "") -> str:
+    """An openai-client script that works as pasted."""
+    key = f"os.environ[{api_key_env!r}]" if api_key_env else '"none"'
+    return "\n".join([
+        "import os",
+        "from openai import OpenAI",
+        "",
+        f"client = OpenAI(base_url={url!r}, api_key={key})",
+        "reply = client.chat.completions.create(",
+        f"    model={model!r},",
+        '    messages=[{"role": "user", "content": "Hello!"}],',
+        "    max_tokens=32,",
+        ")",
+        "print(reply.choices[0].message.content)",
+    ])
+
+
+# -- ports -----------------------------------------------------------------------------------------
+
+def port_free(port: int, address: str = LOOPBACK) -> bool:
+    """Whether a server could bind ``address:port`` now (a listener there, or a port in TIME_WAIT
+    held without SO_REUSEADDR, makes it not free)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((address, port))
+        except OSError:
+            return False
+    return True
+
+
+def pick_free_port(address: str = LOOPBACK) -> int:
+    """A port the system says is free now (for the local end of a forward, or a test)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((address, 0))
+        return int(sock.getsockname()[1])
+
+
+__all__ = ["ALL_INTERFACES", "BLOCK", "DEFAULT_PORT", "DEVICES", "DTYPES", "ENGINES", "LOOPBACK",
+           "QUANTIZATIONS", "VLLM_INSTALL_HINT", "EngineChoice", "RequestRecord", "ServeError", "ServeSpec",
+           "WarmupParser", "WarmupProgress", "check_model", "choose_engine", "curl_snippet", "endpoint_url",
+           "parse_request", "parse_throughput", "pick_free_port", "port_free", "python_snippet",
+           "size_max_model_len", "transformers_argv", "vllm_argv"]

@@ -1,0 +1,129 @@
+"""core/serve: engine choice, argv, context sizing, the warm-up and access-log parsers, snippets, ports."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gaudi_gui.core import serve
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "vllm"
+
+
+def test_engine_choice_says_why() -> None:
+    assert serve.choose_engine("auto", vllm_importable=False, device="hpu") == serve.EngineChoice(
+        "transformers", "transformers serve: vLLM is not importable here")
+    cpu = serve.choose_engine("auto", vllm_importable=True, device="cpu")
+    assert cpu.engine == "transformers" and "cpu" in cpu.reason
+    hpu = serve.choose_engine("auto", vllm_importable=True, device="hpu")
+    assert hpu.engine == "vllm" and "hpu" in hpu.reason
+    assert serve.choose_engine("transformers", vllm_importable=True, device="hpu").engine == "transformers"
+    with pytest.raises(serve.ServeError) as missing:
+        serve.choose_engine("vllm", vllm_importable=False, device="hpu")
+    assert missing.value.field == "engine" and "vllm-gaudi" in missing.value.message
+
+
+def test_context_sized_to_blocks_and_model_limit() -> None:
+    assert serve.size_max_model_len(1000, 200) == 1280
+    assert serve.size_max_model_len(100, 28) == 128
+    assert serve.size_max_model_len(3000, 1000, model_max=4000) == 4000
+    with pytest.raises(serve.ServeError, match="exceed the model's context of 2048"):
+        serve.size_max_model_len(2000, 100, model_max=2048)
+    with pytest.raises(serve.ServeError):
+        serve.size_max_model_len(0, 10)
+
+
+def test_argv_of_each_engine() -> None:
+    spec = serve.ServeSpec(model="m", port=8123, device="cpu", dtype="bf16", quantization="4bit",
+                           max_model_len=512)
+    argv = serve.transformers_argv(["transformers"], "/models/m", spec, bind="127.0.0.1")
+    assert argv == ["transformers", "serve", "--host", "127.0.0.1", "--port", "8123", "--device", "cpu",
+                    "--dtype", "bfloat16", "--quantization", "bnb-4bit", "--max-model-len", "512", "--",
+                    "/models/m"]
+    v = serve.vllm_argv(["vllm"], "org/m", spec, bind="127.0.0.1", adapter="/runs/r/adapter")
+    assert v[:3] == ["vllm", "serve", "org/m"]
+    at = v.index("--max-model-len")
+    assert v[at:at + 2] == ["--max-model-len", "512"]
+    assert v[-3:] == ["--enable-lora", "--lora-modules", "adapter=/runs/r/adapter"]
+    assert not any("key" in word.lower() for word in v)  # the key travels in VLLM_API_KEY
+
+
+def test_spec_problems_and_cli_args() -> None:
+    bad = serve.ServeSpec(model="", port=0, engine="tgi", api_key_env="1 2", listen_all=True)
+    fields = {f for f, _ in bad.problems()}
+    assert {"model", "port", "engine", "api_key_env"} <= fields
+    assert ("listen_all", "listening on all interfaces requires an API key") in \
+        serve.ServeSpec(model="m", listen_all=True).problems()
+    spec = serve.ServeSpec(model="-odd", port=9000, adapter="/a", max_model_len=256, api_key_env="K")
+    assert "--model=-odd" in spec.cli_args() and "--api-key-env=K" in spec.cli_args()
+
+
+def test_check_model(tmp_path: Path) -> None:
+    assert serve.check_model("builtin:demo", is_demo=True) is None
+    assert serve.check_model("org/name") is None
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no config.json" in (serve.check_model(str(empty)) or "")
+    assert "not found" in (serve.check_model(str(tmp_path / "missing")) or "")
+    (tmp_path / "f.txt").write_text("x")
+    assert "is a file" in (serve.check_model(str(tmp_path / "f.txt")) or "")
+    assert "neither" in (serve.check_model("not a model!") or "")
+    (empty / "config.json").write_text("{}")
+    assert serve.check_model(str(empty)) is None
+
+
+def test_warmup_progress_from_written_gaudi_log() -> None:
+    parser = serve.WarmupParser()
+    seen = [p for line in (DATA / "startup_gaudi.log").read_text().splitlines()
+            if (p := parser.feed(line)) is not None]
+    assert len(seen) == 72
+    fractions = [p.fraction for p in seen]
+    assert fractions == sorted(fractions) and fractions[-1] == 1.0
+    assert seen[0].phase == "Prompt" and seen[24].phase == "Decode"
+    # Half-way through the prompt buckets: a quarter done (decode assumed as big until it starts).
+    assert seen[11].fraction == pytest.approx(12 / 48)
+    # ETA from the log's own stamps: 11 s for 25% done -> 33 s left.
+    assert seen[11].eta_s == pytest.approx(33.0)
+    assert seen[-1].eta_s == 0.0
+    assert parser.feed("INFO 08-01 22:27:00 something else") is None
+
+
+def test_request_lines_from_both_engines() -> None:
+    records = [r for line in (DATA / "transformers_serve.log").read_text().splitlines()
+               if (r := serve.parse_request(line, now=5.0)) is not None]
+    assert [(r.method, r.path, r.status) for r in records] == [
+        ("GET", "/v1/models", 200), ("POST", "/v1/chat/completions", 400),
+        ("POST", "/v1/chat/completions", 200), ("POST", "/v1/chat/completions", 500), ("GET", "/health", 200)]
+    assert serve.RequestRecord.from_dict(records[1].to_dict()) == records[1]
+    text = (DATA / "startup_gaudi.log").read_text().splitlines()
+    vllm_records = [r for line in text if (r := serve.parse_request(line)) is not None]
+    assert [r.status for r in vllm_records] == [200, 200, 400]
+    stats = [s for line in text if (s := serve.parse_throughput(line)) is not None]
+    assert stats == [{"prompt_tokens_per_s": 35.2, "generation_tokens_per_s": 120.5, "running": 2.0}]
+
+
+def test_snippets_are_valid_as_pasted() -> None:
+    url = serve.endpoint_url(8123)
+    assert url == "http://127.0.0.1:8123/v1"
+    code = serve.python_snippet(url, "it's/model", "MY_KEY")
+    compile(code, "<snippet>", "exec")
+    assert "os.environ['MY_KEY']" in code
+    curl = serve.curl_snippet(url, "it's/model", "MY_KEY")
+    # The shell reads it back as the words meant: the body is one argument holding valid JSON.
+    words = subprocess.run([sys.executable, "-c", "import shlex,sys; print(shlex.split(sys.argv[1])[-1])",
+                            curl], capture_output=True, text=True, check=True).stdout.strip()
+    assert '"model": "it\'s/model"' in words
+    assert '$MY_KEY' in curl
+
+
+def test_port_checks() -> None:
+    port = serve.pick_free_port()
+    assert serve.port_free(port)
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", port))
+        sock.listen()
+        assert not serve.port_free(port)
