@@ -387,7 +387,7 @@ class EvalView(QWidget):
         if self.progress.maximum() == 0:
             self.progress.setRange(0, 1)
         self.eta.setText("")
-        if stopped:
+        if stopped and not ok:  # a Stop that came after the results were written leaves them shown
             self.status.setText("stopped: nothing was saved")
 
     def _show_latest(self) -> None:
