@@ -1,0 +1,527 @@
+"""``gaudi-gui serve --model M``: an OpenAI-compatible endpoint for a model, here or on a host.
+
+Here: the engine (``transformers serve``, or ``vllm serve`` where it is importable and the device is an
+accelerator; ``core.serve.choose_engine``) starts as a child in a process group of its own, bound to
+127.0.0.1. The command polls the server's own ``/v1/models`` until it answers, then prints the endpoint
+URL on a line of its own, then one line per request from the engine's access log. Ctrl-C or SIGTERM
+stops the whole engine tree and waits until the port is free again (exit 0). A port already taken, a
+missing engine, something that is not a model: one line, exit 2; a server that dies or never answers:
+its last lines, exit 1.
+
+``--host DEST``: the same command runs on the host (``core.placement``: ssh, under the guard, so a
+killed client or a dropped connection leaves nothing there), bound to the host's loopback on
+``--remote-port``; a local port forward on the same multiplexed connection makes the endpoint
+``http://127.0.0.1:PORT/v1`` here. A forward that stops answering while the connection lives is asked
+for again (``ssh -O forward``).
+
+``--events``: JSON lines (core.protocol) for the app: ``serve_state`` (starting, loading, warming,
+ready, stopped, failed), ``serve_progress`` (warm-up fraction and ETA), ``serve_url``, ``serve_request``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections import deque
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from gaudi_gui.core import paths, protocol
+from gaudi_gui.core import serve as sv
+from gaudi_gui.core.proctree import ProcessTree
+
+#: How long the engine may take to answer /v1/models (vLLM's warm-up on Gaudi takes minutes).
+READY_TIMEOUT_S = 1800.0
+LAST_LINES = 15
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve a model on an OpenAI-compatible endpoint",
+                       description="Start an OpenAI-compatible server for a model (here or on --host) "
+                                   "and print its endpoint URL once it answers. Ctrl-C stops it.")
+    p.add_argument("--model", required=True, help="Hub id, local folder, adapter folder, or builtin:demo")
+    p.add_argument("--engine", default="auto", choices=sv.ENGINES,
+                   help="auto: vLLM where importable and the device is hpu/cuda, else transformers serve")
+    p.add_argument("--port", type=int, default=sv.DEFAULT_PORT,
+                   help="the endpoint's port here (for --host: the local end of the forward)")
+    p.add_argument("--remote-port", type=int, default=0,
+                   help="with --host: the server's port on the host's loopback (default: --port)")
+    p.add_argument("--device", default="auto", choices=sv.DEVICES)
+    p.add_argument("--dtype", default="auto", choices=sv.DTYPES)
+    p.add_argument("--quantization", default="none", choices=sv.QUANTIZATIONS)
+    p.add_argument("--adapter", default="", help="a LoRA adapter folder (a training run's adapter/)")
+    p.add_argument("--max-model-len", type=int, default=0, help="longest prompt + answer in tokens")
+    p.add_argument("--api-key-env", default="",
+                   help="name of the environment variable holding the API key (vLLM only)")
+    p.add_argument("--listen-all", action="store_true",
+                   help="bind all interfaces instead of loopback (needs --api-key-env)")
+    p.add_argument("--events", action="store_true", help="print JSON-lines events for the app")
+
+
+class _Out:
+    """Text for a person, or events for the app (and the URL line in both)."""
+
+    def __init__(self, events: bool) -> None:
+        self.events = events
+
+    def state(self, state: str, message: str, **extra: Any) -> None:
+        if self.events:
+            print(protocol.event("serve_state", state=state, message=message, **extra), flush=True)
+        else:
+            print(message, flush=True)
+
+    def progress(self, p: sv.WarmupProgress) -> None:
+        if self.events:
+            print(protocol.event("serve_progress", phase=p.phase, step=p.step, total=p.total,
+                                 fraction=p.fraction, eta_s=p.eta_s), flush=True)
+        else:
+            eta = f", about {p.eta_s:.0f} s left" if p.eta_s is not None else ""
+            print(f"warm-up {p.phase} {p.step}/{p.total} ({p.fraction:.0%}{eta})", flush=True)
+
+    def url(self, url: str, **extra: Any) -> None:
+        if self.events:
+            print(protocol.event("serve_url", url=url, **extra), flush=True)
+        print(url, flush=True)
+
+    def request(self, record: sv.RequestRecord) -> None:
+        if self.events:
+            print(protocol.event("serve_request", **record.to_dict()), flush=True)
+        else:
+            stamp = time.strftime("%H:%M:%S", time.localtime(record.time))
+            print(f"{stamp} {record.method} {record.path} {record.status}", flush=True)
+
+    def fail(self, message: str, lines: list[str] | None = None) -> None:
+        if self.events:
+            print(protocol.event("serve_state", state="failed", message=message, lines=lines or []),
+                  flush=True)
+        print(f"gaudi-gui serve: {message}", file=sys.stderr, flush=True)
+        for line in lines or []:
+            print(f"  | {line}", file=sys.stderr, flush=True)
+
+
+class _Stop(Exception):
+    """SIGTERM / SIGHUP arrived: stop as Ctrl-C does."""
+
+
+def _raise_stop(signum: int, frame: object) -> None:
+    raise _Stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    out = _Out(args.events)
+    spec = sv.ServeSpec(model=args.model, engine=args.engine, port=args.port, device=args.device,
+                        dtype=args.dtype, quantization=args.quantization, adapter=args.adapter,
+                        max_model_len=args.max_model_len, api_key_env=args.api_key_env,
+                        listen_all=args.listen_all)
+    problems = spec.problems()
+    if args.remote_port and not 1 <= args.remote_port <= 65535:
+        problems.append(("remote_port", "a port is 1-65535"))
+    if problems:
+        out.fail("; ".join(f"--{f.replace('_', '-')}: {m}" for f, m in problems))
+        return 2
+    if spec.api_key_env and not os.environ.get(spec.api_key_env):
+        out.fail(f"--api-key-env: the environment variable {spec.api_key_env} is not set")
+        return 2
+    old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        host = (args.host or "").strip()
+        if host and host != "local":
+            return _on_host(args, spec, out)
+        return _here(spec, out)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+
+
+# -- here --------------------------------------------------------------------------------------------
+
+def _device_here(device: str) -> str:
+    """The device ``auto`` means here, found without importing torch."""
+    if device != "auto":
+        return device
+    import importlib.util
+
+    if importlib.util.find_spec("habana_frameworks") is not None:
+        return "hpu"
+    if shutil.which("nvidia-smi"):
+        return "cuda"
+    return "cpu"
+
+
+def _vllm_here() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("vllm") is not None and shutil.which("vllm") is not None
+
+
+def _transformers_program() -> list[str] | None:
+    beside = Path(sys.executable).parent / "transformers"
+    if beside.is_file():
+        return [str(beside)]
+    found = shutil.which("transformers")
+    return [found] if found else None
+
+
+def _adapter_base(adapter: str) -> str:
+    data = json.loads((Path(adapter) / "adapter_config.json").read_text())
+    base = str(data.get("base_model_name_or_path") or "")
+    if not base:
+        raise ValueError("its adapter_config.json names no base model")
+    return base
+
+
+def _here(spec: sv.ServeSpec, out: _Out) -> int:
+    bind = sv.ALL_INTERFACES if spec.listen_all else sv.LOOPBACK
+    if not sv.port_free(spec.port, bind):
+        out.fail(f"--port: port {spec.port} is already taken on {bind}; choose another")
+        return 2
+    device = _device_here(spec.device)
+    try:
+        choice = sv.choose_engine(spec.engine, vllm_importable=_vllm_here(), device=device)
+    except sv.ServeError as exc:
+        out.fail(f"--{exc.field}: {exc.message}")
+        return 2
+    if spec.api_key_env and choice.engine == "transformers":
+        out.fail("--api-key-env: transformers serve takes no API key (it listens on loopback only); "
+                 "use --engine vllm or leave the key out")
+        return 2
+    model = spec.model.strip()
+    adapter = spec.adapter.strip()
+    is_demo = paths.is_demo(model)
+    problem = sv.check_model(model, is_demo=is_demo)
+    if problem:
+        out.fail(f"--model: {problem}")
+        return 2
+    expanded = os.path.expanduser(model)
+    if not is_demo and os.path.isfile(os.path.join(expanded, "adapter_config.json")) and not adapter:
+        adapter, model = expanded, ""  # an adapter folder given as the model: serve it over its base
+    if adapter:
+        if not os.path.isfile(os.path.join(os.path.expanduser(adapter), "adapter_config.json")):
+            out.fail(f"--adapter: {adapter} holds no adapter (adapter_config.json)")
+            return 2
+        adapter = os.path.abspath(os.path.expanduser(adapter))
+        if not model:
+            try:
+                model = _adapter_base(adapter)
+            except (OSError, ValueError) as exc:
+                out.fail(f"--adapter: {exc}")
+                return 2
+            is_demo = paths.is_demo(model)
+    out.state("starting", f"starting {choice.reason}")
+    temp: tempfile.TemporaryDirectory[str] | None = None
+    try:
+        if is_demo:
+            model = _demo_model(out)
+            if not model:
+                return 1
+        elif os.path.isdir(os.path.expanduser(model)):
+            model = os.path.abspath(os.path.expanduser(model))
+        if adapter and choice.engine == "transformers":
+            out.state("loading", "transformers serve takes no adapters: merging the adapter into its base "
+                                 "model first (a temporary folder, removed at stop)")
+            temp = tempfile.TemporaryDirectory(prefix="gaudi-gui-serve-merged-")
+            merged = _merge(adapter, Path(temp.name) / "model", out)
+            if not merged:
+                return 1
+            model, adapter = merged, ""
+        return _run_engine(spec, choice, model, adapter, bind=bind, out=out)
+    except (KeyboardInterrupt, _Stop):
+        out.state("stopped", "stopped before the server started")
+        return 0
+    finally:
+        if temp is not None:
+            temp.cleanup()
+
+
+def _demo_model(out: _Out) -> str:
+    folder = paths.demo_model_dir()
+    if (folder / "config.json").is_file():
+        return str(folder)
+    out.state("loading", "building the demo model (first use only)")
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui.workers.demo", str(folder)],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        out.fail("the demo model could not be built", done.stderr.splitlines()[-LAST_LINES:])
+        return ""
+    return str(folder)
+
+
+def _merge(adapter: str, target: Path, out: _Out) -> str:
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui.workers.merge", "--adapter", adapter,
+                           "--out", str(target)], capture_output=True, text=True)
+    if done.returncode != 0:
+        out.fail("merging the adapter failed", (done.stdout + done.stderr).splitlines()[-LAST_LINES:])
+        return ""
+    return str(target)
+
+
+def _reader(stream: Any, lines: queue.Queue[str | None]) -> None:
+    for raw in iter(stream.readline, b""):
+        lines.put(raw.decode("utf-8", "replace").rstrip("\r\n"))
+    lines.put(None)
+
+
+def _get(url: str, key: str = "", timeout: float = 2.0) -> int:
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
+    except (OSError, ValueError):
+        return 0
+
+
+def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter: str, *, bind: str,
+                out: _Out) -> int:
+    env = dict(os.environ)
+    key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
+    if choice.engine == "vllm":
+        program = shutil.which("vllm")
+        if program is None:
+            out.fail(f"--engine: {sv.VLLM_INSTALL_HINT}")
+            return 2
+        argv = sv.vllm_argv([program], model, spec, bind=bind, adapter=adapter)
+        if key:
+            env["VLLM_API_KEY"] = key
+    else:
+        program_words = _transformers_program()
+        if program_words is None:
+            out.fail("--engine: the transformers command is missing: install transformers with its serving "
+                     "extra (pip install 'transformers[serving]')")
+            return 2
+        argv = sv.transformers_argv(program_words, model, spec, bind=bind)
+    env["PYTHONUNBUFFERED"] = "1"
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=env, start_new_session=True)
+    tree = ProcessTree(proc.pid)
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+    last: deque[str] = deque(maxlen=LAST_LINES)
+    warmup = sv.WarmupParser()
+    url = sv.endpoint_url(spec.port)
+    models_url = f"http://127.0.0.1:{spec.port}/v1/models"
+    out.state("loading", f"loading {model} ({choice.engine}, pid {proc.pid})", pid=proc.pid,
+              engine=choice.engine, reason=choice.reason)
+    warming = False
+
+    def drain(on_line: Callable[[str], None], wait: float) -> bool:
+        """Read what the engine printed; False once its output ended."""
+        try:
+            item = lines.get(timeout=wait)
+        except queue.Empty:
+            return True
+        while True:
+            if item is None:
+                return False
+            last.append(item)
+            on_line(item)
+            try:
+                item = lines.get_nowait()
+            except queue.Empty:
+                return True
+
+    def while_starting(line: str) -> None:
+        nonlocal warming
+        progress = warmup.feed(line)
+        if progress is not None:
+            if not warming:
+                warming = True
+                out.state("warming", "warming up (compiling a graph per bucket)")
+            out.progress(progress)
+
+    probe_lines = 1  # the readiness probe's own GET /v1/models is no one's request
+
+    def while_serving(line: str) -> None:
+        nonlocal probe_lines
+        record = sv.parse_request(line)
+        if record is None:
+            return
+        if record.path == "/health":
+            return  # the forward's liveness probe (--host), not a request of the user's
+        if probe_lines and record.path == "/v1/models" and record.status == 200:
+            probe_lines -= 1
+            return
+        out.request(record)
+
+    try:
+        started = time.monotonic()
+        while True:
+            alive = drain(while_starting, 0.25)
+            if proc.poll() is not None or not alive:
+                proc.wait()
+                out.fail(f"the server ended before it answered (exit {proc.returncode})", list(last))
+                return 1
+            if _get(models_url, key) == 200:
+                break
+            if time.monotonic() - started > READY_TIMEOUT_S:
+                out.fail(f"the server did not answer within {READY_TIMEOUT_S:.0f} s", list(last))
+                return 1
+        out.state("ready", f"ready after {time.monotonic() - started:.1f} s: {url}", url=url)
+        out.url(url)
+        while drain(while_serving, 0.5):
+            if proc.poll() is not None:
+                break
+        proc.wait()
+        drain(while_serving, 0.1)
+        out.fail(f"the server ended by itself (exit {proc.returncode})", list(last))
+        return 1
+    except (KeyboardInterrupt, _Stop):
+        return _stop(proc, tree, spec.port, bind, out)
+    finally:
+        if proc.poll() is None:
+            tree.kill()
+            proc.wait()
+
+
+def _stop(proc: subprocess.Popen[bytes], tree: ProcessTree, port: int, bind: str, out: _Out) -> int:
+    """End the engine's whole tree (SIGTERM, then SIGKILL after 10 s) and wait until the port is free."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
+    try:
+        tree.record()
+        tree.signal(signal.SIGTERM)
+        tree.signal_recorded(signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+        tree.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+        deadline = time.monotonic() + 10
+        while not sv.port_free(port, bind) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        out.state("stopped", f"stopped; port {port} is free" if sv.port_free(port, bind)
+                  else f"stopped; port {port} is still held by another process")
+        return 0
+    finally:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# -- on a host ---------------------------------------------------------------------------------------
+
+def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
+    from gaudi_gui.core.placement import Forward, Placement
+    from gaudi_gui.core.remote import HostError, ssh_base
+
+    try:
+        placement = Placement.from_cli(host=args.host, remote_command=args.remote_command)
+    except HostError as exc:
+        out.fail(f"--host: {exc}")
+        return 2
+    host = placement.host
+    local_port = spec.port
+    remote_port = args.remote_port or spec.port
+    if not sv.port_free(local_port):
+        out.fail(f"--port: port {local_port} is already taken here; choose another")
+        return 2
+    remote_spec = dataclasses.replace(spec, port=remote_port)
+    forward = Forward(local_port, remote_port)
+    env = {spec.api_key_env: os.environ[spec.api_key_env]} if spec.api_key_env else None
+    argv = placement.start_argv(host, ["serve", *remote_spec.cli_args(), "--events"], guard=True, env=env,
+                                forwards=[forward])
+    out.state("starting", f"starting on {host.name} (its port {remote_port} forwarded to {local_port} here)",
+              host=host.name)
+    # stdin stays open (a pipe never written): the guard ends the server there when it closes.
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+    errors: deque[str] = deque(maxlen=LAST_LINES)
+
+    def read_errors() -> None:
+        assert proc.stderr is not None
+        for raw in iter(proc.stderr.readline, b""):
+            errors.append(raw.decode("utf-8", "replace").rstrip())
+
+    threading.Thread(target=read_errors, daemon=True).start()
+    url = sv.endpoint_url(local_port)
+    key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
+    ready = False
+    remote_failed: dict[str, Any] = {}
+    next_check = 0.0
+    try:
+        while True:
+            try:
+                item = lines.get(timeout=0.5)
+            except queue.Empty:
+                item = ""
+            if item is None:
+                break
+            message = protocol.decode(item) if item else None
+            if message is not None:
+                kind = message.get("type")
+                fields = {k: v for k, v in message.items() if k not in ("type", "v")}
+                if kind == "serve_state" and fields.get("state") == "ready":
+                    if _get(f"http://127.0.0.1:{local_port}/v1/models", key, timeout=10) != 200:
+                        _reforward(ssh_base, host.name, forward)
+                    ready = True
+                    out.state("ready", f"ready on {host.name}: {url}", url=url, host=host.name)
+                    out.url(url, host=host.name)
+                elif kind == "serve_state" and fields.get("state") == "failed":
+                    remote_failed = fields
+                elif kind == "serve_state":
+                    out.state(str(fields.get("state")), f"{host.name}: {fields.get('message', '')}",
+                              host=host.name)
+                elif kind == "serve_progress":
+                    out.progress(sv.WarmupProgress(str(fields.get("phase")), int(fields.get("step") or 0),
+                                                   int(fields.get("total") or 0),
+                                                   float(fields.get("fraction") or 0.0),
+                                                   fields.get("eta_s")))
+                elif kind == "serve_request":
+                    out.request(sv.RequestRecord.from_dict(fields))
+            if ready and time.monotonic() > next_check:
+                next_check = time.monotonic() + 5
+                # /health: the probes are not logged as requests (see while_serving)
+                if _get(f"http://127.0.0.1:{local_port}/health", key, timeout=3) == 0 and proc.poll() is None:
+                    _reforward(ssh_base, host.name, forward)
+        proc.wait()
+        if remote_failed:
+            out.fail(f"on {host.name}: {remote_failed.get('message', '')}",
+                     [str(x) for x in remote_failed.get("lines") or []])
+            return 2 if proc.returncode == 2 else 1
+        out.fail(f"the server on {host.name} ended (exit {proc.returncode})", list(errors))
+        return 1 if proc.returncode != 2 else 2
+    except (KeyboardInterrupt, _Stop):
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]  # the guard stops the server there
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            out.state("stopped", f"stopped on {host.name}; port {local_port} here is free"
+                      if sv.port_free(local_port) else f"stopped on {host.name}")
+            return 0
+        finally:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+    finally:
+        if proc.poll() is None:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()  # type: ignore[union-attr]
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _reforward(ssh_base: Callable[..., list[str]], dest: str, forward: Any) -> None:
+    """Ask the multiplexed connection for the forward again (it answers nothing through it now)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([*ssh_base(), "-O", "forward", *forward.ssh_option(), "--", dest],
+                       capture_output=True, timeout=15)

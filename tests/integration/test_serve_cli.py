@@ -1,0 +1,166 @@
+"""gaudi-gui serve on this CPU: a real ``transformers serve`` child with the demo model, real HTTP."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from gaudi_gui.core import protocol
+from gaudi_gui.core.serve import pick_free_port, port_free
+
+
+def _start(*args: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "serve", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return proc, lines
+
+
+def _wait_for(lines: queue.Queue[str | None], seen: list[str], want: str, timeout: float = 180) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=1)
+        except queue.Empty:
+            continue
+        if line is None:
+            raise AssertionError(f"serve ended before {want!r}: {seen}")
+        seen.append(line)
+        if line.startswith(want):
+            return line
+    raise AssertionError(f"no {want!r} within {timeout} s: {seen}")
+
+
+def _post(url: str, body: dict[str, object]) -> tuple[int, bytes]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(),
+                                      headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return int(response.status), response.read()
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), exc.read()
+
+
+def test_serve_answers_over_http_and_stops_on_sigterm(demo_model: Path) -> None:
+    from openai import OpenAI
+
+    port = pick_free_port()
+    proc, lines = _start("--model", "builtin:demo", "--port", str(port), "--device", "cpu", "--events")
+    seen: list[str] = []
+    try:
+        url = _wait_for(lines, seen, "http://")
+        assert url == f"http://127.0.0.1:{port}/v1"
+        states = [m["state"] for line in seen if (m := protocol.decode(line)) and m["type"] == "serve_state"]
+        assert states[:3] == ["starting", "loading", "ready"]
+        client = OpenAI(base_url=url, api_key="none", max_retries=0)
+        model = client.models.list().data[0].id
+        assert model == str(demo_model)
+        # Non-streaming: the model's own words and token counts.
+        reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hello"}],
+                                               max_tokens=6)
+        assert reply.choices[0].finish_reason in ("length", "stop")
+        assert reply.usage is not None and reply.usage.completion_tokens >= 1
+        # Streaming: chunks arrive one by one.
+        chunks = list(client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hello"}], max_tokens=6, stream=True))
+        assert len(chunks) >= 3 and chunks[-1].choices[0].finish_reason in ("length", "stop")
+        # Two clients at once both get their answer.
+        answers: list[int] = []
+
+        def ask() -> None:
+            r = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=5)
+            answers.append(len(r.choices))
+
+        threads = [threading.Thread(target=ask) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert answers == [1, 1]
+        # A bad request: another model than the one served is refused, the server stays up.
+        status, body = _post(f"{url}/chat/completions",
+                             {"model": "someone/else", "messages": [{"role": "user", "content": "x"}]})
+        assert status == 400 and b"pinned" in body
+        assert client.models.list().data
+        # The request log came from the engine's own access lines.
+        deadline = time.monotonic() + 20
+        requests: list[dict[str, object]] = []
+        while len(requests) < 6 and time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            message = protocol.decode(line)
+            if message and message["type"] == "serve_request":
+                requests.append(message)
+        posts = [(r["path"], r["status"]) for r in requests if r["method"] == "POST"]
+        assert posts.count(("/v1/chat/completions", 200)) == 4
+        assert ("/v1/chat/completions", 400) in posts
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    rest: list[str] = []
+    while (item := lines.get(timeout=5)) is not None:
+        rest.append(item)
+    assert code == 0
+    ended = [protocol.decode(line) for line in rest]
+    assert any(m is not None and m.get("state") == "stopped" for m in ended)
+    assert port_free(port)
+
+
+def test_port_taken_is_one_line_exit_2(demo_model: Path) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "gaudi_gui", "serve", "--model", "builtin:demo",
+                               "--port", str(port)], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip() == (f"gaudi-gui serve: --port: port {port} is already taken on 127.0.0.1; "
+                                   "choose another")
+
+
+def test_not_a_model_and_bad_input(tmp_path: Path) -> None:
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "readme.txt").write_text("no model here")
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "serve", "--model", str(folder),
+                           "--port", str(pick_free_port())], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "has no config.json: not a model folder" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "serve", "--model", "m", "--listen-all"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "requires an API key" in done.stderr
+
+
+def test_failed_start_shows_the_engines_last_lines(tmp_path: Path) -> None:
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
+    port = pick_free_port()
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "serve", "--model", str(broken), "--port",
+                           str(port), "--device", "cpu"], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1, done.stderr
+    assert "gaudi-gui serve: the server ended before it answered" in done.stderr
+    assert "  | " in done.stderr  # the engine's own last lines follow
+    assert port_free(port)
