@@ -504,6 +504,8 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            # The forward belongs to the multiplexed master, which outlives this session: give it back.
+            _cancel_forward(ssh_base, host.name, forward)
             out.state("stopped", f"stopped on {host.name}; port {local_port} here is free"
                       if sv.port_free(local_port) else f"stopped on {host.name}")
             return 0
@@ -524,4 +526,11 @@ def _reforward(ssh_base: Callable[..., list[str]], dest: str, forward: Any) -> N
     """Ask the multiplexed connection for the forward again (it answers nothing through it now)."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         subprocess.run([*ssh_base(), "-O", "forward", *forward.ssh_option(), "--", dest],
+                       capture_output=True, timeout=15)
+
+
+def _cancel_forward(ssh_base: Callable[..., list[str]], dest: str, forward: Any) -> None:
+    """Cancel the forward in the multiplexed master (it would hold the local port until it ends)."""
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([*ssh_base(), "-O", "cancel", *forward.ssh_option(), "--", dest],
                        capture_output=True, timeout=15)

@@ -1,0 +1,85 @@
+"""``gaudi-gui serve --host``: the server runs on the host (the SSH test server) under the guard, bound
+to the host's loopback, reached here through the forwarded port; a SIGKILLed client leaves nothing."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from gaudi_gui.core import protocol
+from gaudi_gui.core.serve import pick_free_port
+from tests.remote.conftest import SshHost
+
+
+def test_serve_on_a_host_through_the_forward_and_sigkill_leaves_nothing(ssh_host: SshHost,
+                                                                         demo_model: Path) -> None:
+    from openai import OpenAI
+
+    local, remote = pick_free_port(), pick_free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "serve", "--host", ssh_host.dest,
+                             "--model", "builtin:demo", "--device", "cpu", "--port", str(local),
+                             "--remote-port", str(remote), "--events"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    seen: list[str] = []
+    try:
+        deadline = time.monotonic() + 180
+        while not (seen and seen[-1].startswith("http://")):
+            assert time.monotonic() < deadline, seen
+            try:
+                line = lines.get(timeout=1)
+            except queue.Empty:
+                continue
+            assert line is not None, (seen, proc.stderr.read() if proc.stderr else "")
+            seen.append(line)
+        url = seen[-1]
+        assert url == f"http://127.0.0.1:{local}/v1"
+        states = [m.get("state") for line in seen if (m := protocol.decode(line)) is not None]
+        assert "ready" in states
+        # The server on the host binds its loopback on the remote port; here it is the forward's end.
+        server = [p for p in ssh_host.processes() if "serve" in " ".join(p.cmdline())
+                  and "transformers" in " ".join(p.cmdline())]
+        assert server and str(remote) in " ".join(server[0].cmdline())
+        assert "127.0.0.1" in server[0].cmdline()
+        client = OpenAI(base_url=url, api_key="none", max_retries=0)
+        model = client.models.list().data[0].id
+        reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=5)
+        assert reply.usage is not None and reply.usage.completion_tokens >= 1
+        chunks = list(client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=5, stream=True))
+        assert len(chunks) >= 3
+        # The host's request lines come back here as events.
+        deadline = time.monotonic() + 20
+        posts = 0
+        while posts < 2 and time.monotonic() < deadline:
+            try:
+                line = lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if line is None:
+                break
+            message = protocol.decode(line)
+            if message and message["type"] == "serve_request" and message["method"] == "POST":
+                posts += 1
+        assert posts == 2
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    # The client died without a word: the guard on the host ends the server when ssh's stdin closes.
+    # (The local end of the forward belongs to ssh's multiplexing master, which the fixture ends.)
+    assert ssh_host.wait_no_processes(timeout=40) == []
