@@ -9,6 +9,7 @@ does itself (a small file read, like the training form's dataset preview).
 from __future__ import annotations
 
 import html
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,7 @@ from gaudi_gui.core import evaluation as ev
 from gaudi_gui.core import textclean
 from gaudi_gui.core.metrics import format_duration
 from gaudi_gui.core.placement import Placement
-from gaudi_gui.core.remote import Host, saved_hosts
+from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.services.evaluation import EvaluationService
 
@@ -79,9 +80,11 @@ class EvalView(QWidget):
     """One run's evaluation form, progress and results (a window of its own, opened from Runs)."""
 
     def __init__(self, run: Run | None, service: EvaluationService | None = None,
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, *, hosts: Callable[[], list[Host]] | None = None) -> None:
         super().__init__(parent)
         self.run = run
+        #: The saved hosts (the app's host list in memory, ``AppServices.hosts.saved``).
+        self._hosts = hosts or (lambda: [])
         self.service = service or EvaluationService(self)
         self.setWindowTitle(f"Evaluate {run.name}" if run else "Evaluate")
         self._rows: dict[tuple[str, int], int] = {}
@@ -93,7 +96,7 @@ class EvalView(QWidget):
         self.models.setTextFormat(Qt.TextFormat.RichText)
         self.host = QComboBox(self)
         self.host.addItem("this machine", "local")
-        for saved in saved_hosts():
+        for saved in self._hosts():
             self.host.addItem(saved.name, saved.name)
         self.prompts = QPlainTextEdit(self)
         self.prompts.setPlaceholderText("one prompt a line")
@@ -309,7 +312,7 @@ class EvalView(QWidget):
         name = self.host.currentData()
         if not name or name == "local":
             return Placement.local()
-        chosen = next((h for h in saved_hosts() if h.name == name), None)
+        chosen = next((h for h in self._hosts() if h.name == name), None)
         return Placement.on_host(chosen or Host.parse(str(name)))
 
     def _show_error(self, field: str, message: str) -> None:

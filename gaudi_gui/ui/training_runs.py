@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal, SignalInstance
@@ -19,6 +20,7 @@ from PySide6.QtWidgets import (
 
 from gaudi_gui.core.evaluation import latest_scores
 from gaudi_gui.core.metrics import format_duration
+from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.sft import is_adapter_dir
 from gaudi_gui.services.sft_tools import AdapterMerger
@@ -81,6 +83,8 @@ class RunsTable(QWidget):
         self.evaluate_requested.connect(self.evaluate)
         #: Evaluate windows by run folder, and the compared runs' scores (made when first needed).
         self.eval_views: dict[Path, QWidget] = {}
+        #: The saved hosts an Evaluate window offers (the Training tab binds the app's host list).
+        self.hosts: Callable[[], list[Host]] = list
         self.scores_panel: QWidget | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -158,7 +162,7 @@ class RunsTable(QWidget):
             return
         view = self.eval_views.get(run.folder)
         if view is None:
-            view = EvalView(run, parent=self)
+            view = EvalView(run, parent=self, hosts=self.hosts)
             view.setWindowFlag(Qt.WindowType.Window, True)
             view.resize(1000, 760)
             view.service.result.connect(lambda _r: self.refresh())

@@ -29,8 +29,6 @@ HOST_FILE_NAMES = {"saved_hosts", "all_hosts", "hosts_file", "find_host", "save_
 #: Offenders left for their owners, each named exactly, so that a NEW one fails this test and a
 #: fixed one must be struck off here (the test says so). (file under gaudi_gui/ui, name used)
 ALLOWED_FOR_NOW = {
-    # The Evaluate view lists and finds hosts from the file; AppServices.ensure_hosts().saved()/find().
-    ("eval_view.py", "saved_hosts"),
     # The Health view's report child (`doctor --report`): it belongs in services/health.
     ("health_view.py", "ProcessRunner"),
 }
