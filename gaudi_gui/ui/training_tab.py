@@ -139,6 +139,7 @@ class TrainingTab(QWidget):
         self.chart = LossChart(self)
         self.log = LogView(self)
         self.runs = RunsTable(self.store, self)
+        self.runs.hosts = self.hosts.saved
         self.views = QTabWidget(self)
         # Curves and log together: the log explains what the curve shows (a stall, a warning).
         live = QSplitter(Qt.Orientation.Vertical, self)
