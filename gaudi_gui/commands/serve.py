@@ -149,25 +149,6 @@ def run(args: argparse.Namespace) -> int:
 
 # -- here --------------------------------------------------------------------------------------------
 
-def _device_here(device: str) -> str:
-    """The device ``auto`` means here, found without importing torch."""
-    if device != "auto":
-        return device
-    import importlib.util
-
-    if importlib.util.find_spec("habana_frameworks") is not None:
-        return "hpu"
-    if shutil.which("nvidia-smi"):
-        return "cuda"
-    return "cpu"
-
-
-def _vllm_here() -> bool:
-    import importlib.util
-
-    return importlib.util.find_spec("vllm") is not None and shutil.which("vllm") is not None
-
-
 def _transformers_program() -> list[str] | None:
     beside = Path(sys.executable).parent / "transformers"
     if beside.is_file():
@@ -189,9 +170,9 @@ def _here(spec: sv.ServeSpec, out: _Out) -> int:
     if not sv.port_free(spec.port, bind):
         out.fail(f"--port: port {spec.port} is already taken on {bind}; choose another")
         return 2
-    device = _device_here(spec.device)
+    device = sv.device_here(spec.device)
     try:
-        choice = sv.choose_engine(spec.engine, vllm_importable=_vllm_here(), device=device)
+        choice = sv.choose_engine(spec.engine, vllm_importable=sv.vllm_here(), device=device)
     except sv.ServeError as exc:
         out.fail(f"--{exc.field}: {exc.message}")
         return 2
@@ -372,7 +353,7 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
                 out.fail(f"the server did not answer within {READY_TIMEOUT_S:.0f} s", list(last))
                 return 1
         out.state("ready", f"ready after {time.monotonic() - started:.1f} s: {url}", url=url)
-        out.url(url)
+        out.url(url, model=model)
         while drain(while_serving, 0.5):
             if proc.poll() is not None:
                 break
@@ -451,6 +432,7 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
     key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
     ready = False
     remote_failed: dict[str, Any] = {}
+    remote_model = ""
     next_check = 0.0
     try:
         while True:
@@ -469,7 +451,9 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
                         _reforward(ssh_base, host.name, forward)
                     ready = True
                     out.state("ready", f"ready on {host.name}: {url}", url=url, host=host.name)
-                    out.url(url, host=host.name)
+                    out.url(url, host=host.name, model=remote_model)
+                elif kind == "serve_url":
+                    remote_model = str(fields.get("model", ""))
                 elif kind == "serve_state" and fields.get("state") == "failed":
                     remote_failed = fields
                 elif kind == "serve_state":

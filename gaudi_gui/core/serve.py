@@ -197,6 +197,28 @@ def vllm_argv(program: Sequence[str], model: str, spec: ServeSpec, *, bind: str,
     return argv
 
 
+def device_here(device: str) -> str:
+    """The device ``auto`` means on this machine, found without importing torch."""
+    if device != "auto":
+        return device
+    import importlib.util
+    import shutil
+
+    if importlib.util.find_spec("habana_frameworks") is not None:
+        return "hpu"
+    if shutil.which("nvidia-smi"):
+        return "cuda"
+    return "cpu"
+
+
+def vllm_here() -> bool:
+    """Whether vLLM is importable here (looked up, not imported: importing it imports torch)."""
+    import importlib.util
+    import shutil
+
+    return importlib.util.find_spec("vllm") is not None and shutil.which("vllm") is not None
+
+
 # -- reading the engine's output -------------------------------------------------------------------
 
 _WARMUP = re.compile(r"\[Warmup\]\[(?P<phase>[^\]]+)\]\[(?P<k>\d+)/(?P<n>\d+)\]")
@@ -379,6 +401,7 @@ def pick_free_port(address: str = LOOPBACK) -> int:
 
 __all__ = ["ALL_INTERFACES", "BLOCK", "DEFAULT_PORT", "DEVICES", "DTYPES", "ENGINES", "LOOPBACK",
            "QUANTIZATIONS", "VLLM_INSTALL_HINT", "EngineChoice", "RequestRecord", "ServeError", "ServeSpec",
-           "WarmupParser", "WarmupProgress", "check_model", "choose_engine", "curl_snippet", "endpoint_url",
+           "WarmupParser", "WarmupProgress", "check_model", "choose_engine", "curl_snippet", "device_here",
+           "endpoint_url",
            "parse_request", "parse_throughput", "pick_free_port", "port_free", "python_snippet",
-           "size_max_model_len", "transformers_argv", "vllm_argv"]
+           "size_max_model_len", "transformers_argv", "vllm_argv", "vllm_here"]

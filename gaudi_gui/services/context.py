@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from gaudi_gui.services.notifier import Notifier
     from gaudi_gui.services.preflight import PreflightService
     from gaudi_gui.services.remote_files import RemoteFiles
+    from gaudi_gui.services.serve import ServeService
     from gaudi_gui.services.settings import Settings
     from gaudi_gui.services.training import TrainingService
     from gaudi_gui.services.training_job import SchemaLoader
@@ -56,6 +57,8 @@ class AppServices:
     generation: GenerationClient | None = None
     #: A host's folders and Hub cache listed over ssh (the Browse dialog): ``ensure_remote_files``.
     remote_files: RemoteFiles | None = None
+    #: The Serve panel's server (``gaudi-gui serve --events`` as a child): ``ensure_serve``.
+    serve: ServeService | None = None
 
     def ensure_hosts(self, parent: QObject | None = None) -> HostsService:
         """The host list, read from hosts.json once here; every saved host gets its card selection
@@ -105,6 +108,13 @@ class AppServices:
             if self.notifier is not None:
                 self.notifier.watch_training(self.training)
         return self.training
+
+    def ensure_serve(self, parent: QObject | None = None) -> ServeService:
+        """The Serve panel's service, made on first use."""
+        if self.serve is None:
+            from gaudi_gui.services.serve import ServeService
+            self.serve = ServeService(parent)
+        return self.serve
 
     def ensure_evaluation(self, parent: QObject | None = None) -> EvaluationService:
         """The Evaluate job's service, made on first use (a view reached from Runs binds to it)."""

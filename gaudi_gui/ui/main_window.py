@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from gaudi_gui.ui.health_view import HealthView
     from gaudi_gui.ui.hosts_tab import HostsTab
     from gaudi_gui.ui.runner_tab import RunnerTab
+    from gaudi_gui.ui.serve_panel import ServePanel
     from gaudi_gui.ui.training_tab import TrainingTab
 
 #: (attribute, tab title) in tab order.
@@ -81,6 +82,9 @@ class MainWindow(QMainWindow):
         #: The Health view, in a dock made the first time it is asked for (see ``show_health``).
         self.health_view: HealthView | None = None
         self._health_dock: QWidget | None = None
+        #: The Serve panel, in a dock made the first time it is asked for (``show_serve``, Ctrl+Shift+S).
+        self.serve_panel: ServePanel | None = None
+        self._serve_dock: QWidget | None = None
         if services.health is not None:
             services.health.view_requested.connect(self.show_health)
         self._restore()
@@ -188,6 +192,11 @@ class MainWindow(QMainWindow):
         health.triggered.connect(lambda _checked=False: self.show_health("local"))
         view_menu.addAction(health)
 
+        serve = QAction("&Serve", self)
+        serve.setShortcuts([QKeySequence("Ctrl+Shift+S")])
+        serve.triggered.connect(lambda _checked=False: self.show_serve())
+        view_menu.addAction(serve)
+
         help_menu = self.menuBar().addMenu("&Help")
         about = QAction("&About gaudi-gui", self)
         about.triggered.connect(self._about)
@@ -240,6 +249,31 @@ class MainWindow(QMainWindow):
         if health.health(host) is None and not health.is_checking(host):
             health.refresh(host)
         return view
+
+    def show_serve(self) -> ServePanel | None:
+        """The Serve panel in its dock (made on first use; its server is the app's ServeService)."""
+        if self._shut_down:
+            return None
+        if self.serve_panel is None:
+            from PySide6.QtCore import Qt
+            from PySide6.QtWidgets import QDockWidget
+
+            from gaudi_gui.ui.serve_panel import ServePanel
+
+            dock = QDockWidget("Serve", self)
+            dock.setObjectName("serve_dock")
+            hosts = self.services.hosts
+            self.serve_panel = ServePanel(self.services.ensure_serve(self.services.settings.parent()), dock,
+                                          hosts=hosts.saved if hosts is not None else None)
+            if hosts is not None:
+                hosts.changed.connect(self.serve_panel.refresh_hosts)
+            dock.setWidget(self.serve_panel)
+            self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+            self._serve_dock = dock
+        assert self._serve_dock is not None
+        self._serve_dock.show()
+        self._serve_dock.raise_()
+        return self.serve_panel
 
     # -- status ---------------------------------------------------------------------------------------
 
@@ -353,6 +387,8 @@ class MainWindow(QMainWindow):
         self.services.environment.shutdown()
         if self.health_view is not None:
             self.health_view.shutdown()
+        if self.services.serve is not None:
+            self.services.serve.shutdown()
         if self.services.health is not None:
             self.services.health.shutdown()
         if self.services.notifier is not None:

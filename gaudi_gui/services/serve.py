@@ -1,0 +1,135 @@
+"""Serve in the app: ``gaudi-gui serve … --events`` as a local child, followed.
+
+The view gives this service a ``core.serve.ServeSpec`` (and where it runs, a ``Placement``: this machine
+or a host, handed to the command as ``--host``) and binds to what comes back: the state (starting,
+loading, warming, ready, stopped, failed), the warm-up fraction with its ETA, the endpoint URL, each
+request from the engine's access log. Stop sends the command SIGTERM (it ends the engine's whole tree
+and frees the port, or on a host closes the guard's stdin); leaving the app kills it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from gaudi_gui.core.placement import Placement
+from gaudi_gui.core.secrets import redact
+from gaudi_gui.core.serve import EngineChoice, ServeSpec, choose_engine, device_here, vllm_here
+from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
+
+
+class ServeService(QObject):
+    #: (state, message): starting, loading, warming, ready, stopped, failed.
+    state_changed = Signal(str, str)
+    #: (fraction 0-1, seconds left or -1 while unknown, "Prompt 3/24").
+    progress = Signal(float, float, str)
+    #: The endpoint answers: its URL (``http://127.0.0.1:PORT/v1``).
+    url_ready = Signal(str)
+    #: One request: time, method, path, status (tokens / TTFT where the engine prints them).
+    request = Signal(dict)
+    #: (field or "", message) for refused input, a failed start, a server that ended by itself.
+    failed = Signal(str, str)
+    #: The child is gone: (stopped by the user).
+    finished = Signal(bool)
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        #: The Python that runs ``-m gaudi_gui serve`` (the bench may put another here).
+        self.python = sys.executable
+        self.runner = ProcessRunner(self, tail_lines=60)
+        self.runner.message_received.connect(self._on_message)
+        self.runner.finished.connect(self._on_finished)
+        self.url = ""
+        #: The id the server answers to (what a request's "model" must be, or leave out).
+        self.model_id = ""
+        self.state = "stopped"
+        self._stopped = False
+        self._failure: dict[str, Any] | None = None
+        self.last_argv: list[str] = []
+
+    def is_running(self) -> bool:
+        return self.runner.is_running()
+
+    def engine_choice(self, engine: str, device: str) -> EngineChoice:
+        """Which engine a start here would use, and why (ServeError: vLLM asked for, not importable)."""
+        return choose_engine(engine, vllm_importable=vllm_here(), device=device_here(device))
+
+    def argv(self, spec: ServeSpec, placement: Placement | None = None, *, remote_port: int = 0) -> list[str]:
+        """The child's argv: the command-line twin of the panel."""
+        place = (placement or Placement.local()).cli_args()
+        extra = [f"--remote-port={remote_port}"] if remote_port and place else []
+        return [self.python, "-m", "gaudi_gui", "serve", *spec.cli_args(), *extra, "--events", *place]
+
+    def start(self, spec: ServeSpec, placement: Placement | None = None, *,
+              remote_port: int = 0) -> list[tuple[str, str]]:
+        """Start the server; the problems at their fields instead (nothing started then)."""
+        if self.runner.is_running():
+            return [("", "a server is already running: stop it first")]
+        problems = spec.problems()
+        if problems:
+            return problems
+        self.url, self._stopped, self._failure = "", False, None
+        self.last_argv = self.argv(spec, placement, remote_port=remote_port)
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        self._set_state("starting", "starting")
+        # Its own session: Stop signals the command, which ends the engine's tree itself.
+        self.runner.start(self.last_argv[0], self.last_argv[1:], env=env, new_session=True)
+        return []
+
+    def stop(self) -> None:
+        if self.runner.is_running():
+            self._stopped = True
+            self.runner.terminate_tree(grace_ms=20000)
+
+    def shutdown(self) -> None:
+        """Leaving the app: nothing may outlive it."""
+        if self.runner.is_running():
+            self._stopped = True
+            self.runner.kill_tree()
+
+    def _set_state(self, state: str, message: str) -> None:
+        self.state = state
+        self.state_changed.emit(state, message)
+
+    def _on_message(self, message: dict[str, Any]) -> None:
+        kind = message.get("type")
+        if kind == "serve_state":
+            state = str(message.get("state", ""))
+            if state == "failed":
+                self._failure = message
+                return
+            self._set_state(state, str(message.get("message", "")))
+        elif kind == "serve_progress":
+            eta = message.get("eta_s")
+            label = f"{message.get('phase', '')} {message.get('step', 0)}/{message.get('total', 0)}"
+            self.progress.emit(float(message.get("fraction") or 0.0),
+                               float(eta) if isinstance(eta, (int, float)) else -1.0, label)
+        elif kind == "serve_url":
+            self.url = str(message.get("url", ""))
+            self.model_id = str(message.get("model", ""))
+            self.url_ready.emit(self.url)
+        elif kind == "serve_request":
+            self.request.emit(message)
+
+    def _on_finished(self, code: int, status: str) -> None:
+        self.url = ""
+        if self._stopped or (code == 0 and self._failure is None):
+            self._set_state("stopped", "stopped")
+        else:
+            failure = self._failure or {}
+            how = "failed to start" if status == EXIT_FAILED_TO_START else describe_exit(code, status)
+            message = str(failure.get("message") or f"the server ended ({how})")
+            lines = [redact(str(t)) for t in (failure.get("lines") or self.runner.tail(4))][-4:]
+            if code != 2 and lines:
+                message += ": " + " | ".join(lines)
+            field = ""
+            head, sep, rest = message.partition(": ")
+            if head.startswith("--") and sep:  # "--port: port 8000 is already taken ..."
+                field, message = head[2:].replace("-", "_"), rest
+            self._set_state("failed", message)
+            self.failed.emit(field, message)
+        self.finished.emit(self._stopped)

@@ -1,0 +1,265 @@
+"""The Serve panel: a model on an OpenAI-compatible endpoint, here or on a host, with one click.
+
+It only binds to ``services.serve.ServeService`` (which runs ``gaudi-gui serve --events`` as its child):
+the form becomes a ``core.serve.ServeSpec``; the service's states, warm-up progress, URL and requests
+are shown as they come.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from collections.abc import Callable
+from typing import Any
+
+from PySide6.QtGui import QGuiApplication
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gaudi_gui.core import serve as sv
+from gaudi_gui.core.placement import Placement
+from gaudi_gui.core.remote import Host
+from gaudi_gui.services.serve import ServeService
+
+LOCAL_LABEL = "this machine"
+COLUMNS = ("time", "method", "path", "status", "prompt tok", "completion tok", "TTFT s", "tok/s")
+
+
+class ServePanel(QWidget):
+    def __init__(self, service: ServeService, parent: QWidget | None = None, *,
+                 hosts: Callable[[], list[Host]] | None = None) -> None:
+        super().__init__(parent)
+        self.service = service
+        self._hosts = hosts or (lambda: [])
+        self.setObjectName("serve_panel")
+
+        self.model = QLineEdit("builtin:demo")
+        self.model.setToolTip("A Hub id (org/name), a local folder, or builtin:demo (offline demo model)")
+        self.host = QComboBox()
+        self.device = QComboBox()
+        self.device.addItems(sv.DEVICES)
+        self.dtype = QComboBox()
+        self.dtype.addItems(sv.DTYPES)
+        self.quantization = QComboBox()
+        self.quantization.addItems(sv.QUANTIZATIONS)
+        self.engine = QComboBox()
+        self.engine.addItems(sv.ENGINES)
+        self.engine_reason = QLabel("")
+        self.engine_reason.setWordWrap(True)
+        self.port = QSpinBox()
+        self.port.setRange(1, 65535)
+        self.port.setValue(sv.DEFAULT_PORT)
+        self.prompt_tokens = QSpinBox()
+        self.prompt_tokens.setRange(1, 1_000_000)
+        self.prompt_tokens.setValue(1024)
+        self.answer_tokens = QSpinBox()
+        self.answer_tokens.setRange(1, 1_000_000)
+        self.answer_tokens.setValue(256)
+        self.context = QLabel("")
+        self.api_key_env = QLineEdit()
+        self.api_key_env.setPlaceholderText("name of an environment variable holding the key (vLLM)")
+        self.listen_all = QCheckBox("listen on all interfaces (needs an API key)")
+        self.adapter = QLineEdit()
+        self.adapter.setPlaceholderText("a training run's adapter/ folder (optional)")
+        self.field_error = QLabel("")
+        self.field_error.setObjectName("serve_field_error")
+        self.field_error.setWordWrap(True)
+
+        form = QFormLayout()
+        form.addRow("Model", self.model)
+        form.addRow("Host", self.host)
+        form.addRow("Device", self.device)
+        form.addRow("Dtype", self.dtype)
+        form.addRow("Quantization", self.quantization)
+        form.addRow("Engine", self.engine)
+        form.addRow("", self.engine_reason)
+        form.addRow("Port", self.port)
+        form.addRow("Expected prompt tokens", self.prompt_tokens)
+        form.addRow("Expected answer tokens", self.answer_tokens)
+        form.addRow("Max context length", self.context)
+        form.addRow("API key", self.api_key_env)
+        form.addRow("", self.listen_all)
+        form.addRow("LoRA adapter", self.adapter)
+
+        self.start_button = QPushButton("Start")
+        self.stop_button = QPushButton("Stop")
+        self.stop_button.setEnabled(False)
+        self.copy_button = QPushButton("Copy URL")
+        self.copy_button.setEnabled(False)
+        buttons = QHBoxLayout()
+        for b in (self.start_button, self.stop_button, self.copy_button):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        self.status = QLabel("stopped")
+        self.status.setObjectName("serve_status")
+        self.status.setWordWrap(True)
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setVisible(False)
+        self.url = QLabel("")
+        self.url.setObjectName("serve_url")
+        self.snippets = QPlainTextEdit()
+        self.snippets.setReadOnly(True)
+        self.snippets.setMaximumHeight(180)
+        self.requests = QTableWidget(0, len(COLUMNS))
+        self.requests.setHorizontalHeaderLabels(list(COLUMNS))
+
+        layout = QVBoxLayout(self)
+        layout.addLayout(form)
+        layout.addWidget(self.field_error)
+        layout.addLayout(buttons)
+        layout.addWidget(self.status)
+        layout.addWidget(self.progress)
+        layout.addWidget(self.url)
+        layout.addWidget(self.snippets)
+        layout.addWidget(self.requests, 1)
+
+        self.start_button.clicked.connect(self.start)
+        self.stop_button.clicked.connect(self.service.stop)
+        self.copy_button.clicked.connect(self.copy_url)
+        for box in (self.engine, self.device, self.host):
+            box.currentIndexChanged.connect(self._update_choice)
+        self.prompt_tokens.valueChanged.connect(self._update_choice)
+        self.answer_tokens.valueChanged.connect(self._update_choice)
+        service.state_changed.connect(self._on_state)
+        service.progress.connect(self._on_progress)
+        service.url_ready.connect(self._on_url)
+        service.request.connect(self._on_request)
+        service.failed.connect(self._on_failed)
+        self.refresh_hosts()
+        self._update_choice()
+
+    # -- the form ---------------------------------------------------------------------------------
+
+    def refresh_hosts(self) -> None:
+        current = self.host.currentText()
+        self.host.blockSignals(True)
+        self.host.clear()
+        self.host.addItem(LOCAL_LABEL)
+        for h in self._hosts():
+            self.host.addItem(h.name)
+        index = self.host.findText(current)
+        self.host.setCurrentIndex(max(index, 0))
+        self.host.blockSignals(False)
+
+    def placement(self) -> Placement:
+        name = self.host.currentText()
+        if name == LOCAL_LABEL or not name:
+            return Placement.local()
+        chosen = next((h for h in self._hosts() if h.name == name), None)
+        return Placement.on_host(chosen or Host.parse(name))
+
+    def _choice(self) -> sv.EngineChoice | None:
+        if not self.placement().is_local:
+            return None
+        try:
+            return self.service.engine_choice(self.engine.currentText(), self.device.currentText())
+        except sv.ServeError as exc:
+            return sv.EngineChoice("", exc.message)
+
+    def _update_choice(self) -> None:
+        choice = self._choice()
+        if choice is None:
+            self.engine_reason.setText("decided on the host when it starts (vLLM where importable there)")
+        else:
+            self.engine_reason.setText(choice.reason)
+        try:
+            sized = sv.size_max_model_len(self.prompt_tokens.value(), self.answer_tokens.value())
+        except sv.ServeError as exc:
+            self.context.setText(exc.message)
+            return
+        uses_vllm = choice is None or choice.engine == "vllm" or self.engine.currentText() == "vllm"
+        self.context.setText(f"{sized} tokens (prompt + answer, whole {sv.BLOCK}-token blocks)"
+                             + ("" if uses_vllm else "; transformers serve uses the model's own"))
+
+    def spec(self) -> sv.ServeSpec:
+        choice = self._choice()
+        uses_vllm = choice is None or choice.engine == "vllm"
+        sized = 0
+        if uses_vllm and self.engine.currentText() != "transformers":
+            try:
+                sized = sv.size_max_model_len(self.prompt_tokens.value(), self.answer_tokens.value())
+            except sv.ServeError:
+                sized = 0
+        return sv.ServeSpec(model=self.model.text().strip(), engine=self.engine.currentText(),
+                            port=self.port.value(), device=self.device.currentText(),
+                            dtype=self.dtype.currentText(), quantization=self.quantization.currentText(),
+                            adapter=self.adapter.text().strip(), max_model_len=sized,
+                            api_key_env=self.api_key_env.text().strip(),
+                            listen_all=self.listen_all.isChecked())
+
+    # -- actions ----------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.field_error.setText("")
+        problems = self.service.start(self.spec(), self.placement())
+        if problems:
+            words = [f"{f.replace('_', ' ')}: {m}" if f else m for f, m in problems]
+            self.field_error.setText("; ".join(words))
+            return
+        self.requests.setRowCount(0)
+        self.start_button.setEnabled(False)
+        self.stop_button.setEnabled(True)
+
+    def copy_url(self) -> None:
+        if self.service.url:
+            QGuiApplication.clipboard().setText(self.service.url)
+
+    def shutdown(self) -> None:
+        self.service.shutdown()
+
+    # -- what the service says --------------------------------------------------------------------
+
+    def _on_state(self, state: str, message: str) -> None:
+        self.status.setText(f"{state}: {message}" if message and message != state else state)
+        running = state not in ("stopped", "failed")
+        self.start_button.setEnabled(not running)
+        self.stop_button.setEnabled(running)
+        self.progress.setVisible(state == "warming")
+        if not running:
+            self.copy_button.setEnabled(False)
+            self.url.setText("")
+            self.snippets.setPlainText("")
+
+    def _on_progress(self, fraction: float, eta: float, label: str) -> None:
+        self.progress.setVisible(True)
+        self.progress.setValue(int(fraction * 1000))
+        left = f", about {eta:.0f} s left" if eta >= 0 else ""
+        self.progress.setFormat(f"warm-up {label} ({fraction:.0%}{left})")
+
+    def _on_url(self, url: str) -> None:
+        self.url.setText(f'<a href="{html.escape(url)}">{html.escape(url)}</a>')
+        self.copy_button.setEnabled(True)
+        served = self.service.model_id or self.model.text().strip()
+        key = self.api_key_env.text().strip()
+        self.snippets.setPlainText(sv.curl_snippet(url, served, key) + "\n\n" +
+                                   sv.python_snippet(url, served, key))
+
+    def _on_request(self, record: dict[str, Any]) -> None:
+        row = self.requests.rowCount()
+        self.requests.insertRow(row)
+        stamp = record.get("time")
+        when = time.strftime("%H:%M:%S", time.localtime(float(stamp))) \
+            if isinstance(stamp, (int, float)) else ""
+        values = [when, record.get("method"), record.get("path"), record.get("status"),
+                  record.get("prompt_tokens"), record.get("completion_tokens"), record.get("ttft_s"),
+                  record.get("tokens_per_s")]
+        for col, value in enumerate(values):
+            self.requests.setItem(row, col, QTableWidgetItem("" if value is None else str(value)))
+
+    def _on_failed(self, field: str, message: str) -> None:
+        self.field_error.setText(f"{field.replace('_', ' ')}: {message}" if field else message)

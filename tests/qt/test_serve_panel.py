@@ -1,0 +1,107 @@
+"""The Serve panel, reached by its shortcut, serving the demo model with a real ``transformers serve``
+child: Start and Stop clicked, the status a person reads, Copy URL, the Python snippet run as pasted,
+the request log filled from the engine's own access lines; bad input refused at the field."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtGui import QGuiApplication
+from pytestqt.qtbot import QtBot
+
+from gaudi_gui.app import create_services
+from gaudi_gui.core.serve import pick_free_port, port_free
+from gaudi_gui.ui.main_window import MainWindow
+from gaudi_gui.ui.serve_panel import ServePanel
+from tests.helpers import click
+
+
+@pytest.fixture
+def window(qtbot: QtBot) -> Iterator[MainWindow]:
+    services = create_services()
+    win = MainWindow(services)
+    qtbot.addWidget(win)
+    win.show()
+    yield win
+    win.close()
+
+
+def _open_panel(qtbot: QtBot, window: MainWindow) -> ServePanel:
+    window.activateWindow()
+    ctrl_shift = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    qtbot.keyClick(window, Qt.Key.Key_S, ctrl_shift)
+    qtbot.waitUntil(lambda: window.serve_panel is not None and window.serve_panel.isVisible(), timeout=5000)
+    panel = window.serve_panel
+    assert panel is not None
+    return panel
+
+
+def _type_port(qtbot: QtBot, panel: ServePanel, port: int) -> None:
+    panel.port.selectAll()
+    qtbot.keyClicks(panel.port, str(port))
+    assert panel.port.value() == port
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_start_serve_request_copy_stop_by_clicking(qtbot: QtBot, window: MainWindow) -> None:
+    panel = _open_panel(qtbot, window)
+    assert panel.engine_reason.text() == "transformers serve: vLLM is not importable here"
+    assert panel.context.text().startswith("1280 tokens")  # 1024 + 256, sized before the start
+    port = pick_free_port()
+    _type_port(qtbot, panel, port)
+    click(qtbot, panel.start_button)
+    qtbot.waitUntil(lambda: panel.status.text().startswith("ready"), timeout=180_000)
+    url = f"http://127.0.0.1:{port}/v1"
+    assert url in panel.status.text() and url in panel.url.text()
+    click(qtbot, panel.copy_button)
+    assert QGuiApplication.clipboard().text() == url
+    # The Python snippet works as pasted (openai client, the served model's id).
+    python_part = panel.snippets.toPlainText().split("\n\n", 1)[1]
+    ran = subprocess.run([sys.executable, "-c", python_part], capture_output=True, text=True, timeout=120)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    # A plain request and a bad one, each a row of the request log.
+    body = json.dumps({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}).encode()
+    request = urllib.request.Request(f"{url}/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        assert response.status == 200
+
+    def rows() -> list[tuple[str, str]]:
+        out = []
+        for r in range(panel.requests.rowCount()):
+            path, status = panel.requests.item(r, 2), panel.requests.item(r, 3)
+            out.append((path.text() if path else "", status.text() if status else ""))
+        return out
+
+    qtbot.waitUntil(lambda: rows().count(("/v1/chat/completions", "200")) == 2, timeout=20_000)
+    assert panel.start_button.isEnabled() is False
+    click(qtbot, panel.stop_button)
+    qtbot.waitUntil(lambda: panel.status.text().startswith("stopped"), timeout=60_000)
+    assert port_free(port)
+    assert panel.start_button.isEnabled() and not panel.copy_button.isEnabled()
+
+
+def test_bad_input_at_the_field_and_a_taken_port(qtbot: QtBot, window: MainWindow) -> None:
+    panel = _open_panel(qtbot, window)
+    panel.model.clear()
+    click(qtbot, panel.start_button)
+    assert panel.field_error.text() == "model: choose a model (Hub id, folder, or builtin:demo)"
+    assert not panel.service.is_running()
+    qtbot.keyClicks(panel.model, "builtin:demo")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        _type_port(qtbot, panel, sock.getsockname()[1])
+        click(qtbot, panel.start_button)
+        qtbot.waitUntil(lambda: panel.status.text().startswith("failed"), timeout=60_000)
+    assert "is already taken" in panel.field_error.text()
+    assert panel.field_error.text().startswith("port:")
+    assert panel.start_button.isEnabled()
+
