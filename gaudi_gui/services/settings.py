@@ -110,12 +110,16 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in [
     _s("training/runs_dir", str, "", "where run folders go (empty: the default data folder)"),
     _s("training/stop_grace_s", float, 120.0, "seconds a Stop may save its checkpoint before SIGKILL",
        (1.0, _DAY_S)),
-    _s("training/detached_runs", list, [], "run folders left running at exit, to re-attach"),
+    _s("training/followed_runs", list, [], "the runs being followed, one record each in the same format "
+       "for every placement (where it runs, each host's run folder, the job), to re-attach after a "
+       "restart"),
+    _s("training/detached_runs", list, [], "(before 0.2) run folders left running at exit; taken over "
+       "into training/followed_runs once"),
     _s("training/host", str, "local", "the Training tab's host: local, or an SSH destination"),
     _s("training/multi_hosts", list, [], "the hosts checked for a run on several hosts (machine rank "
        "in this order)"),
-    _s("training/remote_runs", list, [], "runs on SSH hosts being followed (host, remote command, "
-       "run folder on the host, job), to re-attach after a restart"),
+    _s("training/remote_runs", list, [], "(before 0.2) runs on SSH hosts being followed; taken over "
+       "into training/followed_runs once"),
     _s("training/splitter", QByteArray, QByteArray(), "the Training tab's form/run splitter (saveState)"),
     _s("training/live_splitter", QByteArray, QByteArray(), "the Training tab's charts/log splitter"),
     _s("training/last_folder", str, "", "the folder of the last job file saved or loaded"),

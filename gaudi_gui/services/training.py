@@ -9,6 +9,7 @@ left running at exit, or started by ``gaudi-gui train`` in a terminal is found h
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -86,12 +87,10 @@ class TrainingService(QObject):
         job = self.sender()
         if not isinstance(job, TrainingJob):
             return
-        if _is_remote(job):
-            self._persist_remote()
-        else:
+        if not _is_remote(job):
             with contextlib.suppress(Exception):
                 self.selection.release(self._claim_name(job))
-        self._persist_detached([j for j in self.jobs if j.is_running() and j is not job])
+        self._persist([j for j in self.jobs if j.is_running() and j is not job])
         self.job_finished.emit(job)
 
     def running(self) -> list[TrainingJob]:
@@ -230,7 +229,7 @@ class TrainingService(QObject):
         job = MultiHostTrainingJob(hosts, self.store, stop_grace_s=self._grace(), parent=self)
         job.status_changed.connect(self._on_state)
         job.finished.connect(self._on_job_finished)
-        job.run_identified.connect(lambda _folder: self._persist_remote())
+        job.run_identified.connect(lambda _folder: self._persist(self.running()))
         return job
 
     def _new_remote_job(self, host: Host) -> RemoteTrainingJob:
@@ -238,15 +237,8 @@ class TrainingService(QObject):
         job = RemoteTrainingJob(host, self.store, stop_grace_s=self._grace(), parent=self)
         job.status_changed.connect(self._on_state)
         job.finished.connect(self._on_job_finished)
-        job.run_identified.connect(lambda _folder: self._persist_remote())
+        job.run_identified.connect(lambda _folder: self._persist(self.running()))
         return job
-
-    def _persist_remote(self) -> None:
-        """The remote runs being followed (host and folder): followed again after a restart."""
-        entries = [j.to_entry() for j in self.jobs if _is_remote(j) and j.is_running() and j.folder
-                   and getattr(j, "reattachable", True)]
-        with contextlib.suppress(Exception):
-            self.settings.set("training/remote_runs", entries)
 
     def stop(self) -> None:
         """Stop the current run with a checkpoint; a second call while it stops kills it."""
@@ -258,10 +250,33 @@ class TrainingService(QObject):
 
     # -- persistence ------------------------------------------------------------------------------
 
-    def _persist_detached(self, jobs: list[TrainingJob]) -> None:
-        folders = [str(j.run.folder) for j in jobs if j.run is not None]
+    def _persist(self, jobs: list[TrainingJob]) -> None:
+        """The runs being followed, one record each in one format for every placement
+        (``record_of``): followed again after a restart."""
+        records = [r for r in (record_of(j) for j in dict.fromkeys(jobs)) if r is not None]
         with contextlib.suppress(Exception):
-            self.settings.set("training/detached_runs", folders)
+            self.settings.set(FOLLOWED_KEY, records)
+
+    def _records(self) -> list[dict[str, Any]]:
+        """The saved records, with those of earlier versions (a list of run folders and a list of
+        host entries) taken over once."""
+        records: list[dict[str, Any]] = []
+        with contextlib.suppress(Exception):
+            records = [r for r in self.settings.get(FOLLOWED_KEY) or [] if isinstance(r, dict)]
+        with contextlib.suppress(Exception):
+            for folder in self.settings.get("training/detached_runs") or []:
+                records.append({"placement": {"kind": "local"},
+                                "parts": [{"host": "local", "folder": str(folder)}]})
+            for entry in self.settings.get("training/remote_runs") or []:
+                if isinstance(entry, dict) and isinstance(entry.get("hosts"), list):
+                    records.append({"placement": {"kind": "hosts"}, "parts": entry["hosts"],
+                                    "job": entry.get("job"), "main_ip": entry.get("main_ip", ""),
+                                    "port": entry.get("port", 0)})
+                elif isinstance(entry, dict):
+                    records.append({"placement": {"kind": "host"}, "parts": [entry]})
+            self.settings.set("training/detached_runs", [])
+            self.settings.set("training/remote_runs", [])
+        return records
 
     def reattach(self) -> list[TrainingJob]:
         """Follow the runs still going: those this app left running, and any in the store whose
@@ -269,9 +284,10 @@ class TrainingService(QObject):
         if self._reattached:
             return []
         self._reattached = True
-        folders: list[str] = []
-        with contextlib.suppress(Exception):
-            folders = [str(f) for f in self.settings.get("training/detached_runs") or []]
+        records = self._records()
+        folders = [str(part.get("folder")) for r in records if (r.get("placement") or {}).get("kind") in
+                   ("local", "slurm") for part in r.get("parts") or [] if isinstance(part, dict)
+                   and part.get("folder")]
         candidates = [Run(f) for f in folders]
         for run in self.store.runs()[:50]:
             if run not in candidates:
@@ -307,30 +323,30 @@ class TrainingService(QObject):
             found.append(job)
             if self.device != "cpu":
                 self.selection.claim(self._claim_name(job))
-        remote_found = self._reattach_remote()
+        remote_found = self._reattach_remote(records)
         if found or remote_found:
             self.current = (found or remote_found)[-1]
             self.current_changed.emit(self.current)
-        self._persist_detached(found)
+        self._persist(found + remote_found)
         return found + remote_found
 
-    def _reattach_remote(self) -> list[TrainingJob]:
+    def _reattach_remote(self, records: list[dict[str, Any]]) -> list[TrainingJob]:
         """Follow again the runs this app left going on SSH hosts (a run that ended meanwhile is
         followed to its end at once, so its outcome is shown)."""
         from gaudi_gui.core.remote import Host, HostError
-        entries: list[Any] = []
-        with contextlib.suppress(Exception):
-            entries = list(self.settings.get("training/remote_runs") or [])
         found: list[TrainingJob] = []
-        for entry in entries:
-            if not isinstance(entry, dict) or not entry.get("folder"):
-                continue
-            if isinstance(entry.get("hosts"), list):
-                multi = self._reattach_multi(entry)
+        for record in records:
+            kind = (record.get("placement") or {}).get("kind")
+            parts = [p for p in record.get("parts") or [] if isinstance(p, dict)]
+            if kind == "hosts":
+                multi = self._reattach_multi({**record, "hosts": parts})
                 if multi is not None:
                     self.jobs.append(multi)
                     found.append(multi)
                 continue
+            if kind != "host" or len(parts) != 1 or not parts[0].get("folder"):
+                continue
+            entry = parts[0]
             try:
                 host = Host.parse(str(entry.get("host", "")), str(entry.get("remote_command", "") or ""))
             except HostError:
@@ -376,12 +392,11 @@ class TrainingService(QObject):
 
     def detach_jobs(self) -> list[str]:
         running = [j for j in self.running() if j.run is not None]
-        for job in running:
-            job.detach()
-        self._persist_detached(running)
         remote_jobs = [j for j in self.running() if _is_remote(j)]
         # Remembered before the followers close: they are followed again at the next start.
-        self._persist_remote()
+        self._persist(self.running())
+        for job in running:
+            job.detach()
         for job in remote_jobs:
             job.detach()
         return [str(j.run.folder) for j in running if j.run is not None] + [
@@ -390,6 +405,41 @@ class TrainingService(QObject):
     def shutdown(self) -> None:
         for job in dict.fromkeys([self.current, *self.jobs]):
             job.shutdown()
+
+
+#: The runs being followed, one record per run in the same format for every placement.
+FOLLOWED_KEY = "training/followed_runs"
+
+
+def record_of(job: TrainingJob) -> dict[str, Any] | None:
+    """What is kept to follow ``job`` again after a restart, the same for every placement:
+    ``{"placement": Placement.to_record(), "parts": [{"host", "folder", "name", ...} per host],
+    "job", "main_ip", "port"}``; None while there is nothing to follow yet (no run folder)."""
+    from gaudi_gui.core.placement import Placement
+    multi = sys.modules.get("gaudi_gui.services.multi_host_training")
+    remote = sys.modules.get("gaudi_gui.services.remote_training")
+    slurm = sys.modules.get("gaudi_gui.services.slurm_training")
+    if multi is not None and isinstance(job, multi.MultiHostTrainingJob):
+        parts = [p.to_entry() for p in job.parts]
+        if not job.parts or not all(p["folder"] for p in parts):
+            return None
+        return {"placement": Placement.on_hosts(job.hosts, job.cards).to_record(), "parts": parts,
+                "job": job.job_dict, "main_ip": job.main_ip, "port": job.port}
+    if remote is not None and isinstance(job, remote.RemoteTrainingJob):
+        if not job.folder or not getattr(job, "reattachable", True):
+            return None
+        return {"placement": Placement.on_host(job.host, job.cards).to_record(), "parts": [job.to_entry()],
+                "job": job.job_dict}
+    if slurm is not None and isinstance(job, slurm.SlurmTrainingJob):
+        if not job.folder:
+            return None
+        target = job.target.to_record() if job.target is not None else {}
+        return {"placement": Placement.on_slurm(target).to_record(),
+                "parts": [{"host": "local", "folder": job.folder, "name": job.name}], "job": job.job_dict}
+    if job.run is None:
+        return None
+    return {"placement": Placement.local().to_record(),
+            "parts": [{"host": "local", "folder": str(job.run.folder), "name": job.run.name}]}
 
 
 def _is_remote(job: object) -> TypeGuard[RemoteTrainingJob]:

@@ -61,7 +61,11 @@ def test_train_on_a_host_follow_drop_stop_resume_reattach(qtbot: QtBot, ssh_host
         qtbot.waitUntil(lambda: len(job.records) >= 3, timeout=240000)
         assert job.folder and Path(job.folder).parent == ssh_host.runs_dir
         assert "ETA" in tab.eta.text() and tab.chart.point_count() >= 3
-        assert [e["folder"] for e in services.settings.get("training/remote_runs")] == [job.folder]
+        # One record per followed run, the same format for every placement: where, each part's folder.
+        records = services.settings.get("training/followed_runs")
+        assert [(r["placement"]["kind"], [p["folder"] for p in r["parts"]]) for r in records] == [
+            ("host", [job.folder])], records
+        assert records[0]["placement"]["hosts"][0]["name"] == ssh_host.dest
 
         # The network drops: a state in the tab (no dialog), then the run is followed again.
         ssh_host.drop()
@@ -79,7 +83,7 @@ def test_train_on_a_host_follow_drop_stop_resume_reattach(qtbot: QtBot, ssh_host
             tab.status.text()
         assert checkpoint_complete(out_dir / f"checkpoint-{step}")
         assert tab.btn["Start"].isEnabled() and tab.btn["Resume"].isEnabled()
-        assert services.settings.get("training/remote_runs") == []
+        assert services.settings.get("training/followed_runs") == []
 
         # Resume: a new run on the host from that checkpoint, linked to the first.
         points = tab.chart.point_count()
@@ -120,7 +124,7 @@ def test_a_host_without_gaudi_gui_fails_the_start_with_the_fix(qtbot: QtBot, ssh
         pass
     assert done.args[1] == "failed" and not job.is_running()
     assert "has no gaudi-gui" in job.summary and "hosts --setup" in job.summary, job.summary
-    assert services.settings.get("training/remote_runs") == []
+    assert services.settings.get("training/followed_runs") == []
     services.training.shutdown()
     services.poller.stop()
     assert ssh_host.wait_no_processes(20) == []
