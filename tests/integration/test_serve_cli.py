@@ -164,3 +164,39 @@ def test_failed_start_shows_the_engines_last_lines(tmp_path: Path) -> None:
     assert "gaudi-gui serve: the server ended before it answered" in done.stderr
     assert "  | " in done.stderr  # the engine's own last lines follow
     assert port_free(port)
+
+
+_ADAPTER_SCRIPT = """
+import sys
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM, AutoTokenizer
+base, out = sys.argv[1], sys.argv[2]
+config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+model = get_peft_model(AutoModelForCausalLM.from_pretrained(base), config)
+model.save_pretrained(out)
+AutoTokenizer.from_pretrained(base).save_pretrained(out)
+"""
+
+
+def test_lora_adapter_is_merged_then_served(tiny_model_dir: Path, tmp_path: Path) -> None:
+    adapter = tmp_path / "run" / "adapter"
+    subprocess.run([sys.executable, "-c", _ADAPTER_SCRIPT, str(tiny_model_dir), str(adapter)], check=True,
+                   capture_output=True, timeout=120)
+    port = pick_free_port()
+    proc, lines = _start("--model", str(tiny_model_dir), "--adapter", str(adapter), "--port", str(port),
+                         "--device", "cpu")
+    seen: list[str] = []
+    try:
+        url = _wait_for(lines, seen, "http://")
+        assert any("merging the adapter into its base model first" in line for line in seen), seen
+        status, body = _post(f"{url}/chat/completions",
+                             {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3})
+        assert status == 200 and json.loads(body)["choices"]
+        # The merged copy lives in a temporary folder while it is served.
+        served = json.loads(urllib.request.urlopen(f"{url}/models", timeout=10).read())["data"][0]["id"]
+        assert "gaudi-gui-serve-merged-" in served and Path(served).is_dir()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    assert code == 0
+    assert not Path(served).exists()  # removed at stop
