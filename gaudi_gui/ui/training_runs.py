@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QGridLayout,
     QLabel,
     QPushButton,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -86,6 +87,9 @@ class RunsTable(QWidget):
         #: The saved hosts an Evaluate window offers (the Training tab binds the app's host list).
         self.hosts: Callable[[], list[Host]] = list
         self.scores_panel: QWidget | None = None
+        #: Where Compare puts the scores: beside the curves when the Training tab gives a splitter
+        #: (``scores_dock``), else a small window of their own.
+        self.scores_dock: QSplitter | None = None
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.table, 1)
@@ -145,8 +149,12 @@ class RunsTable(QWidget):
         """The compared runs' latest scores in a window beside the curves (when any was evaluated)."""
         from gaudi_gui.ui.eval_view import ScoresPanel
         if self.scores_panel is None:
-            self.scores_panel = ScoresPanel(self)
-            self.scores_panel.setWindowFlag(Qt.WindowType.Tool, True)
+            if self.scores_dock is not None:
+                self.scores_panel = ScoresPanel()
+                self.scores_dock.addWidget(self.scores_panel)
+            else:
+                self.scores_panel = ScoresPanel(self)
+                self.scores_panel.setWindowFlag(Qt.WindowType.Tool, True)
         assert isinstance(self.scores_panel, ScoresPanel)
         if self.scores_panel.show_runs(runs):
             self.scores_panel.show()

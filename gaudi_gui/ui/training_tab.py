@@ -143,7 +143,12 @@ class TrainingTab(QWidget):
         self.views = QTabWidget(self)
         # Curves and log together: the log explains what the curve shows (a stall, a warning).
         live = QSplitter(Qt.Orientation.Vertical, self)
-        live.addWidget(self.chart)
+        # Compare puts the compared runs' scores beside their curves (hidden otherwise).
+        self.chart_row = QSplitter(Qt.Orientation.Horizontal, self)
+        self.chart_row.addWidget(self.chart)
+        self.chart_row.setChildrenCollapsible(False)
+        self.runs.scores_dock = self.chart_row
+        live.addWidget(self.chart_row)
         live.addWidget(self.log)
         live.setStretchFactor(0, 3)
         live.setStretchFactor(1, 2)
@@ -721,6 +726,8 @@ class TrainingTab(QWidget):
         return chain
 
     def _clear_run_view(self) -> None:
+        if self.runs.scores_panel is not None:
+            self.runs.scores_panel.hide()
         self.log.clear()
         self.log.set_progress("")
         self.chart.clear()

@@ -29,6 +29,7 @@ def no_leftovers(qapp, qtbot) -> Iterator[None]:
     threads_before = {t.ident for t in threading.enumerate()}
     yield
     from PySide6.QtCore import QThreadPool
+    from pytestqt.exceptions import TimeoutError as pytestqt_timeout
 
     from gaudi_gui.services import process
 
@@ -39,8 +40,8 @@ def no_leftovers(qapp, qtbot) -> Iterator[None]:
                          if c.status() != psutil.STATUS_ZOMBIE])
 
     try:
-        qtbot.waitUntil(settled, timeout=15000)
-    except AssertionError:
+        qtbot.waitUntil(settled, timeout=30000)
+    except (AssertionError, TimeoutError, pytestqt_timeout):
         running = [r.argv for r in list(process._LIVE) if r.is_running()]
         kids = [(c.pid, c.cmdline()) for c in psutil.Process().children(recursive=True)]
         process.reap_all()

@@ -365,3 +365,31 @@ def test_jobs_that_follow_a_run_elsewhere_hold_no_idle_launcher(qtbot, tmp_path:
     multi = MultiHostTrainingJob([Host.parse("gg-a"), Host.parse("gg-b")], store)
     assert multi._runner_obj is None
     assert SlurmTrainingJob(store)._runner_obj is None
+
+
+def test_compare_shows_the_runs_scores_beside_their_curves(qtbot, tab: TrainingTab) -> None:
+    """Compare in Runs: the curves of the chosen runs and, docked to their right in the Run page, the
+    latest Evaluate scores of those that have any (as core.evaluation writes them)."""
+    from gaudi_gui.core import evaluation
+    from gaudi_gui.ui.eval_view import ScoresPanel
+    store = tab.training.store
+    runs = [store.create(JobConfig(name=f"r{i}")) for i in range(2)]
+    for i, run in enumerate(runs):
+        run.update_status(state="finished")
+        evaluation.write_results(run.folder / evaluation.EVAL_DIR, {
+            "base": {"metrics": {"rougeL": 0.1}}, "tuned": {"metrics": {"rougeL": 0.2 + i / 10}}}, [])
+    tab.runs.refresh()
+    click_history(qtbot, tab, "Refresh")
+    tab.runs.table.selectAll()
+    click_history(qtbot, tab, "Compare")
+    panel = tab.runs.scores_panel
+    assert isinstance(panel, ScoresPanel) and panel.parent() is tab.chart_row
+    qtbot.waitUntil(panel.isVisible, timeout=5000)
+    assert tab.views.currentWidget() is tab.live and tab.chart_row.widget(0) is tab.chart
+    headers = {panel.table.horizontalHeaderItem(c).text() for c in range(1, panel.table.columnCount())}
+    assert headers == {r.name for r in runs}
+    assert panel.table.item(0, 0).text() == "rougeL"
+    # A new view of a run hides the scores again.
+    tab.runs.select_row(0)
+    click_history(qtbot, tab, "Reopen")
+    assert not panel.isVisible()
