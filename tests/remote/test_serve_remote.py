@@ -83,3 +83,28 @@ def test_serve_on_a_host_through_the_forward_and_sigkill_leaves_nothing(ssh_host
     # The client died without a word: the guard on the host ends the server when ssh's stdin closes.
     # (The local end of the forward belongs to ssh's multiplexing master, which the fixture ends.)
     assert ssh_host.wait_no_processes(timeout=40) == []
+
+
+def test_a_dropped_connection_ends_the_server_there_and_says_so(ssh_host: SshHost, demo_model: Path) -> None:
+    local, remote = pick_free_port(), pick_free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "serve", "--host", ssh_host.dest,
+                             "--model", "builtin:demo", "--device", "cpu", "--port", str(local),
+                             "--remote-port", str(remote)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("http://"):
+                break
+        assert ssh_host.processes(), "the server runs on the host"
+        ssh_host.drop()  # a network cut: every connection goes at once
+        code = proc.wait(60)
+        err = proc.stderr.read() if proc.stderr else ""
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 1, err
+    assert f"gaudi-gui serve: the server on {ssh_host.dest} ended" in err
+    assert "Traceback" not in err
+    assert ssh_host.wait_no_processes(timeout=40) == []
