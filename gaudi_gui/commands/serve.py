@@ -395,7 +395,7 @@ def _stop(proc: subprocess.Popen[bytes], tree: ProcessTree, port: int, bind: str
 
 def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
     from gaudi_gui.core.placement import Forward, Placement
-    from gaudi_gui.core.remote import HostError, ssh_base
+    from gaudi_gui.core.remote import HostError
 
     try:
         placement = Placement.from_cli(host=args.host, remote_command=args.remote_command)
@@ -415,6 +415,39 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
                                 forwards=[forward])
     out.state("starting", f"starting on {host.name} (its port {remote_port} forwarded to {local_port} here)",
               host=host.name)
+    attempt = 0
+    while True:
+        outcome, code = _host_session(argv, host.name, forward, key_env=spec.api_key_env, out=out,
+                                      reconnecting=attempt > 0)
+        if outcome != "dropped" or attempt >= RECONNECTS:
+            return code
+        attempt += 1
+        # The connection went (a network cut, a sleeping laptop): the guard has ended the server
+        # there; start it again on a new connection, the same ports.
+        out.state("reconnecting", f"the connection to {host.name} dropped: reconnecting "
+                                  f"({attempt}/{RECONNECTS})", host=host.name)
+        try:
+            time.sleep(3.0 * attempt)
+            deadline = time.monotonic() + 20
+            while not sv.port_free(local_port) and time.monotonic() < deadline:
+                time.sleep(0.2)
+        except (KeyboardInterrupt, _Stop):
+            out.state("stopped", f"stopped while reconnecting to {host.name}")
+            return 0
+
+
+#: How often a dropped connection to a host is re-made (the server is started again there).
+RECONNECTS = 3
+
+
+def _host_session(argv: list[str], host_name: str, forward: Any, *, key_env: str, out: _Out,
+                  reconnecting: bool) -> tuple[str, int]:
+    """One ssh session running the server on the host: ("stopped" | "failed" | "dropped", exit code).
+    "dropped": ssh lost the connection (exit 255) after the server was ready, or, while reconnecting,
+    before it (the host's port still held by the server the guard is ending is retried too)."""
+    from gaudi_gui.core.remote import ssh_base
+
+    local_port = forward.local_port
     # stdin stays open (a pipe never written): the guard ends the server there when it closes.
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
@@ -429,7 +462,7 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
 
     threading.Thread(target=read_errors, daemon=True).start()
     url = sv.endpoint_url(local_port)
-    key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
+    key = os.environ.get(key_env, "") if key_env else ""
     ready = False
     remote_failed: dict[str, Any] = {}
     remote_model = ""
@@ -447,18 +480,19 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
                 kind = message.get("type")
                 fields = {k: v for k, v in message.items() if k not in ("type", "v")}
                 if kind == "serve_state" and fields.get("state") == "ready":
-                    if _get(f"http://127.0.0.1:{local_port}/v1/models", key, timeout=10) != 200:
-                        _reforward(ssh_base, host.name, forward)
+                    # /health, not /v1/models: the probe is not listed as a request
+                    if _get(f"http://127.0.0.1:{local_port}/health", key, timeout=10) != 200:
+                        _reforward(ssh_base, host_name, forward)
                     ready = True
-                    out.state("ready", f"ready on {host.name}: {url}", url=url, host=host.name)
-                    out.url(url, host=host.name, model=remote_model)
+                    out.state("ready", f"ready on {host_name}: {url}", url=url, host=host_name)
+                    out.url(url, host=host_name, model=remote_model)
                 elif kind == "serve_url":
                     remote_model = str(fields.get("model", ""))
                 elif kind == "serve_state" and fields.get("state") == "failed":
                     remote_failed = fields
                 elif kind == "serve_state":
-                    out.state(str(fields.get("state")), f"{host.name}: {fields.get('message', '')}",
-                              host=host.name)
+                    out.state(str(fields.get("state")), f"{host_name}: {fields.get('message', '')}",
+                              host=host_name)
                 elif kind == "serve_progress":
                     out.progress(sv.WarmupProgress(str(fields.get("phase")), int(fields.get("step") or 0),
                                                    int(fields.get("total") or 0),
@@ -470,14 +504,20 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
                 next_check = time.monotonic() + 5
                 # /health: the probes are not logged as requests (see while_serving)
                 if _get(f"http://127.0.0.1:{local_port}/health", key, timeout=3) == 0 and proc.poll() is None:
-                    _reforward(ssh_base, host.name, forward)
+                    _reforward(ssh_base, host_name, forward)
         proc.wait()
+        port_held = "already taken" in str(remote_failed.get("message", ""))
+        if (proc.returncode == 255 and (ready or reconnecting)) or (reconnecting and port_held):
+            # A new multiplexing master made for this session may hold the forward (and the local
+            # port) for ControlPersist after it: give it back before the next try.
+            _cancel_forward(ssh_base, host_name, forward)
+            return "dropped", 1
         if remote_failed:
-            out.fail(f"on {host.name}: {remote_failed.get('message', '')}",
+            out.fail(f"on {host_name}: {remote_failed.get('message', '')}",
                      [str(x) for x in remote_failed.get("lines") or []])
-            return 2 if proc.returncode == 2 else 1
-        out.fail(f"the server on {host.name} ended (exit {proc.returncode})", list(errors))
-        return 1 if proc.returncode != 2 else 2
+            return "failed", 2 if proc.returncode == 2 else 1
+        out.fail(f"the server on {host_name} ended (exit {proc.returncode})", list(errors))
+        return "failed", 1 if proc.returncode != 2 else 2
     except (KeyboardInterrupt, _Stop):
         signal.signal(signal.SIGINT, signal.SIG_IGN)
         try:
@@ -489,10 +529,10 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
                 proc.kill()
                 proc.wait()
             # The forward belongs to the multiplexed master, which outlives this session: give it back.
-            _cancel_forward(ssh_base, host.name, forward)
-            out.state("stopped", f"stopped on {host.name}; port {local_port} here is free"
-                      if sv.port_free(local_port) else f"stopped on {host.name}")
-            return 0
+            _cancel_forward(ssh_base, host_name, forward)
+            out.state("stopped", f"stopped on {host_name}; port {local_port} here is free"
+                      if sv.port_free(local_port) else f"stopped on {host_name}")
+            return "stopped", 0
         finally:
             signal.signal(signal.SIGINT, signal.default_int_handler)
     finally:
