@@ -130,6 +130,9 @@ def run(args: argparse.Namespace) -> int:
     problems = spec.problems()
     if args.remote_port and not 1 <= args.remote_port <= 65535:
         problems.append(("remote_port", "a port is 1-65535"))
+    host = (args.host or "").strip()
+    if args.remote_port and not (host and host != "local"):
+        problems.append(("remote_port", "only with --host (the server's port on the host's loopback)"))
     if problems:
         out.fail("; ".join(f"--{f.replace('_', '-')}: {m}" for f, m in problems))
         return 2
@@ -138,7 +141,6 @@ def run(args: argparse.Namespace) -> int:
         return 2
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        host = (args.host or "").strip()
         if host and host != "local":
             return _on_host(args, spec, out)
         return _here(spec, out)
