@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QInputDialog,
@@ -307,14 +308,18 @@ class RunnerTab(QWidget):
         chat.addWidget(self.stats)
         chat.addWidget(self.prompt)
         chat.addWidget(self.prompt_error)
-        actions = QHBoxLayout()
-        for b in (self.send_button, self.stop_button):
-            actions.addWidget(b)
-        actions.addStretch(1)
-        actions.addWidget(self.notice)
-        for b in (self.copy_button, self.copy_chat_button, self.export_button, self.clear_button):
-            actions.addWidget(b)
+        # Send/Stop on the left, what to do with the answers on the right; the notice wraps on its own
+        # line, so the row never makes the window wider than a 1280-pixel screen with a dock open.
+        actions = QGridLayout()
+        for col, b in enumerate((self.send_button, self.stop_button)):
+            actions.addWidget(b, 0, col)
+        answers = (self.copy_button, self.copy_chat_button, self.export_button, self.clear_button)
+        for index, b in enumerate(answers):
+            actions.addWidget(b, index // 2, 3 + index % 2)
+        actions.setColumnStretch(2, 1)
         chat.addLayout(actions)
+        self.notice.setWordWrap(True)
+        chat.addWidget(self.notice)
 
         left = QWidget()
         left_layout = QVBoxLayout(left)

@@ -70,6 +70,8 @@ class ServePanel(QWidget):
         self.answer_tokens.setRange(1, 1_000_000)
         self.answer_tokens.setValue(256)
         self.context = QLabel("")
+        # Wrapped: a long sentence here must not make the dock (and the window) wider than the screen.
+        self.context.setWordWrap(True)
         self.api_key_env = QLineEdit()
         self.api_key_env.setPlaceholderText("name of an environment variable holding the key (vLLM)")
         self.listen_all = QCheckBox("listen on all interfaces (needs an API key)")
@@ -112,6 +114,7 @@ class ServePanel(QWidget):
         self.progress.setVisible(False)
         self.url = QLabel("")
         self.url.setObjectName("serve_url")
+        self.url.setWordWrap(True)
         self.snippets = QPlainTextEdit()
         self.snippets.setReadOnly(True)
         self.snippets.setMaximumHeight(180)
