@@ -116,6 +116,8 @@ class HealthService(QObject):
     alerts_changed = Signal(str)
     #: Someone (a health badge, the Hosts overview) asked to show a host's Health view.
     view_requested = Signal(str)
+    #: ``write_report`` ended: (written, the report's path or a one-line reason).
+    report_written = Signal(bool, str)
 
     def __init__(self, settings: Settings, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -134,6 +136,10 @@ class HealthService(QObject):
         self._read_interval()
         self._running = False
         self._shut_down = False
+        # `doctor --report FILE` as a child: it runs every check again and packs the files.
+        self._report_runner = ProcessRunner(self, parse_protocol=False, tail_lines=20)
+        self._report_runner.finished.connect(self._on_report_finished)
+        self._report_path = ""
         settings.value_changed.connect(self._on_setting)
 
     # -- hosts ------------------------------------------------------------------------------------
@@ -219,6 +225,32 @@ class HealthService(QObject):
     def shutdown(self) -> None:
         self._shut_down = True
         self.stop()
+        if self._report_runner.is_running():
+            self._report_runner.kill_tree()
+
+    # -- the report for a bug ---------------------------------------------------------------------
+
+    def report_running(self) -> bool:
+        return self._report_runner.is_running()
+
+    def write_report(self, host: str, path: str) -> bool:
+        """Start ``gaudi-gui doctor --report PATH`` for ``host`` (``report_written`` follows); False
+        while one is being written."""
+        if self._report_runner.is_running() or self._shut_down:
+            return False
+        self._report_path = path
+        args = ["-m", "gaudi_gui", "doctor", "--report", path, *([] if host == LOCAL else ["--host", host])]
+        self._report_runner.start(sys.executable, args)
+        return True
+
+    def _on_report_finished(self, code: int, status: str) -> None:
+        # doctor exits 1 when it found errors: the report is written all the same.
+        if code in (0, 1):
+            self.report_written.emit(True, self._report_path)
+            return
+        last = next((ln.strip() for ln in reversed(self._report_runner.tail(5)) if ln.strip()),
+                    describe_exit(code, status))
+        self.report_written.emit(False, last)
 
     @property
     def running(self) -> bool:

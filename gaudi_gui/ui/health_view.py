@@ -12,8 +12,8 @@ It only listens to the HealthService; it never runs the doctor's checks itself.
 
 from __future__ import annotations
 
+import contextlib
 import html
-import sys
 import time
 from typing import TYPE_CHECKING
 
@@ -34,8 +34,6 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
-
-from gaudi_gui.services.process import ProcessRunner, describe_exit
 
 if TYPE_CHECKING:
     from gaudi_gui.core.health import Finding
@@ -153,10 +151,8 @@ class HealthView(QWidget):
         layout.addWidget(self.alerts_label)
         layout.addWidget(self.table, 1)
 
-        # `doctor --report FILE` as a child: it runs every check again and packs the files.
-        self._report_runner = ProcessRunner(self, parse_protocol=False, tail_lines=20)
-        self._report_runner.finished.connect(self._on_report_finished)
-        self._report_path = ""
+        # The report is written by the health service's `doctor --report` child; this view binds.
+        health.report_written.connect(self._on_report_written)
 
         health.report_changed.connect(self._on_host_changed)
         health.alerts_changed.connect(self._on_host_changed)
@@ -229,36 +225,31 @@ class HealthView(QWidget):
         return path
 
     def save_report(self) -> bool:
-        if self._report_runner.is_running():
+        if self.health.report_running():
             return False
         path = self.choose_report_path()
         if not path:
             return False
         if not path.endswith(".tar.gz"):
             path += ".tar.gz"
-        self._report_path = path
-        host = self.host()
-        args = ["-m", "gaudi_gui", "doctor", "--report", path, *([] if host == "local" else ["--host", host])]
+        if not self.health.write_report(self.host(), path):
+            return False
         self.report_button.setEnabled(False)
         self.status_label.setText(f"writing the report to {path}…")
-        self._report_runner.start(sys.executable, args)
         return True
 
-    def _on_report_finished(self, code: int, status: str) -> None:
+    def _on_report_written(self, ok: bool, text: str) -> None:
         self.report_button.setEnabled(True)
-        # doctor exits 1 when it found errors: the report is written all the same.
-        if code in (0, 1):
-            self.status_label.setText(f"report written to {self._report_path}")
-            self.report_saved.emit(True, self._report_path)
-            return
-        last = next((ln.strip() for ln in reversed(self._report_runner.tail(5)) if ln.strip()),
-                    describe_exit(code, status))
-        self.status_label.setText(f"the report could not be written: {last}")
-        self.report_saved.emit(False, last)
+        if ok:
+            self.status_label.setText(f"report written to {text}")
+        else:
+            self.status_label.setText(f"the report could not be written: {text}")
+        self.report_saved.emit(ok, text)
 
     def shutdown(self) -> None:
-        if self._report_runner.is_running():
-            self._report_runner.kill_tree()
+        """The view's report child belongs to the health service (it ends it at the app's end)."""
+        with contextlib.suppress(RuntimeError, TypeError):
+            self.health.report_written.disconnect(self._on_report_written)
 
     # -- showing ----------------------------------------------------------------------------------
 
