@@ -19,13 +19,15 @@ Environment knobs for tests:
 Doctor modes: ``-q`` prints the recorded per-card query (health/q-style-L-i-hl225-1.12.1.txt) for 8
 cards; ``-n link -i BUS`` prints the card's ports. FAKE_HLSMI_MODE=sick makes a sick 8-card server:
 card 1 has ports 2,5 DOWN, card 2 double-bit ECC with a pending row replacement, card 3 reads 0 C,
-card 5 has power slowdown active (card 6 is held: tests hold it through a fixture /proc).
+card 5 has power slowdown active (card 6 is held: tests hold it through a fixture /proc, and the
+summary table's Compute Processes lists pid 4242 'python3 train.py' on it).
   FAKE_HLSMI_DRIVER=1.18.0     the driver/firmware version printed by -q (default: as recorded, 1.12.1)
 """
 
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -85,7 +87,6 @@ def query(mode: str) -> str:
             card = card.replace("Double Bit ECC          : 0", "Double Bit ECC          : 2")
             card = card.replace("Pending                 : No", "Pending                 : Yes")
         if mode == "sick" and i == 3:
-            import re
             card = re.sub(r"(\[\s*\d+\] [^:\n]*(?:Chip|HBM|Board|Temp)[^:\n]*:)\s*\d+ C", r"\1  0 C", card)
         if mode == "sick" and i == 5:
             card = card.replace("""Power Slowdown
@@ -140,7 +141,15 @@ def main(argv: list[str]) -> int:
         return 0
     if fields is None:
         table = Path(os.environ.get("FAKE_HLSMI_TABLE", DATA / "table-hl205-1.18.0.txt"))
-        sys.stdout.write(table.read_text())
+        text = table.read_text()
+        if mode == "sick":
+            # hl-smi's own process list on the sick server: card 6 held by pid 4242 (the fixture /proc
+            # holds it too), nothing else; the recorded rows for cards 0 and 6 are made idle/replaced.
+            idle = "|   {}        N/A   N/A    N/A                                      N/A        |"
+            text = re.sub(r"\|   0        10 .*\|", idle.format(0), text)
+            held = "|   6        4242  C      python3 train.py" + " " * 25 + "2040MiB    |"
+            text = re.sub(r"\|   6        20 .*\|", held, text)
+        sys.stdout.write(text)
         return 0
     opts = fmt.split(",")
     header, units = "noheader" not in opts, "nounits" not in opts

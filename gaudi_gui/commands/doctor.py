@@ -207,10 +207,11 @@ def run(args: argparse.Namespace) -> int:
     for f in report.all_findings():
         print(format_finding(f))
     for h in report.hosts:
-        if h.reachable and not h.cards:
+        failed = any(f.check == "stack.hl-smi" and f.severity == "error" for f in h.findings)
+        if h.reachable and not h.cards and not failed:
             print(f"{h.host}: no Gaudi cards (hl-smi not found): only the Python stack was checked")
-        elif h.free_modules:
-            print(f"{h.host}: free cards: {','.join(map(str, h.free_modules))}")
+        elif h.reachable and h.cards:
+            print(f"{h.host}: {h.free_text()}")
     print(f"{report.errors} error(s), {report.warnings} warning(s)")
     return report.exit_code
 

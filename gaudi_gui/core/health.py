@@ -88,6 +88,20 @@ class HostHealth:
     versions: dict[str, str] = field(default_factory=dict)
 
     @property
+    def free_groups(self) -> list[frozenset[int]]:
+        """Intel's supported groups free right now on cards without an error (the gate's offer)."""
+        sick = [f.module_id for f in self.findings if f.severity == "error" and f.module_id is not None]
+        return free_groups(self.free_modules, sick)
+
+    def free_text(self) -> str:
+        """'free cards 0,1,4,5,7; free healthy groups 4,5 / 0,1' (or that no group is free)."""
+        if not self.free_modules:
+            return "no free cards"
+        groups = " / ".join(format_ids(g) for g in self.free_groups) or "none"
+        return (f"free cards {format_ids(self.free_modules)}; "
+                f"free healthy groups (Intel's supported): {groups}")
+
+    @property
     def worst(self) -> str:
         if not self.reachable:
             return "error"
@@ -302,6 +316,44 @@ def parse_links(text: str) -> dict[int, bool]:
     for m in re.finditer(r"port\s*(\d+)\s*:\s*(UP|DOWN)", text, flags=re.IGNORECASE):
         ports[int(m.group(1))] = m.group(2).upper() == "UP"
     return ports
+
+
+def parse_processes(text: str) -> dict[int, list[tuple[int | None, str]]]:
+    """hl-smi's own process list: {AIP index: [(pid or None when hl-smi cannot see it, name)]}.
+
+    The per-card "Compute Processes" section of hl-smi's summary (the only place hl-smi lists pids;
+    the recorded ``-q`` / ``-L`` outputs have no process section). Columns are found by their header
+    names ("AIP", "PID", "Type", "Process name", "Usage"), so a release that pads or reorders them
+    still parses; idle rows ("N/A") and lines that are not rows are left out. An empty dict means
+    nothing is listed (or the section is missing): the /proc scan still runs beside it."""
+    out: dict[int, list[tuple[int | None, str]]] = {}
+    columns: list[str] | None = None
+    for raw in text.splitlines():
+        line = raw.strip().strip("|").strip()
+        if columns is None:
+            if re.match(r"AIP\b", line) and re.search(r"\bPID\b", line):
+                # "Process name" is one column: join it before splitting on runs of spaces.
+                columns = [c.lower() for c in re.sub(r"(?i)process\s+name", "process_name", line).split()]
+            continue
+        if not line or line.startswith(("=", "-", "+")):
+            if line.startswith("+"):
+                break
+            continue
+        parts = line.split()
+        if len(parts) < len(columns) or not parts[0].isdigit():
+            continue
+        # The name may hold spaces: it takes every token between the columns before and after it.
+        n_after = len(columns) - columns.index("process_name") - 1 if "process_name" in columns else 0
+        before = columns.index("process_name") if "process_name" in columns else len(columns)
+        row = dict(zip(columns[:before], parts[:before], strict=True))
+        name = " ".join(parts[before:len(parts) - n_after]) if "process_name" in columns else ""
+        pid_text = row.get("pid", "N/A")
+        if pid_text.upper() == "N/A" and name.upper() in ("N/A", ""):
+            continue  # an idle card
+        aip = int(row.get("aip", parts[0]))
+        out.setdefault(aip, []).append((int(pid_text) if pid_text.isdigit() else None,
+                                        "" if name.upper() == "N/A" else name))
+    return out
 
 
 def _first(card: dict[str, str], *suffixes: str) -> str | None:
@@ -530,6 +582,37 @@ def accel_holders(proc: Path, dev: Path) -> dict[int, list[int]]:
     return holders
 
 
+def _held_text(fd_pids: Sequence[int], listed: Sequence[tuple[int | None, str]], proc: Path) -> str:
+    """'held by pid 4242 (python3 train.py)' from both sources; '' when neither names a holder.
+
+    The /proc scan sees the processes of this machine (this container) that hold the node open;
+    hl-smi's list also names processes of other containers (pids this /proc does not have) and,
+    without root, may show only the caller's own ones, so the two are joined, never one chosen."""
+    names = {pid: name for pid, name in listed if pid is not None}
+    pids = list(dict.fromkeys([*fd_pids, *names]))
+    parts: list[str] = []
+    outside: list[str] = []
+    for pid in pids:
+        label = f"{pid} ({names[pid]})" if names.get(pid) else str(pid)
+        if pid in fd_pids or (proc / str(pid)).is_dir():
+            parts.append(label)
+        else:
+            outside.append(label)
+    hidden = [name for pid, name in listed if pid is None]
+    text = f"held by pid {', '.join(parts)}" if parts else ""
+    if outside or hidden:
+        who = ", ".join([f"pid {o}" for o in outside] + [n or "a process" for n in hidden])
+        text = ((text + "; " if text else "held by ")
+                + f"{who}: a process outside this view (another container?)")
+    return text
+
+
+def free_groups(free: Sequence[int], sick: Sequence[int] = ()) -> list[frozenset[int]]:
+    """Intel's supported groups (0,1 2,3 4,5 6,7 0-3 4-7) whose cards are all free and not sick."""
+    usable = set(free) - set(sick)
+    return [g for g in SUPPORTED_GROUPS if g <= usable]
+
+
 def _run(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s)
@@ -583,9 +666,12 @@ def check_host(roots: Roots | None = None, *, host: str = "local", cards: Sequen
     from concurrent.futures import ThreadPoolExecutor
     buses = [c["_bus_id"] for c in parsed if cards is None
              or int(_first(c, "module id") or c["_index"]) in cards]
-    with ThreadPoolExecutor(max_workers=max(1, min(8, len(buses)))) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, min(9, len(buses) + 1))) as pool:
+        # hl-smi's own process list (its summary's "Compute Processes") runs beside the link calls.
+        summary = pool.submit(_run, [hl_smi], roots.timeout_s) if parsed else None
         link_runs = dict(zip(buses, pool.map(
             lambda bus: _run([hl_smi, "-n", "link", "-i", bus], roots.timeout_s), buses), strict=True))
+        listed = parse_processes(summary.result()[1]) if summary and summary.result()[0] == 0 else {}
     card_rows: list[dict[str, Any]] = []
     free: list[int] = []
     for card in parsed:
@@ -604,8 +690,9 @@ def check_host(roots: Roots | None = None, *, host: str = "local", cards: Sequen
         findings.extend(card_findings(card, host=host, sysfs_status=status))
         pids = holders.get(int(accel[5:]) if accel[5:].isdigit() else idx, [])
         used = _number(_first(card, "memory usage/used")) or 0
-        if pids:
-            findings.append(Finding("busy.held", "error", f"held by pid {', '.join(map(str, pids))}",
+        held = _held_text(pids, listed.get(idx, []), roots.proc)
+        if held:
+            findings.append(Finding("busy.held", "error", held,
                                     "stop that process or choose free cards", mod, idx, host))
         elif used > 1024:
             # No process here holds it but its memory is in use: another container's process.

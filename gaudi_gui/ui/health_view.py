@@ -275,9 +275,8 @@ class HealthView(QWidget):
         else:
             errors = sum(1 for f in found.findings if f.severity == "error")
             warnings = sum(1 for f in found.findings if f.severity == "warning")
-            free = ",".join(map(str, found.free_modules))
             status = (f"{errors} error(s), {warnings} warning(s) at {stamp}"
-                      + (f"; free cards: {free}" if free else "")
+                      + (f"; {found.free_text()}" if found.cards else "")
                       + ("; no Gaudi cards (only the Python stack was checked)" if not found.cards else "")
                       + ("; checking again…" if checking else ""))
         self.status_label.setText(status)

@@ -82,7 +82,8 @@ def test_sick_server_badge_turns_red_and_opens_the_health_view(qtbot, sick_serve
     assert "pid 4242" in held[SEEN] and "choose free cards" in held[FIX]
     assert view.rows()[0][SEVERITY] == "error"  # errors first
     assert all(r[SEVERITY] != "ok" for r in view.rows())  # passed checks hidden until asked for
-    assert "free cards: 0,1,2,3,4,5,7" in view.status_label.text()
+    assert ("free cards 0,1,2,3,4,5,7; free healthy groups (Intel's supported): 4,5"
+            in view.status_label.text())
     # The ECC rise raised an alert, said in the view.
     assert "ECC errors rising" in view.alerts_label.text()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -81,7 +82,6 @@ def test_gate_versions_differing_between_hosts() -> None:
 
 # -- parsers and checks on the recorded samples --------------------------------------------------
 
-from pathlib import Path  # noqa: E402
 
 from gaudi_gui.core import health  # noqa: E402
 
@@ -186,3 +186,33 @@ def test_gate_stack_errors_are_warnings() -> None:
     result = gate(report, [0, 1], multi_node=False)
     assert result.ok and any("/dev/accel" in w for w in result.warnings)
     assert not gate(report, [3], multi_node=False).ok
+
+
+def test_hl_smis_process_list_is_read_by_column_names(tmp_path: Path) -> None:
+    from gaudi_gui.core.health import _held_text, parse_processes
+    table = (Path(__file__).resolve().parents[1] / "data" / "hlsmi" / "table-hl205-1.18.0.txt").read_text()
+    assert parse_processes(table) == {0: [(10, "python name")], 6: [(20, "custom process")]}
+    # Padding changed and an extra column: still keyed on the names.
+    other = ("| Compute Processes:                          |\n"
+             "|  AIP   Type  PID    Process name   Usage  |\n"
+             "|===========================================|\n"
+             "|   3    C     77     torchrun x     10MiB  |\n"
+             "|   4    N/A   N/A    N/A            N/A    |\n"
+             "+===========================================+\n")
+    assert parse_processes(other) == {3: [(77, "torchrun x")]}
+    assert parse_processes("no table here") == {}
+    # pid 10 is in this view (a /proc/10 folder), pid 20 is not: another container's process.
+    (tmp_path / "10").mkdir()
+    assert _held_text([], [(10, "python name")], tmp_path) == "held by pid 10 (python name)"
+    assert _held_text([], [(20, "custom process")], tmp_path) == (
+        "held by pid 20 (custom process): a process outside this view (another container?)")
+    assert _held_text([42], [(42, "x")], tmp_path) == "held by pid 42 (x)"
+    assert _held_text([], [], tmp_path) == ""
+
+
+def test_free_groups_are_intels_supported_ones_without_sick_cards() -> None:
+    ecc = Finding("card.ecc", "error", "double-bit ECC 2", module_id=2, index=2)
+    h = _host((ecc,), free=(0, 1, 2, 3, 4, 5, 7))
+    assert [sorted(g) for g in h.free_groups] == [[0, 1], [4, 5]]
+    assert h.free_text() == "free cards 0,1,2,3,4,5,7; free healthy groups (Intel's supported): 0,1 / 4,5"
+    assert _host(free=()).free_text() == "no free cards"
