@@ -158,7 +158,7 @@ def format_finding(f: Finding) -> str:
     card = f.card_label() or "-"
     where = "" if f.host == "local" else f"{f.host} "
     fix = f" -> {f.fix}" if f.fix else ""
-    return f"{f.severity.upper():7} {where}{card:18} {f.check:17} {f.seen}{fix}"
+    return f"{f.severity.upper():7} {where}{card:18} {f.check:19} {f.seen}{fix}"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -488,43 +488,126 @@ def load_compat(path: Path | None = None) -> dict[str, Any]:
         return {"rows": []}
 
 
-def _older(a: str, b: str) -> bool:
+def _older(a: str, b: str) -> bool | None:
+    """a < b by packaging.version (PEP 440: '2.4.0a0+git74cd574' < '2.4.0'); None when either does not
+    parse: the caller says it could not compare, it never calls that version good."""
     from packaging.version import InvalidVersion, Version
     try:
         return Version(a) < Version(b)
     except InvalidVersion:
-        return False
+        return None
+
+
+def _release(text: str, parts: int) -> tuple[int, ...] | None:
+    from packaging.version import InvalidVersion, Version
+    try:
+        return Version(text).release[:parts]
+    except InvalidVersion:
+        return None
+
+
+def compat_row(compat: dict[str, Any], software: str) -> tuple[dict[str, Any] | None, bool]:
+    """The table's row for a Gaudi software version: (row, exact). A patch release (1.16.2) falls back
+    to its release's row (1.16.0), said in the finding; a release not in the table gives None."""
+    rows = [r for r in compat.get("rows", []) if isinstance(r, dict)]
+    for r in rows:
+        if r.get("gaudi_software") == software:
+            return r, True
+    minor = _release(software, 2) if software else None
+    for r in rows:
+        if minor is not None and _release(str(r.get("gaudi_software", "")), 2) == minor:
+            return r, False
+    return None, False
+
+
+# The Python packages the table speaks about (habana-torch-plugin and accelerate are checked apart).
+_TABLE_PACKAGES = ("torch", "transformers", "peft", "trl", "bitsandbytes", "optimum-habana", "vllm",
+                   "vllm-gaudi")
 
 
 def stack_findings(versions: dict[str, str], *, host: str = "local",
                    compat: dict[str, Any] | None = None) -> list[Finding]:
-    """Python packages against the table (and accelerate >= 1.5)."""
+    """Python packages against resources/gaudi-compat.json (and accelerate >= its global minimum).
+
+    One finding per installed package. With the host's Gaudi software in the table each is checked
+    with packaging.version against its row: torch against the release the row ships (major.minor),
+    the others against the row's minimums; a package the row does not list is "not verified", a
+    version that does not parse "could not be compared": warnings, never "ok". Without Gaudi software
+    (no hl-smi) the packages are listed as installed, since there is nothing to check them against."""
     out: list[Finding] = []
     compat = compat if compat is not None else load_compat()
+
+    def add(check: str, severity: str, seen: str, fix: str = "") -> None:
+        out.append(Finding(check, severity, seen, fix, host=host))
+
+    acc_min = str(dict(compat.get("global_minimums", {})).get("accelerate", "1.5.0"))
     acc = versions.get("accelerate")
     if acc is None:
-        out.append(Finding("stack.accelerate", "warning", "accelerate is not installed",
-                           "pip install 'accelerate>=1.5'", host=host))
-    elif _older(acc, "1.5.0"):
-        out.append(Finding("stack.accelerate", "error", f"accelerate {acc} < 1.5: "
-                           "is_torch_hpu_available() is False", "pip install 'accelerate>=1.5'", host=host))
+        add("stack.accelerate", "warning", "accelerate is not installed",
+            f"pip install 'accelerate>={acc_min}'")
     else:
-        out.append(Finding("stack.accelerate", "ok", f"accelerate {acc}", host=host))
+        older = _older(acc, acc_min)
+        if older is None:
+            add("stack.accelerate", "warning", f"accelerate {acc}: version could not be compared with "
+                f"{acc_min}", f"pip install 'accelerate>={acc_min}'")
+        elif older:
+            add("stack.accelerate", "error", f"accelerate {acc} < {acc_min}: is_torch_hpu_available() is "
+                "False", f"pip install 'accelerate>={acc_min}'")
+        else:
+            add("stack.accelerate", "ok", f"accelerate {acc} (>= {acc_min})")
     sw = _version_of(versions.get("driver"))
-    row = next((r for r in compat.get("rows", []) if r.get("gaudi_software") == sw), None)
-    if sw and row is None:
-        out.append(Finding("stack.compat", "warning", f"Gaudi software {sw} is not in the compatibility "
-                           "table", "update resources/gaudi-compat.json", host=host))
-    if row:
-        plugin = versions.get("habana-torch-plugin", "")
-        if plugin and _version_of(plugin) != sw:
-            out.append(Finding("stack.plugin", "error", f"habana-torch-plugin {plugin} with driver {sw}",
-                               f"install habana-torch-plugin {sw} (or the matching container)", host=host))
-        for pkg, minimum in dict(row.get("minimums", {})).items():
-            have = versions.get(pkg)
-            if have and _older(have, str(minimum)):
-                out.append(Finding(f"stack.{pkg}", "warning", f"{pkg} {have} older than {minimum} "
-                                   f"(Gaudi software {sw})", f"pip install '{pkg}>={minimum}'", host=host))
+    installed = [(pkg, versions[pkg]) for pkg in _TABLE_PACKAGES if versions.get(pkg)]
+    if not sw:
+        for pkg, have in installed:
+            add(f"stack.{pkg}", "ok", f"{pkg} {have} installed (no Gaudi software here to check it against)")
+        return out
+    row, exact = compat_row(compat, sw)
+    if row is None:
+        listed = ", ".join(f"{p} {v}" for p, v in installed) or "no packages"
+        add("stack.compat", "warning", f"Gaudi software {sw} is not in the compatibility table: {listed} "
+            "not verified", "update resources/gaudi-compat.json from Intel's support matrix")
+        return out
+    where = f"Gaudi software {sw}" + ("" if exact else f" (table row {row.get('gaudi_software')})")
+    add("stack.compat", "ok", f"{where} is in the compatibility table (source {row.get('source', '?')}, "
+        f"read {row.get('date', '?')})")
+    plugin = versions.get("habana-torch-plugin", "")
+    if not plugin:
+        add("stack.plugin", "warning", f"habana-torch-plugin is not installed with {where}: torch cannot use "
+            "the cards", f"install habana-torch-plugin {sw} (or run in Intel's {sw} container)")
+    elif _release(plugin, 2) != _release(sw, 2) or (exact and _version_of(plugin) != sw):
+        add("stack.plugin", "error", f"habana-torch-plugin {plugin} with driver {sw}",
+            f"install habana-torch-plugin {sw} (or the matching container)")
+    else:
+        add("stack.plugin", "ok", f"habana-torch-plugin {plugin} matches driver {sw}")
+    minimums = {str(k): str(v) for k, v in dict(row.get("minimums", {})).items()}
+    unverified: list[str] = []
+    for pkg, have in installed:
+        if pkg == "torch" and row.get("torch"):
+            want = str(row["torch"])
+            got_rel, want_rel = _release(have, 2), _release(want, 2)
+            if got_rel is None or want_rel is None:
+                add("stack.torch", "warning", f"torch {have}: version could not be compared with {want}",
+                    f"install the torch {where} ships ({want})")
+            elif got_rel != want_rel:
+                add("stack.torch", "warning", f"torch {have}, {where} ships torch {want}",
+                    f"install the torch {where} ships ({want}), e.g. Intel's {sw} container")
+            else:
+                add("stack.torch", "ok", f"torch {have} ({where} ships {want})")
+        elif pkg in minimums:
+            older = _older(have, minimums[pkg])
+            if older is None:
+                add(f"stack.{pkg}", "warning", f"{pkg} {have}: version could not be compared with "
+                    f"{minimums[pkg]}", f"pip install '{pkg}>={minimums[pkg]}'")
+            elif older:
+                add(f"stack.{pkg}", "warning", f"{pkg} {have} older than {minimums[pkg]} ({where})",
+                    f"pip install '{pkg}>={minimums[pkg]}'")
+            else:
+                add(f"stack.{pkg}", "ok", f"{pkg} {have} (>= {minimums[pkg]} for {where})")
+        else:
+            unverified.append(f"{pkg} {have}")
+    if unverified:
+        add("stack.unverified", "warning", f"not in the table's row for {where}: {', '.join(unverified)} "
+            "(unknown, not checked)", "check Intel's support matrix; add them to resources/gaudi-compat.json")
     return out
 
 

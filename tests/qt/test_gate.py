@@ -5,6 +5,7 @@ as real children (``python -m gaudi_gui doctor --json``); a host is the real SSH
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,7 +39,8 @@ RUN_MS = 240_000
 
 @pytest.fixture
 def sick_server(fake_hl_smi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    # A driver in the compatibility table: the only warnings left are the cards' own.
+    # A driver in the compatibility table: the stack is checked against its row (this CPU venv gives
+    # stack warnings, shown but never asked about); the cards' own warnings are asked about.
     for key, value in {**sick_server_env(tmp_path), "FAKE_HLSMI_DRIVER": "1.23.0"}.items():
         monkeypatch.setenv(key, value)
     return fake_hl_smi
@@ -125,10 +127,13 @@ def test_start_refused_on_a_held_card_then_runs_on_free_ones(qtbot: QtBot, gate_
     assert not tab.gate_box.isVisible()
     wait_run_end(qtbot, tab)
 
-    # Free, healthy cards: Start goes straight through once the check passed.
+    # Free, healthy cards: Start goes straight through once the check passed; this CPU venv's stack
+    # warnings on a 1.23.0 server (no habana-torch-plugin, another torch) are shown, never asked.
     pick(qtbot, devices, 4, 7)
     start_and_wait_for_the_check(qtbot, tab)
-    assert not tab.gate_box.isVisible()
+    assert not tab.gate_anyway.isVisible()
+    assert not tab.gate_box.isVisible() or "passed, with warnings" in tab.gate_label.text()
+    assert not re.search(r"card \d", tab.gate_label.text())  # no warning about a chosen card
     assert len(services.training.jobs) == 2
     wait_run_end(qtbot, tab)
 

@@ -158,10 +158,50 @@ def test_stack_accelerate_and_compat() -> None:
     assert any(f.check == "stack.compat" and f.severity == "warning" for f in unknown)
 
 
+def test_stack_checks_each_package_with_packaging_and_never_calls_unknown_ok() -> None:
+    compat = {"global_minimums": {"accelerate": "1.5.0"},
+              "rows": [{"gaudi_software": "1.18.0", "torch": "2.4.0", "source": "https://example.org/m",
+                        "date": "2026-12-03",
+                        "minimums": {"transformers": "4.40.2", "optimum-habana": "1.12.1"}}]}
+    versions = {"driver": "1.18.0-ee698fb", "habana-torch-plugin": "1.18.0.524", "accelerate": "1.10.0",
+                "torch": "2.4.0a0+git74cd574", "transformers": "4.45.0", "optimum-habana": "1.9.0",
+                "peft": "0.13.0", "trl": "0.11.0", "vllm": "0.6.3.dev588+g1ee3ff4"}
+    by = {f.check: f for f in health.stack_findings(versions, compat=compat)}
+    assert by["stack.compat"].severity == "ok" and "https://example.org/m" in by["stack.compat"].seen
+    assert by["stack.plugin"].severity == "ok"
+    assert by["stack.torch"].severity == "ok"  # Intel's fork '2.4.0a0+git..' is the 2.4 release
+    assert by["stack.transformers"].severity == "ok"  # 4.45.0 >= 4.40.2 by version, not by text
+    oh = by["stack.optimum-habana"]
+    assert oh.severity == "warning" and "older than 1.12.1" in oh.seen
+    # Packages the row does not list stay unknown: one warning naming them, never ok.
+    assert by["stack.unverified"].severity == "warning"
+    assert "peft 0.13.0, trl 0.11.0, vllm 0.6.3.dev588+g1ee3ff4" in by["stack.unverified"].seen
+    # A version packaging cannot read is "could not be compared", a warning.
+    odd = {f.check: f for f in health.stack_findings({**versions, "transformers": "main-branch",
+                                                      "accelerate": "weird"}, compat=compat)}
+    assert odd["stack.transformers"].severity == "warning"
+    assert "could not be compared" in odd["stack.transformers"].seen
+    assert odd["stack.accelerate"].severity == "warning"
+    # Another torch than the release ships; a patch release falls back to its release's row.
+    newer = {**versions, "driver": "1.18.2-abc", "torch": "2.5.1", "habana-torch-plugin": "1.18.2.1"}
+    patch = {f.check: f for f in health.stack_findings(newer, compat=compat)}
+    assert patch["stack.torch"].severity == "warning" and "ships torch 2.4.0" in patch["stack.torch"].seen
+    assert "table row 1.18.0" in patch["stack.compat"].seen and patch["stack.plugin"].severity == "ok"
+    # No Gaudi software: the packages are listed, there is nothing to check them against.
+    bare = {f.check: f for f in health.stack_findings({"torch": "2.5.1", "accelerate": "1.10.0"},
+                                                       compat=compat)}
+    assert "no Gaudi software here" in bare["stack.torch"].seen and "stack.compat" not in bare
+
+
 def test_shipped_compat_table_rows_have_sources() -> None:
     table = health.load_compat()
     assert table["rows"]
     assert all(r["source"].startswith("https://") and r["date"] for r in table["rows"])
+    from packaging.version import Version
+    for r in table["rows"]:
+        Version(r["gaudi_software"])
+        for minimum in r.get("minimums", {}).values():
+            Version(minimum)  # every minimum parses, so a comparison is never silently skipped
 
 
 def test_holders_from_proc_fd(tmp_path: Path) -> None:

@@ -116,7 +116,11 @@ def test_real_doctor_children_on_the_sick_server(sick_server: Path) -> None:
     dead = preflight.check(preflight.local_plan([3], uses_cards=True))
     assert not dead.ok and "0 C" in dead.errors[0]
     fine = preflight.check(preflight.local_plan([4, 7], uses_cards=True))
-    assert fine.ok and not fine.warnings, fine.message()
+    # Free, healthy cards: no card warning and nothing to confirm. The stack warnings of this CPU venv
+    # on a 1.23.0 server (no habana-torch-plugin, another torch) are shown, never asked about.
+    assert fine.ok and not fine.confirm, fine.message()
+    assert not [w for w in fine.warnings if w.startswith("card ")], fine.warnings
+    assert any("habana-torch-plugin is not installed" in w for w in fine.warnings)
     warned = preflight.check(preflight.local_plan([5], uses_cards=True))
     assert warned.ok and any("power slowdown" in w for w in warned.warnings) and warned.confirm
 
