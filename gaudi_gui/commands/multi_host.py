@@ -59,6 +59,30 @@ def _stop_all(runs: list[HostRun], now: bool) -> None:
         list(pool.map(lambda r: _stop(r, now), runs))
 
 
+def _gate_wanted(args: argparse.Namespace) -> bool:
+    return not getattr(args, "no_preflight", False) and getattr(args, "device", "auto") in ("auto", "hpu")
+
+
+def card_gate(hosts: list[remote.Host], cards: dict[str, list[int]]) -> str:
+    """The doctor's gate on every host of a multi-node run: "" to go on, else the reason and the fix.
+
+    One ``doctor --json`` child per host, in parallel, each with a timeout (core.preflight): a held,
+    dead or ECC-failed chosen card, scale-out ports down on a chosen card (a multi-node run needs
+    them), versions differing between the hosts, or a host that does not answer refuse the start.
+    Warnings are printed and let it go on. A host without hl-smi has no cards to check."""
+    from gaudi_gui.core import preflight as gate_mod
+    plan = gate_mod.hosts_plan([gate_mod.Target(h.name, tuple(cards.get(h.name, ())) or None,
+                                                h.remote_command) for h in hosts], multi_node=True)
+    verdict = gate_mod.check(plan)
+    for warning in verdict.warnings:
+        _say(f"gaudi-gui train: preflight warning: {warning}")
+    if verdict.ok:
+        return ""
+    fix = f"; {verdict.suggestion}" if verdict.suggestion else ""
+    return ("preflight refused the start: " + "; ".join(verdict.errors) + fix
+            + " (gaudi-gui doctor --hosts shows all; --no-preflight skips this check)")
+
+
 def train(args: argparse.Namespace) -> int:
     from gaudi_gui.core.jobconfig import JobConfigError, load_job
     try:
@@ -79,11 +103,18 @@ def train(args: argparse.Namespace) -> int:
         _say(f"gaudi-gui train: {exc}")
         return EXIT_HOST
     print(f"pre-flight on {', '.join(h.name for h in hosts)} …", flush=True)
-    problems = preflight(hosts, job, port)
+    # The doctor's card gate runs beside the hosts' pre-flight (both ask every host at once).
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        gate = pool.submit(card_gate, hosts, cards) if _gate_wanted(args) else None
+        problems = preflight(hosts, job, port)
+        refusal = gate.result() if gate is not None else ""
     if problems:
         for line in problems:
             _say(f"gaudi-gui train: {line}")
         return EXIT_HOST
+    if refusal:
+        _say(f"gaudi-gui train: {refusal}")
+        return 2
     runs = [HostRun(h, i) for i, h in enumerate(hosts)]
     for run, part in zip(runs, host_jobs(job, len(hosts), main_ip, port), strict=True):
         problems_ = [m for _f, m in part.validate()]
