@@ -29,7 +29,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the report as one JSON document")
     p.add_argument("--report", default="", metavar="FILE.tar.gz",
                    help="also pack the findings, versions, hl-smi -q, kernel messages and the running "
-                        "runs' last log lines (secrets redacted) for a bug report")
+                        "runs' last log lines (secrets redacted) for a bug report; a .txt path writes "
+                        "it as text, '-' prints that text alone (each host's part is made there)")
     p.add_argument("--smoke", action="store_true",
                    help="also acquire each card in its own child and run a tensor operation")
     p.add_argument("--smoke-timeout", dest="smoke_timeout", type=float, default=120.0, metavar="S",
@@ -104,14 +105,15 @@ def build_report(hosts: list[str], remote_command: str, cards: list[int] | None,
     return Report(hosts=tuple(found), cross_host=tuple(health.cross_host_findings(found)))
 
 
-def write_report(path: Path, report: Report, hl_smi: str) -> None:
-    """A tar.gz for a bug report; every text in it goes through core.secrets.redact."""
-    import io
+#: Each part's heading in the plain-text form of the report (``--report -`` / ``--report FILE.txt``).
+PART_MARK = "==== gaudi-doctor/{} ===="
+
+
+def report_parts(report: Report, hl_smi: str) -> dict[str, str]:
+    """The files of a bug report made on this machine: findings, versions, ``hl-smi -q``, the
+    driver's kernel messages (or why they could not be read), the running runs' last log lines."""
     import shutil
     import subprocess
-    import tarfile
-
-    from gaudi_gui.core.secrets import redact
 
     def text_of(argv: list[str]) -> str:
         try:
@@ -145,6 +147,61 @@ def write_report(path: Path, report: Report, hl_smi: str) -> None:
             continue
         logs.append(f"==== {run.name} ====\n" + "\n".join(tail))
     parts["runs.txt"] = "\n".join(logs) + "\n" if logs else "no running runs\n"
+    return parts
+
+
+def parts_text(parts: dict[str, str]) -> str:
+    """The parts as one redacted text (what "Copy report" puts on the clipboard)."""
+    from gaudi_gui.core.secrets import redact
+    return "".join(f"{PART_MARK.format(name)}\n{redact(text).rstrip()}\n\n" for name, text in parts.items())
+
+
+def text_parts(text: str) -> dict[str, str]:
+    """``parts_text`` read back (a host's ``doctor --report -``); text before any heading is dropped."""
+    import re
+    out: dict[str, str] = {}
+    pieces = re.split(r"^==== gaudi-doctor/(\S+) ====$", text, flags=re.MULTILINE)
+    for name, body in zip(pieces[1::2], pieces[2::2], strict=True):
+        out[name] = body.strip("\n") + "\n"
+    return out
+
+
+def remote_parts(name: str, remote_command: str, timeout: float) -> dict[str, str]:
+    """A host's own report parts: its ``doctor --report -`` (its hl-smi, kernel messages and runs)."""
+    from gaudi_gui.core.remote import HostError, RemoteError, call, find_host
+    try:
+        host = find_host(name, remote_command)
+        code, out, err = call(host, host.gaudi_gui_argv("doctor", "--report", "-"), timeout=timeout)
+    except (HostError, RemoteError) as exc:
+        return {"error.txt": f"{name}: no report: {exc}\n"}
+    got = text_parts(out)
+    return got or {"error.txt": f"{name}: doctor --report - printed no report (exit {code}): "
+                                f"{err.strip()[-500:]}\n"}
+
+
+def write_report(path: Path, report: Report, hl_smi: str, *, hosts: list[str] | None = None,
+                 remote_command: str = "", timeout: float = HOST_TIMEOUT_S) -> None:
+    """A tar.gz (or, for a ``.txt`` path, the plain-text form) for a bug report; every text in it goes
+    through core.secrets.redact. With ``hosts`` each host's files are made on that host (its hl-smi,
+    its kernel messages, its runs) under ``HOST/``, beside this report's findings."""
+    import io
+    import tarfile
+
+    from gaudi_gui.core.secrets import redact
+
+    if hosts:
+        lines = "\n".join(format_finding(f) for f in report.all_findings()) + "\n"
+        parts: dict[str, str] = {"findings.json": json.dumps(report.to_json(), indent=1),
+                                 "findings.txt": lines}
+        with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
+            for name, got in zip(hosts, pool.map(lambda h: remote_parts(h, remote_command, timeout), hosts),
+                                 strict=True):
+                parts.update({f"{name}/{k}": v for k, v in got.items()})
+    else:
+        parts = report_parts(report, hl_smi)
+    if str(path).endswith(".txt"):
+        path.write_text(parts_text(parts))
+        return
     with tarfile.open(path, "w:gz") as tar:
         for name, text in parts.items():
             data = redact(text).encode()
@@ -194,9 +251,14 @@ def run(args: argparse.Namespace) -> int:
             print(f"gaudi-gui doctor: --cards: no card with module id {','.join(map(str, unknown))} "
                   f"(cards here: {','.join(map(str, sorted(seen)))})", file=sys.stderr)
             return 2
+    if args.report == "-":
+        # The plain-text form on stdout, nothing else (a host's part of a report made elsewhere).
+        sys.stdout.write(parts_text(report_parts(report, args.hl_smi)))
+        return report.exit_code
     if args.report:
         try:
-            write_report(Path(args.report), report, args.hl_smi)
+            write_report(Path(args.report), report, args.hl_smi, hosts=names, remote_command=remote_command,
+                         timeout=args.timeout)
         except OSError as exc:
             print(f"gaudi-gui doctor: --report: cannot write {args.report}: {exc.strerror}", file=sys.stderr)
             return 2

@@ -118,6 +118,8 @@ class HealthService(QObject):
     view_requested = Signal(str)
     #: ``write_report`` ended: (written, the report's path or a one-line reason).
     report_written = Signal(bool, str)
+    #: ``copy_report`` ended: (made, the report's redacted text or a one-line reason).
+    report_copied = Signal(bool, str)
 
     def __init__(self, settings: Settings, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -140,6 +142,7 @@ class HealthService(QObject):
         self._report_runner = ProcessRunner(self, parse_protocol=False, tail_lines=20)
         self._report_runner.finished.connect(self._on_report_finished)
         self._report_path = ""
+        self._report_copy = False  # the running report child is for "Copy report" (a temporary .txt)
         settings.value_changed.connect(self._on_setting)
 
     # -- hosts ------------------------------------------------------------------------------------
@@ -239,17 +242,44 @@ class HealthService(QObject):
         if self._report_runner.is_running() or self._shut_down:
             return False
         self._report_path = path
+        self._report_copy = False
         args = ["-m", "gaudi_gui", "doctor", "--report", path, *([] if host == LOCAL else ["--host", host])]
+        self._report_runner.start(sys.executable, args)
+        return True
+
+    def copy_report(self, host: str) -> bool:
+        """Make the same report as text (``doctor --report FILE.txt``, redacted; a remote host's
+        parts made on that host); ``report_copied`` carries the text. False while a report runs."""
+        import tempfile
+        from pathlib import Path
+        if self._report_runner.is_running() or self._shut_down:
+            return False
+        folder = tempfile.mkdtemp(prefix="gaudi-report-")
+        self._report_path = str(Path(folder) / "report.txt")
+        self._report_copy = True
+        args = ["-m", "gaudi_gui", "doctor", "--report", self._report_path,
+                *([] if host == LOCAL else ["--host", host])]
         self._report_runner.start(sys.executable, args)
         return True
 
     def _on_report_finished(self, code: int, status: str) -> None:
         # doctor exits 1 when it found errors: the report is written all the same.
+        last = next((ln.strip() for ln in reversed(self._report_runner.tail(5)) if ln.strip()),
+                    describe_exit(code, status))
+        if self._report_copy:
+            import shutil
+            from pathlib import Path
+            path = Path(self._report_path)
+            try:
+                text = path.read_text(errors="replace") if code in (0, 1) else ""
+            except OSError as exc:
+                text, last = "", f"the report could not be read: {exc.strerror}"
+            shutil.rmtree(path.parent, ignore_errors=True)
+            self.report_copied.emit(bool(text), text or last)
+            return
         if code in (0, 1):
             self.report_written.emit(True, self._report_path)
             return
-        last = next((ln.strip() for ln in reversed(self._report_runner.tail(5)) if ln.strip()),
-                    describe_exit(code, status))
         self.report_written.emit(False, last)
 
     @property

@@ -2,10 +2,11 @@
 
 One row per finding: severity (colour and icon), card (module id, and the index when it differs),
 check, what was seen and the fix in one line; errors first. Refresh runs the doctor again for the
-host; "Copy findings" puts them on the clipboard as text; "Save report…" runs ``gaudi-gui doctor
---report FILE.tar.gz`` (findings, versions, hl-smi -q, kernel messages, the runs' last lines, secrets
-redacted) for a bug report. Everything here is plain text: hl-smi's and a host's output never reach
-rich text.
+host; "Copy findings" puts them on the clipboard as text; "Copy report" puts the whole bug report
+there as text and "Save report…" writes it as a file, both through the health service's ``gaudi-gui
+doctor --report`` child (findings, versions, hl-smi -q, kernel messages, the runs' last lines, secrets
+redacted; a remote host's parts are made on that host). Everything here is plain text: hl-smi's and
+a host's output never reach rich text.
 
 It only listens to the HealthService; it never runs the doctor's checks itself.
 """
@@ -109,6 +110,11 @@ class HealthView(QWidget):
         self.copy_button = QPushButton("&Copy findings", self)
         self.copy_button.setToolTip("put the findings on the clipboard as text")
         self.copy_button.clicked.connect(lambda: self.copy_findings())  # noqa: PLW0108
+        self.copy_report_button = QPushButton("Copy re&port", self)
+        self.copy_report_button.setToolTip("put the whole report on the clipboard as text: findings, "
+                                           "versions, hl-smi -q, kernel messages, the running runs' last "
+                                           "lines (secrets redacted)")
+        self.copy_report_button.clicked.connect(lambda: self.copy_report())  # noqa: PLW0108
         self.report_button = QPushButton("Save &report…", self)
         self.report_button.setToolTip("gaudi-gui doctor --report: findings, versions, hl-smi -q, kernel "
                                       "messages and the runs' last lines (secrets redacted) in a .tar.gz")
@@ -144,6 +150,7 @@ class HealthView(QWidget):
         top.addWidget(self.show_ok)
         top.addWidget(self.refresh_button)
         top.addWidget(self.copy_button)
+        top.addWidget(self.copy_report_button)
         top.addWidget(self.report_button)
         top.addWidget(self.notify_box)
         layout = QVBoxLayout(self)
@@ -153,6 +160,7 @@ class HealthView(QWidget):
 
         # The report is written by the health service's `doctor --report` child; this view binds.
         health.report_written.connect(self._on_report_written)
+        health.report_copied.connect(self._on_report_copied)
 
         health.report_changed.connect(self._on_host_changed)
         health.alerts_changed.connect(self._on_host_changed)
@@ -238,6 +246,23 @@ class HealthView(QWidget):
         self.status_label.setText(f"writing the report to {path}…")
         return True
 
+    def copy_report(self) -> bool:
+        if not self.health.copy_report(self.host()):
+            return False
+        self.copy_report_button.setEnabled(False)
+        self.report_button.setEnabled(False)
+        self.status_label.setText("making the report…")
+        return True
+
+    def _on_report_copied(self, ok: bool, text: str) -> None:
+        self.copy_report_button.setEnabled(True)
+        self.report_button.setEnabled(True)
+        if ok:
+            QGuiApplication.clipboard().setText(text)
+            self.status_label.setText(f"report copied to the clipboard ({len(text.splitlines())} lines)")
+        else:
+            self.status_label.setText(f"the report could not be made: {text}")
+
     def _on_report_written(self, ok: bool, text: str) -> None:
         self.report_button.setEnabled(True)
         if ok:
@@ -250,6 +275,8 @@ class HealthView(QWidget):
         """The view's report child belongs to the health service (it ends it at the app's end)."""
         with contextlib.suppress(RuntimeError, TypeError):
             self.health.report_written.disconnect(self._on_report_written)
+        with contextlib.suppress(RuntimeError, TypeError):
+            self.health.report_copied.disconnect(self._on_report_copied)
 
     # -- showing ----------------------------------------------------------------------------------
 

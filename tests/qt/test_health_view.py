@@ -6,6 +6,7 @@ card 5 in power slowdown, card 6 held through a fixture /proc)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import tarfile
 import time
@@ -234,3 +235,28 @@ def test_an_ended_run_notifies_its_outcome(qtbot, bare: AppServices) -> None:
     with qtbot.waitSignal(bare.notifier.notified, timeout=2000) as shown:
         bare.training.job_finished.emit(Ended())
     assert shown.args == ["Run demo-7 failed", "Failed at step 3: CUDA out of memory"]
+
+
+def test_copy_report_puts_the_redacted_report_on_the_clipboard(qtbot, sick_server: Path,
+                                                              app: MainWindow) -> None:
+    import psutil
+
+    from gaudi_gui.core.jobconfig import JobConfig
+    from gaudi_gui.core.runstore import RunStore
+    run = RunStore().create(JobConfig())  # a running run of this test's GAUDI_GUI_HOME
+    # Its launcher is this test process (alive), so the app's run reconciling leaves it running.
+    run.update_status(state="running", pid=os.getpid(), pid_create_time=psutil.Process().create_time())
+    token = "hf_" + "Zy9Xw8Vu7T" * 3
+    run.log_path.write_text(f"step 1\nHF_TOKEN={token}\nstep 7 loss 0.25\n")
+    view = app.show_health("local")
+    assert isinstance(view, HealthView)
+    QGuiApplication.clipboard().setText("")
+    qtbot.mouseClick(view.copy_report_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: "report copied to the clipboard" in view.status_label.text(), timeout=DOCTOR_S)
+    copied = QGuiApplication.clipboard().text()
+    for part in ("findings.txt", "versions.json", "hl-smi-q.txt", "kernel.txt", "runs.txt"):
+        assert f"==== gaudi-doctor/{part} ====" in copied, part
+    assert "Double Bit ECC          : 2" in copied  # hl-smi -q in full
+    assert "ERROR   card 6" in copied and "held by pid 4242" in copied
+    assert "step 7 loss 0.25" in copied and token not in copied  # the run's last lines, redacted
+    assert view.copy_report_button.isEnabled()

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from gaudi_gui.core.remote import Host, save_hosts
 from tests.remote.conftest import SshHost
@@ -43,3 +44,18 @@ def test_one_host_human_output(ssh_host: SshHost) -> None:
     assert done.returncode == 1  # no /dev/accel nodes here for the fake's 8 cards
     assert f"{ssh_host.dest} card 0" in done.stdout and "stack.devices" in done.stdout
     assert "Traceback" not in done.stderr
+
+
+def test_report_for_a_host_is_made_on_that_host(ssh_host: SshHost, tmp_path: Path) -> None:
+    import tarfile
+    save_hosts([Host.parse(HOST_B, remote_command="env FAKE_HLSMI_DRIVER=1.18.0 python3 -m gaudi_gui")])
+    out = tmp_path / "report.tar.gz"
+    argv = [sys.executable, "-m", "gaudi_gui", "doctor", "--host", HOST_B, "--report", str(out)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=180, env=dict(os.environ))
+    assert done.returncode in (0, 1) and out.exists(), done.stderr
+    with tarfile.open(out) as tar:
+        files = {m.name.split("/", 1)[1]: tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+                 for m in tar.getmembers()}
+    assert {"findings.json", f"{HOST_B}/hl-smi-q.txt", f"{HOST_B}/kernel.txt", f"{HOST_B}/runs.txt",
+            f"{HOST_B}/versions.json"} <= set(files), sorted(files)
+    assert "1.18.0" in files[f"{HOST_B}/hl-smi-q.txt"]  # the host's own hl-smi, not this machine's
