@@ -146,9 +146,9 @@ def main(argv: list[str]) -> int:
             # hl-smi's own process list on the sick server: card 6 held by pid 4242 (the fixture /proc
             # holds it too), nothing else; the recorded rows for cards 0 and 6 are made idle/replaced.
             idle = "|   {}        N/A   N/A    N/A                                      N/A        |"
-            text = re.sub(r"\|   0        10 .*\|", idle.format(0), text)
+            text = re.sub(r"^\|   0        \S+ .*\|$", idle.format(0), text, flags=re.MULTILINE)
             held = "|   6        4242  C      python3 train.py" + " " * 25 + "2040MiB    |"
-            text = re.sub(r"\|   6        20 .*\|", held, text)
+            text = re.sub(r"^\|   6        \S+ .*\|$", held, text, flags=re.MULTILINE)
         sys.stdout.write(text)
         return 0
     opts = fmt.split(",")

@@ -90,7 +90,10 @@ def ssh_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshHos
     program.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n")
     program.chmod(0o755)
     env = dict(os.environ)
+    # An idle server: the recorded HL-225 summary (its Compute Processes all N/A; the HL-205 table's
+    # pids 10 and 20 would make the doctor's busy check see cards 0 and 6 held on every test host).
     env.update({"GAUDI_GUI_HOME": str(home), MARKER: marker, "FAKE_HLSMI_PERIOD": "0.1",
+                "FAKE_HLSMI_TABLE": str(FAKE.parent / "data" / "hlsmi" / "table-hl225-1.12.1.txt"),
                 "PATH": os.pathsep.join([str(fake_bin), str(Path(sys.executable).parent), env["PATH"]])})
     env.pop("GAUDI_GUI_SSH_CONFIG", None)
     port_file = base / "port"
