@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core.alerts import CLEARED, RAISED, Alert, AlertEngine, AlertEvent, Thresholds, card_key
+from gaudi_gui.services.doctor_child import DoctorChild
 from gaudi_gui.services.process import ProcessRunner, delete_when_reaped, describe_exit
 from gaudi_gui.services.settings import Settings
 
@@ -62,29 +63,6 @@ def parse_output(host: str, stdout: str, code: int, status: str, tail: list[str]
         got = HostHealth(host, got.reachable, got.error, got.findings, got.cards, got.free_modules,
                          got.versions)
     return got
-
-
-class _Check(QObject):
-    """One doctor child for one host, with its own timeout."""
-
-    def __init__(self, host: str, parent: QObject) -> None:
-        super().__init__(parent)
-        self.host = host
-        self.out: list[str] = []
-        self.timed_out = False
-        self.runner = ProcessRunner(self, parse_protocol=False, tail_lines=40)
-        self.runner.line_received.connect(self._on_line)
-        self.timer = QTimer(self)
-        self.timer.setSingleShot(True)
-        self.timer.timeout.connect(self._on_timeout)
-
-    def _on_line(self, stream: str, line: str) -> None:
-        if stream == "stdout":
-            self.out.append(line)
-
-    def _on_timeout(self) -> None:
-        self.timed_out = True
-        self.runner.kill_tree()
 
 
 class _PollerWatch(QObject):
@@ -129,7 +107,7 @@ class HealthService(QObject):
         self._hosts: list[str] = [LOCAL]
         self._health: dict[str, HostHealth] = {}
         self._checked_at: dict[str, float] = {}
-        self._checks: dict[str, _Check] = {}
+        self._checks: dict[str, DoctorChild] = {}
         self._pending: set[str] = set()
         self._watches: dict[str, _PollerWatch] = {}
         self.engine = AlertEngine(thresholds_from(settings))
@@ -164,7 +142,7 @@ class HealthService(QObject):
         self._hosts.remove(host)
         check = self._checks.pop(host, None)
         if check is not None:
-            check.timer.stop()
+            check.cancel()
             delete_when_reaped(check)
         self._health.pop(host, None)
         watch = self._watches.pop(host, None)
@@ -221,7 +199,7 @@ class HealthService(QObject):
         self._running = False
         self._timer.stop()
         for check in list(self._checks.values()):
-            check.timer.stop()
+            check.cancel()
             if check.runner.is_running():
                 check.runner.kill_tree()
 
@@ -298,21 +276,20 @@ class HealthService(QObject):
         old = self._checks.pop(host, None)
         if old is not None:
             old.deleteLater()
-        check = _Check(host, self)
+        check = DoctorChild(self)
+        check.setObjectName(host)
         self._checks[host] = check
-        check.runner.finished.connect(lambda code, status, c=check: self._on_finished(c, code, status))
-        args = list(self.command[1:])
+        check.ended.connect(lambda code, status, c=check: self._on_finished(c, code, status))
+        argv = list(self.command)
         if host != LOCAL:
             # One argv element each: the host name never reaches a shell here (the doctor quotes it
             # for ssh itself).
-            args += ["--host", host]
-        check.timer.start(int(float(self.settings.get("health/timeout_s")) * 1000))
-        check.runner.start(self.command[0], args)
+            argv += ["--host", host]
+        check.start(argv, int(float(self.settings.get("health/timeout_s")) * 1000))
         self.checking_changed.emit(host, True)
 
-    def _on_finished(self, check: _Check, code: int, status: str) -> None:
-        check.timer.stop()
-        host = check.host
+    def _on_finished(self, check: DoctorChild, code: int, status: str) -> None:
+        host = check.objectName()
         if self._checks.get(host) is not check:
             return  # a host no longer watched, or a newer check replaced it
         if check.timed_out:
@@ -321,7 +298,7 @@ class HealthService(QObject):
             timeout = float(self.settings.get("health/timeout_s"))
             found = HostHealth(host, False, f"the doctor did not answer within {timeout:g} s")
         else:
-            found = parse_output(host, "\n".join(check.out), code, status, check.runner.tail(20))
+            found = parse_output(host, check.stdout(), code, status, check.tail(20))
         self._health[host] = found
         self._checked_at[host] = time.time()
         self.checking_changed.emit(host, False)

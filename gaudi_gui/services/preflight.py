@@ -13,43 +13,19 @@ from __future__ import annotations
 import dataclasses
 import time
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core import preflight as core
-from gaudi_gui.services.process import ProcessRunner, delete_when_reaped
+from gaudi_gui.services.doctor_child import DoctorChild
+from gaudi_gui.services.process import delete_when_reaped
 
 _TAIL = 20
-
-
-class _HostCheck(QObject):
-    """One doctor child for one host, with its timeout."""
-
-    def __init__(self, target: core.Target, parent: QObject) -> None:
-        super().__init__(parent)
-        self.target = target
-        self.out: list[str] = []
-        self.timed_out = False
-        self.done = False
-        self.code = -1
-        self.runner = ProcessRunner(self, parse_protocol=False, tail_lines=_TAIL)
-        self.runner.line_received.connect(self._on_line)
-        self.timer = QTimer(self)
-        self.timer.setSingleShot(True)
-        self.timer.timeout.connect(self._on_timeout)
-
-    def _on_line(self, stream: str, line: str) -> None:
-        if stream == "stdout":
-            self.out.append(line)
-
-    def _on_timeout(self) -> None:
-        self.timed_out = True
-        self.runner.kill_tree()
 
 
 @dataclasses.dataclass
 class _Run:
     plan: core.Plan
-    checks: list[_HostCheck]
+    checks: list[tuple[core.Target, DoctorChild]]
     started_at: float
 
 
@@ -81,39 +57,33 @@ class PreflightService(QObject):
         self._runs[key] = run
         self.started.emit(key, plan)
         for target in plan.targets:
-            check = _HostCheck(target, self)
-            run.checks.append(check)
-            check.runner.finished.connect(
-                lambda code, _status, c=check, r=run, k=key: self._on_finished(k, r, c, code))
-            argv = core.doctor_argv(target, plan, python=self.python)
-            check.timer.start(limit_ms)
-            check.runner.start(argv[0], argv[1:])
+            check = DoctorChild(self, tail_lines=_TAIL)
+            run.checks.append((target, check))
+            check.ended.connect(lambda _code, _status, r=run, k=key: self._on_finished(k, r))
+            check.start(core.doctor_argv(target, plan, python=self.python), limit_ms)
         return True
 
     def cancel(self, key: str) -> None:
         """Forget ``key``'s check under way: its children are killed, nothing is emitted for it."""
         run = self._runs.pop(key, None)
-        for check in run.checks if run is not None else []:
-            check.timer.stop()
+        for _target, check in run.checks if run is not None else []:
+            check.cancel()
             delete_when_reaped(check)
 
     def shutdown(self) -> None:
         for key in list(self._runs):
             self.cancel(key)
 
-    def _on_finished(self, key: str, run: _Run, check: _HostCheck, code: int) -> None:
-        check.timer.stop()
-        check.done = True
-        check.code = code
-        if self._runs.get(key) is not run or not all(c.done for c in run.checks):
+    def _on_finished(self, key: str, run: _Run) -> None:
+        if self._runs.get(key) is not run or not all(c.done for _t, c in run.checks):
             return
         del self._runs[key]
         limit = core.child_timeout_s(run.plan)
         replies = []
-        for c in run.checks:
+        for target, c in run.checks:
             exit_code: int | None = None if c.timed_out else c.code
-            replies.append(core.host_reply(c.target, "\n".join(c.out), code=exit_code,
-                                           tail=c.runner.tail(_TAIL), timeout_s=limit))
+            replies.append(core.host_reply(target, c.stdout(), code=exit_code, tail=c.tail(_TAIL),
+                                           timeout_s=limit))
             c.deleteLater()
         verdict = core.decide(run.plan, core.combine(replies), elapsed_s=time.monotonic() - run.started_at)
         self.finished.emit(dataclasses.replace(verdict, key=key))
