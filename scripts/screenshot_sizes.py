@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from screenshots import _choose_platform, _fake_hl_smi  # noqa: E402
+from screenshots import _choose_platform, _fake_hl_smi
 
 SIZES = ((1280, 800), (1024, 700))
 #: Tab indexes in the main window.

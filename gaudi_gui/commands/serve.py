@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from gaudi_gui.core import paths, protocol
+from gaudi_gui.core import paths, protocol, visibility
 from gaudi_gui.core import serve as sv
 from gaudi_gui.core.proctree import ProcessTree
 
@@ -69,6 +69,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="name of the environment variable holding the API key (vLLM only)")
     p.add_argument("--listen-all", action="store_true",
                    help="bind all interfaces instead of loopback (needs --api-key-env)")
+    p.add_argument("--cards", default="", metavar="IDS",
+                   help="the cards the engine may use: module ids on Gaudi (HABANA_VISIBLE_MODULES), "
+                        "indexes on CUDA (CUDA_VISIBLE_DEVICES); default every card")
     p.add_argument("--events", action="store_true", help="print JSON-lines events for the app")
 
 
@@ -123,11 +126,18 @@ def _raise_stop(signum: int, frame: object) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = _Out(args.events)
+    problems: list[tuple[str, str]] = []
+    cards: tuple[int, ...] = ()
+    if args.cards:
+        try:
+            cards = tuple(visibility.parse_cards(args.cards))
+        except ValueError as exc:
+            problems.append(("cards", str(exc).removeprefix("--cards ")))
     spec = sv.ServeSpec(model=args.model, engine=args.engine, port=args.port, device=args.device,
                         dtype=args.dtype, quantization=args.quantization, adapter=args.adapter,
                         max_model_len=args.max_model_len, api_key_env=args.api_key_env,
-                        listen_all=args.listen_all)
-    problems = spec.problems()
+                        listen_all=args.listen_all, cards=cards)
+    problems += spec.problems()
     if args.remote_port and not 1 <= args.remote_port <= 65535:
         problems.append(("remote_port", "a port is 1-65535"))
     host = (args.host or "").strip()
@@ -272,6 +282,8 @@ def _get(url: str, key: str = "", timeout: float = 2.0) -> int:
 def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter: str, *, bind: str,
                 out: _Out) -> int:
     env = dict(os.environ)
+    # Only the chosen cards (HABANA_VISIBLE_MODULES / CUDA_VISIBLE_DEVICES), as a training run's.
+    env.update(visibility.device_env(sv.device_here(spec.device), spec.cards))
     key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
     if choice.engine == "vllm":
         program = shutil.which("vllm")

@@ -25,6 +25,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 ENGINES = ("auto", "transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda", "hpu")
@@ -111,6 +112,8 @@ class ServeSpec:
     max_model_len: int = 0
     api_key_env: str = ""
     listen_all: bool = False
+    #: The cards the engine may use (module ids on Gaudi, indexes on CUDA); empty: every card.
+    cards: tuple[int, ...] = ()
 
     def problems(self) -> list[tuple[str, str]]:
         """(field, message) for each bad value, before anything starts."""
@@ -147,6 +150,8 @@ class ServeSpec:
             args.append(f"--api-key-env={self.api_key_env}")
         if self.listen_all:
             args.append("--listen-all")
+        if self.cards:
+            args.append("--cards=" + ",".join(str(c) for c in sorted(set(self.cards))))
         return args
 
 
@@ -378,6 +383,100 @@ def python_snippet(url: str, model: str, api_key_env: str = "") -> str:
     ])
 
 
+# -- talking to the endpoint (the runner's chat through the server) -----------------------------------
+
+def chat_body(model: str, params: Any, *, messages: list[dict[str, str]] | None = None,
+              prompt: str | None = None) -> dict[str, Any]:
+    """An OpenAI request for the runner's generation settings (``core.generation.GenerationParams``):
+    ``/chat/completions`` with ``messages``, ``/completions`` with ``prompt``; always streamed, with
+    the usage in the last chunk. Greedy (``do_sample`` off) is temperature 0. Settings the OpenAI API
+    does not have (top_k, repetition penalty, beams) are left to the server's defaults."""
+    body: dict[str, Any] = {"stream": True, "stream_options": {"include_usage": True},
+                            "max_tokens": int(params.max_new_tokens)}
+    if model:
+        body["model"] = model
+    if params.do_sample:
+        body["temperature"] = float(params.temperature)
+        body["top_p"] = float(params.top_p)
+    else:
+        body["temperature"] = 0.0
+    if params.seed is not None:
+        body["seed"] = int(params.seed)
+    if params.stop:
+        body["stop"] = list(params.stop)[:4]
+    if messages is not None:
+        body["messages"] = messages
+    else:
+        body["prompt"] = prompt or ""
+    return body
+
+
+class SseReader:
+    """Server-sent events read as they arrive: ``feed(bytes)`` returns the JSON object of every
+    complete ``data:`` line (``"[DONE]"`` as the string), keeping a partial line for the next feed.
+    A ``data:`` line that is not JSON is returned as ``{"error": {"message": line}}``."""
+
+    def __init__(self) -> None:
+        self._partial = b""
+
+    def feed(self, data: bytes) -> list[Any]:
+        self._partial += data
+        *lines, self._partial = self._partial.split(b"\n")
+        out: list[Any] = []
+        for raw in lines:
+            line = raw.strip().decode("utf-8", errors="replace")
+            if not line.startswith("data:"):
+                continue  # comments, event: lines, the blank line between events
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                out.append("[DONE]")
+                continue
+            try:
+                out.append(json.loads(payload))
+            except ValueError:
+                out.append({"error": {"message": payload[:300]}})
+        return out
+
+
+def chunk_text(event: dict[str, Any]) -> str:
+    """The text one streamed chunk adds (chat: ``delta.content``; completions: ``text``)."""
+    text = ""
+    for choice in event.get("choices") or []:
+        if not isinstance(choice, dict):
+            continue
+        delta = choice.get("delta")
+        if isinstance(delta, dict) and isinstance(delta.get("content"), str):
+            text += delta["content"]
+        elif isinstance(choice.get("text"), str):
+            text += choice["text"]
+    return text
+
+
+def chunk_finish(event: dict[str, Any]) -> str:
+    """A chunk's finish reason ("stop", "length") or ""."""
+    for choice in event.get("choices") or []:
+        if isinstance(choice, dict) and choice.get("finish_reason"):
+            return str(choice["finish_reason"])
+    return ""
+
+
+def endpoint_stats(*, started: float, first: float | None, ended: float, chunks: int,
+                   usage: dict[str, Any] | None, finish: str) -> dict[str, Any]:
+    """The runner's stats line for an answer from the endpoint (``core.generation.format_stats``):
+    TTFT from the request to the first text, tokens (the server's usage, else the text chunks) and
+    decode tokens/s after the first token."""
+    tokens = int((usage or {}).get("completion_tokens") or chunks)
+    stats: dict[str, Any] = {"tokens": tokens, "total_s": ended - started,
+                             "stop_reason": {"stop": "eos", "length": "max tokens"}.get(finish, finish),
+                             "source": "endpoint"}
+    if first is not None:
+        stats["ttft_s"] = first - started
+        decode = ended - first
+        if tokens > 1 and decode > 0:
+            stats["decode_tokens_per_s"] = (tokens - 1) / decode
+    return stats
+
+
 # -- ports -----------------------------------------------------------------------------------------
 
 def port_free(port: int, address: str = LOOPBACK) -> bool:
@@ -401,7 +500,7 @@ def pick_free_port(address: str = LOOPBACK) -> int:
 
 __all__ = ["ALL_INTERFACES", "BLOCK", "DEFAULT_PORT", "DEVICES", "DTYPES", "ENGINES", "LOOPBACK",
            "QUANTIZATIONS", "VLLM_INSTALL_HINT", "EngineChoice", "RequestRecord", "ServeError", "ServeSpec",
-           "WarmupParser", "WarmupProgress", "check_model", "choose_engine", "curl_snippet", "device_here",
-           "endpoint_url",
+           "SseReader", "WarmupParser", "WarmupProgress", "chat_body", "check_model", "choose_engine",
+           "chunk_finish", "chunk_text", "curl_snippet", "device_here", "endpoint_stats", "endpoint_url",
            "parse_request", "parse_throughput", "pick_free_port", "port_free", "python_snippet",
            "size_max_model_len", "transformers_argv", "vllm_argv", "vllm_here"]

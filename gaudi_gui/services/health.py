@@ -281,6 +281,9 @@ class HealthService(QObject):
         self._checks[host] = check
         check.ended.connect(lambda code, status, c=check: self._on_finished(c, code, status))
         argv = list(self.command)
+        hl_smi = str(self.settings.get("devices/hl_smi") or "").strip()
+        if host == LOCAL and hl_smi:
+            argv += ["--hl-smi", hl_smi]  # the Devices panel's hl-smi (settings), as the start gate
         if host != LOCAL:
             # One argv element each: the host name never reaches a shell here (the doctor quotes it
             # for ssh itself).

@@ -18,6 +18,8 @@ from PySide6.QtCore import QObject, Signal
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.serve import EngineChoice, ServeSpec, choose_engine, device_here, vllm_here
+from gaudi_gui.services.device_selection import DeviceSelection
+from gaudi_gui.services.endpoint_chat import EndpointChat
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
 
 
@@ -46,6 +48,14 @@ class ServeService(QObject):
         #: The id the server answers to (what a request's "model" must be, or leave out).
         self.model_id = ""
         self.state = "stopped"
+        #: The environment variable holding the server's API key ("" for none): the chat sends it.
+        self.api_key_env = ""
+        #: The runner's chat through this server (``chat.generate(self.url, self.model_id, …)``).
+        self.chat = EndpointChat(self)
+        #: The name of the server's claim on its cards ("Serve :8000").
+        self.claim_name = ""
+        self._selection: DeviceSelection | None = None
+        self._claim_ids: list[int] = []
         self._stopped = False
         self._failure: dict[str, Any] | None = None
         self.last_argv: list[str] = []
@@ -64,14 +74,21 @@ class ServeService(QObject):
         return [self.python, "-m", "gaudi_gui", "serve", *spec.cli_args(), *extra, "--events", *place]
 
     def start(self, spec: ServeSpec, placement: Placement | None = None, *,
-              remote_port: int = 0) -> list[tuple[str, str]]:
-        """Start the server; the problems at their fields instead (nothing started then)."""
+              remote_port: int = 0, selection: DeviceSelection | None = None) -> list[tuple[str, str]]:
+        """Start the server; the problems at their fields instead (nothing started then). With the
+        placement's card ``selection``, the server holds its cards there while it runs (a claim the
+        Devices and Hosts views show, and other starts warn about)."""
         if self.runner.is_running():
             return [("", "a server is already running: stop it first")]
         problems = spec.problems()
         if problems:
             return problems
         self.url, self._stopped, self._failure = "", False, None
+        self.api_key_env = spec.api_key_env
+        self._release()
+        self._selection = selection
+        self._claim_ids = list(spec.cards) if spec.cards else (selection.job_ids() if selection else [])
+        self.claim_name = f"Serve :{spec.port}"
         self.last_argv = self.argv(spec, placement, remote_port=remote_port)
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
@@ -111,11 +128,32 @@ class ServeService(QObject):
         elif kind == "serve_url":
             self.url = str(message.get("url", ""))
             self.model_id = str(message.get("model", ""))
+            if self._selection is not None:
+                self._selection.claim(self.claim_name, self._claim_ids)
             self.url_ready.emit(self.url)
         elif kind == "serve_request":
             self.request.emit(message)
 
+    def ready(self) -> bool:
+        """The endpoint answers (the chat can talk to it)."""
+        return self.state == "ready" and bool(self.url)
+
+    def generate(self, params: Any, *, messages: list[dict[str, str]] | None = None,
+                 prompt: str | None = None) -> bool:
+        """One streamed answer from the running server (``chat``'s signals carry it)."""
+        if not self.ready():
+            return False
+        return self.chat.generate(self.url, self.model_id, params, api_key_env=self.api_key_env,
+                                  messages=messages, prompt=prompt)
+
+    def _release(self) -> None:
+        if self._selection is not None and self.claim_name:
+            self._selection.release(self.claim_name)
+        self._selection = None
+
     def _on_finished(self, code: int, status: str) -> None:
+        self.chat.cancel()
+        self._release()
         self.url = ""
         if self._stopped or (code == 0 and self._failure is None):
             self._set_state("stopped", "stopped")

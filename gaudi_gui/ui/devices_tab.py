@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QPushButton,
+    QScrollArea,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -145,7 +146,17 @@ class DevicesTab(QWidget):
         lower_layout.addWidget(self.process_table)
         # A plain layout, not a splitter: the table is as tall as its rows, the processes table is
         # short, and the charts take whatever height is left whatever the state panel shows.
-        layout = QVBoxLayout(self)
+        # All of it scrolls when the window is shorter than that (a 1280x800 laptop with the Health
+        # dock open), rather than making the window taller than the screen.
+        content = QWidget(self)
+        scroll = QScrollArea(self)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
+        layout = QVBoxLayout(content)
         layout.addWidget(self.state_panel)
         layout.addWidget(self.runtime_panel)
         layout.addLayout(top)
@@ -153,6 +164,7 @@ class DevicesTab(QWidget):
         layout.addWidget(upper, 0)
         layout.addWidget(self.charts, 1)
         layout.addWidget(lower, 0)
+        scroll.setWidget(content)
 
         self._keys: list[str] = []
         self._host_key: str | None = None
@@ -360,6 +372,10 @@ class DevicesTab(QWidget):
         else:
             var = "HABANA_VISIBLE_MODULES" if sel.kind == "hpu" else "CUDA_VISIBLE_DEVICES"
             text = f"no card checked: jobs see every card ({var} unset)"
+        held = {job: ids for job, ids in sel.claims().items() if ids}
+        if held:
+            text += " · in use: " + "; ".join(f"{job} (cards {','.join(map(str, ids))})"
+                                              for job, ids in sorted(held.items()))
         self.env_label.setText(text)
         warnings = sel.warnings()
         self.selection_warning.setText("\n".join(f"⚠ {w}" for w in warnings))

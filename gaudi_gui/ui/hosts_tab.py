@@ -367,6 +367,9 @@ class HostsTab(QWidget):
 
     def _fill_cards(self, item: QTreeWidgetItem, name: str, cards: list[DeviceSample]) -> None:
         busy = 0
+        # What this app runs there holds its cards (a run, the Model runner, a server): said per card.
+        selection = self.services.selection if name == LOCAL else self.hosts.selection(name)
+        holders = selection.holders() if selection is not None else {}
         for child, s in zip(_children(item), cards, strict=True):
             label = f"{s.kind} {s.index}" + (f" (module {s.module_id})" if s.module_id is not None else "")
             util = s.utilization
@@ -374,8 +377,9 @@ class HostsTab(QWidget):
             busy += is_busy
             mem = (f"{(s.memory_used_mib or 0) / 1024:.1f} / {s.memory_total_mib / 1024:.0f} GiB"
                    if s.memory_total_mib else "—")
-            values = [label, _num(util), mem, _num(s.temperature_c), _num(s.power_w), "", "",
-                      "busy" if is_busy else "idle"]
+            held = holders.get(s.module_id if s.kind == "hpu" and s.module_id is not None else s.index)
+            state = ("busy" if is_busy else "idle") + (f" · {', '.join(held)}" if held else "")
+            values = [label, _num(util), mem, _num(s.temperature_c), _num(s.power_w), "", "", state]
             for col, value in enumerate(values):
                 child.setText(col, value)
             child.setForeground(STATE, QBrush(_WARN) if is_busy else QBrush())

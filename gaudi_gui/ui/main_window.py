@@ -17,6 +17,7 @@ from gaudi_gui.services.context import AppServices
 from gaudi_gui.ui.tab import JobOwner
 
 if TYPE_CHECKING:
+    from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.ui.devices_tab import DevicesTab
     from gaudi_gui.ui.environment_tab import EnvironmentTab
     from gaudi_gui.ui.health_view import HealthView
@@ -240,6 +241,8 @@ class MainWindow(QMainWindow):
             self.health_view = HealthView(health, dock)
             dock.setWidget(self.health_view)
             self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
+            # Room for the findings (about ten rows at 1280x800), not the dock's bare minimum.
+            self.resizeDocks([dock], [max(260, int(self.height() * 0.45))], Qt.Orientation.Vertical)
             self._health_dock = dock
         view = self.health_view
         assert view is not None and self._health_dock is not None
@@ -263,10 +266,21 @@ class MainWindow(QMainWindow):
             dock = QDockWidget("Serve", self)
             dock.setObjectName("serve_dock")
             hosts = self.services.hosts
-            self.serve_panel = ServePanel(self.services.ensure_serve(self.services.settings.parent()), dock,
-                                          hosts=hosts.saved if hosts is not None else None)
+            services = self.services
+
+            def selection_for(name: str) -> DeviceSelection | None:
+                if name == "local":
+                    return services.selection
+                return hosts.selection(name) if hosts is not None else None
+
+            self.serve_panel = ServePanel(services.ensure_serve(services.settings.parent()), dock,
+                                          hosts=hosts.saved if hosts is not None else None,
+                                          selection_for=selection_for)
             if hosts is not None:
                 hosts.changed.connect(self.serve_panel.refresh_hosts)
+            runner = self._built.get("runner_tab")
+            if runner is not None:  # built before the server existed: offer it the endpoint now
+                cast("RunnerTab", runner).bind_serve(self.serve_panel.service)
             dock.setWidget(self.serve_panel)
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
             self._serve_dock = dock

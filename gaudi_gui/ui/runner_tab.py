@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGridLayout,
     QGroupBox,
     QHBoxLayout,
@@ -40,6 +41,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QSpinBox,
     QSplitter,
     QVBoxLayout,
@@ -68,6 +70,7 @@ from gaudi_gui.ui import remote_browser
 
 if TYPE_CHECKING:
     from gaudi_gui.services.hosts import HostsService
+    from gaudi_gui.services.serve import ServeService
 
 MAX_RECENT = 10
 MODIFIED = " (modified)"
@@ -293,6 +296,13 @@ class RunnerTab(QWidget):
         self.export_button.clicked.connect(self._export_dialog)
         self.clear_button = QPushButton("Clear")
         self.clear_button.clicked.connect(self.clear)
+        #: Answers come from the Serve endpoint instead of this tab's worker (shown while a server runs).
+        self.use_endpoint = QCheckBox("Answer from the Serve endpoint")
+        self.use_endpoint.setToolTip("Send the conversation to the running server (the Serve panel's URL, "
+                                     "model id and API key), as your own code would")
+        self.use_endpoint.hide()
+        self.use_endpoint.toggled.connect(lambda _on: self._update_send())
+        self._serve: ServeService | None = None
         self.stats = QLabel("")
         self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.prompt_error = QLabel("")
@@ -306,6 +316,7 @@ class RunnerTab(QWidget):
         chat.setContentsMargins(0, 0, 0, 0)
         chat.addWidget(self.view, 1)
         chat.addWidget(self.stats)
+        chat.addWidget(self.use_endpoint)
         chat.addWidget(self.prompt)
         chat.addWidget(self.prompt_error)
         # Send/Stop on the left, what to do with the answers on the right; the notice wraps on its own
@@ -326,8 +337,16 @@ class RunnerTab(QWidget):
         left_layout.setContentsMargins(0, 0, 0, 0)
         left_layout.addWidget(params_box)
         left_layout.addStretch(1)
+        # The generation settings scroll when the window is short (a 1280x800 laptop with the Health
+        # dock open): the tab's height is the conversation's, not the sum of every field.
+        left_scroll = QScrollArea()
+        left_scroll.setWidget(left)
+        left_scroll.setWidgetResizable(True)
+        left_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        left_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        left_scroll.setMinimumWidth(left.minimumSizeHint().width() + 16)
         splitter = QSplitter()
-        splitter.addWidget(left)
+        splitter.addWidget(left_scroll)
         splitter.addWidget(chat_box)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([340, 900])
@@ -361,6 +380,8 @@ class RunnerTab(QWidget):
         if services.environment.result:
             self._on_probe(services.environment.result)
         self._on_state(self.client.state)
+        if services.serve is not None:
+            self.bind_serve(services.serve)
 
     # -- model ------------------------------------------------------------------------------------------
 
@@ -759,11 +780,18 @@ class RunnerTab(QWidget):
             return
         self.conversation.system = self.system_prompt.toPlainText()
         chat = self.chat_mode.isChecked()
+        endpoint = self._endpoint_on()
+        if endpoint and self._serve is not None:
+            if self._serve.chat.is_busy():
+                return
+            generate = self._serve.generate
+        else:
+            generate = self.client.generate
         if chat:
             messages = [*self.conversation.messages(), {"role": "user", "content": text}]
-            ok = self.client.generate(params, messages=messages)
+            ok = generate(params, messages=messages)
         else:
-            ok = self.client.generate(params, prompt=text)
+            ok = generate(params, prompt=text)
         if not ok:
             return
         self._settings.set("runner/generation", params.to_dict())
@@ -778,7 +806,9 @@ class RunnerTab(QWidget):
 
     def stop(self) -> None:
         """Stop the answer; while loading, cancel the load (Esc does both)."""
-        if self.client.state == gc.LOADING:
+        if self._serve is not None and self._serve.chat.is_busy():
+            self._serve.chat.cancel()
+        elif self.client.state == gc.LOADING:
             self.cancel_load()
         else:
             self.client.cancel()
@@ -799,7 +829,8 @@ class RunnerTab(QWidget):
             self.conversation.add_user(self._pending_user)
             self.conversation.add_assistant(self._answer, stats)
             self._pending_user = None
-        self.stats.setText(format_stats(stats))
+        line = format_stats(stats)
+        self.stats.setText(f"endpoint · {line}" if stats.get("source") == "endpoint" else line)
 
     def _on_error(self, kind: str, message: str) -> None:
         if self.client.state != gc.LOADING:
@@ -830,8 +861,60 @@ class RunnerTab(QWidget):
         self.cancel_load_button.setVisible(state == gc.LOADING)
         self.cancel_load_button.setEnabled(state == gc.LOADING)
         self.unload_button.setEnabled(state == gc.LOADED)
-        self.send_button.setEnabled(state == gc.LOADED)
-        self.stop_button.setEnabled(state == gc.GENERATING)
+        self._update_send()
+
+    # -- the Serve endpoint -----------------------------------------------------------------------------
+
+    def bind_serve(self, serve: ServeService) -> None:
+        """Offer the running server as where answers come from (the app's one ServeService)."""
+        if self._serve is serve:
+            return
+        self._serve = serve
+        # Bound methods, not lambdas: Qt drops these connections when this tab goes (the service stays).
+        serve.state_changed.connect(self._on_serve_state)
+        serve.url_ready.connect(self._on_serve_url)
+        serve.chat.token_received.connect(self._on_token)
+        serve.chat.generation_finished.connect(self._on_finished)
+        serve.chat.error_occurred.connect(self._on_endpoint_error)
+        serve.chat.busy_changed.connect(self._on_chat_busy)
+        self._update_endpoint()
+
+    def _on_serve_state(self, _state: str, _message: str) -> None:
+        self._update_endpoint()
+
+    def _on_serve_url(self, _url: str) -> None:
+        self._update_endpoint()
+
+    def _on_chat_busy(self, _busy: bool) -> None:
+        self._update_send()
+
+    def _endpoint_on(self) -> bool:
+        return self._serve is not None and self.use_endpoint.isChecked() and self._serve.ready()
+
+    def _update_endpoint(self) -> None:
+        serve = self._serve
+        ready = serve is not None and serve.ready()
+        self.use_endpoint.setVisible(ready)
+        if ready and serve is not None:
+            self.use_endpoint.setText(f"Answer from the Serve endpoint ({serve.url})")
+        self._update_send()
+
+    def _update_send(self) -> None:
+        chat_busy = self._serve is not None and self._serve.chat.is_busy()
+        if self._endpoint_on():
+            self.send_button.setEnabled(not chat_busy)
+            self.stop_button.setEnabled(chat_busy)
+            self.stop_button.setToolTip("Esc: the request is closed; the server stops generating")
+            return
+        state = self.client.state
+        self.send_button.setEnabled(state == gc.LOADED and not chat_busy)
+        self.stop_button.setEnabled(state == gc.GENERATING or chat_busy)
+        self.stop_button.setToolTip("Esc: the worker stops within one token")
+
+    def _on_endpoint_error(self, kind: str, message: str) -> None:
+        self._pending_user = None
+        self.stats.setText(f"<span style='color:#b00020'><b>{html.escape(kind)}:</b> "
+                           f"{html.escape(message)}</span>")
 
     def copy_answer(self) -> None:
         answer = self.conversation.last_answer()

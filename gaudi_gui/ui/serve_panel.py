@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtGui import QGuiApplication
+from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from gaudi_gui.core import serve as sv
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.remote import Host
+from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.serve import ServeService
 
 LOCAL_LABEL = "this machine"
@@ -41,10 +42,13 @@ COLUMNS = ("time", "method", "path", "status", "prompt tok", "completion tok", "
 
 class ServePanel(QWidget):
     def __init__(self, service: ServeService, parent: QWidget | None = None, *,
-                 hosts: Callable[[], list[Host]] | None = None) -> None:
+                 hosts: Callable[[], list[Host]] | None = None,
+                 selection_for: Callable[[str], DeviceSelection | None] | None = None) -> None:
         super().__init__(parent)
         self.service = service
         self._hosts = hosts or (lambda: [])
+        #: The card selection of a place ("local" or a host's name): the Devices / Hosts tab's choice.
+        self._selection_for = selection_for or (lambda _name: None)
         self.setObjectName("serve_panel")
 
         self.model = QLineEdit("builtin:demo")
@@ -60,6 +64,9 @@ class ServePanel(QWidget):
         self.engine.addItems(sv.ENGINES)
         self.engine_reason = QLabel("")
         self.engine_reason.setWordWrap(True)
+        #: The cards the server will hold: the place's card selection (Devices tab / a host's panel).
+        self.cards_note = QLabel("")
+        self.cards_note.setWordWrap(True)
         self.port = QSpinBox()
         self.port.setRange(1, 65535)
         self.port.setValue(sv.DEFAULT_PORT)
@@ -84,6 +91,7 @@ class ServePanel(QWidget):
         form = QFormLayout()
         form.addRow("Model", self.model)
         form.addRow("Host", self.host)
+        form.addRow("Cards", self.cards_note)
         form.addRow("Device", self.device)
         form.addRow("Dtype", self.dtype)
         form.addRow("Quantization", self.quantization)
@@ -138,6 +146,9 @@ class ServePanel(QWidget):
             box.currentIndexChanged.connect(self._update_choice)
         self.prompt_tokens.valueChanged.connect(self._update_choice)
         self.answer_tokens.valueChanged.connect(self._update_choice)
+        local = self._selection_for("local")
+        if local is not None:  # the Devices tab's checks change what a start here would hold
+            local.selection_changed.connect(self._on_selection_changed)
         service.state_changed.connect(self._on_state)
         service.progress.connect(self._on_progress)
         service.url_ready.connect(self._on_url)
@@ -166,6 +177,23 @@ class ServePanel(QWidget):
         chosen = next((h for h in self._hosts() if h.name == name), None)
         return Placement.on_host(chosen or Host.parse(name))
 
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._update_cards()  # a host's choice may have changed in its panel meanwhile
+
+    def _on_selection_changed(self, _ids: list) -> None:
+        self._update_cards()
+
+    def selection(self) -> DeviceSelection | None:
+        place = self.placement()
+        return self._selection_for("local" if place.is_local else place.hosts[0].name)
+
+    def _cards(self) -> tuple[int, ...]:
+        chosen = self.selection()
+        if chosen is None or not chosen.jobs_use_cards() or self.device.currentText() == "cpu":
+            return ()
+        return tuple(chosen.selected)
+
     def _choice(self) -> sv.EngineChoice | None:
         if not self.placement().is_local:
             return None
@@ -174,7 +202,18 @@ class ServePanel(QWidget):
         except sv.ServeError as exc:
             return sv.EngineChoice("", exc.message)
 
+    def _update_cards(self) -> None:
+        chosen = self.selection()
+        if chosen is None or not chosen.jobs_use_cards() or self.device.currentText() == "cpu":
+            self.cards_note.setText("none: the server runs on the CPU")
+            return
+        cards = self._cards()
+        where = "this machine's Devices tab" if self.placement().is_local else "that host's card choice"
+        self.cards_note.setText(f"{','.join(map(str, cards))} (the choice in {where})" if cards
+                                else f"every card (none checked in {where})")
+
     def _update_choice(self) -> None:
+        self._update_cards()
         choice = self._choice()
         if choice is None:
             self.engine_reason.setText("decided on the host when it starts (vLLM where importable there)")
@@ -203,13 +242,13 @@ class ServePanel(QWidget):
                             dtype=self.dtype.currentText(), quantization=self.quantization.currentText(),
                             adapter=self.adapter.text().strip(), max_model_len=sized,
                             api_key_env=self.api_key_env.text().strip(),
-                            listen_all=self.listen_all.isChecked())
+                            listen_all=self.listen_all.isChecked(), cards=self._cards())
 
     # -- actions ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         self.field_error.setText("")
-        problems = self.service.start(self.spec(), self.placement())
+        problems = self.service.start(self.spec(), self.placement(), selection=self.selection())
         if problems:
             words = [f"{f.replace('_', ' ')}: {m}" if f else m for f, m in problems]
             self.field_error.setText("; ".join(words))

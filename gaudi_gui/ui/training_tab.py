@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
     QFileDialog,
+    QFrame,
     QGridLayout,
     QHBoxLayout,
     QLabel,
@@ -167,9 +168,17 @@ class TrainingTab(QWidget):
         rl.addWidget(self.hosts_line)
         rl.addLayout(prow)
         rl.addWidget(self.views, 1)
+        # The right column scrolls when the window is short (a 1280x800 laptop with the Health dock
+        # open) instead of making the whole window taller than the screen.
+        right_scroll = QScrollArea(self)
+        right_scroll.setWidgetResizable(True)
+        right_scroll.setWidget(right)
+        right_scroll.setFrameShape(QFrame.Shape.NoFrame)
+        right_scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        right_scroll.setMinimumWidth(right.minimumSizeHint().width() + 16)
         splitter = QSplitter(Qt.Orientation.Horizontal, self)
         splitter.addWidget(scroll)
-        splitter.addWidget(right)
+        splitter.addWidget(right_scroll)
         splitter.setStretchFactor(0, 2)
         splitter.setStretchFactor(1, 3)
         # A handle a person can see and grab; both positions are remembered.

@@ -151,6 +151,10 @@ def test_not_a_model_and_bad_input(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "gaudi_gui", "serve", "--model", "m", "--listen-all"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "requires an API key" in done.stderr
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "serve", "--model", "m", "--cards", "2;3"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--cards: takes card ids separated by commas" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
 
 
 def test_failed_start_shows_the_engines_last_lines(tmp_path: Path) -> None:

@@ -105,3 +105,70 @@ def test_bad_input_at_the_field_and_a_taken_port(qtbot: QtBot, window: MainWindo
     assert panel.field_error.text().startswith("port:")
     assert panel.start_button.isEnabled()
 
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_the_runner_chats_through_the_endpoint(qtbot: QtBot, window: MainWindow) -> None:
+    """With a server running, the Model runner's answers come from the endpoint when the user ticks
+    "Answer from the Serve endpoint" (no model loaded in the runner's own worker): streamed text, the
+    stats line, a request in the panel's log; Stop closes a long answer; a stopped server hides it."""
+    # This machine as a Gaudi server whose stack works (8 cards, 2 and 3 checked in Devices): the
+    # server holds the checked cards while it runs, and the Devices tab says so.
+    services = window.services
+    devices = window.devices_tab  # built first: it restores the saved (empty) selection
+    services.environment.probe_finished.disconnect(services.selection.set_environment)
+    services.selection.set_environment(None)
+    services.selection.set_kind("hpu", list(range(8)))
+    services.selection.set_selected([2, 3])
+    runner = window.runner_tab
+    window.tabs.setCurrentWidget(runner)
+    assert not runner.use_endpoint.isVisible() and not runner.send_button.isEnabled()
+    panel = _open_panel(qtbot, window)
+    assert panel.cards_note.text() == "2,3 (the choice in this machine's Devices tab)"
+    port = pick_free_port()
+    _type_port(qtbot, panel, port)
+    click(qtbot, panel.start_button)
+    assert "--cards=2,3" in panel.service.last_argv
+    qtbot.waitUntil(lambda: panel.status.text().startswith("ready"), timeout=180_000)
+    qtbot.waitUntil(lambda: services.selection.claims() == {f"Serve :{port}": [2, 3]}, timeout=5000)
+    qtbot.waitUntil(lambda: f"in use: Serve :{port} (cards 2,3)" in devices.env_label.text(), timeout=5000)
+    qtbot.waitUntil(runner.use_endpoint.isVisible, timeout=5000)
+    assert f"127.0.0.1:{port}/v1" in runner.use_endpoint.text()
+    click(qtbot, runner.use_endpoint)
+    assert runner.use_endpoint.isChecked() and runner.send_button.isEnabled()
+    assert runner.client.state != "loaded"  # the runner's own worker has no model
+
+    runner.chat_mode.setChecked(True)
+    runner.max_new_tokens.setValue(8)
+    runner.do_sample.setChecked(False)
+    qtbot.keyClicks(runner.prompt, "Hello there")
+    click(qtbot, runner.send_button)
+    qtbot.waitUntil(lambda: runner.stats.text().startswith("endpoint · TTFT"), timeout=120_000)
+    assert "tokens" in runner.stats.text()
+    answer = runner.conversation.last_answer()
+    assert answer and answer in runner.view.toPlainText()
+
+    def paths() -> list[str]:
+        return [item.text() for r in range(panel.requests.rowCount())
+                if (item := panel.requests.item(r, 2)) is not None]
+
+    qtbot.waitUntil(lambda: "/v1/chat/completions" in paths(), timeout=20_000)
+
+    # A long answer, stopped by clicking Stop once text arrives.
+    runner.max_new_tokens.setValue(100_000)
+    qtbot.keyClicks(runner.prompt, "Tell me everything")
+    before = len(runner.view.toPlainText())
+    click(qtbot, runner.send_button)
+    qtbot.waitUntil(lambda: len(runner.view.toPlainText()) > before + 40 and runner.stop_button.isEnabled(),
+                    timeout=120_000)
+    click(qtbot, runner.stop_button)
+    qtbot.waitUntil(lambda: runner.stats.text().endswith("stopped"), timeout=20_000)
+    assert runner.send_button.isEnabled() and not runner.stop_button.isEnabled()
+
+    click(qtbot, panel.stop_button)
+    qtbot.waitUntil(lambda: panel.status.text().startswith("stopped"), timeout=60_000)
+    qtbot.waitUntil(lambda: not runner.use_endpoint.isVisible(), timeout=5000)
+    assert not runner.send_button.isEnabled()  # back to the runner's own worker: nothing loaded
+    # The claim ends with the server's process (its "stopped" line comes a moment before).
+    qtbot.waitUntil(lambda: services.selection.claims() == {}, timeout=30_000)
+    assert "in use" not in devices.env_label.text()

@@ -91,7 +91,11 @@ def test_host_without_hl_smi_shows_its_cpu_ram_and_nvidia_gpus(make_poller, qtbo
 def test_broken_hl_smi_path_of_a_host_reads_the_host(make_poller, qtbot, ssh_host: SshHost) -> None:
     """The host's hl-smi path cannot be run (a failure of that setting, retried), while the host's
     own ``gaudi-gui devices`` finds the hl-smi on its PATH: cards and processes come from the host."""
-    poller, seen, selection = make_poller(Host.parse(ssh_host.dest, "", "/nonexistent/hl-smi"))
+    # The host's table lists processes (the recorded HL-205 one: pid 10 on card 0, pid 20 on card 6;
+    # the test server's default is an idle host).
+    table = Path(__file__).resolve().parents[1] / "data" / "hlsmi" / "table-hl205-1.18.0.txt"
+    remote_command = f"env FAKE_HLSMI_TABLE={table} python3 -m gaudi_gui"
+    poller, seen, selection = make_poller(Host.parse(ssh_host.dest, remote_command, "/nonexistent/hl-smi"))
     poller.start()
     qtbot.waitUntil(lambda: poller.state == dp.STATE_FAILED and bool(seen.snapshots)
                     and bool(seen.processes) and seen.loops >= 2, timeout=60000)

@@ -102,7 +102,35 @@ def test_a_dropped_connection_is_made_again_and_the_endpoint_answers(ssh_host: S
             if line.startswith("http://"):
                 break
         assert ssh_host.processes(), "the server runs on the host"
-        ssh_host.drop()  # a network cut: every connection goes at once
+        # A long answer streams through the forward when the network goes: the client's stream ends
+        # with an error within seconds (it does not hang on a half-open forward).
+        streamer = OpenAI(base_url=f"http://127.0.0.1:{local}/v1", api_key="none", max_retries=0, timeout=60)
+        got: list[str] = []
+        ended: list[BaseException | None] = []
+
+        def stream() -> None:
+            try:
+                chunks = streamer.chat.completions.create(
+                    model=streamer.models.list().data[0].id, stream=True, max_tokens=100_000,
+                    messages=[{"role": "user", "content": "Tell me everything"}])
+                for chunk in chunks:
+                    got.extend(c.delta.content or "" for c in chunk.choices)
+                ended.append(None)
+            except BaseException as exc:  # what the user's code sees is the point
+                ended.append(exc)
+
+        reader = threading.Thread(target=stream, daemon=True)
+        reader.start()
+        deadline = time.monotonic() + 120
+        while len(got) < 5 and time.monotonic() < deadline and reader.is_alive():
+            time.sleep(0.05)
+        assert len(got) >= 5, ended
+        dropped_at = time.monotonic()
+        ssh_host.drop()  # a network cut mid-stream: every connection goes at once
+        reader.join(30)
+        assert not reader.is_alive(), "the stream hung after the forward dropped"
+        assert time.monotonic() - dropped_at < 30
+        assert ended and ended[0] is not None, "a cut stream must end with an error, not as complete"
         # The guard ended the server there; the command starts it again on a new connection.
         for line in proc.stdout:
             seen.append(line)

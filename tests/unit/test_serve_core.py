@@ -127,3 +127,46 @@ def test_port_checks() -> None:
         sock.bind(("127.0.0.1", port))
         sock.listen()
         assert not serve.port_free(port)
+
+
+def test_sse_reader_keeps_partial_lines_and_reads_done() -> None:
+    from gaudi_gui.core.serve import SseReader, chunk_finish, chunk_text
+    reader = SseReader()
+    first = b'data: {"choices": [{"delta": {"content": "Hel"}}]}\n\ndata: {"choices": [{"del'
+    assert [chunk_text(e) for e in reader.feed(first)] == ["Hel"]
+    rest = b'ta": {"content": "lo"}, "finish_reason": "stop"}]}\n\n: keep-alive\n\ndata: [DONE]\n\n'
+    events = reader.feed(rest)
+    assert chunk_text(events[0]) == "lo" and chunk_finish(events[0]) == "stop" and events[1] == "[DONE]"
+    assert reader.feed(b"data: not json\n") == [{"error": {"message": "not json"}}]
+    assert chunk_text({"choices": [{"text": " world", "index": 0}]}) == " world"  # /completions
+    assert chunk_text({"choices": "garbage"}) == "" and chunk_finish({}) == ""
+
+
+def test_chat_body_maps_the_runner_settings() -> None:
+    from gaudi_gui.core.generation import GenerationParams
+    from gaudi_gui.core.serve import chat_body
+    greedy = chat_body("m", GenerationParams(do_sample=False, max_new_tokens=9, seed=3, stop=["\n\n"]),
+                       messages=[{"role": "user", "content": "hi"}])
+    assert greedy == {"stream": True, "stream_options": {"include_usage": True}, "max_tokens": 9,
+                      "model": "m", "temperature": 0.0, "seed": 3, "stop": ["\n\n"],
+                      "messages": [{"role": "user", "content": "hi"}]}
+    sampled = chat_body("", GenerationParams(temperature=0.5, top_p=0.9), prompt="Once")
+    assert sampled["prompt"] == "Once" and "model" not in sampled and "messages" not in sampled
+    assert (sampled["temperature"], sampled["top_p"]) == (0.5, 0.9)
+
+
+def test_endpoint_stats_from_usage_or_chunks() -> None:
+    from gaudi_gui.core.generation import format_stats
+    from gaudi_gui.core.serve import endpoint_stats
+    stats = endpoint_stats(started=10.0, first=10.25, ended=11.25, chunks=5,
+                           usage={"completion_tokens": 11}, finish="length")
+    assert stats["tokens"] == 11 and stats["ttft_s"] == 0.25 and stats["decode_tokens_per_s"] == 10.0
+    assert format_stats(stats) == "TTFT 250 ms · 10.0 tok/s · 11 tokens · 1.25 s · max tokens"
+    none = endpoint_stats(started=0.0, first=None, ended=1.0, chunks=0, usage=None, finish="")
+    assert none["tokens"] == 0 and "ttft_s" not in none
+
+
+def test_spec_cards_reach_the_command_line() -> None:
+    from gaudi_gui.core.serve import ServeSpec
+    assert ServeSpec(model="m", cards=(3, 2, 2)).cli_args()[-1] == "--cards=2,3"
+    assert not any(a.startswith("--cards") for a in ServeSpec(model="m").cli_args())
