@@ -288,7 +288,7 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
     if choice.engine == "vllm":
         program = shutil.which("vllm")
         if program is None:
-            out.fail(f"--engine: {sv.VLLM_INSTALL_HINT}")
+            out.fail(f"--engine: {sv.vllm_install_hint()}")
             return 2
         argv = sv.vllm_argv([program], model, spec, bind=bind, adapter=adapter)
         if key:

@@ -45,6 +45,33 @@ VLLM_INSTALL_HINT = ("vLLM is not installed there; on Gaudi install Intel's vllm
 _DTYPE_WORDS = {"auto": "auto", "bf16": "bfloat16", "fp32": "float32"}
 
 
+def gaudi_software_here() -> str:
+    """This machine's Gaudi software release as its habana-torch-plugin says ("1.23.0"), or ""."""
+    from importlib import metadata
+    try:
+        version = metadata.version("habana-torch-plugin")
+    except metadata.PackageNotFoundError:
+        return ""
+    return ".".join(version.split(".")[:3])
+
+
+def vllm_install_hint(software: str | None = None, compat: dict[str, Any] | None = None) -> str:
+    """Where vLLM is missing: Intel's install page, and what the doctor's compatibility table
+    (resources/gaudi-compat.json) says about vLLM for this Gaudi software release, with its source."""
+    from gaudi_gui.core.health import compat_row, load_compat
+    software = gaudi_software_here() if software is None else software
+    if not software:
+        return VLLM_INSTALL_HINT
+    row, exact = compat_row(compat if compat is not None else load_compat(), software)
+    if row is None:
+        return (f"{VLLM_INSTALL_HINT} (Gaudi software {software} is not in the compatibility table: "
+                "check Intel's support matrix for the vllm-gaudi version)")
+    note = str(row.get("vllm") or "the table does not name a vLLM version")
+    release = "" if exact else f" (the {row.get('gaudi_software')} row)"
+    return (f"{VLLM_INSTALL_HINT}. For Gaudi software {software}{release} Intel's support matrix says: "
+            f"{note} ({row.get('source', 'no source')}, read {row.get('date', '?')})")
+
+
 class ServeError(ValueError):
     """Bad input for a server (the field and the message for a person)."""
 
@@ -69,7 +96,7 @@ def choose_engine(requested: str, *, vllm_importable: bool, device: str) -> Engi
         return EngineChoice("transformers", "transformers serve, as chosen")
     if requested == "vllm":
         if not vllm_importable:
-            raise ServeError("engine", VLLM_INSTALL_HINT)
+            raise ServeError("engine", vllm_install_hint())
         return EngineChoice("vllm", "vLLM, as chosen")
     if requested != "auto":
         raise ServeError("engine", f"unknown engine {requested!r} (choose {', '.join(ENGINES)})")
@@ -498,9 +525,41 @@ def pick_free_port(address: str = LOOPBACK) -> int:
         return int(sock.getsockname()[1])
 
 
-__all__ = ["ALL_INTERFACES", "BLOCK", "DEFAULT_PORT", "DEVICES", "DTYPES", "ENGINES", "LOOPBACK",
-           "QUANTIZATIONS", "VLLM_INSTALL_HINT", "EngineChoice", "RequestRecord", "ServeError", "ServeSpec",
-           "SseReader", "WarmupParser", "WarmupProgress", "chat_body", "check_model", "choose_engine",
-           "chunk_finish", "chunk_text", "curl_snippet", "device_here", "endpoint_stats", "endpoint_url",
-           "parse_request", "parse_throughput", "pick_free_port", "port_free", "python_snippet",
-           "size_max_model_len", "transformers_argv", "vllm_argv", "vllm_here"]
+__all__ = [
+    "ALL_INTERFACES",
+    "BLOCK",
+    "DEFAULT_PORT",
+    "DEVICES",
+    "DTYPES",
+    "ENGINES",
+    "LOOPBACK",
+    "QUANTIZATIONS",
+    "VLLM_INSTALL_HINT",
+    "EngineChoice",
+    "RequestRecord",
+    "ServeError",
+    "ServeSpec",
+    "SseReader",
+    "WarmupParser",
+    "WarmupProgress",
+    "chat_body",
+    "check_model",
+    "choose_engine",
+    "chunk_finish",
+    "chunk_text",
+    "curl_snippet",
+    "device_here",
+    "endpoint_stats",
+    "endpoint_url",
+    "gaudi_software_here",
+    "parse_request",
+    "parse_throughput",
+    "pick_free_port",
+    "port_free",
+    "python_snippet",
+    "size_max_model_len",
+    "transformers_argv",
+    "vllm_argv",
+    "vllm_here",
+    "vllm_install_hint",
+]

@@ -170,3 +170,15 @@ def test_spec_cards_reach_the_command_line() -> None:
     from gaudi_gui.core.serve import ServeSpec
     assert ServeSpec(model="m", cards=(3, 2, 2)).cli_args()[-1] == "--cards=2,3"
     assert not any(a.startswith("--cards") for a in ServeSpec(model="m").cli_args())
+
+
+def test_vllm_hint_reads_the_compatibility_table() -> None:
+    from gaudi_gui.core.serve import VLLM_INSTALL_HINT, vllm_install_hint
+    assert vllm_install_hint("") == VLLM_INSTALL_HINT  # no Gaudi software here: the docs' page alone
+    hint = vllm_install_hint("1.23.0")
+    assert hint.startswith(VLLM_INSTALL_HINT) and "vLLM fork from v0.9.0.1" in hint
+    assert "Support_Matrix.html" in hint and "read 2026-12-03" in hint
+    assert "(the 1.23.0 row)" in vllm_install_hint("1.23.1")  # a patch release: its release's row
+    assert "not in the compatibility table" in vllm_install_hint("1.99.0")
+    table = {"rows": [{"gaudi_software": "1.20.0", "source": "S", "date": "D"}]}
+    assert "the table does not name a vLLM version (S, read D)" in vllm_install_hint("1.20.0", table)
