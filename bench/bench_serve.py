@@ -159,6 +159,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             _end(proc, group=True)
 
     result = interleaved_metrics(app_once, direct_once, repeats)
+    host_rows = _host_rows(tmp, measure, model_dir, 3 if quick else 7)
     rows = [row("serve Start -> ready, demo model, CPU (app vs transformers serve by hand)",
                 result["ready_s"], unit="s", goal="ratio close to 1 (s, lower is better)")]
     for clients in (1, 4):
@@ -166,6 +167,52 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                         result[f"tokens_per_s_{clients}"], unit="tok/s",
                         goal=f"ratio >= 0.95 ({NEW_TOKENS} new tokens per client, demo model, CPU)"))
         rows.append(row(f"serve TTFT, {clients} client(s), app endpoint vs engine direct",
+                        result[f"ttft_ms_{clients}"], unit="ms", goal="< 5 ms added"))
+    return rows + host_rows
+
+
+def _host_rows(tmp: Path, measure: Any, model_dir: str, repeats: int) -> list[dict[str, Any]]:
+    """A host's endpoint through the app's forward (``serve --host``: ssh -L on the multiplexed
+    connection to the host's loopback) against the same server's port on the host queried directly.
+    The "host" is the bench SSH server on 127.0.0.1, so its loopback port is reachable from here: one
+    server, the two paths alternating request round by request round (forward, direct, forward, …)."""
+    from bench.bench_remote import ssh_server
+
+    saved = {k: os.environ.get(k) for k in ("GAUDI_GUI_DEMO_MODEL_DIR", "HF_HUB_OFFLINE", "GAUDI_GUI_HOME")}
+    os.environ.update({"GAUDI_GUI_DEMO_MODEL_DIR": model_dir, "HF_HUB_OFFLINE": "1",
+                       "GAUDI_GUI_HOME": str(tmp / "host-home")})
+    try:
+        with ssh_server(tmp / "ssh") as alias:
+            local, remote = pick_free_port(), pick_free_port()
+            proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "serve", "--host", alias, "--model",
+                                     "builtin:demo", "--device", "cpu", "--port", str(local), "--remote-port",
+                                     str(remote)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    text=True, env=dict(os.environ))
+            try:
+                assert proc.stdout is not None
+                for line in proc.stdout:
+                    if line.startswith("http://"):
+                        break
+                else:
+                    raise RuntimeError("serve --host ended before it printed its URL")
+                forward = f"http://127.0.0.1:{local}/v1"
+                direct = f"http://127.0.0.1:{remote}/v1"
+                measure(forward)  # the first requests of a fresh server pay for its lazy set-up
+                result = interleaved_metrics(lambda: measure(forward), lambda: measure(direct), repeats)
+            finally:
+                _end(proc)
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    rows = []
+    for clients in (1, 4):
+        rows.append(row(f"serve on a host: streaming tokens/s, {clients} client(s), through the forward vs "
+                        "the host's port", result[f"tokens_per_s_{clients}"], unit="tok/s",
+                        goal="ratio >= 0.95"))
+        rows.append(row(f"serve on a host: TTFT, {clients} client(s), through the forward vs the host's port",
                         result[f"ttft_ms_{clients}"], unit="ms", goal="< 5 ms added"))
     return rows
 
