@@ -9,6 +9,7 @@ finding is an error, 1 when one is, 2 for bad input. This process never imports 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -31,6 +32,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also pack the findings, versions, hl-smi -q, kernel messages and the running "
                         "runs' last log lines (secrets redacted) for a bug report; a .txt path writes "
                         "it as text, '-' prints that text alone (each host's part is made there)")
+    p.add_argument("--background", action="store_true",
+                   help="run at low CPU priority (nice 10), here and on the hosts: the app's periodic "
+                        "checks, which must not take the cores from the window or a run")
     p.add_argument("--smoke", action="store_true",
                    help="also acquire each card in its own child and run a tensor operation")
     p.add_argument("--smoke-timeout", dest="smoke_timeout", type=float, default=120.0, metavar="S",
@@ -48,6 +52,10 @@ def _roots(hl_smi: str) -> health.Roots:
                         dev=Path(env.get("GAUDI_GUI_DOCTOR_DEV", "/dev")), hl_smi=hl_smi)
 
 
+#: Set by ``--background``: the hosts' doctors run at low priority too.
+_BACKGROUND: list[str] = []
+
+
 def check_remote(name: str, remote_command: str, cards: str, timeout: float,
                  smoke: bool = False) -> HostHealth:
     """``doctor --json`` on one host; any failure becomes an unreachable HostHealth naming it."""
@@ -55,7 +63,7 @@ def check_remote(name: str, remote_command: str, cards: str, timeout: float,
     try:
         host = find_host(name, remote_command)
         argv = host.gaudi_gui_argv("doctor", "--json", *(["--cards", cards] if cards else []),
-                                   *(["--smoke"] if smoke else []))
+                                   *(["--smoke"] if smoke else []), *_BACKGROUND)
         code, out, err = call(host, argv, timeout=timeout)
     except (HostError, RemoteError) as exc:
         return HostHealth(name, False, str(exc))
@@ -219,6 +227,11 @@ def format_finding(f: Finding) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "background", False):
+        # Low priority for this process and everything it starts (hl-smi, ssh, the smoke children).
+        with contextlib.suppress(OSError):
+            os.nice(10)
+        _BACKGROUND[:] = ["--background"]
     host = (getattr(args, "host", "") or "").strip()
     hosts_text = (args.hosts or "").strip()
     remote_command = (getattr(args, "remote_command", "") or "").strip()

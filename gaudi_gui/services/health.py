@@ -103,7 +103,10 @@ class HealthService(QObject):
         super().__init__(parent)
         self.settings = settings
         #: The doctor's command line before the host options (tests put another child here).
-        self.command: list[str] = [sys.executable, "-m", "gaudi_gui", "doctor", "--json"]
+        # --background: the periodic checks run at low CPU priority (here and on the hosts), so that
+        # they never take the cores from the window or a run (the start gate's check runs at normal
+        # priority: someone is waiting for it).
+        self.command: list[str] = [sys.executable, "-m", "gaudi_gui", "doctor", "--json", "--background"]
         self._hosts: list[str] = [LOCAL]
         self._health: dict[str, HostHealth] = {}
         self._checked_at: dict[str, float] = {}
