@@ -87,8 +87,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
             QTest.mouseClick(tab.btn["Start"], Qt.MouseButton.LeftButton)
             _wait(app, lambda: bool(started), 120)
             if not started:
+                last = " | ".join(tab.log.plain_text().splitlines()[-4:])[-300:]
                 raise RuntimeError(f"the run did not start: {tab.status.text()} {tab.gate_label.text()} "
-                                   f"(job {tab.job.state}, Start reads {tab.btn['Start'].text()!r})")
+                                   f"(job {tab.job.state}, running {len(training.running())}; {last})")
             took = started[0] - t0
             for job in training.running():
                 job.kill()
