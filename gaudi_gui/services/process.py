@@ -184,6 +184,8 @@ class ProcessRunner(QObject):
         self._argv: list[str] = []
         self._start_error: str | None = None
         self._stopping = False
+        #: A kill asked for before the child had started (no pid yet): done the moment it starts.
+        self._kill_pending = False
         self._finished_reported = False
         self.started_at = 0.0
         self.finished_at = 0.0
@@ -234,6 +236,7 @@ class ProcessRunner(QObject):
         self._tree = None
         self._start_error = None
         self._stopping = False
+        self._kill_pending = False
         self._finished_reported = False
         self._detached = False
         self._pid = 0
@@ -307,6 +310,10 @@ class ProcessRunner(QObject):
         """SIGTERM the child (its whole group when it has its own session), SIGKILL all after grace."""
         if not self.is_running():
             return
+        if self._tree is None:
+            # Still starting (no pid yet): nothing of it can have done work; end it as it starts.
+            self.kill_tree()
+            return
         self._stopping = True
         self._record_descendants()
         self._signal_group(signal.SIGTERM)
@@ -317,6 +324,9 @@ class ProcessRunner(QObject):
         self._stopping = True
         self._kill_timer.stop()
         if self._tree is None:
+            # Asked before the child started (Stop pressed right after Start): QProcess has no pid
+            # yet. Without this the kill was lost and the run went on with no one to stop it.
+            self._kill_pending = self.is_running()
             return
         if self.is_running():
             self._tree.kill()
@@ -351,6 +361,9 @@ class ProcessRunner(QObject):
         # of their own; a child that then ends by itself is swept with what was recorded (the
         # device poller's hl-smi runs). Without this scan such a helper outlived its run.
         self._record_descendants()
+        if self._kill_pending:
+            self._kill_pending = False
+            self._tree.kill()
         self.started.emit(self._pid)
 
     def _on_stdout(self) -> None:

@@ -210,3 +210,19 @@ def test_delete_when_reaped_waits_for_the_killed_children(qtbot) -> None:
     idle.destroyed.connect(lambda *_a: gone.append(True))
     delete_when_reaped(idle)
     qtbot.waitUntil(lambda: bool(gone), timeout=5000)
+
+
+@pytest.mark.parametrize("how", ["kill", "terminate"])
+def test_a_kill_asked_before_the_child_started_is_not_lost(qtbot, tmp_path: Path, how: str) -> None:
+    """Stop pressed right after Start: QProcess has no pid yet. The kill is done as the child starts
+    (before, it was dropped and the child ran on with no one to stop it)."""
+    marker = tmp_path / "ran"
+    runner = ProcessRunner()
+    runner.start(sys.executable, ["-c", f"import pathlib, time; time.sleep(1.5); "
+                                        f"pathlib.Path({str(marker)!r}).write_text('x'); time.sleep(600)"])
+    assert runner.pid == 0  # not started yet: nothing ran the event loop
+    with qtbot.waitSignal(runner.finished, timeout=15000) as blocker:
+        runner.kill_tree() if how == "kill" else runner.terminate_tree(grace_ms=5000)
+    assert blocker.args == [-9, EXIT_CRASHED]
+    qtbot.wait(2000)
+    assert not marker.exists()
