@@ -52,18 +52,15 @@ def _roots(hl_smi: str) -> health.Roots:
                         dev=Path(env.get("GAUDI_GUI_DOCTOR_DEV", "/dev")), hl_smi=hl_smi)
 
 
-#: Set by ``--background``: the hosts' doctors run at low priority too.
-_BACKGROUND: list[str] = []
-
-
-def check_remote(name: str, remote_command: str, cards: str, timeout: float,
-                 smoke: bool = False) -> HostHealth:
+def check_remote(name: str, remote_command: str, cards: str, timeout: float, *,
+                 smoke: bool = False, background: bool = False) -> HostHealth:
     """``doctor --json`` on one host; any failure becomes an unreachable HostHealth naming it."""
     from gaudi_gui.core.remote import HostError, RemoteError, call, find_host
     try:
         host = find_host(name, remote_command)
         argv = host.gaudi_gui_argv("doctor", "--json", *(["--cards", cards] if cards else []),
-                                   *(["--smoke"] if smoke else []), *_BACKGROUND)
+                                   *(["--smoke"] if smoke else []),
+                                   *(["--background"] if background else []))
         code, out, err = call(host, argv, timeout=timeout)
     except (HostError, RemoteError) as exc:
         return HostHealth(name, False, str(exc))
@@ -104,17 +101,25 @@ def with_smoke(found: HostHealth, cards: list[int] | None, timeout: float) -> Ho
 
 
 def build_report(hosts: list[str], remote_command: str, cards: list[int] | None, cards_text: str, *,
-                 hl_smi: str, timeout: float, smoke: bool = False, smoke_timeout: float = 120.0) -> Report:
+                 hl_smi: str, timeout: float, smoke: bool = False, smoke_timeout: float = 120.0,
+                 background: bool = False) -> Report:
     if not hosts:
         here = health.check_host(_roots(hl_smi), cards=cards)
         return Report(hosts=(with_smoke(here, cards, smoke_timeout) if smoke else here,))
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-        found = list(pool.map(lambda h: check_remote(h, remote_command, cards_text, timeout, smoke), hosts))
+        found = list(pool.map(lambda h: check_remote(h, remote_command, cards_text, timeout, smoke=smoke,
+                                                     background=background), hosts))
     return Report(hosts=tuple(found), cross_host=tuple(health.cross_host_findings(found)))
 
 
 #: Each part's heading in the plain-text form of the report (``--report -`` / ``--report FILE.txt``).
 PART_MARK = "==== gaudi-doctor/{} ===="
+
+
+def findings_parts(report: Report) -> dict[str, str]:
+    """The report's findings, as JSON and as the lines the doctor prints."""
+    return {"findings.json": json.dumps(report.to_json(), indent=1),
+            "findings.txt": "\n".join(format_finding(f) for f in report.all_findings()) + "\n"}
 
 
 def report_parts(report: Report, hl_smi: str) -> dict[str, str]:
@@ -134,8 +139,7 @@ def report_parts(report: Report, hl_smi: str) -> dict[str, str]:
         return done.stdout
 
     parts: dict[str, str] = {
-        "findings.json": json.dumps(report.to_json(), indent=1),
-        "findings.txt": "\n".join(format_finding(f) for f in report.all_findings()) + "\n",
+        **findings_parts(report),
         "versions.json": json.dumps({h.host: h.versions for h in report.hosts}, indent=1),
     }
     program = hl_smi or os.environ.get("GAUDI_GUI_HL_SMI", "") or shutil.which("hl-smi") or ""
@@ -198,9 +202,7 @@ def write_report(path: Path, report: Report, hl_smi: str, *, hosts: list[str] | 
     from gaudi_gui.core.secrets import redact
 
     if hosts:
-        lines = "\n".join(format_finding(f) for f in report.all_findings()) + "\n"
-        parts: dict[str, str] = {"findings.json": json.dumps(report.to_json(), indent=1),
-                                 "findings.txt": lines}
+        parts = findings_parts(report)
         with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
             for name, got in zip(hosts, pool.map(lambda h: remote_parts(h, remote_command, timeout), hosts),
                                  strict=True):
@@ -231,7 +233,6 @@ def run(args: argparse.Namespace) -> int:
         # Low priority for this process and everything it starts (hl-smi, ssh, the smoke children).
         with contextlib.suppress(OSError):
             os.nice(10)
-        _BACKGROUND[:] = ["--background"]
     host = (getattr(args, "host", "") or "").strip()
     hosts_text = (args.hosts or "").strip()
     remote_command = (getattr(args, "remote_command", "") or "").strip()
@@ -256,7 +257,8 @@ def run(args: argparse.Namespace) -> int:
     if host and host != "local":
         names = [host]
     report = build_report(names, remote_command, cards, args.cards, hl_smi=args.hl_smi,
-                          timeout=args.timeout, smoke=args.smoke, smoke_timeout=args.smoke_timeout)
+                          timeout=args.timeout, smoke=args.smoke, smoke_timeout=args.smoke_timeout,
+                          background=args.background)
     if cards is not None:
         seen = {int(c["module_id"]) for h in report.hosts for c in h.cards}
         unknown = sorted(set(cards) - seen) if seen else []

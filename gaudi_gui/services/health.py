@@ -220,26 +220,24 @@ class HealthService(QObject):
     def write_report(self, host: str, path: str) -> bool:
         """Start ``gaudi-gui doctor --report PATH`` for ``host`` (``report_written`` follows); False
         while one is being written."""
-        if self._report_runner.is_running() or self._shut_down:
-            return False
-        self._report_path = path
-        self._report_copy = False
-        args = ["-m", "gaudi_gui", "doctor", "--report", path, *([] if host == LOCAL else ["--host", host])]
-        self._report_runner.start(sys.executable, args)
-        return True
+        return self._start_report(host, path, copy=False)
 
     def copy_report(self, host: str) -> bool:
         """Make the same report as text (``doctor --report FILE.txt``, redacted; a remote host's
         parts made on that host); ``report_copied`` carries the text. False while a report runs."""
-        import tempfile
-        from pathlib import Path
+        return self._start_report(host, "", copy=True)
+
+    def _start_report(self, host: str, path: str, *, copy: bool) -> bool:
+        """The ``doctor --report`` child: into ``path``, or (``copy``) a temporary .txt read back."""
         if self._report_runner.is_running() or self._shut_down:
             return False
-        folder = tempfile.mkdtemp(prefix="gaudi-report-")
-        self._report_path = str(Path(folder) / "report.txt")
-        self._report_copy = True
-        args = ["-m", "gaudi_gui", "doctor", "--report", self._report_path,
-                *([] if host == LOCAL else ["--host", host])]
+        self._report_copy = copy
+        if copy:
+            import tempfile
+            from pathlib import Path
+            path = str(Path(tempfile.mkdtemp(prefix="gaudi-report-")) / "report.txt")
+        self._report_path = path
+        args = ["-m", "gaudi_gui", "doctor", "--report", path, *([] if host == LOCAL else ["--host", host])]
         self._report_runner.start(sys.executable, args)
         return True
 

@@ -188,11 +188,16 @@ class ServePanel(QWidget):
         place = self.placement()
         return self._selection_for("local" if place.is_local else place.hosts[0].name)
 
-    def _cards(self) -> tuple[int, ...]:
+    def _card_selection(self) -> DeviceSelection | None:
+        """The place's card choice when the server will run on its cards (None: on the CPU)."""
         chosen = self.selection()
         if chosen is None or not chosen.jobs_use_cards() or self.device.currentText() == "cpu":
-            return ()
-        return tuple(chosen.selected)
+            return None
+        return chosen
+
+    def _cards(self) -> tuple[int, ...]:
+        chosen = self._card_selection()
+        return tuple(chosen.selected) if chosen is not None else ()
 
     def _choice(self) -> sv.EngineChoice | None:
         if not self.placement().is_local:
@@ -203,8 +208,7 @@ class ServePanel(QWidget):
             return sv.EngineChoice("", exc.message)
 
     def _update_cards(self) -> None:
-        chosen = self.selection()
-        if chosen is None or not chosen.jobs_use_cards() or self.device.currentText() == "cpu":
+        if self._card_selection() is None:
             self.cards_note.setText("none: the server runs on the CPU")
             return
         cards = self._cards()
