@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench.harness import interleaved, row
+from bench.harness import environ, interleaved, row
 
 FAKE_HLSMI = Path(__file__).resolve().parents[1] / "tests" / "fake_hl_smi.py"
 
@@ -45,17 +45,14 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 def _hosts(tmp: Path, program: Path, repeats: int) -> list[dict[str, Any]]:
     from bench.bench_remote import ALIAS, ssh_server
 
-    saved = os.environ.get("PATH", "")
-    os.environ["PATH"] = f"{program.parent}{os.pathsep}{saved}"  # the hosts' hl-smi: the fake
     aliases = [ALIAS, *(f"{ALIAS}-{i}" for i in range(2, 5))]
-    try:
-        with ssh_server(tmp / "ssh", tuple(aliases[1:])):
-            host_env = dict(os.environ, GAUDI_GUI_HOME=str(tmp))
-            base = [sys.executable, "-m", "gaudi_gui", "doctor", "--json"]
-            four = interleaved(lambda: _timed([*base, "--hosts", ",".join(aliases)], host_env),
-                               lambda: _timed([*base, "--host", ALIAS], host_env), repeats=repeats, warmup=1)
-    finally:
-        os.environ["PATH"] = saved
+    # The hosts' hl-smi: the fake, first on the PATH the SSH server gives them.
+    with environ(PATH=f"{program.parent}{os.pathsep}{os.environ.get('PATH', '')}"), \
+            ssh_server(tmp / "ssh", tuple(aliases[1:])):
+        host_env = dict(os.environ, GAUDI_GUI_HOME=str(tmp))
+        base = [sys.executable, "-m", "gaudi_gui", "doctor", "--json"]
+        four = interleaved(lambda: _timed([*base, "--hosts", ",".join(aliases)], host_env),
+                           lambda: _timed([*base, "--host", ALIAS], host_env), repeats=repeats, warmup=1)
     return [row("doctor over ssh: 4 hosts in parallel (baseline: 1 host), 8 fake cards each", four,
                 unit="s", goal="< 3 s per host; 1 host is the baseline")]
 

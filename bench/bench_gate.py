@@ -23,20 +23,9 @@ FAKE_HLSMI = ROOT / "tests" / "fake_hl_smi.py"
 
 
 def _sick_server(tmp: Path) -> dict[str, str]:
-    """The env of the tests' sick server (tests/qt/test_gate.py): fixture sysfs / proc / dev."""
-    sysfs, proc, dev = tmp / "sys", tmp / "proc", tmp / "dev"
-    (dev / "accel").mkdir(parents=True)
-    for i in range(8):
-        (dev / "accel" / f"accel{i}").touch()
-        status = sysfs / "class" / "accel" / f"accel{i}" / "device" / "status"
-        status.parent.mkdir(parents=True)
-        status.write_text("operational\n")
-    (proc / "4242" / "fd").mkdir(parents=True)
-    (proc / "4242" / "fd" / "7").symlink_to(dev / "accel" / "accel6")
-    (proc / "modules").write_text("".join(f"{m} 1 0 - Live 0x0\n" for m in (
-        "habanalabs", "habanalabs_cn", "habanalabs_en", "habanalabs_ib")))
-    return {"FAKE_HLSMI_MODE": "sick", "FAKE_HLSMI_DRIVER": "1.23.0", "GAUDI_GUI_DOCTOR_SYSFS": str(sysfs),
-            "GAUDI_GUI_DOCTOR_PROC": str(proc), "GAUDI_GUI_DOCTOR_DEV": str(dev), "GAUDI_GUI_HOME": str(tmp)}
+    """The env of the tests' sick server (tests/helpers.sick_server_env: fixture sysfs / proc / dev)."""
+    from tests.helpers import sick_server_env
+    return {**sick_server_env(tmp), "FAKE_HLSMI_DRIVER": "1.23.0", "GAUDI_GUI_HOME": str(tmp)}
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:

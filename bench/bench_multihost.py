@@ -28,7 +28,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_remote import ssh_server  # noqa: E402
 from bench.bench_training import _ensure_model  # noqa: E402
-from bench.harness import interleaved, row  # noqa: E402
+from bench.harness import environ, interleaved, row  # noqa: E402
 from gaudi_gui.core import launch as launch_mod  # noqa: E402
 from gaudi_gui.core import paths  # noqa: E402
 from gaudi_gui.core.jobconfig import JobConfig  # noqa: E402
@@ -89,20 +88,6 @@ def _stop_leftovers(runs_root: Path) -> None:
                            capture_output=True, timeout=60, check=False)
 
 
-@contextlib.contextmanager
-def _environ(**values: str) -> Iterator[None]:
-    saved = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
 def run(quick: bool = False) -> list[dict[str, Any]]:
     steps, repeats = (60, 3) if quick else (200, 5)
     tmp = Path(tempfile.mkdtemp(prefix="gaudi-gui-bench-mh-"))
@@ -112,7 +97,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         runs_root = tmp / "runs"
         counter = [0]
         # The SSH server's children (the "hosts") inherit this environment: runs land under tmp.
-        with _environ(GAUDI_GUI_RUNS_DIR=str(runs_root), GAUDI_GUI_DEMO_MODEL_DIR=model), \
+        with environ(GAUDI_GUI_RUNS_DIR=str(runs_root), GAUDI_GUI_DEMO_MODEL_DIR=model), \
                 ssh_server(tmp / "ssh", extra_aliases=(SECOND,)) as first:
 
             def app_once() -> float:

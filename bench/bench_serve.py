@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.bench_training import _ensure_model
-from bench.harness import interleaved_metrics, row
+from bench.harness import environ, interleaved_metrics, row
 from gaudi_gui.core import paths
 from gaudi_gui.core.serve import pick_free_port
 
@@ -178,35 +178,27 @@ def _host_rows(tmp: Path, measure: Any, model_dir: str, repeats: int) -> list[di
     server, the two paths alternating request round by request round (forward, direct, forward, …)."""
     from bench.bench_remote import ssh_server
 
-    saved = {k: os.environ.get(k) for k in ("GAUDI_GUI_DEMO_MODEL_DIR", "HF_HUB_OFFLINE", "GAUDI_GUI_HOME")}
-    os.environ.update({"GAUDI_GUI_DEMO_MODEL_DIR": model_dir, "HF_HUB_OFFLINE": "1",
-                       "GAUDI_GUI_HOME": str(tmp / "host-home")})
-    try:
-        with ssh_server(tmp / "ssh") as alias:
-            local, remote = pick_free_port(), pick_free_port()
-            proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "serve", "--host", alias, "--model",
-                                     "builtin:demo", "--device", "cpu", "--port", str(local), "--remote-port",
-                                     str(remote)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                    text=True, env=dict(os.environ))
-            try:
-                assert proc.stdout is not None
-                for line in proc.stdout:
-                    if line.startswith("http://"):
-                        break
-                else:
-                    raise RuntimeError("serve --host ended before it printed its URL")
-                forward = f"http://127.0.0.1:{local}/v1"
-                direct = f"http://127.0.0.1:{remote}/v1"
-                measure(forward)  # the first requests of a fresh server pay for its lazy set-up
-                result = interleaved_metrics(lambda: measure(forward), lambda: measure(direct), repeats)
-            finally:
-                _end(proc)
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
+    host_env = {"GAUDI_GUI_DEMO_MODEL_DIR": model_dir, "HF_HUB_OFFLINE": "1",
+                "GAUDI_GUI_HOME": str(tmp / "host-home")}
+    with environ(**host_env), ssh_server(tmp / "ssh") as alias:
+        local, remote = pick_free_port(), pick_free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "serve", "--host", alias, "--model",
+                                 "builtin:demo", "--device", "cpu", "--port", str(local), "--remote-port",
+                                 str(remote)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, env=dict(os.environ))
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                if line.startswith("http://"):
+                    break
             else:
-                os.environ[key] = value
+                raise RuntimeError("serve --host ended before it printed its URL")
+            forward = f"http://127.0.0.1:{local}/v1"
+            direct = f"http://127.0.0.1:{remote}/v1"
+            measure(forward)  # the first requests of a fresh server pay for its lazy set-up
+            result = interleaved_metrics(lambda: measure(forward), lambda: measure(direct), repeats)
+        finally:
+            _end(proc)
     rows = []
     for clients in (1, 4):
         rows.append(row(f"serve on a host: streaming tokens/s, {clients} client(s), through the forward vs "

@@ -17,9 +17,11 @@ A function may also return a dict of figures (``{"first_paint_s": ..., "rss_mib"
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 
@@ -95,3 +97,18 @@ def row(name: str, result: Mapping[str, Any], *, unit: str, goal: str, scale: fl
             "baseline": round(result["base_median"] * scale, digits),
             "ratio": round(result["median_ratio"], 3), "spread": [round(lo, 3), round(hi, 3)],
             "iqr": [round(q1, 3), round(q3, 3)], "repeats": result["repeats"], "goal": goal}
+
+
+@contextlib.contextmanager
+def environ(**values: str) -> Iterator[None]:
+    """Set environment variables for the block; each is put back as it was (or removed) after."""
+    saved = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
