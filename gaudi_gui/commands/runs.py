@@ -39,7 +39,13 @@ from gaudi_gui.core.runstore import FINAL_STATES, SUPERVISOR_INFO, Run, RunStatu
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.stopper import KILL_NOW_SIGNAL
 
-FOLLOW_POLL_S = 0.25
+#: How often ``runs follow`` looks for new events and log lines. The app follows its runs on this
+#: machine through it too, so this is the delay a log line gets on its way to the window (measured
+#: from the file to follow's stdout: median 25 ms, p95 49 ms). An idle look is two small reads (an idle
+#: follow measured ~0.5% of a core, 0.2% at the former 0.25 s); the status (a reconcile and a process
+#: check) is looked at only once every ``STATUS_EVERY_S``, which is also the heartbeat's period.
+FOLLOW_POLL_S = 0.05
+STATUS_EVERY_S = 1.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -197,7 +203,7 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
                 _emit({"t": "log_offset", "end": log.end})
             now = time.monotonic()
             if now >= next_status:
-                next_status = now + 1.0
+                next_status = now + STATUS_EVERY_S
                 status = asdict(run_.reconcile())
                 alive = run_.processes_alive() or supervisor_of(run_) is not None
                 if status != last_status:

@@ -7,19 +7,22 @@ terminal) stop the run the way the tab's Stop does: SIGTERM to the recorded rank
 checkpoint… N s" while they save, SIGKILL after ``--grace`` seconds or at a second Ctrl-C. If this
 command itself is SIGKILLed, the launch (in its own session) keeps running and keeps writing its
 folder; the next ``gaudi-gui`` that reads the run re-attaches to it, or reports how it ended.
+
+The loop that does all this is ``core.supervisor.supervise``, the one supervisor loop of every
+placement: this command, its ``--detach`` background child, and the app's runs on this machine (which
+it starts as ``train --detach --origin gui`` and follows with ``runs follow``). Here: the arguments,
+``--detach``, the announce of a background child, and the signal handlers that count stop requests.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import queue
 import signal
 import subprocess
 import sys
-import threading
 import time
-from typing import IO, Any
+from typing import Any
 
 from gaudi_gui.commands.terminal import StopSignals as _Signals
 from gaudi_gui.commands.terminal import printable as _printable
@@ -27,13 +30,11 @@ from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.commands.terminal import seconds as _grace
 from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import visibility
-from gaudi_gui.core.events import EventFollower
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError, load_job
-from gaudi_gui.core.outcome import outcome_from_events
 from gaudi_gui.core.proctree import ProcessRef
-from gaudi_gui.core.runstore import SUPERVISOR_INFO, RunStatus, RunStore
-from gaudi_gui.core.secrets import redact
-from gaudi_gui.core.stopper import KILL_NOW_SIGNAL, Stopper
+from gaudi_gui.core.runstore import SUPERVISOR_INFO, RunStore
+from gaudi_gui.core.stopper import KILL_NOW_SIGNAL
+from gaudi_gui.core.supervisor import supervise
 
 DEFAULT_GRACE_S = 120.0
 #: How long ``--detach`` waits for the background supervisor to create the run folder.
@@ -64,6 +65,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the run this one resumes (with the job's resume_from_checkpoint): recorded in "
                         "the new run's status, so the history links the two")
     p.add_argument("--announce", default="", help=argparse.SUPPRESS)
+    # Who asked for the run, as its status records it: the app starts a run on this machine through
+    # `train --detach` too, and its runs say "gui" as they always did.
+    p.add_argument("--origin", default="cli", choices=("cli", "gui"), help=argparse.SUPPRESS)
     p.add_argument("--no-preflight", dest="no_preflight", action="store_true",
                    help="skip the doctor's check of the chosen cards before the start (Gaudi only)")
     p.add_argument("--hosts", default="", metavar="A,B,…",
@@ -77,12 +81,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(the run goes on on the host meanwhile; default 600)")
     from gaudi_gui.commands import slurm_run
     slurm_run.add_arguments(p)
-
-
-def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
-    for raw in stream:
-        lines.put(raw.rstrip("\n"))
-    lines.put(None)
 
 
 def _cards(args: argparse.Namespace) -> list[int] | None:
@@ -121,8 +119,8 @@ def run(args: argparse.Namespace) -> int:
               f"cpu", file=sys.stderr, flush=True)
     try:
         prepared = prepare_mod.prepare_run(job, device=device, store=RunStore(args.runs_dir or None),
-                                           origin="cli", resumed_from=getattr(args, "resumed_from", ""),
-                                           cards=cards)
+                                           origin=getattr(args, "origin", "cli"),
+                                           resumed_from=getattr(args, "resumed_from", ""), cards=cards)
     except prepare_mod.PrepareError as exc:
         print(f"gaudi-gui train: {exc}", file=sys.stderr)
         return 2
@@ -138,103 +136,21 @@ def run(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, signals.handler)
                 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, KILL_NOW_SIGNAL)}
     try:
-        proc = subprocess.Popen(prepared.argv, env=prepared.env, cwd=str(run_.folder),
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1, start_new_session=True)
-    except OSError as exc:
-        run_.update_status(state="failed", summary=f"Failed: cannot start the launcher: {exc}")
-        print(f"gaudi-gui train: cannot start the launcher: {exc}", file=sys.stderr)
-        return 1
-    launcher = ProcessRef.of(proc.pid)
-    run_.update_status(state="running", pid=proc.pid, started_at=time.time(),
-                       pid_create_time=launcher.create_time if launcher else 0.0)
-    lines: queue.Queue[str | None] = queue.Queue()
-    assert proc.stdout is not None
-    threading.Thread(target=_pump, args=(proc.stdout, lines), daemon=True).start()
-    follower = EventFollower(run_.events_path)
-    events: list[dict[str, Any]] = []
-    stopper: Stopper | None = None
-    handled = 0
-    saving_since = 0.0
-    saved = False
-    last_note = 0.0
-    stdout_open = True
-    try:
-        while True:
-            try:
-                line = lines.get(timeout=0.25)
-            except queue.Empty:
-                line = ""
-            else:
-                if line is None:
-                    stdout_open = False
-                else:
-                    with contextlib.suppress(BrokenPipeError):
-                        print(_printable(redact(line)), flush=True)
-            for event in follower.read():
-                events.append(event)
-                kind = event.get("type")
-                if kind == "checkpoint_saving":
-                    saving_since = time.time()
-                elif kind == "checkpoint_saved":
-                    saved = True
-                    if saving_since:
-                        _say(f"checkpoint-{event.get('step')} saved in {time.time() - saving_since:.1f} s")
-                    saving_since = 0.0
-                elif kind == "error":
-                    _say(f"error ({event.get('kind')}): {event.get('message')}")
-            if signals.count > handled:
-                handled = signals.count
-                if signals.last == KILL_NOW_SIGNAL.name:
-                    # `gaudi-gui runs stop --now` (a workstation's "Kill now"): no checkpoint.
-                    stopper = stopper or Stopper(run_, launcher)
-                    _say("kill requested: killing the run now (no checkpoint from this stop)")
-                    stopper.kill_now("request")
-                elif stopper is None:
-                    stopper = Stopper(run_, launcher)
-                    _say(f"\n{signals.last}: stopping — {stopper.request()}; killed after "
-                         f"{args.grace:g} s (Ctrl-C again: kill now)")
-                else:
-                    _say(f"{signals.last} again: killing the run now (no checkpoint from this stop)")
-                    stopper.kill_now("request")
-            now = time.time()
-            if stopper is not None and proc.poll() is None:
-                if stopper.elapsed() > args.grace and not stopper.killed:
-                    _say(f"the ranks did not end within {args.grace:g} s: killing them")
-                    stopper.kill_now("grace")
-                elif now - last_note >= 5:
-                    last_note = now
-                    what = (f"saving checkpoint… {now - saving_since:.0f} s" if saving_since
-                            else "checkpoint saved; waiting for the processes to end…" if saved
-                            else f"waiting for the current step to end… {stopper.elapsed():.0f} s")
-                    _say(what)
-            if not stdout_open and proc.poll() is not None:
-                break
+        result = supervise(prepared, grace_s=args.grace, signals=signals, say=_say, echo=_echo)
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)
-    code = proc.wait()
-    events += follower.read()
-    leftovers = stopper.leftovers() if stopper else [r for r in run_.rank_refs() if r.is_alive()]
-    for ref in leftovers:
-        ref.signal(signal.SIGKILL)
-    result = outcome_from_events(events, run_.status(), exit_code=code,
-                                 stop_requested=stopper is not None,
-                                 killed=bool(stopper and stopper.killed), log_tail=run_.log_tail(40),
-                                 kill_reason=stopper.kill_reason if stopper else "")
-    if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":
-        result.update(state="stopped", summary="Stopped before training began — nothing to save")
-    changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}
-    run_.update_status(ended_at=time.time(), exit_description=f"launcher exited with code {code}", **changes)
-    state = str(result["state"])
-    summary = str(result["summary"])
-    if leftovers:
-        summary += f" (killed {len(leftovers)} process(es) that outlived the launcher)"
-    if state in ("finished", "stopped"):
-        _say(f"{summary}\nrun folder: {run_.folder}")
+    if result.ok:
+        _say(f"{result.summary}\nrun folder: {run_.folder}")
         return 0
-    _say(f"gaudi-gui train: {summary}\nlog: {run_.log_path}")
+    _say(f"gaudi-gui train: {result.summary}\nlog: {run_.log_path}")
     return 1
+
+
+def _echo(line: str) -> None:
+    """A console line of the launch on stdout, made safe for a terminal (a closed pipe is no error)."""
+    with contextlib.suppress(BrokenPipeError):
+        print(_printable(line), flush=True)
 
 
 # -- detached runs (what a workstation starts on a host over SSH) -------------------------------------
@@ -299,9 +215,12 @@ def _detach(job: JobConfig, args: argparse.Namespace) -> int:
 
 def detached_argv(args: argparse.Namespace, config_path: str, announce: str) -> list[str]:
     """The background supervisor's command: this ``train`` again, on the saved config, with the
-    options that shape the run (device, cards, grace, runs folder, resumed run)."""
+    options that shape the run (device, cards, grace, runs folder, resumed run, origin). The doctor's
+    gate ran here already (or was skipped with --no-preflight): the child does not run it again."""
     argv = [sys.executable, "-m", "gaudi_gui", "train", "--config", config_path, "--device", args.device,
-            "--grace", repr(args.grace), "--announce", announce]
+            "--grace", repr(args.grace), "--announce", announce, "--no-preflight"]
+    if getattr(args, "origin", "cli") != "cli":
+        argv += ["--origin", args.origin]
     cards = _cards(args)
     if cards is not None:
         argv += ["--cards", visibility.format_ids(cards)]

@@ -3,11 +3,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from gaudi_gui.core.jobconfig import JobConfig
+from tests.helpers import job_file
 
 
 @pytest.mark.usefixtures("demo_model")
@@ -34,3 +37,56 @@ def test_cli_bad_config(tmp_path: Path) -> None:
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "'model' must be a string" in res.stderr
     assert "Traceback" not in res.stderr
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_detached_run_shows_its_steps_while_it_trains(tmp_path: Path) -> None:
+    """The app's local runs: `train --config - --detach --json --origin gui` (the job on stdin), followed
+    with `runs follow`: the status shows the step before the end, and Kill now ends it with the
+    launcher's exit code recorded."""
+    runs = str(tmp_path / "runs")
+    config = job_file(tmp_path, tmp_path / "out").read_text()
+    started = subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", "-", "--detach",
+                              "--json", "--device", "cpu", "--grace", "30", "--origin", "gui",
+                              "--runs-dir", runs], input=config, capture_output=True, text=True, timeout=180)
+    assert started.returncode == 0, started.stderr[-2000:]
+    info = json.loads(started.stdout)
+    folder = Path(info["folder"])
+    follow = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", runs, "follow",
+                               str(folder)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert follow.stdout is not None
+    kill = [sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", runs, "stop", str(folder), "--now"]
+    item: dict[str, Any] = {}
+    try:
+        deadline = time.monotonic() + 240
+        progress = None
+        while progress is None and time.monotonic() < deadline:
+            item = json.loads(follow.stdout.readline())  # a heartbeat comes every second at least
+            assert item["t"] != "end", item
+            status = item.get("status") or {}
+            if item["t"] == "status" and status["state"] == "running" and status["step"] > 0:
+                progress = status
+        assert progress is not None, "no step in the status within 240 s"
+        assert progress["max_steps"] == 100000 and progress["origin"] == "gui"
+        on_disk = json.loads((folder / "status.json").read_text())
+        assert on_disk["state"] == "running" and on_disk["step"] >= progress["step"]
+        stop = subprocess.run(kill, capture_output=True, text=True, timeout=60)
+        assert stop.returncode == 0 and "kill requested" in stop.stdout, stop
+        while True:
+            item = json.loads(follow.stdout.readline())
+            if item["t"] == "end":
+                break
+            assert time.monotonic() < deadline + 60, "the killed run did not end"
+    finally:
+        if item.get("t") != "end":  # the test failed midway: end the run it started
+            subprocess.run(kill, capture_output=True, timeout=60)
+        assert follow.stdin is not None
+        follow.stdin.close()  # ends the follower
+        follow.wait(timeout=30)
+    status = item["status"]
+    assert status["state"] == "killed" and "killed on request" in status["summary"], status
+    assert status["step"] >= progress["step"] and status["origin"] == "gui"
+    assert isinstance(status["exit_code"], int) and status["exit_code"] != 0, status
+    assert status["exit_description"].startswith("launcher "), status
+    supervisor_log = (folder / "supervisor.log").read_text()
+    assert "kill requested" in supervisor_log and "Traceback" not in supervisor_log

@@ -1,0 +1,295 @@
+"""The one supervisor loop: start a prepared run's launcher, follow it, stop it, and write how it ended.
+
+Every local training run goes through :func:`supervise`, whoever asked for it: ``gaudi-gui train`` in
+a terminal, its ``--detach`` background child (what a workstation starts on a host over SSH), and the
+Qt app, which runs that same ``train --detach`` for a run on this machine and follows it with
+``runs follow``. So stop, grace, kill-now, step writes, waiting for killed ranks, leftovers and the
+outcome are decided here once, for every placement (DESIGN.md, "One supervisor loop").
+
+What the loop does:
+
+- starts ``PreparedRun.argv`` in a session of its own, records the launcher (pid and create time) in
+  the run's status, and hands every console line to ``echo`` (secrets redacted);
+- reads the run's events.jsonl: the step and max_steps go into the status at most once every
+  ``STEP_WRITE_S`` (``runs list``, the Runs table and ``runs follow`` show progress), checkpoint and
+  error events become notes for ``say``;
+- a stop request (``signals.count`` grew) asks the ranks for a checkpoint (``core.stopper``), a second
+  one, or one named ``KILL_NOW_SIGNAL``, kills at once, and the ranks are killed when ``grace_s``
+  runs out; while it stops, a note every 5 s says what it waits for ("saving checkpoint… N s");
+- at the end, processes already sent SIGKILL that are still dying are waited for (at most
+  ``DYING_WAIT_S``): a run's cards are not free until its ranks are gone. Processes that outlived the
+  launcher are then killed (and waited for), and the outcome (``core.outcome``) is written with the
+  launcher's exit code.
+
+Qt-free and torch-free; signal handlers are the caller's (only a main thread may install them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import IO, Any, Protocol
+
+from gaudi_gui.core import metrics as metrics_mod
+from gaudi_gui.core.events import EventFollower
+from gaudi_gui.core.outcome import outcome_from_events
+from gaudi_gui.core.prepare import PreparedRun
+from gaudi_gui.core.proctree import ProcessRef
+from gaudi_gui.core.runstore import Run, RunStatus
+from gaudi_gui.core.secrets import redact
+from gaudi_gui.core.stopper import KILL_NOW_SIGNAL, Stopper
+
+#: Seconds between two writes of the run's step into its status file while it trains (a fast model
+#: logs 100 steps/s; each write is a whole-file replace).
+STEP_WRITE_S = 2.0
+#: How long the end of a run waits for processes already sent SIGKILL to disappear, and how often
+#: it looks.
+DYING_WAIT_S = 30.0
+DYING_POLL_S = 0.2
+#: Seconds between two "saving checkpoint… N s" notes while a stop waits.
+NOTE_EVERY_S = 5.0
+#: How long one turn of the loop waits for a console line.
+TURN_S = 0.25
+
+
+class StopRequests(Protocol):
+    """What the loop reads to learn about stop requests: ``count`` grows by one per request (a signal
+    handler counts them), ``last`` names the newest (``KILL_NOW_SIGNAL.name`` kills at once)."""
+
+    count: int
+    last: str
+
+
+@dataclass(frozen=True)
+class Supervised:
+    """How a supervised run ended (what was also written to its status)."""
+
+    #: The final state: finished / stopped / killed / failed.
+    state: str
+    #: One human sentence (with the leftovers and any process still dying appended).
+    summary: str
+    #: The launcher's exit code (negative: killed by that signal); None when it never started.
+    exit_code: int | None
+    #: Processes that outlived the launcher and were killed at the end.
+    leftover_pids: tuple[int, ...] = ()
+    #: Processes sent SIGKILL that were still alive after ``DYING_WAIT_S``.
+    dying_pids: tuple[int, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """The run ended as asked: finished, or stopped (with or without a checkpoint)."""
+        return self.state in ("finished", "stopped")
+
+
+def describe_exit(code: int) -> str:
+    """The launcher's exit as the status records it: 'launcher exited with code 1', 'launcher killed by
+    signal 9 (SIGKILL)'."""
+    if code >= 0:
+        return f"launcher exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"launcher killed by signal {-code}"
+    return f"launcher killed by signal {-code} ({name})"
+
+
+def wait_gone(refs: Iterable[ProcessRef], timeout_s: float = DYING_WAIT_S,
+              poll_s: float = DYING_POLL_S) -> list[ProcessRef]:
+    """Wait until none of ``refs`` is alive (a zombie counts as gone: it holds no memory and no
+    device), at most ``timeout_s``; returns those still alive then (empty: all gone)."""
+    alive = [r for r in refs if r.is_alive()]
+    deadline = time.monotonic() + timeout_s
+    while alive and time.monotonic() < deadline:
+        time.sleep(poll_s)  # polling processes that are not our children, with a deadline
+        alive = [r for r in alive if r.is_alive()]
+    return alive
+
+
+def _pump(stream: IO[str], lines: queue.Queue[str | None]) -> None:
+    for raw in stream:
+        lines.put(raw.rstrip("\n"))
+    lines.put(None)
+
+
+@dataclass
+class _Loop:
+    """The state of one supervised run while its launcher lives."""
+
+    run: Run
+    grace_s: float
+    signals: StopRequests
+    say: Callable[[str], None]
+    launcher: ProcessRef | None = None
+    follower: EventFollower | None = None
+    events: list[dict[str, Any]] = field(default_factory=list)
+    progress: metrics_mod.Progress = field(default_factory=metrics_mod.Progress)
+    stopper: Stopper | None = None
+    handled: int = 0
+    saving_since: float = 0.0
+    saved: bool = False
+    last_note: float = 0.0
+    step_written_at: float = -STEP_WRITE_S
+
+    def take_events(self) -> None:
+        assert self.follower is not None
+        for event in self.follower.read():
+            self.events.append(event)
+            kind = event.get("type")
+            if kind == "metrics":
+                record = metrics_mod.metric_record(event)
+                if record is not None:
+                    self.progress.update(record)
+                    self._write_step()
+            elif kind == "training_started":
+                self.progress.update(event)
+            elif kind == "checkpoint_saving":
+                self.saving_since = time.time()
+            elif kind == "checkpoint_saved":
+                self.saved = True
+                if self.saving_since:
+                    took = time.time() - self.saving_since
+                    self.say(f"checkpoint-{event.get('step')} saved in {took:.1f} s")
+                self.saving_since = 0.0
+            elif kind == "error":
+                self.say(f"error ({event.get('kind')}): {event.get('message')}")
+
+    def _write_step(self) -> None:
+        now = time.monotonic()
+        if now - self.step_written_at < STEP_WRITE_S:
+            return
+        self.step_written_at = now
+        with contextlib.suppress(OSError):  # a full disk must not end the supervision
+            self.run.update_status(step=self.progress.step, max_steps=self.progress.max_steps)
+
+    def take_stop_requests(self) -> None:
+        if self.signals.count <= self.handled:
+            return
+        self.handled = self.signals.count
+        last = self.signals.last
+        if last == KILL_NOW_SIGNAL.name:
+            # `gaudi-gui runs stop --now` (a workstation's "Kill now"): no checkpoint.
+            self.stopper = self.stopper or Stopper(self.run, self.launcher)
+            self.say("kill requested: killing the run now (no checkpoint from this stop)")
+            self.stopper.kill_now("request")
+        elif self.stopper is None:
+            self.stopper = Stopper(self.run, self.launcher)
+            self.say(f"\n{last}: stopping — {self.stopper.request()}; killed after {self.grace_s:g} s "
+                     f"(Ctrl-C again: kill now)")
+        else:
+            self.say(f"{last} again: killing the run now (no checkpoint from this stop)")
+            self.stopper.kill_now("request")
+
+    def watch_stop(self) -> None:
+        """While a stop waits: kill when the grace period is over, else a note every few seconds."""
+        if self.stopper is None:
+            return
+        now = time.time()
+        if self.stopper.elapsed() > self.grace_s and not self.stopper.killed:
+            self.say(f"the ranks did not end within {self.grace_s:g} s: killing them")
+            self.stopper.kill_now("grace")
+        elif now - self.last_note >= NOTE_EVERY_S:
+            self.last_note = now
+            self.say(f"saving checkpoint… {now - self.saving_since:.0f} s" if self.saving_since
+                     else "checkpoint saved; waiting for the processes to end…" if self.saved
+                     else f"waiting for the current step to end… {self.stopper.elapsed():.0f} s")
+
+
+def supervise(prepared: PreparedRun, *, grace_s: float, signals: StopRequests,
+              say: Callable[[str], None], echo: Callable[[str], None]) -> Supervised:
+    """Run ``prepared`` to its end: the one supervisor loop for the GUI and the CLI on every placement.
+
+    ``grace_s``: how long a stop may take to save its checkpoint before the ranks are killed.
+    ``signals``: the stop requests (see :class:`StopRequests`; the caller's signal handlers count
+    them). ``say``: the supervisor's own notes (one message each). ``echo``: each console line of the
+    launch, secrets already redacted (not yet made safe for a terminal).
+    Returns how the run ended, which is also what its status now says.
+    """
+    run_ = prepared.run
+    try:
+        proc = subprocess.Popen(prepared.argv, env=prepared.env, cwd=str(run_.folder),
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                errors="replace", bufsize=1, start_new_session=True)
+    except OSError as exc:
+        summary = f"Failed: cannot start the launcher: {exc}"
+        run_.update_status(state="failed", summary=summary, ended_at=time.time())
+        return Supervised(state="failed", summary=summary, exit_code=None)
+    loop = _Loop(run=run_, grace_s=grace_s, signals=signals, say=say,
+                 launcher=ProcessRef.of(proc.pid), follower=EventFollower(run_.events_path))
+    run_.update_status(state="running", pid=proc.pid, started_at=time.time(),
+                       pid_create_time=loop.launcher.create_time if loop.launcher else 0.0)
+    lines: queue.Queue[str | None] = queue.Queue()
+    assert proc.stdout is not None
+    threading.Thread(target=_pump, args=(proc.stdout, lines), name="console", daemon=True).start()
+    stdout_open = True
+    while stdout_open or proc.poll() is None:
+        stdout_open = _echo_lines(lines, echo) and stdout_open
+        loop.take_events()
+        loop.take_stop_requests()
+        if proc.poll() is None:
+            loop.watch_stop()
+    code = proc.wait()
+    loop.take_events()
+    return finish(run_, code, stopper=loop.stopper, events=loop.events, say=say)
+
+
+def _echo_lines(lines: queue.Queue[str | None], echo: Callable[[str], None]) -> bool:
+    """Echo the console lines waiting (wait up to ``TURN_S`` for the first); False once the console
+    has closed."""
+    try:
+        line = lines.get(timeout=TURN_S)
+        while True:
+            if line is None:
+                return False
+            echo(redact(line))
+            line = lines.get_nowait()
+    except queue.Empty:
+        return True
+
+
+def _pids(refs: Iterable[ProcessRef]) -> str:
+    return ", ".join(str(r.pid) for r in refs)
+
+
+def finish(run_: Run, exit_code: int, *, stopper: Stopper | None, events: list[dict[str, Any]],
+           say: Callable[[str], None]) -> Supervised:
+    """The end of a supervised run, once its launcher has exited with ``exit_code``: wait for the
+    processes ``stopper`` sent SIGKILL (at most ``DYING_WAIT_S``: the run's cards are not free until
+    its ranks are gone), kill what outlived the launcher and wait for it too, then write the outcome
+    of ``events`` (the run's events so far) into the run's status, exit code included."""
+    dying = [r for r in stopper.kill_sent if r.is_alive()] if stopper else []
+    if dying:
+        say(f"waiting for {len(dying)} killed process(es) to end (pid {_pids(dying)})…")
+        dying = wait_gone(dying)
+        if dying:
+            say(f"WARNING: killed process(es) still alive after {DYING_WAIT_S:g} s: pid {_pids(dying)}")
+    leftovers = stopper.leftovers() if stopper else [r for r in run_.rank_refs() if r.is_alive()]
+    for ref in leftovers:
+        ref.signal(signal.SIGKILL)
+    wait_gone(leftovers)  # a rank that outlived its launcher holds its cards until it is gone
+    result = outcome_from_events(events, run_.status(), exit_code=exit_code,
+                                 stop_requested=stopper is not None,
+                                 killed=bool(stopper and stopper.killed), log_tail=run_.log_tail(40),
+                                 kill_reason=stopper.kill_reason if stopper else "")
+    if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":
+        result.update(state="stopped", summary="Stopped before training began — nothing to save")
+    changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}
+    changes["exit_code"] = exit_code
+    run_.update_status(ended_at=time.time(), exit_description=describe_exit(exit_code), **changes)
+    summary = str(result["summary"])
+    if leftovers:
+        summary += f" (killed {len(leftovers)} process(es) that outlived the launcher)"
+    if dying:
+        summary += f" ({len(dying)} killed process(es) still ending: pid {_pids(dying)})"
+    return Supervised(state=str(result["state"]), summary=summary, exit_code=exit_code,
+                      leftover_pids=tuple(r.pid for r in leftovers),
+                      dying_pids=tuple(r.pid for r in dying))
+
+
+__all__ = ["DYING_POLL_S", "DYING_WAIT_S", "STEP_WRITE_S", "StopRequests", "Supervised", "describe_exit",
+           "finish", "supervise", "wait_gone"]
