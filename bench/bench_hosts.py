@@ -114,7 +114,8 @@ def _measure(aliases: list[str], seconds: float, health: bool = False) -> tuple[
 
 
 def _discard(proc: Any) -> None:
-    """Read and drop what a child wrote (a slot that returns None: see TrainingJob._on_progress)."""
+    """Read and drop what a child wrote (a slot that returns None: a lambda returning emit()'s value
+    leaks references in PySide6)."""
     proc.readAllStandardOutput()
     proc.readAllStandardError()
 

@@ -1,5 +1,5 @@
 """Instruction fine-tuning speed: an SFT run (prompt_completion, the tiny demo model, CPU) started
-through the app's launch path (``TrainingJob.start``: run folder, generated accelerate config,
+through the app's launch path (``TrainingJob.start`` on this machine: run folder, generated accelerate config,
 ``accelerate launch -m gaudi_gui.workers.train``, events, the metrics and stop callbacks) against the
 same SFTTrainer training written by hand as a plain script and run with ``accelerate launch``.
 
@@ -90,6 +90,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
     from PySide6.QtWidgets import QApplication
 
+    from gaudi_gui.core.placement import Placement
     from gaudi_gui.services.training_job import TrainingJob
 
     app = QApplication.instance() or QApplication([])
@@ -107,11 +108,13 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
     def app_once() -> float:
         counter[0] += 1
-        job = TrainingJob(RunStore(tmp / f"app-{counter[0]}"))
+        job = TrainingJob(Placement.local(), RunStore(tmp / f"app-{counter[0]}"))
         done: list[Any] = []
         job.finished.connect(lambda *a: done.append(a))
-        run_ = job.start(_job(paths.DEMO_MODEL_ID, data, tmp / f"out-app-{counter[0]}", steps))
+        job.start(_job(paths.DEMO_MODEL_ID, data, tmp / f"out-app-{counter[0]}", steps), device="cpu")
         _wait(app, lambda: bool(done), 900)
+        run_ = job.run
+        assert run_ is not None, job.summary
         if not done or done[0][1] != "finished":
             problems.append(f"app run {counter[0]}: {done[0] if done else 'did not end'}")
         return _throughput(run_.events_path)

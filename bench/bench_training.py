@@ -80,6 +80,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     from PySide6.QtCore import QElapsedTimer, QTimer
     from PySide6.QtWidgets import QApplication
 
+    from gaudi_gui.core.placement import Placement
     from gaudi_gui.services.process import ProcessRunner
     from gaudi_gui.services.training_job import TrainingJob
     from gaudi_gui.ui.log_view import LogView
@@ -108,12 +109,13 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
     def app_once() -> float:
         counter[0] += 1
-        tj = TrainingJob(RunStore(tmp / f"app-{counter[0]}"))
+        tj = TrainingJob(Placement.local(), RunStore(tmp / f"app-{counter[0]}"))
         done: list[Any] = []
         tj.finished.connect(lambda *a: done.append(a))
-        run_ = tj.start(_job(tmp / f"out-app-{counter[0]}", steps))
+        tj.start(_job(tmp / f"out-app-{counter[0]}", steps), device="cpu")
         _wait(app, lambda: bool(done), 600)
-        return _throughput(run_.events_path)
+        assert tj.run is not None, tj.summary
+        return _throughput(tj.run.events_path)
 
     result = interleaved(app_once, direct_once, 2 if quick else 5)
     rows.append(row("training steps/s via the app", result, unit="steps/s", goal="ratio >= 0.98"))
@@ -172,12 +174,12 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     view.shutdown()
 
     # 3. Stop to every process gone.
-    tj2 = TrainingJob(RunStore(tmp / "stop"), stop_grace_s=8)
+    tj2 = TrainingJob(Placement.local(), RunStore(tmp / "stop"), stop_grace_s=8)
     got: list[Any] = []
     fin: list[Any] = []
     tj2.metrics_received.connect(got.append)
     tj2.finished.connect(lambda *a: fin.append(a))
-    tj2.start(_job(tmp / "out-stop", 100000))
+    tj2.start(_job(tmp / "out-stop", 100000), device="cpu")
     _wait(app, lambda: bool(got), 300)
     t0 = time.time()
     tj2.stop()
@@ -186,7 +188,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     _wait(app, lambda: not [p for p in psutil.Process().children(recursive=True)
                             if p.status() != psutil.STATUS_ZOMBIE], 10)
     rows.append(_row("Stop to all processes gone", time.time() - t0, "s",
-                     f"< 10 s (state {fin[0][1] if fin else '?'}, leftovers {tj2.leftover_pids})"))
+                     f"< 10 s (state {fin[0][1] if fin else '?'}: {tj2.summary})"))
     return rows
 
 

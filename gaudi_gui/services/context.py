@@ -18,10 +18,10 @@ if TYPE_CHECKING:
     from gaudi_gui.services.notifier import Notifier
     from gaudi_gui.services.preflight import PreflightService
     from gaudi_gui.services.remote_files import RemoteFiles
+    from gaudi_gui.services.schema import SchemaLoader
     from gaudi_gui.services.serve import ServeService
     from gaudi_gui.services.settings import Settings
     from gaudi_gui.services.training import TrainingService
-    from gaudi_gui.services.training_job import SchemaLoader
 
 
 @dataclass
@@ -94,7 +94,7 @@ class AppServices:
         """The TrainingArguments schema and validation children (one for the window): the Training
         tab binds to it; it never starts them itself."""
         if self.schema is None:
-            from gaudi_gui.services.training_job import SchemaLoader
+            from gaudi_gui.services.schema import SchemaLoader
             self.schema = SchemaLoader(parent)
         return self.schema
 

@@ -1,141 +1,278 @@
-"""Supervising training launches: one ``TrainingJob`` per run, plus the schema/validation children.
+"""One training run at any placement, as the Training tab and the supervisor service see it.
 
-``TrainingJob`` starts the ``PreparedRun`` of ``gaudi_gui.core.prepare`` (``accelerate launch``
-wrapped so ``tee`` appends the console to the run's log.txt) through ProcessRunner in a new session,
-and follows the run's event file (``events.jsonl``) for everything structured: phases, metrics,
-checkpoints, errors, the end. A run re-attached from an earlier session (or started by
-``gaudi-gui train``) is followed from the same files, so it looks exactly like a live one.
+A run is *work × placement* (``core.placement``): this machine, one host, several hosts (accelerate's
+multi-node launch) or Slurm. ``TrainingJob`` is the one class for all of them: it follows the run
+through N parts (``services.run_parts``: a ``SupervisedPart`` per place, or one ``SlurmPart``),
+N = 1 except on several hosts. Every part but Slurm's is the same ``gaudi-gui train --detach``
+supervisor (stop, grace, kill-now, step writes, waiting for killed ranks, leftovers, outcome), the
+same one a terminal's ``gaudi-gui train`` runs, so the GUI and the CLI stop and judge a run alike;
+on this machine it is a child of this process, on a host it runs there over ssh.
 
-Stop goes through ``core.stopper.Stopper``: SIGTERM to the recorded ranks only (never the launcher),
-a "saving checkpoint… N s" line while they save, SIGKILL only after the grace period (a setting,
-default 120 s) or a second Stop. The final state and its one-line summary come from
-``core.outcome`` (what the events prove), never from the launcher's exit code alone.
+What the views get is the same for every placement: the console lines (each host's prefixed
+``host| `` when there are several), the records and progress of the main part (machine rank 0:
+global rank 0 logs for the whole group), one state and one summary. Stop asks every part for a stop
+with a checkpoint, a second Stop kills. A part that fails (or stays unreachable for
+``lost_after_s``) ends the others at once: they would otherwise wait for it in a collective.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import sys
-import tempfile
+import functools
+import queue
+import threading
 import time
-from collections.abc import Mapping
+from collections import deque
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core import metrics as metrics_mod
-from gaudi_gui.core import prepare as prepare_mod
-from gaudi_gui.core.events import EventFollower, LogFollower
+from gaudi_gui.core import multi_host
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.outcome import outcome_from_events
-from gaudi_gui.core.proctree import ProcessRef
-from gaudi_gui.core.runstore import Run, RunStatus, RunStore
-from gaudi_gui.core.secrets import redact
-from gaudi_gui.core.stopper import Stopper
-from gaudi_gui.core.training_args import Schema, load_cached, save_cached
-from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
+from gaudi_gui.core.placement import Placement
+from gaudi_gui.core.prepare import PrepareError
+from gaudi_gui.core.remote import Host, RemoteError
+from gaudi_gui.core.runstore import Run, RunStore
+from gaudi_gui.services.process import delete_when_reaped
+from gaudi_gui.services.run_parts import CLOSED, FOLLOWING, RECONNECTING, SlurmPart, SupervisedPart
 
-#: How often the event file is read (also read at once whenever the console prints a line).
-FOLLOW_MS = 250
-#: Seconds between two writes of the run's step into its status file while it trains.
-STEP_WRITE_S = 2.0
-#: How long the end of a run waits for processes already sent SIGKILL to disappear.
-DYING_WAIT_S = 30.0
+#: How long a host may stay unreachable before a run on several hosts counts it as lost.
+LOST_AFTER_S = 600.0
+#: How often the GUI thread looks for the pre-flight's answer.
+PREFLIGHT_POLL_MS = 100
+
+Part = SupervisedPart | SlurmPart
+
+
+def log_prefix(host: str) -> str:
+    """What every log line of ``host`` starts with in a run on several hosts (the log view filters on it)."""
+    return f"{host}| "
+
+
+def _preflight(hosts: list[Host], job: JobConfig, port: int, main_ip: str,
+               out: queue.Queue[tuple[str, list[str]]]) -> None:
+    """Thread body: host 0's address and the multi-host pre-flight's problems, onto ``out``. No Qt here."""
+    try:
+        address = main_ip or multi_host.main_address(hosts[0])
+        problems = multi_host.preflight(hosts, job, port)
+    except (RemoteError, OSError, ValueError) as exc:
+        address, problems = main_ip, [str(exc)]
+    except Exception as exc:  # the thread must always answer, or the run would wait forever
+        address, problems = main_ip, [f"the pre-flight failed: {exc!r}"]
+    out.put((address, problems))
 
 
 class TrainingJob(QObject):
-    """One training run: launched here, or re-attached from a previous session or the CLI."""
+    """One training run at ``placement``: started here, or followed again (a restart, the CLI)."""
 
-    #: The launcher is running; carries its pid.
+    #: The run's supervisor started: carries its pid (on its host).
     started = Signal(int)
-    #: A console line (stdout and stderr merged), secrets redacted.
+    #: A console line (secrets redacted), or a line of this app about the run ("[gaudi-gui] …").
     log_line_received = Signal(str)
-    #: The newest tqdm ``\\r`` rewrite of the unfinished console line.
-    progress_line = Signal(str)
-    #: A metrics record from the worker (step, max_steps, start_step, loss, learning_rate, ...).
+    #: A metrics record of the main part (step, max_steps, start_step, loss, learning_rate, ...).
     metrics_received = Signal(dict)
-    #: Any other event from the worker (phase, training_started, checkpoint_saving/_saved, error...).
+    #: Any other event of the main part (phase, training_started, checkpoint_saving/_saved, error...).
     event_received = Signal(dict)
     #: The run's state changed: queued / running / stopping / finished / failed / stopped / killed.
     status_changed = Signal(str)
     #: One human line about the run changed ("saving checkpoint… 4 s", "Stopped at step 40 — ...").
     summary_changed = Signal(str)
-    #: The run ended: (exit code, final state, last console lines).
+    #: The run ended: (exit code, final state, last lines).
     finished = Signal(int, str, list)
+    #: Every part has its run folder: carries the main part's.
+    run_identified = Signal(str)
+    #: A part's state or connection changed (the tab's host line reads ``host_states()``).
+    hosts_changed = Signal()
 
-    def __init__(self, store: RunStore | None = None, *, stop_grace_s: float = 120.0,
-                 parent: QObject | None = None) -> None:
+    def __init__(self, placement: Placement, store: RunStore | None = None, *, stop_grace_s: float = 120.0,
+                 lost_after_s: float = LOST_AFTER_S, parent: QObject | None = None) -> None:
         super().__init__(parent)
+        self.placement = placement
         self.store = store or RunStore()
         self.stop_grace_s = stop_grace_s
-        self.run: Run | None = None
+        self.lost_after_s = lost_after_s
+        self.parts: list[Part] = []
+        #: The job as the user wrote it (what a Resume sends again, with its checkpoint).
         self.job: JobConfig | None = None
-        self.prepared: prepare_mod.PreparedRun | None = None
+        self.job_dict: dict[str, Any] = {}
+        #: The run this one resumes (a folder at the same place), "" for a fresh run.
+        self.resumed_from = ""
+        self.device = "auto"
+        #: Several hosts: host 0's address as the others reach it, and the main port.
+        self.main_ip = ""
+        self.port = 0
         self.state = "idle"
         self.summary = ""
         self.error: dict[str, Any] | None = None
+        #: "host (machine rank i): why" of the host whose failure ended the run ("" otherwise).
+        self.failure = ""
         self.progress = metrics_mod.Progress()
         self.records: list[dict[str, Any]] = []
         self.events: list[dict[str, Any]] = []
-        self.leftover_pids: list[int] = []
-        self.launcher: ProcessRef | None = None
-        self.stopper: Stopper | None = None
         self.saving_since = 0.0
+        self._active = False
         self._ended = False
-        self._dying_since = 0.0
-        self._step_written_at = -STEP_WRITE_S
-        # The launcher's runner, made by the first start (a job that follows a run elsewhere, or
-        # one re-attached to its folder, never holds an idle QProcess).
-        self._runner_obj: ProcessRunner | None = None
-        self._follower: EventFollower | None = None
-        self._follow = QTimer(self)
-        self._follow.setInterval(FOLLOW_MS)
-        self._follow.timeout.connect(self._poll)
-        self._kill_timer = QTimer(self)
-        self._kill_timer.setSingleShot(True)
-        self._kill_timer.timeout.connect(self._grace_over)
+        self._followed = False
+        self._stop_sent = 0  # 1: stop with a checkpoint asked of every part, 2: kill asked
+        self._stop_at = 0.0
+        self._results: dict[int, tuple[str, str]] = {}
+        self._codes: dict[int, int] = {}
+        self._given_up: set[int] = set()
+        self._reconnecting_since: dict[int, float] = {}
+        self._tail: deque[str] = deque(maxlen=30)
+        self._answers: queue.Queue[tuple[str, list[str]]] = queue.Queue()
+        self._preflight_thread: threading.Thread | None = None
+        self._preflight_timer = QTimer(self)
+        self._preflight_timer.setInterval(PREFLIGHT_POLL_MS)
+        self._preflight_timer.timeout.connect(self._check_preflight)
+        self._lost_timer = QTimer(self)
+        self._lost_timer.setInterval(1000)
+        self._lost_timer.timeout.connect(self._check_lost)
         self._tick = QTimer(self)
         self._tick.setInterval(1000)
         self._tick.timeout.connect(self._on_tick)
-        # Re-attached runs: the console log is followed from its file.
-        self._attached = False
-        self._log: LogFollower | None = None
+
+    # -- what the views read ----------------------------------------------------------------------
 
     @property
-    def _runner(self) -> ProcessRunner:
-        if self._runner_obj is None:
-            runner = self._runner_obj = ProcessRunner(self, tail_lines=60, parse_protocol=False)
-            runner.started.connect(self._on_started)
-            runner.line_received.connect(self._on_line)
-            runner.progress_received.connect(self._on_progress)
-            runner.finished.connect(self._on_finished)
-        return self._runner_obj
-
-    def _launcher_running(self) -> bool:
-        return self._runner_obj is not None and self._runner_obj.is_running()
-
-    # -- state ------------------------------------------------------------------------------------
-
-    def is_running(self) -> bool:
-        return (self._launcher_running() or self._attached or self._dying_since > 0) and not self._ended
+    def kind(self) -> str:
+        return self.placement.kind
 
     @property
-    def attached(self) -> bool:
-        return self._attached and not self._ended
+    def is_remote(self) -> bool:
+        """The run's processes are elsewhere: this machine's cards and their chart do not apply."""
+        return self.placement.kind != "local"
+
+    @property
+    def hosts(self) -> list[Host]:
+        return self.placement.places
+
+    @property
+    def host(self) -> Host:
+        """The main part's host (Slurm: its login host)."""
+        return self.parts[0].host if self.parts else self.hosts[0]
+
+    def host_names(self) -> list[str]:
+        return [h.name for h in self.hosts]
+
+    @property
+    def _main(self) -> Part | None:
+        return self.parts[0] if self.parts else None
+
+    @property
+    def folder(self) -> str:
+        """The main part's run folder (a path at its place), "" until known."""
+        return self._main.folder if self._main else ""
+
+    @property
+    def name(self) -> str:
+        return self._main.name if self._main else ""
 
     @property
     def pid(self) -> int:
-        return self.launcher.pid if self.launcher else (self._runner_obj.pid if self._runner_obj else 0)
+        return self._main.pid if self._main else 0
+
+    @property
+    def run(self) -> Run | None:
+        """The run folder on this machine (a run here), None elsewhere or before it exists."""
+        return Run(self.folder) if self.placement.kind == "local" and self.folder else None
+
+    @property
+    def remote_status(self) -> dict[str, Any]:
+        """The main part's last status as its supervisor wrote it (state, step, checkpoint, ...)."""
+        return self._main.remote_status if self._main else {}
+
+    @property
+    def connection(self) -> str:
+        return self._main.connection if self._main else CLOSED
+
+    @property
+    def job_id(self) -> str:
+        """The Slurm job id ("" elsewhere, or before sbatch answered)."""
+        return str(getattr(self._main, "job_id", ""))
+
+    @property
+    def cards(self) -> dict[str, list[int]]:
+        """Each place's cards by host name (a place not in it: its default)."""
+        return {p.host.name: list(p.cards) for p in self.parts if p.cards}
+
+    def checkpoint(self) -> str:
+        """The latest complete checkpoint the main part reported (a path at its place), or ""."""
+        return self._main.checkpoint() if self._main else ""
+
+    def is_running(self) -> bool:
+        return self._active and not self._ended
+
+    @property
+    def attached(self) -> bool:
+        """Followed again (a restart, or a run the CLI started), not started by this job."""
+        return self._followed and self.is_running()
 
     @property
     def stopping(self) -> bool:
-        return self.stopper is not None and self.is_running()
+        return self._stop_sent > 0 and self.is_running()
+
+    @property
+    def where(self) -> str:
+        """The words a sentence about the run ends with: "", " on HOST", " on 2 hosts", " on Slurm"."""
+        if self.placement.kind == "host":
+            return f" on {self.placement.host.name}"
+        if self.placement.kind == "hosts":
+            return f" on {len(self.hosts)} hosts"
+        return " on Slurm" if self.placement.kind == "slurm" else ""
 
     def describe(self) -> str:
-        name = self.run.name if self.run else "training"
-        return f"training run {name} ({self.state}, step {self.progress.step}/{self.progress.max_steps})"
+        what = f"Slurm job {self.job_id}" if self.job_id else ""
+        where = f" as {what}" if what else (f" on {', '.join(self.host_names())}" if self.is_remote
+                                            and self.placement.kind != "slurm" else self.where)
+        return (f"training run {self.name or 'starting'}{where} ({self.state}, step {self.progress.step}/"
+                f"{self.progress.max_steps})")
+
+    def host_states(self) -> list[tuple[str, int, str]]:
+        """(host, machine rank, a word or two: its state and connection) for every place."""
+        out = []
+        for rank, host in enumerate(self.hosts):
+            part = self.parts[rank] if rank < len(self.parts) else None
+            if part is None:
+                word = "pre-flight" if self.is_running() else self.state
+            elif rank in self._given_up:
+                word = "lost"
+            elif rank in self._results:
+                word = self._results[rank][0]
+            elif part.connection == RECONNECTING:
+                word = f"{self._part_word(part)}, reconnecting"
+            else:
+                word = self._part_word(part)
+            if self.failure and self.failure.startswith(f"{host.name} "):
+                word += " ✗"
+            out.append((host.name, rank, word))
+        return out
+
+    def _part_word(self, part: Part) -> str:
+        if not part.folder:
+            return "queued"
+        return "stopping" if part.stop_sent else "running"
+
+    def to_record(self) -> dict[str, Any] | None:
+        """What is kept to follow this run again after a restart, the same for every placement:
+        ``{"placement", "parts": [{"host", "folder", "name", ...}], "job", "resumed_from", "main_ip",
+        "port"}``; None while there is nothing to follow yet (a part without its folder)."""
+        if not self.parts or not all(p.folder for p in self.parts):
+            return None
+        return {"placement": self.placement.to_record(), "parts": [p.to_entry() for p in self.parts],
+                "job": self.job_dict, "resumed_from": self.resumed_from, "main_ip": self.main_ip,
+                "port": self.port}
+
+    def resume_config(self) -> JobConfig:
+        """The job that continues this one from its latest complete checkpoint, where it ran;
+        ValueError when it reported none."""
+        checkpoint = self.checkpoint()
+        if not checkpoint or not self.job_dict:
+            raise ValueError(f"{self.name or 'the run'}{self.where} has no complete checkpoint to "
+                             f"resume from")
+        return JobConfig.from_dict({**self.job_dict, "resume_from_checkpoint": checkpoint})
+
+    # -- state ------------------------------------------------------------------------------------
 
     def _set_state(self, state: str) -> None:
         if state != self.state:
@@ -147,73 +284,178 @@ class TrainingJob(QObject):
             self.summary = text
             self.summary_changed.emit(text)
 
+    def _say(self, text: str) -> None:
+        self._line(f"[gaudi-gui] {text}")
+
+    def _line(self, line: str) -> None:
+        self._tail.append(line)
+        self.log_line_received.emit(line)
+
     def _reset(self) -> None:
+        for part in self.parts:
+            part.shutdown()
+            delete_when_reaped(part)
+        self.parts = []
         self.records, self.events = [], []
         self.progress = metrics_mod.Progress()
         self.error = None
-        self.leftover_pids = []
-        self.stopper = None
+        self.failure = ""
         self.saving_since = 0.0
-        self.launcher = None
-        self._ended = False
-        self._dying_since = 0.0
-        self._step_written_at = -STEP_WRITE_S
         self.summary = ""
+        self._ended = False
+        self._stop_sent = 0
+        self._stop_at = 0.0
+        self._results, self._codes = {}, {}
+        self._given_up = set()
+        self._reconnecting_since = {}
+        self._tail.clear()
 
-    # -- launching --------------------------------------------------------------------------------
+    # -- starting ---------------------------------------------------------------------------------
 
-    def start(self, job: JobConfig, *, device: str = "cpu",
-              device_env: Mapping[str, str] | None = None, resumed_from: str = "") -> Run:
-        """Create the run folder and start the launch; PrepareError (a ValueError) lists the
-        problems, OSError when the disk refuses."""
+    def start(self, job: JobConfig, *, device: str = "auto", resumed_from: str = "",
+              main_ip: str = "") -> None:
+        """Start ``job`` at the placement; the outcome comes asynchronously (``run_identified``, state
+        changes, ``finished``). On several hosts a pre-flight runs first (in a thread); ``main_ip``:
+        host 0's address for the others (empty: resolved from ``ssh -G``)."""
         if self.is_running():
             raise RuntimeError("this job is already running")
-        prepared = prepare_mod.prepare_run(job, device=device, device_env=device_env, store=self.store,
-                                           origin="gui", resumed_from=resumed_from)
+        if self.placement.kind == "local":
+            # What this machine can check is refused at once, at the form's fields (elsewhere the
+            # paths are the place's own: its supervisor checks them).
+            problems = job.validate()
+            if problems:
+                raise PrepareError(problems)
         self._reset()
-        self.prepared, self.run, self.job = prepared, prepared.run, prepared.job
-        self._follower = EventFollower(prepared.run.events_path)
-        self._attached = False
+        self.job, self.job_dict, self.resumed_from, self.device = job, job.to_dict(), resumed_from, device
+        self._active, self._followed = True, False
         self._set_state("queued")
-        self._set_summary("starting the launcher…")
-        self._runner.start(prepared.argv[0], prepared.argv[1:], env=prepared.env,
-                           cwd=str(prepared.run.folder), new_session=True)
-        self._follow.start()
-        return prepared.run
-
-    def _on_started(self, pid: int) -> None:
-        self.launcher = ProcessRef.of(pid)
-        if self.run:
-            self.run.update_status(state="running", pid=pid, started_at=time.time(),
-                                   pid_create_time=self.launcher.create_time if self.launcher else 0.0)
-        if self.stopper is not None:
-            self.stopper.launcher_started(self.launcher)
-        self._set_state("stopping" if self.stopper else "running")
-        self.started.emit(pid)
-
-    def _on_progress(self, _stream: str, text: str) -> None:
-        # A real method, not a lambda: a lambda slot would return emit()'s True, and PySide6 on
-        # Python 3.11 drops a reference to it each time until the interpreter aborts.
-        self.progress_line.emit(redact(text))
-
-    def _on_line(self, _stream: str, line: str) -> None:
-        self.log_line_received.emit(redact(line))
-        self._poll_events()
-
-    # -- events -----------------------------------------------------------------------------------
-
-    def _poll(self) -> None:
-        self._poll_events()
-        if self._attached:
-            for line in self._read_log():
-                self.log_line_received.emit(redact(line))
-            self._check_attached_alive()
-
-    def _poll_events(self) -> None:
-        if self._follower is None:
+        if self.placement.kind == "hosts":
+            self.port = int(job.launch.main_process_port or multi_host.DEFAULT_PORT)
+            self.main_ip = main_ip.strip()
+            names = ", ".join(self.host_names())
+            self._set_summary(f"pre-flight on {names}: versions, paths, port {self.port}…")
+            self._say(f"pre-flight on {names} …")
+            self._preflight_thread = threading.Thread(
+                target=_preflight, args=(list(self.hosts), job, self.port, self.main_ip, self._answers),
+                name="multi-host-preflight", daemon=True)
+            self._preflight_thread.start()
+            self._preflight_timer.start()
+            self.hosts_changed.emit()
             return
-        for event in self._follower.read():
+        self._set_summary("submitting the job to Slurm…" if self.placement.kind == "slurm"
+                          else f"starting the run{self.where}…")
+        host = self.hosts[0]
+        self._add_part(host).start(self.job_dict, device=device, resumed_from=resumed_from,
+                                   cards=self.placement.cards_of(host.name))
+
+    def _check_preflight(self) -> None:
+        try:
+            address, problems = self._answers.get_nowait()
+        except queue.Empty:
+            return
+        self._preflight_timer.stop()
+        if self._preflight_thread is not None:
+            self._preflight_thread.join(timeout=5)
+            self._preflight_thread = None
+        if self._ended:
+            return
+        if self._stop_sent:
+            self._end(1, "stopped", "Stopped before the run started on any host")
+            return
+        if problems:
+            for line in problems:
+                self._say(f"pre-flight: {line}")
+            more = f" (and {len(problems) - 1} more: see the log)" if len(problems) > 1 else ""
+            self._end(1, "failed", f"Failed: pre-flight: {problems[0]}{more}")
+            return
+        self.main_ip = address
+        jobs = multi_host.host_jobs(self.job or JobConfig(), len(self.hosts), address, self.port)
+        for part_job in jobs:
+            invalid = [m for _f, m in part_job.validate()]
+            if invalid:
+                self._end(1, "failed", f"Failed: {invalid[0]}")
+                return
+        n = self.job.launch.num_processes if self.job else 1
+        self._say(f"main process {address}:{self.port}; {len(self.hosts)} machines × {n} process(es) "
+                  f"(the run goes on if the app or a connection ends)")
+        for host, part_job in zip(self.hosts, jobs, strict=True):
+            self._add_part(host).start(part_job.to_dict(), device=self.device,
+                                       cards=self.placement.cards_of(host.name))
+        self._lost_timer.start()
+        self.hosts_changed.emit()
+
+    def follow(self, record: dict[str, Any]) -> None:
+        """Follow again a run ``to_record`` described (after a restart): every part from its
+        beginning, so the curve and log are whole again."""
+        self._reset()
+        job = record.get("job")
+        self.job_dict = dict(job) if isinstance(job, dict) else {}
+        try:
+            self.job = JobConfig.from_dict(self.job_dict) if self.job_dict else None
+        except Exception:  # a damaged record still follows the run; only Resume needs the job
+            self.job = None
+        entries = [e for e in record.get("parts") or [] if isinstance(e, dict)]
+        first = entries[0] if entries else {}
+        self.resumed_from = str(record.get("resumed_from") or first.get("resumed_from") or "")
+        self.main_ip, self.port = str(record.get("main_ip") or ""), int(record.get("port") or 0)
+        self._active, self._followed = True, True
+        self._set_state("running" if self.placement.kind != "slurm" else "queued")
+        self._set_summary("following the Slurm job again…" if self.placement.kind == "slurm"
+                          else f"re-attaching to {first.get('name') or 'the run'}{self.where}…")
+        for host, entry in zip(self.hosts, entries, strict=False):
+            self._add_part(host).follow(str(entry.get("folder", "")), name=str(entry.get("name") or ""),
+                                        cards=entry.get("cards") or ())
+        if len(self.parts) > 1:
+            self._lost_timer.start()
+        self.hosts_changed.emit()
+
+    def attach(self, run: Run) -> bool:
+        """Follow a run folder on this machine that a terminal's ``gaudi-gui train`` or an earlier
+        session left going; False when its processes are gone (its status is then brought to what
+        its events prove) or its pid was recycled."""
+        if run.reconcile().state != "running":
+            return False
+        self.follow({"parts": [{"host": "local", "folder": str(run.folder), "name": run.name}],
+                     "resumed_from": run.status().resumed_from or ""})
+        try:
+            self.job = run.user_job()
+            self.job_dict = self.job.to_dict()
+        except Exception:
+            self.job = None
+        return True
+
+    def _add_part(self, host: Host) -> Part:
+        rank = len(self.parts)
+        part: Part
+        if self.placement.kind == "slurm":
+            part = SlurmPart(self.placement.slurm_target(), grace_s=self.stop_grace_s,
+                             runs_dir=str(self.store.root), parent=self)
+            part.slurm_state_changed.connect(self._on_slurm_state)
+        else:
+            part = SupervisedPart(host, grace_s=self.stop_grace_s,
+                                  runs_dir=str(self.store.root) if host.is_local else "", parent=self)
+        # Methods bound with partial, not lambdas: a lambda slot returning emit()'s value leaks
+        # references in PySide6.
+        part.line_received.connect(functools.partial(self._on_part_line, rank))
+        part.event_received.connect(functools.partial(self._on_part_event, rank))
+        part.note_changed.connect(functools.partial(self._on_part_note, rank))
+        part.connection_changed.connect(functools.partial(self._on_part_connection, rank))
+        part.identified.connect(functools.partial(self._on_part_identified, rank))
+        part.stop_failed.connect(functools.partial(self._on_stop_failed, rank))
+        part.ended.connect(functools.partial(self._on_part_ended, rank))
+        self.parts.append(part)
+        return part
+
+    # -- what the parts say -----------------------------------------------------------------------
+
+    def _on_part_line(self, rank: int, line: str) -> None:
+        self._line(log_prefix(self.hosts[rank].name) + line if len(self.hosts) > 1 else line)
+
+    def _on_part_event(self, rank: int, event: dict[str, Any]) -> None:
+        if rank == 0:
             self._take_event(event)
+        elif event.get("type") == "error":
+            self._say(f"{self.hosts[rank].name}: error ({event.get('kind')}): {event.get('message')}")
 
     def _take_event(self, event: dict[str, Any]) -> None:
         self.events.append(event)
@@ -223,23 +465,17 @@ class TrainingJob(QObject):
             if record is not None:
                 self.records.append(record)
                 self.progress.update(record)
-                now = time.monotonic()
-                if self.run and now - self._step_written_at >= STEP_WRITE_S:
-                    # The status file's step (for `runs list` and the Runs table): at most one
-                    # atomic rewrite every few seconds, not one per N steps (a fast model logs
-                    # 100 steps/s, and each write is a file replace on the GUI thread).
-                    self._step_written_at = now
-                    with contextlib.suppress(OSError):
-                        self.run.update_status(step=self.progress.step, max_steps=self.progress.max_steps)
+                if not self._stop_sent and not self.failure and not self.saving_since:
+                    self._set_summary(self._training_line())
                 self.metrics_received.emit(record)
             return
         if kind == "training_started":
             self.progress.update(event)
             if isinstance(event.get("start_step"), int):
                 self.progress.step = max(self.progress.step, event["start_step"])
-            self._set_summary(f"training: step {self.progress.step} of {event.get('max_steps')} on "
-                              f"{event.get('world_size')} process(es)")
-        elif kind == "phase":
+            self._set_summary(f"training{self.where}: step {self.progress.step} of {event.get('max_steps')} "
+                              f"on {event.get('world_size')} process(es)")
+        elif kind == "phase" and not self._stop_sent:
             self._set_summary(str(event.get("message") or event.get("phase")))
         elif kind == "checkpoint_saving":
             self.saving_since = time.time()
@@ -247,285 +483,214 @@ class TrainingJob(QObject):
             self._set_summary(f"saving checkpoint-{event.get('step')}… 0 s")
         elif kind == "checkpoint_saved":
             self.saving_since = 0.0
-            if self.stopper is None:
-                self._tick.stop()
             seconds = event.get("seconds")
             took = f" in {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
             self._set_summary(f"checkpoint-{event.get('step')} saved{took}"
-                              + ("; the processes are ending" if self.stopper else ""))
+                              + ("; the processes are ending" if self._stop_sent else ""))
         elif kind == "error" and self.error is None:
             self.error = event
             self._set_summary(f"error ({event.get('kind')}): {event.get('message')}")
-        elif kind == "stop_requested" and self.stopper is None:
+        elif kind == "stop_requested" and not self._stop_sent:
             # Someone else signalled the ranks (preemption, a terminal): still a stop.
             self._set_summary(f"stop requested ({event.get('signal')}): checkpoint at the end of this step")
         self.event_received.emit(event)
+
+    def _training_line(self) -> str:
+        step = f"step {self.progress.step} of {self.progress.max_steps}"
+        if self.job_id:
+            phase = str(getattr(self._main, "slurm_phase", ""))
+            return f"Slurm job {self.job_id} {phase if phase.startswith('running') else 'running'}: {step}"
+        return f"training{self.where}: {step}"
+
+    def _on_part_note(self, rank: int, text: str) -> None:
+        if self.is_running() and not self.failure and text:
+            self._set_summary(text)
+
+    def _on_slurm_state(self, state: str, word: str) -> None:
+        if self._stop_sent:
+            self._set_summary(f"Slurm job {self.job_id} {word}; stopping…")
+            return
+        if state:
+            self._set_state(state)
+        self._set_summary(f"Slurm job {self.job_id} {word}" if state else f"Slurm job {self.job_id}: {word}")
+
+    def _on_part_connection(self, rank: int, state: str, _message: str) -> None:
+        if state == RECONNECTING:
+            self._reconnecting_since.setdefault(rank, time.monotonic())
+        elif state != CLOSED:
+            self._reconnecting_since.pop(rank, None)
+        if state == FOLLOWING and self.is_running() and not self.failure:
+            # Back after a drop (or re-attached): the line says what the run does again.
+            if self._stop_sent:
+                self._set_summary(f"stopping{self.where}: checkpoint at the end of the current step…")
+            elif self.progress.step:
+                self._set_summary(self._training_line())
+        self.hosts_changed.emit()
+
+    def _on_part_identified(self, rank: int, folder: str) -> None:
+        if len(self.hosts) > 1:
+            self._say(f"{self.hosts[rank].name}: machine rank {rank}, run folder {folder}")
+        if all(p.folder for p in self.parts) and len(self.parts) == len(self.hosts):
+            if self.state == "queued" and self.placement.kind != "slurm":
+                self._set_state("stopping" if self._stop_sent else "running")
+            self.run_identified.emit(self.folder)
+            if self.pid:
+                self.started.emit(self.pid)
+        self.hosts_changed.emit()
+
+    def _on_stop_failed(self, rank: int, now: bool, text: str) -> None:
+        self._say(f"could not stop the run: {text}")
+        if self._ended:
+            return
+        self._stop_sent = 1 if now else 0
+        self._set_summary(f"could not stop the run: {text}; press Stop again")
+        if not now and not any(p.stop_sent for p in self.parts):
+            self._tick.stop()
+            self._set_state("running")
+
+    # -- a part that fails ends the others ---------------------------------------------------------
+
+    def _check_lost(self) -> None:
+        now = time.monotonic()
+        for rank, since in list(self._reconnecting_since.items()):
+            part = self.parts[rank]
+            if rank in self._given_up or not part.is_running() or now - since < self.lost_after_s:
+                continue
+            self._given_up.add(rank)
+            if not self.failure:
+                self._host_failed(rank, f"unreachable for {self.lost_after_s:g} s")
+            # Asked to kill its ranks in case it comes back; no longer waited for.
+            part.kill()
+            part.detach()
+            self._maybe_finish()
+
+    def _host_failed(self, rank: int, why: str) -> None:
+        host = self.hosts[rank].name
+        self.failure = f"{host} (machine rank {rank}): {why}"
+        self._say(f"{self.failure} — killing the other hosts' ranks, which would otherwise wait for it "
+                  f"in a collective")
+        self._set_state("stopping")
+        self._set_summary(f"{host} failed ({why}); killing the other hosts' ranks…")
+        for other, part in enumerate(self.parts):
+            if other != rank and part.is_running():
+                part.kill()
+        self.hosts_changed.emit()
+
+    def _on_part_ended(self, rank: int, code: int, state: str, summary: str, tail: list[str]) -> None:
+        self._results[rank] = (state, summary)
+        self._codes[rank] = code
+        self._tail.extend(tail)
+        if len(self.parts) > 1:
+            self._say(f"{self.hosts[rank].name}: {summary or state}")
+            if state not in ("finished", "stopped") and not self.failure and self._stop_sent < 2:
+                self._host_failed(rank, summary or state)
+        self.hosts_changed.emit()
+        self._maybe_finish()
+
+    def _maybe_finish(self) -> None:
+        if self._ended or any(p.is_running() and i not in self._given_up for i, p in enumerate(self.parts)):
+            return
+        if len(self.parts) < len(self.hosts) and not self._given_up:
+            return  # the other hosts' parts are still being added
+        if len(self.parts) == 1:
+            state, summary = self._results.get(0, ("failed", "Failed"))
+            self._end(self._codes.get(0, 1), state, summary)
+            return
+        states = [self._results.get(i, ("lost", ""))[0] for i in range(len(self.parts))]
+        if self.failure:
+            state = "failed"
+            summary = f"Failed on {self.failure}; the other hosts' ranks were killed"
+        else:
+            state = states[0] if len(set(states)) == 1 else ("killed" if self._stop_sent > 1 else "failed")
+            summary = str(self.remote_status.get("summary") or self._results.get(0, ("", state))[1] or state)
+            if len(set(states)) > 1:
+                summary += " — " + ", ".join(f"{h}: {s}"
+                                             for h, s in zip(self.host_names(), states, strict=True))
+        self._end(0 if state in ("finished", "stopped") else 1, state,
+                  f"{summary} (on {len(self.hosts)} hosts: {', '.join(self.host_names())})")
+
+    def _end(self, code: int, state: str, summary: str) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self._active = False
+        for timer in (self._preflight_timer, self._lost_timer, self._tick):
+            timer.stop()
+        self.saving_since = 0.0
+        self._set_summary(summary)
+        self._set_state(state)
+        self.hosts_changed.emit()
+        self.finished.emit(code, state, list(self._tail))
+
+    # -- stopping ---------------------------------------------------------------------------------
+
+    def stop(self, grace_s: float | None = None) -> None:
+        """Stop with a checkpoint (every part's ranks save at the end of their current step);
+        pressed again while stopping: kill now. ``grace_s``: only for a run not started by this
+        job (its supervisor has its own); the parts were given ``stop_grace_s``."""
+        if not self.is_running():
+            return
+        if self._stop_sent:
+            self.kill()
+            return
+        self._stop_sent = 1
+        self._stop_at = time.time()
+        self._set_state("stopping")
+        if self.placement.kind == "slurm":
+            self._set_summary("stopping: the job saves a checkpoint at the end of its current step…"
+                              if self.job_id else "stopping: the job is cancelled once submitted")
+            self._say("stop: scancel --batch --signal=USR1: the ranks save a checkpoint, then end (press "
+                      "Kill now to cancel the job at once)")
+        else:
+            self._set_summary(f"stopping{self.where}: checkpoint at the end of the current step…")
+            self._say(f"stop: the ranks save a checkpoint at the end of the current step, then end; "
+                      f"killed after {self.stop_grace_s:g} s (press Stop again to kill now)")
+        self._tick.start()
+        for part in self.parts:
+            part.stop()
+
+    def kill(self, reason: str = "request") -> None:
+        """Kill the run's processes now, at every place (no checkpoint from this stop)."""
+        if not self.is_running():
+            return
+        self._stop_sent = 2
+        self._stop_at = self._stop_at or time.time()
+        self._set_state("stopping")
+        if self.placement.kind == "slurm":
+            self._set_summary(f"cancelling Slurm job {self.job_id or '(submitting)'} now (no checkpoint)")
+            self._say("stop: cancelling the job now")
+        else:
+            self._say(f"killing the run's processes{self.where} now")
+        for part in self.parts:
+            part.kill()
 
     def _on_tick(self) -> None:
         if self.saving_since:
             name = f"checkpoint-{self.progress.step}" if self.progress.step else "checkpoint"
             self._set_summary(f"saving {name}… {time.time() - self.saving_since:.0f} s")
-        elif self.stopper is not None and self.is_running():
-            left = max(0.0, self.stop_grace_s - self.stopper.elapsed())
-            waited = self.stopper.elapsed()
-            self._set_summary(f"stopping: waiting for the current step to end ({waited:.0f} s; "
+        elif self._stop_sent and self.is_running() and not self.failure and self.connection == FOLLOWING:
+            waited = time.time() - self._stop_at
+            left = max(0.0, self.stop_grace_s - waited)
+            self._set_summary(f"stopping{self.where}: waiting for the current step to end ({waited:.0f} s; "
                               f"killed in {left:.0f} s, or press Stop again)")
 
-    # -- stopping ---------------------------------------------------------------------------------
-
-    def stop(self, grace_s: float | None = None) -> None:
-        """Stop with a checkpoint; pressed again while stopping: kill now."""
-        if not self.is_running() or self.run is None:
-            return
-        if self.stopper is not None:
-            self.kill()
-            return
-        self.stopper = Stopper(self.run, self.launcher)
-        what = self.stopper.request()
-        grace = self.stop_grace_s if grace_s is None else grace_s
-        self.log_line_received.emit(f"[gaudi-gui] stop: {what}; SIGKILL after {grace:g} s "
-                                    f"(press Stop again to kill now)")
-        self._set_state("stopping")
-        if self.stopper.mode == "ranks":
-            self._set_summary("stopping: checkpoint at the end of the current step…")
-            self._kill_timer.start(int(max(0.0, grace) * 1000))
-            self._tick.start()
-        else:
-            self._set_summary("stopping: the launch is ended (training had not begun)")
-
-    def kill(self, reason: str = "request") -> None:
-        """SIGKILL the run's processes now (no checkpoint)."""
-        if not self.is_running() or self.run is None:
-            return
-        if self.stopper is None:
-            self.stopper = Stopper(self.run, self.launcher)
-            self.stopper.requested_at = time.time()
-            self.stopper.mode = "ranks"
-        self.log_line_received.emit("[gaudi-gui] killing the run's processes now")
-        self.stopper.kill_now(reason)
-        if self._runner_obj is not None:
-            self._runner_obj.kill_tree()
-
-    def _grace_over(self) -> None:
-        self.log_line_received.emit(f"[gaudi-gui] the ranks did not end within {self.stop_grace_s:g} s "
-                                    f"of the stop: killing them")
-        self.kill("grace")
-
-    # -- the end ----------------------------------------------------------------------------------
-
-    def _on_finished(self, code: int, status: str) -> None:
-        self._poll_events()
-        description = describe_exit(code, status)
-        if status == EXIT_FAILED_TO_START:
-            self._end(code, {"state": "failed", "summary": f"Failed: the launcher {description}"},
-                      self._runner.tail(30))
-            return
-        self._end(code, None, self._runner.tail(30))
-
-    def _end(self, code: int | None, override: dict[str, Any] | None, tail: list[str]) -> None:
-        if self._ended:
-            return
-        # A rank sent SIGKILL may still be dying (flushing a write to a slow disk): the run has not
-        # ended, and its cards are not free, until it is gone. Wait for it (bounded), then end.
-        dying = [r for r in self.stopper.kill_sent if r.is_alive()] if self.stopper else []
-        now = time.time()
-        if dying and (not self._dying_since or now - self._dying_since < DYING_WAIT_S):
-            if not self._dying_since:
-                for timer in (self._kill_timer, self._tick, self._follow):
-                    timer.stop()  # nothing else may end the run meanwhile
-            self._dying_since = self._dying_since or now
-            QTimer.singleShot(200, self, lambda: self._end(code, override, tail))
-            return
-        self._ended = True
-        for timer in (self._kill_timer, self._tick, self._follow):
-            timer.stop()
-        stopper = self.stopper
-        leftovers = stopper.leftovers() if stopper else [
-            r for r in (self.run.rank_refs() if self.run else []) if r.is_alive()]
-        if leftovers:
-            # A rank outliving its launcher must not hold the cards: end it, and say so.
-            for ref in leftovers:
-                ref.signal(9)
-            self.leftover_pids = [r.pid for r in leftovers]
-            self.log_line_received.emit(f"[gaudi-gui] WARNING: processes outlived the run and were "
-                                        f"killed: {self.leftover_pids}")
-        if override is not None:
-            result = override
-        else:
-            result = outcome_from_events(self.events, self.run.status() if self.run else None,
-                                         exit_code=code if not self._attached else None,
-                                         stop_requested=stopper is not None,
-                                         killed=bool(stopper and stopper.killed),
-                                         kill_reason=stopper.kill_reason if stopper else "",
-                                         nobody_watched=self._attached and not self.events,
-                                         log_tail=tail)
-            if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":
-                result.update(state="stopped", summary="Stopped before training began — nothing to save")
-        state = str(result.get("state", "failed"))
-        if self.run:
-            final = metrics_mod.final_loss(self.records)
-            changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}
-            changes.setdefault("final_loss", final)
-            if code is not None and not self._attached:
-                changes["exit_code"] = code
-                changes["exit_description"] = describe_exit(code, "exited" if code >= 0 else "crashed")
-            with contextlib.suppress(OSError):
-                self.run.update_status(ended_at=time.time(), **changes)
-        self._attached = False
-        self._set_summary(str(result.get("summary", state)))
-        self._set_state(state)
-        self.finished.emit(-1 if code is None else code, state, tail)
-
-    # -- re-attaching -----------------------------------------------------------------------------
+    # -- the app ends -----------------------------------------------------------------------------
 
     def detach(self) -> None:
-        """Leave the launch running after the app exits (its console keeps going to log.txt)."""
-        if self._runner_obj is not None:
-            self._runner_obj.detach()
-        for timer in (self._follow, self._kill_timer, self._tick):
+        """Stop following (the app exits): the run goes on at its place, followed again next time."""
+        self._active = False
+        for timer in (self._preflight_timer, self._lost_timer, self._tick):
             timer.stop()
-
-    def attach(self, run: Run) -> bool:
-        """Follow a run started by an earlier session or the CLI; False when its processes are gone
-        (its status is then brought to what its events prove) or its pid was recycled."""
-        status = run.reconcile()
-        if status.state != "running":
-            # "queued": another gaudi-gui is creating it right now; it is not ours to follow yet.
-            return False
-        self._reset()
-        self.run = run
-        self.launcher = status.launcher
-        with contextlib.suppress(Exception):
-            self.job = run.job()
-        self._follower = EventFollower(run.events_path)
-        for event in self._follower.read():
-            self._take_event(event)
-        self._log = LogFollower(run.log_path, offset=_size(run.log_path))
-        self._attached = True
-        self._follow.start()
-        self._set_state("running")
-        if not self.summary:
-            self._set_summary(f"re-attached to {run.name}")
-        return True
-
-    def _check_attached_alive(self) -> None:
-        assert self.run is not None
-        if self.run.processes_alive():
-            return
-        self._poll_events()
-        self._end(None, None, self.run.log_tail(30))
-
-    def _read_log(self) -> list[str]:
-        return self._log.read() if self._log is not None else []
+        for part in self.parts:
+            part.detach()
 
     def shutdown(self) -> None:
-        for timer in (self._follow, self._kill_timer, self._tick):
+        for timer in (self._preflight_timer, self._lost_timer, self._tick):
             timer.stop()
+        for part in self.parts:
+            part.shutdown()
+        # A pre-flight thread's ssh calls end by their own timeouts; nothing here waits on them.
+        self._preflight_thread = None
 
 
-def _size(path: Any) -> int:
-    try:
-        return int(os.stat(path).st_size)
-    except OSError:
-        return 0
-
-
-class SchemaLoader(QObject):
-    """The TrainingArguments schema and job validation, computed in short-lived children."""
-
-    #: The schema is available (from the cache or a fresh child).
-    schema_loaded = Signal(object)
-    #: The schema child failed; carries the reason.
-    schema_failed = Signal(str)
-    #: A validation finished: list of (field, message); empty means TrainingArguments builds.
-    validated = Signal(list)
-
-    def __init__(self, parent: QObject | None = None) -> None:
-        super().__init__(parent)
-        self.schema: Schema | None = None
-        self._schema_runner = ProcessRunner(self, parse_protocol=False, tail_lines=400)
-        self._schema_runner.line_received.connect(self._on_schema_line)
-        self._schema_runner.finished.connect(self._on_schema_finished)
-        self._schema_lines: list[str] = []
-        self._validate_runner = ProcessRunner(self, parse_protocol=False)
-        self._validate_runner.line_received.connect(self._on_validate_line)
-        self._validate_runner.finished.connect(self._on_validate_finished)
-        self._validate_lines: list[str] = []
-        self._validate_file = ""
-
-    def is_running(self) -> bool:
-        return self._schema_runner.is_running() or self._validate_runner.is_running()
-
-    def load(self, transformers_version: str = "", *, device: str = "cpu",
-             device_env: Mapping[str, str] | None = None) -> None:
-        """Cached schema for that version at once, else ask a child (with the device's env)."""
-        if transformers_version:
-            cached = load_cached(transformers_version)
-            if cached is not None:
-                self.schema = cached
-                self.schema_loaded.emit(cached)
-                return
-        if self._schema_runner.is_running():
-            return
-        self._schema_lines = []
-        self._schema_runner.start(sys.executable, ["-m", "gaudi_gui.workers.schema"],
-                                  env=prepare_mod.child_env(device, device_env))
-
-    def _on_schema_line(self, stream: str, line: str) -> None:
-        if stream == "stdout":
-            self._schema_lines.append(line)
-
-    def _on_schema_finished(self, code: int, status: str) -> None:
-        text = "\n".join(self._schema_lines)
-        try:
-            schema = Schema.from_dict(json.loads(text[text.find("{"):]))
-        except (ValueError, KeyError, TypeError):
-            tail = " | ".join(self._schema_runner.tail(3))
-            self.schema_failed.emit(f"could not read TrainingArguments ({describe_exit(code, status)}): "
-                                    f"{tail}")
-            return
-        with contextlib.suppress(OSError):
-            save_cached(schema)
-        self.schema = schema
-        self.schema_loaded.emit(schema)
-
-    def validate(self, training_args: Mapping[str, Any], *, device: str = "cpu",
-                 device_env: Mapping[str, str] | None = None, num_processes: int = 1) -> None:
-        """Build TrainingArguments from the whole dict in a child that has the job's device env
-        (the child blames fields by elimination; ``num_processes`` > 1 lets it accept a
-        ddp_backend that no single process could initialise)."""
-        if self._validate_runner.is_running():
-            return
-        fd, path = tempfile.mkstemp(prefix="gaudi-gui-validate-", suffix=".json")
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"training_args": dict(training_args),
-                       "env": prepare_mod.device_variables(device, device_env),
-                       "num_processes": max(1, int(num_processes))}, fh)
-        self._validate_file = path
-        self._validate_lines = []
-        self._validate_runner.start(sys.executable, ["-m", "gaudi_gui.workers.schema", "--validate", path],
-                                    env=prepare_mod.child_env(device, device_env))
-
-    def _on_validate_line(self, stream: str, line: str) -> None:
-        if stream == "stdout":
-            self._validate_lines.append(line)
-
-    def _on_validate_finished(self, code: int, status: str) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self._validate_file)
-        for line in reversed(self._validate_lines):
-            with contextlib.suppress(ValueError):
-                data = json.loads(line)
-                if isinstance(data, dict) and "errors" in data:
-                    self.validated.emit([(str(e.get("field", "")), str(e.get("message", "")))
-                                         for e in data["errors"]])
-                    return
-        self.validated.emit([("", f"validation child failed ({describe_exit(code, status)}): "
-                                  f"{' | '.join(self._validate_runner.tail(3))}")])
-
-    def shutdown(self) -> None:
-        for runner in (self._schema_runner, self._validate_runner):
-            runner.kill_tree()
-
-
-__all__ = ["RunStatus", "SchemaLoader", "TrainingJob"]
+__all__ = ["LOST_AFTER_S", "TrainingJob", "log_prefix"]

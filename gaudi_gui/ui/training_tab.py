@@ -29,20 +29,17 @@ from PySide6.QtWidgets import (
 
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core import metrics as metrics_mod
-from gaudi_gui.core import multi_host as multi_mod
-from gaudi_gui.core import paths, visibility
+from gaudi_gui.core import paths
 from gaudi_gui.core import preflight as preflight_mod
 from gaudi_gui.core import remote as remote_mod
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.placement import Placement
-from gaudi_gui.core.prepare import PrepareError, preview_command
+from gaudi_gui.core.prepare import PrepareError
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.secrets import redact
+from gaudi_gui.core.start_preview import start_preview
 from gaudi_gui.core.training_args import Schema, hints, latest_cached
 from gaudi_gui.services.context import AppServices
-from gaudi_gui.services.multi_host_training import MultiHostTrainingJob
-from gaudi_gui.services.remote_training import RemoteTrainingJob
-from gaudi_gui.services.slurm_training import SlurmTrainingJob
 from gaudi_gui.services.training import TrainingService
 from gaudi_gui.services.training_job import TrainingJob
 from gaudi_gui.ui.log_view import LogView
@@ -253,55 +250,23 @@ class TrainingTab(QWidget):
         self._show_job(job)
 
     def _connections(self, job: TrainingJob) -> list[tuple[Any, Any]]:
-        out = [(job.log_line_received, self.log.append_line), (job.progress_line, self.log.set_progress),
-               (job.metrics_received, self._on_metrics), (job.event_received, self._on_event),
-               (job.status_changed, self._on_state), (job.summary_changed, self._on_summary),
-               (job.finished, self._on_finished)]
-        if isinstance(job, MultiHostTrainingJob):
-            out.append((job.hosts_changed, self._show_hosts))
-        return out
+        return [(job.log_line_received, self.log.append_line), (job.metrics_received, self._on_metrics),
+                (job.event_received, self._on_event), (job.status_changed, self._on_state),
+                (job.summary_changed, self._on_summary), (job.finished, self._on_finished),
+                (job.hosts_changed, self._show_hosts)]
 
     def _show_job(self, job: TrainingJob) -> None:
-        """Show a job the tab did not watch from its start (re-attached): its curve and progress."""
-        multi = isinstance(job, MultiHostTrainingJob)
-        # This machine's card usage says nothing about a host's cards: no such chart for remote runs.
-        self.chart.set_card_chart_shown(not isinstance(job, (MultiHostTrainingJob, RemoteTrainingJob,
-                                                             SlurmTrainingJob)))
+        """Show a job the tab did not watch from its start (re-attached): its curve and progress; its
+        log streams in from the run's beginning."""
+        # This machine's card usage says nothing about a host's cards: no such chart elsewhere.
+        self.chart.set_card_chart_shown(not job.is_remote)
         # Lines of a run on several hosts come prefixed "host| ": the log view filters on them.
-        self.log.set_sources(job.host_names() if isinstance(job, MultiHostTrainingJob) else [])
+        self.log.set_sources(job.host_names() if len(job.hosts) > 1 else [])
         self._show_hosts()
-        if multi:
-            if job.records or job.summary.startswith("re-attaching"):
-                self._clear_run_view()
-                self.chart.set_records(list(job.records))
-                self._show_progress()
-            if job.summary:
-                self.status.setText(job.summary)
-            self._update_buttons()
-            return
-        if isinstance(job, SlurmTrainingJob):
-            # Its records and log come in from the child and the run folder as the job goes.
-            if job.summary:
-                self.status.setText(job.summary)
-            self._update_buttons()
-            return
-        if isinstance(job, RemoteTrainingJob):
-            # Its records and log stream in from the host (a re-attached one from the beginning).
-            if job.records or job.summary.startswith("re-attaching"):
-                self._clear_run_view()
-                self.chart.set_records(self._remote_curve(job))
-                self._show_progress()
-            if job.summary:
-                self.status.setText(job.summary)
-            self._update_buttons()
-            return
-        if job.run is None:
-            return
-        self._clear_run_view()
-        self.chart.set_records(self._curve_before(job.run) + list(job.records))
-        self.log.append_lines(self._clean_log(job.run.log_tail(2000)))
-        self.log.flush()
-        self._show_progress()
+        if job.records or job.attached:
+            self._clear_run_view()
+            self.chart.set_records(self._curve_of(job))
+            self._show_progress()
         if job.summary:
             self.status.setText(job.summary)
         self._update_buttons()
@@ -331,11 +296,6 @@ class TrainingTab(QWidget):
         self.update_preview()
         super().showEvent(event)
 
-    def _train_args(self, p: Placement, host: remote_mod.Host) -> list[str]:
-        """``gaudi-gui train`` as Start runs it on ``host`` (the job on stdin)."""
-        return ["train", "--config", "-", "--detach", "--json", "--device", "auto",
-                "--grace", repr(float(self.training._grace())), *visibility.cards_argv(p.cards_of(host.name))]
-
     def current_job(self) -> tuple[JobConfig, list[tuple[str, str]]]:
         """The form's job as Start would run it at the chosen placement, and what is wrong with it
         (the placement's own problems at the Host field)."""
@@ -359,32 +319,14 @@ class TrainingTab(QWidget):
     def update_preview(self) -> None:
         """The command Start would run now: this form, at this placement, on the cards chosen now."""
         job, errors = self.current_job()
-        p = self.placement.placement()
-        self.command.setMaximumHeight(90)
-        if p.kind == "hosts":
-            text = self._multi_preview(job, p)
-            self.command.setPlainText(text)
-            # Every host's command in view, without a scroll bar.
-            lines = text.count("\n") + 1
-            self.command.setMaximumHeight(self.command.fontMetrics().lineSpacing() * lines + 24)
-            self.form.set_hints([("cards", "; ".join(self.placement.cards_phrase(h) for h in p.hosts)
-                                  or "every host uses its own cards, not this machine's selection")])
-        elif p.kind == "slurm":
-            # The whole script (Copy command copies it), a dozen lines in view.
-            self.command.setPlainText(self._slurm_preview(job, p, errors))
-            self.command.setMaximumHeight(self.command.fontMetrics().lineSpacing() * 14 + 24)
-            self.form.set_hints([("cards", "the nodes' cards (Cards/node and Gres), not this machine's "
-                                           "selection")])
-        elif p.kind == "host":
-            # What a person would type: the job (this form, as JSON) goes on ssh's stdin.
-            self.command.setPlainText(f"{p.preview(self._train_args(p, p.host))} < job.json")
-            self.form.set_hints([("cards", f"the run uses {self.placement.cards_phrase(p.host)}, not this "
-                                           f"machine's selection")])
-        else:
-            self.command.setPlainText(preview_command(job, device=self.device,
-                                                      device_env=self.training.device_env(),
-                                                      runs_root=self.store.root))
-            self.form.set_hints(self._local_hints(job))
+        preview = start_preview(job, self.placement.placement(), device=self.device,
+                                device_env=self.training.device_env(), runs_root=self.store.root,
+                                grace_s=self.training._grace(), address_of=self._main_address, errors=errors)
+        self.command.setPlainText(preview.text)
+        # Every host's command (or a dozen lines of a Slurm script) in view, without a scroll bar.
+        self.command.setMaximumHeight(self.command.fontMetrics().lineSpacing() * preview.lines + 24
+                                      if preview.lines else 90)
+        self.form.set_hints([("cards", preview.cards_hint)] if preview.cards_hint else self._local_hints(job))
         self.form.show_errors(errors)
 
     def _local_hints(self, job: JobConfig) -> list[tuple[str, str]]:
@@ -399,35 +341,6 @@ class TrainingTab(QWidget):
             shown = [*shown, *(("cards", f"card(s) {', '.join(map(str, ids))} are held by {owner}")
                                for owner, ids in held.items())]
         return shown
-
-    def _slurm_preview(self, job: JobConfig, p: Placement, errors: list[tuple[str, str]]) -> str:
-        """The sbatch script Start submits, as ``train --slurm --print-script`` shows it."""
-        if errors:
-            return "# cannot make the sbatch script: " + "; ".join(f"{f}: {m}" for f, m in errors[:4])
-        try:
-            return p.slurm_target().script(job, self.store.root)
-        except (ValueError, OSError) as exc:
-            return f"# cannot make the sbatch script: {exc}"
-
-    def _multi_preview(self, job: JobConfig, p: Placement) -> str:
-        """Every host's command: the ssh line that starts its part, and the accelerate launch it runs."""
-        hosts = list(p.hosts)
-        if len(hosts) < 2:
-            return "# check two or more hosts"
-        port = int(job.launch.main_process_port or multi_mod.DEFAULT_PORT)
-        address = job.launch.main_process_ip.strip() or self._main_address(hosts[0])
-        n = job.launch.num_processes
-        lines = [f"# {len(hosts)} machines × {n} process(es); main process {address}:{port} on "
-                 f"{hosts[0].name}; a pre-flight on every host first"]
-        for rank, (host, part) in enumerate(zip(hosts, multi_mod.host_jobs(job, len(hosts), address, port),
-                                                strict=True)):
-            launch = part.launch
-            lines.append(f"# machine rank {rank} on {host.name}: accelerate launch --num_machines "
-                         f"{launch.num_machines} --machine_rank {launch.machine_rank} --main_process_ip "
-                         f"{launch.main_process_ip} --main_process_port {launch.main_process_port} …")
-            lines.append(f"{host.shell_preview(host.gaudi_gui_argv(*self._train_args(p, host)))} "
-                         f"< job-rank{rank}.json")
-        return "\n".join(lines)
 
     def _main_address(self, host: remote_mod.Host) -> str:
         """Host 0's address (``ssh -G``, asked once per host in the background); a placeholder meanwhile."""
@@ -565,21 +478,15 @@ class TrainingTab(QWidget):
         self._clear_run_view()
         if after is not None:
             # The resumed run continues its parent's curve, up to the checkpoint it resumes.
-            upto = int(getattr(after, "remote_status", {}).get("step") or after.progress.step)
-            before = (self._remote_curve(after) if isinstance(after, RemoteTrainingJob)
-                      else list(after.records))
-            self.chart.set_records([r for r in before if int(r.get("step", 0)) <= upto])
-        elif resumed_from is not None and started.run is not None:
-            self.chart.set_records(self._curve_before(started.run))
-        if started.run is not None and not isinstance(started, (RemoteTrainingJob, MultiHostTrainingJob,
-                                                                SlurmTrainingJob)):
-            self.status.setText(f"starting {started.run.name}…")
-        elif isinstance(started, RemoteTrainingJob):
-            self.status.setText(f"starting the run on {started.host.name}…")
+            upto = int(after.remote_status.get("step") or after.progress.step)
+            self.chart.set_records([r for r in self._curve_of(after) if int(r.get("step", 0)) <= upto])
+        elif resumed_from is not None:
+            self.chart.set_records(self._curve_upto(str(resumed_from.folder)))
+        self.status.setText(started.summary or "starting…")
         self.views.setCurrentWidget(self.live)
         self.runs.refresh()
         self._update_buttons()
-        return started.run if p.kind == "local" and after is None else None
+        return started.run
 
     # -- the start gate ---------------------------------------------------------------------------
 
@@ -665,7 +572,7 @@ class TrainingTab(QWidget):
     def _show_hosts(self) -> None:
         """Each host's state during a run on several hosts (hidden otherwise)."""
         job = self.job
-        if not isinstance(job, MultiHostTrainingJob):
+        if len(job.hosts) < 2:
             self.hosts_line.setVisible(False)
             return
         self.hosts_line.setText("  ·  ".join(
@@ -673,16 +580,17 @@ class TrainingTab(QWidget):
             for name, rank, word in job.host_states()))
         self.hosts_line.setVisible(True)
 
-    def _remote_curve(self, job: RemoteTrainingJob) -> list[dict[str, Any]]:
-        """The records of a remote run and of the runs it resumed that this app still holds."""
-        chain: list[dict[str, Any]] = []
-        for other in self.training.jobs:
-            if isinstance(other, RemoteTrainingJob) and other.folder and other.folder == job.resumed_from \
-                    and other.host.name == job.host.name and other is not job:
-                start = job.progress.start_step or int(job.remote_status.get("step") or 0)
-                chain = [r for r in self._remote_curve(other) if not start or int(r.get("step", 0)) <= start]
-                break
-        return chain + list(job.records)
+    def _curve_of(self, job: TrainingJob) -> list[dict[str, Any]]:
+        """The records of ``job`` after those of the runs it resumed: read from their folders on this
+        machine, else from the jobs this app still holds (a run elsewhere)."""
+        start = job.progress.start_step or int(job.remote_status.get("step") or 0)
+        if job.kind == "local":
+            before = self._curve_upto(job.resumed_from)
+        else:
+            parent = next((o for o in self.training.jobs if o is not job and o.folder and
+                           o.folder == job.resumed_from and o.host.name == job.host.name), None)
+            before = self._curve_of(parent) if parent is not None else []
+        return [r for r in before if not start or int(r.get("step", 0)) <= start] + list(job.records)
 
     def stop(self) -> None:
         """Stop with a checkpoint; pressed again while stopping: kill now."""
@@ -691,14 +599,13 @@ class TrainingTab(QWidget):
         self._update_buttons()
 
     def resume_current(self) -> None:
+        """Resume the run picked in Runs (one of this machine's), else the current run where it ran,
+        on its cards, from its latest complete checkpoint there."""
         selected = self.runs.selected_runs()
-        if not selected and getattr(self.job, "is_remote", False):
-            # A run on a host, several hosts or Slurm resumes where it ran, from its checkpoint there.
-            self._launch(JobConfig(), Placement.local(), after=self.job)
-            return
-        runs = selected or ([self.job.run] if self.job.run else [])
-        if runs:
-            self.resume_run(runs[0])
+        if selected:
+            self.resume_run(selected[0])
+        elif self.job.folder:
+            self._launch(JobConfig(), self.job.placement, after=self.job)
         else:
             self.status.setText("no run to resume: pick one in Runs")
 
@@ -714,21 +621,21 @@ class TrainingTab(QWidget):
         job.resume_from_checkpoint = "latest"
         return self.start(job, resumed_from=run)
 
-    def _curve_before(self, run: Run) -> list[dict[str, Any]]:
-        """The records of the runs this one resumed, up to where it resumed (oldest first)."""
+    def _curve_upto(self, parent_folder: str) -> list[dict[str, Any]]:
+        """The records of the run in ``parent_folder`` and of the runs it resumed, each up to where
+        its child resumed (oldest first); [] for no folder."""
         chain: list[dict[str, Any]] = []
-        seen = {run.folder}
-        parent_folder = run.status().resumed_from
+        seen: set[Path] = set()
         limit: int | None = None
         while parent_folder and Path(parent_folder) not in seen and len(seen) < 20:
             parent = Run(parent_folder)
             seen.add(parent.folder)
             checkpoint = parent.status().checkpoint
             records = parent.metrics()
-            upto = limit if limit is not None else None
-            if checkpoint and Path(checkpoint).name.startswith("checkpoint-"):
+            upto = limit
+            if upto is None and checkpoint and Path(checkpoint).name.startswith("checkpoint-"):
                 with contextlib.suppress(ValueError):
-                    upto = int(Path(checkpoint).name.split("-", 1)[1]) if upto is None else upto
+                    upto = int(Path(checkpoint).name.split("-", 1)[1])
             chain = [r for r in records if upto is None or int(r.get("step", 0)) <= upto] + chain
             limit = min((int(r.get("step", 0)) for r in records), default=None)
             parent_folder = parent.status().resumed_from
@@ -757,7 +664,7 @@ class TrainingTab(QWidget):
     def _on_metrics(self, record: dict) -> None:
         # Stamp live records with the wall time they arrived, to line card usage up with steps.
         self.chart.add_record({**record, "time": time.time()})
-        if not getattr(self.job, "is_remote", False):  # this machine's cards are not the host's
+        if not self.job.is_remote:  # this machine's cards are not the host's
             self._update_device_usage()
         self._show_progress()
 
@@ -778,9 +685,6 @@ class TrainingTab(QWidget):
         if state == "finished":
             self.progress.setValue(100)
         self._show_progress()
-        if job.leftover_pids:
-            self.status.setText(self.status.text() + f" ⚠ processes outlived the run and were killed: "
-                                f"{job.leftover_pids}")
         self.log.flush()
         self.log.set_progress("")
         self.runs.refresh()
@@ -806,7 +710,7 @@ class TrainingTab(QWidget):
 
     def reopen(self, run: Run) -> None:
         self._clear_run_view()
-        self.chart.set_records(self._curve_before(run) + run.metrics())
+        self.chart.set_records(self._curve_upto(run.status().resumed_from) + run.metrics())
         self.log.append_lines(self._clean_log(run.log_tail(5000)))
         self.log.flush()
         st = run.reconcile()

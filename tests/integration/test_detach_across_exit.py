@@ -1,8 +1,9 @@
 """'Leave running and quit': a training launch outlives the app process, and a new one re-attaches.
 
-The first app is a real child Python that starts a run through TrainingJob, detaches it and exits the
-way gaudi_gui.app does (reap_all, then no QProcess destructors). The test process then plays the next
-start: it re-attaches to the run folder, sees it still progress, and stops it with nothing left."""
+The first app is a real child Python that starts a run through TrainingJob (its supervisor, `train
+--detach`, runs in a session of its own), detaches it and exits the way gaudi_gui.app does (reap_all,
+then no QProcess destructors). The test process then plays the next start: it re-attaches to the run
+folder, sees it still progress, and stops it with nothing left."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.services.training_job import TrainingJob
 
@@ -26,6 +28,7 @@ FIRST_APP = textwrap.dedent("""
     import json, os, sys
     from PySide6.QtCore import QCoreApplication, QTimer
     from gaudi_gui.core.jobconfig import JobConfig
+    from gaudi_gui.core.placement import Placement
     from gaudi_gui.core.runstore import RunStore
     from gaudi_gui.services import process
     from gaudi_gui.services.training_job import TrainingJob
@@ -35,7 +38,7 @@ FIRST_APP = textwrap.dedent("""
     job.dataset.max_length = 32
     job.training_args = {"output_dir": sys.argv[2], "max_steps": 100000, "logging_steps": 1,
                          "per_device_train_batch_size": 2, "save_strategy": "no"}
-    tj = TrainingJob(RunStore(sys.argv[1]))
+    tj = TrainingJob(Placement.local(), RunStore(sys.argv[1]))
     def on_metrics(record):
         if record.get("step", 0) >= 2 and not tj.is_detached_for_test:
             tj.is_detached_for_test = True
@@ -44,11 +47,10 @@ FIRST_APP = textwrap.dedent("""
             app.quit()
     tj.is_detached_for_test = False
     tj.metrics_received.connect(on_metrics)
-    tj.start(job)
+    tj.start(job, device="cpu")
     QTimer.singleShot(120000, app.quit)
     app.exec()
     process.reap_all()
-    assert process.detached_running(), "the run should still be running"
     os._exit(0)
 """)
 
@@ -62,7 +64,7 @@ def test_run_outlives_the_app_and_is_reattached(qtbot, tmp_path: Path) -> None:
     try:
         assert psutil.pid_exists(pid), "the launch died with the app"
         run = Run(info["run"])
-        job = TrainingJob(RunStore(run.folder.parent))
+        job = TrainingJob(Placement.local(), RunStore(run.folder.parent))
         assert job.attach(run)
         steps: list[int] = []
         job.metrics_received.connect(lambda r: steps.append(r.get("step", 0)))

@@ -1,4 +1,5 @@
-"""Real ``accelerate launch`` on CPU with the tiny model, supervised by TrainingJob."""
+"""Real ``accelerate launch`` on CPU with the tiny model: a TrainingJob on this machine, through the
+same ``train --detach`` supervisor a host runs, followed by ``runs follow``."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import psutil
 import pytest
 
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.runstore import RunStore, latest_checkpoint
 from gaudi_gui.services.training_job import TrainingJob
 
@@ -25,12 +27,12 @@ def make_job(tmp_path: Path, **args: object) -> JobConfig:
 
 
 def run_to_end(qtbot, job: JobConfig, tmp_path: Path, timeout: int = 120000) -> TrainingJob:
-    tj = TrainingJob(RunStore(tmp_path / "runs"), stop_grace_s=20)
+    tj = TrainingJob(Placement.local(), RunStore(tmp_path / "runs"), stop_grace_s=20)
     lines: list[str] = []
     tj.log_line_received.connect(lines.append)
     tj.lines = lines  # type: ignore[attr-defined]
     with qtbot.waitSignal(tj.finished, timeout=timeout) as blocker:
-        tj.start(job)
+        tj.start(job, device="cpu")
     tj.result = blocker.args  # type: ignore[attr-defined]
     return tj
 
@@ -38,11 +40,13 @@ def run_to_end(qtbot, job: JobConfig, tmp_path: Path, timeout: int = 120000) -> 
 def test_one_process_checkpoint_and_metrics(qtbot, tmp_path: Path) -> None:
     got: list[dict] = []
     job = make_job(tmp_path)
-    tj = TrainingJob(RunStore(tmp_path / "runs"))
+    tj = TrainingJob(Placement.local(), RunStore(tmp_path / "runs"))
     tj.metrics_received.connect(got.append)
     with qtbot.waitSignal(tj.finished, timeout=120000) as blocker:
-        run = tj.start(job)
+        tj.start(job, device="cpu")
     code, state, _tail = blocker.args
+    run = tj.run
+    assert run is not None
     assert (code, state) == (0, "finished"), tj.run.log_tail(30)  # type: ignore[union-attr]
     steps = [r["step"] for r in got if r.get("loss") is not None]
     assert steps == [1, 2, 3, 4, 5, 6]
@@ -77,15 +81,15 @@ def test_two_processes_gloo(qtbot, tmp_path: Path) -> None:
 def test_stop_mid_run_then_resume(qtbot, tmp_path: Path) -> None:
     # Slow the steps down with a large max_steps; stop after the first metrics arrive.
     job = make_job(tmp_path, max_steps=2000, save_steps=100000)
-    tj = TrainingJob(RunStore(tmp_path / "runs"), stop_grace_s=30)
+    tj = TrainingJob(Placement.local(), RunStore(tmp_path / "runs"), stop_grace_s=30)
     with qtbot.waitSignal(tj.metrics_received, timeout=120000):
-        tj.start(job)
+        tj.start(job, device="cpu")
     root = tj.pid
     with qtbot.waitSignal(tj.finished, timeout=60000) as blocker:
         tj.stop()
     _code, state, _ = blocker.args
     assert state == "stopped", tj.run.log_tail(30)  # type: ignore[union-attr]
-    assert not tj.leftover_pids
+    assert "outlived" not in tj.summary
     assert not psutil.pid_exists(root) or psutil.Process(root).status() == psutil.STATUS_ZOMBIE
     ckpt = latest_checkpoint(tmp_path / "out")
     assert ckpt is not None
@@ -95,10 +99,10 @@ def test_stop_mid_run_then_resume(qtbot, tmp_path: Path) -> None:
     job2 = make_job(tmp_path, max_steps=stopped_at + 3, save_steps=100000)
     job2.resume_from_checkpoint = "latest"
     got: list[dict] = []
-    tj2 = TrainingJob(RunStore(tmp_path / "runs"))
+    tj2 = TrainingJob(Placement.local(), RunStore(tmp_path / "runs"))
     tj2.metrics_received.connect(got.append)
     with qtbot.waitSignal(tj2.finished, timeout=120000) as blocker:
-        tj2.start(job2)
+        tj2.start(job2, device="cpu")
     assert blocker.args[1] == "finished", tj2.run.log_tail(30)  # type: ignore[union-attr]
     steps = [r["step"] for r in got if r.get("loss") is not None]
     assert steps and steps[0] == stopped_at + 1
@@ -130,9 +134,9 @@ def test_missing_column_is_refused_before_launch(qtbot, tmp_path: Path) -> None:
     data.write_text('{"body": "hello there"}\n{"body": "more text"}\n')
     job = make_job(tmp_path)
     job.dataset.source = str(data)
-    tj = TrainingJob(RunStore(tmp_path / "runs"))
+    tj = TrainingJob(Placement.local(), RunStore(tmp_path / "runs"))
     with pytest.raises(PrepareError) as refused:
-        tj.start(job)
+        tj.start(job, device="cpu")
     assert "text" in str(refused.value)
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
 

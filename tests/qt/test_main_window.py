@@ -89,7 +89,7 @@ def _start_training(qtbot, tab: TrainingTab, out: Path) -> None:
     set_arg(tab, "save_steps", "100000")
     set_arg(tab, "logging_steps", "1")
     click(qtbot, tab.btn["Start"])
-    assert tab.job.run is not None, tab.status.text()
+    qtbot.waitUntil(lambda: tab.job.run is not None, timeout=60000)
     qtbot.waitUntil(lambda: len(tab.job.records) > 0, timeout=180000)
 
 
@@ -123,7 +123,8 @@ def test_close_choices_leave_running_restart_reattach_stop(qtbot, tmp_path: Path
     second.show()
     tab = _open_training_tab(qtbot, second)
     qtbot.waitUntil(lambda: tab.job.run == run and tab.job.attached, timeout=30000)
-    assert tab.chart.point_count() > 0
+    # Its curve so far streams in from the run's first event, then new steps.
+    qtbot.waitUntil(lambda: tab.chart.point_count() > 0, timeout=30000)
     seen = len(tab.job.records)
     qtbot.waitUntil(lambda: len(tab.job.records) > seen, timeout=60000)
     # The status bar says a job runs, as it does for a run this window started.

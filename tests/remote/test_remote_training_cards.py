@@ -13,7 +13,6 @@ from pytestqt.qtbot import QtBot
 
 from gaudi_gui.core import remote
 from gaudi_gui.services.device_selection import DeviceSelection
-from gaudi_gui.services.remote_training import RemoteTrainingJob
 from tests.helpers import click, close_training_tab, set_arg, training_tab
 from tests.remote.conftest import SshHost
 
@@ -44,9 +43,11 @@ def test_a_host_run_uses_that_hosts_card_selection(qtbot: QtBot, ssh_host: SshHo
         with qtbot.waitSignal(services.training.current_changed, timeout=90000):
             click(qtbot, tab.btn["Start"])
         job = tab.job
-        assert isinstance(job, RemoteTrainingJob), tab.status.text()
-        assert job.cards == [2, 3] and job.to_entry()["cards"] == [2, 3]
+        assert job.kind == "host", tab.status.text()
+        assert job.cards == {job.host.name: [2, 3]}
         qtbot.waitUntil(lambda: bool(job.folder), timeout=240000)
+        record = job.to_record()
+        assert record is not None and record["parts"][0]["cards"] == [2, 3]
         recorded = json.loads((Path(job.folder) / "env.json").read_text())
         device = recorded["cards"]["device"]
         assert recorded["cards"] == {"requested": "2,3", "device": device, "applied": device != "cpu"}
