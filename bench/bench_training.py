@@ -75,6 +75,40 @@ def _wait(app: Any, cond: Any, timeout: float) -> None:
     timer.stop()
 
 
+def _follow_latency(app: Any, tmp: Path, seconds: float) -> float:
+    """p95 seconds from a line appended to a running run's log.txt to the app's part receiving it."""
+    from gaudi_gui.core.remote import Host
+    from gaudi_gui.services.run_parts import SupervisedPart
+
+    run_ = RunStore(tmp / "follow").create(JobConfig())
+    script = ("import sys,time\nn=0\nt0=time.time()\nf=open(sys.argv[1],'a')\n"
+              f"while time.time()-t0<{seconds}:\n"
+              "    for _ in range(50):\n"
+              "        f.write(f't={time.time():.6f} line {n} ' + 'x'*60 + '\\n'); n+=1\n"
+              "    f.flush()\n    time.sleep(0.01)\n")
+    writer = subprocess.Popen([sys.executable, "-c", script, str(run_.log_path)])
+    ref_time = __import__("psutil").Process(writer.pid).create_time()
+    run_.update_status(state="running", pid=writer.pid, pid_create_time=ref_time, started_at=time.time())
+    latencies: list[float] = []
+
+    def take(line: str) -> None:
+        if line.startswith("t="):
+            latencies.append(time.time() - float(line[2:].split(maxsplit=1)[0]))
+
+    part = SupervisedPart(Host.local(), grace_s=5)
+    part.line_received.connect(take)
+    part.follow(str(run_.folder))
+    try:
+        _wait(app, lambda: writer.poll() is not None, seconds + 30)
+        _wait(app, lambda: False, 1.0)  # the last lines
+    finally:
+        part.shutdown()
+        if writer.poll() is None:
+            writer.kill()
+    latencies.sort()
+    return latencies[int(len(latencies) * 0.95)] if latencies else float("nan")
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtCore import QElapsedTimer, QTimer
@@ -172,6 +206,13 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     worst = max(stalls) - 5 if stalls else 0  # the ticker fires every 5 ms: lateness beyond that
     rows.append(_row("worst event-loop stall while logging", worst, "ms", "< 50 ms"))
     view.shutdown()
+
+    # 2b. The same lines reaching the app through the supervisor's follower (a run on this machine
+    # is followed with `runs follow` like a host's): a writer appends them to a run's log.txt.
+    follow_p95 = _follow_latency(app, tmp, seconds)
+    rows.append(_row("log latency p95 through `runs follow` (log.txt -> TrainingJob)", follow_p95 * 1000,
+                     "ms", f"added < 100 ms p95 (direct pipe: {p95 * 1000:.1f} ms)",
+                     baseline=round(p95 * 1000, 4), ratio=None))
 
     # 3. Stop to every process gone.
     tj2 = TrainingJob(Placement.local(), RunStore(tmp / "stop"), stop_grace_s=8)
