@@ -16,7 +16,15 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import psutil
 from PySide6.QtCore import QPoint, Qt, QTimer
-from PySide6.QtWidgets import QAbstractButton, QApplication, QDialog, QMessageBox, QTableWidget, QWidget
+from PySide6.QtWidgets import (
+    QAbstractButton,
+    QApplication,
+    QComboBox,
+    QDialog,
+    QMessageBox,
+    QTableWidget,
+    QWidget,
+)
 
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.launch import free_port
@@ -94,22 +102,38 @@ def answer_dialog(qtbot: QtBot, button_text: str, timeout_ms: int = 10_000) -> D
     return answer
 
 
-def choose_runner_host(qtbot: QtBot, tab: RunnerTab, name: str) -> None:
-    """Open the Model runner's Host list with a click, walk to ``name`` with the arrow keys, press
-    Return."""
-    combo = tab.host_combo
-    qtbot.mouseClick(combo, Qt.MouseButton.LeftButton)
+def choose(qtbot: QtBot, combo: QComboBox, data: object) -> None:
+    """Open ``combo``'s list with a click, walk to the entry whose item data is ``data`` with the arrow
+    keys, press Return."""
+    click(qtbot, combo)
     view = combo.view()
     qtbot.waitUntil(view.isVisible, timeout=5000)
-    target = combo.findData(name)
-    assert target >= 0, f"{name} is not offered: {[combo.itemData(i) for i in range(combo.count())]}"
+    target = combo.findData(data)
+    assert target >= 0, f"{data} is not offered: {[combo.itemData(i) for i in range(combo.count())]}"
     for _ in range(combo.count() + 1):
         row = view.currentIndex().row()
         if row == target:
             break
         qtbot.keyClick(view, Qt.Key.Key_Down if row < target else Qt.Key.Key_Up)
     qtbot.keyClick(view, Qt.Key.Key_Return)
-    qtbot.waitUntil(lambda: not view.isVisible() and tab.client.host.name == name, timeout=5000)
+    qtbot.waitUntil(lambda: not view.isVisible() and combo.currentData() == data, timeout=5000)
+
+
+def type_over(qtbot: QtBot, widget: QWidget, text: str) -> None:
+    """Click a field, select what it holds and type ``text`` over it (nothing: clear it)."""
+    qtbot.mouseClick(widget, Qt.MouseButton.LeftButton)
+    assert widget.hasFocus(), f"{_label(widget)} took no focus"
+    qtbot.keyClick(widget, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    if text:
+        qtbot.keyClicks(widget, text)
+    else:
+        qtbot.keyClick(widget, Qt.Key.Key_Delete)
+
+
+def choose_runner_host(qtbot: QtBot, tab: RunnerTab, name: str) -> None:
+    """Pick ``name`` in the Model runner's Host list (``choose``), then wait for the runner to use it."""
+    choose(qtbot, tab.host_combo, name)
+    qtbot.waitUntil(lambda: tab.client.host.name == name, timeout=5000)
 
 
 # -- reading what a view shows ----------------------------------------------------------------------

@@ -23,6 +23,9 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import ClassVar
+
+import psutil
 
 PROGRAMS = {"munged": "/usr/sbin/munged", "slurmctld": "/usr/sbin/slurmctld", "slurmd": "/usr/sbin/slurmd"}
 CLIENTS = ("sbatch", "squeue", "sinfo", "scancel", "scontrol", "srun")
@@ -55,6 +58,9 @@ def _memory_mb() -> int:
 
 
 class SlurmCluster:
+    #: The clusters started in this process and not stopped yet (a session's one, as a rule).
+    started: ClassVar[list[SlurmCluster]] = []
+
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root or tempfile.mkdtemp(prefix="gg-slurm-"))
         self.node = socket.gethostname().split(".")[0]
@@ -170,6 +176,7 @@ class SlurmCluster:
     def start(self, timeout: float = 60.0) -> None:
         self.check()
         self.write_config()
+        SlurmCluster.started.append(self)
         m = self.root / "munge"
         self._spawn("munged", [PROGRAMS["munged"], "-F", "--force", f"--socket={self.socket}",
                                f"--key-file={m / 'munge.key'}", f"--pid-file={m / 'munged.pid'}",
@@ -192,6 +199,16 @@ class SlurmCluster:
     def node_idle(self) -> bool:
         done = self._run(["sinfo", "-h", "-N", "-n", self.node, "-o", "%T"])
         return done.returncode == 0 and done.stdout.strip() == "idle"
+
+    def daemon_pids(self) -> set[int]:
+        """The daemons and the controller's helpers (slurmscriptd): children of the test process by
+        design, not what a test left running (a job's processes are slurmd's, never listed here)."""
+        pids = {proc.pid for proc in self.procs.values() if proc.poll() is None}
+        controller = self.procs.get("slurmctld")
+        if controller is not None and controller.poll() is None:
+            with contextlib.suppress(psutil.Error):
+                pids |= {c.pid for c in psutil.Process(controller.pid).children(recursive=True)}
+        return pids
 
     def jobs(self) -> list[str]:
         """Ids of jobs not yet ended."""
@@ -219,6 +236,8 @@ class SlurmCluster:
                 proc.kill()
                 proc.wait(timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)
+        with contextlib.suppress(ValueError):
+            SlurmCluster.started.remove(self)
 
 
 __all__ = ["PARTITION", "ClusterError", "SlurmCluster"]

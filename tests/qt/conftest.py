@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from gaudi_gui.core.training_args import Schema
+from tests.slurm_cluster import SlurmCluster
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +29,9 @@ def real_schema() -> Schema:
 def no_leftovers(qapp, qtbot) -> Iterator[None]:
     threads_before = {t.ident for t in threading.enumerate()}
     yield
+    # The daemons of the session's Slurm cluster (started by a test before this one, kept for the
+    # session) are this process's children by design; the jobs they started are not.
+    daemons = {pid for cluster in SlurmCluster.started for pid in cluster.daemon_pids()}
     from PySide6.QtCore import QThreadPool
     from pytestqt.exceptions import TimeoutError as pytestqt_timeout
 
@@ -37,13 +41,14 @@ def no_leftovers(qapp, qtbot) -> Iterator[None]:
     def settled() -> bool:
         return (not any(r.is_running() for r in list(process._LIVE))
                 and not [c for c in psutil.Process().children(recursive=True)
-                         if c.status() != psutil.STATUS_ZOMBIE])
+                         if c.pid not in daemons and c.status() != psutil.STATUS_ZOMBIE])
 
     try:
         qtbot.waitUntil(settled, timeout=30000)
     except (AssertionError, TimeoutError, pytestqt_timeout):
         running = [r.argv for r in list(process._LIVE) if r.is_running()]
-        kids = [(c.pid, c.cmdline()) for c in psutil.Process().children(recursive=True)]
+        kids = [(c.pid, c.cmdline()) for c in psutil.Process().children(recursive=True)
+                if c.pid not in daemons]
         process.reap_all()
         pytest.fail(f"test left processes running: runners={running} children={kids}")
     assert QThreadPool.globalInstance().activeThreadCount() == 0, "a QThreadPool task is still running"
