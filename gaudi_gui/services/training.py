@@ -11,6 +11,7 @@ left running at exit, or started by ``gaudi-gui train`` in a terminal is found h
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
@@ -111,7 +112,7 @@ class TrainingService(QObject):
         return [j for j in dict.fromkeys([self.current, *self.jobs]) if j.is_running()]
 
     def launch(self, job: JobConfig, placement: Placement, *, resumed_from: str = "",
-               main_ip: str = "") -> TrainingJob:
+               main_ip: str = "", resumed_parts: Sequence[str] = ()) -> TrainingJob:
         """Start ``job`` at ``placement`` as the current job: the one entry for every place (this
         machine, a host, several hosts, Slurm), each place with the cards the placement chose (this
         machine: the Devices tab's choice). ``main_ip``: host 0's address for the others on several
@@ -126,7 +127,8 @@ class TrainingService(QObject):
             if device != "cpu" and self.selection.jobs_use_cards() and not placement.cards:
                 placement = Placement.local(self.selection.selected)
         fresh = self._new_job(placement)
-        fresh.start(job, device=device, resumed_from=resumed_from, main_ip=main_ip)
+        fresh.start(job, device=device, resumed_from=resumed_from, main_ip=main_ip,
+                    resumed_parts=resumed_parts)
         self.settings.set("training/last_job", job.to_dict())
         self.jobs.append(fresh)
         self.current = fresh
@@ -153,7 +155,9 @@ class TrainingService(QObject):
         if placement.kind in ("host", "hosts"):
             cards = tuple((name, tuple(ids)) for name, ids in job.cards.items())
             placement = Placement(placement.kind, placement.hosts, cards or placement.cards)
-        return self.launch(job.resume_config(), placement, resumed_from=job.folder, main_ip=job.main_ip)
+        # Each host's part resumes that host's run (its checkpoint and folder are the host's).
+        return self.launch(job.resume_config(), placement, resumed_from=job.folder, main_ip=job.main_ip,
+                           resumed_parts=[p.folder for p in job.parts])
 
     def stop(self) -> None:
         """Stop the current run with a checkpoint; a second call while it stops kills it."""

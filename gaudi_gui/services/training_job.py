@@ -22,6 +22,7 @@ import queue
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -117,6 +118,7 @@ class TrainingJob(QObject):
         self._stop_at = 0.0
         self._results: dict[int, tuple[str, str]] = {}
         self._codes: dict[int, int] = {}
+        self._resumed_parts: list[str] = []
         self._given_up: set[int] = set()
         self._reconnecting_since: dict[int, float] = {}
         self._tail: deque[str] = deque(maxlen=30)
@@ -313,10 +315,11 @@ class TrainingJob(QObject):
     # -- starting ---------------------------------------------------------------------------------
 
     def start(self, job: JobConfig, *, device: str = "auto", resumed_from: str = "",
-              main_ip: str = "") -> None:
+              main_ip: str = "", resumed_parts: Sequence[str] = ()) -> None:
         """Start ``job`` at the placement; the outcome comes asynchronously (``run_identified``, state
         changes, ``finished``). On several hosts a pre-flight runs first (in a thread); ``main_ip``:
-        host 0's address for the others (empty: resolved from ``ssh -G``)."""
+        host 0's address for the others (empty: resolved from ``ssh -G``); ``resumed_parts``: the run
+        folder each host's part resumes (default: ``resumed_from`` for host 0 only)."""
         if self.is_running():
             raise RuntimeError("this job is already running")
         if self.placement.kind == "local":
@@ -327,6 +330,7 @@ class TrainingJob(QObject):
                 raise PrepareError(problems)
         self._reset()
         self.job, self.job_dict, self.resumed_from, self.device = job, job.to_dict(), resumed_from, device
+        self._resumed_parts = list(resumed_parts) or [resumed_from]
         self._active, self._followed = True, False
         self._set_state("queued")
         if self.placement.kind == "hosts":
@@ -378,8 +382,9 @@ class TrainingJob(QObject):
         n = self.job.launch.num_processes if self.job else 1
         self._say(f"main process {address}:{self.port}; {len(self.hosts)} machines × {n} process(es) "
                   f"(the run goes on if the app or a connection ends)")
-        for host, part_job in zip(self.hosts, jobs, strict=True):
-            self._add_part(host).start(part_job.to_dict(), device=self.device,
+        for rank, (host, part_job) in enumerate(zip(self.hosts, jobs, strict=True)):
+            resumed = self._resumed_parts[rank] if rank < len(self._resumed_parts) else ""
+            self._add_part(host).start(part_job.to_dict(), device=self.device, resumed_from=resumed,
                                        cards=self.placement.cards_of(host.name))
         self._lost_timer.start()
         self.hosts_changed.emit()
