@@ -98,7 +98,7 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
         selection = DeviceSelection()
         poller = DevicePoller(settings, selection)
         services = AppServices(settings=settings, selection=selection,
-                               environment=EnvironmentProbe(), poller=poller)
+                               environment=EnvironmentProbe(), device_poller=poller)
         if health:
             from gaudi_gui.app import add_health
             settings.set("health/interval_s", 10.0)

@@ -16,10 +16,19 @@ HEALTH_DELAY_MS = 3000
 
 
 def create_services(parent: QObject | None = None, *, training: bool = True) -> AppServices:
-    """The window's services. ``training=False`` leaves ``services.training`` None for
-    ``AppServices.ensure_training`` to fill in later: the app makes it after its first paint (the training
-    service's modules are a good part of what the window would otherwise wait for)."""
-    from gaudi_gui.services.device_poller import DevicePoller
+    """The window's services, all of them made now. ``training=False`` leaves ``services.training``
+    None for ``AppServices.ensure_training`` to fill in later."""
+    services = window_services(parent)
+    add_background_services(services, parent, training=training)
+    return services
+
+
+def window_services(parent: QObject | None = None) -> AppServices:
+    """What the window needs before its first paint: the settings, the card selection and the
+    environment probe. The app makes the rest with ``add_background_services`` once the window is
+    painted: their modules (the device poller and hl-smi parsing, the hosts' ssh and multi-host
+    helpers, the alerts, the training supervisor) are most of what the first paint would otherwise
+    wait for."""
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.environment_probe import EnvironmentProbe
     from gaudi_gui.services.settings import Settings
@@ -27,28 +36,28 @@ def create_services(parent: QObject | None = None, *, training: bool = True) -> 
     settings = Settings(parent=parent)
     selection = DeviceSelection(parent)
     environment = EnvironmentProbe(parent=parent)
-    poller = DevicePoller(settings, selection, parent)
     # Where jobs really run (cards seen but no habana_frameworks: the CPU), whether or not the
     # Devices tab is ever built.
     environment.probe_finished.connect(selection.set_environment)
-    services = AppServices(settings=settings, selection=selection, environment=environment, poller=poller)
-    # The saved hosts (hosts.json read once) and each host's card selection, before any view asks.
+    return AppServices(settings=settings, selection=selection, environment=environment)
+
+
+def add_background_services(services: AppServices, parent: QObject | None = None, *,
+                            training: bool = True) -> None:
+    """The services every view may bind to, made before any tab is built: the device poller, the saved
+    hosts (hosts.json read once) and each host's card selection, health and the notifier, and
+    (``training``) the training supervisor. Nothing is started."""
+    services.ensure_poller(parent)
     services.ensure_hosts(parent)
     add_health(services, parent)
     if training:
         services.ensure_training(parent)
-    return services
 
 
 def add_health(services: AppServices, parent: QObject | None = None) -> None:
     """The health service (doctor reports and alerts) and the notifier; nothing runs until
     ``services.health.start()``."""
-    from gaudi_gui.services.health import HealthService
-    from gaudi_gui.services.notifier import Notifier
-    services.health = HealthService(services.settings, parent)
-    services.health.watch_poller("local", services.poller)
-    services.notifier = Notifier(services.settings, parent)
-    services.notifier.watch_health(services.health)
+    services.ensure_health(parent)
 
 
 class _FirstPaint(QObject):
@@ -103,14 +112,15 @@ def run_gui(argv: Sequence[str]) -> int:
     app.setOrganizationName("gaudi-gui")
     from gaudi_gui.ui.main_window import MainWindow
 
-    services = create_services(app, training=False)
+    services = window_services(app)
     window = MainWindow(services)
     window.show()
     _show_settings_problems(services, window)
-    # The training supervisor, hl-smi and the probe child (a Python that imports torch) compete with
-    # the first frame for the CPU: start them once the window has been painted (this runs before
-    # the window builds its first tab, which may need the supervisor).
+    # The hosts, health, the training supervisor, hl-smi and the probe child (a Python that imports
+    # torch) compete with the first frame for the CPU: make and start them once the window has been
+    # painted (this runs before the window builds its first tab, which binds to them).
     def start_background() -> None:
+        add_background_services(services, app)
         training = services.ensure_training(app)
         # Runs left going by an earlier session or started by `gaudi-gui train`: followed at once,
         # whether or not the Training tab is ever opened.

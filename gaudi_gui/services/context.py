@@ -31,8 +31,9 @@ class AppServices:
     selection: DeviceSelection
     #: Versions and the device a worker will use, probed in a child process.
     environment: EnvironmentProbe
-    #: Live hl-smi / nvidia-smi / host samples (one poller for the whole window).
-    poller: DevicePoller
+    #: Live hl-smi / nvidia-smi / host samples (one poller for the whole window), once made: read it as
+    #: ``poller``, which makes it on first use (the app paints its window before loading its modules).
+    device_poller: DevicePoller | None = None
     #: The training supervisor: current and re-attached runs, their card claims (None only in
     #: tests that build services by hand; ``gaudi_gui.app.create_services`` always makes one).
     training: TrainingService | None = None
@@ -60,6 +61,20 @@ class AppServices:
     #: The Serve panel's server (``gaudi-gui serve --events`` as a child): ``ensure_serve``.
     serve: ServeService | None = None
 
+    @property
+    def poller(self) -> DevicePoller:
+        """The window's device poller (not started), made on first use (``ensure_poller``)."""
+        if self.device_poller is None:
+            return self.ensure_poller(self.settings.parent())
+        return self.device_poller
+
+    def ensure_poller(self, parent: QObject | None = None) -> DevicePoller:
+        """The device poller of this machine's cards, made here the first time (nothing started)."""
+        if self.device_poller is None:
+            from gaudi_gui.services.device_poller import DevicePoller
+            self.device_poller = DevicePoller(self.settings, self.selection, parent)
+        return self.device_poller
+
     def ensure_hosts(self, parent: QObject | None = None) -> HostsService:
         """The host list, read from hosts.json once here; every saved host gets its card selection
         (in ``host_selections``) now, not when its panel first opens."""
@@ -67,6 +82,20 @@ class AppServices:
             from gaudi_gui.services.hosts import HostsService
             self.hosts = HostsService(self.settings, self.poller, parent, selections=self.host_selections)
         return self.hosts
+
+    def ensure_health(self, parent: QObject | None = None) -> HealthService:
+        """The health service (doctor reports and alerts, watching the local poller) and the notifier
+        of its alerts and of ended runs; nothing runs until ``health.start()``."""
+        if self.health is None:
+            from gaudi_gui.services.health import HealthService
+            from gaudi_gui.services.notifier import Notifier
+            self.health = HealthService(self.settings, parent)
+            self.health.watch_poller("local", self.poller)
+            self.notifier = Notifier(self.settings, parent)
+            self.notifier.watch_health(self.health)
+            if self.training is not None:
+                self.notifier.watch_training(self.training)
+        return self.health
 
     def ensure_generation(self, parent: QObject | None = None) -> GenerationClient:
         """The model runner's client (its worker starts on the first load): the runner binds to it."""

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core.visibility import child_env
-from gaudi_gui.services.process import ProcessRunner, describe_exit
+
+if TYPE_CHECKING:
+    from gaudi_gui.services.process import ProcessRunner
 
 
 class EnvironmentProbe(QObject):
@@ -24,9 +26,9 @@ class EnvironmentProbe(QObject):
     def __init__(self, python: str | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self._python = python or sys.executable
-        self._runner = ProcessRunner(self)
-        self._runner.message_received.connect(self._on_message)
-        self._runner.finished.connect(self._on_finished)
+        # The child's runner (and services.process with it) is made by the first refresh: the app
+        # makes this probe before its window's first paint and starts it after.
+        self._runner: ProcessRunner | None = None
         self._result: dict[str, Any] | None = None
         self._got_result = False
 
@@ -41,9 +43,15 @@ class EnvironmentProbe(QObject):
         return (self._result or {}).get("device", "cpu")
 
     def is_running(self) -> bool:
-        return self._runner.is_running()
+        return self._runner is not None and self._runner.is_running()
 
     def refresh(self) -> None:
+        if self._runner is None:
+            from gaudi_gui.services.process import ProcessRunner
+
+            self._runner = ProcessRunner(self)
+            self._runner.message_received.connect(self._on_message)
+            self._runner.finished.connect(self._on_finished)
         if self._runner.is_running():
             return
         self._got_result = False
@@ -57,10 +65,13 @@ class EnvironmentProbe(QObject):
             self.probe_finished.emit(self._result)
 
     def _on_finished(self, code: int, status: str) -> None:
-        if self._got_result:
+        if self._got_result or self._runner is None:
             return
+        from gaudi_gui.services.process import describe_exit
+
         tail = "\n".join(self._runner.tail(15))
         self.probe_failed.emit(f"environment probe {describe_exit(code, status)}\n{tail}".strip())
 
     def shutdown(self) -> None:
-        self._runner.kill_tree()
+        if self._runner is not None:
+            self._runner.kill_tree()

@@ -209,7 +209,7 @@ class HostsTab(QWidget):
             assert poller is not None
             selection = self.hosts.selection(name)
             assert selection is not None  # a watched host is a saved one
-            scoped = dataclasses.replace(self.services, poller=poller, selection=selection)
+            scoped = dataclasses.replace(self.services, device_poller=poller, selection=selection)
             panel = DevicesTab(scoped)
             panel.setWindowTitle(f"gaudi-gui — devices on {name}")
             panel.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose, False)

@@ -86,8 +86,8 @@ class MainWindow(QMainWindow):
         #: The Serve panel, in a dock made the first time it is asked for (``show_serve``, Ctrl+Shift+S).
         self.serve_panel: ServePanel | None = None
         self._serve_dock: QWidget | None = None
-        if services.health is not None:
-            services.health.view_requested.connect(self.show_health)
+        self._health_bound = False
+        self._bind_health()
         self._restore()
         self.installEventFilter(self)
 
@@ -115,6 +115,7 @@ class MainWindow(QMainWindow):
         widget = self._built.get(key)
         if widget is not None:
             return widget
+        self._ensure_services()
         if key == "training_tab" and self.services.training is None:
             # Built before the app made its supervisor (after the first paint): make it now.
             self.services.ensure_training(self.services.settings.parent())
@@ -130,6 +131,21 @@ class MainWindow(QMainWindow):
             old.deleteLater()
         self._wire(key, widget)
         return widget
+
+    def _ensure_services(self) -> None:
+        """The services every view binds to (the hosts, health), which the app makes after the first
+        paint: made on the spot when something is built sooner."""
+        parent = self.services.settings.parent()
+        self.services.ensure_hosts(parent)
+        self.services.ensure_health(parent)
+        self._bind_health()
+
+    def _bind_health(self) -> None:
+        """A view's request to see a host's health opens the Health dock (once the service exists)."""
+        health = self.services.health
+        if health is not None and not self._health_bound:
+            health.view_requested.connect(self.show_health)
+            self._health_bound = True
 
     def _wire(self, key: str, widget: QWidget) -> None:
         """Cross-tab connections, made once both ends exist."""
@@ -227,8 +243,11 @@ class MainWindow(QMainWindow):
 
     def show_health(self, host: str = "local") -> HealthView | None:
         """The Health view of ``host`` in its dock (made and checked on first use)."""
+        if self._shut_down:
+            return None
+        self._ensure_services()
         health = self.services.health
-        if health is None or self._shut_down:
+        if health is None:
             return None
         if self._health_dock is None:
             from PySide6.QtCore import Qt
@@ -257,6 +276,7 @@ class MainWindow(QMainWindow):
         """The Serve panel in its dock (made on first use; its server is the app's ServeService)."""
         if self._shut_down:
             return None
+        self._ensure_services()
         if self.serve_panel is None:
             from PySide6.QtCore import Qt
             from PySide6.QtWidgets import QDockWidget
@@ -397,7 +417,8 @@ class MainWindow(QMainWindow):
             shutdown = getattr(widget, "shutdown", None)
             if not isinstance(widget, JobOwner) and callable(shutdown):
                 shutdown()
-        self.services.poller.stop()
+        if self.services.device_poller is not None:  # closed before it was made: nothing to stop
+            self.services.device_poller.stop()
         self.services.environment.shutdown()
         if self.health_view is not None:
             self.health_view.shutdown()
