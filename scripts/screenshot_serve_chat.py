@@ -34,7 +34,7 @@ def main() -> int:
     app, _services, window = open_window(1, 1280, 800)
     panel = window.show_serve()
     assert panel is not None
-    window.resize(1280, 800)  # the dock widened the window; a 1280-pixel screen holds both
+    window.resize(1280, 800)  # the dock opened beside the tabs; a 1280-pixel screen holds both
     panel.port.setValue(pick_free_port())
     QTest.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
     _wait(app, lambda: panel.status.text().startswith("ready"), 240)

@@ -301,7 +301,7 @@ class MainWindow(QMainWindow):
             runner = self._built.get("runner_tab")
             if runner is not None:  # built before the server existed: offer it the endpoint now
                 cast("RunnerTab", runner).bind_serve(self.serve_panel.service)
-            dock.setWidget(self.serve_panel)
+            dock.setWidget(_scrolling(self.serve_panel))
             self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
             self._serve_dock = dock
         assert self._serve_dock is not None
@@ -429,6 +429,39 @@ class MainWindow(QMainWindow):
         if self.services.notifier is not None:
             self.services.notifier.shutdown()
         self.closed.emit()
+
+
+class _Fitting(QWidget):
+    """Holds a panel in a scroll area and asks it for the least height the panel needs at a width (its
+    wrapped lines whole, its lists and logs at their minimum): QScrollArea sizes a widget whose
+    layout has a height-for-width to that height, which by default is the preferred one (the panel
+    would scroll on a 1280x800 screen where it fits)."""
+
+    def heightForWidth(self, width: int) -> int:
+        layout = self.layout()
+        if layout is None:
+            return super().heightForWidth(width)
+        return layout.totalMinimumHeightForWidth(width)
+
+
+def _scrolling(panel: QWidget) -> QWidget:
+    """``panel`` in a vertical scroll area: a dock on a short screen (1024x700) scrolls its panel
+    instead of squeezing its wrapped lines or holding the window's height; never narrower than the
+    panel's own minimum."""
+    from PySide6.QtCore import Qt
+    from PySide6.QtWidgets import QFrame, QScrollArea, QVBoxLayout
+
+    holder = _Fitting()
+    layout = QVBoxLayout(holder)
+    layout.setContentsMargins(0, 0, 0, 0)
+    layout.addWidget(panel)
+    scroll = QScrollArea()
+    scroll.setWidget(holder)
+    scroll.setWidgetResizable(True)
+    scroll.setFrameShape(QFrame.Shape.NoFrame)
+    scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+    scroll.setMinimumWidth(panel.minimumSizeHint().width() + scroll.verticalScrollBar().sizeHint().width())
+    return scroll
 
 
 def _construct(key: str, services: AppServices, parent: QWidget) -> QWidget:

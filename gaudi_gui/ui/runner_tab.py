@@ -251,6 +251,9 @@ class RunnerTab(QWidget):
 
         params_box = QGroupBox("Generation")
         form = QFormLayout(params_box)
+        # A field that does not fit beside its label goes under it: the column stays narrow enough for
+        # a 1024-pixel screen with the Serve dock open.
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         preset_row = QHBoxLayout()
         preset_row.addWidget(self.presets, 1)
         preset_row.addWidget(self.save_preset_button)
@@ -300,10 +303,22 @@ class RunnerTab(QWidget):
         self.use_endpoint = QCheckBox("Answer from the Serve endpoint")
         self.use_endpoint.setToolTip("Send the conversation to the running server (the Serve panel's URL, "
                                      "model id and API key), as your own code would")
-        self.use_endpoint.hide()
         self.use_endpoint.toggled.connect(lambda _on: self._update_send())
+        #: The endpoint's URL beside the check box, on a label that wraps: a long URL never makes the
+        #: chat column (and the window, with the Serve dock open) wider.
+        self.endpoint_url = QLabel("")
+        self.endpoint_url.setTextFormat(Qt.TextFormat.PlainText)
+        self.endpoint_url.setWordWrap(True)
+        self.endpoint_url.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._endpoint_row = QWidget()
+        endpoint_row = QHBoxLayout(self._endpoint_row)
+        endpoint_row.setContentsMargins(0, 0, 0, 0)
+        endpoint_row.addWidget(self.use_endpoint)
+        endpoint_row.addWidget(self.endpoint_url, 1)
+        self._endpoint_row.hide()
         self._serve: ServeService | None = None
         self.stats = QLabel("")
+        self.stats.setWordWrap(True)  # a long stats line wraps instead of widening the chat column
         self.stats.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.prompt_error = QLabel("")
         self.prompt_error.setStyleSheet("color: #b00020;")
@@ -316,7 +331,7 @@ class RunnerTab(QWidget):
         chat.setContentsMargins(0, 0, 0, 0)
         chat.addWidget(self.view, 1)
         chat.addWidget(self.stats)
-        chat.addWidget(self.use_endpoint)
+        chat.addWidget(self._endpoint_row)
         chat.addWidget(self.prompt)
         chat.addWidget(self.prompt_error)
         # Send/Stop on the left, what to do with the answers on the right; the notice wraps on its own
@@ -894,9 +909,8 @@ class RunnerTab(QWidget):
     def _update_endpoint(self) -> None:
         serve = self._serve
         ready = serve is not None and serve.ready()
-        self.use_endpoint.setVisible(ready)
-        if ready and serve is not None:
-            self.use_endpoint.setText(f"Answer from the Serve endpoint ({serve.url})")
+        self._endpoint_row.setVisible(ready)
+        self.endpoint_url.setText(serve.url if ready and serve is not None else "")
         self._update_send()
 
     def _update_send(self) -> None:

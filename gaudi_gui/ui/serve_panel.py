@@ -89,6 +89,9 @@ class ServePanel(QWidget):
         self.field_error.setWordWrap(True)
 
         form = QFormLayout()
+        # A field that does not fit beside its label goes under it: the dock stays narrow enough for a
+        # 1024-pixel screen beside the Model runner.
+        form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
         form.addRow("Model", self.model)
         form.addRow("Host", self.host)
         form.addRow("Cards", self.cards_note)

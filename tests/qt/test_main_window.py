@@ -192,3 +192,29 @@ def test_ctrl_q_quits(qtbot, window: MainWindow) -> None:
     window.activateWindow()
     qtbot.keyClick(window, Qt.Key.Key_Q, Qt.KeyboardModifier.ControlModifier)
     qtbot.waitUntil(lambda: not window.isVisible(), timeout=5000)
+
+
+@pytest.mark.parametrize("size", [(1280, 800), (1024, 700)])
+def test_the_serve_dock_fits_a_small_screen(qtbot, window: MainWindow, size: tuple[int, int]) -> None:
+    """With the Serve dock opened from the View menu beside the Model runner, a window sized to a
+    1280x800 (or 1024x700) screen keeps that size: no tab, the dock nor a long line forces it wider
+    (the dock scrolls rather than holding the window's height)."""
+    from PySide6.QtCore import Qt
+
+    window.ensure_tabs()
+    window.activateWindow()
+    bar = window.tabs.tabBar()
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(1).center())
+    qtbot.waitUntil(lambda: window.tabs.currentWidget() is window.runner_tab, timeout=3000)
+    _click_menu_item(qtbot, window, "View", "Serve")
+    qtbot.waitUntil(lambda: window.serve_panel is not None and window.serve_panel.isVisible(), timeout=5000)
+    panel = window.serve_panel
+    assert panel is not None
+    width, height = size
+    window.resize(width, height)
+    qtbot.waitUntil(lambda: window.runner_tab.width() > 0 and panel.width() > 0, timeout=3000)
+    qtbot.wait(50)  # the layouts settle
+    assert window.width() <= width, (window.width(), window.minimumSizeHint())
+    assert window.height() <= height, (window.height(), window.minimumSizeHint())
+    # Both stay usable: the runner's chat and the panel each keep room.
+    assert window.runner_tab.view.width() >= 250 and panel.width() >= 250

@@ -43,6 +43,13 @@ def _open_panel(qtbot: QtBot, window: MainWindow) -> ServePanel:
     return panel
 
 
+def _fits_1280(qtbot: QtBot, window: MainWindow) -> None:
+    """A window sized to a 1280x800 screen stays 1280 wide with the Serve dock open."""
+    window.resize(1280, 800)
+    qtbot.wait(50)  # the layouts settle
+    assert window.width() <= 1280, (window.width(), window.minimumSizeHint())
+
+
 def _type_port(qtbot: QtBot, panel: ServePanel, port: int) -> None:
     panel.port.selectAll()
     qtbot.keyClicks(panel.port, str(port))
@@ -133,7 +140,8 @@ def test_the_runner_chats_through_the_endpoint(qtbot: QtBot, window: MainWindow)
     qtbot.waitUntil(lambda: services.selection.claims() == {f"Serve :{port}": [2, 3]}, timeout=5000)
     qtbot.waitUntil(lambda: f"in use: Serve :{port} (cards 2,3)" in devices.env_label.text(), timeout=5000)
     qtbot.waitUntil(runner.use_endpoint.isVisible, timeout=5000)
-    assert f"127.0.0.1:{port}/v1" in runner.use_endpoint.text()
+    # The URL a person reads, on its own label beside the check box.
+    assert runner.endpoint_url.isVisible() and f"127.0.0.1:{port}/v1" in runner.endpoint_url.text()
     click(qtbot, runner.use_endpoint)
     assert runner.use_endpoint.isChecked() and runner.send_button.isEnabled()
     assert runner.client.state != "loaded"  # the runner's own worker has no model
@@ -145,6 +153,7 @@ def test_the_runner_chats_through_the_endpoint(qtbot: QtBot, window: MainWindow)
     click(qtbot, runner.send_button)
     qtbot.waitUntil(lambda: runner.stats.text().startswith("endpoint · TTFT"), timeout=120_000)
     assert "tokens" in runner.stats.text()
+    _fits_1280(qtbot, window)  # the URL and the endpoint's stats line beside the open dock
     answer = runner.conversation.last_answer()
     assert answer and answer in runner.view.toPlainText()
 
@@ -163,11 +172,13 @@ def test_the_runner_chats_through_the_endpoint(qtbot: QtBot, window: MainWindow)
                     timeout=120_000)
     click(qtbot, runner.stop_button)
     qtbot.waitUntil(lambda: runner.stats.text().endswith("stopped"), timeout=20_000)
+    _fits_1280(qtbot, window)
     assert runner.send_button.isEnabled() and not runner.stop_button.isEnabled()
 
     click(qtbot, panel.stop_button)
     qtbot.waitUntil(lambda: panel.status.text().startswith("stopped"), timeout=60_000)
     qtbot.waitUntil(lambda: not runner.use_endpoint.isVisible(), timeout=5000)
+    assert not runner.endpoint_url.isVisible()
     assert not runner.send_button.isEnabled()  # back to the runner's own worker: nothing loaded
     # The claim ends with the server's process (its "stopped" line comes a moment before).
     qtbot.waitUntil(lambda: services.selection.claims() == {}, timeout=30_000)
