@@ -631,11 +631,11 @@ class SlurmPart(QObject):
         self.detach()
 
 
-def slurm_info_login(run: Run) -> SlurmTarget:
+def slurm_target_of(run: Run) -> SlurmTarget:
     """The Slurm target a run's slurm.json recorded (ValueError when it is not a Slurm run)."""
     info = slurm_mod.read_info(run)
     return SlurmTarget(slurm_mod.options_of(info), str(info.get("login") or LOCAL))
 
 
 __all__ = ["CLOSED", "CONNECTING", "FOLLOWING", "RECONNECTING", "RemoteCall", "SlurmPart",
-           "SupervisedPart", "explain_call", "slurm_info_login"]
+           "SupervisedPart", "explain_call", "slurm_target_of"]

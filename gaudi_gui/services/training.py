@@ -244,10 +244,9 @@ class TrainingService(QObject):
             if run.status().state not in ("queued", "running"):
                 return None
         if (run.folder / SLURM_INFO).is_file():
-            from gaudi_gui.core import slurm as slurm_mod
+            from gaudi_gui.services.run_parts import slurm_target_of
             try:
-                info = slurm_mod.read_info(run)
-                target = slurm_mod.SlurmTarget(slurm_mod.options_of(info), str(info.get("login") or "local"))
+                target = slurm_target_of(run)
                 user_job = run.user_job().to_dict()
             except (ValueError, OSError):
                 return None
