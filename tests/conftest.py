@@ -78,7 +78,27 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     if "tiny_model_dir" in request.fixturenames or "demo_model" in request.fixturenames:
         monkeypatch.setenv("GAUDI_GUI_DEMO_MODEL_DIR", str(request.getfixturevalue("tiny_model_dir")))
     yield home
+    _assert_no_poller_left()
     _assert_no_process_left(home)
+
+
+def _assert_no_poller_left() -> None:
+    """A device poller still running after its test (its window or tab never shut down) would start
+    its hl-smi or ssh child again later, inside another test, with that test's home and ssh config:
+    stopped here, and the test that left it fails."""
+    poller_module = sys.modules.get("gaudi_gui.services.device_poller")
+    if poller_module is None:
+        return
+    import gc
+    left = []
+    for obj in gc.get_objects():
+        if isinstance(obj, poller_module.DevicePoller):
+            with contextlib.suppress(RuntimeError):  # its C++ side is gone: not running
+                if obj.is_running():
+                    left.append(obj.host.name if obj.host is not None else "local")
+                    obj.stop()
+    if left:
+        pytest.fail(f"the test left device pollers running (never shut down): {left}")
 
 
 def _assert_no_process_left(home: Path) -> None:
@@ -191,3 +211,4 @@ def slurm(slurm_cluster: SlurmCluster, monkeypatch: pytest.MonkeyPatch) -> Slurm
     """The cluster, with SLURM_CONF set for this test's commands (and what they start)."""
     monkeypatch.setenv("SLURM_CONF", str(slurm_cluster.conf))
     return slurm_cluster
+

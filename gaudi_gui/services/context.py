@@ -81,6 +81,7 @@ class AppServices:
         if self.hosts is None:
             from gaudi_gui.services.hosts import HostsService
             self.hosts = HostsService(self.settings, self.poller, parent, selections=self.host_selections)
+            self._check_hosts_health()
         return self.hosts
 
     def ensure_health(self, parent: QObject | None = None) -> HealthService:
@@ -95,7 +96,23 @@ class AppServices:
             self.notifier.watch_health(self.health)
             if self.training is not None:
                 self.notifier.watch_training(self.training)
+            self._check_hosts_health()
         return self.health
+
+    def _check_hosts_health(self) -> None:
+        """Once both exist: a host connected to (its poller made) is checked by the doctor too, and
+        its samples feed the alerts."""
+        hosts, health = self.hosts, self.health
+        if hosts is None or health is None:
+            return
+
+        def watch(name: str, poller: QObject) -> None:
+            health.watch_poller(name, poller)
+            health.watch_host(name)
+
+        hosts.poller_added.connect(watch)
+        for name, poller in hosts.pollers.items():
+            watch(name, poller)
 
     def ensure_generation(self, parent: QObject | None = None) -> GenerationClient:
         """The model runner's client (its worker starts on the first load): the runner binds to it."""

@@ -97,6 +97,10 @@ class HostsService(QObject):
     changed = Signal()
     #: A host's poller was created: (host name, poller).
     poller_added = Signal(str, object)
+    #: Any watched poller's samples, the window's own included: (host name or "local", samples).
+    samples_received = Signal(str, object)
+    #: Any watched poller's state changed: (host name or "local", state, message).
+    state_changed = Signal(str, str, str)
     #: The handshake with a host ended: (host name, {"ok", "version", "message", "kind", "versions"}).
     #: A missing or different gaudi-gui says so with the command that fixes it.
     handshake_finished = Signal(str, dict)
@@ -112,6 +116,7 @@ class HostsService(QObject):
         super().__init__(parent)
         self._settings = settings
         self.local = local
+        self._forward(remote.LOCAL, local)
         self.pollers: dict[str, DevicePoller] = {}
         #: Card selection per saved host (the same dict as ``AppServices.host_selections``).
         self.selections: dict[str, DeviceSelection] = selections if selections is not None else {}
@@ -270,12 +275,19 @@ class HostsService(QObject):
             old.stop()
             delete_when_reaped(old)
 
+    def _forward(self, name: str, poller: DevicePoller) -> None:
+        """Re-emit ``poller``'s signals under ``name``: a view binds its own slots to this service's
+        signals (disconnected when the view goes), never lambdas to a poller that outlives it."""
+        poller.samples_received.connect(lambda samples: self.samples_received.emit(name, samples))
+        poller.state_changed.connect(lambda state, message: self.state_changed.emit(name, state, message))
+
     def _ensure(self, host: Host) -> DevicePoller:
         poller = self.pollers.get(host.name)
         if poller is None:
             selection = self.selections.setdefault(host.name, DeviceSelection(self))
             poller = DevicePoller(self._settings, selection, self, host=host)
             self.pollers[host.name] = poller
+            self._forward(host.name, poller)
             self.poller_added.emit(host.name, poller)
             self.shake_hands(host)
         return poller

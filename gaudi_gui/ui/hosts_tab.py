@@ -33,7 +33,6 @@ from gaudi_gui.core.devices import DeviceSample
 from gaudi_gui.core.remote import DEFAULT_REMOTE_COMMAND, LOCAL, HostError
 from gaudi_gui.services import device_poller as dp
 from gaudi_gui.services.context import AppServices
-from gaudi_gui.services.device_poller import DevicePoller
 
 COLUMNS = ("Host / card", "Util %", "Memory", "Temp °C", "Power W", "gaudi-gui", "Health", "State")
 #: Column indexes (the numbers sit next to the names; the state, which can be a long line, is last).
@@ -116,9 +115,9 @@ class HostsTab(QWidget):
 
         self._items: dict[str, QTreeWidgetItem] = {}
         self.hosts.changed.connect(self._rebuild)
-        self.hosts.poller_added.connect(self._watch)
+        self.hosts.samples_received.connect(self._show_cards)
+        self.hosts.state_changed.connect(self._show_state)
         self.hosts.handshake_finished.connect(self._show_handshake)
-        self._watch(LOCAL, services.poller)
         if services.health is not None:
             services.health.report_changed.connect(self._show_health)
             services.health.alerts_changed.connect(self._show_health)
@@ -270,15 +269,6 @@ class HostsTab(QWidget):
                 self.tree.setCurrentItem(item)
         self._fit_columns()
         self._update_buttons()
-
-    def _watch(self, name: str, poller: DevicePoller) -> None:
-        health = self.services.health
-        if health is not None and name != LOCAL:
-            # A connected host is checked by the doctor too, and its samples feed the alerts.
-            health.watch_poller(name, poller)
-            health.watch_host(name)
-        poller.samples_received.connect(lambda samples, n=name: self._show_cards(n, samples))
-        poller.state_changed.connect(lambda state, message, n=name: self._show_state(n, state, message))
 
     def _show_state(self, name: str, state: str, message: str) -> None:
         item = self._items.get(name)

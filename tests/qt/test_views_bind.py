@@ -200,3 +200,37 @@ def test_host_list_read_once_at_load_never_per_keystroke(qtbot, two_hosts: list[
         tab.shutdown()
         runner.shutdown()
         close_training_tab(services, training)
+
+
+def test_a_closed_hosts_tab_is_not_called_by_the_pollers_that_outlive_it(qtbot, fake_hl_smi) -> None:
+    """The pollers are the services' and outlive a Hosts tab: once the tab is gone, their samples and
+    states no longer reach it (a tab that connected lambdas to them raised "Internal C++ object
+    already deleted" in whatever test or window came next)."""
+    from gaudi_gui.app import create_services
+    services = create_services()
+    services.settings.set("devices/interval_s", 0.2)
+    tab = HostsTab(services)
+    qtbot.addWidget(tab)
+    tab.show()
+    services.poller.start()
+    try:
+        local = tab._items[remote.LOCAL]
+        qtbot.waitUntil(lambda: local.childCount() == 8, timeout=20000)
+        tab.close()
+        tab.deleteLater()
+        qtbot.waitUntil(lambda: not _alive(tab), timeout=5000)
+        for _ in range(3):  # the local poller goes on, its samples reach the services only
+            with qtbot.waitSignal(services.poller.samples_received, timeout=10000):
+                pass
+        with qtbot.waitSignal(services.poller.state_changed, timeout=10000):
+            services.poller.stop()
+            services.poller.start()
+    finally:
+        services.poller.stop()
+        assert services.hosts is not None
+        services.hosts.stop()
+
+
+def _alive(widget: Any) -> bool:
+    import shiboken6
+    return bool(shiboken6.isValid(widget))
