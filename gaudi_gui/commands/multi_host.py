@@ -26,37 +26,14 @@ tab's multi-host run uses the same).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import queue
-import signal
-import threading
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
-from gaudi_gui.commands.remote_run import EXIT_HOST, Follower, HostRun, host_options
-from gaudi_gui.commands.terminal import StopSignals as _Signals
-from gaudi_gui.commands.terminal import printable as _printable
+from gaudi_gui.commands.remote_run import EXIT_HOST, HostRun, follow_all, host_options, stop_runs
 from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import remote, visibility
 from gaudi_gui.core.multi_host import host_jobs, main_address, parse_host_cards, parse_hosts, preflight
 from gaudi_gui.core.remote import HostError, RemoteError
-
-# -- following every host -----------------------------------------------------------------------------
-
-def _stop(run: HostRun, now: bool) -> None:
-    if not run.folder or run.final is not None:
-        return
-    argv = run.host.gaudi_gui_argv("runs", "stop", run.folder, *(["--now"] if now else []))
-    try:
-        remote.call(run.host, argv, timeout=60)
-    except RemoteError as exc:
-        _say(f"could not reach {run.host.name} to stop its ranks: {exc}")
-
-
-def _stop_all(runs: list[HostRun], now: bool) -> None:
-    with ThreadPoolExecutor(max_workers=len(runs)) as pool:
-        list(pool.map(lambda r: _stop(r, now), runs))
 
 
 def _gate_wanted(args: argparse.Namespace) -> bool:
@@ -120,7 +97,7 @@ def train(args: argparse.Namespace) -> int:
         problems_ = [m for _f, m in part.validate()]
         if problems_:
             _say(f"gaudi-gui train: {problems_[0]}")
-            _stop_all(runs, now=True)
+            stop_runs(runs, now=True)
             return 2
         argv = ["train", "--config", "-", "--detach", "--json", *host_options(args),
                 *visibility.cards_argv(cards.get(run.host.name, []))]
@@ -134,84 +111,9 @@ def train(args: argparse.Namespace) -> int:
         if not run.folder:
             _say(f"gaudi-gui train: {run.host.name} (machine rank {run.rank}) did not start: "
                  f"{err.strip()[-300:] or f'exit {code}'}; stopping the hosts already started")
-            _stop_all(runs, now=True)
+            stop_runs(runs, now=True)
             return EXIT_HOST
         print(f"{run.host.name}: machine rank {run.rank}, run folder {run.folder}", flush=True)
     print(f"main process {main_ip}:{port}; {len(hosts)} machines × {job.launch.num_processes} "
           f"process(es) (the run goes on if this command or a connection ends)", flush=True)
     return follow_all(runs, reconnect_s=args.reconnect_s)
-
-
-def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
-    """Follow every host's run to its end; the exit status of the whole run."""
-    signals = _Signals()
-    previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    out: queue.Queue[tuple[HostRun, dict[str, Any]]] = queue.Queue()
-    stopping = threading.Event()
-    followers = [Follower(r, out, reconnect_s, stopping) for r in runs]
-    for f in followers:
-        f.start()
-    handled = 0
-    failed: HostRun | None = None
-    width = max(len(r.host.name) for r in runs)
-    ended: set[int] = set()  # the ranks whose follower said "end" or "lost" (after all their lines)
-    try:
-        while len(ended) < len(runs):
-            if signals.count > handled:
-                handled = signals.count
-                now = handled > 1
-                _say(f"\n{signals.last}: " + ("killing every host's ranks now" if now else
-                     "stopping every host — the ranks save a checkpoint first (Ctrl-C again: kill now)"))
-                threading.Thread(target=_stop_all, args=(runs, now), daemon=True).start()
-            try:
-                run, msg = out.get(timeout=0.25)
-            except queue.Empty:
-                continue
-            kind = msg.get("t")
-            if kind == "log":
-                with contextlib.suppress(BrokenPipeError):
-                    print(f"{run.host.name:<{width}}| {_printable(str(msg.get('line', '')))}", flush=True)
-            elif kind == "event" and run.rank == 0:
-                _note(msg.get("event") or {})
-            elif kind == "event" and (msg.get("event") or {}).get("type") == "error":
-                _note(msg.get("event") or {}, run.host.name)
-            elif kind == "reconnecting":
-                _say(f"{run.host.name}: {msg.get('why')}; reconnecting in {msg.get('in'):g} s")
-            elif kind in ("end", "lost"):
-                ended.add(run.rank)
-            state = str((run.final or {}).get("state", "")) if kind == "end" else ""
-            if failed is None and (run.lost or state in ("failed", "killed")):
-                failed = run
-                why = run.lost or str((run.final or {}).get("summary") or state)
-                _say(f"{run.host.name} (machine rank {run.rank}): {why} — killing the other hosts' ranks, "
-                     f"which would otherwise wait for it in a collective")
-                threading.Thread(target=_stop_all, args=([r for r in runs if r is not run], True),
-                                 daemon=True).start()
-    finally:
-        stopping.set()
-        for f in followers:
-            f.close()
-        for sig, old in previous.items():
-            signal.signal(sig, old)
-    for run in runs:
-        final = run.final or {}
-        _say(f"{run.host.name}: {final.get('summary') or final.get('state') or run.lost} "
-             f"(run folder {run.folder})")
-    if failed is not None:
-        _say(f"the run failed on {failed.host.name}")
-        return 1
-    states = {str((r.final or {}).get("state")) for r in runs}
-    return 0 if states <= {"finished", "stopped"} else 1
-
-
-def _note(event: dict[str, Any], host: str = "") -> None:
-    kind = event.get("type")
-    where = f"{host}: " if host else ""
-    if kind == "checkpoint_saving":
-        _say(f"saving checkpoint-{event.get('step')}…")
-    elif kind == "checkpoint_saved":
-        _say(f"checkpoint-{event.get('step')} saved")
-    elif kind == "error":
-        _say(f"{where}error ({event.get('kind')}): {event.get('message')}")
-    elif kind == "metrics" and event.get("step") is not None and event.get("loss") is not None:
-        _say(f"step {event.get('step')}/{event.get('max_steps')} loss {event.get('loss')}")

@@ -24,6 +24,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import IO, Any
 
@@ -237,64 +238,112 @@ def _collect(stream: Any, into: deque[str]) -> None:
         into.append(raw.decode("utf-8", "replace").rstrip())
 
 
+def stop_runs(runs: Sequence[HostRun], now: bool) -> None:
+    """``runs stop [--now]`` on every host of ``runs`` still going, all at once."""
+    def stop(run: HostRun) -> None:
+        if not run.folder or run.final is not None:
+            return
+        argv = run.host.gaudi_gui_argv("runs", "stop", run.folder, *(["--now"] if now else []))
+        try:
+            remote.call(run.host, argv, timeout=60)
+        except RemoteError as exc:
+            _say(f"could not reach {run.host.name} to stop the run there: {exc}")
+    with ThreadPoolExecutor(max_workers=max(1, len(runs))) as pool:
+        list(pool.map(stop, runs))
+
+
 def follow(host: Host, folder: str, *, reconnect_s: float = 600.0) -> int:
     """Follow a run on ``host`` to its end (exit 0 finished/stopped, 1 failed/killed, 3 gave up).
     Ctrl-C asks the host for a stop with a checkpoint (a second: kill now), also while reconnecting."""
+    return follow_all([HostRun(host, 0, folder)], reconnect_s=reconnect_s)
+
+
+def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
+    """Follow the run of every host in ``runs`` (one host, or the machine ranks of a multi-node run)
+    to its end; the exit status of the whole run. Ctrl-C stops every host's ranks with a checkpoint
+    (a second: kill now), also while reconnecting. Of several hosts, log lines carry a ``host|``
+    prefix, progress comes from machine rank 0, and a host whose ranks fail, are killed or is lost
+    ends the others at once (they would wait for it in a collective). Following one host that is
+    lost gives up and leaves the run going (exit 3)."""
+    several = len(runs) > 1
     signals = _Signals()
     previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
-    run = HostRun(host, 0, folder)
     out: queue.Queue[tuple[HostRun, dict[str, Any]]] = queue.Queue()
     stopping = threading.Event()
-    follower = Follower(run, out, reconnect_s, stopping)
-    follower.start()
+    followers = [Follower(r, out, reconnect_s, stopping) for r in runs]
+    for f in followers:
+        f.start()
     handled = 0
+    failed: HostRun | None = None
+    width = max(len(r.host.name) for r in runs)
+    ended: set[int] = set()  # the ranks whose follower said "end" or "lost" (after all their lines)
     try:
-        # Until the follower's own "end" / "lost" message: the lines queued before it are shown.
-        while True:
+        while len(ended) < len(runs):
             if signals.count > handled:
                 handled = signals.count
                 now = handled > 1
-                _say(f"\n{signals.last}: " + ("killing the run now (no checkpoint from this stop)" if now
-                     else "stopping — the ranks save a checkpoint first (Ctrl-C again: kill now)"))
-                try:
-                    stop = host.gaudi_gui_argv("runs", "stop", folder, *(["--now"] if now else []))
-                    remote.call(host, stop, timeout=60)
-                except RemoteError as exc:
-                    _say(f"could not reach {host.name} to stop the run: {exc}")
+                _say(f"\n{signals.last}: " + ("killing the run now (no checkpoint from this stop)" if now else
+                     "stopping — the ranks save a checkpoint first (Ctrl-C again: kill now)"))
+                threading.Thread(target=stop_runs, args=(runs, now), daemon=True).start()
             try:
-                _run, msg = out.get(timeout=0.25)
+                run, msg = out.get(timeout=0.25)
             except queue.Empty:
                 continue
             kind = msg.get("t")
             if kind == "log":
+                prefix = f"{run.host.name:<{width}}| " if several else ""
                 with contextlib.suppress(BrokenPipeError):
-                    print(_printable(str(msg.get("line", ""))), flush=True)
+                    print(prefix + _printable(str(msg.get("line", ""))), flush=True)
             elif kind == "event":
-                _note(msg.get("event") or {})
+                _note(msg.get("event") or {}, run, several)
             elif kind == "reconnecting":
-                _say(f"{msg.get('why')}; reconnecting in {msg.get('in'):g} s (the run goes on on the host)")
+                _say(f"{run.host.name}: {msg.get('why')}; reconnecting in {msg.get('in'):g} s "
+                     "(the run goes on on the host)")
             elif kind in ("end", "lost"):
-                break
+                ended.add(run.rank)
+            state = str((run.final or {}).get("state", "")) if kind == "end" else ""
+            if several and failed is None and (run.lost or state in ("failed", "killed")):
+                failed = run
+                why = run.lost or str((run.final or {}).get("summary") or state)
+                _say(f"{run.host.name} (machine rank {run.rank}): {why} — killing the other hosts' ranks, "
+                     f"which would otherwise wait for it in a collective")
+                threading.Thread(target=stop_runs, args=([r for r in runs if r is not run], True),
+                                 daemon=True).start()
     finally:
         stopping.set()
-        follower.close()
+        for f in followers:
+            f.close()
         for sig, old in previous.items():
             signal.signal(sig, old)
-    if run.final is None:
-        _say(f"gaudi-gui train: {run.lost}. The run goes on on the host: gaudi-gui runs --host {host.name} "
-             f"follow {folder}")
-        return EXIT_HOST
-    state = str(run.final.get("state", "failed"))
-    summary = str(run.final.get("summary") or state)
-    _say(f"{summary}\nrun folder on {host.name}: {folder}")
-    return 0 if state in ("finished", "stopped") else 1
+    if not several:
+        run = runs[0]
+        if run.final is None:
+            _say(f"gaudi-gui train: {run.lost}. The run goes on on the host: gaudi-gui runs --host "
+                 f"{run.host.name} follow {run.folder}")
+            return EXIT_HOST
+    for run in runs:
+        final = run.final or {}
+        _say(f"{final.get('summary') or final.get('state') or run.lost}\nrun folder on {run.host.name}: "
+             f"{run.folder}")
+    if failed is not None:
+        _say(f"the run failed on {failed.host.name}")
+        return 1
+    states = {str((r.final or {}).get("state")) for r in runs}
+    return 0 if states <= {"finished", "stopped"} else 1
 
 
-def _note(event: dict[str, Any]) -> None:
+def _note(event: dict[str, Any], run: HostRun, several: bool) -> None:
+    """What a terminal is told of a run's event: checkpoints and progress from machine rank 0 (of
+    several hosts, a step line each), errors from every host."""
     kind = event.get("type")
-    if kind == "checkpoint_saving":
+    if kind == "error":
+        where = f"{run.host.name}: " if several else ""
+        _say(f"{where}error ({event.get('kind')}): {event.get('message')}")
+    elif run.rank != 0:
+        return
+    elif kind == "checkpoint_saving":
         _say(f"saving checkpoint-{event.get('step')}…")
     elif kind == "checkpoint_saved":
         _say(f"checkpoint-{event.get('step')} saved")
-    elif kind == "error":
-        _say(f"error ({event.get('kind')}): {event.get('message')}")
+    elif kind == "metrics" and several and event.get("step") is not None and event.get("loss") is not None:
+        _say(f"step {event.get('step')}/{event.get('max_steps')} loss {event.get('loss')}")
