@@ -85,6 +85,21 @@ class Progress:
         if isinstance(record.get("elapsed"), (int, float)):
             self.elapsed = float(record["elapsed"])
 
+    def take(self, event: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Move on with a worker event: a "metrics" event gives its record (None when it has no
+        step), "training_started" sets where this launch begins; any other event changes nothing."""
+        kind = event.get("type")
+        if kind == "metrics":
+            record = metric_record(event)
+            if record is not None:
+                self.update(record)
+            return record
+        if kind == "training_started":
+            self.update(event)
+            if isinstance(event.get("start_step"), int):
+                self.step = max(self.step, event["start_step"])
+        return None
+
 
 def format_duration(seconds: float | None) -> str:
     if seconds is None:

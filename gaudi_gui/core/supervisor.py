@@ -141,13 +141,8 @@ class _Loop:
         for event in self.follower.read():
             self.events.append(event)
             kind = event.get("type")
-            if kind == "metrics":
-                record = metrics_mod.metric_record(event)
-                if record is not None:
-                    self.progress.update(record)
-                    self._write_step()
-            elif kind == "training_started":
-                self.progress.update(event)
+            if self.progress.take(event) is not None:
+                self._write_step()
             elif kind == "checkpoint_saving":
                 self.saving_since = time.time()
             elif kind == "checkpoint_saved":

@@ -126,9 +126,8 @@ def explain_call(host: Host, code: int, err: str, what: str) -> str:
     return f"{what}{where} failed: {last or f'exit {code}'}"
 
 
-class SupervisedPart(QObject):
-    """A run under ``gaudi-gui train --detach`` at one host (this machine included), followed by
-    ``runs follow``: started here, or followed again after a restart."""
+class PartSignals(QObject):
+    """What every part of a run tells its job (the signals only: each part is its own class)."""
 
     #: A console line of the run, or a line of this app about it ("[gaudi-gui] …").
     line_received = Signal(str)
@@ -144,6 +143,11 @@ class SupervisedPart(QObject):
     stop_failed = Signal(bool, str)
     #: The run ended: (exit code, final state, summary, last lines).
     ended = Signal(int, str, str, list)
+
+
+class SupervisedPart(PartSignals):
+    """A run under ``gaudi-gui train --detach`` at one host (this machine included), followed by
+    ``runs follow``: started here, or followed again after a restart."""
 
     def __init__(self, host: Host, *, grace_s: float, runs_dir: str = "",
                  parent: QObject | None = None) -> None:
@@ -421,18 +425,11 @@ class SupervisedPart(QObject):
             call.kill()
 
 
-class SlurmPart(QObject):
+class SlurmPart(PartSignals):
     """A run submitted to Slurm and followed by a ``gaudi-gui train --slurm --events`` child (or a
     ``runs attach`` child for a job submitted before a restart). The run folder is on the file
     system this machine shares with the nodes."""
 
-    line_received = Signal(str)
-    event_received = Signal(dict)
-    note_changed = Signal(str)
-    connection_changed = Signal(str, str)
-    identified = Signal(str)
-    stop_failed = Signal(bool, str)
-    ended = Signal(int, str, str, list)
     #: Slurm's word for the job changed: ("queued" or "running", "pending (Resources)" / "running on NODE" …).
     slurm_state_changed = Signal(str, str)
 
@@ -453,6 +450,8 @@ class SlurmPart(QObject):
         self.slurm_phase = ""
         self.stop_sent = 0
         self.run: Run | None = None
+        self._status: dict[str, Any] = {}
+        self._status_key: tuple[int, int] | None = None
         self._stop_pending = 0
         self._active = False
         self._ended = False
@@ -468,11 +467,19 @@ class SlurmPart(QObject):
 
     @property
     def remote_status(self) -> dict[str, Any]:
+        """The run's status.json, read again only when the file changed (the tab asks often)."""
         if self.run is None:
             return {}
-        with contextlib.suppress(OSError, ValueError):
-            return dataclasses.asdict(self.run.status())
-        return {}
+        try:
+            stat = self.run.status_path.stat()
+        except OSError:
+            return {}
+        key = (stat.st_mtime_ns, stat.st_size)
+        if key != self._status_key:
+            with contextlib.suppress(OSError, ValueError):
+                self._status = dataclasses.asdict(self.run.status())
+                self._status_key = key
+        return self._status
 
     def is_running(self) -> bool:
         return self._active and not self._ended
@@ -481,10 +488,9 @@ class SlurmPart(QObject):
         """The run's latest complete checkpoint (its status's, else the newest on disk), or ""."""
         if self.run is None:
             return ""
-        with contextlib.suppress(OSError, ValueError):
-            recorded = self.run.status().checkpoint
-            if recorded:
-                return recorded
+        recorded = str(self.remote_status.get("checkpoint") or "")
+        if recorded:
+            return recorded
         with contextlib.suppress(OSError, ValueError):
             latest = self.run.latest_checkpoint()
             if latest is not None:

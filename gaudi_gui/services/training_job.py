@@ -465,19 +465,15 @@ class TrainingJob(QObject):
     def _take_event(self, event: dict[str, Any]) -> None:
         self.events.append(event)
         kind = event.get("type")
+        record = self.progress.take(event)
         if kind == "metrics":
-            record = metrics_mod.metric_record(event)
             if record is not None:
                 self.records.append(record)
-                self.progress.update(record)
                 if not self._stop_sent and not self.failure and not self.saving_since:
                     self._set_summary(self._training_line())
                 self.metrics_received.emit(record)
             return
         if kind == "training_started":
-            self.progress.update(event)
-            if isinstance(event.get("start_step"), int):
-                self.progress.step = max(self.progress.step, event["start_step"])
             self._set_summary(f"training{self.where}: step {self.progress.step} of {event.get('max_steps')} "
                               f"on {event.get('world_size')} process(es)")
         elif kind == "phase" and not self._stop_sent:
