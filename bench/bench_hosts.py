@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_remote import ALIAS, ssh_server  # noqa: E402
+from bench.harness import environ  # noqa: E402
 
 FAKE_HLSMI = ROOT / "tests" / "fake_hl_smi.py"
 HOSTS = 4
@@ -183,10 +184,6 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         program = bin_dir / "hl-smi"
         program.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_HLSMI} \"$@\"\n")
         program.chmod(0o755)
-        saved = {k: os.environ.get(k) for k in ("PATH", "FAKE_HLSMI_PERIOD", "GAUDI_GUI_HOME")}
-        os.environ["PATH"] = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
-        os.environ["FAKE_HLSMI_PERIOD"] = "1.0"  # hl-smi -l 1: one snapshot a second per host
-        os.environ["GAUDI_GUI_HOME"] = str(folder / "home")
         aliases = [ALIAS, *(f"{ALIAS}-{i}" for i in range(2, HOSTS + 1))]
         connect: list[float] = []
         stalls: list[float] = []
@@ -194,23 +191,19 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         rates: list[float] = []
         health_stalls: list[float] = []
         health_checks: list[int] = []
-        try:
-            with ssh_server(folder / "ssh", tuple(aliases[1:])):
-                for _ in range(repeats):  # interleaved: app, app with health, bare streams, app…
-                    firsts, worst, samples, _ = _measure(aliases, seconds)
-                    connect.append(statistics.median(firsts))
-                    stalls.append(worst)
-                    rates.append(samples / seconds)
-                    _, worst, _, done = _measure(aliases, seconds, health=True)
-                    health_stalls.append(worst)
-                    health_checks.append(done)
-                    bare.append(_measure_bare(aliases, seconds))
-        finally:
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+        # hl-smi -l 1: one snapshot a second per host.
+        with environ(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", FAKE_HLSMI_PERIOD="1.0",
+                     GAUDI_GUI_HOME=str(folder / "home")), \
+                ssh_server(folder / "ssh", tuple(aliases[1:])):
+            for _ in range(repeats):  # interleaved: app, app with health, bare streams, app…
+                firsts, worst, samples, _ = _measure(aliases, seconds)
+                connect.append(statistics.median(firsts))
+                stalls.append(worst)
+                rates.append(samples / seconds)
+                _, worst, _, done = _measure(aliases, seconds, health=True)
+                health_stalls.append(worst)
+                health_checks.append(done)
+                bare.append(_measure_bare(aliases, seconds))
 
     def spread(values: list[float]) -> tuple[float, float]:
         return (round(min(values), 3), round(max(values), 3))

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.bench_runner import Worker  # noqa: E402
-from bench.harness import interleaved_metrics, row  # noqa: E402
+from bench.harness import environ, interleaved_metrics, row  # noqa: E402
 
 SSHD = ROOT / "tests" / "sshd.py"
 ALIAS = "gg-bench"
@@ -54,7 +54,6 @@ def ssh_server(base: Path, extra_aliases: tuple[str, ...] = ()) -> Iterator[str]
                                str(port_file)], env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     control = Path(tempfile.mkdtemp(prefix="ggb-"))  # short: a socket path has ~104 bytes
-    saved = {k: os.environ.get(k) for k in ("GAUDI_GUI_SSH_CONFIG", "GAUDI_GUI_SSH_CONTROL_DIR")}
     try:
         deadline = time.monotonic() + 30
         while not port_file.exists():
@@ -70,15 +69,9 @@ def ssh_server(base: Path, extra_aliases: tuple[str, ...] = ()) -> Iterator[str]
             f"  IdentityFile {base / 'client_key'}\n  IdentitiesOnly yes\n"
             f"  UserKnownHostsFile {base / 'known_hosts'}\n  GlobalKnownHostsFile /dev/null\n"
             f"  StrictHostKeyChecking yes\n  LogLevel ERROR\n")
-        os.environ["GAUDI_GUI_SSH_CONFIG"] = str(base / "config")
-        os.environ["GAUDI_GUI_SSH_CONTROL_DIR"] = str(control)
-        yield ALIAS
+        with environ(GAUDI_GUI_SSH_CONFIG=str(base / "config"), GAUDI_GUI_SSH_CONTROL_DIR=str(control)):
+            yield ALIAS
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
         # The multiplexing master is ours; then the server and its session group.
         subprocess.run(["ssh", "-F", str(base / "config"), "-o", f"ControlPath={control}/%C", "-O", "exit",
                         ALIAS], capture_output=True, check=False)

@@ -37,10 +37,23 @@ def _ensure_model(tmp: Path) -> None:
     os.environ["GAUDI_GUI_DEMO_MODEL_DIR"] = str(out)
 
 
-def _job(out: Path, steps: int) -> JobConfig:
-    return JobConfig(training_args={"output_dir": str(out), "max_steps": steps,
-                                    "per_device_train_batch_size": 2, "logging_steps": 1,
-                                    "save_strategy": "no"})
+def _job(out: Path, steps: int, model: str = "") -> JobConfig:
+    job = JobConfig(training_args={"output_dir": str(out), "max_steps": steps,
+                                   "per_device_train_batch_size": 2, "logging_steps": 1,
+                                   "save_strategy": "no"})
+    if model:
+        job.model = model
+    return job
+
+
+def _big_model(tmp: Path) -> tuple[str, int]:
+    """The 86M-parameter Llama of the runner bench (12 layers, hidden 768), on the demo tokenizer."""
+    from bench.bench_runner import BUILD_BIG
+    demo = os.environ.get("GAUDI_GUI_DEMO_MODEL_DIR") or str(paths.demo_model_dir())
+    out = tmp / "big"
+    done = subprocess.run([sys.executable, "-c", BUILD_BIG, demo, str(out)], capture_output=True, text=True,
+                          check=True, timeout=600)
+    return str(out), int(done.stdout.split()[-1])
 
 
 def _throughput(metrics_file: Path) -> float:
@@ -128,11 +141,12 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
 
     # 1. steps/s through the app vs the same launch run directly, interleaved (bench/harness.py).
     counter = [0]
+    model = [""]
 
     def direct_once() -> float:
         counter[0] += 1
         direct_run = RunStore(tmp / f"direct-{counter[0]}").create(_job(tmp / f"out-direct-{counter[0]}",
-                                                                       steps))
+                                                                       steps, model[0]))
         djob = direct_run.job()
         djob.training_args = launch_mod.worker_training_args(djob, "cpu")
         djob.save(direct_run.config_path)
@@ -146,13 +160,21 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         tj = TrainingJob(Placement.local(), RunStore(tmp / f"app-{counter[0]}"))
         done: list[Any] = []
         tj.finished.connect(lambda *a: done.append(a))
-        tj.start(_job(tmp / f"out-app-{counter[0]}", steps), device="cpu")
+        tj.start(_job(tmp / f"out-app-{counter[0]}", steps, model[0]), device="cpu")
         _wait(app, lambda: bool(done), 600)
         assert tj.run is not None, tj.summary
         return _throughput(tj.run.events_path)
 
     result = interleaved(app_once, direct_once, 2 if quick else 5)
-    rows.append(row("training steps/s via the app", result, unit="steps/s", goal="ratio >= 0.98"))
+    rows.append(row("training steps/s via the app (demo model)", result, unit="steps/s",
+                    goal="ratio >= 0.98"))
+    # The same on the 86M model, logging every step: the steps are slow enough that the app's share
+    # (the supervisor, its follower, the Qt process's reading) shows as a ratio, not as start-up.
+    model[0], params = _big_model(tmp)
+    steps = 15 if quick else 40
+    result = interleaved(app_once, direct_once, 2 if quick else 4)
+    rows.append(row(f"training steps/s via the app ({params / 1e6:.0f}M model, logging every step)", result,
+                    unit="steps/s", goal="ratio >= 0.98"))
 
     # 2. log latency at 5,000 lines/s and the worst event-loop stall.
     view = LogView()

@@ -83,8 +83,9 @@ def main(argv: list[str]) -> int:
         def grab() -> None:
             if window.size().toTuple() != (width, height):
                 tabs = window.tabs
-                widest = ", ".join(f"{tabs.tabText(i).replace('&', '')} {tabs.widget(i).minimumSizeHint().width()}"
-                                   for i in range(tabs.count()))
+                widest = ", ".join(
+                    f"{tabs.tabText(i).replace('&', '')} {tabs.widget(i).minimumSizeHint().width()}"
+                    for i in range(tabs.count()))
                 print(f"screenshot_sizes: the window is {window.width()}x{window.height()}, not "
                       f"{width}x{height} (minimum widths: {widest})", file=sys.stderr)
             name = "devices" if index == DEVICES else "training"
