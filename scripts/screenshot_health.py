@@ -17,15 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 
-def _wait(app: object, until: object, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not until() and time.monotonic() < deadline:  # type: ignore[operator]
-        app.processEvents()  # type: ignore[attr-defined]
-        time.sleep(0.02)
-    if not until():  # type: ignore[operator]
-        raise SystemExit(f"timed out after {seconds} s")
-
-
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screens")
     out.mkdir(parents=True, exist_ok=True)
@@ -43,21 +34,21 @@ def main() -> int:
     from PySide6.QtCore import QPoint, Qt
     from PySide6.QtTest import QTest
 
-    from scripts.shot import open_window
+    from scripts.shot import open_window, wait_until
     app, services, window = open_window(0, 1280, 800)
     assert services.health is not None
     services.health.start()
     services.poller.start()
     tab = window.devices_tab
-    _wait(app, lambda: services.health.health("local") is not None, 60)  # type: ignore[union-attr]
+    wait_until(app, lambda: services.health.health("local") is not None, 60)  # type: ignore[union-attr]
     badge = tab.health_badge
-    _wait(app, lambda: "Health:" in badge.text() and "not checked" not in badge.text(), 10)
+    wait_until(app, lambda: "Health:" in badge.text() and "not checked" not in badge.text(), 10)
     for _ in range(20):
         app.processEvents()
         time.sleep(0.05)
     window.grab().save(str(out / "health-badge-devices-1280x800.png"))
     QTest.mouseClick(badge, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, QPoint(5, 5))
-    _wait(app, lambda: window.health_view is not None and window.health_view.isVisible(), 10)  # type: ignore[attr-defined]
+    wait_until(app, lambda: window.health_view is not None and window.health_view.isVisible(), 10)
     for _ in range(20):
         app.processEvents()
         time.sleep(0.05)

@@ -14,15 +14,6 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-def _wait(app: object, until: object, seconds: float) -> None:
-    deadline = time.monotonic() + seconds
-    while not until() and time.monotonic() < deadline:  # type: ignore[operator]
-        app.processEvents()  # type: ignore[attr-defined]
-        time.sleep(0.02)
-    if not until():  # type: ignore[operator]
-        raise SystemExit(f"timed out after {seconds} s")
-
-
 def main() -> int:
     out = sys.argv[1] if len(sys.argv) > 1 else "docs/screens/runner-endpoint-1280x800.png"
     os.environ["GAUDI_GUI_HOME"] = tempfile.mkdtemp(prefix="gaudi-gui-shot-serve-")
@@ -30,28 +21,28 @@ def main() -> int:
     from PySide6.QtTest import QTest
 
     from gaudi_gui.core.serve import pick_free_port
-    from scripts.shot import open_window, run
+    from scripts.shot import open_window, run, wait_until
     app, _services, window = open_window(1, 1280, 800)
     panel = window.show_serve()
     assert panel is not None
     window.resize(1280, 800)  # the dock opened beside the tabs; a 1280-pixel screen holds both
     panel.port.setValue(pick_free_port())
     QTest.mouseClick(panel.start_button, Qt.MouseButton.LeftButton)
-    _wait(app, lambda: panel.status.text().startswith("ready"), 240)
+    wait_until(app, lambda: panel.status.text().startswith("ready"), 240)
     runner = window.runner_tab
-    _wait(app, runner.use_endpoint.isVisible, 10)
+    wait_until(app, runner.use_endpoint.isVisible, 10)
     QTest.mouseClick(runner.use_endpoint, Qt.MouseButton.LeftButton)
     runner.max_new_tokens.setValue(40)
     QTest.keyClicks(runner.prompt, "Tell me about Gaudi cards")
     QTest.mouseClick(runner.send_button, Qt.MouseButton.LeftButton)
-    _wait(app, lambda: runner.stats.text().startswith("endpoint"), 120)
+    wait_until(app, lambda: runner.stats.text().startswith("endpoint"), 120)
     for _ in range(20):
         app.processEvents()
         time.sleep(0.05)
     window.grab().save(out)
     print(out)
     QTest.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
-    _wait(app, lambda: panel.status.text().startswith("stopped"), 60)
+    wait_until(app, lambda: panel.status.text().startswith("stopped"), 60)
     window.close()
     app.quit()
     return run(app)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
+
 from PySide6.QtWidgets import QApplication
 
 from gaudi_gui.app import create_services
@@ -28,3 +31,13 @@ def run(app: QApplication) -> int:
 
     reap_all()
     return 0
+
+
+def wait_until(app: QApplication, until: Callable[[], object], seconds: float) -> None:
+    """Run the event loop until ``until()`` holds; exit the script saying so after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not until() and time.monotonic() < deadline:
+        app.processEvents()
+        time.sleep(0.02)
+    if not until():
+        raise SystemExit(f"timed out after {seconds} s")
