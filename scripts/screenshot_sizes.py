@@ -43,11 +43,18 @@ def main(argv: list[str]) -> int:
     os.environ["GAUDI_GUI_HOME"] = str(home)
     os.environ["GAUDI_GUI_HL_SMI"] = str(_fake_hl_smi(home))
     os.environ.setdefault("FAKE_HLSMI_PERIOD", "0.5")
+    # An idle server (the HL-225 table: no card held), so the start gate lets the demo run start.
+    idle = Path(__file__).resolve().parents[1] / "tests" / "data" / "hlsmi" / "table-hl225-1.12.1.txt"
+    os.environ.setdefault("FAKE_HLSMI_TABLE", str(idle))
     from PySide6.QtCore import QPoint, Qt, QTimer
     from PySide6.QtTest import QTest
     from shot import open_window, run
 
     app, services, window = open_window(TRAINING, *sizes[0])
+    # As the app does once its window is up: the environment probe and the doctor's health checks.
+    services.environment.refresh()
+    if services.health is not None:
+        services.health.start()
     tab = window.training_tab
     saved: list[Path] = []
 
@@ -68,6 +75,11 @@ def main(argv: list[str]) -> int:
         watch.start(200)
 
     def started() -> None:
+        if tab.status.text().startswith("cannot start"):
+            print(f"screenshot_sizes: {tab.status.text()}", file=sys.stderr)
+            watch.stop()
+            window.close()
+            return
         if tab.job.is_running():
             watch.stop()
             tab.job.finished.connect(lambda *_a: QTimer.singleShot(1000, lambda: shoot(0)))
