@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -244,10 +243,8 @@ def _run_child(argv: list[str], timeout_s: float) -> tuple[int | None, str, list
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         # Its own session: the ssh client under it goes with it.
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
+        from gaudi_gui.core.proctree import ProcessTree
+        ProcessTree(proc.pid).kill()
         proc.communicate()
         return None, "", []
     return proc.returncode, out, err.splitlines()
