@@ -33,7 +33,6 @@ from gaudi_gui.commands.terminal import printable as _printable
 from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import remote, visibility
 from gaudi_gui.core.backoff import Backoff
-from gaudi_gui.core.follow_stream import FollowCursor
 from gaudi_gui.core.remote import SSH_FAILED, Host, RemoteError
 
 #: Exit status when the host could not be used (ssh failed, no or another gaudi-gui there).
@@ -185,12 +184,13 @@ class Follower(threading.Thread):
             self.out.put((self.run_, {"t": "lost", "why": self.run_.lost}))
 
     def _follow(self) -> None:
-        cursor = FollowCursor()
+        events_from = log_from = 0
         backoff = Backoff()
         last_contact = time.monotonic()
         host, folder = self.run_.host, self.run_.folder
         while True:
-            cmd = host.wrap(host.gaudi_gui_argv(*cursor.argv(folder)))
+            cmd = host.wrap(host.gaudi_gui_argv("runs", "follow", folder, "--events-from", str(events_from),
+                                                "--log-from", str(log_from)))
             self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                          stderr=subprocess.PIPE)
             err: deque[str] = deque(maxlen=20)
@@ -199,10 +199,17 @@ class Follower(threading.Thread):
             for raw in iter(self.proc.stdout.readline, b""):
                 last_contact = time.monotonic()
                 backoff.reset()
-                msg = cursor.take(raw)
-                if msg is None:
+                try:
+                    msg = json.loads(raw)
+                except ValueError:
                     continue
-                self.run_.final = cursor.final
+                kind = msg.get("t")
+                if kind == "log_offset":
+                    log_from = int(msg.get("end", log_from))
+                elif kind == "event" and "end" in msg:
+                    events_from = int(msg["end"])
+                if kind == "end":
+                    self.run_.final = msg.get("status") or {}
                 self.out.put((self.run_, msg))
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()  # type: ignore[union-attr]

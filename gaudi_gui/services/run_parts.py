@@ -41,7 +41,6 @@ from gaudi_gui.core import protocol, remote, visibility
 from gaudi_gui.core import slurm as slurm_mod
 from gaudi_gui.core.backoff import Backoff
 from gaudi_gui.core.events import EventFollower
-from gaudi_gui.core.follow_stream import FollowCursor
 from gaudi_gui.core.remote import LOCAL, SSH_FAILED, Host
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.secrets import redact
@@ -164,6 +163,8 @@ class SupervisedPart(PartSignals):
         self.pid = 0
         #: The host's cards this run was started on (``train --cards``); empty: the default.
         self.cards: list[int] = []
+        #: The run's last status as the supervisor wrote it (state, step, checkpoint, summary …).
+        self.remote_status: dict[str, Any] = {}
         self.connection = CLOSED
         #: 0: no stop asked, 1: stop with a checkpoint, 2: kill now.
         self.stop_sent = 0
@@ -172,7 +173,9 @@ class SupervisedPart(PartSignals):
         self._backoff = Backoff(self.backoff_initial_s, self.backoff_max_s)
         self._active = False
         self._ended = False
-        self._cursor = FollowCursor()
+        self._events_from = 0
+        self._log_from = 0
+        self._final: dict[str, Any] | None = None
         self._err_tail: deque[str] = deque(maxlen=20)
         self._calls: list[RemoteCall] = []
         self._last_contact = 0.0
@@ -193,11 +196,6 @@ class SupervisedPart(PartSignals):
 
     def is_running(self) -> bool:
         return self._active and not self._ended
-
-    @property
-    def remote_status(self) -> dict[str, Any]:
-        """The run's last status as the supervisor wrote it (state, step, checkpoint, summary …)."""
-        return self._cursor.final or self._cursor.status
 
     def checkpoint(self) -> str:
         """The latest complete checkpoint the supervisor reported (a path on the host), or ""."""
@@ -271,7 +269,9 @@ class SupervisedPart(PartSignals):
     def _follow_again(self) -> None:
         if self._ended or not self.folder or self._follower.is_running():
             return
-        cmd = self.host.wrap(self.host.gaudi_gui_argv(*self._cursor.argv(self.folder)))
+        argv = self.host.gaudi_gui_argv("runs", "follow", self.folder, "--events-from",
+                                        str(self._events_from), "--log-from", str(self._log_from))
+        cmd = self.host.wrap(argv)
         self._err_tail.clear()
         if self.connection != RECONNECTING:
             self._set_connection(CONNECTING, f"connecting to {self.host.label}…")
@@ -284,8 +284,11 @@ class SupervisedPart(PartSignals):
         if stream != "stdout":
             self._err_tail.append(line)
             return
-        msg = self._cursor.take(line)
-        if msg is None:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return
+        if not isinstance(msg, dict):
             return
         self._last_contact = time.monotonic()
         if self.connection != FOLLOWING:
@@ -296,9 +299,21 @@ class SupervisedPart(PartSignals):
             event = msg.get("event")
             if isinstance(event, dict):
                 self.event_received.emit(event)
+            if isinstance(msg.get("end"), int):
+                self._events_from = msg["end"]
         elif kind == "log":
             self.line_received.emit(str(msg.get("line", "")))
+        elif kind == "log_offset":
+            if isinstance(msg.get("end"), int):
+                self._log_from = msg["end"]
+        elif kind == "status":
+            status = msg.get("status")
+            if isinstance(status, dict):
+                self.remote_status = status
         elif kind == "end":
+            status = msg.get("status")
+            self._final = status if isinstance(status, dict) else {}
+            self.remote_status = self._final or self.remote_status
             self._follower.close_stdin()
 
     def _check_silence(self) -> None:
@@ -311,7 +326,7 @@ class SupervisedPart(PartSignals):
         self._watchdog.stop()
         if self._ended:
             return
-        if self._cursor.final is not None:
+        if self._final is not None:
             self._finish(0, None)
             return
         if not self._active:
@@ -385,7 +400,7 @@ class SupervisedPart(PartSignals):
         self._active = False
         for timer in (self._retry, self._watchdog):
             timer.stop()
-        final = override if override is not None else (self._cursor.final or {})
+        final = override if override is not None else (self._final or {})
         state = str(final.get("state") or "failed")
         summary = str(final.get("summary") or state)
         if override is None and self.folder:
