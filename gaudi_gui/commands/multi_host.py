@@ -73,6 +73,8 @@ def train(args: argparse.Namespace) -> int:
     except (HostError, JobConfigError, ValueError) as exc:
         _say(f"gaudi-gui train: {exc}")
         return 2
+    # --overwrite-output travels in the job: the host's own `train` decides (the folder is there).
+    job.overwrite_output = job.overwrite_output or bool(getattr(args, "overwrite_output", False))
     port = int(job.launch.main_process_port or 29500)
     try:
         main_ip = args.main_ip.strip() or main_address(hosts[0])

@@ -118,6 +118,8 @@ def train(host: Host, args: argparse.Namespace) -> int:
     except JobConfigError as exc:
         _say(f"gaudi-gui train: {exc}")
         return 2
+    # --overwrite-output travels in the job: the host's own `train` decides (the folder is there).
+    job.overwrite_output = job.overwrite_output or bool(getattr(args, "overwrite_output", False))
     try:
         cards = visibility.parse_cards(args.cards) if (args.cards or "").strip() else []
     except ValueError as exc:

@@ -64,6 +64,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resumed-from", default="", metavar="RUN_FOLDER",
                    help="the run this one resumes (with the job's resume_from_checkpoint): recorded in "
                         "the new run's status, so the history links the two")
+    p.add_argument("--overwrite-output", dest="overwrite_output", action="store_true",
+                   help="write into an output folder that holds another run's checkpoints, final model "
+                        "or adapter (refused otherwise, naming the folder and its run); a job that names "
+                        "no output_dir gets a folder of its own, outputs/<run name>")
     p.add_argument("--announce", default="", help=argparse.SUPPRESS)
     # Who asked for the run, as its status records it: the app starts a run on this machine through
     # `train --detach` too, and its runs say "gui" as they always did.
@@ -100,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
     except JobConfigError as exc:
         print(f"gaudi-gui train: {exc}", file=sys.stderr)
         return 2
+    # --overwrite-output travels in the job: the host's own `train` decides (the folder is there).
+    job.overwrite_output = job.overwrite_output or bool(getattr(args, "overwrite_output", False))
     problems = job.validate()
     if problems:
         for field, problem in problems:
@@ -111,6 +117,15 @@ def run(args: argparse.Namespace) -> int:
         if refusal:
             print(f"gaudi-gui train: {refusal}", file=sys.stderr)
             return 2
+    try:
+        job, resumed = prepare_mod.resolve_resume(job, getattr(args, "resumed_from", ""))
+    except prepare_mod.PrepareError as exc:
+        print(f"gaudi-gui train: {exc}", file=sys.stderr)
+        return 2
+    args.resumed_from = resumed
+    for field, problem in prepare_mod.output_problems(job, resumed):
+        print(f"gaudi-gui train: {field}: {problem} (or pass --overwrite-output)", file=sys.stderr)
+        return 2
     if args.detach:
         return _detach(job, args)
     device = args.device if args.device != "auto" else prepare_mod.probe_device()

@@ -83,6 +83,9 @@ class JobConfig:
     #: A checkpoint folder, "latest" (newest in output_dir), or empty.
     resume_from_checkpoint: str = ""
     name: str = ""
+    #: Write into an output folder that holds another run's checkpoints, final model or adapter
+    #: (core/outputs.py refuses that otherwise).
+    overwrite_output: bool = False
 
     # -- JSON -------------------------------------------------------------------------------------
 
@@ -112,6 +115,11 @@ class JobConfig:
                 if not isinstance(data[key], str):
                     raise JobConfigError(f"'{key}' must be a string, got {data[key]!r}")
                 setattr(job, key, data[key])
+        if "overwrite_output" in data:
+            if not isinstance(data["overwrite_output"], bool):
+                raise JobConfigError(f"'overwrite_output' must be true or false, got "
+                                     f"{data['overwrite_output']!r}")
+            job.overwrite_output = data["overwrite_output"]
         if "training_args" in data:
             if not isinstance(data["training_args"], dict):
                 raise JobConfigError("'training_args' must be an object of TrainingArguments values")
@@ -215,8 +223,9 @@ class JobConfig:
                 problems.append(("lora.alpha", "LoRA alpha must be above 0"))
             if not isinstance(self.lora.dropout, (int, float)) or not 0 <= self.lora.dropout < 1:
                 problems.append(("lora.dropout", "LoRA dropout must be in [0, 1)"))
-        if not self.output_dir.strip():
-            problems.append(("training_args.output_dir", "choose an output folder"))
+        # An empty output folder is the default: each run gets its own (core/outputs.py).
+        if not isinstance(self.training_args.get("output_dir", ""), str):
+            problems.append(("training_args.output_dir", "the output folder must be a path"))
         launch = self.launch
         if not _positive_int(launch.num_processes):
             problems.append(("launch.num_processes", "number of processes must be at least 1"))

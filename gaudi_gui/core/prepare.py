@@ -13,6 +13,7 @@ validation children) gets ``child_env(device, device_env)``: the device's variab
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gaudi_gui.core import launch as launch_mod
-from gaudi_gui.core import visibility
+from gaudi_gui.core import outputs, visibility
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.secrets import redact, strip_secret_args
@@ -100,13 +101,19 @@ def prepare_run(job: JobConfig, *, device: str, device_env: Mapping[str, str] | 
     problems = job.validate()
     if problems:
         raise PrepareError(problems)
+    job, resumed_from = resolve_resume(job, resumed_from)
+    problems = output_problems(job, resumed_from)
+    if problems:
+        raise PrepareError(problems)
     clean_args, _removed = strip_secret_args(job.training_args)
     user_job = JobConfig.from_dict({**job.to_dict(), "training_args": clean_args})
     effective = JobConfig.from_dict(user_job.to_dict())
     effective.training_args = launch_mod.worker_training_args(user_job, device)
     store = store or RunStore()
-    run = store.create(effective, user_job=user_job)
+    run = store.create(effective, user_job=user_job, default_output=outputs.default_output_dir)
     try:
+        with contextlib.suppress(OSError):  # an unwritable folder: the worker says so, as "output_dir"
+            outputs.claim(effective.output_dir, run)
         variables = device_variables(device, {**(device_env or {}),
                                               **visibility.device_env(device, cards or ())})
         launch = launch_mod.build(effective, run.folder, device=device, device_env=variables, python=python)
@@ -125,6 +132,37 @@ def prepare_run(job: JobConfig, *, device: str, device_env: Mapping[str, str] | 
     argv = launch_mod.supervised_argv(launch, run.log_path)
     return PreparedRun(run=run, job=effective, user_job=user_job, launch=launch, argv=argv, env=env,
                        device=device)
+
+
+def resolve_resume(job: JobConfig, resumed_from: str) -> tuple[JobConfig, str]:
+    """``job`` with ``resume_from_checkpoint="latest"`` made explicit: the resumed run's *own* last
+    complete checkpoint (core/outputs.own_checkpoint), in that run's output folder. Without
+    ``resumed_from``, "latest" resumes the run that owns the output folder. PrepareError when the
+    run has no checkpoint of its own. Returns the job (a copy when changed) and the resumed run."""
+    if job.resume_from_checkpoint != "latest":
+        return job, resumed_from
+    if not resumed_from and job.output_dir.strip():
+        resumed_from = outputs.owner_of(job.output_dir)
+    if not resumed_from:
+        return job, resumed_from  # a folder of an earlier version's run: the Trainer's "latest"
+    parent = Run(resumed_from)
+    checkpoint = outputs.own_checkpoint(parent)
+    if checkpoint is None:
+        raise PrepareError([("resume_from_checkpoint", f"{parent.name} has no complete checkpoint of "
+                                                       f"its own to resume from")])
+    resolved = JobConfig.from_dict(job.to_dict())
+    resolved.resume_from_checkpoint = str(checkpoint)
+    resolved.training_args["output_dir"] = str(checkpoint.parent)
+    return resolved, resumed_from
+
+
+def output_problems(job: JobConfig, resumed_from: str = "") -> list[tuple[str, str]]:
+    """The output folder holds another run's checkpoints or model and the job does not say
+    overwrite: one problem at ``training_args.output_dir`` naming the folder and its run."""
+    if job.overwrite_output:
+        return []
+    found = outputs.conflict(job.output_dir, resumed_from=resumed_from)
+    return [("training_args.output_dir", found.message)] if found else []
 
 
 def preview_command(job: JobConfig, *, device: str, device_env: Mapping[str, str] | None,
@@ -149,5 +187,5 @@ def versions() -> dict[str, str]:
     return out
 
 
-__all__ = ["DEVICES", "PrepareError", "PreparedRun", "child_env", "device_variables", "prepare_run",
-           "preview_command", "probe_device", "versions"]
+__all__ = ["DEVICES", "PrepareError", "PreparedRun", "child_env", "device_variables", "output_problems",
+           "prepare_run", "preview_command", "probe_device", "resolve_resume", "versions"]

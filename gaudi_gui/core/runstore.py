@@ -16,13 +16,14 @@ is reported truthfully by the next reader instead of "running" forever.
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import math
 import os
 import re
 import shutil
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -392,10 +393,13 @@ class RunStore:
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root else paths.runs_dir()
 
-    def create(self, job: JobConfig, user_job: JobConfig | None = None) -> Run:
+    def create(self, job: JobConfig, user_job: JobConfig | None = None, *,
+               default_output: Callable[[str], Path] | None = None) -> Run:
         """A new private folder with config.json (``job``, as it will run), job.json (``user_job``,
-        as the user made it; ``job`` when not given) and a 'queued' status. OSError when the disk
-        refuses; nothing is left behind then."""
+        as the user made it; ``job`` when not given) and a 'queued' status. A job that names no
+        output folder gets ``default_output(run name)`` in config.json (job.json keeps it empty, so a
+        clone gets a folder of its own again). OSError when the disk refuses; nothing is left behind
+        then."""
         self.root.mkdir(parents=True, exist_ok=True, mode=FOLDER_MODE)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         base = f"{stamp}-{_slug(job.name or Path(job.model).name or 'run')}"
@@ -409,10 +413,13 @@ class RunStore:
                 counter += 1
                 folder = self.root / f"{base}-{counter}"
         run = Run(folder)
+        user_job = user_job or copy.deepcopy(job)
+        if default_output is not None and not job.output_dir.strip():
+            job.training_args["output_dir"] = str(default_output(run.name))
         try:
             os.chmod(folder, FOLDER_MODE)
             (run.ranks_dir).mkdir(mode=FOLDER_MODE)
-            _write_json(run.job_path, (user_job or job).to_dict())
+            _write_json(run.job_path, user_job.to_dict())
             _write_json(run.config_path, job.to_dict())
             run.write_status(RunStatus(state="queued", output_dir=job.output_dir))
         except OSError:

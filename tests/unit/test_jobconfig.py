@@ -51,7 +51,9 @@ def test_validate(tmp_path: Path) -> None:
     job.launch.num_machines = 2
     fields = {f for f, _ in job.validate()}
     assert {"dataset.source", "method", "launch.main_process_ip"} <= fields
-    assert {f for f, _ in JobConfig().validate()} == {"training_args.output_dir"}
+    # No output folder is the default now: each run gets its own (core/outputs.py).
+    assert JobConfig().validate() == []
+    assert {f for f, _ in JobConfig(training_args={"output_dir": 3}).validate()} == {"training_args.output_dir"}
 
 
 def test_format_by_extension(tmp_path: Path) -> None:
