@@ -7,7 +7,9 @@
   ``{"t": "event", "end": OFFSET, "event": {...}}``, ``{"t": "log", "end": OFFSET, "line": "..."}``,
   ``{"t": "status", "status": {...}}`` when it changes, and ``{"t": "end", "status": {...}}`` once the
   run has ended and its processes are gone. The offsets let a follower that lost its connection go on
-  exactly where it was. It ends itself when its stdin closes (over SSH nothing else tells it).
+  exactly where it was. It ends itself when its stdin closes (over SSH nothing else tells it): when
+  stdin is a pipe or a socket, and only after the history up to then has been printed; a follow with
+  no stdin (``< /dev/null``: cron, ``nohup``, CI) prints the history and follows on, as ``tail -f``.
 - ``runs attach RUN [--grace S]``: follow a Slurm run's job again (``commands/slurm_run.attach``),
   after the terminal or the app that submitted it went away; Ctrl-C stops it with a checkpoint.
 - ``runs stop RUN [--now]``: a stop with a checkpoint (SIGTERM to the run's supervisor, which stops
@@ -24,6 +26,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import sys
 import threading
 import time
@@ -176,7 +179,23 @@ def _emit(obj: dict[str, Any], *more: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+def stdin_hangs_up() -> bool:
+    """Whether stdin's end can mean "the reader went away": a pipe or a socket (the app's follower,
+    ssh's remote command). /dev/null, a file or a terminal are at their end (or end) without anyone
+    leaving: cron, ``nohup``, CI. (``ssh -n HOST gaudi-gui runs follow RUN`` gives the remote command
+    a pipe closed at once: it prints the history up to then and ends, saying so on stderr.)"""
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
 def _follow(run_: Run, events_from: int, log_from: int) -> int:
+    """Print the run's history, then its new events and lines until it ends. A closed stdin ends the
+    follow (the protocol of the app and of a follow over ssh, where nothing else tells it that its
+    reader is gone), but only when stdin is a pipe or a socket, and only once the whole history up to
+    now has been printed: a caller with no stdin (``< /dev/null``) never gets an empty answer."""
     closed = threading.Event()
 
     def watch_stdin() -> None:
@@ -185,13 +204,15 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
                 pass
         closed.set()
 
-    threading.Thread(target=watch_stdin, name="stdin", daemon=True).start()
+    if stdin_hangs_up():
+        threading.Thread(target=watch_stdin, name="stdin", daemon=True).start()
     follower = EventFollower(run_.events_path, offset=max(0, events_from))
     log = LogFollower(run_.log_path, offset=max(0, log_from))
     last_status: dict[str, Any] | None = None
     next_status = 0.0
+    caught_up = False  # the history up to now printed: from then on a closed stdin ends the follow
     try:
-        while not closed.is_set():
+        while not (caught_up and closed.is_set()):
             events = follower.read()
             # Offsets are per event: a follower cut mid-batch resumes after the last one it got.
             end = follower.offset - len(follower._partial)
@@ -216,7 +237,12 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
                     return 0
                 if not events and not data:
                     _emit({"t": "alive"})  # a heartbeat: the follower sees a dead link within seconds
+            if not events and not data:
+                caught_up = True
             time.sleep(FOLLOW_POLL_S)
     except BrokenPipeError:
         return 0
+    with contextlib.suppress(OSError):
+        print("gaudi-gui runs follow: stdin closed: stopped following (the run goes on)", file=sys.stderr,
+              flush=True)
     return 0
