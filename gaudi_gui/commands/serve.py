@@ -6,7 +6,8 @@ accelerator; ``core.serve.choose_engine``) starts as a child in a process group 
 URL on a line of its own, then one line per request from the engine's access log. Ctrl-C or SIGTERM
 stops the whole engine tree and waits until the port is free again (exit 0). A port already taken, a
 missing engine, something that is not a model: one line, exit 2; a server that dies or never answers:
-its last lines, exit 1.
+its last lines, exit 1. A stdout whose reader went away (``… | head -n 3``) ends the printing, not the
+server (one line on stderr says so).
 
 ``--host DEST``: the same command runs on the host (``core.placement``: ssh, under the guard, so a
 killed client or a dropped connection leaves nothing there), bound to the host's loopback on
@@ -23,6 +24,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import errno
 import json
 import os
 import queue
@@ -76,44 +78,69 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 class _Out:
-    """Text for a person, or events for the app (and the URL line in both)."""
+    """Text for a person, or events for the app (and the URL line in both). The one place serve
+    prints: a reader that went away (``gaudi-gui serve … | head -n 3``) ends the printing, never the
+    server. The closed stream is pointed at /dev/null (as Python's docs on SIGPIPE advise), so no
+    later print and no flush at exit raises again; serve says so once on the other stream."""
 
     def __init__(self, events: bool) -> None:
         self.events = events
+        self.closed: set[str] = set()
+
+    def _say(self, text: str, *, err: bool = False) -> None:
+        name = "stderr" if err else "stdout"
+        if name in self.closed:
+            return
+        stream = sys.stderr if err else sys.stdout
+        try:
+            print(text, file=stream, flush=True)
+        except OSError as exc:
+            if not isinstance(exc, BrokenPipeError) and exc.errno not in (errno.EPIPE, errno.EBADF):
+                raise
+            self._stream_closed(name, stream)
+
+    def _stream_closed(self, name: str, stream: Any) -> None:
+        self.closed.add(name)
+        with contextlib.suppress(OSError, ValueError):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, stream.fileno())
+            os.close(devnull)
+        other = "stdout" if name == "stderr" else "stderr"
+        self._say(f"gaudi-gui serve: {name} was closed (its reader went away): no more lines there; "
+                  f"the server goes on until Ctrl-C or SIGTERM", err=other == "stderr")
 
     def state(self, state: str, message: str, **extra: Any) -> None:
         if self.events:
-            print(protocol.event("serve_state", state=state, message=message, **extra), flush=True)
+            self._say(protocol.event("serve_state", state=state, message=message, **extra))
         else:
-            print(message, flush=True)
+            self._say(message)
 
     def progress(self, p: sv.WarmupProgress) -> None:
         if self.events:
-            print(protocol.event("serve_progress", phase=p.phase, step=p.step, total=p.total,
-                                 fraction=p.fraction, eta_s=p.eta_s), flush=True)
+            self._say(protocol.event("serve_progress", phase=p.phase, step=p.step, total=p.total,
+                                     fraction=p.fraction, eta_s=p.eta_s))
         else:
             eta = f", about {p.eta_s:.0f} s left" if p.eta_s is not None else ""
-            print(f"warm-up {p.phase} {p.step}/{p.total} ({p.fraction:.0%}{eta})", flush=True)
+            self._say(f"warm-up {p.phase} {p.step}/{p.total} ({p.fraction:.0%}{eta})")
 
     def url(self, url: str, **extra: Any) -> None:
         if self.events:
-            print(protocol.event("serve_url", url=url, **extra), flush=True)
-        print(url, flush=True)
+            self._say(protocol.event("serve_url", url=url, **extra))
+        self._say(url)
 
     def request(self, record: sv.RequestRecord) -> None:
         if self.events:
-            print(protocol.event("serve_request", **record.to_dict()), flush=True)
+            self._say(protocol.event("serve_request", **record.to_dict()))
         else:
             stamp = time.strftime("%H:%M:%S", time.localtime(record.time))
-            print(f"{stamp} {record.method} {record.path} {record.status}", flush=True)
+            self._say(f"{stamp} {record.method} {record.path} {record.status}")
 
     def fail(self, message: str, lines: list[str] | None = None) -> None:
         if self.events:
-            print(protocol.event("serve_state", state="failed", message=message, lines=lines or []),
-                  flush=True)
-        print(f"gaudi-gui serve: {message}", file=sys.stderr, flush=True)
+            self._say(protocol.event("serve_state", state="failed", message=message, lines=lines or []))
+        self._say(f"gaudi-gui serve: {message}", err=True)
         for line in lines or []:
-            print(f"  | {line}", file=sys.stderr, flush=True)
+            self._say(f"  | {line}", err=True)
 
 
 class _Stop(Exception):

@@ -204,3 +204,64 @@ def test_lora_adapter_is_merged_then_served(tiny_model_dir: Path, tmp_path: Path
         code = proc.wait(60)
     assert code == 0
     assert not Path(served).exists()  # removed at stop
+
+
+def _pump_stderr(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
+    errors: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            errors.put(line.rstrip("\n"))
+        errors.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return errors
+
+
+def test_a_closed_stdout_ends_the_printing_not_the_server(demo_model: Path) -> None:
+    """``gaudi-gui serve … | head -n 3``: the reader of stdout goes away after the first lines; the
+    next request line must not end the server (it ended in a BrokenPipeError traceback)."""
+    port = pick_free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "serve", "--model", "builtin:demo", "--port",
+                             str(port), "--device", "cpu"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    errors = _pump_stderr(proc)
+    try:
+        assert proc.stdout is not None
+        first: list[str] = []
+        deadline = time.monotonic() + 180
+        while not (first and first[-1].startswith("http://")) and time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            assert line, f"serve ended before its URL: {first}"
+            first.append(line.rstrip("\n"))
+        assert first[-1] == f"http://127.0.0.1:{port}/v1", first
+        proc.stdout.close()  # as `head -n 3` does once it has its lines
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+        status, _ = _post(f"{first[-1]}/chat/completions", body)
+        assert status == 200
+        # The request's line met the closed pipe: serve says once that it stopped printing.
+        said: list[str] = []
+        deadline = time.monotonic() + 60
+        while not any("stdout was closed" in line for line in said) and time.monotonic() < deadline:
+            try:
+                line = errors.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            assert line is not None, f"serve ended: {said}"
+            said.append(line)
+        assert any("stdout was closed" in line for line in said), said
+        assert not any("Traceback" in line for line in said), said
+        # And it serves on.
+        status, _ = _post(f"{first[-1]}/chat/completions", body)
+        assert status == 200
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        code = proc.wait(60)
+    rest: list[str] = []
+    while (item := errors.get(timeout=5)) is not None:
+        rest.append(item)
+    assert code == 0, rest
+    assert not any("Traceback" in line for line in rest), rest
+    assert port_free(port)
