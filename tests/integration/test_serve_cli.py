@@ -245,11 +245,11 @@ def test_a_closed_stdout_ends_the_printing_not_the_server(demo_model: Path) -> N
         deadline = time.monotonic() + 60
         while not any("stdout was closed" in line for line in said) and time.monotonic() < deadline:
             try:
-                line = errors.get(timeout=0.5)
+                got = errors.get(timeout=0.5)
             except queue.Empty:
                 continue
-            assert line is not None, f"serve ended: {said}"
-            said.append(line)
+            assert got is not None, f"serve ended: {said}"
+            said.append(got)
         assert any("stdout was closed" in line for line in said), said
         assert not any("Traceback" in line for line in said), said
         # And it serves on.
