@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.outputs import own_checkpoint
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.runstore import SLURM_INFO, Run, RunStore
 from gaudi_gui.services.process import delete_when_reaped
@@ -146,10 +147,12 @@ class TrainingService(QObject):
         none. A run on this machine resumes from its folder (``latest`` checkpoint there)."""
         run = job.run
         if run is not None:
-            if run.latest_checkpoint() is None:
-                raise ValueError(f"{run.name} has no complete checkpoint to resume from")
+            checkpoint = own_checkpoint(run)
+            if checkpoint is None:
+                raise ValueError(f"{run.name} has no complete checkpoint of its own to resume from")
             config = run.user_job()
-            config.resume_from_checkpoint = "latest"
+            config.resume_from_checkpoint = str(checkpoint)
+            config.training_args["output_dir"] = str(checkpoint.parent)
             return self.launch(config, job.placement, resumed_from=str(run.folder))
         placement = job.placement
         if placement.kind in ("host", "hosts"):

@@ -201,6 +201,8 @@ class TrainingForm(QWidget):
         super().__init__(parent)
         self.schema: Schema | None = None
         self.editors: dict[str, FieldEditor] = {}
+        #: "overwrite" beside output_dir (made with that field's editor): the job's overwrite_output.
+        self.overwrite_output: QCheckBox | None = None
         self._labels: dict[str, QLabel] = {}
         self._extra_args: dict[str, Any] = {}
         #: The job last shown: job() starts from it, so what the form has no editor for (name,
@@ -363,6 +365,9 @@ class TrainingForm(QWidget):
 
     def set_schema(self, schema: Schema) -> None:
         current = self._current_args_lenient()
+        if self.overwrite_output is not None:  # deleted with its row below: keep what it says
+            self._base.overwrite_output = self.overwrite_output.isChecked()
+            self.overwrite_output = None
         self.schema = schema
         for form in (self.common_form, self.all_form):
             while form.rowCount():
@@ -392,6 +397,18 @@ class TrainingForm(QWidget):
         self.editors[spec.name] = editor
         self._labels[spec.name] = label
         w = editor.editor
+        if spec.name == "output_dir" and isinstance(w, QLineEdit):
+            # Empty is the default now: each run its own folder (core/outputs.py).
+            w.setPlaceholderText("empty: a folder of its own per run (outputs/<run name>)")
+            box = QCheckBox("overwrite", editor)
+            box.setToolTip("let this run write into a folder that holds another run's checkpoints, final "
+                           "model or adapter (refused otherwise)")
+            box.setChecked(self._base.overwrite_output)
+            box.toggled.connect(lambda _on: self.changed.emit())
+            layout = editor.layout()
+            assert layout is not None
+            layout.addWidget(box)
+            self.overwrite_output = box
         if isinstance(w, QCheckBox):
             w.toggled.connect(lambda _on: self.changed.emit())
         elif isinstance(w, QComboBox):
@@ -467,6 +484,8 @@ class TrainingForm(QWidget):
         job.launch.machine_rank = self.machine_rank.value()
         job.launch.main_process_ip = self.main_ip.text().strip()
         job.launch.main_process_port = self.main_port.value()
+        if self.overwrite_output is not None:
+            job.overwrite_output = self.overwrite_output.isChecked()
         return job, errors
 
     def set_job(self, job: JobConfig) -> None:
@@ -489,6 +508,8 @@ class TrainingForm(QWidget):
         self.main_ip.setText(job.launch.main_process_ip)
         self.main_port.setValue(job.launch.main_process_port)
         self.set_training_args(job.training_args)
+        if self.overwrite_output is not None:
+            self.overwrite_output.setChecked(job.overwrite_output)
         self.dataset_panel.set_values(job.dataset.kind, dict(job.dataset.columns), dict(job.dataset.eval),
                                       job.training_args)
         self._update_kind()

@@ -29,10 +29,11 @@ from PySide6.QtWidgets import (
 
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core import metrics as metrics_mod
-from gaudi_gui.core import paths
 from gaudi_gui.core import preflight as preflight_mod
+from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import remote as remote_mod
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
+from gaudi_gui.core.outputs import own_checkpoint
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.prepare import PrepareError
 from gaudi_gui.core.runstore import Run
@@ -212,8 +213,8 @@ class TrainingTab(QWidget):
             with contextlib.suppress(JobConfigError):
                 job = JobConfig.from_dict(last)
         if job is None:
-            job = JobConfig(training_args={"output_dir": str(paths.data_dir() / "outputs" / "demo"),
-                                           "max_steps": 20, "per_device_train_batch_size": 2,
+            # No output_dir: each run writes into a folder of its own (core/outputs.py).
+            job = JobConfig(training_args={"max_steps": 20, "per_device_train_batch_size": 2,
                                            "logging_steps": 1, "save_steps": 10})
             job.launch.num_processes = max(1, services.selection.card_count())
         self.form.set_job(job)
@@ -314,6 +315,10 @@ class TrainingTab(QWidget):
             errors = [(f, m) for f, m in errors if not m.startswith("file not found")]
         if self.form.schema is not None:
             errors += [(f"training_args.{f}", m) for f, m in self.form.schema.check(job.training_args)]
+        if p.kind == "local":
+            # Another run's checkpoints or model in the output folder: said at the field before Start
+            # (a host's `train` refuses it the same way, with the same words).
+            errors += prepare_mod.output_problems(job)
         return job, errors
 
     def update_preview(self) -> None:
@@ -615,11 +620,17 @@ class TrainingTab(QWidget):
         except JobConfigError as exc:
             self.status.setText(str(exc))
             return None
-        if run.latest_checkpoint() is None:
-            self.status.setText(f"{run.name} has no complete checkpoint to resume from")
+        checkpoint = own_checkpoint(run)
+        if checkpoint is None:
+            self.status.setText(f"{run.name} has no complete checkpoint of its own to resume from")
             return None
-        job.resume_from_checkpoint = "latest"
-        return self.start(job, resumed_from=run)
+        # Its own checkpoint, in its own output folder: never a later run's that shares the folder.
+        job.resume_from_checkpoint = str(checkpoint)
+        job.training_args["output_dir"] = str(checkpoint.parent)
+        started = self.start(job, resumed_from=run)
+        if started is not None:
+            self.status.setText(f"resuming {run.name} from {checkpoint.name}…")
+        return started
 
     def _curve_upto(self, parent_folder: str) -> list[dict[str, Any]]:
         """The records of the run in ``parent_folder`` and of the runs it resumed, each up to where
