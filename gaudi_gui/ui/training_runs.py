@@ -6,7 +6,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import Qt, Signal, SignalInstance
+from PySide6.QtCore import Qt, QTimer, Signal, SignalInstance
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QGridLayout,
@@ -27,6 +28,8 @@ from gaudi_gui.core.sft import is_adapter_dir
 from gaudi_gui.services.sft_tools import AdapterMerger
 
 COLUMNS = ("run", "status", "started", "duration", "steps", "final loss", "latest scores")
+#: How often a shown Runs list looks for new runs and changed statuses (a stat per run folder).
+WATCH_MS = 2000
 
 
 class RunsTable(QWidget):
@@ -96,9 +99,45 @@ class RunsTable(QWidget):
         layout.addLayout(buttons)
         layout.addWidget(self.status)
         self._runs: list[Run] = []
+        self._seen: tuple[tuple[str, int], ...] = ()
+        # While shown, new runs appear and running rows move on their own (no Refresh needed).
+        self._watch = QTimer(self)
+        self._watch.setInterval(WATCH_MS)
+        self._watch.timeout.connect(self.refresh_if_changed)
         self.refresh()
 
-    def refresh(self) -> None:
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.refresh_if_changed()
+        self._watch.start()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        self._watch.stop()
+        super().hideEvent(event)
+
+    def _signature(self) -> tuple[tuple[str, int], ...]:
+        """The run folders and their status files' change times: what a refresh would show anew."""
+        out = []
+        for run in self.store.runs()[:500]:
+            try:
+                mtime = run.status_path.stat().st_mtime_ns
+            except OSError:
+                mtime = 0
+            out.append((run.name, mtime))
+        return tuple(out)
+
+    def refresh_if_changed(self) -> None:
+        seen = self._signature()
+        if seen != self._seen:
+            self.refresh(seen)
+
+    def refresh(self, seen: tuple[tuple[str, int], ...] | None = None) -> None:
+        """Read the history again; the selected runs stay selected (by run, not by row: a new run on
+        top must not move the highlight onto another run that Resume or Evaluate would then take)."""
+        selected = {run.folder for run in self.selected_runs()}
+        current = self.table.currentRow()
+        current_run = self._runs[current].folder if 0 <= current < len(self._runs) else None
+        self._seen = seen if seen is not None else self._signature()
         self._runs = self.store.runs()[:500]
         self.table.setRowCount(len(self._runs))
         damaged = 0
@@ -124,8 +163,23 @@ class RunsTable(QWidget):
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, col, item)
         self.table.resizeColumnsToContents()
+        self._reselect(selected, current_run)
         if damaged:
             self.status.setText(f"⚠ {damaged} damaged run folder(s): see the status column")
+
+    def _reselect(self, folders: set[Path], current: Path | None) -> None:
+        model = self.table.selectionModel()
+        self.table.blockSignals(True)
+        try:
+            self.table.clearSelection()
+            for row, run in enumerate(self._runs):
+                if run.folder in folders:
+                    model.select(self.table.model().index(row, 0),
+                                 model.SelectionFlag.Select | model.SelectionFlag.Rows)
+                if run.folder == current:
+                    self.table.setCurrentCell(row, 0, model.SelectionFlag.NoUpdate)
+        finally:
+            self.table.blockSignals(False)
 
     def selected_runs(self) -> list[Run]:
         rows = sorted({i.row() for i in self.table.selectedIndexes()})

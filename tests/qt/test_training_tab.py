@@ -212,7 +212,7 @@ def test_stop_then_kill_now_while_saving_leaves_no_checkpoint_to_resume(
     tab.runs.refresh()
     tab.runs.select_row(0)
     click_history(qtbot, tab, "Resume")
-    assert tab.status.text().endswith("has no complete checkpoint to resume from")
+    assert tab.status.text().endswith("has no complete checkpoint of its own to resume from")
 
 
 @pytest.mark.usefixtures("demo_model")
