@@ -2,11 +2,13 @@
 
 A run folder records how a job ran, not the user's credentials: only the variables the app set are
 written, and the names (never the values) of the secret-looking ones it passed through. Text shown
-or saved (the command preview, logs) goes through ``redact``. Qt-free.
+or saved (the command preview, logs, every part of ``doctor --report`` and the app's "Copy report")
+goes through ``redact``, the one redaction of the package. Qt-free.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -33,26 +35,89 @@ _ASSIGN = re.compile(
     r"(?P<key>\b(?:[A-Z0-9]+_)*(?:TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|APIKEY|ACCESS_KEY|SECRET_ACCESS_KEY)"
     r"(?:_[A-Z0-9]+)*|\b(?:hub_token|api_key|access_token|auth_token))\b"
     r"(?P<sep>\s*=\s*|\s+|\"?\s*:\s*\"?)(?P<value>[^\s\"',}]+)")
+# password: x / "db_password": "x" / Passwd = x / --password=x, whatever the case (a person's config
+# or a library's log); a colon or an equals sign must follow, so prose ("the password is") stays.
+_PASSWORD = re.compile(
+    r"(?P<key>\b[\w.-]*(?:password|passwd|passphrase|secret)[\w-]*)(?P<sep>[\"']?[ \t]*[:=][ \t]*[\"']?)"
+    r"(?P<value>[^\s\"',}]+)", re.IGNORECASE)
+# Authorization: Bearer <token> (and a header's Basic credentials).
+_BEARER = re.compile(r"(?P<key>\bbearer|\bauthorization\s*:\s*basic)(?P<sep>\s+)"
+                     r"(?P<value>[A-Za-z0-9\-._~+/]{8,}=*)", re.IGNORECASE)
+# scheme://user:password@host: the password up to the last "@" before the path.
+_URL_PASSWORD = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^\s/:@'\"]+:)[^\s/'\"]+@", re.IGNORECASE)
+# PEM private keys: whole blocks (also on one line, as a JSON string), and the pieces a log's last
+# lines keep of one (a block cut before its BEGIN line, or after it).
+_PEM_BLOCK = re.compile(r"(?P<begin>-----BEGIN (?P<kind>[A-Z0-9 ]*?)PRIVATE KEY-----)(?P<body>.*?)"
+                        r"(?P<end>-----END (?P=kind)PRIVATE KEY-----)", re.DOTALL)
+_PEM_LINE = r"[ \t]*(?:[A-Za-z0-9+/=]+|(?:Proc-Type|DEK-Info|Comment):[^\n]*)[ \t]*"
+_PEM_HEAD_CUT = re.compile(rf"(?m)^(?:{_PEM_LINE}\r?\n)+(?=[ \t]*-----END [A-Z0-9 ]*PRIVATE KEY-----)")
+_PEM_TAIL_CUT = re.compile(rf"(?P<begin>-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----)"
+                           rf"(?:\r?\n{_PEM_LINE}(?=\r?\n|\Z))+")
 REDACTED = "***"
+#: The environment's secret values shorter than this are not looked for in text: a value "1" or
+#: "true" would blank every such digit or word of a log.
+MIN_SECRET_VALUE_LEN = 6
+_HARMLESS_VALUES = ("none", "null", "false", "true", "")
 
 
+@functools.lru_cache(maxsize=1024)
 def is_secret_name(name: str) -> bool:
+    # Cached: redact looks at every variable's name for every line it is given.
     return bool(_SECRET_NAME.search(name))
 
 
-def redact(text: str) -> str:
-    """``text`` with anything that looks like a credential replaced by ``***``."""
+def secret_values(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The values of the secret-named variables of ``env`` (default: this process's environment),
+    trivially short ones left out, longest first (so no piece of a longer one is left behind)."""
+    env = os.environ if env is None else env
+    found = {value.strip() for name, value in env.items() if is_secret_name(name)}
+    return tuple(sorted((v for v in found if len(v) >= MIN_SECRET_VALUE_LEN
+                         and v.lower() not in _HARMLESS_VALUES), key=lambda v: (-len(v), v)))
+
+
+@functools.lru_cache(maxsize=8)
+def _values_pattern(values: tuple[str, ...]) -> re.Pattern[str] | None:
+    return re.compile("|".join(re.escape(v) for v in values)) if values else None
+
+
+def _pem(match: re.Match[str]) -> str:
+    newline = "\n" if "\n" in match.group("body") else ""
+    return f"{match.group('begin')}{newline}{REDACTED}{newline}{match.group('end')}"
+
+
+def _keep_key(match: re.Match[str]) -> str:
+    """``key sep ***``; a value that is no secret (already redacted, empty, a boolean) stays."""
+    value = match.group("value")
+    if value == REDACTED or value.lower() in _HARMLESS_VALUES:
+        return match.group(0)
+    return f"{match.group('key')}{match.group('sep')}{REDACTED}"
+
+
+def redact(text: str, *, env: Mapping[str, str] | None = None) -> str:
+    """``text`` with anything that looks like a credential replaced by ``***``: the values of the
+    secret-named variables of ``env`` (default: this process's environment) wherever they appear,
+    known token shapes, ``NAME=value`` / ``"hub_token": value`` / ``password: value``, Bearer tokens,
+    the password of a URL and PEM private keys."""
     if not text:
         return text
+    # The costlier patterns run only where their anchor word is (redact runs on every log line).
+    if "PRIVATE KEY-----" in text:
+        text = _PEM_BLOCK.sub(_pem, text)
+        text = _PEM_HEAD_CUT.sub(f"{REDACTED}\n", text)
+        text = _PEM_TAIL_CUT.sub(lambda m: f"{m.group('begin')}\n{REDACTED}", text)
+    values = _values_pattern(secret_values(env))
+    if values is not None:
+        text = values.sub(REDACTED, text)
     for pattern in _PATTERNS:
         text = pattern.sub(REDACTED, text)
-
-    def repl(match: re.Match[str]) -> str:
-        value = match.group("value")
-        if value == REDACTED or value.lower() in ("none", "null", "false", "true", ""):
-            return match.group(0)
-        return f"{match.group('key')}{match.group('sep')}{REDACTED}"
-    return _ASSIGN.sub(repl, text)
+    if "://" in text:
+        text = _URL_PASSWORD.sub(lambda m: f"{m.group('head')}{REDACTED}@", text)
+    low = text.lower()
+    if "bearer" in low or "basic" in low:
+        text = _BEARER.sub(_keep_key, text)
+    if "pass" in low or "secret" in low:
+        text = _PASSWORD.sub(_keep_key, text)
+    return _ASSIGN.sub(_keep_key, text)
 
 
 def recorded_env(env_set: Mapping[str, str], inherited: Iterable[str]) -> dict[str, Any]:
@@ -86,5 +151,5 @@ def hub_token_available(env: Mapping[str, str] | None = None) -> bool:
         return False
 
 
-__all__ = ["REDACTED", "SECRET_TRAINING_ARGS", "hub_token_available", "is_secret_name", "recorded_env",
-           "redact", "strip_secret_args"]
+__all__ = ["MIN_SECRET_VALUE_LEN", "REDACTED", "SECRET_TRAINING_ARGS", "hub_token_available",
+           "is_secret_name", "recorded_env", "redact", "secret_values", "strip_secret_args"]
