@@ -4,6 +4,12 @@ One line per finding (severity, card, check, what was seen, the fix) or ``--json
 ``core.health.Report.to_json()``). Hosts run ``<remote command> doctor --json`` over the system ssh,
 in parallel, each with a timeout; a host that does not answer is an error naming it. Exit 0 when no
 finding is an error, 1 when one is, 2 for bad input. This process never imports torch.
+
+Every tool it runs (hl-smi, dmesg, nvidia-smi) runs in a session of its own and is ended with
+everything it started when it hangs (``core.health.run_tool``); ``GAUDI_GUI_DOCTOR_TOOL_TIMEOUT``
+(seconds, default 20) bounds each call, as ``GAUDI_GUI_DOCTOR_SYSFS`` / ``_PROC`` / ``_DEV`` move the
+folders it reads (tests, containers). The smoke children are ended when anything fails after they
+started.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from gaudi_gui.commands.flags import positive_seconds
 from gaudi_gui.core import health
 from gaudi_gui.core.health import Finding, HostHealth, Report
 
@@ -37,9 +44,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "checks, which must not take the cores from the window or a run")
     p.add_argument("--smoke", action="store_true",
                    help="also acquire each card in its own child and run a tensor operation")
-    p.add_argument("--smoke-timeout", dest="smoke_timeout", type=float, default=120.0, metavar="S",
+    p.add_argument("--smoke-timeout", dest="smoke_timeout", type=positive_seconds, default=120.0, metavar="S",
                    help="seconds each smoke child may take (default 120)")
-    p.add_argument("--timeout", type=float, default=HOST_TIMEOUT_S, metavar="S",
+    p.add_argument("--timeout", type=positive_seconds, default=HOST_TIMEOUT_S, metavar="S",
                    help=f"seconds to wait for each host (default {HOST_TIMEOUT_S:g})")
 
 
@@ -79,17 +86,13 @@ def check_remote(name: str, remote_command: str, cards: str, timeout: float, *,
 def with_smoke(found: HostHealth, cards: list[int] | None, timeout: float) -> HostHealth:
     """Add the smoke findings: one child per Gaudi card (or CUDA GPU), else one CPU child."""
     import shutil
-    import subprocess
     targets: list[tuple[int | None, int | None]] = [
         (int(c["module_id"]), int(c["index"])) for c in found.cards
         if cards is None or int(c["module_id"]) in cards]
     kind = "hpu" if found.cards else "cpu"
     if not found.cards and shutil.which("nvidia-smi"):
-        try:
-            listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20)
-            gpus = [ln for ln in listed.stdout.splitlines() if ln.startswith("GPU ")]
-        except (OSError, subprocess.TimeoutExpired):
-            gpus = []
+        code, listed, _err = health.run_tool(["nvidia-smi", "-L"], health.tool_timeout_s())
+        gpus = [ln for ln in listed.splitlines() if ln.startswith("GPU ")] if code == 0 else []
         if gpus:
             kind = "cuda"
             targets = [(None, i) for i in range(len(gpus)) if cards is None or i in cards]
@@ -126,17 +129,15 @@ def report_parts(report: Report, hl_smi: str) -> dict[str, str]:
     """The files of a bug report made on this machine: findings, versions, ``hl-smi -q``, the
     driver's kernel messages (or why they could not be read), the running runs' last log lines."""
     import shutil
-    import subprocess
 
     def text_of(argv: list[str]) -> str:
-        try:
-            done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30)
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"could not run {' '.join(argv)}: {exc}\n"
-        if done.returncode != 0:
-            return (f"{' '.join(argv)} failed (exit {done.returncode}): {done.stderr.strip()[-500:]}\n"
-                    + done.stdout)
-        return done.stdout
+        # Each tool in its own session, ended with everything it started when it hangs.
+        code, out, err = health.run_tool(argv, health.tool_timeout_s())
+        if code == 127:
+            return f"could not run {' '.join(argv)}: {err}\n"
+        if code != 0:
+            return f"{' '.join(argv)} failed (exit {code}): {err.strip()[-500:]}\n" + out
+        return out
 
     parts: dict[str, str] = {
         **findings_parts(report),
@@ -194,11 +195,14 @@ def remote_parts(name: str, remote_command: str, timeout: float) -> dict[str, st
 def write_report(path: Path, report: Report, hl_smi: str, *, hosts: list[str] | None = None,
                  remote_command: str = "", timeout: float = HOST_TIMEOUT_S) -> None:
     """A tar.gz (or, for a ``.txt`` path, the plain-text form) for a bug report; every text in it goes
-    through core.secrets.redact. With ``hosts`` each host's files are made on that host (its hl-smi,
-    its kernel messages, its runs) under ``HOST/``, beside this report's findings."""
+    through core.secrets.redact (as ``--report -`` and the app's "Copy report", which reads the .txt
+    form, do). With ``hosts`` each host's files are made on that host (its hl-smi, its kernel
+    messages, its runs) under ``HOST/``, beside this report's findings. The file is written at once
+    (core.atomic) and readable by its owner only (0600), as run folders are."""
     import io
     import tarfile
 
+    from gaudi_gui.core.atomic import write_bytes, write_text
     from gaudi_gui.core.secrets import redact
 
     if hosts:
@@ -210,15 +214,17 @@ def write_report(path: Path, report: Report, hl_smi: str, *, hosts: list[str] | 
     else:
         parts = report_parts(report, hl_smi)
     if str(path).endswith(".txt"):
-        path.write_text(parts_text(parts))
+        write_text(path, parts_text(parts))
         return
-    with tarfile.open(path, "w:gz") as tar:
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w:gz") as tar:
         for name, text in parts.items():
             data = redact(text).encode()
             info = tarfile.TarInfo(f"gaudi-doctor/{name}")
             info.size = len(data)
             info.mode = 0o600
             tar.addfile(info, io.BytesIO(data))
+    write_bytes(path, packed.getvalue())
 
 
 def format_finding(f: Finding) -> str:
@@ -250,9 +256,6 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"gaudi-gui doctor: {exc}", file=sys.stderr)
             return 2
-    if args.timeout <= 0:
-        print("gaudi-gui doctor: --timeout must be above 0", file=sys.stderr)
-        return 2
     names = [h.strip() for h in hosts_text.split(",") if h.strip()] if hosts_text else []
     if host and host != "local":
         names = [host]

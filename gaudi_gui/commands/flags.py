@@ -10,11 +10,15 @@ parsing and before any command runs).
 Which options a user *gave* is read from a second parse in which every default is a marker, so an
 option given with its default value (``--nodes 1``) counts as given, and abbreviations (``--part``)
 resolve as argparse resolves them.
+
+Values argparse's ``type=float`` lets through but no command can use (``nan``, ``inf``, 0 seconds)
+are refused at parsing by the types here (``positive_seconds``), with the same one line and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -83,6 +87,22 @@ RULES: tuple[Rule, ...] = (
     Rule("ls", "--hf-cache", excludes=("path",),
          why="--hf-cache lists the Hugging Face cache, not a folder"),
 )
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type=`` for a duration in seconds: a finite number above 0.
+
+    ``float()`` alone takes "nan", "inf" and "-1": a NaN timeout raises deep inside
+    ``subprocess.communicate`` (a traceback, with the children already started), an infinite one
+    overflows there, and 0 or less times out everything at once. Refused here, while parsing, with
+    one line and exit 2 (``cli``'s parser prints argparse's error as one line)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
 
 
 def _chain(parser: argparse.ArgumentParser, namespace: argparse.Namespace) -> list[argparse.ArgumentParser]:
@@ -155,4 +175,4 @@ def refusal(parser: argparse.ArgumentParser,
     return None
 
 
-__all__ = ["RULES", "Rule", "given", "refusal"]
+__all__ = ["RULES", "Rule", "given", "positive_seconds", "refusal"]

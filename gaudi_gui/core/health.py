@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata as _metadata
 from pathlib import Path
@@ -376,6 +376,24 @@ def _version_of(value: str | None) -> str:
     return m.group(1) if m else ""
 
 
+#: Seconds each tool the doctor runs (hl-smi, dmesg, nvidia-smi) may take by default.
+TOOL_TIMEOUT_S = 20.0
+#: After a tool exited, how long helpers that still hold its output pipes may take to finish.
+HELPER_GRACE_S = 0.5
+
+
+def tool_timeout_s(env: Mapping[str, str] | None = None) -> float:
+    """``GAUDI_GUI_DOCTOR_TOOL_TIMEOUT`` (seconds, finite and above 0; tests shorten it), else
+    ``TOOL_TIMEOUT_S``."""
+    import math
+    text = (os.environ if env is None else env).get("GAUDI_GUI_DOCTOR_TOOL_TIMEOUT", "")
+    try:
+        value = float(text)
+    except ValueError:
+        return TOOL_TIMEOUT_S
+    return value if math.isfinite(value) and value > 0 else TOOL_TIMEOUT_S
+
+
 @dataclass
 class Roots:
     """Where the doctor looks (injectable for tests)."""
@@ -384,7 +402,8 @@ class Roots:
     proc: Path = Path("/proc")
     dev: Path = Path("/dev")
     hl_smi: str = ""
-    timeout_s: float = 20.0
+    #: Seconds each hl-smi call may take (then it and everything it started are ended).
+    timeout_s: float = field(default_factory=tool_timeout_s)
 
 
 def card_findings(card: dict[str, str], *, host: str = "local",
@@ -696,14 +715,65 @@ def free_groups(free: Sequence[int], sick: Sequence[int] = ()) -> list[frozenset
     return [g for g in SUPPORTED_GROUPS if g <= usable]
 
 
-def _run(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
+def run_tool(argv: Sequence[str], timeout_s: float) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``argv``; 124 when it did not finish within ``timeout_s``,
+    127 when it could not start.
+
+    The tool runs in a session of its own. ``subprocess.run(timeout=)`` kills the tool alone: a
+    wrapper's helper (``sleep &``, ``setsid helper &``) lived on, and one holding the output pipes
+    kept the call waiting until the timeout. Here, on a timeout, once the tool exited and its
+    helpers still hold the pipes past ``HELPER_GRACE_S``, and on any error while waiting, its
+    session's group and every descendant seen are ended (``core.proctree.ProcessTree.kill``)."""
+    import time
+
+    from gaudi_gui.core.proctree import ProcessTree
     try:
-        proc = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return 124, "", f"timed out after {timeout_s:.0f} s"
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, start_new_session=True)
     except OSError as exc:
         return 127, "", str(exc)
-    return proc.returncode, proc.stdout, proc.stderr
+    tree = ProcessTree(proc.pid)  # start_new_session: the group id is the tool's pid
+    deadline = time.monotonic() + timeout_s
+    exited_at: float | None = None
+    finished = False
+    out, err = b"", b""
+    # Look at the tree (a scan of the process table) often at first, then less: a helper that
+    # leaves the group is found while its parent lives, and the kill looks once more itself.
+    slice_s = 0.05
+    try:
+        while True:
+            tree.record()
+            now = time.monotonic()
+            if now >= deadline:
+                break
+            try:
+                # Retrying communicate() after its timeout loses no output (documented).
+                out, err = proc.communicate(timeout=min(slice_s, deadline - now))
+                finished = True
+                break
+            except subprocess.TimeoutExpired:
+                if proc.poll() is not None:
+                    exited_at = exited_at or now  # the tool is gone, a helper holds the pipes
+                    if now - exited_at > HELPER_GRACE_S:
+                        break
+            slice_s = min(slice_s * 2, 0.5)
+    finally:
+        tree.kill()  # helpers of a finished tool, the whole tree of a hung one, or after an error
+    if not finished:
+        try:
+            out, err = proc.communicate(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            # A helper that escaped the tree (a session we never saw) holds the pipes: stop reading.
+            for stream in (proc.stdout, proc.stderr):
+                if stream is not None:
+                    stream.close()
+            proc.wait()
+    text_out = (out or b"").decode("utf-8", errors="replace")
+    text_err = (err or b"").decode("utf-8", errors="replace")
+    if exited_at is None and not finished:
+        return 124, text_out, f"timed out after {timeout_s:g} s (it and every process it started were ended)"
+    return proc.returncode, text_out, text_err
+
 
 
 def check_host(roots: Roots | None = None, *, host: str = "local", cards: Sequence[int] | None = None,
@@ -720,7 +790,7 @@ def check_host(roots: Roots | None = None, *, host: str = "local", cards: Sequen
                                 "(fine on a CPU or CUDA machine)", host=host))
         findings.extend(stack_findings(versions, host=host, compat=compat))
         return HostHealth(host, True, "", tuple(findings), (), (), versions)
-    rc, out, err = _run([hl_smi, "-q"], roots.timeout_s)
+    rc, out, err = run_tool([hl_smi, "-q"], roots.timeout_s)
     header, parsed = parse_query(out) if rc == 0 else ({}, [])
     if rc != 0 or not parsed:
         findings.append(Finding("stack.hl-smi", "error", f"hl-smi -q failed (exit {rc}): "
@@ -751,9 +821,9 @@ def check_host(roots: Roots | None = None, *, host: str = "local", cards: Sequen
              or int(_first(c, "module id") or c["_index"]) in cards]
     with ThreadPoolExecutor(max_workers=max(1, min(9, len(buses) + 1))) as pool:
         # hl-smi's own process list (its summary's "Compute Processes") runs beside the link calls.
-        summary = pool.submit(_run, [hl_smi], roots.timeout_s) if parsed else None
+        summary = pool.submit(run_tool, [hl_smi], roots.timeout_s) if parsed else None
         link_runs = dict(zip(buses, pool.map(
-            lambda bus: _run([hl_smi, "-n", "link", "-i", bus], roots.timeout_s), buses), strict=True))
+            lambda bus: run_tool([hl_smi, "-n", "link", "-i", bus], roots.timeout_s), buses), strict=True))
         listed = parse_processes(summary.result()[1]) if summary and summary.result()[0] == 0 else {}
     card_rows: list[dict[str, Any]] = []
     free: list[int] = []
@@ -856,7 +926,13 @@ def run_smoke(kind: str, cards: Sequence[tuple[int | None, int | None]], *, time
 
     ``argv`` replaces the child command (tests start children that pass, fail and hang); the child's
     whole tree is killed on timeout (it runs in its own session)."""
+    import threading
     from concurrent.futures import ThreadPoolExecutor
+
+    from gaudi_gui.core.proctree import ProcessTree
+
+    started: list[ProcessTree] = []
+    lock = threading.Lock()
 
     def one(card: tuple[int | None, int | None]) -> Finding:
         module_id, index = card
@@ -869,14 +945,22 @@ def run_smoke(kind: str, cards: Sequence[tuple[int | None, int | None]], *, time
         except OSError as exc:
             return Finding("smoke", "error", f"could not start the smoke child: {exc}", "",
                            module_id, index, host)
+        tree = ProcessTree(proc.pid)  # its own session: the group id is its pid
+        with lock:
+            started.append(tree)
         try:
             out, _ = proc.communicate(timeout=timeout_s)
             code: int | None = proc.returncode
         except subprocess.TimeoutExpired:
-            from gaudi_gui.core.proctree import ProcessTree
-            ProcessTree(proc.pid).kill()  # its own session: the group id is its pid
+            tree.kill()
             out, _ = proc.communicate()
             code = None
+        except BaseException:
+            # Any other failure while waiting (a timeout communicate() cannot use, an interrupt):
+            # the child and what it started end here, not later on their own.
+            tree.kill()
+            proc.communicate()
+            raise
         severity, seen, fix = classify_smoke(code, out or "")
         if code is None:
             seen = f"smoke test timed out after {timeout_s:g} s (killed)"
@@ -884,5 +968,16 @@ def run_smoke(kind: str, cards: Sequence[tuple[int | None, int | None]], *, time
 
     if not cards:
         return []
-    with ThreadPoolExecutor(max_workers=min(16, len(cards))) as pool:
+    pool = ThreadPoolExecutor(max_workers=min(16, len(cards)))
+    try:
         return list(pool.map(one, cards))
+    except BaseException:
+        # One child failed (or this thread was interrupted): end every child started, so that the
+        # other waits return now and nothing outlives the doctor.
+        with lock:
+            trees = list(started)
+        for tree in trees:
+            tree.kill()
+        raise
+    finally:
+        pool.shutdown(wait=True)

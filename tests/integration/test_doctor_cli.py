@@ -77,6 +77,10 @@ def test_cpu_machine_without_hl_smi(tmp_path: Path) -> None:
     (["--cards", "x"], "--cards"),
     (["--host", "a", "--hosts", "b,c"], "not both"),
     (["--remote-command", "gg"], "needs --host"),
+    (["--smoke", "--smoke-timeout", "nan"], "--smoke-timeout"),
+    (["--smoke", "--smoke-timeout", "0"], "--smoke-timeout"),
+    (["--timeout", "inf"], "--timeout"),
+    (["--timeout", "-5"], "--timeout"),
 ])
 def test_bad_input_one_line_exit_2(args: list[str], message: str) -> None:
     done = doctor(*args, env=dict(os.environ))
@@ -189,3 +193,105 @@ def test_train_preflight_refuses_a_bad_card_and_accepts_free_ones(
         monkeypatch.setenv(key, sick_server[key])
     assert preflight([4, 5]) == ""
     assert "card 6" in preflight([6, 7])
+
+
+# -- what a bug report may carry, and the processes the doctor starts ------------------------------
+
+
+def test_report_redacts_credentials_and_is_private(sick_server: dict[str, str], tmp_path: Path) -> None:
+    """The running runs' log lines carry the environment's own HF_TOKEN value, a Bearer token, a
+    password, a password in a URL and a private key: none reaches any form of the report, which only
+    its owner can read."""
+    import stat
+    import tarfile
+
+    from gaudi_gui.core.jobconfig import JobConfig
+    from gaudi_gui.core.runstore import RunStore
+
+    env_token = "Qz7-plain-env-token-5521"  # no known token shape: only the environment names it
+    secrets = {"env": env_token, "bearer": "eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxIn0.c2lnbmF0dXJl",
+               "password": "hunter2-horse", "url": "s3cr3t-in-url", "key": "MIIEvQIBADANBgkqhkiG9w0BAQEF"}
+    run = RunStore().create(JobConfig())  # this test's GAUDI_GUI_HOME (tests/conftest.py)
+    run.update_status(state="running")
+    run.log_path.write_text(
+        f"step 1\n{env_token}\nAuthorization: Bearer {secrets['bearer']}\npassword: {secrets['password']}\n"
+        f"git clone https://alice:{secrets['url']}@git.example.com/org/repo.git\n"
+        f"-----BEGIN PRIVATE KEY-----\n{secrets['key']}AASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
+        "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n-----END PRIVATE KEY-----\n"
+        "step 2 loss 1.5\n")
+    env = dict(sick_server, HF_TOKEN=env_token)
+    tar_path, txt_path = tmp_path / "report.tar.gz", tmp_path / "report.txt"
+    texts: dict[str, str] = {}
+    for path in (tar_path, txt_path):
+        done = doctor("--report", str(path), env=env)
+        assert done.returncode == 1 and path.exists(), done.stderr
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, oct(path.stat().st_mode)
+    with tarfile.open(tar_path) as tar:
+        texts["tar.gz"] = "\n".join(tar.extractfile(m).read().decode()  # type: ignore[union-attr]
+                                    for m in tar.getmembers())
+    texts["txt"] = txt_path.read_text()
+    printed = doctor("--report", "-", env=env)
+    assert printed.returncode == 1, printed.stderr
+    texts["-"] = printed.stdout
+    for form, text in texts.items():
+        assert "step 2 loss 1.5" in text and "git.example.com/org/repo.git" in text, form
+        leaked = [name for name, value in secrets.items() if value in text]
+        assert not leaked, f"--report {form} holds {leaked}"
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".report")] == []  # no temporary left
+
+
+HANGING_HL_SMI = """#!/bin/sh
+# hl-smi hangs in -q after forking helpers, one in its group, one in a session of its own
+sleep 300 &
+setsid sleep 300 </dev/null >/dev/null 2>&1 &
+exec sleep 300
+"""
+
+
+def test_a_hanging_hl_smi_is_ended_with_its_helpers(tmp_path: Path) -> None:
+    import uuid
+
+    from tests.helpers import processes_with_env
+
+    marker = uuid.uuid4().hex
+    program = tmp_path / "hl-smi"
+    program.write_text(HANGING_HL_SMI)
+    program.chmod(0o755)
+    env = dict(os.environ, GAUDI_GUI_DOCTOR_TOOL_TIMEOUT="2", GAUDI_GUI_TEST_MARKER=marker)
+    try:
+        for args in ([], ["--report", str(tmp_path / "report.txt")]):
+            done = doctor("--hl-smi", str(program), *args, env=env)
+            assert done.returncode == 1, done.stdout + done.stderr
+            assert "timed out after 2 s" in done.stdout, done.stdout
+            left = processes_with_env("GAUDI_GUI_TEST_MARKER", marker)
+            assert not left, f"doctor {' '.join(args)} left {[' '.join(p.cmdline()) for p in left]}"
+        assert "timed out after 2 s" in (tmp_path / "report.txt").read_text()
+    finally:
+        for proc in processes_with_env("GAUDI_GUI_TEST_MARKER", marker):
+            proc.kill()
+
+
+def test_smoke_timeout_nan_starts_no_smoke_child(sick_server: dict[str, str]) -> None:
+    from tests.helpers import processes_with_env
+
+    done = doctor("--smoke", "--smoke-timeout", "nan", env=sick_server)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1 and "--smoke-timeout" in done.stderr
+    left = processes_with_env("GAUDI_GUI_HOME", sick_server["GAUDI_GUI_HOME"])
+    assert not left, [" ".join(p.cmdline()) for p in left]
+
+
+def test_a_failure_after_the_smoke_children_started_ends_them(tmp_path: Path) -> None:
+    """An error while waiting on the children (here: a timeout that is not a number, as
+    ``--smoke-timeout nan`` once passed on) is raised, and no child or grandchild is left."""
+    import psutil
+
+    from gaudi_gui.core import health
+
+    script = tmp_path / "child.py"
+    script.write_text(CHILD)
+    with pytest.raises(ValueError):
+        health.run_smoke("hpu", [(3, 0), (4, 1)], timeout_s=float("nan"), argv=[sys.executable, str(script)])
+    left = [p for p in psutil.process_iter(["cmdline"]) if str(script) in " ".join(p.info["cmdline"] or [])
+            or "time.sleep(600)" in " ".join(p.info["cmdline"] or [])]
+    assert not left, left
