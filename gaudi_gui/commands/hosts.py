@@ -84,14 +84,13 @@ def run(args: argparse.Namespace) -> int:
         return _setup(args)
     if args.add or args.remove:
         try:
-            saved = remote.saved_hosts()
             if args.add:
                 host = Host.parse(args.add, getattr(args, "remote_command", "") or "", args.hl_smi)
-                saved = [h for h in saved if h.name != host.name] + [host]
+                remote.update_hosts(lambda saved: [h for h in saved if h.name != host.name] + [host])
             else:
                 remote.check_destination(args.remove)
-                saved = [h for h in saved if h.name != args.remove.strip()]
-            remote.save_hosts(saved)
+                gone = args.remove.strip()
+                remote.update_hosts(lambda saved: [h for h in saved if h.name != gone])
         except HostError as exc:
             print(f"gaudi-gui hosts: {exc}", file=sys.stderr)
             return 2

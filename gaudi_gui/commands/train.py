@@ -31,8 +31,7 @@ from gaudi_gui.commands.terminal import seconds as _grace
 from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import visibility
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError, load_job
-from gaudi_gui.core.proctree import ProcessRef
-from gaudi_gui.core.runstore import SUPERVISOR_INFO, RunStore
+from gaudi_gui.core.runstore import RunStore
 from gaudi_gui.core.stopper import KILL_NOW_SIGNAL
 from gaudi_gui.core.supervisor import supervise
 
@@ -145,6 +144,10 @@ def run(args: argparse.Namespace) -> int:
     run_ = prepared.run
     if args.announce:
         _announce_supervisor(run_, args.announce, device)
+    else:
+        # This command is the run's supervisor: the only writer of its status (readers defer to it).
+        with contextlib.suppress(OSError):
+            run_.write_supervisor(folder=str(run_.folder), name=run_.name, device=device)
     print(f"run folder: {run_.folder} (device {device})", flush=True)
 
     signals = _Signals()
@@ -249,14 +252,12 @@ def detached_argv(args: argparse.Namespace, config_path: str, announce: str) -> 
 def _announce_supervisor(run_: Any, announce: str, device: str) -> None:
     """In the background supervisor: record itself in the run folder (what `runs stop` signals),
     move its own output into the folder, and tell the waiting `--detach` where the run is."""
-    import json
     import os
 
-    from gaudi_gui.core.runstore import _private_write
-    me = ProcessRef.of(os.getpid())
+    from gaudi_gui.core import atomic
+    me = run_.write_supervisor(folder=str(run_.folder), name=run_.name, device=device)
     info = {"pid": os.getpid(), "create_time": me.create_time if me else 0.0, "folder": str(run_.folder),
             "name": run_.name, "device": device}
-    _private_write(run_.folder / SUPERVISOR_INFO, json.dumps(info))
     fd = os.open(run_.folder / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -270,7 +271,4 @@ def _announce_supervisor(run_: Any, announce: str, device: str) -> None:
     if prelog:
         with contextlib.suppress(OSError):
             os.unlink(prelog)
-    tmp = announce + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(info, fh)
-    os.replace(tmp, announce)
+    atomic.write_json(announce, info, fsync=False)

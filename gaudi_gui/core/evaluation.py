@@ -17,14 +17,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from gaudi_gui.core import jsonfile, paths
+from gaudi_gui.core import atomic, jsonfile, paths
 from gaudi_gui.core.jobconfig import JobConfigError
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.sft import has_eval, is_adapter_dir
@@ -475,11 +474,7 @@ def write_results(results_dir: Path, record: dict[str, Any], answers: list[dict[
 
 
 def _write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
+    atomic.write_text(path, text, fsync=False)
 
 
 def results_of(run: Run | str | Path) -> list[Path]:

@@ -143,8 +143,7 @@ def setup(host: Host, *, venv: str = DEFAULT_VENV, python: str = "", deps: bool 
                            host.source if host.source != "ssh-config" else "added")
     say(f"checking: {installed.remote_command} hello")
     remote.handshake(installed)
-    saved = [h for h in remote.saved_hosts() if h.name != host.name] + [installed]
-    remote.save_hosts(saved)
+    remote.update_hosts(lambda saved: [h for h in saved if h.name != host.name] + [installed])
     say(f"{host.name}: gaudi-gui {__version__} ready ({installed.remote_command})")
     return installed
 

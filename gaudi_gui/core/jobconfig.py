@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
-from gaudi_gui.core import jsonfile, paths, sft
+from gaudi_gui.core import atomic, jsonfile, paths, sft
 from gaudi_gui.core.secrets import SECRET_TRAINING_ARGS, hub_token_available
 
 JOB_VERSION = 2
@@ -146,9 +146,7 @@ class JobConfig:
     def save(self, path: str | Path) -> None:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(self.to_json(), encoding="utf-8")
-        tmp.replace(path)
+        atomic.write_text(path, self.to_json(), fsync=False)
 
     @classmethod
     def load(cls, path: str | Path) -> JobConfig:

@@ -25,7 +25,7 @@ import re
 import shlex
 import stat
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -413,13 +413,25 @@ def saved_hosts(path: Path | None = None) -> list[Host]:
 
 
 def save_hosts(hosts: Sequence[Host], path: Path | None = None) -> None:
-    """Write ``hosts`` (not "local") to ``path`` (default: ``hosts_file()``) in one atomic replace."""
-    import json
+    """Write ``hosts`` (not "local") to ``path`` (default: ``hosts_file()``) in one atomic replace.
+    A change of the saved list goes through ``update_hosts`` (read, change and write under a lock)."""
+    from gaudi_gui.core import atomic
     path = path or hosts_file()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps([h.to_dict() for h in hosts if not h.is_local], indent=2), encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_json(path, [h.to_dict() for h in hosts if not h.is_local], fsync=False)
+
+
+def update_hosts(change: Callable[[list[Host]], list[Host]], path: Path | None = None) -> list[Host]:
+    """Change the saved hosts: ``change`` gets the list as it is on disk now and returns the new one,
+    written atomically, all under an exclusive lock, so the app and ``gaudi-gui hosts --add`` changing
+    it at the same moment both keep their change. The list written."""
+    from gaudi_gui.core import atomic
+    path = path or hosts_file()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic.locked(path):
+        hosts = change(saved_hosts(path))
+        save_hosts(hosts, path)
+    return [h for h in hosts if not h.is_local]
 
 
 def all_hosts(ssh_config: str | Path | None = None) -> list[Host]:
@@ -468,4 +480,5 @@ __all__ = [
     "ssh_base",
     "ssh_config_aliases",
     "ssh_config_file",
+    "update_hosts",
 ]

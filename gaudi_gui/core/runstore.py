@@ -8,9 +8,10 @@ checkpoints, the end), ranks/rank-N.json (each rank's pid and create time) and s
 launcher pid and create time, times, exit code, final loss). Folders are 0700 and files 0600: a run
 folder is the user's business.
 
-A status.json that says "running" is checked against the recorded processes: a run whose launcher
-is gone is reconciled from its event file (``Run.reconcile``), so a run whose supervisor was killed
-is reported truthfully by the next reader instead of "running" forever.
+status.json has one writer, the run's supervisor (supervisor.json records it). A status.json that
+says "running" is checked against the supervisor and the recorded processes: a run whose supervisor
+and processes are gone is told from its event file (``Run.reconcile``, which never writes), so a run
+whose supervisor was killed is reported truthfully by every reader instead of "running" forever.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.core import atomic, jsonfile, paths
 from gaudi_gui.core import events as events_mod
-from gaudi_gui.core import jsonfile, paths
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.proctree import ProcessRef
 
@@ -121,18 +122,8 @@ class RunStatus:
 
 
 def _private_write(path: Path, text: str) -> None:
-    """Write ``text`` through a 0600 temporary file and rename it over ``path``; a failed write
-    (a full disk) leaves the old file and no temporary behind."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-        raise
+    """Write ``text`` to ``path`` (0600) in one atomic replace (core/atomic.py)."""
+    atomic.write_text(path, text, mode=FILE_MODE, fsync=False)
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -280,6 +271,23 @@ class Run:
     def rank_refs(self) -> list[ProcessRef]:
         return [ref for ref in (ProcessRef.from_dict(r) for r in self.ranks()) if ref is not None]
 
+    def write_supervisor(self, **extra: Any) -> ProcessRef | None:
+        """Record this process as the run's supervisor (what ``runs stop`` signals, and what tells a
+        reader that somebody still owns the status); its ref."""
+        me = ProcessRef.of(os.getpid())
+        _write_json(self.folder / SUPERVISOR_INFO, {"pid": os.getpid(),
+                                                    "create_time": me.create_time if me else 0.0, **extra})
+        return me
+
+    def supervisor(self) -> ProcessRef | None:
+        """The run's supervisor while it lives (the only writer of its status); None when gone."""
+        try:
+            data = json.loads((self.folder / SUPERVISOR_INFO).read_text(encoding="utf-8"))
+            ref = ProcessRef(int(data["pid"]), float(data["create_time"]))
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+            return None
+        return ref if ref.is_alive() else None
+
     def processes_alive(self) -> bool:
         """Is any recorded process of this run (launcher or rank) still the one recorded?"""
         launcher = self.status().launcher
@@ -329,12 +337,15 @@ class Run:
         return latest_checkpoint(out) if out else None
 
     def reconcile(self) -> RunStatus:
-        """The status, with a "queued"/"running" run whose processes are all gone brought to the
-        state its event file proves (and written back): a supervisor that died must not leave a
-        run "running" forever."""
+        """The status as it truly is: a "queued"/"running" run whose supervisor and processes are all
+        gone is told in the state its event file proves (a supervisor that died must not leave a run
+        "running" forever). Never written back: the supervisor is the only writer of status.json
+        (two writers of one file lose updates and, measured, show readers empty files)."""
         status = self.status()
-        if status.state not in ("queued", "running") or self.processes_alive():
+        if status.state not in ("queued", "running"):
             return status
+        if self.supervisor() is not None or self.processes_alive():
+            return status  # its supervisor writes how it ends
         if (self.folder / SLURM_INFO).is_file():
             # A Slurm job's processes are on the cluster's nodes, not here: only the queue (squeue,
             # sacct) knows whether it still runs, and the command following it writes its end.
@@ -347,8 +358,6 @@ class Run:
             setattr(status, key, value)
         if not status.ended_at:
             status.ended_at = max(_mtime(self.events_path), _mtime(self.log_path)) or time.time()
-        with contextlib.suppress(OSError):
-            self.write_status(status)
         return status
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from gaudi_gui.core import paths
+from gaudi_gui.core import atomic, paths
 
 #: The fields shown at the top of the form, in this order (those missing from a version are skipped).
 COMMON: tuple[str, ...] = (
@@ -315,9 +315,7 @@ def load_cached(transformers_version: str) -> Schema | None:
 def save_cached(schema: Schema) -> Path:
     path = cache_path(schema.transformers_version)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(schema.to_dict()), encoding="utf-8")
-    tmp.replace(path)
+    atomic.write_json(path, schema.to_dict(), indent=None, fsync=False)
     return path
 
 

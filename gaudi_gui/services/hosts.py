@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -207,9 +208,10 @@ class HostsService(QObject):
         """The card selection of a saved host (None for one not saved)."""
         return self.selections.get(name)
 
-    def _write(self, hosts: list[Host]) -> None:
-        remote.save_hosts(hosts, self.path)
-        self._saved = [h for h in hosts if not h.is_local]
+    def _write(self, change: Callable[[list[Host]], list[Host]]) -> None:
+        """Apply ``change`` to the saved list as it is on disk now, under the lock the command line
+        takes too (core.remote.update_hosts)."""
+        self._saved = remote.update_hosts(change, self.path)
         self._stamp = _file_stamp(self.path)
         self._watch_file()
 
@@ -223,8 +225,8 @@ class HostsService(QObject):
         host = Host.parse(name, remote_command, hl_smi)
         if host.is_local:
             raise HostError("'local' is always there")
-        self._merge_disk()
-        self._write([h for h in self._saved if h.name != host.name] + [host])
+        self._merge_disk()  # hosts another process saved since get their pollers too
+        self._write(lambda saved: [h for h in saved if h.name != host.name] + [host])
         self.selections.setdefault(host.name, DeviceSelection(self))
         self._drop_poller(host.name)
         if self._running:
@@ -234,7 +236,7 @@ class HostsService(QObject):
 
     def remove(self, name: str) -> None:
         self._merge_disk()
-        self._write([h for h in self._saved if h.name != name])
+        self._write(lambda saved: [h for h in saved if h.name != name])
         self._drop_poller(name)
         self._drop_selection(name)
         self.changed.emit()

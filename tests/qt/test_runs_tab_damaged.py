@@ -26,7 +26,9 @@ def test_runs_tab_and_reattach_survive_damaged_run_folders(qtbot, tmp_path: Path
     try:
         assert services.training is not None
         assert not services.training.running()
-        assert Run(latin1).status().state != "running"  # reconciled from its events, written back
+        # Told from its events; never written back by a reader (the supervisor is the only writer).
+        assert Run(latin1).reconcile().state != "running"
+        assert Run(latin1).status().state == "running"
         click(qtbot, tab.views.tabBar(), tab.views.tabBar().tabRect(1).center())
         qtbot.waitUntil(lambda: tab.views.currentWidget() is tab.runs)
         click(qtbot, tab.runs.buttons["Refresh"])
