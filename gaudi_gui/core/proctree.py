@@ -189,10 +189,18 @@ class ProcessTree:
                 proc.send_signal(sig)
 
     def kill(self) -> None:
-        """SIGKILL the child, its group and every descendant: recorded before, or found now."""
+        """SIGKILL the child, its group and every descendant: recorded before, or found now.
+
+        The child itself is signalled too, not only through its group: one killed right after its
+        fork may not have called ``setsid`` yet, so no group of its id exists to signal."""
         self.freeze()
         self.record()
         self.signal(signal.SIGKILL)
+        if self.group and self._root is not None:
+            import psutil
+
+            with contextlib.suppress(psutil.Error):
+                self._root.send_signal(signal.SIGKILL)
         self.signal_recorded(signal.SIGKILL)
 
     def _killpg(self, sig: int) -> None:

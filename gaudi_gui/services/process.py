@@ -324,9 +324,15 @@ class ProcessRunner(QObject):
         self._stopping = True
         self._kill_timer.stop()
         if self._tree is None:
-            # Asked before the child started (Stop pressed right after Start): QProcess has no pid
-            # yet. Without this the kill was lost and the run went on with no one to stop it.
+            # Asked before ``started`` was delivered (Stop pressed right after Start, a poller
+            # stopped while a table read was starting). The child has a pid from its fork on: kill it
+            # and its group now, since the event loop may never deliver ``started`` (the app is
+            # quitting), and a wrapper that ends by itself meanwhile leaves its ``sleep &`` helpers
+            # behind. Once ``started`` comes, the tree is killed again to catch what the child forked.
             self._kill_pending = self.is_running()
+            pid = int(self._process.processId()) if self._kill_pending else 0
+            if pid > 0:
+                ProcessTree(pid, group=self._new_session).kill()
             return
         if self.is_running():
             self._tree.kill()

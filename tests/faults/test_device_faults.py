@@ -34,6 +34,18 @@ def marked(marker: str) -> list[psutil.Process]:
     return processes_with_env(MARKER_VAR, marker)
 
 
+def described(procs: list[psutil.Process]) -> list[str]:
+    """What a leftover was: its command, parent, group and session (which kill should have reached it)."""
+    out = []
+    for proc in procs:
+        try:
+            out.append(f"pid {proc.pid} {' '.join(proc.cmdline())} ppid {proc.ppid()} "
+                       f"pgid {os.getpgid(proc.pid)} sid {os.getsid(proc.pid)}")
+        except (psutil.Error, OSError):
+            continue
+    return out
+
+
 @pytest.fixture
 def wrapper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Path, str]]:
     """(path of a forking hl-smi wrapper script, the marker its processes carry)."""
@@ -104,8 +116,35 @@ def test_poller_leaves_no_helper(wrapper: tuple[Path, str], make_poller, qtbot) 
     poller.restart()  # a restart kills the whole old tree
     qtbot.waitUntil(lambda: poller.state == dp.STATE_OK and len(snapshots) >= 5, timeout=20000)
     poller.stop()
-    assert wait_until(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
+    assert wait_until(lambda: marked(marker) == [], timeout=5), described(marked(marker))
     assert all(len(s) == 8 for s in snapshots)
+
+
+def gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_stop_before_started_is_delivered_leaves_no_helper(wrapper: tuple[Path, str], make_poller,
+                                                          qtbot) -> None:
+    """The stop that failed on a loaded machine: the poller stopped while a table read was starting
+    (QProcess had forked it, its ``started`` not yet delivered) and no event loop ran afterwards
+    (the app quitting, or this test's plain wait). The kill waited for ``started``; meanwhile the
+    wrapper ended by itself and its ``sleep 300 &`` outlived the poller, re-parented to init."""
+    script, marker = wrapper
+    poller, _snapshots, _states = make_poller(script)
+    poller.start()  # the loop and the first table read (the card count) are forked, not yet "started"
+    children = [r._process.processId() for r in (poller._runner, poller._table_runner)]
+    assert all(pid > 0 for pid in children), children
+    poller.stop()
+    # No event loop runs here: the kill cannot wait for a ``started`` that never comes.
+    assert wait_until(lambda: all(gone(pid) for pid in children), timeout=10), \
+        described([psutil.Process(pid) for pid in children if not gone(pid)])
+    qtbot.waitUntil(lambda: not poller._runner.is_running() and not poller._table_runner.is_running(),
+                    timeout=10000)  # started and finished delivered now: the tree is killed again
+    assert wait_until(lambda: marked(marker) == [], timeout=5), described(marked(marker))
 
 
 def test_poller_hang_kills_the_tree(wrapper: tuple[Path, str], make_poller, qtbot, monkeypatch) -> None:
@@ -122,7 +161,7 @@ def test_poller_hang_kills_the_tree(wrapper: tuple[Path, str], make_poller, qtbo
                                or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE, timeout=5)
     assert first_tree_gone
     poller.stop()
-    assert wait_until(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
+    assert wait_until(lambda: marked(marker) == [], timeout=5), described(marked(marker))
 
 
 def test_rows_delayed_beyond_60_ms_make_whole_snapshots(wrapper: tuple[Path, str], make_poller, qtbot,
@@ -162,7 +201,7 @@ def test_cli_leaves_no_helper(wrapper: tuple[Path, str]) -> None:
     done = cli("--json", "--hl-smi", str(script))
     assert done.returncode == 0, done.stderr
     assert len(__import__("json").loads(done.stdout)) == 8
-    assert wait_until(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
+    assert wait_until(lambda: marked(marker) == [], timeout=5), described(marked(marker))
     assert time.monotonic() - started < 30
 
 
@@ -174,7 +213,7 @@ def test_cli_timeout_ends_the_whole_tree(wrapper: tuple[Path, str], monkeypatch)
     took = time.monotonic() - started
     assert done.returncode == 1 and "timed out after 1 s" in done.stderr and "Traceback" not in done.stderr
     assert took < 20
-    assert wait_until(lambda: marked(marker) == [], timeout=5), [p.cmdline() for p in marked(marker)]
+    assert wait_until(lambda: marked(marker) == [], timeout=5), described(marked(marker))
     assert __import__("json").loads(done.stdout)[-1]["kind"] == "host"  # the fallback is printed
 
 
