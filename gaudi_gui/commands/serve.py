@@ -9,6 +9,12 @@ missing engine, something that is not a model: one line, exit 2; a server that d
 its last lines, exit 1. A stdout whose reader went away (``… | head -n 3``) ends the printing, not the
 server (one line on stderr says so).
 
+The engine never outlives this command unseen: on Linux it gets SIGTERM from the kernel when this
+process dies, even by SIGKILL (``PR_SET_PDEATHSIG``), and while it runs it is recorded with its owner
+(``core.serve.EngineRecord``, ``serve/engine-PORT.json`` in the data folder, removed at a clean end).
+An engine that did not end with its owner (hung, stopped) is named by the next serve on its port, and
+``gaudi-gui serve --stop-orphan --port P`` ends it.
+
 ``--host DEST``: the same command runs on the host (``core.placement``: ssh, under the guard, so a
 killed client or a dropped connection leaves nothing there), bound to the host's loopback on
 ``--remote-port``; a local port forward on the same multiplexed connection makes the endpoint
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import dataclasses
 import errno
 import json
@@ -44,7 +51,7 @@ from typing import Any
 
 from gaudi_gui.core import paths, protocol, visibility
 from gaudi_gui.core import serve as sv
-from gaudi_gui.core.proctree import ProcessTree
+from gaudi_gui.core.proctree import ProcessRef, ProcessTree
 
 #: How long the engine may take to answer /v1/models (vLLM's warm-up on Gaudi takes minutes).
 READY_TIMEOUT_S = 1800.0
@@ -55,7 +62,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="serve a model on an OpenAI-compatible endpoint",
                        description="Start an OpenAI-compatible server for a model (here or on --host) "
                                    "and print its endpoint URL once it answers. Ctrl-C stops it.")
-    p.add_argument("--model", required=True, help="Hub id, local folder, adapter folder, or builtin:demo")
+    p.add_argument("--model", default="", help="Hub id, local folder, adapter folder, or builtin:demo")
     p.add_argument("--engine", default="auto", choices=sv.ENGINES,
                    help="auto: vLLM where importable and the device is hpu/cuda, else transformers serve")
     p.add_argument("--port", type=int, default=sv.DEFAULT_PORT,
@@ -75,6 +82,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the cards the engine may use: module ids on Gaudi (HABANA_VISIBLE_MODULES), "
                         "indexes on CUDA (CUDA_VISIBLE_DEVICES); default every card")
     p.add_argument("--events", action="store_true", help="print JSON-lines events for the app")
+    p.add_argument("--stop-orphan", action="store_true",
+                   help="stop the engine an earlier gaudi-gui serve left running on --port after it was "
+                        "killed (recorded, so only an engine of ours is stopped), and free the port")
 
 
 class _Out:
@@ -153,6 +163,14 @@ def _raise_stop(signum: int, frame: object) -> None:
 
 def run(args: argparse.Namespace) -> int:
     out = _Out(args.events)
+    if args.stop_orphan:
+        if (args.host or "").strip() not in ("", "local"):
+            out.fail("--stop-orphan: only on this machine (run it on the host itself)")
+            return 2
+        if not 1 <= args.port <= 65535:
+            out.fail("--port: a port is 1-65535")
+            return 2
+        return _stop_orphan(args.port, out)
     problems: list[tuple[str, str]] = []
     cards: tuple[int, ...] = ()
     if args.cards:
@@ -206,6 +224,15 @@ def _adapter_base(adapter: str) -> str:
 
 def _here(spec: sv.ServeSpec, out: _Out) -> int:
     bind = sv.ALL_INTERFACES if spec.listen_all else sv.LOOPBACK
+    record = sv.read_engine_record(spec.port)
+    if record is not None and record.engine_alive():
+        # An engine of ours on this port (serving, or still loading and not bound yet).
+        if not record.owner_alive():
+            out.fail(f"--port: {record.orphan_message()}")
+        else:
+            out.fail(f"--port: port {spec.port} is taken by another gaudi-gui serve (pid {record.owner.pid}, "
+                     f"model {record.model}); choose another")
+        return 2
     if not sv.port_free(spec.port, bind):
         out.fail(f"--port: port {spec.port} is already taken on {bind}; choose another")
         return 2
@@ -328,9 +355,14 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
             return 2
         argv = sv.transformers_argv(program_words, model, spec, bind=bind)
     env["PYTHONUNBUFFERED"] = "1"
+    # The engine ends with this process even when it is SIGKILLed (nothing here runs then): the kernel
+    # sends it SIGTERM (PR_SET_PDEATHSIG); and it is recorded, so that an engine that did not end (hung,
+    # stopped) is named by the next serve on its port instead of a bare "port taken".
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True)
+                            env=env, start_new_session=True,
+                            preexec_fn=_die_with_owner())  # noqa: PLW1509 - only with no other thread
     tree = ProcessTree(proc.pid)
+    record = _record_engine(proc.pid, spec.port, bind, model, choice.engine)
     lines: queue.Queue[str | None] = queue.Queue()
     threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
     last: deque[str] = deque(maxlen=LAST_LINES)
@@ -408,6 +440,103 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
         if proc.poll() is None:
             tree.kill()
             proc.wait()
+        if record is not None:
+            sv.forget_engine_record(record)
+
+
+def _die_with_owner() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks the kernel to send the child SIGTERM when this process dies
+    (Linux ``prctl(PR_SET_PDEATHSIG)``; kept across the exec). The signal comes when the *thread*
+    that forked the child ends, so it is set only when the engine is started from the main thread
+    (the command's own), and only while no other thread runs (a ``preexec_fn`` after a fork in a
+    threaded process may deadlock); elsewhere, and off Linux, the engine's record is the only witness."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread() \
+            or threading.active_count() != 1:
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    owner = os.getpid()
+    sig = int(signal.SIGTERM)
+
+    def preexec() -> None:  # runs in the child between fork and exec: nothing that may lock
+        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != owner:
+            os._exit(1)  # the owner died before the request took effect: no one to serve
+
+    return preexec
+
+
+#: linux/prctl.h
+PR_SET_PDEATHSIG = 1
+
+
+def _record_engine(pid: int, port: int, bind: str, model: str, engine: str) -> sv.EngineRecord | None:
+    """Record the engine and this process as its owner (each with its create time)."""
+    process, owner = ProcessRef.of(pid), ProcessRef.of(os.getpid())
+    if process is None or owner is None:
+        return None
+    record = sv.EngineRecord(port=port, bind=bind, model=model, engine=engine, process=process, owner=owner,
+                             started_at=time.time())
+    try:
+        sv.write_engine_record(record)
+    except OSError:
+        return None  # an unwritable data folder must not stop the server; the death signal still holds
+    return record
+
+
+def _stop_orphan(port: int, out: _Out) -> int:
+    """``serve --stop-orphan --port P``: end the recorded engine whose owner is gone (SIGTERM to its
+    group and every descendant, SIGCONT so a stopped one can act on it, SIGKILL after
+    ``ORPHAN_GRACE_S``), then wait for the port."""
+    record = sv.read_engine_record(port)
+    if record is None or not record.engine_alive():
+        if record is not None:
+            sv.forget_engine_record(record)
+        taken = "" if sv.port_free(port) else f" (port {port} is taken by something else)"
+        out.state("stopped", f"no engine of an earlier gaudi-gui serve runs on port {port}{taken}")
+        return 0
+    if record.owner_alive():
+        out.fail(f"--stop-orphan: the engine on port {port} (pid {record.process.pid}) belongs to a running "
+                 f"gaudi-gui serve (pid {record.owner.pid}): stop that one (Ctrl-C, or SIGTERM to it)")
+        return 2
+    root = record.process.process()
+    if root is None:
+        sv.forget_engine_record(record)
+        out.state("stopped", f"no engine of an earlier gaudi-gui serve runs on port {port}")
+        return 0
+    tree = ProcessTree(record.process.pid, group=_leads_group(record.process.pid))
+    tree.record()
+    for sig in (signal.SIGTERM, signal.SIGCONT):
+        tree.signal(sig)
+        tree.signal_recorded(sig)
+    deadline = time.monotonic() + sv.ORPHAN_GRACE_S
+    while record.process.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    tree.kill()
+    deadline = time.monotonic() + 10
+    while (record.process.is_alive() or not sv.port_free(port, record.bind)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if record.process.is_alive():
+        out.fail(f"--stop-orphan: the engine (pid {record.process.pid}) on port {port} did not end")
+        return 1
+    sv.forget_engine_record(record)
+    free = sv.port_free(port, record.bind)
+    where = f"port {port} is free" if free else f"port {port} is still held by another process"
+    out.state("stopped", f"stopped the engine (pid {record.process.pid}, model {record.model}) an earlier "
+                         f"gaudi-gui serve left on port {port}; {where}")
+    return 0
+
+
+def _leads_group(pid: int) -> bool:
+    """Whether ``pid`` leads a process group of its own (the engine starts in a session of its own)."""
+    try:
+        return os.getpgid(pid) == pid
+    except OSError:
+        return False
 
 
 def _stop(proc: subprocess.Popen[bytes], tree: ProcessTree, port: int, bind: str, out: _Out) -> int:

@@ -16,6 +16,7 @@ HTTP/1.1" 200 OK``); it prints no token counts or time to first token.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -25,7 +26,10 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
+
+from gaudi_gui.core.proctree import ProcessRef
 
 ENGINES = ("auto", "transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda", "hpu")
@@ -504,6 +508,94 @@ def endpoint_stats(*, started: float, first: float | None, ended: float, chunks:
     return stats
 
 
+# -- the engine's record: which gaudi-gui serve owns the engine on a port ---------------------------
+
+#: How long an orphaned engine gets to end after SIGTERM before it is killed.
+ORPHAN_GRACE_S = 10.0
+
+
+def engine_record_path(port: int) -> Path:
+    """Where the engine serving ``port`` is recorded while its ``gaudi-gui serve`` runs."""
+    from gaudi_gui.core import paths
+
+    return paths.data_dir() / "serve" / f"engine-{port}.json"
+
+
+@dataclass(frozen=True)
+class EngineRecord:
+    """An engine a ``gaudi-gui serve`` started: the engine and its owner, each a (pid, create time),
+    so a recycled pid is never taken for either. Written when the engine starts, removed when the
+    owner has ended it; a record left behind names an engine whose owner was killed."""
+
+    port: int
+    bind: str
+    model: str
+    engine: str
+    process: ProcessRef
+    owner: ProcessRef
+    started_at: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"port": self.port, "bind": self.bind, "model": self.model, "engine": self.engine,
+                "process": self.process.to_dict(), "owner": self.owner.to_dict(),
+                "started_at": self.started_at}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> EngineRecord | None:
+        if not isinstance(data, Mapping):
+            return None
+        process = ProcessRef.from_dict(data.get("process") or {})
+        owner = ProcessRef.from_dict(data.get("owner") or {})
+        port = data.get("port")
+        if process is None or owner is None or isinstance(port, bool) or not isinstance(port, int):
+            return None
+        started = data.get("started_at")
+        return cls(port, str(data.get("bind", LOOPBACK)), str(data.get("model", "")),
+                   str(data.get("engine", "")), process, owner,
+                   float(started) if isinstance(started, (int, float)) else 0.0)
+
+    def engine_alive(self) -> bool:
+        return self.process.is_alive()
+
+    def owner_alive(self) -> bool:
+        return self.owner.is_alive()
+
+    def orphaned(self) -> bool:
+        """The engine runs on and the ``gaudi-gui serve`` that started it is gone."""
+        return self.engine_alive() and not self.owner_alive()
+
+    def orphan_message(self) -> str:
+        return (f"port {self.port} is held by an earlier gaudi-gui serve engine (pid {self.process.pid}, "
+                f"model {self.model}) whose owner is gone: stop it with "
+                f"`gaudi-gui serve --stop-orphan --port {self.port}`")
+
+
+def write_engine_record(record: EngineRecord) -> None:
+    from gaudi_gui.core import atomic
+
+    path = engine_record_path(record.port)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_json(path, record.to_dict())
+
+
+def read_engine_record(port: int) -> EngineRecord | None:
+    try:
+        data = json.loads(engine_record_path(port).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    record = EngineRecord.from_dict(data)
+    return record if record is not None and record.port == port else None
+
+
+def forget_engine_record(record: EngineRecord) -> None:
+    """Remove the record, unless by now it names another engine (a later serve on the same port)."""
+    current = read_engine_record(record.port)
+    if current is not None and current.process != record.process:
+        return
+    with contextlib.suppress(OSError):
+        engine_record_path(record.port).unlink()
+
+
 # -- ports -----------------------------------------------------------------------------------------
 
 def port_free(port: int, address: str = LOOPBACK) -> bool:
@@ -533,9 +625,11 @@ __all__ = [
     "DTYPES",
     "ENGINES",
     "LOOPBACK",
+    "ORPHAN_GRACE_S",
     "QUANTIZATIONS",
     "VLLM_INSTALL_HINT",
     "EngineChoice",
+    "EngineRecord",
     "RequestRecord",
     "ServeError",
     "ServeSpec",
@@ -551,15 +645,19 @@ __all__ = [
     "device_here",
     "endpoint_stats",
     "endpoint_url",
+    "engine_record_path",
+    "forget_engine_record",
     "gaudi_software_here",
     "parse_request",
     "parse_throughput",
     "pick_free_port",
     "port_free",
     "python_snippet",
+    "read_engine_record",
     "size_max_model_len",
     "transformers_argv",
     "vllm_argv",
     "vllm_here",
     "vllm_install_hint",
+    "write_engine_record",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import queue
 import signal
@@ -14,8 +15,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import psutil
+import pytest
+
 from gaudi_gui.core import protocol
-from gaudi_gui.core.serve import pick_free_port, port_free
+from gaudi_gui.core.serve import engine_record_path, pick_free_port, port_free
 
 
 def _start(*args: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
@@ -126,6 +130,7 @@ def test_serve_answers_over_http_and_stops_on_sigterm(demo_model: Path) -> None:
     ended = [protocol.decode(line) for line in rest]
     assert any(m is not None and m.get("state") == "stopped" for m in ended)
     assert port_free(port)
+    assert not engine_record_path(port).exists()  # a clean stop leaves no record behind
 
 
 def test_port_taken_is_one_line_exit_2(demo_model: Path) -> None:
@@ -265,3 +270,98 @@ def test_a_closed_stdout_ends_the_printing_not_the_server(demo_model: Path) -> N
     assert code == 0, rest
     assert not any("Traceback" in line for line in rest), rest
     assert port_free(port)
+
+
+def _engine_of(seen: list[str]) -> psutil.Process:
+    """The engine process, from the "loading" event that names its pid."""
+    for line in seen:
+        message = protocol.decode(line)
+        if message and message.get("state") == "loading" and message.get("pid"):
+            return psutil.Process(int(message["pid"]))
+    raise AssertionError(f"no loading event with the engine's pid: {seen}")
+
+
+def _wait_gone(procs: list[psutil.Process], port: int, timeout: float) -> list[psutil.Process]:
+    """Those of ``procs`` still running once all ended and the port is free, or ``timeout`` passed."""
+    deadline = time.monotonic() + timeout
+    left = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    while (left or not port_free(port)) and time.monotonic() < deadline:
+        _gone, left = psutil.wait_procs(left, timeout=0.2)
+    return [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _kill_all(procs: list[psutil.Process]) -> None:
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.resume()
+            p.kill()
+    psutil.wait_procs(procs, timeout=10)
+
+
+def test_sigkill_of_serve_ends_its_engine(demo_model: Path) -> None:
+    """The engine must not outlive its owner unseen: a SIGKILLed ``gaudi-gui serve`` (nothing of it
+    runs to clean up) leaves no engine serving and holding the port."""
+    port = pick_free_port()
+    proc, lines = _start("--model", "builtin:demo", "--port", str(port), "--device", "cpu", "--events")
+    seen: list[str] = []
+    engine_tree: list[psutil.Process] = []
+    try:
+        _wait_for(lines, seen, "http://")
+        engine = _engine_of(seen)
+        engine_tree = [engine, *engine.children(recursive=True)]
+        # While it serves, the engine is recorded with its owner (each with its create time).
+        record = json.loads(engine_record_path(port).read_text())
+        assert (record["process"]["pid"], record["owner"]["pid"]) == (engine.pid, proc.pid)
+        assert record["process"]["create_time"] == pytest.approx(engine.create_time(), abs=0.05)
+        proc.kill()
+        proc.wait(30)
+        left = _wait_gone(engine_tree, port, timeout=60)
+        assert not left, f"the engine outlived its killed owner: {[p.cmdline()[:3] for p in left]}"
+        assert port_free(port)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _kill_all(engine_tree)
+
+
+def test_an_orphan_engine_is_named_by_the_next_serve_and_stopped(demo_model: Path) -> None:
+    """An engine that did not end with its owner (here: stopped, so it cannot handle the signal its
+    owner's death sent) is recorded: the next serve on its port names it and how to stop it, and
+    ``serve --stop-orphan`` ends it and frees the port."""
+    port = pick_free_port()
+    proc, lines = _start("--model", "builtin:demo", "--port", str(port), "--device", "cpu", "--events")
+    seen: list[str] = []
+    engine_tree: list[psutil.Process] = []
+    try:
+        _wait_for(lines, seen, "http://")
+        engine = _engine_of(seen)
+        engine_tree = [engine, *engine.children(recursive=True)]
+        engine.suspend()  # a hung engine: it handles no signal but SIGKILL
+        proc.kill()
+        proc.wait(30)
+        assert engine.is_running() and not port_free(port)
+        again = subprocess.run([sys.executable, "-m", "gaudi_gui", "serve", "--model", "builtin:demo",
+                                "--port", str(port), "--device", "cpu"], capture_output=True, text=True,
+                               timeout=60)
+        assert again.returncode == 2, again.stderr
+        assert (f"port {port} is held by an earlier gaudi-gui serve engine (pid {engine.pid}, model "
+                f"{demo_model}) whose owner is gone") in again.stderr, again.stderr
+        assert f"gaudi-gui serve --stop-orphan --port {port}" in again.stderr, again.stderr
+        stop = subprocess.run([sys.executable, "-m", "gaudi_gui", "serve", "--stop-orphan", "--port",
+                               str(port)], capture_output=True, text=True, timeout=120)
+        assert stop.returncode == 0, stop.stderr
+        assert f"stopped the engine (pid {engine.pid}, model {demo_model})" in stop.stdout, stop.stdout
+        assert f"port {port} is free" in stop.stdout, stop.stdout
+        assert not _wait_gone(engine_tree, port, timeout=30)
+        assert port_free(port)
+        # Nothing is left to stop: said, and not an error.
+        nothing = subprocess.run([sys.executable, "-m", "gaudi_gui", "serve", "--stop-orphan", "--port",
+                                  str(port)], capture_output=True, text=True, timeout=60)
+        assert nothing.returncode == 0, nothing.stderr
+        assert "no engine of an earlier gaudi-gui serve" in nothing.stdout, nothing.stdout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        _kill_all(engine_tree)
