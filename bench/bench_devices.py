@@ -83,6 +83,7 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
     from gaudi_gui.services.device_poller import DevicePoller
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.environment_probe import EnvironmentProbe
+    from gaudi_gui.services.jobs import JobRegistry
     from gaudi_gui.services.settings import Settings
     from gaudi_gui.ui.devices_tab import DevicesTab
 
@@ -98,7 +99,7 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
         selection = DeviceSelection()
         poller = DevicePoller(settings, selection)
         services = AppServices(settings=settings, selection=selection,
-                               environment=EnvironmentProbe(), device_poller=poller)
+                               environment=EnvironmentProbe(), jobs=JobRegistry(), device_poller=poller)
         if health:
             from gaudi_gui.app import add_health
             settings.set("health/interval_s", 10.0)

@@ -31,6 +31,7 @@ def window_services(parent: QObject | None = None) -> AppServices:
     wait for."""
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.environment_probe import EnvironmentProbe
+    from gaudi_gui.services.jobs import JobRegistry
     from gaudi_gui.services.settings import Settings
 
     settings = Settings(parent=parent)
@@ -39,7 +40,8 @@ def window_services(parent: QObject | None = None) -> AppServices:
     # Where jobs really run (cards seen but no habana_frameworks: the CPU), whether or not the
     # Devices tab is ever built.
     environment.probe_finished.connect(selection.set_environment)
-    return AppServices(settings=settings, selection=selection, environment=environment)
+    return AppServices(settings=settings, selection=selection, environment=environment,
+                       jobs=JobRegistry(parent))
 
 
 def add_background_services(services: AppServices, parent: QObject | None = None, *,

@@ -68,6 +68,8 @@ class DialogAnswer:
     def __init__(self) -> None:
         self.text = ""
         self.clicked = False
+        #: The labels of the dialog's visible buttons.
+        self.buttons: list[str] = []
 
 
 def answer_dialog(qtbot: QtBot, button_text: str, timeout_ms: int = 10_000) -> DialogAnswer:
@@ -88,6 +90,8 @@ def answer_dialog(qtbot: QtBot, button_text: str, timeout_ms: int = 10_000) -> D
                        if b.text().replace("&", "") == button_text and b.isVisible()]
             if buttons:
                 timer.stop()
+                answer.buttons = [b.text().replace("&", "") for b in dialog.findChildren(QAbstractButton)
+                                  if b.isVisible()]
                 if isinstance(dialog, QMessageBox):
                     answer.text = f"{dialog.text()}\n{dialog.informativeText()}"
                 answer.clicked = True

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from gaudi_gui.services.generation_client import GenerationClient
     from gaudi_gui.services.health import HealthService
     from gaudi_gui.services.hosts import HostsService
+    from gaudi_gui.services.jobs import JobRegistry
     from gaudi_gui.services.notifier import Notifier
     from gaudi_gui.services.preflight import PreflightService
     from gaudi_gui.services.remote_files import RemoteFiles
@@ -31,6 +32,9 @@ class AppServices:
     selection: DeviceSelection
     #: Versions and the device a worker will use, probed in a child process.
     environment: EnvironmentProbe
+    #: Every job owner of every kind (training, Serve, Evaluate windows, the runner): what the close
+    #: dialog lists and the status bar counts.
+    jobs: JobRegistry
     #: Live hl-smi / nvidia-smi / host samples (one poller for the whole window), once made: read it as
     #: ``poller``, which makes it on first use (the app paints its window before loading its modules).
     device_poller: DevicePoller | None = None
@@ -151,6 +155,7 @@ class AppServices:
         if self.training is None:
             from gaudi_gui.services.training import TrainingService
             self.training = TrainingService(self.settings, self.selection, self.environment, parent)
+            self.jobs.register(self.training)
             if self.notifier is not None:
                 self.notifier.watch_training(self.training)
         return self.training
@@ -160,6 +165,7 @@ class AppServices:
         if self.serve is None:
             from gaudi_gui.services.serve import ServeService
             self.serve = ServeService(parent)
+            self.jobs.register(self.serve)
         return self.serve
 
     def ensure_evaluation(self, parent: QObject | None = None) -> EvaluationService:
@@ -167,4 +173,5 @@ class AppServices:
         if self.evaluation is None:
             from gaudi_gui.services.evaluation import EvaluationService
             self.evaluation = EvaluationService(parent)
+            self.jobs.register(self.evaluation)
         return self.evaluation

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
@@ -58,6 +59,9 @@ class EvaluationService(QObject):
         self._result: dict[str, Any] | None = None
         self._stopped = False
         self.last_argv: list[str] = []
+        #: What the running evaluation is of (a run's name or a model), and its (done, total) rows.
+        self.subject = ""
+        self.done_rows = (0, 0)
 
     def is_running(self) -> bool:
         return self.runner.is_running()
@@ -77,6 +81,8 @@ class EvaluationService(QObject):
             if problems:
                 return problems
         self._error, self._result, self._stopped = None, None, False
+        self.subject = Path(spec.run).name if spec.run else (spec.model or spec.adapter)
+        self.done_rows = (0, 0)
         self._started_at = time.monotonic()
         self.last_argv = self.argv(spec, placement)
         env = dict(os.environ)
@@ -92,6 +98,24 @@ class EvaluationService(QObject):
             self._stopped = True
             self.runner.terminate_tree(grace_ms=5000)
 
+    # -- JobOwner (services/jobs.py): an evaluation lives with the window ----------------------------
+
+    outlives_window = False
+
+    def active_jobs(self) -> list[str]:
+        if not self.is_running():
+            return []
+        done, total = self.done_rows
+        rows = f", {done}/{total} rows" if total else ""
+        return [f"Evaluate: {self.subject or 'a model'}{rows}"]
+
+    def stop_jobs(self) -> None:
+        self.stop()
+
+    def detach_jobs(self) -> list[str]:
+        self.stop()  # SIGTERM: the command keeps the results it has so far
+        return []
+
     def shutdown(self) -> None:
         if self.runner.is_running():
             self._stopped = True
@@ -101,6 +125,7 @@ class EvaluationService(QObject):
         kind = message.get("type")
         if kind == "progress":
             done, total = int(message.get("done") or 0), int(message.get("total") or 0)
+            self.done_rows = (done, total)
             eta = eta_seconds(done, total, time.monotonic() - self._started_at)
             self.progress.emit(done, total, -1.0 if eta is None else eta)
         elif kind == "phase":

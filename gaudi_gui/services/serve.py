@@ -102,6 +102,23 @@ class ServeService(QObject):
             self._stopped = True
             self.runner.terminate_tree(grace_ms=20000)
 
+    # -- JobOwner (services/jobs.py): the server lives with the window ------------------------------
+
+    outlives_window = False
+
+    def active_jobs(self) -> list[str]:
+        if not self.is_running():
+            return []
+        where = f"at {self.url}" if self.url else f"({self.state})"
+        return [f"Serve: {self.model_id or 'a model'} {where}"]
+
+    def stop_jobs(self) -> None:
+        self.stop()
+
+    def detach_jobs(self) -> list[str]:
+        self.stop()  # its engine and forwarded port end with the window: stop it cleanly
+        return []
+
     def shutdown(self) -> None:
         """Leaving the app: nothing may outlive it."""
         if self.runner.is_running():

@@ -272,6 +272,9 @@ class TrainingService(QObject):
 
     # -- JobOwner ---------------------------------------------------------------------------------
 
+    #: Its runs are detached supervisors: left running, they are followed again at the next start.
+    outlives_window = True
+
     def active_jobs(self) -> list[str]:
         return [j.describe() for j in self.running()]
 

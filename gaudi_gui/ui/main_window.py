@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QWidget
 
 from gaudi_gui import __version__
 from gaudi_gui.services.context import AppServices
-from gaudi_gui.ui.tab import JobOwner
+from gaudi_gui.services.jobs import ActiveJob, JobOwner, close_question
 
 if TYPE_CHECKING:
     from gaudi_gui.services.device_selection import DeviceSelection
@@ -318,13 +318,18 @@ class MainWindow(QMainWindow):
         self._device_label.setText(f"device: {detail}")
 
     def _owners(self) -> list[JobOwner]:
-        """The job registry: the training service (it owns runs whether or not its tab was ever
-        opened) and the built tabs that own jobs (building one now would only be to ask it)."""
-        owners: list[JobOwner] = [self.services.training] if self.services.training is not None else []
-        return owners + [w for w in self._built.values() if isinstance(w, JobOwner)]
+        """Every job owner: the app's registry (training, Serve, each Evaluate window) and the built
+        tabs that own jobs (building one now would only be to ask it)."""
+        owners = self.services.jobs.owners()
+        return owners + [w for w in self._built.values() if isinstance(w, JobOwner)
+                         and not any(w is o for o in owners)]
+
+    def running_jobs(self) -> list[ActiveJob]:
+        return [ActiveJob(text, bool(owner.outlives_window))
+                for owner in self._owners() for text in owner.active_jobs()]
 
     def active_jobs(self) -> list[str]:
-        return [job for owner in self._owners() for job in owner.active_jobs()]
+        return [job.text for job in self.running_jobs()]
 
     def _update_jobs_label(self) -> None:
         jobs = self.active_jobs()
@@ -336,7 +341,7 @@ class MainWindow(QMainWindow):
         if self._shut_down:
             event.accept()
             return
-        jobs = self.active_jobs()
+        jobs = self.running_jobs()
         if jobs and not self._closing:
             choice = self._ask_about_jobs(jobs)
             if choice == "cancel":
@@ -347,29 +352,37 @@ class MainWindow(QMainWindow):
                 self._stop_then_close()
                 return
             for owner in self._owners():
-                owner.detach_jobs()
+                if owner.outlives_window:
+                    owner.detach_jobs()
+            if self.active_jobs():
+                # Serve, Evaluate, the runner: they end with the window; stopped cleanly, waited for.
+                event.ignore()
+                self._stop_then_close()
+                return
         self._save()
         self._shutdown_tabs()
         event.accept()
 
-    def _ask_about_jobs(self, jobs: list[str]) -> str:
+    def _ask_about_jobs(self, jobs: list[ActiveJob]) -> str:
+        """Every running job, and what each choice does to each kind (services/jobs.close_question)."""
         from PySide6.QtWidgets import QMessageBox
 
         box = QMessageBox(self)
+        box.setObjectName("close_jobs_dialog")
         box.setIcon(QMessageBox.Icon.Question)
         box.setWindowTitle("Jobs are running")
         box.setText(f"{len(jobs)} job(s) are still running:")
-        box.setInformativeText("\n".join(f"• {j}" for j in jobs) + (
-            "\n\nStop them, or leave training runs going and re-attach to them next time?"))
+        box.setInformativeText(close_question(jobs))
         stop = box.addButton("Stop and quit", QMessageBox.ButtonRole.DestructiveRole)
-        leave = box.addButton("Leave running and quit", QMessageBox.ButtonRole.AcceptRole)
+        leave = (box.addButton("Leave running and quit", QMessageBox.ButtonRole.AcceptRole)
+                 if any(j.outlives_window for j in jobs) else None)
         box.addButton(QMessageBox.StandardButton.Cancel)
         box.setDefaultButton(QMessageBox.StandardButton.Cancel)
         box.exec()
         clicked = box.clickedButton()
         if clicked is stop:
             return "stop"
-        if clicked is leave:
+        if leave is not None and clicked is leave:
             return "leave"
         return "cancel"
 

@@ -969,6 +969,9 @@ class RunnerTab(QWidget):
 
     # -- JobOwner ---------------------------------------------------------------------------------------
 
+    #: The worker holds the model and its card: it ends with the window.
+    outlives_window = False
+
     def active_jobs(self) -> list[str]:
         if self.client.state == gc.GENERATING:
             return [f"model runner: generating with {self.conversation.model or 'a model'}"]

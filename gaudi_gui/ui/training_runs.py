@@ -25,6 +25,7 @@ from gaudi_gui.core.metrics import format_duration
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.sft import is_adapter_dir
+from gaudi_gui.services.jobs import JobRegistry
 from gaudi_gui.services.sft_tools import AdapterMerger
 
 COLUMNS = ("run", "status", "started", "duration", "steps", "final loss", "latest scores")
@@ -89,6 +90,9 @@ class RunsTable(QWidget):
         self.eval_views: dict[Path, QWidget] = {}
         #: The saved hosts an Evaluate window offers (the Training tab binds the app's host list).
         self.hosts: Callable[[], list[Host]] = list
+        #: The app's job registry (the Training tab binds it): each Evaluate window's evaluation is a
+        #: job the close dialog names.
+        self.jobs: JobRegistry | None = None
         self.scores_panel: QWidget | None = None
         #: Where Compare puts the scores: beside the curves when the Training tab gives a splitter
         #: (``scores_dock``), else a small window of their own.
@@ -228,6 +232,8 @@ class RunsTable(QWidget):
             view.setWindowFlag(Qt.WindowType.Window, True)
             view.resize(1000, 760)
             view.service.result.connect(lambda _r: self.refresh())
+            if self.jobs is not None:
+                self.jobs.register(view.service)
             self.eval_views[run.folder] = view
         view.show()
         view.raise_()

@@ -139,6 +139,7 @@ class TrainingTab(QWidget):
         self.log = LogView(self)
         self.runs = RunsTable(self.store, self)
         self.runs.hosts = self.hosts.saved
+        self.runs.jobs = services.jobs
         self.views = QTabWidget(self)
         # Curves and log together: the log explains what the curve shows (a stall, a warning).
         live = QSplitter(Qt.Orientation.Vertical, self)

@@ -218,3 +218,41 @@ def test_the_serve_dock_fits_a_small_screen(qtbot, window: MainWindow, size: tup
     assert window.height() <= height, (window.height(), window.minimumSizeHint())
     # Both stay usable: the runner's chat and the panel each keep room.
     assert window.runner_tab.view.width() >= 250 and panel.width() >= 250
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_closing_with_serve_running_names_it_and_ends_it(qtbot, window: MainWindow) -> None:
+    """Issue 25, item 15: closing the window while Serve runs asked nothing and killed it. Now the
+    dialog names the server, says it ends with the window (no "Leave running" for it), and Stop and
+    quit ends it cleanly before the window closes."""
+    from PySide6.QtCore import Qt
+
+    from gaudi_gui.core.serve import pick_free_port, port_free
+
+    window.activateWindow()
+    ctrl_shift = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    qtbot.keyClick(window, Qt.Key.Key_S, ctrl_shift)
+    qtbot.waitUntil(lambda: window.serve_panel is not None and window.serve_panel.isVisible(), timeout=5000)
+    panel = window.serve_panel
+    assert panel is not None
+    port = pick_free_port()
+    panel.port.selectAll()
+    qtbot.keyClicks(panel.port, str(port))
+    click(qtbot, panel.start_button)
+    qtbot.waitUntil(lambda: panel.status.text().startswith("ready"), timeout=180_000)
+    server = panel.service.runner
+
+    answer = answer_dialog(qtbot, "Cancel")
+    window.close()
+    assert answer.clicked, "no close dialog was shown"
+    assert "Serve: " in answer.text and f"127.0.0.1:{port}" in answer.text
+    assert "Leave running and quit is not offered" in answer.text
+    assert "Leave running and quit" not in answer.buttons and "Stop and quit" in answer.buttons
+    assert window.isVisible() and server.is_running()
+
+    answer = answer_dialog(qtbot, "Stop and quit")
+    with qtbot.waitSignal(window.closed, timeout=60_000):
+        window.close()
+    assert answer.clicked
+    qtbot.waitUntil(lambda: not server.is_running() and port_free(port), timeout=30_000)
+    assert panel.status.text().startswith("stopped"), panel.status.text()
