@@ -53,7 +53,8 @@ def test_validate(tmp_path: Path) -> None:
     assert {"dataset.source", "method", "launch.main_process_ip"} <= fields
     # No output folder is the default now: each run gets its own (core/outputs.py).
     assert JobConfig().validate() == []
-    assert {f for f, _ in JobConfig(training_args={"output_dir": 3}).validate()} == {"training_args.output_dir"}
+    bad = JobConfig(training_args={"output_dir": 3})
+    assert {f for f, _ in bad.validate()} == {"training_args.output_dir"}
 
 
 def test_format_by_extension(tmp_path: Path) -> None:
