@@ -53,6 +53,8 @@ from gaudi_gui.core import paths, protocol, visibility
 from gaudi_gui.core import serve as sv
 from gaudi_gui.core.proctree import ProcessRef, ProcessTree
 
+#: How long a recorded engine whose owner died gets to end by itself before a new serve names it.
+ORPHAN_SETTLE_S = 5.0
 #: How long the engine may take to answer /v1/models (vLLM's warm-up on Gaudi takes minutes).
 READY_TIMEOUT_S = 1800.0
 LAST_LINES = 15
@@ -225,6 +227,11 @@ def _adapter_base(adapter: str) -> str:
 def _here(spec: sv.ServeSpec, out: _Out) -> int:
     bind = sv.ALL_INTERFACES if spec.listen_all else sv.LOOPBACK
     record = sv.read_engine_record(spec.port)
+    if record is not None and record.orphaned():
+        # Its owner just died: the kernel's SIGTERM is ending it (about a second); give it that time.
+        deadline = time.monotonic() + ORPHAN_SETTLE_S
+        while record.engine_alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
     if record is not None and record.engine_alive():
         # An engine of ours on this port (serving, or still loading and not bound yet).
         if not record.owner_alive():
@@ -676,7 +683,9 @@ def _host_session(argv: list[str], host_name: str, forward: Any, *, key_env: str
                 if _get(f"http://127.0.0.1:{local_port}/health", key, timeout=3) == 0 and proc.poll() is None:
                     _reforward(ssh_base, host_name, forward)
         proc.wait()
-        port_held = "already taken" in str(remote_failed.get("message", ""))
+        # The port there still held by the server the guard is ending (or its engine, ending by itself).
+        port_held = any(words in str(remote_failed.get("message", "")) for words in (
+            "already taken", "held by an earlier gaudi-gui serve engine", "taken by another gaudi-gui serve"))
         if (proc.returncode == 255 and (ready or reconnecting)) or (reconnecting and port_held):
             # A new multiplexing master made for this session may hold the forward (and the local
             # port) for ControlPersist after it: give it back before the next try.
