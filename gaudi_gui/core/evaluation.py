@@ -180,6 +180,31 @@ def columns_of(rows: list[Any]) -> list[str]:
     return list(seen)
 
 
+#: Column names that say what they hold, most telling first.
+_PROMPT_NAMES = ("prompt", "question", "instruction", "input", "query", "text", "context")
+_REFERENCE_NAMES = ("reference", "answer", "output", "response", "completion", "target", "label")
+
+
+def guess_columns(columns: list[str], rows: list[dict[str, Any]]) -> tuple[str, str]:
+    """The prompt and reference columns a person would pick: by name first (prompt, question …;
+    reference, answer …), else the text columns in order. A column that holds no text in the rows
+    shown (an integer ``qid``, a float score) is never guessed. ("", "") when nothing fits."""
+    def texty(column: str) -> bool:
+        values = [row.get(column) for row in rows if column in row]
+        return bool(values) and all(isinstance(v, str) for v in values)
+
+    text = [c for c in columns if texty(c)]
+    lowered = {c.lower(): c for c in text}
+    prompt = next((lowered[n] for n in _PROMPT_NAMES if n in lowered), "")
+    reference = next((lowered[n] for n in _REFERENCE_NAMES if n in lowered and lowered[n] != prompt), "")
+    rest = [c for c in text if c not in (prompt, reference)]
+    if not prompt and rest:
+        prompt = rest.pop(0)
+    if not reference and rest:
+        reference = rest.pop(0)
+    return prompt, reference
+
+
 def preview(path: str | Path, rows: int = PREVIEW_ROWS) -> tuple[list[str], list[dict[str, Any]]]:
     """The columns and first rows of a references file (EvalInputError when it cannot be read)."""
     data = read_jsonl(path, rows)
@@ -542,7 +567,7 @@ def latest_scores(run: Run | str | Path) -> str:
 
 
 __all__ = ["EVAL_DIR", "EXIT_BAD_INPUT", "EXIT_MODEL_FAILED", "EXIT_OK", "METRICS", "METRIC_KEYS",
-           "EvalInputError", "EvalSpec", "Target", "columns_of", "exact_match", "find_run",
+           "EvalInputError", "EvalSpec", "Target", "columns_of", "exact_match", "find_run", "guess_columns",
            "latest_result", "latest_scores", "local_tasks", "mean", "preview", "read_jsonl",
            "read_prompts", "read_references", "resolve", "results_of", "score_items", "scores_summary",
            "upstream_architecture", "validate", "write_results"]

@@ -115,6 +115,9 @@ class TrainingJob(QObject):
         self._ended = False
         self._followed = False
         self._stop_sent = 0  # 1: stop with a checkpoint asked of every part, 2: kill asked
+        #: The checkpoint the stop saved ("" until then): the stop's notes never go back to "waiting
+        #: for the current step" once it is written.
+        self._stop_saved = ""
         self._stop_at = 0.0
         self._results: dict[int, tuple[str, str]] = {}
         self._codes: dict[int, int] = {}
@@ -306,6 +309,7 @@ class TrainingJob(QObject):
         self.summary = ""
         self._ended = False
         self._stop_sent = 0
+        self._stop_saved = ""
         self._stop_at = 0.0
         self._results, self._codes = {}, {}
         self._given_up = set()
@@ -315,7 +319,7 @@ class TrainingJob(QObject):
     # -- starting ---------------------------------------------------------------------------------
 
     def start(self, job: JobConfig, *, device: str = "auto", resumed_from: str = "",
-              main_ip: str = "", resumed_parts: Sequence[str] = ()) -> None:
+              main_ip: str = "", resumed_parts: Sequence[str] = (), gated: bool = False) -> None:
         """Start ``job`` at the placement; the outcome comes asynchronously (``run_identified``, state
         changes, ``finished``). On several hosts a pre-flight runs first (in a thread); ``main_ip``:
         host 0's address for the others (empty: resolved from ``ssh -G``); ``resumed_parts``: the run
@@ -331,6 +335,8 @@ class TrainingJob(QObject):
         self._reset()
         self.job, self.job_dict, self.resumed_from, self.device = job, job.to_dict(), resumed_from, device
         self._resumed_parts = list(resumed_parts) or [resumed_from]
+        #: The app's start gate checked the cards: each place's `train` does not check them again.
+        self._gated = gated
         self._active, self._followed = True, False
         self._set_state("queued")
         if self.placement.kind == "hosts":
@@ -350,7 +356,7 @@ class TrainingJob(QObject):
                           else f"starting the run{self.where}…")
         host = self.hosts[0]
         self._add_part(host).start(self.job_dict, device=device, resumed_from=resumed_from,
-                                   cards=self.placement.cards_of(host.name))
+                                   cards=self.placement.cards_of(host.name), gated=gated)
 
     def _check_preflight(self) -> None:
         try:
@@ -385,7 +391,7 @@ class TrainingJob(QObject):
         for rank, (host, part_job) in enumerate(zip(self.hosts, jobs, strict=True)):
             resumed = self._resumed_parts[rank] if rank < len(self._resumed_parts) else ""
             self._add_part(host).start(part_job.to_dict(), device=self.device, resumed_from=resumed,
-                                       cards=self.placement.cards_of(host.name))
+                                       cards=self.placement.cards_of(host.name), gated=self._gated)
         self._lost_timer.start()
         self.hosts_changed.emit()
 
@@ -486,6 +492,8 @@ class TrainingJob(QObject):
             self.saving_since = 0.0
             seconds = event.get("seconds")
             took = f" in {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
+            if self._stop_sent:
+                self._stop_saved = f"checkpoint-{event.get('step')}"
             self._set_summary(f"checkpoint-{event.get('step')} saved{took}"
                               + ("; the processes are ending" if self._stop_sent else ""))
         elif kind == "error" and self.error is None:
@@ -672,8 +680,10 @@ class TrainingJob(QObject):
         elif self._stop_sent and self.is_running() and not self.failure and self.connection == FOLLOWING:
             waited = time.time() - self._stop_at
             left = max(0.0, self.stop_grace_s - waited)
-            self._set_summary(f"stopping{self.where}: waiting for the current step to end ({waited:.0f} s; "
-                              f"killed in {left:.0f} s, or press Stop again)")
+            what = (f"{self._stop_saved} saved; waiting for the processes to end" if self._stop_saved
+                    else "waiting for the current step to end")
+            self._set_summary(f"stopping{self.where}: {what} ({waited:.0f} s; killed in {left:.0f} s, or "
+                              f"press Stop again)")
 
     # -- the app ends -----------------------------------------------------------------------------
 

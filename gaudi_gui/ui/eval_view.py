@@ -281,14 +281,12 @@ class EvalView(QWidget):
         except ev.EvalInputError as exc:
             self._show_error("data", str(exc))
             return
-        for combo, wanted, fallback in ((self.prompt_column, "prompt", 0), (self.reference_column,
-                                                                             "reference", 1)):
+        guessed = ev.guess_columns(columns, rows)
+        for combo, guess in ((self.prompt_column, guessed[0]), (self.reference_column, guessed[1])):
             current = combo.currentText()
             combo.clear()
             combo.addItems(columns)
-            pick = current if current in columns else wanted if wanted in columns else \
-                columns[min(fallback, len(columns) - 1)] if columns else ""
-            combo.setCurrentText(pick)
+            combo.setCurrentText(current if current in columns else guess)
         self.preview.setColumnCount(len(columns))
         self.preview.setHorizontalHeaderLabels(columns)
         self.preview.setRowCount(len(rows))
@@ -350,7 +348,10 @@ class EvalView(QWidget):
     def _on_progress(self, done: int, total: int, eta: float) -> None:
         self.progress.setRange(0, max(total, 1))
         self.progress.setValue(done)
-        self.progress.setFormat(f"{done}/{total} rows")
+        # The count is of items over both models (answers, references, perplexity texts, tasks; the
+        # base model's, then the tuned one's), not of the file's rows.
+        per_model = total // 2
+        self.progress.setFormat(f"{done}/{total} items ({per_model} per model: base, then tuned)")
         self.eta.setText(f"ETA {format_duration(eta)}" if eta >= 0 else "")
 
     def _on_answer(self, message: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -145,6 +146,10 @@ class ServePanel(QWidget):
         self.start_button.clicked.connect(self.start)
         self.stop_button.clicked.connect(self.service.stop)
         self.copy_button.clicked.connect(self.copy_url)
+        self._copied = QTimer(self)
+        self._copied.setSingleShot(True)
+        self._copied.setInterval(2000)
+        self._copied.timeout.connect(self._copy_reset)
         for box in (self.engine, self.device, self.host):
             box.currentIndexChanged.connect(self._update_choice)
         self.prompt_tokens.valueChanged.connect(self._update_choice)
@@ -267,14 +272,25 @@ class ServePanel(QWidget):
     def copy_url(self) -> None:
         if self.service.url:
             QGuiApplication.clipboard().setText(self.service.url)
+            # Said where the click was: the button reads "Copied" for a moment.
+            self.copy_button.setText("Copied ✓")
+            self.copy_button.setToolTip(f"{self.service.url} is on the clipboard")
+            self._copied.start()
+
+    def _copy_reset(self) -> None:
+        self.copy_button.setText("Copy URL")
+        self.copy_button.setToolTip("")
 
     def shutdown(self) -> None:
+        self._copied.stop()
         self.service.shutdown()
 
     # -- what the service says --------------------------------------------------------------------
 
     def _on_state(self, state: str, message: str) -> None:
-        self.status.setText(f"{state}: {message}" if message and message != state else state)
+        # "ready after 22.1 s: URL" says its state already: no "ready: ready after …".
+        said = message.lower().startswith(state.lower()) if message else False
+        self.status.setText(message if said else f"{state}: {message}" if message else state)
         running = state not in ("stopped", "failed")
         self.start_button.setEnabled(not running)
         self.stop_button.setEnabled(running)

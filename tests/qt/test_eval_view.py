@@ -169,3 +169,19 @@ def test_a_wrong_column_is_refused_at_its_field(qtbot: QtBot, trained: tuple[Run
     assert error.isVisible()
     assert error.text() == "'gold' is not a column of refs.jsonl (its columns: question, answer)"
     assert not view.service.is_running() and view.start_button.isEnabled()
+
+
+def test_the_column_guess_skips_an_integer_id(qtbot: QtBot, trained: tuple[Run, Path],
+                                              tmp_path: Path) -> None:
+    """Issue 25, item 17: a file whose first column is an integer `qid` had it taken as the prompt."""
+    run, _refs = trained
+    rows = [{"qid": i, "body": r["instruction"], "gold": r["output"]}
+            for i, r in enumerate(helpers.ALPACA[:3])]
+    refs = helpers.write_jsonl(tmp_path / "qid.jsonl", rows)
+    table = _runs_table(qtbot, run)
+    view = _open_eval(qtbot, table, run)
+    _type(qtbot, view.data, str(refs))
+    qtbot.keyClick(view.data, Qt.Key.Key_Return)
+    offered = [view.prompt_column.itemText(i) for i in range(view.prompt_column.count())]
+    assert offered == ["qid", "body", "gold"]
+    assert (view.prompt_column.currentText(), view.reference_column.currentText()) == ("body", "gold")

@@ -67,8 +67,11 @@ def test_start_serve_request_copy_stop_by_clicking(qtbot: QtBot, window: MainWin
     qtbot.waitUntil(lambda: panel.status.text().startswith("ready"), timeout=180_000)
     url = f"http://127.0.0.1:{port}/v1"
     assert url in panel.status.text() and url in panel.url.text()
+    assert not panel.status.text().startswith("ready: ready")  # issue 25, item 17
     click(qtbot, panel.copy_button)
     assert QGuiApplication.clipboard().text() == url
+    assert panel.copy_button.text() == "Copied ✓"  # feedback where the click was
+    qtbot.waitUntil(lambda: panel.copy_button.text() == "Copy URL", timeout=5000)
     # The Python snippet works as pasted (openai client, the served model's id).
     python_part = panel.snippets.toPlainText().split("\n\n", 1)[1]
     ran = subprocess.run([sys.executable, "-c", python_part], capture_output=True, text=True, timeout=120)

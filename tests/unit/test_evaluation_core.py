@@ -162,3 +162,15 @@ def test_the_forms_spec_is_what_the_command_line_reads_back(tmp_path: Path) -> N
     eval_cmd.add_parser(sub)
     args = parser.parse_args(["eval", *spec.cli_args()])
     assert eval_cmd.spec_of(args) == spec
+
+
+def test_column_guess_never_takes_an_integer_id() -> None:
+    """Issue 25, item 17: an integer `qid` first in the file was taken as the prompt column."""
+    from gaudi_gui.core.evaluation import guess_columns
+    rows = [{"qid": 1, "question": "2+2?", "answer": "4"}, {"qid": 2, "question": "1+1?", "answer": "2"}]
+    assert guess_columns(["qid", "question", "answer"], rows) == ("question", "answer")
+    rows = [{"qid": 1, "body": "hello there", "gold": "hi"}]
+    assert guess_columns(["qid", "body", "gold"], rows) == ("body", "gold")
+    assert guess_columns(["qid", "score"], [{"qid": 1, "score": 0.5}]) == ("", "")
+    rows = [{"Instruction": "do", "Output": "done"}]
+    assert guess_columns(["Output", "Instruction"], rows) == ("Instruction", "Output")
