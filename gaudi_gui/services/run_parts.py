@@ -213,13 +213,15 @@ class SupervisedPart(PartSignals):
     # -- starting ---------------------------------------------------------------------------------
 
     def start(self, job: dict[str, Any], *, device: str = "auto", resumed_from: str = "",
-              cards: Sequence[int] = ()) -> None:
+              cards: Sequence[int] = (), gated: bool = False) -> None:
         """Send ``job`` to the host's ``train --detach``; the answer (``identified``) or the refusal
-        (``ended`` with "failed") comes back asynchronously."""
+        (``ended`` with "failed") comes back asynchronously. ``gated``: the app's start gate checked
+        these cards already, so the command does not check them again (the gate runs once a start)."""
         self.cards = sorted(set(cards))
         self._active = True
         argv = ["train", "--config", "-", "--detach", "--json", "--device", device,
-                "--grace", repr(float(self.grace_s)), *visibility.cards_argv(self.cards)]
+                "--grace", repr(float(self.grace_s)), *visibility.cards_argv(self.cards),
+                *(["--no-preflight"] if gated else [])]
         if self.host.is_local:
             argv += ["--origin", "gui", *(["--runs-dir", self.runs_dir] if self.runs_dir else [])]
         if resumed_from:
@@ -503,8 +505,9 @@ class SlurmPart(PartSignals):
     # -- starting ---------------------------------------------------------------------------------
 
     def start(self, job: dict[str, Any], *, device: str = "auto", resumed_from: str = "",
-              cards: Sequence[int] = ()) -> None:
-        """Submit ``job`` through a ``train --slurm`` child (the nodes pick their device and cards)."""
+              cards: Sequence[int] = (), gated: bool = False) -> None:
+        """Submit ``job`` through a ``train --slurm`` child (the nodes pick their device and cards,
+        and each node checks its own: ``gated`` does not apply)."""
         self._active = True
         argv = [sys.executable, "-m", "gaudi_gui",
                 *self.target.argv(runs_dir=self.runs_dir, grace_s=self.grace_s, resumed_from=resumed_from),

@@ -113,7 +113,7 @@ class TrainingService(QObject):
         return [j for j in dict.fromkeys([self.current, *self.jobs]) if j.is_running()]
 
     def launch(self, job: JobConfig, placement: Placement, *, resumed_from: str = "",
-               main_ip: str = "", resumed_parts: Sequence[str] = ()) -> TrainingJob:
+               main_ip: str = "", resumed_parts: Sequence[str] = (), gated: bool = False) -> TrainingJob:
         """Start ``job`` at ``placement`` as the current job: the one entry for every place (this
         machine, a host, several hosts, Slurm), each place with the cards the placement chose (this
         machine: the Devices tab's choice). ``main_ip``: host 0's address for the others on several
@@ -129,7 +129,7 @@ class TrainingService(QObject):
                 placement = Placement.local(self.selection.selected)
         fresh = self._new_job(placement)
         fresh.start(job, device=device, resumed_from=resumed_from, main_ip=main_ip,
-                    resumed_parts=resumed_parts)
+                    resumed_parts=resumed_parts, gated=gated)
         self.settings.set("training/last_job", job.to_dict())
         self.jobs.append(fresh)
         self.current = fresh

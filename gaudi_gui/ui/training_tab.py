@@ -32,6 +32,7 @@ from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import preflight as preflight_mod
 from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import remote as remote_mod
+from gaudi_gui.core import visibility
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.outputs import own_checkpoint
 from gaudi_gui.core.placement import Placement
@@ -341,12 +342,25 @@ class TrainingTab(QWidget):
         n = job.launch.num_processes * job.launch.num_machines
         shown = hints(self.device, launch_mod.worker_training_args(job, self.device)
                       if self.device != "cpu" else job.training_args, n)
+        ignored = self._ignored_cards()
+        if ignored:
+            shown = [*shown, ("cards", ignored)]
         if self.device != "cpu" and not self.job.is_running():
             conflicts = getattr(self.services.selection, "conflicts", None)
             held = conflicts() if callable(conflicts) else {}
             shown = [*shown, *(("cards", f"card(s) {', '.join(map(str, ids))} are held by {owner}")
                                for owner, ids in held.items())]
         return shown
+
+    def _ignored_cards(self) -> str:
+        """Cards ticked in Devices on a machine whose runs go to the CPU: a sentence saying they are
+        ignored and why ("" when nothing is ticked or the run uses the cards)."""
+        selection = self.services.selection
+        if self.device != "cpu" or selection.kind == "cpu" or not selection.selected:
+            return ""
+        why = selection.runtime_problem() or "this machine's jobs run on the cpu"
+        return (f"the ticked {selection.kind} card(s) {visibility.format_ids(selection.selected)} are "
+                f"ignored: the run uses the CPU ({why})")
 
     def _main_address(self, host: remote_mod.Host) -> str:
         """Host 0's address (``ssh -G``, asked once per host in the background); a placeholder meanwhile."""
@@ -460,10 +474,11 @@ class TrainingTab(QWidget):
             # A run picked in Runs is this machine's: it resumes here (a Slurm job resumes on Slurm:
             # its checkpoint is on the shared file system).
             p = Placement.local()
-        return self._launch(job, p, resumed_from=resumed_from)
+        # The gate ran here (a resumed run's did not: its place's `train` checks the cards once).
+        return self._launch(job, p, resumed_from=resumed_from, gated=resumed_from is None)
 
     def _launch(self, job: JobConfig, p: Placement, *, resumed_from: Run | None = None,
-                after: TrainingJob | None = None) -> Run | None:
+                after: TrainingJob | None = None, gated: bool = False) -> Run | None:
         """The one way a run starts: ``job`` at ``p`` (or ``after`` resumed where it ran), then the
         live view follows the new current job. The run folder on this machine (None elsewhere)."""
         try:
@@ -472,7 +487,7 @@ class TrainingTab(QWidget):
             else:
                 main_ip = job.launch.main_process_ip.strip() or (
                     (self.hosts.address(p.hosts[0].name) or "") if p.kind == "hosts" else "")
-                started = self.training.launch(job, p, main_ip=main_ip,
+                started = self.training.launch(job, p, main_ip=main_ip, gated=gated,
                                                resumed_from=str(resumed_from.folder) if resumed_from else "")
         except PrepareError as exc:
             self.form.show_errors(exc.problems)
@@ -488,7 +503,8 @@ class TrainingTab(QWidget):
             self.chart.set_records([r for r in self._curve_of(after) if int(r.get("step", 0)) <= upto])
         elif resumed_from is not None:
             self.chart.set_records(self._curve_upto(str(resumed_from.folder)))
-        self.status.setText(started.summary or "starting…")
+        ignored = self._ignored_cards() if p.kind == "local" else ""
+        self.status.setText((started.summary or "starting…") + (f" — {ignored}" if ignored else ""))
         self.views.setCurrentWidget(self.live)
         self.runs.refresh()
         self._update_buttons()
@@ -759,8 +775,9 @@ class TrainingTab(QWidget):
         self.load_in_runner_requested.emit(str(target))
 
     def _update_device_usage(self) -> None:
-        """Card utilization of the cards this run uses (all cards when none is checked; the host on
-        a CPU machine), from the Devices tab's poller history, over the run's time so far."""
+        """Card utilization of the cards this run uses (all cards when none is checked; the host when
+        the run is on the CPU, cards or not), from the Devices tab's poller history, over the run's
+        time so far."""
         span = self.chart.time_range()
         store = self.services.poller.history_store
         if span is None:
@@ -770,9 +787,9 @@ class TrainingTab(QWidget):
         keys: list[str] = store.keys()
         for key in keys:
             accelerator = not key.startswith("host")
-            if self.services.selection.kind == "cpu" and accelerator:
-                continue
-            if self.services.selection.kind != "cpu" and not accelerator:
+            # Where the run really is: a CPU run beside idle (or busy) Gaudi cards plots the CPU.
+            on_cards = self.device != "cpu" and self.services.selection.kind != "cpu"
+            if accelerator != on_cards:
                 continue
             if selected and key.startswith("hpu:m") and int(key[5:]) not in selected:
                 continue
