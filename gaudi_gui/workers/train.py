@@ -9,12 +9,15 @@ What the app relies on:
   worker 5 s later, mid-save).
 - Events (phases, metrics, checkpoints, errors, the end) go to ``<run>/events.jsonl``, one atomic
   append each (``gaudi_gui.core.events``); stdout stays a console log with ``[rank i/n]`` lines.
-- SIGTERM, SIGINT or SIGHUP is a stop request. While loading, the rank ends at once ("stopped before
-  training began"). While training, the ranks agree on the stop at the end of the current step (an
-  all-reduce over a gloo group, so every rank stops at the same step), set ``should_save`` and
-  ``should_training_stop``, and the Trainer writes a complete checkpoint through its own save path,
-  on every rank, as DeepSpeed ZeRO-3 and FSDP need. transformers' own JIT checkpoint is not used: it
-  waits 3 s before asking for a save and lets each rank save at its own step.
+- SIGTERM, SIGINT or SIGHUP is a stop request, from the first line of ``main`` on. While loading, the
+  rank ends at once ("stopped before training began", exit 0), wherever the signal lands; one that
+  comes before the rank can write events is kept and honoured as soon as it can (a Stop waits for
+  the rank file, so it lands right there). While training, the ranks agree on the stop at the end
+  of the current step (an all-reduce over a gloo group, so every rank stops at the same step), set
+  ``should_save`` and ``should_training_stop``, and the Trainer writes a complete checkpoint through
+  its own save path, on every rank, as DeepSpeed ZeRO-3 and FSDP need. transformers' own JIT
+  checkpoint is not used: it waits 3 s before asking for a save and lets each rank save at its own
+  step.
 - The final save calls ``trainer.save_model`` on every rank (ZeRO-3 / FSDP gather the weights
   collectively; the Trainer writes on the main process only).
 Failures end with an ``error`` event naming a kind (oom, missing_column, output_dir, config, model,
@@ -31,10 +34,12 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gaudi_gui.core.events import EventWriter
-from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
+
+if TYPE_CHECKING:
+    from gaudi_gui.core.jobconfig import JobConfig
 
 RANK = int(os.environ.get("RANK", "0"))
 LOCAL_RANK = int(os.environ.get("LOCAL_RANK", "0"))
@@ -64,6 +69,11 @@ class _Stop:
     signal_name = ""
     #: loading -> training -> finishing
     phase = "loading"
+    #: A stop while loading ends the rank through StopBeforeTraining only once the rank can say so in
+    #: its events (armed); before that the request is kept, and raised when arming.
+    armed = False
+    #: StopBeforeTraining is raised once: a second signal must not interrupt the first one's ending.
+    raised = False
 
 
 STOP = _Stop()
@@ -92,7 +102,20 @@ def _on_stop_signal(signum: int, _frame: Any) -> None:
         emit("stop_requested", signal=STOP.signal_name, phase=STOP.phase, everywhere=True)
         os.write(2, f"[rank {RANK}/{WORLD}] {STOP.signal_name}: stopping ({STOP.phase})\n".encode())
     if STOP.phase == "loading":
+        _stop_before_training()
+
+
+def _stop_before_training() -> None:
+    if STOP.armed and not STOP.raised:
+        STOP.raised = True
         raise StopBeforeTraining
+
+
+def _arm() -> None:
+    """From here on a stop while loading ends the rank at once; one that came earlier does now."""
+    STOP.armed = True
+    if STOP.requested and STOP.phase == "loading":
+        _stop_before_training()
 
 
 def install_stop_handlers() -> None:
@@ -371,19 +394,37 @@ def classify(exc: BaseException) -> tuple[str, str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global EVENTS
+    # First thing, before any import that takes time: a SIGTERM from here on is a stop request, never
+    # the default death (which the outcome can only call "killed").
     install_stop_handlers()
+    try:
+        return _run(argv)
+    except StopBeforeTraining:
+        # Caught here, outside every other handler: raised wherever the signal landed (an import, a
+        # print, an error being reported), it ends the rank the same way.
+        emit("stopped", before_training=True, global_step=0, signal=STOP.signal_name)
+        say("stopped before training began")
+        return 0
+
+
+def _run(argv: list[str] | None) -> int:
+    global EVENTS
+    from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
+
     parser = argparse.ArgumentParser(prog="python -m gaudi_gui.workers.train")
     parser.add_argument("--config", required=True, help="job config JSON (in the run folder)")
     ns = parser.parse_args(argv)
     config = Path(ns.config)
     run_dir = config.parent
     try:
-        record_rank(run_dir)
+        # The events first: the rank file is what Stop waits for, so a stop that comes the moment
+        # it appears can be told as a stop.
         EVENTS = EventWriter(run_dir / "events.jsonl", rank=RANK)
-    except (OSError, StopBeforeTraining) as exc:
+        record_rank(run_dir)
+    except OSError as exc:
         say(f"cannot write to the run folder {run_dir}: {exc}")
         return 1
+    _arm()
     say(f"started, pid {os.getpid()}")
     try:
         job = JobConfig.load(config)
@@ -391,10 +432,6 @@ def main(argv: list[str] | None = None) -> int:
         if problems:
             raise WorkerError("config", "; ".join(f"{f}: {m}" for f, m in problems))
         summary = train(job, run_dir)
-    except StopBeforeTraining:
-        emit("stopped", before_training=True, global_step=0, signal=STOP.signal_name)
-        say("stopped before training began")
-        return 0
     except JobConfigError as exc:
         emit("error", kind="config", message=str(exc), everywhere=True)
         say(f"error: {exc}")

@@ -87,3 +87,55 @@ def test_stop_while_loading_ends_cleanly(tmp_path: Path, demo_model: Path) -> No
     assert status.state == "stopped", (status, err[-2000:])
     assert status.summary == "Stopped before training began — nothing to save"
     assert cli.returncode == 0 and "Traceback" not in err
+
+
+# A rank that sends itself SIGTERM right after one step of its start, then runs as the launcher runs it.
+_STOP_AT = """
+import os, signal, sys
+from gaudi_gui.workers import train
+
+config, point = sys.argv[1], sys.argv[2]
+
+def hit():
+    os.kill(os.getpid(), signal.SIGTERM)  # the handler runs as soon as os.kill returns
+
+if point == "record_rank":  # the rank file has just appeared: what Stop waits for
+    recorded = train.record_rank
+    def record_rank(run_dir):
+        recorded(run_dir)
+        hit()
+    train.record_rank = record_rank
+else:  # a line the rank prints ("started, pid N", "loading model and dataset")
+    said = train.say
+    def say(text):
+        said(text)
+        if text.startswith(point):
+            hit()
+    train.say = say
+sys.exit(train.main(["--config", config]))
+"""
+
+
+@pytest.mark.parametrize("point", ["record_rank", "started", "loading"])
+def test_sigterm_at_each_step_of_a_rank_start_is_a_stop(tmp_path: Path, point: str) -> None:
+    """The loaded-machine failure of the test above, made exact: Stop signals a rank the moment its
+    rank file appears, and a SIGTERM there (or while it printed its first line) escaped the
+    worker's handling: a traceback, exit 1, and a run whose events end without an end event, which
+    the outcome calls "killed" (or, before any event, "failed")."""
+    from gaudi_gui.core import events
+    from gaudi_gui.core.outcome import outcome_from_events
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    JobConfig(training_args={"output_dir": str(tmp_path / "out"), "max_steps": 2}).save(
+        run_dir / "config.json")
+    done = subprocess.run([sys.executable, "-c", _STOP_AT, str(run_dir / "config.json"), point],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    lines = (run_dir / "events.jsonl").read_text().splitlines() if (run_dir / "events.jsonl").exists() \
+        else []
+    seen = [e for e in map(events.decode, lines) if e is not None]
+    outcome = outcome_from_events(seen, exit_code=done.returncode)
+    assert (outcome["state"], outcome["summary"]) == (
+        "stopped", "Stopped before training began — nothing to save"), (seen, done.stderr[-2000:])
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert "stopped before training began" in done.stdout
