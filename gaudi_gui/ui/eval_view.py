@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
+from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -177,6 +178,12 @@ class EvalView(QWidget):
         controls.addWidget(self.stop_button)
         controls.addWidget(self.progress, 1)
         controls.addWidget(self.eta)
+        # The window's own way out (a window of its own has no tab to switch away from); an
+        # evaluation under way goes on, and the main window's close still asks about it.
+        self.close_button = QPushButton("Close", self)
+        self.close_button.setToolTip("close this window (Esc); a running evaluation goes on")
+        self.close_button.clicked.connect(lambda _c=False: self.close())
+        controls.addWidget(self.close_button)
 
         self.answers = _table(ANSWER_COLUMNS, self)
         self.answers.setWordWrap(True)
@@ -400,6 +407,13 @@ class EvalView(QWidget):
             if latest:
                 fill_scores(self.scores, ev.score_items(latest))
                 self.status.setText(f"latest results: {Path(str(latest.get('path', ''))).name}")
+
+    def keyPressEvent(self, event: QKeyEvent) -> None:
+        """Esc closes the window, as in a dialog (a field that uses Esc itself keeps it)."""
+        if event.key() == Qt.Key.Key_Escape:
+            self.close()
+            return
+        super().keyPressEvent(event)
 
     def shutdown(self) -> None:
         self.service.shutdown()

@@ -230,7 +230,9 @@ class RunsTable(QWidget):
         if view is None:
             view = EvalView(run, parent=self, hosts=self.hosts)
             view.setWindowFlag(Qt.WindowType.Window, True)
-            view.resize(1000, 760)
+            # 1000x760 where it fits; on a 1024x700 screen, the screen less room for the frame.
+            screen = (self.screen() or view.screen()).availableGeometry()
+            view.resize(min(1000, screen.width() - 24), min(760, screen.height() - 48))
             view.service.result.connect(lambda _r: self.refresh())
             if self.jobs is not None:
                 self.jobs.register(view.service)

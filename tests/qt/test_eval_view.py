@@ -185,3 +185,19 @@ def test_the_column_guess_skips_an_integer_id(qtbot: QtBot, trained: tuple[Run, 
     offered = [view.prompt_column.itemText(i) for i in range(view.prompt_column.count())]
     assert offered == ["qid", "body", "gold"]
     assert (view.prompt_column.currentText(), view.reference_column.currentText()) == ("body", "gold")
+
+
+def test_the_evaluate_window_fits_the_screen_and_closes_by_click_and_esc(
+        qtbot: QtBot, trained: tuple[Run, Path]) -> None:
+    """Issue 25, item 16: the Evaluate window was 760 px tall (off a 700-px screen) with no Close."""
+    run, _refs = trained
+    table = _runs_table(qtbot, run)
+    view = _open_eval(qtbot, table, run)
+    screen = view.screen().availableGeometry()
+    assert view.frameGeometry().height() <= screen.height() and view.width() <= screen.width()
+    helpers.click(qtbot, view.close_button)
+    qtbot.waitUntil(lambda: not view.isVisible(), timeout=5000)
+    view = _open_eval(qtbot, table, run)
+    view.activateWindow()
+    qtbot.keyClick(view, Qt.Key.Key_Escape)
+    qtbot.waitUntil(lambda: not view.isVisible(), timeout=5000)
