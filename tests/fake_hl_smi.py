@@ -17,11 +17,14 @@ Environment knobs for tests:
   FAKE_HLSMI_TABLE=FILE        table to print in table mode (default: table-hl205-1.18.0.txt)
 
 Doctor modes: ``-q`` prints the recorded per-card query (health/q-style-L-i-hl225-1.12.1.txt) for 8
-cards; ``-n link -i BUS`` prints the card's ports. FAKE_HLSMI_MODE=sick makes a sick 8-card server:
-card 1 has ports 2,5 DOWN, card 2 double-bit ECC with a pending row replacement, card 3 reads 0 C,
-card 5 has power slowdown active (card 6 is held: tests hold it through a fixture /proc, and the
-summary table's Compute Processes lists pid 4242 'python3 train.py' on it).
+cards, each with the module id and bus id the CSV rows give the same index (one server, one truth);
+``-n link -i BUS`` prints the card's ports. FAKE_HLSMI_MODE=sick makes a sick 8-card server, the
+cards named by module id (as HABANA_VISIBLE_MODULES and the doctor name them): module 1 has ports 2,5
+DOWN, module 2 double-bit ECC with a pending row replacement, module 3 reads 0 C (in -q and in the
+CSV rows), module 5 has power slowdown active (module 6 is held: tests hold its accel node through
+a fixture /proc, and the summary table's Compute Processes lists pid 4242 'python3 train.py' on it).
   FAKE_HLSMI_DRIVER=1.18.0     the driver/firmware version printed by -q (default: as recorded, 1.12.1)
+  FAKE_HLSMI_FIRMWARE=3,5=1.16.0   those modules' firmware version in -q differs from the driver's
 """
 
 from __future__ import annotations
@@ -37,11 +40,25 @@ UNITS = {"memory.used": "MiB", "memory.total": "MiB", "memory.free": "MiB", "pow
          "power.max": "W", "temperature.aip": "C", "utilization.aip": "%"}
 
 
-def cards(snapshot: int, mode: str) -> list[dict[str, str]]:
+def modules() -> dict[int, str]:
+    """Index -> module id of the recorded server (csv-index-module_id.txt)."""
     mapping: dict[int, str] = {}
     for line in (DATA / "csv-index-module_id.txt").read_text().splitlines()[1:]:
         position, module = (p.strip() for p in line.split(","))
         mapping[int(position)] = module
+    return mapping
+
+
+#: The sick server's cards, by module id (see the module's docstring).
+SICK_PORTS, SICK_ECC, SICK_DEAD, SICK_SLOW, SICK_HELD = 1, 2, 3, 5, 6
+
+
+def index_of(module: int) -> int:
+    return next(i for i, m in modules().items() if int(m) == module)
+
+
+def cards(snapshot: int, mode: str) -> list[dict[str, str]]:
+    mapping = modules()
     rows = (DATA / "csv-nounits-hl205.txt").read_text().splitlines()[1:]
     out = []
     for index, line in enumerate(rows):
@@ -51,7 +68,8 @@ def cards(snapshot: int, mode: str) -> list[dict[str, str]]:
             "index": str(index), "module_id": mapping[index], "name": name, "uuid": uuid,
             "serial": f"AM{index:02d}SN", "bus_id": f"0000:{0x19 + index:02x}:00.0",
             "driver_version": "1.18.0-ee698fb", "power.draw": power, "power.max": "350",
-            "temperature.aip": "0" if (mode == "zero_temp" and index == 2) else temp,
+            "temperature.aip": "0" if ((mode == "zero_temp" and index == 2)
+                                       or (mode == "sick" and mapping[index] == str(SICK_DEAD))) else temp,
             "utilization.aip": str(util_now), "memory.used": used, "memory.total": total,
             "memory.free": str(int(total) - int(used)), "timestamp": time.strftime("%c"),
         }
@@ -78,17 +96,27 @@ def query(mode: str) -> str:
     start = next(i for i, ln in enumerate(lines) if ln.startswith("[0] AIP"))
     head, block = "\n".join(lines[:start]), "\n".join(lines[start:])
     out = [head]
+    mapping = modules()
+    firmware: dict[int, str] = {}
+    spec = os.environ.get("FAKE_HLSMI_FIRMWARE", "")
+    if "=" in spec:
+        ids, version = spec.split("=", 1)
+        firmware = {int(m): version for m in ids.split(",") if m.strip()}
     for i in range(8):
         bus = f"0000:{0x19 + i:02x}:00.0"
+        module = int(mapping[i])
         card = block.replace("[0] AIP (accel0) 0000:43:00.0", f"[{i}] AIP (accel{i}) {bus}")
-        card = card.replace("Module ID                       : 0", f"Module ID                       : {i}")
+        card = card.replace("Module ID                       : 0",
+                            f"Module ID                       : {module}")
         card = card.replace("Bus Id                  : 0000:43:00.0", f"Bus Id                  : {bus}")
-        if mode == "sick" and i == 2:
+        if module in firmware:
+            card = card.replace("hl-gaudi2-1.12.1-fw", f"hl-gaudi2-{firmware[module]}-fw")
+        if mode == "sick" and module == SICK_ECC:
             card = card.replace("Double Bit ECC          : 0", "Double Bit ECC          : 2")
             card = card.replace("Pending                 : No", "Pending                 : Yes")
-        if mode == "sick" and i == 3:
+        if mode == "sick" and module == SICK_DEAD:
             card = re.sub(r"(\[\s*\d+\] [^:\n]*(?:Chip|HBM|Board|Temp)[^:\n]*:)\s*\d+ C", r"\1  0 C", card)
-        if mode == "sick" and i == 5:
+        if mode == "sick" and module == SICK_SLOW:
             card = card.replace("""Power Slowdown
                                         : Not Active""", """Power Slowdown
                                         : Active""")
@@ -100,7 +128,7 @@ def query(mode: str) -> str:
 
 def links(bus: str, mode: str) -> str:
     index = int(bus.split(":")[1], 16) - 0x19
-    down = {2, 5} if (mode == "sick" and index == 1) else set()
+    down = {2, 5} if (mode == "sick" and modules().get(index) == str(SICK_PORTS)) else set()
     return "".join(f"port {p:2d}:\t{'DOWN' if p in down else 'UP'}\n" for p in range(24))
 
 
@@ -143,12 +171,14 @@ def main(argv: list[str]) -> int:
         table = Path(os.environ.get("FAKE_HLSMI_TABLE", DATA / "table-hl205-1.18.0.txt"))
         text = table.read_text()
         if mode == "sick":
-            # hl-smi's own process list on the sick server: card 6 held by pid 4242 (the fixture /proc
-            # holds it too), nothing else; the recorded rows for cards 0 and 6 are made idle/replaced.
+            # hl-smi's own process list on the sick server: module 6 held by pid 4242 (the fixture
+            # /proc holds it too), nothing else; the recorded rows for AIPs 0 and 6 are made idle.
             idle = "|   {}        N/A   N/A    N/A                                      N/A        |"
-            text = re.sub(r"^\|   0        \S+ .*\|$", idle.format(0), text, flags=re.MULTILINE)
-            held = "|   6        4242  C      python3 train.py" + " " * 25 + "2040MiB    |"
-            text = re.sub(r"^\|   6        \S+ .*\|$", held, text, flags=re.MULTILINE)
+            for aip in (0, 6):
+                text = re.sub(rf"^\|   {aip}        \S+ .*\|$", idle.format(aip), text, flags=re.MULTILINE)
+            aip = index_of(SICK_HELD)
+            held = f"|   {aip}        4242  C      python3 train.py" + " " * 25 + "2040MiB    |"
+            text = re.sub(rf"^\|   {aip}        \S+ .*\|$", held, text, flags=re.MULTILINE)
         sys.stdout.write(text)
         return 0
     opts = fmt.split(",")

@@ -144,16 +144,16 @@ def choose_runner_host(qtbot: QtBot, tab: RunnerTab, name: str) -> None:
 
 
 def card_rows(table: QTableWidget) -> dict[int, int]:
-    """Card id -> row of a Devices table, read from its Module column (Gaudi), else its Index."""
+    """Card id -> row of a Devices table, read from its Card column ("■ module 3" on Gaudi, "■ GPU 1"
+    on CUDA: the number the selection uses)."""
     from gaudi_gui.ui.device_table import COLUMNS
 
     rows: dict[int, int] = {}
     for row in range(table.rowCount()):
-        module, index = (table.item(row, COLUMNS.index(c)) for c in ("Module", "Index"))
-        text = module.text() if module is not None and module.text().isdigit() else (
-            index.text() if index is not None else "")
-        if text.isdigit():
-            rows[int(text)] = row
+        card = table.item(row, COLUMNS.index("Card"))
+        words = card.text().split() if card is not None else []
+        if len(words) == 3 and words[1] in ("module", "GPU", "index") and words[2].isdigit():
+            rows[int(words[2])] = row
     return rows
 
 
@@ -360,8 +360,10 @@ def run_history(root: Path, count: int) -> list[str]:
 
 def sick_server_env(root: Path) -> dict[str, str]:
     """Build the doctor's fixture sysfs / proc / dev under ``root`` for the fake hl-smi's sick 8-card
-    server (card 1 ports down, 2 double-bit ECC, 3 at 0 C, 5 power slowdown; card 6 held by pid 4242,
-    all habanalabs modules loaded) and return the env that points the doctor and hl-smi at it."""
+    server (module 1 ports down, 2 double-bit ECC, 3 at 0 C, 5 power slowdown; module 6 held by pid
+    4242, all habanalabs modules loaded) and return the env that points the doctor and hl-smi at it.
+    Module ids are the recorded server's (index 1 is module 6: its accel1 node is the one held)."""
+    from tests.fake_hl_smi import SICK_HELD, index_of
     sysfs, proc, dev = root / "sys", root / "proc", root / "dev"
     (dev / "accel").mkdir(parents=True)
     for i in range(8):
@@ -370,7 +372,7 @@ def sick_server_env(root: Path) -> dict[str, str]:
         status.parent.mkdir(parents=True)
         status.write_text("operational\n")
     (proc / "4242" / "fd").mkdir(parents=True)
-    (proc / "4242" / "fd" / "7").symlink_to(dev / "accel" / "accel6")
+    (proc / "4242" / "fd" / "7").symlink_to(dev / "accel" / f"accel{index_of(SICK_HELD)}")
     (proc / "modules").write_text("".join(f"{m} 1 0 - Live 0x0\n" for m in (
         "habanalabs", "habanalabs_cn", "habanalabs_en", "habanalabs_ib")))
     return {"FAKE_HLSMI_MODE": "sick", "GAUDI_GUI_DOCTOR_SYSFS": str(sysfs),

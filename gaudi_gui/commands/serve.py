@@ -244,6 +244,8 @@ def _here(spec: sv.ServeSpec, out: _Out) -> int:
         out.fail(f"--port: port {spec.port} is already taken on {bind}; choose another")
         return 2
     device = sv.device_here(spec.device)
+    # Decided once (the probe's answer): the engine's cards and its --device follow from it.
+    spec = dataclasses.replace(spec, device=device)
     try:
         choice = sv.choose_engine(spec.engine, vllm_importable=sv.vllm_here(), device=device)
     except sv.ServeError as exc:

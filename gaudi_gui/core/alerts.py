@@ -80,11 +80,15 @@ def card_key(module_id: int | None, index: int | None) -> str:
 
 
 def card_name(key: str) -> str:
-    """'hpu:m3' -> 'card 3'; 'cuda:1' -> 'cuda 1'."""
+    """A sample key's card by ``core.devices.card_name`` (the one naming): 'hpu:m3' -> 'module 3',
+    'hpu:2' (no module id) -> 'index 2', 'cuda:1' -> 'GPU 1'."""
+    from gaudi_gui.core.devices import card_name as name
+
     kind, _, rest = key.partition(":")
-    if kind == "hpu":
-        return f"card {rest.removeprefix('m')}"
-    return f"{kind} {rest}"
+    if kind == "hpu" and rest.startswith("m") and rest[1:].isdigit():
+        return name(int(rest[1:]), None, "hpu")
+    number = int(rest) if rest.isdigit() else None
+    return name(None, number, kind)
 
 
 _ECC = re.compile(r"(single|double)-bit ECC (\d+)")

@@ -28,6 +28,49 @@ def generation(name: str | None) -> str | None:
     return None
 
 
+def card_name(module_id: int | None, index: int | None = None, kind: str = "hpu") -> str:
+    """The one name of a card in every view, alert, notification and message: "module 3" on Gaudi.
+
+    The module id is what ``HABANA_VISIBLE_MODULES``, the card picker and the doctor's ``--cards``
+    take, and it stays with the card across reboots; the index (hl-smi's row, the accel node) is
+    only a secondary column or a tooltip (``card_detail``). CUDA GPUs are named by their index
+    ("GPU 1", what ``CUDA_VISIBLE_DEVICES`` takes); a Gaudi card whose module id is unknown by its
+    index ("index 2")."""
+    if kind == "host":
+        return "host"
+    if kind == "cuda":
+        return f"GPU {index}"
+    if module_id is not None:
+        return f"module {module_id}"
+    return f"index {index}" if index is not None else "card"
+
+
+def cards_name(ids: Iterable[int], kind: str = "hpu") -> str:
+    """Several cards by ``card_name``'s word: "module 3", "modules 2 and 4", "modules 0, 4 and 7",
+    "GPUs 0 and 1"; "no card" for none."""
+    unique = sorted(set(ids))
+    if not unique:
+        return "no card"
+    if len(unique) == 1:
+        return card_name(unique[0], unique[0], kind)
+    word = "GPUs" if kind == "cuda" else "modules"
+    numbers = [str(i) for i in unique]
+    return f"{word} {', '.join(numbers[:-1])} and {numbers[-1]}"
+
+
+def card_detail(module_id: int | None, index: int | None, bus_id: str | None = None) -> str:
+    """The secondary names of a Gaudi card for a tooltip: "index 2 · bus 0000:1b:00.0"."""
+    parts = [] if index is None else [f"index {index}"]
+    if bus_id:
+        parts.append(f"bus {bus_id}")
+    return " · ".join(parts)
+
+
+def sample_name(sample: DeviceSample) -> str:
+    """``card_name`` of a device sample."""
+    return card_name(sample.module_id, sample.index, sample.kind)
+
+
 @dataclass
 class ProcessInfo:
     """A process using a card, from hl-smi's Compute Processes section (plus psutil where visible)."""
@@ -182,16 +225,20 @@ def value_problems(sample: DeviceSample) -> list[str]:
     return out
 
 
-def card_warnings(sample: DeviceSample, hot_c: float = 85.0, busy_util: float = 5.0) -> list[str]:
-    """Visible warnings for one card: implausible values, failed to initialise (0 C), hot, busy."""
+def card_warnings(sample: DeviceSample, hot_c: float = 85.0, busy_util: float = 5.0, *,
+                  busy: bool = True) -> list[str]:
+    """Visible warnings for one card: implausible values, failed to initialise (0 C), hot, busy
+    (``busy=False``: not the utilization, which has a column of its own in the Devices table)."""
     out: list[str] = value_problems(sample)
     if sample.kind == "hpu" and sample.temperature_c == 0:
         out.append("reports 0 C: the card failed to initialise")
     elif (sample.temperature_c is not None and sample.temperature_c >= hot_c
           and sample.temperature_c <= TEMPERATURE_RANGE_C[1]):
         out.append(f"hot: {sample.temperature_c:.0f} C")
-    busy = sample.utilization is not None and sample.utilization >= busy_util
-    if sample.kind != "host" and (busy or sample.processes):
+    if not busy:
+        return out
+    working = sample.utilization is not None and sample.utilization >= busy_util
+    if sample.kind != "host" and (working or sample.processes):
         who = f" by {len(sample.processes)} process(es)" if sample.processes else ""
         out.append(f"busy{who}")
     return out
@@ -260,11 +307,7 @@ class History:
 
 
 def _label(s: DeviceSample) -> str:
-    if s.kind == "hpu":
-        return f"card {s.index}" + (f" (module {s.module_id})" if s.module_id is not None else "")
-    if s.kind == "cuda":
-        return f"GPU {s.index}"
-    return "host"
+    return sample_name(s)
 
 
 def attach_processes(samples: Sequence[DeviceSample], processes: Sequence[ProcessInfo]) -> None:

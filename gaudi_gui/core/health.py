@@ -22,6 +22,7 @@ from importlib import metadata as _metadata
 from pathlib import Path
 from typing import Any, Literal
 
+from gaudi_gui.core.devices import card_detail, card_name, cards_name
 from gaudi_gui.core.visibility import SUPPORTED_GROUPS, format_ids
 
 Severity = Literal["ok", "warning", "error"]
@@ -61,18 +62,51 @@ class Finding:
                    index=_opt_int(d.get("index")), host=str(d.get("host", "local")))
 
     def card_label(self) -> str:
-        """'card 3 (index 2)' / 'card 3' / '' for a finding that is not about one card."""
+        """The card's one name (``core.devices.card_name``: "module 3"), '' for a finding that is
+        not about one card. The index is secondary: ``card_detail`` says it."""
         if self.module_id is None and self.index is None:
             return ""
-        if self.module_id is None:
-            return f"index {self.index}"
-        if self.index is None or self.index == self.module_id:
-            return f"card {self.module_id}"
-        return f"card {self.module_id} (index {self.index})"
+        return card_name(self.module_id, self.index)
+
+    def card_detail(self) -> str:
+        """"index 2" for a tooltip ('' when not about one card)."""
+        return "" if self.module_id is None and self.index is None else card_detail(None, self.index)
 
 
 def worst_of(severities: Sequence[str]) -> str:
     return max(severities, key=lambda s: _RANK[s], default="ok")
+
+
+# Within one severity, the finding a card's row tells first (what makes it unusable before what
+# only slows it down).
+_CARD_ORDER = ("card.status", "card.init", "card.ecc", "busy.held", "smoke", "card.firmware", "net.ports",
+               "card.temperature", "card.throttle", "card.power", "card.pcie")
+
+
+def _card_rank(f: Finding) -> tuple[int, int]:
+    order = _CARD_ORDER.index(f.check) if f.check in _CARD_ORDER else len(_CARD_ORDER)
+    return (-_RANK[f.severity], order)
+
+
+#: The card counts a job is offered cards for (besides "all the healthy and free ones").
+PICK_SIZES = (1, 2, 4, 8)
+
+
+@dataclass(frozen=True)
+class Pick:
+    """Cards for a job of ``size`` cards: ``ids`` (empty: none fit), ``warned`` those of them with a
+    warning (usable, said), ``note`` which groups were looked at when none fit."""
+
+    size: int
+    ids: tuple[int, ...] = ()
+    warned: tuple[int, ...] = ()
+    note: str = ""
+
+    def text(self) -> str:
+        """"for 2 cards: modules 4 and 5" / "for 4 cards: none of 0,1,2,3 / 4,5,6,7" (the warnings'
+        words are said once, by ``HostHealth.usable_text``)."""
+        what = cards_name(self.ids) if self.ids else f"none {self.note}" if self.note else "none"
+        return f"for {self.size} card{'s' if self.size != 1 else ''}: {what}"
 
 
 @dataclass(frozen=True)
@@ -93,13 +127,79 @@ class HostHealth:
         sick = [f.module_id for f in self.findings if f.severity == "error" and f.module_id is not None]
         return free_groups(self.free_modules, sick)
 
+    def card_problems(self, module_id: int) -> list[Finding]:
+        """The card's findings that are not "ok", the one to tell first first (errors, then what makes
+        a card unusable before what slows it down)."""
+        found = [f for f in self.findings if f.module_id == module_id and f.severity != "ok"]
+        return sorted(found, key=_card_rank)
+
+    def card_worst(self, module_id: int) -> Finding | None:
+        """The doctor's worst finding about the card (None: every check passed)."""
+        problems = self.card_problems(module_id)
+        return problems[0] if problems else None
+
+    def healthy_free(self) -> list[int]:
+        """Module ids no process holds and the doctor found no error on (warnings allowed: said
+        beside them by ``usable_text``)."""
+        sick = {f.module_id for f in self.findings if f.severity == "error" and f.module_id is not None}
+        return sorted(set(self.free_modules) - sick)
+
+    def warned(self, ids: Sequence[int] | None = None) -> list[int]:
+        """Of ``ids`` (default: the healthy and free cards), those with a warning."""
+        wanted = set(self.healthy_free() if ids is None else ids)
+        return sorted({f.module_id for f in self.findings if f.severity == "warning"
+                       and f.module_id is not None and f.module_id in wanted})
+
+    def pick(self, size: int, exclude: Sequence[int] = ()) -> Pick:
+        """The cards a job of ``size`` cards should use: healthy and free, one of Intel's supported
+        groups for 2 or 4 cards, the whole server for all its cards; cards without a warning first."""
+        usable = set(self.healthy_free()) - set(exclude)
+        warned = set(self.warned(sorted(usable)))
+        clean = usable - warned
+        total = len(self.cards) or len(self.free_modules)
+        ids: tuple[int, ...] = ()
+        note = ""
+        if size == 1:
+            ids = (min(clean),) if clean else (min(usable),) if usable else ()
+        elif size in (2, 4) and size < total:
+            groups = [g for g in SUPPORTED_GROUPS if len(g) == size]
+            fit = [g for g in groups if g <= clean] or [g for g in groups if g <= usable]
+            ids = tuple(sorted(fit[0])) if fit else ()
+            if not ids:
+                note = "of " + " / ".join(format_ids(g) for g in groups)
+        elif size == total:
+            all_ids = {int(c.get("module_id", c.get("index", -1))) for c in self.cards} or usable
+            ids = tuple(sorted(all_ids)) if all_ids <= usable else ()
+        elif size <= len(usable):
+            ids = tuple(sorted(sorted(clean) + sorted(usable - clean))[:size])
+        return Pick(size, ids, tuple(sorted(set(ids) & warned)), note)
+
+    def picks(self, exclude: Sequence[int] = ()) -> list[Pick]:
+        """``pick`` for each of 2, 4 and 8 cards this host has (one card: any healthy free one)."""
+        total = len(self.cards) or len(self.free_modules)
+        return [self.pick(n, exclude) for n in PICK_SIZES if 1 < n <= total]
+
+    def usable_text(self, exclude: Sequence[int] = ()) -> str:
+        """What a job should use, said the same in every view: "healthy and free: modules 0, 4, 5
+        and 7 (module 5: power slowdown active); for 2 cards: modules 4 and 5; for 4 cards: none of
+        0,1,2,3 / 4,5,6,7". ``exclude``: cards this app's jobs hold now."""
+        if not self.cards and not self.free_modules:
+            return "no Gaudi cards"
+        ids = [m for m in self.healthy_free() if m not in set(exclude)]
+        if not ids:
+            return "healthy and free: none"
+        notes = []
+        for m in self.warned(ids):
+            worst = self.card_worst(m)
+            if worst is not None:
+                notes.append(f"{card_name(m)}: {worst.seen}")
+        text = f"healthy and free: {cards_name(ids)}" + (f" ({'; '.join(notes)})" if notes else "")
+        picks = [p.text() for p in self.picks(exclude) if p.size < len(self.cards or ids) or p.ids]
+        return "; ".join([text, *picks])
+
     def free_text(self) -> str:
-        """'free cards 0,1,4,5,7; free healthy groups 4,5 / 0,1' (or that no group is free)."""
-        if not self.free_modules:
-            return "no free cards"
-        groups = " / ".join(format_ids(g) for g in self.free_groups) or "none"
-        return (f"free cards {format_ids(self.free_modules)}; "
-                f"free healthy groups (Intel's supported): {groups}")
+        """The doctor's line about which cards to use (``usable_text``)."""
+        return self.usable_text()
 
     @property
     def worst(self) -> str:
@@ -190,11 +290,13 @@ def _suggest(free: Sequence[int], wanted: int) -> str:
     if wanted in (2, 4):
         for group in SUPPORTED_GROUPS:
             if len(group) == wanted and group <= free_set:
-                return f"cards {format_ids(group)} are free: use them"
+                return f"{cards_name(group)} are healthy and free: use them"
     if wanted and len(free_set) >= wanted:
-        return f"cards {format_ids(sorted(free_set)[:wanted])} are free: use them"
+        ids = sorted(free_set)[:wanted]
+        one = len(ids) == 1
+        return f"{cards_name(ids)} {'is' if one else 'are'} healthy and free: use {'it' if one else 'them'}"
     if free_set:
-        return f"cards {format_ids(free_set)} are free"
+        return f"{cards_name(free_set)} {'is' if len(free_set) == 1 else 'are'} healthy and free"
     return ""
 
 
@@ -224,7 +326,9 @@ def gate(report: Report, modules: Sequence[int] | None, *, multi_node: bool) -> 
             elif about_card:
                 if not on_chosen:
                     continue  # a sick card nobody asked for does not stop this run
-                if f.check == "net.ports" and not multi_node:
+                if (f.check == "net.ports" and not multi_node) or f.check == "card.firmware":
+                    # Firmware that differs from the driver's was a warning of the stack before it
+                    # named its cards: it still warns, it does not stop a run.
                     warnings.append(_describe(f))
                     continue
                 errors.append(_describe(f))
@@ -354,6 +458,34 @@ def parse_processes(text: str) -> dict[int, list[tuple[int | None, str]]]:
         out.setdefault(aip, []).append((int(pid_text) if pid_text.isdigit() else None,
                                         "" if name.upper() == "N/A" else name))
     return out
+
+
+def _card_ids(card: dict[str, str]) -> tuple[int, int]:
+    """(module id, index) of a parsed ``-q`` card (the index stands in for a missing module id)."""
+    idx = int(card.get("_index", "-1"))
+    mod_text = _first(card, "module id")
+    return (int(mod_text) if mod_text and mod_text.strip().isdigit() else idx), idx
+
+
+def firmware_findings(firmware: Mapping[tuple[int, int], str], driver: str, *,
+                      host: str = "local") -> list[Finding]:
+    """The cards whose firmware differs from the driver's, each named (``card.firmware``, error);
+    one "ok" when every card runs the driver's version. ``firmware``: (module id, index) -> version
+    ('' unread). Without a driver version the cards are compared with the version most run."""
+    known = {ids: v for ids, v in firmware.items() if v}
+    if not known:
+        return []
+    versions = list(known.values())
+    expected = driver or max(sorted(set(versions)), key=versions.count)
+    odd = {ids: v for ids, v in known.items() if v != expected}
+    if not odd:
+        return [Finding("stack.firmware", "ok", f"driver and firmware {expected} on every card", host=host)]
+    others = len(known) - len(odd)
+    against = (f"the driver is {driver}" if driver else f"{others} other card(s) run {expected} "
+               "(driver version unknown)")
+    return [Finding("card.firmware", "error", f"firmware {version}, {against}",
+                    "update this card's firmware to the driver's version (hl-fw-loader)", mod, idx, host)
+            for (mod, idx), version in sorted(odd.items())]
 
 
 def _first(card: dict[str, str], *suffixes: str) -> str | None:
@@ -799,19 +931,11 @@ def check_host(roots: Roots | None = None, *, host: str = "local", cards: Sequen
     driver = _version_of(header.get("driver version"))
     versions["driver"] = header.get("driver version", "")
     versions["hl-smi"] = header.get("hl-smi version", "")
-    fw = {int(c["_index"]): _version_of(_first(c, "firmware [spi] version")
-                                        or _first(c, "firmware [fit] version")) for c in parsed}
+    fw = {_card_ids(c): _version_of(_first(c, "firmware [spi] version")
+                                    or _first(c, "firmware [fit] version")) for c in parsed}
     drivers = {v for v in fw.values() if v}
     versions["firmware"] = ",".join(sorted(drivers))
-    if len(drivers) > 1:
-        findings.append(Finding("stack.firmware", "error", f"cards run different firmware: "
-                                f"{', '.join(sorted(drivers))}", "update the firmware (hl-fw-loader) on "
-                                "every card to the driver's version", host=host))
-    elif drivers and driver and drivers != {driver}:
-        findings.append(Finding("stack.firmware", "error", f"firmware {next(iter(drivers))} with driver "
-                                f"{driver}", "update the firmware to the driver's version", host=host))
-    elif drivers:
-        findings.append(Finding("stack.firmware", "ok", f"driver and firmware {driver}", host=host))
+    findings.extend(firmware_findings(fw, driver, host=host))
     findings.extend(stack_findings(versions, host=host, compat=compat))
     findings.extend(module_findings(roots.proc, roots.dev, len(parsed) if parsed else None, host=host))
     holders = accel_holders(roots.proc, roots.dev)

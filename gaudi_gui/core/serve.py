@@ -61,12 +61,19 @@ def gaudi_software_here() -> str:
 
 def vllm_install_hint(software: str | None = None, compat: dict[str, Any] | None = None) -> str:
     """Where vLLM is missing: Intel's install page, and what the doctor's compatibility table
-    (resources/gaudi-compat.json) says about vLLM for this Gaudi software release, with its source."""
+    (gaudi_gui/resources/gaudi-compat.json) says about vLLM for this Gaudi software release, with its
+    source."""
     from gaudi_gui.core.health import compat_row, load_compat
+    from gaudi_gui.core.paths import DataFileError
     software = gaudi_software_here() if software is None else software
     if not software:
         return VLLM_INSTALL_HINT
-    row, exact = compat_row(compat if compat is not None else load_compat(), software)
+    if compat is None:
+        try:
+            compat = load_compat()
+        except DataFileError as exc:
+            return f"{VLLM_INSTALL_HINT} ({exc})"
+    row, exact = compat_row(compat, software)
     if row is None:
         return (f"{VLLM_INSTALL_HINT} (Gaudi software {software} is not in the compatibility table: "
                 "check Intel's support matrix for the vllm-gaudi version)")
@@ -233,18 +240,16 @@ def vllm_argv(program: Sequence[str], model: str, spec: ServeSpec, *, bind: str,
     return argv
 
 
-def device_here(device: str) -> str:
-    """The device ``auto`` means on this machine, found without importing torch."""
+def device_here(device: str, probed: str | None = None) -> str:
+    """The device ``auto`` means on this machine: what the environment probe decides (the one rule
+    for the runner, Serve, Evaluate and training: workers/device.py). ``probed``: the app's probe
+    answer, when it has one; else the probe child runs now (seconds: it imports torch)."""
     if device != "auto":
         return device
-    import importlib.util
-    import shutil
-
-    if importlib.util.find_spec("habana_frameworks") is not None:
-        return "hpu"
-    if shutil.which("nvidia-smi"):
-        return "cuda"
-    return "cpu"
+    if probed in ("hpu", "cuda", "cpu"):
+        return probed
+    from gaudi_gui.core.prepare import probe_device
+    return probe_device()
 
 
 def vllm_here() -> bool:

@@ -12,6 +12,10 @@ Two facts decide what a job gets:
 
 Claims: a running job records the cards it holds (``claim``/``release``); ``claims()``,
 ``holders()`` and ``conflicts()`` let others see who holds which cards.
+
+Healthy and free: the Devices tab hands over what the doctor found (``set_usable``: the cards no
+process holds and no error was found on, and for 1, 2, 4, 8 cards which ones); ``pick_usable``
+selects them, the card picker's "Pick healthy & free".
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ class DeviceSelection(QObject):
     selection_changed = Signal(list)
     #: The set of cards held by running jobs changed.
     claims_changed = Signal()
+    #: Which cards are healthy and free changed (``usable()``, ``usable_text()``).
+    usable_changed = Signal()
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -39,6 +45,9 @@ class DeviceSelection(QObject):
         self._available: list[int] = []
         self._claims: dict[str, list[int]] = {}
         self._environment: dict[str, Any] | None = None
+        self._usable: list[int] | None = None
+        self._picks: dict[int, list[int]] = {}
+        self._usable_text = ""
 
     @property
     def kind(self) -> str:
@@ -106,6 +115,42 @@ class DeviceSelection(QObject):
             return []
         claims = {k: v for k, v in self._claims.items() if k != exclude_job}
         return visibility.selection_warnings(self._kind, self._selected, self._available, claims)
+
+    # -- healthy and free ----------------------------------------------------------------------------
+
+    def set_usable(self, ids: Iterable[int] | None, picks: Mapping[int, Iterable[int]] | None = None,
+                   text: str = "") -> None:
+        """The cards the doctor found healthy and free (None: not checked), the cards to use for N
+        cards (``picks``: N -> ids, an empty list when none fit) and the sentence saying so."""
+        usable = None if ids is None else sorted(set(ids))
+        chosen = {int(n): sorted(v) for n, v in (picks or {}).items()}
+        if (usable, chosen, text) == (self._usable, self._picks, self._usable_text):
+            return
+        self._usable, self._picks, self._usable_text = usable, chosen, text
+        self.usable_changed.emit()
+
+    def usable(self) -> list[int] | None:
+        """Healthy and free card ids (None: the doctor has not said yet)."""
+        return None if self._usable is None else list(self._usable)
+
+    def usable_text(self) -> str:
+        """'healthy and free: modules 0, 4 and 7; for 2 cards: …' ('' when not checked)."""
+        return self._usable_text
+
+    def pick_for(self, size: int | None = None) -> list[int]:
+        """The ids ``pick_usable`` would select: every healthy and free card (``size`` None) or the
+        pick for ``size`` cards; [] when none fit or nothing is known."""
+        if size is None:
+            return list(self._usable or [])
+        return list(self._picks.get(size, []))
+
+    def pick_usable(self, size: int | None = None) -> list[int]:
+        """Select the healthy and free cards (all, or those for ``size`` cards) and return them; the
+        selection is left as it is when none fit ([])."""
+        ids = self.pick_for(size)
+        if ids:
+            self.set_selected(ids)
+        return ids
 
     # -- claims by running jobs ---------------------------------------------------------------------
 

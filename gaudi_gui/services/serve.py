@@ -63,9 +63,11 @@ class ServeService(QObject):
     def is_running(self) -> bool:
         return self.runner.is_running()
 
-    def engine_choice(self, engine: str, device: str) -> EngineChoice:
-        """Which engine a start here would use, and why (ServeError: vLLM asked for, not importable)."""
-        return choose_engine(engine, vllm_importable=vllm_here(), device=device_here(device))
+    def engine_choice(self, engine: str, device: str, probed: str = "cpu") -> EngineChoice:
+        """Which engine a start here would use, and why (ServeError: vLLM asked for, not importable).
+        ``probed``: where the environment probe says jobs run here (what "auto" means; the window's
+        thread never starts a probe of its own)."""
+        return choose_engine(engine, vllm_importable=vllm_here(), device=device_here(device, probed))
 
     def argv(self, spec: ServeSpec, placement: Placement | None = None, *, remote_port: int = 0) -> list[str]:
         """The child's argv: the command-line twin of the panel."""

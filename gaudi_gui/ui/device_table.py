@@ -1,4 +1,11 @@
-"""The table of cards: one row per card, checkboxes for the job selection, warnings highlighted.
+"""The table of cards: one row per card, checkboxes for the job selection, health highlighted.
+
+Each row leads with the card's one name ("module 3": ``core.devices.card_name``, the id the job
+selection and ``HABANA_VISIBLE_MODULES`` take); the index is a secondary column. The Health column
+says, in words and in its colour, the doctor's worst finding for the card (``set_health``, fed by
+the Devices tab from the health service) after what the live samples show (0 C, hot, implausible
+values), the processes holding it, or that it is healthy and free. Utilization has its own column:
+it is not called "busy".
 
 A card's check toggles on a click anywhere in its row and on Space (the row with the focus frame);
 the table handles both itself, so the check cell is not Qt-user-checkable (Qt would toggle a click
@@ -6,7 +13,9 @@ on the box a second time)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QBrush, QColor, QKeyEvent
@@ -19,14 +28,27 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core.devices import DeviceSample, card_warnings
+from gaudi_gui.core.devices import DeviceSample, card_detail, card_warnings, sample_name
 from gaudi_gui.ui.device_charts import COLORS
 
-COLUMNS = ("Use", "Index", "Module", "Name", "Bus ID", "UUID / serial", "Driver", "Util %", "Memory",
-           "Temp °C", "Power W", "Warnings")
+COLUMNS = ("Use", "Card", "Health", "Util %", "Memory", "Temp °C", "Power W", "Name", "Index", "Bus ID",
+           "UUID / serial", "Driver")
 _COL = {name: i for i, name in enumerate(COLUMNS)}
-_BAD = QColor("#f8d0d0")  # failed to initialise / hot
-_BUSY = QColor("#fff1c2")
+#: Row backgrounds per severity (the Health view's reds and ambers).
+SEVERITY_COLOURS = {"error": QColor("#f8d0d0"), "warning": QColor("#fff0c8")}
+_FREE = QColor("#e3f4e3")  # the Health cell of a healthy, free card
+#: The Health column's width: most findings fit, the tooltip has all of them.
+HEALTH_WIDTH = 300
+
+
+@dataclass(frozen=True)
+class CardHealth:
+    """What the doctor says about one card, for its row: ``severity`` ("error", "warning", "ok"),
+    ``text`` (the worst finding in words, or "healthy, free"), ``tip`` (every finding and its fix)."""
+
+    severity: str
+    text: str
+    tip: str = ""
 
 
 def selection_id(sample: DeviceSample) -> int:
@@ -57,7 +79,9 @@ class DeviceTable(QTableWidget):
         # Columns are fitted when the rows are rebuilt and when a text outgrows its column.
         header.setSectionResizeMode(QHeaderView.ResizeMode.Interactive)
         self.setColumnWidth(_COL["Memory"], 190)
+        self.setColumnWidth(_COL["Health"], HEALTH_WIDTH)
         header.setStretchLastSection(True)
+        self.setTextElideMode(Qt.TextElideMode.ElideRight)
         self._keys: list[str] = []
         self._ids: list[int] = []
         self._bars: list[QProgressBar] = []
@@ -67,6 +91,8 @@ class DeviceTable(QTableWidget):
         self._fit_pending = False
         self.hot_c = 85.0
         self.busy_util = 5.0
+        self._health: dict[int, CardHealth] = {}
+        self._samples: list[DeviceSample] = []
         self.itemChanged.connect(self._on_item_changed)
         self.cellClicked.connect(lambda row, _col: self.toggle_row(row))
         self.setFocusPolicy(Qt.FocusPolicy.StrongFocus)
@@ -85,7 +111,19 @@ class DeviceTable(QTableWidget):
         finally:
             self._updating = False
 
+    def set_health(self, health: Mapping[int, CardHealth]) -> None:
+        """The doctor's word per card, by selection id (module id); {} when there is no report."""
+        if dict(health) == self._health:
+            return
+        self._health = dict(health)
+        if self._samples:
+            self.update_samples(self._samples)
+
+    def health_of(self, card_id: int) -> CardHealth | None:
+        return self._health.get(card_id)
+
     def update_samples(self, samples: Sequence[DeviceSample]) -> None:
+        self._samples = list(samples)
         keys = [s.key for s in samples]
         self._updating = True
         try:
@@ -96,9 +134,10 @@ class DeviceTable(QTableWidget):
             if self._fit_pending:
                 self._fit_pending = False
                 for col in range(len(COLUMNS) - 1):
-                    if col != _COL["Memory"]:
+                    if col not in (_COL["Memory"], _COL["Health"]):
                         self.resizeColumnToContents(col)
                 self.setColumnWidth(_COL["Memory"], 190)
+                self.setColumnWidth(_COL["Health"], HEALTH_WIDTH)
         finally:
             self._updating = False
 
@@ -120,7 +159,7 @@ class DeviceTable(QTableWidget):
             for col in range(1, len(COLUMNS)):
                 if col != _COL["Memory"]:
                     self.setItem(row, col, QTableWidgetItem(""))
-            index_item = self.item(row, _COL["Index"])
+            index_item = self.item(row, _COL["Card"])
             if index_item is not None:
                 # The same color as the card's curves in the history charts (they are the legend).
                 index_item.setForeground(QBrush(QColor(COLORS[row % len(COLORS)])))
@@ -147,15 +186,18 @@ class DeviceTable(QTableWidget):
             item.setText(text)
             if tip is not None:
                 item.setToolTip(tip)
-            if grew and not self._fit_pending:
+            if grew and not self._fit_pending and col != "Health":
                 width = self.fontMetrics().horizontalAdvance(text) + 16
                 column = _COL[col]
                 if width > self.columnWidth(column):
                     self.setColumnWidth(column, width)
 
     def _update_row(self, row: int, s: DeviceSample) -> None:
-        self._set(row, "Index", "host" if s.kind == "host" else f"■ {s.index}")
-        self._set(row, "Module", "—" if s.module_id is None else str(s.module_id))
+        # The card's one name leads (its colour is the charts' legend); the index is secondary.
+        detail = card_detail(s.module_id, s.index, s.bus_id)
+        self._set(row, "Card", "host" if s.kind == "host" else f"■ {sample_name(s)}",
+                  tip=None if s.kind == "host" else f"{sample_name(s)}: {detail}")
+        self._set(row, "Index", "—" if s.kind == "host" else str(s.index))
         gen = s.generation
         name = s.name or "—"
         self._set(row, "Name", f"{gen} ({name})" if gen else name, tip=f"raw name: {name}")
@@ -177,22 +219,50 @@ class DeviceTable(QTableWidget):
         text = f"{used} / {total} MiB"
         if bar.format() != text:
             bar.setFormat(text)
-        warnings = card_warnings(s, self.hot_c, self.busy_util)
-        text = "; ".join(warnings)
-        item = self.item(row, _COL["Warnings"])
-        if item is not None and item.text() != text:
+        text, tip, severity = self._health_text(s)
+        item = self.item(row, _COL["Health"])
+        if item is not None and (item.text() != text or item.toolTip() != tip
+                                 or item.data(Qt.ItemDataRole.UserRole) != severity):
             item.setText(text)
-            item.setToolTip(text)
-            color = None
-            if any("initialise" in w or w.startswith(("hot", "implausible")) for w in warnings):
-                color = _BAD
-            elif warnings:
-                color = _BUSY
+            item.setToolTip(tip)
+            item.setData(Qt.ItemDataRole.UserRole, severity)
+            color = SEVERITY_COLOURS.get(severity)
             brush = QBrush(color) if color is not None else QBrush()
             for col in range(len(COLUMNS)):
                 cell = self.item(row, col)
                 if cell is not None:
                     cell.setBackground(brush)
+            if severity == "ok":
+                item.setBackground(QBrush(_FREE))
+
+    def _health_text(self, s: DeviceSample) -> tuple[str, str, str]:
+        """(the Health cell's text, its tooltip, its severity: "error"/"warning"/"ok"/"")."""
+        # What the samples show now (0 C, hot, implausible values) first: it is the newest word.
+        live = card_warnings(s, self.hot_c, self.busy_util, busy=False)
+        doctor = self._health.get(selection_id(s)) if s.kind != "host" else None
+        parts = list(live)
+        severity = "error" if any("initialise" in w or w.startswith("implausible") for w in live) else (
+            "warning" if live else "")
+        holders = ", ".join(f"pid {p.pid}" + (f" ({p.name})" if p.name else "") for p in s.processes[:3])
+        if doctor is not None and doctor.severity != "ok":
+            if doctor.text not in parts:
+                parts.append(doctor.text)
+            severity = "error" if "error" in (severity, doctor.severity) else "warning"
+        elif s.processes:
+            parts.append(f"in use by {holders}")
+            severity = severity or "warning"
+        elif doctor is not None and not parts:
+            parts.append(doctor.text)
+            severity = "ok"
+        text = "; ".join(parts)
+        tips = [*live, *((doctor.tip or doctor.text).splitlines() if doctor is not None else [])]
+        if s.processes and holders not in " ".join(tips):
+            tips.append(f"in use by {holders}")
+        if doctor is None and s.kind != "host":
+            tips.append("the doctor has not checked this card yet (Health view)")
+        # hl-smi's words may look like markup: escaped, in a tooltip that is rich text on purpose.
+        tip = "<p>" + "<br>".join(html.escape(t) for t in tips) + "</p>" if tips else ""
+        return text, tip, severity
 
     def _on_item_changed(self, item: QTableWidgetItem) -> None:
         if self._updating or item.column() != 0:

@@ -5,13 +5,19 @@ hl-smi itself.
 Banners: the state panel (hl-smi missing / failing, each fact said once), the runtime banner (cards
 are present but the job's Python cannot use them, so jobs run on the CPU: what to install), and a line
 counting hl-smi rows that could not be parsed. The tab also hands the environment probe's report to
-the DeviceSelection, so that ``selection.env()`` / ``card_count()`` tell jobs the truth."""
+the DeviceSelection, so that ``selection.env()`` / ``card_count()`` tell jobs the truth.
+
+Health: each card's row says the doctor's worst finding for it (from the health service's report of
+this host), and a line under the table says which cards a job should use ("healthy and free:
+modules 0, 4 and 7; for 2 cards: …"); "Pick healthy & free" checks them (all, or for the number of
+cards chosen beside it)."""
 
 from __future__ import annotations
 
 import html
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
@@ -29,11 +35,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core.devices import METRICS, DeviceSample, ProcessInfo
+from gaudi_gui.core.devices import METRICS, DeviceSample, ProcessInfo, cards_name, sample_name
 from gaudi_gui.services import device_poller as dp
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.ui.device_charts import CHARTS, DeviceCharts
-from gaudi_gui.ui.device_table import DeviceTable
+from gaudi_gui.ui.device_table import CardHealth, DeviceTable
+
+if TYPE_CHECKING:
+    from gaudi_gui.core.health import HostHealth
 
 #: (label, seconds) of the history window choices.
 WINDOWS = (("1 min", 60), ("5 min", 300), ("15 min", 900), ("1 h", 3600))
@@ -41,6 +50,26 @@ WINDOWS = (("1 min", 60), ("5 min", 300), ("15 min", 900), ("1 h", 3600))
 PROCESS_ROWS = 4
 #: Each chart is redrawn at most this often (ms): samples arrive at 1 Hz (10 Hz in the bench).
 CHART_REFRESH_MS = 500
+#: (label, card count or None for all) of "Pick healthy & free".
+PICK_SIZES = (("all of them", None), ("1 card", 1), ("2 cards", 2), ("4 cards", 4), ("8 cards", 8))
+
+
+def card_health(found: HostHealth) -> dict[int, CardHealth]:
+    """The doctor's word per card (module id) of a host's report: its worst finding, or healthy and
+    free; the tooltip lists every finding with its fix."""
+    out: dict[int, CardHealth] = {}
+    for card in found.cards:
+        module = int(card.get("module_id", card.get("index", -1)))
+        problems = found.card_problems(module)
+        if problems:
+            worst = problems[0]
+            more = f" (+{len(problems) - 1} more)" if len(problems) > 1 else ""
+            lines = [f"{f.severity}: {f.seen}" + (f" → {f.fix}" if f.fix else "") for f in problems]
+            out[module] = CardHealth(worst.severity, worst.seen + more, "\n".join(lines))
+        elif module in found.free_modules:
+            out[module] = CardHealth("ok", "healthy, free", "every check of the doctor passed; no process "
+                                     "holds it")
+    return out
 
 
 def _gib(mib: float | None) -> str:
@@ -121,6 +150,28 @@ class DevicesTab(QWidget):
         select_row.addWidget(QLabel("history:", self))
         select_row.addWidget(self.window_combo)
 
+        # Which cards a job should use, from the doctor's last report of this host, and the picker.
+        self.usable_label = QLabel("healthy and free: not checked yet", self)
+        self.usable_label.setObjectName("devicesUsable")
+        self.usable_label.setWordWrap(True)
+        self.usable_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.usable_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.pick_size = QComboBox(self)
+        self.pick_size.setObjectName("pick_size")
+        for label, size in PICK_SIZES:
+            self.pick_size.addItem(label, size)
+        self.pick_size.setToolTip("how many cards the job needs")
+        self.pick_size.currentIndexChanged.connect(lambda _i: self._update_pick_button())
+        self.pick_button = QPushButton("Pick &healthy && free", self)
+        self.pick_button.setObjectName("pick_healthy_free")
+        self.pick_button.clicked.connect(lambda: self.pick_healthy_free())  # noqa: PLW0108
+        usable_row = QHBoxLayout()
+        usable_row.addWidget(self.usable_label, 1)
+        usable_row.addWidget(QLabel("for", self))
+        usable_row.addWidget(self.pick_size)
+        usable_row.addWidget(self.pick_button)
+        self._usable_widgets = [self.usable_label, self.pick_size, self.pick_button]
+
         self.charts = DeviceCharts(self)
         self.charts.set_window(WINDOWS[index][1])
 
@@ -137,6 +188,7 @@ class DevicesTab(QWidget):
         upper_layout = QVBoxLayout(upper)
         upper_layout.setContentsMargins(0, 0, 0, 0)
         upper_layout.addWidget(self.table)
+        upper_layout.addLayout(usable_row)
         upper_layout.addLayout(select_row)
         upper_layout.addWidget(self.selection_warning)
         lower = QWidget(self)
@@ -167,6 +219,8 @@ class DevicesTab(QWidget):
         scroll.setWidget(content)
 
         self._keys: list[str] = []
+        #: Index -> the card's one name (the processes' table names cards as the rows do).
+        self._names: dict[int, str] = {}
         self._host_key: str | None = None
         self._dirty: set[str] = set()
         self._next_chart = 0
@@ -186,12 +240,15 @@ class DevicesTab(QWidget):
         if services.environment.result is not None:
             self.selection.set_environment(services.environment.result)
         self.selection.claims_changed.connect(self._update_selection_text)
+        self.selection.claims_changed.connect(self._update_card_health)
         settings.value_changed.connect(self._on_setting_changed)
         if services.health is not None:
             services.health.report_changed.connect(self._update_health_badge)
+            services.health.report_changed.connect(self._on_report_changed)
             services.health.alerts_changed.connect(self._update_health_badge)
             services.health.checking_changed.connect(self._on_health_checking)
             self._update_health_badge(self.health_host)
+        self._update_card_health()
 
         # Restore the last selection; the poller sets which cards exist once hl-smi has answered.
         saved_ids = [int(i) for i in settings.get("devices/selected_modules") if isinstance(i, int)]
@@ -208,7 +265,11 @@ class DevicesTab(QWidget):
 
     def on_samples(self, samples: Sequence[DeviceSample]) -> None:
         self.table.update_samples(samples)
+        kinds_before = {k.partition(":")[0] for k in self._keys}
         self._keys = [s.key for s in samples]
+        self._names = {s.index: sample_name(s) for s in samples if s.kind != "host"}
+        if {k.partition(":")[0] for k in self._keys} != kinds_before:
+            self._update_card_health()
         self._dirty.update(c[0] for c in CHARTS)
         self._show_metrics(samples)
         if samples:
@@ -246,7 +307,7 @@ class DevicesTab(QWidget):
         table.setRowCount(len(processes))
         for row, p in enumerate(processes):
             memory = "—" if p.memory_mib is None else f"{p.memory_mib:.0f}"
-            values = [str(p.index), str(p.pid), p.name, memory,
+            values = [self._names.get(p.index, f"index {p.index}"), str(p.pid), p.name, memory,
                       p.user or "(not visible)", p.cmdline or "(not visible)"]
             for col, text in enumerate(values):
                 item = table.item(row, col)
@@ -319,6 +380,62 @@ class DevicesTab(QWidget):
     def _on_health_checking(self, host: str, _checking: bool) -> None:
         self._update_health_badge(host)
 
+    def _on_report_changed(self, host: str) -> None:
+        if host == self.health_host:
+            self._update_card_health()
+
+    def _update_card_health(self) -> None:
+        """Each row's doctor word, the "healthy and free" line and what the picker offers."""
+        health = self.services.health
+        found = health.health(self.health_host) if health is not None else None
+        gaudi = self.selection.kind == "hpu" or any(k.startswith("hpu") for k in self._keys)
+        for widget in self._usable_widgets:
+            widget.setVisible(health is not None and gaudi)
+        if found is None or not found.reachable or not found.cards:
+            self.table.set_health({})
+            self.selection.set_usable(None)
+            if found is not None and not found.reachable:
+                self.usable_label.setText(f"healthy and free: unknown (the doctor did not answer: "
+                                          f"{found.error})")
+            elif health is not None and health.is_checking(self.health_host):
+                self.usable_label.setText("healthy and free: the doctor is checking the cards…")
+            else:
+                self.usable_label.setText("healthy and free: not checked yet (the Health view's Refresh "
+                                          "runs the doctor)")
+            self._update_pick_button()
+            return
+        self.table.set_health(card_health(found))
+        # The cards this app's own jobs hold are not free, whatever the last check saw.
+        held = sorted({i for ids in self.selection.claims().values() for i in ids})
+        usable = [m for m in found.healthy_free() if m not in held]
+        picks = {p.size: list(p.ids) for p in found.picks(held)}
+        picks[1] = list(found.pick(1, held).ids)
+        text = found.usable_text(held)
+        when = health.checked_at(self.health_host) if health is not None else None
+        stamp = time.strftime("%H:%M:%S", time.localtime(when)) if when else ""
+        self.usable_label.setText(text[0].upper() + text[1:] + (f" (doctor at {stamp})" if stamp else ""))
+        self.selection.set_usable(usable, picks, text)
+        self._update_pick_button()
+
+    def _update_pick_button(self) -> None:
+        size = self.pick_size.currentData()
+        ids = self.selection.pick_for(size)
+        self.pick_button.setEnabled(bool(ids))
+        if self.selection.usable() is None:
+            tip = "the doctor has not checked the cards yet"
+        elif ids:
+            tip = f"check {cards_name(ids)} for jobs"
+        else:
+            tip = "no healthy and free cards fit" + (f" for {size} card(s)" if size else "")
+        self.pick_button.setToolTip(tip)
+
+    def pick_healthy_free(self) -> list[int]:
+        """Check the healthy and free cards (all, or the pick for the chosen number of cards)."""
+        ids = self.selection.pick_usable(self.pick_size.currentData())
+        if ids:
+            self.services.settings.set("devices/selected_modules", list(ids))
+        return ids
+
     def _open_health(self) -> None:
         if self.services.health is not None:
             self.services.health.view_requested.emit(self.health_host)
@@ -374,7 +491,7 @@ class DevicesTab(QWidget):
             text = f"no card checked: jobs see every card ({var} unset)"
         held = {job: ids for job, ids in sel.claims().items() if ids}
         if held:
-            text += " · in use: " + "; ".join(f"{job} (cards {','.join(map(str, ids))})"
+            text += " · in use: " + "; ".join(f"{job} ({cards_name(ids, sel.kind)})"
                                               for job, ids in sorted(held.items()))
         self.env_label.setText(text)
         warnings = sel.warnings()

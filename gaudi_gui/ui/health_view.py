@@ -1,12 +1,13 @@
 """The Health view: what the doctor found on one host, and the alerts in effect there.
 
-One row per finding: severity (colour and icon), card (module id, and the index when it differs),
-check, what was seen and the fix in one line; errors first. Refresh runs the doctor again for the
-host; "Copy findings" puts them on the clipboard as text; "Copy report" puts the whole bug report
-there as text and "Save report…" writes it as a file, both through the health service's ``gaudi-gui
-doctor --report`` child (findings, versions, hl-smi -q, kernel messages, the runs' last lines, secrets
-redacted; a remote host's parts are made on that host). Everything here is plain text: hl-smi's and
-a host's output never reach rich text.
+One row per finding: severity (colour and icon), card (its one name, "module 3": the index is in the
+tooltip), check, what was seen and the fix in one line; errors first. Above them, which cards a job
+should use on that host ("healthy and free: modules 0, 4 and 7; for 2 cards: …"). Refresh runs
+the doctor again for the host; "Copy findings" puts them on the clipboard as text; "Copy report"
+puts the whole bug report there as text and "Save report…" writes it as a file, both through the
+health service's ``gaudi-gui doctor --report`` child (findings, versions, hl-smi -q, kernel messages,
+the runs' last lines, secrets redacted; a remote host's parts are made on that host). Everything
+here is plain text: hl-smi's and a host's output never reach rich text.
 
 It only listens to the HealthService; it never runs the doctor's checks itself.
 """
@@ -126,6 +127,13 @@ class HealthView(QWidget):
         self.notify_box.toggled.connect(self._on_notify_toggled)
         health.settings.value_changed.connect(self._on_setting)
 
+        self.usable_label = QLabel(self)
+        self.usable_label.setObjectName("health_usable")
+        self.usable_label.setTextFormat(Qt.TextFormat.PlainText)
+        self.usable_label.setWordWrap(True)
+        self.usable_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.usable_label.setStyleSheet("font-weight: bold;")
+
         self.alerts_label = QLabel(self)
         self.alerts_label.setTextFormat(Qt.TextFormat.PlainText)
         self.alerts_label.setWordWrap(True)
@@ -155,6 +163,7 @@ class HealthView(QWidget):
         top.addWidget(self.notify_box)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
+        layout.addWidget(self.usable_label)
         layout.addWidget(self.alerts_label)
         layout.addWidget(self.table, 1)
 
@@ -303,10 +312,12 @@ class HealthView(QWidget):
             errors = sum(1 for f in found.findings if f.severity == "error")
             warnings = sum(1 for f in found.findings if f.severity == "warning")
             status = (f"{errors} error(s), {warnings} warning(s) at {stamp}"
-                      + (f"; {found.free_text()}" if found.cards else "")
                       + ("; no Gaudi cards (only the Python stack was checked)" if not found.cards else "")
                       + ("; checking again…" if checking else ""))
         self.status_label.setText(status)
+        usable = found.usable_text() if found is not None and found.reachable and found.cards else ""
+        self.usable_label.setText(usable[:1].upper() + usable[1:])
+        self.usable_label.setVisible(bool(usable))
         alerts = self.health.alerts(host)
         self.alerts_label.setText("\n".join(f"⚠ {a.text}" for a in alerts))
         self.alerts_label.setVisible(bool(alerts))
@@ -325,8 +336,9 @@ class HealthView(QWidget):
             brush = QBrush(COLOURS.get(f.severity, QColor("white")))
             for col, value in enumerate(values):
                 item = QTableWidgetItem(value)
+                tip = f"{value} ({f.card_detail()})" if col == CARD and f.card_detail() else value
                 # A tooltip is shown as rich text when it looks like HTML: escape it and say so.
-                item.setToolTip(f"<p>{html.escape(value)}</p>" if value else "")
+                item.setToolTip(f"<p>{html.escape(tip)}</p>" if tip else "")
                 if col == SEVERITY:
                     item.setIcon(severity_icon(self, f.severity))
                     item.setBackground(brush)

@@ -1,8 +1,11 @@
 """Hosts: every machine's cards at once, the way a person watches a rack.
 
 One row per host ("local" first, then the saved hosts, then ~/.ssh/config aliases not added yet),
-its cards beneath it: utilization, memory, temperature and power per card. A busy card, a failing
-hl-smi and an unreachable host stand out; a lost connection is a state of its row (retried with
+its cards beneath it, each by its one name ("module 3"): utilization, memory, temperature and power,
+and in its State the doctor's worst finding for it (held, failed to initialise, ECC, ports down…) or
+"healthy, free". The host's State says which cards a job should use there ("connected · healthy and
+free: modules 0, 4 and 7; for 2 cards: …"). A sick card, a failing hl-smi and an unreachable host
+stand out; a lost connection is a state of its row (retried with
 back-off by the host's poller), never a dialog. "Open panel" (or a double-click) opens the host's
 full Devices panel in a window of its own. The add row takes a destination exactly as ``ssh DEST``
 does, and the command that runs gaudi-gui there; a bad one is refused at the field.
@@ -29,7 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core.devices import DeviceSample
+from gaudi_gui.core.devices import DeviceSample, card_detail, sample_name
 from gaudi_gui.core.remote import DEFAULT_REMOTE_COMMAND, LOCAL, HostError
 from gaudi_gui.services import device_poller as dp
 from gaudi_gui.services.context import AppServices
@@ -38,7 +41,6 @@ COLUMNS = ("Host / card", "Util %", "Memory", "Temp °C", "Power W", "gaudi-gui"
 #: Column indexes (the numbers sit next to the names; the state, which can be a long line, is last).
 NAME, UTIL, MEMORY, TEMP, POWER, VERSION, HEALTH, STATE = range(len(COLUMNS))
 _LABEL_ROLE = int(Qt.ItemDataRole.UserRole) + 1
-BUSY_UTIL = 50.0
 _BAD = QColor("#b3261e")
 _WARN = QColor("#b26a00")
 _IDLE = QColor("#6b6b6b")
@@ -114,6 +116,8 @@ class HostsTab(QWidget):
         layout.addLayout(actions)
 
         self._items: dict[str, QTreeWidgetItem] = {}
+        #: The connection's word per host (the poller's state), before what the doctor adds to it.
+        self._states: dict[str, tuple[str, str]] = {}
         self.hosts.changed.connect(self._rebuild)
         self.hosts.samples_received.connect(self._show_cards)
         self.hosts.state_changed.connect(self._show_state)
@@ -274,9 +278,10 @@ class HostsTab(QWidget):
         item = self._items.get(name)
         if item is None:
             return
+        self._states[name] = (state, message)
         first = next((ln for ln in message.splitlines() if ln.strip()), "")
         unreachable = first if "unreachable" in first else f"unreachable: {first}"
-        text = {dp.STATE_OK: "ok", dp.STATE_UNREACHABLE: unreachable,
+        text = {dp.STATE_OK: self._connected_text(name), dp.STATE_UNREACHABLE: unreachable,
                 dp.STATE_FAILED: f"hl-smi failing: {first}", dp.STATE_ABSENT: "no hl-smi (host only)",
                 dp.STATE_STARTING: "connecting…" if name != LOCAL else "starting…",
                 dp.STATE_STOPPED: "stopped"}.get(state, state)
@@ -289,13 +294,31 @@ class HostsTab(QWidget):
                 child.setForeground(STATE, QBrush(_IDLE))
                 child.setText(STATE, "stale")
 
+    def _connected_text(self, name: str) -> str:
+        """"connected", and which cards a job should use there once the doctor has said."""
+        health = self.services.health
+        found = health.health(name) if health is not None else None
+        if found is None or not found.reachable or not found.cards:
+            return "connected"
+        selection = self.services.selection if name == LOCAL else self.hosts.selection(name)
+        held = sorted({i for ids in (selection.claims().values() if selection is not None else [])
+                       for i in ids})
+        return f"connected · {found.usable_text(held)}"
+
     def _show_health(self, name: str) -> None:
         """The host's health at a glance: the doctor's errors/warnings and the alerts (a click on it
-        opens the Health view)."""
+        opens the Health view); which cards are healthy and free, on the host and on each card."""
         item = self._items.get(name)
         health = self.services.health
         if item is None or health is None:
             return
+        state = self._states.get(name)
+        if state is not None and state[0] == dp.STATE_OK:
+            item.setText(STATE, self._connected_text(name))
+            item.setToolTip(STATE, self._connected_text(name))
+        poller = self.hosts.poller(name)
+        if poller is not None and poller.latest():
+            self._show_cards(name, poller.latest())
         from gaudi_gui.ui.health_view import badge_text
 
         worst = health.worst(name)
@@ -356,23 +379,41 @@ class HostsTab(QWidget):
             self.tree.resizeColumnToContents(col)
 
     def _fill_cards(self, item: QTreeWidgetItem, name: str, cards: list[DeviceSample]) -> None:
-        busy = 0
         # What this app runs there holds its cards (a run, the Model runner, a server): said per card.
         selection = self.services.selection if name == LOCAL else self.hosts.selection(name)
         holders = selection.holders() if selection is not None else {}
+        health = self.services.health
+        found = health.health(name) if health is not None else None
+        if found is not None and (not found.reachable or not found.cards):
+            found = None
+        usable = 0
         for child, s in zip(_children(item), cards, strict=True):
-            label = f"{s.kind} {s.index}" + (f" (module {s.module_id})" if s.module_id is not None else "")
-            util = s.utilization
-            is_busy = util is not None and util >= BUSY_UTIL
-            busy += is_busy
+            card_id = s.module_id if s.kind == "hpu" and s.module_id is not None else s.index
             mem = (f"{(s.memory_used_mib or 0) / 1024:.1f} / {s.memory_total_mib / 1024:.0f} GiB"
                    if s.memory_total_mib else "—")
-            held = holders.get(s.module_id if s.kind == "hpu" and s.module_id is not None else s.index)
-            state = ("busy" if is_busy else "idle") + (f" · {', '.join(held)}" if held else "")
-            values = [label, _num(util), mem, _num(s.temperature_c), _num(s.power_w), "", "", state]
+            held = holders.get(card_id)
+            worst = found.card_worst(card_id) if found is not None and s.kind == "hpu" else None
+            if held:
+                state, color = f"in use: {', '.join(held)}", _WARN
+            elif worst is not None:
+                state, color = worst.seen, _BAD if worst.severity == "error" else _WARN
+                if worst.severity == "warning" and card_id in found.free_modules:  # type: ignore[union-attr]
+                    usable += 1
+            elif found is not None and s.kind == "hpu" and card_id in found.free_modules:
+                state, color = "healthy, free", None
+                usable += 1
+            elif s.processes:
+                state, color = f"in use by pid {', '.join(str(p.pid) for p in s.processes[:3])}", _WARN
+            else:
+                state, color = ("not checked yet" if s.kind == "hpu" else ""), _IDLE
+            values = [sample_name(s), _num(s.utilization), mem, _num(s.temperature_c), _num(s.power_w), "",
+                      "", state]
             for col, value in enumerate(values):
-                child.setText(col, value)
-            child.setForeground(STATE, QBrush(_WARN) if is_busy else QBrush())
+                if child.text(col) != value:
+                    child.setText(col, value)
+            child.setToolTip(NAME, card_detail(s.module_id, s.index, s.bus_id))
+            child.setToolTip(STATE, state)
+            child.setForeground(STATE, QBrush(color) if color else QBrush())
         label = str(item.data(0, _LABEL_ROLE) or name)
         if cards:
             # The host's row sums up its server: mean utilization, memory used of all cards, the
@@ -382,7 +423,8 @@ class HostsTab(QWidget):
             total = sum(s.memory_total_mib or 0 for s in cards)
             temps = [s.temperature_c for s in cards if s.temperature_c is not None]
             power = [s.power_w for s in cards if s.power_w is not None]
-            item.setText(NAME, f"{label}  ·  {len(cards)} cards, {busy} busy")
+            count = f"{len(cards)} cards" + (f", {usable} healthy and free" if found is not None else "")
+            item.setText(NAME, f"{label}  ·  {count}")
             item.setText(UTIL, _num(sum(utils) / len(utils)) if utils else "—")
             item.setText(MEMORY, f"{used / 1024:.1f} / {total / 1024:.0f} GiB" if total else "—")
             item.setText(TEMP, f"max {_num(max(temps))}" if temps else "—")

@@ -211,7 +211,9 @@ class ServePanel(QWidget):
         if not self.placement().is_local:
             return None
         try:
-            return self.service.engine_choice(self.engine.currentText(), self.device.currentText())
+            local = self._selection_for("local")
+            probed = local.jobs_kind if local is not None else "cpu"
+            return self.service.engine_choice(self.engine.currentText(), self.device.currentText(), probed)
         except sv.ServeError as exc:
             return sv.EngineChoice("", exc.message)
 

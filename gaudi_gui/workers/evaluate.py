@@ -196,12 +196,9 @@ class Evaluator:
     # -- models --------------------------------------------------------------------------------------
 
     def pick_device(self) -> str:
-        import torch
-        import transformers
-        with contextlib.suppress(Exception):
-            if transformers.is_torch_hpu_available():
-                return "hpu"
-        return "cuda" if torch.cuda.is_available() else "cpu"
+        """The device as every worker decides it (workers/device.py: the probe's rule)."""
+        from gaudi_gui.workers import device as device_mod
+        return device_mod.auto()
 
     def load(self, path: str, tokenizer_path: str = "") -> tuple[Any, Any]:
         import torch

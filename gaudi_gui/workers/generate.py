@@ -532,20 +532,12 @@ class Worker:
         self.out.emit("loaded", **self.load_info)
 
     def _pick_device(self, wanted: str, transformers: Any, torch: Any) -> str:
-        hpu = False
-        if wanted in ("auto", "hpu"):
-            try:
-                hpu = bool(transformers.is_torch_hpu_available())
-            except Exception:  # a broken habana install must not stop a CPU load
-                hpu = False
-        if wanted == "hpu" and not hpu:
-            raise WorkerError("unsupported", "device hpu was asked for but no Gaudi (habana_frameworks) "
-                              "is available in this environment")
-        if wanted == "cuda" and not torch.cuda.is_available():
-            raise WorkerError("unsupported", "device cuda was asked for but torch sees no CUDA GPU")
-        if wanted == "auto":
-            return "hpu" if hpu else "cuda" if torch.cuda.is_available() else "cpu"
-        return wanted
+        """The device as every worker decides it (workers/device.py: the probe's rule)."""
+        from gaudi_gui.workers import device as device_mod
+        try:
+            return device_mod.resolve(wanted)
+        except device_mod.Unsupported as exc:
+            raise WorkerError("unsupported", str(exc)) from None
 
     def _bnb_config(self, quantization: str, dtype: Any, transformers: Any) -> Any:
         try:

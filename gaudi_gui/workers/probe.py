@@ -90,34 +90,16 @@ def collect() -> dict[str, Any]:
     info["gaudi"] = gaudi_versions()
     habana_version, habana_error = info["packages"].get("habana_frameworks"), None
     info["habana_frameworks"] = habana_version is not None
-    hpu_available = False
-    hpu_count = 0
+    hpu_available, hpu_count, cuda_count, habana_error = False, 0, 0, ""
     if info["packages"].get("transformers") and info["packages"].get("torch"):
-        try:
-            with contextlib.redirect_stdout(io.StringIO()):
-                from transformers.utils import is_torch_hpu_available
-
-                hpu_available = bool(is_torch_hpu_available())
-                if hpu_available:
-                    import torch
-
-                    hpu_count = int(torch.hpu.device_count())  # type: ignore[attr-defined]
-        except Exception as exc:
-            habana_error = f"{type(exc).__name__}: {exc}"[:300]
+        from gaudi_gui.workers import device as device_mod
+        hpu_available, hpu_count, cuda_count, habana_error = device_mod.counts()
     if habana_error:
         info["errors"]["hpu"] = habana_error
-    cuda_count = 0
-    if info["packages"].get("torch"):
-        try:
-            import torch
-
-            cuda_count = int(torch.cuda.device_count()) if torch.cuda.is_available() else 0
-        except Exception as exc:
-            info["errors"]["cuda"] = f"{type(exc).__name__}: {exc}"[:300]
     info["is_torch_hpu_available"] = hpu_available
     info["hpu_count"] = hpu_count
     info["cuda_count"] = cuda_count
-    info["device"] = environment.pick_device(hpu_count, cuda_count)
+    info["device"] = environment.pick_device(hpu_count if hpu_available else 0, cuda_count)
     info["env"] = {key: os.environ.get(key) for key in environment.ENV_KEYS}
     info["warnings"] = environment.warnings(info)
     info["probe_seconds"] = round(time.perf_counter() - started, 3)

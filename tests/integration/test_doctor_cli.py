@@ -33,7 +33,7 @@ def test_sick_server_names_each_sick_card_with_its_fix(sick_server: dict[str, st
     lines = done.stdout.splitlines()
 
     def line(card: int, check: str) -> str:
-        hits = [ln for ln in lines if f"card {card} " in ln and check in ln]
+        hits = [ln for ln in lines if f"module {card} " in ln and check in ln]  # a card's one name
         assert hits, f"no {check} line for card {card} in:\n{done.stdout}"
         return hits[0]
 
@@ -43,7 +43,8 @@ def test_sick_server_names_each_sick_card_with_its_fix(sick_server: dict[str, st
     assert line(5, "card.throttle").startswith("WARNING") and "power slowdown" in line(5, "card.throttle")
     # The /proc scan and hl-smi's own process list agree on pid 4242; hl-smi gives its name.
     assert "pid 4242 (python3 train.py)" in line(6, "busy.held") and "->" in line(6, "busy.held")
-    assert "local: free cards 0,1,2,3,4,5,7; free healthy groups (Intel's supported): 4,5" in done.stdout
+    assert ("local: healthy and free: modules 0, 4, 5 and 7 (module 5: power slowdown active); "
+            "for 2 cards: modules 4 and 5; for 4 cards: none of 0,1,2,3 / 4,5,6,7") in done.stdout
 
 
 def test_sick_server_json_is_the_report(sick_server: dict[str, str]) -> None:
@@ -183,8 +184,8 @@ def test_train_preflight_refuses_a_bad_card_and_accepts_free_ones(
     JobConfig(training_args={"output_dir": str(tmp_path / "out"), "max_steps": 1}).save(job)
     refused = _train(job, "--cards", "2,3", env=sick_server)
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert "preflight refused" in refused.stderr and "card 2" in refused.stderr
-    assert "cards 4,5 are free: use them" in refused.stderr
+    assert "preflight refused" in refused.stderr and "module 2" in refused.stderr
+    assert "modules 4 and 5 are healthy and free: use them" in refused.stderr
     assert len(refused.stderr.strip().splitlines()) >= 1 and "Traceback" not in refused.stderr
     # Free, healthy cards pass the gate (the same function train calls, here in-process: starting a
     # real launch on this CPU machine would only test the launcher).
@@ -192,7 +193,7 @@ def test_train_preflight_refuses_a_bad_card_and_accepts_free_ones(
     for key in ("FAKE_HLSMI_MODE", "GAUDI_GUI_DOCTOR_SYSFS", "GAUDI_GUI_DOCTOR_PROC", "GAUDI_GUI_DOCTOR_DEV"):
         monkeypatch.setenv(key, sick_server[key])
     assert preflight([4, 5]) == ""
-    assert "card 6" in preflight([6, 7])
+    assert "module 6" in preflight([6, 7])
 
 
 # -- what a bug report may carry, and the processes the doctor starts ------------------------------

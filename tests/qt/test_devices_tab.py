@@ -72,7 +72,8 @@ def test_cards_shown_with_generation_and_memory(tab: DevicesTab) -> None:
     tab.poller.feed_samples(cards())
     assert tab.table.rowCount() == 8
     assert text(tab, 0, "Name") == "Gaudi 2 (HL-225)"
-    assert text(tab, 3, "Module") == "5" and text(tab, 3, "Bus ID") == "0000:03:00.0"
+    assert text(tab, 3, "Card") == "■ module 5" and text(tab, 3, "Index") == "3"
+    assert text(tab, 3, "Bus ID") == "0000:03:00.0"
     assert text(tab, 0, "Power W") == "90 / 600"
     bar = tab.table.cellWidget(0, COLUMNS.index("Memory"))
     assert isinstance(bar, QProgressBar) and "768 / 98304 MiB" in bar.format()
@@ -91,10 +92,11 @@ def test_warnings_highlighted(tab: DevicesTab) -> None:
     samples[5].temperature_c = 95
     samples[6].utilization = 80
     tab.poller.feed_samples(samples)
-    assert "failed to initialise" in text(tab, 2, "Warnings")
-    assert text(tab, 5, "Warnings").startswith("hot")
-    assert text(tab, 6, "Warnings") == "busy"
-    assert text(tab, 0, "Warnings") == ""
+    assert "failed to initialise" in text(tab, 2, "Health")
+    assert text(tab, 5, "Health").startswith("hot")
+    # Utilization has its own column: a working card is not "busy" (issue 25 item 7).
+    assert text(tab, 6, "Health") == "" and text(tab, 6, "Util %") == "80"
+    assert text(tab, 0, "Health") == ""
     bad = tab.table.item(2, 1).background().color().name()  # type: ignore[union-attr]
     assert bad != tab.table.item(0, 1).background().color().name()  # type: ignore[union-attr]
 
@@ -175,7 +177,7 @@ def test_state_panel_when_hl_smi_absent(tab: DevicesTab, qtbot, monkeypatch, tmp
     assert "hl-smi" in tab.state_text.text() and "install" in tab.state_text.text()
     assert "host" in tab.state_text.text()
     assert "CPU" in tab.env_label.text()
-    assert tab.table.rowCount() == 1 and text(tab, 0, "Index") == "host"  # the host is still shown
+    assert tab.table.rowCount() == 1 and text(tab, 0, "Card") == "host"  # the host is still shown
     # each fact once: not repeated between the title, the text and the source line
     seen = "\n".join([tab.state_title.text(), tab.state_text.text(), tab.source_label.text()])
     assert seen.count("not found") == 1 and seen.count("Showing the host") == 1
@@ -192,7 +194,7 @@ def test_live_with_fake_hl_smi(tab: DevicesTab, fake_hl_smi: Path, qtbot, monkey
     tab.poller.start()
     qtbot.waitUntil(lambda: tab.table.rowCount() == 8 and tab.process_table.rowCount() == 2, timeout=15000)
     assert not tab.state_panel.isVisible()
-    assert "failed to initialise" in text(tab, 2, "Warnings")
+    assert "failed to initialise" in text(tab, 2, "Health")
     assert "hl-smi" in tab.source_label.text()
     assert tab.charts.visible_metrics() == ["utilization", "memory_used_mib", "power_w", "temperature_c"]
 
@@ -247,7 +249,7 @@ def test_space_toggles_the_current_card(tab: DevicesTab, qtbot) -> None:
 def test_host_row_is_not_checkable(tab: DevicesTab, qtbot) -> None:
     tab.on_host(DeviceSample(kind="host", index=0, utilization=5, memory_used_mib=1000,
                              memory_total_mib=8000))
-    click_row(qtbot, tab, 0, col="Index")
+    click_row(qtbot, tab, 0, col="Card")
     qtbot.keyClick(tab.table, Qt.Key.Key_Space)
     assert not is_checked(tab.table, 0) and tab.services.selection.selected == []
 
@@ -334,7 +336,7 @@ def test_implausible_values_are_flagged_in_the_table(tab: DevicesTab) -> None:
     samples = cards(3)
     samples[1].utilization = 250
     tab.poller.feed_samples(samples)
-    assert text(tab, 1, "Warnings").startswith("implausible utilization 250")
+    assert text(tab, 1, "Health").startswith("implausible utilization 250")
     bad = tab.table.item(1, 1).background().color().name()  # type: ignore[union-attr]
     assert bad != tab.table.item(0, 1).background().color().name()  # type: ignore[union-attr]
 
@@ -342,7 +344,7 @@ def test_implausible_values_are_flagged_in_the_table(tab: DevicesTab) -> None:
 def test_hot_threshold_follows_settings(tab: DevicesTab) -> None:
     tab.services.settings.set("devices/hot_temperature_c", 25.0)
     tab.poller.feed_samples(cards(2))
-    assert text(tab, 0, "Warnings").startswith("hot")
+    assert text(tab, 0, "Health").startswith("hot")
 
 
 def test_stale_values_are_labelled_when_hl_smi_stops(tab: DevicesTab) -> None:

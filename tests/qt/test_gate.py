@@ -106,8 +106,8 @@ def test_start_refused_on_a_held_card_then_runs_on_free_ones(qtbot: QtBot, gate_
     start_and_wait_for_the_check(qtbot, tab)
     shown = tab.gate_label.text()
     assert tab.gate_box.isVisible() and not tab.gate_anyway.isVisible()
-    assert "Cannot start" in shown and "card 6: held by pid 4242" in shown, shown
-    assert "cards 4,5 are free: use them" in shown, shown
+    assert "Cannot start" in shown and "module 6: held by pid 4242" in shown, shown
+    assert "modules 4 and 5 are healthy and free: use them" in shown, shown
     assert "held by pid 4242" in tab.placement.host_combo.toolTip() and tab.placement.host_combo.styleSheet()
     assert tab.status.text().startswith("cannot start: the card check refused the start")
     assert not services.training.jobs and tab.job.run is None  # nothing started
@@ -116,7 +116,7 @@ def test_start_refused_on_a_held_card_then_runs_on_free_ones(qtbot: QtBot, gate_
     # A card that failed to initialise (0 C): refused too.
     pick(qtbot, devices, 3)
     start_and_wait_for_the_check(qtbot, tab)
-    assert "card 3: temperature reads 0 C" in tab.gate_label.text() and not services.training.jobs
+    assert "module 3: temperature reads 0 C" in tab.gate_label.text() and not services.training.jobs
 
     # Card 5 is throttling: a warning, shown, and the user may go on with "Start anyway".
     pick(qtbot, devices, 5)
@@ -151,7 +151,7 @@ def test_runner_load_refused_on_a_dead_card(qtbot: QtBot, tmp_path: Path, sick_s
         assert runner.load_button.text() == "Checking cards…" and not runner.load_button.isEnabled()
         qtbot.waitUntil(lambda: "refused" in runner.model_status.text(), timeout=CHECK_MS)
         status = runner.model_status.text()
-        assert "card 2: double-bit ECC" in status and "are free: use them" in status, status
+        assert "module 2: double-bit ECC" in status and "healthy and free: use" in status, status
         assert runner.client.state == gc.STOPPED and not runner.client.is_running()  # no worker
         assert runner.load_button.isEnabled() and runner.host_combo.styleSheet()
     finally:

@@ -47,10 +47,10 @@ def test_train_hosts_refused_by_the_card_gate_and_no_preflight_skips_it(ssh_host
     err = done.stderr
     assert done.returncode == 2, done.stdout + err
     assert "preflight refused the start" in err, err
-    assert f"{HOST_B}: card 6: held by pid 4242 (python3 train.py)" in err, err
-    assert f"{HOST_B}: card 1: ports 2,5 DOWN" in err, err  # an error on a multi-node run
+    assert f"{HOST_B}: module 6: held by pid 4242 (python3 train.py)" in err, err
+    assert f"{HOST_B}: module 1: ports 2,5 DOWN" in err, err  # an error on a multi-node run
     assert "driver differs: gg-remote 1.12.1" in err and f"{HOST_B} 1.18.0" in err, err
-    assert f"{HOST_B}: cards 4,5 are free: use them" in err, err  # the fix
+    assert f"{HOST_B}: modules 4 and 5 are healthy and free: use them" in err, err  # the fix
     assert "--no-preflight skips this check" in err and "machine rank" not in done.stdout
     assert "Traceback" not in err
     print(f"train --hosts refused by the gate in {elapsed:.1f} s")

@@ -38,7 +38,7 @@ def test_temperature_raises_at_warning_and_clears_only_below_the_margin() -> Non
     assert engine.on_samples("local", [card(84.9)], 0) == []
     raised = engine.on_samples("local", [card(85)], 1)
     assert actions(raised) == [(RAISED, TEMPERATURE, "warning")]
-    assert "card 3 is hot: 85 C" in raised[0].alert.text
+    assert "module 3 is hot: 85 C" in raised[0].alert.text  # the card's one name (its module id)
     # Hovering just under the threshold changes nothing (no clear, no second raise).
     for i, t in enumerate((84, 86, 81, 80.5, 85.5)):
         assert engine.on_samples("local", [card(t)], 2 + i) == []

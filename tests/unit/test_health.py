@@ -23,7 +23,8 @@ def test_finding_round_trip_and_keys() -> None:
     d = f.to_json()
     assert list(d) == ["check", "severity", "seen", "fix", "module_id", "index", "host"]
     assert Finding.from_json(json.loads(json.dumps(d))) == f
-    assert f.card_label() == "card 3 (index 2)"
+    # One name for a card everywhere: its module id; the index only as the detail.
+    assert f.card_label() == "module 3" and f.card_detail() == "index 2"
 
 
 def test_unknown_is_not_a_severity() -> None:
@@ -58,8 +59,8 @@ def test_gate_refuses_a_chosen_bad_card_and_suggests_free_group() -> None:
                    index=1)
     report = Report(hosts=(_host((held,), free=(0, 2, 3, 4, 5, 6, 7)),))
     result = gate(report, [0, 1], multi_node=False)
-    assert not result.ok and "card 1" in result.errors[0]
-    assert result.suggestion == "cards 2,3 are free: use them"
+    assert not result.ok and "module 1" in result.errors[0]
+    assert result.suggestion == "modules 2 and 3 are healthy and free: use them"
     assert isinstance(gate(report, [4, 5], multi_node=False), GateResult)
     assert gate(report, [4, 5], multi_node=False).ok
 
@@ -254,5 +255,73 @@ def test_free_groups_are_intels_supported_ones_without_sick_cards() -> None:
     ecc = Finding("card.ecc", "error", "double-bit ECC 2", module_id=2, index=2)
     h = _host((ecc,), free=(0, 1, 2, 3, 4, 5, 7))
     assert [sorted(g) for g in h.free_groups] == [[0, 1], [4, 5]]
-    assert h.free_text() == "free cards 0,1,2,3,4,5,7; free healthy groups (Intel's supported): 0,1 / 4,5"
-    assert _host(free=()).free_text() == "no free cards"
+    assert h.free_text() == ("healthy and free: modules 0, 1, 3, 4, 5 and 7; for 2 cards: modules 0 and 1; "
+                             "for 4 cards: none of 0,1,2,3 / 4,5,6,7")
+    assert _host(free=()).free_text() == "healthy and free: none"
+
+
+def test_healthy_and_free_says_which_cards_and_for_n_cards_which_n() -> None:
+    """Issue 25 item 7: the sick server (module 1 ports down, 2 ECC, 3 at 0 C, 5 slowdown, 6 held)."""
+    findings = (Finding("net.ports", "error", "ports 2,5 DOWN", module_id=1, index=7),
+                Finding("card.ecc", "error", "double-bit ECC 2", module_id=2, index=0),
+                Finding("card.init", "error", "temperature reads 0 C", module_id=3, index=2),
+                Finding("card.throttle", "warning", "power slowdown active", module_id=5, index=6),
+                Finding("busy.held", "error", "held by pid 4242", module_id=6, index=1),
+                Finding("card.ecc", "ok", "no ECC errors", module_id=0, index=4))
+    h = _host(findings, free=(0, 1, 2, 3, 4, 5, 7))
+    assert h.healthy_free() == [0, 4, 5, 7] and h.warned() == [5]
+    assert h.pick(1).ids == (0,)
+    two = h.pick(2)
+    assert two.ids == (4, 5) and two.warned == (5,)  # the only healthy free pair has a warning
+    assert h.pick(4).ids == () and h.pick(8).ids == ()
+    assert h.usable_text() == ("healthy and free: modules 0, 4, 5 and 7 (module 5: power slowdown active); "
+                               "for 2 cards: modules 4 and 5; for 4 cards: none of 0,1,2,3 / 4,5,6,7")
+    # Cards this app's own jobs hold are not offered.
+    assert h.usable_text(exclude=[4]).startswith("healthy and free: modules 0, 5 and 7")
+    # Each card's worst finding, in words: errors first, what makes it unusable first.
+    worst = {m: (w.severity, w.seen) if (w := h.card_worst(m)) else None for m in range(8)}
+    assert worst[2] == ("error", "double-bit ECC 2") and worst[5] == ("warning", "power slowdown active")
+    assert worst[6] == ("error", "held by pid 4242") and worst[0] is None
+
+
+def test_firmware_that_differs_from_the_driver_names_its_cards() -> None:
+    """Issue 25 item 8: "cards run different firmware: 1.16.0, 1.18.0" named no card."""
+    from gaudi_gui.core.health import firmware_findings
+
+    fw = {(m, i): "1.18.0" for i, m in enumerate((2, 6, 3, 7, 0, 4, 5, 1))}
+    fw[(3, 2)] = fw[(5, 6)] = "1.16.0"
+    got = firmware_findings(fw, "1.18.0")
+    assert [(f.check, f.severity, f.card_label()) for f in got] == [
+        ("card.firmware", "error", "module 3"), ("card.firmware", "error", "module 5")]
+    assert got[0].seen == "firmware 1.16.0, the driver is 1.18.0" and "firmware" in got[0].fix
+    # Every card on the driver's version: one passed check, no card named.
+    same = firmware_findings({(0, 0): "1.18.0", (1, 1): "1.18.0"}, "1.18.0")
+    assert [(f.check, f.severity) for f in same] == [("stack.firmware", "ok")]
+    # No driver version read: the odd one out against what most cards run.
+    odd = firmware_findings({(0, 0): "1.18.0", (1, 1): "1.18.0", (2, 2): "1.16.0"}, "")
+    assert [f.card_label() for f in odd] == ["module 2"] and "2 other card(s) run 1.18.0" in odd[0].seen
+    # The gate warns about it on a chosen card; it does not stop the run (as before it named cards).
+    report = Report(hosts=(_host(tuple(got), free=tuple(range(8))),))
+    result = gate(report, [3], multi_node=False)
+    assert result.ok and any("module 3: firmware 1.16.0" in w for w in result.warnings)
+
+
+def test_check_host_names_the_cards_whose_firmware_differs(fake_hl_smi: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake hl-smi's -q with modules 3 and 5 on firmware 1.16.0 and the driver 1.18.0: those two
+    cards are named (the old finding said "cards run different firmware: 1.16.0, 1.18.0")."""
+    from gaudi_gui.core import health
+    from tests.helpers import sick_server_env
+
+    env = sick_server_env(tmp_path / "sick")
+    monkeypatch.setenv("FAKE_HLSMI_MODE", "normal")
+    monkeypatch.setenv("FAKE_HLSMI_DRIVER", "1.18.0")
+    monkeypatch.setenv("FAKE_HLSMI_FIRMWARE", "3,5=1.16.0")
+    roots = health.Roots(sysfs=Path(env["GAUDI_GUI_DOCTOR_SYSFS"]), proc=Path(env["GAUDI_GUI_DOCTOR_PROC"]),
+                         dev=Path(env["GAUDI_GUI_DOCTOR_DEV"]), hl_smi=str(fake_hl_smi))
+    got = health.check_host(roots)
+    fw = [f for f in got.findings if "firmware" in f.check]
+    assert [(f.check, f.severity, f.card_label(), f.card_detail()) for f in fw] == [
+        ("card.firmware", "error", "module 3", "index 2"), ("card.firmware", "error", "module 5", "index 6")]
+    assert all(f.seen == "firmware 1.16.0, the driver is 1.18.0" for f in fw)
+    assert got.card_worst(3) == fw[0] and got.card_worst(7) is None

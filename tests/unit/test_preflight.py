@@ -25,8 +25,8 @@ CARDS = tuple({"index": i, "module_id": i, "bus_id": f"0000:{0x19 + i:02x}:00.0"
 
 @pytest.fixture
 def sick_server(fake_hl_smi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The fake hl-smi's sick 8-card server (card 1 ports down, 2 double-bit ECC, 3 at 0 C, 5 power
-    slowdown) with card 6 held by pid 4242 through a fixture /proc, for this test and its children."""
+    """The fake hl-smi's sick 8-card server (module 1 ports down, 2 double-bit ECC, 3 at 0 C, 5 power
+    slowdown) with module 6 held by pid 4242 through a fixture /proc, for this test and its children."""
     for key, value in {**sick_server_env(tmp_path), "FAKE_HLSMI_DRIVER": "1.23.0"}.items():
         monkeypatch.setenv(key, value)
     return fake_hl_smi
@@ -91,10 +91,11 @@ def test_decide_per_host_cards_missing_cards_and_versions() -> None:
     plan = preflight.hosts_plan([Target("gg-a", (6, 7)), Target("gg-b", (0, 1))])
     verdict = preflight.decide(plan, preflight.combine([a, b]))
     text = "; ".join(verdict.errors)
-    assert "gg-a: card 6: held by pid 42" in text
-    assert "gg-b: card 1: ports 2,5 DOWN" in text  # several hosts: a multi-node run
+    assert "gg-a: module 6: held by pid 42" in text
+    assert "gg-b: module 1: ports 2,5 DOWN" in text  # several hosts: a multi-node run
     assert "driver differs" in text
-    assert verdict.suggestion == "gg-a: cards 0,1 are free: use them; gg-b: cards 2,3 are free: use them"
+    assert verdict.suggestion == ("gg-a: modules 0 and 1 are healthy and free: use them; "
+                                  "gg-b: modules 2 and 3 are healthy and free: use them")
     # The same card on one host, one machine: ports down is a warning; cards not chosen do not count.
     single = preflight.decide(Plan((Target("gg-b", (0, 1)),)), Report(hosts=(b,)))
     assert single.ok and any("ports 2,5 DOWN" in w for w in single.warnings) and single.confirm
@@ -111,8 +112,8 @@ def test_decide_per_host_cards_missing_cards_and_versions() -> None:
 def test_real_doctor_children_on_the_sick_server(sick_server: Path) -> None:
     refused = preflight.check(preflight.local_plan([6, 7], uses_cards=True))
     assert not refused.ok
-    assert "card 6: held by pid 4242" in refused.message()
-    assert refused.suggestion == "cards 4,5 are free: use them"
+    assert "module 6: held by pid 4242" in refused.message()
+    assert refused.suggestion == "modules 4 and 5 are healthy and free: use them"
     dead = preflight.check(preflight.local_plan([3], uses_cards=True))
     assert not dead.ok and "0 C" in dead.errors[0]
     fine = preflight.check(preflight.local_plan([4, 7], uses_cards=True))
@@ -152,11 +153,11 @@ def test_a_hanging_child_times_out(monkeypatch: pytest.MonkeyPatch, tmp_path: Pa
 def test_node_check_uses_the_visible_modules(sick_server: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HABANA_VISIBLE_MODULES", "6")
     code, lines = preflight.node_check(multi_node=False, host="n1")
-    assert code == 1 and any("card check failed (cards 6): card 6: held by pid 4242" in ln for ln in lines)
+    assert code == 1 and any("card check failed (cards 6): module 6: held by pid 4242" in ln for ln in lines)
     monkeypatch.setenv("HABANA_VISIBLE_MODULES", "1,4")
     assert preflight.node_check(multi_node=False, host="n1")[0] == 0  # ports down: one node is fine
     code, lines = preflight.node_check(multi_node=True, host="n1")
-    assert code == 1 and "gaudi-gui: n1: cards 4,5 are free: use them" in lines
+    assert code == 1 and "gaudi-gui: n1: modules 4 and 5 are healthy and free: use them" in lines
     monkeypatch.setenv(preflight.SKIP_ENV, "1")
     assert preflight.node_check(multi_node=True, host="n1")[0] == 0
 
@@ -192,7 +193,7 @@ def test_slurm_script_checks_gaudi_nodes_before_the_launch(sick_server: Path, tm
     held = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=120,
                           env=dict(env, HABANA_VISIBLE_MODULES="6"), check=False)
     assert held.returncode == 1 and "launched" not in held.stdout, held.stdout + held.stderr
-    assert "card 6: held by pid 4242" in held.stdout and "the job ends before the launch" in held.stdout
+    assert "module 6: held by pid 4242" in held.stdout and "the job ends before the launch" in held.stdout
     free = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=120,
                           env=dict(env, HABANA_VISIBLE_MODULES="4,7"), check=False)
     assert free.returncode == 0 and free.stdout.rstrip().endswith("launched"), free.stdout + free.stderr
