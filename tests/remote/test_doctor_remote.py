@@ -42,7 +42,7 @@ def test_one_host_human_output(ssh_host: SshHost) -> None:
     done = subprocess.run([sys.executable, "-m", "gaudi_gui", "doctor", "--host", ssh_host.dest],
                           capture_output=True, text=True, timeout=180, env=dict(os.environ))
     assert done.returncode == 1  # no /dev/accel nodes here for the fake's 8 cards
-    assert f"{ssh_host.dest} card 0" in done.stdout and "stack.devices" in done.stdout
+    assert f"{ssh_host.dest} module 0" in done.stdout and "stack.devices" in done.stdout
     assert "Traceback" not in done.stderr
 
 
