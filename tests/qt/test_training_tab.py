@@ -124,12 +124,18 @@ def test_stop_by_click_while_a_slow_checkpoint_is_written(qtbot, tab: TrainingTa
     qtbot.waitUntil(lambda: job.run is not None, timeout=60000)
     assert job.run is not None, tab.status.text()
     qtbot.waitUntil(lambda: len(job.records) >= 2, timeout=240000)
+    said: list[str] = []
+    job.summary_changed.connect(said.append)
     click(qtbot, tab.btn["Stop"])
     qtbot.waitUntil(lambda: "saving checkpoint" in tab.status.text(), timeout=60000)
     qtbot.waitUntil(lambda: tab.status.text().endswith(("1 s", "2 s", "3 s")), timeout=10000)
     with qtbot.waitSignal(job.finished, timeout=180000) as done:
         pass
     assert done.args[1] == "stopped", tab.status.text()
+    # The stop's words only go forward: once the checkpoint is saved, never "waiting for the current
+    # step" again (issue 25, item 17).
+    saved_at = next(i for i, text in enumerate(said) if " saved" in text)
+    assert not [t for t in said[saved_at:] if "waiting for the current step" in t], said
     step = job.run.status().step
     assert tab.status.text() == f"Stopped at step {step} — checkpoint-{step} saved; Resume continues there"
     assert "143" not in tab.status.text() and "@gaudi-gui" not in tab.status.text()
@@ -374,3 +380,48 @@ def test_compare_shows_the_runs_scores_beside_their_curves(qtbot, tab: TrainingT
     tab.runs.select_row(0)
     click_history(qtbot, tab, "Reopen")
     assert not panel.isVisible()
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_ticked_cards_on_a_cpu_machine_are_said_ignored_and_not_charted(qtbot, fake_hl_smi: Path,
+                                                                          tmp_path: Path) -> None:
+    """Issue 25, item 9: Gaudi cards seen by hl-smi, but this Python has no habana_frameworks, so runs
+    go to the CPU. Ticking cards in Devices started a CPU run with no word, and its chart plotted
+    the cards' utilization as if the run used them."""
+    from gaudi_gui.ui.main_window import MainWindow
+    from tests.qt.test_devices_tab import click_row, row_of_module
+
+    services = create_services()
+    services.training.store = RunStore(tmp_path / "runs")
+    window = MainWindow(services)
+    qtbot.addWidget(window)
+    window.resize(1400, 900)
+    window.show()
+    devices = window.devices_tab
+    devices.poller.start()
+    qtbot.waitUntil(lambda: devices.table.rowCount() == 8, timeout=20000)
+    services.environment.refresh()  # as the app does after its first paint
+    qtbot.waitUntil(lambda: services.environment.result is not None, timeout=120000)
+    assert services.selection.jobs_kind == "cpu"  # no habana_frameworks here
+    rows = row_of_module(devices)
+    click_row(qtbot, devices, rows[4])
+    click_row(qtbot, devices, rows[5])
+    qtbot.waitUntil(lambda: services.selection.selected == [4, 5])
+    bar = window.tabs.tabBar()
+    titles = [window.tabs.tabText(i).replace("&", "") for i in range(window.tabs.count())]
+    click(qtbot, bar, bar.tabRect(titles.index("Training")).center())
+    tab = window.training_tab
+    qtbot.waitUntil(lambda: tab.isVisible() and tab.form.schema is not None, timeout=60000)
+    tab.update_preview()
+    assert "card(s) 4,5 are ignored: the run uses the CPU" in tab.form.hints.text()
+    set_arg(tab, "max_steps", "6")
+    set_arg(tab, "logging_steps", "1")
+    click(qtbot, tab.btn["Start"])
+    qtbot.waitUntil(lambda: tab.job.run is not None, timeout=60000)
+    assert "are ignored: the run uses the CPU" in tab.status.text()
+    with qtbot.waitSignal(tab.job.finished, timeout=180000):
+        pass
+    store = services.poller.history_store
+    cards = {store.label(k) for k in store.keys() if not k.startswith("host")}
+    assert cards and not set(tab.chart._device_curves) & cards
+    window.close()
