@@ -631,12 +631,20 @@ def package_versions() -> dict[str, str]:
 
 
 def load_compat(path: Path | None = None) -> dict[str, Any]:
-    path = path or Path(__file__).resolve().parents[2] / "resources" / "gaudi-compat.json"
+    """The compatibility table (gaudi_gui/resources/gaudi-compat.json). A missing or damaged table is
+    ``paths.DataFileError``, never an empty table that would call every release unknown."""
+    from gaudi_gui.core import paths
+
+    path = path or paths.data_file("gaudi-compat.json")
     try:
-        data: dict[str, Any] = _json.loads(path.read_text())
-        return data
-    except (OSError, ValueError):
-        return {"rows": []}
+        data = _json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise paths.DataFileError(f"gaudi-gui's compatibility table {path} cannot be read ({exc}): this "
+                                  "installation is incomplete or damaged; reinstall gaudi-gui") from exc
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        raise paths.DataFileError(f"gaudi-gui's compatibility table {path} has no list of rows: this "
+                                  "installation is damaged; reinstall gaudi-gui")
+    return data
 
 
 def _older(a: str, b: str) -> bool | None:
@@ -678,7 +686,7 @@ _TABLE_PACKAGES = ("torch", "transformers", "peft", "trl", "bitsandbytes", "opti
 
 def stack_findings(versions: dict[str, str], *, host: str = "local",
                    compat: dict[str, Any] | None = None) -> list[Finding]:
-    """Python packages against resources/gaudi-compat.json (and accelerate >= its global minimum).
+    """Python packages against gaudi_gui/resources/gaudi-compat.json (and accelerate >= its minimum).
 
     One finding per installed package. With the host's Gaudi software in the table each is checked
     with packaging.version against its row: torch against the release the row ships (major.minor),
@@ -686,7 +694,12 @@ def stack_findings(versions: dict[str, str], *, host: str = "local",
     version that does not parse "could not be compared": warnings, never "ok". Without Gaudi software
     (no hl-smi) the packages are listed as installed, since there is nothing to check them against."""
     out: list[Finding] = []
-    compat = compat if compat is not None else load_compat()
+    if compat is None:
+        from gaudi_gui.core.paths import DataFileError
+        try:
+            compat = load_compat()
+        except DataFileError as exc:  # an incomplete installation: said, never an empty table
+            return [Finding("stack.compat", "error", str(exc), "reinstall gaudi-gui", host=host)]
 
     def add(check: str, severity: str, seen: str, fix: str = "") -> None:
         out.append(Finding(check, severity, seen, fix, host=host))
@@ -716,7 +729,7 @@ def stack_findings(versions: dict[str, str], *, host: str = "local",
     if row is None:
         listed = ", ".join(f"{p} {v}" for p, v in installed) or "no packages"
         add("stack.compat", "warning", f"Gaudi software {sw} is not in the compatibility table: {listed} "
-            "not verified", "update resources/gaudi-compat.json from Intel's support matrix")
+            "not verified", "update gaudi_gui/resources/gaudi-compat.json from Intel's support matrix")
         return out
     where = f"Gaudi software {sw}" + ("" if exact else f" (table row {row.get('gaudi_software')})")
     add("stack.compat", "ok", f"{where} is in the compatibility table (source {row.get('source', '?')}, "
@@ -758,7 +771,8 @@ def stack_findings(versions: dict[str, str], *, host: str = "local",
             unverified.append(f"{pkg} {have}")
     if unverified:
         add("stack.unverified", "warning", f"not in the table's row for {where}: {', '.join(unverified)} "
-            "(unknown, not checked)", "check Intel's support matrix; add them to resources/gaudi-compat.json")
+            "(unknown, not checked)",
+            "check Intel's support matrix; add them to gaudi_gui/resources/gaudi-compat.json")
     return out
 
 

@@ -19,14 +19,16 @@ name) are positional parameters: a path holding spaces, quotes or ``$(…)`` sta
 from __future__ import annotations
 
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 
 from gaudi_gui import __version__
-from gaudi_gui.core import remote
+from gaudi_gui.core import paths, remote
 from gaudi_gui.core.remote import SSH_FAILED, Host, HostError, RemoteError
 
 #: Where the venv goes on a host unless told otherwise (``~`` is the remote user's home).
@@ -75,20 +77,47 @@ def source_tree() -> Path | None:
     return root if (root / "pyproject.toml").is_file() and (root / "gaudi_gui").is_dir() else None
 
 
+#: What a wheel is built from: the package and the files pyproject.toml names.
+_BUILD_FILES = ("pyproject.toml", "README.md")
+
+
 def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout: float = 300.0) -> Path:
-    """A wheel of this gaudi-gui in ``out_dir`` (built offline: no isolation, no dependencies)."""
+    """A wheel of this gaudi-gui in ``out_dir`` (built offline: no isolation, no dependencies).
+
+    It is built from a copy of the source tree in a temporary folder: setuptools builds in place, and
+    the tree's ``build/lib`` keeps files deleted from the source since the last build (they would be
+    shipped), and two builds at once would share it. A wheel that lacks a data file the package reads
+    at run time (``paths.DATA_FILES``) is refused: installed, it would fail on the host."""
     root = source_tree()
     if root is None:
         raise SetupError("this gaudi-gui was not installed from a source tree, so no wheel can be built "
                          "here: install the same version on the host by hand "
                          f"(pip install gaudi-gui=={__version__})")
-    done = subprocess.run([python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                           "--wheel-dir", str(out_dir), str(root)],
-                          capture_output=True, text=True, errors="replace", timeout=timeout, check=False)
+    out_dir = out_dir.resolve()  # pip runs in the copy's folder
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="gaudi-gui-src-") as tmp:
+        src = Path(tmp) / "gaudi-gui"
+        shutil.copytree(root / "gaudi_gui", src / "gaudi_gui",
+                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for name in _BUILD_FILES:
+            if (root / name).is_file():
+                shutil.copy2(root / name, src / name)
+        done = subprocess.run([python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                               "--wheel-dir", str(out_dir), str(src)], cwd=tmp,
+                              capture_output=True, text=True, errors="replace", timeout=timeout, check=False)
     wheels = sorted(out_dir.glob(f"gaudi_gui-{__version__}-*.whl"))
     if done.returncode != 0 or not wheels:
-        last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        lines = done.stderr.strip().splitlines()
+        # setuptools' deprecation notices end the output; the error is the last line that says so
+        last = next((ln.strip() for ln in reversed(lines) if "error" in ln.lower()),
+                    lines[-1].strip() if lines else f"exit {done.returncode}")
         raise SetupError(f"building the gaudi-gui wheel failed: {last}")
+    with zipfile.ZipFile(wheels[-1]) as archive:
+        carried = set(archive.namelist())
+    missing = [name for name in paths.DATA_FILES if f"gaudi_gui/resources/{name}" not in carried]
+    if missing:
+        raise SetupError(f"the gaudi-gui wheel lacks its data files {', '.join(missing)} (package data in "
+                         "pyproject.toml): a host would get an incomplete installation")
     return wheels[-1]
 
 

@@ -54,17 +54,37 @@ def demo_model_dir() -> Path:
     return Path(value).expanduser() if value else cache_dir() / f"demo-model-v{DEMO_MODEL_VERSION}"
 
 
+#: The data files the package reads at run time, relative to ``gaudi_gui/resources/``. They are package
+#: data (pyproject.toml), so a wheel carries them; ``host_setup.build_wheel`` refuses a wheel without one.
+DATA_FILES = ("gaudi-compat.json", "demo/corpus.txt", "demo/dataset.jsonl")
+
+
+class DataFileError(RuntimeError):
+    """A data file of the package is missing: the installation is incomplete (never an empty default).
+    Not an OSError: callers that read an OSError as "no such model / no network" must not hide it."""
+
+
 def resources_dir() -> Path:
-    """The repository's ``resources/`` folder (the package is installed editable by ``make``)."""
-    return Path(__file__).resolve().parents[2] / "resources"
+    """``gaudi_gui/resources/``: beside the package's modules in a source tree, an editable install and
+    a wheel's install alike."""
+    return Path(__file__).resolve().parents[1] / "resources"
+
+
+def data_file(name: str) -> Path:
+    """The packaged data file ``name`` (one of ``DATA_FILES``); DataFileError when it is missing."""
+    path = resources_dir() / name
+    if not path.is_file():
+        raise DataFileError(f"gaudi-gui's data file {name} is missing ({path} not found): this installation "
+                            "is incomplete; reinstall gaudi-gui (its wheel carries gaudi_gui/resources/)")
+    return path
 
 
 def demo_corpus_path() -> Path:
-    return resources_dir() / "demo" / "corpus.txt"
+    return data_file("demo/corpus.txt")
 
 
 def demo_dataset_path() -> Path:
-    return resources_dir() / "demo" / "dataset.jsonl"
+    return data_file("demo/dataset.jsonl")
 
 
 def is_demo(model_or_dataset: str) -> bool:

@@ -1,9 +1,9 @@
 """Build the offline demo: a tiny Llama-style causal LM and its tokenizer, trained on a bundled text.
 
 ``python -m gaudi_gui.workers.demo DIR`` writes a model folder that ``from_pretrained`` loads offline:
-a byte-level BPE tokenizer trained with ``tokenizers`` on ``resources/demo/corpus.txt``, a ChatML chat
-template, and a 2-layer model (hidden size 64) that is briefly pre-trained on the same text so that
-what it generates looks like words rather than noise. Everything is seeded, so two builds match.
+a byte-level BPE tokenizer trained with ``tokenizers`` on ``gaudi_gui/resources/demo/corpus.txt``, a
+ChatML chat template, and a 2-layer model (hidden size 64) that is briefly pre-trained on the same text
+so that what it generates looks like words rather than noise. Everything is seeded, so two builds match.
 
 Progress is reported as protocol events (``demo_progress``, ``demo_done``) on stdout.
 """
@@ -157,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--steps must be >= 0")
     try:
         result = build_demo_model(out, pretrain_steps=args.steps, force=args.force)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, paths.DataFileError) as exc:
         _emit("error", message=str(exc))
         print(f"error: {exc}", file=sys.stderr)
         return 1

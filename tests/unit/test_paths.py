@@ -18,3 +18,27 @@ def test_home_override_puts_everything_under_it(tmp_path: Path, monkeypatch: pyt
 def test_bundled_demo_resources_exist() -> None:
     assert paths.demo_corpus_path().stat().st_size > 1000
     assert paths.is_demo(" builtin:demo ") and not paths.is_demo("gpt2")
+
+
+def test_every_data_file_is_inside_the_package() -> None:
+    package = Path(paths.__file__).resolve().parents[1]
+    for name in paths.DATA_FILES:
+        assert paths.data_file(name).is_relative_to(package / "resources")
+
+
+def test_a_missing_data_file_says_the_installation_is_incomplete(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not an empty table: an installation without its data (a wheel without package data) says so."""
+    from gaudi_gui.core import health
+
+    monkeypatch.setattr(paths, "resources_dir", lambda: tmp_path)
+    with pytest.raises(paths.DataFileError, match=r"demo/corpus.txt is missing .*incomplete"):
+        paths.demo_corpus_path()
+    with pytest.raises(paths.DataFileError, match=r"gaudi-compat\.json is missing"):
+        health.load_compat()
+    (finding,) = health.stack_findings({"driver": "1.18.0", "torch": "2.4.0"})
+    assert (finding.check, finding.severity) == ("stack.compat", "error")
+    assert "installation is incomplete" in finding.seen
+    (tmp_path / "gaudi-compat.json").write_text("{not json")
+    with pytest.raises(paths.DataFileError, match="cannot be read"):
+        health.load_compat()
