@@ -23,10 +23,11 @@ check-display: $(STAMP)
 run: check-display
 	$(PY) -m gaudi_gui
 
-# -rs: every skipped test is listed with its reason. lint-imports: the layer contracts in pyproject.toml.
+# -rs: every skipped test is listed with its reason; --durations=25: the 25 slowest, so a test that
+# grows slow is seen. lint-imports: the layer contracts in pyproject.toml.
 test: $(STAMP)
 	$(VENV)/bin/lint-imports
-	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadgroup
+	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadgroup --durations=25
 	$(PY) -m ruff check gaudi_gui bench tests
 	$(PY) -m mypy
 

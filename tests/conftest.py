@@ -4,7 +4,9 @@ the one Slurm test cluster of a session (for tests/slurm and the Slurm scenarios
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -30,25 +32,69 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.pop("ACCELERATE_CONFIG_FILE", None)
 
 
-@pytest.hookimpl(trylast=True)
+# ``--dist loadgroup`` (make test) with public API only. pytest-xdist 3.8 tells its scheduler a test's
+# ``xdist_group`` by writing "@group" into the private ``item._nodeid``, which pytest 9.2's structured
+# node ids no longer read: every test was scheduled alone, and two Slurm tests could start two
+# clusters at once (pytest-dev/pytest-xdist#1386). Instead each worker writes the groups it collected
+# (``item.iter_markers``, ``item.nodeid``) to a folder the controller made, and the controller's
+# scheduler (the ``pytest_xdist_make_scheduler`` hook: xdist's load-scope scheduler with the scope of
+# a test being its group, or the test itself) reads them.
+_GROUPS_DIR = "GAUDI_GUI_XDIST_GROUPS"
+
+
+def _loadgroup(config: pytest.Config) -> bool:
+    return bool(config.getoption("dist", None) == "loadgroup")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if _loadgroup(config) and not hasattr(config, "workerinput"):  # the controller, before workers start
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="gaudi-gui-xdist-groups-")
+        os.environ[_GROUPS_DIR] = folder  # the workers inherit it
+        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Keep ``--dist loadgroup`` grouping (``make test``): pytest-xdist 3.8 tells the scheduler a test's
-    ``xdist_group`` by writing "@group" into ``item._nodeid``, which pytest 9.2's structured node ids
-    no longer read, so every test was scheduled alone and two Slurm tests could start two clusters at
-    once (pytest-dev/pytest-xdist#1386). Write the same suffix where pytest now reads it; a no-op where
-    xdist's own write took effect."""
-    if not getattr(config.option, "loadgroup", False):
+    folder = os.environ.get(_GROUPS_DIR)
+    if not folder or not hasattr(config, "workerinput"):
         return
-    try:
-        from _pytest.nodeid import NodeId
-    except ImportError:  # pytest before 9.2: xdist's write works
-        return
+    from gaudi_gui.core.atomic import write_json
+
+    groups = {}
     for item in items:
         names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
                         for m in item.iter_markers("xdist_group")})
-        suffix = f"@{'_'.join(names)}"
-        if names and not item.nodeid.endswith(suffix) and hasattr(item, "_id"):
-            item._id = NodeId.parse(item.nodeid + suffix)
+        if names:
+            groups[item.nodeid] = "_".join(names)
+    worker = str(config.workerinput.get("workerid", "worker"))
+    write_json(Path(folder) / f"{worker}.json", groups, fsync=False)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    folder = os.environ.get(_GROUPS_DIR)
+    if not folder or not _loadgroup(config):
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    root = Path(folder)
+
+    class GroupScheduling(LoadScopeScheduling):
+        """One work unit per xdist_group (all its tests on one worker), every other test alone."""
+
+        groups: dict[str, str] | None = None
+
+        def _split_scope(self, nodeid: str) -> str:
+            if self.groups is None:  # every worker has collected (and written) by the first call
+                self.groups = {}
+                for path in sorted(root.glob("*.json")):
+                    with contextlib.suppress(OSError, ValueError):
+                        self.groups.update(json.loads(path.read_text()))
+            group = self.groups.get(nodeid)
+            return f"@group {group}" if group else nodeid
+
+    return GroupScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
