@@ -2,7 +2,9 @@
 
 - ``runs list [--json]``: every run, newest first, reconciled (a run whose supervisor died is
   brought to the state its events prove).
-- ``runs show RUN [--json]``: one run's status, summary and latest complete checkpoint.
+- ``runs show RUN [--json]``: one run's status, summary and latest complete checkpoint, and its
+  meter (``core.meter``: card-hours, energy and its source, power, utilization, memory; on Gaudi the
+  compile meter), "meter" in the JSON (null for a run without one: older, or still running).
 - ``runs follow RUN [--events-from N] [--log-from N]``: JSON lines as the run goes on:
   ``{"t": "event", "end": OFFSET, "event": {...}}``, ``{"t": "log", "end": OFFSET, "line": "..."}``,
   ``{"t": "status", "status": {...}}`` when it changes, and ``{"t": "end", "status": {...}}`` once the
@@ -35,6 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from gaudi_gui.commands.terminal import seconds
+from gaudi_gui.core import hpu_metrics
+from gaudi_gui.core import meter as meter_mod
 from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.jobconfig import JobConfigError
 from gaudi_gui.core.proctree import ProcessRef
@@ -140,10 +144,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if action == "show":
         item = describe(found)
+        item["meter"] = meter_mod.read_summary(found.folder)
         problems = [p for p in item["problems"] if p not in item["status"]["summary"]]
         print(json.dumps(item) if args.json else
               f"{item['name']}: {item['status']['state']} — {item['status']['summary']}"
-              + (f" (⚠ {'; '.join(problems)})" if problems else ""), flush=True)
+              + (f" (⚠ {'; '.join(problems)})" if problems else "") + _meter_lines(item["meter"]),
+              flush=True)
         return 0
     if action == "stop":
         return _stop(found, now=args.now)
@@ -151,6 +157,17 @@ def run(args: argparse.Namespace) -> int:
         from gaudi_gui.commands import slurm_run
         return slurm_run.attach(found, grace=args.grace, events=args.events)
     return _follow(found, args.events_from, args.log_from)
+
+
+def _meter_lines(summary: dict[str, Any] | None) -> str:
+    """The meter's lines under ``runs show``'s first line ("" when the run has no meter summary)."""
+    if not summary:
+        return ""
+    text = f"\n  meter: {redact(meter_mod.describe(summary))}"
+    compiled = summary.get("compile")
+    if isinstance(compiled, dict) and "compilations" in compiled:
+        text += f"\n  compile meter: {redact(hpu_metrics.describe(compiled))}"
+    return text
 
 
 def _stop(run_: Run, *, now: bool) -> int:

@@ -23,8 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gaudi_gui.core import hpu_metrics, outputs, visibility
 from gaudi_gui.core import launch as launch_mod
-from gaudi_gui.core import outputs, visibility
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.secrets import redact, strip_secret_args
@@ -116,6 +116,13 @@ def prepare_run(job: JobConfig, *, device: str, device_env: Mapping[str, str] | 
             outputs.claim(effective.output_dir, run)
         variables = device_variables(device, {**(device_env or {}),
                                               **visibility.device_env(device, cards or ())})
+        if device == "hpu":
+            # The bridge's compile meter, per rank, in the run's own folder (core/hpu_metrics); a
+            # PT_HPU_METRICS_FILE the user set is theirs and is kept.
+            inherited = os.environ if base_env is None else base_env
+            if "PT_HPU_METRICS_FILE" not in variables and "PT_HPU_METRICS_FILE" not in inherited:
+                variables.update(hpu_metrics.launch_env(run.folder))
+                (run.folder / hpu_metrics.FOLDER_NAME).mkdir(mode=0o700, exist_ok=True)
         launch = launch_mod.build(effective, run.folder, device=device, device_env=variables, python=python)
         launch_mod.write_generated_config(launch)
         env = visibility.child_env(launch.env_extra, base_env)

@@ -19,7 +19,12 @@ What the loop does:
 - at the end, processes already sent SIGKILL that are still dying are waited for (at most
   ``DYING_WAIT_S``): a run's cards are not free until its ranks are gone. Processes that outlived the
   launcher are then killed (and waited for), and the outcome (``core.outcome``) is written with the
-  launcher's exit code.
+  launcher's exit code;
+- the run meter (``core.meter``) samples the run's own cards from before the launcher starts until
+  its processes are gone, into meter.jsonl; its summary (wall time, card-hours, energy and its
+  source, power, utilization, hl-smi's memory), with the Gaudi compile meter
+  (``core.hpu_metrics``) of a Gaudi run, is written to meter-summary.json at the end (status.json
+  keeps its fields: the supervisor is still its only writer).
 
 Qt-free and torch-free; signal handlers are the caller's (only a main thread may install them).
 """
@@ -36,6 +41,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
+from gaudi_gui.core import hpu_metrics
+from gaudi_gui.core import meter as meter_mod
 from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core.events import EventFollower
 from gaudi_gui.core.outcome import outcome_from_events
@@ -80,6 +87,8 @@ class Supervised:
     leftover_pids: tuple[int, ...] = ()
     #: Processes sent SIGKILL that were still alive after ``DYING_WAIT_S``.
     dying_pids: tuple[int, ...] = ()
+    #: The run meter's summary (what meter-summary.json holds); None when the meter could not run.
+    meter: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -206,6 +215,7 @@ def supervise(prepared: PreparedRun, *, grace_s: float, signals: StopRequests,
     Returns how the run ended, which is also what its status now says.
     """
     run_ = prepared.run
+    meter = start_meter(prepared, say)
     try:
         proc = subprocess.Popen(prepared.argv, env=prepared.env, cwd=str(run_.folder),
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -213,7 +223,8 @@ def supervise(prepared: PreparedRun, *, grace_s: float, signals: StopRequests,
     except OSError as exc:
         summary = f"Failed: cannot start the launcher: {exc}"
         run_.update_status(state="failed", summary=summary, ended_at=time.time())
-        return Supervised(state="failed", summary=summary, exit_code=None)
+        return Supervised(state="failed", summary=summary, exit_code=None,
+                          meter=stop_meter(meter, [], say))
     loop = _Loop(run=run_, grace_s=grace_s, signals=signals, say=say,
                  launcher=ProcessRef.of(proc.pid), follower=EventFollower(run_.events_path))
     run_.update_status(state="running", pid=proc.pid, started_at=time.time(),
@@ -230,7 +241,44 @@ def supervise(prepared: PreparedRun, *, grace_s: float, signals: StopRequests,
             loop.watch_stop()
     code = proc.wait()
     loop.take_events()
-    return finish(run_, code, stopper=loop.stopper, events=loop.events, say=say)
+    return finish(run_, code, stopper=loop.stopper, events=loop.events, say=say, meter=meter)
+
+
+def start_meter(prepared: PreparedRun, say: Callable[[str], None]) -> meter_mod.Meter | None:
+    """The run meter of ``prepared``'s own cards, started; None (and a note) when it cannot start:
+    a meter never stops a run."""
+    try:
+        meter = meter_mod.Meter(prepared.run.folder, device=prepared.device, env=prepared.env)
+        meter.start()
+    except Exception as exc:  # the meter is an observer: whatever it meets, the run goes on
+        say(f"meter: cannot start: {exc}")
+        return None
+    return meter
+
+
+def stop_meter(meter: meter_mod.Meter | None, events: list[dict[str, Any]],
+               say: Callable[[str], None]) -> dict[str, Any] | None:
+    """Stop ``meter`` (its tool's tree ends with it), add the Gaudi compile meter the ranks' bridge
+    wrote, write meter-summary.json and say it in one line."""
+    if meter is None:
+        return None
+    extra: dict[str, Any] = {}
+    try:
+        base = meter.env.get("PT_HPU_METRICS_FILE") if meter.device == "hpu" else None
+        if base:
+            steps = [int(e["step"]) for e in events
+                     if e.get("type") == "metrics" and isinstance(e.get("step"), int)]
+            extra["compile"] = hpu_metrics.summarize(
+                base, warmup_until=hpu_metrics.first_step_time(events),
+                steady_steps=(steps[-1] - steps[0]) if len(steps) > 1 else None)
+        summary = meter.stop(extra=extra)
+    except Exception as exc:  # as at the start: the run's outcome is written whatever happens here
+        say(f"meter: cannot finish: {exc}")
+        return None
+    say(f"meter: {meter_mod.describe(summary)}")
+    if isinstance(summary.get("compile"), dict) and "compilations" in summary["compile"]:
+        say(f"compile meter: {hpu_metrics.describe(summary['compile'])}")
+    return summary
 
 
 def _echo_lines(lines: queue.Queue[str | None], echo: Callable[[str], None]) -> bool:
@@ -252,11 +300,12 @@ def _pids(refs: Iterable[ProcessRef]) -> str:
 
 
 def finish(run_: Run, exit_code: int, *, stopper: Stopper | None, events: list[dict[str, Any]],
-           say: Callable[[str], None]) -> Supervised:
+           say: Callable[[str], None], meter: meter_mod.Meter | None = None) -> Supervised:
     """The end of a supervised run, once its launcher has exited with ``exit_code``: wait for the
     processes ``stopper`` sent SIGKILL (at most ``DYING_WAIT_S``: the run's cards are not free until
     its ranks are gone), kill what outlived the launcher and wait for it too, then write the outcome
-    of ``events`` (the run's events so far) into the run's status, exit code included."""
+    of ``events`` (the run's events so far) into the run's status, exit code included. ``meter``
+    is stopped once every process of the run is gone (its summary goes to meter-summary.json)."""
     dying = [r for r in stopper.kill_sent if r.is_alive()] if stopper else []
     if dying:
         say(f"waiting for {len(dying)} killed process(es) to end (pid {_pids(dying)})…")
@@ -267,6 +316,7 @@ def finish(run_: Run, exit_code: int, *, stopper: Stopper | None, events: list[d
     for ref in leftovers:
         ref.signal(signal.SIGKILL)
     wait_gone(leftovers)  # a rank that outlived its launcher holds its cards until it is gone
+    metered = stop_meter(meter, events, say)
     result = outcome_from_events(events, run_.status(), exit_code=exit_code,
                                  stop_requested=stopper is not None,
                                  killed=bool(stopper and stopper.killed), log_tail=run_.log_tail(40),
@@ -283,8 +333,8 @@ def finish(run_: Run, exit_code: int, *, stopper: Stopper | None, events: list[d
         summary += f" ({len(dying)} killed process(es) still ending: pid {_pids(dying)})"
     return Supervised(state=str(result["state"]), summary=summary, exit_code=exit_code,
                       leftover_pids=tuple(r.pid for r in leftovers),
-                      dying_pids=tuple(r.pid for r in dying))
+                      dying_pids=tuple(r.pid for r in dying), meter=metered)
 
 
 __all__ = ["DYING_POLL_S", "DYING_WAIT_S", "STEP_WRITE_S", "StopRequests", "Supervised", "describe_exit",
-           "finish", "supervise", "wait_gone"]
+           "finish", "start_meter", "stop_meter", "supervise", "wait_gone"]

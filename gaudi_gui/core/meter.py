@@ -1,0 +1,659 @@
+"""The run meter: what a run's own cards did while it ran, sampled by the run's supervisor.
+
+The supervisor (``core.supervisor.supervise``, the one loop of every placement: this machine, a host,
+each machine of a multi-host run) starts a :class:`Meter` for the run's own cards before its launcher
+and stops it when the run has ended. The meter lives with the run, not with a window: a run that
+nobody watches is metered the same.
+
+Sources, by the run's device:
+
+- **hpu**: one long-running ``hl-smi -Q index,module_id,utilization.aip,memory.used,memory.total,
+  power.draw,temperature.aip -f csv,noheader,nounits -l 1`` (the arguments from
+  ``core.hlsmi.query_args``, the rows parsed by ``core.hlsmi.CsvStream``: the same code as the
+  Devices poller), keeping the run's modules only (``HABANA_VISIBLE_MODULES`` of the launch, else the
+  cards env.json records, else every card). hl-smi's ``timestamp`` field is not asked for: its
+  value is free text (a locale's date could hold a comma and break the row); each snapshot is stamped
+  with this machine's clock when its rows arrive.
+- **cuda**: ``nvidia-smi --query-gpu=... -l 1`` (``core.host.nvidia_args``/``parse_nvidia``), the
+  GPUs of ``CUDA_VISIBLE_DEVICES`` (indices; else every GPU).
+- **cpu**: the package counters ``<root>/intel-rapl:N/energy_uj`` (root ``RAPL_ROOT``, or
+  ``GAUDI_GUI_RAPL_ROOT``), when readable (since 2020 kernels make them root-only): a counter, so
+  the energy is its difference (with its wrap at ``max_energy_range_uj``), not an integral.
+
+Every sample is one JSON line in ``<run>/meter.jsonl``, written with one ``os.write`` on an
+``O_APPEND`` file. Energy from power readings is integrated per card with the trapezoid rule; a
+stretch longer than ``GAP_S`` between two readings holds the earlier reading (and is counted as a
+gap); a missing (N/A), non-finite or negative reading is counted as missing, never as 0 W. A run
+whose energy could not be measured says "not measured" with ``energy_j`` None, never 0.
+
+Cost: one thread blocked on hl-smi's pipe (a few rows a second) or waking once a second for RAPL;
+hl-smi's child is ended with its whole tree (``core.proctree.ProcessTree``) when the meter stops.
+Qt-free and torch-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from gaudi_gui.core import atomic, hlsmi
+from gaudi_gui.core.devices import DeviceSample, cards_name
+
+METER_NAME = "meter.jsonl"
+SUMMARY_NAME = "meter-summary.json"
+#: Two readings further apart than this: the earlier one is held over the stretch, and it is a gap.
+GAP_S = 10.0
+#: Seconds between two samples (hl-smi's ``-l`` takes whole seconds; 1 is its least).
+INTERVAL_S = 1.0
+#: When hl-smi / nvidia-smi ends by itself while the run goes on, it is started again after this.
+RESTART_S = 5.0
+#: Where the package energy counters live; ``GAUDI_GUI_RAPL_ROOT`` overrides it (tests).
+RAPL_ROOT = "/sys/class/powercap"
+#: What the Gaudi meter asks hl-smi for.
+HLSMI_FIELDS = ("index", "module_id", "utilization.aip", "memory.used", "memory.total", "power.draw",
+                "temperature.aip")
+
+SOURCE_HLSMI = "hl-smi power integrated"
+SOURCE_NVIDIA = "nvidia-smi power integrated"
+SOURCE_RAPL = "rapl"
+NOT_MEASURED = "not measured"
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    number = float(value)
+    return number if math.isfinite(number) else None
+
+
+@dataclass
+class PowerIntegrator:
+    """Energy of one card from its power readings: trapezoids between readings at most ``gap_s``
+    apart, the earlier reading held over a longer stretch (counted in ``gaps``/``gap_seconds``);
+    a missing, non-finite or negative reading is counted in ``missing`` and skipped (the next good
+    reading joins the last good one), never read as 0 W."""
+
+    gap_s: float = GAP_S
+    energy_j: float = 0.0
+    #: Seconds between the first and the last good reading (what the energy covers).
+    covered_s: float = 0.0
+    readings: int = 0
+    missing: int = 0
+    gaps: int = 0
+    gap_seconds: float = 0.0
+    peak_w: float | None = None
+    last_t: float | None = None
+    last_w: float | None = None
+
+    def add(self, t: float, watts: Any) -> None:
+        w = _finite(watts)
+        if w is None or w < 0:
+            self.missing += 1
+            return
+        if self.last_t is not None and self.last_w is not None:
+            dt = t - self.last_t
+            if dt <= 0:
+                return  # the clock went back, or a repeated stamp: nothing to integrate
+            if dt > self.gap_s:
+                self.energy_j += self.last_w * dt
+                self.gaps += 1
+                self.gap_seconds += dt
+            else:
+                self.energy_j += (self.last_w + w) / 2 * dt
+            self.covered_s += dt
+        self.readings += 1
+        self.peak_w = w if self.peak_w is None else max(self.peak_w, w)
+        self.last_t, self.last_w = t, w
+
+    @property
+    def measured(self) -> bool:
+        """At least two good readings: an energy over a stretch of time."""
+        return self.covered_s > 0
+
+    @property
+    def mean_w(self) -> float | None:
+        return self.energy_j / self.covered_s if self.covered_s > 0 else None
+
+
+@dataclass
+class _Stat:
+    """Count, sum and maximum of the good values of one quantity."""
+
+    count: int = 0
+    total: float = 0.0
+    peak: float | None = None
+
+    def add(self, value: Any) -> None:
+        v = _finite(value)
+        if v is None or v < 0:
+            return
+        self.count += 1
+        self.total += v
+        self.peak = v if self.peak is None else max(self.peak, v)
+
+    @property
+    def mean(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+def _r(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass
+class CardAccount:
+    """Everything the summary needs of one card."""
+
+    name: str
+    power: PowerIntegrator = field(default_factory=PowerIntegrator)
+    utilization: _Stat = field(default_factory=_Stat)
+    memory_used: _Stat = field(default_factory=_Stat)
+    memory_total_mib: float | None = None
+    temperature: _Stat = field(default_factory=_Stat)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"energy_j": _r(self.power.energy_j) if self.power.measured else None,
+                "power_mean_w": _r(self.power.mean_w), "power_peak_w": _r(self.power.peak_w),
+                "power_readings": self.power.readings, "missing_power_readings": self.power.missing,
+                "gaps": self.power.gaps, "gap_seconds": _r(self.power.gap_seconds),
+                "covered_s": _r(self.power.covered_s), "utilization_mean": _r(self.utilization.mean),
+                "memory_used_peak_mib": _r(self.memory_used.peak),
+                "memory_used_mean_mib": _r(self.memory_used.mean),
+                "memory_total_mib": self.memory_total_mib, "temperature_peak_c": _r(self.temperature.peak)}
+
+
+class Accounts:
+    """The run's cards' accounts, fed one snapshot at a time (the sampler's and the tests' entry)."""
+
+    def __init__(self, gap_s: float = GAP_S) -> None:
+        self.gap_s = gap_s
+        self.cards: dict[str, CardAccount] = {}
+        self.samples = 0
+        self.peak_total_w: float | None = None
+
+    def add(self, t: float, cards: Sequence[Mapping[str, Any]]) -> None:
+        """One snapshot at ``t``: each card a dict with "name" and any of power_w, utilization,
+        memory_used_mib, memory_total_mib, temperature_c (None: unknown)."""
+        self.samples += 1
+        total, whole = 0.0, bool(cards)
+        for card in cards:
+            name = str(card.get("name"))
+            account = self.cards.get(name)
+            if account is None:
+                account = self.cards[name] = CardAccount(name, PowerIntegrator(gap_s=self.gap_s))
+            account.power.add(t, card.get("power_w"))
+            watts = _finite(card.get("power_w"))
+            if watts is None or watts < 0:
+                whole = False
+            else:
+                total += watts
+            account.utilization.add(card.get("utilization"))
+            account.memory_used.add(card.get("memory_used_mib"))
+            account.temperature.add(card.get("temperature_c"))
+            memory_total = _finite(card.get("memory_total_mib"))
+            if memory_total is not None and memory_total > 0:
+                account.memory_total_mib = memory_total
+        if whole:
+            # The run's power at one moment: only when every card of the snapshot read a power.
+            self.peak_total_w = total if self.peak_total_w is None else max(self.peak_total_w, total)
+
+    def energy(self) -> tuple[float | None, list[str]]:
+        """(joules over the cards that were measured or None when none was, the cards that were not)."""
+        measured = [a for a in self.cards.values() if a.power.measured]
+        unmeasured = [a.name for a in self.cards.values() if not a.power.measured]
+        return (sum(a.power.energy_j for a in measured) if measured else None), unmeasured
+
+
+def summarize(accounts: Accounts, *, source: str, energy_source: str, wall_s: float,
+              card_count: int | None, cards: Sequence[int] = (), kind: str = "", note: str = "",
+              counter_energy_j: float | None = None) -> dict[str, Any]:
+    """The meter's summary (what meter-summary.json holds and ``runs show`` prints).
+
+    ``energy_source``: SOURCE_HLSMI / SOURCE_NVIDIA (``accounts``' integrated power), SOURCE_RAPL
+    (``counter_energy_j``, from a counter) or NOT_MEASURED. ``card_count`` None: no cards (a CPU
+    run), card-hours unknown."""
+    unmeasured: list[str] = []
+    energy_j: float | None = None
+    if energy_source == SOURCE_RAPL:
+        energy_j = counter_energy_j
+    elif energy_source != NOT_MEASURED:
+        energy_j, unmeasured = accounts.energy()
+    notes = [note] if note else []
+    if energy_j is None and energy_source != NOT_MEASURED:
+        notes.append(f"{energy_source}: fewer than two power readings")
+        energy_source = NOT_MEASURED
+    elif unmeasured:
+        notes.append(f"no power readings from {', '.join(unmeasured)}: its energy is not counted")
+    per_card = {name: a.to_dict() for name, a in accounts.cards.items()}
+    utilization, memory = _Stat(), _Stat()
+    for account in accounts.cards.values():
+        utilization.count += account.utilization.count
+        utilization.total += account.utilization.total
+        memory.count += account.memory_used.count
+        memory.total += account.memory_used.total
+        peak = account.memory_used.peak
+        if peak is not None:
+            memory.peak = peak if memory.peak is None else max(memory.peak, peak)
+    means = [a.power.mean_w for a in accounts.cards.values() if a.power.mean_w is not None]
+    totals = [a.memory_total_mib for a in accounts.cards.values() if a.memory_total_mib]
+    return {
+        "version": 1,
+        "source": source,
+        "kind": kind,
+        "cards": list(cards),
+        "wall_s": round(wall_s, 3),
+        "card_hours": None if card_count is None else round(card_count * wall_s / 3600, 6),
+        "energy_j": _r(energy_j),
+        "energy_kwh": None if energy_j is None else round(energy_j / 3.6e6, 9),
+        "energy_source": energy_source,
+        "power_mean_w": _r(sum(means)) if means and energy_source != SOURCE_RAPL else (
+            _r(energy_j / wall_s) if energy_j is not None and wall_s > 0 else None),
+        "power_peak_w": _r(accounts.peak_total_w),
+        "utilization_mean": _r(utilization.mean),
+        "memory_used_peak_mib": _r(memory.peak),
+        "memory_used_mean_mib": _r(memory.mean),
+        "memory_total_mib": max(totals) if totals else None,
+        "samples": accounts.samples,
+        "missing_power_readings": sum(a.power.missing for a in accounts.cards.values()),
+        "gaps": sum(a.power.gaps for a in accounts.cards.values()),
+        "note": "; ".join(notes),
+        "per_card": per_card,
+    }
+
+
+def describe(summary: Mapping[str, Any]) -> str:
+    """One line for a person: 'modules 2 and 3 · 12.3 s · 0.0068 card-hours · 2512 J (0.000698 kWh,
+    hl-smi power integrated) · mean 205 W, peak 206 W · utilization 48 % · hl-smi memory peak 512 MiB'."""
+    parts: list[str] = []
+    cards = summary.get("cards") or []
+    kind = str(summary.get("kind") or "hpu")
+    if cards:
+        parts.append(cards_name([int(c) for c in cards], kind))
+    elif kind == "cpu":
+        parts.append("CPU package")
+    else:
+        parts.append("all cards")
+    wall = _finite(summary.get("wall_s"))
+    if wall is not None:
+        parts.append(f"{wall:.1f} s")
+    card_hours = _finite(summary.get("card_hours"))
+    if card_hours is not None:
+        parts.append(f"{card_hours:.4g} card-hours")
+    energy = _finite(summary.get("energy_j"))
+    source = summary.get("energy_source") or NOT_MEASURED
+    if energy is None:
+        parts.append(f"energy {NOT_MEASURED}")
+    else:
+        parts.append(f"{energy:.4g} J ({_finite(summary.get('energy_kwh')) or 0:.3g} kWh, {source})")
+    mean, peak = _finite(summary.get("power_mean_w")), _finite(summary.get("power_peak_w"))
+    if mean is not None or peak is not None:
+        parts.append(" ".join(p for p in (f"mean {mean:.0f} W" if mean is not None else "",
+                                          f"peak {peak:.0f} W" if peak is not None else "") if p))
+    util = _finite(summary.get("utilization_mean"))
+    if util is not None:
+        parts.append(f"utilization {util:.0f} %")
+    mem_peak = _finite(summary.get("memory_used_peak_mib"))
+    mem_mean = _finite(summary.get("memory_used_mean_mib"))
+    if mem_peak is not None:
+        parts.append(f"memory (as hl-smi sees it) peak {mem_peak:.0f} MiB, mean {mem_mean or 0:.0f} MiB")
+    text = " · ".join(parts)
+    note = summary.get("note")
+    return f"{text} ({note})" if note else text
+
+
+def read_summary(folder: str | Path) -> dict[str, Any] | None:
+    """The run's meter summary, or None when it has none (an older run, or one still running)."""
+    try:
+        data = json.loads((Path(folder) / SUMMARY_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def parse_ids(text: str | None) -> list[int] | None:
+    """'2,3' -> [2, 3]; None for no selection or anything that is not a list of ids (a UUID list)."""
+    if not text or not text.strip():
+        return None
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    if not parts or not all(p.isascii() and p.isdigit() for p in parts):
+        return None
+    return sorted({int(p) for p in parts})
+
+
+def recorded_cards(folder: str | Path) -> list[int] | None:
+    """The cards env.json records the run was given (``train --cards``), when applied."""
+    try:
+        data = json.loads((Path(folder) / "env.json").read_text(encoding="utf-8"))
+        cards = data.get("cards") or {}
+        if not cards.get("applied"):
+            return None
+        return parse_ids(str(cards.get("requested") or ""))
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def rapl_root() -> Path:
+    return Path(os.environ.get("GAUDI_GUI_RAPL_ROOT") or RAPL_ROOT)
+
+
+def rapl_zones(root: Path | None = None) -> list[tuple[Path, int | None]]:
+    """The package zones (``intel-rapl:N``, not their ``intel-rapl:N:M`` subzones) whose energy_uj
+    can be read now, each with its wrap (``max_energy_range_uj``, None when unreadable)."""
+    root = root or rapl_root()
+    zones = []
+    try:
+        entries = sorted(root.iterdir())
+    except OSError:
+        return []
+    for entry in entries:
+        if not re.fullmatch(r"intel-rapl:\d+", entry.name):
+            continue
+        try:
+            int((entry / "energy_uj").read_text().strip())
+        except (OSError, ValueError):
+            continue  # root-only on kernels since 2020: not readable is not measured
+        wrap: int | None = None
+        with contextlib.suppress(OSError, ValueError):
+            wrap = int((entry / "max_energy_range_uj").read_text().strip())
+        zones.append((entry, wrap))
+    return zones
+
+
+class Meter:
+    """The sampler of one run. ``start()`` it before the launcher, ``stop()`` it once the run has
+    ended: stop ends the tool's child tree, joins the thread and returns (and writes) the summary.
+
+    ``device``: the run's device ('hpu', 'cuda', 'cpu'); ``env``: the launch's environment (its
+    ``HABANA_VISIBLE_MODULES`` / ``CUDA_VISIBLE_DEVICES`` and PATH are the run's)."""
+
+    def __init__(self, folder: str | Path, *, device: str, env: Mapping[str, str] | None = None,
+                 interval_s: float = INTERVAL_S, gap_s: float = GAP_S,
+                 clock: Callable[[], float] = time.time) -> None:
+        self.folder = Path(folder)
+        self.device = device
+        self.env = dict(os.environ if env is None else env)
+        self.interval_s = interval_s
+        self.clock = clock
+        self.accounts = Accounts(gap_s)
+        self.source = "none"
+        self.energy_source = NOT_MEASURED
+        self.note = ""
+        self.cards: list[int] | None = None
+        self.errors: list[str] = []
+        self.restarts = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._proc: subprocess.Popen[str] | None = None
+        self._fd = -1
+        self._started_at = 0.0
+        self._rapl_energy_uj = 0
+        self._summary: dict[str, Any] | None = None
+        self._program: list[str] = []
+        self._parse: Callable[[str], tuple[list[DeviceSample] | None, bool]] | None = None
+
+    # -- what to meter --------------------------------------------------------------------------------
+
+    def _choose(self) -> None:
+        if self.device == "hpu":
+            self.cards = parse_ids(self.env.get("HABANA_VISIBLE_MODULES")) or recorded_cards(self.folder)
+            program = (self.env.get("GAUDI_GUI_HL_SMI", "").strip()
+                       or shutil.which("hl-smi", path=self.env.get("PATH")))
+            if not program:
+                self.note = "hl-smi not found: the cards' energy is not measured"
+                return
+            self._program = [program, *hlsmi.query_args(HLSMI_FIELDS, loop_s=max(1, round(self.interval_s)),
+                                                        header=False, units=False)]
+            self.source, self.energy_source = "hl-smi", SOURCE_HLSMI
+            self._parse = self._hlsmi_parser(hlsmi.CsvStream(HLSMI_FIELDS))
+        elif self.device == "cuda":
+            self.cards = parse_ids(self.env.get("CUDA_VISIBLE_DEVICES")) or recorded_cards(self.folder)
+            program = shutil.which("nvidia-smi", path=self.env.get("PATH"))
+            if not program:
+                self.note = "nvidia-smi not found: the GPUs' energy is not measured"
+                return
+            from gaudi_gui.core import host
+            self._program = [program, *host.nvidia_args(), "-l", str(max(1, round(self.interval_s)))]
+            self.source, self.energy_source = "nvidia-smi", SOURCE_NVIDIA
+            self._parse = self._nvidia_parser()
+        else:
+            self.cards = None
+            if rapl_zones():
+                self.source, self.energy_source = "rapl", SOURCE_RAPL
+            else:
+                self.note = f"no readable RAPL counter under {rapl_root()}"
+
+    def _wanted(self, sample: DeviceSample) -> bool:
+        if not self.cards:
+            return True
+        ident = sample.module_id if sample.kind == "hpu" and sample.module_id is not None else sample.index
+        return ident in self.cards
+
+    # -- start / stop ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._started_at = self.clock()
+        self._choose()
+        try:
+            flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+            self._fd = os.open(self.folder / METER_NAME, flags, 0o600)
+        except OSError as exc:
+            self.errors.append(f"cannot write {METER_NAME}: {exc}")
+        if self.source in ("hl-smi", "nvidia-smi"):
+            target: Callable[[], None] = self._run_tool
+        elif self.source == "rapl":
+            target = self._run_rapl
+        else:
+            return
+        self._thread = threading.Thread(target=target, name="run-meter", daemon=True)
+        self._thread.start()
+
+    def stop(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """End the sampler (and hl-smi's whole tree), write meter-summary.json (with ``extra``'s
+        keys added: the compile meter), return the summary."""
+        if self._summary is not None:
+            return self._summary
+        self._stop.set()
+        self._end_child()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        if self.source == "rapl":
+            self._sample_rapl()  # the last stretch up to the end
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+        summary = self.summary(final=True)
+        summary.update(extra or {})
+        try:
+            atomic.write_json(self.folder / SUMMARY_NAME, summary)
+        except OSError as exc:
+            summary["note"] = (summary["note"] + "; " if summary["note"] else "") + f"not saved: {exc}"
+        self._summary = summary
+        return summary
+
+    def summary(self, final: bool = False) -> dict[str, Any]:
+        """The summary so far (a live strip may ask while it runs)."""
+        with self._lock:
+            wall = self.clock() - self._started_at
+            count = None if self.device == "cpu" else (
+                len(self.cards) if self.cards else len(self.accounts.cards) or None)
+            note = "; ".join(x for x in (self.note, *self.errors[-3:]) if x)
+            if self.restarts:
+                note = "; ".join(x for x in (note, f"{self.source} restarted {self.restarts} time(s)") if x)
+            out = summarize(self.accounts, source=self.source, energy_source=self.energy_source,
+                            wall_s=wall, card_count=count, cards=self.cards or (), kind=self.device,
+                            note=note, counter_energy_j=self._rapl_energy_uj / 1e6
+                            if self.source == "rapl" and self.accounts.samples > 1 else None)
+        out["final"] = final
+        return out
+
+    def _end_child(self) -> None:
+        """SIGKILL the tool, its group and every descendant, then reap it. Only while it is not yet
+        reaped: an unreaped child (a zombie included) still owns its pid and group id, so nobody
+        else's process can be hit."""
+        proc = self._proc
+        if proc is None or proc.returncode is not None:
+            return
+        from gaudi_gui.core.proctree import ProcessTree
+        ProcessTree(proc.pid).kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=5)
+
+    # -- writing --------------------------------------------------------------------------------------
+
+    def _write(self, record: Mapping[str, Any]) -> None:
+        if self._fd < 0:
+            return
+        data = (json.dumps(record, separators=(",", ":"), allow_nan=False, default=str) + "\n").encode()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._fd, view):]
+        except (OSError, ValueError) as exc:  # a full disk must not end the run
+            self.errors.append(f"cannot write {METER_NAME}: {exc}")
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
+            self._fd = -1
+
+    def take(self, t: float, samples: Iterable[DeviceSample]) -> None:
+        """One snapshot of the tool: the run's cards are accounted and written as one line."""
+        cards = []
+        for s in samples:
+            if not self._wanted(s):
+                continue
+            cards.append({"name": f"module {s.module_id}" if s.kind == "hpu" and s.module_id is not None
+                          else f"{'GPU' if s.kind == 'cuda' else 'index'} {s.index}",
+                          "module_id": s.module_id, "index": s.index,
+                          "power_w": _clean(s.power_w), "utilization": _clean(s.utilization),
+                          "memory_used_mib": _clean(s.memory_used_mib),
+                          "memory_total_mib": _clean(s.memory_total_mib),
+                          "temperature_c": _clean(s.temperature_c)})
+        if not cards:
+            return
+        with self._lock:
+            self.accounts.add(t, cards)
+        self._write({"t": round(t, 3), "source": self.source, "cards": cards})
+
+    # -- hl-smi / nvidia-smi --------------------------------------------------------------------------
+
+    @staticmethod
+    def _hlsmi_parser(stream: hlsmi.CsvStream) -> Callable[[str], tuple[list[DeviceSample] | None, bool]]:
+        def feed(line: str) -> tuple[list[DeviceSample] | None, bool]:
+            # Before the card set is known, a snapshot ends only when the next period's first row
+            # comes (the index wraps); after, on its own last row.
+            by_wrap = stream.known is None
+            return stream.feed_line(line), by_wrap
+        return feed
+
+    @staticmethod
+    def _nvidia_parser() -> Callable[[str], tuple[list[DeviceSample] | None, bool]]:
+        from gaudi_gui.core import host
+        pending: dict[int, DeviceSample] = {}
+
+        def feed(line: str) -> tuple[list[DeviceSample] | None, bool]:
+            found = host.parse_nvidia(line)
+            if not found:
+                return None, True
+            sample = found[0]
+            done = None
+            if sample.index in pending:  # the index wrapped: one loop period is whole
+                done = sorted(pending.values(), key=lambda s: s.index)
+                pending.clear()
+            pending[sample.index] = sample
+            return done, True
+        return feed
+
+    def _run_tool(self) -> None:
+        while not self._stop.is_set():
+            try:
+                proc = subprocess.Popen(self._program, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                        stdin=subprocess.DEVNULL, text=True, errors="replace", bufsize=1,
+                                        env=self.env, start_new_session=True, close_fds=True)
+            except OSError as exc:
+                self.errors.append(f"cannot start {self._program[0]}: {exc}")
+                return
+            self._proc = proc
+            if self._stop.is_set():  # stop() came while it started: it may have missed this child
+                self._end_child()
+            assert proc.stdout is not None
+            with proc.stdout:
+                self._read(proc.stdout)
+            self._end_child()  # EOF: it ended or closed its output; its helpers go too, then it is reaped
+            if self._stop.is_set():
+                return
+            self.restarts += 1
+            self._stop.wait(RESTART_S)
+
+    def _read(self, stdout: IO[str]) -> None:
+        parse = self._parse
+        assert parse is not None
+        last_line_t = self.clock()
+        for line in stdout:
+            now = self.clock()
+            snapshot, by_wrap = parse(line)
+            if snapshot:
+                # A snapshot ended by the next period's first row is stamped with its own last row.
+                self.take(last_line_t if by_wrap else now, snapshot)
+            last_line_t = now
+
+    # -- RAPL -----------------------------------------------------------------------------------------
+
+    def _run_rapl(self) -> None:
+        self._rapl_prev: dict[Path, int] = {}
+        self._rapl_t = 0.0
+        self._sample_rapl()
+        while not self._stop.wait(self.interval_s):
+            self._sample_rapl()
+
+    def _sample_rapl(self) -> None:
+        prev: dict[Path, int] = getattr(self, "_rapl_prev", {})
+        now = self.clock()
+        delta_uj, values = 0, {}
+        for zone, wrap in rapl_zones():
+            try:
+                value = int((zone / "energy_uj").read_text().strip())
+            except (OSError, ValueError):
+                continue
+            values[zone] = value
+            if zone in prev:
+                step = value - prev[zone]
+                if step < 0 and wrap:  # the counter wrapped at max_energy_range_uj
+                    step += wrap + 1
+                delta_uj += max(0, step)  # a wrap of unknown range: that second is lost, not negative
+        first = not prev
+        self._rapl_prev = values
+        watts = None
+        if not first and now > self._rapl_t:
+            watts = delta_uj / 1e6 / (now - self._rapl_t)
+        self._rapl_t = now
+        with self._lock:
+            self._rapl_energy_uj += delta_uj
+            self.accounts.add(now, [{"name": "CPU package", "power_w": watts}] if not first else [])
+        record: dict[str, Any] = {"t": round(now, 3), "source": "rapl",
+                                  "energy_uj": {z.name: v for z, v in values.items()}}
+        if watts is not None:
+            record["power_w"] = round(watts, 3)
+        self._write(record)
+
+
+def _clean(value: float | None) -> float | None:
+    v = _finite(value)
+    return None if v is None else round(v, 3)
+
+
+__all__ = ["GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME", "NOT_MEASURED", "RAPL_ROOT", "SOURCE_HLSMI",
+           "SOURCE_NVIDIA", "SOURCE_RAPL", "SUMMARY_NAME", "Accounts", "CardAccount", "Meter",
+           "PowerIntegrator", "describe", "parse_ids", "rapl_root", "rapl_zones", "read_summary",
+           "recorded_cards", "summarize"]
