@@ -168,9 +168,18 @@ def write_generated_config(launch: Launch) -> None:
         fh.write(json.dumps(launch.generated_config, indent=2))
 
 
+#: The learning rate of a LoRA/QLoRA run whose job sets none.
+LORA_LEARNING_RATE = 2e-4
+
+
 def worker_training_args(job: JobConfig, device: str) -> dict[str, Any]:
     """Training arguments as the worker will use them: the job's, plus what the device implies."""
     args = dict(job.training_args)
+    if job.method in ("lora", "qlora"):
+        # TrainingArguments' 5e-5 is a full fine-tune's rate: LoRA's few parameters need about ten
+        # times more (PEFT's and the QLoRA paper's 2e-4). At 5e-5 the demo LoRA run changed nothing
+        # measurable (perplexity 8.61 -> 8.56, the same answers); a rate the user set is kept.
+        args.setdefault("learning_rate", LORA_LEARNING_RATE)
     nproc = max(1, job.launch.num_processes) * max(1, job.launch.num_machines)
     if device == "cpu":
         args.setdefault("use_cpu", True)

@@ -74,3 +74,15 @@ def test_a_users_accelerate_config_keeps_its_distributed_type(tmp_path) -> None:
         assert "--multi_gpu" not in argv and "--cpu" not in argv
         assert argv[argv.index("--num_processes") + 1] == "2"
         assert argv[argv.index("--config_file") + 1] == str(tmp_path / "fsdp.yaml")
+
+
+def test_lora_without_a_learning_rate_gets_loras_and_a_set_one_is_kept() -> None:
+    """Issue 25, item 17: at TrainingArguments' 5e-5 the demo LoRA run changed nothing measurable."""
+    from gaudi_gui.core.jobconfig import JobConfig
+    from gaudi_gui.core.launch import LORA_LEARNING_RATE, worker_training_args
+
+    assert worker_training_args(JobConfig(method="lora"), "cpu")["learning_rate"] == LORA_LEARNING_RATE == 2e-4
+    assert worker_training_args(JobConfig(method="qlora"), "cpu")["learning_rate"] == 2e-4
+    assert "learning_rate" not in worker_training_args(JobConfig(method="full"), "cpu")
+    set_rate = JobConfig(method="lora", training_args={"learning_rate": 1e-5})
+    assert worker_training_args(set_rate, "cpu")["learning_rate"] == 1e-5
