@@ -81,7 +81,8 @@ def test_lora_without_a_learning_rate_gets_loras_and_a_set_one_is_kept() -> None
     from gaudi_gui.core.jobconfig import JobConfig
     from gaudi_gui.core.launch import LORA_LEARNING_RATE, worker_training_args
 
-    assert worker_training_args(JobConfig(method="lora"), "cpu")["learning_rate"] == LORA_LEARNING_RATE == 2e-4
+    assert LORA_LEARNING_RATE == 2e-4
+    assert worker_training_args(JobConfig(method="lora"), "cpu")["learning_rate"] == LORA_LEARNING_RATE
     assert worker_training_args(JobConfig(method="qlora"), "cpu")["learning_rate"] == 2e-4
     assert "learning_rate" not in worker_training_args(JobConfig(method="full"), "cpu")
     set_rate = JobConfig(method="lora", training_args={"learning_rate": 1e-5})
