@@ -163,6 +163,7 @@ def make_callbacks(started: float) -> list[Any]:
             self.train_t0 = 0.0
             self.first_step = 0
             self.last_loss: float | None = None
+            self.memory_said = False
 
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.train_t0 = time.time()
@@ -186,6 +187,8 @@ def make_callbacks(started: float) -> list[Any]:
                 "loss": num("loss"), "learning_rate": num("learning_rate"), "epoch": num("epoch"),
                 "grad_norm": num("grad_norm"), "elapsed": round(elapsed, 3),
                 "throughput": round(steps / elapsed, 4) if elapsed > 0 else None}
+            record.update(self.speeds(args, state, steps, elapsed, num("num_tokens")))
+            record.update(self.memory(args))
             eval_loss = num("eval_loss")
             if eval_loss is not None:
                 import math
@@ -198,6 +201,53 @@ def make_callbacks(started: float) -> list[Any]:
             if record["loss"] is not None:
                 self.last_loss = record["loss"]
             emit("metrics", **record)
+
+        @staticmethod
+        def speeds(args: Any, state: Any, steps: int, elapsed: float, tokens: float | None) -> dict[str, Any]:
+            """samples/s and tokens/s since training began (this session), beside steps/s.
+
+            Tokens: TRL's own count of trained tokens ("num_tokens" in its logs, all ranks, padding
+            excluded), else the Trainer's ``num_input_tokens_seen`` when the job asked for it: no
+            extra per-step gather is added for it."""
+            if elapsed <= 0:
+                return {"samples_per_second": None, "tokens_per_second": None}
+            batch = (int(args.per_device_train_batch_size) * int(args.gradient_accumulation_steps)
+                     * max(1, int(args.world_size)))
+            seen = getattr(state, "num_input_tokens_seen", None)
+            if tokens is None and seen:
+                tokens = float(seen)
+            return {"samples_per_second": round(steps * batch / elapsed, 4),
+                    "tokens_per_second": round(tokens / elapsed, 2) if tokens else None,
+                    "tokens_seen": int(tokens) if tokens else None}
+
+        def memory(self, args: Any) -> dict[str, Any]:
+            """The device memory the rank's allocator really holds (hl-smi reads the whole pool, "full"
+            whatever the batch): torch.hpu.memory_stats() / torch.cuda; nothing on the CPU."""
+            kind = getattr(args.device, "type", str(args.device))
+            mib = 1 << 20
+            try:
+                import torch
+                if kind == "hpu":
+                    stats = torch.hpu.memory_stats()  # type: ignore[attr-defined]
+                    return {"memory_source": "torch.hpu.memory_stats",
+                            "memory_in_use_mib": round(stats.get("InUse", 0) / mib, 1),
+                            "memory_peak_mib": round(stats.get("MaxInUse", 0) / mib, 1),
+                            "memory_limit_mib": round(stats.get("Limit", 0) / mib, 1) or None}
+                if kind == "cuda":
+                    total = torch.cuda.get_device_properties(args.device).total_memory
+                    return {"memory_source": "torch.cuda",
+                            "memory_in_use_mib": round(torch.cuda.memory_allocated(args.device) / mib, 1),
+                            "memory_peak_mib": round(torch.cuda.max_memory_allocated(args.device) / mib, 1),
+                            "memory_limit_mib": round(total / mib, 1)}
+            except Exception as exc:  # a reading must never stop training
+                if not self.memory_said:
+                    self.memory_said = True
+                    say(f"device memory: cannot read it on {kind}: {exc}")
+                return {}
+            if not self.memory_said:
+                self.memory_said = True
+                say(f"device memory: not measured on {kind} (torch has no device memory to report there)")
+            return {}
 
     class StopCallback(TrainerCallback):
         """Turns a stop request into a checkpoint at the end of the current step, on every rank."""
