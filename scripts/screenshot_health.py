@@ -1,8 +1,9 @@
-"""Offscreen screenshots of the health screens on the fake hl-smi's sick 8-card server (card 1 ports
-down, card 2 double-bit ECC with a pending row replacement, card 3 at 0 C, card 5 in power slowdown,
-card 6 held by pid 4242), made by clicking: the Devices tab's health badge once the doctor answered,
-then the Health view it opens; and the Training tab's start gate refusing a Start on cards 2,6.
-``python scripts/screenshot_health.py [OUT_DIR]`` (default docs/screens)."""
+"""Offscreen screenshots of the health screens on the fake hl-smi's sick 8-card server (module 1 ports
+down, module 2 double-bit ECC with a pending row replacement, module 3 at 0 C, module 5 in power
+slowdown, module 6 held by pid 4242), made by clicking: the Devices tab once the doctor answered (each
+row's health, "healthy and free", the picker), the Health view its badge opens, and the Hosts tab.
+``python scripts/screenshot_health.py [OUT_DIR] [WIDTHxHEIGHT]`` (default docs/screens 1280x800):
+devices-sick-WxH.png, health-view-WxH.png, hosts-sick-WxH.png."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ sys.path.insert(0, str(ROOT))
 
 def main() -> int:
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "docs/screens")
+    size = sys.argv[2] if len(sys.argv) > 2 else "1280x800"
+    width, height = (int(n) for n in size.split("x"))
     out.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix="gaudi-gui-shot-health-"))
     from tests.helpers import sick_server_env
@@ -35,7 +38,7 @@ def main() -> int:
     from PySide6.QtTest import QTest
 
     from scripts.shot import open_window, wait_until
-    app, services, window = open_window(0, 1280, 800)
+    app, services, window = open_window(0, width, height)
     assert services.health is not None
     services.health.start()
     services.poller.start()
@@ -43,18 +46,25 @@ def main() -> int:
     wait_until(app, lambda: services.health.health("local") is not None, 60)  # type: ignore[union-attr]
     badge = tab.health_badge
     wait_until(app, lambda: "Health:" in badge.text() and "not checked" not in badge.text(), 10)
-    for _ in range(20):
-        app.processEvents()
-        time.sleep(0.05)
-    window.grab().save(str(out / "health-badge-devices-1280x800.png"))
+    wait_until(app, lambda: tab.usable_label.text().startswith("Healthy and free"), 10)
+
+    def settle() -> None:
+        for _ in range(20):
+            app.processEvents()
+            time.sleep(0.05)
+
+    settle()
+    window.grab().save(str(out / f"devices-sick-{size}.png"))
     QTest.mouseClick(badge, Qt.MouseButton.LeftButton, Qt.KeyboardModifier.NoModifier, QPoint(5, 5))
     wait_until(app, lambda: window.health_view is not None and window.health_view.isVisible(), 10)
-    for _ in range(20):
-        app.processEvents()
-        time.sleep(0.05)
-    window.grab().save(str(out / "health-view-1280x800.png"))
-    print(out / "health-badge-devices-1280x800.png")
-    print(out / "health-view-1280x800.png")
+    settle()
+    window.grab().save(str(out / f"health-view-{size}.png"))
+    window.tabs.setCurrentWidget(window.hosts_tab)
+    wait_until(app, lambda: window.hosts_tab._items["local"].childCount() == 8, 10)
+    settle()
+    window.grab().save(str(out / f"hosts-sick-{size}.png"))
+    for name in ("devices-sick", "health-view", "hosts-sick"):
+        print(out / f"{name}-{size}.png")
     window.close()
     from scripts.shot import run
     app.quit()

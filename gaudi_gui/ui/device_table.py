@@ -82,6 +82,9 @@ class DeviceTable(QTableWidget):
         self.setColumnWidth(_COL["Health"], HEALTH_WIDTH)
         header.setStretchLastSection(True)
         self.setTextElideMode(Qt.TextElideMode.ElideRight)
+        # One line per card: a long health text is elided (its tooltip has all of it), so that every
+        # row keeps the height the table was sized for.
+        self.setWordWrap(False)
         self._keys: list[str] = []
         self._ids: list[int] = []
         self._bars: list[QProgressBar] = []
@@ -245,8 +248,9 @@ class DeviceTable(QTableWidget):
             "warning" if live else "")
         holders = ", ".join(f"pid {p.pid}" + (f" ({p.name})" if p.name else "") for p in s.processes[:3])
         if doctor is not None and doctor.severity != "ok":
-            if doctor.text not in parts:
-                parts.append(doctor.text)
+            # The doctor's word first; a live warning that says the same (0 C) is not said twice.
+            said = doctor.text.lower()
+            parts = [doctor.text, *[w for w in live if not ("0 c" in w.lower() and "0 c" in said)]]
             severity = "error" if "error" in (severity, doctor.severity) else "warning"
         elif s.processes:
             parts.append(f"in use by {holders}")

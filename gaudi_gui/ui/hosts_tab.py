@@ -327,6 +327,7 @@ class HostsTab(QWidget):
         item.setForeground(HEALTH, QBrush({"error": _BAD, "warning": _WARN}[worst])
                            if worst in ("error", "warning") else QBrush())
         item.setToolTip(HEALTH, "click to open the Health view")
+        self.tree.resizeColumnToContents(HEALTH)
 
     def _on_health_checking(self, name: str, _checking: bool) -> None:
         self._show_health(name)
@@ -424,7 +425,9 @@ class HostsTab(QWidget):
             temps = [s.temperature_c for s in cards if s.temperature_c is not None]
             power = [s.power_w for s in cards if s.power_w is not None]
             count = f"{len(cards)} cards" + (f", {usable} healthy and free" if found is not None else "")
-            item.setText(NAME, f"{label}  ·  {count}")
+            if item.text(NAME) != f"{label}  ·  {count}":
+                item.setText(NAME, f"{label}  ·  {count}")
+                self._fit_columns()  # the host's line changes with the doctor's report, not per sample
             item.setText(UTIL, _num(sum(utils) / len(utils)) if utils else "—")
             item.setText(MEMORY, f"{used / 1024:.1f} / {total / 1024:.0f} GiB" if total else "—")
             item.setText(TEMP, f"max {_num(max(temps))}" if temps else "—")
