@@ -39,7 +39,8 @@ from PySide6.QtWidgets import (
 
 if TYPE_CHECKING:
     from gaudi_gui.core.health import Finding
-    from gaudi_gui.services.health import HealthService
+from gaudi_gui.services.health import HealthService
+from gaudi_gui.ui.flow_layout import FlowLayout
 
 COLUMNS = ("Severity", "Card", "Check", "Seen", "Fix")
 SEVERITY, CARD, CHECK, SEEN, FIX = range(len(COLUMNS))
@@ -155,14 +156,16 @@ class HealthView(QWidget):
         top.addWidget(QLabel("Host:", self))
         top.addWidget(self.host_combo)
         top.addWidget(self.status_label, 1)
-        top.addWidget(self.show_ok)
-        top.addWidget(self.refresh_button)
-        top.addWidget(self.copy_button)
-        top.addWidget(self.copy_report_button)
-        top.addWidget(self.report_button)
-        top.addWidget(self.notify_box)
+        # The actions wrap onto more rows in a narrow dock (Serve and Health sharing the right-hand
+        # side of a small screen) instead of holding the window wider than the screen.
+        actions = QWidget(self)
+        flow = FlowLayout(actions)
+        for widget in (self.show_ok, self.refresh_button, self.copy_button, self.copy_report_button,
+                       self.report_button, self.notify_box):
+            flow.addWidget(widget)
         layout = QVBoxLayout(self)
         layout.addLayout(top)
+        layout.addWidget(actions)
         layout.addWidget(self.usable_label)
         layout.addWidget(self.alerts_label)
         layout.addWidget(self.table, 1)

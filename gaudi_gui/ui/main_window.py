@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, cast
 # methods that show them.
 from PySide6.QtCore import QEvent, QObject, QTimer, Signal
 from PySide6.QtGui import QAction, QCloseEvent, QKeySequence
-from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QWidget
+from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QTabWidget, QWidget
 
 from gaudi_gui import __version__
 from gaudi_gui.services.context import AppServices
@@ -33,6 +33,10 @@ _TABS = (("devices_tab", "&Devices"), ("runner_tab", "&Model runner"), ("trainin
 #: How long "Stop and quit" waits for jobs to end before it gives up waiting and closes anyway
 #: (the jobs' own escalation to SIGKILL still runs; this only bounds how long the window stays).
 STOP_WAIT_MS = 60_000
+
+
+#: Below this window height, Serve and Health share the right-hand dock area as tabs.
+SHARED_DOCKS_BELOW_PX = 900
 
 
 class MainWindow(QMainWindow):
@@ -82,10 +86,10 @@ class MainWindow(QMainWindow):
         self._shut_down = False
         #: The Health view, in a dock made the first time it is asked for (see ``show_health``).
         self.health_view: HealthView | None = None
-        self._health_dock: QWidget | None = None
+        self._health_dock: QDockWidget | None = None
         #: The Serve panel, in a dock made the first time it is asked for (``show_serve``, Ctrl+Shift+S).
         self.serve_panel: ServePanel | None = None
-        self._serve_dock: QWidget | None = None
+        self._serve_dock: QDockWidget | None = None
         self._health_bound = False
         self._bind_health()
         self._restore()
@@ -251,7 +255,6 @@ class MainWindow(QMainWindow):
             return None
         if self._health_dock is None:
             from PySide6.QtCore import Qt
-            from PySide6.QtWidgets import QDockWidget
 
             from gaudi_gui.ui.health_view import HealthView
 
@@ -267,6 +270,7 @@ class MainWindow(QMainWindow):
         assert view is not None and self._health_dock is not None
         view.show_host(host)
         self._health_dock.show()
+        self._share_small_screen()
         self._health_dock.raise_()
         if health.health(host) is None and not health.is_checking(host):
             health.refresh(host)
@@ -279,7 +283,6 @@ class MainWindow(QMainWindow):
         self._ensure_services()
         if self.serve_panel is None:
             from PySide6.QtCore import Qt
-            from PySide6.QtWidgets import QDockWidget
 
             from gaudi_gui.ui.serve_panel import ServePanel
 
@@ -306,8 +309,26 @@ class MainWindow(QMainWindow):
             self._serve_dock = dock
         assert self._serve_dock is not None
         self._serve_dock.show()
+        self._share_small_screen()
         self._serve_dock.raise_()
         return self.serve_panel
+
+    def _share_small_screen(self) -> None:
+        """Serve and Health both open in a window under 900 px tall: Health beside the tabs at the
+        bottom left the runner's transcript about four lines and the Training tab's buttons hidden, so
+        the two docks share the right-hand area as tabs (each a click away, the tabs their full
+        height). A taller window keeps Health below, as the user may have arranged it."""
+        from PySide6.QtCore import Qt
+
+        serve, health = self._serve_dock, self._health_dock
+        if serve is None or health is None or not (serve.isVisible() and health.isVisible()):
+            return
+        if self.height() >= SHARED_DOCKS_BELOW_PX or health.isFloating() or serve.isFloating():
+            return
+        if health in self.tabifiedDockWidgets(serve):
+            return
+        self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, health)
+        self.tabifyDockWidget(serve, health)
 
     # -- status ---------------------------------------------------------------------------------------
 

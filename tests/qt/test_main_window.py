@@ -220,6 +220,40 @@ def test_the_serve_dock_fits_a_small_screen(qtbot, window: MainWindow, size: tup
     assert window.runner_tab.view.width() >= 250 and panel.width() >= 250
 
 
+
+@pytest.mark.parametrize("size", [(1280, 800), (1024, 700)])
+def test_serve_and_health_share_a_small_screen(qtbot, window: MainWindow, size: tuple[int, int]) -> None:
+    """Issue 25, item 16: with Serve and Health open, Health below took ~45 % of the height (the
+    runner's transcript shrank to ~4 lines, the Training tab's Start was hidden at 1024x700), and a
+    wide Health row could hold the window wider than the screen. On a window under 900 px tall the
+    two docks share the right-hand side as tabs, Health's actions wrap, and the window keeps its size."""
+    from PySide6.QtCore import Qt
+
+    width, height = size
+    window.resize(width, height)
+    window.ensure_tabs()
+    window.activateWindow()
+    bar = window.tabs.tabBar()
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(1).center())
+    qtbot.waitUntil(lambda: window.tabs.currentWidget() is window.runner_tab, timeout=3000)
+    _click_menu_item(qtbot, window, "View", "Serve")
+    qtbot.waitUntil(lambda: window.serve_panel is not None and window.serve_panel.isVisible(), timeout=5000)
+    _click_menu_item(qtbot, window, "View", "Health")
+    qtbot.waitUntil(lambda: window.health_view is not None and window.health_view.isVisible(), timeout=5000)
+    qtbot.wait(50)  # the layouts settle
+    assert window.width() <= width and window.height() <= height, (window.size(), window.minimumSizeHint())
+    from PySide6.QtWidgets import QDockWidget
+    serve_dock = window.findChild(QDockWidget, "serve_dock")
+    assert isinstance(serve_dock, QDockWidget)
+    assert [d.objectName() for d in window.tabifiedDockWidgets(serve_dock)] == ["health_dock"]
+    # The transcript keeps most of the window's height, not four lines.
+    assert window.runner_tab.view.height() >= height * 0.3, window.runner_tab.view.height()
+    # The Training tab's Start stays in view.
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(2).center())
+    qtbot.waitUntil(lambda: window.tabs.currentWidget() is window.training_tab, timeout=3000)
+    qtbot.wait(50)
+    assert not window.training_tab.btn["Start"].visibleRegion().isEmpty()
+
 @pytest.mark.usefixtures("demo_model")
 def test_closing_with_serve_running_names_it_and_ends_it(qtbot, window: MainWindow) -> None:
     """Issue 25, item 15: closing the window while Serve runs asked nothing and killed it. Now the
