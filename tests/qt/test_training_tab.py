@@ -422,6 +422,7 @@ def test_ticked_cards_on_a_cpu_machine_are_said_ignored_and_not_charted(qtbot, f
     with qtbot.waitSignal(tab.job.finished, timeout=180000):
         pass
     store = services.poller.history_store
-    cards = {store.label(k) for k in store.keys() if not k.startswith("host")}
+    keys: list[str] = store.keys()  # the history store's series, not a dict
+    cards = {store.label(k) for k in keys if not k.startswith("host")}
     assert cards and not set(tab.chart._device_curves) & cards
     window.close()
