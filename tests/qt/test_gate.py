@@ -97,7 +97,8 @@ def test_start_refused_on_a_held_card_then_runs_on_free_ones(qtbot: QtBot, gate_
         AppServices, TrainingTab, DevicesTab], tmp_path: Path) -> None:
     services, tab, devices = gate_tabs
     assert services.training is not None
-    set_arg(tab, "output_dir", str(tmp_path / "out"))
+    # No output_dir: each of the two runs gets a folder of its own (a second run into the first
+    # one's folder is refused at the field).
     set_arg(tab, "max_steps", "1")
     set_arg(tab, "save_steps", "100")
 
