@@ -125,7 +125,6 @@ def install_stop_handlers() -> None:
 
 def record_rank(run_dir: Path) -> None:
     """``ranks/rank-N.json``: this process, named by pid and create time, for an exact Stop."""
-    import json
 
     import psutil
     folder = run_dir / "ranks"
@@ -133,12 +132,8 @@ def record_rank(run_dir: Path) -> None:
     me = psutil.Process()
     data = {"rank": RANK, "local_rank": LOCAL_RANK, "world_size": WORLD, "pid": me.pid,
             "create_time": me.create_time(), "host": socket.gethostname(), "started": time.time()}
-    path = folder / f"rank-{RANK}.json"
-    tmp = folder / f".rank-{RANK}.json.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        json.dump(data, fh)
-    os.replace(tmp, path)
+    from gaudi_gui.core import atomic
+    atomic.write_json(folder / f"rank-{RANK}.json", data, indent=None, fsync=False)
 
 
 def check_output_dir(output_dir: str) -> None:
