@@ -76,6 +76,14 @@ def _gib(mib: float | None) -> str:
     return "?" if mib is None else f"{mib / 1024:.1f}"
 
 
+#: The state panel: an error (hl-smi failed, a named hl-smi missing) and plain information (no
+#: Gaudi software on a CPU or CUDA machine, the normal case there).
+STATE_PANEL_ERROR = ("#devicesStatePanel { background: #fdecea; border: 1px solid #e0a0a0; "
+                     "border-radius: 4px; }")
+STATE_PANEL_INFO = ("#devicesStatePanel { background: #eef3f8; border: 1px solid #c5d3e0; "
+                    "border-radius: 4px; }")
+
+
 class DevicesTab(QWidget):
     def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -86,8 +94,7 @@ class DevicesTab(QWidget):
 
         self.state_panel = QFrame(self)
         self.state_panel.setObjectName("devicesStatePanel")
-        self.state_panel.setStyleSheet(
-            "#devicesStatePanel { background: #fdecea; border: 1px solid #e0a0a0; border-radius: 4px; }")
+        self.state_panel.setStyleSheet(STATE_PANEL_ERROR)
         self.state_title = QLabel(self.state_panel)
         self.state_title.setStyleSheet("font-weight: bold;")
         self.state_text = QLabel(self.state_panel)
@@ -167,10 +174,11 @@ class DevicesTab(QWidget):
         self.pick_button.clicked.connect(lambda: self.pick_healthy_free())  # noqa: PLW0108
         usable_row = QHBoxLayout()
         usable_row.addWidget(self.usable_label, 1)
-        usable_row.addWidget(QLabel("for", self))
+        pick_for = QLabel("for", self)
+        usable_row.addWidget(pick_for)
         usable_row.addWidget(self.pick_size)
         usable_row.addWidget(self.pick_button)
-        self._usable_widgets = [self.usable_label, self.pick_size, self.pick_button]
+        self._usable_widgets = [self.usable_label, pick_for, self.pick_size, self.pick_button]
 
         self.charts = DeviceCharts(self)
         self.charts.set_window(WINDOWS[index][1])
@@ -344,6 +352,16 @@ class DevicesTab(QWidget):
         for line in [*message.splitlines(), fallback]:
             if line.strip() and line not in lines:
                 lines.append(line)
+        normal = state == dp.STATE_ABSENT and self.poller.host is None
+        if normal:
+            # No hl-smi on this machine and none named: the normal case of a CPU or CUDA machine
+            # (README), said calmly — no error colour, no command line, nothing to retry.
+            title = "No Gaudi software on this machine"
+            lines = [fallback or "Showing the host.",
+                     "On a Gaudi server, hl-smi comes with Intel's driver package "
+                     "(habanalabs-firmware-tools); GAUDI_GUI_HL_SMI names one installed elsewhere."]
+        self.state_panel.setStyleSheet(STATE_PANEL_INFO if normal else STATE_PANEL_ERROR)
+        self.retry_button.setVisible(not normal)
         self.state_title.setText(title)
         self.state_text.setText("\n".join(lines))
         self.state_panel.setVisible(True)
