@@ -23,6 +23,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from gaudi_gui.core.devices import card_detail, card_name, cards_name
+
+# The hl-smi parsers live with the others in core/hlsmi (one module reads every hl-smi output).
+from gaudi_gui.core.hlsmi import parse_links, parse_processes, parse_query
 from gaudi_gui.core.visibility import SUPPORTED_GROUPS, format_ids
 
 Severity = Literal["ok", "warning", "error"]
@@ -358,106 +361,7 @@ def gate(report: Report, modules: Sequence[int] | None, *, multi_node: bool) -> 
 # --------------------------------------------------------------------------------------------------
 
 
-_CARD_HEAD = re.compile(r"^\s*\[(\d+)\]\s+AIP\s+\((accel\d+)\)\s+(\S+)")
-_KV = re.compile(r"^(\s*)(.*?)\s*:\s*(.*?)\s*$")
 _VERSION = re.compile(r"(\d+\.\d+\.\d+)")
-
-
-def _norm(key: str) -> str:
-    # "[ 3] On Chip 2" -> "On Chip 2"; keys compared case-insensitively across hl-smi releases.
-    return re.sub(r"^\[\s*\d+\]\s*", "", key).strip().lower()
-
-
-def parse_query(text: str) -> tuple[dict[str, str], list[dict[str, str]]]:
-    """``hl-smi -q`` (or ``-L -i BUS`` on older releases): (header fields, one dict per card).
-
-    Each card dict maps a lower-cased path of section names joined with "/" to the value, e.g.
-    "replaced rows/double bit ecc" -> "0", "aip link info/link speed/max" -> "16GT/s", plus
-    "_index", "_accel" and "_bus_id" from the card's heading line. Indentation gives the nesting, so a
-    release that adds, drops or reorders lines still parses.
-    """
-    header: dict[str, str] = {}
-    cards: list[dict[str, str]] = []
-    card: dict[str, str] | None = None
-    stack: list[tuple[int, str]] = []  # (indent, section name)
-    last_key: tuple[int, str] | None = None
-    for raw in text.replace("\t", "        ").splitlines():
-        if not raw.strip() or raw.lstrip().startswith("#") or raw.strip().startswith("="):
-            continue
-        head = _CARD_HEAD.match(raw)
-        if head:
-            card = {"_index": head.group(1), "_accel": head.group(2), "_bus_id": head.group(3)}
-            cards.append(card)
-            stack, last_key = [], None
-            continue
-        indent = len(raw) - len(raw.lstrip())
-        stripped = raw.strip()
-        if stripped.startswith(":") and last_key is not None:
-            # "Thermal Slowdown" on one line and ": Not Active" on the next (hl-smi 1.12).
-            target = card if card is not None else header
-            target[last_key[1]] = stripped[1:].strip()
-            continue
-        while stack and stack[-1][0] >= indent:
-            stack.pop()
-        m = _KV.match(raw) if ":" in stripped else None
-        path = "/".join([s for _, s in stack])
-        if m is None or (m.group(3) == "" and card is not None):
-            name = _norm(stripped.rstrip(":"))
-            key = f"{path}/{name}" if path else name
-            stack.append((indent, name))
-            last_key = (indent, key)
-            continue
-        name = _norm(m.group(2))
-        key = f"{path}/{name}" if path else name
-        (card if card is not None else header)[key] = m.group(3)
-        last_key = None
-    return header, cards
-
-
-def parse_links(text: str) -> dict[int, bool]:
-    """``hl-smi -n link -i BUS``: {port: up}; unparsable lines are ignored (an empty dict: unknown)."""
-    ports: dict[int, bool] = {}
-    for m in re.finditer(r"port\s*(\d+)\s*:\s*(UP|DOWN)", text, flags=re.IGNORECASE):
-        ports[int(m.group(1))] = m.group(2).upper() == "UP"
-    return ports
-
-
-def parse_processes(text: str) -> dict[int, list[tuple[int | None, str]]]:
-    """hl-smi's own process list: {AIP index: [(pid or None when hl-smi cannot see it, name)]}.
-
-    The per-card "Compute Processes" section of hl-smi's summary (the only place hl-smi lists pids;
-    the recorded ``-q`` / ``-L`` outputs have no process section). Columns are found by their header
-    names ("AIP", "PID", "Type", "Process name", "Usage"), so a release that pads or reorders them
-    still parses; idle rows ("N/A") and lines that are not rows are left out. An empty dict means
-    nothing is listed (or the section is missing): the /proc scan still runs beside it."""
-    out: dict[int, list[tuple[int | None, str]]] = {}
-    columns: list[str] | None = None
-    for raw in text.splitlines():
-        line = raw.strip().strip("|").strip()
-        if columns is None:
-            if re.match(r"AIP\b", line) and re.search(r"\bPID\b", line):
-                # "Process name" is one column: join it before splitting on runs of spaces.
-                columns = [c.lower() for c in re.sub(r"(?i)process\s+name", "process_name", line).split()]
-            continue
-        if not line or line.startswith(("=", "-", "+")):
-            if line.startswith("+"):
-                break
-            continue
-        parts = line.split()
-        if len(parts) < len(columns) or not parts[0].isdigit():
-            continue
-        # The name may hold spaces: it takes every token between the columns before and after it.
-        n_after = len(columns) - columns.index("process_name") - 1 if "process_name" in columns else 0
-        before = columns.index("process_name") if "process_name" in columns else len(columns)
-        row = dict(zip(columns[:before], parts[:before], strict=True))
-        name = " ".join(parts[before:len(parts) - n_after]) if "process_name" in columns else ""
-        pid_text = row.get("pid", "N/A")
-        if pid_text.upper() == "N/A" and name.upper() in ("N/A", ""):
-            continue  # an idle card
-        aip = int(row.get("aip", parts[0]))
-        out.setdefault(aip, []).append((int(pid_text) if pid_text.isdigit() else None,
-                                        "" if name.upper() == "N/A" else name))
-    return out
 
 
 def _card_ids(card: dict[str, str]) -> tuple[int, int]:

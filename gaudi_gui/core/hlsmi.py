@@ -281,11 +281,140 @@ class TableResult:
     errors: list[str] = field(default_factory=list)
 
 
+# -- hl-smi -q, -n link and the process table (the doctor's reads) -------------------------------
+
+
+@dataclass(frozen=True)
+class ProcessRow:
+    """One row of hl-smi's process table."""
+
+    aip: int
+    #: None: hl-smi lists a process it cannot name a pid for (another container's).
+    pid: int | None
+    kind: str
+    name: str
+    memory_mib: float | None
+
+
+_CARD_HEAD = re.compile(r"^\s*\[(\d+)\]\s+AIP\s+\((accel\d+)\)\s+(\S+)")
+_KV = re.compile(r"^(\s*)(.*?)\s*:\s*(.*?)\s*$")
+
+
+def _norm(key: str) -> str:
+    # "[ 3] On Chip 2" -> "On Chip 2"; keys compared case-insensitively across hl-smi releases.
+    return re.sub(r"^\[\s*\d+\]\s*", "", key).strip().lower()
+
+
+def parse_query(text: str) -> tuple[dict[str, str], list[dict[str, str]]]:
+    """``hl-smi -q`` (or ``-L -i BUS`` on older releases): (header fields, one dict per card).
+
+    Each card dict maps a lower-cased path of section names joined with "/" to the value, e.g.
+    "replaced rows/double bit ecc" -> "0", "aip link info/link speed/max" -> "16GT/s", plus
+    "_index", "_accel" and "_bus_id" from the card's heading line. Indentation gives the nesting, so a
+    release that adds, drops or reorders lines still parses.
+    """
+    header: dict[str, str] = {}
+    cards: list[dict[str, str]] = []
+    card: dict[str, str] | None = None
+    stack: list[tuple[int, str]] = []  # (indent, section name)
+    last_key: tuple[int, str] | None = None
+    for raw in text.replace("\t", "        ").splitlines():
+        if not raw.strip() or raw.lstrip().startswith("#") or raw.strip().startswith("="):
+            continue
+        head = _CARD_HEAD.match(raw)
+        if head:
+            card = {"_index": head.group(1), "_accel": head.group(2), "_bus_id": head.group(3)}
+            cards.append(card)
+            stack, last_key = [], None
+            continue
+        indent = len(raw) - len(raw.lstrip())
+        stripped = raw.strip()
+        if stripped.startswith(":") and last_key is not None:
+            # "Thermal Slowdown" on one line and ": Not Active" on the next (hl-smi 1.12).
+            target = card if card is not None else header
+            target[last_key[1]] = stripped[1:].strip()
+            continue
+        while stack and stack[-1][0] >= indent:
+            stack.pop()
+        m = _KV.match(raw) if ":" in stripped else None
+        path = "/".join([s for _, s in stack])
+        if m is None or (m.group(3) == "" and card is not None):
+            name = _norm(stripped.rstrip(":"))
+            key = f"{path}/{name}" if path else name
+            stack.append((indent, name))
+            last_key = (indent, key)
+            continue
+        name = _norm(m.group(2))
+        key = f"{path}/{name}" if path else name
+        (card if card is not None else header)[key] = m.group(3)
+        last_key = None
+    return header, cards
+
+
+def parse_links(text: str) -> dict[int, bool]:
+    """``hl-smi -n link -i BUS``: {port: up}; unparsable lines are ignored (an empty dict: unknown)."""
+    ports: dict[int, bool] = {}
+    for m in re.finditer(r"port\s*(\d+)\s*:\s*(UP|DOWN)", text, flags=re.IGNORECASE):
+        ports[int(m.group(1))] = m.group(2).upper() == "UP"
+    return ports
+
+
+def process_rows(text: str) -> list[ProcessRow]:
+    """Every row of hl-smi's "Compute Processes" section, idle ones ("N/A") left out.
+
+    Columns are found by their header names ("AIP", "PID", "Type", "Process name", "Usage"), so a
+    release that pads or reorders them still parses; lines that are not rows are left out. The one
+    reader of hl-smi's process table, for the doctor and the Devices table alike."""
+    out: list[ProcessRow] = []
+    columns: list[str] | None = None
+    for raw in text.splitlines():
+        line = raw.strip().strip("|").strip()
+        if columns is None:
+            if re.match(r"AIP\b", line) and re.search(r"\bPID\b", line):
+                # "Process name" is one column: join it before splitting on runs of spaces.
+                columns = [c.lower() for c in re.sub(r"(?i)process\s+name", "process_name", line).split()]
+            continue
+        if not line or line.startswith(("=", "-", "+")):
+            if line.startswith("+"):
+                break
+            continue
+        parts = line.split()
+        if len(parts) < len(columns) or not parts[0].isdigit():
+            continue
+        # The name may hold spaces: it takes every token between the columns before and after it.
+        n_after = len(columns) - columns.index("process_name") - 1 if "process_name" in columns else 0
+        before = columns.index("process_name") if "process_name" in columns else len(columns)
+        row = dict(zip(columns[:before], parts[:before], strict=True))
+        row.update(zip(columns[len(columns) - n_after:], parts[len(parts) - n_after:], strict=True))
+        name = " ".join(parts[before:len(parts) - n_after]) if "process_name" in columns else ""
+        pid_text = row.get("pid", "N/A")
+        if pid_text.upper() == "N/A" and name.upper() in ("N/A", ""):
+            continue  # an idle card
+        kind = row.get("type", "")
+        usage = row.get("usage", "")
+        out.append(ProcessRow(aip=int(row.get("aip", parts[0])),
+                              pid=int(pid_text) if pid_text.isdigit() else None,
+                              kind="" if kind.upper() == "N/A" else kind,
+                              name="" if name.upper() == "N/A" else clean_text(name).strip(),
+                              memory_mib=parse_number(usage.replace("MiB", " MiB")) if usage else None))
+    return out
+
+
+def parse_processes(text: str) -> dict[int, list[tuple[int | None, str]]]:
+    """hl-smi's own process list: {AIP index: [(pid or None when hl-smi cannot see it, name)]}
+    (``process_rows`` grouped by card). The per-card "Compute Processes" section of hl-smi's summary
+    is the only place hl-smi lists pids; the recorded ``-q`` / ``-L`` outputs have none. An empty dict
+    means nothing is listed (or the section is missing): the /proc scan still runs beside it."""
+    out: dict[int, list[tuple[int | None, str]]] = {}
+    for row in process_rows(text):
+        out.setdefault(row.aip, []).append((row.pid, row.name))
+    return out
+
+
 _CARD_LINE1 = re.compile(r"^\|\s*(\d+)\s+(\S+)\s+.*?\|\s*([0-9a-fA-F:.]+)\s+")
 _CARD_LINE2 = re.compile(
     r"^\|\s*(\S+)\s+(N/A|\d+)\s*C\s+(\S+)\s+(N/A|\d+)\s*W\s*/\s*(N/A|\d+)\s*W\s*\|"
     r"\s*(N/A|\d+)\s*MiB\s*/\s*(N/A|\d+)\s*MiB\s*\|\s*(N/A|\d+)\s*%")
-_PROC = re.compile(r"^\|\s*(\d+)\s+(N/A|\d+)\s+(\S+)\s+(.*?)\s+(N/A|\d+\s*MiB)\s*\|\s*$")
 
 
 def _num(text: str) -> float | None:
@@ -309,12 +438,7 @@ def parse_table(text: str) -> TableResult:
             in_processes = True
             continue
         if in_processes:
-            m = _PROC.match(line)
-            if m and m.group(2) != "N/A":
-                result.processes.append(ProcessInfo(
-                    index=int(m.group(1)), pid=int(m.group(2)), kind=m.group(3),
-                    name=clean_text(m.group(4)).strip(), memory_mib=_num(m.group(5))))
-            continue
+            continue  # read by process_rows below, by column names
         m1 = _CARD_LINE1.match(line)
         if m1 and not line.startswith("| AIP"):
             pending = DeviceSample(kind="hpu", index=int(m1.group(1)), name=clean_text(m1.group(2)),
@@ -330,6 +454,8 @@ def parse_table(text: str) -> TableResult:
             pending.utilization = _num(m2.group(8))
             result.samples.append(pending)
             pending = None
+    result.processes = [ProcessInfo(index=r.aip, pid=r.pid, kind=r.kind, name=r.name, memory_mib=r.memory_mib)
+                        for r in process_rows(text) if r.pid is not None]
     if not result.samples and not result.processes:
         result.errors.append("no card rows found in the hl-smi table")
     result.samples.sort(key=lambda s: s.index)
