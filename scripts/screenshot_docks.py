@@ -17,22 +17,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from screenshots import _choose_platform
+from shot import parse_size
 
 SIZES = ((1280, 800), (1024, 700))
 RUNNER, TRAINING = 1, 2
 
 
-def _size(text: str) -> tuple[int, int]:
-    width, _x, height = text.lower().partition("x")
-    if not (width.isdigit() and height.isdigit()):
-        print(f"screenshot_docks: {text!r} is not a size like 1024x700", file=sys.stderr)
-        sys.exit(2)
-    return int(width), int(height)
-
-
 def main(argv: list[str]) -> int:
     out = Path(argv[1] if len(argv) > 1 else "docs")
-    sizes = [_size(a) for a in argv[2:]] or list(SIZES)
+    sizes = [parse_size(a, "screenshot_docks") for a in argv[2:]] or list(SIZES)
     out.mkdir(parents=True, exist_ok=True)
     _choose_platform()
     home = tempfile.mkdtemp(prefix="gaudi-gui-docks-")

@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from screenshots import _choose_platform, _fake_hl_smi
+from shot import parse_size
 
 SIZES = ((1280, 800), (1024, 700))
 #: Tab indexes in the main window.
@@ -26,17 +27,9 @@ DEVICES, TRAINING = 0, 2
 RUN_TIMEOUT_MS = 900_000
 
 
-def _size(text: str) -> tuple[int, int]:
-    width, _x, height = text.lower().partition("x")
-    if not (width.isdigit() and height.isdigit()):
-        print(f"screenshot_sizes: {text!r} is not a size like 1024x700", file=sys.stderr)
-        sys.exit(2)
-    return int(width), int(height)
-
-
 def main(argv: list[str]) -> int:
     out = Path(argv[1] if len(argv) > 1 else "docs")
-    sizes = [_size(a) for a in argv[2:]] or list(SIZES)
+    sizes = [parse_size(a, "screenshot_sizes") for a in argv[2:]] or list(SIZES)
     out.mkdir(parents=True, exist_ok=True)
     _choose_platform()
     home = Path(tempfile.mkdtemp(prefix="gaudi-gui-shots-"))

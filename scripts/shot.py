@@ -12,6 +12,17 @@ from gaudi_gui.services.context import AppServices
 from gaudi_gui.ui.main_window import MainWindow
 
 
+def parse_size(text: str, script: str) -> tuple[int, int]:
+    """A size argument like "1024x700"; a bad one ends the script saying so (exit 2)."""
+    import sys
+
+    width, _x, height = text.lower().partition("x")
+    if not (width.isdigit() and height.isdigit()):
+        print(f"{script}: {text!r} is not a size like 1024x700", file=sys.stderr)
+        sys.exit(2)
+    return int(width), int(height)
+
+
 def open_window(tab: int, width: int, height: int) -> tuple[QApplication, AppServices, MainWindow]:
     """A QApplication, the app's services and its main window, every tab built, ``tab`` shown."""
     app = QApplication([])

@@ -18,7 +18,6 @@ import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import time
 
@@ -26,7 +25,6 @@ import psutil
 
 from gaudi_gui.core import hlsmi, host
 from gaudi_gui.core.devices import DeviceSample, attach_processes, card_warnings, value_problems
-from gaudi_gui.core.proctree import ProcessTree
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,12 +38,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "(default 15)")
 
 
-#: After hl-smi itself exited, how long helpers that still hold its output pipes may take to finish.
-HELPER_GRACE_S = 0.5
-#: Seconds between looks at hl-smi's process tree while waiting for it.
-_SLICE_S = 0.05
-
-
 def parse_timeout(text: object) -> float | None:
     """``--timeout`` as seconds, or None when it is not a finite number above 0."""
     try:
@@ -57,49 +49,11 @@ def parse_timeout(text: object) -> float | None:
 
 def _run(argv: list[str], timeout: float) -> tuple[int, str, str]:
     """(exit code, stdout, stderr) of ``argv``; -1 when it could not start or did not finish in
-    ``timeout`` seconds, in which case its whole process tree was killed."""
-    try:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, start_new_session=True)
-    except OSError as exc:
-        return -1, "", str(exc)
-    tree = ProcessTree(proc.pid)  # start_new_session: the group id is hl-smi's pid
-    deadline = time.monotonic() + timeout
-    exited_at: float | None = None
-    finished = False
-    out, err = b"", b""
-    while True:
-        tree.record()
-        now = time.monotonic()
-        if now >= deadline:
-            break
-        try:
-            # Retrying communicate() after its timeout loses no output (documented).
-            out, err = proc.communicate(timeout=min(_SLICE_S, deadline - now))
-            finished = True
-            break
-        except subprocess.TimeoutExpired:
-            if proc.poll() is not None:
-                # hl-smi is gone but something it forked still holds the pipes.
-                exited_at = exited_at or now
-                if now - exited_at > HELPER_GRACE_S:
-                    break
-    tree.kill()  # helpers of a finished wrapper, or the whole tree of a hung one
-    if not finished:
-        try:
-            out, err = proc.communicate(timeout=2.0)
-        except subprocess.TimeoutExpired:
-            # An escaped helper (a new session we never saw) holds the pipes: stop reading.
-            for stream in (proc.stdout, proc.stderr):
-                if stream is not None:
-                    stream.close()
-            proc.wait()
-    decoded_out = out.decode("utf-8", errors="replace")
-    decoded_err = err.decode("utf-8", errors="replace")
-    if proc.returncode is None or (not finished and exited_at is None):
-        return -1, decoded_out, (decoded_err + f"\ntimed out after {timeout:g} s; its process tree "
-                                 "was ended").strip()
-    return proc.returncode, decoded_out, decoded_err
+    ``timeout`` seconds, in which case its whole process tree was ended (the doctor's bounded tool
+    runner, core.health.run_tool: one way to run a tool that may hang or leave helpers)."""
+    from gaudi_gui.core.health import run_tool
+    code, out, err = run_tool(argv, timeout)
+    return (-1 if code in (124, 127) else code), out, err
 
 
 def snapshot(program: str, timeout: float) -> tuple[list[DeviceSample], str | None]:

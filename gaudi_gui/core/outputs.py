@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gaudi_gui.core import atomic, jsonfile, paths
-from gaudi_gui.core.runstore import Run, checkpoint_complete, latest_checkpoint
+from gaudi_gui.core.runstore import Run, checkpoint_complete, complete_checkpoints, latest_checkpoint
 
 #: The owner record a run leaves in its output folder: {"run": "<run folder>", "name": "<run name>"}.
 OWNER_FILE = ".gaudi-gui-run.json"
@@ -173,18 +173,12 @@ def own_checkpoint(run: Run) -> Path | None:
 
 
 def _written_during(folder: Path, start: float, end: float, upto: int | None = None) -> Path | None:
+    """The newest complete checkpoint of ``folder`` written between ``start`` and ``end`` (with some
+    slack), at most step ``upto``."""
     if not start:
         return None
     best: tuple[int, Path] | None = None
-    try:
-        entries = list(folder.iterdir())
-    except OSError:
-        return None
-    for entry in entries:
-        match = _CHECKPOINT.match(entry.name)
-        if not match or not checkpoint_complete(entry):
-            continue
-        step = int(match.group(1))
+    for step, entry in complete_checkpoints(folder):
         try:
             written = (entry / "trainer_state.json").stat().st_mtime
         except OSError:

@@ -381,21 +381,24 @@ def checkpoint_complete(folder: str | Path) -> bool:
     return isinstance(state, dict) and "global_step" in state
 
 
-def latest_checkpoint(output_dir: str | Path) -> Path | None:
-    """The complete ``checkpoint-N`` folder with the highest N (an incomplete one is never offered)."""
-    folder = Path(output_dir)
-    best: tuple[int, Path] | None = None
+def complete_checkpoints(output_dir: str | Path) -> list[tuple[int, Path]]:
+    """The complete ``checkpoint-N`` folders of ``output_dir`` as (N, folder), in no set order."""
     try:
-        entries = list(folder.iterdir())
+        entries = list(Path(output_dir).iterdir())
     except OSError:
-        return None
+        return []
+    out = []
     for entry in entries:
         match = _CHECKPOINT.match(entry.name)
         if match and entry.is_dir() and checkpoint_complete(entry):
-            step = int(match.group(1))
-            if best is None or step > best[0]:
-                best = (step, entry)
-    return best[1] if best else None
+            out.append((int(match.group(1)), entry))
+    return out
+
+
+def latest_checkpoint(output_dir: str | Path) -> Path | None:
+    """The complete ``checkpoint-N`` folder with the highest N (an incomplete one is never offered)."""
+    found = complete_checkpoints(output_dir)
+    return max(found, key=lambda item: item[0])[1] if found else None
 
 
 class RunStore:
@@ -474,4 +477,5 @@ def is_pid_alive(pid: int) -> bool:
 
 
 __all__ = ["FINAL_STATES", "SLURM_INFO", "STATES", "Run", "RunStatus", "RunStore", "checkpoint_complete",
+           "complete_checkpoints",
            "field", "is_pid_alive", "latest_checkpoint"]
