@@ -6,11 +6,18 @@ into progress events, picks protocol messages out of the stream, keeps a tail of
 error reports, drains the buffers when the child ends, and stops a whole process tree: SIGTERM to the
 child's process group, then, after a grace period, SIGKILL to the group and to every descendant seen
 while the child was alive. It never calls ``waitFor*``: everything is signal driven.
+
+The window's thread does none of the tree's bookkeeping: recording a child's descendants reads the
+whole process table (tens of milliseconds on a server), so every record, and every signal that must
+come after one, is handed to ``proctree.BOOKKEEPER``, one thread that runs them in order. Only what is
+one system call stays here: freezing a group (SIGSTOP) at once when a kill is asked, so nothing in it
+forks while the kill waits its turn.
 """
 
 from __future__ import annotations
 
 import codecs
+import functools
 import os
 import shutil
 import signal
@@ -22,7 +29,7 @@ from collections.abc import Mapping, Sequence
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from gaudi_gui.core import protocol
-from gaudi_gui.core.proctree import ProcessTree
+from gaudi_gui.core.proctree import BOOKKEEPER, ProcessTree
 
 # psutil (~40 ms to import) is imported in the methods that scan processes: this module is loaded
 # before the window's first paint, and none of them runs until a child has started after it.
@@ -100,10 +107,13 @@ def reap_all(timeout_ms: int = 3000) -> None:
     A QProcess destroyed while its child runs leaves an orphan (and a Qt warning), so app exit calls
     this once the window is gone; it is the one place allowed to block on a child.
     """
-    for runner in list(_LIVE):
-        if runner.is_running() and not runner.is_detached():
-            runner.kill_tree()
-            runner._process.waitForFinished(timeout_ms)
+    runners = [r for r in list(_LIVE) if r.is_running() and not r.is_detached()]
+    for runner in runners:
+        runner.kill_tree()
+    # The kills run on the bookkeeping thread: let them all be sent before waiting for any child.
+    BOOKKEEPER.wait_idle(timeout_ms / 1000)
+    for runner in runners:
+        runner._process.waitForFinished(timeout_ms)
 
 
 def delete_when_reaped(obj: QObject) -> None:
@@ -171,9 +181,9 @@ class ProcessRunner(QObject):
         self._streams = {"stdout": _Stream(), "stderr": _Stream()}
         self._tail: deque[str] = deque(maxlen=tail_lines)
         self._tree: ProcessTree | None = None  # the child and the descendants recorded
-        # Descendants are recorded when a stop begins (the tree is still whole then), not by a
-        # periodic scan: psutil's children(recursive=True) reads the whole process table, and one
-        # per runner per second on the GUI thread is a cost every user pays for a rare case.
+        # Descendants are recorded when the child starts and when a stop begins (the tree is still
+        # whole then), not by a periodic scan: psutil's children(recursive=True) reads the whole
+        # process table. Each record runs on the bookkeeping thread, never on the window's.
         self._kill_timer = QTimer(self)
         self._kill_timer.setSingleShot(True)
         self._kill_timer.timeout.connect(self.kill_tree)
@@ -315,8 +325,17 @@ class ProcessRunner(QObject):
             self.kill_tree()
             return
         self._stopping = True
-        self._record_descendants()
-        self._signal_group(signal.SIGTERM)
+        tree, own_session = self._tree, self._new_session
+
+        def term() -> None:
+            # Recorded first: a launcher that ends at SIGTERM leaves its workers in sessions of their
+            # own (torchrun's) re-parented to init, where no later record finds them.
+            tree.record()
+            tree.signal(signal.SIGTERM)
+            if own_session:
+                tree.signal_recorded(signal.SIGTERM)
+
+        BOOKKEEPER.submit(term)
         self._kill_timer.start(max(0, grace_ms))
 
     def kill_tree(self) -> None:
@@ -332,44 +351,50 @@ class ProcessRunner(QObject):
             self._kill_pending = self.is_running()
             pid = int(self._process.processId()) if self._kill_pending else 0
             if pid > 0:
-                ProcessTree(pid, group=self._new_session).kill()
+                self._kill_in_background(ProcessTree(pid, group=self._new_session))
             return
         if self.is_running():
-            self._tree.kill()
+            self._kill_in_background(self._tree)
         else:
-            self._tree.signal_recorded(signal.SIGKILL)
+            BOOKKEEPER.submit(functools.partial(self._tree.signal_recorded, signal.SIGKILL))
+
+    @staticmethod
+    def _kill_in_background(tree: ProcessTree) -> None:
+        """Freeze the tree's group now (one system call: nothing in it forks from here on, and the
+        child, stopped, is not reaped, so its pid stays its own), then record and SIGKILL it all on
+        the bookkeeping thread."""
+        tree.freeze()
+        BOOKKEEPER.submit(tree.kill)
 
     def sweep(self) -> None:
         """SIGKILL what a child that ended by itself left behind: helpers still in its group (when it
         had a session of its own) and the descendants recorded while it ran."""
         if self._tree is not None:
+            # The group at once (a group id is not reused while a member lives); the recorded ones
+            # on the bookkeeping thread, after the records still queued there.
             self._tree.signal(signal.SIGKILL)
-            self._tree.signal_recorded(signal.SIGKILL)
-
-    def _signal_group(self, sig: signal.Signals) -> None:
-        if self._tree is None:
-            return
-        self._tree.signal(sig)
-        if sig == signal.SIGTERM and self._new_session:
-            # Launchers such as torchrun put workers into sessions of their own: reach them directly.
-            self._tree.signal_recorded(sig)
+            BOOKKEEPER.submit(functools.partial(self._tree.signal_recorded, signal.SIGKILL))
 
     def _record_descendants(self) -> None:
+        """Record the child's descendants, on the bookkeeping thread (``descendants()`` has them
+        once it got there)."""
         if self._tree is not None:
-            self._tree.record()
+            BOOKKEEPER.submit(self._tree.record)
 
     # -- QProcess slots -------------------------------------------------------------------------------
 
     def _on_started(self) -> None:
         self._pid = int(self._process.processId())
+        # Made here, not on the bookkeeping thread: the child is ours and not reaped yet, so psutil
+        # ties the pid to the right process (one read of /proc/PID/stat).
         self._tree = ProcessTree(self._pid, group=self._new_session)
         # By the time this slot runs, a wrapper script may already have started helpers in sessions
         # of their own; a child that then ends by itself is swept with what was recorded (the
-        # device poller's hl-smi runs). Without this scan such a helper outlived its run.
+        # device poller's hl-smi runs). Without this record such a helper outlived its run.
         self._record_descendants()
         if self._kill_pending:
             self._kill_pending = False
-            self._tree.kill()
+            self._kill_in_background(self._tree)
         self.started.emit(self._pid)
 
     def _on_stdout(self) -> None:
@@ -416,7 +441,7 @@ class ProcessRunner(QObject):
         crashed = exit_status == QProcess.ExitStatus.CrashExit
         if (self._stopping or crashed) and self._tree is not None:
             # Stragglers (workers in their own sessions) must not outlive a stop or a crash.
-            self._tree.signal_recorded(signal.SIGKILL)
+            BOOKKEEPER.submit(functools.partial(self._tree.signal_recorded, signal.SIGKILL))
         status = EXIT_CRASHED if exit_status == QProcess.ExitStatus.CrashExit else EXIT_NORMAL
         code = int(exit_code)
         if status == EXIT_CRASHED and code > 0:
