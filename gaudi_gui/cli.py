@@ -29,6 +29,8 @@ COMMANDS = {
     "doctor": "doctor",
     "eval": "eval",
     "serve": "serve",
+    "download": "download",
+    "models": "models",
 }
 #: What runs on the host itself (the handshake and the guard): --host makes no sense for them.
 _HOST_SIDE = ("hello", "guard")

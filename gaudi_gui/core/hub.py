@@ -1,0 +1,475 @@
+"""Hugging Face Hub downloads and the Hub cache, for the ``download`` and ``models`` commands (and the
+app's Download action and model library later).
+
+What is here, and what the library does for us (huggingface_hub 2.4, read from its source):
+
+- ``plan``: ``snapshot_download(..., dry_run=True)`` lists the files of a revision (after
+  include/exclude), their sizes and which are cached, without fetching anything (it asks the Hub for
+  the revision, the tree, and a HEAD per file). A dry run that cannot reach the repo raises
+  ``DryRunError`` *from* the real cause: ``describe_error`` looks through to it.
+- ``free_bytes`` / ``space_refusal``: the free disk of the cache's file system and the refusal, with
+  the numbers, when what is left to fetch does not fit (less a margin, so a download never fills the
+  disk to the last byte).
+- Errors in words (``HubProblem``): gated or private repos (accept the licence on the Hub, then
+  ``hf auth login`` on that machine), a missing repo or revision, offline mode, an unreachable Hub.
+  Messages go through ``secrets.redact``; the token is never read here: the library reads the user's
+  own login on that machine (``HF_TOKEN`` or its token file) in whichever process talks to the Hub.
+- Progress: ``Progress`` turns byte counts into the ``progress`` event (done/total, rate, ETA, files)
+  that the worker prints and every view reads; ``progress_text`` is its one line.
+- The watchdog's measure: ``bytes_on_disk`` (blobs and ``.incomplete`` files of one repo).
+- The cache: ``list_cache`` (``scan_cache_dir``) and ``deletion`` (``delete_revisions``).
+
+Qt-free and torch-free; huggingface_hub is imported inside the functions that need it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gaudi_gui.core.secrets import redact
+
+#: Never plan to leave less than this free on the cache's disk.
+DEFAULT_MARGIN_BYTES = 512 * 1024 * 1024
+#: Exit statuses of the download command and its worker: a problem the user must fix (retrying will
+#: not help) and a transient failure (the network, a stall).
+EXIT_FIX = 2
+EXIT_TRANSIENT = 1
+_TRUE = ("1", "ON", "YES", "TRUE")
+
+LOGIN_HINT = ("accept the licence on the model's Hub page with the account this machine logs in with, "
+              "then run `hf auth login` on this machine (or set HF_TOKEN in its environment)")
+
+
+@dataclass
+class HubProblem(Exception):
+    """What went wrong, in words, and whether retrying can help."""
+
+    kind: str  # gated | not_found | revision | offline | network | disk | bad_input | other
+    message: str
+
+    def __str__(self) -> str:
+        return self.message
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_TRANSIENT if self.kind in ("network", "other") else EXIT_FIX
+
+
+@dataclass
+class PlanFile:
+    filename: str
+    size: int | None
+    cached: bool
+
+
+@dataclass
+class Plan:
+    repo_id: str
+    revision: str
+    commit: str
+    cache_dir: str
+    files: list[PlanFile] = field(default_factory=list)
+    free_bytes: int | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size or 0 for f in self.files)
+
+    @property
+    def remaining_bytes(self) -> int:
+        return sum(f.size or 0 for f in self.files if not f.cached)
+
+    @property
+    def to_fetch(self) -> list[PlanFile]:
+        return [f for f in self.files if not f.cached]
+
+    @property
+    def snapshot_path(self) -> str:
+        return str(Path(self.cache_dir) / repo_folder(self.repo_id) / "snapshots" / self.commit)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(total_bytes=self.total_bytes, remaining_bytes=self.remaining_bytes,
+                   snapshot_path=self.snapshot_path)
+        return out
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().upper() in _TRUE
+
+
+def xet_disabled() -> bool:
+    return os.environ.get("HF_HUB_DISABLE_XET", "").strip().upper() in _TRUE
+
+
+def endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or "https://huggingface.co").rstrip("/")
+
+
+def default_cache_dir() -> str:
+    from huggingface_hub import constants
+    return str(constants.HF_HUB_CACHE)
+
+
+def repo_folder(repo_id: str) -> str:
+    """The cache's folder name of a model repo (``models--org--name``)."""
+    return "models--" + repo_id.replace("/", "--")
+
+
+def check_repo_id(repo_id: str) -> str | None:
+    """Why ``repo_id`` cannot be a Hub model id, or None."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+    if not repo_id or repo_id.startswith(("/", ".")) or os.path.isdir(repo_id):
+        return f"'{repo_id}' is not a Hub model id (org/name); a local folder needs no download"
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError as exc:
+        return f"'{repo_id}' is not a Hub model id: {str(exc).splitlines()[0]}"
+    return None
+
+
+class _Silent:
+    """A do-nothing progress bar for the dry run (the library would print its own to stderr)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        self.n = 0
+        self.total = kwargs.get("total")
+        self.format_dict: dict[str, Any] = {"rate": None}
+
+    def update(self, n: float | None = 1) -> None:
+        self.n += int(n or 0)
+
+    def __enter__(self) -> _Silent:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def refresh(self) -> None:
+        pass
+
+    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
+        pass
+
+    def set_description_str(self, desc: str | None = None, refresh: bool = True) -> None:
+        pass
+
+    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
+        pass
+
+
+def describe_error(exc: BaseException, repo_id: str, revision: str | None) -> HubProblem:
+    """A library exception as a ``HubProblem`` the user can act on (the cause of a DryRunError too)."""
+    import httpx2
+    from huggingface_hub import errors
+    from huggingface_hub.utils import OfflineModeIsEnabled
+
+    rev = revision or "main"
+    cause: BaseException = exc
+    seen = 0
+    while isinstance(cause, errors.DryRunError) and cause.__cause__ is not None and seen < 5:
+        cause, seen = cause.__cause__, seen + 1
+    if isinstance(cause, HubProblem):
+        return cause
+    if isinstance(cause, errors.GatedRepoError):
+        return HubProblem("gated", f"{repo_id} is gated and this machine's Hub login has no access to it: "
+                                   f"{LOGIN_HINT}")
+    if isinstance(cause, errors.RevisionNotFoundError):
+        return HubProblem("revision", f"{repo_id} has no revision '{rev}' on {endpoint()} "
+                                      "(a branch, tag or commit hash)")
+    if isinstance(cause, errors.RepositoryNotFoundError):
+        return HubProblem("not_found", f"{repo_id} was not found on {endpoint()}: check the name; if it is "
+                                       f"private or gated, {LOGIN_HINT}")
+    if isinstance(cause, errors.HfHubHTTPError):
+        status = cause.response.status_code if cause.response is not None else 0
+        if status in (401, 403):
+            return HubProblem("gated", f"the Hub refused {repo_id} ({status}): {LOGIN_HINT}")
+        return HubProblem("network", f"the Hub answered {status} for {repo_id}: "
+                                     f"{redact(str(cause).splitlines()[0])}")
+    if isinstance(cause, OfflineModeIsEnabled) or offline():
+        return HubProblem("offline", offline_message(repo_id))
+    if isinstance(cause, (httpx2.ConnectError, httpx2.TimeoutException, httpx2.NetworkError,
+                          httpx2.RemoteProtocolError, ConnectionError, TimeoutError)):
+        detail = str(cause).splitlines()[0] if str(cause) else type(cause).__name__
+        return HubProblem("network", f"cannot reach the Hub at {endpoint()}: {redact(detail)}")
+    if isinstance(cause, OSError) and "not enough free disk space" in str(cause).lower():
+        return HubProblem("disk", redact(str(cause).splitlines()[0]))
+    text = str(cause).splitlines()[0] if str(cause) else ""
+    return HubProblem("other", f"{type(cause).__name__}: {redact(text)}")
+
+
+def offline_message(repo_id: str) -> str:
+    return (f"offline: HF_HUB_OFFLINE is set on this machine, so nothing can be downloaded and {repo_id} "
+            "is not complete in its cache; unset HF_HUB_OFFLINE (or set it to 0) to download")
+
+
+def cached_snapshot(repo_id: str, revision: str | None, include: Sequence[str] | None,
+                    exclude: Sequence[str] | None, cache_dir: str | None) -> str | None:
+    """The snapshot folder when the cache alone holds the whole (filtered) revision, else None. No
+    network: what the offline path can still answer."""
+    from huggingface_hub import snapshot_download
+    try:
+        return snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, local_files_only=True,
+                                 allow_patterns=list(include) if include else None,
+                                 ignore_patterns=list(exclude) if exclude else None,
+                                 tqdm_class=_Silent)
+    except Exception:
+        return None
+
+
+def plan(repo_id: str, revision: str | None = None, include: Sequence[str] | None = None,
+         exclude: Sequence[str] | None = None, cache_dir: str | None = None) -> Plan:
+    """What a download of ``repo_id`` would fetch, from the Hub's dry run; raises ``HubProblem``.
+
+    In offline mode it says so at once (no request is made, nothing can hang)."""
+    bad = check_repo_id(repo_id)
+    if bad:
+        raise HubProblem("bad_input", bad)
+    cache = cache_dir or default_cache_dir()
+    if offline():
+        raise HubProblem("offline", offline_message(repo_id))
+    from huggingface_hub import snapshot_download
+    try:
+        infos = snapshot_download(repo_id, revision=revision, cache_dir=cache, dry_run=True,
+                                  allow_patterns=list(include) if include else None,
+                                  ignore_patterns=list(exclude) if exclude else None,
+                                  tqdm_class=_Silent)
+    except Exception as exc:
+        raise describe_error(exc, repo_id, revision) from None
+    files = sorted((PlanFile(i.filename, i.file_size, bool(i.is_cached)) for i in infos),
+                   key=lambda f: f.filename)
+    commit = infos[0].commit_hash if infos else ""
+    result = Plan(repo_id=repo_id, revision=revision or "main", commit=commit,
+                  cache_dir=str(Path(cache).expanduser().resolve()), files=files)
+    result.free_bytes = free_bytes(result.cache_dir)
+    return result
+
+
+def free_bytes(path: str | os.PathLike[str]) -> int:
+    """Free bytes for an unprivileged user on the file system that holds ``path`` (or would: the
+    nearest existing ancestor when the cache folder is not made yet)."""
+    probe = Path(path).expanduser().absolute()
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    return shutil.disk_usage(probe).free
+
+
+def space_refusal(plan_: Plan, margin: int = DEFAULT_MARGIN_BYTES) -> str | None:
+    """Why the plan does not fit on the cache's disk (with the numbers), or None when it does."""
+    if plan_.free_bytes is None or plan_.remaining_bytes == 0:
+        return None
+    if plan_.remaining_bytes + margin <= plan_.free_bytes:
+        return None
+    return (f"not enough disk space for {plan_.repo_id}: {human(plan_.remaining_bytes)} to download "
+            f"({plan_.remaining_bytes} bytes) but {human(plan_.free_bytes)} free ({plan_.free_bytes} bytes) "
+            f"at {plan_.cache_dir}, and {human(margin)} is kept free; free some space (gaudi-gui models "
+            "--sort size) or point HF_HUB_CACHE at a larger disk")
+
+
+def human(n: float | None) -> str:
+    if n is None:
+        return "?"
+    value = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if abs(value) < 1000 or unit == "TB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    return f"{value:.1f} PB"  # pragma: no cover
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+# -- progress -----------------------------------------------------------------------------------------
+
+
+class Progress:
+    """Bytes and files of one attempt, as ``progress`` events: rate over the last ~5 s, ETA from it."""
+
+    WINDOW_S = 5.0
+
+    def __init__(self, bytes_total: int = 0, files_total: int = 0) -> None:
+        self.bytes_total = bytes_total
+        self.bytes_done = 0
+        self.files_total = files_total
+        self.files_done = 0
+        self.started = time.monotonic()
+        self._samples: deque[tuple[float, int]] = deque([(self.started, 0)])
+
+    def add_bytes(self, n: int) -> None:
+        self.bytes_done = max(0, self.bytes_done + n)
+        now = time.monotonic()
+        self._samples.append((now, self.bytes_done))
+        while len(self._samples) > 2 and now - self._samples[0][0] > self.WINDOW_S:
+            self._samples.popleft()
+
+    def rate(self) -> float:
+        now = time.monotonic()
+        first_t, first_b = self._samples[0]
+        span = now - first_t
+        return (self.bytes_done - first_b) / span if span > 0.05 else 0.0
+
+    def event(self) -> dict[str, Any]:
+        rate = self.rate()
+        left = max(0, self.bytes_total - self.bytes_done)
+        return {"type": "progress", "bytes_done": self.bytes_done, "bytes_total": self.bytes_total,
+                "rate": round(rate, 1), "eta_s": round(left / rate, 1) if rate > 0 else None,
+                "files_done": self.files_done, "files_total": self.files_total,
+                "elapsed_s": round(time.monotonic() - self.started, 2)}
+
+
+def progress_text(event: dict[str, Any]) -> str:
+    done, total = event.get("bytes_done", 0), event.get("bytes_total", 0)
+    pct = f"{100 * done / total:5.1f}%" if total else "  -  "
+    eta = event.get("eta_s")
+    return (f"{pct} {human(done)} / {human(total)}  {human(event.get('rate') or 0)}/s  "
+            f"ETA {duration(eta) if eta is not None else '?'}  "
+            f"files {event.get('files_done', 0)}/{event.get('files_total', 0)}")
+
+
+def bytes_on_disk(cache_dir: str, repo_id: str) -> int:
+    """Bytes of the repo's blobs and partial downloads in the cache: what the watchdog watches grow."""
+    blobs = Path(cache_dir) / repo_folder(repo_id) / "blobs"
+    total = 0
+    try:
+        entries = list(os.scandir(blobs))
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            total += entry.stat(follow_symlinks=False).st_size
+        except OSError:
+            continue
+    return total
+
+
+def incomplete_files(cache_dir: str, repo_id: str) -> set[str]:
+    blobs = Path(cache_dir) / repo_folder(repo_id) / "blobs"
+    try:
+        return {e.path for e in os.scandir(blobs) if e.name.endswith(".incomplete")}
+    except OSError:
+        return set()
+
+
+# -- the cache ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class CachedRevision:
+    commit: str
+    refs: list[str]
+    size_on_disk: int
+    files: int
+    snapshot_path: str
+    last_modified: float
+
+
+@dataclass
+class CachedModel:
+    repo_id: str
+    repo_type: str
+    size_on_disk: int
+    files: int
+    last_accessed: float
+    last_modified: float
+    revisions: list[CachedRevision]
+
+
+@dataclass
+class CacheListing:
+    cache_dir: str
+    size_on_disk: int
+    models: list[CachedModel]
+    incomplete_bytes: int
+    warnings: list[str]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def list_cache(cache_dir: str | None = None, sort: str = "size") -> CacheListing:
+    """The Hub cache's repos (``scan_cache_dir``), biggest first (``size``) or most recently used first
+    (``used``)."""
+    from huggingface_hub import scan_cache_dir
+    cache = cache_dir or default_cache_dir()
+    if not Path(cache).is_dir():
+        return CacheListing(cache, 0, [], 0, [])
+    info = scan_cache_dir(cache)
+    models = [CachedModel(
+        repo_id=r.repo_id, repo_type=r.repo_type, size_on_disk=r.size_on_disk, files=r.nb_files,
+        last_accessed=r.last_accessed, last_modified=r.last_modified,
+        revisions=sorted((CachedRevision(v.commit_hash, sorted(v.refs), v.size_on_disk, v.nb_files,
+                                         str(v.snapshot_path), v.last_modified) for v in r.revisions),
+                         key=lambda v: -v.last_modified))
+        for r in info.repos]
+    if sort == "used":
+        models.sort(key=lambda m: (-m.last_accessed, m.repo_id))
+    else:
+        models.sort(key=lambda m: (-m.size_on_disk, m.repo_id))
+    incomplete = sum(f.size_on_disk for f in getattr(info, "incomplete_files", ()))
+    return CacheListing(str(cache), info.size_on_disk, models, incomplete,
+                        [redact(str(w)) for w in info.warnings])
+
+
+@dataclass
+class Deletion:
+    repo_id: str
+    revisions: list[str]
+    freed_bytes: int
+    execute: Any  # the library's DeleteCacheStrategy.execute
+
+
+def deletion(spec: str, cache_dir: str | None = None) -> Deletion:
+    """What deleting ``REPO_ID`` (every revision) or ``REPO_ID@REV`` (a commit, its prefix, or a ref)
+    frees; ``execute()`` deletes. Raises ``HubProblem('bad_input')`` when nothing matches."""
+    from huggingface_hub import scan_cache_dir
+    repo_id, _, rev = spec.partition("@")
+    cache = cache_dir or default_cache_dir()
+    if not Path(cache).is_dir():
+        raise HubProblem("bad_input", f"the Hub cache {cache} does not exist: nothing to delete")
+    info = scan_cache_dir(cache)
+    repos = [r for r in info.repos if r.repo_id == repo_id]
+    repos.sort(key=lambda r: r.repo_type != "model")
+    if not repos:
+        raise HubProblem("bad_input", f"{repo_id} is not in the Hub cache {cache} (see gaudi-gui models)")
+    repo = repos[0]
+    if rev:
+        chosen = [v for v in repo.revisions if v.commit_hash.startswith(rev) or rev in v.refs]
+        if not chosen:
+            known = ", ".join(sorted(
+                v.commit_hash[:12] + (f" ({', '.join(sorted(v.refs))})" if v.refs else "")
+                for v in repo.revisions))
+            raise HubProblem("bad_input", f"{repo_id} has no cached revision '{rev}' (cached: {known})")
+        if len(chosen) > 1:
+            raise HubProblem("bad_input", f"'{rev}' matches {len(chosen)} revisions of {repo_id}: give more "
+                                          "of the commit hash")
+    else:
+        chosen = list(repo.revisions)
+    hashes = [v.commit_hash for v in chosen]
+    strategy = info.delete_revisions(*hashes)
+    return Deletion(repo_id, hashes, strategy.expected_freed_size, strategy.execute)
+
+
+__all__ = ["DEFAULT_MARGIN_BYTES", "EXIT_FIX", "EXIT_TRANSIENT", "CacheListing", "CachedModel",
+           "Deletion", "HubProblem", "Plan", "PlanFile", "Progress", "bytes_on_disk", "check_repo_id",
+           "deletion", "describe_error", "free_bytes", "human", "incomplete_files", "list_cache", "plan",
+           "progress_text", "space_refusal"]

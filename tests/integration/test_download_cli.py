@@ -1,0 +1,267 @@
+"""``gaudi-gui download`` and ``gaudi-gui models`` as a user runs them: real child processes against a
+fake Hub on 127.0.0.1 (tests/fake_hub.py); nothing here reaches the network."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gaudi_gui.core import hub as core_hub
+from tests.fake_hub import FakeHub, FakeRepo, repo_from_folder
+
+ROOT = Path(__file__).resolve().parents[2]
+SECRET = "hf_FakeTokenForTheTestsOnly0123456789abcd"
+
+
+@pytest.fixture
+def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    server = FakeHub().start()
+    assert server.url.startswith("http://127.0.0.1:")
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    yield server
+    server.stop()
+
+
+def gaudi(*args: str, env: dict[str, str] | None = None,
+          timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    assert os.environ["HF_ENDPOINT"].startswith("http://127.0.0.1:")
+    return subprocess.run([sys.executable, "-m", "gaudi_gui", *args], capture_output=True, text=True,
+                          cwd=ROOT, env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def events_of(stdout: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in stdout.splitlines() if line.startswith("{")]
+
+
+def small_repo() -> FakeRepo:
+    return FakeRepo(files={"config.json": b'{"a": 1}', "model.safetensors": os.urandom(3_000_000),
+                           "tokenizer.json": b'{"t": 2}', "extra/notes.txt": b"notes"})
+
+
+def test_download_plans_reports_progress_and_the_model_loads_offline(fake_hub: FakeHub,
+                                                                      tiny_model_dir: Path) -> None:
+    repo = repo_from_folder(tiny_model_dir)
+    fake_hub.repos["org/tiny-llama"] = repo
+    sizes = {name: len(data) for name, data in repo.files.items()}
+
+    result = gaudi("download", "org/tiny-llama", "--json")
+    assert result.returncode == 0, result.stderr
+    evs = events_of(result.stdout)
+    plan = next(e for e in evs if e["type"] == "plan")
+    assert {f["filename"]: f["size"] for f in plan["files"]} == sizes
+    assert not any(f["cached"] for f in plan["files"])
+    assert plan["remaining_bytes"] == sum(sizes.values()) and plan["free_bytes"] > 0
+    progress = [e for e in evs if e["type"] == "progress"]
+    assert progress, evs
+    last = progress[-1]
+    assert last["bytes_done"] == last["bytes_total"] == sum(sizes.values())
+    assert last["files_done"] == last["files_total"] == len(sizes)
+    assert all(set(e) >= {"rate", "eta_s", "elapsed_s"} for e in progress)
+    done = evs[-1]
+    assert done["type"] == "done" and done["attempts"] == 1
+    snapshot = Path(done["path"])
+    assert snapshot.name == repo.sha
+    files = sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file())
+    assert files == sorted(sizes)
+    gets = fake_hub.file_gets()
+    assert gets == len(sizes)
+
+    # The second download plans, finds everything cached, and fetches nothing.
+    again = gaudi("download", "org/tiny-llama")
+    assert again.returncode == 0, again.stderr
+    assert "nothing to download" in again.stdout and str(snapshot) in again.stdout
+    assert fake_hub.file_gets() == gets
+
+    # The Hub goes away; from_pretrained finds the model by its id in the cache, offline.
+    fake_hub.stop()
+    script = ("import sys; from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+              "m = AutoModelForCausalLM.from_pretrained('org/tiny-llama')\n"
+              "t = AutoTokenizer.from_pretrained('org/tiny-llama')\n"
+              "print('loaded', type(m).__name__, len(t('hello')['input_ids']) > 0)\n")
+    loaded = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+    assert "loaded" in loaded.stdout and "True" in loaded.stdout
+
+
+def test_include_and_exclude_choose_the_files(fake_hub: FakeHub) -> None:
+    fake_hub.repos["org/small"] = small_repo()
+    result = gaudi("download", "org/small", "--include", "*.json", "extra/*", "--exclude", "tokenizer*",
+                   "--json")
+    assert result.returncode == 0, result.stderr
+    evs = events_of(result.stdout)
+    plan = next(e for e in evs if e["type"] == "plan")
+    assert sorted(f["filename"] for f in plan["files"]) == ["config.json", "extra/notes.txt"]
+    snapshot = Path(evs[-1]["path"])
+    assert sorted(p.relative_to(snapshot).as_posix() for p in snapshot.rglob("*") if p.is_file()) == \
+        ["config.json", "extra/notes.txt"]
+    assert set(fake_hub.gets) == {"config.json", "extra/notes.txt"}
+
+    nothing = gaudi("download", "org/small", "--include", "*.gguf")
+    assert nothing.returncode == 2
+    assert "no file of org/small matches" in nothing.stderr
+
+
+def test_not_enough_disk_is_refused_with_the_numbers_before_any_byte(fake_hub: FakeHub,
+                                                                     tmp_path: Path) -> None:
+    # The repo claims a 1 PB file (listed and answered to HEAD, never served): more than any disk here.
+    fake_hub.repos["org/huge"] = FakeRepo(files={"config.json": b"{}"}, virtual={"model.bin": 10**15})
+    result = gaudi("download", "org/huge")
+    assert result.returncode == 2
+    message = result.stderr.strip()
+    assert message.count("\n") == 0, message
+    assert "not enough disk space" in message
+    assert "1000000000000002 bytes" in message
+    free = core_hub.free_bytes(os.environ["HF_HOME"])
+    stated = int(message.split(" free (")[1].split(" bytes")[0])
+    assert abs(stated - free) < 10**9
+    assert fake_hub.file_gets() == 0
+
+
+def test_space_refusal_at_the_boundary() -> None:
+    plan = core_hub.Plan("org/m", "main", "c" * 40, "/cache",
+                         [core_hub.PlanFile("a", 1000, False), core_hub.PlanFile("b", 500, True)])
+    plan.free_bytes = 1000 + 100
+    assert core_hub.space_refusal(plan, margin=100) is None
+    plan.free_bytes = 1000 + 99
+    refusal = core_hub.space_refusal(plan, margin=100)
+    assert refusal is not None and "1000 bytes" in refusal and "1099 bytes" in refusal
+
+
+def test_gated_missing_and_bad_revision_say_how_to_fix_it_without_the_token(fake_hub: FakeHub) -> None:
+    fake_hub.repos["org/gated"] = FakeRepo(files={"config.json": b"{}"}, gated=True)
+    fake_hub.repos["org/small"] = small_repo()
+    env = {"HF_TOKEN": SECRET}
+    gated = gaudi("download", "org/gated", env=env)
+    assert gated.returncode == 2
+    assert "gated" in gated.stderr and "accept the licence" in gated.stderr
+    assert "hf auth login" in gated.stderr
+    # The library sent the user's own login to the Hub; it is never shown.
+    assert f"Bearer {SECRET}" in fake_hub.authorizations
+    gated_json = gaudi("download", "org/gated", "--json", env=env)
+    assert gated_json.returncode == 2 and events_of(gated_json.stdout)[-1]["kind"] == "gated"
+    missing = gaudi("download", "org/nope", env=env)
+    assert missing.returncode == 2 and "was not found" in missing.stderr and "hf auth login" in missing.stderr
+    bad_rev = gaudi("download", "org/small", "--revision", "v9", env=env)
+    assert bad_rev.returncode == 2 and "no revision 'v9'" in bad_rev.stderr
+    bad_id = gaudi("download", "not a repo id!")
+    assert bad_id.returncode == 2 and len(bad_id.stderr.strip().splitlines()) == 1
+    for result in (gated, gated_json, missing, bad_rev):
+        assert SECRET not in result.stdout + result.stderr
+    assert fake_hub.file_gets() == 0
+
+
+def test_offline_says_so_at_once(fake_hub: FakeHub) -> None:
+    fake_hub.repos["org/small"] = small_repo()
+    started = time.monotonic()
+    result = gaudi("download", "org/small", env={"HF_HUB_OFFLINE": "1"})
+    took = time.monotonic() - started
+    assert result.returncode == 2
+    assert "offline" in result.stderr and "HF_HUB_OFFLINE" in result.stderr
+    assert fake_hub.requests == []
+    assert took < 15, took
+    # Once it is cached, offline mode answers where it is.
+    assert gaudi("download", "org/small").returncode == 0
+    cached = gaudi("download", "org/small", env={"HF_HUB_OFFLINE": "1"})
+    assert cached.returncode == 0 and "complete in the cache" in cached.stdout
+
+
+def test_a_stall_is_detected_retried_and_completes_and_plain_http_after_two(fake_hub: FakeHub) -> None:
+    repo = small_repo()
+    fake_hub.repos["org/stall"] = repo
+    fake_hub.stall("org/stall", "model.safetensors", times=2)
+    env = {"HF_HUB_DISABLE_XET": ""}  # as a user without it: after two stalls the command turns it on
+    started = time.monotonic()
+    result = gaudi("download", "org/stall", "--json", "--stall-s", "2", env=env, timeout=80)
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stderr
+    evs = events_of(result.stdout)
+    kinds = [e["type"] for e in evs]
+    assert kinds.count("stalled") == 2 and kinds.count("retry") == 2
+    attempts = [e for e in evs if e["type"] == "attempt"]
+    assert [a["attempt"] for a in attempts] == [1, 2, 3]
+    assert [a["xet"] for a in attempts] == [True, True, False]
+    assert [e["xet_disabled"] for e in evs if e["type"] == "retry"] == [False, True]
+    # Finished files were not fetched again: only the stalled file was asked for on each attempt.
+    assert attempts[1]["files_left"] == 1 and attempts[2]["files_left"] == 1
+    assert fake_hub.gets["model.safetensors"] == 3 and fake_hub.gets["config.json"] == 1
+    stalls = [e["seconds"] for e in evs if e["type"] == "stalled"]
+    assert all(2 <= s < 4 for s in stalls), stalls
+    snapshot = Path(evs[-1]["path"])
+    assert (snapshot / "model.safetensors").read_bytes() == repo.files["model.safetensors"]
+    blobs = snapshot.parents[1] / "blobs"
+    assert not list(blobs.glob("*.incomplete"))
+    assert took < 40, took
+
+
+def test_the_text_output_says_the_xet_switch_and_what_a_retry_refetches(fake_hub: FakeHub) -> None:
+    fake_hub.repos["org/stall"] = small_repo()
+    fake_hub.stall("org/stall", "model.safetensors", times=1)
+    result = gaudi("download", "org/stall", "--stall-s", "1.5", "--attempts", "2", timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "stalled: no byte arrived for 1.5 s" in result.stdout
+    assert "unfinished ones start again from byte 0" in result.stdout
+    assert "model: " in result.stdout
+
+
+def test_sigterm_ends_the_download_and_its_child(fake_hub: FakeHub) -> None:
+    fake_hub.repos["org/stall"] = small_repo()
+    fake_hub.stall("org/stall", "model.safetensors", times=5)
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "download", "org/stall", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert fake_hub.stalled.wait(timeout=30)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert any("gaudi_gui.workers.download" in " ".join(c.cmdline()) for c in children)
+        proc.send_signal(signal.SIGTERM)
+        _out, err = proc.communicate(timeout=15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    _gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive
+    blobs = Path(os.environ["HF_HOME"]) / "hub" / "models--org--stall" / "blobs"
+    assert not list(blobs.glob("*.incomplete"))
+
+
+def test_models_lists_sorts_and_deletes_only_with_yes(fake_hub: FakeHub) -> None:
+    fake_hub.repos["org/big"] = FakeRepo(files={"config.json": b"{}", "w.bin": os.urandom(2_000_000)})
+    fake_hub.repos["org/small"] = FakeRepo(files={"config.json": b'{"s": 1}'})
+    assert gaudi("download", "org/big").returncode == 0
+    assert gaudi("download", "org/small").returncode == 0
+    listing = json.loads(gaudi("models", "--json").stdout)
+    assert [m["repo_id"] for m in listing["models"]] == ["org/big", "org/small"]
+    big = listing["models"][0]
+    assert big["size_on_disk"] >= 2_000_000 and big["revisions"][0]["refs"] == ["main"]
+    text = gaudi("models", "--sort", "used")
+    assert text.returncode == 0 and "org/big" in text.stdout and "org/small" in text.stdout
+
+    dry = gaudi("models", "--delete", "org/big")
+    assert dry.returncode == 0 and "would delete org/big" in dry.stdout and "2.0 MB" in dry.stdout
+    assert [m["repo_id"] for m in json.loads(gaudi("models", "--json").stdout)["models"]] == \
+        ["org/big", "org/small"]
+    rev = big["revisions"][0]["commit"][:8]
+    gone = gaudi("models", "--delete", f"org/big@{rev}", "--yes", "--json")
+    assert gone.returncode == 0, gone.stderr
+    answer = json.loads(gone.stdout)
+    assert answer["deleted"] and answer["freed_bytes"] >= 2_000_000
+    assert [m["repo_id"] for m in json.loads(gaudi("models", "--json").stdout)["models"]] == ["org/small"]
+    unknown = gaudi("models", "--delete", "org/none", "--yes")
+    assert unknown.returncode == 2 and "not in the Hub cache" in unknown.stderr
