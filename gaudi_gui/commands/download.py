@@ -71,6 +71,7 @@ class _Out:
         self.tty = sys.stdout.isatty() and not as_json
         self._line_open = False
         self._last_plain = 0.0
+        self._last_text = ""
 
     def event(self, event: dict[str, Any]) -> None:
         if self.json:
@@ -98,9 +99,10 @@ class _Out:
             sys.stdout.write("\r" + text.ljust(78))
             sys.stdout.flush()
             self._line_open = True
-        elif final or time.monotonic() - self._last_plain >= 5.0:
+        elif (final and text != self._last_text) or time.monotonic() - self._last_plain >= 5.0:
             # A pipe or a log (a host's relay): a line every 5 s, not a flood of carriage returns.
             self._last_plain = time.monotonic()
+            self._last_text = text
             print(text, flush=True)
 
     def _close_line(self) -> None:
