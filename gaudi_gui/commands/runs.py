@@ -1,7 +1,8 @@
 """``gaudi-gui runs``: the run history of this machine, for a person and for a workstation over SSH.
 
 - ``runs list [--json]``: every run, newest first, reconciled (a run whose supervisor died is
-  brought to the state its events prove).
+  brought to the state its events prove), with a short meter column (card-hours, kWh, or "energy not
+  measured"; "–" for a run without a meter summary) and "meter" (the summary, or null) in the JSON.
 - ``runs show RUN [--json]``: one run's status, summary and latest complete checkpoint, and its
   meter (``core.meter``: card-hours, energy and its source, power, utilization, memory; on Gaudi the
   compile meter), "meter" in the JSON (null for a run without one: older, or still running).
@@ -122,7 +123,7 @@ def describe(run: Run) -> dict[str, Any]:
 def _line(item: dict[str, Any]) -> str:
     status = item["status"]
     text = (f"{item['name']}  {status['state']:<8}  step {status['step']}/{status['max_steps']}  "
-            f"{status['summary']}")
+            f"{meter_mod.short(item.get('meter')):<28}  {status['summary']}")
     problems = [p for p in item.get("problems", []) if p not in status["summary"]]
     return text + (f"  ⚠ {'; '.join(problems)}" if problems else "")
 
@@ -130,7 +131,8 @@ def _line(item: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     action = args.runs_action
     if action == "list":
-        runs = [describe(r) for r in RunStore(args.runs_dir or None).runs()]
+        runs = [{**describe(r), "meter": meter_mod.read_summary(r.folder)}
+                for r in RunStore(args.runs_dir or None).runs()]
         if args.json:
             print(json.dumps(runs), flush=True)
         else:

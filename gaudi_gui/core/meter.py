@@ -648,12 +648,251 @@ class Meter:
         self._write(record)
 
 
+
+# -- what a person reads (the Training tab, the Runs list, ``runs list``) ------------------------------
+
+#: The first logged steps of a launch that the steady-state rate leaves out (at most this many; a
+#: tenth of a short run): graph compilation and warm-up make them slow, and an ETA from them is wrong.
+WARMUP_STEPS = 10
+
+
+def figure(value: float) -> str:
+    """Two significant digits without an exponent: 0.0113 -> '0.011', 12.3 -> '12', 3.4e-06 ->
+    '0.0000034' (a card-hour or a kWh of a short run is small, and '1.1e-05' is not for people)."""
+    if not math.isfinite(value) or value == 0:
+        return "0"
+    digits = max(0, 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{digits}f}"
+
+
+def not_measured_why(summary: Mapping[str, Any]) -> str:
+    """Why a run's energy was not measured (the meter's note), for the words after "not measured"."""
+    note = str(summary.get("note") or "").strip()
+    return note or "no power readings"
+
+
+def energy_measured(summary: Mapping[str, Any]) -> bool:
+    return _finite(summary.get("energy_j")) is not None
+
+
+def joules_text(joules: float) -> str:
+    """'850 J', '4.0 kJ', '624 kJ', '1.23 kWh' (a kilowatt-hour and more is said in kWh: what a bill
+    says)."""
+    if joules >= 3.6e6:
+        return f"{joules / 3.6e6:.2f} kWh"
+    if joules >= 1000:
+        return f"{joules / 1000:.1f} kJ" if joules < 1e5 else f"{joules / 1000:.0f} kJ"
+    return f"{joules:.0f} J" if joules >= 10 else f"{figure(joules)} J"
+
+
+def energy_text(summary: Mapping[str, Any]) -> str:
+    """'4.0 kJ (hl-smi power integrated)' or 'energy not measured (why)': never '0 J' for a run whose
+    energy nobody measured."""
+    joules = _finite(summary.get("energy_j"))
+    if joules is None:
+        return f"energy {NOT_MEASURED} ({not_measured_why(summary)})"
+    return f"{joules_text(joules)} ({summary.get('energy_source') or 'source unknown'})"
+
+
+def kwh_text(summary: Mapping[str, Any] | None) -> str:
+    """The energy column: '0.00069 kWh', or 'not measured' (also for a run without a meter summary)."""
+    kwh = _finite((summary or {}).get("energy_kwh"))
+    if kwh is None or not energy_measured(summary or {}):
+        return NOT_MEASURED
+    return f"{figure(kwh)} kWh"
+
+
+def card_hours_text(summary: Mapping[str, Any] | None) -> str:
+    """'0.011', or '' when the run has no cards (a CPU run) or no meter summary."""
+    hours = _finite((summary or {}).get("card_hours"))
+    return "" if hours is None else figure(hours)
+
+
+def memory_text(mib: float) -> str:
+    """'512 MiB' under a GiB, '12.3 GiB' from there."""
+    return f"{mib:.0f} MiB" if mib < 1024 else f"{mib / 1024:.1f} GiB"
+
+
+def true_memory_peak(records: Iterable[Mapping[str, Any]]) -> tuple[float | None, float | None]:
+    """(the ranks' true device memory peak, its limit) in MiB over a run's metrics records: what the
+    allocator really held (torch.hpu.memory_stats / torch.cuda), not hl-smi's pool; None unmeasured."""
+    peak = limit = None
+    for record in records:
+        value = _finite(record.get("memory_peak_mib"))
+        if value is not None and value > 0:
+            peak = value if peak is None else max(peak, value)
+        cap = _finite(record.get("memory_limit_mib"))
+        if cap is not None and cap > 0:
+            limit = cap
+    return peak, limit
+
+
+def compile_text(compiled: Mapping[str, Any] | None) -> str:
+    """'12 graph compilations (2 after warm-up)' of the Gaudi compile meter ('' without one)."""
+    if not compiled or "compilations" not in compiled:
+        return ""
+    total = int(_finite(compiled.get("compilations")) or 0)
+    steady = int(_finite(compiled.get("steady_compilations")) or 0)
+    return f"{total} graph compilation{'' if total == 1 else 's'} ({steady} after warm-up)"
+
+
+def fallback_ops(compiled: Mapping[str, Any] | None) -> list[str]:
+    """The ops that fell back to the CPU on any rank (most frequent first where counted)."""
+    if not compiled:
+        return []
+    ops = compiled.get("cpu_fallback_ops")
+    names = list(ops) if isinstance(ops, Mapping) else []
+    for op in compiled.get("fallback_ops_all_ranks") or []:
+        if str(op) not in names:
+            names.append(str(op))
+    return names
+
+
+def run_compile(folder: str | Path, summary: Mapping[str, Any] | None = None,
+                events: Sequence[Mapping[str, Any]] = ()) -> dict[str, Any] | None:
+    """The run's Gaudi compile meter: the one its supervisor put in the summary, else read now from
+    the bridge's files in the run folder (a run whose supervisor could not finish, or still running);
+    None when the run has none (not a Gaudi run, or the bridge wrote nothing)."""
+    compiled = (summary or {}).get("compile")
+    if isinstance(compiled, dict) and "compilations" in compiled:
+        return compiled
+    from gaudi_gui.core import hpu_metrics
+    base = Path(folder) / hpu_metrics.FOLDER_NAME / hpu_metrics.FILE_NAME
+    if not base.parent.is_dir():
+        return None
+    steps = [int(e["step"]) for e in events if e.get("type") == "metrics" and isinstance(e.get("step"), int)]
+    found = hpu_metrics.summarize(base, warmup_until=hpu_metrics.first_step_time(events),
+                                  steady_steps=(steps[-1] - steps[0]) if len(steps) > 1 else None)
+    return found if found and "compilations" in found else None
+
+
+def meter_line(summary: Mapping[str, Any], *, true_peak_mib: float | None = None,
+               compiled: Mapping[str, Any] | None = None) -> str:
+    """The Training tab's line under a run's status: '2 cards · 0.011 card-hours · 4.0 kJ (hl-smi power
+    integrated) · mean 205 W · util 87 % · peak device memory 12.3 GiB (true: 9.8 GiB) · 12 graph
+    compilations (2 after warm-up)'; 'energy not measured (why)' where nobody measured it."""
+    parts: list[str] = []
+    kind = str(summary.get("kind") or "hpu")
+    cards = summary.get("cards") or list(summary.get("per_card") or {})
+    if kind == "cpu":
+        parts.append("CPU")
+    elif cards:
+        noun = "GPU" if kind == "cuda" else "card"
+        parts.append(f"{len(cards)} {noun}{'' if len(cards) == 1 else 's'}")
+    hours = card_hours_text(summary)
+    if hours:
+        parts.append(f"{hours} card-hours")
+    parts.append(energy_text(summary))
+    mean = _finite(summary.get("power_mean_w"))
+    if mean is not None and energy_measured(summary):
+        parts.append(f"mean {mean:.0f} W")
+    util = _finite(summary.get("utilization_mean"))
+    if util is not None:
+        parts.append(f"util {util:.0f} %")
+    seen = _finite(summary.get("memory_used_peak_mib"))
+    if seen is not None or true_peak_mib is not None:
+        words = "peak device memory " + (memory_text(seen) if seen is not None else "–")
+        if true_peak_mib is not None:
+            words += f" (true: {memory_text(true_peak_mib)})"
+        parts.append(words)
+    compiled_words = compile_text(compiled)
+    if compiled_words:
+        parts.append(compiled_words)
+    return " · ".join(parts)
+
+
+def short(summary: Mapping[str, Any] | None) -> str:
+    """``runs list``'s meter column: '0.011 card-h · 0.00069 kWh', 'energy not measured', or '–' for a
+    run without a meter summary (an older run, or one still running)."""
+    if not summary:
+        return "–"
+    hours = card_hours_text(summary)
+    energy = kwh_text(summary)
+    words = energy if energy != NOT_MEASURED else f"energy {NOT_MEASURED}"
+    return f"{hours} card-h · {words}" if hours else words
+
+
+@dataclass(frozen=True)
+class Rates:
+    """A run's pace. ``steady``: from the steps after warm-up only (``from_step`` on); otherwise the
+    worker's own averages since training began (warm-up included) and no ETA."""
+
+    steps_per_s: float | None = None
+    samples_per_s: float | None = None
+    tokens_per_s: float | None = None
+    eta_s: float | None = None
+    steady: bool = False
+    warmup_steps: int = 1
+    from_step: int | None = None
+
+
+def warmup_steps(max_steps: int) -> int:
+    """How many first steps of a launch the steady rate leaves out: a tenth of the run, 1 to 10."""
+    return max(1, min(WARMUP_STEPS, max_steps // 10)) if max_steps > 0 else 1
+
+
+def _done(record: Mapping[str, Any], rate_key: str, count_key: str = "") -> float | None:
+    """How many samples / tokens were done by this record: its own count, else rate x elapsed."""
+    if count_key:
+        count = _finite(record.get(count_key))
+        if count is not None:
+            return count
+    rate, elapsed = _finite(record.get(rate_key)), _finite(record.get("elapsed"))
+    return None if rate is None or elapsed is None else rate * elapsed
+
+
+def rates(records: Sequence[Mapping[str, Any]], *, max_steps: int = 0, start_step: int = 0) -> Rates:
+    """The pace of the launch whose metrics records these are (``elapsed``: seconds since it began
+    training; ``start_step``: where it began, a resumed run's checkpoint). The first
+    ``warmup_steps(max_steps)`` steps are left out (compilation, warm-up): the rates and the ETA come
+    from the records after them; until two such records exist, the worker's averages and no ETA."""
+    points: list[Mapping[str, Any]] = []
+    for record in records:
+        step, elapsed = record.get("step"), _finite(record.get("elapsed"))
+        if record.get("summary") or not isinstance(step, int) or isinstance(step, bool) or elapsed is None:
+            continue
+        if points and (step <= points[-1]["step"] or elapsed <= float(points[-1]["elapsed"])):
+            continue  # an evaluation's record at the same step, or a record out of order
+        points.append(record)
+    skip = warmup_steps(max_steps)
+    if not points:
+        return Rates(warmup_steps=skip)
+    steady = [p for p in points if int(p["step"]) >= start_step + skip]
+    last = points[-1]
+    if len(steady) < 2:
+        return Rates(_finite(last.get("throughput")), _finite(last.get("samples_per_second")),
+                     _finite(last.get("tokens_per_second")), None, False, skip)
+    a, b = steady[0], steady[-1]
+    dt = float(b["elapsed"]) - float(a["elapsed"])
+    steps = (int(b["step"]) - int(a["step"])) / dt
+
+    def per_s(rate_key: str, count_key: str = "") -> float | None:
+        x, y = _done(a, rate_key, count_key), _done(b, rate_key, count_key)
+        return None if x is None or y is None or y < x else (y - x) / dt
+
+    eta = max(0.0, (max_steps - int(b["step"])) / steps) if max_steps > 0 and steps > 0 else None
+    return Rates(steps, per_s("samples_per_second"), per_s("tokens_per_second", "tokens_seen"), eta, True,
+                 skip, int(a["step"]))
+
+
+def rates_text(r: Rates) -> str:
+    """'2.1 steps/s · 4.2 samples/s · 530 tokens/s' (those the metrics have)."""
+    parts = []
+    for value, unit in ((r.steps_per_s, "steps/s"), (r.samples_per_s, "samples/s"),
+                        (r.tokens_per_s, "tokens/s")):
+        if value is not None and value > 0:
+            parts.append(f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}")
+    return " · ".join(parts)
+
+
 def _clean(value: float | None) -> float | None:
     v = _finite(value)
     return None if v is None else round(v, 3)
 
 
 __all__ = ["GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME", "NOT_MEASURED", "RAPL_ROOT", "SOURCE_HLSMI",
-           "SOURCE_NVIDIA", "SOURCE_RAPL", "SUMMARY_NAME", "Accounts", "CardAccount", "Meter",
-           "PowerIntegrator", "describe", "parse_ids", "rapl_root", "rapl_zones", "read_summary",
-           "recorded_cards", "summarize"]
+           "SOURCE_NVIDIA", "SOURCE_RAPL", "SUMMARY_NAME", "WARMUP_STEPS", "Accounts", "CardAccount", "Meter",
+           "PowerIntegrator", "Rates", "card_hours_text", "compile_text", "describe", "energy_measured",
+           "energy_text", "fallback_ops", "figure", "joules_text", "kwh_text", "memory_text", "meter_line",
+           "not_measured_why", "parse_ids", "rapl_root", "rapl_zones", "rates", "rates_text", "read_summary",
+           "recorded_cards", "run_compile", "short", "summarize", "true_memory_peak", "warmup_steps"]

@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from gaudi_gui.core import evaluation as ev
+from gaudi_gui.core import meter as meter_mod
 from gaudi_gui.core import textclean
 from gaudi_gui.core.metrics import format_duration
 from gaudi_gui.core.placement import Placement
@@ -423,37 +424,72 @@ class EvalView(QWidget):
         super().closeEvent(event)
 
 
+#: The run meter's rows under the scores (core.meter's summary of each compared run).
+METER_ROWS = ("card-hours", "energy", "mean power", "utilization", "wall time")
+
+
+def meter_cells(summary: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
+    """The meter rows of one run: row name -> (text, tooltip); "–" without a summary, and the
+    energy "not measured" (never 0) where nobody measured it."""
+    if not summary:
+        why = "no meter summary (an older run, or one that did not finish)"
+        return {name: ("–", why) for name in METER_ROWS}
+    mean, util, wall = (summary.get(k) for k in ("power_mean_w", "utilization_mean", "wall_s"))
+    measured = meter_mod.energy_measured(summary)
+    return {"card-hours": (meter_mod.card_hours_text(summary) or "–", "cards x wall time / 3600"),
+            "energy": (meter_mod.kwh_text(summary),
+                       meter_mod.energy_text(summary) if measured else meter_mod.not_measured_why(summary)),
+            "mean power": (f"{mean:.0f} W" if isinstance(mean, (int, float)) and measured else "–", ""),
+            "utilization": (f"{util:.0f} %" if isinstance(util, (int, float)) else "–", ""),
+            "wall time": (format_duration(wall) if isinstance(wall, (int, float)) else "–", "")}
+
+
 class ScoresPanel(QWidget):
-    """The latest scores of compared runs, one column pair per run (Compare, beside the loss curves)."""
+    """The latest scores of compared runs, one column per run (Compare, beside the loss curves), and
+    under them what each run cost (its meter: card-hours, energy, mean power, utilization)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Scores of the compared runs")
-        self.table = _table(("score",), self)
+        self.table = _table(("score / meter",), self)
         self.note = QLabel(self)
         self.note.setWordWrap(True)
         layout = QVBoxLayout(self)
         layout.addWidget(self.table)
         layout.addWidget(self.note)
 
-    def show_runs(self, runs: list[Run]) -> bool:
-        """Fill the table; False when none of the runs was evaluated."""
+    def show_runs(self, runs: list[Run], meters: dict[Path, dict[str, Any] | None] | None = None) -> bool:
+        """Fill the table: the scores of the evaluated runs, then the meter of every run that has one
+        (``meters``: the summaries by run folder where the caller has them, else read here); False
+        when none of the runs was evaluated or metered."""
         results = [(run, ev.latest_result(run)) for run in runs]
-        found = [(run, r) for run, r in results if r]
+        summaries = {run.folder: (meters[run.folder] if meters is not None and run.folder in meters
+                                  else meter_mod.read_summary(run.folder)) for run in runs}
+        found = [(run, r) for run, r in results if r or summaries[run.folder]]
         names: list[str] = []
         values: dict[tuple[str, str], str] = {}
         for run, result in found:
-            for name, tuned, base in ev.score_items(result):
+            for name, tuned, base in ev.score_items(result or {}):
                 if name not in names:
                     names.append(name)
                 values[(run.name, name)] = f"{_cell(tuned)} (base {_cell(base)})"
+        metered = any(summaries[run.folder] for run, _r in found)
         self.table.setColumnCount(1 + len(found))
-        self.table.setHorizontalHeaderLabels(["score", *(run.name for run, _r in found)])
-        self.table.setRowCount(len(names))
+        self.table.setHorizontalHeaderLabels(["score / meter", *(run.name for run, _r in found)])
+        self.table.setRowCount(len(names) + (len(METER_ROWS) if metered else 0))
         for r, name in enumerate(names):
             self.table.setItem(r, 0, QTableWidgetItem(name))
             for c, (run, _r) in enumerate(found, 1):
                 self.table.setItem(r, c, QTableWidgetItem(values.get((run.name, name), "–")))
+        if metered:
+            cells = {run.folder: meter_cells(summaries[run.folder]) for run, _r in found}
+            for r, name in enumerate(METER_ROWS, len(names)):
+                self.table.setItem(r, 0, QTableWidgetItem(name))
+                for c, (run, _r) in enumerate(found, 1):
+                    text, tip = cells[run.folder][name]
+                    item = QTableWidgetItem(text)
+                    item.setToolTip(tip)
+                    self.table.setItem(r, c, item)
         self.table.resizeColumnsToContents()
         missing = [run.name for run, r in results if not r]
         self.note.setText("not evaluated: " + ", ".join(missing) if missing else "")

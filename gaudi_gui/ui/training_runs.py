@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal, SignalInstance
 from PySide6.QtGui import QHideEvent, QShowEvent
@@ -20,6 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gaudi_gui.core import meter as meter_mod
 from gaudi_gui.core.evaluation import latest_scores
 from gaudi_gui.core.metrics import format_duration
 from gaudi_gui.core.remote import Host
@@ -28,7 +30,12 @@ from gaudi_gui.core.sft import is_adapter_dir
 from gaudi_gui.services.jobs import JobRegistry
 from gaudi_gui.services.sft_tools import AdapterMerger
 
-COLUMNS = ("run", "status", "started", "duration", "steps", "final loss", "latest scores")
+# What a run cost (card-hours, energy) sits beside how it went; "started" comes after them: the run's
+# name already begins with its start time, and the cost must stay in view in a 1024-pixel window.
+COLUMNS = ("run", "status", "duration", "steps", "final loss", "card-hours", "energy", "started",
+           "latest scores")
+#: The columns whose figures are right-aligned.
+_NUMBERS = frozenset(("duration", "steps", "final loss", "card-hours", "energy"))
 #: How often a shown Runs list looks for new runs and changed statuses (a stat per run folder).
 WATCH_MS = 2000
 
@@ -104,6 +111,9 @@ class RunsTable(QWidget):
         layout.addWidget(self.status)
         self._runs: list[Run] = []
         self._seen: tuple[tuple[str, int], ...] = ()
+        #: Each run's meter summary with the change time of its file (read again only when it changed:
+        #: the list refreshes itself whenever any run's status moves).
+        self._meters: dict[Path, tuple[int, dict[str, Any] | None]] = {}
         # While shown, new runs appear and running rows move on their own (no Refresh needed).
         self._watch = QTimer(self)
         self._watch.setInterval(WATCH_MS)
@@ -155,21 +165,50 @@ class RunsTable(QWidget):
             started = time.strftime("%Y-%m-%d %H:%M", time.localtime(st.started_at)) if st.started_at else "–"
             steps = f"{st.step}/{st.max_steps}" if st.max_steps else "–"
             state = f"{st.state} ⚠ {problems[0]}" if problems else st.state
-            for col, text in enumerate((run.name, state, started, format_duration(st.duration)
-                                        if st.started_at else "–", steps, loss, latest_scores(run))):
+            summary = self.meter(run)
+            energy = "–" if summary is None or not meter_mod.energy_measured(summary) else \
+                meter_mod.kwh_text(summary)
+            hours = meter_mod.card_hours_text(summary) or "–"
+            duration = format_duration(st.duration) if st.started_at else "–"
+            for col, text in enumerate((run.name, state, duration, steps, loss, hours, energy, started,
+                                        latest_scores(run))):
                 item = QTableWidgetItem(text)
+                if COLUMNS[col] in ("card-hours", "energy"):
+                    item.setToolTip(self._meter_tip(summary))
                 if col == 1 and (st.summary or st.error or problems):
                     item.setToolTip("\n".join(dict.fromkeys([*problems, st.summary or st.error])))
                 if col == 0 and st.resumed_from:
                     item.setToolTip(f"resumed from {Path(st.resumed_from).name}")
                     item.setText(f"{run.name} ↳ {Path(st.resumed_from).name}")
-                if 3 <= col < 6:
+                if COLUMNS[col] in _NUMBERS:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, col, item)
         self.table.resizeColumnsToContents()
         self._reselect(selected, current_run)
         if damaged:
             self.status.setText(f"⚠ {damaged} damaged run folder(s): see the status column")
+
+    def meter(self, run: Run) -> dict[str, Any] | None:
+        """The run's meter summary (meter-summary.json), read again only when its file changed."""
+        path = run.folder / meter_mod.SUMMARY_NAME
+        try:
+            mtime = path.stat().st_mtime_ns
+        except OSError:
+            mtime = -1
+        cached = self._meters.get(run.folder)
+        if cached is not None and cached[0] == mtime:
+            return cached[1]
+        summary = meter_mod.read_summary(run.folder) if mtime >= 0 else None
+        self._meters[run.folder] = (mtime, summary)
+        return summary
+
+    @staticmethod
+    def _meter_tip(summary: dict[str, Any] | None) -> str:
+        if summary is None:
+            return "no meter summary: an older run, or one still running"
+        energy = meter_mod.energy_text(summary)
+        return f"{meter_mod.describe(summary)}\n{energy}" if not meter_mod.energy_measured(summary) else \
+            meter_mod.describe(summary)
 
     def _reselect(self, folders: set[Path], current: Path | None) -> None:
         model = self.table.selectionModel()
@@ -204,7 +243,8 @@ class RunsTable(QWidget):
             self.show_scores(runs)
 
     def show_scores(self, runs: list[Run]) -> None:
-        """The compared runs' latest scores in a window beside the curves (when any was evaluated)."""
+        """The compared runs' latest scores and meters beside the curves (when any was evaluated or
+        metered)."""
         from gaudi_gui.ui.eval_view import ScoresPanel
         if self.scores_panel is None:
             if self.scores_dock is not None:
@@ -214,7 +254,8 @@ class RunsTable(QWidget):
                 self.scores_panel = ScoresPanel(self)
                 self.scores_panel.setWindowFlag(Qt.WindowType.Tool, True)
         assert isinstance(self.scores_panel, ScoresPanel)
-        if self.scores_panel.show_runs(runs):
+        meters = {run.folder: self.meter(run) for run in runs}
+        if self.scores_panel.show_runs(runs, meters):
             self.scores_panel.show()
             self.scores_panel.raise_()
         else:

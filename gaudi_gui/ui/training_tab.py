@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 )
 
 from gaudi_gui.core import launch as launch_mod
+from gaudi_gui.core import meter as meter_mod
 from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import preflight as preflight_mod
 from gaudi_gui.core import prepare as prepare_mod
@@ -129,6 +130,13 @@ class TrainingTab(QWidget):
         self.status = QLabel("idle", self)
         self.status.setWordWrap(True)
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        # The run meter under the status: the pace while a run trains (steady state, warm-up left
+        # out), what it cost once it ended (core.meter's summary in the run folder). Hidden otherwise.
+        self.meter_line = QLabel("", self)
+        self.meter_line.setWordWrap(True)
+        self.meter_line.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
+        self.meter_line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.meter_line.setVisible(False)
         self.progress = QProgressBar(self)
         self.progress.setFormat("%p%")
         self.eta = QLabel("", self)
@@ -165,6 +173,7 @@ class TrainingTab(QWidget):
         rl.addWidget(self.command)
         rl.addLayout(buttons)
         rl.addWidget(self.status)
+        rl.addWidget(self.meter_line)
         rl.addWidget(self.hosts_line)
         rl.addLayout(prow)
         rl.addWidget(self.views, 1)
@@ -274,6 +283,10 @@ class TrainingTab(QWidget):
             self._clear_run_view()
             self.chart.set_records(self._curve_of(job))
             self._show_progress()
+            if job.is_running():
+                self._show_live_meter()
+            elif job.run is not None:
+                self._show_meter(job.run)
         if job.summary:
             self.status.setText(job.summary)
         self._update_buttons()
@@ -682,6 +695,14 @@ class TrainingTab(QWidget):
         self.chart.clear_overlays()
         self.progress.setValue(0)
         self.eta.setText("")
+        self.eta.setToolTip("")
+        self.meter_line.setText("")
+        self.meter_line.setToolTip("")
+        self.meter_line.setVisible(False)
+
+    def _rates(self) -> meter_mod.Rates:
+        p = self.job.progress
+        return meter_mod.rates(self.job.records, max_steps=p.max_steps, start_step=p.start_step)
 
     def _show_progress(self) -> None:
         p = self.job.progress
@@ -689,9 +710,67 @@ class TrainingTab(QWidget):
         last = self.job.records[-1] if self.job.records else {}
         loss = last.get("loss")
         if p.max_steps:
-            eta = metrics_mod.format_duration(p.eta) if self.job.is_running() else "–"
+            # The ETA from the steps after warm-up only: the first steps compile graphs (on Gaudi
+            # seconds to minutes each) and would make every ETA of a long run far too long.
+            rates = self._rates()
+            eta = (metrics_mod.format_duration(rates.eta_s) if self.job.is_running() and rates.eta_s
+                   is not None else "–")
             self.eta.setText(f"step {p.step}/{p.max_steps}  ETA {eta}"
                              + (f"  loss {loss:.4f}" if isinstance(loss, (int, float)) else ""))
+            self.eta.setToolTip(self._eta_tip(rates))
+
+    @staticmethod
+    def _eta_tip(rates: meter_mod.Rates) -> str:
+        first = f"the first {rates.warmup_steps} step{'' if rates.warmup_steps == 1 else 's'}"
+        if rates.steady:
+            return (f"ETA and rates from the steps after warm-up only (step {rates.from_step} on): "
+                    f"{first} (graph compilation, warm-up) are left out of the rate")
+        return (f"no ETA yet: it comes from the steps after warm-up only; {first} (graph compilation, "
+                "warm-up) are left out of the rate")
+
+    def _show_live_meter(self) -> None:
+        """The pace while the run trains: steps/s with samples/s and tokens/s where the metrics have
+        them (after warm-up once there are steps enough), and the ranks' true device memory."""
+        rates = self._rates()
+        parts = [meter_mod.rates_text(rates)] if meter_mod.rates_text(rates) else []
+        if parts and not rates.steady:
+            parts[0] += " (so far, warm-up included)"
+        peak, limit = meter_mod.true_memory_peak(self.job.records)
+        if peak is not None:
+            parts.append(f"true device memory peak {meter_mod.memory_text(peak)}"
+                         + (f" of {meter_mod.memory_text(limit)}" if limit else ""))
+        self.meter_line.setText(" · ".join(parts))
+        self.meter_line.setToolTip(self._eta_tip(rates))
+        self.meter_line.setVisible(bool(parts))
+
+    def _show_meter(self, run: Run) -> None:
+        """What the ended run cost (its meter-summary.json), under its status; hidden for a run that
+        has no meter summary (an older run, or one whose supervisor did not finish)."""
+        from gaudi_gui.core import hpu_metrics
+        summary = meter_mod.read_summary(run.folder)
+        gaudi = (run.folder / hpu_metrics.FOLDER_NAME).is_dir()
+        events = run.events() if summary is not None or gaudi else []
+        compiled = meter_mod.run_compile(run.folder, summary, events)
+        if summary is None and compiled is None:
+            self.meter_line.setVisible(False)
+            return
+        records = [r for r in (metrics_mod.metric_record(e) for e in events) if r is not None]
+        peak, _limit = meter_mod.true_memory_peak(records)
+        if summary is not None:
+            text = meter_mod.meter_line(summary, true_peak_mib=peak, compiled=compiled)
+        else:
+            text = meter_mod.compile_text(compiled)
+        tip = [meter_mod.describe(summary)] if summary is not None else []
+        if peak is not None:
+            tip.append(f"true device memory: the ranks' own allocator peak ({meter_mod.memory_text(peak)}); "
+                       "hl-smi's figure is the allocator's whole pool")
+        if compiled is not None:
+            tip.append("compile meter: " + hpu_metrics.describe(compiled))
+            ops = meter_mod.fallback_ops(compiled)
+            tip.append("CPU-fallback ops: " + (", ".join(ops) if ops else "none"))
+        self.meter_line.setText(redact(text))
+        self.meter_line.setToolTip(redact("\n".join(tip)))
+        self.meter_line.setVisible(True)
 
     def _on_metrics(self, record: dict) -> None:
         # Stamp live records with the wall time they arrived, to line card usage up with steps.
@@ -699,6 +778,7 @@ class TrainingTab(QWidget):
         if not self.job.is_remote:  # this machine's cards are not the host's
             self._update_device_usage()
         self._show_progress()
+        self._show_live_meter()
 
     def _on_event(self, event: dict) -> None:
         if event.get("type") == "training_started":
@@ -717,6 +797,10 @@ class TrainingTab(QWidget):
         if state == "finished":
             self.progress.setValue(100)
         self._show_progress()
+        if job.run is not None:  # a run elsewhere keeps its meter there (`gaudi-gui runs show`)
+            self._show_meter(job.run)
+        else:
+            self.meter_line.setVisible(False)
         self.log.flush()
         self.log.set_progress("")
         self.runs.refresh()
@@ -751,6 +835,7 @@ class TrainingTab(QWidget):
         if st.max_steps:
             self.progress.setValue(int(min(1.0, st.step / st.max_steps) * 100))
             self.eta.setText(f"step {st.step}/{st.max_steps}")
+        self._show_meter(run)
         self.views.setCurrentWidget(self.live)
 
     def clone(self, run: Run) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 from gaudi_gui.core import outputs
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import RunStore
-from gaudi_gui.ui.training_runs import RunsTable
+from gaudi_gui.ui.training_runs import COLUMNS, RunsTable
 from tests.helpers import click
 
 
@@ -49,7 +49,9 @@ def test_selection_follows_the_run_when_a_new_one_appears_on_top(qtbot, tmp_path
     assert resumed.args[0] == first
     # A running run's step moves on its own.
     third.update_status(state="running", step=7, max_steps=40)
-    qtbot.waitUntil(lambda: table.table.item(_row_of(table, third.name), 4).text() == "7/40", timeout=10000)
+    steps = COLUMNS.index("steps")
+    qtbot.waitUntil(lambda: table.table.item(_row_of(table, third.name), steps).text() == "7/40",
+                    timeout=10000)
     assert table.selected_runs() == [first]
     assert second in [table._runs[r] for r in range(3)]
     table.hide()
@@ -78,7 +80,7 @@ def test_the_form_says_at_the_output_folder_that_it_holds_another_run(qtbot, tmp
     qtbot.waitExposed(tab)
     qtbot.waitUntil(lambda: tab.form.schema is not None, timeout=60000)
     editor = tab.form.editors["output_dir"].editor
-    assert "folder of its own" in editor.placeholderText()  # empty is the default
+    assert "folder of its own" in editor.placeholderText()  # type: ignore[attr-defined]  # empty is the default
     set_arg(tab, "output_dir", str(out))
     click(qtbot, tab.btn["Start"])
     assert tab.status.text().startswith("cannot start")
@@ -94,3 +96,177 @@ def test_the_form_says_at_the_output_folder_that_it_holds_another_run(qtbot, tmp
     assert editor.toolTip() == ""
     tab.shutdown()
     services.training.shutdown()
+
+
+# -- the run meter (issue 27) ---------------------------------------------------------------------------
+
+def _metered_run(store: RunStore, tmp_path: Path, name: str, *, device: str, measured: bool,
+                 compile_dumps: list[dict] | None = None, first_step_at: float = 0.0):
+    """A finished run folder as the supervisor leaves it: events (3 logged steps, the ranks' true
+    memory on Gaudi), meter-summary.json made by core.meter.summarize, and on Gaudi the bridge's
+    compile-meter file (``compile_dumps``, written as the bridge writes it: an array, here cut short
+    of its ``]`` as a killed rank leaves it)."""
+    import datetime as dt
+
+    from gaudi_gui.core import hpu_metrics, meter
+    from gaudi_gui.core.events import EventWriter
+
+    run = store.create(JobConfig(name=name, training_args={"output_dir": str(tmp_path / name)}))
+    run.update_status(state="finished", step=3, max_steps=3, started_at=first_step_at - 5,
+                      ended_at=first_step_at + 5, summary="Finished 3 steps")
+    with EventWriter(run.events_path) as events:
+        for step in (1, 2, 3):
+            extra = ({"memory_peak_mib": 9000.0 + step * 345, "memory_limit_mib": 98304.0}
+                     if device == "hpu" else {})
+            events.write("metrics", step=step, max_steps=3, loss=4.0 - step / 10, elapsed=step * 0.5,
+                         time=first_step_at + step - 1, throughput=2.0, **extra)
+    accounts = meter.Accounts()
+    if measured:
+        for k in range(11):
+            accounts.add(first_step_at + k, [{"name": "module 2", "power_w": 100.0, "utilization": 90,
+                                              "memory_used_mib": 12595.0},
+                                             {"name": "module 3", "power_w": 105.0, "utilization": 84,
+                                              "memory_used_mib": 12595.0}])
+        summary = meter.summarize(accounts, source="hl-smi", energy_source=meter.SOURCE_HLSMI, wall_s=10.0,
+                                  card_count=2, cards=[2, 3], kind=device)
+    else:
+        summary = meter.summarize(accounts, source="none", energy_source=meter.NOT_MEASURED, wall_s=10.0,
+                                  card_count=None, kind=device,
+                                  note="no readable RAPL counter under /sys/class/powercap")
+    (run.folder / meter.SUMMARY_NAME).write_text(json.dumps(summary))
+    if compile_dumps is not None:
+        folder = run.folder / hpu_metrics.FOLDER_NAME
+        folder.mkdir()
+        text = "[" + ",".join(json.dumps({**d, "generated_on": dt.datetime.fromtimestamp(d.pop("at"))
+                                          .isoformat()}) for d in compile_dumps)
+        (folder / "metrics-rank0.json").write_text(text)  # no "]": the rank was killed
+    return run
+
+
+def _tab(qtbot, store: RunStore):
+    from gaudi_gui.app import create_services
+    from gaudi_gui.ui.training_tab import TrainingTab
+
+    services = create_services()
+    services.training.store = store
+    tab = TrainingTab(services)
+    qtbot.addWidget(tab)
+    tab.resize(1400, 900)
+    tab.show()
+    qtbot.waitExposed(tab)
+    qtbot.waitUntil(lambda: tab.form.schema is not None, timeout=60000)
+    return services, tab
+
+
+def _reopen(qtbot, tab, name: str) -> None:
+    bar = tab.views.tabBar()
+    click(qtbot, bar, bar.tabRect(tab.views.indexOf(tab.runs)).center())
+    qtbot.waitUntil(lambda: tab.views.currentWidget() is tab.runs, timeout=5000)
+    _click_row(qtbot, tab.runs, _row_of(tab.runs, name))
+    click(qtbot, tab.runs.buttons["Reopen"])
+    qtbot.waitUntil(lambda: tab.views.currentWidget() is tab.live, timeout=5000)
+
+
+def test_reopened_gaudi_run_shows_its_meter_and_compile_meter(qtbot, tmp_path: Path) -> None:
+    """Reopen (clicked) of a finished Gaudi run: its cost under the status, with the ranks' true
+    memory beside hl-smi's pool and the bridge's compilations split at the first logged step; the
+    tooltip names the ops that fell back to the CPU."""
+    import time
+
+    t0 = time.time() - 100
+    dumps = [
+        {"metric_name": "graph_compilation", "triggered_by": "metric_change", "at": t0 - 3,
+         "statistics": {"TotalNumber": 3, "TotalTime": 3000, "AvgTime": 1000}},
+        {"metric_name": "graph_compilation", "triggered_by": "metric_change", "at": t0 - 1,
+         "statistics": {"TotalNumber": 5, "TotalTime": 5200, "AvgTime": 1040}},
+        {"metric_name": "cpu_fallback", "triggered_by": "metric_change", "at": t0 - 1,
+         "statistics": {"TotalNumber": 4, "FallbackOps": {"aten::digamma": 3, "aten::_unique2": 1}}},
+        {"metric_name": "graph_compilation", "triggered_by": "metric_change", "at": t0 + 1.5,
+         "statistics": {"TotalNumber": 7, "TotalTime": 6100, "AvgTime": 871}},
+    ]
+    store = RunStore(tmp_path / "runs")
+    run = _metered_run(store, tmp_path, "gaudi", device="hpu", measured=True, compile_dumps=dumps,
+                       first_step_at=t0)
+    services, tab = _tab(qtbot, store)
+    try:
+        row = _row_of(tab.runs, run.name)
+        assert tab.runs.table.item(row, COLUMNS.index("card-hours")).text() == "0.0056"  # 2 cards x 10 s
+        assert tab.runs.table.item(row, COLUMNS.index("energy")).text() == "0.00057 kWh"  # 205 W x 10 s
+        assert not tab.meter_line.isVisible()
+        _reopen(qtbot, tab, run.name)
+        assert tab.meter_line.isVisible()
+        assert tab.meter_line.text() == (
+            "2 cards · 0.0056 card-hours · 2.0 kJ (hl-smi power integrated) · mean 205 W · util 87 % · "
+            "peak device memory 12.3 GiB (true: 9.8 GiB) · 7 graph compilations (2 after warm-up)")
+        tip = tab.meter_line.toolTip()
+        assert "CPU-fallback ops: aten::digamma, aten::_unique2" in tip
+        assert "file was cut" in tip  # the rank's array had no "]"
+    finally:
+        tab.shutdown()
+        services.training.shutdown()
+
+
+def test_unmeasured_run_says_not_measured_never_zero(qtbot, tmp_path: Path) -> None:
+    """A CPU run without a readable RAPL counter: 'energy not measured (why)' under the status, '–' in
+    the Runs list's energy column (its tooltip says why), never 0 J or 0.0 kWh."""
+    store = RunStore(tmp_path / "runs")
+    run = _metered_run(store, tmp_path, "cpu", device="cpu", measured=False, first_step_at=1_700_000_000.0)
+    services, tab = _tab(qtbot, store)
+    try:
+        row = _row_of(tab.runs, run.name)
+        energy = tab.runs.table.item(row, COLUMNS.index("energy"))
+        assert energy.text() == "–" and "energy not measured (no readable RAPL counter" in energy.toolTip()
+        assert tab.runs.table.item(row, COLUMNS.index("card-hours")).text() == "–"  # no cards
+        _reopen(qtbot, tab, run.name)
+        line = tab.meter_line.text()
+        assert line == "CPU · energy not measured (no readable RAPL counter under /sys/class/powercap)"
+        for shown in (line, tab.meter_line.toolTip(), energy.toolTip()):
+            assert " 0 J" not in shown and "0.0 kWh" not in shown and "0 kWh" not in shown
+        # Compare (clicked): the meter beside the (absent) scores says "not measured" too.
+        click(qtbot, tab.views.tabBar(), tab.views.tabBar().tabRect(tab.views.indexOf(tab.runs)).center())
+        _click_row(qtbot, tab.runs, row)
+        click(qtbot, tab.runs.buttons["Compare"])
+        panel = tab.runs.scores_panel
+        qtbot.waitUntil(lambda: panel is not None and panel.isVisible(), timeout=5000)
+        rows = {panel.table.item(r, 0).text(): panel.table.item(r, 1) for r in range(panel.table.rowCount())}
+        assert rows["energy"].text() == "not measured" and "RAPL" in rows["energy"].toolTip()
+        assert rows["mean power"].text() == "–"
+    finally:
+        tab.shutdown()
+        services.training.shutdown()
+
+
+def test_runs_list_reads_each_meter_once_per_change(qtbot, tmp_path: Path, monkeypatch) -> None:
+    """The list refreshes itself whenever a status moves: a run's meter summary is read again only
+    when its file changed (by its change time), not at every refresh."""
+    import os
+
+    from gaudi_gui.core import meter
+    from gaudi_gui.ui import training_runs
+    store = RunStore(tmp_path / "runs")
+    run = _metered_run(store, tmp_path, "gaudi", device="hpu", measured=True, first_step_at=1_700_000_000.0)
+    reads: list[Path] = []
+    real = meter.read_summary
+    def counted(folder: Path) -> dict | None:
+        reads.append(Path(folder))
+        return real(folder)
+
+    monkeypatch.setattr(training_runs.meter_mod, "read_summary", counted)
+    table = RunsTable(store)
+    qtbot.addWidget(table)
+    table.show()
+    for _ in range(3):
+        click(qtbot, table.buttons["Refresh"])
+    assert reads == [run.folder]
+    cell = lambda: table.table.item(0, COLUMNS.index("card-hours")).text()  # noqa: E731
+    assert cell() == "0.0056"
+    # The summary rewritten (a later meter): read again on the next refresh, once.
+    path = run.folder / meter.SUMMARY_NAME
+    data = json.loads(path.read_text())
+    data["card_hours"] = 0.25
+    path.write_text(json.dumps(data))
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    click(qtbot, table.buttons["Refresh"])
+    click(qtbot, table.buttons["Refresh"])
+    assert reads == [run.folder, run.folder] and cell() == "0.25"

@@ -426,3 +426,78 @@ def test_ticked_cards_on_a_cpu_machine_are_said_ignored_and_not_charted(qtbot, f
     cards = {store.label(k) for k in keys if not k.startswith("host")}
     assert cards and not set(tab.chart._device_curves) & cards
     window.close()
+
+
+# -- the run meter (issue 27) ---------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_meter_line_and_runs_columns_after_a_gaudi_run(qtbot, fake_hl_smi: Path, tab: TrainingTab,
+                                                       tmp_path: Path) -> None:
+    """A real 3-step demo run started by a click, on a machine the probe calls Gaudi (the fake
+    hl-smi's 8 cards on PATH; the Trainer itself runs on this CPU): the run's supervisor meters the
+    cards, and the tab says what it cost under the status; the Runs list has its card-hours and kWh."""
+    from gaudi_gui.core import meter
+    from gaudi_gui.ui.training_runs import COLUMNS
+    tab.services.environment._result = {"device": "hpu"}  # as the probe of a Gaudi machine answers
+    assert tab.training.device == "hpu"
+    set_arg(tab, "output_dir", str(tmp_path / "out"))
+    set_arg(tab, "max_steps", "3")
+    set_arg(tab, "save_steps", "100")
+    set_arg(tab, "logging_steps", "1")
+    assert not tab.meter_line.isVisible()
+    click(qtbot, tab.btn["Start"])
+    job = tab.job
+    # The live line as each step's metrics arrive (the tab's own slot ran first: it was bound first).
+    live: list[tuple[str, str]] = []
+    job.metrics_received.connect(lambda _r: live.append((tab.meter_line.text(), tab.eta.text())))
+    qtbot.waitUntil(lambda: job.run is not None, timeout=60000)
+    assert job.run is not None, tab.status.text()
+    with qtbot.waitSignal(job.finished, timeout=180000) as blocker:
+        pass
+    assert blocker.args[1] == "finished", tab.status.text()
+    by_step: dict[str, tuple[str, str]] = {}
+    for meter_text, eta_text in live:  # the run's summary record repeats the last step: the first counts
+        by_step.setdefault(eta_text.split()[1], (meter_text, eta_text))
+    assert list(by_step) == ["1/3", "2/3", "3/3"], live
+    # Step 1 is warm-up: the worker's averages so far, said so, and no ETA yet; from step 2 on the
+    # rates and the ETA come from the steps after it.
+    first, second, third = by_step.values()
+    assert all(u in first[0] for u in ("steps/s", "samples/s", "tokens/s")), live
+    assert "warm-up included" in first[0] and "ETA –" in first[1], live
+    assert "warm-up" not in second[0] and "ETA –" not in second[1], live
+    assert all(u in third[0] for u in ("steps/s", "samples/s", "tokens/s")), live
+    summary = meter.read_summary(job.run.folder)
+    assert summary is not None and summary["energy_source"] == "hl-smi power integrated"
+    # What a person reads: the fake server's 8 cards (512 MiB each as hl-smi sees it).
+    line = tab.meter_line.text()
+    assert tab.meter_line.isVisible()
+    kj = summary["energy_j"] / 1000
+    assert line.startswith(f"8 cards · {meter.figure(summary['card_hours'])} card-hours · "), line
+    assert f"· {kj:.1f} kJ (hl-smi power integrated) ·" in line
+    assert f"mean {summary['power_mean_w']:.0f} W" in line and "peak device memory 512 MiB" in line, line
+    assert f"util {summary['utilization_mean']:.0f} %" in line
+    assert "not measured" not in line and " 0 J" not in line
+    # No true device memory on the CPU (the ranks say so once), so no "(true: …)".
+    assert "true:" not in line
+    # The Runs list: card-hours and energy of that run, from its meter-summary.json.
+    row = 0
+    assert tab.runs.table.item(row, COLUMNS.index("card-hours")).text() == meter.figure(summary["card_hours"])
+    assert tab.runs.table.item(row, COLUMNS.index("energy")).text() == \
+        f"{meter.figure(summary['energy_kwh'])} kWh"
+    # The live line's ETA comes from the steps after warm-up (said in its tooltip).
+    assert "after warm-up" in tab.eta.toolTip()
+    # Reopened from Runs by a click: the same line (after the view was cleared by another run's view).
+    tab.runs.select_row(0)
+    click_history(qtbot, tab, "Compare")
+    assert not tab.meter_line.isVisible()
+    # Compare puts the run's meter beside the curves (it has no scores: the meter rows only).
+    panel = tab.runs.scores_panel
+    qtbot.waitUntil(lambda: panel is not None and panel.isVisible(), timeout=5000)
+    rows = {panel.table.item(r, 0).text(): panel.table.item(r, 1).text()
+            for r in range(panel.table.rowCount())}
+    assert rows["card-hours"] == meter.figure(summary["card_hours"])
+    assert rows["energy"] == f"{meter.figure(summary['energy_kwh'])} kWh"
+    assert rows["mean power"] == f"{summary['power_mean_w']:.0f} W"
+    click_history(qtbot, tab, "Reopen")
+    assert tab.meter_line.isVisible() and tab.meter_line.text() == line
