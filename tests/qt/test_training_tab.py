@@ -94,7 +94,8 @@ def test_form_validate_by_click_and_save_load(qtbot, tab: TrainingTab, tmp_path:
     try:
         click(qtbot, tab.btn["Save job…"])
         saved = JobConfig.load(path)
-        assert saved.training_args["max_steps"] == 5 and "learning_rate" not in saved.training_args
+        assert saved.training_args["max_steps"] == 5 and "weight_decay" not in saved.training_args
+        assert saved.training_args["learning_rate"] == 1e-3  # the demo job's own, kept as set
         assert "tf32" not in saved.training_args  # an optional bool the user never touched
         set_arg(tab, "max_steps", "99")
         click(qtbot, tab.btn["Load job…"])
@@ -251,8 +252,11 @@ def test_reattach_refuses_a_recycled_pid(qtbot, tmp_path: Path) -> None:
             {"rank": 0, "pid": stranger.pid, "create_time": real.create_time - 3600}))
         job = TrainingJob(Placement.local(), store)
         assert not job.attach(run)
-        status = run.status()
+        # Told as its events prove by every reader; never written back (the supervisor, gone, was
+        # the only writer of status.json).
+        status = run.reconcile()
         assert status.state == "killed" and "supervisor was gone" in status.summary
+        assert run.status().state == "running"
         job.stop()
         job.kill()
         assert stranger.poll() is None and psutil.Process(stranger.pid).is_running()
