@@ -113,6 +113,68 @@ def descendants(pid: int) -> list[ProcessRef]:
     return out
 
 
+def pids_since(pid: int, last: int, pids: list[int]) -> list[int]:
+    """Those of ``pids`` handed out after ``pid`` when ``last`` is the newest one handed out.
+
+    The kernel hands pids out in a cycle (the next free one after the last, from the bottom again past
+    ``pid_max``): the newer ones are those in (pid, last], or, when the cycle wrapped since, above
+    ``pid`` or at most ``last``. Right only while less than a whole cycle passed since ``pid``: ask it
+    for a child that has just started."""
+    if last >= pid:
+        return [p for p in pids if pid < p <= last]
+    return [p for p in pids if p > pid or p <= last]
+
+
+def _parent_of(pid: int) -> int | None:
+    """The parent pid in /proc/PID/stat (None: gone). The command name, in parentheses, may hold any
+    character: the fields after its last ')' are read."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            data = f.read()
+        return int(data[data.rfind(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def fresh_descendants(root: psutil.Process) -> list[psutil.Process] | None:
+    """The descendants of a child that has just started, read from the processes started after it
+    (``pids_since``, with the newest pid from /proc/loadavg); None when that cannot be told here (no
+    /proc/loadavg, or the child is not in this /proc's listing), for a scan of the whole table.
+
+    psutil's ``children`` reads every process's stat (60 ms with 1,100 processes on a busy 2-core
+    machine); a child started a moment ago has only the processes started since as candidates."""
+    import psutil
+
+    try:
+        listed = [int(name) for name in os.listdir("/proc") if name.isdigit()]
+        # Read after the listing: every pid listed was handed out at or before this one.
+        with open("/proc/loadavg", "rb") as f:
+            last = int(f.read().split()[-1])
+    except (OSError, ValueError, IndexError):
+        return None
+    if root.pid not in listed or last <= 0:
+        return None  # another pid namespace's /proc, or a /proc/loadavg we do not understand
+    children: dict[int, list[int]] = {}
+    for pid in pids_since(root.pid, last, listed):
+        parent = _parent_of(pid)
+        if parent is not None:
+            children.setdefault(parent, []).append(pid)
+    found: list[psutil.Process] = []
+    started = root.create_time()
+    frontier = [root.pid]
+    while frontier:
+        for pid in children.get(frontier.pop(), []):
+            try:
+                proc = psutil.Process(pid)
+                if proc.create_time() + CREATE_TIME_TOLERANCE < started:
+                    continue  # not started after the child: a pid handed out again meanwhile
+            except psutil.Error:
+                continue
+            found.append(proc)
+            frontier.append(pid)
+    return found
+
+
 def signal_group(leader: ProcessRef, sig: int) -> bool:
     """Signal the process group that ``leader`` leads, when it still runs and leads its own group
     that is not ours (``os.killpg(0, ...)`` or our own group would hit the app itself)."""
@@ -159,8 +221,12 @@ class ProcessTree:
         with self._lock:
             return sorted(self._seen)
 
-    def record(self) -> None:
-        """Add the child's live descendants to those recorded (nothing once its pid is not the child's)."""
+    def record(self, *, fresh: bool = False) -> None:
+        """Add the child's live descendants to those recorded (nothing once its pid is not the child's).
+
+        ``fresh``: the child has just started, so its descendants are among the processes started
+        after it: only the pids handed out since its own are read (:func:`fresh_descendants`, a few
+        files instead of the whole table), the whole table where that cannot be told."""
         import psutil
 
         root = self._root
@@ -169,7 +235,9 @@ class ProcessTree:
         try:
             if not root.is_running():
                 return  # reaped, and the pid perhaps someone else's now
-            children = root.children(recursive=True)
+            children = fresh_descendants(root) if fresh else None
+            if children is None:
+                children = root.children(recursive=True)
         except psutil.Error:
             return
         with self._lock:
@@ -282,4 +350,4 @@ BOOKKEEPER = Bookkeeper()
 
 
 __all__ = ["BOOKKEEPER", "CREATE_TIME_TOLERANCE", "Bookkeeper", "ProcessRef", "ProcessTree", "descendants",
-           "signal_group"]
+           "fresh_descendants", "pids_since", "signal_group"]

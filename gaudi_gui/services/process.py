@@ -390,8 +390,9 @@ class ProcessRunner(QObject):
         self._tree = ProcessTree(self._pid, group=self._new_session)
         # By the time this slot runs, a wrapper script may already have started helpers in sessions
         # of their own; a child that then ends by itself is swept with what was recorded (the
-        # device poller's hl-smi runs). Without this record such a helper outlived its run.
-        self._record_descendants()
+        # device poller's hl-smi runs). Without this record such a helper outlived its run. Fresh:
+        # only the processes started since the child are read, not the whole table.
+        BOOKKEEPER.submit(functools.partial(self._tree.record, fresh=True))
         if self._kill_pending:
             self._kill_pending = False
             self._kill_in_background(self._tree)

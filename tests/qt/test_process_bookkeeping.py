@@ -43,9 +43,9 @@ def record_threads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     seen: list[int] = []
     original = proctree.ProcessTree.record
 
-    def record(self: proctree.ProcessTree) -> None:
+    def record(self: proctree.ProcessTree, *, fresh: bool = False) -> None:
         seen.append(threading.get_ident())
-        original(self)
+        original(self, fresh=fresh)
 
     monkeypatch.setattr(proctree.ProcessTree, "record", record)
     return seen
