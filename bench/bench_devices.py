@@ -1,20 +1,28 @@
-"""Devices benchmarks: hl-smi parse cost per 8-card snapshot, and the GUI event loop's worst stall while
-the Devices tab updates 8 cards at 10 Hz (charts showing a full hour of history).
+"""Devices benchmarks: what the window's thread parses (an 8-card hl-smi snapshot, the process table,
+a doctor report), and the GUI event loop's worst stall while the Devices tab updates 8 cards at 10 Hz
+(charts showing a full hour of history), with and without health polling, each against the same
+children started by bare QProcesses (bench/bare.py), interleaved, in a process table crowded to a
+server's size (``BENCH_CROWD``, default 1000 idle processes).
 
 The tab is driven from outside, the way the app is: a fake ``hl-smi`` (tests/fake_hl_smi.py, replaying
 recorded output every 0.1 s) is the poller's program, so samples take the real path (QProcess, CSV
-parser, history, selection, ``samples_received``); the product has no feeding hook."""
+parser, history, selection, ``samples_received``); the product has no feeding hook.
+
+``BENCH_STALL_SECONDS`` and ``BENCH_STALL_REPEATS`` override the length and number of the stall runs."""
 
 from __future__ import annotations
 
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from bench.bare import BareChildren, crowd, crowd_size, worst_gap_ms
+from bench.harness import row, summarize
 from gaudi_gui.core import hlsmi
 from gaudi_gui.core.devices import DeviceSample
 
@@ -68,6 +76,52 @@ def _samples(t: float, k: int) -> list[DeviceSample]:
 
 #: The first second (first layout, first full draw of an hour of history) is reported on its own.
 WARMUP_S = 1.0
+#: Health polling in these runs: the doctor every 10 s (its shortest interval; the default is 300 s).
+HEALTH_INTERVAL_S = 10.0
+
+
+def _fake(folder: Path) -> Path:
+    program = folder / "hl-smi"
+    program.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_HLSMI} \"$@\"\n")
+    program.chmod(0o755)
+    return program
+
+
+def _doctor_argv(program: Path) -> list[str]:
+    """The health service's local check, as it starts it."""
+    return [sys.executable, "-m", "gaudi_gui", "doctor", "--json", "--background", "--hl-smi", str(program)]
+
+
+def read_costs(reads: int = 200) -> tuple[float, float, float, float]:
+    """(median, max) ms of reading a real doctor report of 8 fake cards (``services.health.parse_output``,
+    what the window's thread does with each report) and of parsing the fake's process table
+    (``hlsmi.parse_table``, every 5 s per host): both are read in a slot."""
+    from gaudi_gui.core import health  # noqa: F401  (imported once, as the app does before its first read)
+    from gaudi_gui.services.health import parse_output
+
+    with tempfile.TemporaryDirectory() as tmp:
+        program = _fake(Path(tmp))
+        env = dict(os.environ, GAUDI_GUI_HOME=tmp)
+        report = subprocess.run(_doctor_argv(program), capture_output=True, text=True, env=env,
+                                timeout=120, check=False)
+        table = subprocess.run([str(program)], capture_output=True, text=True, env=env, timeout=60,
+                               check=True).stdout
+    if '"hosts"' not in report.stdout:
+        raise RuntimeError(f"the doctor printed no report: {report.stderr[-500:]}")
+
+    def timed(fn: Any) -> list[float]:
+        out = []
+        for _ in range(reads):
+            started = time.perf_counter()
+            fn()
+            out.append((time.perf_counter() - started) * 1000)
+        return out
+
+    doctor = timed(lambda: parse_output("local", report.stdout, report.returncode, "exited", []))
+    assert parse_output("local", report.stdout, report.returncode, "exited", []).reachable
+    lines = "\n".join(table.splitlines()[-400:])
+    tables = timed(lambda: hlsmi.parse_table(lines))
+    return statistics.median(doctor), max(doctor), statistics.median(tables), max(tables)
 
 
 def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> tuple[float, float, float]:
@@ -76,7 +130,7 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
     (its alerts fed by every snapshot, the badge shown) with the doctor every 10 s (its shortest
     interval; the default is 300 s) on the same fake 8-card server."""
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
     from gaudi_gui.services.context import AppServices
@@ -89,9 +143,7 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
 
     app = QApplication.instance() or QApplication([])
     with tempfile.TemporaryDirectory() as tmp:
-        program = Path(tmp) / "hl-smi"
-        program.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_HLSMI} \"$@\"\n")
-        program.chmod(0o755)
+        program = _fake(Path(tmp))
         os.environ["FAKE_HLSMI_PERIOD"] = str(1.0 / rate_hz)
         settings = Settings(str(Path(tmp) / "settings.ini"))
         settings.set("devices/history_window_s", 3600)
@@ -102,7 +154,7 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
                                environment=EnvironmentProbe(), jobs=JobRegistry(), device_poller=poller)
         if health:
             from gaudi_gui.app import add_health
-            settings.set("health/interval_s", 10.0)
+            settings.set("health/interval_s", HEALTH_INTERVAL_S)
             add_health(services)
         tab = DevicesTab(services)
         tab.resize(1400, 1000)
@@ -111,31 +163,16 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
         now = time.time()
         for k in range(3600):
             poller.history_store.add(_samples(now - 3600 + k, k))
-        gaps: list[float] = []
-        warm: list[float] = []
-        last = [time.perf_counter()]
-        begin = last[0]
-
-        def tick() -> None:
-            t = time.perf_counter()
-            (warm if t - begin < WARMUP_S else gaps).append((t - last[0]) * 1000)
-            last[0] = t
-
         snapshots = [0]
         poller.samples_received.connect(lambda samples: snapshots.__setitem__(0, snapshots[0] + 1))
-        probe = QTimer()
-        probe.setInterval(1)
-        probe.timeout.connect(tick)
         app.processEvents()
-        begin = last[0] = time.perf_counter()
-        probe.start()
-        poller.start()
+        QTimer.singleShot(0, poller.start)
         if services.health is not None:
-            services.health.start()
-        loop = QEventLoop()
-        QTimer.singleShot(int(seconds * 1000), loop.quit)
-        loop.exec()  # the real event loop, as in the app
-        probe.stop()
+            QTimer.singleShot(0, services.health.start)
+        # The real event loop, as in the app: the first second's gaps (first layout, first full draw)
+        # apart from the rest.
+        warm = worst_gap_ms(WARMUP_S)
+        gaps = worst_gap_ms(seconds - WARMUP_S)
         poller.stop()
         if services.health is not None:
             services.health.shutdown()
@@ -147,34 +184,73 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
         reap_all()
     if snapshots[0] < seconds * rate_hz / 4:
         raise RuntimeError(f"the fake hl-smi delivered only {snapshots[0]} snapshots in {seconds} s")
-    gaps = gaps or [0.0]
-    return max(gaps), statistics.median(gaps), max(warm or [0.0])
+    return max(gaps), statistics.median(gaps), max(warm)
+
+
+def bare_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> float:
+    """The baseline of ``worst_stall``: the worst gap (after the same warm-up) of an event loop that
+    starts the same children with bare QProcesses and throws their output away: the fake hl-smi loop,
+    its process table every 5 s and, with ``health``, the doctor every 10 s."""
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication([])
+    assert app is not None
+    with tempfile.TemporaryDirectory() as tmp:
+        program = _fake(Path(tmp))
+        os.environ["FAKE_HLSMI_PERIOD"] = str(1.0 / rate_hz)
+        children = BareChildren()
+        children.stream([str(program), *hlsmi.query_args(hlsmi.QUERY_FIELDS, loop_s=1)])
+        children.every(5.0, lambda: [[str(program)]])
+        if health:
+            children.every(HEALTH_INTERVAL_S, lambda: [_doctor_argv(program)])
+        worst_gap_ms(WARMUP_S)
+        gaps = worst_gap_ms(seconds - WARMUP_S)
+        children.stop()
+    return max(gaps)
+
+
+def _stall_plan(quick: bool) -> tuple[float, int]:
+    seconds, repeats = (5.0, 1) if quick else (30.0, 3)
+    return (float(os.environ.get("BENCH_STALL_SECONDS", seconds)),
+            int(os.environ.get("BENCH_STALL_REPEATS", repeats)))
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     parse_ms = parse_cost(200 if quick else 2000)
-    # Interleaved: health polling off, on, off, on… (the machine is shared and noisy).
-    seconds, repeats = (5.0, 1) if quick else (30.0, 3)
-    off: list[tuple[float, float, float]] = []
-    on: list[float] = []
-    for _ in range(repeats):
-        off.append(worst_stall(seconds))
-        on.append(worst_stall(seconds, health=True)[0])
-    worst = statistics.median(o[0] for o in off)
-    median = statistics.median(o[1] for o in off)
-    first = statistics.median(o[2] for o in off)
-    with_health = statistics.median(on)
-    spread_on = f"{min(on):.1f}-{max(on):.1f} ms over {repeats}"
+    doctor_ms, doctor_max, table_ms, table_max = read_costs(50 if quick else 200)
+    seconds, repeats = _stall_plan(quick)
+    size = crowd_size()
+    # Interleaved (the machine is shared and noisy): app, bare, app with health, bare with the doctor…
+    app_off: list[tuple[float, float, float]] = []
+    bare_off: list[float] = []
+    app_on: list[float] = []
+    bare_on: list[float] = []
+    with crowd(size):
+        for _ in range(repeats):
+            app_off.append(worst_stall(seconds))
+            bare_off.append(bare_stall(seconds))
+            app_on.append(worst_stall(seconds, health=True)[0])
+            bare_on.append(bare_stall(seconds, health=True))
+    off = summarize([a[0] for a in app_off], bare_off)
+    on = summarize(app_on, bare_on)
+    median = statistics.median(o[1] for o in app_off)
+    first = statistics.median(o[2] for o in app_off)
+    where = f"{size} idle processes in the table"
     return [
         _row("devices: parse per 8-card snapshot", parse_ms, "ms", "< 1 ms"),
-        _row("devices: worst event-loop stall, 8 cards at 10 Hz", worst, "ms", "< 20 ms"),
-        _row(f"devices: worst event-loop stall, same, health polling on (doctor every 10 s; {spread_on})",
-             with_health, "ms", "< 20 ms"),
-        _row("devices: median event-loop gap (1 ms timer), same run", median, "ms", "informational"),
+        _row(f"devices: read one doctor report, 8 cards, in a slot (max {doctor_max:.2f} ms)", doctor_ms,
+             "ms", "< 1 ms"),
+        _row(f"devices: parse the hl-smi process table in a slot (max {table_max:.2f} ms)", table_ms, "ms",
+             "< 1 ms"),
+        {**row(f"devices: worst event-loop stall, 8 cards at 10 Hz (baseline: bare children; {where})",
+               off, unit="ms", goal="< 20 ms", digits=1), "app_samples": [a[0] for a in app_off]},
+        {**row(f"devices: same, health polling on (doctor every {HEALTH_INTERVAL_S:g} s; baseline: bare "
+               "children and doctor)", on, unit="ms", goal="< 20 ms", digits=1), "app_samples": app_on},
+        _row("devices: median event-loop gap (1 ms timer), app, health off", median, "ms", "informational"),
         _row("devices: first draw of 1 h x 8 cards history (warm-up)", first, "ms", "informational"),
     ]
 
 
 if __name__ == "__main__":
-    for row in run(quick=True):
-        print(row)
+    for got in run(quick=True):
+        print(got)

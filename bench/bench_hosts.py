@@ -1,6 +1,9 @@
 """Hosts overview: the GUI event loop's worst stall while the Hosts tab watches 4 hosts × 8 cards at
-1 Hz over SSH, against the same children started by bare QProcesses (interleaved), and the time from
-connecting to a host's first sample.
+1 Hz over SSH, with and without health polling (a doctor per host every 10 s), each against the same
+children started by bare QProcesses (bench/bare.py; interleaved), in a process table crowded to a
+server's size (``BENCH_CROWD``, default 1000 idle processes), and the time from connecting to a host's
+first sample. ``BENCH_STALL_SECONDS`` and ``BENCH_STALL_REPEATS`` override the length and number of
+the stall runs.
 
 Each "host" is an alias of a real SSH server on 127.0.0.1 (bench_remote.ssh_server) whose PATH holds
 the fake hl-smi replaying recorded 8-card output: every sample takes the real path (the system ssh
@@ -9,7 +12,6 @@ client, ``gaudi-gui guard`` on the host, the remote hl-smi loop, the CSV parser,
 
 from __future__ import annotations
 
-import functools
 import os
 import statistics
 import sys
@@ -21,11 +23,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.bare import BareChildren, crowd, crowd_size  # noqa: E402
 from bench.bench_remote import ALIAS, ssh_server  # noqa: E402
-from bench.harness import environ  # noqa: E402
+from bench.harness import environ, row, summarize  # noqa: E402
 
 FAKE_HLSMI = ROOT / "tests" / "fake_hl_smi.py"
 HOSTS = 4
+#: Health polling in these runs: a doctor per host every 10 s (its shortest interval; default 300 s).
+HEALTH_INTERVAL_S = 10.0
 
 
 def _worst_gap_ms(loop: Any, seconds: float) -> float:
@@ -97,7 +102,7 @@ def _measure(aliases: list[str], seconds: float, health: bool = False) -> tuple[
     checks = [0]
     if health:
         assert services.health is not None
-        services.settings.set("health/interval_s", 10.0)
+        services.settings.set("health/interval_s", HEALTH_INTERVAL_S)
         services.health.report_changed.connect(lambda _h: checks.__setitem__(0, checks[0] + 1))
         services.health.start()
     worst = _worst_gap_ms(loop, seconds)
@@ -114,69 +119,46 @@ def _measure(aliases: list[str], seconds: float, health: bool = False) -> tuple[
     return list(first.values()), worst, samples, checks[0]
 
 
-def _discard(proc: Any) -> None:
-    """Read and drop what a child wrote (a slot that returns None: a lambda returning emit()'s value
-    leaks references in PySide6)."""
-    proc.readAllStandardOutput()
-    proc.readAllStandardError()
-
-
-def _measure_bare(aliases: list[str], seconds: float) -> float:
+def _measure_bare(aliases: list[str], seconds: float, health: bool = False) -> float:
     """The baseline: the worst 1 ms timer gap of an event loop that starts the same children the
     Hosts tab starts (per host the guarded ``hl-smi`` loop over ssh, and the plain ``hl-smi`` table
-    every 5 s) with bare QProcesses and throws their output away. It holds what the app cannot
+    every 5 s; with ``health`` the health service's ``doctor --json --background --host`` per host
+    every 10 s) with bare QProcesses and throws their output away. It holds what the app cannot
     avoid on this machine: the hosts' own processes share its cores here (on a real workstation
     they run on the servers), and the ssh clients and forks are needed by any app watching them."""
-    from PySide6.QtCore import QEventLoop, QProcess, QTimer
+    from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
 
     from gaudi_gui.core import hlsmi, remote
 
     app = QApplication.instance() or QApplication([])
     assert app is not None
-    loops: list[QProcess] = []
-    tables: list[QProcess] = []
     hosts = [remote.Host.parse(a) for a in aliases]
-
-    def start(proc: QProcess, argv: list[str], keep_stdin: bool) -> None:
-        proc.readyReadStandardOutput.connect(functools.partial(_discard, proc))
-        proc.readyReadStandardError.connect(functools.partial(_discard, proc))
-        proc.start(argv[0], argv[1:])
-        if not keep_stdin:
-            proc.closeWriteChannel()
-
+    children = BareChildren()
     args = hlsmi.query_args(hlsmi.QUERY_FIELDS, loop_s=1)
     for host in hosts:
-        proc = QProcess()
-        start(proc, host.wrap(host.gaudi_gui_argv("guard", "--grace", "0", "--", "hl-smi", *args)), True)
-        loops.append(proc)
-
-    def poll_tables() -> None:
-        for host in hosts:
-            proc = QProcess()
-            start(proc, host.wrap(host.gaudi_gui_argv("guard", "--grace", "0", "--", "hl-smi")), False)
-            tables.append(proc)
-
-    table_timer = QTimer()
-    table_timer.setInterval(5000)
-    table_timer.timeout.connect(poll_tables)
-    table_timer.start()
-    poll_tables()
+        children.stream(host.wrap(host.gaudi_gui_argv("guard", "--grace", "0", "--", "hl-smi", *args)),
+                        keep_stdin=True)
+    children.every(5.0, lambda: [host.wrap(host.gaudi_gui_argv("guard", "--grace", "0", "--", "hl-smi"))
+                                 for host in hosts])
     loop = QEventLoop()
     QTimer.singleShot(3000, loop.quit)  # the streams going, as the app's after every host answered
     loop.exec()
+    if health:  # started with the measure, as the app's health service
+        children.every(HEALTH_INTERVAL_S, lambda: [
+            [sys.executable, "-m", "gaudi_gui", "doctor", "--json", "--background", "--host", host.name]
+            for host in hosts])
     worst = _worst_gap_ms(loop, seconds)
-    table_timer.stop()
-    for proc in loops + tables:
-        if proc.state() != QProcess.ProcessState.NotRunning:
-            proc.kill()
-            proc.waitForFinished(3000)
+    children.stop()
     return worst
 
 
 def run(quick: bool = False) -> list[dict[str, Any]]:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     seconds, repeats = (8.0, 2) if quick else (30.0, 3)
+    seconds = float(os.environ.get("BENCH_STALL_SECONDS", seconds))
+    repeats = int(os.environ.get("BENCH_STALL_REPEATS", repeats))
+    size = crowd_size()
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         bin_dir = folder / "bin"
@@ -190,40 +172,41 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         bare: list[float] = []
         rates: list[float] = []
         health_stalls: list[float] = []
+        health_bare: list[float] = []
         health_checks: list[int] = []
         # hl-smi -l 1: one snapshot a second per host.
         with environ(PATH=f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", FAKE_HLSMI_PERIOD="1.0",
                      GAUDI_GUI_HOME=str(folder / "home")), \
-                ssh_server(folder / "ssh", tuple(aliases[1:])):
-            for _ in range(repeats):  # interleaved: app, app with health, bare streams, app…
+                ssh_server(folder / "ssh", tuple(aliases[1:])), crowd(size):
+            for _ in range(repeats):  # interleaved: app, bare, app with health, bare with doctors, app…
                 firsts, worst, samples, _ = _measure(aliases, seconds)
                 connect.append(statistics.median(firsts))
                 stalls.append(worst)
                 rates.append(samples / seconds)
+                bare.append(_measure_bare(aliases, seconds))
                 _, worst, _, done = _measure(aliases, seconds, health=True)
                 health_stalls.append(worst)
                 health_checks.append(done)
-                bare.append(_measure_bare(aliases, seconds))
+                health_bare.append(_measure_bare(aliases, seconds, health=True))
 
     def spread(values: list[float]) -> tuple[float, float]:
         return (round(min(values), 3), round(max(values), 3))
 
+    where = f"{size} idle processes in the table"
     return [
-        {"name": f"hosts: worst event-loop stall, {HOSTS} hosts x 8 cards at 1 Hz over ssh",
-         "value": round(statistics.median(stalls), 2), "unit": "ms", "baseline": None, "ratio": None,
-         "spread": spread(stalls), "repeats": repeats, "goal": "< 20 ms"},
-        {"name": "hosts: worst event-loop stall, same, health polling on (doctor per host every 10 s)",
-         "value": round(statistics.median(health_stalls), 2), "unit": "ms", "baseline": None, "ratio": None,
-         "spread": spread(health_stalls), "repeats": repeats, "goal": "< 20 ms",
+        {**row(f"hosts: worst event-loop stall, {HOSTS} hosts x 8 cards at 1 Hz over ssh (baseline: bare "
+               f"children; {where})", summarize(stalls, bare), unit="ms", goal="< 20 ms", digits=1),
+         "app_samples": stalls, "base_samples": bare},
+        {**row(f"hosts: same, health polling on (doctor per host every {HEALTH_INTERVAL_S:g} s; baseline: "
+               "bare children and doctors)", summarize(health_stalls, health_bare), unit="ms",
+               goal="< 20 ms", digits=1),
+         "app_samples": health_stalls, "base_samples": health_bare,
          "note": f"doctor reports per run: {health_checks}"},
-        {"name": "hosts: worst stall of the bare streams (same ssh children, output thrown away)",
-         "value": round(statistics.median(bare), 2), "unit": "ms", "baseline": None, "ratio": None,
-         "spread": spread(bare), "repeats": repeats, "goal": "baseline"},
-        {"name": "hosts: stall added by the app over the bare streams (pairwise)",
-         "value": round(statistics.median(a - b for a, b in zip(stalls, bare, strict=True)), 2), "unit": "ms",
-         "baseline": None, "ratio": None,
-         "spread": spread([a - b for a, b in zip(stalls, bare, strict=True)]), "repeats": repeats,
-         "goal": "informational"},
+        {"name": "hosts: stall added by the app over the bare children, health on (pairwise)",
+         "value": round(statistics.median(a - b for a, b in zip(health_stalls, health_bare, strict=True)), 2),
+         "unit": "ms", "baseline": None, "ratio": None,
+         "spread": spread([a - b for a, b in zip(health_stalls, health_bare, strict=True)]),
+         "repeats": repeats, "goal": "informational"},
         {"name": "hosts: connect to first sample (median of the hosts)",
          "value": round(statistics.median(connect) * 1000, 1), "unit": "ms", "baseline": None,
          "ratio": None, "spread": spread([c * 1000 for c in connect]), "repeats": repeats,
