@@ -243,9 +243,11 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         _row(f"devices: parse the hl-smi process table in a slot (max {table_max:.2f} ms)", table_ms, "ms",
              "< 1 ms"),
         {**row(f"devices: worst event-loop stall, 8 cards at 10 Hz (baseline: bare children; {where})",
-               off, unit="ms", goal="< 20 ms", digits=1), "app_samples": [a[0] for a in app_off]},
+               off, unit="ms", goal="< 20 ms", digits=1), "app_samples": [a[0] for a in app_off],
+         "base_samples": bare_off},
         {**row(f"devices: same, health polling on (doctor every {HEALTH_INTERVAL_S:g} s; baseline: bare "
-               "children and doctor)", on, unit="ms", goal="< 20 ms", digits=1), "app_samples": app_on},
+               "children and doctor)", on, unit="ms", goal="< 20 ms", digits=1), "app_samples": app_on,
+         "base_samples": bare_on},
         _row("devices: median event-loop gap (1 ms timer), app, health off", median, "ms", "informational"),
         _row("devices: first draw of 1 h x 8 cards history (warm-up)", first, "ms", "informational"),
     ]

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from gaudi_gui.core.health import HostHealth
 
 LOCAL = "local"
+#: Between two hosts' doctor starts in one refresh: each start forks the app (2-20 ms on a busy
+#: machine), and eight of them in one slot froze the window for their sum; one per turn of the event
+#: loop lets it paint in between.
+STAGGER_MS = 40
 #: How many of a failed child's last lines its error keeps (each cut to ``_LINE_CHARS``).
 _LAST_LINES = 4
 _LINE_CHARS = 300
@@ -131,7 +135,7 @@ class HealthService(QObject):
         self._health: dict[str, HostHealth] = {}
         self._checked_at: dict[str, float] = {}
         self._checks: dict[str, DoctorChild] = {}
-        self._pending: set[str] = set()
+        self._pending: set[str] = set()  # hosts whose check starts on a later turn (``refresh``)
         self._watches: dict[str, _PollerWatch] = {}
         self.engine = AlertEngine(thresholds_from(settings))
         self._timer = QTimer(self)
@@ -222,6 +226,7 @@ class HealthService(QObject):
         """No more periodic checks; the checks under way are killed."""
         self._running = False
         self._timer.stop()
+        self._pending.clear()
         for check in list(self._checks.values()):
             check.cancel()
             if check.runner.is_running():
@@ -287,12 +292,27 @@ class HealthService(QObject):
         return self._running
 
     def refresh(self, host: str | None = None) -> None:
-        """Check ``host`` (None: every watched host) now; a host already being checked is left be."""
+        """Check ``host`` (None: every watched host) now; a host already being checked is left be.
+
+        The first host's check starts at once, each next one ``STAGGER_MS`` later (one fork per turn
+        of the event loop, not all of them in this slot)."""
         if self._shut_down:
             return
-        for name in [host] if host else list(self._hosts):
-            if name in self._hosts and not self.is_checking(name):
+        due = [name for name in ([host] if host else list(self._hosts))
+               if name in self._hosts and not self.is_checking(name) and name not in self._pending]
+        for turn, name in enumerate(due):
+            if turn == 0:
                 self._start_check(name)
+            else:
+                self._pending.add(name)
+                QTimer.singleShot(turn * STAGGER_MS, self, lambda n=name: self._start_pending(n))
+
+    def _start_pending(self, host: str) -> None:
+        if host not in self._pending:
+            return  # stopped meanwhile
+        self._pending.discard(host)
+        if not self._shut_down and host in self._hosts and not self.is_checking(host):
+            self._start_check(host)
 
     def _start_check(self, host: str) -> None:
         old = self._checks.pop(host, None)
