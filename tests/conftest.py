@@ -71,6 +71,55 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     write_json(Path(folder) / f"{worker}.json", groups, fsync=False)
 
 
+#: How long a modal dialog may stay open during a test's teardown before it is closed and the test
+#: fails (a window closed with a job running asks what to do; nobody answers in a teardown).
+MODAL_AT_TEARDOWN_S = 15.0
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item) -> object:
+    """A modal dialog left open in a teardown (pytest-qt closing a window whose close asks about
+    running jobs) waits in Qt's own event loop, where pytest-timeout's signal never gets through: the
+    suite hung for good. A timer (timers do run in that loop) closes such a dialog after
+    ``MODAL_AT_TEARDOWN_S`` and the test fails naming it."""
+    try:
+        from PySide6.QtCore import QTimer
+        from PySide6.QtWidgets import QApplication, QDialog, QMessageBox
+    except ImportError:
+        return (yield)
+    if QApplication.instance() is None:
+        return (yield)
+    left: list[str] = []
+    since: list[float | None] = [None]
+
+    def look() -> None:
+        dialog = QApplication.activeModalWidget()
+        if not isinstance(dialog, QDialog):
+            since[0] = None
+            return
+        now = time.monotonic()
+        first = since[0] = since[0] or now
+        if now - first > MODAL_AT_TEARDOWN_S:
+            text = (f"{dialog.text()} {dialog.informativeText()}" if isinstance(dialog, QMessageBox)
+                    else dialog.windowTitle())
+            left.append(text.strip())
+            dialog.reject()
+            since[0] = None
+
+    timer = QTimer()
+    timer.setInterval(250)
+    timer.timeout.connect(look)
+    timer.start()
+    try:
+        result = yield
+    finally:
+        timer.stop()
+    if left:
+        pytest.fail(f"a modal dialog was left open at teardown (closed after {MODAL_AT_TEARDOWN_S:g} s): "
+                    f"{left[0][:300]}")
+    return result
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     folder = os.environ.get(_GROUPS_DIR)

@@ -62,6 +62,22 @@ def click(qtbot: QtBot, widget: QWidget, pos: QPoint | None = None) -> None:
         qtbot.mouseClick(widget, Qt.MouseButton.LeftButton, pos=pos)
 
 
+def close_window(qtbot: QtBot, window: Any, timeout_ms: int = 90_000) -> None:
+    """Close the main window as a person does: with jobs running (a server, an evaluation, a run),
+    the close dialog lists them and "Stop and quit" is clicked, then the window is waited for until
+    it has stopped them and closed; with none, it just closes. A fixture that closed a window with a
+    job running left the dialog open in the teardown, and the suite waited for it forever."""
+    if not window.isVisible():
+        return
+    if not window.active_jobs():
+        window.close()
+        return
+    answer = answer_dialog(qtbot, "Stop and quit")
+    with qtbot.waitSignal(window.closed, timeout=timeout_ms):
+        window.close()
+    assert answer.clicked, "the close dialog was not shown"
+
+
 class DialogAnswer:
     """What ``answer_dialog`` saw: the dialog's text and whether the button was clicked."""
 

@@ -22,7 +22,7 @@ from gaudi_gui.app import create_services
 from gaudi_gui.core.devices import DeviceSample
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea
-from tests.helpers import tabbed_plots, x_range
+from tests.helpers import close_window, tabbed_plots, x_range
 
 SIZES = [(1280, 800), (1024, 700)]
 TABS = {"devices": 0, "training": 2}
@@ -44,7 +44,7 @@ def window(qtbot) -> Iterator[MainWindow]:
     win = MainWindow(create_services())
     qtbot.addWidget(win)
     yield win
-    win.close()
+    close_window(qtbot, win)
 
 
 def open_at(qtbot, win: MainWindow, size: tuple[int, int], tab: str) -> None:

@@ -14,7 +14,7 @@ from gaudi_gui.app import create_services
 from gaudi_gui.core.runstore import checkpoint_complete
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.training_tab import TrainingTab
-from tests.helpers import answer_dialog, click, set_arg
+from tests.helpers import answer_dialog, click, close_window, set_arg
 
 
 @pytest.fixture
@@ -24,7 +24,7 @@ def window(qtbot) -> Iterator[MainWindow]:
     qtbot.addWidget(win)
     win.show()
     yield win
-    win.close()  # as a person does; a window already closed stays closed
+    close_window(qtbot, win)  # as a person does (jobs still running: Stop and quit)
 
 
 def test_tabs_and_probe_in_status_bar(qtbot, window: MainWindow) -> None:

@@ -20,7 +20,7 @@ from gaudi_gui.app import create_services
 from gaudi_gui.core.serve import pick_free_port, port_free
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.serve_panel import ServePanel
-from tests.helpers import click
+from tests.helpers import click, close_window
 
 
 @pytest.fixture
@@ -30,7 +30,7 @@ def window(qtbot: QtBot) -> Iterator[MainWindow]:
     qtbot.addWidget(win)
     win.show()
     yield win
-    win.close()
+    close_window(qtbot, win)  # a server still running: Stop and quit, as a person answers
 
 
 def _open_panel(qtbot: QtBot, window: MainWindow) -> ServePanel:
