@@ -147,6 +147,10 @@ def resolve_resume(job: JobConfig, resumed_from: str) -> tuple[JobConfig, str]:
     ``resumed_from``, "latest" resumes the run that owns the output folder. PrepareError when the
     run has no checkpoint of its own. Returns the job (a copy when changed) and the resumed run."""
     if job.resume_from_checkpoint != "latest":
+        if job.resume_from_checkpoint and not resumed_from:
+            # A checkpoint named by its path resumes the run that wrote it (the owner of its folder):
+            # that run's lineage may write on in that folder.
+            resumed_from = outputs.owner_of(Path(job.resume_from_checkpoint).expanduser().parent)
         return job, resumed_from
     if not resumed_from and job.output_dir.strip():
         resumed_from = outputs.owner_of(job.output_dir)

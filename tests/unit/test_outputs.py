@@ -161,3 +161,18 @@ def test_overwrite_output_travels_in_the_job_file() -> None:
 
 def test_status_default_is_unchanged() -> None:
     assert RunStatus().checkpoint == ""
+
+
+def test_a_checkpoint_named_by_path_resumes_the_run_that_wrote_it(tmp_path: Path) -> None:
+    """`train` with resume_from_checkpoint=<path> (the multi-host resume) continues that folder's owner."""
+    store = RunStore(tmp_path / "runs")
+    out = tmp_path / "out"
+    owner = _run(store, out, "first", state="stopped")
+    outputs.claim(out, owner)
+    ck = _checkpoint(out, 7)
+    job = JobConfig(resume_from_checkpoint=str(ck), training_args={"output_dir": str(out)})
+    resolved, resumed = prepare.resolve_resume(job, "")
+    assert resumed == str(owner.folder) and resolved.resume_from_checkpoint == str(ck)
+    assert prepare.output_problems(resolved, resumed) == []
+    # A fresh run into that folder is still refused.
+    assert prepare.output_problems(JobConfig(training_args={"output_dir": str(out)}))
