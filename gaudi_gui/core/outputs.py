@@ -34,6 +34,8 @@ _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
 #: What a training run leaves in its output folder (besides checkpoint-N folders).
 _RESULTS = ("final", "adapter", "merged", "model.safetensors", "adapter_model.safetensors",
             "pytorch_model.bin", "trainer_state.json")
+#: How many writers an output folder's record keeps (a long chain of resumes, the parts of a job).
+MAX_OWNERS = 64
 #: How many links of "resumed from" are followed (a loop in damaged files must end).
 _MAX_CHAIN = 50
 #: Seconds of slack around a legacy run's lifetime when its checkpoints are told apart by time.
@@ -63,21 +65,39 @@ def holdings(folder: str | Path) -> list[str]:
     return out
 
 
-def owner_of(folder: str | Path) -> str:
-    """The run folder recorded as the owner of output ``folder``; "" when none is recorded."""
+def owners_of(folder: str | Path) -> list[str]:
+    """The run folders recorded as writers of output ``folder``, oldest first: a run, the runs that
+    resumed it, and the parts of one multi-node run (several machines' runs of one job share an
+    output folder on a shared file system). Empty when none is recorded."""
     try:
         data = jsonfile.read(Path(folder).expanduser() / OWNER_FILE)
     except jsonfile.FileProblem:
-        return ""
-    run = data.get("run") if isinstance(data, dict) else None
-    return run if isinstance(run, str) else ""
+        return []
+    if not isinstance(data, dict):
+        return []
+    runs = data.get("runs")
+    if isinstance(runs, list):
+        return [r for r in runs if isinstance(r, str)]
+    run = data.get("run")  # the first form of the record: one run
+    return [run] if isinstance(run, str) else []
 
 
-def claim(folder: str | Path, run: Run) -> None:
-    """Record ``run`` as the owner of output ``folder`` (made if missing)."""
+def owner_of(folder: str | Path) -> str:
+    """The newest run recorded as a writer of output ``folder``; "" when none is recorded."""
+    owners = owners_of(folder)
+    return owners[-1] if owners else ""
+
+
+def claim(folder: str | Path, run: Run, *, replace: bool = False) -> None:
+    """Record ``run`` as a writer of output ``folder`` (made if missing): added to the runs already
+    recorded (its lineage, or the other parts of its multi-node job), or alone with ``replace`` (the
+    user said overwrite)."""
     folder = Path(folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
-    atomic.write_json(folder / OWNER_FILE, {"run": str(run.folder), "name": run.name}, fsync=False)
+    runs = [] if replace else owners_of(folder)
+    runs = [r for r in runs if r != str(run.folder)] + [str(run.folder)]
+    atomic.write_json(folder / OWNER_FILE, {"runs": runs[-MAX_OWNERS:], "run": str(run.folder),
+                                            "name": run.name}, fsync=False)
 
 
 def lineage(run_folder: str) -> list[str]:
@@ -123,24 +143,24 @@ def conflict(output_dir: str, *, resumed_from: str = "", run_folder: str = "") -
     if not output_dir.strip():
         return None
     folder = Path(output_dir).expanduser()
-    owner = owner_of(folder)
+    owners = owners_of(folder)
     held = holdings(folder)
-    if not owner and not held:
+    if not owners and not held:
         return None
-    if not owner and resumed_from:
+    if not owners and resumed_from:
         # A folder of an earlier version's runs (no owner record): the resumed run's own checkpoint
         # was picked by own_checkpoint, which is what matters for a resume.
         return None
-    if owner:
+    if owners:
+        if not held:
+            return None  # claimed, nothing written yet (a run starting, or another part of its job)
         mine = set(lineage(resumed_from)) if resumed_from else set()
         if run_folder:
             mine.add(_resolved(run_folder))
-        # Resuming an earlier link of the owner's chain is the same lineage too.
-        if mine and (_resolved(owner) in mine or mine & set(lineage(owner))):
+        # Resuming any writer of the folder, or an earlier link of a writer's chain, is its lineage.
+        if mine and any(_resolved(o) in mine or mine & set(lineage(o)) for o in owners):
             return None
-        if not held:
-            return None  # claimed, but nothing written yet (a run that failed while starting)
-    return Conflict(str(folder), owner, tuple(held))
+    return Conflict(str(folder), owners[-1] if owners else "", tuple(held))
 
 
 def own_checkpoint(run: Run) -> Path | None:
@@ -162,10 +182,10 @@ def own_checkpoint(run: Run) -> Path | None:
     out = run.output_dir()
     if out is None:
         return None
-    owner = owner_of(out)
-    if owner and _resolved(owner) != _resolved(str(run.folder)):
+    owners = {_resolved(o) for o in owners_of(out)}
+    if owners and _resolved(str(run.folder)) not in owners:
         return _written_during(out, status.started_at, status.ended_at)
-    if owner:
+    if owners:
         return latest_checkpoint(out)
     # An earlier version's run (no owner record, no save events): only checkpoints written while it
     # ran, up to the step it reached, are its own.
@@ -192,5 +212,5 @@ def _written_during(folder: Path, start: float, end: float, upto: int | None = N
     return best[1] if best else None
 
 
-__all__ = ["OWNER_FILE", "Conflict", "claim", "conflict", "default_output_dir", "holdings", "lineage",
-           "own_checkpoint", "owner_of"]
+__all__ = ["MAX_OWNERS", "OWNER_FILE", "Conflict", "claim", "conflict", "default_output_dir", "holdings",
+           "lineage", "own_checkpoint", "owner_of", "owners_of"]

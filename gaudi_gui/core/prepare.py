@@ -113,7 +113,7 @@ def prepare_run(job: JobConfig, *, device: str, device_env: Mapping[str, str] | 
     run = store.create(effective, user_job=user_job, default_output=outputs.default_output_dir)
     try:
         with contextlib.suppress(OSError):  # an unwritable folder: the worker says so, as "output_dir"
-            outputs.claim(effective.output_dir, run)
+            outputs.claim(effective.output_dir, run, replace=effective.overwrite_output)
         variables = device_variables(device, {**(device_env or {}),
                                               **visibility.device_env(device, cards or ())})
         if device == "hpu":

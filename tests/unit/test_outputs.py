@@ -176,3 +176,24 @@ def test_a_checkpoint_named_by_path_resumes_the_run_that_wrote_it(tmp_path: Path
     assert prepare.output_problems(resolved, resumed) == []
     # A fresh run into that folder is still refused.
     assert prepare.output_problems(JobConfig(training_args={"output_dir": str(out)}))
+
+
+def test_the_parts_of_one_multi_node_run_share_their_output_folder(tmp_path: Path) -> None:
+    """Two machines' runs of one job on a shared file system write one output folder; each part
+    resumes its own run there (found by the [hosts] training scenario, whose hosts share a home)."""
+    store = RunStore(tmp_path / "runs")
+    out = tmp_path / "out"
+    part_a = _run(store, out, "a", state="stopped")
+    outputs.claim(out, part_a)
+    assert outputs.conflict(str(out)) is None  # claimed, nothing written yet: the second part starts
+    part_b = _run(store, out, "b", state="stopped")
+    outputs.claim(out, part_b)
+    _checkpoint(out, 14)
+    assert outputs.owners_of(out) == [str(part_a.folder), str(part_b.folder)]
+    for part in (part_a, part_b):
+        assert outputs.conflict(str(out), resumed_from=str(part.folder)) is None
+    stranger = _run(store, tmp_path / "x", "x", state="stopped")
+    assert outputs.conflict(str(out), resumed_from=str(stranger.folder)) is not None
+    # Overwrite: the new run alone.
+    outputs.claim(out, stranger, replace=True)
+    assert outputs.owners_of(out) == [str(stranger.folder)]
