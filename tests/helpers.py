@@ -67,8 +67,10 @@ def close_window(qtbot: QtBot, window: Any, timeout_ms: int = 90_000) -> None:
     the close dialog lists them and "Stop and quit" is clicked, then the window is waited for until
     it has stopped them and closed; with none, it just closes. A fixture that closed a window with a
     job running left the dialog open in the teardown, and the suite waited for it forever."""
-    if not window.isVisible():
-        return
+    import shiboken6
+
+    if not shiboken6.isValid(window) or not window.isVisible():
+        return  # closed (and deleted) by the test itself
     if not window.active_jobs():
         window.close()
         return

@@ -42,9 +42,9 @@ def cards(t: float, k: int, n: int = 8) -> list[DeviceSample]:
 @pytest.fixture
 def window(qtbot) -> Iterator[MainWindow]:
     win = MainWindow(create_services())
-    qtbot.addWidget(win)
+    qtbot.addWidget(win, before_close_func=lambda w: close_window(qtbot, w))
+    # pytest-qt closes it after the test as a person does (close_window: Stop and quit when jobs run).
     yield win
-    close_window(qtbot, win)
 
 
 def open_at(qtbot, win: MainWindow, size: tuple[int, int], tab: str) -> None:

@@ -21,10 +21,10 @@ from tests.helpers import answer_dialog, click, close_window, set_arg
 def window(qtbot) -> Iterator[MainWindow]:
     services = create_services()
     win = MainWindow(services)
-    qtbot.addWidget(win)
+    qtbot.addWidget(win, before_close_func=lambda w: close_window(qtbot, w))
     win.show()
+    # pytest-qt closes it after the test as a person does (close_window: Stop and quit when jobs run).
     yield win
-    close_window(qtbot, win)  # as a person does (jobs still running: Stop and quit)
 
 
 def test_tabs_and_probe_in_status_bar(qtbot, window: MainWindow) -> None:

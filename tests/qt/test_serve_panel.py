@@ -27,10 +27,10 @@ from tests.helpers import click, close_window
 def window(qtbot: QtBot) -> Iterator[MainWindow]:
     services = create_services()
     win = MainWindow(services)
-    qtbot.addWidget(win)
+    qtbot.addWidget(win, before_close_func=lambda w: close_window(qtbot, w))
     win.show()
+    # pytest-qt closes it after the test as a person does (close_window: Stop and quit when jobs run).
     yield win
-    close_window(qtbot, win)  # a server still running: Stop and quit, as a person answers
 
 
 def _open_panel(qtbot: QtBot, window: MainWindow) -> ServePanel:
@@ -141,7 +141,7 @@ def test_the_runner_chats_through_the_endpoint(qtbot: QtBot, window: MainWindow)
     assert "--cards=2,3" in panel.service.last_argv
     qtbot.waitUntil(lambda: panel.status.text().startswith("ready"), timeout=180_000)
     qtbot.waitUntil(lambda: services.selection.claims() == {f"Serve :{port}": [2, 3]}, timeout=5000)
-    qtbot.waitUntil(lambda: f"in use: Serve :{port} (cards 2,3)" in devices.env_label.text(), timeout=5000)
+    qtbot.waitUntil(lambda: f"in use: Serve :{port} (modules 2 and 3)" in devices.env_label.text(), timeout=5000)
     qtbot.waitUntil(runner.use_endpoint.isVisible, timeout=5000)
     # The URL a person reads, on its own label beside the check box.
     assert runner.endpoint_url.isVisible() and f"127.0.0.1:{port}/v1" in runner.endpoint_url.text()
