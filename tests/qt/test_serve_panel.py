@@ -141,7 +141,8 @@ def test_the_runner_chats_through_the_endpoint(qtbot: QtBot, window: MainWindow)
     assert "--cards=2,3" in panel.service.last_argv
     qtbot.waitUntil(lambda: panel.status.text().startswith("ready"), timeout=180_000)
     qtbot.waitUntil(lambda: services.selection.claims() == {f"Serve :{port}": [2, 3]}, timeout=5000)
-    qtbot.waitUntil(lambda: f"in use: Serve :{port} (modules 2 and 3)" in devices.env_label.text(), timeout=5000)
+    in_use = f"in use: Serve :{port} (modules 2 and 3)"
+    qtbot.waitUntil(lambda: in_use in devices.env_label.text(), timeout=5000)
     qtbot.waitUntil(runner.use_endpoint.isVisible, timeout=5000)
     # The URL a person reads, on its own label beside the check box.
     assert runner.endpoint_url.isVisible() and f"127.0.0.1:{port}/v1" in runner.endpoint_url.text()
