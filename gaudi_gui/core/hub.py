@@ -136,8 +136,10 @@ def check_repo_id(repo_id: str) -> str | None:
     return None
 
 
-class _Silent:
-    """A do-nothing progress bar for the dry run (the library would print its own to stderr)."""
+class SilentBar:
+    """A progress bar that draws nothing: the dry run's (the library would print its own to stderr),
+    and the base of the download worker's counting bar (what ``snapshot_download`` calls on a
+    ``tqdm_class``, in one place)."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         self.n = 0
@@ -147,7 +149,7 @@ class _Silent:
     def update(self, n: float | None = 1) -> None:
         self.n += int(n or 0)
 
-    def __enter__(self) -> _Silent:
+    def __enter__(self) -> SilentBar:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -223,7 +225,7 @@ def cached_snapshot(repo_id: str, revision: str | None, include: Sequence[str] |
         return snapshot_download(repo_id, revision=revision, cache_dir=cache_dir, local_files_only=True,
                                  allow_patterns=list(include) if include else None,
                                  ignore_patterns=list(exclude) if exclude else None,
-                                 tqdm_class=_Silent)
+                                 tqdm_class=SilentBar)
     except Exception:
         return None
 
@@ -244,7 +246,7 @@ def plan(repo_id: str, revision: str | None = None, include: Sequence[str] | Non
         infos = snapshot_download(repo_id, revision=revision, cache_dir=cache, dry_run=True,
                                   allow_patterns=list(include) if include else None,
                                   ignore_patterns=list(exclude) if exclude else None,
-                                  tqdm_class=_Silent)
+                                  tqdm_class=SilentBar)
     except Exception as exc:
         raise describe_error(exc, repo_id, revision) from None
     files = sorted((PlanFile(i.filename, i.file_size, bool(i.is_cached)) for i in infos),
@@ -470,6 +472,6 @@ def deletion(spec: str, cache_dir: str | None = None) -> Deletion:
 
 
 __all__ = ["DEFAULT_MARGIN_BYTES", "EXIT_FIX", "EXIT_TRANSIENT", "CacheListing", "CachedModel",
-           "Deletion", "HubProblem", "Plan", "PlanFile", "Progress", "bytes_on_disk", "check_repo_id",
-           "deletion", "describe_error", "free_bytes", "human", "incomplete_files", "list_cache", "plan",
-           "progress_text", "space_refusal"]
+           "Deletion", "HubProblem", "Plan", "PlanFile", "Progress", "SilentBar", "bytes_on_disk",
+           "check_repo_id", "deletion", "describe_error", "free_bytes", "human", "incomplete_files",
+           "list_cache", "plan", "progress_text", "space_refusal"]

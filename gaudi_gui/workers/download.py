@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 from gaudi_gui.core import events
-from gaudi_gui.core.hub import HubProblem, Progress, describe_error
+from gaudi_gui.core.hub import HubProblem, Progress, SilentBar, describe_error
 
 _write_lock = threading.Lock()
 
@@ -75,17 +75,16 @@ class Reporter:
 REPORTER: Reporter | None = None
 
 
-class Bar:
+class Bar(SilentBar):
     """What ``snapshot_download`` needs of a tqdm class (it calls ``cls(**kwargs)`` for a class that is not
     its own tqdm subclass): counts go to the reporter, nothing is drawn."""
 
     def __init__(self, *args: object, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         desc = str(kwargs.get("desc") or "")
         self.role = ("files" if desc.startswith("Fetching") else
                      "transfer" if desc.startswith("Downloading bytes") else "bytes")
         self.n = int(kwargs.get("initial") or 0)
-        self.total = kwargs.get("total")
-        self.format_dict: dict[str, Any] = {"rate": None}
 
     def update(self, n: float | None = 1) -> None:
         step = int(n or 0)
@@ -96,27 +95,6 @@ class Bar:
             REPORTER.bytes(step)
         elif self.role == "files":
             REPORTER.file_done(step)
-
-    def __enter__(self) -> Bar:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
-
-    def refresh(self) -> None:
-        pass
-
-    def set_description(self, desc: str | None = None, refresh: bool = True) -> None:
-        pass
-
-    def set_description_str(self, desc: str | None = None, refresh: bool = True) -> None:
-        pass
-
-    def set_postfix_str(self, s: str = "", refresh: bool = True) -> None:
-        pass
 
 
 def _watch_stdin() -> None:
