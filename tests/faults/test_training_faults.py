@@ -62,28 +62,53 @@ def test_a_dataset_cannot_spoof_an_event(tmp_path: Path, demo_model: Path) -> No
     assert done.returncode in (0, 1)
 
 
+# Loaded into every Python process of the run: the rank's first import of `datasets` (its loading
+# phase, after torch) says so in a file and then waits for as long as the test needs, like a dataset
+# on a share that does not answer. Only the rank imports `datasets`.
+_HOLD_LOADING = """
+import importlib.abc, os, sys, time
+
+class _Hold(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "datasets":
+            sys.meta_path.remove(self)
+            open(os.environ["GAUDI_GUI_TEST_HELD"], "w").close()
+            while True:
+                time.sleep(0.1)
+        return None
+
+sys.meta_path.insert(0, _Hold())
+"""
+
+
 def test_stop_while_loading_ends_cleanly(tmp_path: Path, demo_model: Path) -> None:
-    """SIGTERM to the rank while it imports torch and loads: 'stopped before training began'."""
+    """SIGTERM to the rank while it loads: 'stopped before training began', through the command line.
+
+    The rank is held in its load (its import of `datasets` waits) until the signal comes, so training
+    cannot begin first however fast the machine: the CI's fresh clone once started training before
+    the test's poll saw the rank file."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_HOLD_LOADING)
+    held = tmp_path / "held"
+    env = {**os.environ, "GAUDI_GUI_TEST_HELD": str(held),
+           "PYTHONPATH": os.pathsep.join([str(hook), *filter(None, [os.environ.get("PYTHONPATH")])])}
     job = JobConfig(training_args={"output_dir": str(tmp_path / "out"), "max_steps": 100000})
     job.save(tmp_path / "job.json")
     argv = [sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"),
             "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"]
-    cli = subprocess.Popen(argv,
+    cli = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=env,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    run = None
-    while time.monotonic() < deadline:
-        folders = list((tmp_path / "runs").iterdir()) if (tmp_path / "runs").is_dir() else []
-        if folders and Run(folders[0]).ranks():
-            run = Run(folders[0])
-            break
+    deadline = time.monotonic() + 180
+    while not held.exists() and time.monotonic() < deadline and cli.poll() is None:
         time.sleep(0.05)
-    assert run is not None
+    assert held.exists(), "the rank never reached its dataset load"
+    (folder,) = list((tmp_path / "runs").iterdir())
+    run = Run(folder)
     os.kill(run.ranks()[0]["pid"], signal.SIGTERM)
     _out, err = cli.communicate(timeout=120)
     status = run.status()
-    if any(e["type"] == "training_started" for e in run.events()):
-        pytest.fail("training began before the signal; the test machine is too fast for this check")
+    assert not any(e["type"] == "training_started" for e in run.events())
     assert status.state == "stopped", (status, err[-2000:])
     assert status.summary == "Stopped before training began — nothing to save"
     assert cli.returncode == 0 and "Traceback" not in err
