@@ -13,19 +13,16 @@ Robustness, each covered by tests/faults/test_generate_faults.py:
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import json
 import os
-import queue
 import signal
-import subprocess
 import sys
-import threading
 import time
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 from gaudi_gui.core import generation, paths, protocol, textclean
+from gaudi_gui.core.child import Child
 from gaudi_gui.core.generation import DEVICES, DTYPES, QUANTIZATIONS, GenerationParams, LoadOptions
 from gaudi_gui.core.visibility import child_env
 
@@ -74,66 +71,24 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.error = one_line_error
 
 
-class _WorkerPipes:
-    """The worker child and two reader threads: protocol events (stdout) go into a queue, log lines
-    (stderr) into a bounded tail (and through to our stderr with --verbose)."""
+def _start_worker(verbose: bool) -> Child:
+    """The worker child: protocol events (stdout) in its queue, its log (stderr) in a bounded tail
+    (and through to our stderr with --verbose)."""
+    def echo(line: str) -> None:
+        sys.stderr.write(textclean.clean(line) + "\n")
 
-    def __init__(self, verbose: bool) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui.workers.generate"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=child_env())
-        self.events: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self.tail: collections.deque[str] = collections.deque(maxlen=40)
-        self._verbose = verbose
-        assert self.proc.stdout is not None and self.proc.stderr is not None
-        self._threads = [
-            threading.Thread(target=self._read_events, args=(self.proc.stdout,), daemon=True),
-            threading.Thread(target=self._read_log, args=(self.proc.stderr,), daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+    return Child([sys.executable, "-m", "gaudi_gui.workers.generate"], decode=protocol.decode,
+                 env=child_env(), echo=echo if verbose else None)
 
-    def _read_events(self, stream: IO[bytes]) -> None:
-        for raw in stream:
-            try:
-                message = protocol.decode(raw.decode("utf-8", errors="replace"))
-            except Exception:  # a corrupt line is skipped, never the end of the run
-                continue
-            if message is not None and "type" in message:
-                self.events.put(message)
-        self.events.put(None)  # EOF: the worker is gone
 
-    def _read_log(self, stream: IO[bytes]) -> None:
-        for raw in stream:
-            line = raw.decode("utf-8", errors="replace").rstrip("\n")
-            self.tail.append(line.rsplit("\r", 1)[-1])
-            if self._verbose:
-                with contextlib.suppress(OSError, ValueError):
-                    sys.stderr.write(textclean.clean(line) + "\n")
-
-    def send(self, line: str) -> bool:
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write((line + "\n").encode("utf-8"))
-            self.proc.stdin.flush()
-            return True
-        except (OSError, ValueError):
-            return False
-
-    def close(self, grace_s: float = WORKER_EXIT_GRACE_S) -> int:
-        """Shutdown, close its stdin, wait up to ``grace_s``, then kill; returns its exit code."""
-        self.send(generation.shutdown_command())
-        with contextlib.suppress(OSError, ValueError):
-            assert self.proc.stdin is not None
-            self.proc.stdin.close()
-        try:
-            self.proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        for thread in self._threads:
-            thread.join(timeout=2)
-        return int(self.proc.returncode)
+def _close(worker: Child, grace_s: float = WORKER_EXIT_GRACE_S) -> int:
+    """Shutdown, close its stdin, wait up to ``grace_s``, then end it; returns its exit code."""
+    worker.send(generation.shutdown_command())
+    worker.close_stdin()
+    if worker.wait(grace_s) is None:
+        return worker.end(0.0, first=signal.SIGKILL)
+    worker.join()
+    return int(worker.proc.returncode)
 
 
 def _problems(args: argparse.Namespace, options: LoadOptions, params: GenerationParams) -> list[str]:
@@ -162,14 +117,14 @@ def run(args: argparse.Namespace) -> int:
         interrupts[0] += 1  # handled by the event loop below; nothing else is safe in a handler
 
     previous_handler = signal.signal(signal.SIGINT, on_sigint)
-    worker = _WorkerPipes(verbose=args.verbose)
+    worker = _start_worker(args.verbose)
     try:
         return _converse(worker, args, options, params, interrupts)
     finally:
         signal.signal(signal.SIGINT, previous_handler)
 
 
-def _converse(worker: _WorkerPipes, args: argparse.Namespace, options: LoadOptions,
+def _converse(worker: Child, args: argparse.Namespace, options: LoadOptions,
               params: GenerationParams, interrupts: list[int]) -> int:
     worker.send(generation.load_command(options))
     text: list[str] = []
@@ -186,10 +141,9 @@ def _converse(worker: _WorkerPipes, args: argparse.Namespace, options: LoadOptio
             worker.send(generation.shutdown_command())
         if cancelled_at is not None and (interrupts[0] > 1
                                          or time.monotonic() - cancelled_at > WORKER_EXIT_GRACE_S):
-            worker.proc.kill()
-        try:
-            message = worker.events.get(timeout=0.1)
-        except queue.Empty:
+            worker.end(0.0, first=signal.SIGKILL)
+        message = worker.next_message(timeout=0.1)
+        if message == {}:
             continue
         if message is None:  # the worker ended
             code = EXIT_INTERRUPTED if cancelled_at is not None else 1
@@ -230,7 +184,7 @@ def _converse(worker: _WorkerPipes, args: argparse.Namespace, options: LoadOptio
         with contextlib.suppress(OSError):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-    returncode = worker.close(grace_s=2.0 if cancelled_at is not None or broken_pipe
+    returncode = _close(worker, grace_s=2.0 if cancelled_at is not None or broken_pipe
                               else WORKER_EXIT_GRACE_S)
     if code == 1 and not stats and returncode not in (0, None):
         tail = "\n".join(worker.tail)[-1500:]
