@@ -15,6 +15,9 @@
   no stdin (``< /dev/null``: cron, ``nohup``, CI) prints the history and follows on, as ``tail -f``.
 - ``runs attach RUN [--grace S]``: follow a Slurm run's job again (``commands/slurm_run.attach``),
   after the terminal or the app that submitted it went away; Ctrl-C stops it with a checkpoint.
+- ``runs export RUN --tensorboard DIR``: the run's metrics and meter samples as TensorBoard event
+  files under ``DIR/<run name>/`` (``core.export``); ``--trackio`` says why not (trackio is not
+  installed with gaudi-gui).
 - ``runs stop RUN [--now]``: a stop with a checkpoint (SIGTERM to the run's supervisor, which stops
   the ranks as the Training tab does); ``--now`` kills at once. A run whose supervisor is gone is
   stopped through its recorded rank pids directly.
@@ -77,6 +80,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="seconds the ranks get to save after a stop before the job is cancelled")
     attach.add_argument("--events", action="store_true",
                         help="also print the job's progress as structured lines (for a program)")
+    export = action.add_parser("export", help="write a run's metrics and meter for a tracker (TensorBoard)")
+    export.add_argument("run")
+    export.add_argument("--tensorboard", metavar="DIR", default="",
+                        help="write TensorBoard event files under DIR/<run name>/ (tensorboard --logdir DIR)")
+    export.add_argument("--trackio", action="store_true",
+                        help="write to trackio (only where it is installed: not a gaudi-gui dependency)")
     stop = action.add_parser("stop", help="stop a run (checkpoint first; --now kills)")
     stop.add_argument("run")
     stop.add_argument("--now", action="store_true", help="kill the run's processes now")
@@ -111,7 +120,7 @@ def describe(run: Run) -> dict[str, Any]:
         status, checkpoint, alive = RunStatus(state="failed", summary="Damaged run"), None, False
     if problems and status.summary in ("", "Damaged run"):
         status.summary = f"Damaged run: {problems[0]}"
-    out = {"name": run.name, "folder": str(run.folder), "status": asdict(status),
+    out = {"name": run.name, "folder": str(run.folder), "kind": status.kind, "status": asdict(status),
            "checkpoint": str(checkpoint) if checkpoint else "", "alive": alive, "problems": problems}
     with contextlib.suppress(JobConfigError):
         job = run.user_job()
@@ -122,7 +131,8 @@ def describe(run: Run) -> dict[str, Any]:
 
 def _line(item: dict[str, Any]) -> str:
     status = item["status"]
-    text = (f"{item['name']}  {status['state']:<8}  step {status['step']}/{status['max_steps']}  "
+    text = (f"{item['name']}  {status.get('kind', 'training'):<8}  {status['state']:<8}  "
+            f"step {status['step']}/{status['max_steps']}  "
             f"{meter_mod.short(item.get('meter')):<28}  {status['summary']}")
     problems = [p for p in item.get("problems", []) if p not in status["summary"]]
     return text + (f"  ⚠ {'; '.join(problems)}" if problems else "")
@@ -149,12 +159,14 @@ def run(args: argparse.Namespace) -> int:
         item["meter"] = meter_mod.read_summary(found.folder)
         problems = [p for p in item["problems"] if p not in item["status"]["summary"]]
         print(json.dumps(item) if args.json else
-              f"{item['name']}: {item['status']['state']} — {item['status']['summary']}"
+              f"{item['name']} ({item['kind']}): {item['status']['state']} — {item['status']['summary']}"
               + (f" (⚠ {'; '.join(problems)})" if problems else "") + _meter_lines(item["meter"]),
               flush=True)
         return 0
     if action == "stop":
         return _stop(found, now=args.now)
+    if action == "export":
+        return _export(found, args.tensorboard, trackio=args.trackio)
     if action == "attach":
         from gaudi_gui.commands import slurm_run
         return slurm_run.attach(found, grace=args.grace, events=args.events)
@@ -170,6 +182,27 @@ def _meter_lines(summary: dict[str, Any] | None) -> str:
     if isinstance(compiled, dict) and "compilations" in compiled:
         text += f"\n  compile meter: {redact(hpu_metrics.describe(compiled))}"
     return text
+
+
+def _export(run_: Run, tensorboard: str, *, trackio: bool) -> int:
+    """``runs export``: TensorBoard event files; trackio only says why not where it is missing."""
+    from gaudi_gui.core import export
+    if not tensorboard and not trackio:
+        print("gaudi-gui runs export: say where: --tensorboard DIR (or --trackio)", file=sys.stderr)
+        return 2
+    code = 0
+    if trackio:
+        why = export.trackio_state() or ("trackio is installed, but gaudi-gui does not write to it yet: "
+                                         "use --tensorboard DIR")
+        print(f"gaudi-gui runs export: {why}", file=sys.stderr)
+        code = 2
+    if tensorboard:
+        try:
+            print(export.describe(export.export_tensorboard(run_, tensorboard)), flush=True)
+        except export.ExportError as exc:
+            print(f"gaudi-gui runs export: {exc}", file=sys.stderr)
+            return 1
+    return code
 
 
 def _stop(run_: Run, *, now: bool) -> int:

@@ -79,6 +79,7 @@ class RunsTable(QWidget):
                               ("Try in runner", lambda: self._one(self.load_in_runner_requested)),
                               ("Merge and save", lambda: self._one(self.merge_requested)),
                               ("Evaluate", lambda: self._one(self.evaluate_requested)),
+                              ("Export…", self.export_selected),
                               ("Refresh", self.refresh)):
             button = QPushButton(name, self)
             button.clicked.connect(lambda _checked=False, h=handler: h())
@@ -101,6 +102,8 @@ class RunsTable(QWidget):
         #: job the close dialog names.
         self.jobs: JobRegistry | None = None
         self.scores_panel: QWidget | None = None
+        #: The folder the last export went to (the next Export… starts there).
+        self.export_dir = ""
         #: Where Compare puts the scores: beside the curves when the Training tab gives a splitter
         #: (``scores_dock``), else a small window of their own.
         self.scores_dock: QSplitter | None = None
@@ -280,6 +283,28 @@ class RunsTable(QWidget):
             self.eval_views[run.folder] = view
         view.show()
         view.raise_()
+
+    def export_selected(self) -> None:
+        """Export the selected run's metrics and meter as TensorBoard event files into a folder the
+        user picks (``DIR/<run name>/``; the same as ``gaudi-gui runs export RUN --tensorboard DIR``)."""
+        from PySide6.QtWidgets import QFileDialog
+
+        from gaudi_gui.core import export
+        runs = self.selected_runs()
+        if not runs:
+            self.status.setText("select a run to export")
+            return
+        folder = QFileDialog.getExistingDirectory(self, "Export to a TensorBoard folder",
+                                                  self.export_dir or str(Path.home()))
+        if not folder:
+            return
+        self.export_dir = folder
+        try:
+            result = export.export_tensorboard(runs[0], folder)
+        except export.ExportError as exc:
+            self.status.setText(f"⚠ {exc}")
+            return
+        self.status.setText(export.describe(result))
 
     def merge(self, run: Run) -> None:
         """Merge the run's adapter into a full model in ``<output>/merged``."""

@@ -100,6 +100,22 @@ def test_gaudi_run_meters_its_own_cards_and_leaves_no_hl_smi(tmp_path: Path, fak
                            "show", run.name], capture_output=True, text=True, timeout=60).stdout
     assert "meter: modules 2 and 3" in text and "hl-smi power integrated" in text
 
+    # runs export: the real run's metrics and meter, read back by TensorBoard's own reader.
+    exported = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir",
+                               str(tmp_path / "runs"), "export", run.name,
+                               "--tensorboard", str(tmp_path / "tb")],
+                              capture_output=True, text=True, timeout=60)
+    assert exported.returncode == 0, exported.stderr
+    assert f"tensorboard --logdir {tmp_path / 'tb'}" in exported.stdout
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+    acc = EventAccumulator(str(tmp_path / "tb" / run.name), size_guidance={SCALARS: 0})
+    acc.Reload()
+    assert [e.step for e in acc.Scalars("train/loss")] == [e["step"] for e in steps]
+    assert [e.value for e in acc.Scalars("meter/power_w/module 2")] == [102.0] * len(samples)
+    assert acc.Scalars("meter/energy_wh")[-1].value == pytest.approx(summary["energy_j"] / 3600, rel=1e-4)
+    tags = set(acc.Tags()["scalars"])
+    assert {"train/tokens_per_s", "meter/utilization/module 3", "meter/card_hours"} <= tags
+
 
 @pytest.mark.usefixtures("demo_model")
 def test_cpu_run_without_rapl_is_not_measured(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

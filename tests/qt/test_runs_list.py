@@ -270,3 +270,43 @@ def test_runs_list_reads_each_meter_once_per_change(qtbot, tmp_path: Path, monke
     click(qtbot, table.buttons["Refresh"])
     click(qtbot, table.buttons["Refresh"])
     assert reads == [run.folder, run.folder] and cell() == "0.25"
+
+
+def test_export_clicked_writes_tensorboard_events_of_the_selected_run(qtbot, tmp_path: Path,
+                                                                       monkeypatch) -> None:
+    """Export… (clicked) asks for a folder and writes the selected run's metrics as TensorBoard event
+    files under <folder>/<run name>/, read back by TensorBoard's own reader; no folder chosen: nothing."""
+    import pytest
+    from PySide6.QtWidgets import QFileDialog
+    accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+
+    store = RunStore(tmp_path / "runs")
+    run = _metered_run(store, tmp_path, "gaudi", device="hpu", measured=True, first_step_at=1_700_000_000.0)
+    _metered_run(store, tmp_path, "other", device="cpu", measured=False, first_step_at=1_700_000_100.0)
+    asked: list[str] = []
+    answer = [""]
+
+    def choose(_parent, caption: str, start: str) -> str:
+        asked.append(start)
+        return answer[0]
+
+    monkeypatch.setattr(QFileDialog, "getExistingDirectory", choose)
+    table = RunsTable(store)
+    qtbot.addWidget(table)
+    table.resize(900, 500)
+    table.show()
+    qtbot.waitExposed(table)
+    _click_row(qtbot, table, _row_of(table, run.name))
+    click(qtbot, table.buttons["Export…"])  # cancelled: nothing written
+    assert len(asked) == 1 and not (tmp_path / "tb").exists()
+    answer[0] = str(tmp_path / "tb")
+    click(qtbot, table.buttons["Export…"])
+    qtbot.waitUntil(lambda: "exported" in table.status.text(), timeout=5000)
+    assert f"tensorboard --logdir {tmp_path / 'tb'}" in table.status.text()
+    acc = accumulator.EventAccumulator(str(tmp_path / "tb" / run.name))
+    acc.Reload()
+    assert [round(e.value, 4) for e in acc.Scalars("train/loss")] == [3.9, 3.8, 3.7]  # 32-bit floats
+    assert [e.value for e in acc.Scalars("train/memory_peak_mib")] == [9345.0, 9690.0, 10035.0]
+    # The next export starts in the folder the last one went to.
+    click(qtbot, table.buttons["Export…"])
+    assert asked[-1] == str(tmp_path / "tb")
