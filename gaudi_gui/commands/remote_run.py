@@ -26,13 +26,16 @@ from collections import deque
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import Any
 
 from gaudi_gui.commands.terminal import StopSignals as _Signals
 from gaudi_gui.commands.terminal import printable as _printable
 from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import remote, visibility
 from gaudi_gui.core.backoff import Backoff
+from gaudi_gui.core.child import Child
+from gaudi_gui.core.events import EventType
+from gaudi_gui.core.progress import note
 from gaudi_gui.core.remote import SSH_FAILED, Host, RemoteError
 
 #: Exit status when the host could not be used (ssh failed, no or another gaudi-gui there).
@@ -59,15 +62,6 @@ def strip_host_options(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def _relay(stream: IO[bytes], tail: deque[str], sink: IO[bytes] | None) -> None:
-    for raw in iter(stream.readline, b""):
-        tail.append(raw.decode("utf-8", errors="replace").rstrip("\n"))
-        if sink is not None:
-            with contextlib.suppress(OSError, ValueError):
-                sink.write(raw)
-                sink.flush()
-
-
 def forward(host: Host, argv: Sequence[str]) -> int:
     """Run ``gaudi-gui ARGV`` on ``host`` under the guard, streaming its output; its exit status."""
     try:
@@ -75,22 +69,22 @@ def forward(host: Host, argv: Sequence[str]) -> int:
     except RemoteError as exc:
         _say(f"gaudi-gui: {exc}")
         return EXIT_HOST
-    cmd = host.wrap(host.guard_argv(argv, run="gaudi_gui"))
-    # stdin stays open (a pipe we never write): the guard ends the remote command when it closes.
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=None, stderr=subprocess.PIPE)
-    tail: deque[str] = deque(maxlen=20)
-    assert proc.stderr is not None
-    relay = threading.Thread(target=_relay, args=(proc.stderr, tail, sys.stderr.buffer), daemon=True)
-    relay.start()
+
+    def echo(line: str) -> None:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+    # stdout is ours; stdin stays open (a pipe we never write): the guard ends the remote command
+    # when it closes (Ctrl+C here, or this process gone).
+    child = Child(host.wrap(host.guard_argv(argv, run="gaudi_gui")), stdout=False, echo=echo)
     try:
-        code = proc.wait()
+        code = child.proc.wait()
     except KeyboardInterrupt:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()  # type: ignore[union-attr]
-        code = proc.wait()
-    relay.join(timeout=2)
+        child.close_stdin()
+        code = child.proc.wait()
+    child.join()
     if code == SSH_FAILED:
-        _say(f"gaudi-gui: {remote.explain_ssh_failure(host.name, chr(10).join(tail))[1]}")
+        _say(f"gaudi-gui: {remote.explain_ssh_failure(host.name, chr(10).join(child.tail))[1]}")
         return EXIT_HOST
     return code
 
@@ -338,14 +332,8 @@ def _note(event: dict[str, Any], run: HostRun, several: bool) -> None:
     """What a terminal is told of a run's event: checkpoints and progress from machine rank 0 (of
     several hosts, a step line each), errors from every host."""
     kind = event.get("type")
-    if kind == "error":
-        where = f"{run.host.name}: " if several else ""
-        _say(f"{where}error ({event.get('kind')}): {event.get('message')}")
-    elif run.rank != 0:
-        return
-    elif kind == "checkpoint_saving":
-        _say(f"saving checkpoint-{event.get('step')}…")
-    elif kind == "checkpoint_saved":
-        _say(f"checkpoint-{event.get('step')} saved")
-    elif kind == "metrics" and several and event.get("step") is not None and event.get("loss") is not None:
-        _say(f"step {event.get('step')}/{event.get('max_steps')} loss {event.get('loss')}")
+    if kind == EventType.ERROR:
+        _say((f"{run.host.name}: " if several else "") + note(event))
+    elif run.rank == 0 and (kind in (EventType.CHECKPOINT_SAVING, EventType.CHECKPOINT_SAVED)
+                            or (kind == EventType.METRICS and several)) and note(event):
+        _say(note(event))

@@ -13,7 +13,8 @@ tree kill" is written once.
   message); messages go into :attr:`messages`; ``None`` is put there once at EOF. A line ``decode``
   cannot read is skipped, never the end of the reading.
 - stderr: lines (``\\r`` progress reduced to its last part) in :attr:`tail` after redaction of
-  credentials; ``echo`` gets every line as it comes (``--verbose`` passes the log through).
+  credentials; ``echo`` gets every line as it comes, as written (``--verbose`` passes the log
+  through; a command forwarded to a host relays the host's stderr).
 """
 
 from __future__ import annotations
@@ -79,13 +80,13 @@ class Child:
     def _read_log(self, stream: IO[bytes]) -> None:
         with contextlib.suppress(OSError, ValueError):
             for raw in stream:
-                line = raw.decode("utf-8", errors="replace").rstrip("\n").rsplit("\r", 1)[-1]
-                line = redact(line)
-                if line.strip():
-                    self.tail.append(line)
+                text = raw.decode("utf-8", errors="replace").rstrip("\n")
                 if self._echo is not None:
                     with contextlib.suppress(OSError, ValueError):
-                        self._echo(line)
+                        self._echo(text)
+                line = redact(text.rsplit("\r", 1)[-1])
+                if line.strip():
+                    self.tail.append(line)
 
     def next_message(self, timeout: float | None) -> dict[str, Any] | None:
         """The next message; ``{}`` when none came within ``timeout``; ``None`` at EOF (and after)."""

@@ -66,3 +66,27 @@ def test_generate_over_ssh_takes_path_and_prompt_as_data(ssh_host: SshHost, tiny
     assert out["stats"]["tokens"] >= 1 and isinstance(out["text"], str)
     assert list(Path.cwd().glob("gg-canary-*")) == [] and list(tmp_path.glob("gg-canary-*")) == []
     assert ssh_host.wait_no_processes() == []
+
+
+def test_ctrl_c_on_a_forwarded_command_ends_it_on_the_host(ssh_host: SshHost, tiny_model_dir: Path) -> None:
+    """Ctrl+C (SIGINT to the local command, which runs ssh in a session of its own) closes the
+    forwarded command's stdin: the host's guard ends the generation, nothing is left on the host,
+    and the local command ends with the host's status."""
+    import signal
+    import time
+
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "generate", "--host", ssh_host.dest,
+                             "--model", str(tiny_model_dir), "--prompt", "once upon a time",
+                             "--max-new-tokens", "100000", "--device", "cpu"],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=dict(os.environ))
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:  # the host's generation is running
+        if any("gaudi_gui.workers.generate" in " ".join(p.cmdline()) for p in ssh_host.processes()):
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    proc.send_signal(signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "Traceback" not in err, err[-2000:]
+    assert ssh_host.wait_no_processes() == []
