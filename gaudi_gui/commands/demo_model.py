@@ -12,11 +12,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 from gaudi_gui.core import paths, protocol
+from gaudi_gui.core.child import Child
 from gaudi_gui.core.visibility import child_env
 
 
@@ -88,16 +88,21 @@ def run(args: argparse.Namespace) -> int:
     if args.force:
         argv.append("--force")
     argv += ["--", str(target)]
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=child_env(),
-                            errors="replace")
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        try:
-            message = protocol.decode(line)
-        except protocol.ProtocolError:
-            continue
-        if message is None:
-            continue
+
+    def echo(line: str) -> None:
+        print(line, file=sys.stderr)
+
+    child = Child(argv, decode=protocol.decode, env=child_env(), stdin=False, echo=echo)
+    try:
+        return _follow(child)
+    except KeyboardInterrupt:  # the child has a session of its own: Ctrl+C reached only us
+        child.end(5.0)
+        print("gaudi-gui: interrupted", file=sys.stderr)
+        return 130
+
+
+def _follow(child: Child) -> int:
+    while (message := child.next_message(timeout=None)) is not None:
         if message["type"] == "demo_progress":
             print(f"pre-training step {message['step']}/{message['steps']}  loss {message['loss']:.3f}",
                   file=sys.stderr)
@@ -110,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
                 except OSError as exc:
                     print(f"gaudi-gui: warning: could not write {done / MARKER}: {exc}", file=sys.stderr)
             print(message["path"])
-    code = proc.wait()
+    code = child.end(30.0)
     if code != 0:
         print(f"gaudi-gui: error: building the demo model failed (exit {code})", file=sys.stderr)
     return code

@@ -114,3 +114,29 @@ def test_demo_model_into_unwritable_place_fails_cleanly(tmp_path: Path) -> None:
     proc = gaudi_gui("demo-model", str(blocker / "demo"), "--steps", "1")
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr and "error" in proc.stderr.lower()
+
+
+def test_ctrl_c_while_building_the_demo_model_ends_the_builder(tmp_path: Path) -> None:
+    """The builder runs in a session of its own: Ctrl+C reaches the command, which ends it (exit 130)
+    instead of leaving it pre-training in the background."""
+    import os
+    import signal
+
+    import psutil
+
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "demo-model", "--steps", "100000",
+                             str(tmp_path / "demo")], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    seen = []
+    for line in proc.stderr:  # the builder is pre-training
+        seen.append(line)
+        if line.startswith("pre-training step"):
+            break
+    builders = psutil.Process(proc.pid).children(recursive=True)
+    assert builders, seen
+    os.kill(proc.pid, signal.SIGINT)
+    _out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err[-2000:]
+    _gone, alive = psutil.wait_procs(builders, timeout=30)
+    assert alive == []
