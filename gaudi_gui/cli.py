@@ -31,6 +31,7 @@ COMMANDS = {
     "serve": "serve",
     "download": "download",
     "models": "models",
+    "queue": "queue",
 }
 #: What runs on the host itself (the handshake and the guard): --host makes no sense for them.
 _HOST_SIDE = ("hello", "guard")
@@ -104,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return multi_host.train(args)
     target = (getattr(args, "host", "") or "").strip()
     # eval places itself (core.placement) and reads its events back from the host.
-    if target and target != "local" and args.command not in ("hosts", "doctor", "eval", "serve"):
+    if target and target != "local" and args.command not in ("hosts", "doctor", "eval", "serve", "queue"):
         return _on_host(args, args_list)
     module = importlib.import_module(f"gaudi_gui.commands.{COMMANDS[args.command]}")
     try:

@@ -1,0 +1,252 @@
+"""``gaudi-gui queue``: jobs that start by themselves when their cards are free (issue 29).
+
+- ``queue add --config JOB [--kind train] [--cards N | --cards IDS] [--priority P] [--device D]``:
+  queue a job on this machine (``--host DEST``: on that host, whose own queue process starts it); it
+  gets its own run folder and, unless the job names one, its own output folder when it starts. A job
+  whose output folder is another queued job's is refused here, naming the folder.
+- ``queue list [--json]``: position, state (queued / waiting for cards N,M / starting / started /
+  ended), since when, why it waits, its run.
+- ``queue remove ID``, ``queue move ID --before ID2``, ``queue pause``, ``queue resume``.
+- ``queue run`` (hidden): the queue process itself (``core.queue_runner``), started on demand.
+
+Every change is a request file the queue process applies (core/queue.py says why); this command
+waits for its answer. Bad input: one line on stderr, exit 2. Qt-free, torch-free.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from gaudi_gui.core import queue
+from gaudi_gui.core.queue import CardRequest, QueueError
+
+#: How long a change waits for the queue process's answer (it starts on demand: a Python start).
+ANSWER_S = 60.0
+EXIT_HOST = 3
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("queue", help="a queue of jobs on this machine (or a host) that start by themselves "
+                                     "when their cards are free")
+    actions = p.add_subparsers(dest="queue_action", metavar="ACTION", required=True,
+                               parser_class=type(p))
+    add = actions.add_parser("add", help="queue a job")
+    add.add_argument("--config", required=True, help="job config JSON ('-': read it from stdin)")
+    add.add_argument("--kind", default="train", help="the job's kind (train)")
+    add.add_argument("--cards", default="", metavar="N|IDS",
+                     help="N: any N free healthy cards (the doctor picks, one of Intel's groups for 2 or 4); "
+                          "IDS: those module ids, e.g. 2,3 (one card by id: 3,); default: no cards (CPU)")
+    add.add_argument("--priority", type=int, default=0, help="higher starts first (default 0); equal "
+                                                             "priorities start in the order they were added")
+    add.add_argument("--device", default="auto", choices=("auto", "hpu", "cuda", "cpu"),
+                     help="accelerator to launch for (default auto)")
+    add.add_argument("--json", action="store_true", help="print the answer as JSON")
+    lst = actions.add_parser("list", help="the queue: position, state, since when, why waiting")
+    lst.add_argument("--json", action="store_true", help="print it as JSON")
+    rm = actions.add_parser("remove", help="take a job that has not started out of the queue")
+    rm.add_argument("id", metavar="ID")
+    mv = actions.add_parser("move", help="put a job before another (it takes that job's priority)")
+    mv.add_argument("id", metavar="ID")
+    mv.add_argument("--before", required=True, metavar="ID2")
+    actions.add_parser("pause", help="start no more jobs until resume (running ones go on)")
+    actions.add_parser("resume", help="start jobs again")
+    for action in (add, lst, rm, mv, *(actions.choices[a] for a in ("pause", "resume"))):
+        # --host after the action too (`queue add --host DEST ...`); SUPPRESS: not given here leaves
+        # the one given before the action (`queue --host DEST add ...`, added by cli.py) as it was.
+        action.add_argument("--host", default=argparse.SUPPRESS, metavar="DEST",
+                            help="the host whose queue this is (an ssh destination); default: this machine")
+        action.add_argument("--remote-command", dest="remote_command", default=argparse.SUPPRESS,
+                            metavar="CMD", help="the command that runs gaudi-gui on the host")
+    run = actions.add_parser("run", help=argparse.SUPPRESS)
+    run.add_argument("--queue-dir", default="", help=argparse.SUPPRESS)
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    action = args.queue_action
+    target = (getattr(args, "host", "") or "").strip()
+    if target and target != "local" and action != "run":
+        return _on_host(args, target)
+    if action == "run":
+        from gaudi_gui.core import queue_runner
+        return queue_runner.main(Path(args.queue_dir) if args.queue_dir else None)
+    if action == "add":
+        return _add(args)
+    if action == "list":
+        return _list(args)
+    try:
+        if action == "remove":
+            reply = queue.request("remove", entry=args.id, timeout_s=ANSWER_S)
+        elif action == "move":
+            reply = queue.request("move", entry=args.id, before=args.before, timeout_s=ANSWER_S)
+        else:
+            reply = queue.request(action, timeout_s=ANSWER_S)
+    except QueueError as exc:
+        _say(f"gaudi-gui queue {action}: {exc}")
+        return 1
+    if not reply.get("ok"):
+        _say(f"gaudi-gui queue {action}: {reply.get('message')}")
+        return 2
+    print(reply.get("message", "done"), flush=True)
+    return 0
+
+
+def add_request(job: Any, *, kind: str, cards: CardRequest, priority: int, device: str) -> dict[str, Any]:
+    """The values of an add request for ``job`` (a JobConfig) after the checks made here: the job's
+    own problems, its output folder held by another run, or the output folder of a queued job (the
+    queue process checks that last one again when it applies the request). QueueError, one line."""
+    from gaudi_gui.core import prepare
+    if kind not in queue.KINDS:
+        raise QueueError(f"--kind {kind}: only {', '.join(queue.KINDS)} jobs can be queued yet")
+    problems = job.validate()
+    if problems:
+        raise QueueError("; ".join(f"{f}: {p}" for f, p in problems))
+    for field, problem in prepare.output_problems(job):
+        raise QueueError(f"{field}: {problem} (or set overwrite_output in the job)")
+    output_dir = queue.resolved_dir(job.output_dir)
+    other = queue.same_output(output_dir, queue.read_state().entries,
+                              [r for _p, r in queue.pending_requests()])
+    if other:
+        raise QueueError(queue.output_refusal(output_dir, other))
+    return {"job": job.to_dict(), "kind": kind, "name": job.name or Path(job.model).name,
+            "priority": priority, "card_ids": list(cards.ids), "card_count": cards.count,
+            "device": device, "output_dir": output_dir, "added_by": "cli"}
+
+
+def _add(args: argparse.Namespace) -> int:
+    from gaudi_gui.core.jobconfig import JobConfigError, load_job
+    try:
+        cards = CardRequest.parse(args.cards)
+        job = load_job(args.config)
+        values = add_request(job, kind=args.kind, cards=cards, priority=args.priority, device=args.device)
+    except (ValueError, JobConfigError, QueueError) as exc:
+        _say(f"gaudi-gui queue add: {exc}")
+        return 2
+    try:
+        reply = queue.request("add", timeout_s=ANSWER_S, **values)
+    except QueueError as exc:
+        _say(f"gaudi-gui queue add: {exc}")
+        return 1
+    if not reply.get("ok"):
+        _say(f"gaudi-gui queue add: {reply.get('message')}")
+        return 2
+    if args.json:
+        print(json.dumps(reply), flush=True)
+    else:
+        print(f"{reply.get('message')}; see: gaudi-gui queue list", flush=True)
+    return 0
+
+
+def _ago(moment: float, now: float) -> str:
+    if not moment:
+        return "–"
+    seconds = max(0, int(now - moment))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def entry_json(entry: queue.Entry, position: int) -> dict[str, Any]:
+    data = entry.to_dict()
+    data.pop("job", None)
+    data["position"] = position
+    data["state_text"] = entry.state_text()
+    data["cards"] = entry.cards.to_text()
+    return data
+
+
+def _list(args: argparse.Namespace) -> int:
+    state = queue.read_state()
+    positions = state.positions()
+    now = time.time()
+    if args.json:
+        print(json.dumps({"paused": state.paused, "runner_pid": queue.runner_pid(), "problem": state.problem,
+                          "entries": [entry_json(e, positions.get(e.id, 0)) for e in _shown(state)]}),
+              flush=True)
+        return 0
+    if state.problem:
+        _say(f"gaudi-gui queue list: {state.problem}")
+    entries = _shown(state)
+    if not entries:
+        print("the queue is empty", flush=True)
+        return 0
+    if state.paused:
+        print("the queue is paused (gaudi-gui queue resume starts jobs again)", flush=True)
+    for e in entries:
+        pos = str(positions[e.id]) if e.id in positions else "–"
+        line = f"{pos:>3}  {e.id:<5} {e.name[:24]:<24} {e.state_text():<32} {_ago(e.since, now):>9}"
+        if e.priority:
+            line += f"  priority {e.priority}"
+        if e.run_name:
+            line += f"  run {e.run_name}"
+        if e.why:
+            line += f"  — {e.why}"
+        elif e.summary and e.state == "ended":
+            line += f"  — {e.summary}"
+        print(line, flush=True)
+    return 0
+
+
+def _shown(state: queue.QueueState) -> list[queue.Entry]:
+    """Not started yet in their order first, then starting/started, then the ended (newest first)."""
+    active = [e for e in state.entries if e.state in queue.ACTIVE]
+    ended = sorted((e for e in state.entries if e.state == "ended"), key=lambda e: -e.ended_at)
+    return [*state.pending(), *active, *ended]
+
+
+def _on_host(args: argparse.Namespace, target: str) -> int:
+    """The host's own queue: its ``gaudi-gui queue …`` over the system ssh client (each argument
+    quoted for the remote shell by core.remote; the job travels on stdin, never on the command line)."""
+    from gaudi_gui.core import remote
+    from gaudi_gui.core.jobconfig import JobConfigError, load_job
+    action = args.queue_action
+    try:
+        host = remote.find_host(target, getattr(args, "remote_command", "") or "")
+    except remote.HostError as exc:
+        _say(f"gaudi-gui queue {action}: --host: {exc}")
+        return 2
+    stdin: str | None = None
+    argv = ["queue", action]
+    if action == "add":
+        try:
+            CardRequest.parse(args.cards)
+            job = load_job(args.config)
+        except (ValueError, JobConfigError) as exc:
+            _say(f"gaudi-gui queue add: {exc}")
+            return 2
+        stdin = json.dumps(job.to_dict())
+        argv += ["--config", "-", "--kind", args.kind, "--priority", str(args.priority),
+                 "--device", args.device]
+        if args.cards.strip():
+            argv += ["--cards", args.cards.strip()]
+        if args.json:
+            argv.append("--json")
+    elif action == "list" and args.json:
+        argv.append("--json")
+    elif action in ("remove", "move"):
+        argv.append(args.id)
+        if action == "move":
+            argv += ["--before", args.before]
+    try:
+        code, out, err = remote.call(host, host.gaudi_gui_argv(*argv), input_text=stdin,
+                                     timeout=ANSWER_S + 30)
+    except remote.RemoteError as exc:
+        _say(f"gaudi-gui queue {action}: {exc}")
+        return EXIT_HOST
+    if out:
+        sys.stdout.write(out)
+        sys.stdout.flush()
+    if err:
+        sys.stderr.write(err)
+        sys.stderr.flush()
+    return code
