@@ -14,7 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from gaudi_gui import __version__
+from gaudi_gui.core.jobconfig import JobConfig
 from tests.remote.conftest import SshHost
 
 
@@ -71,3 +74,49 @@ def test_setup_refuses_bad_input_with_one_line(ssh_host: SshHost) -> None:
     assert res.returncode == 2 and "inside a container" in res.stderr
     res = gg("hosts", "--setup", "gg-nokey", "--no-deps")
     assert res.returncode == 1 and "ssh-copy-id gg-nokey" in res.stderr
+
+
+@pytest.fixture
+def host_on_1_18(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The host's fake hl-smi reports Gaudi software 1.18.0, a row of the compatibility table (set
+    before the SSH server starts: the host's programs get the server's environment)."""
+    monkeypatch.setenv("FAKE_HLSMI_DRIVER", "1.18.0")
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_a_host_set_up_from_the_wheel_checks_and_trains_with_no_source_tree(
+        host_on_1_18: None, ssh_host: SshHost, tmp_path: Path) -> None:
+    """The host as `hosts --setup` leaves it: gaudi-gui only from the wheel in the host's venv, run
+    from the host's home, far from any source tree. Its doctor finds the compatibility table (the
+    wheel's package data) and a 2-step run of the packaged demo data set finishes there.
+
+    The host's venv gets the test venv's libraries (torch, transformers ...) through a `.pth` line, as
+    an install with its dependencies would: a plain directory line, so the editable install's own hook
+    in that folder is not run and `gaudi_gui` can only come from the wheel."""
+    import sysconfig
+
+    venv = tmp_path / "host-venv"
+    res = gg("hosts", "--setup", ssh_host.dest, "--venv", str(venv), "--python", base_python(), "--no-deps")
+    assert res.returncode == 0, res.stdout + res.stderr
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    (site / "test-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    where = subprocess.run(["ssh", "-F", str(ssh_host.config), ssh_host.dest,
+                            f"{venv / 'bin' / 'python'} -c 'import gaudi_gui; print(gaudi_gui.__file__)'"],
+                           capture_output=True, text=True, timeout=60, check=False)
+    assert where.stdout.strip().startswith(str(site)), where.stdout + where.stderr
+
+    doctor = gg("doctor", "--host", ssh_host.dest, timeout=180)
+    assert "Traceback" not in doctor.stderr, doctor.stderr[-2000:]
+    assert "not in the compatibility table" not in doctor.stdout and "incomplete" not in doctor.stdout, \
+        doctor.stdout
+    assert "Gaudi software 1.18.0 is in the compatibility table" in doctor.stdout, doctor.stdout
+
+    job = tmp_path / "job.json"
+    JobConfig(training_args={"output_dir": str(ssh_host.home / "out"), "max_steps": 2, "logging_steps": 1,
+                             "per_device_train_batch_size": 2}).save(job)
+    train = gg("train", "--host", ssh_host.dest, "--config", str(job), "--device", "cpu", timeout=300)
+    assert train.returncode == 0, (train.stdout + train.stderr)[-3000:]
+    (run,) = [p for p in ssh_host.runs_dir.glob("*") if (p / "status.json").exists()]
+    status = json.loads((run / "status.json").read_text())
+    assert (status["state"], status["step"]) == ("finished", 2), status
+    assert ssh_host.wait_no_processes() == []
