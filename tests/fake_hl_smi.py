@@ -25,6 +25,8 @@ CSV rows), module 5 has power slowdown active (module 6 is held: tests hold its 
 a fixture /proc, and the summary table's Compute Processes lists pid 4242 'python3 train.py' on it).
   FAKE_HLSMI_DRIVER=1.18.0     the driver/firmware version printed by -q (default: as recorded, 1.12.1)
   FAKE_HLSMI_FIRMWARE=3,5=1.16.0   those modules' firmware version in -q differs from the driver's
+  FAKE_HLSMI_THROTTLE=3=power,2=thermal   in -q those modules show that slowdown Active (the run
+                               meter's throttle time)
 """
 
 from __future__ import annotations
@@ -116,6 +118,11 @@ def query(mode: str) -> str:
             card = card.replace("Pending                 : No", "Pending                 : Yes")
         if mode == "sick" and module == SICK_DEAD:
             card = re.sub(r"(\[\s*\d+\] [^:\n]*(?:Chip|HBM|Board|Temp)[^:\n]*:)\s*\d+ C", r"\1  0 C", card)
+        for spec_item in filter(None, os.environ.get("FAKE_HLSMI_THROTTLE", "").split(",")):
+            which, reason = spec_item.split("=")
+            if int(which) == module:
+                label = {"power": "Power", "thermal": "Thermal", "hw": "HW"}[reason]
+                card = re.sub(rf"({label} Slowdown\s*:\s*)Not Active", r"\1Active", card)
         if mode == "sick" and module == SICK_SLOW:
             card = card.replace("""Power Slowdown
                                         : Not Active""", """Power Slowdown

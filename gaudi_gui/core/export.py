@@ -111,9 +111,6 @@ def _meter_rows(samples: list[dict[str, Any]], summary: Mapping[str, Any] | None
                     value = _num(card.get(key))
                     if value is not None and value >= 0:
                         scalars.append((f"meter/{key}/{name}", value))
-                throttle = card.get("throttle")
-                if isinstance(throttle, list):
-                    scalars.append((f"meter/throttled/{name}", 1.0 if throttle else 0.0))
                 watts = _num(card.get("power_w"))
                 if watts is None or watts < 0:
                     whole = False
@@ -127,6 +124,10 @@ def _meter_rows(samples: list[dict[str, Any]], summary: Mapping[str, Any] | None
             count = card_count or len(cards)
             if count:
                 scalars.append(("meter/card_hours", count * (t - t0) / 3600))
+        elif isinstance(sample.get("throttle"), dict):  # a read of the cards' throttle reasons (hl-smi -q)
+            for name, reasons in sample["throttle"].items():
+                if isinstance(reasons, list):
+                    scalars.append((f"meter/throttled/{name}", 1.0 if reasons else 0.0))
         else:
             watts = _num(sample.get("power_w"))  # RAPL: the package's power over the last second
             if watts is not None:

@@ -64,6 +64,15 @@ RAPL_ROOT = "/sys/class/powercap"
 HLSMI_FIELDS = ("index", "module_id", "utilization.aip", "memory.used", "memory.total", "power.draw",
                 "temperature.aip")
 
+#: Seconds between two reads of the cards' clocks throttle reasons (``hl-smi -q``: a whole report of
+#: every card, much heavier than the CSV loop); ``GAUDI_GUI_METER_THROTTLE_S`` in the launch's
+#: environment overrides it (tests).
+THROTTLE_INTERVAL_S = 5.0
+#: A ``hl-smi -q`` that has not answered after this long is ended (and that read is lost).
+THROTTLE_TIMEOUT_S = 30.0
+#: The throttle reasons hl-smi -q lists under "Clocks Throttle Reasons", by the word the meter uses.
+THROTTLE_REASONS = {"power": "power slowdown", "thermal": "thermal slowdown", "hw": "hw slowdown"}
+
 SOURCE_HLSMI = "hl-smi power integrated"
 SOURCE_NVIDIA = "nvidia-smi power integrated"
 SOURCE_RAPL = "rapl"
@@ -149,6 +158,104 @@ class _Stat:
 
 def _r(value: float | None, digits: int = 3) -> float | None:
     return None if value is None else round(value, digits)
+
+
+@dataclass
+class ThrottleClock:
+    """How long one card spent throttled, by reason, from reads of its throttle reasons: the state
+    read at one poll is taken to hold until the next (so the resolution is the poll interval); a
+    read that could not tell (no throttle lines) counts for nothing, neither throttled nor not."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    #: Seconds throttled for any reason (two reasons at once count once).
+    any_s: float = 0.0
+    #: Seconds the reads cover.
+    covered_s: float = 0.0
+    polls: int = 0
+    last_t: float | None = None
+    last: tuple[str, ...] | None = None
+
+    def add(self, t: float, reasons: Sequence[str] | None) -> None:
+        self.close(t)
+        self.polls += 1
+        self.last_t, self.last = t, (tuple(reasons) if reasons is not None else None)
+
+    def close(self, t: float, cap: float | None = None) -> None:
+        """Count the last read's state up to ``t`` (at most ``cap`` seconds of it)."""
+        if self.last_t is None or self.last is None or t <= self.last_t:
+            return
+        dt = t - self.last_t if cap is None else min(cap, t - self.last_t)
+        for reason in self.last:
+            self.seconds[reason] = self.seconds.get(reason, 0.0) + dt
+        if self.last:
+            self.any_s += dt
+        self.covered_s += dt
+        self.last_t = t
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"throttled_s": round(self.any_s, 3), "covered_s": round(self.covered_s, 3),
+                "by_reason_s": {r: round(s, 3) for r, s in sorted(self.seconds.items())}, "polls": self.polls}
+
+
+def throttle_reasons(card: Mapping[str, str]) -> list[str] | None:
+    """The active throttle reasons of one ``hl-smi -q`` card (``hlsmi.parse_query``): ["power"], [],
+    or None when the card's report has no throttle lines (the release does not print them)."""
+    found: list[str] | None = None
+    for reason, label in THROTTLE_REASONS.items():
+        for key, value in card.items():
+            if key == f"clocks throttle reasons/{label}" or key.endswith(f"/{label}"):
+                found = found if found is not None else []
+                if value.strip().lower() == "active":
+                    found.append(reason)
+                break
+    return found
+
+
+def query_card_name(card: Mapping[str, str]) -> tuple[str, int | None]:
+    """('module 3', 3) of a ``hl-smi -q`` card (its index when the report has no module id)."""
+    module = next((v for k, v in card.items() if k == "module id" or k.endswith("/module id")), "")
+    if module.strip().isdigit():
+        return f"module {int(module)}", int(module)
+    index = card.get("_index", "")
+    return f"index {index}", None
+
+
+def throttle_summary(clocks: Mapping[str, ThrottleClock], *, interval_s: float, wall_s: float,
+                     note: str = "") -> dict[str, Any]:
+    """The summary's "throttle": per card, and the card throttled longest (it sets the run's pace)."""
+    per_card = {name: c.to_dict() for name, c in clocks.items()}
+    worst = max(clocks.items(), key=lambda kv: kv[1].any_s, default=None)
+    out: dict[str, Any] = {"source": "hl-smi -q", "interval_s": interval_s, "per_card": per_card,
+                           "throttled_s": round(worst[1].any_s, 3) if worst else None,
+                           "worst_card": worst[0] if worst and worst[1].any_s > 0 else None,
+                           "fraction": (round(worst[1].any_s / wall_s, 4) if worst and wall_s > 0 else None),
+                           "note": note}
+    if not any(c.polls for c in clocks.values()):
+        out["throttled_s"] = None
+        out["note"] = note or "no throttle reasons could be read"
+    return out
+
+
+def throttle_text(throttle: Mapping[str, Any] | None) -> str:
+    """'throttled 12 s (40 % of the run): module 3 power 12 s' / 'not throttled (hl-smi -q every 5 s)'
+    / '' when the run has no throttle reads (not a Gaudi run)."""
+    if not throttle:
+        return ""
+    seconds = _finite(throttle.get("throttled_s"))
+    if seconds is None:
+        return f"throttling not measured ({throttle.get('note') or 'no reads'})"
+    every = _finite(throttle.get("interval_s")) or THROTTLE_INTERVAL_S
+    if seconds <= 0:
+        return f"not throttled (hl-smi -q every {every:g} s)"
+    parts = []
+    for name, card in (throttle.get("per_card") or {}).items():
+        reasons = card.get("by_reason_s") or {}
+        said = ", ".join(f"{r} {v:.0f} s" for r, v in reasons.items() if v > 0)
+        if said:
+            parts.append(f"{name} {said}")
+    share = _finite(throttle.get("fraction"))
+    text = f"throttled {seconds:.0f} s" + (f" ({100 * share:.0f} % of the run)" if share is not None else "")
+    return f"{text}: {'; '.join(parts)}" if parts else text
 
 
 @dataclass
@@ -307,6 +414,9 @@ def describe(summary: Mapping[str, Any]) -> str:
     mem_mean = _finite(summary.get("memory_used_mean_mib"))
     if mem_peak is not None:
         parts.append(f"memory (as hl-smi sees it) peak {mem_peak:.0f} MiB, mean {mem_mean or 0:.0f} MiB")
+    throttled = throttle_text(summary.get("throttle"))
+    if throttled:
+        parts.append(throttled)
     text = " · ".join(parts)
     note = summary.get("note")
     return f"{text} ({note})" if note else text
@@ -402,6 +512,17 @@ class Meter:
         self._summary: dict[str, Any] | None = None
         self._program: list[str] = []
         self._parse: Callable[[str], tuple[list[DeviceSample] | None, bool]] | None = None
+        #: Each card's time throttled (hpu: ``hl-smi -q`` every ``throttle_interval_s``), by card name.
+        self.throttle: dict[str, ThrottleClock] = {}
+        self.throttle_interval_s = THROTTLE_INTERVAL_S
+        with contextlib.suppress(ValueError):
+            wanted = float(self.env.get("GAUDI_GUI_METER_THROTTLE_S") or THROTTLE_INTERVAL_S)
+            if math.isfinite(wanted) and wanted > 0:
+                self.throttle_interval_s = wanted
+        self._throttle_program: list[str] = []
+        self._throttle_thread: threading.Thread | None = None
+        self._throttle_proc: subprocess.Popen[str] | None = None
+        self._throttle_errors: list[str] = []
 
     # -- what to meter --------------------------------------------------------------------------------
 
@@ -417,6 +538,7 @@ class Meter:
                                                         header=False, units=False)]
             self.source, self.energy_source = "hl-smi", SOURCE_HLSMI
             self._parse = self._hlsmi_parser(hlsmi.CsvStream(HLSMI_FIELDS))
+            self._throttle_program = [program, "-q"]
         elif self.device == "cuda":
             self.cards = parse_ids(self.env.get("CUDA_VISIBLE_DEVICES")) or recorded_cards(self.folder)
             program = shutil.which("nvidia-smi", path=self.env.get("PATH"))
@@ -458,6 +580,10 @@ class Meter:
             return
         self._thread = threading.Thread(target=target, name="run-meter", daemon=True)
         self._thread.start()
+        if self._throttle_program:
+            self._throttle_thread = threading.Thread(target=self._run_throttle, name="run-meter-throttle",
+                                                     daemon=True)
+            self._throttle_thread.start()
 
     def stop(self, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """End the sampler (and hl-smi's whole tree), write meter-summary.json (with ``extra``'s
@@ -466,8 +592,16 @@ class Meter:
             return self._summary
         self._stop.set()
         self._end_child()
+        self._end_child(self._throttle_proc)
         if self._thread is not None:
             self._thread.join(timeout=10)
+        if self._throttle_thread is not None:
+            self._throttle_thread.join(timeout=10)
+        with self._lock:
+            # The last read's state holds until the run's end, for at most one poll interval.
+            end = self.clock()
+            for clock in self.throttle.values():
+                clock.close(end, cap=self.throttle_interval_s)
         if self.source == "rapl":
             self._sample_rapl()  # the last stretch up to the end
         if self._fd >= 0:
@@ -496,14 +630,17 @@ class Meter:
                             wall_s=wall, card_count=count, cards=self.cards or (), kind=self.device,
                             note=note, counter_energy_j=self._rapl_energy_uj / 1e6
                             if self.source == "rapl" and self.accounts.samples > 1 else None)
+            if self._throttle_program:
+                out["throttle"] = throttle_summary(self.throttle, interval_s=self.throttle_interval_s,
+                                                   wall_s=wall, note="; ".join(self._throttle_errors[-2:]))
         out["final"] = final
         return out
 
-    def _end_child(self) -> None:
-        """SIGKILL the tool, its group and every descendant, then reap it. Only while it is not yet
-        reaped: an unreaped child (a zombie included) still owns its pid and group id, so nobody
-        else's process can be hit."""
-        proc = self._proc
+    def _end_child(self, proc: subprocess.Popen[str] | None = None) -> None:
+        """SIGKILL the tool (or ``proc``), its group and every descendant, then reap it. Only while it
+        is not yet reaped: an unreaped child (a zombie included) still owns its pid and group id, so
+        nobody else's process can be hit."""
+        proc = proc or self._proc
         if proc is None or proc.returncode is not None:
             return
         from gaudi_gui.core.proctree import ProcessTree
@@ -607,6 +744,48 @@ class Meter:
                 # A snapshot ended by the next period's first row is stamped with its own last row.
                 self.take(last_line_t if by_wrap else now, snapshot)
             last_line_t = now
+
+    # -- throttle reasons (hl-smi -q) -----------------------------------------------------------------
+
+    def _run_throttle(self) -> None:
+        while not self._stop.is_set():
+            self.read_throttle()
+            if self._stop.wait(self.throttle_interval_s):
+                return
+
+    def read_throttle(self) -> None:
+        """One ``hl-smi -q``: the run's cards' active throttle reasons, accounted and written as one
+        line ``{"t", "source": "hl-smi -q", "throttle": {card: [reasons]}}``."""
+        try:
+            proc = subprocess.Popen(self._throttle_program, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                    stdin=subprocess.DEVNULL, text=True, errors="replace", env=self.env,
+                                    start_new_session=True, close_fds=True)
+        except OSError as exc:
+            self._throttle_errors.append(f"cannot start hl-smi -q: {exc}")
+            return
+        self._throttle_proc = proc
+        try:
+            out, _ = proc.communicate(timeout=THROTTLE_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self._end_child(proc)  # with its whole tree
+            self._throttle_errors.append(f"hl-smi -q gave no answer in {THROTTLE_TIMEOUT_S:g} s")
+            return
+        if self._stop.is_set() and proc.returncode and proc.returncode < 0:
+            return  # ended by stop(): not a read
+        t = self.clock()
+        seen: dict[str, list[str] | None] = {}
+        for card in hlsmi.parse_query(out)[1]:
+            name, module = query_card_name(card)
+            if self.cards and module not in self.cards:
+                continue
+            seen[name] = throttle_reasons(card)
+        if not seen:
+            self._throttle_errors.append("hl-smi -q listed none of the run's cards")
+            return
+        with self._lock:
+            for name, reasons in seen.items():
+                self.throttle.setdefault(name, ThrottleClock()).add(t, reasons)
+        self._write({"t": round(t, 3), "source": "hl-smi -q", "throttle": seen})
 
     # -- RAPL -----------------------------------------------------------------------------------------
 
@@ -795,6 +974,9 @@ def meter_line(summary: Mapping[str, Any], *, true_peak_mib: float | None = None
         if true_peak_mib is not None:
             words += f" (true: {memory_text(true_peak_mib)})"
         parts.append(words)
+    throttled = throttle_text(summary.get("throttle"))
+    if throttled:
+        parts.append(throttled)
     compiled_words = compile_text(compiled)
     if compiled_words:
         parts.append(compiled_words)
@@ -890,9 +1072,11 @@ def _clean(value: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-__all__ = ["GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME", "NOT_MEASURED", "RAPL_ROOT", "SOURCE_HLSMI",
-           "SOURCE_NVIDIA", "SOURCE_RAPL", "SUMMARY_NAME", "WARMUP_STEPS", "Accounts", "CardAccount", "Meter",
-           "PowerIntegrator", "Rates", "card_hours_text", "compile_text", "describe", "energy_measured",
+__all__ = ["GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME", "NOT_MEASURED", "RAPL_ROOT",
+           "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_RAPL", "SUMMARY_NAME", "THROTTLE_INTERVAL_S",
+           "THROTTLE_REASONS", "WARMUP_STEPS", "Accounts", "CardAccount", "Meter", "PowerIntegrator",
+           "Rates", "ThrottleClock", "card_hours_text", "compile_text", "describe", "energy_measured",
            "energy_text", "fallback_ops", "figure", "joules_text", "kwh_text", "memory_text", "meter_line",
-           "not_measured_why", "parse_ids", "rapl_root", "rapl_zones", "rates", "rates_text", "read_summary",
-           "recorded_cards", "run_compile", "short", "summarize", "true_memory_peak", "warmup_steps"]
+           "not_measured_why", "parse_ids", "query_card_name", "rapl_root", "rapl_zones", "rates",
+           "rates_text", "read_summary", "recorded_cards", "run_compile", "short", "summarize",
+           "throttle_reasons", "throttle_summary", "throttle_text", "true_memory_peak", "warmup_steps"]

@@ -425,7 +425,7 @@ class EvalView(QWidget):
 
 
 #: The run meter's rows under the scores (core.meter's summary of each compared run).
-METER_ROWS = ("card-hours", "energy", "mean power", "utilization", "wall time")
+METER_ROWS = ("card-hours", "energy", "mean power", "utilization", "throttled", "wall time")
 
 
 def meter_cells(summary: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
@@ -441,7 +441,20 @@ def meter_cells(summary: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
                        meter_mod.energy_text(summary) if measured else meter_mod.not_measured_why(summary)),
             "mean power": (f"{mean:.0f} W" if isinstance(mean, (int, float)) and measured else "–", ""),
             "utilization": (f"{util:.0f} %" if isinstance(util, (int, float)) else "–", ""),
+            "throttled": _throttled_cell(summary.get("throttle")),
             "wall time": (format_duration(wall) if isinstance(wall, (int, float)) else "–", "")}
+
+
+def _throttled_cell(throttle: dict[str, Any] | None) -> tuple[str, str]:
+    """'12 s (40 %)' with the cards and reasons in the tooltip; '–' for a run without reads."""
+    seconds = (throttle or {}).get("throttled_s")
+    if not throttle or not isinstance(seconds, (int, float)):
+        return "–", meter_mod.throttle_text(throttle) or "no throttle reads (not a Gaudi run)"
+    share = throttle.get("fraction")
+    text = f"{seconds:.0f} s"
+    if isinstance(share, (int, float)) and seconds > 0:
+        text += f" ({100 * share:.0f} %)"
+    return text, meter_mod.throttle_text(throttle)
 
 
 class ScoresPanel(QWidget):

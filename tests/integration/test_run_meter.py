@@ -53,9 +53,16 @@ def _trapezoid(samples: list[dict[str, Any]], module: int) -> float:
 
 
 @pytest.mark.usefixtures("demo_model")
-def test_gaudi_run_meters_its_own_cards_and_leaves_no_hl_smi(tmp_path: Path, fake_hl_smi: Path) -> None:
+def test_gaudi_run_meters_its_own_cards_and_leaves_no_hl_smi(tmp_path: Path, fake_hl_smi: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    # Module 3 in power slowdown, module 5 (not the run's) in thermal slowdown; hl-smi -q read often.
+    monkeypatch.setenv("FAKE_HLSMI_THROTTLE", "3=power,5=thermal")
+    monkeypatch.setenv("GAUDI_GUI_METER_THROTTLE_S", "0.5")
     res, run = _train(tmp_path, "--device", "hpu", "--cards", "2,3", "--no-preflight")
-    samples = [json.loads(line) for line in (run / meter.METER_NAME).read_text().splitlines()]
+    lines = [json.loads(line) for line in (run / meter.METER_NAME).read_text().splitlines()]
+    samples = [s for s in lines if "cards" in s]
+    reads = [s["throttle"] for s in lines if "throttle" in s]
+    assert reads and all(r == {"module 2": [], "module 3": ["power"]} for r in reads)
     assert len(samples) >= 5, samples  # FAKE_HLSMI_PERIOD=0.1 over a run of several seconds
     modules = {c["module_id"] for s in samples for c in s["cards"]}
     assert modules == {2, 3}  # the fake server has 8 cards: the others are not the run's
@@ -75,6 +82,9 @@ def test_gaudi_run_meters_its_own_cards_and_leaves_no_hl_smi(tmp_path: Path, fak
     assert summary["memory_used_peak_mib"] == 512.0 and summary["memory_total_mib"] == 32768.0
     assert summary["missing_power_readings"] == 0 and summary["gaps"] == 0
     assert "meter: modules 2 and 3" in res.stderr + res.stdout
+    throttle = summary["throttle"]
+    assert throttle["worst_card"] == "module 3" and throttle["per_card"]["module 2"]["throttled_s"] == 0
+    assert 0 < throttle["throttled_s"] <= summary["wall_s"]
 
     # The meter's hl-smi ended with the run: nothing of it is left (the supervisor has exited).
     assert _hl_smi_children(tmp_path) == []
@@ -99,6 +109,7 @@ def test_gaudi_run_meters_its_own_cards_and_leaves_no_hl_smi(tmp_path: Path, fak
     text = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(tmp_path / "runs"),
                            "show", run.name], capture_output=True, text=True, timeout=60).stdout
     assert "meter: modules 2 and 3" in text and "hl-smi power integrated" in text
+    assert "module 3 power" in text and "% of the run)" in text
 
     # runs export: the real run's metrics and meter, read back by TensorBoard's own reader.
     exported = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir",
@@ -115,6 +126,7 @@ def test_gaudi_run_meters_its_own_cards_and_leaves_no_hl_smi(tmp_path: Path, fak
     assert acc.Scalars("meter/energy_wh")[-1].value == pytest.approx(summary["energy_j"] / 3600, rel=1e-4)
     tags = set(acc.Tags()["scalars"])
     assert {"train/tokens_per_s", "meter/utilization/module 3", "meter/card_hours"} <= tags
+    assert {e.value for e in acc.Scalars("meter/throttled/module 3")} == {1.0}
 
 
 @pytest.mark.usefixtures("demo_model")

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from PySide6.QtCore import Qt
+
 from gaudi_gui.core import outputs
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import RunStore
@@ -310,3 +312,45 @@ def test_export_clicked_writes_tensorboard_events_of_the_selected_run(qtbot, tmp
     # The next export starts in the folder the last one went to.
     click(qtbot, table.buttons["Export…"])
     assert asked[-1] == str(tmp_path / "tb")
+
+
+def test_compare_shows_how_long_each_run_was_throttled(qtbot, tmp_path: Path) -> None:
+    """Compare (clicked) of two Gaudi runs: a 'throttled' row beside the cost ('10 s (25 %)' for the run
+    whose module 3 sat in power slowdown, its card and reason in the tooltip; '0 s' for the other),
+    and the Runs list's tooltip says it too."""
+    from gaudi_gui.core import meter
+    store = RunStore(tmp_path / "runs")
+    slow = _metered_run(store, tmp_path, "slow", device="hpu", measured=True, first_step_at=1_700_000_000.0)
+    fast = _metered_run(store, tmp_path, "fast", device="hpu", measured=True, first_step_at=1_700_000_100.0)
+    for run, active in ((slow, ["power"]), (fast, [])):
+        clocks = {"module 2": meter.ThrottleClock(), "module 3": meter.ThrottleClock()}
+        for t in (0.0, 5.0, 10.0, 15.0):
+            clocks["module 2"].add(t, [])
+            clocks["module 3"].add(t, active if t >= 5 else [])
+        path = run.folder / meter.SUMMARY_NAME
+        data = json.loads(path.read_text())
+        data["throttle"] = meter.throttle_summary(clocks, interval_s=5.0, wall_s=40.0)
+        path.write_text(json.dumps(data))
+    services, tab = _tab(qtbot, store)
+    try:
+        bar = tab.views.tabBar()
+        click(qtbot, bar, bar.tabRect(tab.views.indexOf(tab.runs)).center())
+        row = _row_of(tab.runs, slow.name)
+        assert "throttled 10 s (25 % of the run): module 3 power 10 s" in \
+            tab.runs.table.item(row, COLUMNS.index("energy")).toolTip()
+        _click_row(qtbot, tab.runs, row)
+        other = tab.runs.table.model().index(_row_of(tab.runs, fast.name), 0)
+        qtbot.mouseClick(tab.runs.table.viewport(), Qt.MouseButton.LeftButton,
+                         Qt.KeyboardModifier.ControlModifier, tab.runs.table.visualRect(other).center())
+        assert {r.name for r in tab.runs.selected_runs()} == {slow.name, fast.name}
+        click(qtbot, tab.runs.buttons["Compare"])
+        panel = tab.runs.scores_panel
+        qtbot.waitUntil(lambda: panel is not None and panel.isVisible(), timeout=5000)
+        header = [panel.table.horizontalHeaderItem(c).text() for c in range(panel.table.columnCount())]
+        rows = {panel.table.item(r, 0).text(): r for r in range(panel.table.rowCount())}
+        cell = lambda name: panel.table.item(rows["throttled"], header.index(name))  # noqa: E731
+        assert cell(slow.name).text() == "10 s (25 %)" and "module 3 power 10 s" in cell(slow.name).toolTip()
+        assert cell(fast.name).text() == "0 s" and "not throttled" in cell(fast.name).toolTip()
+    finally:
+        tab.shutdown()
+        services.training.shutdown()

@@ -1,0 +1,84 @@
+"""Throttle time (issue 27): the seconds each of a run's cards spent with a power / thermal slowdown
+active, from hl-smi -q's "Clocks Throttle Reasons" read by the run meter."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from gaudi_gui.core import meter
+
+
+def test_throttle_clock_counts_each_reads_state_until_the_next() -> None:
+    clock = meter.ThrottleClock()
+    clock.add(0.0, [])
+    clock.add(5.0, ["power"])          # 0-5: not throttled
+    clock.add(10.0, ["power", "thermal"])  # 5-10: power
+    clock.add(15.0, None)              # 10-15: power + thermal; this read could not tell
+    clock.add(20.0, [])                # 15-20: unknown: counted for nothing
+    clock.close(60.0, cap=5.0)         # the last state holds for at most one interval
+    assert clock.seconds == {"power": 10.0, "thermal": 5.0}
+    assert clock.any_s == 10.0  # two reasons at once count once
+    assert clock.covered_s == 20.0 and clock.polls == 5
+
+
+def test_throttle_summary_and_words() -> None:
+    slow, fine = meter.ThrottleClock(), meter.ThrottleClock()
+    for t in range(0, 25, 5):
+        slow.add(float(t), ["power"] if t >= 10 else [])
+        fine.add(float(t), [])
+    out = meter.throttle_summary({"module 2": fine, "module 3": slow}, interval_s=5.0, wall_s=40.0)
+    assert out["throttled_s"] == 10.0 and out["worst_card"] == "module 3" and out["fraction"] == 0.25
+    assert meter.throttle_text(out) == "throttled 10 s (25 % of the run): module 3 power 10 s"
+    calm = meter.throttle_summary({"module 2": fine}, interval_s=5.0, wall_s=40.0)
+    assert meter.throttle_text(calm) == "not throttled (hl-smi -q every 5 s)"
+    unread = meter.throttle_summary({}, interval_s=5.0, wall_s=40.0, note="hl-smi -q gave no answer in 30 s")
+    assert meter.throttle_text(unread) == "throttling not measured (hl-smi -q gave no answer in 30 s)"
+    assert meter.throttle_text(None) == ""
+    summary = {"kind": "hpu", "cards": [2, 3], "wall_s": 40.0, "energy_j": None, "throttle": out}
+    assert "throttled 10 s (25 % of the run)" in meter.describe(summary)
+    assert "module 3 power 10 s" in meter.meter_line(summary)
+
+
+def test_throttle_reasons_of_a_query_card() -> None:
+    card = {"module id": "3", "clocks throttle reasons/hw slowdown": "Not Active",
+            "clocks throttle reasons/thermal slowdown": "Active",
+            "clocks throttle reasons/power slowdown": "Not Active"}
+    assert meter.throttle_reasons(card) == ["thermal"]
+    assert meter.query_card_name(card) == ("module 3", 3)
+    assert meter.throttle_reasons({"module id": "3"}) is None  # a release that prints no reasons
+
+
+@pytest.mark.usefixtures("fake_hl_smi")
+def test_meter_reads_throttle_reasons_of_its_own_cards(tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real Meter over the fake hl-smi: modules 2 and 3 of an 8-card server, module 3 in power
+    slowdown and module 5 (not the run's) in thermal slowdown: only module 3's time is counted."""
+    monkeypatch.setenv("FAKE_HLSMI_THROTTLE", "3=power,5=thermal")
+    folder = tmp_path / "run"
+    folder.mkdir()
+    env = {**os.environ, "HABANA_VISIBLE_MODULES": "2,3", "GAUDI_GUI_METER_THROTTLE_S": "0.2"}
+    m = meter.Meter(folder, device="hpu", env=env)
+    m.start()
+
+    def reads() -> list[dict]:
+        path = folder / meter.METER_NAME
+        lines = path.read_text().splitlines() if path.exists() else []
+        return [r for r in map(json.loads, lines) if "throttle" in r]
+
+    while len(reads()) < 3:
+        time.sleep(0.05)
+    summary = m.stop()
+    assert all(r["throttle"] == {"module 2": [], "module 3": ["power"]} for r in reads())
+    throttle = summary["throttle"]
+    assert set(throttle["per_card"]) == {"module 2", "module 3"}
+    assert throttle["per_card"]["module 2"]["throttled_s"] == 0
+    module3 = throttle["per_card"]["module 3"]
+    assert module3["by_reason_s"]["power"] == module3["throttled_s"] > 0
+    assert throttle["worst_card"] == "module 3" and throttle["throttled_s"] == module3["throttled_s"]
+    assert "module 3 power" in meter.describe(summary)
+    assert (meter.read_summary(folder) or {})["throttle"] == throttle
