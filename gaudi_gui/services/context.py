@@ -10,6 +10,7 @@ if TYPE_CHECKING:
 
     from gaudi_gui.services.device_poller import DevicePoller
     from gaudi_gui.services.device_selection import DeviceSelection
+    from gaudi_gui.services.downloads import ModelPlaces
     from gaudi_gui.services.environment_probe import EnvironmentProbe
     from gaudi_gui.services.evaluation import EvaluationService
     from gaudi_gui.services.generation_client import GenerationClient
@@ -64,6 +65,9 @@ class AppServices:
     remote_files: RemoteFiles | None = None
     #: The Serve panel's server (``gaudi-gui serve --events`` as a child): ``ensure_serve``.
     serve: ServeService | None = None
+    #: Hub downloads and model listings on this machine and the hosts (the Models tab):
+    #: ``ensure_models``; registered in ``jobs``.
+    models: ModelPlaces | None = None
 
     @property
     def poller(self) -> DevicePoller:
@@ -131,6 +135,15 @@ class AppServices:
             from gaudi_gui.services.remote_files import RemoteFiles
             self.remote_files = RemoteFiles(parent)
         return self.remote_files
+
+    def ensure_models(self, parent: QObject | None = None) -> ModelPlaces:
+        """Downloads and cache listings (``gaudi-gui download/models`` where the model is); its
+        downloads are jobs the close dialog lists."""
+        if self.models is None:
+            from gaudi_gui.services.downloads import ModelPlaces
+            self.models = ModelPlaces(parent)
+            self.jobs.register(self.models)
+        return self.models
 
     def ensure_preflight(self, parent: QObject | None = None) -> PreflightService:
         """The start gate's runner, made when a view first needs it (most starts never do: a machine

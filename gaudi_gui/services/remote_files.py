@@ -51,6 +51,7 @@ class Listing(QObject):
         self.host = host
         #: FOLDER or CACHE.
         self.kind = kind
+        self._command = args[0] if args else "ls"
         self._stdout: list[str] = []
         self._stderr: list[str] = []
         self._runner = ProcessRunner(self, parse_protocol=False)
@@ -83,11 +84,11 @@ class Listing(QObject):
         if not host.is_local and code == remote.SSH_FAILED:
             return remote.explain_ssh_failure(host.name, err)[1]
         if "invalid choice" in err or "No module named" in err or code in (126, 127):
-            return (f"{host.name} has no gaudi-gui with the `ls` command behind "
+            return (f"{host.name} has no gaudi-gui with the `{self._command}` command behind "
                     f"`{host.remote_command}` ({last or describe_exit(code, status)}); fix: "
                     f"{remote.fix_command(host)}")
-        if last.startswith("gaudi-gui ls: "):
-            last = last[len("gaudi-gui ls: "):]
+        if last.startswith(f"gaudi-gui {self._command}: "):
+            last = last[len(f"gaudi-gui {self._command}: "):]
         if code == 0:
             return f"{host.name} answered something that is not a listing"
         return last or f"the listing on {host.name} {describe_exit(code, status)}"

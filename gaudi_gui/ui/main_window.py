@@ -22,13 +22,14 @@ if TYPE_CHECKING:
     from gaudi_gui.ui.environment_tab import EnvironmentTab
     from gaudi_gui.ui.health_view import HealthView
     from gaudi_gui.ui.hosts_tab import HostsTab
+    from gaudi_gui.ui.models_tab import ModelsTab
     from gaudi_gui.ui.runner_tab import RunnerTab
     from gaudi_gui.ui.serve_panel import ServePanel
     from gaudi_gui.ui.training_tab import TrainingTab
 
 #: (attribute, tab title) in tab order.
 _TABS = (("devices_tab", "&Devices"), ("runner_tab", "&Model runner"), ("training_tab", "&Training"),
-         ("environment_tab", "&Environment"), ("hosts_tab", "H&osts"))
+         ("environment_tab", "&Environment"), ("hosts_tab", "H&osts"), ("models_tab", "Mode&ls"))
 
 #: How long "Stop and quit" waits for jobs to end before it gives up waiting and closes anyway
 #: (the jobs' own escalation to SIGKILL still runs; this only bounds how long the window stays).
@@ -82,6 +83,8 @@ class MainWindow(QMainWindow):
             # Runs left going by an earlier session or started by `gaudi-gui train`: follow them
             # at once, whether or not the Training tab is ever opened.
             QTimer.singleShot(0, services.training.reattach)
+        # A server or an evaluation left running by an earlier window: followed again at once.
+        QTimer.singleShot(0, self._reattach_jobs)
         self._closing = False
         self._shut_down = False
         #: The Health view, in a dock made the first time it is asked for (see ``show_health``).
@@ -155,6 +158,29 @@ class MainWindow(QMainWindow):
         """Cross-tab connections, made once both ends exist."""
         if key == "training_tab" and hasattr(widget, "load_in_runner_requested"):
             widget.load_in_runner_requested.connect(self._load_in_runner)
+        if key == "models_tab":
+            models = cast("ModelsTab", widget)
+            models.use_in_runner_requested.connect(self._model_to_runner)
+            models.use_in_training_requested.connect(self._model_to_training)
+
+    def _model_to_runner(self, host: str, model: str) -> None:
+        """A model from the Models tab into the runner's model field, its host chosen (Load is the
+        user's click)."""
+        runner = self.runner_tab
+        index = runner.host_combo.findData(host)
+        if index >= 0:
+            runner.host_combo.setCurrentIndex(index)
+        if runner.model.findText(model) < 0:
+            runner.model.addItem(model)
+        runner.model.setCurrentText(model)
+        self.tabs.setCurrentIndex(1)
+
+    def _model_to_training(self, _host: str, model: str) -> None:
+        form = self.training_tab.form
+        if form.model.findText(model) < 0:
+            form.model.addItem(model)
+        form.model.setCurrentText(model)
+        self.tabs.setCurrentIndex(2)
 
     def _load_in_runner(self, path: str) -> None:
         runner = self.runner_tab
@@ -182,6 +208,10 @@ class MainWindow(QMainWindow):
     @property
     def hosts_tab(self) -> HostsTab:
         return cast("HostsTab", self._tab("hosts_tab"))
+
+    @property
+    def models_tab(self) -> ModelsTab:
+        return cast("ModelsTab", self._tab("models_tab"))
 
     @property
     def environment_tab(self) -> EnvironmentTab:
@@ -275,6 +305,11 @@ class MainWindow(QMainWindow):
         if health.health(host) is None and not health.is_checking(host):
             health.refresh(host)
         return view
+
+    def _reattach_jobs(self) -> None:
+        parent = self.services.settings.parent()
+        self.services.ensure_serve(parent).reattach()
+        self.services.ensure_evaluation(parent).reattach()
 
     def show_serve(self) -> ServePanel | None:
         """The Serve panel in its dock (made on first use; its server is the app's ServeService)."""
@@ -516,6 +551,10 @@ def _construct(key: str, services: AppServices, parent: QWidget) -> QWidget:
         from gaudi_gui.ui.training_tab import TrainingTab
 
         return TrainingTab(services, parent)
+    if key == "models_tab":
+        from gaudi_gui.ui.models_tab import ModelsTab
+
+        return ModelsTab(services, parent)
     from gaudi_gui.ui.environment_tab import EnvironmentTab
 
     return EnvironmentTab(services, parent)

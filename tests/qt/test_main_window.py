@@ -29,7 +29,7 @@ def window(qtbot) -> Iterator[MainWindow]:
 
 def test_tabs_and_probe_in_status_bar(qtbot, window: MainWindow) -> None:
     titles = [window.tabs.tabText(i).replace("&", "") for i in range(window.tabs.count())]
-    assert titles == ["Devices", "Model runner", "Training", "Environment", "Hosts"]
+    assert titles == ["Devices", "Model runner", "Training", "Environment", "Hosts", "Models"]
     with qtbot.waitSignal(window.services.environment.probe_finished, timeout=60000) as blocker:
         window.services.environment.refresh()
     info = blocker.args[0]
@@ -257,8 +257,8 @@ def test_serve_and_health_share_a_small_screen(qtbot, window: MainWindow, size: 
 @pytest.mark.usefixtures("demo_model")
 def test_closing_with_serve_running_names_it_and_ends_it(qtbot, window: MainWindow) -> None:
     """Issue 25, item 15: closing the window while Serve runs asked nothing and killed it. Now the
-    dialog names the server, says it ends with the window (no "Leave running" for it), and Stop and
-    quit ends it cleanly before the window closes."""
+    dialog names the server and offers the three choices of every job (issue 26: a server is a
+    detached job), and Stop and quit ends it cleanly before the window closes."""
     from PySide6.QtCore import Qt
 
     from gaudi_gui.core.serve import pick_free_port, port_free
@@ -274,14 +274,14 @@ def test_closing_with_serve_running_names_it_and_ends_it(qtbot, window: MainWind
     qtbot.keyClicks(panel.port, str(port))
     click(qtbot, panel.start_button)
     qtbot.waitUntil(lambda: panel.status.text().startswith("ready"), timeout=180_000)
-    server = panel.service.runner
+    server = panel.service
 
     answer = answer_dialog(qtbot, "Cancel")
     window.close()
     assert answer.clicked, "no close dialog was shown"
     assert "Serve: " in answer.text and f"127.0.0.1:{port}" in answer.text
-    assert "Leave running and quit is not offered" in answer.text
-    assert "Leave running and quit" not in answer.buttons and "Stop and quit" in answer.buttons
+    assert "the job goes on and is followed again at the next start" in answer.text
+    assert "Leave running and quit" in answer.buttons and "Stop and quit" in answer.buttons
     assert window.isVisible() and server.is_running()
 
     answer = answer_dialog(qtbot, "Stop and quit")

@@ -1,0 +1,330 @@
+"""Hub downloads and model listings, on this machine or a host, for the Models tab (issue 28).
+
+A download is ``gaudi-gui download REPO_ID --json`` run where the model must be: on this machine as
+a child in its own session, on a host over ssh under ``gaudi-gui guard`` (it ends the command when
+the connection drops; OpenSSH does not signal a remote command). Its JSON-line events (the plan,
+``progress``, ``attempt``, ``stalled``, ``retry``, ``done``, ``error``) become Qt signals: the
+progress as it is, everything else as one sentence. The stall watchdog, back-off and plain-HTTP
+fall-back are the command's (``gaudi_gui.commands.download``): the app shows what it says.
+
+A listing is ``gaudi-gui models --json`` on a place (``remote_files.Listing``): the place's own Hub
+cache as ``scan_cache_dir`` sees it.
+
+The token: on this machine the child inherits the user's login (``HF_TOKEN`` or the token file of
+``hf auth login``); a token typed in the Download dialog is given to that one child in its environment
+(readable only by the user, never in its argv, a file or a log). On a host the host's own login is
+used: nothing secret crosses the connection (the guard's ``--env`` would put it in a process listing).
+
+Every argv word is quoted for the host's shell (``Host.wrap``): a model id or revision from the user is
+never shell code.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from gaudi_gui.core import events, hub, remote
+from gaudi_gui.core.remote import Host
+from gaudi_gui.core.secrets import redact
+from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
+from gaudi_gui.services.remote_files import Listing
+
+#: How long a stopped download's command has to end its attempt before it is killed (its own grace
+#: for its child is 3 s).
+STOP_GRACE_MS = 8000
+
+
+@dataclass(frozen=True)
+class DownloadRequest:
+    """What the Download dialog asks for."""
+
+    repo_id: str
+    revision: str = ""
+    host: Host = field(default_factory=Host.local)
+    #: Seconds without a byte before an attempt is ended and retried (the command's ``--stall-s``).
+    stall_s: float = 60.0
+    #: A token for this one download on this machine ("" = the user's own login). Never in argv.
+    token: str = ""
+
+    def problem(self) -> str | None:
+        """What is wrong with the request, in one sentence (None: it can start)."""
+        bad = hub.check_repo_id(self.repo_id)
+        if bad:
+            return bad
+        if self.revision and (self.revision.startswith("-") or any(c.isspace() for c in self.revision)):
+            return f"'{self.revision}' is not a branch, tag or commit"
+        if self.stall_s <= 0:
+            return "the stall time must be more than 0 s"
+        if self.token and not self.host.is_local:
+            return (f"a token typed here is not sent to {self.host.name}: the download there uses "
+                    f"{self.host.name}'s own login (run `hf auth login` there)")
+        return None
+
+    def argv(self) -> list[str]:
+        """The gaudi-gui command line (without the program) that runs this download."""
+        args = ["download", self.repo_id, "--json", "--stall-s", f"{self.stall_s:g}"]
+        if self.revision:
+            args += ["--revision", self.revision]
+        return args
+
+
+def describe_event(event: dict[str, Any]) -> str:
+    """One sentence for a download event other than ``progress`` ("" for none)."""
+    kind = event.get("type")
+    if kind == "plan":
+        files = event.get("files") or []
+        cached = sum(1 for f in files if f.get("cached"))
+        return (f"{len(files)} files, {hub.human(event.get('total_bytes'))}; {cached} already cached, "
+                f"{hub.human(event.get('remaining_bytes'))} to download; "
+                f"{hub.human(event.get('free_bytes'))} free in {event.get('cache_dir', 'the cache')}")
+    if kind == "attempt":
+        attempt, attempts = event.get("attempt"), event.get("attempts")
+        if attempt == 1:
+            return ""
+        how = "" if event.get("xet", True) else " over plain HTTP (Xet off)"
+        return (f"attempt {attempt} of {attempts}{how}: {event.get('files_left')} files "
+                f"({hub.human(event.get('bytes_left'))}) left")
+    if kind == "stalled":
+        return (f"stalled: no byte arrived for {float(event.get('seconds') or 0):.0f} s, so this attempt "
+                "was ended")
+    if kind == "retry":
+        text = (f"attempt {event.get('attempt')} failed ({event.get('reason')}); retrying in "
+                f"{float(event.get('delay_s') or 0):g} s; finished files are kept")
+        if event.get("xet_disabled"):
+            text += "; the next attempts use plain HTTP (HF_HUB_DISABLE_XET=1) instead of Xet"
+        return text
+    if kind == "done":
+        if event.get("offline"):
+            return f"offline, and already complete in the cache: {event.get('path')}"
+        if event.get("attempts") == 0:
+            return f"every file was already in the cache: {event.get('path')}"
+        return f"done in {hub.duration(event.get('seconds'))}: {event.get('path')}"
+    if kind == "error":
+        return str(event.get("message") or "the download failed")
+    return ""
+
+
+class Download(QObject):
+    """One download job: the command's child and what it said."""
+
+    #: A progress event: bytes_done, bytes_total, rate (B/s), eta_s, files_done, files_total.
+    progress_changed = Signal(dict)
+    #: A sentence about the download (its plan, a stall, a retry, the plain-HTTP switch, the end).
+    note_added = Signal(str)
+    #: The download ended: (ok, the closing sentence, the snapshot folder on its host or "").
+    finished = Signal(bool, str, str)
+
+    def __init__(self, request: DownloadRequest, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.request = request
+        self.notes: list[str] = []
+        self.progress: dict[str, Any] = {}
+        self.path = ""
+        self.message = ""
+        self.ok: bool | None = None  # None while it runs
+        self.cancelled = False
+        self._error = ""
+        self._stderr: list[str] = []
+        self._runner = ProcessRunner(self, parse_protocol=False)
+        self._runner.line_received.connect(self._on_line)
+        self._runner.finished.connect(self._on_finished)
+
+    @property
+    def host(self) -> Host:
+        return self.request.host
+
+    @property
+    def title(self) -> str:
+        rev = f"@{self.request.revision}" if self.request.revision else ""
+        return f"{self.request.repo_id}{rev} → {self.host.label}"
+
+    def start(self) -> None:
+        host = self.host
+        if host.is_local:
+            argv = host.gaudi_gui_argv(*self.request.argv())
+        else:
+            # The guard ends the command when this ssh connection closes (a cut link, the app gone).
+            argv = host.wrap(host.guard_argv(self.request.argv(), run="gaudi_gui"))
+        env = dict(os.environ)
+        env["PYTHONUNBUFFERED"] = "1"
+        if self.request.token and host.is_local:
+            env["HF_TOKEN"] = self.request.token
+        # Local: its own session, so a stop reaches the command and its attempt's child together.
+        self._runner.start(argv[0], argv[1:], env=env, new_session=host.is_local,
+                           stdin_open=not host.is_local)
+
+    def is_running(self) -> bool:
+        return self._runner.is_running()
+
+    def cancel(self) -> None:
+        """Stop the download (finished files stay in the cache; the command removes partial ones)."""
+        if not self._runner.is_running():
+            return
+        self.cancelled = True
+        if self.host.is_local:
+            self._runner.terminate_tree(grace_ms=STOP_GRACE_MS)
+        else:
+            # The guard on the host ends the command when its stdin closes; ssh goes with it.
+            self._runner.close_stdin()
+            self._runner.terminate_tree(grace_ms=STOP_GRACE_MS)
+
+    def status_text(self) -> str:
+        """The progress line a person reads: bytes, rate, ETA and files."""
+        event = self.progress
+        if not event:
+            return "planning…" if self.ok is None else ""
+        done, total = int(event.get("bytes_done") or 0), int(event.get("bytes_total") or 0)
+        pct = f"{100 * done / total:.0f} % · " if total else ""
+        eta = event.get("eta_s")
+        rate = float(event.get("rate") or 0)
+        eta_text = (f"ETA {hub.duration(eta)}" if eta is not None
+                    else ("ETA –" if done < total else "ETA 0s"))
+        return (f"{pct}{hub.human(done)} of {hub.human(total)} · {hub.human(rate)}/s · {eta_text} · "
+                f"files {event.get('files_done', 0)} of {event.get('files_total', 0)}")
+
+    # -- output -----------------------------------------------------------------------------------------
+
+    def _note(self, text: str) -> None:
+        if text:
+            text = redact(text)
+            self.notes.append(text)
+            self.note_added.emit(text)
+
+    def _on_line(self, stream: str, line: str) -> None:
+        if stream != "stdout":
+            if line.strip():
+                self._stderr.append(redact(line.strip()))
+            return
+        event = events.decode(line)
+        if event is None:
+            return
+        kind = event.get("type")
+        if kind == "progress":
+            self.progress = event
+            self.progress_changed.emit(event)
+            return
+        if kind == "done":
+            self.path = str(event.get("path") or "")
+        if kind == "error":
+            self._error = redact(str(event.get("message") or ""))
+            return  # said once, at the end
+        self._note(describe_event(event))
+
+    def _on_finished(self, code: int, status: str) -> None:
+        if self.cancelled:
+            self.ok = False
+            self.message = ("cancelled: finished files stay in the cache; downloading again continues "
+                            "with the rest")
+        elif code == 0 and self.path:
+            self.ok = True
+            self.message = f"downloaded to {self.host.label}: {self.path}"
+        else:
+            self.ok = False
+            self.message = self._failure(code, status)
+        self.finished.emit(bool(self.ok), self.message, self.path)
+
+    def _failure(self, code: int, status: str) -> str:
+        host = self.host
+        if self._error:
+            return self._error
+        if status == EXIT_FAILED_TO_START:
+            return next(iter(self._runner.tail(1)), "the download could not start")
+        err = "\n".join(self._stderr)
+        if not host.is_local and code == remote.SSH_FAILED:
+            return remote.explain_ssh_failure(host.name, err)[1]
+        last = self._stderr[-1] if self._stderr else ""
+        if "invalid choice" in err or "No module named" in err or code in (126, 127):
+            return (f"{host.name} has no gaudi-gui with the `download` command behind "
+                    f"`{host.remote_command}` ({last or describe_exit(code, status)}); fix: "
+                    f"{remote.fix_command(host)}")
+        if last.startswith("gaudi-gui download: "):
+            return last[len("gaudi-gui download: "):]
+        return last or f"the download {describe_exit(code, status)}"
+
+
+class ModelPlaces(QObject):
+    """Starts downloads and listings; the close dialog's owner of every download (a ``JobOwner``).
+
+    A download started here ends with the window whatever the close choice (it is not yet a detached
+    job: finished files stay cached and the same download started again continues with the rest)."""
+
+    #: A download was started (the Models tab shows it).
+    download_started = Signal(object)
+    #: A download finished well: (host name, repo id, snapshot folder on that host).
+    model_downloaded = Signal(str, str, str)
+
+    outlives_window = False
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.downloads: list[Download] = []
+
+    # -- downloads ----------------------------------------------------------------------------------
+
+    def download(self, request: DownloadRequest) -> Download:
+        problem = request.problem()
+        if problem:
+            raise ValueError(problem)
+        job = Download(request, self)
+        job.finished.connect(lambda ok, _msg, path, j=job: self._on_finished(j, ok, path))
+        self.downloads.append(job)
+        job.start()
+        self.download_started.emit(job)
+        return job
+
+    def _on_finished(self, job: Download, ok: bool, path: str) -> None:
+        if ok:
+            self.model_downloaded.emit(job.host.name, job.request.repo_id, path)
+
+    def running(self) -> list[Download]:
+        return [d for d in self.downloads if d.is_running()]
+
+    # -- listings -------------------------------------------------------------------------------------
+
+    def list_models(self, host: Host) -> Listing:
+        """``gaudi-gui models --json`` on ``host``: its Hub cache's repos and revisions."""
+        return Listing(host, "models", ["models", "--json"], self)
+
+    # -- JobOwner ---------------------------------------------------------------------------------------
+
+    def active_jobs(self) -> list[str]:
+        jobs = []
+        for d in self.running():
+            event = d.progress
+            total = int(event.get("bytes_total") or 0)
+            pct = f" ({100 * int(event.get('bytes_done') or 0) / total:.0f} %)" if total else ""
+            jobs.append(f"Download {d.title}{pct}")
+        return jobs
+
+    def stop_jobs(self) -> None:
+        for d in self.running():
+            d.cancel()
+
+    def detach_jobs(self) -> list[str]:
+        self.stop_jobs()
+        return []
+
+    def shutdown(self) -> None:
+        for d in self.downloads:
+            d.cancel()
+
+
+def listing_rows(host: Host, answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per cached revision of ``gaudi-gui models --json``'s answer, for the library table."""
+    rows = []
+    for model in answer.get("models") or []:
+        if model.get("repo_type", "model") != "model":
+            continue
+        for rev in model.get("revisions") or []:
+            rows.append({"repo_id": str(model.get("repo_id", "")), "commit": str(rev.get("commit", "")),
+                         "refs": list(rev.get("refs") or []), "size": int(rev.get("size_on_disk") or 0),
+                         "last_used": float(model.get("last_accessed") or 0), "host": host.name,
+                         "where": host.label, "path": str(rev.get("snapshot_path", ""))})
+    return rows
+
+
+__all__ = ["Download", "DownloadRequest", "ModelPlaces", "describe_event", "listing_rows"]

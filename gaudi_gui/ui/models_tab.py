@@ -1,0 +1,328 @@
+"""The Models tab: the models in the Hugging Face cache of this machine and of every saved host (id,
+revision, size, last use, where), a Download… action, the downloads with their progress, and the way
+from a model to the Model runner or the Training form.
+
+It binds to ``ModelPlaces`` (``gaudi_gui.services.downloads``), which runs ``gaudi-gui models --json``
+and ``gaudi-gui download … --json`` where the model is or must be; this view starts no process.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QGroupBox,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gaudi_gui.core import hub
+from gaudi_gui.core.remote import Host
+from gaudi_gui.services.context import AppServices
+from gaudi_gui.services.downloads import Download, ModelPlaces, listing_rows
+from gaudi_gui.services.remote_files import Listing
+
+COLUMNS = ("Model", "Revision", "Size", "Last used", "Where")
+
+
+class _SizeItem(QTableWidgetItem):
+    """Sorts by the bytes it holds, not by its text."""
+
+    def __lt__(self, other: QTableWidgetItem) -> bool:
+        mine, theirs = self.data(Qt.ItemDataRole.UserRole), other.data(Qt.ItemDataRole.UserRole)
+        if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)):
+            return mine < theirs
+        return super().__lt__(other)
+
+
+def _ago(ts: float) -> str:
+    if not ts:
+        return "?"
+    return hub.duration(max(0.0, time.time() - ts)) + " ago"
+
+
+class DownloadRow(QWidget):
+    """One download: its title, a bar, bytes · rate · ETA · files, what happened in words, Cancel, and
+    once done the way to the runner and the Training form."""
+
+    #: (host name, repo id)
+    use_in_runner_requested = Signal(str, str)
+    #: (host name, repo id)
+    use_in_training_requested = Signal(str, str)
+
+    def __init__(self, job: Download, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.job = job
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 4, 0, 4)
+        top = QHBoxLayout()
+        self.title = QLabel(f"<b>{job.title}</b>")
+        self.title.setTextFormat(Qt.TextFormat.RichText)
+        top.addWidget(self.title, 1)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("Stop this download (finished files stay in the cache)")
+        self.cancel_button.clicked.connect(lambda _checked=False: self.job.cancel())
+        self.runner_button = QPushButton("Use in Model runner")
+        self.runner_button.clicked.connect(
+            lambda _checked=False: self.use_in_runner_requested.emit(job.host.name, job.request.repo_id))
+        self.training_button = QPushButton("Use in Training")
+        self.training_button.clicked.connect(
+            lambda _checked=False: self.use_in_training_requested.emit(job.host.name, job.request.repo_id))
+        for button in (self.cancel_button, self.runner_button, self.training_button):
+            top.addWidget(button)
+        self.runner_button.hide()
+        self.training_button.hide()
+        layout.addLayout(top)
+        self.bar = QProgressBar()
+        self.bar.setRange(0, 0)  # busy until the plan says how much
+        layout.addWidget(self.bar)
+        self.status = QLabel("planning: listing the files and their sizes…")
+        self.status.setObjectName("download_status")
+        layout.addWidget(self.status)
+        self.notes = QLabel("")
+        self.notes.setObjectName("download_notes")
+        self.notes.setWordWrap(True)
+        self.notes.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        layout.addWidget(self.notes)
+        job.progress_changed.connect(self._on_progress)
+        job.note_added.connect(self._on_note)
+        job.finished.connect(self._on_finished)
+        for note in job.notes:
+            self._on_note(note)
+
+    def _on_progress(self, event: dict[str, Any]) -> None:
+        total = int(event.get("bytes_total") or 0)
+        if total > 0:
+            # QProgressBar holds an int: kilobytes keep a 100 GB model within range.
+            self.bar.setRange(0, max(1, total // 1024))
+            self.bar.setValue(min(total, int(event.get("bytes_done") or 0)) // 1024)
+        self.status.setText(self.job.status_text())
+
+    def _on_note(self, text: str) -> None:
+        lines = [*self.notes.text().splitlines(), text][-6:]
+        self.notes.setText("\n".join(lines))
+
+    def _on_finished(self, ok: bool, message: str, _path: str) -> None:
+        self.cancel_button.hide()
+        if self.bar.maximum() == 0:
+            self.bar.setRange(0, 1)
+        if ok:
+            self.bar.setValue(self.bar.maximum())
+            self.runner_button.show()
+            self.training_button.show()
+        status = self.job.status_text() if self.job.progress else ""
+        self.status.setText(("Done. " if ok else ("Cancelled. " if self.job.cancelled else "Failed. "))
+                            + (status if ok else message))
+        self.status.setStyleSheet("" if ok else "color: #b00020")
+
+
+class ModelsTab(QWidget):
+    """Views ``ModelPlaces`` and the saved hosts."""
+
+    #: (host name, repo id): put this model in the Model runner (its host chosen there).
+    use_in_runner_requested = Signal(str, str)
+    #: (host name, repo id): put this model in the Training form's model field.
+    use_in_training_requested = Signal(str, str)
+
+    def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._services = services
+        self.places: ModelPlaces = services.ensure_models(services.settings.parent())
+        self._hosts = services.ensure_hosts(services.settings.parent())
+        self._listings: dict[str, Listing] = {}
+        self._rows: dict[str, list[dict[str, Any]]] = {}
+        self._problems: dict[str, str] = {}
+        self.download_rows: list[DownloadRow] = []
+
+        layout = QVBoxLayout(self)
+        top = QHBoxLayout()
+        intro = QLabel("Models in the Hugging Face cache of this machine and of every saved host: "
+                       "what the runner, Serve, Evaluate and training load without the network.")
+        intro.setWordWrap(True)
+        top.addWidget(intro, 1)
+        self.refresh_button = QPushButton("Refresh")
+        self.refresh_button.clicked.connect(lambda _checked=False: self.refresh())
+        self.download_button = QPushButton("Download…")
+        self.download_button.setToolTip("Download a Hub model into this machine's or a host's cache")
+        self.download_button.clicked.connect(lambda _checked=False: self.open_download_dialog())
+        top.addWidget(self.refresh_button)
+        top.addWidget(self.download_button)
+        layout.addLayout(top)
+
+        self.table = QTableWidget(0, len(COLUMNS))
+        self.table.setObjectName("models_table")
+        self.table.setHorizontalHeaderLabels(list(COLUMNS))
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().hide()
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
+        for column in range(1, len(COLUMNS)):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        layout.addWidget(self.table, 2)
+        self.status = QLabel("")
+        self.status.setObjectName("models_status")
+        self.status.setWordWrap(True)
+        layout.addWidget(self.status)
+        use = QHBoxLayout()
+        use.addStretch(1)
+        self.use_runner_button = QPushButton("Use in Model runner")
+        self.use_runner_button.clicked.connect(lambda _checked=False: self._use(self.use_in_runner_requested))
+        self.use_training_button = QPushButton("Use in Training")
+        self.use_training_button.clicked.connect(
+            lambda _checked=False: self._use(self.use_in_training_requested))
+        use.addWidget(self.use_runner_button)
+        use.addWidget(self.use_training_button)
+        layout.addLayout(use)
+
+        self.downloads_box = QGroupBox("Downloads")
+        self._downloads_layout = QVBoxLayout(self.downloads_box)
+        self.downloads_box.hide()
+        layout.addWidget(self.downloads_box, 1)
+
+        self.places.download_started.connect(self._on_download_started)
+        self.places.model_downloaded.connect(lambda host, _repo, _path: self._refresh_if_shown(host))
+        self._hosts.changed.connect(lambda: self._refresh_if_shown(None))
+        for job in self.places.downloads:
+            self._on_download_started(job)
+        self._update_buttons()
+        self._listed_once = False
+
+    def showEvent(self, event: QShowEvent) -> None:
+        # Listed when first looked at, not when the window builds its tabs: each listing is a child
+        # process here and one ssh connection per host.
+        super().showEvent(event)
+        if not self._listed_once:
+            self._listed_once = True
+            self.refresh()
+
+    # -- the library ------------------------------------------------------------------------------
+
+    def _refresh_if_shown(self, host_name: str | None) -> None:
+        if self._listed_once:
+            self.refresh(host_name)
+
+    def places_shown(self) -> list[Host]:
+        return [Host.local(), *self._hosts.saved()]
+
+    def refresh(self, host_name: str | None = None) -> None:
+        """List every place's cache again (or only ``host_name``'s)."""
+        hosts = [h for h in self.places_shown() if host_name is None or h.name == host_name]
+        known = {h.name for h in self.places_shown()}
+        for name in [n for n in self._rows if n not in known]:
+            self._rows.pop(name, None)
+            self._problems.pop(name, None)
+        for host in hosts:
+            old = self._listings.pop(host.name, None)
+            if old is not None:
+                old.cancel()
+            listing = self.places.list_models(host)
+            listing.finished.connect(lambda answer, message, h=host, lst=listing:
+                                     self._on_listing(h, lst, answer, message))
+            self._listings[host.name] = listing
+        self._show()
+
+    def is_listing(self) -> bool:
+        return bool(self._listings)
+
+    def _on_listing(self, host: Host, listing: Listing, answer: dict[str, Any], message: str) -> None:
+        if self._listings.get(host.name) is not listing:
+            return
+        del self._listings[host.name]
+        listing.deleteLater()
+        if message:
+            self._problems[host.name] = message
+            self._rows.pop(host.name, None)
+        else:
+            self._problems.pop(host.name, None)
+            self._rows[host.name] = listing_rows(host, answer)
+        self._show()
+
+    def _show(self) -> None:
+        rows = [row for rows in self._rows.values() for row in rows]
+        rows.sort(key=lambda r: (-r["size"], r["repo_id"], r["where"]))
+        table = self.table
+        table.setSortingEnabled(False)
+        table.setRowCount(len(rows))
+        for index, row in enumerate(rows):
+            refs = f" ({', '.join(row['refs'])})" if row["refs"] else ""
+            name = QTableWidgetItem(row["repo_id"])
+            name.setData(Qt.ItemDataRole.UserRole, row)
+            name.setToolTip(row["path"])
+            size = _SizeItem(hub.human(row["size"]))
+            size.setData(Qt.ItemDataRole.UserRole, row["size"])
+            used = _SizeItem(_ago(row["last_used"]))
+            used.setData(Qt.ItemDataRole.UserRole, -row["last_used"])
+            for column, item in enumerate((name, QTableWidgetItem(row["commit"][:12] + refs), size, used,
+                                           QTableWidgetItem(row["where"]))):
+                table.setItem(index, column, item)
+        table.setSortingEnabled(True)
+        parts = []
+        for host in self.places_shown():
+            if host.name in self._listings:
+                parts.append(f"{host.label}: listing…")
+            elif host.name in self._problems:
+                parts.append(f"{host.label}: {self._problems[host.name]}")
+            elif host.name in self._rows:
+                found = self._rows[host.name]
+                size = sum(r["size"] for r in found)
+                parts.append(f"{host.label}: {len(found)} revision{'s' if len(found) != 1 else ''}, "
+                             f"{hub.human(size)}")
+        self.status.setText("\n".join(parts))
+        self._update_buttons()
+
+    def selected(self) -> dict[str, Any] | None:
+        items = self.table.selectedItems()
+        if not items:
+            return None
+        first = self.table.item(items[0].row(), 0)
+        data = first.data(Qt.ItemDataRole.UserRole) if first is not None else None
+        return data if isinstance(data, dict) else None
+
+    def _update_buttons(self) -> None:
+        chosen = self.selected() is not None
+        self.use_runner_button.setEnabled(chosen)
+        self.use_training_button.setEnabled(chosen)
+
+    def _use(self, signal: Any) -> None:
+        row = self.selected()
+        if row is not None:
+            signal.emit(row["host"], row["repo_id"])
+
+    # -- downloads ------------------------------------------------------------------------------------
+
+    def open_download_dialog(self, repo_id: str = "", host: str = "local") -> None:
+        """The Download dialog (non-blocking); Download starts the job."""
+        from gaudi_gui.ui.download_dialog import DownloadDialog
+
+        dialog = DownloadDialog(self.places_shown(), self, repo_id=repo_id, host=host)
+        dialog.accepted.connect(lambda d=dialog: self.places.download(d.request()))
+        dialog.finished.connect(lambda _code, d=dialog: d.deleteLater())
+        self.download_dialog = dialog
+        dialog.open()
+
+    def _on_download_started(self, job: Download) -> None:
+        row = DownloadRow(job, self.downloads_box)
+        row.use_in_runner_requested.connect(self.use_in_runner_requested)
+        row.use_in_training_requested.connect(self.use_in_training_requested)
+        self._downloads_layout.insertWidget(0, row)
+        self.download_rows.insert(0, row)
+        self.downloads_box.show()
+
+    def shutdown(self) -> None:
+        for listing in list(self._listings.values()):
+            listing.cancel()
+        self._listings.clear()

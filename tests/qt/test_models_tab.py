@@ -1,0 +1,175 @@
+"""The Models tab as a person uses it (issue 28): Download… typed and clicked, progress in bytes, rate,
+ETA and files, a stall retried and said in words, Cancel, a gated repo's message, the library listing
+this machine's cache, and a downloaded model taken to the Model runner and loaded there offline.
+
+Against tests/fake_hub.py on 127.0.0.1 (HF_ENDPOINT): nothing here reaches the network."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from gaudi_gui.app import create_services
+from gaudi_gui.core import hub
+from gaudi_gui.ui.download_dialog import DownloadDialog
+from gaudi_gui.ui.main_window import MainWindow
+from gaudi_gui.ui.models_tab import ModelsTab
+from tests.fake_hub import FakeHub, FakeRepo, repo_from_folder
+from tests.helpers import click, close_window
+
+SECRET = "hf_FakeTokenForTheTestsOnly0123456789abcd"
+
+
+@pytest.fixture
+def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    server = FakeHub().start()
+    assert server.url.startswith("http://127.0.0.1:")
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def tab(qtbot) -> Iterator[ModelsTab]:
+    widget = ModelsTab(create_services())
+    qtbot.addWidget(widget)
+    widget.resize(1000, 700)
+    widget.show()
+    qtbot.waitExposed(widget)
+    yield widget
+    widget.places.shutdown()
+    widget.shutdown()
+    qtbot.waitUntil(lambda: not widget.places.running() and not widget.is_listing(), timeout=20000)
+
+
+def download_by_clicks(qtbot, tab: ModelsTab, repo_id: str, *, stall_s: str = "",
+                       token: str = "") -> None:
+    """Download… clicked, the id (and the stall time, a token) typed, Download clicked."""
+    click(qtbot, tab.download_button)
+    qtbot.waitUntil(lambda: isinstance(QApplication.activeModalWidget(), DownloadDialog), timeout=5000)
+    dialog = QApplication.activeModalWidget()
+    assert isinstance(dialog, DownloadDialog)
+    assert not dialog.download_button.isEnabled()  # nothing typed yet
+    qtbot.keyClicks(dialog.repo_id, repo_id)
+    if stall_s:
+        qtbot.mouseClick(dialog.stall.lineEdit(), Qt.MouseButton.LeftButton)
+        qtbot.keyClick(dialog.stall, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+        qtbot.keyClicks(dialog.stall, stall_s)
+        assert dialog.stall.value() == float(stall_s)
+    if token:
+        qtbot.keyClicks(dialog.token, token)
+    qtbot.waitUntil(dialog.download_button.isEnabled, timeout=2000)
+    count = len(tab.download_rows)
+    click(qtbot, dialog.download_button)
+    qtbot.waitUntil(lambda: len(tab.download_rows) == count + 1, timeout=5000)
+    qtbot.waitUntil(tab.download_rows[0].isVisible, timeout=5000)
+
+
+def test_download_shows_progress_lists_the_model_and_loads_offline_in_the_runner(
+        qtbot, fake_hub: FakeHub, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo = repo_from_folder(tiny_model_dir)
+    fake_hub.repos["org/tiny-llama"] = repo
+    total = sum(len(data) for data in repo.files.values())
+    window = MainWindow(create_services())
+    qtbot.addWidget(window, before_close_func=lambda w: close_window(qtbot, w))
+    window.show()
+    tab = window.models_tab
+    window.tabs.setCurrentWidget(tab)
+    qtbot.waitUntil(lambda: "this machine" in tab.status.text() and not tab.is_listing(), timeout=30000)
+    assert tab.table.rowCount() == 0
+
+    download_by_clicks(qtbot, tab, "org/tiny-llama")
+    row = tab.download_rows[0]
+    assert row.cancel_button.isVisible() and "org/tiny-llama" in row.title.text()
+    seen: list[str] = []
+    row.job.progress_changed.connect(lambda _e: seen.append(row.status.text()))
+    qtbot.waitUntil(lambda: row.job.ok is not None, timeout=60000)
+    assert row.job.ok, row.status.text()
+    # What a person read while it ran: bytes of the total, a rate, an ETA and the files.
+    assert seen and all("/s · ETA" in text and "files" in text for text in seen)
+    assert row.status.text().startswith("Done.")
+    assert f"of {hub.human(total)}" in row.status.text()
+    assert f"files {len(repo.files)} of {len(repo.files)}" in row.status.text()
+    assert "files" in row.notes.text() and "to download" in row.notes.text()  # the plan, in words
+    assert row.bar.value() == row.bar.maximum()
+    assert not row.cancel_button.isVisible() and row.runner_button.isVisible()
+
+    # The library lists it, on this machine, with its commit and size.
+    qtbot.waitUntil(lambda: tab.table.rowCount() == 1, timeout=30000)
+    cells = [tab.table.item(0, c).text() for c in range(tab.table.columnCount())]
+    assert cells[0] == "org/tiny-llama" and cells[1].startswith(repo.sha[:12]) and "(main)" in cells[1]
+    assert cells[4] == "local (this machine)" and cells[2].endswith("B")
+
+    # Into the runner, and Load with the network off.
+    click(qtbot, row.runner_button)
+    runner = window.runner_tab
+    assert window.tabs.currentWidget() is runner
+    assert runner.model.currentText() == "org/tiny-llama"
+    gets = fake_hub.file_gets()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with qtbot.waitSignal(runner.client.model_loaded, timeout=120_000):
+        click(qtbot, runner.load_button)
+    qtbot.waitUntil(lambda: "Loaded" in runner.model_status.text(), timeout=10000)
+    assert fake_hub.file_gets() == gets
+
+
+def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: ModelsTab,
+                                                                    fake_hub: FakeHub) -> None:
+    repo = FakeRepo(files={"config.json": b'{"a": 1}', "model.safetensors": os.urandom(2_000_000)})
+    fake_hub.repos["org/stall"] = repo
+    fake_hub.stall("org/stall", "model.safetensors", times=1)
+    download_by_clicks(qtbot, tab, "org/stall", stall_s="1")
+    row = tab.download_rows[0]
+    qtbot.waitUntil(lambda: row.job.ok is not None, timeout=50000)
+    assert row.job.ok, row.status.text()
+    notes = row.notes.text()
+    assert "stalled: no byte arrived for" in notes and "retrying in" in notes
+    assert "attempt 2 of 4" in notes
+    assert row.status.text().startswith("Done.")
+
+    # A download that stalls on every attempt, cancelled by its button: no process is left.
+    fake_hub.repos["org/stuck"] = FakeRepo(files={"model.safetensors": os.urandom(1_000_000)})
+    fake_hub.stall("org/stuck", "model.safetensors", times=10)
+    fake_hub.stalled.clear()
+    download_by_clicks(qtbot, tab, "org/stuck", stall_s="30")
+    stuck = tab.download_rows[0]
+    qtbot.waitUntil(fake_hub.stalled.is_set, timeout=30000)
+    assert tab.places.active_jobs() and "org/stuck" in tab.places.active_jobs()[0]
+    click(qtbot, stuck.cancel_button)
+    qtbot.waitUntil(lambda: stuck.job.ok is not None, timeout=20000)
+    assert stuck.status.text().startswith("Cancelled.")
+    assert not tab.places.active_jobs()
+    commands = [p.cmdline() for p in psutil.process_iter(["cmdline"]) if "org/stuck" in " ".join(
+        p.info["cmdline"] or [])]
+    assert not commands, commands
+
+    # A gated repo: the message says what to do, and the typed token is nowhere to be read.
+    fake_hub.repos["org/gated"] = FakeRepo(files={"config.json": b"{}"}, gated=True)
+    download_by_clicks(qtbot, tab, "org/gated", token=SECRET)
+    gated = tab.download_rows[0]
+    # Not on the command line of what runs (the download and its attempt's child), while it runs.
+    argvs: list[str] = []
+    qtbot.waitUntil(lambda: argvs.extend(" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(
+        ["cmdline"]) if "org/gated" in " ".join(p.info["cmdline"] or [])) or bool(argvs) or
+        gated.job.ok is not None, timeout=30000)
+    assert not any(SECRET in a for a in argvs)
+    assert SECRET not in " ".join(gated.job._runner.argv)
+    qtbot.waitUntil(lambda: gated.job.ok is not None, timeout=30000)
+    assert not gated.job.ok
+    text = gated.status.text()
+    assert text.startswith("Failed.") and "gated" in text and "hf auth login" in text
+    assert f"Bearer {SECRET}" in fake_hub.authorizations  # the token was used by the download
+    assert SECRET not in text + gated.notes.text()
+    for folder in (Path(os.environ["GAUDI_GUI_HOME"]), Path(os.environ["HF_HOME"])):
+        for path in (p for p in folder.rglob("*") if p.is_file()):
+            assert SECRET.encode() not in path.read_bytes(), path
