@@ -181,6 +181,10 @@ def _meter_lines(summary: dict[str, Any] | None) -> str:
     compiled = summary.get("compile")
     if isinstance(compiled, dict) and "compilations" in compiled:
         text += f"\n  compile meter: {redact(hpu_metrics.describe(compiled))}"
+    from gaudi_gui.core.compile_rise import rise_text
+    warning = rise_text(summary.get("compile_warning"))
+    if warning:
+        text += f"\n  {warning}"
     return text
 
 

@@ -68,6 +68,9 @@ HLSMI_FIELDS = ("index", "module_id", "utilization.aip", "memory.used", "memory.
 #: every card, much heavier than the CSV loop); ``GAUDI_GUI_METER_THROTTLE_S`` in the launch's
 #: environment overrides it (tests).
 THROTTLE_INTERVAL_S = 5.0
+#: Seconds between two looks at a Gaudi run's compile meter for compilations that keep rising after
+#: warm-up (``core.compile_rise``); ``GAUDI_GUI_METER_COMPILE_S`` in the launch's environment overrides it.
+COMPILE_WATCH_S = 10.0
 #: A ``hl-smi -q`` that has not answered after this long is ended (and that read is lost).
 THROTTLE_TIMEOUT_S = 30.0
 #: The throttle reasons hl-smi -q lists under "Clocks Throttle Reasons", by the word the meter uses.
@@ -523,6 +526,18 @@ class Meter:
         self._throttle_thread: threading.Thread | None = None
         self._throttle_proc: subprocess.Popen[str] | None = None
         self._throttle_errors: list[str] = []
+        #: Gaudi: the bridge's metrics file the launch was given, watched for compilations that keep
+        #: rising after warm-up; the finding once made (also written as a "warning" event).
+        self.compile_base = self.env.get("PT_HPU_METRICS_FILE", "") if device == "hpu" else ""
+        self.compile_interval_s = COMPILE_WATCH_S
+        with contextlib.suppress(ValueError):
+            wanted = float(self.env.get("GAUDI_GUI_METER_COMPILE_S") or COMPILE_WATCH_S)
+            if math.isfinite(wanted) and wanted > 0:
+                self.compile_interval_s = wanted
+        self.compile_warning: dict[str, Any] | None = None
+        self._steps: list[tuple[float, int]] = []
+        self._step_follower: Any = None
+        self._compile_thread: threading.Thread | None = None
 
     # -- what to meter --------------------------------------------------------------------------------
 
@@ -572,6 +587,10 @@ class Meter:
             self._fd = os.open(self.folder / METER_NAME, flags, 0o600)
         except OSError as exc:
             self.errors.append(f"cannot write {METER_NAME}: {exc}")
+        if self.compile_base:  # the bridge writes its file whether or not hl-smi can be read
+            self._compile_thread = threading.Thread(target=self._run_compile_watch, name="run-meter-compile",
+                                                    daemon=True)
+            self._compile_thread.start()
         if self.source in ("hl-smi", "nvidia-smi"):
             target: Callable[[], None] = self._run_tool
         elif self.source == "rapl":
@@ -597,6 +616,11 @@ class Meter:
             self._thread.join(timeout=10)
         if self._throttle_thread is not None:
             self._throttle_thread.join(timeout=10)
+        if self._compile_thread is not None:
+            self._compile_thread.join(timeout=10)
+        if self.compile_base:
+            with contextlib.suppress(Exception):  # an observer: nothing here may fail the summary
+                self.check_compiles()  # the last steps and dumps, after the ranks have ended
         with self._lock:
             # The last read's state holds until the run's end, for at most one poll interval.
             end = self.clock()
@@ -610,6 +634,8 @@ class Meter:
             self._fd = -1
         summary = self.summary(final=True)
         summary.update(extra or {})
+        if self.compile_warning is not None:
+            summary["compile_warning"] = self.compile_warning
         try:
             atomic.write_json(self.folder / SUMMARY_NAME, summary)
         except OSError as exc:
@@ -786,6 +812,39 @@ class Meter:
             for name, reasons in seen.items():
                 self.throttle.setdefault(name, ThrottleClock()).add(t, reasons)
         self._write({"t": round(t, 3), "source": "hl-smi -q", "throttle": seen})
+
+    # -- compilations that keep rising after warm-up (Gaudi) ------------------------------------------
+
+    def _run_compile_watch(self) -> None:
+        while not self._stop.wait(self.compile_interval_s):
+            try:
+                self.check_compiles()
+            except Exception as exc:  # an observer: the run goes on, and this is said in its note
+                self.errors.append(f"compile watch: {exc}")
+                return
+
+    def check_compiles(self) -> dict[str, Any] | None:
+        """Read the run's new logged steps and its compile meter; the first time compilations are
+        found rising after warm-up, write a "warning" event into the run's events.jsonl (once)."""
+        from gaudi_gui.core import compile_rise
+        from gaudi_gui.core.events import EventFollower, EventWriter
+        if self._step_follower is None:
+            self._step_follower = EventFollower(self.folder / "events.jsonl")
+        for event in self._step_follower.read():
+            step, when = event.get("step"), _finite(event.get("time"))
+            if (event.get("type") == "metrics" and isinstance(step, int) and not isinstance(step, bool)
+                    and when is not None and not event.get("summary")
+                    and (not self._steps or step > self._steps[-1][1])):
+                self._steps.append((when, step))
+        if self.compile_warning is not None:
+            return self.compile_warning
+        finding = compile_rise.compile_rise(compile_rise.compile_timeline(self.compile_base), self._steps)
+        if finding is None:
+            return None
+        self.compile_warning = finding
+        with contextlib.suppress(OSError), EventWriter(self.folder / "events.jsonl") as events:
+            events.write(compile_rise.WARNING_EVENT, **finding)
+        return finding
 
     # -- RAPL -----------------------------------------------------------------------------------------
 
@@ -1072,8 +1131,8 @@ def _clean(value: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-__all__ = ["GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME", "NOT_MEASURED", "RAPL_ROOT",
-           "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_RAPL", "SUMMARY_NAME", "THROTTLE_INTERVAL_S",
+__all__ = ["COMPILE_WATCH_S", "GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME", "NOT_MEASURED",
+           "RAPL_ROOT", "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_RAPL", "SUMMARY_NAME", "THROTTLE_INTERVAL_S",
            "THROTTLE_REASONS", "WARMUP_STEPS", "Accounts", "CardAccount", "Meter", "PowerIntegrator",
            "Rates", "ThrottleClock", "card_hours_text", "compile_text", "describe", "energy_measured",
            "energy_text", "fallback_ops", "figure", "joules_text", "kwh_text", "memory_text", "meter_line",
