@@ -1,0 +1,153 @@
+"""The queue's rules without processes (issue 29): ordering, anti-starvation, card matching, requests
+applied by the queue process's own code (core.queue_runner.Runner, in this process, nothing started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gaudi_gui.core import health, queue
+from gaudi_gui.core.queue import CardRequest, CardsView, Entry, QueueState
+from gaudi_gui.core.queue_runner import Runner
+
+
+def entry(n: int, *, ids: tuple[int, ...] = (), count: int = 0, priority: int = 0, passed: int = 0,
+          state: str = "queued", used: tuple[int, ...] = ()) -> Entry:
+    return Entry(id=f"q{n}", job={}, name=f"job{n}", card_ids=list(ids), card_count=count,
+                 priority=priority, passed=passed, state=state, cards_used=list(used))
+
+
+def server(free: tuple[int, ...] = tuple(range(8)), held: dict[int, str] | None = None) -> CardsView:
+    """An 8-card server as the doctor reports it: ``free`` cards, ``held`` card -> holder text."""
+    findings = tuple(health.Finding("busy.held", "error", text, "", module, module, "local")
+                     for module, text in (held or {}).items())
+    cards = tuple({"index": i, "module_id": i, "bus_id": f"b{i}", "name": "HL-225"} for i in range(8))
+    return CardsView(health.HostHealth("local", True, "", findings, cards, free), 1.0)
+
+
+def starts(state: QueueState, view: CardsView) -> dict[str, tuple[int, ...]]:
+    return {d.entry_id: d.cards for d in queue.plan(state, view) if d.action == "start"}
+
+
+def test_card_request_parsing() -> None:
+    assert CardRequest.parse("2") == CardRequest(count=2)
+    assert CardRequest.parse("2,3") == CardRequest(ids=(2, 3))
+    assert CardRequest.parse("3,") == CardRequest(ids=(3,))
+    assert CardRequest.parse("") == CardRequest()
+    for bad in ("x", "0", "2,a", "-1", "99"):
+        with pytest.raises(ValueError, match="--cards takes"):
+            CardRequest.parse(bad)
+    assert CardRequest.parse("3,").to_text() == "3," and CardRequest(count=2).to_text() == "2"
+
+
+def test_priority_then_first_come_first_served() -> None:
+    state = QueueState(entries=[entry(1), entry(2, priority=5), entry(3), entry(4, priority=5)])
+    assert [e.id for e in state.pending()] == ["q2", "q4", "q1", "q3"]
+    assert state.positions() == {"q2": 1, "q4": 2, "q1": 3, "q3": 4}
+
+
+def test_same_cards_one_after_the_other() -> None:
+    state = QueueState(entries=[entry(1, ids=(2, 3)), entry(2, ids=(2, 3))])
+    view = server()
+    assert starts(state, view) == {"q1": (2, 3)}
+    why = {d.entry_id: d.why for d in queue.plan(state, view)}
+    assert "in use by queued job q1" in why["q2"]
+    state.entries[0].state, state.entries[0].cards_used = "started", [2, 3]
+    assert starts(state, view) == {}
+    state.entries[0].state = "ended"
+    assert starts(state, view) == {"q2": (2, 3)}
+
+
+def test_held_or_unhealthy_cards_mean_wait_with_the_reason() -> None:
+    view = server(free=(0, 1, 3, 4, 5, 6, 7), held={2: "held by pid 4242 (python3 train.py)"})
+    state = QueueState(entries=[entry(1, ids=(2, 3))])
+    (decision,) = queue.plan(state, view)
+    assert decision.action == "wait" and "module 2: held by pid 4242" in decision.why
+    assert view.holder_pids([2]) == {4242}
+
+
+def test_n_cards_take_a_free_healthy_group() -> None:
+    view = server(free=(0, 1, 3, 4, 5, 6, 7), held={2: "held by pid 7"})
+    state = QueueState(entries=[entry(1, count=2), entry(2, count=4)])
+    got = starts(state, view)
+    assert got["q1"] == (0, 1)             # Intel's first whole free group
+    assert got["q2"] == (4, 5, 6, 7)        # 0-3 has the held card 2
+
+
+def test_a_later_small_job_may_pass_a_waiting_large_one_a_bounded_number_of_times() -> None:
+    # Four of eight cards busy: the 8-card job waits; 1-card jobs behind it may start.
+    busy = entry(9, ids=(0, 1, 2, 3), state="started", used=(0, 1, 2, 3))
+    big = entry(1, count=8)
+    small = entry(2, count=1)
+    state = QueueState(entries=[busy, big, small])
+    decisions = {d.entry_id: d for d in queue.plan(state, server())}
+    assert decisions["q1"].action == "wait"
+    assert decisions["q2"].action == "start" and decisions["q2"].passes == ("q1",)
+    # Once passed MAX_PASSED times, the big job holds every card: the small one waits, and says why.
+    big.passed = queue.MAX_PASSED
+    decisions = {d.entry_id: d for d in queue.plan(state, server())}
+    assert decisions["q2"].action == "wait" and "held for q1" in decisions["q2"].why
+    # A job that asks for no cards is never held back.
+    state.entries.append(entry(3))
+    assert "q3" in starts(state, server())
+
+
+def test_a_job_on_other_named_cards_is_not_held_by_a_starving_one() -> None:
+    state = QueueState(entries=[entry(9, ids=(0,), state="started", used=(0,)),
+                                entry(1, ids=(0, 1), passed=queue.MAX_PASSED), entry(2, ids=(4, 5))])
+    assert starts(state, server()) == {"q2": (4, 5)}
+
+
+def test_no_hl_smi_bookkeeps_ids_among_the_queues_own_jobs() -> None:
+    state = QueueState(entries=[entry(1, count=2), entry(2, ids=(1,)), entry(3)])
+    assert starts(state, CardsView(None)) == {"q1": (0, 1), "q3": ()}
+
+
+def test_paused_queue_starts_nothing() -> None:
+    state = QueueState(paused=True, entries=[entry(1)])
+    decisions = queue.plan(state, CardsView(None))
+    assert [(d.action, d.why) for d in decisions] == [("wait", "the queue is paused")]
+
+
+def _apply(runner: Runner, action: str, **values: object) -> dict:
+    runner_reply = None
+    request_id = queue.send_request(action, runner.root, **values)
+    runner.apply_requests()
+    runner_reply = queue.wait_reply(request_id, 0, runner.root)
+    assert runner_reply is not None
+    return runner_reply
+
+
+def test_requests_add_move_remove_and_the_same_output_folder(tmp_path: Path) -> None:
+    runner = Runner(tmp_path / "q")
+    runner.state.paused = True
+    out = str(tmp_path / "shared-out")
+    first = _apply(runner, "add", job={}, name="a", output_dir=out)
+    assert first["ok"] and first["entry"] == "q1"
+    refused = _apply(runner, "add", job={}, name="b", output_dir=out + "/")
+    assert not refused["ok"] and str(Path(out).resolve()) in refused["message"]
+    assert "q1 (a)" in refused["message"]
+    assert _apply(runner, "add", job={}, name="b")["entry"] == "q2"
+    assert _apply(runner, "add", job={}, name="c", priority=3)["entry"] == "q3"
+    assert [e.id for e in runner.state.pending()] == ["q3", "q1", "q2"]
+    moved = _apply(runner, "move", entry="q2", before="q3")
+    assert moved["ok"] and [e.id for e in runner.state.pending()] == ["q2", "q3", "q1"]
+    moved_entry = runner.state.find("q2")
+    assert moved_entry is not None and moved_entry.priority == 3
+    assert not _apply(runner, "move", entry="q9", before="q1")["ok"]
+    assert _apply(runner, "remove", entry="q1")["ok"]
+    removed = runner.state.find("q1")
+    assert removed is not None and removed.outcome == "removed"
+    # The ended job's output folder is free again.
+    assert _apply(runner, "add", job={}, name="d", output_dir=out)["ok"]
+    assert not _apply(runner, "add", job={}, kind="serve")["ok"]
+    # What the queue process wrote is what a reader reads.
+    assert [e.id for e in queue.read_state(runner.root).pending()] == ["q2", "q3", "q4"]
+
+
+def test_a_damaged_state_reads_as_an_empty_queue_with_the_problem(tmp_path: Path) -> None:
+    root = queue.make_dirs(tmp_path / "q")
+    queue.state_path(root).write_text('{"entries": [', encoding="utf-8")
+    state = queue.read_state(root)
+    assert state.entries == [] and "truncated" in state.problem
