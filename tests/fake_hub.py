@@ -15,7 +15,8 @@ which is what ``hf_raise_for_status`` turns into its typed errors.
 Knobs for the tests: a repo may be ``gated`` (its files answer 403 GatedRepo; the API answers, as on the
 Hub), a file may be ``virtual`` (a claimed size that is never served), and ``stall(repo, file, times)``
 makes the next GETs of a file send half its bytes and then go silent until the server stops (later GETs
-are normal).
+are normal); ``corrupt(repo, file, times)`` serves the next GETs with the first byte changed (same size,
+so only a digest check sees it).
 Every request, its Authorization header and the bytes served per file are recorded.
 """
 
@@ -67,6 +68,8 @@ class FakeHub:
         self.repos: dict[str, FakeRepo] = {}
         #: (commit, file) -> how many more GETs of it go silent after half the bytes
         self.stall_gets: dict[tuple[str, str], int] = {}
+        #: (commit, file) -> how many more GETs of it are served with their first byte changed
+        self.corrupt_gets: dict[tuple[str, str], int] = {}
         self.requests: list[tuple[str, str]] = []
         self.authorizations: list[str] = []
         self.bytes_served: dict[str, int] = {}
@@ -96,6 +99,10 @@ class FakeHub:
     def stall(self, repo_id: str, filename: str, times: int = 1) -> None:
         """The next ``times`` GETs of the file send half its bytes, then nothing until the hub stops."""
         self.stall_gets[(self.repos[repo_id].sha, filename)] = times
+
+    def corrupt(self, repo_id: str, filename: str, times: int = 1) -> None:
+        """The next ``times`` GETs of the file serve its bytes with the first one changed (same size)."""
+        self.corrupt_gets[(self.repos[repo_id].sha, filename)] = times
 
     def file_gets(self) -> int:
         with self._lock:
@@ -196,6 +203,9 @@ class FakeHub:
             stall = self.stall_gets.get(key, 0) > 0
             if stall:
                 self.stall_gets[key] -= 1
+            if self.corrupt_gets.get(key, 0) > 0 and body and not start:
+                self.corrupt_gets[key] -= 1
+                body = bytes([body[0] ^ 0xFF]) + body[1:]
         h.send_response(206 if start else 200)
         for k, v in headers.items():
             h.send_header(k, v)

@@ -61,6 +61,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"attempts in all before giving up (default {DEFAULT_ATTEMPTS})")
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="the Hub cache to fill (default: HF_HUB_CACHE, as from_pretrained uses it)")
+    p.add_argument("--no-verify", action="store_true",
+                   help="do not check the fetched files against the Hub's sizes and ETag digests "
+                        "(sha256 for LFS files, git's sha1 for the others)")
 
 
 class _Out:
@@ -327,7 +330,16 @@ def _download(args: argparse.Namespace, out: _Out) -> int:
                    "files_left": len(plan.to_fetch), "bytes_left": plan.remaining_bytes})
         result = _run_attempt(args, plan, out, xet_off)
         if result.path and result.code == 0:
-            return _finished(out, plan, result.path, attempt, started)
+            damaged = [] if args.no_verify else _verify(out, plan, result.path)
+            if not damaged:
+                return _finished(out, plan, result.path, attempt, started)
+            last_reason = ("what arrived does not match what the Hub says: "
+                           + "; ".join(c.message for c in damaged[:3])
+                           + (f" (and {len(damaged) - 3} more)" if len(damaged) > 3 else "")
+                           + "; the damaged files were removed")
+            if attempt < args.attempts:
+                _wait_retry(out, attempt, args.attempts, backoff, last_reason, xet_note="")
+            continue
         if result.stalled:
             stalls += 1
             last_reason = (f"stalled: no byte arrived for {args.stall_s:g} s "
@@ -353,6 +365,25 @@ def _download(args: argparse.Namespace, out: _Out) -> int:
         return 1
     # The re-plan found nothing left: another attempt (or process) finished it.
     return _finished(out, plan, plan.snapshot_path, args.attempts, started)
+
+
+def _verify(out: _Out, plan: hub.Plan, path: str) -> list[hub.FileCheck]:
+    """Check the files this attempt fetched (sizes, ETag digests); the bad ones are removed and said."""
+    started = time.monotonic()
+    checks = hub.verify_files(path, plan.to_fetch)
+    bad = [c for c in checks if c.result != "ok"]
+    if bad:
+        hub.remove_bad(path, bad)
+        out.event({"type": "verify_failed", "files": [{"filename": c.filename, "result": c.result,
+                                                       "message": c.message} for c in bad]})
+        for check in bad:
+            out.say(f"damaged: {check.message} (removed)")
+    else:
+        out.event({"type": "verified", "files": len(checks), "bytes": plan.remaining_bytes,
+                   "seconds": round(time.monotonic() - started, 2)})
+        out.say(f"verified {len(checks)} files (sizes and the Hub's digests) in "
+                f"{hub.duration(time.monotonic() - started)}")
+    return bad
 
 
 def _wait_retry(out: _Out, attempt: int, attempts: int, backoff: Backoff, reason: str, *,

@@ -24,6 +24,7 @@ Qt-free and torch-free; huggingface_hub is imported inside the functions that ne
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import time
@@ -372,6 +373,73 @@ def incomplete_files(cache_dir: str, repo_id: str) -> set[str]:
         return set()
 
 
+# -- verifying what arrived ----------------------------------------------------------------------------
+
+_HEX = frozenset("0123456789abcdef")
+
+
+@dataclass
+class FileCheck:
+    filename: str
+    #: "ok", "size" (not the size the Hub listed), "hash" (not the ETag's digest), "missing"
+    result: str
+    message: str = ""
+    #: The blob that was checked (what to remove when it is bad).
+    blob: str = ""
+
+
+def _digest(path: Path, etag: str, size: int) -> str:
+    """The file's digest in the ETag's form: sha256 (an LFS file's ETag) or git's blob sha1."""
+    import hashlib
+    digest = hashlib.sha256() if len(etag) == 64 else hashlib.sha1()
+    if len(etag) == 40:
+        digest.update(f"blob {size}\0".encode())
+    with open(path, "rb") as fh:
+        while chunk := fh.read(4 * 1024 * 1024):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def verify_files(snapshot_path: str, files: Sequence[PlanFile]) -> list[FileCheck]:
+    """Check each of ``files`` in a downloaded snapshot against what the Hub said: its size (the plan's)
+    and, where its ETag is a digest (the blob's name in the cache: sha256 for LFS files, git's sha1 for
+    the others), its content. What ``hf cache verify`` checks, for the files just fetched."""
+    out = []
+    for f in files:
+        path = Path(snapshot_path) / f.filename
+        try:
+            blob = path.resolve(strict=True)
+            size = blob.stat().st_size
+        except OSError:
+            out.append(FileCheck(f.filename, "missing", f"{f.filename} is not in the snapshot"))
+            continue
+        if f.size is not None and size != f.size:
+            out.append(FileCheck(f.filename, "size", f"{f.filename} has {size:,} bytes, the Hub lists "
+                                                     f"{f.size:,}", str(blob)))
+            continue
+        etag = blob.name.lower()
+        if len(etag) in (40, 64) and set(etag) <= _HEX:
+            got = _digest(blob, etag, size)
+            if got != etag:
+                kind = "sha256" if len(etag) == 64 else "git sha1"
+                out.append(FileCheck(f.filename, "hash", f"{f.filename}: {kind} {got[:16]}… but the Hub's "
+                                                         f"ETag says {etag[:16]}…", str(blob)))
+                continue
+        out.append(FileCheck(f.filename, "ok", "", str(blob)))
+    return out
+
+
+def remove_bad(snapshot_path: str, checks: Sequence[FileCheck]) -> None:
+    """Remove the bad files' blobs and links, so nothing loads them and the next plan fetches them."""
+    for check in checks:
+        if check.result == "ok":
+            continue
+        for path in (check.blob, str(Path(snapshot_path) / check.filename)):
+            if path:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+
+
 # -- the cache ----------------------------------------------------------------------------------------
 
 
@@ -472,6 +540,7 @@ def deletion(spec: str, cache_dir: str | None = None) -> Deletion:
 
 
 __all__ = ["DEFAULT_MARGIN_BYTES", "EXIT_FIX", "EXIT_TRANSIENT", "CacheListing", "CachedModel",
-           "Deletion", "HubProblem", "Plan", "PlanFile", "Progress", "SilentBar", "bytes_on_disk",
-           "check_repo_id", "deletion", "describe_error", "free_bytes", "human", "incomplete_files",
-           "list_cache", "plan", "progress_text", "space_refusal"]
+           "Deletion", "FileCheck", "HubProblem", "Plan", "PlanFile", "Progress", "SilentBar",
+           "bytes_on_disk", "check_repo_id", "deletion", "describe_error", "free_bytes", "human",
+           "incomplete_files", "list_cache", "plan", "progress_text", "remove_bad", "space_refusal",
+           "verify_files"]

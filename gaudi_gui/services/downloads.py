@@ -97,6 +97,13 @@ def describe_event(event: dict[str, Any]) -> str:
         if event.get("xet_disabled"):
             text += "; the next attempts use plain HTTP (HF_HUB_DISABLE_XET=1) instead of Xet"
         return text
+    if kind == "verified":
+        return (f"checked {event.get('files')} files against the Hub's sizes and digests "
+                f"in {hub.duration(event.get('seconds'))}")
+    if kind == "verify_failed":
+        bad = event.get("files") or []
+        return ("damaged on arrival (removed, fetched again): "
+                + "; ".join(str(f.get("message")) for f in bad[:3]))
     if kind == "done":
         if event.get("offline"):
             return f"offline, and already complete in the cache: {event.get('path')}"

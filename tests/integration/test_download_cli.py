@@ -265,3 +265,34 @@ def test_models_lists_sorts_and_deletes_only_with_yes(fake_hub: FakeHub) -> None
     assert [m["repo_id"] for m in json.loads(gaudi("models", "--json").stdout)["models"]] == ["org/small"]
     unknown = gaudi("models", "--delete", "org/none", "--yes")
     assert unknown.returncode == 2 and "not in the Hub cache" in unknown.stderr
+
+
+def test_what_arrived_is_checked_against_the_hub_and_a_damaged_file_is_fetched_again(
+        fake_hub: FakeHub) -> None:
+    repo = small_repo()
+    fake_hub.repos["org/check"] = repo
+    # model.safetensors's ETag is a sha256 (an LFS file); config.json's too in the fake Hub.
+    fake_hub.corrupt("org/check", "model.safetensors", times=1)
+    result = gaudi("download", "org/check", "--json")
+    assert result.returncode == 0, result.stderr
+    evs = events_of(result.stdout)
+    failed = next(e for e in evs if e["type"] == "verify_failed")
+    assert [f["filename"] for f in failed["files"]] == ["model.safetensors"]
+    assert "sha256" in failed["files"][0]["message"] and "ETag" in failed["files"][0]["message"]
+    retry = next(e for e in evs if e["type"] == "retry")
+    assert "does not match what the Hub says" in retry["reason"]
+    assert [e["type"] for e in evs].count("verified") == 1 and evs[-1]["type"] == "done"
+    snapshot = Path(evs[-1]["path"])
+    assert (snapshot / "model.safetensors").read_bytes() == repo.files["model.safetensors"]
+    # Only the damaged file was fetched again.
+    assert fake_hub.gets["model.safetensors"] == 2 and fake_hub.gets["config.json"] == 1
+
+    # Damaged on every attempt: said in words, exit 1, and no damaged file is left to load.
+    fake_hub.repos["org/bad"] = FakeRepo(files={"model.safetensors": os.urandom(100_000)})
+    fake_hub.corrupt("org/bad", "model.safetensors", times=10)
+    bad = gaudi("download", "org/bad", "--attempts", "2")
+    assert bad.returncode == 1
+    assert "giving up after 2 attempts" in bad.stderr and "does not match what the Hub says" in bad.stderr
+    assert "damaged: model.safetensors: sha256" in bad.stdout
+    blobs = Path(os.environ["HF_HOME"]) / "hub" / "models--org--bad" / "blobs"
+    assert not [p for p in blobs.iterdir() if not p.name.endswith(".incomplete")]

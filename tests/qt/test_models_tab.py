@@ -52,6 +52,12 @@ def tab(qtbot) -> Iterator[ModelsTab]:
     qtbot.waitUntil(lambda: not widget.places.running() and not widget.is_listing(), timeout=20000)
 
 
+def cell(tab: ModelsTab, row: int, column: int) -> str:
+    item = tab.table.item(row, column)
+    assert item is not None
+    return item.text()
+
+
 def download_by_clicks(qtbot, tab: ModelsTab, repo_id: str, *, stall_s: str = "",
                        token: str = "") -> None:
     """Download… clicked, the id (and the stall time, a token) typed, Download clicked."""
@@ -106,7 +112,7 @@ def test_download_shows_progress_lists_the_model_and_loads_offline_in_the_runner
 
     # The library lists it, on this machine, with its commit and size.
     qtbot.waitUntil(lambda: tab.table.rowCount() == 1, timeout=30000)
-    cells = [tab.table.item(0, c).text() for c in range(tab.table.columnCount())]
+    cells = [cell(tab, 0, c) for c in range(tab.table.columnCount())]
     assert cells[0] == "org/tiny-llama" and cells[1].startswith(repo.sha[:12]) and "(main)" in cells[1]
     assert cells[4] == "local (this machine)" and cells[2].endswith("B")
 
@@ -159,9 +165,13 @@ def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: Mo
     gated = tab.download_rows[0]
     # Not on the command line of what runs (the download and its attempt's child), while it runs.
     argvs: list[str] = []
-    qtbot.waitUntil(lambda: argvs.extend(" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(
-        ["cmdline"]) if "org/gated" in " ".join(p.info["cmdline"] or [])) or bool(argvs) or
-        gated.job.ok is not None, timeout=30000)
+
+    def look() -> bool:
+        argvs.extend(" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
+                     if "org/gated" in " ".join(p.info["cmdline"] or []))
+        return bool(argvs) or gated.job.ok is not None
+
+    qtbot.waitUntil(look, timeout=30000)
     assert not any(SECRET in a for a in argvs)
     assert SECRET not in " ".join(gated.job._runner.argv)
     qtbot.waitUntil(lambda: gated.job.ok is not None, timeout=30000)

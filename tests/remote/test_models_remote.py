@@ -1,0 +1,123 @@
+"""The Models tab with a host (issue 28) against the real SSH test server: a model downloaded by clicks
+into the host's own Hub cache (not this machine's), listed there by the host's ``gaudi-gui models``;
+and a download whose connection is cut mid-file: the window says so, and the guard on the host ends
+the download there (nothing is left running on the host). The fake Hub is on 127.0.0.1 (HF_ENDPOINT,
+which the host's commands inherit from the test server)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QApplication
+
+from gaudi_gui.app import create_services
+from gaudi_gui.core import remote
+from gaudi_gui.core.remote import Host
+from gaudi_gui.ui.download_dialog import DownloadDialog
+from gaudi_gui.ui.models_tab import ModelsTab
+from tests.fake_hub import FakeHub, FakeRepo
+from tests.helpers import choose, click
+from tests.remote.conftest import SshHost
+
+
+@pytest.fixture
+def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    server = FakeHub().start()
+    assert server.url.startswith("http://127.0.0.1:")
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def host(fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+         request: pytest.FixtureRequest) -> Iterator[tuple[SshHost, Path]]:
+    """The SSH host, started with a Hub cache of its own (HF_HOME), and this side's kept."""
+    local = os.environ["HF_HOME"]
+    remote_hf = tmp_path / "remote-hf"
+    monkeypatch.setenv("HF_HOME", str(remote_hf))
+    ssh_host: SshHost = request.getfixturevalue("ssh_host")
+    monkeypatch.setenv("HF_HOME", local)
+    remote.save_hosts([Host.parse(ssh_host.dest)])
+    yield ssh_host, remote_hf
+
+
+@pytest.fixture
+def tab(qtbot, host: tuple[SshHost, Path]) -> Iterator[ModelsTab]:
+    widget = ModelsTab(create_services())
+    qtbot.addWidget(widget)
+    widget.resize(1000, 700)
+    widget.show()
+    qtbot.waitExposed(widget)
+    yield widget
+    widget.places.shutdown()
+    widget.shutdown()
+    qtbot.waitUntil(lambda: not widget.places.running() and not widget.is_listing(), timeout=20000)
+
+
+def cell(tab: ModelsTab, row: int, column: int) -> str:
+    item = tab.table.item(row, column)
+    assert item is not None
+    return item.text()
+
+
+def download_to(qtbot, tab: ModelsTab, repo_id: str, dest: str, stall_s: str = "") -> None:
+    click(qtbot, tab.download_button)
+    qtbot.waitUntil(lambda: isinstance(QApplication.activeModalWidget(), DownloadDialog), timeout=5000)
+    dialog = QApplication.activeModalWidget()
+    assert isinstance(dialog, DownloadDialog)
+    qtbot.keyClicks(dialog.repo_id, repo_id)
+    choose(qtbot, dialog.where, dest)
+    # No token field for a host: the host's own login is used, nothing secret crosses the link.
+    assert not dialog.token.isEnabled() and "own login" in dialog.token.placeholderText()
+    if stall_s:
+        qtbot.mouseClick(dialog.stall.lineEdit(), Qt.MouseButton.LeftButton)
+        qtbot.keyClick(dialog.stall, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+        qtbot.keyClicks(dialog.stall, stall_s)
+    count = len(tab.download_rows)
+    click(qtbot, dialog.download_button)
+    qtbot.waitUntil(lambda: len(tab.download_rows) == count + 1, timeout=5000)
+    qtbot.waitUntil(tab.download_rows[0].isVisible, timeout=5000)
+
+
+def test_download_to_a_host_lands_in_its_cache_and_a_cut_link_ends_it_there(
+        qtbot, tab: ModelsTab, fake_hub: FakeHub, host: tuple[SshHost, Path]) -> None:
+    ssh_host, remote_hf = host
+    qtbot.waitUntil(lambda: not tab.is_listing(), timeout=30000)
+    assert f"{ssh_host.dest}: 0 revisions" in tab.status.text(), tab.status.text()
+
+    repo = FakeRepo(files={"config.json": b'{"a": 1}', "model.safetensors": os.urandom(1_500_000)})
+    fake_hub.repos["org/on-host"] = repo
+    download_to(qtbot, tab, "org/on-host", ssh_host.dest)
+    row = tab.download_rows[0]
+    qtbot.waitUntil(lambda: row.job.ok is not None, timeout=60000)
+    assert row.job.ok, row.status.text()
+    assert row.job.path.startswith(str(remote_hf)), row.job.path
+    assert "checked 2 files" in row.notes.text()
+    assert (remote_hf / "hub" / "models--org--on-host").is_dir()
+    assert not (Path(os.environ["HF_HOME"]) / "hub" / "models--org--on-host").exists()
+    qtbot.waitUntil(lambda: tab.table.rowCount() == 1 and not tab.is_listing(), timeout=30000)
+    assert cell(tab, 0, 0) == "org/on-host" and cell(tab, 0, 4) == ssh_host.dest
+    assert ssh_host.wait_no_processes() == []
+
+    # The link is cut while a file is half sent: said here, and nothing goes on on the host.
+    fake_hub.repos["org/cut"] = FakeRepo(files={"model.safetensors": os.urandom(1_000_000)})
+    fake_hub.stall("org/cut", "model.safetensors", times=10)
+    fake_hub.stalled.clear()
+    download_to(qtbot, tab, "org/cut", ssh_host.dest, stall_s="60")
+    cut = tab.download_rows[0]
+    qtbot.waitUntil(fake_hub.stalled.is_set, timeout=30000)
+    assert ssh_host.processes()
+    ssh_host.drop()
+    qtbot.waitUntil(lambda: cut.job.ok is not None, timeout=30000)
+    assert not cut.job.ok and cut.status.text().startswith("Failed.")
+    assert ssh_host.dest in cut.job.message, cut.job.message
+    assert ssh_host.wait_no_processes() == []
