@@ -76,6 +76,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--events", action="store_true",
                    help="print progress and results as protocol lines (what the app follows)")
+    p.add_argument("--detach", action="store_true",
+                   help="evaluate in the background under a supervisor with a run folder (it outlives this "
+                        "shell, the app and an SSH connection), print the folder and return; follow it with "
+                        "`gaudi-gui runs follow`, stop it with `gaudi-gui runs stop`")
+    p.add_argument("--runs-dir", default="", help="with --detach: where the job's run folder goes")
 
     def one_line_error(message: str) -> NoReturn:
         print(f"gaudi-gui eval: error: {message}", file=sys.stderr)
@@ -95,6 +100,16 @@ def spec_of(args: argparse.Namespace) -> ev.EvalSpec:
                        chat=args.chat)
 
 
+def _absolute(spec: ev.EvalSpec) -> ev.EvalSpec:
+    """``spec`` with its local files and folders as absolute paths (a detached job may run elsewhere)."""
+    import dataclasses
+    fixed = {name: os.path.abspath(value) for name in ("prompts_file", "data", "include_path", "output")
+             if (value := getattr(spec, name)) and os.path.exists(value)}
+    if spec.run and os.path.isdir(spec.run):
+        fixed["run"] = os.path.abspath(spec.run)
+    return dataclasses.replace(spec, **fixed)
+
+
 def _emit(events: bool, event_type: str, /, **fields: Any) -> None:
     if events:
         print(protocol.encode({"type": event_type, **fields}), flush=True)
@@ -110,13 +125,21 @@ def _refuse(args: argparse.Namespace, field: str, message: str) -> int:
 def run(args: argparse.Namespace) -> int:
     spec = spec_of(args)
     host = (getattr(args, "host", "") or "").strip()
-    if host and host != "local":
-        return _on_host(args, spec)
-    problems = ev.validate(spec)
+    remote = bool(host and host != "local")
+    problems = [] if remote else ev.validate(spec)
     if problems:
         for field, message in problems[1:]:
             print(f"gaudi-gui eval: {OPTION_OF.get(field, field)}: {message}", file=sys.stderr)
         return _refuse(args, *problems[0])
+    if args.detach:
+        from gaudi_gui.commands.detach import detach_command
+        words = [*_absolute(spec).cli_args(), *([f"--host={host}"] if remote else []),
+                 *([f"--remote-command={args.remote_command}"] if remote and args.remote_command else [])]
+        subject = os.path.basename(spec.run.rstrip("/")) or os.path.basename(spec.model.rstrip("/"))
+        return detach_command("eval", "evaluate", words, name=f"eval-{subject or 'model'}",
+                              runs_dir=args.runs_dir, as_json=args.json)
+    if remote:
+        return _on_host(args, spec)
     try:
         target = ev.resolve(spec)
         prompts = list(spec.prompts)

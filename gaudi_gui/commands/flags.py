@@ -63,6 +63,10 @@ RULES: tuple[Rule, ...] = (
     Rule("train", "--cards", excludes=("--slurm",),
          why="a Slurm job's cards are per node: --cards-per-node, --gres"),
     *(Rule("train", flag, needs=("--slurm",), why="it is a Slurm option") for flag in _SLURM_ONLY),
+    # serve and eval: --detach puts the job in a run folder of the runs store (core.jobkind)
+    Rule("serve", "--json", needs=("--detach",), why="it prints the detached job as JSON"),
+    *(Rule(command, "--runs-dir", needs=("--detach",), why="only a detached job has a run folder")
+      for command in ("serve", "eval")),
     # generate: values that only sampling or a chat reads
     *(Rule("generate", flag, needs=("--do-sample",), why="greedy decoding does not sample")
       for flag in ("--temperature", "--top-p", "--top-k")),

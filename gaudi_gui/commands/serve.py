@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import dataclasses
 import errno
 import json
@@ -51,6 +50,7 @@ from typing import Any
 
 from gaudi_gui.core import paths, protocol, visibility
 from gaudi_gui.core import serve as sv
+from gaudi_gui.core.jobkind import die_with_parent
 from gaudi_gui.core.proctree import ProcessRef, ProcessTree
 
 #: How long a recorded engine whose owner died gets to end by itself before a new serve names it.
@@ -84,6 +84,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the cards the engine may use: module ids on Gaudi (HABANA_VISIBLE_MODULES), "
                         "indexes on CUDA (CUDA_VISIBLE_DEVICES); default every card")
     p.add_argument("--events", action="store_true", help="print JSON-lines events for the app")
+    p.add_argument("--detach", action="store_true",
+                   help="serve in the background under a supervisor with a run folder (it outlives this "
+                        "shell, the app and an SSH connection), print the folder and return; follow it "
+                        "with `gaudi-gui runs follow`, stop it with `gaudi-gui runs stop`")
+    p.add_argument("--json", action="store_true", help="with --detach: print the job as JSON")
+    p.add_argument("--runs-dir", default="", help="with --detach: where the run folder goes")
     p.add_argument("--stop-orphan", action="store_true",
                    help="stop the engine an earlier gaudi-gui serve left running on --port after it was "
                         "killed (recorded, so only an engine of ours is stopped), and free the port")
@@ -196,6 +202,13 @@ def run(args: argparse.Namespace) -> int:
     if spec.api_key_env and not os.environ.get(spec.api_key_env):
         out.fail(f"--api-key-env: the environment variable {spec.api_key_env} is not set")
         return 2
+    if args.detach:
+        from gaudi_gui.commands.detach import detach_command
+        words = [*spec.cli_args(), *([f"--remote-port={args.remote_port}"] if args.remote_port else []),
+                 *([f"--host={host}"] if host and host != "local" else []),
+                 *([f"--remote-command={args.remote_command}"] if args.remote_command else [])]
+        return detach_command("serve", "serve", words, name=f"serve-{Path(spec.model).name or 'model'}",
+                              runs_dir=args.runs_dir, as_json=args.json)
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         if host and host != "local":
@@ -369,7 +382,7 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
     # stopped) is named by the next serve on its port instead of a bare "port taken".
     proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=env, start_new_session=True,
-                            preexec_fn=_die_with_owner())  # noqa: PLW1509 - only with no other thread
+                            preexec_fn=die_with_parent())  # noqa: PLW1509 - only with no other thread
     tree = ProcessTree(proc.pid)
     record = _record_engine(proc.pid, spec.port, bind, model, choice.engine)
     lines: queue.Queue[str | None] = queue.Queue()
@@ -451,36 +464,6 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
             proc.wait()
         if record is not None:
             sv.forget_engine_record(record)
-
-
-def _die_with_owner() -> Callable[[], None] | None:
-    """A ``preexec_fn`` that asks the kernel to send the child SIGTERM when this process dies
-    (Linux ``prctl(PR_SET_PDEATHSIG)``; kept across the exec). The signal comes when the *thread*
-    that forked the child ends, so it is set only when the engine is started from the main thread
-    (the command's own), and only while no other thread runs (a ``preexec_fn`` after a fork in a
-    threaded process may deadlock); elsewhere, and off Linux, the engine's record is the only witness."""
-    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread() \
-            or threading.active_count() != 1:
-        return None
-    try:
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
-    prctl.restype = ctypes.c_int
-    owner = os.getpid()
-    sig = int(signal.SIGTERM)
-
-    def preexec() -> None:  # runs in the child between fork and exec: nothing that may lock
-        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
-        if os.getppid() != owner:
-            os._exit(1)  # the owner died before the request took effect: no one to serve
-
-    return preexec
-
-
-#: linux/prctl.h
-PR_SET_PDEATHSIG = 1
 
 
 def _record_engine(pid: int, port: int, bind: str, model: str, engine: str) -> sv.EngineRecord | None:

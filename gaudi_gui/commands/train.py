@@ -19,10 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import signal
-import subprocess
 import sys
-import time
-from typing import Any
 
 from gaudi_gui.commands.terminal import StopSignals as _Signals
 from gaudi_gui.commands.terminal import printable as _printable
@@ -36,8 +33,6 @@ from gaudi_gui.core.stopper import KILL_NOW_SIGNAL
 from gaudi_gui.core.supervisor import supervise
 
 DEFAULT_GRACE_S = 120.0
-#: How long ``--detach`` waits for the background supervisor to create the run folder.
-DETACH_WAIT_S = 120.0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -143,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     run_ = prepared.run
     if args.announce:
-        _announce_supervisor(run_, args.announce, device)
+        from gaudi_gui.commands.detach import announce
+        announce(run_, args.announce, device=device)
     else:
         # This command is the run's supervisor: the only writer of its status (readers defer to it).
         with contextlib.suppress(OSError):
@@ -177,53 +173,17 @@ def _echo(line: str) -> None:
 def _detach(job: JobConfig, args: argparse.Namespace) -> int:
     """Start this command again in a session of its own (it outlives the shell and the SSH
     connection), wait until it has created the run folder, print that and return."""
-    import json
-    import os
-    import tempfile
-    from pathlib import Path
-
-    store = RunStore(args.runs_dir or None)
-    incoming = store.root / ".incoming"
-    incoming.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, config_path = tempfile.mkstemp(prefix="job-", suffix=".json", dir=incoming)
-    with os.fdopen(fd, "w", encoding="utf-8") as fh:
-        json.dump(job.to_dict(), fh)
-    announce = Path(config_path).with_suffix(".run")
-    prelog = Path(config_path).with_suffix(".log")
-    argv = detached_argv(args, config_path, str(announce))
-    with open(prelog, "wb") as out:
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True, close_fds=True)
-    deadline = time.monotonic() + DETACH_WAIT_S
-    info: dict[str, Any] | None = None
-    while time.monotonic() < deadline:
-        with contextlib.suppress(OSError, ValueError):
-            info = json.loads(announce.read_text(encoding="utf-8"))
-            break
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    if info is None:
-        code = proc.poll()
-        text = prelog.read_text(encoding="utf-8", errors="replace").strip() if prelog.exists() else ""
-        for path in (Path(config_path), prelog, announce):
-            with contextlib.suppress(OSError):
-                path.unlink()
-        if code is None:
-            print(f"gaudi-gui train: the background run did not start within {DETACH_WAIT_S:g} s "
-                  f"(pid {proc.pid}, still running)", file=sys.stderr)
-            return 1
-        print(text or f"gaudi-gui train: the background run exited with code {code}", file=sys.stderr)
-        return code or 1
-    for path in (Path(config_path), announce):
-        with contextlib.suppress(OSError):
-            path.unlink()
+    from gaudi_gui.commands import detach
+    info = detach.detach("train", args.runs_dir, lambda path, announce: detached_argv(args, path, announce),
+                         job.to_dict())
+    if isinstance(info, int):
+        return info
     cards = _cards(args)
     if cards is not None and info.get("device") == "cpu":
         print(f"gaudi-gui train: note: --cards {visibility.format_ids(cards)} ignored: the run is on the "
               f"cpu", file=sys.stderr, flush=True)
     if args.json:
-        print(json.dumps(info), flush=True)
+        detach.print_started(info, "run", as_json=True)
     else:
         print(f"run folder: {info['folder']} (detached, device {info['device']}, supervisor pid "
               f"{info['pid']}); follow: gaudi-gui runs follow {info['name']}; stop: gaudi-gui runs stop "
@@ -247,28 +207,3 @@ def detached_argv(args: argparse.Namespace, config_path: str, announce: str) -> 
     if getattr(args, "resumed_from", ""):
         argv += ["--resumed-from", args.resumed_from]
     return argv
-
-
-def _announce_supervisor(run_: Any, announce: str, device: str) -> None:
-    """In the background supervisor: record itself in the run folder (what `runs stop` signals),
-    move its own output into the folder, and tell the waiting `--detach` where the run is."""
-    import os
-
-    from gaudi_gui.core import atomic
-    me = run_.write_supervisor(folder=str(run_.folder), name=run_.name, device=device)
-    info = {"pid": os.getpid(), "create_time": me.create_time if me else 0.0, "folder": str(run_.folder),
-            "name": run_.name, "device": device}
-    fd = os.open(run_.folder / "supervisor.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    # The console is in log.txt already (tee): only the supervisor's own notes are kept here.
-    null = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(null, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    os.close(null)
-    prelog = announce[: -len(".run")] + ".log" if announce.endswith(".run") else ""
-    if prelog:
-        with contextlib.suppress(OSError):
-            os.unlink(prelog)
-    atomic.write_json(announce, info, fsync=False)

@@ -71,6 +71,8 @@ class RunStatus:
     origin: str = ""
     #: One human sentence for the final state ("Stopped at step 401 — checkpoint-401 saved; ...").
     summary: str = ""
+    #: The job's kind (core.jobkind.KINDS): training, serve or evaluate.
+    kind: str = "training"
 
     @property
     def duration(self) -> float:
@@ -183,7 +185,13 @@ class Run:
         return self.folder / "ranks"
 
     def exists(self) -> bool:
-        return self.config_path.is_file()
+        """A training run's folder (config.json) or another kind's (spec.json, core.jobkind)."""
+        return self.config_path.is_file() or (self.folder / "spec.json").is_file()
+
+    @property
+    def kind(self) -> str:
+        """training, serve or evaluate (core.jobkind.KINDS), as its status records it."""
+        return self.status().kind
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -219,6 +227,11 @@ class Run:
         (byte 0xff at 12)", "status.json is truncated", "events.jsonl is missing"); empty for a sound
         run. Every reader of the history shows these as the run's own problem."""
         out: list[str] = []
+        if not self.config_path.is_file():  # another kind's folder (core.jobkind): no job files
+            with contextlib.suppress(jsonfile.FileProblem):
+                jsonfile.read(self.status_path)
+                return out
+            return [f"{self.status_path.name} is missing or damaged"]
         for path in (self.config_path, self.job_path):
             if path == self.job_path and not path.exists():
                 continue  # runs of earlier versions have no job.json
@@ -353,7 +366,8 @@ class Run:
         if status.state == "queued" and not status.pid and time.time() - _mtime(self.status_path) < 60:
             return status  # being started right now
         from gaudi_gui.core.outcome import outcome_from_events
-        result = outcome_from_events(self.events(), status, nobody_watched=True)
+        result = outcome_from_events(self.events(), status, nobody_watched=True) \
+            if status.kind == "training" else {"state": "killed", "summary": "Ended: its supervisor died"}
         for key, value in result.items():
             setattr(status, key, value)
         if not status.ended_at:
@@ -412,18 +426,7 @@ class RunStore:
         output folder gets ``default_output(run name)`` in config.json (job.json keeps it empty, so a
         clone gets a folder of its own again). OSError when the disk refuses; nothing is left behind
         then."""
-        self.root.mkdir(parents=True, exist_ok=True, mode=FOLDER_MODE)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        base = f"{stamp}-{_slug(job.name or Path(job.model).name or 'run')}"
-        folder = self.root / base
-        counter = 1
-        while True:
-            try:
-                folder.mkdir(mode=FOLDER_MODE)
-                break
-            except FileExistsError:
-                counter += 1
-                folder = self.root / f"{base}-{counter}"
+        folder = new_folder(self.root, job.name or Path(job.model).name or "run")
         run = Run(folder)
         user_job = user_job or copy.deepcopy(job)
         if default_output is not None and not job.output_dir.strip():
@@ -443,7 +446,7 @@ class RunStore:
     def runs(self) -> list[Run]:
         """Every run folder, newest first."""
         try:
-            folders = [p for p in self.root.iterdir() if (p / "config.json").is_file()]
+            folders = [p for p in self.root.iterdir() if Run(p).exists()]
         except OSError:
             return []
         return [Run(p) for p in sorted(folders, key=lambda p: p.name, reverse=True)]
@@ -457,6 +460,21 @@ class RunStore:
 
     def delete(self, run: Run) -> None:
         shutil.rmtree(run.folder, ignore_errors=True)
+
+
+def new_folder(root: Path, name: str) -> Path:
+    """A new private run folder ``<root>/<YYYYmmdd-HHMMSS>-<name>`` (a counter when taken)."""
+    root.mkdir(parents=True, exist_ok=True, mode=FOLDER_MODE)
+    base = f"{time.strftime('%Y%m%d-%H%M%S')}-{_slug(name)}"
+    folder, counter = root / base, 1
+    while True:
+        try:
+            folder.mkdir(mode=FOLDER_MODE)
+            os.chmod(folder, FOLDER_MODE)
+            return folder
+        except FileExistsError:
+            counter += 1
+            folder = root / f"{base}-{counter}"
 
 
 def is_pid_alive(pid: int) -> bool:

@@ -40,6 +40,9 @@ class Stopper:
     #: Processes sent SIGKILL: a process still dying (flushing to a slow disk) is not a leftover.
     kill_sent: set[ProcessRef] = field(default_factory=set)
     seen: dict[int, ProcessRef] = field(default_factory=dict)
+    #: The launcher is a command of ours that ends its own children on SIGTERM (Serve, Evaluate:
+    #: core.jobkind): a stop signals its process group, not ranks ("launcher" mode).
+    graceful: bool = False
 
     def _remember_tree(self) -> None:
         if self.launcher is not None and self.launcher.is_alive():
@@ -54,6 +57,11 @@ class Stopper:
             self.requested_at = time.time()
         self._remember_tree()
         ranks = [r for r in self.run.rank_refs() if r.is_alive()]
+        if self.graceful and self.launcher is not None:
+            self.mode = "launcher"
+            if not proctree.signal_group(self.launcher, signal.SIGTERM):
+                self.launcher.signal(signal.SIGTERM)
+            return f"SIGTERM sent to the command (pid {self.launcher.pid}): it ends its own processes"
         if ranks:
             self.signalled = [r for r in ranks if r.signal(signal.SIGTERM)]
             self.mode = "ranks"

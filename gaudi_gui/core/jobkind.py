@@ -1,0 +1,184 @@
+"""Job kinds other than training: Serve and Evaluate run under the same supervisor as a training run.
+
+A job is kind × placement. Training is prepared by ``core.prepare`` (a launcher and its ranks); the
+other kinds are one command of ours (``gaudi-gui serve … --events``, ``gaudi-gui eval … --events``)
+that ``core.supervisor.supervise`` starts in a session of its own and follows. Their run folder (in the
+same runs store) holds spec.json (the kind and the command), status.json (the supervisor is its only
+writer; its ``kind`` field names the kind), log.txt (the command's text lines) and events.jsonl (its
+protocol lines), and what the kind keeps: Serve's endpoint.json (url, port, engine pid, model) and
+requests.jsonl; Evaluate's result.json (the result record, whose "path" names the full results).
+
+The command is stopped by SIGTERM to its process group (serve ends its engine's tree and frees the
+port; eval's worker ends with it) and is sent SIGTERM by the kernel if its supervisor dies
+(``die_with_parent``): Serve's engine, which gets the same from the serve command, never outlives the
+supervisor unseen. Qt-free, torch-free.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gaudi_gui.core import atomic
+from gaudi_gui.core.runstore import FILE_MODE, Run, RunStatus, RunStore, new_folder
+
+KINDS = ("training", "serve", "evaluate")
+#: What a kind's run folder records about the command (the kind, its argv, the working folder).
+SPEC_NAME = "spec.json"
+ENDPOINT_NAME = "endpoint.json"
+REQUESTS_NAME = "requests.jsonl"
+RESULT_NAME = "result.json"
+#: Seconds a stopped command gets to end its own children before the supervisor kills them.
+GRACE_S = 30.0
+#: linux/prctl.h
+PR_SET_PDEATHSIG = 1
+
+
+@dataclass
+class ChildJob:
+    """A prepared job of a kind other than training: what ``supervise`` starts and follows."""
+
+    kind: str
+    run: Run
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+    cwd: str = field(default_factory=os.getcwd)
+    device: str = "cpu"
+
+
+def create(kind: str, name: str, argv: list[str], *, runs_dir: str = "", origin: str = "cli") -> ChildJob:
+    """A new run folder of ``kind`` (spec.json, a queued status, an empty private log) and the job
+    that runs ``argv`` in it. OSError when the disk refuses (nothing is left behind then)."""
+    if kind not in KINDS[1:]:
+        raise ValueError(f"unknown job kind {kind!r}")
+    run = Run(new_folder(RunStore(runs_dir or None).root, name))
+    try:
+        from gaudi_gui.core.secrets import redact
+        atomic.write_json(run.folder / SPEC_NAME, {"kind": kind, "argv": [redact(a) for a in argv],
+                                                   "cwd": os.getcwd()}, mode=FILE_MODE, fsync=False)
+        run.write_status(RunStatus(state="queued", kind=kind, origin=origin))
+        os.close(os.open(run.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, FILE_MODE))
+    except OSError:
+        shutil.rmtree(run.folder, ignore_errors=True)
+        raise
+    return ChildJob(kind=kind, run=run, argv=list(argv))
+
+
+def die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that asks the kernel to send the child SIGTERM when this process dies (Linux
+    ``prctl(PR_SET_PDEATHSIG)``; kept across the exec). The signal comes when the *thread* that forked
+    the child ends, so it is set only from the main thread, and only while no other thread runs (a
+    ``preexec_fn`` after a fork in a threaded process may deadlock); None elsewhere and off Linux."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread() \
+            or threading.active_count() != 1:
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    owner = os.getpid()
+    sig = int(signal.SIGTERM)
+
+    def preexec() -> None:  # runs in the child between fork and exec: nothing that may lock
+        prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0)
+        if os.getppid() != owner:
+            os._exit(1)  # the owner died before the request took effect
+
+    return preexec
+
+
+def take(run: Run, event: Mapping[str, Any]) -> dict[str, Any]:
+    """Keep what ``event`` of a Serve or Evaluate command says in its run folder (the supervisor
+    calls this: it is the one writer of these files); the status fields it changes."""
+    kind = event.get("type")
+    if kind == "serve_url":
+        url = str(event.get("url") or "")
+        port = int(url.rsplit(":", 1)[-1].split("/", 1)[0]) if url.count(":") >= 2 else 0
+        endpoint = {"url": url, "port": port, "model": event.get("model", ""), "host": event.get("host", ""),
+                    "pid": _engine_pid(run)}
+        atomic.write_json(run.folder / ENDPOINT_NAME, endpoint, mode=FILE_MODE, fsync=False)
+        return {"summary": f"Serving {endpoint['model'] or 'a model'} at {url}"}
+    if kind == "serve_request":
+        line = json.dumps({k: v for k, v in event.items() if k not in ("type", "v", "rank")}) + "\n"
+        fd = os.open(run.folder / REQUESTS_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
+        try:
+            os.write(fd, line.encode("utf-8"))
+        finally:
+            os.close(fd)
+    elif kind == "progress" and isinstance(event.get("done"), int) and isinstance(event.get("total"), int):
+        return {"step": event["done"], "max_steps": event["total"]}
+    elif kind == "result":
+        record = {k: v for k, v in event.items() if k not in ("type", "v")}
+        atomic.write_json(run.folder / RESULT_NAME, record, mode=FILE_MODE, fsync=False)
+    return {}
+
+
+def _engine_pid(run: Run) -> int:
+    """The engine's pid as the serve command's "loading" state said it."""
+    for event in reversed(run.events()):
+        if event.get("type") == "serve_state" and isinstance(event.get("pid"), int):
+            return int(event["pid"])
+    return 0
+
+
+def endpoint(run: Run) -> dict[str, Any]:
+    """A Serve run's endpoint (url, port, pid, model), or {} before it answered."""
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((run.folder / ENDPOINT_NAME).read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+def outcome(kind: str, events: Iterable[Mapping[str, Any]], *, exit_code: int | None,
+            stop_requested: bool, killed: bool) -> dict[str, Any]:
+    """How a Serve or Evaluate command ended: state (finished / stopped / failed / killed), summary and
+    error, from its events and exit code."""
+    failure: Mapping[str, Any] | None = None
+    last_state = ""
+    result = False
+    for event in events:
+        kind_of = event.get("type")
+        if kind_of == "error" or (kind_of, event.get("state")) == ("serve_state", "failed"):
+            failure = event
+        elif event.get("type") == "serve_state":
+            last_state = str(event.get("message") or event.get("state") or "")
+        elif event.get("type") == "result":
+            result = True
+    if killed:
+        return {"state": "killed", "summary": "Killed (it did not end within the grace period)"}
+    if result:
+        return {"state": "finished", "summary": "Finished: results written"}
+    said = f": {last_state}" if kind == "serve" and last_state else ""
+    if stop_requested:
+        return {"state": "stopped", "summary": f"Stopped{said}"}
+    if failure is not None or exit_code not in (0, None):
+        message = str((failure or {}).get("message") or f"the {kind} command ended with code {exit_code}")
+        return {"state": "failed", "summary": f"Failed: {message}", "error": message,
+                "error_kind": str((failure or {}).get("kind") or "")}
+    if kind == "serve":
+        return {"state": "stopped", "summary": f"Stopped{said}"}
+    return {"state": "failed", "summary": "Failed: the evaluation ended without results"}
+
+
+def spec(run: Run) -> dict[str, Any]:
+    """The kind's spec.json ({} for a training run)."""
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads((run.folder / SPEC_NAME).read_text(encoding="utf-8"))
+        if isinstance(data, dict):
+            return data
+    return {}
+
+
+__all__ = ["GRACE_S", "KINDS", "ChildJob", "create", "die_with_parent", "endpoint", "outcome", "spec", "take"]

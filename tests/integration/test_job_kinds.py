@@ -1,0 +1,127 @@
+"""Serve and Evaluate are jobs like training (issue 26): ``--detach`` returns at once, a supervisor owns a
+run folder of their kind in the runs store, ``runs list``/``runs show`` name the kind, ``runs follow``
+streams them and ``runs stop`` ends them. Real children, the demo model, real HTTP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gaudi_gui.core import jobkind
+from gaudi_gui.core.runstore import Run
+from gaudi_gui.core.serve import pick_free_port, port_free
+
+
+def _cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gaudi_gui", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def wait_until(check: Callable[[], Any], what: str, run: Run | None = None) -> Any:
+    """Poll ``check`` until it gives something true (no upper bound: pytest-timeout has the last word)."""
+    while True:
+        value = check()
+        if value:
+            return value
+        if run is not None and run.status().state in ("failed", "killed"):
+            raise AssertionError(f"{what}: the job ended: {run.status()} {run.log_tail(20)}")
+        time.sleep(0.1)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/models", timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def test_serve_detached_answers_is_listed_as_serve_and_runs_stop_frees_the_port(demo_model: Path) -> None:
+    port = pick_free_port()
+    done = _cli("serve", "--model", "builtin:demo", "--port", str(port), "--device", "cpu", "--detach",
+                "--json")
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    run = Run(info["folder"])
+    assert info["kind"] == "serve" and run.kind == "serve"
+    supervisor = psutil.Process(info["pid"])
+    endpoint = wait_until(lambda: jobkind.endpoint(run), "the endpoint", run)
+    assert endpoint["url"] == f"http://127.0.0.1:{port}/v1" and endpoint["port"] == port
+    engine = psutil.Process(endpoint["pid"])
+    assert _answers(endpoint["url"])
+    assert "serve" in json.loads((run.folder / jobkind.SPEC_NAME).read_text())["argv"]
+    assert run.status().state == "running" and run.status().kind == "serve"
+    wait_until((run.folder / jobkind.REQUESTS_NAME).is_file, "a request in requests.jsonl", run)
+    listed = json.loads(_cli("runs", "list", "--json").stdout)
+    assert [(r["name"], r["kind"]) for r in listed] == [(run.name, "serve")]
+    assert f"{run.name}  serve" in _cli("runs", "list").stdout
+    assert "(serve): running" in _cli("runs", "show", run.name).stdout
+    stop = _cli("runs", "stop", run.name)
+    assert stop.returncode == 0, stop.stderr
+    wait_until(lambda: not supervisor.is_running() or supervisor.status() == psutil.STATUS_ZOMBIE,
+               "the supervisor's end")
+    assert not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE
+    assert port_free(port)
+    status = run.status()
+    assert status.state == "stopped" and "is free" in status.summary, status
+
+
+def test_serve_engine_dies_with_its_supervisor(demo_model: Path) -> None:
+    port = pick_free_port()
+    done = _cli("serve", "--model", "builtin:demo", "--port", str(port), "--device", "cpu", "--detach",
+                "--json")
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    run = Run(info["folder"])
+    endpoint = wait_until(lambda: jobkind.endpoint(run), "the endpoint", run)
+    engine = psutil.Process(endpoint["pid"])
+    psutil.Process(info["pid"]).kill()
+    wait_until(lambda: not engine.is_running() or engine.status() == psutil.STATUS_ZOMBIE, "the engine's end")
+    wait_until(lambda: port_free(port), "the port freed")
+    assert run.reconcile().state == "killed"
+
+
+def test_eval_detached_leaves_its_results_in_its_run_folder(tiny_model_dir: Path, tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The learning rate\nA model\n")
+    os.chdir(tmp_path)  # a relative path is made absolute before the job leaves for the background
+    done = _cli("eval", "--model", str(tiny_model_dir), "--base", str(tiny_model_dir), "--prompts",
+                "prompts.txt", "--max-new-tokens", "4", "--metrics", "exact_match", "--detach", "--json")
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    run = Run(info["folder"])
+    assert run.kind == "evaluate"
+    follow = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "follow", run.name],
+                            capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    lines = [json.loads(line) for line in follow.stdout.splitlines()]
+    types = [m["event"]["type"] for m in lines if m["t"] == "event"]
+    assert "progress" in types and "result" in types
+    assert lines[-1]["t"] == "end" and lines[-1]["status"]["state"] == "finished"
+    result = json.loads((run.folder / jobkind.RESULT_NAME).read_text())
+    assert Path(result["path"]).is_file() and result["rows"]["prompts"] == 2
+    status = run.status()
+    assert (status.kind, status.state) == ("evaluate", "finished"), status
+    assert status.step == status.max_steps > 0, status
+    assert "evaluate" in _cli("runs", "list").stdout
+
+
+def test_a_bad_serve_input_is_refused_before_anything_detaches(tmp_path: Path) -> None:
+    done = _cli("serve", "--model", str(tmp_path / "nothing"), "--port", "0", "--detach")
+    assert done.returncode == 2 and "--port" in done.stderr
+    assert _cli("runs", "list", "--json").stdout.strip() == "[]"
+
+
+@pytest.fixture(autouse=True)
+def _home_cwd() -> Any:
+    cwd = os.getcwd()
+    yield
+    os.chdir(cwd)
