@@ -32,9 +32,10 @@ from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import protocol, remote
 from gaudi_gui.core import slurm as slurm_mod
-from gaudi_gui.core.events import EventFollower, LogFollower
+from gaudi_gui.core.events import EventFollower, EventType, LogFollower
 from gaudi_gui.core.jobconfig import JobConfigError, load_job
 from gaudi_gui.core.outcome import outcome_from_events
+from gaudi_gui.core.progress import RunProgress, note
 from gaudi_gui.core.remote import Host, HostError, RemoteError
 from gaudi_gui.core.runstore import Run, RunStatus, RunStore
 from gaudi_gui.core.secrets import redact
@@ -224,11 +225,8 @@ def _printed_lines(log: LogFollower) -> list[str]:
 
 
 def _note(event: dict[str, Any]) -> None:
-    kind = event.get("type")
-    if kind == "checkpoint_saved":
-        _say(f"checkpoint-{event.get('step')} saved")
-    elif kind == "error":
-        _say(f"error ({event.get('kind')}): {event.get('message')}")
+    if event.get("type") in (EventType.CHECKPOINT_SAVED, EventType.ERROR):
+        _say(note(event))
 
 
 def follow(run: Run, job_id: str, run_cmd: slurm_mod.Runner, *, grace: float,
@@ -346,7 +344,7 @@ def _finish(run: Run, job_id: str, info: slurm_mod.JobInfo | None, events: list[
             stop_requested: bool, before_training: bool, killed: bool, kill_reason: str) -> int:
     exit_code = info.exit_code if info is not None else None
     slurm_state = info.state if info is not None else "UNKNOWN"
-    if before_training and not any(e.get("type") in ("training_started", "metrics") for e in events):
+    if before_training and not RunProgress().apply_all(events).began:
         result: dict[str, Any] = {"state": "stopped",
                                   "summary": "Stopped before training began — nothing to save"}
     else:

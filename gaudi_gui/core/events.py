@@ -15,6 +15,7 @@ import json
 import os
 import time
 from collections.abc import Mapping
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,40 @@ from gaudi_gui.core.protocol import json_safe as _clean
 EVENTS_NAME = "events.jsonl"
 #: A line longer than this is not an event (a corrupt or hostile file must not exhaust memory).
 MAX_EVENT_BYTES = 1 << 20
+#: The vocabulary's version, written into every event as ``"v"`` (a line without it is version 1: the
+#: runs of earlier releases). A new type or field keeps the version; a changed meaning bumps it.
+EVENTS_VERSION = 1
+
+
+class EventType(str, Enum):
+    """Every type of event a run's worker writes. A ``str`` Enum: members equal the strings on disk,
+    so ``event["type"] == EventType.METRICS`` reads an old run's file too. Readers ignore a type they
+    do not know (a newer worker's)."""
+
+    #: What the worker does now: ``phase`` (loading, resuming, evaluating, finishing), ``message``.
+    PHASE = "phase"
+    #: The dataset is tokenized: ``kind``, ``rows``, ``dropped``...
+    DATASET_READY = "dataset_ready"
+    #: The Trainer began: ``max_steps``, ``world_size``, ``start_step`` (a resumed run's checkpoint step).
+    TRAINING_STARTED = "training_started"
+    #: A logging step (rank 0): ``step``, ``max_steps``, ``start_step``, ``loss``, ``learning_rate``,
+    #: ``elapsed``, throughputs, memory (``core.metrics.metric_record`` is the record).
+    METRICS = "metrics"
+    #: A checkpoint is being written: ``step``; then saved: ``step``, ``path``, ``seconds``.
+    CHECKPOINT_SAVING = "checkpoint_saving"
+    CHECKPOINT_SAVED = "checkpoint_saved"
+    #: A rank was signalled to stop: ``signal``, ``phase``.
+    STOP_REQUESTED = "stop_requested"
+    #: The worker failed: ``kind``, ``message``.
+    ERROR = "error"
+    #: The end: ``global_step``, ``max_steps``, ``final_loss``, ``checkpoint``, ``final_dir``;
+    #: stopped also ``before_training``.
+    FINISHED = "finished"
+    STOPPED = "stopped"
+
+
 #: Event types that end a run, as the worker writes them.
-END_TYPES = ("finished", "stopped", "error")
+END_TYPES = (EventType.FINISHED, EventType.STOPPED, EventType.ERROR)
 
 
 def encode(event: Mapping[str, Any]) -> bytes:
@@ -43,8 +76,9 @@ class EventWriter:
         self.rank = rank
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
-    def write(self, event_type: str, **fields: Any) -> None:
-        data = encode({"type": event_type, "rank": self.rank, "time": round(time.time(), 3), **fields})
+    def write(self, event_type: str | EventType, **fields: Any) -> None:
+        data = encode({"type": str(getattr(event_type, "value", event_type)), "v": EVENTS_VERSION,
+                       "rank": self.rank, "time": round(time.time(), 3), **fields})
         view = memoryview(data)
         # A regular-file write is whole unless the disk is full or a signal interrupts it midway;
         # finish a short write rather than leave half a line.
@@ -146,5 +180,5 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
     return EventFollower(path).read()
 
 
-__all__ = ["END_TYPES", "EVENTS_NAME", "EventFollower", "EventWriter", "LogFollower", "decode", "encode",
-           "read_events"]
+__all__ = ["END_TYPES", "EVENTS_NAME", "EVENTS_VERSION", "EventFollower", "EventType", "EventWriter",
+           "LogFollower", "decode", "encode", "read_events"]

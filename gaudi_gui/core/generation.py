@@ -16,10 +16,12 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from gaudi_gui.core import paths, protocol
+from gaudi_gui.core import quantization as quant
 
 DEVICES = ("auto", "hpu", "cuda", "cpu")
 DTYPES = ("auto", "bf16", "fp32")
-QUANTIZATIONS = ("none", "8bit", "4bit")
+#: The one vocabulary (core.quantization), here for the runner's form and ``gaudi-gui generate``.
+QUANTIZATIONS = quant.QUANTIZATIONS
 
 #: Error kinds the worker reports, so the UI can phrase and the CLI can exit accordingly.
 ERROR_KINDS = ("missing_model", "no_network", "out_of_memory", "bad_parameters", "unsupported",
@@ -62,9 +64,8 @@ class LoadOptions:
             problems.append(f"device must be one of {', '.join(DEVICES)} (got {self.device!r})")
         if self.dtype not in DTYPES:
             problems.append(f"dtype must be one of {', '.join(DTYPES)} (got {self.dtype!r})")
-        if self.quantization not in QUANTIZATIONS:
-            problems.append(
-                f"quantization must be one of {', '.join(QUANTIZATIONS)} (got {self.quantization!r})")
+        if quant.problem(self.quantization):
+            problems.append(quant.problem(self.quantization))
         if self.quantization != "none" and self.compile:
             problems.append("torch.compile cannot be combined with bitsandbytes quantization")
         return problems
@@ -74,7 +75,10 @@ class LoadOptions:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> LoadOptions:
-        return _from_dict(cls, data)
+        options: LoadOptions = _from_dict(cls, data)
+        # Saved settings of older releases may spell it otherwise ("bnb-4bit", "nf4", "int8"...).
+        options.quantization = quant.normalize(options.quantization)
+        return options
 
 
 @dataclass

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.core.events import EventType
+
 #: The folder of a run that holds the bridge's files, and the name the supervisor gives it.
 FOLDER_NAME = "hpu-metrics"
 FILE_NAME = "metrics.json"
@@ -228,7 +230,7 @@ def _take_file(rank: RankCompile, dumps: Sequence[Mapping[str, Any]], warmup_unt
 def first_step_time(events: Iterable[Mapping[str, Any]]) -> float | None:
     """The time of the run's first logged training step (its first "metrics" event with a step)."""
     for event in events:
-        if event.get("type") == "metrics" and event.get("step") is not None:
+        if event.get("type") == EventType.METRICS and event.get("step") is not None:
             when = event.get("time")
             if isinstance(when, (int, float)) and not isinstance(when, bool):
                 return float(when)

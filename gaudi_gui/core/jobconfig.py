@@ -87,6 +87,11 @@ class JobConfig:
     #: (core/outputs.py refuses that otherwise).
     overwrite_output: bool = False
 
+    @property
+    def quantization(self) -> str:
+        """How the model is loaded, in the one vocabulary (``core.quantization``): QLoRA is "4bit"."""
+        return "4bit" if self.method == "qlora" else "none"
+
     # -- JSON -------------------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.core.events import EventType
+
 
 def parse_line(line: str) -> dict[str, Any] | None:
     """One metrics.jsonl line as a dict, or None for blank/corrupt lines (a crash can cut the last)."""
@@ -21,12 +23,12 @@ def parse_line(line: str) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-_EVENT_ONLY_KEYS = ("type", "rank")
+_EVENT_ONLY_KEYS = ("type", "v", "rank")
 
 
 def metric_record(event: Mapping[str, Any]) -> dict[str, Any] | None:
     """The metrics record carried by an events.jsonl ``metrics`` event, else None."""
-    if event.get("type") != "metrics" or not isinstance(event.get("step"), int):
+    if event.get("type") != EventType.METRICS or not isinstance(event.get("step"), int):
         return None
     return {k: v for k, v in event.items() if k not in _EVENT_ONLY_KEYS}
 
@@ -84,21 +86,6 @@ class Progress:
             self.max_steps = record["max_steps"]
         if isinstance(record.get("elapsed"), (int, float)):
             self.elapsed = float(record["elapsed"])
-
-    def take(self, event: Mapping[str, Any]) -> dict[str, Any] | None:
-        """Move on with a worker event: a "metrics" event gives its record (None when it has no
-        step), "training_started" sets where this launch begins; any other event changes nothing."""
-        kind = event.get("type")
-        if kind == "metrics":
-            record = metric_record(event)
-            if record is not None:
-                self.update(record)
-            return record
-        if kind == "training_started":
-            self.update(event)
-            if isinstance(event.get("start_step"), int):
-                self.step = max(self.step, event["start_step"])
-        return None
 
 
 def format_duration(seconds: float | None) -> str:

@@ -15,6 +15,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.core.events import EventType
+from gaudi_gui.core.progress import RunProgress
+
 
 def _signal_name(code: int) -> str:
     number = -code if code < 0 else code - 128
@@ -44,11 +47,6 @@ def _signal_in_log(lines: Sequence[str]) -> str:
     return ""
 
 
-def _rank(event: Mapping[str, Any]) -> int:
-    rank = event.get("rank", 0)
-    return rank if isinstance(rank, int) else 0
-
-
 def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None, *,
                         exit_code: int | None = None, stop_requested: bool = False,
                         killed: bool = False, nobody_watched: bool = False,
@@ -58,38 +56,18 @@ def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None,
     ``killed``: the supervisor had to SIGKILL (grace period over, or "kill now"). ``nobody_watched``:
     the supervisor is gone and the exit code is unknown.
     """
-    step = int(getattr(status, "step", 0) or 0)
-    max_steps = int(getattr(status, "max_steps", 0) or 0)
-    end: Mapping[str, Any] | None = None
-    error: Mapping[str, Any] | None = None
-    checkpoint = ""
-    stop_seen = False
-    final_loss = None
-    seen_any = False
-    for ev in events:
-        seen_any = True
-        kind = ev.get("type")
-        if kind == "metrics" or kind == "training_started":
-            if isinstance(ev.get("step"), int):
-                step = max(step, ev["step"]) if kind == "metrics" else step
-            if isinstance(ev.get("start_step"), int):
-                step = max(step, ev["start_step"])
-            if isinstance(ev.get("max_steps"), int) and ev["max_steps"] > 0:
-                max_steps = ev["max_steps"]
-            if kind == "metrics" and isinstance(ev.get("loss"), (int, float)):
-                final_loss = float(ev["loss"])
-        elif kind == "checkpoint_saved":
-            checkpoint = str(ev.get("path") or "")
-            if isinstance(ev.get("step"), int):
-                step = max(step, ev["step"])
-        elif kind == "stop_requested":
-            stop_seen = True
-        elif kind == "error" and error is None:
-            error = ev
-        elif kind in ("finished", "stopped") and (end is None or _rank(ev) <= _rank(end)):
-            # The end comes from the first rank of the machine whose folder this is: rank 0, or in a
-            # multi-host run machine i's first rank.
-            end = ev
+    progress = RunProgress(step=int(getattr(status, "step", 0) or 0),
+                           max_steps=int(getattr(status, "max_steps", 0) or 0)).apply_all(events)
+    return outcome_of(progress, exit_code=exit_code, stop_requested=stop_requested, killed=killed,
+                      nobody_watched=nobody_watched, log_tail=log_tail, kill_reason=kill_reason)
+
+
+def outcome_of(progress: RunProgress, *, exit_code: int | None = None, stop_requested: bool = False,
+               killed: bool = False, nobody_watched: bool = False, log_tail: Sequence[str] = (),
+               kill_reason: str = "") -> dict[str, Any]:
+    """``outcome_from_events`` of the events ``progress`` has taken."""
+    step, max_steps, checkpoint = progress.step, progress.max_steps, progress.checkpoint
+    end, error, final_loss = progress.end, progress.error, progress.loss
     out: dict[str, Any] = {}
     if end is not None:
         if isinstance(end.get("global_step"), int):
@@ -100,21 +78,21 @@ def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None,
             checkpoint = str(end["checkpoint"])
         if isinstance(end.get("final_loss"), (int, float)):
             final_loss = float(end["final_loss"])
-    saw_worker = seen_any
+    stop_seen, saw_worker = progress.stop is not None, progress.seen > 0
     ckpt_name = Path(checkpoint).name if checkpoint else ""
     ckpt_at_stop = bool(checkpoint) and ckpt_name == f"checkpoint-{step}"
 
-    if error is not None and (end is None or end.get("type") != "finished"):
+    if error is not None and (end is None or end.get("type") != EventType.FINISHED):
         state = "failed"
         message = str(error.get("message", "")) or "the worker reported an error"
         summary = f"Failed at step {step}: {message}" if step else f"Failed: {message}"
         out.update(error=message, error_kind=str(error.get("kind", "other")))
-    elif end is not None and end.get("type") == "finished" and (not killed or end.get("final_dir")):
+    elif end is not None and end.get("type") == EventType.FINISHED and (not killed or end.get("final_dir")):
         state = "finished"
         loss = f"; final loss {final_loss:.4f}" if final_loss is not None else ""
         where = f"; model saved in {end.get('final_dir')}" if end.get("final_dir") else ""
         summary = f"Finished {step} steps{loss}{where}"
-    elif end is not None and end.get("type") == "stopped" and (not killed or ckpt_at_stop):
+    elif end is not None and end.get("type") == EventType.STOPPED and (not killed or ckpt_at_stop):
         state = "stopped"
         if ckpt_at_stop:
             summary = f"Stopped at step {step} — {ckpt_name} saved; Resume continues there"
@@ -154,4 +132,4 @@ def outcome_from_events(events: Iterable[Mapping[str, Any]], status: Any = None,
     return out
 
 
-__all__ = ["outcome_from_events"]
+__all__ = ["outcome_from_events", "outcome_of"]

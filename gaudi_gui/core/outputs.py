@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gaudi_gui.core import atomic, jsonfile, paths
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.runstore import Run, checkpoint_complete, complete_checkpoints, latest_checkpoint
 
 #: The owner record a run leaves in its output folder: {"run": "<run folder>", "name": "<run name>"}.
@@ -171,7 +172,7 @@ def own_checkpoint(run: Run) -> Path | None:
         return Path(status.checkpoint)
     saved: list[tuple[int, Path]] = []
     for event in run.events():
-        if event.get("type") == "checkpoint_saved" and isinstance(event.get("path"), str):
+        if event.get("type") == EventType.CHECKPOINT_SAVED and isinstance(event.get("path"), str):
             step = event.get("step")
             saved.append((step if isinstance(step, int) else 0, Path(event["path"])))
     for _step, path in sorted(saved, key=lambda s: s[0], reverse=True):

@@ -29,12 +29,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.core import quantization as quant
 from gaudi_gui.core.proctree import ProcessRef
 
 ENGINES = ("auto", "transformers", "vllm")
 DEVICES = ("auto", "cpu", "cuda", "hpu")
 DTYPES = ("auto", "bf16", "fp32")
-QUANTIZATIONS = ("none", "4bit", "8bit")
+QUANTIZATIONS = quant.QUANTIZATIONS  # the one vocabulary (core.quantization)
 #: The loopback address every server binds unless "listen on all interfaces" was chosen.
 LOOPBACK = "127.0.0.1"
 ALL_INTERFACES = "0.0.0.0"

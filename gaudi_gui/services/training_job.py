@@ -27,11 +27,12 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import multi_host
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.prepare import PrepareError
+from gaudi_gui.core.progress import RunProgress, note
 from gaudi_gui.core.remote import Host, RemoteError
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.services.process import delete_when_reaped
@@ -104,13 +105,11 @@ class TrainingJob(QObject):
         self.port = 0
         self.state = "idle"
         self.summary = ""
-        self.error: dict[str, Any] | None = None
         #: "host (machine rank i): why" of the host whose failure ended the run ("" otherwise).
         self.failure = ""
-        self.progress = metrics_mod.Progress()
-        self.records: list[dict[str, Any]] = []
+        #: The main part's events, and where they say the run is (``core.progress``, as the CLI reads it).
+        self.progress = RunProgress()
         self.events: list[dict[str, Any]] = []
-        self.saving_since = 0.0
         self._active = False
         self._ended = False
         self._followed = False
@@ -138,6 +137,15 @@ class TrainingJob(QObject):
         self._tick.timeout.connect(self._on_tick)
 
     # -- what the views read ----------------------------------------------------------------------
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """The main part's metrics records (the chart's points)."""
+        return self.progress.records
+
+    @property
+    def error(self) -> dict[str, Any] | None:
+        return self.progress.error
 
     @property
     def kind(self) -> str:
@@ -301,11 +309,9 @@ class TrainingJob(QObject):
             part.shutdown()
             delete_when_reaped(part)
         self.parts = []
-        self.records, self.events = [], []
-        self.progress = metrics_mod.Progress()
-        self.error = None
+        self.events = []
+        self.progress = RunProgress()
         self.failure = ""
-        self.saving_since = 0.0
         self.summary = ""
         self._ended = False
         self._stop_sent = 0
@@ -465,43 +471,34 @@ class TrainingJob(QObject):
     def _on_part_event(self, rank: int, event: dict[str, Any]) -> None:
         if rank == 0:
             self._take_event(event)
-        elif event.get("type") == "error":
-            self._say(f"{self.hosts[rank].name}: error ({event.get('kind')}): {event.get('message')}")
+        elif event.get("type") == EventType.ERROR:
+            self._say(f"{self.hosts[rank].name}: {note(event)}")
 
     def _take_event(self, event: dict[str, Any]) -> None:
+        """The reducer moves on (``core.progress``); this turns its changes into signals and the line."""
         self.events.append(event)
         kind = event.get("type")
-        record = self.progress.take(event)
-        if kind == "metrics":
+        had_error = self.error is not None
+        record = self.progress.apply(event)
+        if kind == EventType.METRICS:
             if record is not None:
-                self.records.append(record)
-                if not self._stop_sent and not self.failure and not self.saving_since:
+                if not self._stop_sent and not self.failure and not self.progress.saving_step:
                     self._set_summary(self._training_line())
                 self.metrics_received.emit(record)
             return
-        if kind == "training_started":
-            self._set_summary(f"training{self.where}: step {self.progress.step} of {event.get('max_steps')} "
-                              f"on {event.get('world_size')} process(es)")
-        elif kind == "phase" and not self._stop_sent:
-            self._set_summary(str(event.get("message") or event.get("phase")))
-        elif kind == "checkpoint_saving":
-            self.saving_since = time.time()
+        line = note(event, self.where)
+        if kind == EventType.CHECKPOINT_SAVING:
             self._tick.start()
-            self._set_summary(f"saving checkpoint-{event.get('step')}… 0 s")
-        elif kind == "checkpoint_saved":
-            self.saving_since = 0.0
-            seconds = event.get("seconds")
-            took = f" in {seconds:.1f} s" if isinstance(seconds, (int, float)) else ""
-            if self._stop_sent:
-                self._stop_saved = f"checkpoint-{event.get('step')}"
-            self._set_summary(f"checkpoint-{event.get('step')} saved{took}"
-                              + ("; the processes are ending" if self._stop_sent else ""))
-        elif kind == "error" and self.error is None:
-            self.error = event
-            self._set_summary(f"error ({event.get('kind')}): {event.get('message')}")
-        elif kind == "stop_requested" and not self._stop_sent:
-            # Someone else signalled the ranks (preemption, a terminal): still a stop.
-            self._set_summary(f"stop requested ({event.get('signal')}): checkpoint at the end of this step")
+            line += " 0 s"
+        elif kind == EventType.CHECKPOINT_SAVED and self._stop_sent:
+            self._stop_saved = f"checkpoint-{event.get('step')}"
+            line += "; the processes are ending"
+        # While this job stops, its own line stays; a stop_requested it did not send (preemption, a
+        # terminal) is still a stop, said.
+        quiet = (self._stop_sent and kind in (EventType.PHASE, EventType.STOP_REQUESTED)) or (
+            kind == EventType.ERROR and had_error)
+        if line and not quiet:
+            self._set_summary(line)
         self.event_received.emit(event)
 
     def _training_line(self) -> str:
@@ -625,7 +622,7 @@ class TrainingJob(QObject):
         self._active = False
         for timer in (self._preflight_timer, self._lost_timer, self._tick):
             timer.stop()
-        self.saving_since = 0.0
+        self.progress.saving_since = 0.0
         self._set_summary(summary)
         self._set_state(state)
         self.hosts_changed.emit()
@@ -674,9 +671,9 @@ class TrainingJob(QObject):
             part.kill()
 
     def _on_tick(self) -> None:
-        if self.saving_since:
-            name = f"checkpoint-{self.progress.step}" if self.progress.step else "checkpoint"
-            self._set_summary(f"saving {name}… {time.time() - self.saving_since:.0f} s")
+        if self.progress.saving_since:
+            name = f"checkpoint-{self.progress.saving_step}" if self.progress.saving_step else "checkpoint"
+            self._set_summary(f"saving {name}… {time.time() - self.progress.saving_since:.0f} s")
         elif self._stop_sent and self.is_running() and not self.failure and self.connection == FOLLOWING:
             waited = time.time() - self._stop_at
             left = max(0.0, self.stop_grace_s - waited)

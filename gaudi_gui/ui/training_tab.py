@@ -34,6 +34,7 @@ from gaudi_gui.core import preflight as preflight_mod
 from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import remote as remote_mod
 from gaudi_gui.core import visibility
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.outputs import own_checkpoint
 from gaudi_gui.core.placement import Placement
@@ -118,7 +119,8 @@ class TrainingTab(QWidget):
         self.btn: dict[str, QPushButton] = {}
         for name, handler in (("Copy command", self.copy_command), ("Validate", self.validate),
                               ("Save job…", self.save_job_dialog), ("Load job…", self.load_job_dialog),
-                              ("Start", self.start), ("Stop", self.stop), ("Resume", self.resume_current)):
+                              ("Start", self.start), ("Queue", self.queue_current), ("Stop", self.stop),
+                              ("Resume", self.resume_current)):
             b = QPushButton(name, self)
             # clicked(bool) would hand `checked` to a slot's first optional parameter (start(job)).
             b.clicked.connect(lambda _checked=False, h=handler: h())
@@ -137,6 +139,9 @@ class TrainingTab(QWidget):
         self.meter_line.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.meter_line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.meter_line.setVisible(False)
+        # Watts now and Wh so far while a run on this machine trains; the meter's warnings.
+        from gaudi_gui.ui.meter_strip import MeterStrip
+        self.meter_strip = MeterStrip(self)
         self.progress = QProgressBar(self)
         self.progress.setFormat("%p%")
         self.eta = QLabel("", self)
@@ -174,6 +179,7 @@ class TrainingTab(QWidget):
         rl.addLayout(buttons)
         rl.addWidget(self.status)
         rl.addWidget(self.meter_line)
+        rl.addWidget(self.meter_strip)
         rl.addWidget(self.hosts_line)
         rl.addLayout(prow)
         rl.addWidget(self.views, 1)
@@ -267,7 +273,8 @@ class TrainingTab(QWidget):
 
     def _connections(self, job: TrainingJob) -> list[tuple[Any, Any]]:
         return [(job.log_line_received, self.log.append_line), (job.metrics_received, self._on_metrics),
-                (job.event_received, self._on_event), (job.status_changed, self._on_state),
+                (job.event_received, self._on_event), (job.event_received, self.meter_strip.take_event),
+                (job.status_changed, self._on_state),
                 (job.summary_changed, self._on_summary), (job.finished, self._on_finished),
                 (job.hosts_changed, self._show_hosts)]
 
@@ -591,6 +598,33 @@ class TrainingTab(QWidget):
         if warnings:  # about the stack only: shown, not asked
             self._show_gate("info", f"<b>The card check passed, with warnings:</b><br>{warnings}")
 
+    def queue_current(self) -> None:
+        """Queue: the form's job goes into this machine's queue (issue 29) and starts by itself, through
+        the same gate as Start, when its cards (those ticked in Devices; none for a CPU job) are free
+        and healthy, whether this window is open or not."""
+        job, errors = self.current_job()
+        if errors:
+            self.form.show_errors(errors)
+            self.status.setText("cannot queue: " + "; ".join(f"{f}: {m}" for f, m in errors[:4]))
+            return
+        if self.placement.placement().kind != "local":
+            self.status.setText("Queue puts a job in this machine's queue; a host keeps its own: "
+                                "gaudi-gui queue add --host DEST --config JOB")
+            return
+        from gaudi_gui.core.queue import CardRequest, QueueError
+        selection = self.services.selection
+        ids = tuple(selection.selected) if selection.jobs_use_cards() and selection.selected else ()
+        device = self.device if self.device in ("hpu", "cuda", "cpu") else "auto"
+        try:
+            self.services.ensure_queue(self.services.settings.parent()).add(job, CardRequest(ids=ids),
+                                                                             device=device)
+        except QueueError as exc:
+            self.status.setText(f"not queued: {exc}")
+            return
+        verb = "is" if len(ids) == 1 else "are"
+        when = f" when {CardRequest(ids=ids).text()} {verb} free" if ids else ""
+        self.status.setText(f"queued: it starts by itself{when} (View → Queue)")
+
     def _start_anyway(self) -> None:
         job, self._gate_warned = self._gate_warned, None
         if job is not None:
@@ -699,6 +733,7 @@ class TrainingTab(QWidget):
         self.meter_line.setText("")
         self.meter_line.setToolTip("")
         self.meter_line.setVisible(False)
+        self.meter_strip.clear()
 
     def _rates(self) -> meter_mod.Rates:
         p = self.job.progress
@@ -742,6 +777,8 @@ class TrainingTab(QWidget):
         self.meter_line.setText(" · ".join(parts))
         self.meter_line.setToolTip(self._eta_tip(rates))
         self.meter_line.setVisible(bool(parts))
+        if self.job.run is not None and not self.job.is_remote and self.job.is_running():
+            self.meter_strip.follow(self.job.run.folder)  # this machine's run: its meter.jsonl is here
 
     def _show_meter(self, run: Run) -> None:
         """What the ended run cost (its meter-summary.json), under its status; hidden for a run that
@@ -750,6 +787,8 @@ class TrainingTab(QWidget):
         summary = meter_mod.read_summary(run.folder)
         gaudi = (run.folder / hpu_metrics.FOLDER_NAME).is_dir()
         events = run.events() if summary is not None or gaudi else []
+        self.meter_strip.stop()
+        self.meter_strip.show_ended(run, events)
         compiled = meter_mod.run_compile(run.folder, summary, events)
         if summary is None and compiled is None:
             self.meter_line.setVisible(False)
@@ -781,7 +820,7 @@ class TrainingTab(QWidget):
         self._show_live_meter()
 
     def _on_event(self, event: dict) -> None:
-        if event.get("type") == "training_started":
+        if event.get("type") == EventType.TRAINING_STARTED:
             self._show_progress()
 
     def _on_summary(self, text: str) -> None:

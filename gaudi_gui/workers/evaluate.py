@@ -195,14 +195,10 @@ class Evaluator:
 
     # -- models --------------------------------------------------------------------------------------
 
-    def pick_device(self) -> str:
-        """The device as every worker decides it (workers/device.py: the probe's rule)."""
-        from gaudi_gui.workers import device as device_mod
-        return device_mod.auto()
-
     def load(self, path: str, tokenizer_path: str = "") -> tuple[Any, Any]:
-        import torch
-        from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoConfig
+
+        from gaudi_gui.workers import loader
         if paths.is_demo(path):
             from gaudi_gui.workers.demo import resolve_model
             path = resolve_model(path)
@@ -212,18 +208,10 @@ class Evaluator:
             # A run trained on Gaudi may name optimum-habana's class: load the upstream one.
             if config.architectures:
                 config.architectures = [upstream_architecture(a) for a in config.architectures]
-            dtype = torch.float32 if self.device == "cpu" else torch.bfloat16
-            model: Any = AutoModelForCausalLM.from_pretrained(path, config=config, dtype=dtype,
-                                                         local_files_only=local_only)
-            tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or path, local_files_only=local_only)
+            return loader.load(path, loader.plan(self.device), tokenizer_path=tokenizer_path, config=config,
+                               local_files_only=local_only)
         except Exception as exc:
             raise Failure("model_failed", f"cannot load {path}: {_first_line(exc)}") from None
-        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
-            tokenizer.pad_token = tokenizer.eos_token
-        if self.device != "cpu":
-            model = model.to(self.device)
-        model.eval()
-        return model, tokenizer
 
     def answer(self, model: Any, tokenizer: Any, prompt: str) -> dict[str, Any]:
         """One greedy answer with the seed set, its time to first token and tokens/s."""
@@ -364,7 +352,8 @@ class Evaluator:
     def run(self) -> None:
         self.check_tasks()
         scorer = Scorer(self.metrics)
-        self.device = self.pick_device()
+        from gaudi_gui.workers import loader
+        self.device = loader.resolve_device("auto")  # the probe's rule, as every worker decides it
         base_path = self.target["base_model"]
         tuned_path, adapter = self.target["tuned_model"], self.target.get("adapter") or ""
         # A run's adapter folder holds the tokenizer training used (its chat template): both models

@@ -450,32 +450,19 @@ class Worker:
                 local_only = self._check_hub(model_path, started)
         self._stage(started, "importing torch and transformers")
         import torch
-        import transformers
-        from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        device = self._pick_device(options.device, transformers, torch)
-        if device == "hpu" and options.quantization == "8bit":
-            raise WorkerError("unsupported", "8-bit quantization is not supported on Gaudi; use 4bit (nf4)")
-        dtype_name = options.dtype
-        if dtype_name == "auto":
-            dtype_name = "fp32" if device == "cpu" else "bf16"
-        dtype = torch.bfloat16 if dtype_name == "bf16" else torch.float32
+        from gaudi_gui.workers import loader
+        try:
+            device = loader.resolve_device(options.device)
+            how = loader.plan(device, dtype=options.dtype, quantization=options.quantization)
+        except loader.LoadError as exc:
+            raise WorkerError(exc.kind, str(exc)) from None
 
         if paths.is_demo(model_path):
             self._stage(started, "building the demo model (first use only)")
             from gaudi_gui.workers.demo import resolve_model
             with self._demo_progress(started):
                 model_path = resolve_model(model_path)
-
-        kwargs: dict[str, Any] = {"dtype": dtype, "trust_remote_code": options.trust_remote_code}
-        if local_only:
-            kwargs["local_files_only"] = True
-        if options.quantization != "none":
-            kwargs["quantization_config"] = self._bnb_config(options.quantization, dtype, transformers)
-        if device == "hpu":
-            kwargs["device_map"] = "hpu"
-        elif device == "cuda" and options.quantization != "none":
-            kwargs["device_map"] = "cuda"
 
         base_path = model_path
         if adapter_dir:
@@ -488,21 +475,13 @@ class Worker:
                                                    f"{exc}") from None
             if not base_path:
                 raise WorkerError("missing_model", f"{adapter_dir}: the adapter names no base model")
-        self._stage(started, "loading tokenizer")
-        tokenizer = AutoTokenizer.from_pretrained(model_path, trust_remote_code=options.trust_remote_code,
-                                                  local_files_only=local_only)
-        self._stage(started, "loading weights")
-        model: Any = AutoModelForCausalLM.from_pretrained(base_path, **kwargs)
-        if adapter_dir:
-            self._stage(started, "applying the adapter")
-            # transformers' peft integration: the adapter stays a separate module (not merged).
-            model.load_adapter(adapter_dir)
-        if "device_map" not in kwargs and device != "cpu":
-            self._stage(started, f"moving to {device}")
-            model = model.to(device)
-        model.eval()
-        if tokenizer.pad_token_id is None and tokenizer.eos_token_id is not None:
-            tokenizer.pad_token = tokenizer.eos_token
+        try:
+            model, tokenizer = loader.load(base_path, how, tokenizer_path=model_path, adapter=adapter_dir,
+                                           trust_remote_code=options.trust_remote_code,
+                                           local_files_only=local_only,
+                                           stage=lambda text: self._stage(started, text))
+        except loader.LoadError as exc:
+            raise WorkerError(exc.kind, str(exc)) from None
         if options.compile:
             self._stage(started, "compiling (torch.compile)")
             if device == "hpu":
@@ -520,8 +499,8 @@ class Worker:
         self._collect(previous_device)
         memory, memory_kind = self._memory()
         self.load_info = {
-            "model": options.model, "path": model_path, "device": device, "dtype": dtype_name,
-            "quantization": options.quantization, "compile": options.compile,
+            "model": options.model, "path": model_path, "device": device, "dtype": how.dtype,
+            "quantization": how.quantization, "compile": options.compile,
             "parameters": int(sum(p.numel() for p in model.parameters())),
             "load_s": round(time.perf_counter() - started, 3), "memory_bytes": memory,
             "memory_kind": memory_kind, "chat_template": bool(getattr(tokenizer, "chat_template", None)),
@@ -530,25 +509,6 @@ class Worker:
         if adapter_dir:
             self.load_info.update(adapter=adapter_dir, base=base_path)
         self.out.emit("loaded", **self.load_info)
-
-    def _pick_device(self, wanted: str, transformers: Any, torch: Any) -> str:
-        """The device as every worker decides it (workers/device.py: the probe's rule)."""
-        from gaudi_gui.workers import device as device_mod
-        try:
-            return device_mod.resolve(wanted)
-        except device_mod.Unsupported as exc:
-            raise WorkerError("unsupported", str(exc)) from None
-
-    def _bnb_config(self, quantization: str, dtype: Any, transformers: Any) -> Any:
-        try:
-            import bitsandbytes  # noqa: F401
-        except ImportError as exc:
-            raise WorkerError("unsupported", "quantization needs bitsandbytes (pip install "
-                              "bitsandbytes)") from exc
-        if quantization == "8bit":
-            return transformers.BitsAndBytesConfig(load_in_8bit=True)
-        return transformers.BitsAndBytesConfig(load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                                               bnb_4bit_compute_dtype=dtype)
 
     def _memory(self) -> tuple[int, str]:
         """Device memory in use: the accelerator's allocator, or this process's RSS on CPU."""

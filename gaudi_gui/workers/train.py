@@ -302,9 +302,7 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
     started = time.time()
     emit("phase", phase="loading", message="loading model and dataset")
     say("loading model and dataset")
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from gaudi_gui.workers import sft_data
+    from gaudi_gui.workers import loader, sft_data
     from gaudi_gui.workers.demo import resolve_model
     from gaudi_gui.workers.schema import config_class
 
@@ -316,21 +314,15 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
     if config_class().__name__ != "SFTConfig":
         raise WorkerError("config", "trl is not installed in this environment (pip install 'trl>=1.16')")
 
-    model_path = resolve_model(job.model)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
-        kwargs: dict[str, Any] = {}
-        if job.method == "qlora":
-            import torch
-            from transformers import BitsAndBytesConfig
-            kwargs["quantization_config"] = BitsAndBytesConfig(
-                load_in_4bit=True, bnb_4bit_quant_type="nf4",
-                bnb_4bit_compute_dtype=torch.bfloat16 if targs.bf16 else torch.float32)
-        model = AutoModelForCausalLM.from_pretrained(model_path, **kwargs)
+        # The Trainer places the model; QLoRA computes in bf16 when the run trains in bf16.
+        how = loader.plan("", dtype=None, quantization=job.quantization, place=False,
+                          compute_dtype="bf16" if targs.bf16 else "fp32")
+        model, tokenizer = loader.load(resolve_model(job.model), how)
+    except loader.LoadError as exc:
+        raise WorkerError("config", str(exc)) from None
     except Exception as exc:
         raise WorkerError("model", f"cannot load model {job.model!r}: {exc}") from exc
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
     peft_config = None
     if job.method in ("lora", "qlora"):
         from peft import LoraConfig

@@ -5,6 +5,7 @@ from pathlib import Path
 
 from gaudi_gui.core import metrics
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.progress import RunProgress
 from gaudi_gui.core.runstore import RunStore, is_pid_alive, latest_checkpoint
 
 
@@ -53,15 +54,15 @@ def test_metrics_and_progress(tmp_path: Path) -> None:
 
 
 def test_progress_takes_the_events_of_a_resumed_run() -> None:
-    """The supervisor and the app's job read a run's events through the same Progress.take."""
-    p = metrics.Progress()
-    assert p.take({"type": "training_started", "start_step": 6, "max_steps": 10}) is None
+    """The supervisor and the app's job read a run's events through the same reducer."""
+    p = RunProgress()
+    assert p.apply({"type": "training_started", "start_step": 6, "max_steps": 10}) is None
     assert (p.step, p.start_step, p.max_steps) == (6, 6, 10)
-    assert p.take({"type": "metrics", "loss": 1.0}) is None  # no step: not a record
-    record = p.take({"type": "metrics", "step": 8, "max_steps": 10, "loss": 0.5, "elapsed": 4.0})
+    assert p.apply({"type": "metrics", "loss": 1.0}) is None  # no step: not a record
+    record = p.apply({"type": "metrics", "step": 8, "max_steps": 10, "loss": 0.5, "elapsed": 4.0})
     assert record is not None and record["loss"] == 0.5
     assert (p.step, p.fraction, p.eta) == (8, 0.8, 4.0)  # 2 steps in 4 s since step 6: 2 left, 4 s
-    assert p.take({"type": "checkpoint_saved", "step": 8}) is None and p.step == 8
+    assert p.apply({"type": "checkpoint_saved", "step": 8}) is None and p.step == 8
 
 
 def test_pid_alive() -> None:
