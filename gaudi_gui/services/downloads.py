@@ -296,6 +296,11 @@ class ModelPlaces(QObject):
         """``gaudi-gui models --json`` on ``host``: its Hub cache's repos and revisions."""
         return Listing(host, "models", ["models", "--json"], self)
 
+    def delete_model(self, host: Host, spec: str) -> Listing:
+        """``gaudi-gui models --delete REPO_ID@COMMIT --yes --json`` on ``host``; the answer holds
+        ``freed_bytes``."""
+        return Listing(host, "models", ["models", "--delete", spec, "--yes", "--json"], self)
+
     # -- JobOwner ---------------------------------------------------------------------------------------
 
     def active_jobs(self) -> list[str]:

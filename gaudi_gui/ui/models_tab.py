@@ -144,6 +144,9 @@ class ModelsTab(QWidget):
         self._rows: dict[str, list[dict[str, Any]]] = {}
         self._problems: dict[str, str] = {}
         self.download_rows: list[DownloadRow] = []
+        self._deleting: Listing | None = None
+        #: The last deletion's outcome, shown above the places' lines.
+        self._action = ""
 
         layout = QVBoxLayout(self)
         top = QHBoxLayout()
@@ -184,6 +187,11 @@ class ModelsTab(QWidget):
         self.use_training_button = QPushButton("Use in Training")
         self.use_training_button.clicked.connect(
             lambda _checked=False: self._use(self.use_in_training_requested))
+        self.delete_button = QPushButton("Delete…")
+        self.delete_button.setToolTip("Delete this revision from its place's cache (asks first, with the "
+                                      "space it frees)")
+        self.delete_button.clicked.connect(lambda _checked=False: self.delete_selected())
+        use.addWidget(self.delete_button)
         use.addWidget(self.use_runner_button)
         use.addWidget(self.use_training_button)
         layout.addLayout(use)
@@ -281,7 +289,7 @@ class ModelsTab(QWidget):
                 size = sum(r["size"] for r in found)
                 parts.append(f"{host.label}: {len(found)} revision{'s' if len(found) != 1 else ''}, "
                              f"{hub.human(size)}")
-        self.status.setText("\n".join(parts))
+        self.status.setText("\n".join([self._action, *parts] if self._action else parts))
         self._update_buttons()
 
     def selected(self) -> dict[str, Any] | None:
@@ -296,11 +304,54 @@ class ModelsTab(QWidget):
         chosen = self.selected() is not None
         self.use_runner_button.setEnabled(chosen)
         self.use_training_button.setEnabled(chosen)
+        self.delete_button.setEnabled(chosen and not self._deleting)
 
     def _use(self, signal: Any) -> None:
         row = self.selected()
         if row is not None:
             signal.emit(row["host"], row["repo_id"])
+
+    def delete_selected(self) -> None:
+        """Ask (naming the revision, the place and the space it frees), then delete it there with that
+        place's own ``gaudi-gui models --delete ID@COMMIT --yes``."""
+        row = self.selected()
+        if row is None or self._deleting is not None:
+            return
+        from PySide6.QtWidgets import QMessageBox
+
+        refs = f" ({', '.join(row['refs'])})" if row["refs"] else ""
+        box = QMessageBox(self)
+        box.setObjectName("delete_model_dialog")
+        box.setIcon(QMessageBox.Icon.Warning)
+        box.setWindowTitle("Delete a model")
+        box.setText(f"Delete {row['repo_id']} @ {row['commit'][:12]}{refs} from the Hugging Face cache of "
+                    f"{row['where']}?")
+        box.setInformativeText(f"This frees {hub.human(row['size'])}. Loading it again needs the network "
+                               "(or a new download).")
+        delete = box.addButton("Delete", QMessageBox.ButtonRole.DestructiveRole)
+        box.addButton(QMessageBox.StandardButton.Cancel)
+        box.setDefaultButton(QMessageBox.StandardButton.Cancel)
+        box.exec()
+        if box.clickedButton() is not delete:
+            return
+        host = next((h for h in self.places_shown() if h.name == row["host"]), None)
+        if host is None:
+            return
+        listing = self.places.delete_model(host, f"{row['repo_id']}@{row['commit']}")
+        self._deleting = listing
+        self._action = f"deleting {row['repo_id']} @ {row['commit'][:12]} on {row['where']}…"
+        self._show()
+        listing.finished.connect(lambda answer, message, h=host: self._on_deleted(h, answer, message))
+        self._update_buttons()
+
+    def _on_deleted(self, host: Host, answer: dict[str, Any], message: str) -> None:
+        listing, self._deleting = self._deleting, None
+        if listing is not None:
+            listing.deleteLater()
+        self._action = (f"{host.label}: not deleted: {message}" if message else
+                        f"{host.label}: deleted {answer.get('repo_id')}, freed "
+                        f"{hub.human(answer.get('freed_bytes'))}")
+        self.refresh(host.name)
 
     # -- downloads ------------------------------------------------------------------------------------
 
@@ -325,4 +376,7 @@ class ModelsTab(QWidget):
     def shutdown(self) -> None:
         for listing in list(self._listings.values()):
             listing.cancel()
+        if self._deleting is not None:
+            self._deleting.cancel()
+            self._deleting = None
         self._listings.clear()

@@ -21,7 +21,7 @@ from gaudi_gui.ui.download_dialog import DownloadDialog
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.models_tab import ModelsTab
 from tests.fake_hub import FakeHub, FakeRepo, repo_from_folder
-from tests.helpers import click, close_window
+from tests.helpers import answer_dialog, click, close_window
 
 SECRET = "hf_FakeTokenForTheTestsOnly0123456789abcd"
 
@@ -56,6 +56,14 @@ def cell(tab: ModelsTab, row: int, column: int) -> str:
     item = tab.table.item(row, column)
     assert item is not None
     return item.text()
+
+
+def select_row(qtbot, tab: ModelsTab, row: int) -> None:
+    item = tab.table.item(row, 0)
+    assert item is not None
+    qtbot.mouseClick(tab.table.viewport(), Qt.MouseButton.LeftButton,
+                     pos=tab.table.visualItemRect(item).center())
+    qtbot.waitUntil(lambda: tab.selected() is not None, timeout=5000)
 
 
 def download_by_clicks(qtbot, tab: ModelsTab, repo_id: str, *, stall_s: str = "",
@@ -142,6 +150,16 @@ def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: Mo
     assert "stalled: no byte arrived for" in notes and "retrying in" in notes
     assert "attempt 2 of 4" in notes
     assert row.status.text().startswith("Done.")
+
+    # The library lists it; Delete… asks with the space it frees, and frees it.
+    qtbot.waitUntil(lambda: tab.table.rowCount() == 1 and not tab.is_listing(), timeout=30000)
+    select_row(qtbot, tab, 0)
+    answer = answer_dialog(qtbot, "Delete")
+    click(qtbot, tab.delete_button)
+    assert answer.clicked and "org/stall @" in answer.text and "This frees 2.0 MB" in answer.text
+    qtbot.waitUntil(lambda: tab.table.rowCount() == 0 and "freed 2.0 MB" in tab.status.text(),
+                    timeout=30000)
+    assert not list((Path(os.environ["HF_HOME"]) / "hub").glob("models--org--stall/snapshots/*"))
 
     # A download that stalls on every attempt, cancelled by its button: no process is left.
     fake_hub.repos["org/stuck"] = FakeRepo(files={"model.safetensors": os.urandom(1_000_000)})

@@ -20,7 +20,7 @@ from gaudi_gui.core.remote import Host
 from gaudi_gui.ui.download_dialog import DownloadDialog
 from gaudi_gui.ui.models_tab import ModelsTab
 from tests.fake_hub import FakeHub, FakeRepo
-from tests.helpers import choose, click
+from tests.helpers import answer_dialog, choose, click
 from tests.remote.conftest import SshHost
 
 
@@ -107,6 +107,19 @@ def test_download_to_a_host_lands_in_its_cache_and_a_cut_link_ends_it_there(
     qtbot.waitUntil(lambda: tab.table.rowCount() == 1 and not tab.is_listing(), timeout=30000)
     assert cell(tab, 0, 0) == "org/on-host" and cell(tab, 0, 4) == ssh_host.dest
     assert ssh_host.wait_no_processes() == []
+
+    # Deleted there, after a question that names the host and the space.
+    item = tab.table.item(0, 0)
+    assert item is not None
+    qtbot.mouseClick(tab.table.viewport(), Qt.MouseButton.LeftButton,
+                     pos=tab.table.visualItemRect(item).center())
+    qtbot.waitUntil(lambda: tab.selected() is not None, timeout=5000)
+    answer = answer_dialog(qtbot, "Delete")
+    click(qtbot, tab.delete_button)
+    assert answer.clicked and f"cache of {ssh_host.dest}?" in answer.text
+    assert "This frees 1.5 MB" in answer.text
+    qtbot.waitUntil(lambda: tab.table.rowCount() == 0 and "freed 1.5 MB" in tab.status.text(), timeout=30000)
+    assert not list((remote_hf / "hub").glob("models--org--on-host/snapshots/*"))
 
     # The link is cut while a file is half sent: said here, and nothing goes on on the host.
     fake_hub.repos["org/cut"] = FakeRepo(files={"model.safetensors": os.urandom(1_000_000)})
