@@ -535,6 +535,11 @@ class Meter:
             if math.isfinite(wanted) and wanted > 0:
                 self.compile_interval_s = wanted
         self.compile_warning: dict[str, Any] | None = None
+        #: Steps of warm-up before compilations count (``GAUDI_GUI_METER_RISE_WARMUP``: tests).
+        self.rise_warmup_steps: int | None = None
+        with contextlib.suppress(ValueError):
+            self.rise_warmup_steps = max(1, int(self.env["GAUDI_GUI_METER_RISE_WARMUP"])) \
+                if self.env.get("GAUDI_GUI_METER_RISE_WARMUP") else None
         self._steps: list[tuple[float, int]] = []
         self._step_follower: Any = None
         self._compile_thread: threading.Thread | None = None
@@ -838,7 +843,9 @@ class Meter:
                 self._steps.append((when, step))
         if self.compile_warning is not None:
             return self.compile_warning
-        finding = compile_rise.compile_rise(compile_rise.compile_timeline(self.compile_base), self._steps)
+        warmup = self.rise_warmup_steps or compile_rise.RISE_WARMUP_STEPS
+        finding = compile_rise.compile_rise(compile_rise.compile_timeline(self.compile_base), self._steps,
+                                            warmup_steps=warmup)
         if finding is None:
             return None
         self.compile_warning = finding
@@ -888,6 +895,90 @@ class Meter:
 
 
 # -- what a person reads (the Training tab, the Runs list, ``runs list``) ------------------------------
+
+class LiveReader:
+    """The run's meter.jsonl read as it grows (only the new bytes each time): its power now, the
+    energy so far (the same integration as the summary's) and card-hours so far, for the Training
+    tab's live strip. A cut last line waits for its end."""
+
+    def __init__(self, folder: str | Path, gap_s: float = GAP_S) -> None:
+        self.path = Path(folder) / METER_NAME
+        self.accounts = Accounts(gap_s)
+        self.offset = 0
+        self._partial = b""
+        self.first_t: float | None = None
+        self.last_t: float | None = None
+        #: The run's power at the last sample (every card read one), or None.
+        self.watts: float | None = None
+        self.source = ""
+        self.cards: set[str] = set()
+
+    def read(self) -> bool:
+        """Take the new samples; True when there were any."""
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read(1 << 22)
+        except OSError:
+            return False
+        if not data:
+            return False
+        self.offset += len(data)
+        lines = (self._partial + data).split(b"\n")
+        self._partial = lines.pop()
+        took = False
+        for line in lines:
+            try:
+                sample = json.loads(line)
+            except ValueError:
+                continue
+            t = _finite(sample.get("t")) if isinstance(sample, dict) else None
+            if t is None:
+                continue
+            cards = sample.get("cards")
+            if isinstance(cards, list):
+                cards = [c for c in cards if isinstance(c, dict)]
+                self.accounts.add(t, cards)
+                powers = [_finite(c.get("power_w")) for c in cards]
+                good = [p for p in powers if p is not None and p >= 0]
+                self.watts = sum(good) if cards and len(good) == len(cards) else None
+                self.cards.update(str(c.get("name")) for c in cards)
+            elif sample.get("source") == "rapl":
+                watts = _finite(sample.get("power_w"))
+                self.accounts.add(t, [{"name": "CPU package", "power_w": watts}] if watts is not None else [])
+                self.watts = watts
+            else:
+                continue  # a throttle read: not power
+            self.source = str(sample.get("source") or self.source)
+            self.first_t = t if self.first_t is None else self.first_t
+            self.last_t = t
+            took = True
+        return took
+
+    @property
+    def energy_j(self) -> float | None:
+        return self.accounts.energy()[0]
+
+    @property
+    def card_hours(self) -> float | None:
+        if not self.cards or self.first_t is None or self.last_t is None or self.source == "rapl":
+            return None
+        return len(self.cards) * (self.last_t - self.first_t) / 3600
+
+    def text(self) -> str:
+        """'⚡ 205 W now · 1.2 Wh so far · 0.0057 card-hours (hl-smi power integrated)', or '' before the
+        first sample."""
+        if self.last_t is None:
+            return ""
+        parts = [f"⚡ {self.watts:.0f} W now" if self.watts is not None else "⚡ power now unknown"]
+        energy = self.energy_j
+        parts.append(f"{figure(energy / 3600) if energy < 3600 * 10 else f'{energy / 3600:.0f}'} Wh so far"
+                     if energy is not None else "energy so far: not yet measured")
+        hours = self.card_hours
+        if hours is not None:
+            parts.append(f"{figure(hours)} card-hours")
+        return " · ".join(parts)
+
 
 #: The first logged steps of a launch that the steady-state rate leaves out (at most this many; a
 #: tenth of a short run): graph compilation and warm-up make them slow, and an ETA from them is wrong.
@@ -1132,10 +1223,11 @@ def _clean(value: float | None) -> float | None:
 
 
 __all__ = ["COMPILE_WATCH_S", "GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME", "NOT_MEASURED",
-           "RAPL_ROOT", "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_RAPL", "SUMMARY_NAME", "THROTTLE_INTERVAL_S",
-           "THROTTLE_REASONS", "WARMUP_STEPS", "Accounts", "CardAccount", "Meter", "PowerIntegrator",
-           "Rates", "ThrottleClock", "card_hours_text", "compile_text", "describe", "energy_measured",
-           "energy_text", "fallback_ops", "figure", "joules_text", "kwh_text", "memory_text", "meter_line",
-           "not_measured_why", "parse_ids", "query_card_name", "rapl_root", "rapl_zones", "rates",
-           "rates_text", "read_summary", "recorded_cards", "run_compile", "short", "summarize",
-           "throttle_reasons", "throttle_summary", "throttle_text", "true_memory_peak", "warmup_steps"]
+           "RAPL_ROOT", "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_RAPL", "SUMMARY_NAME",
+           "THROTTLE_INTERVAL_S", "THROTTLE_REASONS", "WARMUP_STEPS", "Accounts", "CardAccount",
+           "LiveReader", "Meter", "PowerIntegrator", "Rates", "ThrottleClock", "card_hours_text",
+           "compile_text", "describe", "energy_measured", "energy_text", "fallback_ops", "figure",
+           "joules_text", "kwh_text", "memory_text", "meter_line", "not_measured_why", "parse_ids",
+           "query_card_name", "rapl_root", "rapl_zones", "rates", "rates_text", "read_summary",
+           "recorded_cards", "run_compile", "short", "summarize", "throttle_reasons", "throttle_summary",
+           "throttle_text", "true_memory_peak", "warmup_steps"]

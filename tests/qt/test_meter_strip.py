@@ -1,0 +1,106 @@
+"""The Training tab's meter strip (issue 27) on a real run started by a click: watts now and Wh so far
+read from the run's meter.jsonl while it trains (the fake hl-smi's 8 recorded cards), and the run
+meter's warning when graph compilations keep rising after warm-up, live (a bridge metrics file
+written into the run folder as Intel's bridge writes it, timed at the run's own logged steps) and
+again when the stopped run is reopened."""
+# mypy: disable-error-code="union-attr"
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from gaudi_gui.core import compile_rise, hpu_metrics
+from tests.helpers import click, set_arg
+from tests.qt.test_training_tab import click_history, tab  # noqa: F401 - the fixture
+
+DATA = Path(__file__).resolve().parents[1] / "data" / "hlsmi"
+
+
+def _recorded_total_power() -> float:
+    lines = (DATA / "csv-nounits-hl205.txt").read_text().splitlines()
+    column = [p.strip() for p in lines[0].split(",")].index("power.draw [W]")
+    return sum(float(line.split(",")[column]) for line in lines[1:])
+
+
+def _steps(run_folder: Path) -> list[tuple[float, int]]:
+    out = []
+    for line in (run_folder / "events.jsonl").read_text().splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        if event.get("type") == "metrics" and isinstance(event.get("step"), int) and not event.get("summary"):
+            out.append((float(event["time"]), int(event["step"])))
+    return out
+
+
+def _bridge_file(folder: Path, steps: list[tuple[float, int]]) -> None:
+    """rank 0's metrics file: 6 compilations before the first step, then one every 2nd step after
+    step 11 (a dump at each change, `metric_change`), no closing ']' (the rank is still running)."""
+    dumps, total = [], 0
+    for when, step in [(steps[0][0] - 1, 0), *steps]:
+        grew = 6 if step == 0 else (1 if step > 11 and step % 2 == 0 else 0)
+        if grew:
+            total += grew
+            dumps.append({"metric_name": "graph_compilation", "triggered_by": "metric_change",
+                          "generated_on": dt.datetime.fromtimestamp(when - 0.01).isoformat(),
+                          "statistics": {"TotalNumber": total, "TotalTime": 800 * total, "AvgTime": 800}})
+    folder.mkdir(exist_ok=True)
+    (folder / "metrics-rank0.json").write_text("[" + ",\n".join(json.dumps(d) for d in dumps))
+
+
+def test_live_power_and_compile_warning_by_clicks(qtbot, fake_hl_smi: Path, tab,  # noqa: F811
+                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GAUDI_GUI_METER_COMPILE_S", "0.3")
+    monkeypatch.setenv("GAUDI_GUI_METER_RISE_WARMUP", "10")  # 10 steps of warm-up, not 50: a shorter test
+    tab.services.environment._result = {"device": "hpu"}  # as the probe of a Gaudi machine answers
+    set_arg(tab, "output_dir", str(tmp_path / "out"))
+    set_arg(tab, "max_steps", "100000")
+    set_arg(tab, "save_steps", "100000")
+    set_arg(tab, "logging_steps", "1")
+    strip = tab.meter_strip
+    assert not strip.power.isVisible() and not strip.warning.isVisible()
+    click(qtbot, tab.btn["Start"])
+    job = tab.job
+    qtbot.waitUntil(lambda: job.run is not None and bool(job.records), timeout=120000)
+    # Watts now: the 8 recorded cards' power summed; Wh so far grows with the samples.
+    qtbot.waitUntil(lambda: strip.power.isVisible() and "Wh so far" in strip.power.text(), timeout=60000)
+    assert strip.power.text().startswith(f"⚡ {_recorded_total_power():.0f} W now · "), strip.power.text()
+    assert "card-hours" in strip.power.text()
+    first = strip.reader.energy_j
+    qtbot.waitUntil(lambda: strip.reader.energy_j > first, timeout=30000)
+
+    # The bridge's file, once the run has logged 75 steps: the meter's watch (in the run's supervisor)
+    # finds the rise and writes its warning event; the strip says it while the run goes on.
+    folder = job.run.folder
+    qtbot.waitUntil(lambda: len(_steps(folder)) >= 35, timeout=120000)
+    _bridge_file(folder / hpu_metrics.FOLDER_NAME, _steps(folder))
+    qtbot.waitUntil(strip.warning.isVisible, timeout=60000)
+    assert job.is_running()
+    text = strip.warning.text()
+    assert text.startswith("⚠ graph compilations keep rising after warm-up: ") and "after step 11" in text
+    assert "pad every batch to a fixed length" in text and "dataloader_drop_last" in text
+
+    click(qtbot, tab.btn["Stop"])
+    with qtbot.waitSignal(job.finished, timeout=180000):
+        pass
+    assert not strip.power.isVisible() and not strip.following  # the meter line says what it cost
+    assert strip.warning.isVisible()
+    summary = json.loads((folder / "meter-summary.json").read_text())
+    assert summary["compile_warning"]["kind"] == "compile_rise"
+    warnings = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()
+                if '"warning"' in line]
+    assert len([w for w in warnings if w["type"] == compile_rise.WARNING_EVENT]) == 1
+
+    # Reopened from Runs (clicked): the warning again, from the summary; no live power.
+    tab.runs.select_row(0)
+    click_history(qtbot, tab, "Compare")
+    assert not strip.warning.isVisible()
+    click_history(qtbot, tab, "Reopen")
+    # The finding is made once: the summary's is the one said live.
+    assert strip.warning.isVisible() and strip.warning.text() == text
+    assert not strip.power.isVisible()
