@@ -82,3 +82,27 @@ def test_meter_reads_throttle_reasons_of_its_own_cards(tmp_path: Path,
     assert throttle["worst_card"] == "module 3" and throttle["throttled_s"] == module3["throttled_s"]
     assert "module 3 power" in meter.describe(summary)
     assert (meter.read_summary(folder) or {})["throttle"] == throttle
+
+
+def test_live_reader_reads_only_new_samples_and_waits_for_a_cut_line(tmp_path: Path) -> None:
+    """The Training tab's strip: power now, energy and card-hours so far, from meter.jsonl as it grows;
+    a throttle read is not a power sample; a line cut mid-write waits for its end."""
+    path = tmp_path / meter.METER_NAME
+    reader = meter.LiveReader(tmp_path)
+    assert not reader.read() and reader.text() == ""  # no file yet
+
+    def sample(t: float, watts: list[float | None]) -> str:
+        cards = [{"name": f"module {i}", "power_w": w} for i, w in enumerate(watts)]
+        return json.dumps({"t": t, "source": "hl-smi", "cards": cards}) + "\n"
+
+    path.write_text(sample(0.0, [100.0, 200.0]) + sample(3600.0, [100.0, 200.0])
+                    + json.dumps({"t": 3600.5, "source": "hl-smi -q", "throttle": {"module 0": []}}) + "\n"
+                    + sample(7200.0, [100.0, None])[:20])
+    assert reader.read()
+    assert reader.text() == "⚡ 300 W now · 300 Wh so far · 2.0 card-hours"
+    with open(path, "a") as fh:
+        fh.write(sample(7200.0, [100.0, None])[20:])
+    assert reader.read()
+    assert reader.watts is None  # module 1 read nothing: no total 'now'
+    assert reader.text().startswith("⚡ power now unknown · 400 Wh so far")  # module 1's hour not counted
+    assert not reader.read()  # nothing new
