@@ -32,7 +32,7 @@ import time
 from collections import deque
 from typing import IO, Any
 
-from gaudi_gui.core import events, hub
+from gaudi_gui.core import events, hub, protocol
 from gaudi_gui.core.backoff import Backoff
 from gaudi_gui.core.secrets import redact
 
@@ -61,6 +61,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help=f"attempts in all before giving up (default {DEFAULT_ATTEMPTS})")
     p.add_argument("--cache-dir", default=None, metavar="DIR",
                    help="the Hub cache to fill (default: HF_HUB_CACHE, as from_pretrained uses it)")
+    p.add_argument("--events", action="store_true",
+                   help="print the events as protocol lines (core.protocol), for a supervisor or the app")
+    p.add_argument("--detach", action="store_true",
+                   help="download in the background under a supervisor with a run folder (it outlives this "
+                        "shell, the app and an SSH connection), print the folder and return; follow it "
+                        "with `gaudi-gui runs follow`, stop it with `gaudi-gui runs stop`")
+    p.add_argument("--runs-dir", default="", help="with --detach: where the run folder goes")
     p.add_argument("--no-verify", action="store_true",
                    help="do not check the fetched files against the Hub's sizes and ETag digests "
                         "(sha256 for LFS files, git's sha1 for the others)")
@@ -69,15 +76,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 class _Out:
     """Text or JSON lines on stdout; problems on stderr (and as an event with --json)."""
 
-    def __init__(self, as_json: bool) -> None:
-        self.json = as_json
+    def __init__(self, as_json: bool, as_events: bool = False) -> None:
+        self.json = as_json or as_events
+        #: Protocol lines (``@gaudi-gui {...}``): what a supervisor keeps in the run's events.jsonl.
+        self.protocol = as_events
         self.tty = sys.stdout.isatty() and not as_json
         self._line_open = False
         self._last_plain = 0.0
         self._last_text = ""
 
     def event(self, event: dict[str, Any]) -> None:
-        if self.json:
+        if self.protocol:
+            fields = {k: v for k, v in event.items() if k != "type"}
+            sys.stdout.write(protocol.event(str(event["type"]), **fields) + "\n")
+            sys.stdout.flush()
+        elif self.json:
             sys.stdout.buffer.write(events.encode(event))
             sys.stdout.flush()
 
@@ -253,8 +266,35 @@ def _run_attempt(args: argparse.Namespace, plan: hub.Plan, out: _Out, xet_off: b
     return result
 
 
+def detached_words(args: argparse.Namespace) -> list[str]:
+    """The command's own words again, for its background copy (without --detach/--json/--runs-dir)."""
+    words = [args.repo_id, "--stall-s", f"{args.stall_s:g}", "--attempts", str(args.attempts)]
+    if args.revision:
+        words += ["--revision", args.revision]
+    for pattern in args.include:
+        words += ["--include", pattern]
+    for pattern in args.exclude:
+        words += ["--exclude", pattern]
+    if args.cache_dir:
+        words += ["--cache-dir", args.cache_dir]
+    if args.no_verify:
+        words.append("--no-verify")
+    return words
+
+
 def run(args: argparse.Namespace) -> int:
-    out = _Out(bool(args.json))
+    if args.detach:
+        bad = hub.check_repo_id(args.repo_id)
+        if bad:
+            print(f"gaudi-gui download: {bad}", file=sys.stderr)
+            return 2
+        from gaudi_gui.commands.detach import detach_command
+        # The background command inherits this environment (the user's login, HF_ENDPOINT, ...):
+        # nothing secret is written to its payload or run folder.
+        return detach_command("download", "download", detached_words(args),
+                              name=f"download-{args.repo_id.rsplit('/', 1)[-1]}", runs_dir=args.runs_dir,
+                              as_json=args.json)
+    out = _Out(bool(args.json), bool(getattr(args, "events", False)))
     previous = signal.getsignal(signal.SIGTERM)
 
     def _terminated(signum: int, frame: object) -> None:

@@ -66,7 +66,7 @@ RULES: tuple[Rule, ...] = (
     # serve and eval: --detach puts the job in a run folder of the runs store (core.jobkind)
     Rule("serve", "--json", needs=("--detach",), why="it prints the detached job as JSON"),
     *(Rule(command, "--runs-dir", needs=("--detach",), why="only a detached job has a run folder")
-      for command in ("serve", "eval")),
+      for command in ("serve", "eval", "download")),
     # generate: values that only sampling or a chat reads
     *(Rule("generate", flag, needs=("--do-sample",), why="greedy decoding does not sample")
       for flag in ("--temperature", "--top-p", "--top-k")),

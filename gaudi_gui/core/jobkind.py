@@ -31,7 +31,7 @@ from typing import Any
 from gaudi_gui.core import atomic
 from gaudi_gui.core.runstore import FILE_MODE, Run, RunStatus, RunStore, new_folder
 
-KINDS = ("training", "serve", "evaluate")
+KINDS = ("training", "serve", "evaluate", "download")
 #: What a kind's run folder records about the command (the kind, its argv, the working folder).
 SPEC_NAME = "spec.json"
 ENDPOINT_NAME = "endpoint.json"
@@ -116,6 +116,10 @@ def take(run: Run, event: Mapping[str, Any]) -> dict[str, Any]:
             os.write(fd, line.encode("utf-8"))
         finally:
             os.close(fd)
+    elif kind == "progress" and isinstance(event.get("bytes_done"), int):
+        # A download (commands/download.py): bytes, rate, ETA and files, said in the status.
+        from gaudi_gui.core.hub import progress_text
+        return {"summary": f"Downloading: {progress_text(dict(event))}"}
     elif kind == "progress" and isinstance(event.get("done"), int) and isinstance(event.get("total"), int):
         return {"step": event["done"], "max_steps": event["total"]}
     elif kind == "result":
@@ -145,6 +149,8 @@ def outcome(kind: str, events: Iterable[Mapping[str, Any]], *, exit_code: int | 
             stop_requested: bool, killed: bool) -> dict[str, Any]:
     """How a Serve or Evaluate command ended: state (finished / stopped / failed / killed), summary and
     error, from its events and exit code."""
+    if kind == "download":
+        return _download_outcome(events, exit_code=exit_code, stop_requested=stop_requested, killed=killed)
     failure: Mapping[str, Any] | None = None
     last_state = ""
     result = False
@@ -170,6 +176,28 @@ def outcome(kind: str, events: Iterable[Mapping[str, Any]], *, exit_code: int | 
     if kind == "serve":
         return {"state": "stopped", "summary": f"Stopped{said}"}
     return {"state": "failed", "summary": "Failed: the evaluation ended without results"}
+
+
+def _download_outcome(events: Iterable[Mapping[str, Any]], *, exit_code: int | None, stop_requested: bool,
+                      killed: bool) -> dict[str, Any]:
+    """How a download ended: finished with its snapshot folder, stopped, killed, or failed saying why."""
+    done: Mapping[str, Any] | None = None
+    failure: Mapping[str, Any] | None = None
+    for event in events:
+        if event.get("type") == "done":
+            done = event
+        elif event.get("type") == "error":
+            failure = event
+    if done is not None and exit_code == 0:
+        return {"state": "finished", "summary": f"Downloaded: {done.get('path')}"}
+    if killed:
+        return {"state": "killed", "summary": "Killed (it did not end within the grace period)"}
+    if stop_requested:
+        return {"state": "stopped", "summary": "Stopped: finished files stay in the cache; the same download "
+                                               "again continues with the rest"}
+    message = str((failure or {}).get("message") or f"the download ended with code {exit_code}")
+    return {"state": "failed", "summary": f"Failed: {message}", "error": message,
+            "error_kind": str((failure or {}).get("kind") or "")}
 
 
 def spec(run: Run) -> dict[str, Any]:

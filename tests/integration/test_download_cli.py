@@ -296,3 +296,57 @@ def test_what_arrived_is_checked_against_the_hub_and_a_damaged_file_is_fetched_a
     assert "damaged: model.safetensors: sha256" in bad.stdout
     blobs = Path(os.environ["HF_HOME"]) / "hub" / "models--org--bad" / "blobs"
     assert not [p for p in blobs.iterdir() if not p.name.endswith(".incomplete")]
+
+
+def _wait_state(run: Any, states: tuple[str, ...]) -> Any:
+    """Poll the run's status until it is one of ``states`` (pytest-timeout has the last word)."""
+    while True:
+        status = run.status()
+        if status.state in states:
+            return status
+        time.sleep(0.1)
+
+
+def test_detached_download_is_a_job_with_a_run_folder_and_runs_stop_ends_it(fake_hub: FakeHub,
+                                                                            tmp_path: Path) -> None:
+    from gaudi_gui.core.runstore import Run
+    runs = tmp_path / "runs"
+    fake_hub.repos["org/detached"] = small_repo()
+    started = gaudi("download", "org/detached", "--detach", "--json", "--runs-dir", str(runs),
+                    env={"HF_TOKEN": SECRET})
+    assert started.returncode == 0, started.stderr
+    info = json.loads(started.stdout.strip().splitlines()[-1])
+    run = Run(info["folder"])
+    assert info["kind"] == "download" and run.kind == "download"
+    status = _wait_state(run, ("finished", "failed", "stopped", "killed"))
+    assert status.state == "finished", (status, run.log_tail(20))
+    assert status.summary.startswith("Downloaded: ") and status.summary.endswith(
+        f"snapshots/{fake_hub.repos['org/detached'].sha}")
+    kinds = [e["type"] for e in run.events()]
+    assert "plan" in kinds and "progress" in kinds and "verified" in kinds and kinds[-1] == "done"
+    listed = gaudi("runs", "--runs-dir", str(runs), "list", "--json")
+    assert listed.returncode == 0 and "download" in listed.stdout
+    # The login went to the download (the fake Hub saw it) and into no file of the run folder.
+    assert f"Bearer {SECRET}" in fake_hub.authorizations
+    for path in run.folder.rglob("*"):
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+    # A download that stalls, stopped with runs stop: 'stopped', and nothing of it is left.
+    fake_hub.repos["org/stuck"] = FakeRepo(files={"model.safetensors": os.urandom(500_000)})
+    fake_hub.stall("org/stuck", "model.safetensors", times=10)
+    fake_hub.stalled.clear()
+    started = gaudi("download", "org/stuck", "--detach", "--json", "--runs-dir", str(runs))
+    assert started.returncode == 0, started.stderr
+    stuck = Run(json.loads(started.stdout.strip().splitlines()[-1])["folder"])
+    assert fake_hub.stalled.wait(60)
+    stop = gaudi("runs", "--runs-dir", str(runs), "stop", str(stuck.folder))
+    assert stop.returncode == 0, stop.stderr
+    status = _wait_state(stuck, ("finished", "failed", "stopped", "killed"))
+    assert status.state == "stopped", status
+    left = [p for p in psutil.process_iter(["cmdline"]) if "org/stuck" in " ".join(p.info["cmdline"] or [])]
+    deadline = time.monotonic() + 20
+    while left and time.monotonic() < deadline:
+        time.sleep(0.1)
+        left = [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert not left
