@@ -99,34 +99,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_request(job: Any, *, kind: str, cards: CardRequest, priority: int, device: str) -> dict[str, Any]:
-    """The values of an add request for ``job`` (a JobConfig) after the checks made here: the job's
-    own problems, its output folder held by another run, or the output folder of a queued job (the
-    queue process checks that last one again when it applies the request). QueueError, one line."""
-    from gaudi_gui.core import prepare
-    if kind not in queue.KINDS:
-        raise QueueError(f"--kind {kind}: only {', '.join(queue.KINDS)} jobs can be queued yet")
-    problems = job.validate()
-    if problems:
-        raise QueueError("; ".join(f"{f}: {p}" for f, p in problems))
-    for field, problem in prepare.output_problems(job):
-        raise QueueError(f"{field}: {problem} (or set overwrite_output in the job)")
-    output_dir = queue.resolved_dir(job.output_dir)
-    other = queue.same_output(output_dir, queue.read_state().entries,
-                              [r for _p, r in queue.pending_requests()])
-    if other:
-        raise QueueError(queue.output_refusal(output_dir, other))
-    return {"job": job.to_dict(), "kind": kind, "name": job.name or Path(job.model).name,
-            "priority": priority, "card_ids": list(cards.ids), "card_count": cards.count,
-            "device": device, "output_dir": output_dir, "added_by": "cli"}
-
-
 def _add(args: argparse.Namespace) -> int:
     from gaudi_gui.core.jobconfig import JobConfigError, load_job
     try:
         cards = CardRequest.parse(args.cards)
         job = load_job(args.config)
-        values = add_request(job, kind=args.kind, cards=cards, priority=args.priority, device=args.device)
+        values = queue.add_values(job, kind=args.kind, cards=cards, priority=args.priority,
+                                  device=args.device, added_by="cli")
     except (ValueError, JobConfigError, QueueError) as exc:
         _say(f"gaudi-gui queue add: {exc}")
         return 2

@@ -416,6 +416,30 @@ def output_refusal(output_dir: str, other: str) -> str:
             f"its own folder) or choose another")
 
 
+def add_values(job: Any, *, kind: str = "train", cards: CardRequest | None = None, priority: int = 0,
+               device: str = "auto", added_by: str = "", root: Path | None = None) -> dict[str, Any]:
+    """The values of an add request for ``job`` (a JobConfig) after the checks a requester makes: the
+    kind, the job's own problems, its output folder holding another run's files, or being the output
+    folder of a queued job or of an add not applied yet (the queue process checks that last one again
+    when it applies the request: two requesters at once). QueueError, one line."""
+    from gaudi_gui.core import prepare
+    if kind not in KINDS:
+        raise QueueError(f"--kind {kind}: only {', '.join(KINDS)} jobs can be queued yet")
+    problems = job.validate()
+    if problems:
+        raise QueueError("; ".join(f"{f}: {p}" for f, p in problems))
+    for name, problem in prepare.output_problems(job):
+        raise QueueError(f"{name}: {problem} (or set overwrite_output in the job)")
+    output_dir = resolved_dir(job.output_dir)
+    other = same_output(output_dir, read_state(root).entries, [r for _p, r in pending_requests(root)])
+    if other:
+        raise QueueError(output_refusal(output_dir, other))
+    cards = cards or CardRequest()
+    return {"job": job.to_dict(), "kind": kind, "name": job.name or Path(job.model).name,
+            "priority": priority, "card_ids": list(cards.ids), "card_count": cards.count,
+            "device": device, "output_dir": output_dir, "added_by": added_by}
+
+
 # -- cards: what the doctor saw, and the plan -------------------------------------------------------
 
 
@@ -556,7 +580,8 @@ def _choose(want: CardRequest, view: CardsView, taken: set[int],
     pick = view.health.pick(want.count, exclude=sorted(taken))
     if not pick.ids:
         free_now = sorted(view.healthy_free() - taken)
-        what = f"healthy and free now: {cards_name(free_now)}" if free_now else "no card is healthy and free now"
+        what = (f"healthy and free now: {cards_name(free_now)}" if free_now
+                else "no card is healthy and free now")
         if pick.note:
             what += f"; none {pick.note} is whole"
         return [], what
@@ -625,6 +650,6 @@ def request(action: str, *, timeout_s: float = 30.0, root: Path | None = None,
 
 
 __all__ = ["ACTIVE", "KINDS", "MAX_PASSED", "MAX_START_ATTEMPTS", "PENDING", "STATES", "CardRequest",
-           "CardsView", "Decision", "Entry", "QueueError", "QueueState", "ensure_running", "make_dirs",
-           "ordered", "output_refusal", "pending_requests", "plan", "queue_dir", "read_state", "request",
-           "runner_pid", "same_output", "send_request", "wait_reply", "write_reply", "write_state"]
+           "CardsView", "Decision", "Entry", "QueueError", "QueueState", "add_values", "ensure_running",
+           "make_dirs", "ordered", "output_refusal", "pending_requests", "plan", "queue_dir", "read_state",
+           "request", "runner_pid", "same_output", "send_request", "wait_reply", "write_reply", "write_state"]

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from gaudi_gui.services.jobs import JobRegistry
     from gaudi_gui.services.notifier import Notifier
     from gaudi_gui.services.preflight import PreflightService
+    from gaudi_gui.services.queue import QueueService
     from gaudi_gui.services.remote_files import RemoteFiles
     from gaudi_gui.services.schema import SchemaLoader
     from gaudi_gui.services.serve import ServeService
@@ -68,6 +69,8 @@ class AppServices:
     #: Hub downloads and model listings on this machine and the hosts (the Models tab):
     #: ``ensure_models``; registered in ``jobs``.
     models: ModelPlaces | None = None
+    #: This machine's queue as its own process keeps it (issue 29): ``ensure_queue``.
+    queue: QueueService | None = None
 
     @property
     def poller(self) -> DevicePoller:
@@ -104,6 +107,8 @@ class AppServices:
             self.notifier.watch_health(self.health)
             if self.training is not None:
                 self.notifier.watch_training(self.training)
+            if self.queue is not None:
+                self.notifier.watch_queue(self.queue)
             self._check_hosts_health()
         return self.health
 
@@ -172,6 +177,17 @@ class AppServices:
             if self.notifier is not None:
                 self.notifier.watch_training(self.training)
         return self.training
+
+    def ensure_queue(self, parent: QObject | None = None) -> QueueService:
+        """This machine's queue (its state read once a second), made and started on first use; its
+        queued jobs' starts and ends are notified."""
+        if self.queue is None:
+            from gaudi_gui.services.queue import QueueService
+            self.queue = QueueService(parent)
+            if self.notifier is not None:
+                self.notifier.watch_queue(self.queue)
+            self.queue.start()
+        return self.queue
 
     def ensure_serve(self, parent: QObject | None = None) -> ServeService:
         """The Serve panel's service, made on first use."""

@@ -52,6 +52,23 @@ class Notifier(QObject):
         """Notify each run that ends (finished, failed, stopped or killed) with its one-line outcome."""
         training.job_finished.connect(self._on_job_finished)  # type: ignore[attr-defined]
 
+    def watch_queue(self, queue: QObject) -> None:
+        """Notify each queued job that starts (nobody pressed Start) and each that ends."""
+        queue.entry_started.connect(self._on_queued_started)  # type: ignore[attr-defined]
+        queue.entry_ended.connect(self._on_queued_ended)  # type: ignore[attr-defined]
+
+    def _on_queued_started(self, entry: object) -> None:
+        name = str(getattr(entry, "name", "") or getattr(entry, "id", "job"))
+        run = str(getattr(entry, "run_name", "") or "")
+        self.notify(f"Queued job {name} started", f"run {run}" if run else "started from the queue")
+
+    def _on_queued_ended(self, entry: object) -> None:
+        name = str(getattr(entry, "name", "") or getattr(entry, "id", "job"))
+        outcome = str(getattr(entry, "outcome", "") or "ended")
+        summary = str(getattr(entry, "summary", "") or getattr(entry, "why", "") or outcome)
+        self.notify(f"Queued job {name} {outcome}", summary.splitlines()[0] if summary else outcome,
+                    "error" if outcome in ("failed", "killed", "not started") else "info")
+
     def _on_alert(self, alert: Alert) -> None:
         where = "" if alert.host == "local" else f" on {alert.host}"
         word = "Critical" if alert.severity == "error" else "Warning"

@@ -43,6 +43,7 @@ from gaudi_gui.ui.device_table import CardHealth, DeviceTable
 
 if TYPE_CHECKING:
     from gaudi_gui.core.health import HostHealth
+    from gaudi_gui.services.queue import QueueService
 
 #: (label, seconds) of the history window choices.
 WINDOWS = (("1 min", 60), ("5 min", 300), ("15 min", 900), ("1 h", 3600))
@@ -179,6 +180,13 @@ class DevicesTab(QWidget):
         usable_row.addWidget(self.pick_size)
         usable_row.addWidget(self.pick_button)
         self._usable_widgets = [self.usable_label, pick_for, self.pick_size, self.pick_button]
+        # This machine's queue: "next: JOB waits for 2 cards" (hidden while nothing waits for cards).
+        self.queue_line = QLabel("", self)
+        self.queue_line.setObjectName("devicesQueueNext")
+        self.queue_line.setTextFormat(Qt.TextFormat.PlainText)
+        self.queue_line.setVisible(False)
+        if services.queue is not None:
+            self.bind_queue(services.queue)
 
         self.charts = DeviceCharts(self)
         self.charts.set_window(WINDOWS[index][1])
@@ -197,6 +205,7 @@ class DevicesTab(QWidget):
         upper_layout.setContentsMargins(0, 0, 0, 0)
         upper_layout.addWidget(self.table)
         upper_layout.addLayout(usable_row)
+        upper_layout.addWidget(self.queue_line)
         upper_layout.addLayout(select_row)
         upper_layout.addWidget(self.selection_warning)
         lower = QWidget(self)
@@ -459,6 +468,18 @@ class DevicesTab(QWidget):
             self.services.health.view_requested.emit(self.health_host)
 
     # -- charts -------------------------------------------------------------------------------------
+
+    def bind_queue(self, queue: QueueService) -> None:
+        """Show the queue's next job when it waits for cards (``QueueService.next_line``)."""
+        def show(_state: object = None) -> None:
+            text = queue.next_line()
+            waiting = queue.next_waiting()
+            self.queue_line.setText(text)
+            self.queue_line.setToolTip(waiting.why if waiting is not None else "")
+            self.queue_line.setVisible(bool(text))
+
+        queue.state_changed.connect(show)
+        show()
 
     def _on_window_changed(self, index: int) -> None:
         seconds = int(self.window_combo.itemData(index))

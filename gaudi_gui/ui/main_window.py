@@ -18,11 +18,13 @@ from gaudi_gui.services.jobs import ActiveJob, JobOwner, close_question
 
 if TYPE_CHECKING:
     from gaudi_gui.services.device_selection import DeviceSelection
+    from gaudi_gui.services.queue import QueueService
     from gaudi_gui.ui.devices_tab import DevicesTab
     from gaudi_gui.ui.environment_tab import EnvironmentTab
     from gaudi_gui.ui.health_view import HealthView
     from gaudi_gui.ui.hosts_tab import HostsTab
     from gaudi_gui.ui.models_tab import ModelsTab
+    from gaudi_gui.ui.queue_view import QueueView
     from gaudi_gui.ui.runner_tab import RunnerTab
     from gaudi_gui.ui.serve_panel import ServePanel
     from gaudi_gui.ui.training_tab import TrainingTab
@@ -93,6 +95,9 @@ class MainWindow(QMainWindow):
         #: The Serve panel, in a dock made the first time it is asked for (``show_serve``, Ctrl+Shift+S).
         self.serve_panel: ServePanel | None = None
         self._serve_dock: QDockWidget | None = None
+        #: The Queue view, in a dock made the first time it is asked for (``show_queue``, Ctrl+Shift+Q).
+        self.queue_view: QueueView | None = None
+        self._queue_dock: QDockWidget | None = None
         self._health_bound = False
         self._bind_health()
         self._restore()
@@ -146,6 +151,9 @@ class MainWindow(QMainWindow):
         self.services.ensure_hosts(parent)
         self.services.ensure_health(parent)
         self._bind_health()
+        from gaudi_gui.core import queue as queue_mod
+        if self.services.queue is None and queue_mod.state_path().exists():
+            self._bind_queue()  # a queue kept on this machine: its "next:" line and notifications
 
     def _bind_health(self) -> None:
         """A view's request to see a host's health opens the Health dock (once the service exists)."""
@@ -248,6 +256,11 @@ class MainWindow(QMainWindow):
         serve.triggered.connect(lambda _checked=False: self.show_serve())
         view_menu.addAction(serve)
 
+        queue_action = QAction("&Queue", self)
+        queue_action.setShortcuts([QKeySequence("Ctrl+Shift+Q")])
+        queue_action.triggered.connect(lambda _checked=False: self.show_queue())
+        view_menu.addAction(queue_action)
+
         help_menu = self.menuBar().addMenu("&Help")
         about = QAction("&About gaudi-gui", self)
         about.triggered.connect(self._about)
@@ -305,6 +318,38 @@ class MainWindow(QMainWindow):
         if health.health(host) is None and not health.is_checking(host):
             health.refresh(host)
         return view
+
+    # -- queue ----------------------------------------------------------------------------------------
+
+    def _bind_queue(self) -> QueueService:
+        """This machine's queue service (made on first use) and the Devices tab's "next:" line."""
+        made = self.services.queue is None
+        queue = self.services.ensure_queue(self.services.settings.parent())
+        devices = self._built.get("devices_tab")
+        if made and devices is not None:
+            cast("DevicesTab", devices).bind_queue(queue)
+        return queue
+
+    def show_queue(self) -> QueueView | None:
+        """The Queue view of this machine in its dock (made on first use)."""
+        if self._shut_down:
+            return None
+        self._ensure_services()
+        queue = self._bind_queue()
+        if self._queue_dock is None:
+            from PySide6.QtCore import Qt
+
+            from gaudi_gui.ui.queue_view import QueueView
+
+            dock = QDockWidget("Queue", self)
+            dock.setObjectName("queue_dock")
+            self.queue_view = QueueView(queue, dock)
+            dock.setWidget(self.queue_view)
+            self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
+            self._queue_dock = dock
+        self._queue_dock.show()
+        self._queue_dock.raise_()
+        return self.queue_view
 
     def _reattach_jobs(self) -> None:
         parent = self.services.settings.parent()
@@ -497,6 +542,8 @@ class MainWindow(QMainWindow):
             self.services.health.shutdown()
         if self.services.notifier is not None:
             self.services.notifier.shutdown()
+        if self.services.queue is not None:
+            self.services.queue.shutdown()
         self.closed.emit()
 
 

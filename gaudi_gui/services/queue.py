@@ -1,0 +1,149 @@
+"""The window's face of this machine's queue (core/queue.py): what the Queue view, the Training tab's
+Queue button, the Devices panel's "next:" line and the notifier bind to.
+
+The queue is kept by its own process (it runs while the window is closed); this service only reads
+the state file it writes (a stat per second, a read when it changed) and sends requests (one small
+atomic file each). The queue process is started detached (``QProcess.startDetached``: nobody's child,
+no zombie, nothing the window waits for) when a request finds none running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from typing import Any
+
+from PySide6.QtCore import QIODevice, QObject, QProcess, QTimer, Signal
+
+from gaudi_gui.core import queue
+from gaudi_gui.core.queue import CardRequest, Entry, QueueError, QueueState
+
+#: How often the state file's modification time is looked at.
+POLL_MS = 1000
+
+
+class QueueService(QObject):
+    #: The queue's state was read anew (a QueueState).
+    state_changed = Signal(object)
+    #: A queued job started (its Entry, with its run folder).
+    entry_started = Signal(object)
+    #: A queued job ended (its Entry: outcome and summary).
+    entry_ended = Signal(object)
+    #: The queue process answered a request of this window: (ok, message).
+    request_answered = Signal(bool, str)
+
+    def __init__(self, parent: QObject | None = None, *, poll_ms: int = POLL_MS) -> None:
+        super().__init__(parent)
+        self.state = QueueState()
+        self._stamp: tuple[int, int] | None = None
+        self._waiting: list[str] = []
+        self._timer = QTimer(self)
+        self._timer.setInterval(poll_ms)
+        self._timer.timeout.connect(self.refresh)
+        self._known: dict[str, str] = {}
+        self._first = True
+
+    def start(self) -> None:
+        self.refresh()
+        self._timer.start()
+
+    def shutdown(self) -> None:
+        self._timer.stop()
+
+    def is_running(self) -> bool:
+        return self._timer.isActive()
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def refresh(self) -> None:
+        """Read the state again when its file changed; answer the replies that came."""
+        self._read_replies()
+        try:
+            st = os.stat(queue.state_path())
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        if stamp == self._stamp and not self._first:
+            return
+        self._stamp = stamp
+        self.state = queue.read_state()
+        self._announce_changes()
+        self._first = False
+        self.state_changed.emit(self.state)
+
+    def _announce_changes(self) -> None:
+        seen = {e.id: e.state for e in self.state.entries}
+        if not self._first:
+            for entry in self.state.entries:
+                before = self._known.get(entry.id)
+                if entry.state == "started" and before not in ("started", "ended"):
+                    self.entry_started.emit(entry)
+                elif entry.state == "ended" and before not in (None, "ended") and entry.outcome != "removed":
+                    self.entry_ended.emit(entry)
+        self._known = seen
+
+    def _read_replies(self) -> None:
+        for request_id in list(self._waiting):
+            reply = queue.wait_reply(request_id, 0)
+            if reply is not None:
+                self._waiting.remove(request_id)
+                self.request_answered.emit(bool(reply.get("ok")), str(reply.get("message") or ""))
+
+    def next_waiting(self) -> Entry | None:
+        """The job that starts next (position 1), when it waits for cards."""
+        pending = self.state.pending()
+        return pending[0] if pending and pending[0].state == "waiting" and not pending[0].cards.none else None
+
+    def next_line(self) -> str:
+        """"next: JOB waits for 2 cards" for the Devices panel; "" when nothing waits for cards."""
+        entry = self.next_waiting()
+        if entry is None:
+            return ""
+        more = len(self.state.pending()) - 1
+        tail = f" (+{more} more queued)" if more > 0 else ""
+        return f"next: {entry.name or entry.id} waits for {entry.cards.text()}{tail}"
+
+    # -- requests -----------------------------------------------------------------------------------
+
+    def add(self, job: Any, cards: CardRequest, *, priority: int = 0, device: str = "auto") -> str:
+        """Queue ``job`` (a JobConfig); the request's message. QueueError (one line) when refused
+        here; a refusal by the queue process comes as ``request_answered(False, …)``."""
+        values = queue.add_values(job, kind="train", cards=cards, priority=priority, device=device,
+                                  added_by="gui")
+        return self._send("add", **values)
+
+    def remove(self, entry_id: str) -> str:
+        return self._send("remove", entry=entry_id)
+
+    def move(self, entry_id: str, before: str) -> str:
+        return self._send("move", entry=entry_id, before=before)
+
+    def set_paused(self, paused: bool) -> str:
+        return self._send("pause" if paused else "resume")
+
+    def _send(self, action: str, **values: Any) -> str:
+        request_id = queue.send_request(action, **values)
+        self._waiting.append(request_id)
+        if not queue.runner_pid():
+            # Detached: the queue process outlives the window and is nobody's child.
+            starter = QProcess()
+            starter.setProgram(sys.executable)
+            starter.setArguments(queue.runner_argv()[1:])
+            log = str(queue.log_path())
+            starter.setStandardInputFile(QProcess.nullDevice())
+            starter.setStandardOutputFile(log, QIODevice.OpenModeFlag.Append)
+            starter.setStandardErrorFile(log, QIODevice.OpenModeFlag.Append)
+            ok = bool(starter.startDetached())
+            if not ok:
+                raise QueueError("the queue process could not be started (see its log: "
+                                 f"{queue.log_path()})")
+        QTimer.singleShot(300, self.refresh)
+        return request_id
+
+    def stop_all_waits(self) -> None:
+        with contextlib.suppress(RuntimeError):
+            self._waiting.clear()
+
+
+__all__ = ["QueueService"]

@@ -1,0 +1,171 @@
+"""The Queue view: this machine's queue (issue 29), kept by its own process, seen at a glance.
+
+One row per job: position (1 starts next; "–" once started), its id and name, its state as a person
+reads it ("queued", "waiting for modules 2 and 3", "started on module 4", "ended: finished"), since
+when, and why it waits (or how it ended, or its run). Remove takes the selected job out (a job not
+started yet; a started one is stopped as any run, from Runs); Move up puts it before the one above;
+Pause / Resume stops starting jobs and starts them again. Plain text only.
+
+It only listens to the QueueService; it never reads the queue's files itself.
+"""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QPushButton,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from gaudi_gui.core.queue import ACTIVE, Entry, QueueError, QueueState
+from gaudi_gui.services.queue import QueueService
+
+COLUMNS = ("#", "Job", "State", "Since", "Why / run")
+POSITION, JOB, STATE, SINCE, WHY = range(len(COLUMNS))
+
+
+def since_text(moment: float, now: float) -> str:
+    if not moment:
+        return "–"
+    seconds = max(0, int(now - moment))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def shown(state: QueueState) -> list[Entry]:
+    """Not started yet (in the order they start), then starting/started, then ended (newest first)."""
+    active = [e for e in state.entries if e.state in ACTIVE]
+    ended = sorted((e for e in state.entries if e.state == "ended"), key=lambda e: -e.ended_at)
+    return [*state.pending(), *active, *ended]
+
+
+class QueueView(QWidget):
+    def __init__(self, service: QueueService, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.service = service
+        self.summary = QLabel("the queue is empty", self)
+        self.summary.setWordWrap(True)
+        self.table = QTableWidget(0, len(COLUMNS), self)
+        self.table.setObjectName("queue_table")
+        self.table.setHorizontalHeaderLabels(COLUMNS)
+        self.table.setSelectionBehavior(QAbstractItemView.SelectionBehavior.SelectRows)
+        self.table.setSelectionMode(QAbstractItemView.SelectionMode.SingleSelection)
+        self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
+        self.table.verticalHeader().setVisible(False)
+        header = self.table.horizontalHeader()
+        header.setSectionResizeMode(WHY, QHeaderView.ResizeMode.Stretch)
+        for column in (POSITION, JOB, STATE, SINCE):
+            header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
+        self.remove_button = QPushButton("Remove", self)
+        self.remove_button.setToolTip("take the selected job out of the queue (not started yet)")
+        self.up_button = QPushButton("Move up", self)
+        self.up_button.setToolTip("start the selected job before the one above it (it takes its priority)")
+        self.pause_button = QPushButton("Pause", self)
+        self.pause_button.setToolTip("start no more jobs until Resume (running ones go on)")
+        self.message = QLabel("", self)
+        self.message.setWordWrap(True)
+        buttons = QHBoxLayout()
+        for b in (self.remove_button, self.up_button, self.pause_button):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.summary)
+        layout.addWidget(self.table, 1)
+        layout.addLayout(buttons)
+        layout.addWidget(self.message)
+        # clicked(bool) would hand `checked` to a slot with an optional parameter: no-argument lambdas.
+        self.remove_button.clicked.connect(lambda _checked=False: self._remove())
+        self.up_button.clicked.connect(lambda _checked=False: self._move_up())
+        self.pause_button.clicked.connect(lambda _checked=False: self._toggle_pause())
+        self.table.itemSelectionChanged.connect(self._update_buttons)
+        service.state_changed.connect(self._show)
+        service.request_answered.connect(self._answered)
+        self._entries: list[Entry] = []
+        self._show(service.state)
+
+    def selected(self) -> Entry | None:
+        rows = self.table.selectionModel().selectedRows()
+        if not rows or rows[0].row() >= len(self._entries):
+            return None
+        return self._entries[rows[0].row()]
+
+    def _show(self, state: QueueState) -> None:
+        keep = self.selected()
+        now = time.time()
+        self._entries = shown(state)
+        positions = state.positions()
+        self.table.setRowCount(len(self._entries))
+        for row, entry in enumerate(self._entries):
+            why = entry.why or (entry.summary if entry.state == "ended" else "") or (
+                f"run {entry.run_name}" if entry.run_name else "")
+            if entry.run_name and entry.why:
+                why += f" (run {entry.run_name})"
+            values = (str(positions.get(entry.id, "–")), f"{entry.id} {entry.name}".strip(),
+                      entry.state_text(), since_text(entry.since, now), why)
+            for column, text in enumerate(values):
+                item = QTableWidgetItem(text)
+                item.setToolTip(text)
+                self.table.setItem(row, column, item)
+        if keep is not None:
+            for row, entry in enumerate(self._entries):
+                if entry.id == keep.id:
+                    self.table.selectRow(row)
+        pending = len(positions)
+        running = sum(1 for e in state.entries if e.state in ACTIVE)
+        text = f"{pending} queued, {running} started" if pending or running else "the queue is empty"
+        if state.paused:
+            text += " · paused: no job starts until Resume"
+        if state.problem:
+            text += f" · {state.problem}"
+        self.summary.setText(text)
+        self.pause_button.setText("Resume" if state.paused else "Pause")
+        self._update_buttons()
+
+    def _update_buttons(self) -> None:
+        entry = self.selected()
+        pending = entry is not None and entry.state in ("queued", "waiting")
+        self.remove_button.setEnabled(pending)
+        order = self.service.state.pending()
+        self.up_button.setEnabled(pending and entry is not None and bool(order) and order[0].id != entry.id)
+
+    def _remove(self) -> None:
+        entry = self.selected()
+        if entry is not None:
+            self._run(lambda: self.service.remove(entry.id), f"removing {entry.id}…")
+
+    def _move_up(self) -> None:
+        entry = self.selected()
+        order = [e.id for e in self.service.state.pending()]
+        if entry is None or entry.id not in order or order.index(entry.id) == 0:
+            return
+        before = order[order.index(entry.id) - 1]
+        self._run(lambda: self.service.move(entry.id, before), f"moving {entry.id} before {before}…")
+
+    def _toggle_pause(self) -> None:
+        paused = self.service.state.paused
+        self._run(lambda: self.service.set_paused(not paused), "resuming…" if paused else "pausing…")
+
+    def _run(self, send: object, note: str) -> None:
+        try:
+            send()  # type: ignore[operator]
+        except QueueError as exc:
+            self.message.setText(str(exc))
+            return
+        self.message.setText(note)
+
+    def _answered(self, ok: bool, message: str) -> None:
+        self.message.setText(message if ok else f"refused: {message}")
+
+
+__all__ = ["QueueView"]

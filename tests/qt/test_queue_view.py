@@ -1,0 +1,140 @@
+"""The queue in the window (issue 29): the Training tab's Queue button, the Queue view's rows and
+buttons pressed as a person presses them, the Devices panel's "next:" line, and the notifications of a
+queued job's start and end. The queue process is the real one (paused, so nothing trains here)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from gaudi_gui.app import create_services
+from gaudi_gui.core import queue
+from gaudi_gui.core.queue import Entry, QueueState
+from gaudi_gui.services.queue import QueueService
+from gaudi_gui.ui.devices_tab import DevicesTab
+from gaudi_gui.ui.queue_view import QueueView
+from tests.helpers import click, close_training_tab, training_tab
+
+
+@pytest.fixture(autouse=True)
+def no_queue_process_left() -> object:
+    yield None
+    pid = queue.runner_pid()
+    if pid:
+        import os
+        import signal
+        os.kill(pid, signal.SIGTERM)
+
+
+def rows(view: QueueView) -> list[tuple[str, ...]]:
+    table = view.table
+    out = []
+    for r in range(table.rowCount()):
+        items = [table.item(r, c) for c in range(table.columnCount())]
+        out.append(tuple(item.text() if item is not None else "" for item in items))
+    return out
+
+
+def test_queue_button_and_the_queue_view_clicked(qtbot, tmp_path, demo_model) -> None:
+    reply = queue.request("pause")  # starts the real queue process; nothing it gets starts
+    assert reply["ok"]
+    services, tab = training_tab(qtbot, tmp_path)
+    try:
+        click(qtbot, tab.btn["Queue"])
+        qtbot.waitUntil(lambda: "queued: it starts by itself" in tab.status.text(), timeout=10000)
+        service = services.queue
+        assert service is not None
+        qtbot.waitUntil(lambda: len(service.state.pending()) == 1, timeout=60000)
+        click(qtbot, tab.btn["Queue"])  # the same job again: its own run folder and output folder
+        qtbot.waitUntil(lambda: len(service.state.pending()) == 2, timeout=60000)
+
+        view = QueueView(service)
+        qtbot.addWidget(view)
+        view.resize(1000, 400)
+        view.show()
+        qtbot.waitUntil(lambda: len(rows(view)) == 2, timeout=10000)
+        assert "paused" in view.summary.text()
+        first, second = rows(view)
+        assert first[0] == "1" and first[2] == "waiting" and first[4] == "the queue is paused"
+        assert second[0] == "2"
+        second_id = second[1].split()[0]
+        # Move the second job up: it becomes position 1.
+        view.table.selectRow(1)
+        click(qtbot, view.up_button)
+        qtbot.waitUntil(lambda: rows(view)[0][1].split()[0] == second_id, timeout=30000)
+        # Remove both, each selected and removed as a person does.
+        for removed in (1, 2):
+            view.table.selectRow(0)
+            assert view.remove_button.isEnabled()
+            click(qtbot, view.remove_button)
+            qtbot.waitUntil(lambda n=removed: [r[2] for r in rows(view)].count("ended: removed") == n,
+                            timeout=30000)
+        qtbot.waitUntil(lambda: all(r[2] == "ended: removed" for r in rows(view)), timeout=30000)
+        assert not view.remove_button.isEnabled()
+        # Resume: the button says what it does and the queue is no longer paused.
+        assert view.pause_button.text() == "Resume"
+        click(qtbot, view.pause_button)
+        qtbot.waitUntil(lambda: view.pause_button.text() == "Pause", timeout=30000)
+        qtbot.waitUntil(lambda: not queue.runner_pid(), timeout=30000)  # nothing left: it ended
+        service.shutdown()
+    finally:
+        close_training_tab(services, tab)
+
+
+def _write(entries: list[Entry]) -> None:
+    queue.make_dirs()
+    queue.write_state(QueueState(entries=entries))
+
+
+def test_devices_next_line_and_the_notifications(qtbot) -> None:
+    now = time.time()
+    big = Entry(id="q1", job={}, name="llama-sft", card_count=2, state="waiting", since=now,
+                why="healthy and free now: module 4")
+    _write([big])
+    services = create_services()
+    services.ensure_health()
+    service = services.ensure_queue()
+    tab = DevicesTab(services)
+    qtbot.addWidget(tab)
+    tab.resize(1200, 900)
+    tab.show()
+    try:
+        qtbot.waitUntil(tab.queue_line.isVisible, timeout=10000)
+        assert tab.queue_line.text() == "next: llama-sft waits for 2 cards"
+        assert tab.queue_line.toolTip() == "healthy and free now: module 4"
+        notifier = services.notifier
+        assert notifier is not None
+        big.state, big.run_name, big.since = "started", "20261204-llama", time.time()
+        _write([big])
+        qtbot.waitUntil(lambda: ("Queued job llama-sft started", "run 20261204-llama") in notifier.history,
+                        timeout=10000)
+        qtbot.waitUntil(lambda: not tab.queue_line.isVisible(), timeout=10000)
+        big.state, big.outcome, big.summary = "ended", "finished", "Finished 2 steps"
+        _write([big])
+        qtbot.waitUntil(lambda: ("Queued job llama-sft finished", "Finished 2 steps") in notifier.history,
+                        timeout=10000)
+    finally:
+        service.shutdown()
+        services.poller.stop()
+        if services.health is not None:
+            services.health.shutdown()
+        notifier = services.notifier
+        if notifier is not None:
+            notifier.shutdown()
+
+
+def test_queue_service_reads_only_when_the_file_changed(qtbot) -> None:
+    service = QueueService(poll_ms=50)
+    seen: list[QueueState] = []
+    service.state_changed.connect(seen.append)
+    service.start()
+    try:
+        qtbot.waitUntil(lambda: len(seen) == 1, timeout=5000)
+        _write([Entry(id="q1", job={}, name="a")])
+        qtbot.waitUntil(lambda: len(seen) == 2, timeout=5000)
+        assert [e.id for e in seen[-1].entries] == ["q1"]
+        with qtbot.assertNotEmitted(service.state_changed, wait=300):
+            pass
+    finally:
+        service.shutdown()
