@@ -32,6 +32,7 @@ Qt-free and torch-free; signal handlers are the caller's (only a main thread may
 from __future__ import annotations
 
 import contextlib
+import os
 import queue
 import signal
 import subprocess
@@ -41,13 +42,14 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
-from gaudi_gui.core import hpu_metrics
+from gaudi_gui.core import events as events_mod
+from gaudi_gui.core import hpu_metrics, jobkind
 from gaudi_gui.core import meter as meter_mod
-from gaudi_gui.core import metrics as metrics_mod
-from gaudi_gui.core.events import EventFollower
+from gaudi_gui.core.events import EventFollower, EventType
 from gaudi_gui.core.outcome import outcome_from_events
 from gaudi_gui.core.prepare import PreparedRun
 from gaudi_gui.core.proctree import ProcessRef
+from gaudi_gui.core.progress import RunProgress, note
 from gaudi_gui.core.runstore import Run, RunStatus
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.stopper import KILL_NOW_SIGNAL, Stopper
@@ -137,31 +139,28 @@ class _Loop:
     launcher: ProcessRef | None = None
     follower: EventFollower | None = None
     events: list[dict[str, Any]] = field(default_factory=list)
-    progress: metrics_mod.Progress = field(default_factory=metrics_mod.Progress)
+    progress: RunProgress = field(default_factory=RunProgress)
     stopper: Stopper | None = None
     handled: int = 0
-    saving_since: float = 0.0
-    saved: bool = False
     last_note: float = 0.0
     step_written_at: float = -STEP_WRITE_S
+    #: The job's kind (core.jobkind.KINDS): what its events mean and how it is stopped.
+    run_kind: str = "training"
 
     def take_events(self) -> None:
         assert self.follower is not None
         for event in self.follower.read():
             self.events.append(event)
-            kind = event.get("type")
-            if self.progress.take(event) is not None:
+            if self.progress.apply(event) is not None:
                 self._write_step()
-            elif kind == "checkpoint_saving":
-                self.saving_since = time.time()
-            elif kind == "checkpoint_saved":
-                self.saved = True
-                if self.saving_since:
-                    took = time.time() - self.saving_since
-                    self.say(f"checkpoint-{event.get('step')} saved in {took:.1f} s")
-                self.saving_since = 0.0
-            elif kind == "error":
-                self.say(f"error ({event.get('kind')}): {event.get('message')}")
+            elif event.get("type") in (EventType.CHECKPOINT_SAVED, EventType.ERROR):
+                self.say(note(event))
+            if self.run_kind != "training":
+                # Serve's endpoint and requests, Evaluate's rows and result (one a second at most).
+                changes = jobkind.take(self.run, event)
+                if changes:
+                    with contextlib.suppress(OSError):
+                        self.run.update_status(**changes)
 
     def _write_step(self) -> None:
         now = time.monotonic()
@@ -182,7 +181,7 @@ class _Loop:
             self.say("kill requested: killing the run now (no checkpoint from this stop)")
             self.stopper.kill_now("request")
         elif self.stopper is None:
-            self.stopper = Stopper(self.run, self.launcher)
+            self.stopper = Stopper(self.run, self.launcher, graceful=self.run_kind != "training")
             self.say(f"\n{last}: stopping — {self.stopper.request()}; killed after {self.grace_s:g} s "
                      f"(Ctrl-C again: kill now)")
         else:
@@ -199,14 +198,18 @@ class _Loop:
             self.stopper.kill_now("grace")
         elif now - self.last_note >= NOTE_EVERY_S:
             self.last_note = now
-            self.say(f"saving checkpoint… {now - self.saving_since:.0f} s" if self.saving_since
-                     else "checkpoint saved; waiting for the processes to end…" if self.saved
+            saving = self.progress.saving_since
+            self.say(f"saving checkpoint… {now - saving:.0f} s" if saving
+                     else "checkpoint saved; waiting for the processes to end…" if self.progress.checkpoint
                      else f"waiting for the current step to end… {self.stopper.elapsed():.0f} s")
 
 
-def supervise(prepared: PreparedRun, *, grace_s: float, signals: StopRequests,
+def supervise(prepared: PreparedRun | jobkind.ChildJob, *, grace_s: float, signals: StopRequests,
               say: Callable[[str], None], echo: Callable[[str], None]) -> Supervised:
-    """Run ``prepared`` to its end: the one supervisor loop for the GUI and the CLI on every placement.
+    """Run ``prepared`` to its end: the one supervisor loop for the GUI and the CLI on every placement,
+    for every kind of job. A training run's launcher writes its own log and events; another kind's
+    command (``core.jobkind.ChildJob``) prints them, and this loop keeps them in its run folder. That
+    command dies with its supervisor (``jobkind.die_with_parent``), and has no meter.
 
     ``grace_s``: how long a stop may take to save its checkpoint before the ranks are killed.
     ``signals``: the stop requests (see :class:`StopRequests`; the caller's signal handlers count
@@ -215,17 +218,27 @@ def supervise(prepared: PreparedRun, *, grace_s: float, signals: StopRequests,
     Returns how the run ended, which is also what its status now says.
     """
     run_ = prepared.run
-    meter = start_meter(prepared, say)
+    child = isinstance(prepared, jobkind.ChildJob)
+    # The kernel's SIGTERM at the supervisor's death is asked for while no other thread runs: before
+    # the meter's.
+    preexec = jobkind.die_with_parent() if child else None
+    meter, cwd = None, str(run_.folder)
+    if isinstance(prepared, jobkind.ChildJob):
+        echo, cwd = _keeper(run_, echo), prepared.cwd
+    else:
+        meter = start_meter(prepared, say)
     try:
-        proc = subprocess.Popen(prepared.argv, env=prepared.env, cwd=str(run_.folder),
+        proc = subprocess.Popen(prepared.argv, env=prepared.env, cwd=cwd,
+                                stdin=subprocess.DEVNULL if child else None,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                errors="replace", bufsize=1, start_new_session=True)
+                                errors="replace", bufsize=1, start_new_session=True,
+                                preexec_fn=preexec)  # noqa: PLW1509 - only with no other thread
     except OSError as exc:
         summary = f"Failed: cannot start the launcher: {exc}"
         run_.update_status(state="failed", summary=summary, ended_at=time.time())
         return Supervised(state="failed", summary=summary, exit_code=None,
                           meter=stop_meter(meter, [], say))
-    loop = _Loop(run=run_, grace_s=grace_s, signals=signals, say=say,
+    loop = _Loop(run=run_, grace_s=grace_s, signals=signals, say=say, run_kind=run_.kind,
                  launcher=ProcessRef.of(proc.pid), follower=EventFollower(run_.events_path))
     run_.update_status(state="running", pid=proc.pid, started_at=time.time(),
                        pid_create_time=loop.launcher.create_time if loop.launcher else 0.0)
@@ -242,6 +255,26 @@ def supervise(prepared: PreparedRun, *, grace_s: float, signals: StopRequests,
     code = proc.wait()
     loop.take_events()
     return finish(run_, code, stopper=loop.stopper, events=loop.events, say=say, meter=meter)
+
+
+def _keeper(run_: Run, echo: Callable[[str], None]) -> Callable[[str], None]:
+    """For a command of another kind: its protocol lines go to the run's events.jsonl, its other
+    lines to log.txt (one write each), and every line to ``echo``."""
+    from gaudi_gui.core import protocol
+
+    writer = events_mod.EventWriter(run_.events_path)
+    log = os.open(run_.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o600)
+
+    def keep(line: str) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            message = protocol.decode(line)
+            if message is not None and isinstance(message.get("type"), str):
+                writer.write(message["type"], **{k: v for k, v in message.items() if k not in ("type", "v")})
+            else:
+                os.write(log, (line + "\n").encode("utf-8", errors="replace"))
+        echo(line)
+
+    return keep
 
 
 def start_meter(prepared: PreparedRun, say: Callable[[str], None]) -> meter_mod.Meter | None:
@@ -266,8 +299,7 @@ def stop_meter(meter: meter_mod.Meter | None, events: list[dict[str, Any]],
     try:
         base = meter.env.get("PT_HPU_METRICS_FILE") if meter.device == "hpu" else None
         if base:
-            steps = [int(e["step"]) for e in events
-                     if e.get("type") == "metrics" and isinstance(e.get("step"), int)]
+            steps = [int(r["step"]) for r in RunProgress().apply_all(events).records]
             extra["compile"] = hpu_metrics.summarize(
                 base, warmup_until=hpu_metrics.first_step_time(events),
                 steady_steps=(steps[-1] - steps[0]) if len(steps) > 1 else None)
@@ -317,10 +349,13 @@ def finish(run_: Run, exit_code: int, *, stopper: Stopper | None, events: list[d
         ref.signal(signal.SIGKILL)
     wait_gone(leftovers)  # a rank that outlived its launcher holds its cards until it is gone
     metered = stop_meter(meter, events, say)
+    kind = run_.kind
     result = outcome_from_events(events, run_.status(), exit_code=exit_code,
                                  stop_requested=stopper is not None,
                                  killed=bool(stopper and stopper.killed), log_tail=run_.log_tail(40),
-                                 kill_reason=stopper.kill_reason if stopper else "")
+                                 kill_reason=stopper.kill_reason if stopper else "") if kind == "training" \
+        else jobkind.outcome(kind, events, exit_code=exit_code, stop_requested=stopper is not None,
+                             killed=bool(stopper and stopper.killed))
     if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":
         result.update(state="stopped", summary="Stopped before training began — nothing to save")
     changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}
