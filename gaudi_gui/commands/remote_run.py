@@ -321,11 +321,36 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
         final = run.final or {}
         _say(f"{final.get('summary') or final.get('state') or run.lost}\nrun folder on {run.host.name}: "
              f"{run.folder}")
+    if several:
+        _say(f"meter: {job_meter_line(runs)}")
     if failed is not None:
         _say(f"the run failed on {failed.host.name}")
         return 1
     states = {str((r.final or {}).get("state")) for r in runs}
     return 0 if states <= {"finished", "stopped"} else 1
+
+
+def part_meter(run: HostRun) -> dict[str, Any] | None:
+    """One host's part of the job: its run's meter summary (``runs show FOLDER --json`` there)."""
+    if not run.folder:
+        return None
+    try:
+        code, out, _err = remote.call(run.host, run.host.gaudi_gui_argv("runs", "show", run.folder, "--json"),
+                                      timeout=60)
+        shown = json.loads(out.strip().splitlines()[-1]) if code == 0 else None
+    except (RemoteError, ValueError, IndexError):
+        return None
+    meter = shown.get("meter") if isinstance(shown, dict) else None
+    return meter if isinstance(meter, dict) else None
+
+
+def job_meter_line(runs: Sequence[HostRun]) -> str:
+    """The whole job's meter: every host's part asked at once, summed (``core.meter.combine``)."""
+    from gaudi_gui.core import meter as meter_mod
+    with ThreadPoolExecutor(max_workers=max(1, len(runs))) as pool:
+        summaries = list(pool.map(part_meter, runs))
+    return meter_mod.combined_line(meter_mod.combine([(r.host.name, s) for r, s in zip(runs, summaries,
+                                                                                        strict=True)]))
 
 
 def _note(event: dict[str, Any], run: HostRun, several: bool) -> None:

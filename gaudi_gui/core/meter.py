@@ -382,6 +382,77 @@ def summarize(accounts: Accounts, *, source: str, energy_source: str, wall_s: fl
     }
 
 
+_PART_KEYS = ("card_hours", "energy_j", "energy_source", "wall_s")
+
+
+def combine(parts: Sequence[tuple[str, Mapping[str, Any] | None]]) -> dict[str, Any]:
+    """The meter of one job run as several parts (one supervisor and meter per host of a multi-host
+    run): card-hours and energy summed over the parts, wall time the longest part's, the peaks the
+    highest. A part whose energy was not measured (or that has no summary) is named in the note and
+    left out of the sum, never counted as 0; no part measured: energy None, "not measured"."""
+    have = [(name, s) for name, s in parts if s]
+    missing = [name for name, s in parts if not s]
+    hours = [_finite(s.get("card_hours")) for _n, s in have]
+    measured = [(name, s) for name, s in have if _finite(s.get("energy_j")) is not None]
+    unmeasured = [name for name, s in have if _finite(s.get("energy_j")) is None]
+    energy = sum(float(s["energy_j"]) for _n, s in measured) if measured else None
+    sources = sorted({str(s.get("energy_source")) for _n, s in measured})
+    walls = [w for w in (_finite(s.get("wall_s")) for _n, s in have) if w is not None]
+    means = [_finite(s.get("power_mean_w")) for _n, s in measured]
+    peaks = [p for p in (_finite(s.get("memory_used_peak_mib")) for _n, s in have) if p is not None]
+    notes = []
+    if missing:
+        notes.append(f"no meter summary from {', '.join(missing)}")
+    if unmeasured and measured:
+        notes.append(f"energy not measured on {', '.join(unmeasured)}: not in the sum")
+    elif unmeasured:
+        notes.append(f"energy not measured on any part ({', '.join(unmeasured)})")
+    throttled = [t for t in (_finite((s.get("throttle") or {}).get("throttled_s")) for _n, s in have)
+                 if t is not None]
+    warning = next((s["compile_warning"] for _n, s in have if s.get("compile_warning")), None)
+    out: dict[str, Any] = {
+        "version": 1, "kind": "parts", "parts": [
+            {"name": name, **{k: (s or {}).get(k) for k in _PART_KEYS}} for name, s in parts],
+        "wall_s": max(walls) if walls else None,
+        "card_hours": round(sum(h for h in hours if h is not None), 6) if any(h is not None for h in hours)
+        else None,
+        "energy_j": _r(energy), "energy_kwh": None if energy is None else round(energy / 3.6e6, 9),
+        "energy_source": " + ".join(sources) if energy is not None else NOT_MEASURED,
+        "energy_complete": energy is not None and not unmeasured and not missing,
+        "power_mean_w": _r(sum(m for m in means if m is not None)) if any(m is not None for m in means)
+        else None,
+        "memory_used_peak_mib": max(peaks) if peaks else None,
+        "throttled_s": max(throttled) if throttled else None,
+        "note": "; ".join(notes)}
+    if warning is not None:
+        out["compile_warning"] = warning
+    return out
+
+
+def combined_line(summary: Mapping[str, Any]) -> str:
+    """'the whole job (2 parts): 0.011 card-hours · 4.0 kJ (hl-smi power integrated) · mean 410 W · 3.1 s'."""
+    parts = summary.get("parts") or []
+    words = [f"the whole job ({len(parts)} part{'' if len(parts) == 1 else 's'}: "
+             f"{', '.join(str(p.get('name')) for p in parts)})"]
+    hours = card_hours_text(summary)
+    if hours:
+        words.append(f"{hours} card-hours")
+    joules = _finite(summary.get("energy_j"))
+    words.append(f"energy {NOT_MEASURED}" if joules is None else
+                 f"{joules_text(joules)} ({summary.get('energy_source')})")
+    mean = _finite(summary.get("power_mean_w"))
+    if mean is not None and joules is not None:
+        words.append(f"mean {mean:.0f} W")
+    wall = _finite(summary.get("wall_s"))
+    if wall is not None:
+        words.append(f"{wall:.1f} s")
+    throttled = _finite(summary.get("throttled_s"))
+    if throttled:
+        words.append(f"throttled up to {throttled:.0f} s on one card")
+    text = " · ".join(words)
+    return f"{text} ({summary['note']})" if summary.get("note") else text
+
+
 def describe(summary: Mapping[str, Any]) -> str:
     """One line for a person: 'modules 2 and 3 · 12.3 s · 0.0068 card-hours · 2512 J (0.000698 kWh,
     hl-smi power integrated) · mean 205 W, peak 206 W · utilization 48 % · hl-smi memory peak 512 MiB'."""
@@ -1226,8 +1297,8 @@ __all__ = ["COMPILE_WATCH_S", "GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME
            "RAPL_ROOT", "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_RAPL", "SUMMARY_NAME",
            "THROTTLE_INTERVAL_S", "THROTTLE_REASONS", "WARMUP_STEPS", "Accounts", "CardAccount",
            "LiveReader", "Meter", "PowerIntegrator", "Rates", "ThrottleClock", "card_hours_text",
-           "compile_text", "describe", "energy_measured", "energy_text", "fallback_ops", "figure",
-           "joules_text", "kwh_text", "memory_text", "meter_line", "not_measured_why", "parse_ids",
-           "query_card_name", "rapl_root", "rapl_zones", "rates", "rates_text", "read_summary",
-           "recorded_cards", "run_compile", "short", "summarize", "throttle_reasons", "throttle_summary",
-           "throttle_text", "true_memory_peak", "warmup_steps"]
+           "combine", "combined_line", "compile_text", "describe", "energy_measured", "energy_text",
+           "fallback_ops", "figure", "joules_text", "kwh_text", "memory_text", "meter_line",
+           "not_measured_why", "parse_ids", "query_card_name", "rapl_root", "rapl_zones", "rates",
+           "rates_text", "read_summary", "recorded_cards", "run_compile", "short", "summarize",
+           "throttle_reasons", "throttle_summary", "throttle_text", "true_memory_peak", "warmup_steps"]
