@@ -1,0 +1,56 @@
+"""A host's queue (issue 29) over the real SSH test server and the system ssh client: the job is
+queued there, kept by the host's own queue process, and runs while the connection is cut."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gaudi_gui.core import queue
+from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.runstore import Run
+from tests.remote.conftest import SshHost
+
+
+def gg(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gaudi_gui", *args], capture_output=True, text=True,
+                          timeout=180, env=dict(os.environ))
+
+
+def test_a_host_queue_runs_its_job_with_the_connection_cut(demo_model: Path, ssh_host: SshHost,
+                                                             tmp_path: Path) -> None:
+    job = JobConfig(name="on-the-host $(touch canary)")
+    job.training_args = {"max_steps": 2, "logging_steps": 1, "save_strategy": "no"}
+    job.save(tmp_path / "job.json")
+    added = gg("queue", "add", "--host", ssh_host.dest, "--config", str(tmp_path / "job.json"),
+               "--device", "cpu", "--cards", "2,3", "--json")
+    assert added.returncode == 0, added.stderr
+    entry_id = json.loads(added.stdout)["entry"]
+    ssh_host.drop()  # every connection cut: the host's queue process goes on by itself
+    root = ssh_host.home / "data" / "queue"
+    deadline = time.monotonic() + 180
+    while True:
+        entry = queue.read_state(root).find(entry_id)
+        if entry is not None and entry.state == "ended":
+            break
+        if time.monotonic() > deadline:
+            pytest.fail(f"the host's queued job did not end: {entry}")
+        time.sleep(0.2)
+    assert entry.outcome == "finished", entry.summary
+    assert Path(entry.run_folder).parent == ssh_host.runs_dir
+    assert Run(entry.run_folder).status().state == "finished"
+    assert entry.cards_used == [2, 3]
+    # Asked again over a new connection: the host's queue says how it ended.
+    listed = gg("queue", "list", "--host", ssh_host.dest, "--json")
+    assert listed.returncode == 0, listed.stderr
+    (shown,) = json.loads(listed.stdout)["entries"]
+    assert shown["id"] == entry_id and shown["outcome"] == "finished"
+    # The job's name travelled as data: nothing ran in the remote shell.
+    assert not (ssh_host.home / "canary").exists() and not Path("canary").exists()
+    assert ssh_host.wait_no_processes(60) == []
