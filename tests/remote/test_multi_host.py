@@ -61,6 +61,10 @@ def test_two_hosts_train_stop_with_a_checkpoint_on_both_and_resume(ssh_host: Ssh
     assert {"gg-remote", HOST_B} <= prefixes, prefixes  # every host's log, each line with its host
     cli.proc.send_signal(signal.SIGINT)  # Ctrl-C: every host stops with a checkpoint
     assert cli.proc.wait(timeout=240) == 0, cli.text()
+    # The whole job's meter: each host's part (its own supervisor's meter) asked and summed.
+    meter_line = next(ln for ln in cli.err + cli.out if ln.startswith("meter: the whole job"))
+    assert meter_line.startswith(f"meter: the whole job (2 parts: gg-remote, {HOST_B}) · "), meter_line
+    assert " 0 J" not in meter_line
     saved_a = events(a, "checkpoint_saved")
     saved_b = events(b, "checkpoint_saved")
     assert saved_a and saved_b and saved_a[-1]["step"] == saved_b[-1]["step"], (saved_a, saved_b)
