@@ -21,6 +21,7 @@ never shell code.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,7 @@ from gaudi_gui.core.remote import Host
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
 from gaudi_gui.services.remote_files import Listing
+from gaudi_gui.services.run_parts import FOLLOWING, SupervisedPart
 
 #: How long a stopped download's command has to end its attempt before it is killed (its own grace
 #: for its child is 3 s).
@@ -65,11 +67,37 @@ class DownloadRequest:
         return None
 
     def argv(self) -> list[str]:
-        """The gaudi-gui command line (without the program) that runs this download."""
+        """The gaudi-gui command line (without the program) that runs this download here, tied to
+        the window (a typed token: it lives only in that process's environment)."""
         args = ["download", self.repo_id, "--json", "--stall-s", f"{self.stall_s:g}"]
         if self.revision:
             args += ["--revision", self.revision]
         return args
+
+    @property
+    def detached(self) -> bool:
+        """A job of its own (``download --detach``: it outlives the window and a dropped connection),
+        unless a token was typed for it, which must not leave this one process's environment."""
+        return not self.token
+
+    def detached_argv(self) -> list[str]:
+        """``download … --detach --json``: the job's supervisor announces its run folder."""
+        args = ["download", self.repo_id, "--stall-s", f"{self.stall_s:g}", "--detach", "--json"]
+        if self.revision:
+            args += ["--revision", self.revision]
+        return args
+
+    @classmethod
+    def from_spec(cls, host: Host, argv: list[str]) -> DownloadRequest:
+        """The request a detached download's run folder records (spec.json's argv), for re-attaching."""
+        words = argv[argv.index("download") + 1:] if "download" in argv else []
+        repo_id = words[0] if words else "?"
+        revision = words[words.index("--revision") + 1] if "--revision" in words[:-1] else ""
+        stall = 60.0
+        if "--stall-s" in words[:-1]:
+            with contextlib.suppress(ValueError):
+                stall = float(words[words.index("--stall-s") + 1])
+        return cls(repo_id=repo_id, revision=revision, host=host, stall_s=stall)
 
 
 def describe_event(event: dict[str, Any]) -> str:
@@ -116,7 +144,10 @@ def describe_event(event: dict[str, Any]) -> str:
 
 
 class Download(QObject):
-    """One download job: the command's child and what it said."""
+    """One download job and what it said. Detached (the default): ``download --detach`` at its place,
+    a supervisor with a ``kind="download"`` run folder there, followed by ``runs follow``
+    (``SupervisedPart``: a dropped connection is followed again, the job goes on). With a typed token:
+    a child of this window (the token lives only in its environment)."""
 
     #: A progress event: bytes_done, bytes_total, rate (B/s), eta_s, files_done, files_total.
     progress_changed = Signal(dict)
@@ -134,8 +165,11 @@ class Download(QObject):
         self.message = ""
         self.ok: bool | None = None  # None while it runs
         self.cancelled = False
+        #: The job's run folder at its place ("" for a download tied to the window, or until known).
+        self.folder = ""
         self._error = ""
         self._stderr: list[str] = []
+        self._part: SupervisedPart | None = None
         self._runner = ProcessRunner(self, parse_protocol=False)
         self._runner.line_received.connect(self._on_line)
         self._runner.finished.connect(self._on_finished)
@@ -145,39 +179,64 @@ class Download(QObject):
         return self.request.host
 
     @property
+    def detached(self) -> bool:
+        return self._part is not None
+
+    @property
     def title(self) -> str:
         rev = f"@{self.request.revision}" if self.request.revision else ""
         return f"{self.request.repo_id}{rev} → {self.host.label}"
 
     def start(self) -> None:
+        if self.request.detached:
+            self._new_part().start_command(self.request.detached_argv())
+            return
         host = self.host
-        if host.is_local:
-            argv = host.gaudi_gui_argv(*self.request.argv())
-        else:
-            # The guard ends the command when this ssh connection closes (a cut link, the app gone).
-            argv = host.wrap(host.guard_argv(self.request.argv(), run="gaudi_gui"))
+        argv = host.gaudi_gui_argv(*self.request.argv())
         env = dict(os.environ)
         env["PYTHONUNBUFFERED"] = "1"
-        if self.request.token and host.is_local:
-            env["HF_TOKEN"] = self.request.token
-        # Local: its own session, so a stop reaches the command and its attempt's child together.
-        self._runner.start(argv[0], argv[1:], env=env, new_session=host.is_local,
-                           stdin_open=not host.is_local)
+        env["HF_TOKEN"] = self.request.token
+        # Its own session, so a stop reaches the command and its attempt's child together.
+        self._runner.start(argv[0], argv[1:], env=env, new_session=True)
+
+    def follow(self, folder: str, name: str = "") -> None:
+        """Follow a detached download started earlier (re-attached at the next start)."""
+        self.folder = folder
+        self._note(f"followed again: it kept running in {folder}")
+        self._new_part().follow(folder, name=name)
+
+    def _new_part(self) -> SupervisedPart:
+        part = SupervisedPart(self.host, grace_s=STOP_GRACE_MS / 1000, parent=self)
+        part.event_received.connect(self._on_event)
+        part.identified.connect(self._on_identified)
+        part.note_changed.connect(self._note)
+        part.connection_changed.connect(self._on_connection)
+        part.ended.connect(self._on_part_ended)
+        self._part = part
+        return part
 
     def is_running(self) -> bool:
+        if self._part is not None:
+            return self._part.is_running()
         return self._runner.is_running()
 
     def cancel(self) -> None:
         """Stop the download (finished files stay in the cache; the command removes partial ones)."""
-        if not self._runner.is_running():
+        if not self.is_running():
             return
         self.cancelled = True
-        if self.host.is_local:
-            self._runner.terminate_tree(grace_ms=STOP_GRACE_MS)
+        if self._part is not None:
+            self._part.stop()  # runs stop: its supervisor ends the command (SIGTERM to its group)
         else:
-            # The guard on the host ends the command when its stdin closes; ssh goes with it.
-            self._runner.close_stdin()
             self._runner.terminate_tree(grace_ms=STOP_GRACE_MS)
+
+    def leave_running(self) -> str:
+        """Stop following a detached download (the window closes; it goes on); its run folder."""
+        if self._part is not None and self._part.is_running():
+            self._part.detach()
+            return self.folder
+        self.cancel()
+        return ""
 
     def status_text(self) -> str:
         """The progress line a person reads: bytes, rate, ETA and files."""
@@ -207,8 +266,10 @@ class Download(QObject):
                 self._stderr.append(redact(line.strip()))
             return
         event = events.decode(line)
-        if event is None:
-            return
+        if event is not None:
+            self._on_event(event)
+
+    def _on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
         if kind == "progress":
             self.progress = event
@@ -220,6 +281,30 @@ class Download(QObject):
             self._error = redact(str(event.get("message") or ""))
             return  # said once, at the end
         self._note(describe_event(event))
+
+    def _on_identified(self, folder: str) -> None:
+        self.folder = folder
+        where = "" if self.host.is_local else f" on {self.host.name}"
+        self._note(f"a job of its own{where} (run folder {folder}): it goes on if the window closes"
+                   + ("" if self.host.is_local else " or the connection drops"))
+
+    def _on_connection(self, state: str, _message: str) -> None:
+        if state == FOLLOWING and any("reconnecting" in n for n in self.notes[-3:]):
+            where = "" if self.host.is_local else f" on {self.host.name}"
+            self._note(f"connected again: following the download{where}")
+
+    def _on_part_ended(self, _code: int, state: str, summary: str, _lines: list[str]) -> None:
+        self.ok = state == "finished"
+        if self.ok:
+            self.path = self.path or summary.removeprefix("Downloaded: ").split(" (on ")[0]
+            self.message = f"downloaded to {self.host.label}: {self.path}"
+        elif state == "stopped" or self.cancelled:
+            self.cancelled = True
+            self.message = ("cancelled: finished files stay in the cache; downloading again continues "
+                            "with the rest")
+        else:
+            self.message = self._error or summary.removeprefix("Failed: ")
+        self.finished.emit(bool(self.ok), self.message, self.path)
 
     def _on_finished(self, code: int, status: str) -> None:
         if self.cancelled:
@@ -256,19 +341,22 @@ class Download(QObject):
 class ModelPlaces(QObject):
     """Starts downloads and listings; the close dialog's owner of every download (a ``JobOwner``).
 
-    A download started here ends with the window whatever the close choice (it is not yet a detached
-    job: finished files stay cached and the same download started again continues with the rest)."""
+    A detached download goes on when the window closes with "Leave running" and is followed again at
+    the next start (``reattach``: this machine's runs store); one with a typed token ends with the
+    window."""
 
-    #: A download was started (the Models tab shows it).
+    #: A download was started or taken up again (the Models tab shows it).
     download_started = Signal(object)
     #: A download finished well: (host name, repo id, snapshot folder on that host).
     model_downloaded = Signal(str, str, str)
 
-    outlives_window = False
+    outlives_window = True
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, *, runs_dir: str = "") -> None:
         super().__init__(parent)
         self.downloads: list[Download] = []
+        self.runs_dir = runs_dir
+        self._reattached = False
 
     # -- downloads ----------------------------------------------------------------------------------
 
@@ -282,6 +370,32 @@ class ModelPlaces(QObject):
         job.start()
         self.download_started.emit(job)
         return job
+
+    def reattach(self) -> int:
+        """Follow every detached download of this machine still running (left running by an earlier
+        window, or started by ``gaudi-gui download --detach``); once per app. How many."""
+        if self._reattached:
+            return 0
+        self._reattached = True
+        from gaudi_gui.core import jobkind
+        from gaudi_gui.core.runstore import RunStore
+
+        followed = {d.folder for d in self.downloads if d.folder}
+        count = 0
+        for run in RunStore(self.runs_dir or None).runs()[:200]:
+            with contextlib.suppress(OSError):
+                status = run.status()
+                if status.kind != "download" or status.state not in ("queued", "running") \
+                        or run.supervisor() is None or str(run.folder) in followed:
+                    continue
+                argv = [str(a) for a in jobkind.spec(run).get("argv") or []]
+                job = Download(DownloadRequest.from_spec(Host.local(), argv), self)
+                job.finished.connect(lambda ok, _msg, path, j=job: self._on_finished(j, ok, path))
+                self.downloads.append(job)
+                job.follow(str(run.folder), run.name)
+                self.download_started.emit(job)
+                count += 1
+        return count
 
     def _on_finished(self, job: Download, ok: bool, path: str) -> None:
         if ok:
@@ -317,12 +431,14 @@ class ModelPlaces(QObject):
             d.cancel()
 
     def detach_jobs(self) -> list[str]:
-        self.stop_jobs()
-        return []
+        """Detached downloads go on (followed again next start); one with a typed token is stopped."""
+        return [folder for d in self.running() if (folder := d.leave_running())]
 
     def shutdown(self) -> None:
+        """The window goes: downloads tied to it are stopped; detached ones are left to their
+        supervisors ("Stop and quit" stopped them already)."""
         for d in self.downloads:
-            d.cancel()
+            d.leave_running()
 
 
 def listing_rows(host: Host, answer: dict[str, Any]) -> list[dict[str, Any]]:

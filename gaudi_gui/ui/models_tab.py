@@ -206,6 +206,8 @@ class ModelsTab(QWidget):
         self._hosts.changed.connect(lambda: self._refresh_if_shown(None))
         for job in self.places.downloads:
             self._on_download_started(job)
+        # Downloads left running by an earlier window (or `gaudi-gui download --detach`): followed again.
+        self.places.reattach()
         self._update_buttons()
         self._listed_once = False
 

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QApplication
 
 from gaudi_gui.app import create_services
 from gaudi_gui.core import hub
+from gaudi_gui.core.runstore import Run
 from gaudi_gui.ui.download_dialog import DownloadDialog
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.models_tab import ModelsTab
@@ -201,3 +202,43 @@ def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: Mo
     for folder in (Path(os.environ["GAUDI_GUI_HOME"]), Path(os.environ["HF_HOME"])):
         for path in (p for p in folder.rglob("*") if p.is_file()):
             assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_a_download_is_a_job_left_running_at_close_and_followed_again_by_the_next_window(
+        qtbot, fake_hub: FakeHub) -> None:
+    fake_hub.repos["org/long"] = FakeRepo(files={"model.safetensors": os.urandom(800_000)})
+    fake_hub.stall("org/long", "model.safetensors", times=10)
+    first = MainWindow(create_services())
+    qtbot.addWidget(first, before_close_func=lambda w: close_window(qtbot, w))
+    first.show()
+    tab = first.models_tab
+    first.tabs.setCurrentWidget(tab)
+    download_by_clicks(qtbot, tab, "org/long", stall_s="120")
+    job = tab.download_rows[0].job
+    qtbot.waitUntil(lambda: bool(job.folder) and fake_hub.stalled.is_set(), timeout=30000)
+    assert "a job of its own" in tab.download_rows[0].notes.text()
+    run = Run(job.folder)
+    assert run.kind == "download"
+
+    # The close dialog names it and offers to leave it running; it goes on without the window.
+    answer = answer_dialog(qtbot, "Leave running and quit")
+    first.close()
+    qtbot.waitUntil(lambda: not first.isVisible(), timeout=30000)
+    assert answer.clicked and "Download org/long" in answer.text
+    assert run.supervisor() is not None and run.status().state == "running"
+
+    second = MainWindow(create_services())
+    qtbot.addWidget(second, before_close_func=lambda w: close_window(qtbot, w))
+    second.show()
+    tab2 = second.models_tab
+    second.tabs.setCurrentWidget(tab2)
+    qtbot.waitUntil(lambda: len(tab2.download_rows) == 1, timeout=30000)
+    row = tab2.download_rows[0]
+    assert row.job.folder == job.folder and "org/long" in row.title.text()
+    qtbot.waitUntil(lambda: "followed again" in row.notes.text() and "files" in row.notes.text(),
+                    timeout=30000)
+    qtbot.waitUntil(row.cancel_button.isVisible, timeout=5000)
+    click(qtbot, row.cancel_button)
+    qtbot.waitUntil(lambda: row.job.ok is not None, timeout=30000)
+    assert row.status.text().startswith("Cancelled.")
+    assert run.status().state == "stopped"
