@@ -122,6 +122,9 @@ def describe(run: Run) -> dict[str, Any]:
         status.summary = f"Damaged run: {problems[0]}"
     out = {"name": run.name, "folder": str(run.folder), "kind": status.kind, "status": asdict(status),
            "checkpoint": str(checkpoint) if checkpoint else "", "alive": alive, "problems": problems}
+    if status.kind == "serve":
+        from gaudi_gui.core import jobkind
+        out["endpoint"] = jobkind.endpoint(run)  # url, port, engine pid, model ({} before it answered)
     with contextlib.suppress(JobConfigError):
         job = run.user_job()
         out["model"] = job.model

@@ -202,13 +202,13 @@ def run(args: argparse.Namespace) -> int:
     if spec.api_key_env and not os.environ.get(spec.api_key_env):
         out.fail(f"--api-key-env: the environment variable {spec.api_key_env} is not set")
         return 2
+    if args.detach and host and host != "local":
+        return _detach_on_host(args, spec, out)
     if args.detach:
         from gaudi_gui.commands.detach import detach_command
-        words = [*spec.cli_args(), *([f"--remote-port={args.remote_port}"] if args.remote_port else []),
-                 *([f"--host={host}"] if host and host != "local" else []),
-                 *([f"--remote-command={args.remote_command}"] if args.remote_command else [])]
-        return detach_command("serve", "serve", words, name=f"serve-{Path(spec.model).name or 'model'}",
-                              runs_dir=args.runs_dir, as_json=args.json)
+        name = f"serve-{Path(spec.model).name or 'model'}"
+        return detach_command("serve", "serve", spec.cli_args(), name=name, runs_dir=args.runs_dir,
+                              as_json=args.json)
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         if host and host != "local":
@@ -596,6 +596,56 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
         except (KeyboardInterrupt, _Stop):
             out.state("stopped", f"stopped while reconnecting to {host.name}")
             return 0
+
+
+def _detach_on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
+    """``serve --host DEST --detach``: the host's own ``serve --detach`` (its supervisor and run folder
+    are the host's: the server outlives this command and the connection), then the forward of
+    ``--port`` here to its port there on the multiplexed connection. ``runs --host DEST follow|stop``
+    follow and stop it; ``forward`` asks for the forward again after the connection dropped."""
+    from gaudi_gui.commands.detach import print_started
+    from gaudi_gui.core.placement import Forward, Placement
+    from gaudi_gui.core.remote import HostError
+
+    try:
+        placement = Placement.from_cli(host=args.host, remote_command=args.remote_command)
+    except HostError as exc:
+        out.fail(f"--host: {exc}")
+        return 2
+    if spec.api_key_env:
+        out.fail("--api-key-env: not with --host and --detach (the key would not cross the connection)")
+        return 2
+    if not sv.port_free(spec.port):
+        out.fail(f"--port: port {spec.port} is already taken here; choose another")
+        return 2
+    host, remote_port = placement.host, args.remote_port or spec.port
+    words = ["serve", *dataclasses.replace(spec, port=remote_port).cli_args(), "--detach", "--json"]
+    done = subprocess.run(placement.start_argv(host, words, guard=False), stdin=subprocess.DEVNULL,
+                          capture_output=True, text=True, errors="replace")
+    try:
+        info = json.loads(done.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        said = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        out.fail(f"on {host.name}: {said[-1]}")
+        return done.returncode or 1
+    forward(host.name, Forward(spec.port, remote_port))
+    info.update(host=host.name, url=sv.endpoint_url(spec.port), remote_port=remote_port)
+    print_started(info, "serve", as_json=args.json)
+    return 0
+
+
+def forward(dest: str, fwd: Any) -> bool:
+    """Ask the multiplexed connection to ``dest`` (made first when there is none) for ``fwd``;
+    whether the local port now reaches the host (a taken local port says nothing: checked first)."""
+    from gaudi_gui.core.remote import ssh_base
+
+    if not sv.port_free(fwd.local_port):
+        return False
+    with contextlib.suppress(OSError, subprocess.SubprocessError):
+        subprocess.run([*ssh_base(), "--", dest, "true"], capture_output=True, timeout=30,
+                       stdin=subprocess.DEVNULL)
+    _reforward(ssh_base, dest, fwd)
+    return not sv.port_free(fwd.local_port)
 
 
 #: How often a dropped connection to a host is re-made (the server is started again there).

@@ -1,10 +1,11 @@
 """Every job of every kind the window started, in one registry: what the close dialog lists, stops or
 leaves running, and what the status bar counts.
 
-A job owner is a service or a view that runs child processes: the training service (its runs are
-detached supervisors that outlive the window and are followed again at the next start), the Serve
-server, each Evaluate window's evaluation and the model runner's worker (these live with the window:
-they end when it closes, whichever choice the user makes, and the dialog says so).
+A job owner is a service or a view that runs child processes: the training service, the Serve server
+and the Evaluate job (each a detached supervisor with a run folder, ``core.jobkind``: left running,
+they outlive the window and are followed again at the next start), and the model runner's worker (it
+lives with the window: it ends when the window closes, whichever choice the user makes, and the dialog
+says so).
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from PySide6.QtCore import QObject
 class JobOwner(Protocol):
     """A service or view that runs child processes the main window must account for when it closes."""
 
-    #: Its jobs go on after the window closes when the user leaves them running (training runs);
-    #: False: they end with the window whatever the choice (Serve, Evaluate, the runner).
+    #: Its jobs go on after the window closes when the user leaves them running (training, Serve,
+    #: Evaluate); False: they end with the window whatever the choice (the runner).
     outlives_window: bool
 
     def active_jobs(self) -> list[str]:
@@ -85,18 +86,21 @@ def close_question(jobs: list[ActiveJob]) -> str:
     lines = [f"• {job.text}" for job in jobs]
     going = [j for j in jobs if j.outlives_window]
     ending = [j for j in jobs if not j.outlives_window]
-    runs = ("the training run goes on and is" if len(going) == 1
-            else f"the {len(going)} training runs go on and are")
+    training = all(j.text.startswith("training") for j in going)
+    noun = ("training run", "training runs") if training else ("job", "jobs")
+    runs = (f"the {noun[0]} goes on and is" if len(going) == 1
+            else f"the {len(going)} {noun[1]} go on and are")
     others = "the other job ends" if len(ending) == 1 else f"the other {len(ending)} jobs end"
     if going and ending:
         leave = (f"Leave running and quit: {runs} followed again at the next start; {others} now "
-                 f"(Serve, Evaluate and the runner live with this window).")
+                 f"(the runner lives with this window).")
     elif going:
         leave = f"Leave running and quit: {runs} followed again at the next start."
     else:
         leave = ("Leave running and quit is not offered: these jobs live with this window and end "
                  "when it closes.")
-    stop = ("Stop and quit: every job stops" + (" (training saves a checkpoint first)" if going else "")
+    saves = any(j.text.startswith("training") for j in going)
+    stop = ("Stop and quit: every job stops" + (" (training saves a checkpoint first)" if saves else "")
             + "; an evaluation keeps the results it has so far.")
     return "\n".join(lines) + "\n\n" + leave + "\n" + stop
 

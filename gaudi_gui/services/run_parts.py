@@ -226,8 +226,14 @@ class SupervisedPart(PartSignals):
             argv += ["--origin", "gui", *(["--runs-dir", self.runs_dir] if self.runs_dir else [])]
         if resumed_from:
             argv += ["--resumed-from", resumed_from]
-        self._set_connection(CONNECTING, f"starting the run{self.where}…")
-        self._call(argv, self._on_started, input_text=json.dumps(job))
+        self.start_command(argv, input_text=json.dumps(job))
+
+    def start_command(self, argv: list[str], *, input_text: str = "") -> None:
+        """Start any kind's ``gaudi-gui … --detach --json`` (``argv``: its words after ``gaudi-gui``)
+        at the host and follow the job it announces (``core.jobkind``: Serve, Evaluate)."""
+        self._active = True
+        self._set_connection(CONNECTING, f"starting the job{self.where}…")
+        self._call(argv, self._on_started, input_text=input_text)
 
     def _on_started(self, code: int, out: str, err: str) -> None:
         if self._ended:
@@ -248,7 +254,8 @@ class SupervisedPart(PartSignals):
         self.name = str(info.get("name") or self.folder.rstrip("/").rsplit("/", 1)[-1])
         self.pid = int(info.get("pid") or 0)
         self.line_received.emit(f"[gaudi-gui] run folder{self.where}: {self.folder} (device "
-                                f"{info.get('device')}, supervisor pid {self.pid}; the run goes on if the app"
+                                f"{info.get('device', 'as asked')}, supervisor pid {self.pid}; it goes on if "
+                                f"the app"
                                 f"{'' if self.host.is_local else ' or the connection'} ends)")
         self.identified.emit(self.folder)
         if self.stop_sent:

@@ -1,29 +1,28 @@
-"""Serve in the app: ``gaudi-gui serve … --events`` as a local child, followed.
+"""Serve in the app: ``gaudi-gui serve … --detach``, a job with a run folder, followed (``KindJob``).
 
 The view gives this service a ``core.serve.ServeSpec`` (and where it runs, a ``Placement``: this machine
 or a host, handed to the command as ``--host``) and binds to what comes back: the state (starting,
 loading, warming, ready, stopped, failed), the warm-up fraction with its ETA, the endpoint URL, each
-request from the engine's access log. Stop sends the command SIGTERM (it ends the engine's whole tree
-and frees the port, or on a host closes the guard's stdin); leaving the app kills it.
+request from the engine's access log. Stop is ``runs stop`` (the command ends the engine's whole tree
+and frees the port, or on a host closes the guard's stdin). The server outlives the window when the
+user leaves it running, and the next window re-attaches to it (``reattach``).
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core.placement import Placement
-from gaudi_gui.core.secrets import redact
+from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.serve import EngineChoice, ServeSpec, choose_engine, device_here, vllm_here
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.endpoint_chat import EndpointChat
-from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
+from gaudi_gui.services.kind_job import KindJob
 
 
-class ServeService(QObject):
+class ServeService(KindJob):
     #: (state, message): starting, loading, warming, ready, stopped, failed.
     state_changed = Signal(str, str)
     #: (fraction 0-1, seconds left or -1 while unknown, "Prompt 3/24").
@@ -37,13 +36,11 @@ class ServeService(QObject):
     #: The child is gone: (stopped by the user).
     finished = Signal(bool)
 
+    KIND = "serve"
+    COMMAND = "serve"
+
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        #: The Python that runs ``-m gaudi_gui serve`` (the bench may put another here).
-        self.python = sys.executable
-        self.runner = ProcessRunner(self, tail_lines=60)
-        self.runner.message_received.connect(self._on_message)
-        self.runner.finished.connect(self._on_finished)
         self.url = ""
         #: The id the server answers to (what a request's "model" must be, or leave out).
         self.model_id = ""
@@ -56,12 +53,9 @@ class ServeService(QObject):
         self.claim_name = ""
         self._selection: DeviceSelection | None = None
         self._claim_ids: list[int] = []
-        self._stopped = False
         self._failure: dict[str, Any] | None = None
-        self.last_argv: list[str] = []
-
-    def is_running(self) -> bool:
-        return self.runner.is_running()
+        #: The requests of the running server so far (what a panel opened later shows).
+        self.requests: list[dict[str, Any]] = []
 
     def engine_choice(self, engine: str, device: str, probed: str = "cpu") -> EngineChoice:
         """Which engine a start here would use, and why (ServeError: vLLM asked for, not importable).
@@ -69,44 +63,33 @@ class ServeService(QObject):
         thread never starts a probe of its own)."""
         return choose_engine(engine, vllm_importable=vllm_here(), device=device_here(device, probed))
 
-    def argv(self, spec: ServeSpec, placement: Placement | None = None, *, remote_port: int = 0) -> list[str]:
-        """The child's argv: the command-line twin of the panel."""
-        place = (placement or Placement.local()).cli_args()
-        extra = [f"--remote-port={remote_port}"] if remote_port and place else []
-        return [self.python, "-m", "gaudi_gui", "serve", *spec.cli_args(), *extra, "--events", *place]
-
     def start(self, spec: ServeSpec, placement: Placement | None = None, *,
               remote_port: int = 0, selection: DeviceSelection | None = None) -> list[tuple[str, str]]:
         """Start the server; the problems at their fields instead (nothing started then). With the
         placement's card ``selection``, the server holds its cards there while it runs (a claim the
         Devices and Hosts views show, and other starts warn about)."""
-        if self.runner.is_running():
+        if self.is_running():
             return [("", "a server is already running: stop it first")]
         problems = spec.problems()
         if problems:
             return problems
-        self.url, self._stopped, self._failure = "", False, None
+        self.url, self._failure, self.requests = "", None, []
         self.api_key_env = spec.api_key_env
         self._release()
         self._selection = selection
         self._claim_ids = list(spec.cards) if spec.cards else (selection.job_ids() if selection else [])
         self.claim_name = f"Serve :{spec.port}"
-        self.last_argv = self.argv(spec, placement, remote_port=remote_port)
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
+        place = (placement or Placement.local()).cli_args()
+        extra = [f"--remote-port={remote_port}"] if remote_port and place else []
         self._set_state("starting", "starting")
-        # Its own session: Stop signals the command, which ends the engine's tree itself.
-        self.runner.start(self.last_argv[0], self.last_argv[1:], env=env, new_session=True)
+        self.start_words([*spec.cli_args(), *extra, *place])
         return []
 
-    def stop(self) -> None:
-        if self.runner.is_running():
-            self._stopped = True
-            self.runner.terminate_tree(grace_ms=20000)
+    def attached(self, run: Run) -> None:
+        self.claim_name = f"Serve (re-attached {run.name})"
+        self._set_state("starting", f"following the server of {run.name}, left running earlier")
 
-    # -- JobOwner (services/jobs.py): the server lives with the window ------------------------------
-
-    outlives_window = False
+    # -- JobOwner (services/jobs.py) ----------------------------------------------------------------
 
     def active_jobs(self) -> list[str]:
         if not self.is_running():
@@ -114,24 +97,11 @@ class ServeService(QObject):
         where = f"at {self.url}" if self.url else f"({self.state})"
         return [f"Serve: {self.model_id or 'a model'} {where}"]
 
-    def stop_jobs(self) -> None:
-        self.stop()
-
-    def detach_jobs(self) -> list[str]:
-        self.stop()  # its engine and forwarded port end with the window: stop it cleanly
-        return []
-
-    def shutdown(self) -> None:
-        """Leaving the app: nothing may outlive it."""
-        if self.runner.is_running():
-            self._stopped = True
-            self.runner.kill_tree()
-
     def _set_state(self, state: str, message: str) -> None:
         self.state = state
         self.state_changed.emit(state, message)
 
-    def _on_message(self, message: dict[str, Any]) -> None:
+    def take_event(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
         if kind == "serve_state":
             state = str(message.get("state", ""))
@@ -151,6 +121,7 @@ class ServeService(QObject):
                 self._selection.claim(self.claim_name, self._claim_ids)
             self.url_ready.emit(self.url)
         elif kind == "serve_request":
+            self.requests = [*self.requests[-499:], message]
             self.request.emit(message)
 
     def ready(self) -> bool:
@@ -170,18 +141,18 @@ class ServeService(QObject):
             self._selection.release(self.claim_name)
         self._selection = None
 
-    def _on_finished(self, code: int, status: str) -> None:
+    def take_end(self, state: str, summary: str) -> None:
         self.chat.cancel()
         self._release()
         self.url = ""
-        if self._stopped or (code == 0 and self._failure is None):
-            self._set_state("stopped", "stopped")
+        stopped = bool(self.part and self.part.stop_sent)
+        if state in ("stopped", "finished") and self._failure is None:
+            self._set_state("stopped", summary.removeprefix("Stopped: ").removeprefix("Stopped") or "stopped")
         else:
             failure = self._failure or {}
-            how = "failed to start" if status == EXIT_FAILED_TO_START else describe_exit(code, status)
-            message = str(failure.get("message") or f"the server ended ({how})")
-            lines = [redact(str(t)) for t in (failure.get("lines") or self.runner.tail(4))][-4:]
-            if code != 2 and lines:
+            message = str(failure.get("message") or summary.removeprefix("Failed: "))
+            lines = [str(t) for t in (failure.get("lines") or [])][-4:]
+            if lines and not message.startswith("--"):
                 message += ": " + " | ".join(lines)
             field = ""
             head, sep, rest = message.partition(": ")
@@ -189,4 +160,4 @@ class ServeService(QObject):
                 field, message = head[2:].replace("-", "_"), rest
             self._set_state("failed", message)
             self.failed.emit(field, message)
-        self.finished.emit(self._stopped)
+        self.finished.emit(stopped)

@@ -244,8 +244,9 @@ class TrainingService(QObject):
         if not run.folder.is_dir():
             return None
         with contextlib.suppress(OSError):
-            if run.status().state not in ("queued", "running"):
-                return None
+            status = run.status()
+            if status.state not in ("queued", "running") or status.kind != "training":
+                return None  # Serve and Evaluate take up their own (services/kind_job.py)
         if (run.folder / SLURM_INFO).is_file():
             from gaudi_gui.services.run_parts import slurm_target_of
             try:

@@ -164,6 +164,12 @@ class ServePanel(QWidget):
         service.failed.connect(self._on_failed)
         self.refresh_hosts()
         self._update_choice()
+        if service.is_running():  # a server re-attached before the panel was first opened
+            self._on_state(service.state, "running (re-attached)" if not service.url else "")
+            if service.url:
+                self._on_url(service.url)
+            for record in service.requests:
+                self._on_request(record)
 
     # -- the form ---------------------------------------------------------------------------------
 

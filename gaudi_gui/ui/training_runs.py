@@ -32,8 +32,10 @@ from gaudi_gui.services.sft_tools import AdapterMerger
 
 # What a run cost (card-hours, energy) sits beside how it went; "started" comes after them: the run's
 # name already begins with its start time, and the cost must stay in view in a 1024-pixel window.
-COLUMNS = ("run", "status", "duration", "steps", "final loss", "card-hours", "energy", "started",
+COLUMNS = ("run", "status", "kind", "duration", "steps", "final loss", "card-hours", "energy", "started",
            "latest scores")
+#: What only a training run offers (a Serve or Evaluate job has no job to clone, checkpoint or model).
+TRAINING_ONLY = ("Reopen", "Clone", "Compare", "Resume", "Try in runner", "Merge and save", "Evaluate")
 #: The columns whose figures are right-aligned.
 _NUMBERS = frozenset(("duration", "steps", "final loss", "card-hours", "energy"))
 #: How often a shown Runs list looks for new runs and changed statuses (a stat per run folder).
@@ -121,6 +123,7 @@ class RunsTable(QWidget):
         self._watch = QTimer(self)
         self._watch.setInterval(WATCH_MS)
         self._watch.timeout.connect(self.refresh_if_changed)
+        self.table.itemSelectionChanged.connect(self._update_buttons)
         self.refresh()
 
     def showEvent(self, event: QShowEvent) -> None:
@@ -173,8 +176,9 @@ class RunsTable(QWidget):
                 meter_mod.kwh_text(summary)
             hours = meter_mod.card_hours_text(summary) or "–"
             duration = format_duration(st.duration) if st.started_at else "–"
-            for col, text in enumerate((run.name, state, duration, steps, loss, hours, energy, started,
-                                        latest_scores(run))):
+            scores = latest_scores(run) if st.kind == "training" else "–"
+            for col, text in enumerate((run.name, state, st.kind, duration, steps, loss, hours, energy,
+                                        started, scores)):
                 item = QTableWidgetItem(text)
                 if COLUMNS[col] in ("card-hours", "energy"):
                     item.setToolTip(self._meter_tip(summary))
@@ -236,8 +240,16 @@ class RunsTable(QWidget):
 
     def _one(self, signal: SignalInstance) -> None:
         runs = self.selected_runs()
-        if runs:
+        if runs and runs[0].kind != "training":
+            self.status.setText(f"{runs[0].name} is a {runs[0].kind} job: only its log, status and files "
+                                f"are kept (gaudi-gui runs show {runs[0].name})")
+        elif runs:
             signal.emit(runs[0])
+
+    def _update_buttons(self) -> None:
+        training = all(run.kind == "training" for run in self.selected_runs())
+        for name in TRAINING_ONLY:
+            self.buttons[name].setEnabled(training)
 
     def _compare(self) -> None:
         runs = self.selected_runs()

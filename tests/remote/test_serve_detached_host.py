@@ -1,0 +1,64 @@
+"""``gaudi-gui serve --host DEST --detach`` (issue 26): the server's supervisor and run folder are the
+host's, so a cut connection leaves it serving; it is followed and reached again over a new connection
+(``runs show --host``, the forward asked for again) and ``runs stop --host`` ends it, leaving nothing
+running there."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from gaudi_gui.commands.serve import forward
+from gaudi_gui.core.placement import Forward
+from gaudi_gui.core.serve import pick_free_port, port_free
+from tests.remote.conftest import SshHost
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gaudi_gui", *args], capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=180)
+
+
+def _answers(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models", timeout=10) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _engines(ssh_host: SshHost) -> list[str]:
+    return [" ".join(p.cmdline()) for p in ssh_host.processes() if "transformers" in " ".join(p.cmdline())]
+
+
+def test_a_server_on_a_host_survives_a_cut_connection_and_is_stopped_after(ssh_host: SshHost,
+                                                                           demo_model: Path) -> None:
+    local, remote = pick_free_port(), pick_free_port()
+    done = _cli("serve", "--host", ssh_host.dest, "--model", "builtin:demo", "--device", "cpu", "--port",
+                str(local), "--remote-port", str(remote), "--detach", "--json")
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    assert info["kind"] == "serve" and info["host"] == ssh_host.dest
+    assert info["url"] == f"http://127.0.0.1:{local}/v1"
+    assert Path(info["folder"]).parent == ssh_host.runs_dir  # the host's own runs store
+    while not _answers(local):  # through the forward, once the engine is ready
+        time.sleep(0.2)
+
+    ssh_host.drop()  # a network cut: every connection goes at once
+    while not port_free(local):  # the forward went with the connection
+        time.sleep(0.1)
+    assert _engines(ssh_host), "the server must outlive the connection"
+    shown = _cli("runs", "--host", ssh_host.dest, "show", info["name"])
+    assert "(serve): running" in shown.stdout, (shown.stdout, shown.stderr)
+    assert forward(ssh_host.dest, Forward(local, remote))  # a new connection, the same endpoint
+    assert _answers(local)
+
+    stop = _cli("runs", "--host", ssh_host.dest, "stop", info["name"])
+    assert stop.returncode == 0, stop.stderr
+    assert ssh_host.wait_no_processes(timeout=60) == []
+    status = json.loads((Path(info["folder"]) / "status.json").read_text())
+    assert (status["kind"], status["state"]) == ("serve", "stopped"), status
