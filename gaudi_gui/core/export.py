@@ -41,6 +41,14 @@ TRAIN_TAGS = {"loss": "train/loss", "learning_rate": "train/learning_rate", "gra
               "eval_perplexity": "eval/perplexity"}
 #: meter.jsonl card key -> TensorBoard tag (per card: ``meter/<key>/<card name>``).
 CARD_TAGS = ("power_w", "utilization", "memory_used_mib", "temperature_c")
+#: At most this many points per meter series: a 10-hour run sampled at 1 Hz has 36,000, more than any
+#: chart shows (TensorBoard's own dashboard keeps 1,000 per series). Longer runs are written in
+#: buckets of consecutive samples: the mean of what a sample measures (power, utilization, memory,
+#: temperature), the last of what accumulates (energy, card-hours), the most of "throttled".
+METER_POINTS = 4000
+#: Series whose value accumulates (the bucket's last), and those that flag (the bucket's most).
+_CUMULATIVE = ("meter/energy_wh", "meter/card_hours")
+_FLAGS = ("meter/throttled/",)
 
 
 class ExportError(Exception):
@@ -140,6 +148,32 @@ def _meter_rows(samples: list[dict[str, Any]], summary: Mapping[str, Any] | None
     return rows
 
 
+def thin(rows: list[tuple[float, list[tuple[str, float]]]],
+         limit: int = METER_POINTS) -> list[tuple[float, list[tuple[str, float]]]]:
+    """``rows`` in at most ``limit`` buckets of consecutive rows (see ``METER_POINTS``); each bucket
+    is stamped with its last row's time."""
+    if len(rows) <= limit:
+        return rows
+    size = -(-len(rows) // limit)
+    out: list[tuple[float, list[tuple[str, float]]]] = []
+    for start in range(0, len(rows), size):
+        bucket = rows[start:start + size]
+        values: dict[str, list[float]] = {}
+        for _t, scalars in bucket:
+            for tag, value in scalars:
+                values.setdefault(tag, []).append(value)
+        merged = []
+        for tag, seen in values.items():
+            if tag in _CUMULATIVE:
+                merged.append((tag, seen[-1]))
+            elif tag.startswith(_FLAGS):
+                merged.append((tag, max(seen)))
+            else:
+                merged.append((tag, sum(seen) / len(seen)))
+        out.append((bucket[-1][0], merged))
+    return out
+
+
 def export_tensorboard(run: Run, dest: str | Path) -> ExportResult:
     """Write ``run``'s metrics and meter as one TensorBoard event file under ``dest/<run name>/``."""
     folder = Path(dest).expanduser() / run.name
@@ -166,7 +200,7 @@ def export_tensorboard(run: Run, dest: str | Path) -> ExportResult:
                        if (v := _num(record.get(key))) is not None]
             writer.add_scalars(step, when, scalars)
             tags.update(tag for tag, _ in scalars)
-        rows = _meter_rows(samples, meter_mod.read_summary(run.folder))
+        rows = thin(_meter_rows(samples, meter_mod.read_summary(run.folder)))
         t0 = rows[0][0] if rows else 0.0
         for when, scalars in rows:
             writer.add_scalars(round(when - t0), when, scalars)
@@ -191,5 +225,5 @@ def describe(result: ExportResult) -> str:
     return text
 
 
-__all__ = ["CARD_TAGS", "TRAIN_TAGS", "ExportError", "ExportResult", "describe", "export_tensorboard",
-           "meter_samples", "trackio_state"]
+__all__ = ["CARD_TAGS", "METER_POINTS", "TRAIN_TAGS", "ExportError", "ExportResult", "describe",
+           "export_tensorboard", "meter_samples", "thin", "trackio_state"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -59,6 +60,8 @@ class RunsTable(QWidget):
     merge_finished = Signal(bool, str)
     #: Open the Evaluate window of this run (base vs tuned; ui/eval_view.py).
     evaluate_requested = Signal(object)
+    #: An export (Export…) ended: what it wrote, or "⚠ why not" (emitted from the export's thread).
+    export_finished = Signal(str)
 
     def __init__(self, store: RunStore, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -106,6 +109,7 @@ class RunsTable(QWidget):
         self.scores_panel: QWidget | None = None
         #: The folder the last export went to (the next Export… starts there).
         self.export_dir = ""
+        self.export_finished.connect(self._exported)
         #: Where Compare puts the scores: beside the curves when the Training tab gives a splitter
         #: (``scores_dock``), else a small window of their own.
         self.scores_dock: QSplitter | None = None
@@ -311,12 +315,24 @@ class RunsTable(QWidget):
         if not folder:
             return
         self.export_dir = folder
-        try:
-            result = export.export_tensorboard(runs[0], folder)
-        except export.ExportError as exc:
-            self.status.setText(f"⚠ {exc}")
-            return
-        self.status.setText(export.describe(result))
+        run = runs[0]
+        # A long run's meter is tens of MB (10 hours of 8 cards: ~10 s to read and write on a busy
+        # machine): written on a thread of its own, the answer comes back through a queued signal.
+        self.buttons["Export…"].setEnabled(False)
+        self.status.setText(f"exporting {run.name} to {folder}…")
+
+        def work() -> None:
+            try:
+                text = export.describe(export.export_tensorboard(run, folder))
+            except (export.ExportError, OSError) as exc:
+                text = f"⚠ {exc}"
+            self.export_finished.emit(text)
+
+        threading.Thread(target=work, name="runs-export", daemon=True).start()
+
+    def _exported(self, text: str) -> None:
+        self.buttons["Export…"].setEnabled(True)
+        self.status.setText(text)
 
     def merge(self, run: Run) -> None:
         """Merge the run's adapter into a full model in ``<output>/merged``."""

@@ -309,9 +309,13 @@ def test_export_clicked_writes_tensorboard_events_of_the_selected_run(qtbot, tmp
     acc.Reload()
     assert [round(e.value, 4) for e in acc.Scalars("train/loss")] == [3.9, 3.8, 3.7]  # 32-bit floats
     assert [e.value for e in acc.Scalars("train/memory_peak_mib")] == [9345.0, 9690.0, 10035.0]
-    # The next export starts in the folder the last one went to.
+    assert table.buttons["Export…"].isEnabled()
+    # The next export starts in the folder the last one went to (and replaces the first).
     click(qtbot, table.buttons["Export…"])
     assert asked[-1] == str(tmp_path / "tb")
+    qtbot.waitUntil(lambda: table.buttons["Export…"].isEnabled() and "exported" in table.status.text(),
+                    timeout=10000)
+    assert len(list((tmp_path / "tb" / run.name).iterdir())) == 1
 
 
 def test_compare_shows_how_long_each_run_was_throttled(qtbot, tmp_path: Path) -> None:

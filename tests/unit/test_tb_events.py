@@ -136,3 +136,16 @@ def test_runs_export_command(tmp_path: Path) -> None:
     assert "exported" in res.stdout and len(_read(tmp_path / "tb" / "run-c").Scalars("train/loss")) == 4
     res = subprocess.run(base, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "--tensorboard DIR" in res.stderr
+
+
+def test_a_long_meter_is_written_in_buckets() -> None:
+    """More samples than METER_POINTS: buckets of consecutive samples, the mean of what a sample
+    measures, the last of what accumulates, the most of a flag, stamped with the bucket's last time."""
+    rows = [(float(t), [("meter/power_w", float(t % 2) * 100), ("meter/energy_wh", float(t)),
+                        ("meter/throttled/module 3", 1.0 if t == 5 else 0.0)]) for t in range(10)]
+    assert export.thin(rows, limit=10) == rows
+    out = export.thin(rows, limit=4)  # buckets of 3: [0,1,2] [3,4,5] [6,7,8] [9]
+    assert [t for t, _ in out] == [2.0, 5.0, 8.0, 9.0]
+    first, second = dict(out[0][1]), dict(out[1][1])
+    assert first["meter/power_w"] == pytest.approx(100 / 3) and first["meter/energy_wh"] == 2.0
+    assert second["meter/throttled/module 3"] == 1.0 and dict(out[2][1])["meter/throttled/module 3"] == 0.0
