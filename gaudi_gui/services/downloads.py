@@ -382,7 +382,7 @@ class ModelPlaces(QObject):
 
         followed = {d.folder for d in self.downloads if d.folder}
         count = 0
-        for run in RunStore(self.runs_dir or None).runs()[:200]:
+        for run in RunStore(self.runs_dir or None).runs()[:50]:  # newest first, as KindJob reattaches
             with contextlib.suppress(OSError):
                 status = run.status()
                 if status.kind != "download" or status.state not in ("queued", "running") \
