@@ -148,7 +148,12 @@ class Runner:
         self._save()
         try:
             while not self._stop:
-                self.turn()
+                try:
+                    self.turn()
+                except Exception:  # a bug or a disk error in one turn must not end the queue
+                    import traceback
+                    _log("a turn failed (the next one tries again):\n" + traceback.format_exc())
+                    time.sleep(max(1.0, self.tick_s))
                 if not self.state.live() and not queue.pending_requests(self.root) and self._may_end():
                     _log("the queue is empty: ending")
                     return 0
@@ -407,6 +412,11 @@ class Runner:
             entry.summary = entry.summary or why
         self._set(entry, "ended", why)
         _log(f"{entry.label()}: ended ({outcome}) {entry.summary}")
+        # The start files were copies (the job is in the run folder, the reason in the entry).
+        for attempt in range(1, entry.attempts + 1):
+            for suffix in (".json", ".run", ".log"):
+                with contextlib.suppress(OSError):
+                    (queue.starts_dir(self.root) / f"{entry.id}-{attempt}{suffix}").unlink()
 
     # -- deciding and starting -----------------------------------------------------------------------
 
