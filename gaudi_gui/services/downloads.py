@@ -22,8 +22,9 @@ never shell code.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
@@ -33,7 +34,7 @@ from gaudi_gui.core.remote import Host
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
 from gaudi_gui.services.remote_files import Listing
-from gaudi_gui.services.run_parts import FOLLOWING, SupervisedPart
+from gaudi_gui.services.run_parts import FOLLOWING, RemoteCall, SupervisedPart
 
 #: How long a stopped download's command has to end its attempt before it is killed (its own grace
 #: for its child is 3 s).
@@ -277,6 +278,10 @@ class Download(QObject):
             return
         if kind == "done":
             self.path = str(event.get("path") or "")
+        if kind == "plan" and event.get("repo_id") and event.get("repo_id") != self.request.repo_id:
+            # Re-attached on a host from its run list, which names the run, not the model.
+            self.request = replace(self.request, repo_id=str(event["repo_id"]),
+                                   revision=self.request.revision or "")
         if kind == "error":
             self._error = redact(str(event.get("message") or ""))
             return  # said once, at the end
@@ -396,6 +401,39 @@ class ModelPlaces(QObject):
                 self.download_started.emit(job)
                 count += 1
         return count
+
+    def reattach_host(self, host: Host) -> RemoteCall:
+        """Follow again the downloads still running on ``host`` (its ``runs list --json``): left
+        running by an earlier window, or started there by hand."""
+        call = RemoteCall(host, host.gaudi_gui_argv("runs", "list", "--json"), parent=self)
+        call.finished.connect(lambda code, out, _err, h=host, c=call: self._on_host_runs(h, c, code, out))
+        call.start()
+        return call
+
+    def _on_host_runs(self, host: Host, call: RemoteCall, code: int, out: str) -> None:
+        call.deleteLater()
+        if code != 0:
+            return  # the listing of that place says what is wrong with it
+        try:
+            runs = json.loads(out.strip().splitlines()[-1]) if out.strip() else []
+        except (ValueError, IndexError):
+            return
+        followed = {(d.host.name, d.folder) for d in self.downloads if d.folder}
+        for item in runs if isinstance(runs, list) else []:
+            if not isinstance(item, dict) or item.get("kind") != "download" or not item.get("alive"):
+                continue
+            folder = str(item.get("folder") or "")
+            state = str((item.get("status") or {}).get("state") or "")
+            if not folder or state not in ("queued", "running") or (host.name, folder) in followed:
+                continue
+            name = str(item.get("name") or "")
+            # The model id comes with the run's first event (its plan); until then, the run's name.
+            guess = name.split("-download-", 1)[-1] if "-download-" in name else name
+            job = Download(DownloadRequest(repo_id=guess, host=host), self)
+            job.finished.connect(lambda ok, _msg, path, j=job: self._on_finished(j, ok, path))
+            self.downloads.append(job)
+            job.follow(folder, name)
+            self.download_started.emit(job)
 
     def _on_finished(self, job: Download, ok: bool, path: str) -> None:
         if ok:

@@ -110,6 +110,7 @@ class DownloadRow(QWidget):
         self.status.setText(self.job.status_text())
 
     def _on_note(self, text: str) -> None:
+        self.title.setText(f"<b>{self.job.title}</b>")  # a re-attached job learns its model from its plan
         lines = [*self.notes.text().splitlines(), text][-6:]
         self.notes.setText("\n".join(lines))
 
@@ -218,6 +219,10 @@ class ModelsTab(QWidget):
         if not self._listed_once:
             self._listed_once = True
             self.refresh()
+            # Downloads left running on a host by an earlier window: asked when the tab is first
+            # looked at (one ssh call per host), not at every start.
+            for host in self.places_shown()[1:]:
+                self.places.reattach_host(host)
 
     # -- the library ------------------------------------------------------------------------------
 

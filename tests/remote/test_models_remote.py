@@ -140,3 +140,32 @@ def test_download_to_a_host_lands_in_its_cache_and_a_cut_link_ends_it_there(
     qtbot.waitUntil(lambda: cut.job.ok is not None, timeout=30000)
     assert cut.status.text().startswith("Cancelled."), cut.status.text()
     assert ssh_host.wait_no_processes() == []
+
+    # Left running on the host when the window goes (what "Leave running and quit" does), and
+    # followed again by the next window's Models tab when it is first looked at.
+    fake_hub.repos["org/again"] = FakeRepo(files={"model.safetensors": os.urandom(700_000)})
+    fake_hub.stall("org/again", "model.safetensors", times=10)
+    fake_hub.stalled.clear()
+    download_to(qtbot, tab, "org/again", ssh_host.dest, stall_s="120")
+    first = tab.download_rows[0].job
+    qtbot.waitUntil(lambda: bool(first.folder) and fake_hub.stalled.is_set(), timeout=30000)
+    assert tab.places.detach_jobs() == [first.folder]
+    assert not tab.places.active_jobs() and ssh_host.processes()
+
+    later = ModelsTab(create_services())
+    qtbot.addWidget(later)
+    later.resize(1000, 700)
+    later.show()
+    qtbot.waitUntil(lambda: len(later.download_rows) == 1, timeout=30000)
+    again = later.download_rows[0]
+    assert again.job.folder == first.folder
+    qtbot.waitUntil(lambda: "org/again" in again.title.text() and "followed again" in again.notes.text(),
+                    timeout=30000)
+    qtbot.waitUntil(again.cancel_button.isVisible, timeout=5000)
+    click(qtbot, again.cancel_button)
+    qtbot.waitUntil(lambda: again.job.ok is not None, timeout=30000)
+    assert again.status.text().startswith("Cancelled."), again.status.text()
+    assert ssh_host.wait_no_processes() == []
+    later.places.shutdown()
+    later.shutdown()
+    qtbot.waitUntil(lambda: not later.is_listing(), timeout=20000)
