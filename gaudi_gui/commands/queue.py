@@ -19,6 +19,7 @@ import argparse
 import json
 import sys
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,8 @@ from gaudi_gui.core.queue import CardRequest, QueueError
 #: How long a change waits for the queue process's answer (it starts on demand: a Python start).
 ANSWER_S = 60.0
 EXIT_HOST = 3
+#: Attempts of a host call that is safe to repeat (add with its client id, list).
+HOST_ATTEMPTS = 3
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,6 +49,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--device", default="auto", choices=("auto", "hpu", "cuda", "cpu"),
                      help="accelerator to launch for (default auto)")
     add.add_argument("--json", action="store_true", help="print the answer as JSON")
+    # The requester's id of this add (a retry over ssh sends the same one: queued once).
+    add.add_argument("--client-id", dest="client_id", default="", help=argparse.SUPPRESS)
     lst = actions.add_parser("list", help="the queue: position, state, since when, why waiting")
     lst.add_argument("--json", action="store_true", help="print it as JSON")
     rm = actions.add_parser("remove", help="take a job that has not started out of the queue")
@@ -105,7 +110,7 @@ def _add(args: argparse.Namespace) -> int:
         cards = CardRequest.parse(args.cards)
         job = load_job(args.config)
         values = queue.add_values(job, kind=args.kind, cards=cards, priority=args.priority,
-                                  device=args.device, added_by="cli")
+                                  device=args.device, added_by="cli", client_id=args.client_id)
     except (ValueError, JobConfigError, QueueError) as exc:
         _say(f"gaudi-gui queue add: {exc}")
         return 2
@@ -146,6 +151,11 @@ def entry_json(entry: queue.Entry, position: int) -> dict[str, Any]:
 
 def _list(args: argparse.Namespace) -> int:
     state = queue.read_state()
+    if state.live() and not queue.runner_pid():
+        # Jobs not ended and no queue process (the machine restarted, or it was killed): start it,
+        # it reconciles with the run folders and goes on.
+        queue.ensure_running()
+        _say("gaudi-gui queue list: the queue process was not running: started again")
     positions = state.positions()
     now = time.time()
     if args.json:
@@ -205,7 +215,7 @@ def _on_host(args: argparse.Namespace, target: str) -> int:
             return 2
         stdin = json.dumps(job.to_dict())
         argv += ["--config", "-", "--kind", args.kind, "--priority", str(args.priority),
-                 "--device", args.device]
+                 "--device", args.device, "--client-id", args.client_id or uuid.uuid4().hex]
         if args.cards.strip():
             argv += ["--cards", args.cards.strip()]
         if args.json:
@@ -216,12 +226,24 @@ def _on_host(args: argparse.Namespace, target: str) -> int:
         argv.append(args.id)
         if action == "move":
             argv += ["--before", args.before]
-    try:
-        code, out, err = remote.call(host, host.gaudi_gui_argv(*argv), input_text=stdin,
-                                     timeout=ANSWER_S + 30)
-    except remote.RemoteError as exc:
-        _say(f"gaudi-gui queue {action}: {exc}")
-        return EXIT_HOST
+    # A host that did not answer, or a connection that dropped, is retried (bounded, said) for what
+    # is safe to send again: list, and add (its client id makes a second add find the first's entry).
+    attempts = HOST_ATTEMPTS if action in ("add", "list") else 1
+    delay = 2.0
+    for attempt in range(1, attempts + 1):
+        try:
+            code, out, err = remote.call(host, host.gaudi_gui_argv(*argv), input_text=stdin,
+                                         timeout=ANSWER_S + 30)
+            break
+        except remote.RemoteError as exc:
+            if exc.kind not in ("unreachable", "dropped") or attempt == attempts:
+                _say(f"gaudi-gui queue {action}: {exc}"
+                     + (f" (after {attempt} attempts)" if attempt > 1 else ""))
+                return EXIT_HOST
+            _say(f"gaudi-gui queue {action}: {exc}: retrying in {delay:g} s (attempt {attempt + 1} of "
+                 f"{attempts})")
+            time.sleep(delay)
+            delay *= 2
     if out:
         sys.stdout.write(out)
         sys.stdout.flush()

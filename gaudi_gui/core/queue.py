@@ -189,6 +189,9 @@ class Entry:
     output_dir: str = ""
     added_at: float = 0.0
     added_by: str = ""
+    #: The requester's own id for this add: an add sent again (a retry over a connection that dropped
+    #: after the host applied it) finds the entry it made instead of queueing the job twice.
+    client_id: str = ""
     state: str = "queued"
     #: When the entry got its present state.
     since: float = 0.0
@@ -417,7 +420,8 @@ def output_refusal(output_dir: str, other: str) -> str:
 
 
 def add_values(job: Any, *, kind: str = "train", cards: CardRequest | None = None, priority: int = 0,
-               device: str = "auto", added_by: str = "", root: Path | None = None) -> dict[str, Any]:
+               device: str = "auto", added_by: str = "", client_id: str = "",
+               root: Path | None = None) -> dict[str, Any]:
     """The values of an add request for ``job`` (a JobConfig) after the checks a requester makes: the
     kind, the job's own problems, its output folder holding another run's files, or being the output
     folder of a queued job or of an add not applied yet (the queue process checks that last one again
@@ -437,7 +441,8 @@ def add_values(job: Any, *, kind: str = "train", cards: CardRequest | None = Non
     cards = cards or CardRequest()
     return {"job": job.to_dict(), "kind": kind, "name": job.name or Path(job.model).name,
             "priority": priority, "card_ids": list(cards.ids), "card_count": cards.count,
-            "device": device, "output_dir": output_dir, "added_by": added_by}
+            "device": device, "output_dir": output_dir, "added_by": added_by,
+            "client_id": client_id or uuid.uuid4().hex}
 
 
 # -- cards: what the doctor saw, and the plan -------------------------------------------------------

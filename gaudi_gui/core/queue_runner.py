@@ -277,6 +277,12 @@ class Runner:
         job = request.get("job")
         if not isinstance(job, dict):
             raise queue.QueueError("the request holds no job")
+        client_id = str(request.get("client_id") or "")
+        made = next((e for e in self.state.entries if client_id and e.client_id == client_id), None)
+        if made is not None:
+            # The same add again (a retry after a dropped connection): the job is queued once.
+            return {"ok": True, "message": f"already queued as {made.label()}", "entry": made.id,
+                    "position": self.state.positions().get(made.id, 0)}
         output_dir = queue.resolved_dir(str(request.get("output_dir") or ""))
         other = queue.same_output(output_dir, self.state.entries)
         if other:
@@ -286,7 +292,7 @@ class Runner:
                       card_ids=[int(c) for c in request.get("card_ids") or []],
                       card_count=int(request.get("card_count") or 0),
                       device=str(request.get("device") or "auto"), output_dir=output_dir,
-                      added_at=time.time(), added_by=str(request.get("added_by") or ""),
+                      added_at=time.time(), added_by=str(request.get("added_by") or ""), client_id=client_id,
                       state="queued", since=time.time())
         self.state.next_seq += 1
         self.state.entries.append(entry)

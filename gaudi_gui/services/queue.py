@@ -68,6 +68,9 @@ class QueueService(QObject):
             return
         self._stamp = stamp
         self.state = queue.read_state()
+        if self.state.live() and not queue.runner_pid():
+            # Jobs not ended and no queue process (the machine restarted): start it again.
+            self._start_runner()
         self._announce_changes()
         self._first = False
         self.state_changed.emit(self.state)
@@ -125,21 +128,23 @@ class QueueService(QObject):
     def _send(self, action: str, **values: Any) -> str:
         request_id = queue.send_request(action, **values)
         self._waiting.append(request_id)
-        if not queue.runner_pid():
-            # Detached: the queue process outlives the window and is nobody's child.
-            starter = QProcess()
-            starter.setProgram(sys.executable)
-            starter.setArguments(queue.runner_argv()[1:])
-            log = str(queue.log_path())
-            starter.setStandardInputFile(QProcess.nullDevice())
-            starter.setStandardOutputFile(log, QIODevice.OpenModeFlag.Append)
-            starter.setStandardErrorFile(log, QIODevice.OpenModeFlag.Append)
-            ok = bool(starter.startDetached())
-            if not ok:
-                raise QueueError("the queue process could not be started (see its log: "
-                                 f"{queue.log_path()})")
+        if not queue.runner_pid() and not self._start_runner():
+            raise QueueError(f"the queue process could not be started (see its log: {queue.log_path()})")
         QTimer.singleShot(300, self.refresh)
         return request_id
+
+    def _start_runner(self) -> bool:
+        """The queue process, detached: it outlives the window and is nobody's child. A second one
+        started at the same moment finds the lock taken and ends by itself."""
+        queue.make_dirs()
+        starter = QProcess()
+        starter.setProgram(sys.executable)
+        starter.setArguments(queue.runner_argv()[1:])
+        log = str(queue.log_path())
+        starter.setStandardInputFile(QProcess.nullDevice())
+        starter.setStandardOutputFile(log, QIODevice.OpenModeFlag.Append)
+        starter.setStandardErrorFile(log, QIODevice.OpenModeFlag.Append)
+        return bool(starter.startDetached())
 
     def stop_all_waits(self) -> None:
         with contextlib.suppress(RuntimeError):

@@ -4,6 +4,8 @@ queued job's start and end. The queue process is the real one (paused, so nothin
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 
 import pytest
@@ -21,9 +23,7 @@ from tests.helpers import click, close_training_tab, training_tab
 def no_queue_process_left() -> object:
     yield None
     pid = queue.runner_pid()
-    if pid:
-        import os
-        import signal
+    if pid and pid != os.getpid():
         os.kill(pid, signal.SIGTERM)
 
 
@@ -83,7 +83,14 @@ def test_queue_button_and_the_queue_view_clicked(qtbot, tmp_path, demo_model) ->
 
 
 def _write(entries: list[Entry]) -> None:
+    """The queue's state as its process would write it; this test plays that process (its pidfile
+    names the test), so the window starts no real one."""
+    import json
+
+    import psutil
     queue.make_dirs()
+    queue.pid_path().write_text(json.dumps({"pid": os.getpid(),
+                                            "create_time": psutil.Process().create_time()}))
     queue.write_state(QueueState(entries=entries))
 
 

@@ -54,3 +54,27 @@ def test_a_host_queue_runs_its_job_with_the_connection_cut(demo_model: Path, ssh
     # The job's name travelled as data: nothing ran in the remote shell.
     assert not (ssh_host.home / "canary").exists() and not Path("canary").exists()
     assert ssh_host.wait_no_processes(60) == []
+
+
+def test_an_add_whose_connection_dropped_after_the_host_applied_it_is_queued_once(
+        ssh_host: SshHost, tmp_path: Path) -> None:
+    """The host's gaudi-gui applies the add, then the connection drops before the answer arrives (the
+    remote command ends as ssh does for a lost connection, the first time only): the add is sent
+    again, said on stderr, and the host's queue holds the job once."""
+    flag = ssh_host.home / "dropped-once"
+    wrapper = ("sh -c 'python3 -m gaudi_gui \"$@\"; if [ ! -e " + str(flag) + " ]; then touch "
+               + str(flag) + "; echo \"Connection to gg-remote closed by remote host.\" >&2; exit 255; "
+               "fi' sh")
+    job = JobConfig(name="once")
+    job.training_args = {"max_steps": 2, "save_strategy": "no"}
+    job.save(tmp_path / "job.json")
+    assert gg("queue", "pause", "--host", ssh_host.dest).returncode == 0
+    added = gg("queue", "add", "--host", ssh_host.dest, "--remote-command", wrapper, "--config",
+               str(tmp_path / "job.json"), "--json")
+    assert added.returncode == 0, added.stderr
+    assert "retrying in 2 s (attempt 2 of 3)" in added.stderr
+    assert "already queued as q1 (once)" in added.stdout
+    state = queue.read_state(ssh_host.home / "data" / "queue")
+    assert [e.id for e in state.entries] == ["q1"]
+    assert gg("queue", "remove", "q1", "--host", ssh_host.dest).returncode == 0
+    assert ssh_host.wait_no_processes(60) == []

@@ -151,3 +151,13 @@ def test_a_damaged_state_reads_as_an_empty_queue_with_the_problem(tmp_path: Path
     queue.state_path(root).write_text('{"entries": [', encoding="utf-8")
     state = queue.read_state(root)
     assert state.entries == [] and "truncated" in state.problem
+
+
+def test_the_same_add_sent_twice_is_queued_once(tmp_path: Path) -> None:
+    runner = Runner(tmp_path / "q")
+    runner.state.paused = True
+    first = _apply(runner, "add", job={}, name="a", client_id="abc")
+    again = _apply(runner, "add", job={}, name="a", client_id="abc")
+    assert again["ok"] and again["entry"] == first["entry"] == "q1"
+    assert "already queued as q1 (a)" in again["message"]
+    assert len(runner.state.entries) == 1
