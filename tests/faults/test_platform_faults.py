@@ -129,7 +129,7 @@ def test_the_app_starts_with_a_broken_settings_file(isolated_home: Path, tmp_pat
     _write_ini(isolated_home / "config" / "settings.ini", BROKEN_INI)
     proc = _start_app(dict(os.environ), tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.report is not None and proc.report["tabs"] == 5  # type: ignore[attr-defined]
+    assert proc.report is not None and proc.report["tabs"] == 6  # type: ignore[attr-defined]
     assert proc.report["status"].startswith("Settings: ")  # type: ignore[attr-defined]
     assert "trust_remote_code must be boolean" in proc.stderr and "Traceback" not in proc.stderr
 
