@@ -166,10 +166,21 @@ class MainWindow(QMainWindow):
         """Cross-tab connections, made once both ends exist."""
         if key == "training_tab" and hasattr(widget, "load_in_runner_requested"):
             widget.load_in_runner_requested.connect(self._load_in_runner)
+        if key == "runner_tab" and hasattr(widget, "download_requested"):
+            widget.download_requested.connect(self._download_from_runner)
         if key == "models_tab":
             models = cast("ModelsTab", widget)
             models.use_in_runner_requested.connect(self._model_to_runner)
             models.use_in_training_requested.connect(self._model_to_training)
+
+    def _download_from_runner(self, model: str, host: str) -> None:
+        """The runner's Download…: the Models tab's Download dialog, with the runner's model and host."""
+        from gaudi_gui.core.hub import check_repo_id
+
+        models = self.models_tab
+        self.tabs.setCurrentWidget(models)
+        # A folder or builtin:demo is not a Hub id: the dialog opens empty then.
+        models.open_download_dialog(model if check_repo_id(model) is None else "", host)
 
     def _model_to_runner(self, host: str, model: str) -> None:
         """A model from the Models tab into the runner's model field, its host chosen (Load is the

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QKeySequence, QShortcut, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -106,6 +106,10 @@ class HostCombo(QComboBox):
 class RunnerTab(QWidget):
     """Views the GenerationClient; the worker process itself lives in the client."""
 
+    #: Download… beside the model field: (the field's text, the chosen host's name); the main window
+    #: opens the Models tab's Download dialog with them.
+    download_requested = Signal(str, str)
+
     def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._services = services
@@ -140,6 +144,11 @@ class RunnerTab(QWidget):
         browse = QPushButton("Browse…")
         self.browse_button = browse
         browse.clicked.connect(self._browse)
+        self.download_button = QPushButton("Download…")
+        self.download_button.setToolTip("Download this Hub model into the chosen host's cache first "
+                                        "(progress, stall retries, a check of what arrived: Models tab)")
+        self.download_button.clicked.connect(lambda _checked=False: self.download_requested.emit(
+            self.model.currentText().strip(), str(self.host_combo.currentData() or remote.LOCAL)))
         #: The "Browse HOST" dialog while it is open (a remote host's folders).
         self.remote_browser: remote_browser.RemoteBrowser | None = None
         self.device = QComboBox()
@@ -181,6 +190,7 @@ class RunnerTab(QWidget):
         row = QHBoxLayout()
         row.addWidget(self.model, 1)
         row.addWidget(browse)
+        row.addWidget(self.download_button)
         grid.addRow("Model", row)
         opts = QHBoxLayout()
         for label, widget in (("device", self.device), ("dtype", self.dtype),

@@ -103,7 +103,22 @@ def test_download_shows_progress_lists_the_model_and_loads_offline_in_the_runner
     qtbot.waitUntil(lambda: "this machine" in tab.status.text() and not tab.is_listing(), timeout=30000)
     assert tab.table.rowCount() == 0
 
-    download_by_clicks(qtbot, tab, "org/tiny-llama")
+    # Named in the Model runner's field, Download… beside it opens the dialog with it filled in.
+    runner = window.runner_tab
+    window.tabs.setCurrentWidget(runner)
+    qtbot.waitUntil(runner.download_button.isVisible, timeout=5000)
+    field = runner.model.lineEdit()
+    qtbot.mouseClick(field, Qt.MouseButton.LeftButton)
+    qtbot.keyClick(field, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(field, "org/tiny-llama")
+    click(qtbot, runner.download_button)
+    qtbot.waitUntil(lambda: isinstance(QApplication.activeModalWidget(), DownloadDialog), timeout=5000)
+    dialog = QApplication.activeModalWidget()
+    assert isinstance(dialog, DownloadDialog) and window.tabs.currentWidget() is tab
+    assert dialog.repo_id.text() == "org/tiny-llama" and dialog.where.currentData() == "local"
+    qtbot.waitUntil(dialog.download_button.isEnabled, timeout=2000)
+    click(qtbot, dialog.download_button)
+    qtbot.waitUntil(lambda: len(tab.download_rows) == 1, timeout=5000)
     row = tab.download_rows[0]
     assert row.cancel_button.isVisible() and "org/tiny-llama" in row.title.text()
     seen: list[str] = []
@@ -126,8 +141,8 @@ def test_download_shows_progress_lists_the_model_and_loads_offline_in_the_runner
     assert cells[4] == "local (this machine)" and cells[2].endswith("B")
 
     # Into the runner, and Load with the network off.
+    runner.model.setCurrentText("builtin:demo")  # as if another model were there
     click(qtbot, row.runner_button)
-    runner = window.runner_tab
     assert window.tabs.currentWidget() is runner
     assert runner.model.currentText() == "org/tiny-llama"
     gets = fake_hub.file_gets()
