@@ -8,11 +8,12 @@
   compile meter), "meter" in the JSON (null for a run without one: older, or still running).
 - ``runs follow RUN [--events-from N] [--log-from N]``: JSON lines as the run goes on:
   ``{"t": "event", "end": OFFSET, "event": {...}}``, ``{"t": "log", "end": OFFSET, "line": "..."}``,
-  ``{"t": "status", "status": {...}}`` when it changes, and ``{"t": "end", "status": {...}}`` once the
-  run has ended and its processes are gone. The offsets let a follower that lost its connection go on
-  exactly where it was. It ends itself when its stdin closes (over SSH nothing else tells it): when
-  stdin is a pipe or a socket, and only after the history up to then has been printed; a follow with
-  no stdin (``< /dev/null``: cron, ``nohup``, CI) prints the history and follows on, as ``tail -f``.
+  ``{"t": "status", "status": {...}}`` when it changes, and ``{"t": "end", "status": {...}, "meter":
+  {...} | null}`` once the run has ended and its processes are gone (with its meter summary). The
+  offsets let a follower that lost its connection go on exactly where it was. It ends itself when
+  its stdin closes (over SSH nothing else tells it): when stdin is a pipe or a socket, and only after
+  the history up to then has been printed; a follow with no stdin (``< /dev/null``: cron, ``nohup``,
+  CI) prints the history and follows on, as ``tail -f``.
 - ``runs attach RUN [--grace S]``: follow a Slurm run's job again (``commands/slurm_run.attach``),
   after the terminal or the app that submitted it went away; Ctrl-C stops it with a checkpoint.
 - ``runs export RUN --tensorboard DIR``: the run's metrics and meter samples as TensorBoard event
@@ -160,10 +161,14 @@ def run(args: argparse.Namespace) -> int:
     if action == "show":
         item = describe(found)
         item["meter"] = meter_mod.read_summary(found.folder)
+        live = _meter_so_far(found) if item["meter"] is None else None
+        if live is not None:
+            item["meter_so_far"] = live
         problems = [p for p in item["problems"] if p not in item["status"]["summary"]]
         print(json.dumps(item) if args.json else
               f"{item['name']} ({item['kind']}): {item['status']['state']} — {item['status']['summary']}"
-              + (f" (⚠ {'; '.join(problems)})" if problems else "") + _meter_lines(item["meter"]),
+              + (f" (⚠ {'; '.join(problems)})" if problems else "") + _meter_lines(item["meter"])
+              + (f"\n  meter so far: {live['text']}" if live else ""),
               flush=True)
         return 0
     if action == "stop":
@@ -174,6 +179,18 @@ def run(args: argparse.Namespace) -> int:
         from gaudi_gui.commands import slurm_run
         return slurm_run.attach(found, grace=args.grace, events=args.events)
     return _follow(found, args.events_from, args.log_from)
+
+
+def _meter_so_far(run_: Run) -> dict[str, Any] | None:
+    """A run without a meter summary yet (still running): its meter.jsonl so far (power now, energy
+    and card-hours so far), or None when it has none."""
+    reader = meter_mod.LiveReader(run_.folder)
+    while reader.read():
+        pass
+    if reader.last_t is None:
+        return None
+    return {"power_w": reader.watts, "energy_j": reader.energy_j, "card_hours": reader.card_hours,
+            "samples": reader.accounts.samples, "text": reader.text()}
 
 
 def _meter_lines(summary: dict[str, Any] | None) -> str:
@@ -292,7 +309,8 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
                     last_status = status
                     _emit({"t": "status", "status": status})
                 if status["state"] in FINAL_STATES and not alive and not data and not events:
-                    _emit({"t": "end", "status": status})
+                    # The supervisor has gone: its meter summary is written (None: no meter).
+                    _emit({"t": "end", "status": status, "meter": meter_mod.read_summary(run_.folder)})
                     return 0
                 if not events and not data:
                     _emit({"t": "alive"})  # a heartbeat: the follower sees a dead link within seconds

@@ -382,7 +382,7 @@ def summarize(accounts: Accounts, *, source: str, energy_source: str, wall_s: fl
     }
 
 
-_PART_KEYS = ("card_hours", "energy_j", "energy_source", "wall_s")
+_PART_KEYS = ("card_hours", "energy_j", "energy_kwh", "energy_source", "wall_s")
 
 
 def combine(parts: Sequence[tuple[str, Mapping[str, Any] | None]]) -> dict[str, Any]:

@@ -143,6 +143,9 @@ class PartSignals(QObject):
     stop_failed = Signal(bool, str)
     #: The run ended: (exit code, final state, summary, last lines).
     ended = Signal(int, str, str, list)
+    #: The part's run meter summary (its supervisor's meter-summary.json, sent with the follow's end);
+    #: None until then, or when the part has none (a Slurm part: the nodes run no meter yet).
+    meter: dict[str, Any] | None = None
 
 
 class SupervisedPart(PartSignals):
@@ -322,6 +325,8 @@ class SupervisedPart(PartSignals):
         elif kind == "end":
             status = msg.get("status")
             self._final = status if isinstance(status, dict) else {}
+            meter = msg.get("meter")
+            self.meter = meter if isinstance(meter, dict) else None
             self.remote_status = self._final or self.remote_status
             self._follower.close_stdin()
 

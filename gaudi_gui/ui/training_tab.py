@@ -840,6 +840,12 @@ class TrainingTab(QWidget):
             self._show_meter(job.run)
         else:
             self.meter_line.setVisible(False)
+        whole = job.job_meter()
+        if whole is not None:  # several hosts: each part's meter, sent with its end, summed
+            self.meter_line.setText(redact(meter_mod.combined_line(whole)))
+            self.meter_line.setToolTip(redact("\n".join(f"{p['name']}: {meter_mod.short(p)}"
+                                                         for p in whole["parts"])))
+            self.meter_line.setVisible(True)
         self.log.flush()
         self.log.set_progress("")
         self.runs.refresh()

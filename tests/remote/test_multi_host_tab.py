@@ -127,6 +127,13 @@ def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_
         assert saved[0] and saved[0][-1] == saved[1][-1], saved
         assert "on 2 hosts" in tab.status.text(), tab.status.text()
         assert "stopped" in tab.hosts_line.text()
+        # The whole job's meter under the status: each host's part (its supervisor's meter, sent with
+        # the follow's end) summed, the parts named.
+        assert all(p.meter is not None for p in job.parts), [p.meter for p in job.parts]
+        line = tab.meter_line.text()
+        assert tab.meter_line.isVisible() and line.startswith(f"the whole job (2 parts: {ssh_host.dest}, "
+                                                              f"{HOST_B}) · "), line
+        assert " 0 J" not in line
     finally:
         end_training_tab(qtbot, services, tab)
     assert ssh_host.wait_no_processes(30) == []

@@ -41,3 +41,43 @@ def test_an_unmeasured_or_missing_part_is_named_never_zero() -> None:
     assert nothing["card_hours"] is None  # CPU parts hold no cards
     line = meter.combined_line(nothing)
     assert "energy not measured" in line and " 0 J" not in line and "card-hours" not in line
+
+
+def test_runs_follow_ends_with_the_runs_meter(tmp_path) -> None:
+    """`runs follow` of an ended run: its last line carries the meter summary the supervisor wrote
+    (how the app learns each host's part of a multi-host job)."""
+    import json
+    import subprocess
+    import sys
+    folder = tmp_path / "runs" / "run-x"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "status.json").write_text(json.dumps({"state": "finished", "summary": "Finished"}))
+    (folder / "events.jsonl").write_text(json.dumps({"type": "finished", "rank": 0, "global_step": 1}) + "\n")
+    (folder / "log.txt").write_text("")
+    summary = _part(0.02, 3600.0, 36.0)
+    (folder / meter.SUMMARY_NAME).write_text(json.dumps(summary))
+    res = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "follow", str(folder)],
+                         stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    last = json.loads(res.stdout.strip().splitlines()[-1])
+    assert last["t"] == "end" and last["meter"] == summary
+
+
+def test_runs_show_of_a_running_run_says_its_meter_so_far(tmp_path) -> None:
+    import json
+    import subprocess
+    import sys
+    folder = tmp_path / "runs" / "run-live"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "status.json").write_text(json.dumps({"state": "running"}))
+    cards = [{"name": "module 2", "power_w": 150.0}, {"name": "module 3", "power_w": 250.0}]
+    lines = [json.dumps({"t": t, "source": "hl-smi", "cards": cards}) + "\n" for t in (0.0, 9.0, 18.0)]
+    (folder / meter.METER_NAME).write_text("".join(lines))
+    base = [sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(tmp_path / "runs"), "show",
+            "run-live"]
+    text = subprocess.run(base, capture_output=True, text=True, timeout=60).stdout
+    assert "meter so far: ⚡ 400 W now · 2.0 Wh so far · 0.010 card-hours" in text, text
+    shown = json.loads(subprocess.run([*base, "--json"], capture_output=True, text=True, timeout=60).stdout)
+    assert shown["meter"] is None and shown["meter_so_far"]["energy_j"] == 7200.0
