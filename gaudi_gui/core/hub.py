@@ -403,30 +403,32 @@ def _digest(path: Path, etag: str, size: int) -> str:
 def verify_files(snapshot_path: str, files: Sequence[PlanFile]) -> list[FileCheck]:
     """Check each of ``files`` in a downloaded snapshot against what the Hub said: its size (the plan's)
     and, where its ETag is a digest (the blob's name in the cache: sha256 for LFS files, git's sha1 for
-    the others), its content. What ``hf cache verify`` checks, for the files just fetched."""
-    out = []
-    for f in files:
-        path = Path(snapshot_path) / f.filename
-        try:
-            blob = path.resolve(strict=True)
-            size = blob.stat().st_size
-        except OSError:
-            out.append(FileCheck(f.filename, "missing", f"{f.filename} is not in the snapshot"))
-            continue
-        if f.size is not None and size != f.size:
-            out.append(FileCheck(f.filename, "size", f"{f.filename} has {size:,} bytes, the Hub lists "
-                                                     f"{f.size:,}", str(blob)))
-            continue
-        etag = blob.name.lower()
-        if len(etag) in (40, 64) and set(etag) <= _HEX:
-            got = _digest(blob, etag, size)
-            if got != etag:
-                kind = "sha256" if len(etag) == 64 else "git sha1"
-                out.append(FileCheck(f.filename, "hash", f"{f.filename}: {kind} {got[:16]}… but the Hub's "
-                                                         f"ETag says {etag[:16]}…", str(blob)))
-                continue
-        out.append(FileCheck(f.filename, "ok", "", str(blob)))
-    return out
+    the others), its content. What ``hf cache verify`` checks, for the files just fetched. Files are
+    hashed on a few threads (hashlib lets go of the GIL): a sharded model's shards in parallel."""
+    from concurrent.futures import ThreadPoolExecutor
+    workers = max(1, min(4, os.cpu_count() or 1, len(files)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gaudi-gui-verify") as pool:
+        return list(pool.map(lambda f: _check_file(snapshot_path, f), files))
+
+
+def _check_file(snapshot_path: str, f: PlanFile) -> FileCheck:
+    path = Path(snapshot_path) / f.filename
+    try:
+        blob = path.resolve(strict=True)
+        size = blob.stat().st_size
+    except OSError:
+        return FileCheck(f.filename, "missing", f"{f.filename} is not in the snapshot")
+    if f.size is not None and size != f.size:
+        return FileCheck(f.filename, "size", f"{f.filename} has {size:,} bytes, the Hub lists {f.size:,}",
+                         str(blob))
+    etag = blob.name.lower()
+    if len(etag) in (40, 64) and set(etag) <= _HEX:
+        got = _digest(blob, etag, size)
+        if got != etag:
+            kind = "sha256" if len(etag) == 64 else "git sha1"
+            return FileCheck(f.filename, "hash", f"{f.filename}: {kind} {got[:16]}… but the Hub's ETag says "
+                                                 f"{etag[:16]}…", str(blob))
+    return FileCheck(f.filename, "ok", "", str(blob))
 
 
 def remove_bad(snapshot_path: str, checks: Sequence[FileCheck]) -> None:
