@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,40 +53,6 @@ def series(records: Iterable[Mapping[str, Any]], key: str) -> tuple[list[float],
     return xs, ys
 
 
-@dataclass
-class Progress:
-    """Where a run is. ``start_step`` is where this launch began (a resumed run starts at its
-    checkpoint's step), ``elapsed`` the seconds since this launch began training: the pace is
-    (step - start_step) / elapsed, never the absolute step over this launch's time."""
-
-    step: int = 0
-    max_steps: int = 0
-    elapsed: float = 0.0
-    start_step: int = 0
-
-    @property
-    def fraction(self) -> float:
-        return min(1.0, self.step / self.max_steps) if self.max_steps > 0 else 0.0
-
-    @property
-    def eta(self) -> float | None:
-        """Seconds left, from the average pace so far (None before the first step)."""
-        done = self.step - self.start_step
-        if done <= 0 or self.max_steps <= 0 or self.elapsed <= 0:
-            return None
-        return max(0.0, (self.max_steps - self.step) * self.elapsed / done)
-
-    def update(self, record: Mapping[str, Any]) -> None:
-        if isinstance(record.get("start_step"), int) and not isinstance(record["start_step"], bool):
-            self.start_step = record["start_step"]
-        if isinstance(record.get("step"), int):
-            self.step = record["step"]
-        if isinstance(record.get("max_steps"), int) and record["max_steps"] > 0:
-            self.max_steps = record["max_steps"]
-        if isinstance(record.get("elapsed"), (int, float)):
-            self.elapsed = float(record["elapsed"])
-
-
 def format_duration(seconds: float | None) -> str:
     if seconds is None:
         return "–"
@@ -99,11 +64,3 @@ def format_duration(seconds: float | None) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
-
-
-def final_loss(records: Iterable[Mapping[str, Any]]) -> float | None:
-    last = None
-    for rec in records:
-        if isinstance(rec.get("loss"), (int, float)):
-            last = float(rec["loss"])
-    return last

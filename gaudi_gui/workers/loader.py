@@ -1,16 +1,14 @@
-"""One model loader for the runner, Evaluate and training: (model, device, dtype, quantization) ->
-model and tokenizer, by one rule.
+"""One model loader for the runner, Evaluate and training, by one rule:
 
 - device: ``resolve_device`` is ``workers.device.resolve`` (the probe's rule: hpu > cuda > cpu);
-- dtype: "auto" is fp32 on the CPU and bf16 on an accelerator; None leaves the library's default
-  (training: its TrainingArguments' bf16/fp16 decide the compute);
-- quantization: ``core.quantization``'s names -> ``BitsAndBytesConfig``; refused with a sentence
-  where the device cannot run it or bitsandbytes is not installed;
-- placement: ``device_map`` on Gaudi, and on CUDA with bitsandbytes (it places the quantized weights
-  itself), else ``.to(device)`` after loading; training leaves placement to the Trainer (``place=False``).
+- dtype: "auto" is fp32 on the CPU, bf16 on an accelerator; None keeps the library's default (training:
+  its TrainingArguments decide the compute);
+- quantization: ``core.quantization``'s names -> ``BitsAndBytesConfig``; what the device cannot run or
+  a missing bitsandbytes is a LoadError with a sentence;
+- placement: ``device_map`` on Gaudi, and on CUDA with bitsandbytes (it places quantized weights
+  itself), else ``.to(device)`` after loading; ``place=False`` leaves it to the Trainer.
 
-``plan`` builds the arguments without importing torch (tests/unit/test_loader.py); ``load`` loads.
-Imports torch and transformers in ``load`` only: workers only.
+``plan`` builds the arguments without torch (tests/unit/test_loader.py); ``load`` imports torch.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ from typing import Any
 
 from gaudi_gui.core import quantization as quant
 
-#: Our dtype names -> torch's attribute names.
+#: Our dtype names -> torch's.
 DTYPES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16"}
 
 
@@ -43,7 +41,7 @@ def resolve_device(wanted: str) -> str:
         raise LoadError("unsupported", str(exc)) from None
 
 
-def _bitsandbytes_missing(quantization: str) -> LoadError:
+def _no_bitsandbytes(quantization: str) -> LoadError:
     return LoadError("unsupported", f"{quantization} quantization needs bitsandbytes, which is not "
                                     "installed in this environment (pip install bitsandbytes), or choose "
                                     "quantization none")
@@ -51,34 +49,27 @@ def _bitsandbytes_missing(quantization: str) -> LoadError:
 
 @dataclass(frozen=True)
 class Plan:
-    """How one model is loaded: ``kwargs`` are ``from_pretrained``'s arguments."""
+    """How one model is loaded (``kwargs``: ``from_pretrained``'s arguments)."""
 
     device: str
-    #: "bf16", "fp32", "fp16", or None: the library's default.
     dtype: str | None
     quantization: str
-    #: bitsandbytes' compute dtype for 4-bit (the model's dtype unless training says otherwise).
-    compute_dtype: str
+    compute_dtype: str  # bitsandbytes' 4-bit compute dtype
     device_map: str | None
-    #: Move the loaded model to ``device`` (not when ``device_map`` placed it, nor for the Trainer).
-    move: bool
-    #: Put the model in eval mode (inference); the Trainer sets its own mode.
-    inference: bool
+    move: bool  # .to(device) once loaded
+    inference: bool  # eval mode (the Trainer sets its own)
 
     def kwargs(self, torch: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        if self.dtype:
-            out["dtype"] = getattr(torch, DTYPES[self.dtype])
-        bnb = quant.BNB_ARGS[self.quantization]
-        if bnb is not None:
+        out: dict[str, Any] = {"dtype": getattr(torch, DTYPES[self.dtype])} if self.dtype else {}
+        args = quant.BNB_ARGS[self.quantization]
+        if args is not None:
             try:
                 import bitsandbytes  # noqa: F401
                 from transformers import BitsAndBytesConfig
             except ImportError:
-                raise _bitsandbytes_missing(self.quantization) from None
-            args = dict(bnb)
+                raise _no_bitsandbytes(self.quantization) from None
             if args.get("load_in_4bit"):
-                args["bnb_4bit_compute_dtype"] = getattr(torch, DTYPES[self.compute_dtype])
+                args = {**args, "bnb_4bit_compute_dtype": getattr(torch, DTYPES[self.compute_dtype])}
             out["quantization_config"] = BitsAndBytesConfig(**args)
         if self.device_map:
             out["device_map"] = self.device_map
@@ -87,52 +78,46 @@ class Plan:
 
 def plan(device: str, *, dtype: str | None = "auto", quantization: str = "none", place: bool = True,
          compute_dtype: str = "") -> Plan:
-    """The plan for a model on ``device`` (resolved: "cpu", "cuda", "hpu"). ``place=False``: training
-    (the Trainer places the model and sets its mode). LoadError with a sentence for what cannot be."""
+    """The plan for a model on ``device`` ("cpu", "cuda", "hpu"; "" for the Trainer's). LoadError with
+    a sentence for what cannot be."""
     name = quant.normalize(quantization)
     why = quant.problem(name, device)
     if why:
         raise LoadError("unsupported" if name in quant.BNB_ARGS else "bad_parameters", why)
     bnb = quant.BNB_ARGS[name] is not None
     if bnb and importlib.util.find_spec("bitsandbytes") is None:
-        raise _bitsandbytes_missing(name)
+        raise _no_bitsandbytes(name)
     if dtype == "auto":
         dtype = "fp32" if device == "cpu" else "bf16"
     for value in (dtype, compute_dtype):
         if value and value not in DTYPES:
-            raise LoadError("bad_parameters",
-                            f"dtype must be one of auto, {', '.join(DTYPES)} (got {value!r})")
+            raise LoadError("bad_parameters", f"dtype must be auto or {', '.join(DTYPES)} (got {value!r})")
     device_map = device if place and (device == "hpu" or (device == "cuda" and bnb)) else None
-    return Plan(device=device, dtype=dtype, quantization=name, compute_dtype=compute_dtype or dtype or "fp32",
-                device_map=device_map, move=place and device != "cpu" and device_map is None, inference=place)
+    return Plan(device, dtype, name, compute_dtype or dtype or "fp32", device_map,
+                move=place and device not in ("cpu", "") and device_map is None, inference=place)
 
 
 def load(path: str, how: Plan, *, tokenizer_path: str = "", trust_remote_code: bool = False,
          local_files_only: bool = False, config: Any = None, adapter: str = "",
-         stage: Callable[[str], None] | None = None) -> tuple[Any, Any]:
-    """(model, tokenizer) of ``path`` (a folder or a Hub id; ``builtin:demo`` resolved by the caller)
-    as ``how`` says. ``tokenizer_path``: where the tokenizer is (default ``path``); ``config``: a
-    prepared model config; ``adapter``: a LoRA adapter folder applied over the model, unmerged;
-    ``stage``: told each step ("loading weights"...). The library's exceptions go to the caller."""
+         stage: Callable[[str], None] = lambda _text: None) -> tuple[Any, Any]:
+    """(model, tokenizer) of ``path`` (a folder or a Hub id) as ``how`` says; the tokenizer from
+    ``tokenizer_path`` when given; ``adapter``: a LoRA folder applied unmerged; ``stage`` is told each
+    step. The library's own exceptions go to the caller."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    say = stage or (lambda _text: None)
-    common: dict[str, Any] = {}
-    if trust_remote_code:
-        common["trust_remote_code"] = True
-    if local_files_only:
-        common["local_files_only"] = True
-    say("loading tokenizer")
+    common = {k: True for k, on in (("trust_remote_code", trust_remote_code),
+                                    ("local_files_only", local_files_only)) if on}
+    stage("loading tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_path or path, **common)
-    say("loading weights")
-    kwargs = {**how.kwargs(torch), **common, **({"config": config} if config is not None else {})}
-    model: Any = AutoModelForCausalLM.from_pretrained(path, **kwargs)
+    stage("loading weights")
+    extra = {"config": config} if config is not None else {}
+    model: Any = AutoModelForCausalLM.from_pretrained(path, **how.kwargs(torch), **common, **extra)
     if adapter:
-        say("applying the adapter")
+        stage("applying the adapter")
         model.load_adapter(adapter)  # transformers' peft integration: a separate module, not merged
     if how.move:
-        say(f"moving to {how.device}")
+        stage(f"moving to {how.device}")
         model = model.to(how.device)
     if how.inference:
         model.eval()

@@ -58,9 +58,9 @@ def test_a_run_step_by_step() -> None:
         (0, 0.0, "/o/checkpoint-2", 2, 1.25)
     p.apply_all(RUN[6:8])
     assert p.loss == 2.0 and len(p.records) == 3  # the summary record has no loss: the last one stays
-    assert not p.ended
+    assert p.end is None
     p.apply_all(RUN[8:])
-    assert p.ended and p.end is not None and p.end["rank"] == 0  # the lowest rank's end
+    assert p.end is not None and p.end["rank"] == 0  # the lowest rank's end
     assert p.seen == len(RUN)
 
 

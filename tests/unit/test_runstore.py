@@ -45,11 +45,8 @@ def test_metrics_and_progress(tmp_path: Path) -> None:
     records = metrics.read_metrics(path)
     assert len(records) == 4
     assert metrics.series(records, "loss") == ([1.0, 2.0, 3.0, 4.0], [4.0, 3.0, 2.0, 1.0])
-    p = metrics.Progress()
-    for r in records:
-        p.update(r)
-    assert p.fraction == 0.4 and p.eta == 12.0
-    assert metrics.final_loss(records) == 1.0
+    p = RunProgress().apply_all({"type": "metrics", **r} for r in records)
+    assert p.fraction == 0.4 and p.eta == 12.0 and p.loss == 1.0
     assert metrics.format_duration(75) == "1m15s"
 
 
