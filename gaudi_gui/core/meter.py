@@ -849,9 +849,20 @@ class Meter:
 
     # -- throttle reasons (hl-smi -q) -----------------------------------------------------------------
 
+    #: Reads of the throttle reasons that fail in a row before the meter stops asking (a release
+    #: whose -q lists no card, or no reasons: asking every 5 s for hours would only cost).
+    THROTTLE_GIVE_UP = 3
+
     def _run_throttle(self) -> None:
+        failed = 0
         while not self._stop.is_set():
+            before = len(self._throttle_errors)
             self.read_throttle()
+            failed = failed + 1 if len(self._throttle_errors) > before else 0
+            if failed >= self.THROTTLE_GIVE_UP:
+                self._throttle_errors.append(
+                    f"throttle reasons not read after {failed} failed reads in a row")
+                return
             if self._stop.wait(self.throttle_interval_s):
                 return
 

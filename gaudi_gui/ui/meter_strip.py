@@ -92,11 +92,14 @@ class MeterStrip(QWidget):
             self.show_warning(event)
 
     def show_warning(self, finding: dict[str, Any] | None) -> None:
+        """The finding in two lines at most (the chart keeps its room); what to do in full in the
+        tooltip (and in ``runs show``)."""
         text = compile_rise.rise_text(finding)
-        if text:
-            self.warning.setText(text)
-            self.warning.setToolTip("from the Gaudi bridge's compile meter (PT_HPU_METRICS_FILE) and the "
-                                    "run's logged steps")
+        if text and finding:
+            self.warning.setText(f"⚠ {finding['message']} — dynamic shapes? pad to fixed lengths or "
+                                 "buckets; dataloader_drop_last (more in the tooltip)")
+            self.warning.setToolTip(f"{text}\n\nfrom the Gaudi bridge's compile meter (PT_HPU_METRICS_FILE) "
+                                    "and the run's logged steps")
             self.warning.setVisible(True)
 
     def show_ended(self, run: Run, events: list[dict[str, Any]] | None = None) -> None:

@@ -83,7 +83,8 @@ def test_live_power_and_compile_warning_by_clicks(qtbot, fake_hl_smi: Path, tab,
     assert job.is_running()
     text = strip.warning.text()
     assert text.startswith("⚠ graph compilations keep rising after warm-up: ") and "after step 11" in text
-    assert "pad every batch to a fixed length" in text and "dataloader_drop_last" in text
+    assert "pad to fixed lengths or buckets" in text and "dataloader_drop_last" in text
+    assert "pad every batch to a fixed length" in strip.warning.toolTip()
 
     click(qtbot, tab.btn["Stop"])
     with qtbot.waitSignal(job.finished, timeout=180000):

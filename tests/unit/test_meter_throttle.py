@@ -106,3 +106,20 @@ def test_live_reader_reads_only_new_samples_and_waits_for_a_cut_line(tmp_path: P
     assert reader.watts is None  # module 1 read nothing: no total 'now'
     assert reader.text().startswith("⚡ power now unknown · 400 Wh so far")  # module 1's hour not counted
     assert not reader.read()  # nothing new
+
+
+def test_a_query_that_lists_none_of_the_runs_cards_is_given_up(tmp_path: Path, fake_hl_smi: Path) -> None:
+    """Modules 8 and 9 are not on the fake server: three reads that find none of them, then the meter
+    stops asking and says so (it does not ask every 5 s for the whole run)."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    env = {**os.environ, "HABANA_VISIBLE_MODULES": "8,9", "GAUDI_GUI_METER_THROTTLE_S": "0.05"}
+    m = meter.Meter(folder, device="hpu", env=env)
+    m.start()
+    assert m._throttle_thread is not None
+    m._throttle_thread.join(timeout=60)
+    assert not m._throttle_thread.is_alive()
+    summary = m.stop()
+    assert summary["throttle"]["throttled_s"] is None
+    assert "not read after 3 failed reads in a row" in summary["throttle"]["note"]
+    assert meter.throttle_text(summary["throttle"]).startswith("throttling not measured (")
