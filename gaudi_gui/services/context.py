@@ -194,6 +194,7 @@ class AppServices:
         if self.serve is None:
             from gaudi_gui.services.serve import ServeService
             self.serve = ServeService(parent)
+            self.serve.settings = self.settings
             self.jobs.register(self.serve)
         return self.serve
 

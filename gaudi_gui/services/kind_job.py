@@ -22,6 +22,8 @@ from gaudi_gui.services.run_parts import SupervisedPart
 
 #: Seconds a stopped Serve or Evaluate command gets to end its own processes before they are killed.
 GRACE_S = 30.0
+#: The settings key of the Serve and Evaluate jobs on hosts left running (one record each).
+FOLLOWED_KEY = "jobs/followed_on_hosts"
 
 
 class KindJob(QObject):
@@ -38,6 +40,10 @@ class KindJob(QObject):
         super().__init__(parent)
         #: The runs store the job's folder goes to ("": the data folder's).
         self.runs_dir = ""
+        #: Where the job runs: this machine, or a host (its supervisor and run folder are the host's).
+        self.host = Host.local()
+        #: Where the followed jobs on hosts are kept for the next start (the app's settings).
+        self.settings: Any = None
         self.part: SupervisedPart | None = None
         #: The job's run folder ("" until its supervisor announced it).
         self.folder = ""
@@ -52,7 +58,7 @@ class KindJob(QObject):
         if self.part is not None:
             self.part.shutdown()
             self.part.deleteLater()
-        part = SupervisedPart(Host.local(), grace_s=GRACE_S, runs_dir=self.runs_dir, parent=self)
+        part = SupervisedPart(self.host, grace_s=GRACE_S, runs_dir=self.runs_dir, parent=self)
         part.event_received.connect(self.take_event)
         part.line_received.connect(self._on_line)
         part.identified.connect(self._on_identified)
@@ -60,12 +66,14 @@ class KindJob(QObject):
         self.part, self.folder, self.lines = part, "", []
         return part
 
-    def start_words(self, words: list[str]) -> None:
-        """Start ``gaudi-gui COMMAND WORDS --detach --json`` and follow what it announces."""
+    def start_words(self, words: list[str], host: Host | None = None) -> None:
+        """Start ``gaudi-gui COMMAND WORDS --detach --json`` (on ``host``: there, over ssh) and follow
+        what it announces."""
+        self.host = host or Host.local()
         part = self._new_part()
-        runs = ["--runs-dir", self.runs_dir] if self.runs_dir else []
+        runs = ["--runs-dir", self.runs_dir] if self.runs_dir and self.host.is_local else []
         argv = [self.COMMAND, *words, "--detach", "--json", *runs]
-        self.last_argv = Host.local().gaudi_gui_argv(*argv)
+        self.last_argv = self.host.gaudi_gui_argv(*argv)
         part.start_command(argv)
 
     def reattach(self) -> bool:
@@ -73,6 +81,15 @@ class KindJob(QObject):
         False when there is none (or one is followed already)."""
         if self.is_running():
             return False
+        records = self._records()
+        for record in records[-1:]:
+            self.host = Host.parse(str(record.get("host", "")), str(record.get("remote_command", "")))
+            self._new_part().follow(str(record.get("folder", "")))
+            self.folder = str(record.get("folder", ""))
+            self.attached_record(record)
+            self._keep([])
+            return True
+        self.host = Host.local()
         for run in RunStore(self.runs_dir or None).runs()[:50]:
             with contextlib.suppress(OSError):
                 status = run.status()
@@ -89,6 +106,28 @@ class KindJob(QObject):
 
     def attached(self, run: Run) -> None:
         """A running job was taken up again (``reattach``): the subclass may say so."""
+
+    def attached_record(self, record: dict[str, Any]) -> None:
+        """A job on a host was taken up again from what ``detach_jobs`` kept (``record``)."""
+
+    def record(self) -> dict[str, Any]:
+        """What is kept of a job on a host to follow it again at the next start."""
+        return {"kind": self.KIND, "host": self.host.name, "remote_command": self.host.remote_command,
+                "folder": self.folder}
+
+    def _records(self) -> list[dict[str, Any]]:
+        with contextlib.suppress(Exception):
+            if self.settings is not None:
+                return [r for r in self.settings.get(FOLLOWED_KEY) or []
+                        if isinstance(r, dict) and r.get("kind") == self.KIND and r.get("folder")]
+        return []
+
+    def _keep(self, records: list[dict[str, Any]]) -> None:
+        with contextlib.suppress(Exception):
+            if self.settings is not None:
+                others = [r for r in self.settings.get(FOLLOWED_KEY) or []
+                          if isinstance(r, dict) and r.get("kind") != self.KIND]
+                self.settings.set(FOLLOWED_KEY, others + records)
 
     def stop(self) -> None:
         """``runs stop``: the supervisor sends the command SIGTERM (it ends its own processes)."""
@@ -117,6 +156,9 @@ class KindJob(QObject):
         if not self.is_running() or self.part is None:
             return []
         self.part.detach()
+        if not self.host.is_local:  # this machine's store is scanned; a host's job is remembered
+            self._keep([self.record()])
+            return [f"{self.host.name}:{self.folder}"]
         return [self.folder]
 
     def shutdown(self) -> None:

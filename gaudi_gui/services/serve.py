@@ -10,16 +10,27 @@ user leaves it running, and the next window re-attaches to it (``reattach``).
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from gaudi_gui.core.placement import Placement
+from gaudi_gui.core.placement import Forward, Placement
+from gaudi_gui.core.remote import ssh_base
 from gaudi_gui.core.runstore import Run
-from gaudi_gui.core.serve import EngineChoice, ServeSpec, choose_engine, device_here, vllm_here
+from gaudi_gui.core.serve import (
+    EngineChoice,
+    ServeSpec,
+    choose_engine,
+    device_here,
+    endpoint_url,
+    port_free,
+    vllm_here,
+)
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.endpoint_chat import EndpointChat
 from gaudi_gui.services.kind_job import KindJob
+from gaudi_gui.services.process import ProcessRunner
 
 
 class ServeService(KindJob):
@@ -54,6 +65,8 @@ class ServeService(KindJob):
         self._selection: DeviceSelection | None = None
         self._claim_ids: list[int] = []
         self._failure: dict[str, Any] | None = None
+        #: A host's endpoint forwarded to this machine (None here).
+        self._forward: Forward | None = None
         #: The requests of the running server so far (what a panel opened later shows).
         self.requests: list[dict[str, Any]] = []
 
@@ -79,12 +92,52 @@ class ServeService(KindJob):
         self._selection = selection
         self._claim_ids = list(spec.cards) if spec.cards else (selection.job_ids() if selection else [])
         self.claim_name = f"Serve :{spec.port}"
-        place = (placement or Placement.local()).cli_args()
-        extra = [f"--remote-port={remote_port}"] if remote_port and place else []
-        self._set_state("starting", "starting")
-        self.start_words([*spec.cli_args(), *extra, *place])
+        placement = placement or Placement.local()
+        self._forward = None
+        if placement.is_local:
+            self._set_state("starting", "starting")
+            self.start_words(spec.cli_args())
+            return []
+        # On a host: the host's own serve --detach (its supervisor outlives the connection), reached
+        # here through a forward of spec.port on the multiplexed connection, asked for once it answers.
+        if not port_free(spec.port):
+            return [("port", f"port {spec.port} is already taken here; choose another")]
+        self._forward = Forward(spec.port, remote_port or spec.port)
+        self._set_state("starting", f"starting on {placement.host.name}")
+        self.start_words(dataclasses.replace(spec, port=self._forward.remote_port).cli_args(), placement.host)
         return []
 
+    def record(self) -> dict[str, Any]:
+        forward = self._forward
+        return {**super().record(), "ports": [forward.local_port, forward.remote_port] if forward else []}
+
+    def attached_record(self, record: dict[str, Any]) -> None:
+        ports = record.get("ports")
+        if isinstance(ports, list) and len(ports) == 2 and all(isinstance(p, int) for p in ports):
+            self._forward = Forward(ports[0], ports[1])
+        self.claim_name = f"Serve on {self.host.name}"
+        self._set_state("starting", f"following the server on {self.host.name}, left running earlier")
+
+    def _ask_forward(self, cancel: bool = False) -> None:
+        """``ssh -O forward|cancel`` for the host's endpoint on the multiplexed connection (a child:
+        the window never waits for it); the URL is said once the forward is made."""
+        if self._forward is None:
+            return
+        runner = ProcessRunner(self, parse_protocol=False)
+        argv = [*ssh_base(), "-O", "cancel" if cancel else "forward", *self._forward.ssh_option(), "--",
+                self.host.name]
+        if not cancel:
+            url = endpoint_url(self._forward.local_port)
+            runner.finished.connect(lambda code, _status: self._forwarded(url, code))
+        runner.finished.connect(lambda _code, _status: runner.deleteLater())
+        runner.start(argv[0], argv[1:])
+
+    def _forwarded(self, url: str, code: int) -> None:
+        if code != 0 or not self.is_running():
+            self.failed.emit("", f"the forward of {url} to {self.host.name} failed (ssh exit {code})")
+            return
+        self.url = url
+        self.url_ready.emit(url)
     def attached(self, run: Run) -> None:
         self.claim_name = f"Serve (re-attached {run.name})"
         self._set_state("starting", f"following the server of {run.name}, left running earlier")
@@ -115,10 +168,13 @@ class ServeService(KindJob):
             self.progress.emit(float(message.get("fraction") or 0.0),
                                float(eta) if isinstance(eta, (int, float)) else -1.0, label)
         elif kind == "serve_url":
-            self.url = str(message.get("url", ""))
             self.model_id = str(message.get("model", ""))
             if self._selection is not None:
                 self._selection.claim(self.claim_name, self._claim_ids)
+            if not self.host.is_local:
+                self._ask_forward()  # the host's URL is its own loopback: the forward's end is here
+                return
+            self.url = str(message.get("url", ""))
             self.url_ready.emit(self.url)
         elif kind == "serve_request":
             self.requests = [*self.requests[-499:], message]
@@ -142,6 +198,8 @@ class ServeService(KindJob):
         self._selection = None
 
     def take_end(self, state: str, summary: str) -> None:
+        if not self.host.is_local:
+            self._ask_forward(cancel=True)  # the master would hold the local port until it exits
         self.chat.cancel()
         self._release()
         self.url = ""

@@ -118,6 +118,8 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in [
     _s("training/host", str, "local", "the Training tab's host: local, or an SSH destination"),
     _s("training/multi_hosts", list, [], "the hosts checked for a run on several hosts (machine rank "
        "in this order)"),
+    _s("jobs/followed_on_hosts", list, [], "Serve and Evaluate jobs on hosts left running at exit: "
+       "followed again at the next start"),
     _s("training/remote_runs", list, [], "(before 0.2) runs on SSH hosts being followed; taken over "
        "into training/followed_runs once"),
     _s("training/splitter", QByteArray, QByteArray(), "the Training tab's form/run splitter (saveState)"),

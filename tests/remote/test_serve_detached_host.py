@@ -5,6 +5,7 @@ running there."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -12,9 +13,15 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+from pytestqt.qtbot import QtBot
+
 from gaudi_gui.commands.serve import forward
+from gaudi_gui.core import remote
 from gaudi_gui.core.placement import Forward
 from gaudi_gui.core.serve import pick_free_port, port_free
+from tests.helpers import answer_dialog, click
+from tests.qt.test_job_reattach import _open_panel, _window
 from tests.remote.conftest import SshHost
 
 
@@ -62,3 +69,48 @@ def test_a_server_on_a_host_survives_a_cut_connection_and_is_stopped_after(ssh_h
     assert ssh_host.wait_no_processes(timeout=60) == []
     status = json.loads((Path(info["folder"]) / "status.json").read_text())
     assert (status["kind"], status["state"]) == ("serve", "stopped"), status
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_the_serve_panel_re_attaches_a_server_left_on_a_host_after_a_cut(qtbot: QtBot,
+                                                                        ssh_host: SshHost) -> None:
+    """The app starts the host's own detached server (here with another port there than here: the
+    "host" is this machine), leaves it running at close, the connection is cut, and the next window
+    follows it again, forwards its port again, and its Stop ends it there."""
+    remote.save_hosts([remote.Host.parse(ssh_host.dest)])
+    local, far = pick_free_port(), pick_free_port()
+    first = _window(qtbot)
+    panel = _open_panel(qtbot, first)
+    panel.host.setCurrentIndex(panel.host.findText(ssh_host.dest))
+    panel.port.selectAll()
+    qtbot.keyClicks(panel.port, str(local))
+    # (The panel sizes --max-model-len for a host's vLLM; the demo model's context is 512.)
+    spec = dataclasses.replace(panel.spec(), max_model_len=0)
+    assert panel.service.start(spec, panel.placement(), remote_port=far) == []
+    try:
+        qtbot.waitUntil(lambda: f"127.0.0.1:{local}" in panel.url.text(), timeout=180_000)
+    except Exception:
+        raise AssertionError((panel.status.text(), panel.field_error.text(), panel.service.lines,
+                              panel.service.folder, panel.service.last_argv)) from None
+    assert _answers(local) and "--detach" in panel.service.last_argv
+    answer = answer_dialog(qtbot, "Leave running and quit")
+    with qtbot.waitSignal(first.closed, timeout=60_000):
+        first.close()
+    assert answer.clicked and "Serve: " in answer.text
+
+    ssh_host.drop()
+    while not port_free(local):  # the forward went with the connection
+        time.sleep(0.1)
+    assert _engines(ssh_host), "the server must outlive the connection"
+
+    second = _window(qtbot)
+    again = _open_panel(qtbot, second)
+    qtbot.waitUntil(lambda: f"127.0.0.1:{local}" in again.url.text() and again.stop_button.isEnabled(),
+                    timeout=120_000)
+    assert _answers(local)
+    click(qtbot, again.stop_button)
+    qtbot.waitUntil(lambda: again.status.text().startswith("stopped"), timeout=120_000)
+    # Nothing of the server is left there (the window's own hl-smi poller of the host may run).
+    qtbot.waitUntil(lambda: not [p for p in ssh_host.processes() if "serve" in " ".join(p.cmdline())],
+                    timeout=60_000)
+    qtbot.waitUntil(lambda: port_free(local), timeout=30_000)  # the forward given back
