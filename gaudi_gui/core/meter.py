@@ -491,6 +491,9 @@ def describe(summary: Mapping[str, Any]) -> str:
     throttled = throttle_text(summary.get("throttle"))
     if throttled:
         parts.append(throttled)
+    pace = rates_of(summary)
+    if pace:
+        parts.append(pace)
     text = " · ".join(parts)
     note = summary.get("note")
     return f"{text} ({note})" if note else text
@@ -712,6 +715,10 @@ class Meter:
         summary.update(extra or {})
         if self.compile_warning is not None:
             summary["compile_warning"] = self.compile_warning
+        with contextlib.suppress(Exception):  # an observer: the summary is written whatever this meets
+            pace = self.pace()
+            if pace is not None:
+                summary["rates"] = pace
         try:
             atomic.write_json(self.folder / SUMMARY_NAME, summary)
         except OSError as exc:
@@ -846,6 +853,22 @@ class Meter:
                 # A snapshot ended by the next period's first row is stamped with its own last row.
                 self.take(last_line_t if by_wrap else now, snapshot)
             last_line_t = now
+
+    def pace(self) -> dict[str, Any] | None:
+        """The run's steady-state pace from its logged steps (``rates``: warm-up left out), kept in the
+        summary so the Runs list and Compare read it without the events; None without steps."""
+        from gaudi_gui.core.events import read_events
+        from gaudi_gui.core.metrics import metric_record
+        records = [r for r in (metric_record(e) for e in read_events(self.folder / "events.jsonl"))
+                   if r is not None]
+        if not records:
+            return None
+        max_steps = max((int(r["max_steps"]) for r in records if isinstance(r.get("max_steps"), int)),
+                        default=0)
+        start = records[0].get("start_step")
+        r = rates(records, max_steps=max_steps, start_step=start if isinstance(start, int) else 0)
+        return {"steps_per_s": _clean(r.steps_per_s), "samples_per_s": _clean(r.samples_per_s),
+                "tokens_per_s": _clean(r.tokens_per_s), "steady": r.steady, "from_step": r.from_step}
 
     # -- throttle reasons (hl-smi -q) -----------------------------------------------------------------
 
@@ -1065,6 +1088,20 @@ class LiveReader:
 #: The first logged steps of a launch that the steady-state rate leaves out (at most this many; a
 #: tenth of a short run): graph compilation and warm-up make them slow, and an ETA from them is wrong.
 WARMUP_STEPS = 10
+
+
+def rates_of(summary: Mapping[str, Any] | None) -> str:
+    """The summary's pace: '1.9 steps/s · 30720 tokens/s (after warm-up)' ('' without one)."""
+    pace = (summary or {}).get("rates")
+    if not isinstance(pace, Mapping):
+        return ""
+    text = rates_text(Rates(_finite(pace.get("steps_per_s")), _finite(pace.get("samples_per_s")),
+                            _finite(pace.get("tokens_per_s"))))
+    if text and not pace.get("steady"):
+        text += " (warm-up included)"
+    elif text:
+        text += " (after warm-up)"
+    return text
 
 
 def figure(value: float) -> str:
@@ -1311,5 +1348,5 @@ __all__ = ["COMPILE_WATCH_S", "GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME
            "combine", "combined_line", "compile_text", "describe", "energy_measured", "energy_text",
            "fallback_ops", "figure", "joules_text", "kwh_text", "memory_text", "meter_line",
            "not_measured_why", "parse_ids", "query_card_name", "rapl_root", "rapl_zones", "rates",
-           "rates_text", "read_summary", "recorded_cards", "run_compile", "short", "summarize",
+           "rates_of", "rates_text", "read_summary", "recorded_cards", "run_compile", "short", "summarize",
            "throttle_reasons", "throttle_summary", "throttle_text", "true_memory_peak", "warmup_steps"]

@@ -425,7 +425,7 @@ class EvalView(QWidget):
 
 
 #: The run meter's rows under the scores (core.meter's summary of each compared run).
-METER_ROWS = ("card-hours", "energy", "mean power", "utilization", "throttled", "wall time")
+METER_ROWS = ("card-hours", "energy", "mean power", "utilization", "throttled", "tokens/s", "wall time")
 
 
 def meter_cells(summary: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
@@ -442,7 +442,16 @@ def meter_cells(summary: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
             "mean power": (f"{mean:.0f} W" if isinstance(mean, (int, float)) and measured else "–", ""),
             "utilization": (f"{util:.0f} %" if isinstance(util, (int, float)) else "–", ""),
             "throttled": _throttled_cell(summary.get("throttle")),
+            "tokens/s": _pace_cell(summary),
             "wall time": (format_duration(wall) if isinstance(wall, (int, float)) else "–", "")}
+
+
+def _pace_cell(summary: dict[str, Any]) -> tuple[str, str]:
+    """The run's steady tokens/s (the steps after warm-up), its steps/s and samples/s in the tooltip."""
+    pace = summary.get("rates")
+    tokens = pace.get("tokens_per_s") if isinstance(pace, dict) else None
+    text = f"{tokens:.0f}" if isinstance(tokens, (int, float)) and tokens > 0 else "–"
+    return text, meter_mod.rates_of(summary) or "no pace recorded (a run without logged steps, or older)"
 
 
 def _throttled_cell(throttle: dict[str, Any] | None) -> tuple[str, str]:

@@ -82,6 +82,9 @@ def test_gaudi_run_meters_its_own_cards_and_leaves_no_hl_smi(tmp_path: Path, fak
     assert summary["memory_used_peak_mib"] == 512.0 and summary["memory_total_mib"] == 32768.0
     assert summary["missing_power_readings"] == 0 and summary["gaps"] == 0
     assert "meter: modules 2 and 3" in res.stderr + res.stdout
+    # The pace after warm-up, kept in the summary for the Runs list and Compare.
+    assert summary["rates"]["steady"] and summary["rates"]["steps_per_s"] > 0
+    assert summary["rates"]["tokens_per_s"] > 0
     throttle = summary["throttle"]
     assert throttle["worst_card"] == "module 3" and throttle["per_card"]["module 2"]["throttled_s"] == 0
     assert 0 < throttle["throttled_s"] <= summary["wall_s"]

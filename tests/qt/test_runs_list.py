@@ -334,6 +334,8 @@ def test_compare_shows_how_long_each_run_was_throttled(qtbot, tmp_path: Path) ->
         path = run.folder / meter.SUMMARY_NAME
         data = json.loads(path.read_text())
         data["throttle"] = meter.throttle_summary(clocks, interval_s=5.0, wall_s=40.0)
+        data["rates"] = {"steps_per_s": 2.0, "samples_per_s": 8.0, "steady": True, "from_step": 2,
+                         "tokens_per_s": 900.0 if active else 2050.0}
         path.write_text(json.dumps(data))
     services, tab = _tab(qtbot, store)
     try:
@@ -355,6 +357,9 @@ def test_compare_shows_how_long_each_run_was_throttled(qtbot, tmp_path: Path) ->
         cell = lambda name: panel.table.item(rows["throttled"], header.index(name))  # noqa: E731
         assert cell(slow.name).text() == "10 s (25 %)" and "module 3 power 10 s" in cell(slow.name).toolTip()
         assert cell(fast.name).text() == "0 s" and "not throttled" in cell(fast.name).toolTip()
+        pace = lambda name: panel.table.item(rows["tokens/s"], header.index(name))  # noqa: E731
+        assert pace(slow.name).text() == "900" and pace(fast.name).text() == "2050"
+        assert pace(slow.name).toolTip() == "2 steps/s · 8 samples/s · 900 tokens/s (after warm-up)"
     finally:
         tab.shutdown()
         services.training.shutdown()
