@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     if not listing.models:
         print(f"the Hub cache {listing.cache_dir} holds no model")
         return 0
-    print(f"Hub cache {listing.cache_dir}: {len(listing.models)} repos, {hub.human(listing.size_on_disk)}")
+    print(f"Hub cache {listing.cache_dir}: {len(listing.models)} repos, {hub.human(listing.size_on_disk)}; "
+          f"{hub.human(hub.free_bytes(listing.cache_dir))} free")
     print(f"{'SIZE':>10}  {'LAST USED':>12}  {'REVS':>4}  REPO")
     for m in listing.models:
         kind = "" if m.repo_type == "model" else f" ({m.repo_type})"

@@ -475,7 +475,10 @@ class CacheListing:
     warnings: list[str]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        # What a download there may still take (the Models tab shows it per place).
+        out["free_bytes"] = free_bytes(self.cache_dir)
+        return out
 
 
 def list_cache(cache_dir: str | None = None, sort: str = "size") -> CacheListing:

@@ -144,6 +144,8 @@ class ModelsTab(QWidget):
         self._listings: dict[str, Listing] = {}
         self._rows: dict[str, list[dict[str, Any]]] = {}
         self._problems: dict[str, str] = {}
+        #: Free disk of each place's cache (None: that place did not say).
+        self._free: dict[str, int | None] = {}
         self.download_rows: list[DownloadRow] = []
         self._deleting: Listing | None = None
         #: The last deletion's outcome, shown above the places' lines.
@@ -264,6 +266,8 @@ class ModelsTab(QWidget):
         else:
             self._problems.pop(host.name, None)
             self._rows[host.name] = listing_rows(host, answer)
+            free = answer.get("free_bytes")
+            self._free[host.name] = int(free) if isinstance(free, int) else None
         self._show()
 
     def _show(self) -> None:
@@ -294,8 +298,9 @@ class ModelsTab(QWidget):
             elif host.name in self._rows:
                 found = self._rows[host.name]
                 size = sum(r["size"] for r in found)
+                free = self._free.get(host.name)
                 parts.append(f"{host.label}: {len(found)} revision{'s' if len(found) != 1 else ''}, "
-                             f"{hub.human(size)}")
+                             f"{hub.human(size)}" + (f"; {hub.human(free)} free" if free is not None else ""))
         self.status.setText("\n".join([self._action, *parts] if self._action else parts))
         self._update_buttons()
 

@@ -169,6 +169,7 @@ def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: Mo
 
     # The library lists it; Delete… asks with the space it frees, and frees it.
     qtbot.waitUntil(lambda: tab.table.rowCount() == 1 and not tab.is_listing(), timeout=30000)
+    assert "local (this machine): 1 revision, 2.0 MB; " in tab.status.text() and " free" in tab.status.text()
     select_row(qtbot, tab, 0)
     answer = answer_dialog(qtbot, "Delete")
     click(qtbot, tab.delete_button)
