@@ -10,7 +10,7 @@ from gaudi_gui.core import meter
 
 def _part(card_hours: float | None, energy_j: float | None, wall: float, *, mean: float | None = None,
           throttled: float | None = None) -> dict:
-    out = {"card_hours": card_hours, "energy_j": energy_j, "wall_s": wall, "power_mean_w": mean,
+    out: dict = {"card_hours": card_hours, "energy_j": energy_j, "wall_s": wall, "power_mean_w": mean,
            "energy_source": meter.SOURCE_HLSMI if energy_j is not None else meter.NOT_MEASURED,
            "memory_used_peak_mib": 512.0}
     if throttled is not None:
