@@ -15,12 +15,14 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
     QProgressBar,
     QPushButton,
+    QScrollArea,
     QTableWidget,
     QTableWidgetItem,
     QVBoxLayout,
@@ -106,7 +108,9 @@ class DownloadRow(QWidget):
         if total > 0:
             # QProgressBar holds an int: kilobytes keep a 100 GB model within range.
             self.bar.setRange(0, max(1, total // 1024))
-            self.bar.setValue(min(total, int(event.get("bytes_done") or 0)) // 1024)
+            done = min(total, int(event.get("bytes_done") or 0))
+            self.bar.setValue(done // 1024)
+            self.bar.setFormat(f"{100 * done / total:.0f} %")  # the same figure as the line below
         self.status.setText(self.job.status_text())
 
     def _on_note(self, text: str) -> None:
@@ -200,9 +204,19 @@ class ModelsTab(QWidget):
         layout.addLayout(use)
 
         self.downloads_box = QGroupBox("Downloads")
-        self._downloads_layout = QVBoxLayout(self.downloads_box)
+        box_layout = QVBoxLayout(self.downloads_box)
+        box_layout.setContentsMargins(0, 0, 0, 0)
+        # The downloads scroll (newest on top) rather than push the library off a small screen.
+        holder = QWidget()
+        self._downloads_layout = QVBoxLayout(holder)
+        self._downloads_layout.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidget(holder)
+        scroll.setWidgetResizable(True)
+        scroll.setFrameShape(QFrame.Shape.NoFrame)
+        box_layout.addWidget(scroll)
         self.downloads_box.hide()
-        layout.addWidget(self.downloads_box, 1)
+        layout.addWidget(self.downloads_box, 3)
 
         self.places.download_started.connect(self._on_download_started)
         self.places.model_downloaded.connect(lambda host, _repo, _path: self._refresh_if_shown(host))
@@ -378,7 +392,7 @@ class ModelsTab(QWidget):
         dialog.open()
 
     def _on_download_started(self, job: Download) -> None:
-        row = DownloadRow(job, self.downloads_box)
+        row = DownloadRow(job)
         row.use_in_runner_requested.connect(self.use_in_runner_requested)
         row.use_in_training_requested.connect(self.use_in_training_requested)
         self._downloads_layout.insertWidget(0, row)
