@@ -1,7 +1,11 @@
 """``gaudi-gui queue``: jobs that start by themselves when their cards are free (issue 29).
 
 - ``queue add --config JOB [--kind train] [--cards N | --cards IDS] [--priority P] [--device D]``:
-  queue a job on this machine (``--host DEST``: on that host, whose own queue process starts it); it
+  queue a training job on this machine; ``queue add --kind serve|eval|download [--cards …] -- WORDS``:
+  a job of that kind, WORDS being what ``gaudi-gui serve|eval|download … --detach`` takes (checked
+  here by that command's own parser and checks; started by its own detached supervisor). Serve and
+  eval wait for ``--cards`` like training (none: on the CPU); a download uses no cards. Each job
+  (``--host DEST``: on that host, whose own queue process starts it)
   gets its own run folder and, unless the job names one, its own output folder when it starts. A job
   whose output folder is another queued job's is refused here, naming the folder.
 - ``queue list [--json]``: position, state (queued / waiting for cards N,M / starting / started /
@@ -39,8 +43,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     actions = p.add_subparsers(dest="queue_action", metavar="ACTION", required=True,
                                parser_class=type(p))
     add = actions.add_parser("add", help="queue a job")
-    add.add_argument("--config", required=True, help="job config JSON ('-': read it from stdin)")
-    add.add_argument("--kind", default="train", help="the job's kind (train)")
+    add.add_argument("--config", default="", help="a training job's config JSON ('-': read it from stdin)")
+    add.add_argument("--kind", default="train",
+                     help="train (a --config job file), or serve, eval, download: the job is then that "
+                          "command's own words after --, as its --detach takes them, e.g. "
+                          "`queue add --kind eval --cards 2 -- --run RUN --prompt Hi`")
     add.add_argument("--cards", default="", metavar="N|IDS",
                      help="N: any N free healthy cards (the doctor picks, one of Intel's groups for 2 or 4); "
                           "IDS: those module ids, e.g. 2,3 (one card by id: 3,); default: no cards (CPU)")
@@ -51,6 +58,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add.add_argument("--json", action="store_true", help="print the answer as JSON")
     # The requester's id of this add (a retry over ssh sends the same one: queued once).
     add.add_argument("--client-id", dest="client_id", default="", help=argparse.SUPPRESS)
+    add.add_argument("words", nargs="*", metavar="-- WORDS",
+                     help="with --kind serve|eval|download: that command's options (after --)")
     lst = actions.add_parser("list", help="the queue: position, state, since when, why waiting")
     lst.add_argument("--json", action="store_true", help="print it as JSON")
     rm = actions.add_parser("remove", help="take a job that has not started out of the queue")
@@ -104,8 +113,97 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def kind_job(kind: str, words: list[str]) -> tuple[list[str], str]:
+    """A serve / eval / download job's words as its ``--detach`` would pass them to its background
+    command (parsed and checked by that command's own parser and checks, paths made absolute), and the
+    run's name. QueueError, one line, for what that command would refuse."""
+    what = queue.KIND_COMMAND[kind][0]
+    parser = argparse.ArgumentParser(prog="gaudi-gui", add_help=False)
+    sub = parser.add_subparsers(dest="command")
+    if kind == "serve":
+        from gaudi_gui.commands import serve as module
+    elif kind == "eval":
+        from gaudi_gui.commands import eval as module  # type: ignore[no-redef]
+    else:
+        from gaudi_gui.commands import download as module  # type: ignore[no-redef]
+    module.add_parser(sub)
+    own = {"--detach", "--json", "--events", "--runs-dir", "--host", "--remote-command", "--stop-orphan"}
+    given = sorted({w.split("=", 1)[0] for w in words} & own)
+    if given:
+        raise QueueError(f"{', '.join(given)}: not in a queued {kind} job's words (the queue starts it "
+                         f"detached, on this machine or the queue's host)")
+    import contextlib
+    import io
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            args = parser.parse_args([what, *words])
+    except SystemExit:
+        text = err.getvalue().strip().splitlines()
+        raise QueueError(f"{what}: {text[-1] if text else 'bad options'}") from None
+    if kind == "serve":
+        from gaudi_gui.core import serve as sv
+        if args.cards:
+            raise QueueError("serve --cards: give the cards to queue add (--cards N|IDS): the queue "
+                             "starts the server on them")
+        spec = sv.ServeSpec(model=args.model, engine=args.engine, port=args.port, device=args.device,
+                            dtype=args.dtype, quantization=args.quantization, adapter=args.adapter,
+                            max_model_len=args.max_model_len, api_key_env=args.api_key_env,
+                            listen_all=args.listen_all)
+        problems = spec.problems()
+        if problems:
+            raise QueueError("; ".join(f"serve --{f.replace('_', '-')}: {m}" for f, m in problems))
+        return spec.cli_args(), f"serve-{Path(spec.model).name or 'model'}"
+    if kind == "eval":
+        import os
+
+        from gaudi_gui.commands import eval as eval_cmd
+        from gaudi_gui.core import evaluation as ev
+        spec_ = eval_cmd.spec_of(args)
+        problems = ev.validate(spec_)
+        if problems:
+            raise QueueError("; ".join(f"eval {eval_cmd.OPTION_OF.get(f, f)}: {m}" for f, m in problems))
+        subject = os.path.basename(spec_.run.rstrip("/")) or os.path.basename(spec_.model.rstrip("/"))
+        return eval_cmd._absolute(spec_).cli_args(), f"eval-{subject or 'model'}"
+    from gaudi_gui.commands import download as download_cmd
+    from gaudi_gui.core import hub
+    bad = hub.check_repo_id(args.repo_id)
+    if bad:
+        raise QueueError(f"download: {bad}")
+    return download_cmd.detached_words(args), f"download-{args.repo_id.rsplit('/', 1)[-1]}"
+
+
+def _add_kind(args: argparse.Namespace, kind: str) -> int:
+    if args.config:
+        _say(f"gaudi-gui queue add: --config: a job file is a training job; a {kind} job is given as its "
+             f"command's words after --")
+        return 2
+    try:
+        cards = CardRequest.parse(args.cards)
+        words, name = kind_job(kind, list(args.words))
+        if kind == "serve" and not cards.none and any(w == "--device=cpu" for w in words):
+            raise QueueError("--cards: a serve on --device cpu uses no cards")
+        values = queue.kind_add_values(kind, words, name=name, cards=cards, priority=args.priority,
+                                       added_by="cli", client_id=args.client_id)
+    except (ValueError, QueueError) as exc:
+        _say(f"gaudi-gui queue add: {exc}")
+        return 2
+    return _send_add(args, values)
+
+
 def _add(args: argparse.Namespace) -> int:
     from gaudi_gui.core.jobconfig import JobConfigError, load_job
+    try:
+        kind = queue.kind_name(args.kind)
+    except QueueError as exc:
+        _say(f"gaudi-gui queue add: {exc}")
+        return 2
+    if kind != "train":
+        return _add_kind(args, kind)
+    if not args.config or args.words:
+        _say("gaudi-gui queue add: --config JOB: a training job is given as a job file"
+             + (f" (not as words: {' '.join(args.words)})" if args.words else ""))
+        return 2
     try:
         cards = CardRequest.parse(args.cards)
         job = load_job(args.config)
@@ -114,6 +212,10 @@ def _add(args: argparse.Namespace) -> int:
     except (ValueError, JobConfigError, QueueError) as exc:
         _say(f"gaudi-gui queue add: {exc}")
         return 2
+    return _send_add(args, values)
+
+
+def _send_add(args: argparse.Namespace, values: dict[str, Any]) -> int:
     try:
         reply = queue.request("add", timeout_s=ANSWER_S, **values)
     except QueueError as exc:
@@ -209,17 +311,23 @@ def _on_host(args: argparse.Namespace, target: str) -> int:
     if action == "add":
         try:
             CardRequest.parse(args.cards)
-            job = load_job(args.config)
-        except (ValueError, JobConfigError) as exc:
+            kind = queue.kind_name(args.kind)
+            if kind == "train":
+                stdin = json.dumps(load_job(args.config).to_dict())
+        except (ValueError, JobConfigError, QueueError) as exc:
             _say(f"gaudi-gui queue add: {exc}")
             return 2
-        stdin = json.dumps(job.to_dict())
-        argv += ["--config", "-", "--kind", args.kind, "--priority", str(args.priority),
+        argv += ["--kind", kind, "--priority", str(args.priority),
                  "--device", args.device, "--client-id", args.client_id or uuid.uuid4().hex]
+        if kind == "train":
+            argv += ["--config", "-"]
         if args.cards.strip():
             argv += ["--cards", args.cards.strip()]
         if args.json:
             argv.append("--json")
+        if kind != "train":
+            # The kind's words are checked by the host's own queue add (its files, its models).
+            argv += ["--", *args.words]
     elif action == "list" and args.json:
         argv.append("--json")
     elif action in ("remove", "move"):

@@ -65,7 +65,14 @@ STATE_VERSION = 1
 STATES = ("queued", "waiting", "starting", "started", "ended")
 PENDING = ("queued", "waiting")
 ACTIVE = ("starting", "started")
-KINDS = ("train",)
+KINDS = ("train", "serve", "eval", "download")
+#: A kind's command (``gaudi-gui WHAT``) and its run folder's kind (``core.jobkind``).
+KIND_COMMAND = {"serve": ("serve", "serve"), "eval": ("eval", "evaluate"),
+                "download": ("download", "download")}
+#: Kinds that may ask for cards (a download uses none; serve and eval do when on a device).
+CARD_KINDS = ("train", "serve", "eval")
+#: ``--kind`` spellings that name one of KINDS.
+KIND_ALIASES = {"training": "train", "evaluate": "eval", "evaluation": "eval"}
 #: How many times a job may be passed by later ones before it holds its cards (see the module note).
 MAX_PASSED = 3
 #: Start attempts for a transient fault of the start itself (the start child died before its run
@@ -219,6 +226,12 @@ class Entry:
     @property
     def cards(self) -> CardRequest:
         return CardRequest(tuple(self.card_ids), self.card_count)
+
+    def words(self) -> list[str]:
+        """A serve / eval / download job's own command words (what ``gaudi-gui KIND … --detach``
+        would be given), as checked when it was added."""
+        words = self.job.get("words") if isinstance(self.job, dict) else None
+        return [str(w) for w in words] if isinstance(words, list) else []
 
     def label(self) -> str:
         return f"{self.id} ({self.name})" if self.name else self.id
@@ -427,8 +440,9 @@ def add_values(job: Any, *, kind: str = "train", cards: CardRequest | None = Non
     folder of a queued job or of an add not applied yet (the queue process checks that last one again
     when it applies the request: two requesters at once). QueueError, one line."""
     from gaudi_gui.core import prepare
-    if kind not in KINDS:
-        raise QueueError(f"--kind {kind}: only {', '.join(KINDS)} jobs can be queued yet")
+    if kind_name(kind) != "train":
+        raise QueueError(f"--kind {kind}: a job file (--config) is a training job; a {kind} job is given "
+                         f"as its own command's words")
     problems = job.validate()
     if problems:
         raise QueueError("; ".join(f"{f}: {p}" for f, p in problems))
@@ -439,9 +453,35 @@ def add_values(job: Any, *, kind: str = "train", cards: CardRequest | None = Non
     if other:
         raise QueueError(output_refusal(output_dir, other))
     cards = cards or CardRequest()
-    return {"job": job.to_dict(), "kind": kind, "name": job.name or Path(job.model).name,
+    return {"job": job.to_dict(), "kind": "train", "name": job.name or Path(job.model).name,
             "priority": priority, "card_ids": list(cards.ids), "card_count": cards.count,
             "device": device, "output_dir": output_dir, "added_by": added_by,
+            "client_id": client_id or uuid.uuid4().hex}
+
+
+def kind_name(kind: str) -> str:
+    """``--kind``'s word as one of KINDS (``evaluate`` is ``eval``); QueueError for an unknown one."""
+    name = KIND_ALIASES.get(kind.strip().lower(), kind.strip().lower())
+    if name not in KINDS:
+        raise QueueError(f"--kind {kind}: one of {', '.join(KINDS)}")
+    return name
+
+
+def kind_add_values(kind: str, words: Sequence[str], *, name: str, cards: CardRequest | None = None,
+                    priority: int = 0, added_by: str = "", client_id: str = "") -> dict[str, Any]:
+    """The values of an add request for a serve / eval / download job: ``words`` are that kind's
+    command words as its ``--detach`` takes them (already checked by the kind's own parser: the
+    command line's queue add does that). The job holds only the words and a name; it is started by
+    the kind's own detached supervisor (``gaudi_gui.commands.detach``). QueueError, one line."""
+    kind = kind_name(kind)
+    if kind == "train":
+        raise QueueError("--kind train: give the job with --config")
+    cards = cards or CardRequest()
+    if not cards.none and kind not in CARD_KINDS:
+        raise QueueError(f"--cards: a {kind} uses no cards")
+    return {"job": {"words": [str(w) for w in words], "name": name}, "kind": kind, "name": name,
+            "priority": priority, "card_ids": list(cards.ids), "card_count": cards.count,
+            "device": "auto", "output_dir": "", "added_by": added_by,
             "client_id": client_id or uuid.uuid4().hex}
 
 
@@ -656,5 +696,6 @@ def request(action: str, *, timeout_s: float = 30.0, root: Path | None = None,
 
 __all__ = ["ACTIVE", "KINDS", "MAX_PASSED", "MAX_START_ATTEMPTS", "PENDING", "STATES", "CardRequest",
            "CardsView", "Decision", "Entry", "QueueError", "QueueState", "add_values", "ensure_running",
+           "kind_add_values", "kind_name",
            "make_dirs", "ordered", "output_refusal", "pending_requests", "plan", "queue_dir", "read_state",
            "request", "runner_pid", "same_output", "send_request", "wait_reply", "write_reply", "write_state"]

@@ -12,12 +12,15 @@ its runs ended, a process that held a wanted card ended (its pid is watched, a /
 turn), or ``RECHECK_S`` passed (a holder this /proc cannot see: another container). Waiting costs
 a directory listing and a few stat calls per turn.
 
-A start goes through the existing detached train path: ``gaudi-gui train --announce FILE`` in a
-session of its own, the run's supervisor (exactly what ``train --detach`` starts), its run folder
-and output folder made by ``prepare_run``. Before it, the entry is written "starting" with the
-announce file's name, so a queue process killed at any moment is reconciled at its next start: the
-announce file says the run started (and where), a live start child is waited for, a start child
-found by its command line is adopted; only a start that left nothing is made again.
+A start goes through the kind's existing detached path: a training job through ``gaudi-gui train
+--announce FILE`` in a session of its own, the run's supervisor (exactly what ``train --detach``
+starts), its run folder and output folder made by ``prepare_run``; a serve, eval or download job
+through its kind's detached supervisor (``python -m gaudi_gui.commands.detach KIND``, exactly what
+``serve|eval|download --detach`` starts), its run folder a ``core.jobkind`` one. Before it, the
+entry is written "starting" with the announce file's name, so a queue process killed at any moment
+is reconciled at its next start: the announce file says the run started (and where), a live start
+child is waited for, a start child found by its command line is adopted; only a start that left
+nothing is made again.
 
 Qt-free and torch-free.
 """
@@ -272,11 +275,12 @@ class Runner:
 
     def _add(self, request: dict[str, Any]) -> dict[str, Any]:
         kind = str(request.get("kind") or "train")
-        if kind not in queue.KINDS:
-            raise queue.QueueError(f"--kind {kind}: only {', '.join(queue.KINDS)} jobs can be queued yet")
+        kind = queue.kind_name(kind)
         job = request.get("job")
         if not isinstance(job, dict):
             raise queue.QueueError("the request holds no job")
+        if kind != "train" and not isinstance(job.get("words"), list):
+            raise queue.QueueError(f"a {kind} job needs its command's words")
         client_id = str(request.get("client_id") or "")
         made = next((e for e in self.state.entries if client_id and e.client_id == client_id), None)
         if made is not None:
@@ -468,8 +472,38 @@ class Runner:
             wanted |= set(e.cards.ids) if e.cards.ids else set(range(64))
         self.watched = {p for p in (self.view.holder_pids(wanted) if self.view else set()) if _pid_exists(p)}
 
+    def start_argv(self, entry: Entry, cards: list[int], config: Path,
+                   announce: Path) -> tuple[list[str], dict[str, str] | None]:
+        """The start child of ``entry`` (and its environment; None: this one). Training: ``gaudi-gui
+        train --announce`` (what ``train --detach`` runs). Serve, eval, download: the kind's own
+        detached supervisor (``python -m gaudi_gui.commands.detach KIND``, what ``serve|eval|download
+        --detach`` starts), with ``config`` as its payload: the command and the run's name."""
+        if entry.kind == "train":
+            atomic.write_json(config, entry.job, fsync=False)
+            argv = [sys.executable, "-m", "gaudi_gui", "train", "--config", str(config), "--device",
+                    entry.device, "--announce", str(announce), "--no-preflight"]
+            if cards:
+                argv += ["--cards", ",".join(str(c) for c in cards)]
+            return argv, None
+        from gaudi_gui.core.visibility import device_env, format_ids
+        what, run_kind = queue.KIND_COMMAND[entry.kind]
+        words = entry.words()
+        env: dict[str, str] | None = None
+        if cards and entry.kind == "serve":
+            words += ["--cards", format_ids(cards)]
+        elif cards:
+            # eval has no --cards: the cards are the visible ones of its environment.
+            on = "hpu" if self.view is not None and self.view.has_cards else \
+                "cuda" if shutil.which("nvidia-smi") else ""
+            env = {**os.environ, **device_env(on, cards)} if on else None
+        payload = {"argv": [sys.executable, "-m", "gaudi_gui", what, *words, "--events"],
+                   "name": entry.job.get("name") or entry.name or entry.kind}
+        atomic.write_json(config, payload, fsync=False)
+        return [sys.executable, "-m", "gaudi_gui.commands.detach", run_kind, str(config), str(announce),
+                "30", ""], env
+
     def start(self, entry: Entry, cards: list[int]) -> None:
-        """Start ``entry`` through the detached train path; "starting" is written first."""
+        """Start ``entry`` through its kind's detached path; "starting" is written first."""
         starts = queue.starts_dir(self.root)
         config = starts / f"{entry.id}-{entry.attempts + 1}.json"
         announce = config.with_suffix(".run")
@@ -481,15 +515,11 @@ class Runner:
         entry.start_create_time = 0.0
         self._set(entry, "starting", "")
         self._save()  # before the start: a queue process killed after it never starts it twice
-        atomic.write_json(config, entry.job, fsync=False)
-        argv = [sys.executable, "-m", "gaudi_gui", "train", "--config", str(config), "--device", entry.device,
-                "--announce", str(announce), "--no-preflight"]
-        if cards:
-            argv += ["--cards", ",".join(str(c) for c in cards)]
         try:
+            argv, env = self.start_argv(entry, cards, config, announce)
             with open(prelog, "wb") as out:
                 proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                        start_new_session=True, close_fds=True)
+                                        start_new_session=True, close_fds=True, env=env)
         except OSError as exc:
             with contextlib.suppress(OSError):
                 prelog.write_text(f"could not start: {exc}\n", encoding="utf-8")
