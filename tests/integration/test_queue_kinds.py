@@ -116,7 +116,8 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
 
 
 def test_a_queued_download_runs_without_cards_and_bad_words_are_refused(fake_hub: FakeHub) -> None:
-    fake_hub.repos["org/small"] = FakeRepo(files={"config.json": b'{"a": 1}', "model.safetensors": b"x" * 4096})
+    fake_hub.repos["org/small"] = FakeRepo(files={"config.json": b'{"a": 1}',
+                                                  "model.safetensors": b"x" * 4096})
     refused = gg("queue", "add", "--kind", "download", "--cards", "2", "--", "org/small")
     assert refused.returncode == 2 and refused.stderr.strip() == \
         "gaudi-gui queue add: --cards: a download uses no cards"
