@@ -46,8 +46,7 @@ from gaudi_gui.core import hpu_metrics
 from gaudi_gui.core import meter as meter_mod
 from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.jobconfig import JobConfigError
-from gaudi_gui.core.proctree import ProcessRef
-from gaudi_gui.core.runstore import FINAL_STATES, SUPERVISOR_INFO, Run, RunStatus, RunStore
+from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStatus, RunStore
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.stopper import KILL_NOW_SIGNAL
 
@@ -98,15 +97,6 @@ def find_run(text: str, runs_dir: str = "") -> Run | None:
     return run if run.exists() else None
 
 
-def supervisor_of(run: Run) -> ProcessRef | None:
-    try:
-        data = json.loads((run.folder / SUPERVISOR_INFO).read_text(encoding="utf-8"))
-        ref = ProcessRef(int(data["pid"]), float(data["create_time"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return ref if ref.is_alive() else None
-
-
 def describe(run: Run) -> dict[str, Any]:
     """One run as ``runs list/show`` print it; "problems": what is wrong with its files (a damaged
     run is listed with its damage, and never stops the listing of the others)."""
@@ -114,7 +104,7 @@ def describe(run: Run) -> dict[str, Any]:
     try:
         status = run.reconcile()
         checkpoint = run.latest_checkpoint()
-        alive = run.processes_alive() or supervisor_of(run) is not None
+        alive = run.processes_alive() or run.supervisor() is not None
     except (OSError, ValueError, RecursionError) as exc:
         # The folder changed under us or holds something no reader expects: this run's problem.
         problems.append(f"cannot read the run: {exc}")
@@ -230,7 +220,7 @@ def _export(run_: Run, tensorboard: str, *, trackio: bool) -> int:
 
 
 def _stop(run_: Run, *, now: bool) -> int:
-    supervisor = supervisor_of(run_)
+    supervisor = run_.supervisor()
     if supervisor is not None:
         supervisor.signal(KILL_NOW_SIGNAL if now else signal.SIGTERM)
         print("kill requested" if now else "stop requested: the ranks save a checkpoint at the end of "
@@ -304,7 +294,7 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
             if now >= next_status:
                 next_status = now + STATUS_EVERY_S
                 status = asdict(run_.reconcile())
-                alive = run_.processes_alive() or supervisor_of(run_) is not None
+                alive = run_.processes_alive() or run_.supervisor() is not None
                 if status != last_status:
                     last_status = status
                     _emit({"t": "status", "status": status})

@@ -37,8 +37,6 @@ SPEC_NAME = "spec.json"
 ENDPOINT_NAME = "endpoint.json"
 REQUESTS_NAME = "requests.jsonl"
 RESULT_NAME = "result.json"
-#: Seconds a stopped command gets to end its own children before the supervisor kills them.
-GRACE_S = 30.0
 #: linux/prctl.h
 PR_SET_PDEATHSIG = 1
 
@@ -209,4 +207,4 @@ def spec(run: Run) -> dict[str, Any]:
     return {}
 
 
-__all__ = ["GRACE_S", "KINDS", "ChildJob", "create", "die_with_parent", "endpoint", "outcome", "spec", "take"]
+__all__ = ["KINDS", "ChildJob", "create", "die_with_parent", "endpoint", "outcome", "spec", "take"]
