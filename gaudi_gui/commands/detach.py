@@ -112,6 +112,21 @@ def detach_command(what: str, kind: str, words: list[str], *, name: str, runs_di
     return 0
 
 
+def detach_on_host(host: Any, words: list[str]) -> tuple[dict[str, Any] | None, str, int]:
+    """``gaudi-gui WORDS --detach --json`` run on ``host`` (a ``core.remote.Host``) over ssh: the job's
+    supervisor and run folder are the host's, so it outlives this command and the connection
+    (``runs --host DEST follow|stop`` reach it later). (its announce, "", 0), or (None, why, exit code)."""
+    from gaudi_gui.core.placement import Placement
+
+    argv = Placement.on_host(host).start_argv(host, [*words, "--detach", "--json"], guard=False)
+    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+    try:
+        return json.loads(done.stdout.strip().splitlines()[-1]), "", 0
+    except (ValueError, IndexError):
+        said = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
+        return None, f"on {host.name}: {said[-1]}", done.returncode or 1
+
+
 def _supervise(kind: str, payload_path: str, announce_path: str, grace_s: float, runs_dir: str) -> int:
     """The background supervisor of a Serve or Evaluate command (what ``detach_command`` starts)."""
     import signal

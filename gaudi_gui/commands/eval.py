@@ -131,10 +131,11 @@ def run(args: argparse.Namespace) -> int:
         for field, message in problems[1:]:
             print(f"gaudi-gui eval: {OPTION_OF.get(field, field)}: {message}", file=sys.stderr)
         return _refuse(args, *problems[0])
+    if args.detach and remote:
+        return _detach_on_host(args, spec)
     if args.detach:
         from gaudi_gui.commands.detach import detach_command
-        words = [*_absolute(spec).cli_args(), *([f"--host={host}"] if remote else []),
-                 *([f"--remote-command={args.remote_command}"] if remote and args.remote_command else [])]
+        words = _absolute(spec).cli_args()
         subject = os.path.basename(spec.run.rstrip("/")) or os.path.basename(spec.model.rstrip("/"))
         return detach_command("eval", "evaluate", words, name=f"eval-{subject or 'model'}",
                               runs_dir=args.runs_dir, as_json=args.json)
@@ -269,6 +270,24 @@ def _print_summary(record: dict[str, Any], rows: list[dict[str, Any]]) -> None:
 
 def _cell(value: float | None) -> str:
     return "–" if value is None else f"{value:.4g}"
+
+
+def _detach_on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> int:
+    """``eval --host DEST --detach``: the host's own ``eval --detach`` (its supervisor, run folder and
+    results are the host's: the evaluation outlives this command and the connection)."""
+    from gaudi_gui.commands.detach import detach_on_host, print_started
+    from gaudi_gui.core.placement import Placement
+    from gaudi_gui.core.remote import HostError
+    try:
+        host = Placement.from_cli(host=args.host, remote_command=args.remote_command).host
+    except HostError as exc:
+        return _refuse(args, "host", str(exc))
+    info, why, code = detach_on_host(host, ["eval", *spec.cli_args()])
+    if info is None:
+        print(f"gaudi-gui eval: {why}", file=sys.stderr)
+        return code
+    print_started({**info, "host": host.name}, "evaluate", as_json=args.json)
+    return ev.EXIT_OK
 
 
 def _on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> int:

@@ -603,7 +603,7 @@ def _detach_on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> 
     are the host's: the server outlives this command and the connection), then the forward of
     ``--port`` here to its port there on the multiplexed connection. ``runs --host DEST follow|stop``
     follow and stop it; ``forward`` asks for the forward again after the connection dropped."""
-    from gaudi_gui.commands.detach import print_started
+    from gaudi_gui.commands.detach import detach_on_host, print_started
     from gaudi_gui.core.placement import Forward, Placement
     from gaudi_gui.core.remote import HostError
 
@@ -619,15 +619,10 @@ def _detach_on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> 
         out.fail(f"--port: port {spec.port} is already taken here; choose another")
         return 2
     host, remote_port = placement.host, args.remote_port or spec.port
-    words = ["serve", *dataclasses.replace(spec, port=remote_port).cli_args(), "--detach", "--json"]
-    done = subprocess.run(placement.start_argv(host, words, guard=False), stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, errors="replace")
-    try:
-        info = json.loads(done.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        said = done.stderr.strip().splitlines() or [f"exit {done.returncode}"]
-        out.fail(f"on {host.name}: {said[-1]}")
-        return done.returncode or 1
+    info, why, code = detach_on_host(host, ["serve", *dataclasses.replace(spec, port=remote_port).cli_args()])
+    if info is None:
+        out.fail(why)
+        return code
     forward(host.name, Forward(spec.port, remote_port))
     info.update(host=host.name, url=sv.endpoint_url(spec.port), remote_port=remote_port)
     print_started(info, "serve", as_json=args.json)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gaudi_gui.services.jobs import JobRegistry
     from gaudi_gui.services.notifier import Notifier
     from gaudi_gui.services.preflight import PreflightService
-    from gaudi_gui.services.queue import QueueService
+    from gaudi_gui.services.queue import HostQueueService, QueueService
     from gaudi_gui.services.remote_files import RemoteFiles
     from gaudi_gui.services.schema import SchemaLoader
     from gaudi_gui.services.serve import ServeService
@@ -71,6 +71,9 @@ class AppServices:
     models: ModelPlaces | None = None
     #: This machine's queue as its own process keeps it (issue 29): ``ensure_queue``.
     queue: QueueService | None = None
+    #: Saved hosts' queues as each host's ``queue list --json`` says them (asked every 30 s while
+    #: started): ``ensure_host_queue``; the Hosts overview's queue length, the Queue view's selector.
+    host_queues: dict[str, HostQueueService] = field(default_factory=dict)
 
     @property
     def poller(self) -> DevicePoller:
@@ -189,6 +192,22 @@ class AppServices:
             self.queue.start()
         return self.queue
 
+    def ensure_host_queue(self, name: str, parent: QObject | None = None) -> HostQueueService:
+        """The queue of the saved host ``name`` (its remote command as saved), made and started on
+        first use; ``stop_host_queues`` ends them all."""
+        if name not in self.host_queues:
+            from gaudi_gui.core.remote import find_host
+            from gaudi_gui.services.queue import HostQueueService
+            self.host_queues[name] = HostQueueService(find_host(name), parent or self.settings.parent())
+        service = self.host_queues[name]
+        if not service.is_running():
+            service.start()
+        return service
+
+    def stop_host_queues(self) -> None:
+        for service in self.host_queues.values():
+            service.shutdown()
+
     def ensure_serve(self, parent: QObject | None = None) -> ServeService:
         """The Serve panel's service, made on first use."""
         if self.serve is None:
@@ -203,5 +222,6 @@ class AppServices:
         if self.evaluation is None:
             from gaudi_gui.services.evaluation import EvaluationService
             self.evaluation = EvaluationService(parent)
+            self.evaluation.settings = self.settings
             self.jobs.register(self.evaluation)
         return self.evaluation

@@ -1,7 +1,7 @@
 """The Evaluate job in the app: ``gaudi-gui eval … --detach``, a job with a run folder, followed.
 
 The view never starts a process: it gives this service an ``EvalSpec`` (and where it runs, a
-``core.placement.Placement``: this machine or a host, handed to the command as ``--host``), and binds to
+``core.placement.Placement``: this machine, or a host that runs its own ``eval --detach``), and binds to
 what comes back: progress with an ETA, each answer as it comes, the result (already written to the run
 folder by the command, and kept in the job's own run folder as result.json), or an error with the
 child's last lines. Stop is ``runs stop`` (the command and its worker end). The evaluation outlives the
@@ -68,7 +68,8 @@ class EvaluationService(KindJob):
             if problems:
                 return problems
         self._begin(Path(spec.run).name if spec.run else (spec.model or spec.adapter))
-        self.start_words([*spec.cli_args(), *(placement or Placement.local()).cli_args()])
+        # On a host: the host's own eval --detach (its supervisor outlives the connection).
+        self.start_words(spec.cli_args(), None if placement is None else placement.host)
         self.started.emit()
         return []
 

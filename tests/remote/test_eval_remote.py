@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from gaudi_gui.core.jobconfig import JobConfig
@@ -50,3 +51,27 @@ def test_eval_on_a_host_keeps_its_results_in_the_hosts_run_folder(ssh_host: SshH
             in bad.stderr), bad.stderr
     assert "Traceback" not in bad.stderr
     assert ssh_host.wait_no_processes() == []
+
+
+def test_a_detached_evaluation_on_a_host_survives_a_cut_and_keeps_its_result_there(
+        ssh_host: SshHost, tiny_model_dir: Path, tmp_path: Path) -> None:
+    """``eval --host DEST --detach`` (issue 26): the host's own supervisor and run folder; the connection
+    is cut at once, the evaluation goes on there and its result lands in its run folder on the host."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(f"prompt {i}\n" for i in range(4)))
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "eval", "--host", ssh_host.dest, "--model",
+                           str(tiny_model_dir), "--base", str(tiny_model_dir), "--prompts", str(prompts),
+                           "--metrics", "exact_match", "--max-new-tokens", "8", "--detach", "--json"],
+                          capture_output=True, text=True, timeout=180, stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    folder = Path(info["folder"])
+    assert info["kind"] == "evaluate" and info["host"] == ssh_host.dest and folder.parent == ssh_host.runs_dir
+    ssh_host.drop()
+    while not (folder / "result.json").is_file():  # no upper bound: pytest-timeout has the last word
+        status = json.loads((folder / "status.json").read_text())
+        assert status["state"] in ("queued", "running"), status
+        time.sleep(0.2)
+    assert ssh_host.wait_no_processes(timeout=60) == []
+    status = json.loads((folder / "status.json").read_text())
+    assert (status["kind"], status["state"]) == ("evaluate", "finished"), status
