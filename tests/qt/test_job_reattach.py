@@ -38,7 +38,8 @@ def _open_panel(qtbot: QtBot, window: MainWindow) -> ServePanel:
         window.activateWindow()
         qtbot.keyClick(window, Qt.Key.Key_S, ctrl_shift)
         with contextlib.suppress(TimeoutError):
-            qtbot.waitUntil(lambda: window.serve_panel is not None and window.serve_panel.isVisible(), timeout=2000)
+            qtbot.waitUntil(lambda: window.serve_panel is not None and window.serve_panel.isVisible(),
+                            timeout=2000)
             break
     assert window.serve_panel is not None and window.serve_panel.isVisible()
     return window.serve_panel
