@@ -310,6 +310,9 @@ def stop_meter(meter: meter_mod.Meter | None, events: list[dict[str, Any]],
     say(f"meter: {meter_mod.describe(summary)}")
     if isinstance(summary.get("compile"), dict) and "compilations" in summary["compile"]:
         say(f"compile meter: {hpu_metrics.describe(summary['compile'])}")
+    if summary.get("compile_warning"):
+        from gaudi_gui.core.compile_rise import rise_text
+        say(rise_text(summary["compile_warning"]))
     return summary
 
 

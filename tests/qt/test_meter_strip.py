@@ -96,6 +96,8 @@ def test_live_power_and_compile_warning_by_clicks(qtbot, fake_hl_smi: Path, tab,
     warnings = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()
                 if '"warning"' in line]
     assert len([w for w in warnings if w["type"] == compile_rise.WARNING_EVENT]) == 1
+    # The supervisor's last words say it too (a foreground `gaudi-gui train` prints them).
+    assert "⚠ graph compilations keep rising after warm-up" in (folder / "supervisor.log").read_text()
 
     # Reopened from Runs (clicked): the warning again, from the summary; no live power.
     tab.runs.select_row(0)
