@@ -30,34 +30,20 @@ EVENTS_VERSION = 1
 
 
 class EventType(str, Enum):
-    """Every type of event a run's worker writes. A ``str`` Enum: members equal the strings on disk,
-    so ``event["type"] == EventType.METRICS`` reads an old run's file too. Readers ignore a type they
-    do not know (a newer worker's)."""
+    """Every type of event a run's worker writes, with its fields. A ``str`` Enum: members equal the
+    strings on disk, so ``event["type"] == EventType.METRICS`` reads an old run's file too. Readers
+    ignore a type they do not know (a newer worker's)."""
 
-    #: What the worker does now: ``phase`` (loading, resuming, evaluating, finishing), ``message``.
-    PHASE = "phase"
-    #: The dataset is tokenized: ``kind``, ``rows``, ``dropped``...
-    DATASET_READY = "dataset_ready"
-    #: The Trainer began: ``max_steps``, ``world_size``, ``start_step`` (a resumed run's checkpoint step).
-    TRAINING_STARTED = "training_started"
-    #: A logging step (rank 0): ``step``, ``max_steps``, ``start_step``, ``loss``, ``learning_rate``,
-    #: ``elapsed``, throughputs, memory (``core.metrics.metric_record`` is the record).
-    METRICS = "metrics"
-    #: A checkpoint is being written: ``step``; then saved: ``step``, ``path``, ``seconds``.
-    CHECKPOINT_SAVING = "checkpoint_saving"
-    CHECKPOINT_SAVED = "checkpoint_saved"
-    #: A rank was signalled to stop: ``signal``, ``phase``.
-    STOP_REQUESTED = "stop_requested"
-    #: The worker failed: ``kind``, ``message``.
-    ERROR = "error"
-    #: The end: ``global_step``, ``max_steps``, ``final_loss``, ``checkpoint``, ``final_dir``;
-    #: stopped also ``before_training``.
-    FINISHED = "finished"
-    STOPPED = "stopped"
-
-
-#: Event types that end a run, as the worker writes them.
-END_TYPES = (EventType.FINISHED, EventType.STOPPED, EventType.ERROR)
+    PHASE = "phase"  # phase (loading, resuming, evaluating, finishing), message
+    DATASET_READY = "dataset_ready"  # kind, rows, dropped...
+    TRAINING_STARTED = "training_started"  # max_steps, world_size, start_step (a resume's step)
+    METRICS = "metrics"  # rank 0's logging step: core.metrics.metric_record is its record
+    CHECKPOINT_SAVING = "checkpoint_saving"  # step
+    CHECKPOINT_SAVED = "checkpoint_saved"  # step, path, seconds
+    STOP_REQUESTED = "stop_requested"  # signal, phase
+    ERROR = "error"  # kind, message
+    FINISHED = "finished"  # global_step, max_steps, final_loss, checkpoint, final_dir
+    STOPPED = "stopped"  # the same, and before_training
 
 
 def encode(event: Mapping[str, Any]) -> bytes:
@@ -180,5 +166,5 @@ def read_events(path: str | Path) -> list[dict[str, Any]]:
     return EventFollower(path).read()
 
 
-__all__ = ["END_TYPES", "EVENTS_NAME", "EVENTS_VERSION", "EventFollower", "EventType", "EventWriter",
+__all__ = ["EVENTS_NAME", "EVENTS_VERSION", "EventFollower", "EventType", "EventWriter",
            "LogFollower", "decode", "encode", "read_events"]

@@ -144,10 +144,6 @@ class TrainingJob(QObject):
         return self.progress.records
 
     @property
-    def error(self) -> dict[str, Any] | None:
-        return self.progress.error
-
-    @property
     def kind(self) -> str:
         return self.placement.kind
 
@@ -486,7 +482,7 @@ class TrainingJob(QObject):
         """The reducer moves on (``core.progress``); this turns its changes into signals and the line."""
         self.events.append(event)
         kind = event.get("type")
-        had_error = self.error is not None
+        had_error = self.progress.error is not None
         record = self.progress.apply(event)
         if kind == EventType.METRICS:
             if record is not None:
