@@ -18,9 +18,13 @@ from PySide6.QtCore import QIODevice, QObject, QProcess, QTimer, Signal
 
 from gaudi_gui.core import queue
 from gaudi_gui.core.queue import CardRequest, Entry, QueueError, QueueState
+from gaudi_gui.core.remote import Host
 
 #: How often the state file's modification time is looked at.
 POLL_MS = 1000
+#: How often a host's queue is asked for (one ssh call each: the Queue view while it shows the host,
+#: the Hosts overview's queue length). A request of this window asks again at once.
+HOST_POLL_S = 30.0
 
 
 class QueueService(QObject):
@@ -151,4 +155,127 @@ class QueueService(QObject):
             self._waiting.clear()
 
 
-__all__ = ["QueueService"]
+def host_state(answer: dict[str, Any]) -> QueueState:
+    """The QueueState of a host's ``queue list --json`` answer (its entries without their job)."""
+    items = [{**item, "job": {}} for item in answer.get("entries") or [] if isinstance(item, dict)]
+    state = QueueState.from_dict({"paused": bool(answer.get("paused")), "entries": items})
+    state.pid = int(answer.get("runner_pid") or 0)
+    state.problem = str(answer.get("problem") or "")
+    return state
+
+
+class HostQueueService(QObject):
+    """A saved host's queue, as the host's own ``gaudi-gui queue list --json`` says it (the mechanism
+    of ``queue list --host``: the host's command over the system ssh client, every word quoted for
+    its shell by ``Host.wrap``), asked every ``poll_s`` seconds while started and after each request
+    of this window; requests are the host's ``queue remove|move|pause|resume``. The same face as
+    QueueService for the Queue view (``state``, ``state_changed``, ``request_answered``, ``remove``,
+    ``move``, ``set_paused``); the host's queue process is the host's, never this window's."""
+
+    #: The host's queue was read (a QueueState).
+    state_changed = Signal(object)
+    #: The host answered a request of this window: (ok, message).
+    request_answered = Signal(bool, str)
+    #: Asking the host failed: the sentence why ("" once it answers again).
+    problem_changed = Signal(str)
+
+    def __init__(self, host: Host, parent: QObject | None = None, *, poll_s: float = HOST_POLL_S) -> None:
+        super().__init__(parent)
+        self.host = host
+        self.state = QueueState()
+        #: Why the last listing failed ("" when it answered).
+        self.problem = ""
+        #: Whether the host has answered once (before that the state is an empty queue, not known).
+        self.known = False
+        self._timer = QTimer(self)
+        self._timer.setInterval(int(poll_s * 1000))
+        self._timer.timeout.connect(self.refresh)
+        self._listing: Any = None
+        self._again = False
+        self._requests: list[Any] = []
+
+    def start(self) -> None:
+        self.refresh()
+        self._timer.start()
+
+    def shutdown(self) -> None:
+        from gaudi_gui.services.process import delete_when_reaped
+        self._timer.stop()
+        for child in [self._listing, *self._requests]:
+            if child is not None:
+                delete_when_reaped(child)  # mute from now on; its child killed
+        self._listing = None
+        self._requests = []
+
+    def is_running(self) -> bool:
+        return self._timer.isActive() or self._listing is not None or bool(self._requests)
+
+    def _child(self, *words: str) -> Any:
+        from gaudi_gui.services.remote_files import Listing
+        return Listing(self.host, "queue", ["queue", *words], self)
+
+    def refresh(self) -> None:
+        """Ask the host for its queue (once at a time: a refresh asked meanwhile asks again after)."""
+        if self._listing is not None:
+            self._again = True
+            return
+        self._listing = self._child("list", "--json")
+        self._listing.finished.connect(self._listed)
+
+    def _listed(self, answer: dict[str, Any], problem: str) -> None:
+        from gaudi_gui.services.process import delete_when_reaped
+        if self._listing is not None:
+            delete_when_reaped(self._listing)
+        self._listing = None
+        if problem:
+            if problem != self.problem:
+                self.problem = problem
+                self.problem_changed.emit(problem)
+        else:
+            if self.problem:
+                self.problem = ""
+                self.problem_changed.emit("")
+            self.state = host_state(answer)
+            self.known = True
+            self.state_changed.emit(self.state)
+        if self._again:
+            self._again = False
+            self.refresh()
+
+    def next_line(self) -> str:
+        return ""
+
+    def remove(self, entry_id: str) -> str:
+        return self._send("remove", entry_id)
+
+    def move(self, entry_id: str, before: str) -> str:
+        return self._send("move", entry_id, "--before", before)
+
+    def set_paused(self, paused: bool) -> str:
+        return self._send("pause" if paused else "resume")
+
+    def _send(self, *words: str) -> str:
+        from gaudi_gui.services.process import ProcessRunner, delete_when_reaped
+        holder = QObject(self)  # what delete_when_reaped ends (its runner's child killed) at shutdown
+        runner = ProcessRunner(holder, parse_protocol=False)
+        out: list[str] = []
+        err: list[str] = []
+        runner.line_received.connect(lambda stream, line: (out if stream == "stdout" else err).append(line))
+
+        def done(code: int, _status: str) -> None:
+            if holder in self._requests:
+                self._requests.remove(holder)
+            delete_when_reaped(holder)
+            said = next((ln.strip() for ln in reversed(out if code == 0 else err) if ln.strip()), "")
+            prefix = f"gaudi-gui queue {words[0]}: "
+            self.request_answered.emit(code == 0, said.removeprefix(prefix) or f"exit {code}")
+            self.refresh()
+
+        runner.finished.connect(done)
+        self._requests.append(holder)
+        argv = self.host.wrap(self.host.gaudi_gui_argv("queue", *words))
+        runner.start(argv[0], argv[1:])
+        return words[0]
+
+
+__all__ = ["HOST_POLL_S", "HostQueueService", "QueueService", "host_state"]

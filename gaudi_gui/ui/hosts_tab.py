@@ -17,7 +17,9 @@ starts no process and reads no file.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from typing import Any
 
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QBrush, QColor, QFont
@@ -37,9 +39,9 @@ from gaudi_gui.core.remote import DEFAULT_REMOTE_COMMAND, LOCAL, HostError
 from gaudi_gui.services import device_poller as dp
 from gaudi_gui.services.context import AppServices
 
-COLUMNS = ("Host / card", "Util %", "Memory", "Temp °C", "Power W", "gaudi-gui", "Health", "State")
+COLUMNS = ("Host / card", "Util %", "Memory", "Temp °C", "Power W", "gaudi-gui", "Health", "Queue", "State")
 #: Column indexes (the numbers sit next to the names; the state, which can be a long line, is last).
-NAME, UTIL, MEMORY, TEMP, POWER, VERSION, HEALTH, STATE = range(len(COLUMNS))
+NAME, UTIL, MEMORY, TEMP, POWER, VERSION, HEALTH, QUEUE, STATE = range(len(COLUMNS))
 _LABEL_ROLE = int(Qt.ItemDataRole.UserRole) + 1
 _BAD = QColor("#b3261e")
 _WARN = QColor("#b26a00")
@@ -116,6 +118,11 @@ class HostsTab(QWidget):
         layout.addLayout(actions)
 
         self._items: dict[str, QTreeWidgetItem] = {}
+        #: The hosts whose queue this tab watches (a host's ``queue list --json`` every 30 s, started
+        #: once its gaudi-gui answered the handshake; this machine's through ``services.queue``).
+        self._queues: set[str] = set()
+        #: (signal, slot) of the queue services, which outlive this tab: disconnected at shutdown.
+        self._queue_slots: list[tuple[Any, Any]] = []
         #: The connection's word per host (the poller's state), before what the doctor adds to it.
         self._states: dict[str, tuple[str, str]] = {}
         self.hosts.changed.connect(self._rebuild)
@@ -126,6 +133,8 @@ class HostsTab(QWidget):
             services.health.report_changed.connect(self._show_health)
             services.health.alerts_changed.connect(self._show_health)
             services.health.checking_changed.connect(self._on_health_checking)
+        if services.queue is not None:
+            self._connect_queue(services.queue.state_changed, lambda _state: self._show_queue(LOCAL))
         self.hosts.start()
         self._rebuild()
 
@@ -229,6 +238,15 @@ class HostsTab(QWidget):
                 shutdown()
             panel.close()
         self.hosts.stop()  # the pollers, handshakes and a set-up still running
+        for signal, slot in self._queue_slots:
+            with contextlib.suppress(RuntimeError, TypeError):
+                signal.disconnect(slot)
+        self._queue_slots.clear()
+        for name in self._queues:  # the host queues this tab watched
+            service = self.services.host_queues.get(name)
+            if service is not None:
+                service.shutdown()
+        self._queues.clear()
 
     # -- the tree ---------------------------------------------------------------------------------
 
@@ -247,6 +265,12 @@ class HostsTab(QWidget):
 
     def _rebuild(self) -> None:
         current = self.selected_host()
+        saved = {h.name for h in self.hosts.saved()}
+        for name in sorted(self._queues - saved):  # a host removed: its queue is no longer asked for
+            self._queues.discard(name)
+            service = self.services.host_queues.get(name)
+            if service is not None:
+                service.shutdown()
         self.tree.clear()
         self._items.clear()
         for host in self.hosts.hosts():
@@ -268,6 +292,7 @@ class HostsTab(QWidget):
                     self._show_handshake(host.name, self.hosts.handshakes[host.name])
                 self._show_cards(host.name, poller.latest())
             self._show_health(host.name)
+            self._show_queue(host.name)
             item.setExpanded(True)
             if host.name == current:
                 self.tree.setCurrentItem(item)
@@ -346,6 +371,7 @@ class HostsTab(QWidget):
             item.setText(VERSION, str(answer.get("version")))
             item.setToolTip(VERSION, "\n".join(f"{k} {v}" for k, v in sorted(versions.items())))
             item.setForeground(VERSION, QBrush())
+            self._watch_queue(name)
             self._fit_columns()
             return
         kind = str(answer.get("kind") or "")
@@ -355,6 +381,57 @@ class HostsTab(QWidget):
         item.setToolTip(VERSION, str(answer.get("message") or ""))
         item.setForeground(VERSION, QBrush(_BAD if fix else _IDLE))
         self._fit_columns()
+
+    def _watch_queue(self, name: str) -> None:
+        """Watch a saved host's queue length once its gaudi-gui answered (cheap: one ssh call every
+        30 s, not per sample)."""
+        if name == LOCAL or name in self._queues or not any(h.name == name for h in self.hosts.saved()):
+            return
+        self._queues.add(name)
+        service = self.services.ensure_host_queue(name)
+        self._connect_queue(service.state_changed, lambda _state, n=name: self._show_queue(n))
+        self._connect_queue(service.problem_changed, lambda _problem, n=name: self._show_queue(n))
+        self._show_queue(name)
+
+    def _connect_queue(self, signal: Any, slot: Any) -> None:
+        signal.connect(slot)
+        self._queue_slots.append((signal, slot))
+
+    def queue_text(self, name: str) -> tuple[str, str]:
+        """The Queue column of a host's row and its tooltip: "2 queued · 1 started", "empty", "" (not
+        watched), or "?" with why the host's queue could not be read."""
+        if name == LOCAL:
+            service: object = self.services.queue
+        else:
+            service = self.services.host_queues.get(name) if name in self._queues else None
+        if service is None:
+            return "", ""
+        problem = str(getattr(service, "problem", "") or "")
+        if problem:
+            return "?", problem
+        if not getattr(service, "known", True):
+            return "…", "asking the host for its queue"
+        state = service.state  # type: ignore[attr-defined]
+        queued = len(state.pending())
+        started = len(state.active())
+        if not queued and not started:
+            return "empty", "no job queued or started by the queue (View → Queue shows it)"
+        parts = [f"{queued} queued"] if queued else []
+        if started:
+            parts.append(f"{started} started")
+        head = next(iter(state.pending()), None)
+        tip = f"next: {head.name or head.id} — {head.state_text()}" + (f": {head.why}" if head.why else "") \
+            if head is not None else ""
+        return " · ".join(parts), tip
+
+    def _show_queue(self, name: str) -> None:
+        item = self._items.get(name)
+        if item is None:
+            return
+        text, tip = self.queue_text(name)
+        item.setText(QUEUE, text)
+        item.setToolTip(QUEUE, tip)
+        item.setForeground(QUEUE, QBrush(_IDLE) if text in ("?", "…", "empty") else QBrush())
 
     def _show_cards(self, name: str, samples: list[DeviceSample]) -> None:
         item = self._items.get(name)

@@ -194,7 +194,9 @@ class MainWindow(QMainWindow):
         runner.model.setCurrentText(model)
         self.tabs.setCurrentIndex(1)
 
-    def _model_to_training(self, _host: str, model: str) -> None:
+    def _model_to_training(self, host: str, model: str) -> None:
+        """A model from the Models tab into the Training form, on the host where it is cached."""
+        self.training_tab.placement.refresh_hosts(host)
         form = self.training_tab.form
         if form.model.findText(model) < 0:
             form.model.addItem(model)
@@ -354,10 +356,15 @@ class MainWindow(QMainWindow):
 
             dock = QDockWidget("Queue", self)
             dock.setObjectName("queue_dock")
-            self.queue_view = QueueView(queue, dock)
+            services = self.services
+            self.queue_view = QueueView(
+                queue, dock, host_names=lambda: [h.name for h in services.ensure_hosts().saved()],
+                host_queue=services.ensure_host_queue)
             dock.setWidget(self.queue_view)
             self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
             self._queue_dock = dock
+        elif self.queue_view is not None:
+            self.queue_view.refresh_machines()  # hosts added or removed since
         self._queue_dock.show()
         self._queue_dock.raise_()
         return self.queue_view
@@ -555,6 +562,7 @@ class MainWindow(QMainWindow):
             self.services.notifier.shutdown()
         if self.services.queue is not None:
             self.services.queue.shutdown()
+        self.services.stop_host_queues()
         self.closed.emit()
 
 

@@ -4,17 +4,25 @@ One row per job: position (1 starts next; "–" once started), its id and name, 
 reads it ("queued", "waiting for modules 2 and 3", "started on module 4", "ended: finished"), since
 when, and why it waits (or how it ended, or its run). Remove takes the selected job out (a job not
 started yet; a started one is stopped as any run, from Runs); Move up puts it before the one above;
-Pause / Resume stops starting jobs and starts them again. Plain text only.
+Pause / Resume stops starting jobs and starts them again. Plain text only. The Kind column says
+what the job is (training, serve, evaluation, download).
 
-It only listens to the QueueService; it never reads the queue's files itself.
+The Machine selector shows this machine's queue or a saved host's (each machine keeps its own queue;
+a host's is asked for over ssh every 30 s and after each button, ``HostQueueService``); the buttons
+act on the queue shown.
+
+It only listens to the QueueService (or a HostQueueService); it never reads the queue's files itself.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Callable
 
 from PySide6.QtWidgets import (
     QAbstractItemView,
+    QComboBox,
     QHBoxLayout,
     QHeaderView,
     QLabel,
@@ -26,10 +34,13 @@ from PySide6.QtWidgets import (
 )
 
 from gaudi_gui.core.queue import ACTIVE, Entry, QueueError, QueueState
-from gaudi_gui.services.queue import QueueService
+from gaudi_gui.core.remote import LOCAL
+from gaudi_gui.services.queue import HostQueueService, QueueService
 
-COLUMNS = ("#", "Job", "State", "Since", "Why / run")
-POSITION, JOB, STATE, SINCE, WHY = range(len(COLUMNS))
+COLUMNS = ("#", "Job", "Kind", "State", "Since", "Why / run")
+POSITION, JOB, KIND, STATE, SINCE, WHY = range(len(COLUMNS))
+#: How a job's kind is shown.
+KIND_TEXT = {"train": "training", "serve": "serve", "eval": "evaluation", "download": "download"}
 
 
 def since_text(moment: float, now: float) -> str:
@@ -51,9 +62,20 @@ def shown(state: QueueState) -> list[Entry]:
 
 
 class QueueView(QWidget):
-    def __init__(self, service: QueueService, parent: QWidget | None = None) -> None:
+    def __init__(self, service: QueueService, parent: QWidget | None = None, *,
+                 host_names: Callable[[], list[str]] | None = None,
+                 host_queue: Callable[[str], HostQueueService] | None = None) -> None:
+        """``host_names`` lists the saved hosts offered by the Machine selector, ``host_queue`` gives
+        (and starts) a host's queue service; without them only this machine's queue is shown."""
         super().__init__(parent)
-        self.service = service
+        self.service: QueueService | HostQueueService = service
+        self._local = service
+        self._host_names = host_names
+        self._host_queue = host_queue
+        self.machine = QComboBox(self)
+        self.machine.setObjectName("queue_machine")
+        self.machine.setToolTip("whose queue: this machine's, or a saved host's (each keeps its own)")
+        self.machine.addItem("this machine", LOCAL)
         self.summary = QLabel("the queue is empty", self)
         self.summary.setWordWrap(True)
         self.table = QTableWidget(0, len(COLUMNS), self)
@@ -65,7 +87,7 @@ class QueueView(QWidget):
         self.table.verticalHeader().setVisible(False)
         header = self.table.horizontalHeader()
         header.setSectionResizeMode(WHY, QHeaderView.ResizeMode.Stretch)
-        for column in (POSITION, JOB, STATE, SINCE):
+        for column in (POSITION, JOB, KIND, STATE, SINCE):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.remove_button = QPushButton("Remove", self)
         self.remove_button.setToolTip("take the selected job out of the queue (not started yet)")
@@ -79,8 +101,12 @@ class QueueView(QWidget):
         for b in (self.remove_button, self.up_button, self.pause_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
+        top = QHBoxLayout()
+        top.addWidget(QLabel("Machine:", self))
+        top.addWidget(self.machine)
+        top.addWidget(self.summary, 1)
         layout = QVBoxLayout(self)
-        layout.addWidget(self.summary)
+        layout.addLayout(top)
         layout.addWidget(self.table, 1)
         layout.addLayout(buttons)
         layout.addWidget(self.message)
@@ -89,10 +115,61 @@ class QueueView(QWidget):
         self.up_button.clicked.connect(lambda _checked=False: self._move_up())
         self.pause_button.clicked.connect(lambda _checked=False: self._toggle_pause())
         self.table.itemSelectionChanged.connect(self._update_buttons)
+        self._entries: list[Entry] = []
+        self.refresh_machines()
+        self.machine.currentIndexChanged.connect(lambda _index: self._choose(self.machine.currentData()))
+        self._bind(service)
+
+    def refresh_machines(self) -> None:
+        """The Machine selector's saved hosts, as the host list has them now."""
+        names = self._host_names() if self._host_names is not None and self._host_queue is not None else []
+        current = self.machine.currentData()
+        self.machine.blockSignals(True)
+        while self.machine.count() > 1:
+            self.machine.removeItem(1)
+        for name in names:
+            self.machine.addItem(name, name)
+        index = self.machine.findData(current)
+        self.machine.setCurrentIndex(max(0, index))
+        self.machine.blockSignals(False)
+        if index < 0 and current != LOCAL:
+            self._choose(LOCAL)
+
+    def machine_name(self) -> str:
+        return str(self.machine.currentData() or LOCAL)
+
+    def _choose(self, name: object) -> None:
+        if name == LOCAL or not name or self._host_queue is None:
+            self._bind(self._local)
+        else:
+            self._bind(self._host_queue(str(name)))
+
+    def _bind(self, service: QueueService | HostQueueService) -> None:
+        old = self.service
+        if old is not service:
+            for signal, slot in ((old.state_changed, self._show), (old.request_answered, self._answered)):
+                with contextlib.suppress(RuntimeError, TypeError):
+                    signal.disconnect(slot)
+            if isinstance(old, HostQueueService):
+                with contextlib.suppress(RuntimeError, TypeError):
+                    old.problem_changed.disconnect(self._problem)
+        self.service = service
         service.state_changed.connect(self._show)
         service.request_answered.connect(self._answered)
-        self._entries: list[Entry] = []
+        self.message.setText("")
+        if isinstance(service, HostQueueService):
+            service.problem_changed.connect(self._problem)
+            if not service.known:
+                self.table.setRowCount(0)
+                self._entries = []
+                self.summary.setText(service.problem or f"asking {service.host.name} for its queue…")
+                self._update_buttons()
+                return
         self._show(service.state)
+
+    def _problem(self, problem: str) -> None:
+        if problem:
+            self.message.setText(f"{self.machine_name()}: {problem}")
 
     def selected(self) -> Entry | None:
         rows = self.table.selectionModel().selectedRows()
@@ -112,7 +189,8 @@ class QueueView(QWidget):
             if entry.run_name and entry.why:
                 why += f" (run {entry.run_name})"
             values = (str(positions.get(entry.id, "–")), f"{entry.id} {entry.name}".strip(),
-                      entry.state_text(), since_text(entry.since, now), why)
+                      KIND_TEXT.get(entry.kind, entry.kind), entry.state_text(), since_text(entry.since, now),
+                      why)
             for column, text in enumerate(values):
                 item = QTableWidgetItem(text)
                 item.setToolTip(text)
@@ -128,6 +206,8 @@ class QueueView(QWidget):
             text += " · paused: no job starts until Resume"
         if state.problem:
             text += f" · {state.problem}"
+        if self.machine_name() != LOCAL:
+            text = f"{self.machine_name()}: {text}"
         self.summary.setText(text)
         self.pause_button.setText("Resume" if state.paused else "Pause")
         self._update_buttons()

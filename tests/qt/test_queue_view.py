@@ -56,7 +56,8 @@ def test_queue_button_and_the_queue_view_clicked(qtbot, tmp_path, demo_model) ->
         qtbot.waitUntil(lambda: len(rows(view)) == 2, timeout=10000)
         assert "paused" in view.summary.text()
         first, second = rows(view)
-        assert first[0] == "1" and first[2] == "waiting" and first[4] == "the queue is paused"
+        assert first[0] == "1" and first[3] == "waiting" and first[5] == "the queue is paused"
+        assert first[2] == "training"
         assert second[0] == "2"
         second_id = second[1].split()[0]
         # Move the second job up: it becomes position 1.
@@ -68,9 +69,9 @@ def test_queue_button_and_the_queue_view_clicked(qtbot, tmp_path, demo_model) ->
             view.table.selectRow(0)
             assert view.remove_button.isEnabled()
             click(qtbot, view.remove_button)
-            qtbot.waitUntil(lambda n=removed: [r[2] for r in rows(view)].count("ended: removed") == n,
+            qtbot.waitUntil(lambda n=removed: [r[3] for r in rows(view)].count("ended: removed") == n,
                             timeout=30000)
-        qtbot.waitUntil(lambda: all(r[2] == "ended: removed" for r in rows(view)), timeout=30000)
+        qtbot.waitUntil(lambda: all(r[3] == "ended: removed" for r in rows(view)), timeout=30000)
         assert not view.remove_button.isEnabled()
         # Resume: the button says what it does and the queue is no longer paused.
         assert view.pause_button.text() == "Resume"

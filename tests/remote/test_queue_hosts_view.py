@@ -1,0 +1,89 @@
+"""A saved host's queue in the window (issue 29), over the real SSH test server: the Hosts overview's
+Queue column says the host's queue length, and the Queue view's Machine selector, clicked as a person
+clicks it, shows the host's queue (the job's kind, its state, why it waits); Remove, clicked, takes
+the job out of the host's queue. The host's queue is read with its own ``queue list --json``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+
+from gaudi_gui.app import create_services
+from gaudi_gui.core import queue, remote
+from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.ui.hosts_tab import QUEUE, HostsTab
+from gaudi_gui.ui.queue_view import QueueView
+from tests.helpers import choose
+from tests.remote.conftest import SshHost
+
+
+def gg(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gaudi_gui", *args], capture_output=True, text=True,
+                          timeout=180, env=dict(os.environ))
+
+
+def rows(view: QueueView) -> list[tuple[str, ...]]:
+    table = view.table
+    return [tuple((table.item(r, c).text() if table.item(r, c) is not None else "")  # type: ignore[union-attr]
+                  for c in range(table.columnCount())) for r in range(table.rowCount())]
+
+
+def test_a_hosts_queue_in_the_hosts_overview_and_the_queue_view(qtbot, ssh_host: SshHost,
+                                                               tmp_path: Path) -> None:
+    remote.save_hosts([remote.Host.parse(ssh_host.dest)])
+    job = JobConfig(name="on-gg-remote")
+    job.training_args = {"max_steps": 2, "save_strategy": "no"}
+    job.save(tmp_path / "job.json")
+    assert gg("queue", "pause", "--host", ssh_host.dest).returncode == 0  # nothing starts there
+    added = gg("queue", "add", "--host", ssh_host.dest, "--config", str(tmp_path / "job.json"),
+               "--cards", "2", "--json")
+    assert added.returncode == 0, added.stderr
+    entry_id = json.loads(added.stdout)["entry"]
+
+    services = create_services()
+    tab = HostsTab(services)
+    qtbot.addWidget(tab)
+    tab.resize(1400, 600)
+    tab.show()
+    local = services.ensure_queue()
+    view = QueueView(local, host_names=lambda: [h.name for h in remote.saved_hosts()],
+                     host_queue=services.ensure_host_queue)
+    qtbot.addWidget(view)
+    view.resize(1000, 400)
+    view.show()
+    try:
+        # The overview: the host's row says its queue's length once its gaudi-gui answered.
+        qtbot.waitUntil(lambda: tab._items[ssh_host.dest].text(QUEUE) == "1 queued", timeout=45000)
+        assert "the queue is paused" in tab._items[ssh_host.dest].toolTip(QUEUE)
+
+        # The Queue view shows this machine's (empty) queue; the selector is clicked to the host.
+        assert view.machine.itemText(0) == "this machine" and view.machine.itemText(1) == ssh_host.dest
+        choose(qtbot, view.machine, ssh_host.dest)  # a click opens the list, arrows, Return
+        qtbot.waitUntil(lambda: [r[1].split()[0] for r in rows(view)] == [entry_id], timeout=45000)
+        (row,) = rows(view)
+        assert row[0] == "1" and row[2] == "training" and row[3] == "waiting for 2 cards"
+        assert row[5] == "the queue is paused"
+        assert view.summary.text().startswith(f"{ssh_host.dest}: ") and "paused" in view.summary.text()
+
+        # Remove, clicked: the host's queue takes the job out; the view says so.
+        view.table.selectRow(0)
+        assert view.remove_button.isEnabled()
+        qtbot.mouseClick(view.remove_button, Qt.MouseButton.LeftButton)
+        qtbot.waitUntil(lambda: rows(view) and rows(view)[0][3] == "ended: removed", timeout=45000)
+        assert f"removed {entry_id}" in view.message.text()
+        state = queue.read_state(ssh_host.home / "data" / "queue")
+        assert [(e.id, e.outcome) for e in state.entries] == [(entry_id, "removed")]
+        assert not queue.read_state().entries  # this machine's queue was never touched
+    finally:
+        tab.shutdown()
+        services.stop_host_queues()
+        local.shutdown()
+        services.poller.stop()
+    qtbot.waitUntil(lambda: not services.host_queues[ssh_host.dest].is_running(), timeout=10000)
+    assert gg("queue", "resume", "--host", ssh_host.dest).returncode == 0
+    assert ssh_host.wait_no_processes(60) == []
