@@ -152,6 +152,15 @@ def test_download_shows_progress_lists_the_model_and_loads_offline_in_the_runner
     qtbot.waitUntil(lambda: "Loaded" in runner.model_status.text(), timeout=10000)
     assert fake_hub.file_gets() == gets
 
+    # And into the Training form, on the place where it is cached.
+    window.tabs.setCurrentWidget(tab)
+    qtbot.waitUntil(row.training_button.isVisible, timeout=5000)
+    click(qtbot, row.training_button)
+    training = window.training_tab
+    assert window.tabs.currentWidget() is training
+    assert training.form.model.currentText() == "org/tiny-llama"
+    assert training.placement.host_combo.currentData() == "local"
+
 
 def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: ModelsTab,
                                                                     fake_hub: FakeHub) -> None:
