@@ -30,6 +30,8 @@ from typing import Any
 from gaudi_gui.core import queue
 from gaudi_gui.core.queue import CardRequest, QueueError
 
+#: How ``queue list`` names a job's kind.
+KIND_TEXT = {"train": "training", "serve": "serve", "eval": "evaluation", "download": "download"}
 #: How long a change waits for the queue process's answer (it starts on demand: a Python start).
 ANSWER_S = 60.0
 EXIT_HOST = 3
@@ -275,7 +277,8 @@ def _list(args: argparse.Namespace) -> int:
         print("the queue is paused (gaudi-gui queue resume starts jobs again)", flush=True)
     for e in entries:
         pos = str(positions[e.id]) if e.id in positions else "–"
-        line = f"{pos:>3}  {e.id:<5} {e.name[:24]:<24} {e.state_text():<32} {_ago(e.since, now):>9}"
+        line = (f"{pos:>3}  {e.id:<5} {KIND_TEXT.get(e.kind, e.kind):<10} {e.name[:24]:<24} "
+                f"{e.state_text():<32} {_ago(e.since, now):>9}")
         if e.priority:
             line += f"  priority {e.priority}"
         if e.run_name:

@@ -133,7 +133,8 @@ def test_a_queued_download_runs_without_cards_and_bad_words_are_refused(fake_hub
     assert done.cards_used == [] and done.kind == "download"
     assert fake_hub.file_gets() == 2
     listed = gg("queue", "list")
-    assert "download" in listed.stdout and "ended: finished" in listed.stdout
+    line = next(ln for ln in listed.stdout.splitlines() if entry_id in ln)
+    assert line.split()[1:4] == [entry_id, "download", "download-small"] and "ended: finished" in line
 
 
 def _answers(url: str) -> bool:
