@@ -17,7 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADLESS = ("offscreen", "minimal", "vnc")
-#: Screen names in tab order (file names under OUTDIR).
+#: File names (under OUTDIR) of the first tabs, as the README shows them; every later tab is named
+#: after its label ("Queue" -> queue.png).
 NAMES = ("devices", "runner", "training", "environment")
 #: Longest wait for the probe and the first device snapshots before shooting anyway.
 READY_TIMEOUT_MS = 60_000
@@ -74,7 +75,7 @@ def main(argv: list[str]) -> int:
             QTimer.singleShot(300, lambda: shoot(0))
 
     def shoot(index: int) -> None:
-        if index >= min(window.tabs.count(), len(NAMES)):  # Hosts: scripts/screenshot_hosts.py
+        if index >= window.tabs.count():  # Hosts with its 4 hosts: scripts/screenshot_hosts.py
             window.close()
             return
         bar = window.tabs.tabBar()
@@ -85,7 +86,8 @@ def main(argv: list[str]) -> int:
             print(f"screenshots: clicking tab {index} did not select it", file=sys.stderr)
 
         def grab() -> None:
-            name = NAMES[index] if index < len(NAMES) else f"tab{index}"
+            label = "".join(c if c.isalnum() else "-" for c in window.tabs.tabText(index).lower())
+            name = NAMES[index] if index < len(NAMES) else label.replace("&", "").strip("-")
             path = out / f"{name}.png"
             if not window.grab().save(str(path)):
                 print(f"screenshots: could not write {path}", file=sys.stderr)
@@ -114,7 +116,7 @@ def main(argv: list[str]) -> int:
     shutil.rmtree(home, ignore_errors=True)
     for path in saved:
         print(path)
-    return 0 if len(saved) == len(NAMES) else 1
+    return 0 if len(saved) == window.tabs.count() else 1
 
 
 if __name__ == "__main__":
