@@ -484,8 +484,9 @@ class HostsTab(QWidget):
                 state, color = f"in use by pid {', '.join(str(p.pid) for p in s.processes[:3])}", _WARN
             else:
                 state, color = ("not checked yet" if s.kind == "hpu" else ""), _IDLE
-            values = [sample_name(s), _num(s.utilization), mem, _num(s.temperature_c), _num(s.power_w), "",
-                      "", state]
+            values = [""] * len(COLUMNS)  # by column name: the columns may change
+            values[NAME], values[UTIL], values[MEMORY] = sample_name(s), _num(s.utilization), mem
+            values[TEMP], values[POWER], values[STATE] = _num(s.temperature_c), _num(s.power_w), state
             for col, value in enumerate(values):
                 if child.text(col) != value:
                     child.setText(col, value)
