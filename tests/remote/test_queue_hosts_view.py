@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -16,6 +17,7 @@ from PySide6.QtCore import Qt
 from gaudi_gui.app import create_services
 from gaudi_gui.core import queue, remote
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.runstore import Run
 from gaudi_gui.ui.hosts_tab import QUEUE, HostsTab
 from gaudi_gui.ui.queue_view import QueueView
 from tests.helpers import choose
@@ -86,4 +88,31 @@ def test_a_hosts_queue_in_the_hosts_overview_and_the_queue_view(qtbot, ssh_host:
         services.poller.stop()
     qtbot.waitUntil(lambda: not services.host_queues[ssh_host.dest].is_running(), timeout=10000)
     assert gg("queue", "resume", "--host", ssh_host.dest).returncode == 0
+    assert ssh_host.wait_no_processes(60) == []
+
+
+def test_an_evaluation_queued_on_a_host_runs_there_with_the_connection_cut(
+        demo_model: Path, ssh_host: SshHost) -> None:
+    """``queue add --host DEST --kind eval -- WORDS``: the words travel as data (each quoted for the
+    host's shell), the host's own queue add checks them, its queue process starts the evaluation under
+    its own detached supervisor: an evaluate run folder on the host."""
+    added = gg("queue", "add", "--host", ssh_host.dest, "--kind", "eval", "--cards", "1,", "--json", "--",
+               "--model", str(demo_model), "--base", str(demo_model), "--prompt", "it's $(touch canary)",
+               "--max-new-tokens", "4", "--metrics", "exact_match")
+    assert added.returncode == 0, added.stderr
+    entry_id = json.loads(added.stdout)["entry"]
+    ssh_host.drop()
+    root = ssh_host.home / "data" / "queue"
+
+    def ended() -> queue.Entry | None:
+        entry = queue.read_state(root).find(entry_id)
+        return entry if entry is not None and entry.state == "ended" else None
+
+    while (entry := ended()) is None:
+        time.sleep(0.2)
+    assert entry.outcome == "finished", entry.summary
+    assert entry.kind == "eval" and entry.cards_used == [1]
+    run = Run(entry.run_folder)
+    assert run.folder.parent == ssh_host.runs_dir and run.kind == "evaluate"
+    assert not (ssh_host.home / "canary").exists() and not Path("canary").exists()
     assert ssh_host.wait_no_processes(60) == []
