@@ -134,7 +134,7 @@ class HostsTab(QWidget):
             services.health.alerts_changed.connect(self._show_health)
             services.health.checking_changed.connect(self._on_health_checking)
         if services.queue is not None:
-            self._connect_queue(services.queue.state_changed, lambda _state: self._show_queue(LOCAL))
+            self.bind_local_queue(services.queue)
         self.hosts.start()
         self._rebuild()
 
@@ -392,6 +392,12 @@ class HostsTab(QWidget):
         self._connect_queue(service.state_changed, lambda _state, n=name: self._show_queue(n))
         self._connect_queue(service.problem_changed, lambda _problem, n=name: self._show_queue(n))
         self._show_queue(name)
+
+    def bind_local_queue(self, service: Any) -> None:
+        """This machine's queue service (``AppServices.queue``, made by whoever first needed it): the
+        local row's queue length follows it."""
+        self._connect_queue(service.state_changed, lambda _state: self._show_queue(LOCAL))
+        self._show_queue(LOCAL)
 
     def _connect_queue(self, signal: Any, slot: Any) -> None:
         signal.connect(slot)

@@ -341,6 +341,9 @@ class MainWindow(QMainWindow):
         devices = self._built.get("devices_tab")
         if made and devices is not None:
             cast("DevicesTab", devices).bind_queue(queue)
+        hosts = self._built.get("hosts_tab")
+        if made and hosts is not None:
+            cast("HostsTab", hosts).bind_local_queue(queue)  # the local row's queue length
         return queue
 
     def show_queue(self) -> QueueView | None:

@@ -146,3 +146,31 @@ def test_queue_service_reads_only_when_the_file_changed(qtbot) -> None:
             pass
     finally:
         service.shutdown()
+
+
+def test_the_hosts_overview_says_this_machines_queue_length(qtbot) -> None:
+    from gaudi_gui.ui.hosts_tab import QUEUE, HostsTab
+    _write([Entry(id="q1", job={}, name="big", card_count=2, state="waiting",
+                  why="healthy and free now: module 4"),
+            Entry(id="q2", job={}, name="small", kind="eval", state="started", cards_used=[1])])
+    services = create_services()
+    tab = HostsTab(services)
+    qtbot.addWidget(tab)
+    tab.resize(1200, 500)
+    tab.show()
+    service = None
+    try:
+        local = tab._items["local"]
+        assert local.text(QUEUE) == ""  # not watched yet: blank, not "empty"
+        service = services.ensure_queue()
+        tab.bind_local_queue(service)
+        qtbot.waitUntil(lambda: tab._items["local"].text(QUEUE) == "1 queued · 1 started", timeout=10000)
+        assert tab._items["local"].toolTip(QUEUE) == \
+            "next: big — waiting for 2 cards: healthy and free now: module 4"
+        _write([])
+        qtbot.waitUntil(lambda: tab._items["local"].text(QUEUE) == "empty", timeout=10000)
+    finally:
+        if service is not None:
+            service.shutdown()
+        tab.shutdown()
+        services.poller.stop()
