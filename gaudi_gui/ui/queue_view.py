@@ -170,6 +170,10 @@ class QueueView(QWidget):
     def _problem(self, problem: str) -> None:
         if problem:
             self.message.setText(f"{self.machine_name()}: {problem}")
+        service = self.service
+        if isinstance(service, HostQueueService) and not service.known:
+            # Never answered: the summary says why instead of "asking…" for ever.
+            self.summary.setText(problem or f"asking {service.host.name} for its queue…")
 
     def selected(self) -> Entry | None:
         rows = self.table.selectionModel().selectedRows()

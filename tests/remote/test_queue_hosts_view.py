@@ -116,3 +116,26 @@ def test_an_evaluation_queued_on_a_host_runs_there_with_the_connection_cut(
     assert run.folder.parent == ssh_host.runs_dir and run.kind == "evaluate"
     assert not (ssh_host.home / "canary").exists() and not Path("canary").exists()
     assert ssh_host.wait_no_processes(60) == []
+
+
+def test_a_host_that_refuses_us_is_said_in_the_queue_view(qtbot, ssh_host: SshHost) -> None:
+    remote.save_hosts([remote.Host.parse("gg-nokey")])  # the server does not accept its key
+    services = create_services()
+    local = services.ensure_queue()
+    view = QueueView(local, host_names=lambda: [h.name for h in remote.saved_hosts()],
+                     host_queue=services.ensure_host_queue)
+    qtbot.addWidget(view)
+    view.show()
+    try:
+        choose(qtbot, view.machine, "gg-nokey")
+        qtbot.waitUntil(lambda: view.message.text().startswith("gg-nokey: "), timeout=45000)
+        assert view.summary.text() == view.message.text().removeprefix("gg-nokey: ")
+        assert "asking" not in view.summary.text() and view.table.rowCount() == 0
+        assert not view.remove_button.isEnabled()
+        # Back to this machine: its own (empty) queue again.
+        choose(qtbot, view.machine, "local")
+        qtbot.waitUntil(lambda: view.summary.text() == "the queue is empty", timeout=5000)
+    finally:
+        services.stop_host_queues()
+        local.shutdown()
+    qtbot.waitUntil(lambda: not services.host_queues["gg-nokey"].is_running(), timeout=10000)
