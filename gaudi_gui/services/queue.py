@@ -242,9 +242,6 @@ class HostQueueService(QObject):
             self._again = False
             self.refresh()
 
-    def next_line(self) -> str:
-        return ""
-
     def remove(self, entry_id: str) -> str:
         return self._send("remove", entry_id)
 
