@@ -148,8 +148,8 @@ def test_a_value_that_is_not_text_names_its_row(qtbot, tmp_path: Path) -> None:
     job.dataset.source = str(data)
     tj = run_to_end(qtbot, job, tmp_path)
     assert tj.result[1] == "failed"  # type: ignore[attr-defined]
-    assert tj.error is not None and tj.error["kind"] == "dataset"
-    assert "row 1" in tj.error["message"] and "not text" in tj.error["message"]
+    assert tj.progress.error is not None and tj.progress.error["kind"] == "dataset"
+    assert "row 1" in tj.progress.error["message"] and "not text" in tj.progress.error["message"]
     assert tj.run.status().summary.startswith("Failed")  # type: ignore[union-attr]
 
 
@@ -161,5 +161,5 @@ def test_unwritable_output_dir_is_reported(qtbot, tmp_path: Path) -> None:
     tj = run_to_end(qtbot, job, tmp_path)
     code, state, _ = tj.result  # type: ignore[attr-defined]
     assert code != 0 and state == "failed"
-    assert tj.error is not None and tj.error["kind"] == "output_dir", tj.run.log_tail(20)  # type: ignore[union-attr]
-    assert "not writable" in tj.error["message"]
+    assert tj.progress.error is not None and tj.progress.error["kind"] == "output_dir", tj.run.log_tail(20)  # type: ignore[union-attr]
+    assert "not writable" in tj.progress.error["message"]
