@@ -86,8 +86,9 @@ def main(argv: list[str]) -> int:
             print(f"screenshots: clicking tab {index} did not select it", file=sys.stderr)
 
         def grab() -> None:
-            label = "".join(c if c.isalnum() else "-" for c in window.tabs.tabText(index).lower())
-            name = NAMES[index] if index < len(NAMES) else label.replace("&", "").strip("-")
+            text = window.tabs.tabText(index).replace("&", "").lower()  # "H&osts": Alt+O
+            label = "".join(c if c.isalnum() else "-" for c in text).strip("-")
+            name = NAMES[index] if index < len(NAMES) else label
             path = out / f"{name}.png"
             if not window.grab().save(str(path)):
                 print(f"screenshots: could not write {path}", file=sys.stderr)
