@@ -47,12 +47,16 @@ class QueueService(QObject):
         self._timer.timeout.connect(self.refresh)
         self._known: dict[str, str] = {}
         self._first = True
+        self._shut_down = False
 
     def start(self) -> None:
+        self._shut_down = False
         self.refresh()
         self._timer.start()
 
     def shutdown(self) -> None:
+        # A refresh a request asked for 300 ms later may still come: it says nothing after this.
+        self._shut_down = True
         self._timer.stop()
 
     def is_running(self) -> bool:
@@ -62,6 +66,8 @@ class QueueService(QObject):
 
     def refresh(self) -> None:
         """Read the state again when its file changed; answer the replies that came."""
+        if self._shut_down:
+            return
         self._read_replies()
         try:
             st = os.stat(queue.state_path())
@@ -118,6 +124,14 @@ class QueueService(QObject):
         here; a refusal by the queue process comes as ``request_answered(False, …)``."""
         values = queue.add_values(job, kind="train", cards=cards, priority=priority, device=device,
                                   added_by="gui")
+        return self._send("add", **values)
+
+    def add_kind(self, kind: str, words: list[str], name: str, cards: CardRequest, *,
+                 priority: int = 0) -> str:
+        """Queue a serve / eval / download job given as its command's words (already checked by the
+        caller, as ``--detach`` would take them); the request's message. QueueError, one line."""
+        values = queue.kind_add_values(kind, words, name=name, cards=cards, priority=priority,
+                                       added_by="gui")
         return self._send("add", **values)
 
     def remove(self, entry_id: str) -> str:

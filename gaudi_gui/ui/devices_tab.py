@@ -182,6 +182,7 @@ class DevicesTab(QWidget):
         self._usable_widgets = [self.usable_label, pick_for, self.pick_size, self.pick_button]
         # This machine's queue: "next: JOB waits for 2 cards" (hidden while nothing waits for cards).
         self.queue_line = QLabel("", self)
+        self._queue: QueueService | None = None
         self.queue_line.setObjectName("devicesQueueNext")
         self.queue_line.setTextFormat(Qt.TextFormat.PlainText)
         self.queue_line.setVisible(False)
@@ -471,15 +472,21 @@ class DevicesTab(QWidget):
 
     def bind_queue(self, queue: QueueService) -> None:
         """Show the queue's next job when it waits for cards (``QueueService.next_line``)."""
-        def show(_state: object = None) -> None:
-            text = queue.next_line()
-            waiting = queue.next_waiting()
-            self.queue_line.setText(text)
-            self.queue_line.setToolTip(waiting.why if waiting is not None else "")
-            self.queue_line.setVisible(bool(text))
+        self._queue = queue
+        # A bound method of this widget, not a lambda: the connection ends with the widget (the
+        # queue service outlives the window; a closure would be called on a deleted label).
+        queue.state_changed.connect(self._show_queue_line)
+        self._show_queue_line()
 
-        queue.state_changed.connect(show)
-        show()
+    def _show_queue_line(self, _state: object = None) -> None:
+        queue = self._queue
+        if queue is None:
+            return
+        text = queue.next_line()
+        waiting = queue.next_waiting()
+        self.queue_line.setText(text)
+        self.queue_line.setToolTip(waiting.why if waiting is not None else "")
+        self.queue_line.setVisible(bool(text))
 
     def _on_window_changed(self, index: int) -> None:
         seconds = int(self.window_combo.itemData(index))

@@ -399,7 +399,7 @@ class MainWindow(QMainWindow):
 
             self.serve_panel = ServePanel(services.ensure_serve(services.settings.parent()), dock,
                                           hosts=hosts.saved if hosts is not None else None,
-                                          selection_for=selection_for)
+                                          selection_for=selection_for, queue=self._bind_queue)
             if hosts is not None:
                 hosts.changed.connect(self.serve_panel.refresh_hosts)
             runner = self._built.get("runner_tab")

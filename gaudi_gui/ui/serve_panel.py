@@ -35,6 +35,7 @@ from gaudi_gui.core import serve as sv
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.device_selection import DeviceSelection
+from gaudi_gui.services.queue import QueueService
 from gaudi_gui.services.serve import ServeService
 
 LOCAL_LABEL = "this machine"
@@ -44,9 +45,12 @@ COLUMNS = ("time", "method", "path", "status", "prompt tok", "completion tok", "
 class ServePanel(QWidget):
     def __init__(self, service: ServeService, parent: QWidget | None = None, *,
                  hosts: Callable[[], list[Host]] | None = None,
-                 selection_for: Callable[[str], DeviceSelection | None] | None = None) -> None:
+                 selection_for: Callable[[str], DeviceSelection | None] | None = None,
+                 queue: Callable[[], QueueService] | None = None) -> None:
+        """``queue`` gives this machine's queue service (the Queue button; without it, no button)."""
         super().__init__(parent)
         self.service = service
+        self._queue = queue
         self._hosts = hosts or (lambda: [])
         #: The card selection of a place ("local" or a host's name): the Devices / Hosts tab's choice.
         self._selection_for = selection_for or (lambda _name: None)
@@ -114,8 +118,12 @@ class ServePanel(QWidget):
         self.stop_button.setEnabled(False)
         self.copy_button = QPushButton("Copy URL")
         self.copy_button.setEnabled(False)
+        self.queue_button = QPushButton("Queue")
+        self.queue_button.setToolTip("put this server in this machine's queue: it starts by itself when "
+                                     "its cards are free (View → Queue)")
+        self.queue_button.setVisible(queue is not None)
         buttons = QHBoxLayout()
-        for b in (self.start_button, self.stop_button, self.copy_button):
+        for b in (self.start_button, self.queue_button, self.stop_button, self.copy_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
         self.status = QLabel("stopped")
@@ -144,6 +152,7 @@ class ServePanel(QWidget):
         layout.addWidget(self.requests, 1)
 
         self.start_button.clicked.connect(self.start)
+        self.queue_button.clicked.connect(lambda _checked=False: self.queue_current())
         self.stop_button.clicked.connect(self.service.stop)
         self.copy_button.clicked.connect(self.copy_url)
         self._copied = QTimer(self)
@@ -276,6 +285,36 @@ class ServePanel(QWidget):
         self.requests.setRowCount(0)
         self.start_button.setEnabled(False)
         self.stop_button.setEnabled(True)
+
+    def queue_current(self) -> None:
+        """Queue: this server goes into this machine's queue (issue 29) as a serve job (the words
+        ``gaudi-gui serve --detach`` would take) and starts by itself when its cards are free."""
+        self.field_error.setText("")
+        if self._queue is None:
+            return
+        if not self.placement().is_local:
+            self.status.setText("Queue puts a server in this machine's queue; a host keeps its own: "
+                                "gaudi-gui queue add --host DEST --kind serve -- …")
+            return
+        import dataclasses
+        from pathlib import Path
+
+        from gaudi_gui.core.queue import CardRequest, QueueError
+        spec = self.spec()
+        problems = spec.problems()
+        if problems:
+            words_ = [f"{f.replace('_', ' ')}: {m}" if f else m for f, m in problems]
+            self.field_error.setText("; ".join(words_))
+            return
+        cards = CardRequest(ids=tuple(sorted(set(spec.cards))))
+        words = dataclasses.replace(spec, cards=()).cli_args()  # the queue gives it its cards
+        try:
+            self._queue().add_kind("serve", words, f"serve-{Path(spec.model).name or 'model'}", cards)
+        except QueueError as exc:
+            self.status.setText(f"not queued: {exc}")
+            return
+        when = f" when {cards.text()} {'is' if len(cards.ids) == 1 else 'are'} free" if cards.ids else ""
+        self.status.setText(f"queued: it starts by itself{when} (View → Queue)")
 
     def copy_url(self) -> None:
         if self.service.url:

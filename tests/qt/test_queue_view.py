@@ -174,3 +174,30 @@ def test_the_hosts_overview_says_this_machines_queue_length(qtbot) -> None:
             service.shutdown()
         tab.shutdown()
         services.poller.stop()
+
+
+def test_the_serve_panels_queue_button_queues_a_server(qtbot) -> None:
+    from gaudi_gui.ui.main_window import MainWindow
+    from tests.helpers import close_window
+    assert queue.request("pause")["ok"]  # the real queue process; nothing it gets starts
+    window = MainWindow(create_services())
+    qtbot.addWidget(window, before_close_func=lambda w: close_window(qtbot, w))
+    window.show()
+    panel = window.show_serve()  # (its shortcut is tested in test_serve_panel.py)
+    assert panel is not None
+    qtbot.waitUntil(panel.queue_button.isVisible, timeout=5000)
+    click(qtbot, panel.queue_button)
+    qtbot.waitUntil(lambda: "queued: it starts by itself" in panel.status.text(), timeout=10000)
+    view = window.show_queue()
+    assert view is not None
+    qtbot.waitUntil(view.isVisible, timeout=5000)
+    qtbot.waitUntil(lambda: [r[2] for r in rows(view)] == ["serve"], timeout=60000)
+    (entry,) = queue.read_state().pending()
+    assert entry.kind == "serve" and entry.name == "serve-builtin:demo"
+    assert "--model=builtin:demo" in entry.words() and not any(w.startswith("--cards") for w in entry.words())
+    # Removed as a person does: selected, Remove clicked; the queue ends with nothing left.
+    view.table.selectRow(0)
+    click(qtbot, view.remove_button)
+    qtbot.waitUntil(lambda: rows(view)[0][3] == "ended: removed", timeout=30000)
+    click(qtbot, view.pause_button)  # Resume: nothing is left, so the queue process ends
+    qtbot.waitUntil(lambda: not queue.runner_pid(), timeout=30000)
