@@ -123,8 +123,13 @@ class ServePanel(QWidget):
                                      "its cards are free (View → Queue)")
         self.queue_button.setVisible(queue is not None)
         buttons = QHBoxLayout()
-        for b in (self.start_button, self.queue_button, self.stop_button, self.copy_button):
+        for b in (self.start_button, self.stop_button, self.copy_button):
             buttons.addWidget(b)
+        # Queue on a row of its own: a fourth button in the row above made the dock too wide for a
+        # 1024-pixel screen beside the Model runner.
+        queue_row = QHBoxLayout()
+        queue_row.addWidget(self.queue_button)
+        queue_row.addStretch(1)
         buttons.addStretch(1)
         self.status = QLabel("stopped")
         self.status.setObjectName("serve_status")
@@ -145,6 +150,7 @@ class ServePanel(QWidget):
         layout.addLayout(form)
         layout.addWidget(self.field_error)
         layout.addLayout(buttons)
+        layout.addLayout(queue_row)
         layout.addWidget(self.status)
         layout.addWidget(self.progress)
         layout.addWidget(self.url)
