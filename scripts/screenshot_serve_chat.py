@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 def main() -> int:
     out = sys.argv[1] if len(sys.argv) > 1 else "docs/screens/runner-endpoint-1280x800.png"
     os.environ["GAUDI_GUI_HOME"] = tempfile.mkdtemp(prefix="gaudi-gui-shot-serve-")
-    from PySide6.QtCore import Qt
+    from PySide6.QtCore import Qt, QTimer
     from PySide6.QtTest import QTest
 
     from gaudi_gui.core.serve import pick_free_port
@@ -43,9 +43,23 @@ def main() -> int:
     print(out)
     QTest.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
     wait_until(app, lambda: panel.status.text().startswith("stopped"), 60)
-    window.close()
-    app.quit()
-    return run(app)
+    asked = []
+
+    def close() -> None:
+        left = [job.text for job in _services.jobs.active()] if hasattr(_services, "jobs") else []
+        if left:
+            print(f"still listed after Stop: {left}", file=sys.stderr)
+        window.close()  # a job still listed would ask here, in the running loop
+        if window.isVisible():
+            asked.append(True)
+        app.quit()
+
+    QTimer.singleShot(0, close)
+    code = run(app)
+    if asked:
+        print("the window asked about running jobs after Stop", file=sys.stderr)
+        return 1
+    return code
 
 
 if __name__ == "__main__":

@@ -161,6 +161,12 @@ class ServeService(KindJob):
             if state == "failed":
                 self._failure = message
                 return
+            if state == "stopped":
+                # The server is down, but its job is not over until its supervisor has recorded the
+                # end (take_end): "stopped" said now would let the window close and then ask about
+                # a server it had just called stopped.
+                self._set_state("stopping", "the server stopped; recording its end…")
+                return
             self._set_state(state, str(message.get("message", "")))
         elif kind == "serve_progress":
             eta = message.get("eta_s")
