@@ -31,7 +31,6 @@ from gaudi_gui.core import queue
 from gaudi_gui.core.queue import CardRequest, QueueError
 
 #: How ``queue list`` names a job's kind.
-KIND_TEXT = {"train": "training", "serve": "serve", "eval": "evaluation", "download": "download"}
 #: How long a change waits for the queue process's answer (it starts on demand: a Python start).
 ANSWER_S = 60.0
 EXIT_HOST = 3
@@ -233,17 +232,6 @@ def _send_add(args: argparse.Namespace, values: dict[str, Any]) -> int:
     return 0
 
 
-def _ago(moment: float, now: float) -> str:
-    if not moment:
-        return "–"
-    seconds = max(0, int(now - moment))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-
-
 def entry_json(entry: queue.Entry, position: int) -> dict[str, Any]:
     data = entry.to_dict()
     data.pop("job", None)
@@ -277,8 +265,8 @@ def _list(args: argparse.Namespace) -> int:
         print("the queue is paused (gaudi-gui queue resume starts jobs again)", flush=True)
     for e in entries:
         pos = str(positions[e.id]) if e.id in positions else "–"
-        line = (f"{pos:>3}  {e.id:<5} {KIND_TEXT.get(e.kind, e.kind):<10} {e.name[:24]:<24} "
-                f"{e.state_text():<32} {_ago(e.since, now):>9}")
+        line = (f"{pos:>3}  {e.id:<5} {queue.KIND_TEXT.get(e.kind, e.kind):<10} {e.name[:24]:<24} "
+                f"{e.state_text():<32} {queue.since_text(e.since, now):>9}")
         if e.priority:
             line += f"  priority {e.priority}"
         if e.run_name:

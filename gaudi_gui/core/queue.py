@@ -73,6 +73,8 @@ KIND_COMMAND = {"serve": ("serve", "serve"), "eval": ("eval", "evaluate"),
 CARD_KINDS = ("train", "serve", "eval")
 #: ``--kind`` spellings that name one of KINDS.
 KIND_ALIASES = {"training": "train", "evaluate": "eval", "evaluation": "eval"}
+#: How a job's kind is shown (queue list, the Queue view).
+KIND_TEXT = {"train": "training", "serve": "serve", "eval": "evaluation", "download": "download"}
 #: How many times a job may be passed by later ones before it holds its cards (see the module note).
 MAX_PASSED = 3
 #: Start attempts for a transient fault of the start itself (the start child died before its run
@@ -637,6 +639,18 @@ def _choose(want: CardRequest, view: CardsView, taken: set[int],
 
 
 # -- the queue process: is it there, start it --------------------------------------------------------
+
+
+def since_text(moment: float, now: float) -> str:
+    """How long ago ``moment`` was, as the queue shows it ("–" for never)."""
+    if not moment:
+        return "–"
+    seconds = max(0, int(now - moment))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
 def runner_pid(root: Path | None = None) -> int:

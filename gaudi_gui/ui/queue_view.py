@@ -33,25 +33,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gaudi_gui.core import queue
 from gaudi_gui.core.queue import ACTIVE, Entry, QueueError, QueueState
 from gaudi_gui.core.remote import LOCAL
 from gaudi_gui.services.queue import HostQueueService, QueueService
 
 COLUMNS = ("#", "Job", "Kind", "State", "Since", "Why / run")
 POSITION, JOB, KIND, STATE, SINCE, WHY = range(len(COLUMNS))
-#: How a job's kind is shown.
-KIND_TEXT = {"train": "training", "serve": "serve", "eval": "evaluation", "download": "download"}
-
-
-def since_text(moment: float, now: float) -> str:
-    if not moment:
-        return "–"
-    seconds = max(0, int(now - moment))
-    if seconds < 60:
-        return f"{seconds} s"
-    if seconds < 3600:
-        return f"{seconds // 60} min"
-    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
 def shown(state: QueueState) -> list[Entry]:
@@ -193,8 +181,8 @@ class QueueView(QWidget):
             if entry.run_name and entry.why:
                 why += f" (run {entry.run_name})"
             values = (str(positions.get(entry.id, "–")), f"{entry.id} {entry.name}".strip(),
-                      KIND_TEXT.get(entry.kind, entry.kind), entry.state_text(), since_text(entry.since, now),
-                      why)
+                      queue.KIND_TEXT.get(entry.kind, entry.kind), entry.state_text(),
+                      queue.since_text(entry.since, now), why)
             for column, text in enumerate(values):
                 item = QTableWidgetItem(text)
                 item.setToolTip(text)
