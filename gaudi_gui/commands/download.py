@@ -32,6 +32,7 @@ import time
 from collections import deque
 from typing import IO, Any
 
+from gaudi_gui.commands.flags import add_detach_arguments
 from gaudi_gui.core import events, hub, protocol
 from gaudi_gui.core.backoff import Backoff
 from gaudi_gui.core.secrets import redact
@@ -63,11 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the Hub cache to fill (default: HF_HUB_CACHE, as from_pretrained uses it)")
     p.add_argument("--events", action="store_true",
                    help="print the events as protocol lines (core.protocol), for a supervisor or the app")
-    p.add_argument("--detach", action="store_true",
-                   help="download in the background under a supervisor with a run folder (it outlives this "
-                        "shell, the app and an SSH connection), print the folder and return; follow it "
-                        "with `gaudi-gui runs follow`, stop it with `gaudi-gui runs stop`")
-    p.add_argument("--runs-dir", default="", help="with --detach: where the run folder goes")
+    add_detach_arguments(p, "download")
     p.add_argument("--no-verify", action="store_true",
                    help="do not check the fetched files against the Hub's sizes and ETag digests "
                         "(sha256 for LFS files, git's sha1 for the others)")

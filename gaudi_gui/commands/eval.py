@@ -25,6 +25,7 @@ import threading
 import time
 from typing import IO, Any, NoReturn
 
+from gaudi_gui.commands.flags import add_detach_arguments
 from gaudi_gui.core import evaluation as ev
 from gaudi_gui.core import protocol, textclean
 from gaudi_gui.core.visibility import child_env
@@ -76,11 +77,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--events", action="store_true",
                    help="print progress and results as protocol lines (what the app follows)")
-    p.add_argument("--detach", action="store_true",
-                   help="evaluate in the background under a supervisor with a run folder (it outlives this "
-                        "shell, the app and an SSH connection), print the folder and return; follow it with "
-                        "`gaudi-gui runs follow`, stop it with `gaudi-gui runs stop`")
-    p.add_argument("--runs-dir", default="", help="with --detach: where the job's run folder goes")
+    add_detach_arguments(p, "evaluate")
 
     def one_line_error(message: str) -> NoReturn:
         print(f"gaudi-gui eval: error: {message}", file=sys.stderr)

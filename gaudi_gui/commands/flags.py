@@ -179,4 +179,13 @@ def refusal(parser: argparse.ArgumentParser,
     return None
 
 
-__all__ = ["RULES", "Rule", "given", "positive_seconds", "refusal"]
+def add_detach_arguments(p: argparse.ArgumentParser, verb: str) -> None:
+    """``--detach`` and ``--runs-dir``, as every kind's command takes them (``verb``: "serve" ...)."""
+    p.add_argument("--detach", action="store_true",
+                   help=f"{verb} in the background under a supervisor with a run folder (it outlives this "
+                        "shell, the app and an SSH connection), print the folder and return; follow it "
+                        "with `gaudi-gui runs follow`, stop it with `gaudi-gui runs stop`")
+    p.add_argument("--runs-dir", default="", help="with --detach: where the run folder goes")
+
+
+__all__ = ["RULES", "Rule", "add_detach_arguments", "given", "positive_seconds", "refusal"]

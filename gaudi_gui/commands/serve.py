@@ -48,6 +48,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.commands.flags import add_detach_arguments
 from gaudi_gui.core import paths, protocol, visibility
 from gaudi_gui.core import serve as sv
 from gaudi_gui.core.jobkind import die_with_parent
@@ -84,12 +85,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="the cards the engine may use: module ids on Gaudi (HABANA_VISIBLE_MODULES), "
                         "indexes on CUDA (CUDA_VISIBLE_DEVICES); default every card")
     p.add_argument("--events", action="store_true", help="print JSON-lines events for the app")
-    p.add_argument("--detach", action="store_true",
-                   help="serve in the background under a supervisor with a run folder (it outlives this "
-                        "shell, the app and an SSH connection), print the folder and return; follow it "
-                        "with `gaudi-gui runs follow`, stop it with `gaudi-gui runs stop`")
+    add_detach_arguments(p, "serve")
     p.add_argument("--json", action="store_true", help="with --detach: print the job as JSON")
-    p.add_argument("--runs-dir", default="", help="with --detach: where the run folder goes")
     p.add_argument("--stop-orphan", action="store_true",
                    help="stop the engine an earlier gaudi-gui serve left running on --port after it was "
                         "killed (recorded, so only an engine of ours is stopped), and free the port")

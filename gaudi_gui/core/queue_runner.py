@@ -42,6 +42,7 @@ from typing import Any
 
 from gaudi_gui.core import atomic, queue
 from gaudi_gui.core.queue import CardsView, Entry, QueueState
+from gaudi_gui.core.runstore import is_pid_alive
 
 #: Seconds between two turns of the loop.
 TICK_S = 0.25
@@ -80,16 +81,6 @@ def check_cards() -> CardsView:
                          proc=Path(env.get("GAUDI_GUI_DOCTOR_PROC", "/proc")),
                          dev=Path(env.get("GAUDI_GUI_DOCTOR_DEV", "/dev")), hl_smi=hl_smi)
     return CardsView(health.check_host(roots), time.time())
-
-
-def _pid_exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 class Runner:
@@ -437,7 +428,7 @@ class Runner:
             return
         wants_cards = any(not e.cards.none for e in pending) and not self.state.paused
         if wants_cards:
-            if self.watched and not all(_pid_exists(p) for p in self.watched):
+            if self.watched and not all(is_pid_alive(p) for p in self.watched):
                 self.dirty = True  # a process that held a wanted card ended
             stale = self.view is None or time.time() - self.view.checked_at > self.recheck_s
             if self.dirty or stale:
@@ -470,7 +461,7 @@ class Runner:
         wanted: set[int] = set()
         for e in self.state.pending():
             wanted |= set(e.cards.ids) if e.cards.ids else set(range(64))
-        self.watched = {p for p in (self.view.holder_pids(wanted) if self.view else set()) if _pid_exists(p)}
+        self.watched = {p for p in (self.view.holder_pids(wanted) if self.view else set()) if is_pid_alive(p)}
 
     def start_argv(self, entry: Entry, cards: list[int], config: Path,
                    announce: Path) -> tuple[list[str], dict[str, str] | None]:
