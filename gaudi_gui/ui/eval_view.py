@@ -44,6 +44,7 @@ from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.services.evaluation import EvaluationService
+from gaudi_gui.services.queue import QueueService
 
 ANSWER_COLUMNS = ("prompt", "reference", "base", "tuned", "base TTFT s", "base tok/s", "tuned TTFT s",
                   "tuned tok/s")
@@ -82,9 +83,15 @@ class EvalView(QWidget):
     """One run's evaluation form, progress and results (a window of its own, opened from Runs)."""
 
     def __init__(self, run: Run | None, service: EvaluationService | None = None,
-                 parent: QWidget | None = None, *, hosts: Callable[[], list[Host]] | None = None) -> None:
+                 parent: QWidget | None = None, *, hosts: Callable[[], list[Host]] | None = None,
+                 queue: Callable[[], QueueService] | None = None,
+                 cards: Callable[[], tuple[int, ...]] | None = None) -> None:
+        """``queue`` gives this machine's queue service (the Queue button; without it, no button);
+        ``cards``, the cards a queued evaluation waits for (those ticked in Devices; none: the CPU)."""
         super().__init__(parent)
         self.run = run
+        self._queue = queue
+        self._cards = cards or tuple
         #: The saved hosts (the app's host list in memory, ``AppServices.hosts.saved``).
         self._hosts = hosts or (lambda: [])
         self.service = service or EvaluationService(self)
@@ -166,6 +173,11 @@ class EvalView(QWidget):
         self.stop_button = QPushButton("Stop", self)
         self.stop_button.setEnabled(False)
         self.start_button.clicked.connect(lambda _c=False: self.start())
+        self.queue_button = QPushButton("Queue", self)
+        self.queue_button.setToolTip("put this evaluation in this machine's queue: it starts by itself "
+                                     "when its cards (those ticked in Devices) are free, window open or not")
+        self.queue_button.setVisible(queue is not None)
+        self.queue_button.clicked.connect(lambda _c=False: self.queue_current())
         self.stop_button.clicked.connect(lambda _c=False: self.service.stop())
         self.progress = QProgressBar(self)
         self.progress.setRange(0, 1)
@@ -176,6 +188,7 @@ class EvalView(QWidget):
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         controls = QHBoxLayout()
         controls.addWidget(self.start_button)
+        controls.addWidget(self.queue_button)
         controls.addWidget(self.stop_button)
         controls.addWidget(self.progress, 1)
         controls.addWidget(self.eta)
@@ -343,6 +356,35 @@ class EvalView(QWidget):
             self._show_error(field, message)
         if problems:
             self.status.setText("⚠ fix the marked fields")
+
+    def queue_current(self) -> None:
+        """Queue: this evaluation goes into this machine's queue (issue 29) as an eval job (the words
+        ``gaudi-gui eval --detach`` would take) and starts by itself when its cards are free."""
+        if self._queue is None:
+            return
+        self._clear_errors()
+        if not self.placement().is_local:
+            self.status.setText("Queue puts an evaluation in this machine's queue; a host keeps its own: "
+                                "gaudi-gui queue add --host DEST --kind eval -- …")
+            return
+        from gaudi_gui.core.queue import CardRequest, QueueError
+        spec = self.spec()
+        problems = ev.validate(spec, catalogue=False)
+        for field, message in problems:
+            self._show_error(field, message)
+        if problems:
+            self.status.setText("⚠ fix the marked fields")
+            return
+        cards = CardRequest(ids=tuple(sorted(set(self._cards()))))
+        subject = Path(spec.run).name if spec.run else Path(spec.model or spec.adapter).name
+        try:
+            self._queue().add_kind("eval", spec.cli_args(), f"eval-{subject or 'model'}", cards)
+        except QueueError as exc:
+            self.status.setText(f"not queued: {exc}")
+            return
+        when = f" when {cards.text()} {'is' if len(cards.ids) == 1 else 'are'} free" if cards.ids else ""
+        self.status.setText(f"queued: it starts by itself{when} (View → Queue); its results land in "
+                            "the run's folder and in Runs")
 
     def _on_started(self) -> None:
         self.start_button.setEnabled(False)

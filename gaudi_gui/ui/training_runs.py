@@ -29,6 +29,7 @@ from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.sft import is_adapter_dir
 from gaudi_gui.services.jobs import JobRegistry
+from gaudi_gui.services.queue import QueueService
 from gaudi_gui.services.sft_tools import AdapterMerger
 
 # What a run cost (card-hours, energy) sits beside how it went; "started" comes after them: the run's
@@ -106,6 +107,10 @@ class RunsTable(QWidget):
         #: The app's job registry (the Training tab binds it): each Evaluate window's evaluation is a
         #: job the close dialog names.
         self.jobs: JobRegistry | None = None
+        #: This machine's queue and the cards a queued evaluation waits for (the Training tab binds
+        #: them): an Evaluate window's Queue button.
+        self.queue: Callable[[], QueueService] | None = None
+        self.queue_cards: Callable[[], tuple[int, ...]] = tuple
         self.scores_panel: QWidget | None = None
         #: The folder the last export went to (the next Export… starts there).
         self.export_dir = ""
@@ -288,7 +293,7 @@ class RunsTable(QWidget):
             return
         view = self.eval_views.get(run.folder)
         if view is None:
-            view = EvalView(run, parent=self, hosts=self.hosts)
+            view = EvalView(run, parent=self, hosts=self.hosts, queue=self.queue, cards=self.queue_cards)
             view.setWindowFlag(Qt.WindowType.Window, True)
             # 1000x760 where it fits; on a 1024x700 screen, the screen less room for the frame.
             screen = (self.screen() or view.screen()).availableGeometry()

@@ -154,6 +154,9 @@ class TrainingTab(QWidget):
         self.runs = RunsTable(self.store, self)
         self.runs.hosts = self.hosts.saved
         self.runs.jobs = services.jobs
+        self.runs.queue = lambda: services.ensure_queue(services.settings.parent())
+        self.runs.queue_cards = lambda: (tuple(services.selection.selected)
+                                         if services.selection.jobs_use_cards() else ())
         self.views = QTabWidget(self)
         # Curves and log together: the log explains what the curve shows (a stall, a warning).
         live = QSplitter(Qt.Orientation.Vertical, self)

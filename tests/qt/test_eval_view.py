@@ -201,3 +201,36 @@ def test_the_evaluate_window_fits_the_screen_and_closes_by_click_and_esc(
     view.activateWindow()
     qtbot.keyClick(view, Qt.Key.Key_Escape)
     qtbot.waitUntil(lambda: not view.isVisible(), timeout=5000)
+
+
+def test_queue_puts_the_evaluation_in_this_machines_queue(qtbot: QtBot, trained: tuple[Run, Path]) -> None:
+    """Issue 29: the Evaluate window's Queue, clicked: an eval job (the words `eval --detach` takes)
+    in this machine's queue, waiting for the cards ticked in Devices. The real queue process, paused."""
+    import signal
+
+    from gaudi_gui.core import queue
+    from gaudi_gui.services.queue import QueueService
+
+    run, _refs = trained
+    assert queue.request("pause")["ok"]
+    service = QueueService()
+    service.start()
+    try:
+        table = _runs_table(qtbot, run)
+        table.queue, table.queue_cards = (lambda: service), (lambda: (3,))
+        view = _open_eval(qtbot, table, run)
+        assert view.queue_button.isVisible()
+        _type(qtbot, view.prompts, "Name a color.")
+        helpers.click(qtbot, view.queue_button)
+        qtbot.waitUntil(lambda: view.status.text().startswith("queued: it starts by itself when module 3"),
+                        timeout=30000)
+        qtbot.waitUntil(lambda: len(service.state.pending()) == 1, timeout=60000)
+        (entry,) = service.state.pending()
+        assert (entry.kind, entry.card_ids, entry.name) == ("eval", [3], f"eval-{run.name}")
+        assert f"--run={run.folder}" in entry.job["words"] and "--prompt=Name a color." in entry.job["words"]
+        assert not view.service.is_running()  # queued, not started
+    finally:
+        service.shutdown()
+        pid = queue.runner_pid()
+        if pid:
+            os.kill(pid, signal.SIGTERM)
