@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core.placement import Forward, Placement
 from gaudi_gui.core.remote import ssh_base
@@ -31,6 +31,9 @@ from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.endpoint_chat import EndpointChat
 from gaudi_gui.services.kind_job import KindJob
 from gaudi_gui.services.process import ProcessRunner
+
+#: Tries of ``ssh -O forward`` (1 s, then 2 s apart) before the forward is said to have failed.
+FORWARD_ATTEMPTS = 3
 
 
 class ServeService(KindJob):
@@ -67,6 +70,7 @@ class ServeService(KindJob):
         self._failure: dict[str, Any] | None = None
         #: A host's endpoint forwarded to this machine (None here).
         self._forward: Forward | None = None
+        self._forward_attempts = 0
         #: The requests of the running server so far (what a panel opened later shows).
         self.requests: list[dict[str, Any]] = []
 
@@ -126,16 +130,26 @@ class ServeService(KindJob):
         runner = ProcessRunner(self, parse_protocol=False)
         argv = [*ssh_base(), "-O", "cancel" if cancel else "forward", *self._forward.ssh_option(), "--",
                 self.host.name]
+        said: list[str] = []
+        runner.line_received.connect(lambda _stream, line: said.append(line.strip()))
+        attempt = self._forward_attempts = 0 if cancel else self._forward_attempts + 1
         if not cancel:
             url = endpoint_url(self._forward.local_port)
-            runner.finished.connect(lambda code, _status: self._forwarded(url, code))
+            runner.finished.connect(lambda code, _status: self._forwarded(url, code, said, attempt))
         runner.finished.connect(lambda _code, _status: runner.deleteLater())
         runner.start(argv[0], argv[1:])
 
-    def _forwarded(self, url: str, code: int) -> None:
-        if code != 0 or not self.is_running():
-            self.failed.emit("", f"the forward of {url} to {self.host.name} failed (ssh exit {code})")
+    def _forwarded(self, url: str, code: int, said: list[str], attempt: int) -> None:
+        if code != 0 and self.is_running() and attempt < FORWARD_ATTEMPTS:
+            # A master connection that is still starting or being replaced answers 255 for a moment.
+            QTimer.singleShot(int(1000 * attempt), self._ask_forward)
             return
+        if code != 0 or not self.is_running():
+            why = next((line for line in reversed(said) if line), "")
+            self.failed.emit("", f"the forward of {url} to {self.host.name} failed (ssh exit {code}"
+                                 f"{': ' + why if why else ''})")
+            return
+        self._forward_attempts = 0
         self.url = url
         self.url_ready.emit(url)
     def attached(self, run: Run) -> None:
