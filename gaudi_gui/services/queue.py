@@ -265,7 +265,22 @@ class HostQueueService(QObject):
     def set_paused(self, paused: bool) -> str:
         return self._send("pause" if paused else "resume")
 
-    def _send(self, *words: str) -> str:
+    def add(self, job: Any, cards: CardRequest, *, priority: int = 0) -> str:
+        """Queue a training job in the host's queue: the host's own ``queue add --config -``, the job
+        on stdin (never on a command line), checked there against the host's files."""
+        import json
+        return self._send("add", "--config", "-", *_card_words(cards), "--priority", str(priority),
+                          stdin=json.dumps(job.to_dict()))
+
+    def add_kind(self, kind: str, words: list[str], name: str, cards: CardRequest, *,
+                 priority: int = 0) -> str:
+        """Queue a serve / eval / download job in the host's queue (its words as ``--detach`` takes
+        them, each one quoted for the host's shell by ``Host.wrap``)."""
+        del name  # the host names the job from its words, as its own queue add does
+        return self._send("add", "--kind", kind, *_card_words(cards), "--priority", str(priority),
+                          "--", *words)
+
+    def _send(self, *words: str, stdin: str | None = None) -> str:
         from gaudi_gui.services.process import ProcessRunner, delete_when_reaped
         holder = QObject(self)  # what delete_when_reaped ends (its runner's child killed) at shutdown
         runner = ProcessRunner(holder, parse_protocol=False)
@@ -285,8 +300,20 @@ class HostQueueService(QObject):
         runner.finished.connect(done)
         self._requests.append(holder)
         argv = self.host.wrap(self.host.gaudi_gui_argv("queue", *words))
-        runner.start(argv[0], argv[1:])
+        runner.start(argv[0], argv[1:], stdin_open=stdin is not None)
+        if stdin is not None:
+            runner.write_line(stdin)
+            runner.close_stdin()
         return words[0]
+
+
+def _card_words(cards: CardRequest) -> list[str]:
+    """``--cards`` as ``queue add`` takes it: ids ("2,3"; one id "3,"), or a count ("2")."""
+    if cards.ids:
+        return ["--cards", ",".join(str(i) for i in cards.ids) + ("," if len(cards.ids) == 1 else "")]
+    if cards.count:
+        return ["--cards", str(cards.count)]
+    return []
 
 
 __all__ = ["HOST_POLL_S", "HostQueueService", "QueueService", "host_state"]

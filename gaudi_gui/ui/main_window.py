@@ -399,7 +399,9 @@ class MainWindow(QMainWindow):
 
             self.serve_panel = ServePanel(services.ensure_serve(services.settings.parent()), dock,
                                           hosts=hosts.saved if hosts is not None else None,
-                                          selection_for=selection_for, queue=self._bind_queue)
+                                          selection_for=selection_for, queue=self._bind_queue,
+                                          host_queue=lambda name: services.ensure_host_queue(
+                                              name, services.settings.parent()))
             if hosts is not None:
                 hosts.changed.connect(self.serve_panel.refresh_hosts)
             runner = self._built.get("runner_tab")

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -35,7 +35,7 @@ from gaudi_gui.core import serve as sv
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.device_selection import DeviceSelection
-from gaudi_gui.services.queue import QueueService
+from gaudi_gui.services.queue import HostQueueService, QueueService
 from gaudi_gui.services.serve import ServeService
 
 LOCAL_LABEL = "this machine"
@@ -46,11 +46,14 @@ class ServePanel(QWidget):
     def __init__(self, service: ServeService, parent: QWidget | None = None, *,
                  hosts: Callable[[], list[Host]] | None = None,
                  selection_for: Callable[[str], DeviceSelection | None] | None = None,
-                 queue: Callable[[], QueueService] | None = None) -> None:
-        """``queue`` gives this machine's queue service (the Queue button; without it, no button)."""
+                 queue: Callable[[], QueueService] | None = None,
+                 host_queue: Callable[[str], HostQueueService] | None = None) -> None:
+        """``queue`` gives this machine's queue service (the Queue button; without it, no button);
+        ``host_queue`` a saved host's (a server queued with a host chosen goes into that host's)."""
         super().__init__(parent)
         self.service = service
         self._queue = queue
+        self._host_queue = host_queue
         self._hosts = hosts or (lambda: [])
         #: The card selection of a place ("local" or a host's name): the Devices / Hosts tab's choice.
         self._selection_for = selection_for or (lambda _name: None)
@@ -298,7 +301,8 @@ class ServePanel(QWidget):
         self.field_error.setText("")
         if self._queue is None:
             return
-        if not self.placement().is_local:
+        placement = self.placement()
+        if not placement.is_local and self._host_queue is None:
             self.status.setText("Queue puts a server in this machine's queue; a host keeps its own: "
                                 "gaudi-gui queue add --host DEST --kind serve -- …")
             return
@@ -307,13 +311,25 @@ class ServePanel(QWidget):
 
         from gaudi_gui.core.queue import CardRequest, QueueError
         spec = self.spec()
-        problems = spec.problems()
+        problems = spec.problems() if placement.is_local else []  # a host's files are the host's
         if problems:
             words_ = [f"{f.replace('_', ' ')}: {m}" if f else m for f, m in problems]
             self.field_error.setText("; ".join(words_))
             return
         cards = CardRequest(ids=tuple(sorted(set(spec.cards))))
         words = dataclasses.replace(spec, cards=()).cli_args()  # the queue gives it its cards
+        if not placement.is_local and self._host_queue is not None:
+            name = placement.host.name
+            host_queue = self._host_queue(name)
+
+            def answered(ok: bool, message: str) -> None:
+                self.status.setText(f"queued on {name}: it starts by itself there (View → Queue, "
+                                    f"Machine: {name})" if ok else f"not queued on {name}: {message}")
+
+            host_queue.request_answered.connect(answered, Qt.ConnectionType.SingleShotConnection)
+            host_queue.add_kind("serve", words, f"serve-{Path(spec.model).name or 'model'}", cards)
+            self.status.setText(f"queueing on {name}…")
+            return
         try:
             self._queue().add_kind("serve", words, f"serve-{Path(spec.model).name or 'model'}", cards)
         except QueueError as exc:

@@ -610,11 +610,22 @@ class TrainingTab(QWidget):
             self.form.show_errors(errors)
             self.status.setText("cannot queue: " + "; ".join(f"{f}: {m}" for f, m in errors[:4]))
             return
-        if self.placement.placement().kind != "local":
-            self.status.setText("Queue puts a job in this machine's queue; a host keeps its own: "
-                                "gaudi-gui queue add --host DEST --config JOB")
+        placement = self.placement.placement()
+        if placement.kind not in ("local", "host"):
+            self.status.setText("Queue takes a job for this machine or one host; several hosts and "
+                                "Slurm (a queue of its own) are started with Start")
             return
         from gaudi_gui.core.queue import CardRequest, QueueError
+        if placement.kind == "host":
+            # The host keeps its own queue: its queue add checks the job against its own files and
+            # cards (the host's ticked cards are the host's selection, shown with its placement).
+            host = placement.host
+            ids = tuple(self.placement.host_cards(host))
+            queue_ = self.services.ensure_host_queue(host.name, self.services.settings.parent())
+            queue_.request_answered.connect(self._host_queued, Qt.ConnectionType.SingleShotConnection)
+            queue_.add(job, CardRequest(ids=ids))
+            self.status.setText(f"queueing on {host.name}…")
+            return
         selection = self.services.selection
         ids = tuple(selection.selected) if selection.jobs_use_cards() and selection.selected else ()
         device = self.device if self.device in ("hpu", "cuda", "cpu") else "auto"
@@ -627,6 +638,11 @@ class TrainingTab(QWidget):
         verb = "is" if len(ids) == 1 else "are"
         when = f" when {CardRequest(ids=ids).text()} {verb} free" if ids else ""
         self.status.setText(f"queued: it starts by itself{when} (View → Queue)")
+
+    def _host_queued(self, ok: bool, message: str) -> None:
+        host = self.placement.placement().host.name
+        self.status.setText(f"queued on {host}: it starts by itself there (View → Queue, Machine: {host})"
+                            if ok else f"not queued on {host}: {message}")
 
     def _start_anyway(self) -> None:
         job, self._gate_warned = self._gate_warned, None

@@ -139,3 +139,62 @@ def test_a_host_that_refuses_us_is_said_in_the_queue_view(qtbot, ssh_host: SshHo
         services.stop_host_queues()
         local.shutdown()
     qtbot.waitUntil(lambda: not services.host_queues["gg-nokey"].is_running(), timeout=10000)
+
+
+def test_queue_clicked_with_a_host_placement_queues_the_job_on_that_host(qtbot, ssh_host: SshHost,
+                                                                         tmp_path: Path) -> None:
+    """The Training tab's Queue with the host chosen as placement: the job goes into the host's own
+    queue (its queue add, the job on stdin), not this machine's; the host's queue list shows it."""
+    from tests.helpers import click, close_training_tab, set_arg, training_tab
+
+    remote.save_hosts([remote.Host.parse(ssh_host.dest)])
+    assert gg("queue", "pause", "--host", ssh_host.dest).returncode == 0  # nothing starts there
+    services, tab = training_tab(qtbot, tmp_path)
+    entries: list[dict[str, object]] = []
+    try:
+        tab.placement.host_combo.setCurrentIndex(tab.placement.host_combo.findData(ssh_host.dest))
+        tab.form.model.setCurrentText("builtin:demo")
+        set_arg(tab, "output_dir", str(ssh_host.home / "queued-out"))  # a path on the host
+        set_arg(tab, "max_steps", "2")
+        click(qtbot, tab.btn["Queue"])
+        qtbot.waitUntil(lambda: tab.status.text().startswith(f"queued on {ssh_host.dest}"), timeout=120000)
+        listed = gg("queue", "list", "--host", ssh_host.dest, "--json")
+        entries = json.loads(listed.stdout)["entries"]
+        assert [(e["kind"], e["state"]) for e in entries] == [("train", "waiting")], entries
+        assert entries[0]["output_dir"] == str(ssh_host.home / "queued-out")
+        assert not queue.state_path().exists() or not queue.read_state().pending()  # not this machine's
+    finally:
+        close_training_tab(services, tab)
+        for entry in entries:  # the host's queue, emptied, ends its queue process
+            gg("queue", "remove", "--host", ssh_host.dest, str(entry["id"]))
+
+
+def test_queue_clicked_in_the_serve_panel_with_a_host_queues_the_server_there(qtbot,
+                                                                            ssh_host: SshHost) -> None:
+    """The Serve panel's Queue with a host chosen: a serve job in the host's own queue (its words as
+    `serve --detach` takes them, each quoted for the host's shell), nothing in this machine's."""
+    from tests.helpers import click
+    from tests.qt.test_job_reattach import _open_panel, _window
+
+    remote.save_hosts([remote.Host.parse(ssh_host.dest)])
+    assert gg("queue", "pause", "--host", ssh_host.dest).returncode == 0  # nothing starts there
+    window = _window(qtbot)
+    panel = _open_panel(qtbot, window)
+    click(qtbot, panel.host)  # the host list, opened and walked with the keys as a person does
+    qtbot.waitUntil(panel.host.view().isVisible, timeout=5000)
+    for _ in range(panel.host.count()):
+        if panel.host.view().currentIndex().data() == ssh_host.dest:
+            break
+        qtbot.keyClick(panel.host.view(), Qt.Key.Key_Down)
+    qtbot.keyClick(panel.host.view(), Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: panel.host.currentText() == ssh_host.dest, timeout=5000)
+    entries: list[dict[str, object]] = []
+    try:
+        click(qtbot, panel.queue_button)
+        qtbot.waitUntil(lambda: panel.status.text().startswith(f"queued on {ssh_host.dest}"), timeout=120000)
+        entries = json.loads(gg("queue", "list", "--host", ssh_host.dest, "--json").stdout)["entries"]
+        assert [(e["kind"], e["state"]) for e in entries] == [("serve", "waiting")], entries
+        assert not queue.state_path().exists() or not queue.read_state().pending()  # not this machine's
+    finally:
+        for entry in entries:
+            gg("queue", "remove", "--host", ssh_host.dest, str(entry["id"]))
