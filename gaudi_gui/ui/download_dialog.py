@@ -29,7 +29,7 @@ class DownloadDialog(QDialog):
     """Ask what to download and where; ``request()`` after ``accepted``."""
 
     def __init__(self, hosts: list[Host], parent: QWidget | None = None, *, repo_id: str = "",
-                 host: str = "local") -> None:
+                 host: str = "local", queue: bool = False) -> None:
         super().__init__(parent)
         self.setWindowTitle("Download a model")
         self.setObjectName("download_dialog")
@@ -75,6 +75,15 @@ class DownloadDialog(QDialog):
         self.buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Cancel)
         self.download_button = self.buttons.addButton("Download", QDialogButtonBox.ButtonRole.AcceptRole)
         self.download_button.setObjectName("download_start")
+        #: Queue: the download waits in the queue of the machine it goes to (issue 29), then runs
+        #: there as a job of its own; ``queued`` is then True when the dialog is accepted.
+        self.queue_button = self.buttons.addButton("Queue", QDialogButtonBox.ButtonRole.ActionRole)
+        self.queue_button.setObjectName("download_queue")
+        self.queue_button.setToolTip("put this download in the queue of the machine it goes to: it starts "
+                                     "by itself after the jobs before it, window open or not")
+        self.queue_button.setVisible(queue)
+        self.queue_button.clicked.connect(lambda _checked=False: self._queue())
+        self.queued = False
         self.buttons.accepted.connect(self._accept)
         self.buttons.rejected.connect(self.reject)
         layout.addWidget(self.buttons)
@@ -117,7 +126,19 @@ class DownloadDialog(QDialog):
         problem = self.request().problem() if text else None
         self.problem.setText(problem or "")
         self.download_button.setEnabled(bool(text) and problem is None)
+        self.queue_button.setEnabled(bool(text) and problem is None)
         return bool(text) and problem is None
+
+    def _queue(self) -> None:
+        if not self._check():
+            return
+        if self.token.text().strip():
+            # A queued job waits in the queue's files: a typed token would have to wait there too.
+            self.problem.setText("a download with a typed token cannot be queued (the token would wait "
+                                 "in the queue's files): Download starts it now, or clear the token")
+            return
+        self.queued = True
+        self.accept()
 
     def _accept(self) -> None:
         if self._check():

@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 from gaudi_gui.core import hub
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.context import AppServices
-from gaudi_gui.services.downloads import Download, ModelPlaces, listing_rows
+from gaudi_gui.services.downloads import Download, DownloadRequest, ModelPlaces, listing_rows
 from gaudi_gui.services.remote_files import Listing
 
 COLUMNS = ("Model", "Revision", "Size", "Last used", "Where")
@@ -385,11 +385,40 @@ class ModelsTab(QWidget):
         """The Download dialog (non-blocking); Download starts the job."""
         from gaudi_gui.ui.download_dialog import DownloadDialog
 
-        dialog = DownloadDialog(self.places_shown(), self, repo_id=repo_id, host=host)
-        dialog.accepted.connect(lambda d=dialog: self.places.download(d.request()))
+        dialog = DownloadDialog(self.places_shown(), self, repo_id=repo_id, host=host, queue=True)
+        dialog.accepted.connect(lambda d=dialog: self.queue_download(d.request()) if d.queued
+                                else self.places.download(d.request()))
         dialog.finished.connect(lambda _code, d=dialog: d.deleteLater())
         self.download_dialog = dialog
         dialog.open()
+
+    def queue_download(self, request: DownloadRequest) -> None:
+        """Queue (issue 29): the download goes into the queue of the machine it goes to (this one's,
+        or the host's own), as the words ``download --detach`` takes; it uses no cards."""
+        from gaudi_gui.core.queue import CardRequest, QueueError
+
+        words = [w for w in request.detached_argv()[1:] if w not in ("--detach", "--json")]
+        name = f"download-{request.repo_id.rsplit('/', 1)[-1]}"
+        services = self._services
+        if request.host.is_local:
+            try:
+                services.ensure_queue(services.settings.parent()).add_kind("download", words, name,
+                                                                            CardRequest())
+            except QueueError as exc:
+                self.status.setText(f"not queued: {exc}")
+                return
+            self.status.setText(f"{request.repo_id}: queued on this machine (View → Queue)")
+            return
+        where = request.host.name
+        host_queue = services.ensure_host_queue(where, services.settings.parent())
+
+        def answered(ok: bool, message: str) -> None:
+            self.status.setText(f"{request.repo_id}: queued on {where} (View → Queue, Machine: {where})"
+                                if ok else f"{request.repo_id}: not queued on {where}: {message}")
+
+        host_queue.request_answered.connect(answered, Qt.ConnectionType.SingleShotConnection)
+        host_queue.add_kind("download", words, name, CardRequest())
+        self.status.setText(f"{request.repo_id}: queueing on {where}…")
 
     def _on_download_started(self, job: Download) -> None:
         row = DownloadRow(job)
