@@ -161,6 +161,20 @@ def test_download_shows_progress_lists_the_model_and_loads_offline_in_the_runner
     assert training.form.model.currentText() == "org/tiny-llama"
     assert training.placement.host_combo.currentData() == "local"
 
+    # The library's own buttons: Refresh lists it again; its row, selected, goes to either tab.
+    window.tabs.setCurrentWidget(tab)
+    click(qtbot, tab.refresh_button)
+    qtbot.waitUntil(lambda: not tab.is_listing() and tab.table.rowCount() == 1, timeout=30000)
+    select_row(qtbot, tab, 0)
+    runner.model.setCurrentText("builtin:demo")
+    training.form.model.setCurrentText("builtin:demo")
+    click(qtbot, tab.use_runner_button)
+    assert window.tabs.currentWidget() is runner and runner.model.currentText() == "org/tiny-llama"
+    window.tabs.setCurrentWidget(tab)
+    click(qtbot, tab.use_training_button)
+    assert window.tabs.currentWidget() is training
+    assert training.form.model.currentText() == "org/tiny-llama"
+
 
 def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: ModelsTab,
                                                                     fake_hub: FakeHub) -> None:
