@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtWidgets import QLabel
+from PySide6.QtWidgets import QDockWidget, QLabel
 
 from gaudi_gui.app import create_services
 from gaudi_gui.core.runstore import checkpoint_complete
@@ -178,6 +178,24 @@ def test_every_menu_item_and_shortcut_by_click(qtbot, window: MainWindow) -> Non
     for index in (3, 2, 1, 0):
         qtbot.keyClick(window, getattr(Qt.Key, f"Key_{index + 1}"), Qt.KeyboardModifier.ControlModifier)
         qtbot.waitUntil(lambda i=index: window.tabs.currentIndex() == i, timeout=3000)
+    # Every later tab (Hosts, Models) by its menu entry and by its Ctrl+N.
+    for index in range(4, window.tabs.count()):
+        _click_menu_item(qtbot, window, "View", window.tabs.tabText(index).replace("&", ""))
+        qtbot.waitUntil(lambda i=index: window.tabs.currentIndex() == i, timeout=3000)
+        window.tabs.setCurrentIndex(0)
+        qtbot.keyClick(window, getattr(Qt.Key, f"Key_{index + 1}"), Qt.KeyboardModifier.ControlModifier)
+        qtbot.waitUntil(lambda i=index: window.tabs.currentIndex() == i, timeout=3000)
+    # The Queue view: View → Queue, then (closed) Ctrl+Shift+Q.
+    _click_menu_item(qtbot, window, "View", "Queue")
+    qtbot.waitUntil(lambda: window.queue_view is not None and window.queue_view.isVisible(), timeout=10000)
+    dock = window.findChild(QDockWidget, "queue_dock")
+    assert isinstance(dock, QDockWidget)
+    dock.close()
+    qtbot.waitUntil(lambda: not dock.isVisible(), timeout=3000)
+    window.activateWindow()
+    ctrl_shift = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
+    qtbot.keyClick(window, Qt.Key.Key_Q, ctrl_shift)
+    qtbot.waitUntil(dock.isVisible, timeout=5000)
     answer = answer_dialog(qtbot, "OK")
     _click_menu_item(qtbot, window, "Help", "About gaudi-gui")
     qtbot.waitUntil(lambda: answer.clicked, timeout=5000)
