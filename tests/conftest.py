@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.fake_hub import FakeHub
 from tests.helpers import processes_with_env
 from tests.slurm_cluster import ClusterError, SlurmCluster
 
@@ -144,6 +145,21 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
             return f"@group {group}" if group else nodeid
 
     return GroupScheduling(config, log)
+
+
+@pytest.fixture
+def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
+    """tests/fake_hub.py's Hub on 127.0.0.1 for this test: the Hub libraries (and every child) reach
+    it through HF_ENDPOINT, plain HTTP (no Xet), online and with no token of the user's."""
+    server = FakeHub().start()
+    assert server.url.startswith("http://127.0.0.1:")
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

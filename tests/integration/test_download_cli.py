@@ -9,31 +9,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import psutil
-import pytest
 
 from gaudi_gui.core import hub as core_hub
 from tests.fake_hub import FakeHub, FakeRepo, repo_from_folder
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET = "hf_FakeTokenForTheTestsOnly0123456789abcd"
-
-
-@pytest.fixture
-def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    server = FakeHub().start()
-    assert server.url.startswith("http://127.0.0.1:")
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    yield server
-    server.stop()
 
 
 def gaudi(*args: str, env: dict[str, str] | None = None,

@@ -103,18 +103,6 @@ def test_a_queued_evaluation_runs_after_the_training_job_on_its_cards(demo_model
     wait_for(lambda: not queue.runner_pid(), "the queue process to end with an empty queue")
 
 
-@pytest.fixture
-def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    server = FakeHub().start()
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    yield server
-    server.stop()
-
-
 def test_a_queued_download_runs_without_cards_and_bad_words_are_refused(fake_hub: FakeHub) -> None:
     fake_hub.repos["org/small"] = FakeRepo(files={"config.json": b'{"a": 1}',
                                                   "model.safetensors": b"x" * 4096})

@@ -28,19 +28,6 @@ SECRET = "hf_FakeTokenForTheTestsOnly0123456789abcd"
 
 
 @pytest.fixture
-def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    server = FakeHub().start()
-    assert server.url.startswith("http://127.0.0.1:")
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def tab(qtbot) -> Iterator[ModelsTab]:
     widget = ModelsTab(create_services())
     qtbot.addWidget(widget)

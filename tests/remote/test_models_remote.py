@@ -25,19 +25,6 @@ from tests.remote.conftest import SshHost
 
 
 @pytest.fixture
-def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
-    server = FakeHub().start()
-    assert server.url.startswith("http://127.0.0.1:")
-    monkeypatch.setenv("HF_ENDPOINT", server.url)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_TOKEN", "HF_HUB_CACHE"):
-        monkeypatch.delenv(name, raising=False)
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def host(fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
          request: pytest.FixtureRequest) -> Iterator[tuple[SshHost, Path]]:
     """The SSH host, started with a Hub cache of its own (HF_HOME), and this side's kept."""
