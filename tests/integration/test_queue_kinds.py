@@ -6,15 +6,13 @@ bookkeeps card ids among its own jobs), nothing reaches the network."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,9 @@ from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.serve import pick_free_port
 from tests.fake_hub import FakeHub, FakeRepo
+
+# The queue's entries, and the autouse fixture that ends a queue process a failed test left.
+from tests.integration.test_queue import entries, queue_env  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,24 +48,10 @@ def wait_for(condition: Callable[[], Any], what: str) -> Any:
         time.sleep(0.1)
 
 
-def entries() -> dict[str, queue.Entry]:
-    return {e.id: e for e in queue.read_state().entries}
-
-
 def add(*args: str) -> str:
     res = gg("queue", "add", "--json", *args)
     assert res.returncode == 0, res.stderr
     return str(json.loads(res.stdout)["entry"])
-
-
-@pytest.fixture(autouse=True)
-def queue_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    monkeypatch.setenv("GAUDI_GUI_QUEUE_RECHECK_S", "3600")
-    yield
-    pid = queue.runner_pid()
-    if pid:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
 
 
 def test_a_queued_evaluation_runs_after_the_training_job_on_its_cards(demo_model: Path,
