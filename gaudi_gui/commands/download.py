@@ -85,8 +85,7 @@ class _Out:
     def event(self, event: dict[str, Any]) -> None:
         if self.protocol:
             fields = {k: v for k, v in event.items() if k != "type"}
-            sys.stdout.write(protocol.event(str(event["type"]), **fields) + "\n")
-            sys.stdout.flush()
+            protocol.write_line(sys.stdout, protocol.event(str(event["type"]), **fields))
         elif self.json:
             sys.stdout.buffer.write(events.encode(event))
             sys.stdout.flush()

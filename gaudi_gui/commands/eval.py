@@ -109,7 +109,7 @@ def _absolute(spec: ev.EvalSpec) -> ev.EvalSpec:
 
 def _emit(events: bool, event_type: str, /, **fields: Any) -> None:
     if events:
-        print(protocol.encode({"type": event_type, **fields}), flush=True)
+        protocol.write_line(sys.stdout, protocol.encode({"type": event_type, **fields}))
 
 
 def _refuse(args: argparse.Namespace, field: str, message: str) -> int:
@@ -201,7 +201,7 @@ def _evaluate(args: argparse.Namespace, spec: ev.EvalSpec, target: ev.Target, jo
                 done = True
                 continue  # the command says when it is done: after the results are written
             if args.events and kind != "error":
-                print(protocol.encode(message), flush=True)
+                protocol.write_line(sys.stdout, protocol.encode(message))
             elif kind == "progress" and sys.stderr.isatty() and not args.json:
                 print(f"\r{message['done']}/{message['total']}", end="", file=sys.stderr, flush=True)
     except KeyboardInterrupt:
@@ -318,7 +318,7 @@ def _on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> int:
             elif message.get("type") == "error":
                 error = message
             if args.events:
-                print(protocol.encode({**message, "host": placement.host.name}), flush=True)
+                protocol.write_line(sys.stdout, protocol.encode({**message, "host": placement.host.name}))
     except KeyboardInterrupt:
         with contextlib.suppress(OSError):
             proc.stdin.close()  # type: ignore[union-attr]  # the guard ends the command there

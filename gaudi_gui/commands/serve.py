@@ -108,7 +108,7 @@ class _Out:
             return
         stream = sys.stderr if err else sys.stdout
         try:
-            print(text, file=stream, flush=True)
+            protocol.write_line(stream, text)
         except OSError as exc:
             if not isinstance(exc, BrokenPipeError) and exc.errno not in (errno.EPIPE, errno.EBADF):
                 raise

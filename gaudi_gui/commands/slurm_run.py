@@ -23,6 +23,7 @@ import dataclasses
 import os
 import signal
 import subprocess
+import sys
 import time
 from typing import Any
 
@@ -78,7 +79,7 @@ _EVENTS = {"on": False}
 def _event(kind: str, **fields: Any) -> None:
     """One structured line for a program following the job (with ``--events``), never for a person."""
     if _EVENTS["on"]:
-        print(protocol.event(kind, **fields), flush=True)
+        protocol.write_line(sys.stdout, protocol.event(kind, **fields))
 
 
 def runner_for(host: Host) -> slurm_mod.Runner:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,6 +57,19 @@ def event(kind: str, **fields: Any) -> str:
 
 def command(name: str, **fields: Any) -> str:
     return encode({"cmd": name, **fields})
+
+
+_WRITE_LOCK = threading.Lock()
+
+
+def write_line(stream: Any, text: str) -> None:
+    """Write ``text`` and its newline to ``stream`` as one whole line, whatever other threads of this
+    process write. ``print(text, flush=True)`` writes the text and the newline as two writes, so two
+    threads (a server's request log and its state) can produce ``{event}{event}\\n\\n``: one broken
+    line that the reader refuses. OSError (a reader that went away) is the caller's to handle."""
+    with _WRITE_LOCK:
+        stream.write(text + "\n")
+        stream.flush()
 
 
 def decode(line: str) -> dict[str, Any] | None:

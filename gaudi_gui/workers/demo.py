@@ -36,7 +36,7 @@ CONTEXT = 512
 
 
 def _emit(kind: str, **fields: object) -> None:
-    print(protocol.event(kind, **fields), flush=True)
+    protocol.write_line(sys.stdout, protocol.event(kind, **fields))
 
 
 def build_tokenizer(corpus: Path, out_dir: Path) -> object:

@@ -52,7 +52,7 @@ class Failure(Exception):
 
 
 def emit(event_type: str, /, **fields: Any) -> None:
-    print(protocol.encode({"type": event_type, **fields}), flush=True)
+    protocol.write_line(sys.stdout, protocol.encode({"type": event_type, **fields}))
 
 
 def _die_with_parent() -> None:

@@ -61,3 +61,67 @@ def test_corrupt_messages_raise(payload: str) -> None:
 def test_encode_requires_type_or_cmd() -> None:
     with pytest.raises(protocol.ProtocolError):
         protocol.encode({"x": 1})
+
+
+
+_STOPPED_MID_PRINT = """
+import signal
+from gaudi_gui.commands.serve import _Out
+
+class Stop(Exception):
+    pass
+
+def raise_stop(*_):
+    raise Stop()
+
+signal.signal(signal.SIGUSR1, raise_stop)  # as serve's SIGTERM handler: raise, then say "stopped"
+out = _Out(events=True)
+stops = 0
+while stops < 200:
+    try:
+        while True:
+            out.state("ready", "x" * 170)
+    except Stop:
+        stops += 1
+        out.state("stopped", "stopped")
+"""
+
+
+def test_a_stop_signal_in_the_middle_of_an_event_never_leaves_half_a_line() -> None:
+    # CI read '{"type":"serve_request",...}@gaudi-gui {"type":"serve_state",...' after SIGTERM: serve's
+    # handler raised between print's two writes (the text, then its newline), so the next event was
+    # glued to the cut one. Before the fix this child wrote ~230 broken lines of ~300,000; now none.
+    import signal
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    child = subprocess.Popen([sys.executable, "-c", _STOPPED_MID_PRINT], stdout=subprocess.PIPE, text=True)
+    broken: list[str] = []
+    count = [0]
+
+    def pump() -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            count[0] += 1
+            try:
+                protocol.decode(line.rstrip("\n"))
+            except protocol.ProtocolError:
+                broken.append(line[:120])
+
+    reader = threading.Thread(target=pump)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 60
+        while count[0] == 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        while child.poll() is None and time.monotonic() < deadline:
+            child.send_signal(signal.SIGUSR1)
+            time.sleep(0.005)
+    finally:
+        child.kill()
+        child.wait(30)
+        reader.join(30)
+    assert count[0] > 1000
+    assert broken == []
