@@ -71,6 +71,40 @@ def create(kind: str, name: str, argv: list[str], *, runs_dir: str = "", origin:
     return ChildJob(kind=kind, run=run, argv=list(argv))
 
 
+def _flag(argv: list[str], flag: str) -> str:
+    """The value of ``flag`` in ``argv`` (``--flag V`` or ``--flag=V``), '' when absent."""
+    for i, word in enumerate(argv):
+        if word == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return ""
+
+
+def meter_target(job: ChildJob) -> tuple[str, dict[str, str]]:
+    """The device and environment the run meter of a Serve or Evaluate job reads: its command's
+    ``--device`` (``auto`` or none: hl-smi found -> hpu, else nvidia-smi -> cuda, else cpu: the tools
+    themselves, not the probe child, which imports torch for seconds) and its ``--cards`` as the
+    command sets them for its engine (HABANA_VISIBLE_MODULES / CUDA_VISIBLE_DEVICES); without
+    ``--cards``, the cards of the job's own environment (every card when it names none)."""
+    from gaudi_gui.core import visibility
+
+    env = dict(job.env)
+    device = _flag(job.argv, "--device")
+    if device not in ("hpu", "cuda", "cpu"):
+        path = env.get("PATH")
+        device = "hpu" if env.get("GAUDI_GUI_HL_SMI", "").strip() or shutil.which("hl-smi", path=path) \
+            else "cuda" if shutil.which("nvidia-smi", path=path) else "cpu"
+    words = [w.strip() for w in _flag(job.argv, "--cards").split(",") if w.strip()]
+    if words and all(w.isascii() and w.isdigit() for w in words):
+        env.update(visibility.device_env(device, sorted({int(w) for w in words})))
+    return device, env
+
+
+#: The kinds whose runs are metered (a download holds no card).
+METERED_KINDS = ("serve", "evaluate")
+
+
 def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that asks the kernel to send the child SIGTERM when this process dies (Linux
     ``prctl(PR_SET_PDEATHSIG)``; kept across the exec). The signal comes when the *thread* that forked
@@ -207,4 +241,5 @@ def spec(run: Run) -> dict[str, Any]:
     return {}
 
 
-__all__ = ["KINDS", "ChildJob", "create", "die_with_parent", "endpoint", "outcome", "spec", "take"]
+__all__ = ["KINDS", "METERED_KINDS", "ChildJob", "create", "die_with_parent", "endpoint", "meter_target",
+           "outcome", "spec", "take"]

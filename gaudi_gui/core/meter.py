@@ -494,9 +494,96 @@ def describe(summary: Mapping[str, Any]) -> str:
     pace = rates_of(summary)
     if pace:
         parts.append(pace)
+    tokens = tokens_text(summary)
+    if tokens:
+        parts.append(tokens)
     text = " · ".join(parts)
     note = summary.get("note")
     return f"{text} ({note})" if note else text
+
+
+# -- Serve and Evaluate: what the energy bought --------------------------------------------------------
+
+
+def generated_tokens(kind: str, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
+    """What a Serve or Evaluate job generated, from its events: Serve's request log (each
+    ``serve_request`` to a completions endpoint, its ``completion_tokens``), Evaluate's answers (each
+    ``answer``'s ``new_tokens``). A request or answer without a count is counted as such, never as 0
+    tokens; ``generated_tokens`` None when none had one."""
+    total, counted, without = 0, 0, 0
+    for event in events:
+        if kind == "serve" and event.get("type") == "serve_request":
+            if "completions" not in str(event.get("path") or ""):
+                continue  # /v1/models and the like generate nothing
+            value = event.get("completion_tokens")
+        elif kind == "evaluate" and event.get("type") == "answer":
+            value = event.get("new_tokens")
+        else:
+            continue
+        if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+            total, counted = total + value, counted + 1
+        else:
+            without += 1
+    source = "completion_tokens of the request log" if kind == "serve" else "new tokens of the answers"
+    return {"generated_tokens": total if counted else None, "tokens_source": source,
+            "token_items": counted, "token_items_without_count": without}
+
+
+def token_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """Energy per 1,000 generated tokens (Wh) and generated tokens per second of wall time, from a
+    summary holding ``generated_tokens``; each None (not measured) when its parts are missing, with
+    why in ``per_1k_tokens_note``."""
+    tokens = _finite(summary.get("generated_tokens"))
+    joules, wall = _finite(summary.get("energy_j")), _finite(summary.get("wall_s"))
+    per_1k: float | None = None
+    why = ""
+    if tokens is None:
+        why = ("no token counts in the request log (the engine's access log gives none)"
+               if str(summary.get("tokens_source") or "").startswith("completion")
+               else "no token counts in the answers")
+    elif tokens <= 0:
+        why = "no tokens generated"
+    elif joules is None:
+        why = "energy not measured"
+    else:
+        per_1k = joules / 3600 / tokens * 1000
+    return {"energy_per_1k_tokens_wh": None if per_1k is None else round(per_1k, 9),
+            "tokens_per_s": None if tokens is None or not wall else round(tokens / wall, 3),
+            "per_1k_tokens_note": why}
+
+
+def tokens_text(summary: Mapping[str, Any] | None) -> str:
+    """'1,234 tokens generated · 0.31 Wh per 1,000 tokens · 12 tokens/s (over the run)'; 'Wh per
+    1,000 tokens not measured (why)'; '' for a summary without tokens (a training run)."""
+    if not summary or "generated_tokens" not in summary:
+        return ""
+    words = []
+    tokens = _finite(summary.get("generated_tokens"))
+    if tokens is not None:
+        words.append(f"{tokens:,.0f} tokens generated")
+    per_1k = _finite(summary.get("energy_per_1k_tokens_wh"))
+    words.append(f"{figure(per_1k)} Wh per 1,000 tokens" if per_1k is not None else
+                 f"Wh per 1,000 tokens {NOT_MEASURED} ({summary.get('per_1k_tokens_note') or 'no tokens'})")
+    rate = _finite(summary.get("tokens_per_s"))
+    if rate is not None and tokens:
+        words.append(f"{rate:.3g} tokens/s over the run")
+    return " · ".join(words)
+
+
+def outcome_words(summary: Mapping[str, Any] | None) -> str:
+    """What a Serve or Evaluate run's outcome says it cost: '0.011 card-hours · 4.0 kJ (hl-smi power
+    integrated) · 0.31 Wh per 1,000 tokens'; 'energy not measured (why)' where nobody measured it."""
+    if not summary:
+        return ""
+    words = []
+    hours = card_hours_text(summary)
+    if hours:
+        words.append(f"{hours} card-hours")
+    words.append(energy_text(summary))
+    tokens = tokens_text(summary)
+    if tokens:
+        words.append(tokens)
+    return " · ".join(words)
 
 
 def read_summary(folder: str | Path) -> dict[str, Any] | None:
@@ -713,6 +800,8 @@ class Meter:
             self._fd = -1
         summary = self.summary(final=True)
         summary.update(extra or {})
+        if "generated_tokens" in summary:  # a Serve or Evaluate run: what the energy bought
+            summary.update(token_figures(summary))
         if self.compile_warning is not None:
             summary["compile_warning"] = self.compile_warning
         with contextlib.suppress(Exception):  # an observer: the summary is written whatever this meets
@@ -1346,7 +1435,8 @@ __all__ = ["COMPILE_WATCH_S", "GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME
            "THROTTLE_INTERVAL_S", "THROTTLE_REASONS", "WARMUP_STEPS", "Accounts", "CardAccount",
            "LiveReader", "Meter", "PowerIntegrator", "Rates", "ThrottleClock", "card_hours_text",
            "combine", "combined_line", "compile_text", "describe", "energy_measured", "energy_text",
-           "fallback_ops", "figure", "joules_text", "kwh_text", "memory_text", "meter_line",
-           "not_measured_why", "parse_ids", "query_card_name", "rapl_root", "rapl_zones", "rates",
-           "rates_of", "rates_text", "read_summary", "recorded_cards", "run_compile", "short", "summarize",
-           "throttle_reasons", "throttle_summary", "throttle_text", "true_memory_peak", "warmup_steps"]
+           "fallback_ops", "figure", "generated_tokens", "joules_text", "kwh_text", "memory_text",
+           "meter_line", "not_measured_why", "outcome_words", "parse_ids", "query_card_name", "rapl_root",
+           "rapl_zones", "rates", "rates_of", "rates_text", "read_summary", "recorded_cards",
+           "run_compile", "short", "summarize", "throttle_reasons", "throttle_summary", "throttle_text",
+           "token_figures", "tokens_text", "true_memory_peak", "warmup_steps"]

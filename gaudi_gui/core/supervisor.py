@@ -209,7 +209,8 @@ def supervise(prepared: PreparedRun | jobkind.ChildJob, *, grace_s: float, signa
     """Run ``prepared`` to its end: the one supervisor loop for the GUI and the CLI on every placement,
     for every kind of job. A training run's launcher writes its own log and events; another kind's
     command (``core.jobkind.ChildJob``) prints them, and this loop keeps them in its run folder. That
-    command dies with its supervisor (``jobkind.die_with_parent``), and has no meter.
+    command dies with its supervisor (``jobkind.die_with_parent``); a Serve or Evaluate command is
+    metered from its start (after the fork) to its end, with the tokens it generated.
 
     ``grace_s``: how long a stop may take to save its checkpoint before the ranks are killed.
     ``signals``: the stop requests (see :class:`StopRequests`; the caller's signal handlers count
@@ -238,6 +239,10 @@ def supervise(prepared: PreparedRun | jobkind.ChildJob, *, grace_s: float, signa
         run_.update_status(state="failed", summary=summary, ended_at=time.time())
         return Supervised(state="failed", summary=summary, exit_code=None,
                           meter=stop_meter(meter, [], say))
+    if isinstance(prepared, jobkind.ChildJob) and prepared.kind in jobkind.METERED_KINDS:
+        # Serve's and Evaluate's meter starts once the command is forked: its threads must not exist
+        # while the fork runs die_with_parent's preexec_fn.
+        meter = start_meter(prepared, say)
     loop = _Loop(run=run_, grace_s=grace_s, signals=signals, say=say, run_kind=run_.kind,
                  launcher=ProcessRef.of(proc.pid), follower=EventFollower(run_.events_path))
     run_.update_status(state="running", pid=proc.pid, started_at=time.time(),
@@ -277,11 +282,15 @@ def _keeper(run_: Run, echo: Callable[[str], None]) -> Callable[[str], None]:
     return keep
 
 
-def start_meter(prepared: PreparedRun, say: Callable[[str], None]) -> meter_mod.Meter | None:
+def start_meter(prepared: PreparedRun | jobkind.ChildJob,
+                say: Callable[[str], None]) -> meter_mod.Meter | None:
     """The run meter of ``prepared``'s own cards, started; None (and a note) when it cannot start:
-    a meter never stops a run."""
+    a meter never stops a run. A Serve or Evaluate job's cards are those its command names
+    (``jobkind.meter_target``)."""
     try:
-        meter = meter_mod.Meter(prepared.run.folder, device=prepared.device, env=prepared.env)
+        device, env = jobkind.meter_target(prepared) if isinstance(prepared, jobkind.ChildJob) \
+            else (prepared.device, prepared.env)
+        meter = meter_mod.Meter(prepared.run.folder, device=device, env=env)
         meter.start()
     except Exception as exc:  # the meter is an observer: whatever it meets, the run goes on
         say(f"meter: cannot start: {exc}")
@@ -290,12 +299,15 @@ def start_meter(prepared: PreparedRun, say: Callable[[str], None]) -> meter_mod.
 
 
 def stop_meter(meter: meter_mod.Meter | None, events: list[dict[str, Any]],
-               say: Callable[[str], None]) -> dict[str, Any] | None:
+               say: Callable[[str], None], kind: str = "training") -> dict[str, Any] | None:
     """Stop ``meter`` (its tool's tree ends with it), add the Gaudi compile meter the ranks' bridge
-    wrote, write meter-summary.json and say it in one line."""
+    wrote (a Serve or Evaluate ``kind``: the tokens it generated, and the energy per 1,000 of
+    them), write meter-summary.json and say it in one line."""
     if meter is None:
         return None
     extra: dict[str, Any] = {}
+    if kind in jobkind.METERED_KINDS:
+        extra.update(meter_mod.generated_tokens(kind, events))
     try:
         base = meter.env.get("PT_HPU_METRICS_FILE") if meter.device == "hpu" else None
         if base:
@@ -351,8 +363,8 @@ def finish(run_: Run, exit_code: int, *, stopper: Stopper | None, events: list[d
     for ref in leftovers:
         ref.signal(signal.SIGKILL)
     wait_gone(leftovers)  # a rank that outlived its launcher holds its cards until it is gone
-    metered = stop_meter(meter, events, say)
     kind = run_.kind
+    metered = stop_meter(meter, events, say, kind)
     result = outcome_from_events(events, run_.status(), exit_code=exit_code,
                                  stop_requested=stopper is not None,
                                  killed=bool(stopper and stopper.killed), log_tail=run_.log_tail(40),
@@ -361,6 +373,9 @@ def finish(run_: Run, exit_code: int, *, stopper: Stopper | None, events: list[d
                              killed=bool(stopper and stopper.killed))
     if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":
         result.update(state="stopped", summary="Stopped before training began — nothing to save")
+    if kind in jobkind.METERED_KINDS and metered is not None:
+        # Serve's and Evaluate's outcome says what the run cost, as a training run's meter line does.
+        result["summary"] = f"{result['summary']} — {meter_mod.outcome_words(metered)}"
     changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}
     changes["exit_code"] = exit_code
     run_.update_status(ended_at=time.time(), exit_description=describe_exit(exit_code), **changes)

@@ -1,0 +1,165 @@
+"""Serve and Evaluate runs are metered like training runs (issue 27): their supervisor meters the cards
+their command names from its start to its end, and the summary says the energy per 1,000 generated
+tokens (Serve: the request log's completion tokens; Evaluate: the answers' new tokens). Real
+supervisors, real children, the fake hl-smi replaying recorded output."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gaudi_gui.core import jobkind, meter
+from gaudi_gui.core.runstore import Run
+
+# A stand-in for `gaudi-gui serve --events`: three requests in the request log (two with completion
+# tokens, one a /v1/models), then it serves until SIGTERM, as serve does.
+_SERVE = """
+import signal, sys, time
+from gaudi_gui.core import protocol
+done = []
+signal.signal(signal.SIGTERM, lambda *_: done.append(1))
+say = lambda kind, **f: protocol.write_line(sys.stdout, protocol.event(kind, **f))
+say("serve_state", state="ready", message="ready")
+for path, tokens in (("/v1/chat/completions", 120), ("/v1/models", None), ("/v1/completions", 80)):
+    say("serve_request", time=time.time(), method="POST", path=path, status=200, completion_tokens=tokens)
+end = time.monotonic() + 60
+while not done and time.monotonic() < end:
+    time.sleep(0.05)
+say("serve_state", state="stopped", message="stopped; port 1 is free")
+"""
+
+
+def _supervise_child(tmp_path: Path, kind: str, argv: list[str], *, stop_after_s: float = 0.0) -> Any:
+    """``argv`` as a ``kind`` job under the real supervisor, in a process of its own (the supervisor
+    installs no handler here: it is this helper's child); SIGTERM after ``stop_after_s``."""
+    script = f"""
+import sys, json
+from gaudi_gui.commands.terminal import StopSignals
+from gaudi_gui.core import jobkind
+from gaudi_gui.core.supervisor import supervise
+import signal
+job = jobkind.create({kind!r}, "job", {argv!r}, runs_dir={str(tmp_path / 'runs')!r})
+signals = StopSignals()
+signal.signal(signal.SIGTERM, signals.handler)
+print(job.run.folder, flush=True)
+result = supervise(job, grace_s=10, signals=signals, say=lambda m: print(m, file=sys.stderr),
+                   echo=lambda _l: None)
+print(json.dumps({{"state": result.state, "summary": result.summary}}), flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    folder = Path(proc.stdout.readline().strip())
+    if stop_after_s:
+        run = Run(folder)
+        # Wait for the child's requests to be kept, and a few meter samples, then stop it.
+        import time
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+                (folder / jobkind.REQUESTS_NAME).is_file()
+                and len((folder / meter.METER_NAME).read_text().splitlines()) >= 5
+                if (folder / meter.METER_NAME).is_file() else False):
+            time.sleep(0.1)
+        assert run.status().state == "running", run.status()
+        proc.send_signal(15)
+    out, err = proc.communicate(timeout=120)
+    return folder, json.loads(out.strip().splitlines()[-1]), err
+
+
+def _trapezoid(samples: list[dict[str, Any]], module: int) -> float:
+    points = [(s["t"], c["power_w"]) for s in samples for c in s["cards"] if c["module_id"] == module]
+    return sum((w0 + w1) / 2 * (t1 - t0) for (t0, w0), (t1, w1) in itertools.pairwise(points))
+
+
+def test_a_served_models_run_says_its_energy_and_wh_per_1000_tokens(tmp_path: Path,
+                                                                    fake_hl_smi: Path) -> None:
+    folder, result, err = _supervise_child(
+        tmp_path, "serve", [sys.executable, "-c", _SERVE, "--device", "hpu", "--cards", "2,3"],
+        stop_after_s=1)
+    assert result["state"] == "stopped", (result, err)
+    lines = [json.loads(line) for line in (folder / meter.METER_NAME).read_text().splitlines()]
+    samples = [s for s in lines if "cards" in s]
+    assert samples and {c["module_id"] for s in samples for c in s["cards"]} == {2, 3}
+    summary = json.loads((folder / meter.SUMMARY_NAME).read_text())
+    expected = _trapezoid(samples, 2) + _trapezoid(samples, 3)
+    assert summary["energy_j"] == pytest.approx(expected, rel=1e-3) and expected > 0
+    assert summary["card_hours"] == pytest.approx(2 * summary["wall_s"] / 3600, rel=1e-3)
+    # 200 completion tokens (the /v1/models request generates nothing and is not counted).
+    assert summary["generated_tokens"] == 200 and summary["token_items_without_count"] == 0
+    assert summary["energy_per_1k_tokens_wh"] == pytest.approx(expected / 3600 / 200 * 1000, rel=1e-3)
+    assert summary["tokens_per_s"] == pytest.approx(200 / summary["wall_s"], rel=1e-3)
+    # The outcome (status and what the supervisor returns) says what it cost.
+    status = Run(folder).status()
+    assert status.summary.startswith("Stopped: stopped; port 1 is free — ")
+    assert "card-hours" in status.summary and "hl-smi power integrated" in status.summary
+    assert "Wh per 1,000 tokens" in status.summary and "200 tokens generated" in status.summary
+    shown = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(tmp_path / "runs"),
+                            "show", folder.name], capture_output=True, text=True, timeout=60)
+    assert "meter: modules 2 and 3" in shown.stdout and "Wh per 1,000 tokens" in shown.stdout, shown.stdout
+    as_json = json.loads(subprocess.run(
+        [sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(tmp_path / "runs"), "show", folder.name,
+         "--json"], capture_output=True, text=True, timeout=60).stdout)
+    assert as_json["meter"]["energy_per_1k_tokens_wh"] == summary["energy_per_1k_tokens_wh"]
+
+
+def test_a_request_log_without_token_counts_says_not_measured_never_0(tmp_path: Path,
+                                                                      fake_hl_smi: Path) -> None:
+    # transformers serve's access log gives no token counts: per 1,000 tokens is "not measured".
+    script = _SERVE.replace("(\"/v1/chat/completions\", 120)", "(\"/v1/chat/completions\", None)").replace(
+        "(\"/v1/completions\", 80)", "(\"/v1/completions\", None)")
+    folder, result, _err = _supervise_child(tmp_path, "serve", [sys.executable, "-c", script, "--cards", "2"],
+                                            stop_after_s=1)
+    summary = json.loads((folder / meter.SUMMARY_NAME).read_text())
+    assert summary["cards"] == [2]  # --device auto with hl-smi found: the Gaudi card of --cards
+    assert summary["energy_j"] > 0
+    assert summary["generated_tokens"] is None and summary["token_items_without_count"] == 2
+    assert summary["energy_per_1k_tokens_wh"] is None
+    assert "Wh per 1,000 tokens not measured (no token counts in the request log" in result["summary"]
+
+
+def test_a_real_evaluation_is_metered_with_its_generated_tokens(tiny_model_dir: Path, tmp_path: Path,
+                                                                fake_hl_smi: Path) -> None:
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("The learning rate\nA model\n")
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "eval", "--model", str(tiny_model_dir),
+                           "--base", str(tiny_model_dir), "--prompts", str(prompts), "--max-new-tokens", "4",
+                           "--metrics", "exact_match", "--runs-dir", str(tmp_path / "runs"), "--detach",
+                           "--json"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    run = Run(info["folder"])
+    follow = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(tmp_path / "runs"),
+                             "follow", run.name], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                            timeout=300)
+    end = json.loads(follow.stdout.splitlines()[-1])
+    assert end["t"] == "end" and end["status"]["state"] == "finished", follow.stdout[-2000:]
+    summary = end["meter"]
+    events = run.events()
+    tokens = sum(e["new_tokens"] for e in events if e.get("type") == "answer")
+    assert tokens > 0 and summary["generated_tokens"] == tokens
+    # No --cards: every card hl-smi shows (the evaluation names none); energy integrated, never 0.
+    assert summary["energy_source"] == "hl-smi power integrated" and summary["energy_j"] > 0
+    assert summary["card_hours"] > 0
+    assert summary["energy_per_1k_tokens_wh"] == pytest.approx(
+        summary["energy_j"] / 3600 / tokens * 1000, rel=1e-6)
+    assert "Finished: results written — " in end["status"]["summary"]
+    assert f"{tokens:,} tokens generated" in end["status"]["summary"]
+
+
+def test_meter_target_reads_the_commands_device_and_cards(tmp_path: Path, fake_hl_smi: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    job = jobkind.ChildJob(kind="serve", run=Run(tmp_path), argv=["x", "--device", "cuda", "--cards=1,0"])
+    assert jobkind.meter_target(job)[0] == "cuda"
+    assert jobkind.meter_target(job)[1]["CUDA_VISIBLE_DEVICES"] == "0,1"
+    auto = jobkind.ChildJob(kind="evaluate", run=Run(tmp_path), argv=["x"], env=dict(os.environ))
+    assert jobkind.meter_target(auto)[0] == "hpu"  # the fake hl-smi is on PATH
+    bare = jobkind.ChildJob(kind="evaluate", run=Run(tmp_path), argv=["x"], env={"PATH": str(tmp_path)})
+    assert jobkind.meter_target(bare)[0] == "cpu"
