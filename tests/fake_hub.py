@@ -17,7 +17,8 @@ Hub), a file may be ``virtual`` (a claimed size that is never served), and ``sta
 makes the next GETs of a file send half its bytes and then go silent until the server stops (later GETs
 are normal); ``corrupt(repo, file, times)`` serves the next GETs with the first byte changed (same size,
 so only a digest check sees it).
-Every request, its Authorization header and the bytes served per file are recorded.
+Every request, its Authorization header, the bytes served per file and where each GET of a file
+started (``starts``: 0, or N for ``Range: bytes=N-``) are recorded.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class FakeHub:
         self.authorizations: list[str] = []
         self.bytes_served: dict[str, int] = {}
         self.gets: dict[str, int] = {}
+        #: file -> the first byte each GET asked for (0 without a Range)
+        self.starts: dict[str, list[int]] = {}
         self.stalled = threading.Event()
         self._release = threading.Event()
         self._lock = threading.Lock()
@@ -200,6 +203,7 @@ class FakeHub:
         key = (repo.sha, filename)
         with self._lock:
             self.gets[filename] = self.gets.get(filename, 0) + 1
+            self.starts.setdefault(filename, []).append(start)
             stall = self.stall_gets.get(key, 0) > 0
             if stall:
                 self.stall_gets[key] -= 1

@@ -1,18 +1,16 @@
 """``gaudi-gui download REPO_ID``: a Hub model into this machine's Hub cache, with a plan, progress, a
 stall watchdog and bounded retries.
 
-1. The plan (``core.hub.plan``, the library's dry run): files, sizes, what is cached, free disk. Not
-   enough space, a gated/private/missing repo or revision, or offline mode ends here (exit 2).
-2. Each attempt is a child (``python -m gaudi_gui.workers.download``) in its own session; its JSON-line
-   events are shown (one updating line on a terminal, ``--json`` passes them on). The watchdog here
-   watches the repo's bytes on disk (blobs and ``.incomplete`` files) and the bytes the child has read
-   (its sockets included, so a slow link that has not filled a chunk yet is not a stall): no growth for
-   ``--stall-s`` ends the attempt. A failed or stalled attempt is retried after a back-off (bounded);
-   after two stalls the next attempts use plain HTTP (``HF_HUB_DISABLE_XET=1``), and we say so.
-3. Finished files stay in the cache and are never fetched again. A new attempt is a new process, and
-   huggingface_hub 2.4 gives each process its own ``.incomplete`` file, so an unfinished file starts
-   again from byte 0 (we remove the dead attempt's partial files); inside one attempt the library
-   itself resumes a broken read with a Range request.
+Each attempt is one child (``python -m gaudi_gui.workers.download``, through ``core.child``) that plans
+(the library's dry run: files, sizes, what is cached, free disk; not enough space, a gated/private/
+missing repo or revision, or offline mode ends the command, exit 2), fetches and checks what arrives
+against the Hub's digests as it arrives. Its JSON-line events are shown here (one updating line on a
+terminal, ``--json`` passes them on). The watchdog here watches the repo's bytes on disk (blobs and
+``.incomplete`` files) and the bytes the child has read (its sockets included, so a slow link that has
+not filled a chunk yet is not a stall): no growth for ``--stall-s`` ends the attempt. A failed or
+stalled attempt is retried after a back-off (bounded); after two stalls the next attempts use plain
+HTTP (``HF_HUB_DISABLE_XET=1``), and we say so. Finished files are never fetched again, and a partial
+one (``<etag>.incomplete``) is continued by the next attempt, or the next command, from its bytes on disk.
 
 The token is never read, passed or printed here: the child's library reads the user's own login.
 """
@@ -23,19 +21,15 @@ import argparse
 import contextlib
 import json
 import os
-import queue
 import signal
-import subprocess
 import sys
-import threading
 import time
-from collections import deque
-from typing import IO, Any
+from typing import Any
 
 from gaudi_gui.commands.flags import add_detach_arguments
 from gaudi_gui.core import events, hub, protocol
 from gaudi_gui.core.backoff import Backoff
-from gaudi_gui.core.secrets import redact
+from gaudi_gui.core.child import Child
 
 DEFAULT_STALL_S = 60.0
 DEFAULT_ATTEMPTS = 4
@@ -138,21 +132,6 @@ def _print_plan(out: _Out, plan: hub.Plan) -> None:
     out.say(f"cache {plan.cache_dir}: {hub.human(plan.free_bytes)} free")
 
 
-def _read_events(stream: IO[bytes], sink: queue.Queue[dict[str, Any] | None]) -> None:
-    for line in stream:
-        event = events.decode(line)
-        if event is not None:
-            sink.put(event)
-    sink.put(None)
-
-
-def _read_tail(stream: IO[bytes], tail: deque[str]) -> None:
-    for line in stream:
-        text = redact(line.decode("utf-8", errors="replace").rstrip())
-        if text:
-            tail.append(text)
-
-
 def _child_read_bytes(pid: int) -> int:
     """Bytes the child has read through read(2)-like calls, sockets included (Linux /proc/PID/io)."""
     try:
@@ -162,104 +141,115 @@ def _child_read_bytes(pid: int) -> int:
         return 0
 
 
-def _end(proc: subprocess.Popen[bytes]) -> None:
-    """End the child (its own session: the whole group), SIGKILL after a grace."""
-    if proc.poll() is not None:
-        return
-    with contextlib.suppress(OSError):
-        os.killpg(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=TERM_GRACE_S)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(OSError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-
-
 class _Attempt:
     def __init__(self) -> None:
+        self.plan: hub.Plan | None = None
         self.path = ""
+        self.done: dict[str, Any] = {}
         self.error: dict[str, Any] | None = None
         self.stalled = False
         self.code = 0
         self.bytes_done = 0
 
 
-def _run_attempt(args: argparse.Namespace, plan: hub.Plan, out: _Out, xet_off: bool) -> _Attempt:
+def _run_attempt(args: argparse.Namespace, out: _Out, attempt: int, xet_off: bool,
+                 first_plan: hub.Plan | None) -> _Attempt:
+    """One child: it plans, fetches (continuing partial files) and checks what arrived; here its
+    events are shown and its bytes watched."""
     result = _Attempt()
-    cmd = [sys.executable, "-m", "gaudi_gui.workers.download", plan.repo_id, "--cache-dir", plan.cache_dir,
-           "--bytes-total", str(plan.remaining_bytes), "--files-total", str(len(plan.files)),
-           "--watch-stdin"]
-    if args.revision:
-        cmd += ["--revision", args.revision]
+    cmd = [sys.executable, "-m", "gaudi_gui.workers.download", args.repo_id, "--watch-stdin"]
+    for flag, value in (("--revision", args.revision), ("--cache-dir", args.cache_dir)):
+        if value:
+            cmd += [flag, value]
     for pattern in args.include:
         cmd += ["--include", pattern]
     for pattern in args.exclude:
         cmd += ["--exclude", pattern]
+    if args.no_verify:
+        cmd.append("--no-verify")
     env = dict(os.environ)
     if xet_off:
         env["HF_HUB_DISABLE_XET"] = "1"
     env["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    before = hub.incomplete_files(plan.cache_dir, plan.repo_id)
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            env=env, start_new_session=True)
-    assert proc.stdout is not None and proc.stderr is not None
-    sink: queue.Queue[dict[str, Any] | None] = queue.Queue()
-    tail: deque[str] = deque(maxlen=20)
-    readers = [threading.Thread(target=_read_events, args=(proc.stdout, sink), daemon=True),
-               threading.Thread(target=_read_tail, args=(proc.stderr, tail), daemon=True)]
-    for reader in readers:
-        reader.start()
+    child = Child(cmd, decode=events.decode, env=env, tail_lines=20)
+    cache_dir, before = "", set()
     stall_s = max(0.2, float(args.stall_s))
     poll_s = min(1.0, stall_s / 4)
     last_measure = -1
     last_growth = time.monotonic()
     last_progress: dict[str, Any] | None = None
-    ended = False
     try:
-        while not ended:
-            try:
-                event = sink.get(timeout=poll_s)
-            except queue.Empty:
-                event = {}
+        while True:
+            event = child.next_message(timeout=poll_s)
             if event is None:
-                ended = True
-            elif event.get("type") == "progress":
+                break
+            kind = event.get("type")
+            if kind == "plan":
+                result.plan = plan = hub.Plan.from_dict(event)
+                cache_dir, before = plan.cache_dir, hub.incomplete_files(plan.cache_dir, plan.repo_id)
+                _said_plan(out, plan, attempt, args.attempts, first=first_plan is None, xet_off=xet_off)
+            elif kind == "progress":
                 last_progress = event
                 out.progress(event)
-            elif event.get("type") == "done":
-                result.path = str(event.get("path") or "")
-            elif event.get("type") == "error":
-                result.error = event
-            measure = hub.bytes_on_disk(plan.cache_dir, plan.repo_id) + _child_read_bytes(proc.pid)
+            elif kind in ("done", "error"):
+                result.done = event if kind == "done" else {}
+                result.path = str(result.done.get("path") or "")
+                result.error = event if kind == "error" else None
+            elif kind in ("resumed", "verified", "verify_failed"):
+                _said_check(out, event)
+            measure = _child_read_bytes(child.pid) + (hub.bytes_on_disk(cache_dir, args.repo_id)
+                                                      if cache_dir else 0)
             now = time.monotonic()
             if measure != last_measure:
                 last_measure, last_growth = measure, now
-            elif not ended and now - last_growth >= stall_s and proc.poll() is None:
+            elif now - last_growth >= stall_s and child.poll() is None:
                 result.stalled = True
                 out.event({"type": "stalled", "seconds": round(now - last_growth, 1)})
-                _end(proc)
                 break
-        result.code = proc.wait()
     finally:
-        _end(proc)
-        with contextlib.suppress(OSError):
-            proc.stdin.close()  # type: ignore[union-attr]
-        for reader in readers:
-            reader.join(timeout=2)
-        # The dead attempt's partial files cannot be continued by a new process (each has its own).
-        for path in hub.incomplete_files(plan.cache_dir, plan.repo_id) - before:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        result.code = child.end(TERM_GRACE_S)
+        if cache_dir:
+            # The library's per-process partial files (Xet's) cannot be continued; ours are kept.
+            for path in hub.incomplete_files(cache_dir, args.repo_id) - before:
+                if not hub.is_resumable(os.path.basename(path)):
+                    with contextlib.suppress(OSError):
+                        os.unlink(path)
     if last_progress is not None:
         result.bytes_done = int(last_progress.get("bytes_done") or 0)
         if not result.stalled and result.path:
             out.progress(last_progress, final=True)
-    if result.error is None and result.code not in (0,) and not result.stalled:
+    if result.error is None and not result.path and not result.stalled:
+        tail = child.tail_text(1)
         result.error = {"type": "error", "kind": "other",
                         "message": f"the download process ended with status {result.code}"
-                                   + (f": {tail[-1]}" if tail else "")}
+                                   + (f": {tail}" if tail else "")}
     return result
+
+
+def _said_plan(out: _Out, plan: hub.Plan, attempt: int, attempts: int, *, first: bool, xet_off: bool) -> None:
+    if first:
+        _print_plan(out, plan)
+    elif plan.to_fetch:
+        out.say(f"attempt {attempt} of {attempts}: {len(plan.to_fetch)} files "
+                f"({hub.human(plan.remaining_bytes)}) left to download"
+                + (f", {hub.human(plan.partial_bytes)} of it already on disk" if plan.partial_bytes else ""))
+    if plan.to_fetch:
+        out.event({"type": "attempt", "attempt": attempt, "attempts": attempts, "xet": not xet_off,
+                   "files_left": len(plan.to_fetch), "bytes_left": plan.remaining_bytes,
+                   "partial_bytes": plan.partial_bytes})
+
+
+def _said_check(out: _Out, event: dict[str, Any]) -> None:
+    out.event(event)
+    kind = event["type"]
+    if kind == "resumed":
+        out.say(f"continuing {event.get('filename')} from {hub.human(event.get('bytes'))} already on disk")
+    elif kind == "verified":
+        out.say(f"verified {event.get('files')} files (sizes and the Hub's digests, checked as they "
+                f"arrived; {hub.duration(event.get('seconds'))} spent after the last byte)")
+    else:
+        for bad in event.get("files") or []:
+            out.say(f"damaged: {bad.get('message')} (removed)")
 
 
 def detached_words(args: argparse.Namespace) -> list[str]:
@@ -311,80 +301,35 @@ def _download(args: argparse.Namespace, out: _Out) -> int:
     if args.stall_s <= 0:
         out.problem("--stall-s must be more than 0", "bad_input")
         return 2
-    if hub.offline():
-        bad = hub.check_repo_id(args.repo_id)
-        if bad:
-            out.problem(bad, "bad_input")
-            return 2
-        path = hub.cached_snapshot(args.repo_id, args.revision, args.include, args.exclude, args.cache_dir)
-        if path:
-            out.event({"type": "done", "path": path, "offline": True})
-            out.say(f"offline (HF_HUB_OFFLINE is set), nothing to download: {args.repo_id} is complete in "
-                    f"the cache at {path}")
-            return 0
-        out.problem(hub.offline_message(args.repo_id), "offline")
-        return 2
-    try:
-        plan = hub.plan(args.repo_id, args.revision, args.include, args.exclude, args.cache_dir)
-    except hub.HubProblem as problem:
-        out.problem(problem.message, problem.kind)
-        return problem.exit_code
-    _print_plan(out, plan)
-    if not plan.files:
-        out.problem(f"no file of {plan.repo_id} matches the --include/--exclude patterns", "bad_input")
-        return 2
-    refusal = hub.space_refusal(plan)
-    if refusal:
-        out.problem(refusal, "disk")
-        return 2
-    if not plan.to_fetch:
-        out.event({"type": "done", "path": plan.snapshot_path, "attempts": 0, "bytes": 0})
-        out.say(f"all {len(plan.files)} files are already in the cache: nothing to download")
-        out.say(f"model: {plan.snapshot_path}")
-        return 0
     backoff = Backoff(initial_s=1.0, max_s=30.0)
     xet_off = hub.xet_disabled()
     stalls = 0
     last_reason = ""
+    first: hub.Plan | None = None
     for attempt in range(1, args.attempts + 1):
-        if attempt > 1:
-            try:
-                plan = hub.plan(args.repo_id, args.revision, args.include, args.exclude, args.cache_dir)
-            except hub.HubProblem as problem:
-                if problem.exit_code == hub.EXIT_FIX:
-                    out.problem(problem.message, problem.kind)
-                    return problem.exit_code
-                last_reason = problem.message
-                if attempt < args.attempts:
-                    _wait_retry(out, attempt, args.attempts, backoff, last_reason, xet_note="")
-                continue
-            if not plan.to_fetch:
-                break
-            out.say(f"attempt {attempt} of {args.attempts}: {len(plan.to_fetch)} files "
-                    f"({hub.human(plan.remaining_bytes)}) left to download")
-        out.event({"type": "attempt", "attempt": attempt, "attempts": args.attempts, "xet": not xet_off,
-                   "files_left": len(plan.to_fetch), "bytes_left": plan.remaining_bytes})
-        result = _run_attempt(args, plan, out, xet_off)
-        if result.path and result.code == 0:
-            damaged = [] if args.no_verify else _verify(out, plan, result.path)
-            if not damaged:
-                return _finished(out, plan, result.path, attempt, started)
-            last_reason = ("what arrived does not match what the Hub says: "
-                           + "; ".join(c.message for c in damaged[:3])
-                           + (f" (and {len(damaged) - 3} more)" if len(damaged) > 3 else "")
-                           + "; the damaged files were removed")
-            if attempt < args.attempts:
-                _wait_retry(out, attempt, args.attempts, backoff, last_reason, xet_note="")
-            continue
+        result = _run_attempt(args, out, attempt, xet_off, first)
+        first = first or result.plan
+        if result.path:
+            if result.done.get("offline"):
+                out.event(result.done)
+                out.say(f"offline (HF_HUB_OFFLINE is set), nothing to download: {args.repo_id} is complete "
+                        f"in the cache at {result.path}")
+                return 0
+            if result.plan is not None and not result.plan.to_fetch and attempt == 1:
+                out.event({"type": "done", "path": result.path, "attempts": 0, "bytes": 0})
+                out.say(f"all {len(result.plan.files)} files are already in the cache: nothing to download")
+                out.say(f"model: {result.path}")
+                return 0
+            return _finished(out, args.repo_id, first, result.path, attempts=attempt, started=started)
         if result.stalled:
             stalls += 1
             last_reason = (f"stalled: no byte arrived for {args.stall_s:g} s "
-                           f"({hub.human(result.bytes_done)} of this attempt were received)")
+                           f"({hub.human(result.bytes_done)} of the files were on disk)")
         else:
             error = result.error or {}
             kind = str(error.get("kind") or "other")
             last_reason = str(error.get("message") or "the download failed")
-            if kind not in ("network", "other"):
+            if kind not in ("network", "damaged", "other"):
                 out.problem(last_reason, kind)
                 return 2 if kind != "interrupted" else 130
         xet_note = ""
@@ -394,32 +339,10 @@ def _download(args: argparse.Namespace, out: _Out) -> int:
                         "instead of Xet")
         if attempt < args.attempts:
             _wait_retry(out, attempt, args.attempts, backoff, last_reason, xet_note=xet_note)
-    else:
-        out.problem(f"{args.repo_id}: giving up after {args.attempts} attempts; the last one: {last_reason}. "
-                    "Finished files stay in the cache: running the same command again continues with the "
-                    "rest.", "failed")
-        return 1
-    # The re-plan found nothing left: another attempt (or process) finished it.
-    return _finished(out, plan, plan.snapshot_path, args.attempts, started)
-
-
-def _verify(out: _Out, plan: hub.Plan, path: str) -> list[hub.FileCheck]:
-    """Check the files this attempt fetched (sizes, ETag digests); the bad ones are removed and said."""
-    started = time.monotonic()
-    checks = hub.verify_files(path, plan.to_fetch)
-    bad = [c for c in checks if c.result != "ok"]
-    if bad:
-        hub.remove_bad(path, bad)
-        out.event({"type": "verify_failed", "files": [{"filename": c.filename, "result": c.result,
-                                                       "message": c.message} for c in bad]})
-        for check in bad:
-            out.say(f"damaged: {check.message} (removed)")
-    else:
-        out.event({"type": "verified", "files": len(checks), "bytes": plan.remaining_bytes,
-                   "seconds": round(time.monotonic() - started, 2)})
-        out.say(f"verified {len(checks)} files (sizes and the Hub's digests) in "
-                f"{hub.duration(time.monotonic() - started)}")
-    return bad
+    out.problem(f"{args.repo_id}: giving up after {args.attempts} attempts; the last one: {last_reason}. "
+                "Finished files stay in the cache and partial ones on disk: running the same command "
+                "again continues with the rest.", "failed")
+    return 1
 
 
 def _wait_retry(out: _Out, attempt: int, attempts: int, backoff: Backoff, reason: str, *,
@@ -431,16 +354,17 @@ def _wait_retry(out: _Out, attempt: int, attempts: int, backoff: Backoff, reason
     if xet_note:
         out.say(xet_note)
     out.say(f"retrying in {delay:g} s (attempt {attempt + 1} of {attempts}); finished files are kept, "
-            "unfinished ones start again from byte 0 in the new attempt")
+            "unfinished ones continue from the bytes on disk")
     time.sleep(delay)
 
 
-def _finished(out: _Out, plan: hub.Plan, path: str, attempts: int, started: float) -> int:
+def _finished(out: _Out, repo_id: str, plan: hub.Plan | None, path: str, *, attempts: int,
+              started: float) -> int:
     seconds = time.monotonic() - started
     out.event({"type": "done", "path": path, "attempts": attempts, "seconds": round(seconds, 2),
-               "bytes": plan.remaining_bytes})
+               "bytes": plan.remaining_bytes if plan else 0})
     out.say(f"done in {hub.duration(seconds)} ({attempts} attempt{'s' if attempts != 1 else ''})")
     out.say(f"model: {path}")
-    out.say(f"from_pretrained({json.dumps(plan.repo_id)}) now finds it in this cache, offline too "
+    out.say(f"from_pretrained({json.dumps(repo_id)}) now finds it in this cache, offline too "
             "(HF_HUB_OFFLINE=1)")
     return 0

@@ -17,6 +17,11 @@ What is here, and what the library does for us (huggingface_hub 2.4, read from i
 - Progress: ``Progress`` turns byte counts into the ``progress`` event (done/total, rate, ETA, files)
   that the worker prints and every view reads; ``progress_text`` is its one line.
 - The watchdog's measure: ``bytes_on_disk`` (blobs and ``.incomplete`` files of one repo).
+- Partial files: ``<etag>.incomplete`` (the library's own name for a blob being fetched) is what the
+  download worker continues with a Range request on the next attempt (``partial_files``); the
+  library's per-process ``<etag>.<uuid>.incomplete`` cannot be continued (``is_resumable``).
+- Checking what arrived: ``etag_hasher`` (the digest an ETag is: sha256 for an LFS file, git's blob
+  sha1 for a small one), fed while the bytes arrive by the worker; ``verify_files`` for a full pass.
 - The cache: ``list_cache`` (``scan_cache_dir``) and ``deletion`` (``delete_revisions``).
 
 Qt-free and torch-free; huggingface_hub is imported inside the functions that need it.
@@ -52,7 +57,7 @@ LOGIN_HINT = ("accept the licence on the model's Hub page with the account this 
 class HubProblem(Exception):
     """What went wrong, in words, and whether retrying can help."""
 
-    kind: str  # gated | not_found | revision | offline | network | disk | bad_input | other
+    kind: str  # gated | not_found | revision | offline | network | disk | bad_input | damaged | other
     message: str
 
     def __str__(self) -> str:
@@ -60,7 +65,7 @@ class HubProblem(Exception):
 
     @property
     def exit_code(self) -> int:
-        return EXIT_TRANSIENT if self.kind in ("network", "other") else EXIT_FIX
+        return EXIT_TRANSIENT if self.kind in ("network", "damaged", "other") else EXIT_FIX
 
 
 @dataclass
@@ -78,6 +83,8 @@ class Plan:
     cache_dir: str
     files: list[PlanFile] = field(default_factory=list)
     free_bytes: int | None = None
+    #: Bytes of partial files an earlier attempt left, which this one continues instead of fetching.
+    partial_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -100,6 +107,15 @@ class Plan:
         out.update(total_bytes=self.total_bytes, remaining_bytes=self.remaining_bytes,
                    snapshot_path=self.snapshot_path)
         return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Plan:
+        """The plan again from its ``plan`` event (what the download worker sent)."""
+        return cls(repo_id=str(data.get("repo_id") or ""), revision=str(data.get("revision") or "main"),
+                   commit=str(data.get("commit") or ""), cache_dir=str(data.get("cache_dir") or ""),
+                   files=[PlanFile(str(f.get("filename")), f.get("size"), bool(f.get("cached")))
+                          for f in data.get("files") or []],
+                   free_bytes=data.get("free_bytes"), partial_bytes=int(data.get("partial_bytes") or 0))
 
 
 def offline() -> bool:
@@ -256,6 +272,7 @@ def plan(repo_id: str, revision: str | None = None, include: Sequence[str] | Non
     result = Plan(repo_id=repo_id, revision=revision or "main", commit=commit,
                   cache_dir=str(Path(cache).expanduser().resolve()), files=files)
     result.free_bytes = free_bytes(result.cache_dir)
+    result.partial_bytes = sum(size for _path, size in partial_files(result.cache_dir, repo_id))
     return result
 
 
@@ -318,6 +335,11 @@ class Progress:
         self.started = time.monotonic()
         self._samples: deque[tuple[float, int]] = deque([(self.started, 0)])
 
+    def add_resumed(self, n: int) -> None:
+        """Bytes an earlier attempt left on disk: done, but not part of the rate."""
+        self.bytes_done += n
+        self._samples = deque((t, b + n) for t, b in self._samples)
+
     def add_bytes(self, n: int) -> None:
         self.bytes_done = max(0, self.bytes_done + n)
         now = time.monotonic()
@@ -373,6 +395,22 @@ def incomplete_files(cache_dir: str, repo_id: str) -> set[str]:
         return set()
 
 
+def is_resumable(name: str) -> bool:
+    """``<etag>.incomplete`` (continued by the next attempt), not the library's per-process
+    ``<etag>.<uuid>.incomplete`` (nobody can continue it)."""
+    return name.endswith(".incomplete") and "." not in name[:-len(".incomplete")]
+
+
+def partial_files(cache_dir: str, repo_id: str) -> list[tuple[str, int]]:
+    """The repo's resumable partial files and their sizes."""
+    out = []
+    for path in incomplete_files(cache_dir, repo_id):
+        if is_resumable(os.path.basename(path)):
+            with contextlib.suppress(OSError):
+                out.append((path, os.stat(path).st_size))
+    return out
+
+
 # -- verifying what arrived ----------------------------------------------------------------------------
 
 _HEX = frozenset("0123456789abcdef")
@@ -388,16 +426,35 @@ class FileCheck:
     blob: str = ""
 
 
-def _digest(path: Path, etag: str, size: int) -> str:
-    """The file's digest in the ETag's form: sha256 (an LFS file's ETag) or git's blob sha1."""
+def etag_hasher(etag: str, size: int | None) -> Any | None:
+    """A hashlib object that computes what the ETag is a digest of (sha256 for an LFS file, git's blob
+    sha1, which needs the size up front, for the others), or None when the ETag is no digest."""
     import hashlib
-    digest = hashlib.sha256() if len(etag) == 64 else hashlib.sha1()
-    if len(etag) == 40:
-        digest.update(f"blob {size}\0".encode())
+    etag = etag.lower()
+    if len(etag) not in (40, 64) or not set(etag) <= _HEX:
+        return None
+    if len(etag) == 64:
+        return hashlib.sha256()
+    if size is None:
+        return None
+    digest = hashlib.sha1()
+    digest.update(f"blob {size}\0".encode())
+    return digest
+
+
+def mismatch(filename: str, etag: str, got: str) -> str:
+    kind = "sha256" if len(etag) == 64 else "git sha1"
+    return f"{filename}: {kind} {got[:16]}… but the Hub's ETag says {etag[:16]}…"
+
+
+def digest(path: Path, etag: str, size: int) -> str:
+    """The file's digest in the ETag's form."""
+    digest = etag_hasher(etag, size)
+    assert digest is not None
     with open(path, "rb") as fh:
         while chunk := fh.read(4 * 1024 * 1024):
             digest.update(chunk)
-    return digest.hexdigest()
+    return str(digest.hexdigest())
 
 
 def verify_files(snapshot_path: str, files: Sequence[PlanFile]) -> list[FileCheck]:
@@ -412,23 +469,28 @@ def verify_files(snapshot_path: str, files: Sequence[PlanFile]) -> list[FileChec
 
 
 def _check_file(snapshot_path: str, f: PlanFile) -> FileCheck:
-    path = Path(snapshot_path) / f.filename
     try:
-        blob = path.resolve(strict=True)
-        size = blob.stat().st_size
+        blob = (Path(snapshot_path) / f.filename).resolve(strict=True)
     except OSError:
         return FileCheck(f.filename, "missing", f"{f.filename} is not in the snapshot")
-    if f.size is not None and size != f.size:
-        return FileCheck(f.filename, "size", f"{f.filename} has {size:,} bytes, the Hub lists {f.size:,}",
+    return check_blob(f.filename, blob, f.size)
+
+
+def check_blob(filename: str, blob: Path, listed_size: int | None) -> FileCheck:
+    """One blob (named by its ETag) against the size the Hub listed and the ETag's digest."""
+    try:
+        size = blob.stat().st_size
+    except OSError:
+        return FileCheck(filename, "missing", f"{filename} is not in the cache")
+    if listed_size is not None and size != listed_size:
+        return FileCheck(filename, "size", f"{filename} has {size:,} bytes, the Hub lists {listed_size:,}",
                          str(blob))
     etag = blob.name.lower()
-    if len(etag) in (40, 64) and set(etag) <= _HEX:
-        got = _digest(blob, etag, size)
+    if etag_hasher(etag, size) is not None:
+        got = digest(blob, etag, size)
         if got != etag:
-            kind = "sha256" if len(etag) == 64 else "git sha1"
-            return FileCheck(f.filename, "hash", f"{f.filename}: {kind} {got[:16]}… but the Hub's ETag says "
-                                                 f"{etag[:16]}…", str(blob))
-    return FileCheck(f.filename, "ok", "", str(blob))
+            return FileCheck(filename, "hash", mismatch(filename, etag, got), str(blob))
+    return FileCheck(filename, "ok", "", str(blob))
 
 
 def remove_bad(snapshot_path: str, checks: Sequence[FileCheck]) -> None:
@@ -546,6 +608,7 @@ def deletion(spec: str, cache_dir: str | None = None) -> Deletion:
 
 __all__ = ["DEFAULT_MARGIN_BYTES", "EXIT_FIX", "EXIT_TRANSIENT", "CacheListing", "CachedModel",
            "Deletion", "FileCheck", "HubProblem", "Plan", "PlanFile", "Progress", "SilentBar",
-           "bytes_on_disk", "check_repo_id", "deletion", "describe_error", "free_bytes", "human",
-           "incomplete_files", "list_cache", "plan", "progress_text", "remove_bad", "space_refusal",
-           "verify_files"]
+           "bytes_on_disk", "check_blob", "check_repo_id", "deletion", "describe_error", "digest",
+           "etag_hasher", "free_bytes", "human", "incomplete_files", "is_resumable", "list_cache",
+           "mismatch", "partial_files", "plan",
+           "progress_text", "remove_bad", "space_refusal", "verify_files"]

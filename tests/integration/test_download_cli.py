@@ -181,9 +181,15 @@ def test_a_stall_is_detected_retried_and_completes_and_plain_http_after_two(fake
     assert [a["attempt"] for a in attempts] == [1, 2, 3]
     assert [a["xet"] for a in attempts] == [True, True, False]
     assert [e["xet_disabled"] for e in evs if e["type"] == "retry"] == [False, True]
-    # Finished files were not fetched again: only the stalled file was asked for on each attempt.
+    # Finished files were not fetched again: only the stalled file was asked for on each attempt,
+    # and each attempt continued it from the bytes on disk (a Range), not from byte 0.
     assert attempts[1]["files_left"] == 1 and attempts[2]["files_left"] == 1
     assert fake_hub.gets["model.safetensors"] == 3 and fake_hub.gets["config.json"] == 1
+    size = len(repo.files["model.safetensors"])
+    starts = fake_hub.starts["model.safetensors"]
+    assert starts[0] == 0 and 0 < starts[1] <= starts[2] < size, starts
+    assert [e["bytes"] for e in evs if e["type"] == "resumed"] == starts[1:]
+    assert fake_hub.bytes_served["model.safetensors"] < 1.6 * size  # from byte 0 each time: 2x
     stalls = [e["seconds"] for e in evs if e["type"] == "stalled"]
     assert all(2 <= s < 4 for s in stalls), stalls
     snapshot = Path(evs[-1]["path"])
@@ -199,17 +205,54 @@ def test_the_text_output_says_the_xet_switch_and_what_a_retry_refetches(fake_hub
     result = gaudi("download", "org/stall", "--stall-s", "1.5", "--attempts", "2", timeout=60)
     assert result.returncode == 0, result.stderr
     assert "stalled: no byte arrived for 1.5 s" in result.stdout
-    assert "unfinished ones start again from byte 0" in result.stdout
+    assert "unfinished ones continue from the bytes on disk" in result.stdout
+    assert "continuing model.safetensors from 1.0 MB already on disk" in result.stdout
     assert "model: " in result.stdout
 
 
-def test_sigterm_ends_the_download_and_its_child(fake_hub: FakeHub) -> None:
-    fake_hub.repos["org/stall"] = small_repo()
-    fake_hub.stall("org/stall", "model.safetensors", times=5)
+def _partial(repo: str) -> list[Path]:
+    blobs = Path(os.environ["HF_HOME"]) / "hub" / f"models--{repo.replace('/', '--')}" / "blobs"
+    return sorted(blobs.glob("*.incomplete"))
+
+
+def _wait_partial(repo: str, size: int) -> None:
+    """Until what arrived before the fake Hub went silent is on disk (the whole MiB chunks of it)."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and sum(p.stat().st_size for p in _partial(repo)) < size:
+        time.sleep(0.05)
+
+
+def _continues_where_it_stopped(fake_hub: FakeHub, repo_id: str, filename: str) -> None:
+    """The same download again: the partial file is continued with a Range from its size on disk (so
+    about the file's size is served in all, not that plus what the first attempt got), finished files
+    are not fetched again, and the result is the Hub's bytes."""
+    partial = _partial(repo_id)
+    assert len(partial) == 1 and partial[0].name == fake_hub.repos[repo_id].etag(filename) + ".incomplete"
+    on_disk = partial[0].stat().st_size
+    assert on_disk >= 1024 * 1024
+    gets = dict(fake_hub.gets)
+    again = gaudi("download", repo_id, "--json")
+    assert again.returncode == 0, again.stderr
+    evs = events_of(again.stdout)
+    assert [(e["filename"], e["bytes"]) for e in evs if e["type"] == "resumed"] == [(filename, on_disk)]
+    assert fake_hub.starts[filename] == [0, on_disk]
+    data = fake_hub.repos[repo_id].files[filename]
+    assert fake_hub.bytes_served[filename] <= len(data) + 1024 * 1024  # the chunk not yet written
+    assert {k: v for k, v in fake_hub.gets.items() if k != filename} == \
+        {k: v for k, v in gets.items() if k != filename}
+    assert (Path(evs[-1]["path"]) / filename).read_bytes() == data
+    assert "verified" in [e["type"] for e in evs] and not _partial(repo_id)
+
+
+def test_sigterm_ends_the_download_and_its_child_and_the_next_one_continues(fake_hub: FakeHub) -> None:
+    fake_hub.repos["org/stall"] = FakeRepo(files={"config.json": b'{"a": 1}',
+                                                  "model.safetensors": os.urandom(5_000_000)})
+    fake_hub.stall("org/stall", "model.safetensors", times=1)
     proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "download", "org/stall", "--json"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         assert fake_hub.stalled.wait(timeout=30)
+        _wait_partial("org/stall", 2 << 20)
         children = psutil.Process(proc.pid).children(recursive=True)
         assert any("gaudi_gui.workers.download" in " ".join(c.cmdline()) for c in children)
         proc.send_signal(signal.SIGTERM)
@@ -222,8 +265,47 @@ def test_sigterm_ends_the_download_and_its_child(fake_hub: FakeHub) -> None:
     assert "interrupted" in err
     _gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive
-    blobs = Path(os.environ["HF_HOME"]) / "hub" / "models--org--stall" / "blobs"
-    assert not list(blobs.glob("*.incomplete"))
+    _continues_where_it_stopped(fake_hub, "org/stall", "model.safetensors")
+
+
+def test_a_killed_download_continues_from_the_bytes_on_disk(fake_hub: FakeHub) -> None:
+    fake_hub.repos["org/killed"] = FakeRepo(files={"config.json": b'{"a": 1}', "tokenizer.json": b"{}",
+                                                   "model.safetensors": os.urandom(8_000_000)})
+    fake_hub.stall("org/killed", "model.safetensors", times=1)
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "download", "org/killed", "--json"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT)
+    try:
+        assert fake_hub.stalled.wait(timeout=30)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        _wait_partial("org/killed", 3 << 20)
+        proc.kill()  # no clean-up of ours runs; the worker ends itself when its stdin closes
+        proc.wait(timeout=10)
+        _gone, alive = psutil.wait_procs(children, timeout=10)
+        assert not alive
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _continues_where_it_stopped(fake_hub, "org/killed", "model.safetensors")
+
+
+def test_a_damaged_partial_file_is_caught_by_the_digest_and_fetched_again(fake_hub: FakeHub) -> None:
+    repo = small_repo()
+    fake_hub.repos["org/partial"] = repo
+    # An earlier attempt's partial file whose bytes are not the Hub's (a disk fault, a broken lock).
+    blobs = Path(os.environ["HF_HOME"]) / "hub" / "models--org--partial" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / (repo.etag("model.safetensors") + ".incomplete")).write_bytes(b"\0" * 1_000_000)
+    result = gaudi("download", "org/partial", "--json")
+    assert result.returncode == 0, result.stderr
+    evs = events_of(result.stdout)
+    assert [e["bytes"] for e in evs if e["type"] == "resumed"] == [1_000_000]
+    failed = next(e for e in evs if e["type"] == "verify_failed")
+    assert [f["filename"] for f in failed["files"]] == ["model.safetensors"]
+    assert fake_hub.starts["model.safetensors"] == [1_000_000, 0]
+    snapshot = Path(evs[-1]["path"])
+    assert (snapshot / "model.safetensors").read_bytes() == repo.files["model.safetensors"]
+    assert fake_hub.gets["config.json"] == 1
 
 
 def test_models_lists_sorts_and_deletes_only_with_yes(fake_hub: FakeHub) -> None:
