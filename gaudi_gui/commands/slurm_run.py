@@ -341,6 +341,19 @@ def _stop(run: Run, job_id: str, run_cmd: slurm_mod.Runner, phase: str, *, name:
     return "cancel"
 
 
+def _say_meter(run: Run) -> None:
+    """The job's meter: what its batch shell summed over the nodes (a job killed at its time limit
+    never got there: the nodes' parts found are summed here)."""
+    from gaudi_gui.core import meter as meter_mod
+
+    summary = meter_mod.read_summary(run.folder)
+    if summary is None:
+        with contextlib.suppress(OSError, ValueError):
+            summary = slurm_mod.combine_meter(run.folder)
+    if summary is not None:
+        _say(f"meter: {redact(meter_mod.describe(summary))}")
+
+
 def _finish(run: Run, job_id: str, info: slurm_mod.JobInfo | None, events: list[dict[str, Any]], *,
             stop_requested: bool, before_training: bool, killed: bool, kill_reason: str) -> int:
     exit_code = info.exit_code if info is not None else None
@@ -355,6 +368,7 @@ def _finish(run: Run, job_id: str, info: slurm_mod.JobInfo | None, events: list[
             result["summary"] = f"{result['summary']} (Slurm: {slurm_state.lower()})"
     changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}
     run.update_status(ended_at=time.time(), exit_description=f"Slurm job {job_id}: {slurm_state}", **changes)
+    _say_meter(run)
     state, summary = str(result["state"]), str(result["summary"])
     if state in ("finished", "stopped"):
         _say(f"{summary}\nrun folder: {run.folder}")

@@ -455,7 +455,10 @@ def combined_line(summary: Mapping[str, Any]) -> str:
 
 def describe(summary: Mapping[str, Any]) -> str:
     """One line for a person: 'modules 2 and 3 · 12.3 s · 0.0068 card-hours · 2512 J (0.000698 kWh,
-    hl-smi power integrated) · mean 205 W, peak 206 W · utilization 48 % · hl-smi memory peak 512 MiB'."""
+    hl-smi power integrated) · mean 205 W, peak 206 W · utilization 48 % · hl-smi memory peak 512 MiB'.
+    A job's summary of several parts (a Slurm job's nodes): ``combined_line``."""
+    if summary.get("kind") == "parts":
+        return combined_line(summary)
     parts: list[str] = []
     cards = summary.get("cards") or []
     kind = str(summary.get("kind") or "hpu")

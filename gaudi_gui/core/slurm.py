@@ -25,6 +25,7 @@ import argparse
 import contextlib
 import dataclasses
 import json
+import os
 import re
 import shlex
 import signal
@@ -205,7 +206,10 @@ def sbatch_script(job: JobConfig, run_folder: str | Path, options: SlurmOptions)
     q_python, q_folder = shlex.quote(python), shlex.quote(folder)
     stop_step = (f'srun --overlap --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 {q_python} -m '
                  f"gaudi_gui.core.slurm signal-ranks {q_folder}")
-    task = "exec " + " ".join(task_words(launch.argv, port))
+    # Each node's task runs under its own meter (``meter-node``): that node's cards, into
+    # nodes/<node>/meter.jsonl; the batch shell sums the nodes' parts once the step has ended.
+    task = (f"exec {q_python} -m gaudi_gui.core.slurm meter-node {q_folder} --device "
+            f"{shlex.quote(options.device)} -- " + " ".join(task_words(launch.argv, port)))
     exports = [f"export {k}={shlex.quote(v)}" for k, v in sorted(launch.env_extra.items())]
     lines += [
         f"# gaudi-gui training job; run folder (on the file system every node shares): {folder}",
@@ -236,6 +240,11 @@ def sbatch_script(job: JobConfig, run_folder: str | Path, options: SlurmOptions)
         "# A trapped signal interrupts wait: wait again until the step has really ended.",
         'while kill -0 "$STEP" 2>/dev/null; do wait "$STEP"; done',
         'wait "$STEP"',
+        "CODE=$?",
+        "# The job's meter: every node's part summed; a node that measured nothing is named, never 0.",
+        f'{q_python} -m gaudi_gui.core.slurm combine-meter {q_folder} '
+        '$(scontrol show hostnames "$SLURM_JOB_NODELIST") || true',
+        'exit "$CODE"',
     ]
     return "\n".join(lines) + "\n"
 
@@ -403,12 +412,108 @@ def signal_ranks(folder: str | Path, signum: int = signal.SIGTERM, host: str | N
     return done
 
 
+# -- the run meter on each node ----------------------------------------------------------------------------
+
+#: Each node's part of the meter: <run folder>/nodes/<node>/meter.jsonl and meter-summary.json.
+NODES_DIR = "nodes"
+
+
+def node_name() -> str:
+    """This node as Slurm names it (``SLURMD_NODENAME`` in a step; the host name elsewhere): what
+    ``scontrol show hostnames`` lists, so the job's summary names a node that measured nothing."""
+    return (os.environ.get("SLURMD_NODENAME") or socket.gethostname()).split(".")[0] or "node"
+
+
+def meter_node(folder: str | Path, device: str, argv: Sequence[str]) -> int:
+    """Run ``argv`` (this node's launch) under a run meter of this node's own cards (the launch's
+    HABANA_VISIBLE_MODULES / CUDA_VISIBLE_DEVICES, else every card of the node), written to
+    ``<folder>/nodes/<node>/``; returns the launch's exit status (128 + N when killed by signal N).
+    The meter never stops the launch: a meter that cannot start is said, and the launch runs."""
+    import subprocess
+
+    from gaudi_gui.core import meter as meter_mod
+
+    node = node_name()
+    part = Path(folder) / NODES_DIR / node
+    meter: Any = None
+    try:
+        part.mkdir(parents=True, exist_ok=True)
+        meter = meter_mod.Meter(part, device=device, env=os.environ)
+        meter.start()
+    except Exception as exc:  # an observer: whatever it meets, the launch goes on
+        print(f"gaudi-gui: {node}: meter: cannot start: {exc}", flush=True)
+        meter = None
+    # scancel signals every process of the step, the launcher included: this wrapper outlives the
+    # signal to write the node's summary once the launch has ended (a handler, not SIG_IGN, which
+    # the launch would inherit).
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
+        signal.signal(sig, lambda *_: None)
+    try:
+        proc = subprocess.Popen(list(argv))
+    except OSError as exc:
+        print(f"gaudi-gui: {node}: cannot start the launch: {exc}", flush=True)
+        code = 127
+    else:
+        code = proc.wait()
+        code = 128 - code if code < 0 else code
+    if meter is not None:
+        try:
+            summary = meter.stop(extra={"node": node})
+            print(f"gaudi-gui: {node}: meter: {meter_mod.describe(summary)}", flush=True)
+        except Exception as exc:
+            print(f"gaudi-gui: {node}: meter: cannot finish: {exc}", flush=True)
+    return code
+
+
+def combine_meter(folder: str | Path, nodes: Sequence[str] = ()) -> dict[str, Any] | None:
+    """The job's meter: each node's part (``<folder>/nodes/<node>/meter-summary.json``) summed with
+    ``core.meter.combine`` into ``<folder>/meter-summary.json``. ``nodes``: the job's nodes (a node
+    without a part is named in the note, never counted as 0); none given: the parts found. None when
+    there is nothing to combine."""
+    from gaudi_gui.core import atomic
+    from gaudi_gui.core import meter as meter_mod
+
+    root = Path(folder) / NODES_DIR
+    names = list(dict.fromkeys(n.split(".")[0] for n in nodes if n.strip()))
+    if not names:
+        with contextlib.suppress(OSError):
+            names = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if not names:
+        return None
+    combined = meter_mod.combine([(name, meter_mod.read_summary(root / name)) for name in names])
+    combined["source"] = "slurm nodes"
+    atomic.write_json(Path(folder) / meter_mod.SUMMARY_NAME, combined)
+    return combined
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:1] == ["meter-node"] and "--" in words:
+        # meter-node FOLDER [--device D] -- LAUNCH...: the launch's own words are never ours to parse.
+        cut = words.index("--")
+        mine = argparse.ArgumentParser(prog="python -m gaudi_gui.core.slurm meter-node")
+        mine.add_argument("folder")
+        mine.add_argument("--device", default="cpu", choices=("cpu", "cuda", "hpu"))
+        ours = mine.parse_args(words[1:cut])
+        return meter_node(ours.folder, ours.device, words[cut + 1:])
     parser = argparse.ArgumentParser(prog="python -m gaudi_gui.core.slurm")
     sub = parser.add_subparsers(dest="action", required=True)
     p = sub.add_parser("signal-ranks", help="SIGTERM the run's ranks on this node (the checkpoint stop)")
     p.add_argument("folder")
-    args = parser.parse_args(argv)
+    sub.add_parser("meter-node", help="FOLDER [--device D] -- LAUNCH...: run this node's launch under a "
+                   "meter of its own cards")
+    c = sub.add_parser("combine-meter", help="sum the nodes' meters into the job's meter summary")
+    c.add_argument("folder")
+    c.add_argument("nodes", nargs="*")
+    args = parser.parse_args(words)
+    if args.action == "meter-node":
+        parser.error("meter-node FOLDER [--device D] -- LAUNCH...")
+    if args.action == "combine-meter":
+        from gaudi_gui.core import meter as meter_mod
+        combined = combine_meter(args.folder, args.nodes)
+        print(f"gaudi-gui: meter: {meter_mod.combined_line(combined) if combined else 'no node was metered'}",
+              flush=True)
+        return 0
     pids = signal_ranks(args.folder)
     where = socket.gethostname()
     if pids:
@@ -452,11 +557,15 @@ __all__ = [
     "FINAL_STATES",
     "INFO_NAME",
     "MAIN_PLACEHOLDER",
+    "NODES_DIR",
     "SCRIPT_NAME",
     "STOP_SIGNAL",
     "JobInfo",
     "Query",
     "SlurmOptions",
+    "combine_meter",
+    "meter_node",
+    "node_name",
     "options_of",
     "parse_sacct",
     "parse_sbatch",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,10 @@ def test_script_asks_for_the_nodes_and_runs_one_launch_per_node(tmp_path: Path) 
     assert 'MAIN=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)' in lines
     task = lines[lines.index("TASK=$(cat <<'GAUDI_GUI_TASK'") + 1]
     words = shlex.split(task)
-    assert words[0] == "exec" and words[2] == "launch"
+    # Each node's launch runs under that node's meter (core.slurm meter-node), its words after "--".
+    assert words[:4] == ["exec", sys.executable, "-m", "gaudi_gui.core.slurm"] and words[4] == "meter-node"
+    words = ["exec", *words[words.index("--") + 1:]]
+    assert words[2] == "launch"
     at = words.index("--machine_rank")
     assert words[at + 1] == "$SLURM_NODEID" and '--machine_rank "$SLURM_NODEID"' in task
     assert words[words.index("--num_machines") + 1] == "$SLURM_NNODES"
