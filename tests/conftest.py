@@ -4,9 +4,7 @@ the one Slurm test cluster of a session (for tests/slurm and the Slurm scenarios
 from __future__ import annotations
 
 import contextlib
-import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -20,6 +18,15 @@ from tests.fake_hub import FakeHub
 from tests.helpers import processes_with_env
 from tests.slurm_cluster import ClusterError, SlurmCluster
 
+# ``--dist loadgroup`` (make test): every xdist_group on one worker, the longest work first, written
+# against xdist's public scheduler protocol; its hooks, imported here, are this conftest's.
+from tests.xdist_groups import (  # noqa: F401
+    pytest_collection_modifyitems,
+    pytest_configure,
+    pytest_sessionfinish,
+    pytest_xdist_make_scheduler,
+)
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 
@@ -31,45 +38,6 @@ os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 # A user's default accelerate config must never change what a test launches.
 os.environ.pop("ACCELERATE_CONFIG_FILE", None)
-
-
-# ``--dist loadgroup`` (make test) with public API only. pytest-xdist 3.8 tells its scheduler a test's
-# ``xdist_group`` by writing "@group" into the private ``item._nodeid``, which pytest 9.2's structured
-# node ids no longer read: every test was scheduled alone, and two Slurm tests could start two
-# clusters at once (pytest-dev/pytest-xdist#1386). Instead each worker writes the groups it collected
-# (``item.iter_markers``, ``item.nodeid``) to a folder the controller made, and the controller's
-# scheduler (the ``pytest_xdist_make_scheduler`` hook: xdist's load-scope scheduler with the scope of
-# a test being its group, or the test itself) reads them.
-_GROUPS_DIR = "GAUDI_GUI_XDIST_GROUPS"
-
-
-def _loadgroup(config: pytest.Config) -> bool:
-    return bool(config.getoption("dist", None) == "loadgroup")
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    if _loadgroup(config) and not hasattr(config, "workerinput"):  # the controller, before workers start
-        import tempfile
-
-        folder = tempfile.mkdtemp(prefix="gaudi-gui-xdist-groups-")
-        os.environ[_GROUPS_DIR] = folder  # the workers inherit it
-        config.add_cleanup(lambda: shutil.rmtree(folder, ignore_errors=True))
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    folder = os.environ.get(_GROUPS_DIR)
-    if not folder or not hasattr(config, "workerinput"):
-        return
-    from gaudi_gui.core.atomic import write_json
-
-    groups = {}
-    for item in items:
-        names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
-                        for m in item.iter_markers("xdist_group")})
-        if names:
-            groups[item.nodeid] = "_".join(names)
-    worker = str(config.workerinput.get("workerid", "worker"))
-    write_json(Path(folder) / f"{worker}.json", groups, fsync=False)
 
 
 #: How long a modal dialog may stay open during a test's teardown before it is closed and the test
@@ -119,32 +87,6 @@ def pytest_runtest_teardown(item: pytest.Item) -> object:
         pytest.fail(f"a modal dialog was left open at teardown (closed after {MODAL_AT_TEARDOWN_S:g} s): "
                     f"{left[0][:300]}")
     return result
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    folder = os.environ.get(_GROUPS_DIR)
-    if not folder or not _loadgroup(config):
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    root = Path(folder)
-
-    class GroupScheduling(LoadScopeScheduling):
-        """One work unit per xdist_group (all its tests on one worker), every other test alone."""
-
-        groups: dict[str, str] | None = None
-
-        def _split_scope(self, nodeid: str) -> str:
-            if self.groups is None:  # every worker has collected (and written) by the first call
-                self.groups = {}
-                for path in sorted(root.glob("*.json")):
-                    with contextlib.suppress(OSError, ValueError):
-                        self.groups.update(json.loads(path.read_text()))
-            group = self.groups.get(nodeid)
-            return f"@group {group}" if group else nodeid
-
-    return GroupScheduling(config, log)
 
 
 @pytest.fixture
