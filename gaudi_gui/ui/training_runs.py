@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -34,12 +36,42 @@ from gaudi_gui.services.sft_tools import AdapterMerger
 
 # What a run cost (card-hours, energy) sits beside how it went; "started" comes after them: the run's
 # name already begins with its start time, and the cost must stay in view in a 1024-pixel window.
-COLUMNS = ("run", "status", "kind", "duration", "steps", "final loss", "card-hours", "energy", "started",
-           "latest scores")
+COLUMNS = ("run", "status", "kind", "duration", "steps", "final loss", "card-hours", "energy", "tokens/s",
+           "compilations", "started", "latest scores")
 #: What only a training run offers (a Serve or Evaluate job has no job to clone, checkpoint or model).
 TRAINING_ONLY = ("Reopen", "Clone", "Compare", "Resume", "Try in runner", "Merge and save", "Evaluate")
 #: The columns whose figures are right-aligned.
-_NUMBERS = frozenset(("duration", "steps", "final loss", "card-hours", "energy"))
+_NUMBERS = frozenset(("duration", "steps", "final loss", "card-hours", "energy", "tokens/s", "compilations"))
+#: The meter's columns (their tooltip is the whole meter).
+_METER = frozenset(("card-hours", "energy", "tokens/s", "compilations"))
+#: Where a cell keeps the figure it sorts by (None: no figure, sorted after every figure).
+SORT_ROLE = Qt.ItemDataRole.UserRole + 1
+#: Where the first cell of a row keeps its run folder (rows move when the list is sorted).
+RUN_ROLE = Qt.ItemDataRole.UserRole + 2
+
+
+def _num(value: Any) -> float | None:
+    """A finite number, else None (a figure nobody measured is not 0)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+class _Cell(QTableWidgetItem):
+    """A cell sorted by its figure (``SORT_ROLE``) where it has one, else by its text; a cell without a
+    figure ("not measured", "–") sorts after those with one, never as 0."""
+
+    def __lt__(self, other: QTableWidgetItem) -> bool:
+        mine, theirs = self.data(SORT_ROLE), other.data(SORT_ROLE)
+        if mine is None and theirs is None:
+            return self.text() < other.text()
+        if mine is None or theirs is None:
+            # After every figure whichever way the column is sorted (descending reverses the test).
+            table = self.tableWidget()
+            descending = table is not None and \
+                table.horizontalHeader().sortIndicatorOrder() == Qt.SortOrder.DescendingOrder
+            return mine is None if descending else mine is not None
+        return bool(mine < theirs)
 #: How often a shown Runs list looks for new runs and changed statuses (a stat per run folder).
 WATCH_MS = 2000
 
@@ -73,6 +105,10 @@ class RunsTable(QWidget):
         self.table.setEditTriggers(QAbstractItemView.EditTrigger.NoEditTriggers)
         self.table.horizontalHeader().setStretchLastSection(True)
         self.table.verticalHeader().setVisible(False)
+        # Sorted by a click on a column's header; until then, newest first as the store lists them.
+        self.table.horizontalHeader().setSortIndicatorClearable(True)
+        self.table.horizontalHeader().setSortIndicator(-1, Qt.SortOrder.DescendingOrder)
+        self.table.setSortingEnabled(True)
         self.table.doubleClicked.connect(lambda _i: self._one(self.reopen_requested))
         # Two rows (the run's own actions, then what to do with its model) so the Runs page fits
         # beside the form in a 1024-pixel window.
@@ -128,6 +164,9 @@ class RunsTable(QWidget):
         #: Each run's meter summary with the change time of its file (read again only when it changed:
         #: the list refreshes itself whenever any run's status moves).
         self._meters: dict[Path, tuple[int, dict[str, Any] | None]] = {}
+        #: Each Gaudi run's compile meter, with the summary it was read for.
+        self._compiled: dict[Path, tuple[dict[str, Any], dict[str, Any] | None]] = {}
+        self._by_folder: dict[str, Run] = {}
         # While shown, new runs appear and running rows move on their own (no Refresh needed).
         self._watch = QTimer(self)
         self._watch.setInterval(WATCH_MS)
@@ -164,10 +203,13 @@ class RunsTable(QWidget):
         """Read the history again; the selected runs stay selected (by run, not by row: a new run on
         top must not move the highlight onto another run that Resume or Evaluate would then take)."""
         selected = {run.folder for run in self.selected_runs()}
-        current = self.table.currentRow()
-        current_run = self._runs[current].folder if 0 <= current < len(self._runs) else None
+        at_current = self._run_at(self.table.currentRow())
+        current_run = at_current.folder if at_current is not None else None
         self._seen = seen if seen is not None else self._signature()
         self._runs = self.store.runs()[:500]
+        self._by_folder = {str(run.folder): run for run in self._runs}
+        # Filled unsorted (a sorted table moves a row while its cells are being set), sorted after.
+        self.table.setSortingEnabled(False)
         self.table.setRowCount(len(self._runs))
         damaged = 0
         for row, run in enumerate(self._runs):
@@ -181,16 +223,29 @@ class RunsTable(QWidget):
             steps = f"{st.step}/{st.max_steps}" if st.max_steps else "–"
             state = f"{st.state} ⚠ {problems[0]}" if problems else st.state
             summary = self.meter(run)
-            energy = "–" if summary is None or not meter_mod.energy_measured(summary) else \
-                meter_mod.kwh_text(summary)
+            # No summary (an older run, or one still running): '–'; a summary whose energy nobody
+            # measured: 'not measured', never 0.
+            energy = "–" if summary is None else meter_mod.kwh_text(summary)
             hours = meter_mod.card_hours_text(summary) or "–"
             duration = format_duration(st.duration) if st.started_at else "–"
             scores = latest_scores(run) if st.kind == "training" else "–"
+            rate, rate_text = self._tokens_per_s(st.kind, summary)
+            compiled, compiled_text = self._compilations(run, st.kind, summary)
+            figures: dict[str, float | None] = {
+                "duration": st.duration if st.started_at else None, "steps": float(st.step) if st.max_steps
+                else None, "final loss": st.final_loss if isinstance(st.final_loss, (int, float)) else None,
+                "card-hours": _num((summary or {}).get("card_hours")),
+                "energy": _num((summary or {}).get("energy_j")),
+                "tokens/s": rate, "compilations": compiled, "started": st.started_at or None}
+            tip = self._meter_tip(summary)
             for col, text in enumerate((run.name, state, st.kind, duration, steps, loss, hours, energy,
-                                        started, scores)):
-                item = QTableWidgetItem(text)
-                if COLUMNS[col] in ("card-hours", "energy"):
-                    item.setToolTip(self._meter_tip(summary))
+                                        rate_text, compiled_text, started, scores)):
+                item = _Cell(text)
+                item.setData(SORT_ROLE, figures.get(COLUMNS[col]))
+                if col == 0:
+                    item.setData(RUN_ROLE, str(run.folder))
+                if COLUMNS[col] in _METER:
+                    item.setToolTip(tip)
                 if col == 1 and (st.summary or st.error or problems):
                     item.setToolTip("\n".join(dict.fromkeys([*problems, st.summary or st.error])))
                 if col == 0 and st.resumed_from:
@@ -199,6 +254,7 @@ class RunsTable(QWidget):
                 if COLUMNS[col] in _NUMBERS:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, col, item)
+        self.table.setSortingEnabled(True)
         self.table.resizeColumnsToContents()
         self._reselect(selected, current_run)
         if damaged:
@@ -219,6 +275,38 @@ class RunsTable(QWidget):
         return summary
 
     @staticmethod
+    def _tokens_per_s(kind: str, summary: dict[str, Any] | None) -> tuple[float | None, str]:
+        """(the figure, the cell): a training run's steady tokens/s, a Serve or Evaluate run's
+        generated tokens/s; '–' without a meter summary, 'not measured' where it has none."""
+        if summary is None:
+            return None, "–"
+        pace = summary.get("rates") if kind == "training" else summary
+        value = _num((pace or {}).get("tokens_per_s")) if isinstance(pace, dict) else None
+        if value is None or value <= 0:
+            return None, meter_mod.NOT_MEASURED
+        return value, (f"{value:.3g}" if value < 100 else f"{value:.0f}")
+
+    def _compilations(self, run: Run, kind: str, summary: dict[str, Any] | None) -> tuple[float | None, str]:
+        """(the count, the cell) of the Gaudi compile meter: '12 (2 after warm-up)'; '–' where there is
+        none to have (not a Gaudi training run, or no meter summary), 'not measured' on a Gaudi run
+        whose bridge wrote nothing."""
+        if summary is None or kind != "training" or summary.get("kind") != "hpu":
+            return None, "–"
+        cached = self._compiled.get(run.folder)
+        if cached is None or cached[0] is not summary:
+            compiled = None
+            with contextlib.suppress(Exception):  # a damaged metrics file is that run's, not the list's
+                compiled = meter_mod.run_compile(run.folder, summary, run.events())
+            cached = (summary, compiled)
+            self._compiled[run.folder] = cached
+        compiled = cached[1]
+        if not compiled or "compilations" not in compiled:
+            return None, meter_mod.NOT_MEASURED
+        total = _num(compiled.get("compilations"))
+        steady = int(_num(compiled.get("steady_compilations")) or 0)
+        return total, f"{int(total or 0)} ({steady} after warm-up)"
+
+    @staticmethod
     def _meter_tip(summary: dict[str, Any] | None) -> str:
         if summary is None:
             return "no meter summary: an older run, or one still running"
@@ -231,7 +319,10 @@ class RunsTable(QWidget):
         self.table.blockSignals(True)
         try:
             self.table.clearSelection()
-            for row, run in enumerate(self._runs):
+            for row in range(self.table.rowCount()):
+                run = self._run_at(row)
+                if run is None:
+                    continue
                 if run.folder in folders:
                     model.select(self.table.model().index(row, 0),
                                  model.SelectionFlag.Select | model.SelectionFlag.Rows)
@@ -240,9 +331,14 @@ class RunsTable(QWidget):
         finally:
             self.table.blockSignals(False)
 
+    def _run_at(self, row: int) -> Run | None:
+        """The run shown in ``row`` (rows move when the list is sorted: the row's first cell says)."""
+        item = self.table.item(row, 0) if row >= 0 else None
+        return self._by_folder.get(str(item.data(RUN_ROLE))) if item is not None else None
+
     def selected_runs(self) -> list[Run]:
         rows = sorted({i.row() for i in self.table.selectedIndexes()})
-        return [self._runs[r] for r in rows if r < len(self._runs)]
+        return [run for run in (self._run_at(r) for r in rows) if run is not None]
 
     def select_row(self, row: int) -> None:
         self.table.selectRow(row)

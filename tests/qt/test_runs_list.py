@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 
 from gaudi_gui.core import outputs
 from gaudi_gui.core.jobconfig import JobConfig
@@ -209,16 +209,19 @@ def test_reopened_gaudi_run_shows_its_meter_and_compile_meter(qtbot, tmp_path: P
 
 
 def test_unmeasured_run_says_not_measured_never_zero(qtbot, tmp_path: Path) -> None:
-    """A CPU run without a readable RAPL counter: 'energy not measured (why)' under the status, '–' in
-    the Runs list's energy column (its tooltip says why), never 0 J or 0.0 kWh."""
+    """A CPU run without a readable RAPL counter: 'energy not measured (why)' under the status, 'not
+    measured' in the Runs list's energy column (its tooltip says why), never 0 J or 0.0 kWh."""
     store = RunStore(tmp_path / "runs")
     run = _metered_run(store, tmp_path, "cpu", device="cpu", measured=False, first_step_at=1_700_000_000.0)
     services, tab = _tab(qtbot, store)
     try:
         row = _row_of(tab.runs, run.name)
         energy = tab.runs.table.item(row, COLUMNS.index("energy"))
-        assert energy.text() == "–" and "energy not measured (no readable RAPL counter" in energy.toolTip()
+        assert energy.text() == "not measured" and "energy not measured (no readable RAPL counter" in \
+            energy.toolTip()
         assert tab.runs.table.item(row, COLUMNS.index("card-hours")).text() == "–"  # no cards
+        assert tab.runs.table.item(row, COLUMNS.index("tokens/s")).text() == "not measured"
+        assert tab.runs.table.item(row, COLUMNS.index("compilations")).text() == "–"  # not a Gaudi run
         _reopen(qtbot, tab, run.name)
         line = tab.meter_line.text()
         assert line == "CPU · energy not measured (no readable RAPL counter under /sys/class/powercap)"
@@ -363,3 +366,63 @@ def test_compare_shows_how_long_each_run_was_throttled(qtbot, tmp_path: Path) ->
     finally:
         tab.shutdown()
         services.training.shutdown()
+
+
+def test_meter_columns_sort_by_a_header_click_with_not_measured_last(qtbot, tmp_path: Path) -> None:
+    """tokens/s, compilations and energy in the Runs list; a click on a column's header sorts the runs
+    by its figure (again: the other way), "not measured" after every figure either way, never read as
+    0; the selection and the buttons still act on the run clicked, wherever sorting moved it."""
+    import time
+
+    from gaudi_gui.core import meter
+
+    t0 = time.time() - 100
+    dumps = [{"metric_name": "graph_compilation", "triggered_by": "metric_change", "at": t0 - 3,
+              "statistics": {"TotalNumber": 3, "TotalTime": 3000, "AvgTime": 1000}},
+             {"metric_name": "graph_compilation", "triggered_by": "metric_change", "at": t0 + 1.5,
+              "statistics": {"TotalNumber": 7, "TotalTime": 6100, "AvgTime": 871}}]
+    store = RunStore(tmp_path / "runs")
+    gaudi = _metered_run(store, tmp_path, "gaudi", device="hpu", measured=True, compile_dumps=dumps,
+                         first_step_at=t0)
+    cold = _metered_run(store, tmp_path, "cold", device="cpu", measured=False, first_step_at=t0)
+    small = _metered_run(store, tmp_path, "small", device="hpu", measured=True, first_step_at=t0)
+    for run, rate, joules in ((gaudi, 30720.0, None), (small, 512.0, 800.0)):
+        summary = json.loads((run.folder / meter.SUMMARY_NAME).read_text())
+        summary["rates"] = {"steps_per_s": 1.9, "tokens_per_s": rate, "steady": True}
+        if joules is not None:
+            summary["energy_j"], summary["energy_kwh"] = joules, joules / 3.6e6
+        (run.folder / meter.SUMMARY_NAME).write_text(json.dumps(summary))
+    table = RunsTable(store)
+    qtbot.addWidget(table)
+    table.resize(1300, 500)
+    table.show()
+    qtbot.waitExposed(table)
+    cell = lambda name, col: table.table.item(_row_of(table, name), COLUMNS.index(col)).text()  # noqa: E731
+    assert cell(gaudi.name, "tokens/s") == "30720" and cell(small.name, "tokens/s") == "512"
+    assert cell(gaudi.name, "compilations") == "7 (4 after warm-up)"
+    assert cell(small.name, "compilations") == "not measured"  # a Gaudi run whose bridge wrote nothing
+    assert cell(cold.name, "energy") == "not measured" and cell(cold.name, "tokens/s") == "not measured"
+    assert "0.00057 kWh" in cell(gaudi.name, "energy")
+    header = table.table.horizontalHeader()
+
+    def sort_by(column: str) -> list[str]:
+        index = COLUMNS.index(column)
+        click(qtbot, header.viewport(), QPoint(header.sectionViewportPosition(index)
+                                               + header.sectionSize(index) // 2, header.height() // 2))
+        names = [table.table.item(r, 0).text() for r in range(table.table.rowCount())]
+        return [next(n for n in ("gaudi", "cold", "small") if name.endswith(n)) for name in names]
+
+    assert sort_by("energy") == ["small", "gaudi", "cold"]  # 800 J, 2050 J, not measured last
+    assert sort_by("energy") == ["gaudi", "small", "cold"]  # descending: not measured still last
+    assert sort_by("tokens/s") == ["small", "gaudi", "cold"]
+    assert sort_by("compilations") in (["gaudi", "small", "cold"], ["gaudi", "cold", "small"])
+    # The row clicked is the run the buttons act on, wherever the sort put it.
+    _click_row(qtbot, table, _row_of(table, small.name))
+    assert table.selected_runs() == [small]
+    with qtbot.waitSignal(table.resume_requested, timeout=2000) as resumed:
+        click(qtbot, table.buttons["Resume"])
+    assert resumed.args == [small]
+    # A refresh (a new run appears) keeps the sort and the selection on that run.
+    store.create(JobConfig(name="late", training_args={"output_dir": str(tmp_path / "late")}))
+    qtbot.waitUntil(lambda: table.table.rowCount() == 4, timeout=10000)
+    assert table.selected_runs() == [small]
