@@ -354,6 +354,9 @@ class ModelPlaces(QObject):
     download_started = Signal(object)
     #: A download finished well: (host name, repo id, snapshot folder on that host).
     model_downloaded = Signal(str, str, str)
+    #: What a place's Hub cache holds is known again (or why it is not): the host's name. The model
+    #: fields (runner, Serve, Evaluate, Training) read ``cached_models`` / ``cache_problem`` then.
+    cache_changed = Signal(str)
 
     outlives_window = True
 
@@ -362,6 +365,13 @@ class ModelPlaces(QObject):
         self.downloads: list[Download] = []
         self.runs_dir = runs_dir
         self._reattached = False
+        #: Hosts whose running downloads were asked for (``reattach_hosts``): once per host and app.
+        self._reattached_hosts: set[str] = set()
+        self._host_calls: list[RemoteCall] = []
+        #: Each place's cached models as last listed (host name -> one row per repo, newest use first).
+        self._cache: dict[str, list[dict[str, Any]]] = {}
+        self._cache_problems: dict[str, str] = {}
+        self._cache_calls: dict[str, Listing] = {}
 
     # -- downloads ----------------------------------------------------------------------------------
 
@@ -402,15 +412,34 @@ class ModelPlaces(QObject):
                 count += 1
         return count
 
+    def reattach_hosts(self, hosts: list[Host]) -> list[RemoteCall]:
+        """``reattach_host`` for each host not asked yet in this app (the window asks every saved
+        host at its start; the Models tab asks again for a host added since)."""
+        calls = []
+        for host in hosts:
+            if host.is_local or host.name in self._reattached_hosts:
+                continue
+            self._reattached_hosts.add(host.name)
+            calls.append(self.reattach_host(host))
+        return calls
+
     def reattach_host(self, host: Host) -> RemoteCall:
         """Follow again the downloads still running on ``host`` (its ``runs list --json``): left
         running by an earlier window, or started there by hand."""
+        self._reattached_hosts.add(host.name)
         call = RemoteCall(host, host.gaudi_gui_argv("runs", "list", "--json"), parent=self)
         call.finished.connect(lambda code, out, _err, h=host, c=call: self._on_host_runs(h, c, code, out))
+        self._host_calls.append(call)
         call.start()
         return call
 
+    def is_reattaching(self) -> bool:
+        """A host's ``runs list`` is still on its way."""
+        return any(c.is_running() for c in self._host_calls)
+
     def _on_host_runs(self, host: Host, call: RemoteCall, code: int, out: str) -> None:
+        if call in self._host_calls:
+            self._host_calls.remove(call)
         call.deleteLater()
         if code != 0:
             return  # the listing of that place says what is wrong with it
@@ -437,6 +466,9 @@ class ModelPlaces(QObject):
 
     def _on_finished(self, job: Download, ok: bool, path: str) -> None:
         if ok:
+            # The model fields that named it say "cached" once the place is listed again.
+            if job.host.name in self._cache or job.host.name in self._cache_calls:
+                self.check_cache(job.host, again=True)
             self.model_downloaded.emit(job.host.name, job.request.repo_id, path)
 
     def running(self) -> list[Download]:
@@ -447,6 +479,48 @@ class ModelPlaces(QObject):
     def list_models(self, host: Host) -> Listing:
         """``gaudi-gui models --json`` on ``host``: its Hub cache's repos and revisions."""
         return Listing(host, "models", ["models", "--json"], self)
+
+    def check_cache(self, host: Host, *, again: bool = False) -> None:
+        """List ``host``'s Hub cache in the background (a child here, one ssh call for a host) unless
+        it is known already (``again``: list it anew) or a listing is on its way; ``cache_changed``
+        says when it is known. The GUI thread never waits for it."""
+        if host.name in self._cache_calls or (not again and (host.name in self._cache
+                                                             or host.name in self._cache_problems)):
+            return
+        listing = self.list_models(host)
+        listing.finished.connect(lambda answer, message, h=host.name, lst=listing:
+                                 self._on_cache_listed(h, lst, answer, message))
+        self._cache_calls[host.name] = listing
+        self.cache_changed.emit(host.name)
+
+    def _on_cache_listed(self, name: str, listing: Listing, answer: dict[str, Any], message: str) -> None:
+        if self._cache_calls.get(name) is listing:
+            del self._cache_calls[name]
+        listing.deleteLater()
+        if message:
+            self._cache_problems[name] = message
+            self._cache.pop(name, None)
+            self.cache_changed.emit(name)
+        else:
+            self.remember_listing(name, answer)
+
+    def remember_listing(self, host_name: str, answer: dict[str, Any]) -> None:
+        """A place's ``models --json`` answer (the Models tab's listing, or ``check_cache``'s)."""
+        self._cache_problems.pop(host_name, None)
+        self._cache[host_name] = cached_repos(answer)
+        self.cache_changed.emit(host_name)
+
+    def cached_models(self, host_name: str) -> list[dict[str, Any]] | None:
+        """The models in ``host_name``'s Hub cache, most recently used first (None: not known yet):
+        ``{"repo_id", "size", "last_used", "refs"}``."""
+        return self._cache.get(host_name)
+
+    def cache_problem(self, host_name: str) -> str:
+        """Why ``host_name``'s cache could not be listed ("" if it could, or was not asked)."""
+        return self._cache_problems.get(host_name, "")
+
+    def is_checking_cache(self, host_name: str | None = None) -> bool:
+        return bool(self._cache_calls) if host_name is None else host_name in self._cache_calls
 
     def delete_model(self, host: Host, spec: str) -> Listing:
         """``gaudi-gui models --delete REPO_ID@COMMIT --yes --json`` on ``host``; the answer holds
@@ -474,9 +548,15 @@ class ModelPlaces(QObject):
 
     def shutdown(self) -> None:
         """The window goes: downloads tied to it are stopped; detached ones are left to their
-        supervisors ("Stop and quit" stopped them already)."""
+        supervisors ("Stop and quit" stopped them already); listings and host calls end."""
         for d in self.downloads:
             d.leave_running()
+        for listing in list(self._cache_calls.values()):
+            listing.cancel()
+        self._cache_calls.clear()
+        for call in list(self._host_calls):
+            call.kill()
+        self._host_calls.clear()
 
 
 def listing_rows(host: Host, answer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -493,4 +573,63 @@ def listing_rows(host: Host, answer: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-__all__ = ["Download", "DownloadRequest", "ModelPlaces", "describe_event", "listing_rows"]
+#: Where a Hugging Face token is looked for in the system keyring: huggingface_hub 2.x keeps its own
+#: login in a token file (``hf auth login``), not in the keyring, so the entry is gaudi-gui's own
+#: (saved with ``keyring set gaudi-gui huggingface``).
+KEYRING_SERVICE = "gaudi-gui"
+KEYRING_USERNAME = "huggingface"
+
+
+def keyring_missing() -> str:
+    """Why the system keyring cannot be used here ("" when the ``keyring`` package imports)."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("keyring") is not None
+    except (ImportError, ValueError):  # a broken or half-imported package counts as none
+        found = False
+    if not found:
+        return ("the Python package `keyring` is not installed here (pip install keyring), so no token "
+                "can be read from the system keyring")
+    return ""
+
+
+def keyring_token() -> tuple[str, str]:
+    """(the Hugging Face token saved in the system keyring, "") or ("", why there is none). The
+    token is returned to the caller alone: never logged, and the reason never quotes it."""
+    missing = keyring_missing()
+    if missing:
+        return "", missing
+    try:
+        import keyring
+
+        token = keyring.get_password(KEYRING_SERVICE, KEYRING_USERNAME)
+    except Exception as exc:  # any backend's failure (locked, none, D-Bus) is said, never raised
+        return "", (f"the system keyring could not be read ({type(exc).__name__}): save the token with "
+                    f"`keyring set {KEYRING_SERVICE} {KEYRING_USERNAME}` once a keyring works here")
+    if not token:
+        return "", (f"no token saved in the system keyring (service {KEYRING_SERVICE}, name "
+                    f"{KEYRING_USERNAME}): save one with `keyring set {KEYRING_SERVICE} {KEYRING_USERNAME}`")
+    return token.strip(), ""
+
+
+def cached_repos(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    """One entry per model repo of ``gaudi-gui models --json``'s answer, most recently used first:
+    what a model field offers (its id, its size on disk, its last use, its revisions' refs)."""
+    repos: list[dict[str, Any]] = []
+    for model in answer.get("models") or []:
+        if model.get("repo_type", "model") != "model" or not model.get("revisions"):
+            continue
+        revisions = model.get("revisions") or []
+        size = model.get("size_on_disk")
+        repos.append({"repo_id": str(model.get("repo_id", "")),
+                      "size": int(size) if isinstance(size, int) else
+                      sum(int(r.get("size_on_disk") or 0) for r in revisions),
+                      "last_used": float(model.get("last_accessed") or 0),
+                      "refs": sorted({str(ref) for r in revisions for ref in r.get("refs") or []})})
+    repos.sort(key=lambda r: (-float(r["last_used"]), str(r["repo_id"])))
+    return repos
+
+
+__all__ = ["KEYRING_SERVICE", "KEYRING_USERNAME", "Download", "DownloadRequest", "ModelPlaces",
+           "cached_repos", "describe_event", "keyring_missing", "keyring_token", "listing_rows"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
@@ -22,7 +23,13 @@ from PySide6.QtWidgets import (
 )
 
 from gaudi_gui.core.remote import Host
-from gaudi_gui.services.downloads import DownloadRequest
+from gaudi_gui.services.downloads import (
+    KEYRING_SERVICE,
+    KEYRING_USERNAME,
+    DownloadRequest,
+    keyring_missing,
+    keyring_token,
+)
 
 
 class DownloadDialog(QDialog):
@@ -66,6 +73,13 @@ class DownloadDialog(QDialog):
         self.token.setObjectName("download_token")
         self.token.setEchoMode(QLineEdit.EchoMode.Password)
         form.addRow("Token (optional)", self.token)
+        # A token saved in the system keyring, for this machine's download (read when ticked, held
+        # by this dialog alone, then given to the one download process in its environment).
+        self.use_keyring = QCheckBox("Use the token saved in the system keyring")
+        self.use_keyring.setObjectName("download_keyring")
+        self._keyring_token = ""
+        self.use_keyring.toggled.connect(self._on_keyring)
+        form.addRow("", self.use_keyring)
         layout.addLayout(form)
         self.problem = QLabel("")
         self.problem.setObjectName("download_problem")
@@ -99,9 +113,29 @@ class DownloadDialog(QDialog):
 
     def request(self) -> DownloadRequest:
         host = self.host()
+        token = (self._keyring_token if self.use_keyring.isChecked() else self.token.text().strip()) \
+            if host.is_local else ""
         return DownloadRequest(repo_id=self.repo_id.text().strip(), revision=self.revision.text().strip(),
-                               host=host, stall_s=float(self.stall.value()),
-                               token=self.token.text().strip() if host.is_local else "")
+                               host=host, stall_s=float(self.stall.value()), token=token)
+
+    def _has_token(self) -> bool:
+        return bool(self.token.text().strip()) or (self.use_keyring.isChecked() and bool(self._keyring_token))
+
+    def _on_keyring(self, on: bool) -> None:
+        """Ticked: the keyring's token is read now (not when the dialog opens: a locked keyring may
+        ask its own question); none there is said under the fields and the box unticked."""
+        self._keyring_token = ""
+        if on:
+            token, why = keyring_token()
+            if not token:
+                self.use_keyring.blockSignals(True)
+                self.use_keyring.setChecked(False)
+                self.use_keyring.blockSignals(False)
+                self._on_where()
+                self.problem.setText(why)
+                return
+            self._keyring_token = token
+        self._on_where()
 
     def _on_where(self) -> None:
         host = self.host()
@@ -113,10 +147,26 @@ class DownloadDialog(QDialog):
             self.token.setToolTip("Only for a gated or private model this machine's login cannot see. "
                                   "Given to the download process alone, in its environment: never on a "
                                   "command line, in a file or a log")
+            missing = keyring_missing()
+            self.use_keyring.setEnabled(not missing)
+            self.use_keyring.setToolTip(missing or (
+                f"the token saved with `keyring set {KEYRING_SERVICE} {KEYRING_USERNAME}`: given to this "
+                "download process alone, in its environment (never on a command line, in a file or a log)"))
+            if self.use_keyring.isChecked():
+                self.token.clear()
+                self.token.setEnabled(False)
+                self.token.setPlaceholderText("the system keyring's token is used")
         else:
             self.token.clear()
             self.token.setEnabled(False)
             self.token.setPlaceholderText(f"{host.name}'s own login is used")
+            self.use_keyring.blockSignals(True)
+            self.use_keyring.setChecked(False)
+            self.use_keyring.blockSignals(False)
+            self._keyring_token = ""
+            self.use_keyring.setEnabled(False)
+            self.use_keyring.setToolTip(f"A download on {host.name} uses the login there: no token "
+                                        "crosses the connection")
             self.token.setToolTip(f"A download on {host.name} uses the login there (`hf auth login` on "
                                   f"{host.name}): no token crosses the connection")
         self._check()
@@ -132,7 +182,7 @@ class DownloadDialog(QDialog):
     def _queue(self) -> None:
         if not self._check():
             return
-        if self.token.text().strip():
+        if self._has_token():
             # A queued job waits in the queue's files: a typed token would have to wait there too.
             self.problem.setText("a download with a typed token cannot be queued (the token would wait "
                                  "in the queue's files): Download starts it now, or clear the token")

@@ -11,9 +11,9 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
@@ -43,8 +43,10 @@ from gaudi_gui.core.metrics import format_duration
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run
+from gaudi_gui.services.downloads import ModelPlaces
 from gaudi_gui.services.evaluation import EvaluationService
 from gaudi_gui.services.queue import QueueService
+from gaudi_gui.ui.model_field import ModelCacheState
 
 ANSWER_COLUMNS = ("prompt", "reference", "base", "tuned", "base TTFT s", "base tok/s", "tuned TTFT s",
                   "tuned tok/s")
@@ -79,15 +81,45 @@ def _table(columns: tuple[str, ...], parent: QWidget) -> QTableWidget:
     return table
 
 
+def _app_models(parent: QWidget | None) -> ModelPlaces | None:
+    """The app's ``ModelPlaces``, from the first parent that holds the app's services (the main
+    window), or None (the view then names no cache state)."""
+    widget = parent
+    while widget is not None:
+        services = getattr(widget, "services", None)
+        if services is not None and hasattr(services, "ensure_models"):
+            return cast("ModelPlaces", services.ensure_models(services.settings.parent()))
+        widget = widget.parentWidget()
+    return None
+
+
+def _download_handler(parent: QWidget | None) -> Callable[[str, str], None] | None:
+    """The main window's ``download_model`` (the first parent that opens the Download dialog)."""
+    widget = parent
+    while widget is not None:
+        download = getattr(widget, "download_model", None)
+        if callable(download):
+            return cast("Callable[[str, str], None]", download)
+        widget = widget.parentWidget()
+    return None
+
+
 class EvalView(QWidget):
     """One run's evaluation form, progress and results (a window of its own, opened from Runs)."""
+
+    #: Download… beside the base model: (its Hub id, the chosen host's name); the main window (found
+    #: through the parents) opens the Models tab's Download dialog with them.
+    download_requested = Signal(str, str)
 
     def __init__(self, run: Run | None, service: EvaluationService | None = None,
                  parent: QWidget | None = None, *, hosts: Callable[[], list[Host]] | None = None,
                  queue: Callable[[], QueueService] | None = None,
-                 cards: Callable[[], tuple[int, ...]] | None = None) -> None:
+                 cards: Callable[[], tuple[int, ...]] | None = None,
+                 models: ModelPlaces | None = None) -> None:
         """``queue`` gives this machine's queue service (the Queue button; without it, no button);
-        ``cards``, the cards a queued evaluation waits for (those ticked in Devices; none: the CPU)."""
+        ``cards``, the cards a queued evaluation waits for (those ticked in Devices; none: the CPU);
+        ``models``, the Hub caches' listings (the base model's state and Download…; by default the
+        main window's, found through the parents)."""
         super().__init__(parent)
         self.run = run
         self._queue = queue
@@ -147,9 +179,31 @@ class EvalView(QWidget):
         for mode, label in (("auto", "as the run trained"), ("on", "always"), ("off", "never")):
             self.chat.addItem(label, mode)
 
+        # The base model (a Hub id) in the chosen place's cache, and Download… when it is not there.
+        self.base_model = QLineEdit(self)
+        self.base_model.setReadOnly(True)
+        self.base_model.setToolTip("the model the run was trained from: loaded where the evaluation runs")
+        self.download_button = QPushButton("Download…", self)
+        self.model_cache = ModelCacheState(self.base_model, models or _app_models(parent),
+                                           lambda: self._host_of(self.placement()), self,
+                                           button=self.download_button, action="Start")
+        self.model_cache.download_requested.connect(self.download_requested)
+        handler = _download_handler(parent)
+        if handler is not None:
+            self.download_requested.connect(handler)
+        else:  # a view on its own (no main window): nothing to open the dialog, so no button
+            self.download_button.hide()
+        self.host.currentIndexChanged.connect(lambda _index: self.model_cache.place_changed())
+        base_row = QHBoxLayout()
+        base_row.setContentsMargins(0, 0, 0, 0)
+        base_row.addWidget(self.base_model, 1)
+        base_row.addWidget(self.download_button)
+
         form = QFormLayout()
         form.addRow("Models", self.models)
         form.addRow("Runs on", self.host)
+        form.addRow("Base model", base_row)
+        form.addRow("", self.model_cache)
         self._row(form, "Prompts", "prompts", self.prompts)
         self._row(form, "Prompts file", "prompts_file", self._with_browse(self.prompts_file))
         self._row(form, "References", "data", self._with_browse(self.data, self.load_preview))
@@ -290,6 +344,7 @@ class EvalView(QWidget):
             else target.tuned_model
         self.models.setText(f"tuned: <b>{html.escape(tuned)}</b><br>base: <b>"
                             f"{html.escape(target.base_model)}</b>")
+        self.base_model.setText(target.base_model)
 
     def load_preview(self) -> None:
         """The references file's columns in the pickers and its first rows in the preview."""
@@ -333,6 +388,10 @@ class EvalView(QWidget):
             return Placement.local()
         chosen = next((h for h in self._hosts() if h.name == name), None)
         return Placement.on_host(chosen or Host.parse(str(name)))
+
+    @staticmethod
+    def _host_of(place: Placement) -> Host:
+        return place.hosts[0] if place.hosts else Host.local()
 
     def _show_error(self, field: str, message: str) -> None:
         label = self.errors.get(field) or self.run_error

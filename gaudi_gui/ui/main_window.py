@@ -36,6 +36,8 @@ _TABS = (("devices_tab", "&Devices"), ("runner_tab", "&Model runner"), ("trainin
 #: How long "Stop and quit" waits for jobs to end before it gives up waiting and closes anyway
 #: (the jobs' own escalation to SIGKILL still runs; this only bounds how long the window stays).
 STOP_WAIT_MS = 60_000
+#: A window that is not painted (started minimized) follows its jobs' reattach this long after it is made.
+REATTACH_FALLBACK_MS = 2000
 
 
 #: Below this window height, Serve and Health share the right-hand dock area as tabs.
@@ -85,8 +87,13 @@ class MainWindow(QMainWindow):
             # Runs left going by an earlier session or started by `gaudi-gui train`: follow them
             # at once, whether or not the Training tab is ever opened.
             QTimer.singleShot(0, services.training.reattach)
-        # A server or an evaluation left running by an earlier window: followed again at once.
-        QTimer.singleShot(0, self._reattach_jobs)
+        # A server, an evaluation or a download left running by an earlier window: followed again
+        # right after the first paint (``eventFilter``), not before it: their services' modules
+        # (serve, placement, Slurm, the hosts, downloads) took 150-400 ms that the first frame waited
+        # for (bench/bench_startup.py: 1.6x a bare window). A window never painted (started
+        # minimized) follows them after REATTACH_FALLBACK_MS.
+        self._reattached = False
+        QTimer.singleShot(REATTACH_FALLBACK_MS, self._reattach_once)
         self._closing = False
         self._shut_down = False
         #: The Health view, in a dock made the first time it is asked for (see ``show_health``).
@@ -108,8 +115,15 @@ class MainWindow(QMainWindow):
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:
         if obj is self and event.type() == QEvent.Type.Paint:
             self.removeEventFilter(self)
+            QTimer.singleShot(0, self._reattach_once)
             QTimer.singleShot(0, self._build_next_tab)
         return False
+
+    def _reattach_once(self) -> None:
+        if self._reattached or self._shut_down:
+            return
+        self._reattached = True
+        self._reattach_jobs()
 
     def _build_next_tab(self) -> None:
         if self._shut_down:
@@ -166,21 +180,29 @@ class MainWindow(QMainWindow):
         """Cross-tab connections, made once both ends exist."""
         if key == "training_tab" and hasattr(widget, "load_in_runner_requested"):
             widget.load_in_runner_requested.connect(self._load_in_runner)
-        if key == "runner_tab" and hasattr(widget, "download_requested"):
-            widget.download_requested.connect(self._download_from_runner)
+        if key in ("runner_tab", "training_tab") and hasattr(widget, "download_requested"):
+            widget.download_requested.connect(self._download_for)
         if key == "models_tab":
             models = cast("ModelsTab", widget)
             models.use_in_runner_requested.connect(self._model_to_runner)
             models.use_in_training_requested.connect(self._model_to_training)
 
-    def _download_from_runner(self, model: str, host: str) -> None:
-        """The runner's Download…: the Models tab's Download dialog, with the runner's model and host."""
-        from gaudi_gui.core.hub import check_repo_id
+    def download_model(self, model: str, host: str) -> None:
+        """Open the Download dialog for ``model`` into ``host``'s cache (Evaluate's Download…)."""
+        self._download_for(model, host)
+
+    def _download_for(self, model: str, host: str) -> None:
+        """Download… beside a model field (the runner, Serve, Evaluate, the Training form): the
+        Models tab's Download dialog, with that field's model and place; the tab shows the download's
+        row, and the field says "cached" once it is done."""
+        from gaudi_gui.ui.model_field import hub_id_or_none
 
         models = self.models_tab
         self.tabs.setCurrentWidget(models)
+        self.raise_()
+        self.activateWindow()
         # A folder or builtin:demo is not a Hub id: the dialog opens empty then.
-        models.open_download_dialog(model if check_repo_id(model) is None else "", host)
+        models.open_download_dialog(hub_id_or_none(model) or "", host)
 
     def _model_to_runner(self, host: str, model: str) -> None:
         """A model from the Models tab into the runner's model field, its host chosen (Load is the
@@ -376,6 +398,12 @@ class MainWindow(QMainWindow):
         parent = self.services.settings.parent()
         self.services.ensure_serve(parent).reattach()
         self.services.ensure_evaluation(parent).reattach()
+        # Downloads left running here or on a saved host (one `runs list --json` over ssh per host,
+        # in the background): followed again at once, so the Models tab and the close dialog show
+        # them whether or not the Models tab is ever opened.
+        models = self.services.ensure_models(parent)
+        models.reattach()
+        models.reattach_hosts(self.services.ensure_hosts(parent).saved())
 
     def show_serve(self) -> ServePanel | None:
         """The Serve panel in its dock (made on first use; its server is the app's ServeService)."""
@@ -401,7 +429,9 @@ class MainWindow(QMainWindow):
                                           hosts=hosts.saved if hosts is not None else None,
                                           selection_for=selection_for, queue=self._bind_queue,
                                           host_queue=lambda name: services.ensure_host_queue(
-                                              name, services.settings.parent()))
+                                              name, services.settings.parent()),
+                                          models=services.ensure_models(services.settings.parent()))
+            self.serve_panel.download_requested.connect(self._download_for)
             if hosts is not None:
                 hosts.changed.connect(self.serve_panel.refresh_hosts)
             runner = self._built.get("runner_tab")

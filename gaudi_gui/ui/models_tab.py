@@ -235,10 +235,9 @@ class ModelsTab(QWidget):
         if not self._listed_once:
             self._listed_once = True
             self.refresh()
-            # Downloads left running on a host by an earlier window: asked when the tab is first
-            # looked at (one ssh call per host), not at every start.
-            for host in self.places_shown()[1:]:
-                self.places.reattach_host(host)
+            # Downloads left running on a host by an earlier window: the window asked every saved
+            # host at its start; a host added since is asked now (once per host and app).
+            self.places.reattach_hosts(self.places_shown()[1:])
 
     # -- the library ------------------------------------------------------------------------------
 
@@ -280,6 +279,7 @@ class ModelsTab(QWidget):
         else:
             self._problems.pop(host.name, None)
             self._rows[host.name] = listing_rows(host, answer)
+            self.places.remember_listing(host.name, answer)  # the model fields read it too
             free = answer.get("free_bytes")
             self._free[host.name] = int(free) if isinstance(free, int) else None
         self._show()

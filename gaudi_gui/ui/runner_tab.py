@@ -67,6 +67,7 @@ from gaudi_gui.services import generation_client as gc
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.services.process import describe_exit
 from gaudi_gui.ui import remote_browser
+from gaudi_gui.ui.model_field import ModelCacheState
 
 if TYPE_CHECKING:
     from gaudi_gui.services.hosts import HostsService
@@ -147,8 +148,11 @@ class RunnerTab(QWidget):
         self.download_button = QPushButton("Download…")
         self.download_button.setToolTip("Download this Hub model into the chosen host's cache first "
                                         "(progress, stall retries, a check of what arrived: Models tab)")
-        self.download_button.clicked.connect(lambda _checked=False: self.download_requested.emit(
-            self.model.currentText().strip(), str(self.host_combo.currentData() or remote.LOCAL)))
+        # Whether the named model is in the chosen host's cache ("cached on …, 1.2 GB"), Download…
+        # enabled when it is not, and that cache's models offered in the field (ui/model_field.py).
+        self.model_cache = ModelCacheState(self.model, services.ensure_models(services.settings.parent()),
+                                           self._chosen_host, self, button=self.download_button)
+        self.model_cache.download_requested.connect(self.download_requested)
         #: The "Browse HOST" dialog while it is open (a remote host's folders).
         self.remote_browser: remote_browser.RemoteBrowser | None = None
         self.device = QComboBox()
@@ -192,6 +196,7 @@ class RunnerTab(QWidget):
         row.addWidget(browse)
         row.addWidget(self.download_button)
         grid.addRow("Model", row)
+        grid.addRow("", self.model_cache)
         opts = QHBoxLayout()
         for label, widget in (("device", self.device), ("dtype", self.dtype),
                               ("quantization", self.quantization)):
@@ -450,7 +455,17 @@ class RunnerTab(QWidget):
                                 "The model's own Python code will run in the worker with your user's "
                                 "rights. Turn this on only for models whose code you trust.")
 
+    def _chosen_host(self) -> Host:
+        """The host chosen in the Host field (this machine if it is not a saved one any more)."""
+        name = str(self.host_combo.currentData() or remote.LOCAL)
+        try:
+            return self._hosts.find(name)
+        except HostError:
+            return Host.local()
+
     def _on_host_chosen(self) -> None:
+        if hasattr(self, "model_cache"):
+            self.model_cache.place_changed()
         name = str(self.host_combo.currentData() or remote.LOCAL)
         if name == self.client.host.name:
             return

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -35,21 +35,29 @@ from gaudi_gui.core import serve as sv
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.device_selection import DeviceSelection
+from gaudi_gui.services.downloads import ModelPlaces
 from gaudi_gui.services.queue import HostQueueService, QueueService
 from gaudi_gui.services.serve import ServeService
+from gaudi_gui.ui.model_field import ModelCacheState
 
 LOCAL_LABEL = "this machine"
 COLUMNS = ("time", "method", "path", "status", "prompt tok", "completion tok", "TTFT s", "tok/s")
 
 
 class ServePanel(QWidget):
+    #: Download… beside the model field: (the model's Hub id, the chosen host's name); the main window
+    #: opens the Models tab's Download dialog with them.
+    download_requested = Signal(str, str)
+
     def __init__(self, service: ServeService, parent: QWidget | None = None, *,
                  hosts: Callable[[], list[Host]] | None = None,
                  selection_for: Callable[[str], DeviceSelection | None] | None = None,
                  queue: Callable[[], QueueService] | None = None,
-                 host_queue: Callable[[str], HostQueueService] | None = None) -> None:
+                 host_queue: Callable[[str], HostQueueService] | None = None,
+                 models: ModelPlaces | None = None) -> None:
         """``queue`` gives this machine's queue service (the Queue button; without it, no button);
-        ``host_queue`` a saved host's (a server queued with a host chosen goes into that host's)."""
+        ``host_queue`` a saved host's (a server queued with a host chosen goes into that host's);
+        ``models`` the Hub caches' listings and downloads (the model's state and Download…)."""
         super().__init__(parent)
         self.service = service
         self._queue = queue
@@ -100,7 +108,15 @@ class ServePanel(QWidget):
         # A field that does not fit beside its label goes under it: the dock stays narrow enough for a
         # 1024-pixel screen beside the Model runner.
         form.setRowWrapPolicy(QFormLayout.RowWrapPolicy.WrapLongRows)
+        # Download… beside the model when the chosen host's cache lacks it; the cached models are
+        # offered as the user types, most recently used first (ui/model_field.py).
+        self.download_button = QPushButton("Download…")
+        # Under the field, at the start of its line: beside it, the narrow dock cut the model's id.
+        self.model_cache = ModelCacheState(self.model, models, lambda: self._host_of(self.placement()),
+                                           button=self.download_button, button_in_line=True,
+                                           action="Start")
         form.addRow("Model", self.model)
+        form.addRow("", self.model_cache)
         form.addRow("Host", self.host)
         form.addRow("Cards", self.cards_note)
         form.addRow("Device", self.device)
@@ -170,6 +186,8 @@ class ServePanel(QWidget):
         self._copied.timeout.connect(self._copy_reset)
         for box in (self.engine, self.device, self.host):
             box.currentIndexChanged.connect(self._update_choice)
+        self.host.currentIndexChanged.connect(lambda _index: self.model_cache.place_changed())
+        self.model_cache.download_requested.connect(self.download_requested)
         self.prompt_tokens.valueChanged.connect(self._update_choice)
         self.answer_tokens.valueChanged.connect(self._update_choice)
         local = self._selection_for("local")
@@ -201,6 +219,8 @@ class ServePanel(QWidget):
         index = self.host.findText(current)
         self.host.setCurrentIndex(max(index, 0))
         self.host.blockSignals(False)
+        if hasattr(self, "model_cache"):
+            self.model_cache.place_changed()
 
     def placement(self) -> Placement:
         name = self.host.currentText()
@@ -208,6 +228,10 @@ class ServePanel(QWidget):
             return Placement.local()
         chosen = next((h for h in self._hosts() if h.name == name), None)
         return Placement.on_host(chosen or Host.parse(name))
+
+    @staticmethod
+    def _host_of(place: Placement) -> Host:
+        return place.hosts[0] if place.hosts else Host.local()
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)

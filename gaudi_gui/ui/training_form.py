@@ -217,7 +217,12 @@ class TrainingForm(QWidget):
         self.model.setEditable(True)
         self.model.addItem(paths.DEMO_MODEL_ID)
         self.model.setToolTip("Hub id, local folder, or builtin:demo (the bundled tiny model)")
+        #: Download… under the model, at the start of its cache line: the Training tab binds it to
+        #: the placement's Hub cache (``attach_model_state``); hidden until then.
+        self.download_button = QPushButton("Download…", self)
+        self.download_button.hide()
         form.addRow("Model", self.model)
+        self._data_form = form
         self.dataset = QLineEdit(paths.DEMO_DATASET_ID, self)
         self.dataset.setToolTip("text / JSON lines / CSV file, a Hub dataset id, or builtin:demo")
         self.browse = QPushButton("…", self)
@@ -573,6 +578,12 @@ class TrainingForm(QWidget):
         self.hints.setText("\n".join(f"⚠ {field}: {text}" for field, text in hints))
 
     # -- helpers ------------------------------------------------------------------------------
+
+    def attach_model_state(self, state: QWidget) -> None:
+        """The model's cache line (``ui.model_field.ModelCacheState``) under the model field, and
+        Download… shown beside it."""
+        self._data_form.insertRow(1, "", state)
+        self.download_button.show()
 
     def _browse_dataset(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Dataset file", "",

@@ -39,6 +39,7 @@ from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.outputs import own_checkpoint
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.prepare import PrepareError
+from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.start_preview import start_preview
@@ -48,6 +49,7 @@ from gaudi_gui.services.training import TrainingService
 from gaudi_gui.services.training_job import TrainingJob
 from gaudi_gui.ui.log_view import LogView
 from gaudi_gui.ui.loss_chart import LossChart
+from gaudi_gui.ui.model_field import ModelCacheState
 from gaudi_gui.ui.placement_widget import PlacementWidget
 from gaudi_gui.ui.training_form import TrainingForm
 from gaudi_gui.ui.training_runs import RunsTable
@@ -58,6 +60,9 @@ class TrainingTab(QWidget):
     load_in_runner_requested = Signal(str)
     #: A run's state changed (for the window's status bar): carries the state.
     job_state_changed = Signal(str)
+    #: Download… beside the form's model: (the model's Hub id, the placement's host name); the main
+    #: window opens the Models tab's Download dialog with them.
+    download_requested = Signal(str, str)
 
     def __init__(self, services: AppServices, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -115,6 +120,15 @@ class TrainingTab(QWidget):
         self.hosts.address_resolved.connect(self._on_resolved)
         self.hosts.changed.connect(self.placement.refresh_hosts)
         self.placement.changed.connect(self._on_placement_changed)
+        # The form's model in the placement's Hub cache (the first host of several; Slurm: this
+        # machine's view), Download… when it is not there, the cached models offered in the field.
+        places = services.ensure_models(services.settings.parent())
+        self.model_cache = ModelCacheState(self.form.model, places, self._model_place,
+                                           button=self.form.download_button, button_in_line=True,
+                                           action="Start")
+        self.form.attach_model_state(self.model_cache)
+        self.model_cache.download_requested.connect(self.download_requested)
+        self.placement.changed.connect(self.model_cache.place_changed)
         buttons = QGridLayout()
         self.btn: dict[str, QPushButton] = {}
         for name, handler in (("Copy command", self.copy_command), ("Validate", self.validate),
@@ -306,6 +320,10 @@ class TrainingTab(QWidget):
         return self.training.device
 
     # -- where it runs ----------------------------------------------------------------------------
+
+    def _model_place(self) -> Host:
+        place = self.placement.placement()
+        return place.hosts[0] if place.hosts else Host.local()
 
     def _on_placement_changed(self) -> None:
         """Machines and rank are set per host at Start on several hosts (the main address too,
