@@ -44,6 +44,7 @@ from typing import Any
 from gaudi_gui.commands.terminal import seconds
 from gaudi_gui.core import hpu_metrics
 from gaudi_gui.core import meter as meter_mod
+from gaudi_gui.core import prices as prices_mod
 from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.jobconfig import JobConfigError
 from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStatus, RunStore
@@ -69,6 +70,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     show = action.add_parser("show", help="one run")
     show.add_argument("run")
     show.add_argument("--json", action="store_true")
+    show.add_argument("--price-kwh", dest="price_kwh", type=float, default=None, metavar="P",
+                      help="price of a kWh for the run's cost (default: GAUDI_GUI_PRICE_KWH, else the app's "
+                           "Prices setting; none set: no cost)")
+    show.add_argument("--price-card-hour", dest="price_card_hour", type=float, default=None, metavar="P",
+                      help="price of a card-hour (default: GAUDI_GUI_PRICE_CARD_HOUR, else the app setting)")
+    show.add_argument("--currency", default=None, help="the prices' currency (default: GAUDI_GUI_CURRENCY, "
+                      "else the app's setting)")
     follow = action.add_parser("follow", help="stream a run's events and log as JSON lines")
     follow.add_argument("run")
     follow.add_argument("--events-from", type=int, default=0)
@@ -151,6 +159,10 @@ def run(args: argparse.Namespace) -> int:
     if action == "show":
         item = describe(found)
         item["meter"] = meter_mod.read_summary(found.folder)
+        prices = prices_mod.current(per_kwh=args.price_kwh, per_card_hour=args.price_card_hour,
+                                    currency=args.currency)
+        item["cost"] = prices_mod.cost(item["meter"], prices)  # null: no price set, or no meter
+        cost_line = prices_mod.cost_text(item["meter"], prices)
         live = _meter_so_far(found) if item["meter"] is None else None
         if live is not None:
             item["meter_so_far"] = live
@@ -158,6 +170,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(item) if args.json else
               f"{item['name']} ({item['kind']}): {item['status']['state']} — {item['status']['summary']}"
               + (f" (⚠ {'; '.join(problems)})" if problems else "") + _meter_lines(item["meter"])
+              + (f"\n  {cost_line}" if cost_line else "")
               + (f"\n  meter so far: {live['text']}" if live else ""),
               flush=True)
         return 0

@@ -105,6 +105,12 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in [
        value_fields=_GENERATION_FIELDS),
     _s("runner/system_prompt", str, "", "system prompt for chat mode"),
     _s("runner/chat_mode", bool, True, "chat mode (True) or plain prompt (False)"),
+    # -- run meter: what a run cost (core.prices reads these too, for `gaudi-gui runs show`) --------------
+    _s("meter/price_per_kwh", float, 0.0, "price of a kWh, for a run's cost (0: not set, no cost shown)",
+       (0.0, 1e6)),
+    _s("meter/price_per_card_hour", float, 0.0, "price of a card-hour, for a run's cost (0: not set)",
+       (0.0, 1e6)),
+    _s("meter/currency", str, "", "the currency of the prices (EUR, USD, €…), said beside a cost"),
     # -- training -----------------------------------------------------------------------------------
     _s("training/last_job", dict, {}, "the training form's values last time (a job config)"),
     _s("training/runs_dir", str, "", "where run folders go (empty: the default data folder)"),

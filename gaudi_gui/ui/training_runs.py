@@ -25,14 +25,18 @@ from PySide6.QtWidgets import (
 )
 
 from gaudi_gui.core import meter as meter_mod
+from gaudi_gui.core import prices as prices_mod
 from gaudi_gui.core.evaluation import latest_scores
 from gaudi_gui.core.metrics import format_duration
+from gaudi_gui.core.prices import Prices
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.sft import is_adapter_dir
 from gaudi_gui.services.jobs import JobRegistry
 from gaudi_gui.services.queue import QueueService
+from gaudi_gui.services.settings import Settings
 from gaudi_gui.services.sft_tools import AdapterMerger
+from gaudi_gui.ui.prices_dialog import PricesDialog, prices_of
 
 # What a run cost (card-hours, energy) sits beside how it went; "started" comes after them: the run's
 # name already begins with its start time, and the cost must stay in view in a 1024-pixel window.
@@ -122,6 +126,7 @@ class RunsTable(QWidget):
                               ("Merge and save", lambda: self._one(self.merge_requested)),
                               ("Evaluate", lambda: self._one(self.evaluate_requested)),
                               ("Export…", self.export_selected),
+                              ("Prices…", self.edit_prices),
                               ("Refresh", self.refresh)):
             button = QPushButton(name, self)
             button.clicked.connect(lambda _checked=False, h=handler: h())
@@ -160,6 +165,7 @@ class RunsTable(QWidget):
         layout.addLayout(buttons)
         layout.addWidget(self.status)
         self._runs: list[Run] = []
+        self._compared: list[Run] = []
         self._seen: tuple[tuple[str, int], ...] = ()
         #: Each run's meter summary with the change time of its file (read again only when it changed:
         #: the list refreshes itself whenever any run's status moves).
@@ -167,6 +173,11 @@ class RunsTable(QWidget):
         #: Each Gaudi run's compile meter, with the summary it was read for.
         self._compiled: dict[Path, tuple[dict[str, Any], dict[str, Any] | None]] = {}
         self._by_folder: dict[str, Run] = {}
+        #: The app's settings (the Training tab may bind them; else this list's own, on the same
+        #: file): the prices that turn a meter into a cost.
+        self.settings: Settings | None = None
+        self.prices_dialog: PricesDialog | None = None
+        self._prices = Prices()
         # While shown, new runs appear and running rows move on their own (no Refresh needed).
         self._watch = QTimer(self)
         self._watch.setInterval(WATCH_MS)
@@ -208,6 +219,7 @@ class RunsTable(QWidget):
         self._seen = seen if seen is not None else self._signature()
         self._runs = self.store.runs()[:500]
         self._by_folder = {str(run.folder): run for run in self._runs}
+        self._prices = self.prices()
         # Filled unsorted (a sorted table moves a row while its cells are being set), sorted after.
         self.table.setSortingEnabled(False)
         self.table.setRowCount(len(self._runs))
@@ -306,13 +318,44 @@ class RunsTable(QWidget):
         steady = int(_num(compiled.get("steady_compilations")) or 0)
         return total, f"{int(total or 0)} ({steady} after warm-up)"
 
-    @staticmethod
-    def _meter_tip(summary: dict[str, Any] | None) -> str:
+    def _meter_tip(self, summary: dict[str, Any] | None) -> str:
         if summary is None:
             return "no meter summary: an older run, or one still running"
         energy = meter_mod.energy_text(summary)
-        return f"{meter_mod.describe(summary)}\n{energy}" if not meter_mod.energy_measured(summary) else \
+        text = f"{meter_mod.describe(summary)}\n{energy}" if not meter_mod.energy_measured(summary) else \
             meter_mod.describe(summary)
+        cost = prices_mod.cost_text(summary, self._prices)
+        return f"{text}\n{cost}" if cost else text
+
+    # -- prices -----------------------------------------------------------------------------------------
+
+    def _settings(self) -> Settings:
+        if self.settings is None:
+            self.settings = Settings(parent=self)
+        return self.settings
+
+    def prices(self) -> Prices:
+        """The prices in the settings (none set: no cost is shown)."""
+        return prices_of(self._settings())
+
+    def edit_prices(self) -> None:
+        """Prices…: the price of a kWh and of a card-hour, and their currency."""
+        if self.prices_dialog is None:
+            self.prices_dialog = PricesDialog(self._settings(), self)
+            self.prices_dialog.prices_changed.connect(self._prices_saved)
+        self.prices_dialog.show()
+        self.prices_dialog.raise_()
+
+    def _prices_saved(self) -> None:
+        self.refresh()
+        prices = self._prices
+        said = [f"{prices_mod.money(price, prices.currency)} per {unit}"
+                for price, unit in ((prices.per_kwh, "kWh"), (prices.per_card_hour, "card-hour"))
+                if price is not None]
+        self.status.setText(f"prices saved: {', '.join(said)}" if said
+                            else "prices cleared: no cost is shown")
+        if self.scores_panel is not None and self.scores_panel.isVisible() and self._compared:
+            self.show_scores(self._compared)
 
     def _reselect(self, folders: set[Path], current: Path | None) -> None:
         model = self.table.selectionModel()
@@ -374,12 +417,42 @@ class RunsTable(QWidget):
                 self.scores_panel = ScoresPanel(self)
                 self.scores_panel.setWindowFlag(Qt.WindowType.Tool, True)
         assert isinstance(self.scores_panel, ScoresPanel)
+        self._compared = list(runs)
         meters = {run.folder: self.meter(run) for run in runs}
-        if self.scores_panel.show_runs(runs, meters):
+        shown = self.scores_panel.show_runs(runs, meters)
+        if shown:
+            self._add_cost_row(runs, meters)
+        if shown:
             self.scores_panel.show()
             self.scores_panel.raise_()
         else:
             self.scores_panel.hide()
+
+    def _add_cost_row(self, runs: list[Run], meters: dict[Path, dict[str, Any] | None]) -> None:
+        """Compare's cost row under the meter rows, where a price is set (none set: no row)."""
+        prices = self.prices()
+        table = getattr(self.scores_panel, "table", None)
+        if not prices.any or not isinstance(table, QTableWidget):
+            return
+        by_name = {run.name: run for run in runs}
+        row = table.rowCount()
+        table.setRowCount(row + 1)
+        table.setItem(row, 0, QTableWidgetItem("cost"))
+        for col in range(1, table.columnCount()):
+            header = table.horizontalHeaderItem(col)
+            run = by_name.get(header.text()) if header is not None else None
+            summary = meters.get(run.folder) if run is not None else None
+            found = prices_mod.cost(summary, prices)
+            if found is None:
+                text = "–"
+            elif found["total"] is None:
+                text = "not known"
+            else:
+                text = prices_mod.money(found["total"], prices.currency)
+            item = QTableWidgetItem(text)
+            item.setToolTip(prices_mod.cost_text(summary, prices) or "no meter summary")
+            table.setItem(row, col, item)
+        table.resizeColumnsToContents()
 
     def evaluate(self, run: Run) -> None:
         """The run's Evaluate window (one per run; its results refresh this list)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from PySide6.QtCore import QPoint, Qt
 
 from gaudi_gui.core import outputs
@@ -426,3 +427,72 @@ def test_meter_columns_sort_by_a_header_click_with_not_measured_last(qtbot, tmp_
     store.create(JobConfig(name="late", training_args={"output_dir": str(tmp_path / "late")}))
     qtbot.waitUntil(lambda: table.table.rowCount() == 4, timeout=10000)
     assert table.selected_runs() == [small]
+
+
+def test_prices_clicked_turn_the_meter_into_a_cost_in_tooltips_compare_and_runs_show(qtbot,
+                                                                                    tmp_path: Path) -> None:
+    """Prices… (clicked): a price per kWh and per card-hour with a currency, saved by clicking Save;
+    the Runs list's meter tooltips and Compare (clicked) say the cost, a run whose energy nobody
+    measured says what was left out; `gaudi-gui runs show` reads the same settings. Before any price:
+    no cost anywhere."""
+    import subprocess
+    import sys
+
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    store = RunStore(tmp_path / "runs")
+    gaudi = _metered_run(store, tmp_path, "gaudi", device="hpu", measured=True)
+    cold = _metered_run(store, tmp_path, "cold", device="cpu", measured=False)
+    table = RunsTable(store)
+    qtbot.addWidget(table)
+    table.resize(1300, 500)
+    table.show()
+    qtbot.waitExposed(table)
+    tip = lambda run: table.table.item(_row_of(table, run.name), COLUMNS.index("energy")).toolTip()  # noqa: E731
+    assert "cost" not in tip(gaudi)
+    click(qtbot, table.buttons["Prices…"])
+    dialog = table.prices_dialog
+    qtbot.waitUntil(lambda: dialog is not None and dialog.isVisible(), timeout=5000)
+    for box, text in ((dialog.per_kwh, "0.5"), (dialog.per_card_hour, "2")):
+        box.lineEdit().selectAll()
+        qtbot.keyClicks(box.lineEdit(), text)
+    dialog.currency.clear()
+    qtbot.keyClicks(dialog.currency, "EUR")
+    click(qtbot, dialog.buttons.button(QDialogButtonBox.StandardButton.Save))
+    qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=5000)
+    assert table.status.text() == "prices saved: 0.50 EUR per kWh, 2.00 EUR per card-hour"
+    # 2 cards x 10 s = 0.0056 card-hours (0.011 EUR); 2050 J = 0.00057 kWh (0.00028 EUR).
+    qtbot.waitUntil(lambda: "cost 0.011 EUR (energy 0.00028 EUR + card-hours 0.011 EUR)" in tip(gaudi),
+                    timeout=5000)
+    assert "cost not known (energy not measured; no card-hours (no cards))" in tip(cold)
+    # Compare (clicked, both runs selected): a cost row under the meter rows.
+    _click_row(qtbot, table, _row_of(table, gaudi.name))
+    rect = table.table.visualRect(table.table.model().index(_row_of(table, cold.name), 0))
+    qtbot.mouseClick(table.table.viewport(), Qt.MouseButton.LeftButton, Qt.KeyboardModifier.ControlModifier,
+                     rect.center())
+    click(qtbot, table.buttons["Compare"])
+    panel = table.scores_panel
+    qtbot.waitUntil(lambda: panel is not None and panel.isVisible(), timeout=5000)
+    rows = {panel.table.item(r, 0).text(): r for r in range(panel.table.rowCount())}
+    header = [panel.table.horizontalHeaderItem(c).text() for c in range(panel.table.columnCount())]
+    assert panel.table.item(rows["cost"], header.index(gaudi.name)).text() == "0.011 EUR"
+    assert panel.table.item(rows["cost"], header.index(cold.name)).text() == "not known"
+    # The command line reads the same settings file (GAUDI_GUI_HOME of this test).
+    shown = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(store.root), "show",
+                            gaudi.name], capture_output=True, text=True, timeout=60)
+    assert "cost 0.011 EUR (energy 0.00028 EUR + card-hours 0.011 EUR)" in shown.stdout, shown.stdout
+    as_json = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(store.root),
+                              "show", gaudi.name, "--json", "--price-kwh", "1", "--price-card-hour", "0"],
+                             capture_output=True, text=True, timeout=60)
+    cost = json.loads(as_json.stdout)["cost"]
+    assert cost["total"] == pytest.approx(2050 / 3.6e6) and cost["cards"] is None
+    # Cleared (0 is "not set"): no cost anywhere again.
+    click(qtbot, table.buttons["Prices…"])
+    qtbot.waitUntil(dialog.isVisible, timeout=5000)
+    for box in (dialog.per_kwh, dialog.per_card_hour):
+        box.lineEdit().selectAll()
+        qtbot.keyClicks(box.lineEdit(), "0")
+    click(qtbot, dialog.buttons.button(QDialogButtonBox.StandardButton.Save))
+    qtbot.waitUntil(lambda: "cost" not in tip(gaudi), timeout=5000)
+    assert "cost" not in {panel.table.item(r, 0).text() for r in range(panel.table.rowCount())}
+    table.shutdown()
