@@ -1,7 +1,9 @@
 """The Models tab with a host (issue 28) against the real SSH test server: a model downloaded by clicks
 into the host's own Hub cache (not this machine's), checked, listed there by the host's ``gaudi-gui
 models`` and deleted there; and a download whose connection is cut mid-file: it is a job on the host
-and goes on, the window says so, follows it again, and Cancel ends it there (nothing left running).
+and goes on, the window says so, follows it again, and Cancel ends it there (nothing left running); one
+left running is followed again by the next window at its start (its close dialog names it) before
+the Models tab is ever opened.
 The fake Hub is on 127.0.0.1 (HF_ENDPOINT, which the host's commands inherit from the test server)."""
 
 from __future__ import annotations
@@ -18,9 +20,10 @@ from gaudi_gui.app import create_services
 from gaudi_gui.core import remote
 from gaudi_gui.core.remote import Host
 from gaudi_gui.ui.download_dialog import DownloadDialog
+from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.models_tab import ModelsTab
 from tests.fake_hub import FakeHub, FakeRepo
-from tests.helpers import answer_dialog, choose, click
+from tests.helpers import answer_dialog, choose, click, close_window
 from tests.remote.conftest import SshHost
 
 
@@ -139,20 +142,35 @@ def test_download_to_a_host_lands_in_its_cache_and_a_cut_link_ends_it_there(
     assert tab.places.detach_jobs() == [first.folder]
     assert not tab.places.active_jobs() and ssh_host.processes()
 
-    later = ModelsTab(create_services())
-    qtbot.addWidget(later)
-    later.resize(1000, 700)
+    # The next window follows it again at its start, before the Models tab is ever looked at: the
+    # close dialog names it; the Models tab, opened later, shows its row, and Cancel ends it there.
+    later = MainWindow(create_services())
+    qtbot.addWidget(later, before_close_func=lambda w: close_window(qtbot, w))
+    later.resize(1280, 800)
     later.show()
-    qtbot.waitUntil(lambda: len(later.download_rows) == 1, timeout=30000)
-    again = later.download_rows[0]
-    assert again.job.folder == first.folder
+    later.tabs.setCurrentIndex(0)
+    places = later.services.ensure_models()
+    qtbot.waitUntil(lambda: any("org/again" in j for j in later.active_jobs()), timeout=30000)
+    assert not later.models_tab._listed_once  # the Models tab was never looked at
+    job = next(d for d in places.running() if d.host.name == ssh_host.dest)
+    assert job.folder == first.folder
+    answer = answer_dialog(qtbot, "Cancel")
+    later.close()
+    qtbot.waitUntil(lambda: answer.clicked, timeout=10000)
+    assert f"Download org/again → {ssh_host.dest}" in answer.text, answer.text
+    assert later.isVisible() and job.is_running()  # Cancel: nothing closed, nothing stopped
+    models = later.models_tab
+    later.tabs.setCurrentWidget(models)
+    qtbot.waitUntil(lambda: len(models.download_rows) == 1, timeout=10000)
+    again = models.download_rows[0]
+    assert again.job is job
     qtbot.waitUntil(lambda: "org/again" in again.title.text() and "followed again" in again.notes.text(),
                     timeout=30000)
     qtbot.waitUntil(again.cancel_button.isVisible, timeout=5000)
     click(qtbot, again.cancel_button)
     qtbot.waitUntil(lambda: again.job.ok is not None, timeout=30000)
     assert again.status.text().startswith("Cancelled."), again.status.text()
-    assert ssh_host.wait_no_processes() == []
-    later.places.shutdown()
-    later.shutdown()
-    qtbot.waitUntil(lambda: not later.is_listing(), timeout=20000)
+    # (The whole window watches the host's cards meanwhile: only the download must be gone.)
+    qtbot.waitUntil(lambda: not [p for p in ssh_host.wait_no_processes(0.5)
+                                 if "download" in p or "runs follow" in p], timeout=30000)
+    qtbot.waitUntil(lambda: not models.is_listing() and not places.is_reattaching(), timeout=30000)
