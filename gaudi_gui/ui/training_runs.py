@@ -38,10 +38,11 @@ from gaudi_gui.services.settings import Settings
 from gaudi_gui.services.sft_tools import AdapterMerger
 from gaudi_gui.ui.prices_dialog import PricesDialog, prices_of
 
-# What a run cost (card-hours, energy) sits beside how it went; "started" comes after them: the run's
-# name already begins with its start time, and the cost must stay in view in a 1024-pixel window.
-COLUMNS = ("run", "status", "kind", "duration", "steps", "final loss", "card-hours", "energy", "tokens/s",
-           "compilations", "started", "latest scores")
+# What a run cost (card-hours, energy) sits beside how it went; "kind" and "started" come after the meter:
+# the run's name already begins with its start time, a Serve or Evaluate run says its kind in its
+# status tooltip, and the cost must stay in view in a 1024-pixel window.
+COLUMNS = ("run", "status", "duration", "steps", "final loss", "card-hours", "energy", "tokens/s",
+           "compilations", "kind", "started", "latest scores")
 #: What only a training run offers (a Serve or Evaluate job has no job to clone, checkpoint or model).
 TRAINING_ONLY = ("Reopen", "Clone", "Compare", "Resume", "Try in runner", "Merge and save", "Evaluate")
 #: The columns whose figures are right-aligned.
@@ -250,8 +251,8 @@ class RunsTable(QWidget):
                 "energy": _num((summary or {}).get("energy_j")),
                 "tokens/s": rate, "compilations": compiled, "started": st.started_at or None}
             tip = self._meter_tip(summary)
-            for col, text in enumerate((run.name, state, st.kind, duration, steps, loss, hours, energy,
-                                        rate_text, compiled_text, started, scores)):
+            for col, text in enumerate((run.name, state, duration, steps, loss, hours, energy, rate_text,
+                                        compiled_text, st.kind, started, scores)):
                 item = _Cell(text)
                 item.setData(SORT_ROLE, figures.get(COLUMNS[col]))
                 if col == 0:
