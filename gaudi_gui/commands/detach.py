@@ -112,14 +112,22 @@ def detach_command(what: str, kind: str, words: list[str], *, name: str, runs_di
     return 0
 
 
-def detach_on_host(host: Any, words: list[str]) -> tuple[dict[str, Any] | None, str, int]:
+def detach_on_host(host: Any, words: list[str], *,
+                   env: dict[str, str] | None = None) -> tuple[dict[str, Any] | None, str, int]:
     """``gaudi-gui WORDS --detach --json`` run on ``host`` (a ``core.remote.Host``) over ssh: the job's
     supervisor and run folder are the host's, so it outlives this command and the connection
-    (``runs --host DEST follow|stop`` reach it later). (its announce, "", 0), or (None, why, exit code)."""
+    (``runs --host DEST follow|stop`` reach it later). (its announce, "", 0), or (None, why, exit code).
+    ``env``: variables for the job there (a Serve API key), handed over as the guard's checked
+    ``--env`` arguments; the guard's stdin is held open until the announce came back."""
     from gaudi_gui.core.placement import Placement
 
-    argv = Placement.on_host(host).start_argv(host, [*words, "--detach", "--json"], guard=False)
-    done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")
+    argv = Placement.on_host(host).start_argv(host, [*words, "--detach", "--json"], guard=bool(env), env=env)
+    read_end, write_end = os.pipe() if env else (subprocess.DEVNULL, -1)
+    try:
+        done = subprocess.run(argv, stdin=read_end, capture_output=True, text=True, errors="replace")
+    finally:
+        for fd in (read_end, write_end) if env else ():
+            os.close(fd)
     try:
         return json.loads(done.stdout.strip().splitlines()[-1]), "", 0
     except (ValueError, IndexError):

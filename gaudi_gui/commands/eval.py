@@ -7,27 +7,28 @@ its events (``--events``: protocol lines, what the app's Evaluate view follows),
 Exit 0; 2 bad input (also an unknown lm-eval task, or one that needs the network: refused before a
 model loads); 1 a model failed to load or run.
 
-``--host DEST``: the same command runs on the host through ``core.placement`` (ssh, under the guard, so
-a dropped connection or a killed app leaves nothing running there); the run, the files and the results
-are the host's, and the results stay in the host's run folder (its path is printed).
+``--host DEST``: the host's own ``eval --detach`` (its supervisor and run folder are the host's: a dropped
+connection or a killed client leaves it going), followed here with the one relay of placed output
+(``remote_run.relay``) unless ``--detach``; the run, the files and the results are the host's, and the
+results stay in the host's run folder (its path is printed).
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import contextlib
 import json
 import os
-import subprocess
 import sys
 import threading
 import time
-from typing import IO, Any, NoReturn
+from typing import Any, NoReturn
 
 from gaudi_gui.commands.flags import add_detach_arguments
 from gaudi_gui.core import evaluation as ev
 from gaudi_gui.core import protocol, textclean
+from gaudi_gui.core.child import Child
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.visibility import child_env
 
 #: Options of the form fields (core.evaluation's field names) as the command line spells them.
@@ -115,7 +116,7 @@ def _emit(events: bool, event_type: str, /, **fields: Any) -> None:
 def _refuse(args: argparse.Namespace, field: str, message: str) -> int:
     option = OPTION_OF.get(field, f"--{field.replace('_', '-')}")
     print(f"gaudi-gui eval: {option}: {message}", file=sys.stderr)
-    _emit(args.events, "error", kind="bad_input", field=field, message=message)
+    _emit(args.events, EventType.ERROR, kind="bad_input", field=field, message=message)
     return ev.EXIT_BAD_INPUT
 
 
@@ -129,7 +130,12 @@ def run(args: argparse.Namespace) -> int:
             print(f"gaudi-gui eval: {OPTION_OF.get(field, field)}: {message}", file=sys.stderr)
         return _refuse(args, *problems[0])
     if args.detach and remote:
-        return _detach_on_host(args, spec)
+        started = _detach_on_host(args, spec)
+        if isinstance(started, int):
+            return started
+        from gaudi_gui.commands.detach import print_started
+        print_started(started[1], "evaluate", as_json=args.json)
+        return ev.EXIT_OK
     if args.detach:
         from gaudi_gui.commands.detach import detach_command
         words = _absolute(spec).cli_args()
@@ -153,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
            "metrics": spec.metrics, "tasks": spec.tasks, "include_path": spec.include_path,
            "max_rows": spec.max_rows, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed,
            "chat": spec.chat}
-    _emit(args.events, "eval_started", label=target.label, base=target.base_model,
+    _emit(args.events, EventType.EVAL_STARTED, label=target.label, base=target.base_model,
           tuned=target.tuned_model, adapter=target.adapter, prompts=len(prompts),
           references=len(references), tasks=spec.tasks)
     return _evaluate(args, spec, target, job)
@@ -161,29 +167,18 @@ def run(args: argparse.Namespace) -> int:
 
 def _evaluate(args: argparse.Namespace, spec: ev.EvalSpec, target: ev.Target, job: dict[str, Any]) -> int:
     started = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui.workers.evaluate"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env())
-    tail: collections.deque[str] = collections.deque(maxlen=30)
-    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    reader = threading.Thread(target=_read_tail, args=(proc.stderr, tail), daemon=True)
-    reader.start()
-    with contextlib.suppress(OSError):
-        proc.stdin.write(json.dumps(job).encode("utf-8"))
-        proc.stdin.close()
+    child = Child([sys.executable, "-m", "gaudi_gui.workers.evaluate"], decode=protocol.decode,
+                  env=child_env(), tail_lines=30)
+    child.send(json.dumps(job))
+    child.close_stdin()
     answers: dict[tuple[str, int], dict[str, Any]] = {}
     results: dict[str, dict[str, Any]] = {}
     error: dict[str, Any] | None = None
     done = False
     try:
-        for raw in proc.stdout:
-            try:
-                message = protocol.decode(raw.decode("utf-8", errors="replace"))
-            except protocol.ProtocolError:
-                continue
-            if message is None:
-                continue
+        while (message := child.next_message(None)) is not None:
             kind = message.get("type")
-            if kind == "answer":
+            if kind == EventType.ANSWER:
                 row = answers.setdefault((message["source"], message["i"]), {
                     "source": message["source"], "i": message["i"], "prompt": message["prompt"]})
                 if "reference" in message:
@@ -193,30 +188,29 @@ def _evaluate(args: argparse.Namespace, spec: ev.EvalSpec, target: ev.Target, jo
                 for key in ("ttft_s", "tokens_per_s", "new_tokens", "scores"):
                     if key in message:
                         row[f"{name}_{key}"] = message[key]
-            elif kind == "model_result":
+            elif kind == EventType.MODEL_RESULT:
                 results[message["model"]] = {k: v for k, v in message.items() if k not in ("type", "model")}
-            elif kind == "error":
+            elif kind == EventType.ERROR:
                 error = message
-            elif kind == "done":
+            elif kind == EventType.DONE:
                 done = True
                 continue  # the command says when it is done: after the results are written
-            if args.events and kind != "error":
+            if args.events and kind != EventType.ERROR:
                 protocol.write_line(sys.stdout, protocol.encode(message))
-            elif kind == "progress" and sys.stderr.isatty() and not args.json:
-                print(f"\r{message['done']}/{message['total']}", end="", file=sys.stderr, flush=True)
+            elif kind == EventType.PROGRESS:
+                _show_progress(message, args)
     except KeyboardInterrupt:
-        proc.terminate()
-        proc.wait()
+        child.end(5)
         print("interrupted", file=sys.stderr)
         return 130
-    code = proc.wait()
-    reader.join(timeout=2)
+    code = child.end(0)
+    tail = [textclean.clean(line) for line in child.tail]
     if error is not None or not done or code != 0:
         text = str((error or {}).get("message") or
-                   f"the evaluation worker ended ({code}) without results: " + " | ".join(list(tail)[-3:]))
+                   f"the evaluation worker ended ({code}) without results: " + " | ".join(tail[-3:]))
         kind = (error or {}).get("kind", "model_failed")
         print(f"gaudi-gui eval: {text}", file=sys.stderr)
-        _emit(args.events, "error", kind=kind, message=text, exit_code=code, last_lines=list(tail)[-10:])
+        _emit(args.events, EventType.ERROR, kind=kind, message=text, exit_code=code, last_lines=tail[-10:])
         return ev.EXIT_BAD_INPUT if kind == "bad_input" else ev.EXIT_MODEL_FAILED
     record = {"version": ev.RESULT_VERSION, "created": started, "duration_s": round(time.time() - started, 3),
               "label": target.label, "target": target.to_dict(), "spec": spec.to_dict(),
@@ -227,11 +221,11 @@ def _evaluate(args: argparse.Namespace, spec: ev.EvalSpec, target: ev.Target, jo
         path = ev.write_results(target.results_dir, record, rows)
     except OSError as exc:
         print(f"gaudi-gui eval: cannot write the results in {target.results_dir}: {exc}", file=sys.stderr)
-        _emit(args.events, "error", kind="model_failed", message=f"cannot write the results: {exc}")
+        _emit(args.events, EventType.ERROR, kind="model_failed", message=f"cannot write the results: {exc}")
         return ev.EXIT_MODEL_FAILED
     record["path"] = str(path)
     record["answers"] = str(path.with_name(path.stem + "-answers.jsonl"))
-    _emit(args.events, "result", **record)
+    _emit(args.events, EventType.RESULT, **record)
     try:
         if args.json:
             print(json.dumps(record, indent=2, ensure_ascii=False), flush=True)
@@ -245,11 +239,10 @@ def _evaluate(args: argparse.Namespace, spec: ev.EvalSpec, target: ev.Target, jo
     return ev.EXIT_OK
 
 
-def _read_tail(stream: IO[bytes], tail: collections.deque[str]) -> None:
-    for raw in stream:
-        line = raw.decode("utf-8", errors="replace").rstrip("\n").rsplit("\r", 1)[-1]
-        if line.strip():
-            tail.append(textclean.clean(line))
+def _show_progress(message: dict[str, Any], args: argparse.Namespace) -> None:
+    """Rows done, on a terminal's stderr (never into --json's output)."""
+    if sys.stderr.isatty() and not args.json:
+        print(f"\r{message.get('done')}/{message.get('total')}", end="", file=sys.stderr, flush=True)
 
 
 def _print_summary(record: dict[str, Any], rows: list[dict[str, Any]]) -> None:
@@ -269,10 +262,11 @@ def _cell(value: float | None) -> str:
     return "–" if value is None else f"{value:.4g}"
 
 
-def _detach_on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> int:
-    """``eval --host DEST --detach``: the host's own ``eval --detach`` (its supervisor, run folder and
-    results are the host's: the evaluation outlives this command and the connection)."""
-    from gaudi_gui.commands.detach import detach_on_host, print_started
+def _detach_on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> tuple[Any, dict[str, Any]] | int:
+    """The host's own ``eval --detach`` (its supervisor, run folder and results are the host's: the
+    evaluation outlives this command and the connection): (the host, its announce), or the exit code
+    once the reason was said (bad input is refused there before anything starts, exit 2)."""
+    from gaudi_gui.commands.detach import detach_on_host
     from gaudi_gui.core.placement import Placement
     from gaudi_gui.core.remote import HostError
     try:
@@ -283,66 +277,74 @@ def _detach_on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> int:
     if info is None:
         print(f"gaudi-gui eval: {why}", file=sys.stderr)
         return code
-    print_started({**info, "host": host.name}, "evaluate", as_json=args.json)
-    return ev.EXIT_OK
+    return host, {**info, "host": host.name}
 
 
 def _on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> int:
-    """The same command on a host (core.placement: ssh under the guard); its events are read here."""
-    from gaudi_gui.core.placement import Placement
-    from gaudi_gui.core.remote import HostError
-    try:
-        placement = Placement.from_cli(host=args.host, remote_command=args.remote_command)
-    except HostError as exc:
-        print(f"gaudi-gui eval: --host: {exc}", file=sys.stderr)
-        return ev.EXIT_BAD_INPUT
-    argv = placement.start_argv(placement.host, ["eval", *spec.cli_args(), "--events"], guard=True)
-    # stdin stays open (a pipe never written): the guard ends the command there when it closes.
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    tail: collections.deque[str] = collections.deque(maxlen=30)
-    assert proc.stdout is not None and proc.stderr is not None
-    reader = threading.Thread(target=_read_tail, args=(proc.stderr, tail), daemon=True)
-    reader.start()
-    record: dict[str, Any] | None = None
-    error: dict[str, Any] | None = None
-    try:
-        for raw in proc.stdout:
-            try:
-                message = protocol.decode(raw.decode("utf-8", errors="replace"))
-            except protocol.ProtocolError:
-                continue
-            if message is None:
-                continue
-            if message.get("type") == "result":
-                record = {k: v for k, v in message.items() if k != "type"}
-            elif message.get("type") == "error":
-                error = message
-            if args.events:
-                protocol.write_line(sys.stdout, protocol.encode({**message, "host": placement.host.name}))
-    except KeyboardInterrupt:
-        with contextlib.suppress(OSError):
-            proc.stdin.close()  # type: ignore[union-attr]  # the guard ends the command there
-        proc.terminate()
-        proc.wait()
+    """``eval --host DEST`` without ``--detach``: started there as ``--detach`` starts it, then followed
+    here with the one relay of placed output (``remote_run.relay``: the host's ``runs follow``,
+    reconnecting after a dropped connection while the evaluation goes on there). Ctrl-C stops it
+    there (``runs stop``, exit 130); the results stay in the host's run folder (exit 0). A follow
+    that gives up leaves it going there (exit 3: ``gaudi-gui runs --host DEST follow RUN``)."""
+    from gaudi_gui.commands import remote_run
+
+    started = _detach_on_host(args, spec)
+    if isinstance(started, int):
+        return started
+    host, folder = started[0], str(started[1]["folder"])
+    if not args.events and not args.json:
+        print(f"evaluation folder on {host.name}: {folder} (it goes on if this command or the connection "
+              f"ends)", file=sys.stderr, flush=True)
+    run = remote_run.HostRun(host, 0, folder)
+    said: dict[str, dict[str, Any]] = {}
+    stop_sent: list[int] = []
+
+    def take(_run: Any, msg: dict[str, Any]) -> None:
+        if msg.get("t") == "reconnecting":
+            print(f"gaudi-gui eval: {host.name}: {msg.get('why')}; reconnecting in {msg.get('in'):g} s (the "
+                  f"evaluation goes on there)", file=sys.stderr, flush=True)
+        if msg.get("t") != "event":
+            return
+        event = {k: v for k, v in (msg.get("event") or {}).items() if k not in ("v", "rank", "time")}
+        kind = event.get("type")
+        if kind in (EventType.RESULT, EventType.ERROR):
+            said[str(kind)] = event
+        if args.events:
+            protocol.write_line(sys.stdout, protocol.encode({**event, "host": host.name}))
+        elif kind == EventType.PROGRESS:
+            _show_progress(event, args)
+
+    def on_signal(count: int, name: str) -> None:
+        stop_sent.append(count)
+        print(f"\n{name}: stopping the evaluation on {host.name}" + (" now" if count > 1 else ""),
+              file=sys.stderr, flush=True)
+        threading.Thread(target=remote_run.stop_runs, args=([run], count > 1), daemon=True).start()
+
+    remote_run.relay([run], take, reconnect_s=RECONNECT_S, on_signal=on_signal)
+    record = {k: v for k, v in said.get(EventType.RESULT.value, {}).items() if k != "type"} or None
+    if stop_sent and record is None:
         print("interrupted", file=sys.stderr)
         return 130
-    with contextlib.suppress(OSError):
-        proc.stdin.close()  # type: ignore[union-attr]
-    code = proc.wait()
-    reader.join(timeout=2)
+    if run.final is None:
+        print(f"gaudi-gui eval: {run.lost}. The evaluation goes on on {host.name}: gaudi-gui runs --host "
+              f"{host.name} follow {folder}", file=sys.stderr)
+        return remote_run.EXIT_HOST
     if record is None:
-        last = " | ".join(list(tail)[-3:])
-        text = str((error or {}).get("message") or f"eval on {placement.host.name} ended ({code})" +
-                   (f": {last}" if last else ""))
-        field = str((error or {}).get("field") or "")
+        error = said.get(EventType.ERROR.value, {})
+        text = str(error.get("message") or run.final.get("summary") or f"eval on {host.name} failed")
+        field = str(error.get("field") or "")
         if not args.events:
             print(f"gaudi-gui eval: {OPTION_OF[field] + ': ' if field in OPTION_OF else ''}{text}",
                   file=sys.stderr)
-        return code if code in (ev.EXIT_BAD_INPUT, ev.EXIT_MODEL_FAILED) else ev.EXIT_MODEL_FAILED
+        return ev.EXIT_BAD_INPUT if run.final.get("exit_code") == ev.EXIT_BAD_INPUT else ev.EXIT_MODEL_FAILED
     if args.json:
-        print(json.dumps({**record, "host": placement.host.name}, indent=2, ensure_ascii=False))
+        print(json.dumps({**record, "host": host.name}, indent=2, ensure_ascii=False))
     elif not args.events:
         for name, tuned, base in ev.score_items(record):
             print(f"{name[:24]:24} {_cell(base):>10} {_cell(tuned):>10}")
-        print(f"results kept on {placement.host.name}: {record.get('path')}")
+        print(f"results kept on {host.name}: {record.get('path')}")
     return ev.EXIT_OK
+
+
+#: How long the follow of an evaluation on a host tries to reach it again after the connection dropped.
+RECONNECT_S = 600.0

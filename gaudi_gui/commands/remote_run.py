@@ -18,12 +18,11 @@ import contextlib
 import json
 import queue
 import signal
-import subprocess
 import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -163,14 +162,21 @@ class HostRun:
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
 
 
+def _follow_line(line: str) -> dict[str, Any] | None:
+    """One line of ``runs follow`` (its JSON-lines wire format), or None when it is not one."""
+    value = json.loads(line)
+    return value if isinstance(value, dict) else None
+
+
 class Follower(threading.Thread):
-    """``runs follow`` on one host, reconnecting with back-off; puts (run, message) on ``out``."""
+    """``runs follow`` on one host, reconnecting with back-off; puts (run, message) on ``out``. The ssh
+    child runs in a session of its own (``core.child``): a Ctrl+C in the terminal reaches only us."""
 
     def __init__(self, run: HostRun, out: queue.Queue[tuple[HostRun, dict[str, Any]]], reconnect_s: float,
                  stopping: threading.Event) -> None:
         super().__init__(name=f"follow-{run.host.name}", daemon=True)
         self.run_, self.out, self.reconnect_s, self.stopping = run, out, reconnect_s, stopping
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.child: Child | None = None
 
     def run(self) -> None:
         try:
@@ -187,18 +193,10 @@ class Follower(threading.Thread):
         while True:
             cmd = host.wrap(host.gaudi_gui_argv("runs", "follow", folder, "--events-from", str(events_from),
                                                 "--log-from", str(log_from)))
-            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                         stderr=subprocess.PIPE)
-            err: deque[str] = deque(maxlen=20)
-            assert self.proc.stdout is not None and self.proc.stderr is not None
-            threading.Thread(target=_collect, args=(self.proc.stderr, err), daemon=True).start()
-            for raw in iter(self.proc.stdout.readline, b""):
+            self.child = child = Child(cmd, decode=_follow_line, tail_lines=20)
+            while (msg := child.next_message(None)) is not None:
                 last_contact = time.monotonic()
                 backoff.reset()
-                try:
-                    msg = json.loads(raw)
-                except ValueError:
-                    continue
                 kind = msg.get("t")
                 if kind == "log_offset":
                     log_from = int(msg.get("end", log_from))
@@ -207,11 +205,12 @@ class Follower(threading.Thread):
                 if kind == "end":
                     self.run_.final = msg.get("status") or {}
                 self.out.put((self.run_, msg))
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()  # type: ignore[union-attr]
-            code = self.proc.wait()
+            child.close_stdin()
+            code = child.proc.wait()
+            child.join()
             if self.run_.final is not None:
                 return
+            err = list(child.tail)
             why = (remote.explain_ssh_failure(host.name, "\n".join(err))[1] if code == SSH_FAILED
                    else f"the follower on {host.name} exited with {code}: {' '.join(err)[-200:]}")
             if time.monotonic() - last_contact > self.reconnect_s:
@@ -224,14 +223,8 @@ class Follower(threading.Thread):
                 return
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            with contextlib.suppress(OSError):
-                self.proc.stdin.close()  # type: ignore[union-attr]
-
-
-def _collect(stream: Any, into: deque[str]) -> None:
-    for raw in iter(stream.readline, b""):
-        into.append(raw.decode("utf-8", "replace").rstrip())
+        if self.child is not None and self.child.poll() is None:
+            self.child.close_stdin()
 
 
 def stop_runs(runs: Sequence[HostRun], now: bool) -> None:
@@ -254,14 +247,14 @@ def follow(host: Host, folder: str, *, reconnect_s: float = 600.0) -> int:
     return follow_all([HostRun(host, 0, folder)], reconnect_s=reconnect_s)
 
 
-def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
-    """Follow the run of every host in ``runs`` (one host, or the machine ranks of a multi-node run)
-    to its end; the exit status of the whole run. Ctrl-C stops every host's ranks with a checkpoint
-    (a second: kill now), also while reconnecting. Of several hosts, log lines carry a ``host|``
-    prefix, progress comes from machine rank 0, and a host whose ranks fail, are killed or is lost
-    ends the others at once (they would wait for it in a collective). Following one host that is
-    lost gives up and leaves the run going (exit 3)."""
-    several = len(runs) > 1
+def relay(runs: list[HostRun], take: Callable[[HostRun, dict[str, Any]], None], *, reconnect_s: float,
+          on_signal: Callable[[int, str], None], turn: Callable[[], None] | None = None) -> None:
+    """The one relay of a placed job's output, for every kind (training, Serve, Evaluate) and every
+    host: each run's ``runs follow`` JSON lines there (a :class:`Follower`, reconnecting with
+    back-off; one wire format), handed to ``take`` in order until every run has ended or was lost.
+    SIGINT / SIGTERM / SIGHUP are counted while it relays: ``on_signal(count, name)`` once for each
+    (the caller stops its runs; the follow goes on until their end). ``turn`` runs every quarter
+    second."""
     signals = _Signals()
     previous = {s: signal.signal(s, signals.handler) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
     out: queue.Queue[tuple[HostRun, dict[str, Any]]] = queue.Queue()
@@ -270,47 +263,67 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
     for f in followers:
         f.start()
     handled = 0
-    failed: HostRun | None = None
-    width = max(len(r.host.name) for r in runs)
     ended: set[int] = set()  # the ranks whose follower said "end" or "lost" (after all their lines)
     try:
         while len(ended) < len(runs):
             if signals.count > handled:
                 handled = signals.count
-                now = handled > 1
-                _say(f"\n{signals.last}: " + ("killing the run now (no checkpoint from this stop)" if now else
-                     "stopping — the ranks save a checkpoint first (Ctrl-C again: kill now)"))
-                threading.Thread(target=stop_runs, args=(runs, now), daemon=True).start()
+                on_signal(handled, signals.last)
+            if turn is not None:
+                turn()
             try:
                 run, msg = out.get(timeout=0.25)
             except queue.Empty:
                 continue
-            kind = msg.get("t")
-            if kind == "log":
-                prefix = f"{run.host.name:<{width}}| " if several else ""
-                with contextlib.suppress(BrokenPipeError):
-                    print(prefix + _printable(str(msg.get("line", ""))), flush=True)
-            elif kind == "event":
-                _note(msg.get("event") or {}, run, several)
-            elif kind == "reconnecting":
-                _say(f"{run.host.name}: {msg.get('why')}; reconnecting in {msg.get('in'):g} s "
-                     "(the run goes on on the host)")
-            elif kind in ("end", "lost"):
+            take(run, msg)
+            if msg.get("t") in ("end", "lost"):
                 ended.add(run.rank)
-            state = str((run.final or {}).get("state", "")) if kind == "end" else ""
-            if several and failed is None and (run.lost or state in ("failed", "killed")):
-                failed = run
-                why = run.lost or str((run.final or {}).get("summary") or state)
-                _say(f"{run.host.name} (machine rank {run.rank}): {why} — killing the other hosts' ranks, "
-                     f"which would otherwise wait for it in a collective")
-                threading.Thread(target=stop_runs, args=([r for r in runs if r is not run], True),
-                                 daemon=True).start()
     finally:
         stopping.set()
         for f in followers:
             f.close()
         for sig, old in previous.items():
             signal.signal(sig, old)
+
+
+def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
+    """Follow the run of every host in ``runs`` (one host, or the machine ranks of a multi-node run)
+    to its end; the exit status of the whole run. Ctrl-C stops every host's ranks with a checkpoint
+    (a second: kill now), also while reconnecting. Of several hosts, log lines carry a ``host|``
+    prefix, progress comes from machine rank 0, and a host whose ranks fail, are killed or is lost
+    ends the others at once (they would wait for it in a collective). Following one host that is
+    lost gives up and leaves the run going (exit 3)."""
+    several = len(runs) > 1
+    failed: list[HostRun] = []
+    width = max(len(r.host.name) for r in runs)
+
+    def on_signal(count: int, name: str) -> None:
+        now = count > 1
+        _say(f"\n{name}: " + ("killing the run now (no checkpoint from this stop)" if now else
+             "stopping — the ranks save a checkpoint first (Ctrl-C again: kill now)"))
+        threading.Thread(target=stop_runs, args=(runs, now), daemon=True).start()
+
+    def take(run: HostRun, msg: dict[str, Any]) -> None:
+        kind = msg.get("t")
+        if kind == "log":
+            prefix = f"{run.host.name:<{width}}| " if several else ""
+            with contextlib.suppress(BrokenPipeError):
+                print(prefix + _printable(str(msg.get("line", ""))), flush=True)
+        elif kind == "event":
+            _note(msg.get("event") or {}, run, several)
+        elif kind == "reconnecting":
+            _say(f"{run.host.name}: {msg.get('why')}; reconnecting in {msg.get('in'):g} s "
+                 "(the run goes on on the host)")
+        state = str((run.final or {}).get("state", "")) if kind == "end" else ""
+        if several and not failed and (run.lost or state in ("failed", "killed")):
+            failed.append(run)
+            why = run.lost or str((run.final or {}).get("summary") or state)
+            _say(f"{run.host.name} (machine rank {run.rank}): {why} — killing the other hosts' ranks, "
+                 f"which would otherwise wait for it in a collective")
+            threading.Thread(target=stop_runs, args=([r for r in runs if r is not run], True),
+                             daemon=True).start()
+
+    relay(runs, take, reconnect_s=reconnect_s, on_signal=on_signal)
     if not several:
         run = runs[0]
         if run.final is None:
@@ -323,8 +336,8 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
              f"{run.folder}")
     if several:
         _say(f"meter: {job_meter_line(runs)}")
-    if failed is not None:
-        _say(f"the run failed on {failed.host.name}")
+    if failed:
+        _say(f"the run failed on {failed[0].host.name}")
         return 1
     states = {str((r.final or {}).get("state")) for r in runs}
     return 0 if states <= {"finished", "stopped"} else 1

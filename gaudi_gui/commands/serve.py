@@ -15,11 +15,11 @@ process dies, even by SIGKILL (``PR_SET_PDEATHSIG``), and while it runs it is re
 An engine that did not end with its owner (hung, stopped) is named by the next serve on its port, and
 ``gaudi-gui serve --stop-orphan --port P`` ends it.
 
-``--host DEST``: the same command runs on the host (``core.placement``: ssh, under the guard, so a
-killed client or a dropped connection leaves nothing there), bound to the host's loopback on
-``--remote-port``; a local port forward on the same multiplexed connection makes the endpoint
-``http://127.0.0.1:PORT/v1`` here. A forward that stops answering while the connection lives is asked
-for again (``ssh -O forward``).
+``--host DEST``: the host's own ``serve --detach`` (its supervisor and run folder are the host's: a killed
+client or a dropped connection leaves it serving), bound to the host's loopback on ``--remote-port``; a
+local port forward on the same multiplexed connection makes the endpoint ``http://127.0.0.1:PORT/v1``
+here. Without ``--detach`` it is followed with the one relay of placed output (``remote_run.relay``),
+the forward asked for again whenever it stops answering; Ctrl-C stops it there.
 
 ``--events``: JSON lines (core.protocol) for the app: ``serve_state`` (starting, loading, warming,
 ready, stopped, failed), ``serve_progress`` (warm-up fraction and ETA), ``serve_url``, ``serve_request``.
@@ -33,7 +33,6 @@ import dataclasses
 import errno
 import json
 import os
-import queue
 import shutil
 import signal
 import subprocess
@@ -51,6 +50,8 @@ from typing import Any
 from gaudi_gui.commands.flags import add_detach_arguments
 from gaudi_gui.core import paths, protocol, visibility
 from gaudi_gui.core import serve as sv
+from gaudi_gui.core.child import Child
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.jobkind import die_with_parent
 from gaudi_gui.core.proctree import ProcessRef, ProcessTree
 
@@ -126,13 +127,13 @@ class _Out:
 
     def state(self, state: str, message: str, **extra: Any) -> None:
         if self.events:
-            self._say(protocol.event("serve_state", state=state, message=message, **extra))
+            self._say(protocol.event(EventType.SERVE_STATE, state=state, message=message, **extra))
         else:
             self._say(message)
 
     def progress(self, p: sv.WarmupProgress) -> None:
         if self.events:
-            self._say(protocol.event("serve_progress", phase=p.phase, step=p.step, total=p.total,
+            self._say(protocol.event(EventType.SERVE_PROGRESS, phase=p.phase, step=p.step, total=p.total,
                                      fraction=p.fraction, eta_s=p.eta_s))
         else:
             eta = f", about {p.eta_s:.0f} s left" if p.eta_s is not None else ""
@@ -140,19 +141,20 @@ class _Out:
 
     def url(self, url: str, **extra: Any) -> None:
         if self.events:
-            self._say(protocol.event("serve_url", url=url, **extra))
+            self._say(protocol.event(EventType.SERVE_URL, url=url, **extra))
         self._say(url)
 
     def request(self, record: sv.RequestRecord) -> None:
         if self.events:
-            self._say(protocol.event("serve_request", **record.to_dict()))
+            self._say(protocol.event(EventType.SERVE_REQUEST, **record.to_dict()))
         else:
             stamp = time.strftime("%H:%M:%S", time.localtime(record.time))
             self._say(f"{stamp} {record.method} {record.path} {record.status}")
 
     def fail(self, message: str, lines: list[str] | None = None) -> None:
         if self.events:
-            self._say(protocol.event("serve_state", state="failed", message=message, lines=lines or []))
+            self._say(protocol.event(EventType.SERVE_STATE, state="failed", message=message,
+                                     lines=lines or []))
         self._say(f"gaudi-gui serve: {message}", err=True)
         for line in lines or []:
             self._say(f"  | {line}", err=True)
@@ -201,6 +203,8 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if args.detach and host and host != "local":
         return _detach_on_host(args, spec, out)
+    if host and host != "local":
+        return _on_host(args, spec, out)
     if args.detach:
         from gaudi_gui.commands.detach import detach_command
         name = f"serve-{Path(spec.model).name or 'model'}"
@@ -208,8 +212,6 @@ def run(args: argparse.Namespace) -> int:
                               as_json=args.json)
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
-        if host and host != "local":
-            return _on_host(args, spec, out)
         return _here(spec, out)
     finally:
         for s, handler in old.items():
@@ -335,12 +337,6 @@ def _merge(adapter: str, target: Path, out: _Out) -> str:
     return str(target)
 
 
-def _reader(stream: Any, lines: queue.Queue[str | None]) -> None:
-    for raw in iter(stream.readline, b""):
-        lines.put(raw.decode("utf-8", "replace").rstrip("\r\n"))
-    lines.put(None)
-
-
 def _get(url: str, key: str = "", timeout: float = 2.0) -> int:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
@@ -376,37 +372,25 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
     env["PYTHONUNBUFFERED"] = "1"
     # The engine ends with this process even when it is SIGKILLed (nothing here runs then): the kernel
     # sends it SIGTERM (PR_SET_PDEATHSIG); and it is recorded, so that an engine that did not end (hung,
-    # stopped) is named by the next serve on its port instead of a bare "port taken".
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True,
-                            preexec_fn=die_with_parent())  # noqa: PLW1509 - only with no other thread
-    tree = ProcessTree(proc.pid)
-    record = _record_engine(proc.pid, spec.port, bind, model, choice.engine)
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
-    last: deque[str] = deque(maxlen=LAST_LINES)
+    # stopped) is named by the next serve on its port instead of a bare "port taken". Its two streams
+    # are one log (warm-up lines, the access log), read as one in the order written.
+    child = Child(argv, decode=lambda line: {"line": line.rstrip("\r\n")}, env=env, stdin=False,
+                  merge_stderr=True, tail_lines=LAST_LINES, preexec=die_with_parent())
+    record = _record_engine(child.pid, spec.port, bind, model, choice.engine)
     warmup = sv.WarmupParser()
     url = sv.endpoint_url(spec.port)
     models_url = f"http://127.0.0.1:{spec.port}/v1/models"
-    out.state("loading", f"loading {model} ({choice.engine}, pid {proc.pid})", pid=proc.pid,
+    out.state("loading", f"loading {model} ({choice.engine}, pid {child.pid})", pid=child.pid,
               engine=choice.engine, reason=choice.reason)
     warming = False
 
     def drain(on_line: Callable[[str], None], wait: float) -> bool:
         """Read what the engine printed; False once its output ended."""
-        try:
-            item = lines.get(timeout=wait)
-        except queue.Empty:
-            return True
-        while True:
-            if item is None:
-                return False
-            last.append(item)
-            on_line(item)
-            try:
-                item = lines.get_nowait()
-            except queue.Empty:
-                return True
+        message = child.next_message(wait)
+        while message:
+            on_line(str(message["line"]))
+            message = child.next_message(0)
+        return message is not None
 
     def while_starting(line: str) -> None:
         nonlocal warming
@@ -435,30 +419,29 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
         started = time.monotonic()
         while True:
             alive = drain(while_starting, 0.25)
-            if proc.poll() is not None or not alive:
-                proc.wait()
-                out.fail(f"the server ended before it answered (exit {proc.returncode})", list(last))
+            if child.poll() is not None or not alive:
+                code = child.end(0)
+                out.fail(f"the server ended before it answered (exit {code})", list(child.tail))
                 return 1
             if _get(models_url, key) == 200:
                 break
             if time.monotonic() - started > READY_TIMEOUT_S:
-                out.fail(f"the server did not answer within {READY_TIMEOUT_S:.0f} s", list(last))
+                out.fail(f"the server did not answer within {READY_TIMEOUT_S:.0f} s", list(child.tail))
                 return 1
         out.state("ready", f"ready after {time.monotonic() - started:.1f} s: {url}", url=url)
         out.url(url, model=model)
         while drain(while_serving, 0.5):
-            if proc.poll() is not None:
+            if child.poll() is not None:
                 break
-        proc.wait()
+        code = child.end(0)
         drain(while_serving, 0.1)
-        out.fail(f"the server ended by itself (exit {proc.returncode})", list(last))
+        out.fail(f"the server ended by itself (exit {code})", list(child.tail))
         return 1
     except (KeyboardInterrupt, _Stop):
-        return _stop(proc, tree, spec.port, bind, out)
+        return _stop(child, spec.port, bind, out)
     finally:
-        if proc.poll() is None:
-            tree.kill()
-            proc.wait()
+        if child.poll() is None:
+            child.end(0)
         if record is not None:
             sv.forget_engine_record(record)
 
@@ -528,18 +511,11 @@ def _leads_group(pid: int) -> bool:
         return False
 
 
-def _stop(proc: subprocess.Popen[bytes], tree: ProcessTree, port: int, bind: str, out: _Out) -> int:
+def _stop(child: Child, port: int, bind: str, out: _Out) -> int:
     """End the engine's whole tree (SIGTERM, then SIGKILL after 10 s) and wait until the port is free."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
     try:
-        tree.record()
-        tree.signal(signal.SIGTERM)
-        tree.signal_recorded(signal.SIGTERM)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        tree.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
+        child.end(10)
         deadline = time.monotonic() + 10
         while not sv.port_free(port, bind) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -552,7 +528,12 @@ def _stop(proc: subprocess.Popen[bytes], tree: ProcessTree, port: int, bind: str
 
 # -- on a host ---------------------------------------------------------------------------------------
 
-def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
+def _start_on_host(args: argparse.Namespace, spec: sv.ServeSpec,
+                   out: _Out) -> tuple[Any, Any, dict[str, Any]] | int:
+    """The host's own ``serve --detach`` (its supervisor and run folder are the host's: the server
+    outlives this command and the connection): (host, the forward of ``--port`` here to its port
+    there, the host's announce), or the exit code once the reason was said."""
+    from gaudi_gui.commands.detach import detach_on_host
     from gaudi_gui.core.placement import Forward, Placement
     from gaudi_gui.core.remote import HostError
 
@@ -560,70 +541,132 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
         placement = Placement.from_cli(host=args.host, remote_command=args.remote_command)
     except HostError as exc:
         out.fail(f"--host: {exc}")
-        return 2
-    host = placement.host
-    local_port = spec.port
-    remote_port = args.remote_port or spec.port
-    if not sv.port_free(local_port):
-        out.fail(f"--port: port {local_port} is already taken here; choose another")
-        return 2
-    remote_spec = dataclasses.replace(spec, port=remote_port)
-    forward = Forward(local_port, remote_port)
-    env = {spec.api_key_env: os.environ[spec.api_key_env]} if spec.api_key_env else None
-    argv = placement.start_argv(host, ["serve", *remote_spec.cli_args(), "--events"], guard=True, env=env,
-                                forwards=[forward])
-    out.state("starting", f"starting on {host.name} (its port {remote_port} forwarded to {local_port} here)",
-              host=host.name)
-    attempt = 0
-    while True:
-        outcome, code = _host_session(argv, host.name, forward, key_env=spec.api_key_env, out=out,
-                                      reconnecting=attempt > 0)
-        if outcome != "dropped" or attempt >= RECONNECTS:
-            return code
-        attempt += 1
-        # The connection went (a network cut, a sleeping laptop): the guard has ended the server
-        # there; start it again on a new connection, the same ports.
-        out.state("reconnecting", f"the connection to {host.name} dropped: reconnecting "
-                                  f"({attempt}/{RECONNECTS})", host=host.name)
-        try:
-            time.sleep(3.0 * attempt)
-            deadline = time.monotonic() + 20
-            while not sv.port_free(local_port) and time.monotonic() < deadline:
-                time.sleep(0.2)
-        except (KeyboardInterrupt, _Stop):
-            out.state("stopped", f"stopped while reconnecting to {host.name}")
-            return 0
-
-
-def _detach_on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
-    """``serve --host DEST --detach``: the host's own ``serve --detach`` (its supervisor and run folder
-    are the host's: the server outlives this command and the connection), then the forward of
-    ``--port`` here to its port there on the multiplexed connection. ``runs --host DEST follow|stop``
-    follow and stop it; ``forward`` asks for the forward again after the connection dropped."""
-    from gaudi_gui.commands.detach import detach_on_host, print_started
-    from gaudi_gui.core.placement import Forward, Placement
-    from gaudi_gui.core.remote import HostError
-
-    try:
-        placement = Placement.from_cli(host=args.host, remote_command=args.remote_command)
-    except HostError as exc:
-        out.fail(f"--host: {exc}")
-        return 2
-    if spec.api_key_env:
-        out.fail("--api-key-env: not with --host and --detach (the key would not cross the connection)")
         return 2
     if not sv.port_free(spec.port):
         out.fail(f"--port: port {spec.port} is already taken here; choose another")
         return 2
     host, remote_port = placement.host, args.remote_port or spec.port
-    info, why, code = detach_on_host(host, ["serve", *dataclasses.replace(spec, port=remote_port).cli_args()])
+    # The key crosses the connection as the guard's checked --env argument, never through a shell.
+    env = {spec.api_key_env: os.environ[spec.api_key_env]} if spec.api_key_env else None
+    words = ["serve", *dataclasses.replace(spec, port=remote_port).cli_args()]
+    info, why, code = detach_on_host(host, words, env=env)
     if info is None:
         out.fail(why)
         return code
-    forward(host.name, Forward(spec.port, remote_port))
-    info.update(host=host.name, url=sv.endpoint_url(spec.port), remote_port=remote_port)
+    return host, Forward(spec.port, remote_port), info
+
+
+def _detach_on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
+    """``serve --host DEST --detach``: the server started there (``_start_on_host``) and the forward
+    asked for here; ``runs --host DEST follow|stop`` follow and stop it; ``forward`` asks for the
+    forward again after the connection dropped."""
+    from gaudi_gui.commands.detach import print_started
+
+    started = _start_on_host(args, spec, out)
+    if isinstance(started, int):
+        return started
+    host, fwd, info = started
+    forward(host.name, fwd)
+    info.update(host=host.name, url=sv.endpoint_url(spec.port), remote_port=fwd.remote_port)
     print_started(info, "serve", as_json=args.json)
     return 0
+
+
+def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
+    """``serve --host DEST`` without ``--detach``: the server started there as ``--detach`` starts it,
+    then followed here with the one relay of placed output (``remote_run.relay``: the host's ``runs
+    follow``, reconnecting after a dropped connection while the server goes on there), its endpoint
+    forwarded to ``--port`` here (asked for again whenever it stops answering). Ctrl-C / SIGTERM stop
+    the job there (``runs stop``: the engine's tree ends, its port is freed) and cancel the forward
+    here (exit 0); a failed server: its message and last lines (exit 2 for bad input, else 1). If this
+    command is killed, the server goes on: ``gaudi-gui runs --host DEST stop RUN`` ends it."""
+    from gaudi_gui.commands import remote_run
+
+    started = _start_on_host(args, spec, out)
+    if isinstance(started, int):
+        return started
+    host, fwd, info = started
+    folder, url = str(info["folder"]), sv.endpoint_url(fwd.local_port)
+    key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
+    out.state("starting", f"starting on {host.name} (its port {fwd.remote_port} forwarded to "
+                          f"{fwd.local_port} here; run folder there: {folder}; it goes on if this command "
+                          f"or the connection ends)", host=host.name, folder=folder)
+    run = remote_run.HostRun(host, 0, folder)
+    failure: dict[str, Any] = {}
+    log: deque[str] = deque(maxlen=LAST_LINES)
+    ready = threading.Event()
+    done = threading.Event()
+    stop_sent: list[int] = []
+
+    def keep_forward() -> None:
+        """While it serves: the forward asked for again whenever it stops answering (a connection
+        made again, a master that was replaced). /health: the probes are not logged as requests."""
+        while not done.wait(5.0):
+            if ready.is_set() and _get(f"http://127.0.0.1:{fwd.local_port}/health", key, timeout=3) == 0:
+                forward(host.name, fwd)
+
+    def take(_run: Any, msg: dict[str, Any]) -> None:
+        kind = msg.get("t")
+        if kind == "log":
+            log.append(str(msg.get("line", "")))
+        elif kind == "reconnecting":
+            out.state("reconnecting", f"the connection to {host.name} dropped ({msg.get('why')}): "
+                                      f"reconnecting in {msg.get('in'):g} s; the server goes on there",
+                      host=host.name)
+        elif kind == "lost":
+            failure.setdefault("message", f"{msg.get('why')}; the server goes on on {host.name}: gaudi-gui "
+                                          f"runs --host {host.name} stop {folder}")
+        elif kind == "event":
+            event = {k: v for k, v in (msg.get("event") or {}).items() if k not in ("v", "rank", "time")}
+            _take_event(event)
+
+    def _take_event(event: dict[str, Any]) -> None:
+        kind, state = event.get("type"), event.get("state")
+        if kind == EventType.SERVE_URL and not ready.is_set():
+            # /health, not /v1/models: the probe is not listed as a request
+            forward(host.name, fwd)
+            if _get(f"http://127.0.0.1:{fwd.local_port}/health", key, timeout=10) != 200:
+                _mux(host.name, fwd, "forward")
+            ready.set()
+            out.state("ready", f"ready on {host.name}: {url}", url=url, host=host.name)
+            out.url(url, host=host.name, model=str(event.get("model", "")))
+        elif kind == EventType.SERVE_STATE and state == "failed":
+            failure.update(event)
+        elif kind == EventType.SERVE_STATE and state not in ("ready", "stopped"):
+            out.state(str(state), f"{host.name}: {event.get('message', '')}", host=host.name)
+        elif kind == EventType.SERVE_PROGRESS:
+            out.progress(sv.WarmupProgress(str(event.get("phase")), int(event.get("step") or 0),
+                                           int(event.get("total") or 0), float(event.get("fraction") or 0.0),
+                                           event.get("eta_s")))
+        elif kind == EventType.SERVE_REQUEST:
+            out.request(sv.RequestRecord.from_dict(event))
+
+    def on_signal(count: int, name: str) -> None:
+        stop_sent.append(count)
+        out.state("stopping", f"{name}: stopping the server on {host.name}" +
+                  (" now" if count > 1 else " (again: kill it now)"), host=host.name)
+        threading.Thread(target=remote_run.stop_runs, args=([run], count > 1), daemon=True).start()
+
+    threading.Thread(target=keep_forward, name="forward", daemon=True).start()
+    try:
+        remote_run.relay([run], take, reconnect_s=RECONNECT_S, on_signal=on_signal)
+    finally:
+        done.set()
+        if ready.is_set() and run.final is not None:
+            # The forward belongs to the multiplexed master, which outlives this command: give it back.
+            _mux(host.name, fwd, "cancel")
+    final = run.final or {}
+    if run.final is None:
+        out.fail(f"following the server on {host.name}: {failure.get('message') or run.lost}")
+        return 1
+    if not failure and (stop_sent or final.get("state") == "stopped"):  # here, or runs stop from elsewhere
+        free = sv.port_free(fwd.local_port)
+        out.state("stopped", f"stopped on {host.name}; port {fwd.local_port} here is free" if free
+                  else f"stopped on {host.name}", host=host.name)
+        return 0
+    message = str(failure.get("message") or final.get("summary") or final.get("state"))
+    out.fail(f"on {host.name}: {message}", [str(x) for x in failure.get("lines") or []] or list(log))
+    return 2 if final.get("exit_code") == 2 else 1
 
 
 def forward(dest: str, fwd: Any) -> bool:
@@ -636,131 +679,20 @@ def forward(dest: str, fwd: Any) -> bool:
     with contextlib.suppress(OSError, subprocess.SubprocessError):
         subprocess.run([*ssh_base(), "--", dest, "true"], capture_output=True, timeout=30,
                        stdin=subprocess.DEVNULL)
-    _reforward(ssh_base, dest, fwd)
+    _mux(dest, fwd, "forward")
     return not sv.port_free(fwd.local_port)
 
 
-#: How often a dropped connection to a host is re-made (the server is started again there).
-RECONNECTS = 3
+#: How long the follow of a server on a host tries to reach it again after the connection dropped
+#: (the server goes on there meanwhile).
+RECONNECT_S = 600.0
 
 
-def _host_session(argv: list[str], host_name: str, forward: Any, *, key_env: str, out: _Out,
-                  reconnecting: bool) -> tuple[str, int]:
-    """One ssh session running the server on the host: ("stopped" | "failed" | "dropped", exit code).
-    "dropped": ssh lost the connection (exit 255) after the server was ready, or, while reconnecting,
-    before it (the host's port still held by the server the guard is ending is retried too)."""
+def _mux(dest: str, fwd: Any, op: str) -> None:
+    """``ssh -O forward`` (ask the multiplexed connection for the forward again: nothing answers
+    through it now) or ``-O cancel`` (the master would hold the local port until it ends)."""
     from gaudi_gui.core.remote import ssh_base
 
-    local_port = forward.local_port
-    # stdin stays open (a pipe never written): the guard ends the server there when it closes.
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    lines: queue.Queue[str | None] = queue.Queue()
-    threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
-    errors: deque[str] = deque(maxlen=LAST_LINES)
-
-    def read_errors() -> None:
-        assert proc.stderr is not None
-        for raw in iter(proc.stderr.readline, b""):
-            errors.append(raw.decode("utf-8", "replace").rstrip())
-
-    threading.Thread(target=read_errors, daemon=True).start()
-    url = sv.endpoint_url(local_port)
-    key = os.environ.get(key_env, "") if key_env else ""
-    ready = False
-    remote_failed: dict[str, Any] = {}
-    remote_model = ""
-    next_check = 0.0
-    try:
-        while True:
-            try:
-                item = lines.get(timeout=0.5)
-            except queue.Empty:
-                item = ""
-            if item is None:
-                break
-            message = protocol.decode(item) if item else None
-            if message is not None:
-                kind = message.get("type")
-                fields = {k: v for k, v in message.items() if k not in ("type", "v")}
-                if kind == "serve_state" and fields.get("state") == "ready":
-                    # /health, not /v1/models: the probe is not listed as a request
-                    if _get(f"http://127.0.0.1:{local_port}/health", key, timeout=10) != 200:
-                        _reforward(ssh_base, host_name, forward)
-                    ready = True
-                    out.state("ready", f"ready on {host_name}: {url}", url=url, host=host_name)
-                    out.url(url, host=host_name, model=remote_model)
-                elif kind == "serve_url":
-                    remote_model = str(fields.get("model", ""))
-                elif kind == "serve_state" and fields.get("state") == "failed":
-                    remote_failed = fields
-                elif kind == "serve_state":
-                    out.state(str(fields.get("state")), f"{host_name}: {fields.get('message', '')}",
-                              host=host_name)
-                elif kind == "serve_progress":
-                    out.progress(sv.WarmupProgress(str(fields.get("phase")), int(fields.get("step") or 0),
-                                                   int(fields.get("total") or 0),
-                                                   float(fields.get("fraction") or 0.0),
-                                                   fields.get("eta_s")))
-                elif kind == "serve_request":
-                    out.request(sv.RequestRecord.from_dict(fields))
-            if ready and time.monotonic() > next_check:
-                next_check = time.monotonic() + 5
-                # /health: the probes are not logged as requests (see while_serving)
-                if _get(f"http://127.0.0.1:{local_port}/health", key, timeout=3) == 0 and proc.poll() is None:
-                    _reforward(ssh_base, host_name, forward)
-        proc.wait()
-        # The port there still held by the server the guard is ending (or its engine, ending by itself).
-        port_held = any(words in str(remote_failed.get("message", "")) for words in (
-            "already taken", "held by an earlier gaudi-gui serve engine", "taken by another gaudi-gui serve"))
-        if (proc.returncode == 255 and (ready or reconnecting)) or (reconnecting and port_held):
-            # A new multiplexing master made for this session may hold the forward (and the local
-            # port) for ControlPersist after it: give it back before the next try.
-            _cancel_forward(ssh_base, host_name, forward)
-            return "dropped", 1
-        if remote_failed:
-            out.fail(f"on {host_name}: {remote_failed.get('message', '')}",
-                     [str(x) for x in remote_failed.get("lines") or []])
-            return "failed", 2 if proc.returncode == 2 else 1
-        out.fail(f"the server on {host_name} ended (exit {proc.returncode})", list(errors))
-        return "failed", 1 if proc.returncode != 2 else 2
-    except (KeyboardInterrupt, _Stop):
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()  # type: ignore[union-attr]  # the guard stops the server there
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            # The forward belongs to the multiplexed master, which outlives this session: give it back.
-            _cancel_forward(ssh_base, host_name, forward)
-            out.state("stopped", f"stopped on {host_name}; port {local_port} here is free"
-                      if sv.port_free(local_port) else f"stopped on {host_name}")
-            return "stopped", 0
-        finally:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-    finally:
-        if proc.poll() is None:
-            with contextlib.suppress(OSError):
-                proc.stdin.close()  # type: ignore[union-attr]
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _reforward(ssh_base: Callable[..., list[str]], dest: str, forward: Any) -> None:
-    """Ask the multiplexed connection for the forward again (it answers nothing through it now)."""
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run([*ssh_base(), "-O", "forward", *forward.ssh_option(), "--", dest],
-                       capture_output=True, timeout=15)
-
-
-def _cancel_forward(ssh_base: Callable[..., list[str]], dest: str, forward: Any) -> None:
-    """Cancel the forward in the multiplexed master (it would hold the local port until it ends)."""
-    with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run([*ssh_base(), "-O", "cancel", *forward.ssh_option(), "--", dest],
-                       capture_output=True, timeout=15)
+        subprocess.run([*ssh_base(), "-O", op, *fwd.ssh_option(), "--", dest], capture_output=True,
+                       timeout=15)

@@ -15,6 +15,10 @@ tree kill" is written once.
 - stderr: lines (``\\r`` progress reduced to its last part) in :attr:`tail` after redaction of
   credentials; ``echo`` gets every line as it comes, as written (``--verbose`` passes the log
   through; a command forwarded to a host relays the host's stderr).
+- ``merge_stderr``: one stream for a child whose two streams are one log (the serve engine): stderr
+  joins stdout in the order written, and each line is decoded, echoed and kept in the tail.
+- ``preexec``: run in the child before its program (``core.jobkind.die_with_parent``: the kernel
+  ends it when this process dies, even by SIGKILL).
 """
 
 from __future__ import annotations
@@ -39,18 +43,23 @@ class Child:
     def __init__(self, argv: Sequence[str], *, decode: Decoder | None = None,
                  env: Mapping[str, str] | None = None, cwd: str | None = None, stdin: bool = True,
                  stdout: bool = True, tail_lines: int = 40,
-                 echo: Callable[[str], None] | None = None) -> None:
+                 echo: Callable[[str], None] | None = None, merge_stderr: bool = False,
+                 preexec: Callable[[], None] | None = None) -> None:
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self._decode = decode
         self._echo = echo
+        self._merged = merge_stderr
         self.proc = subprocess.Popen(
             list(argv), stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if stdout else None, stderr=subprocess.PIPE,
-            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True)
+            stdout=subprocess.PIPE if stdout or merge_stderr else None,
+            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+            env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
+            preexec_fn=preexec)  # noqa: PLW1509 - the caller's (die_with_parent checks the threads)
         self.tree = ProcessTree(self.proc.pid)  # start_new_session: its group id is its pid
-        self._readers = [threading.Thread(target=self._read_log, args=(self.proc.stderr,),
-                                          name="child-stderr", daemon=True)]
+        self._readers = [] if merge_stderr else [
+            threading.Thread(target=self._read_log, args=(self.proc.stderr,), name="child-stderr",
+                             daemon=True)]
         if self.proc.stdout is not None:
             self._readers.append(threading.Thread(target=self._read_messages, args=(self.proc.stdout,),
                                                   name="child-stdout", daemon=True))
@@ -64,6 +73,8 @@ class Child:
     def _read_messages(self, stream: IO[bytes]) -> None:
         try:
             for raw in stream:
+                if self._merged:
+                    self._keep(raw.decode("utf-8", errors="replace").rstrip("\n"))
                 if self._decode is None:
                     continue
                 try:
@@ -80,13 +91,16 @@ class Child:
     def _read_log(self, stream: IO[bytes]) -> None:
         with contextlib.suppress(OSError, ValueError):
             for raw in stream:
-                text = raw.decode("utf-8", errors="replace").rstrip("\n")
-                if self._echo is not None:
-                    with contextlib.suppress(OSError, ValueError):
-                        self._echo(text)
-                line = redact(text.rsplit("\r", 1)[-1])
-                if line.strip():
-                    self.tail.append(line)
+                self._keep(raw.decode("utf-8", errors="replace").rstrip("\n"))
+
+    def _keep(self, text: str) -> None:
+        """A log line: to ``echo`` as written, to the tail redacted (its last ``\\r`` part)."""
+        if self._echo is not None:
+            with contextlib.suppress(OSError, ValueError):
+                self._echo(text)
+        line = redact(text.rsplit("\r", 1)[-1])
+        if line.strip():
+            self.tail.append(line)
 
     def next_message(self, timeout: float | None) -> dict[str, Any] | None:
         """The next message; ``{}`` when none came within ``timeout``; ``None`` at EOF (and after)."""

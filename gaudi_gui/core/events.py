@@ -44,6 +44,20 @@ class EventType(str, Enum):
     ERROR = "error"  # kind, message
     FINISHED = "finished"  # global_step, max_steps, final_loss, checkpoint, final_dir
     STOPPED = "stopped"  # the same, and before_training
+    # Serve (commands/serve.py --events; a serve run's events.jsonl)
+    SERVE_STATE = "serve_state"  # state (starting loading warming ready reconnecting stopping stopped
+    #                              failed), message; loading: pid, engine, reason; failed: lines
+    SERVE_PROGRESS = "serve_progress"  # phase, step, total, fraction, eta_s (vLLM's warm-up)
+    SERVE_URL = "serve_url"  # url, model (host on a host): the endpoint answers
+    SERVE_REQUEST = "serve_request"  # time, method, path, status (core.serve.RequestRecord)
+    # Evaluate (commands/eval.py --events, workers/evaluate.py; an evaluate run's events.jsonl);
+    # PHASE (message) and ERROR (kind, message, field, exit_code, last_lines) are shared
+    EVAL_STARTED = "eval_started"  # label, base, tuned, adapter, prompts, references, tasks
+    PROGRESS = "progress"  # done, total (rows of both models)
+    ANSWER = "answer"  # source, i, prompt, model, text, reference, ttft_s, tokens_per_s, new_tokens, scores
+    MODEL_RESULT = "model_result"  # model, metrics, tasks, mean ttft and tokens/s
+    RESULT = "result"  # the result record as written (core.evaluation), path, answers
+    DONE = "done"  # the worker has said all (Evaluate writes the results after it; a download: path)
 
 
 def encode(event: Mapping[str, Any]) -> bytes:

@@ -17,6 +17,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core.evaluation import EvalSpec, validate
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.secrets import redact
@@ -94,19 +95,19 @@ class EvaluationService(KindJob):
 
     def take_event(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
-        if kind == "progress":
+        if kind == EventType.PROGRESS:
             done, total = int(message.get("done") or 0), int(message.get("total") or 0)
             self.done_rows = (done, total)
             eta = eta_seconds(done, total, time.monotonic() - self._started_at)
             self.progress.emit(done, total, -1.0 if eta is None else eta)
-        elif kind == "phase":
+        elif kind == EventType.PHASE:
             self.phase.emit(str(message.get("message", "")))
-        elif kind == "answer":
+        elif kind == EventType.ANSWER:
             self.answer.emit(message)
-        elif kind == "result":
+        elif kind == EventType.RESULT:
             self._result = message
             self.result.emit(message)
-        elif kind == "error":
+        elif kind == EventType.ERROR:
             self._error = message
 
     def take_end(self, state: str, summary: str) -> None:

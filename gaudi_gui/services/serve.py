@@ -15,6 +15,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.placement import Forward, Placement
 from gaudi_gui.core.remote import ssh_base
 from gaudi_gui.core.runstore import Run
@@ -170,7 +171,7 @@ class ServeService(KindJob):
 
     def take_event(self, message: dict[str, Any]) -> None:
         kind = message.get("type")
-        if kind == "serve_state":
+        if kind == EventType.SERVE_STATE:
             state = str(message.get("state", ""))
             if state == "failed":
                 self._failure = message
@@ -182,12 +183,12 @@ class ServeService(KindJob):
                 self._set_state("stopping", "the server stopped; recording its end…")
                 return
             self._set_state(state, str(message.get("message", "")))
-        elif kind == "serve_progress":
+        elif kind == EventType.SERVE_PROGRESS:
             eta = message.get("eta_s")
             label = f"{message.get('phase', '')} {message.get('step', 0)}/{message.get('total', 0)}"
             self.progress.emit(float(message.get("fraction") or 0.0),
                                float(eta) if isinstance(eta, (int, float)) else -1.0, label)
-        elif kind == "serve_url":
+        elif kind == EventType.SERVE_URL:
             self.model_id = str(message.get("model", ""))
             if self._selection is not None:
                 self._selection.claim(self.claim_name, self._claim_ids)
@@ -196,7 +197,7 @@ class ServeService(KindJob):
                 return
             self.url = str(message.get("url", ""))
             self.url_ready.emit(self.url)
-        elif kind == "serve_request":
+        elif kind == EventType.SERVE_REQUEST:
             self.requests = [*self.requests[-499:], message]
             self.request.emit(message)
 

@@ -75,3 +75,39 @@ def test_a_detached_evaluation_on_a_host_survives_a_cut_and_keeps_its_result_the
     assert ssh_host.wait_no_processes(timeout=60) == []
     status = json.loads((folder / "status.json").read_text())
     assert (status["kind"], status["state"]) == ("evaluate", "finished"), status
+
+
+def test_a_dropped_connection_mid_evaluation_no_longer_ends_it(ssh_host: SshHost, tiny_model_dir: Path,
+                                                               tmp_path: Path) -> None:
+    """``eval --host DEST`` without ``--detach`` (issue 26: one door): the host's own detached job,
+    followed here. The connection is cut once the host has answered a row: the evaluation goes on
+    there, the follow reconnects, and the command ends with the results as if nothing happened
+    (before: the guard ended the evaluation with the connection)."""
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("".join(f"prompt {i}\n" for i in range(24)))
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "eval", "--host", ssh_host.dest, "--model",
+                             str(tiny_model_dir), "--base", str(tiny_model_dir), "--prompts", str(prompts),
+                             "--metrics", "exact_match", "--max-new-tokens", "16", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        answered: list[Path] = []
+        while not answered:  # no upper bound: pytest-timeout has the last word
+            assert proc.poll() is None, proc.communicate()
+            answered = [p for p in ssh_host.runs_dir.glob("*/events.jsonl") if '"answer"' in p.read_text()]
+            time.sleep(0.1)
+        ssh_host.drop()  # a network cut mid-evaluation
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err[-3000:]
+    assert "reconnecting" in err, err
+    result = json.loads(out)
+    folder = answered[0].parent
+    assert result["host"] == ssh_host.dest and Path(result["path"]).is_file()
+    assert json.loads((folder / "result.json").read_text())["path"] == result["path"]
+    status = json.loads((folder / "status.json").read_text())
+    assert (status["kind"], status["state"]) == ("evaluate", "finished"), status
+    assert ssh_host.wait_no_processes(timeout=60) == []

@@ -1,8 +1,11 @@
-"""``gaudi-gui serve --host``: the server runs on the host (the SSH test server) under the guard, bound
-to the host's loopback, reached here through the forwarded port; a SIGKILLed client leaves nothing."""
+"""``gaudi-gui serve --host`` without ``--detach`` (issue 26: one door): the host's own ``serve --detach``
+(its supervisor and run folder are the host's), followed here through the one relay (``runs follow``
+over ssh) and reached through the forwarded port. Ctrl+C stops it there and frees the port here; a
+dropped connection or a killed client leaves it serving there (before: the guard ended it)."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -13,11 +16,23 @@ import time
 from pathlib import Path
 
 from gaudi_gui.core import protocol
-from gaudi_gui.core.serve import pick_free_port
+from gaudi_gui.core.serve import pick_free_port, port_free
 from tests.remote.conftest import SshHost
 
 
-def test_serve_on_a_host_through_the_forward_and_sigkill_leaves_nothing(ssh_host: SshHost,
+def _serve_folder(ssh_host: SshHost) -> Path:
+    """The one serve run folder in the host's runs store."""
+    folders = [p.parent for p in ssh_host.runs_dir.glob("*/spec.json")
+               if json.loads(p.read_text()).get("kind") == "serve"]
+    assert len(folders) == 1, folders
+    return folders[0]
+
+
+def _status(folder: Path) -> dict:
+    return json.loads((folder / "status.json").read_text())
+
+
+def test_serve_on_a_host_through_the_forward_and_ctrl_c_stops_it_there(ssh_host: SshHost,
                                                                          demo_model: Path) -> None:
     from openai import OpenAI
 
@@ -77,16 +92,32 @@ def test_serve_on_a_host_through_the_forward_and_sigkill_leaves_nothing(ssh_host
             if message and message["type"] == "serve_request" and message["method"] == "POST":
                 posts += 1
         assert posts == 2
+        # The job is the host's: a run folder of kind serve there, running under its supervisor.
+        folder = _serve_folder(ssh_host)
+        assert folder.parent == ssh_host.runs_dir and _status(folder)["state"] == "running"
+        said = [protocol.decode(line) or {} for line in seen]
+        assert any(m.get("folder") == str(folder) for m in said), seen
+        proc.send_signal(signal.SIGINT)  # Ctrl+C: the server is stopped there, the port freed here
+        code = proc.wait(90)
+        rest = ""
+        while (line := lines.get(timeout=30)) is not None:  # what the pump read to the end
+            rest += line + "\n"
     finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    # The client died without a word: the guard on the host ends the server when ssh's stdin closes.
-    # (The local end of the forward belongs to ssh's multiplexing master, which the fixture ends.)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert code == 0, proc.stderr.read() if proc.stderr else ""
+    states = [m for line in rest.splitlines() if (m := protocol.decode(line)) and m["type"] == "serve_state"]
+    assert states and states[-1]["state"] == "stopped", rest
+    assert f"port {local} here is free" in states[-1]["message"]
+    assert port_free(local)
     assert ssh_host.wait_no_processes(timeout=40) == []
+    status = _status(folder)
+    assert (status["kind"], status["state"]) == ("serve", "stopped"), status
 
 
-def test_a_dropped_connection_is_made_again_and_the_endpoint_answers(ssh_host: SshHost,
-                                                                     demo_model: Path) -> None:
+def test_a_dropped_connection_leaves_the_server_serving_and_the_endpoint_answers_again(
+        ssh_host: SshHost, demo_model: Path) -> None:
     from openai import OpenAI
 
     local, remote = pick_free_port(), pick_free_port()
@@ -101,7 +132,8 @@ def test_a_dropped_connection_is_made_again_and_the_endpoint_answers(ssh_host: S
             seen.append(line)
             if line.startswith("http://"):
                 break
-        assert ssh_host.processes(), "the server runs on the host"
+        folder = _serve_folder(ssh_host)
+        engine = json.loads((folder / "endpoint.json").read_text())["pid"]
         # A long answer streams through the forward when the network goes: the client's stream ends
         # with an error within seconds (it does not hang on a half-open forward).
         streamer = OpenAI(base_url=f"http://127.0.0.1:{local}/v1", api_key="none", max_retries=0, timeout=60)
@@ -131,22 +163,35 @@ def test_a_dropped_connection_is_made_again_and_the_endpoint_answers(ssh_host: S
         assert not reader.is_alive(), "the stream hung after the forward dropped"
         assert time.monotonic() - dropped_at < 30
         assert ended and ended[0] is not None, "a cut stream must end with an error, not as complete"
-        # The guard ended the server there; the command starts it again on a new connection.
-        for line in proc.stdout:
-            seen.append(line)
-            if line.startswith("http://"):
+        # The server goes on there (the same engine, not started again); the follow reconnects and
+        # the forward is asked for again: the same URL answers.
+        lines: queue.Queue[str] = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(x) for x in proc.stdout or []], daemon=True).start()
+        client = OpenAI(base_url=f"http://127.0.0.1:{local}/v1", api_key="none", max_retries=0, timeout=10)
+        while True:  # no upper bound here: pytest-timeout has the last word
+            try:
+                model = client.models.list().data[0].id
                 break
-        assert any("dropped: reconnecting (1/3)" in line for line in seen), seen
-        assert seen[-1].strip() == f"http://127.0.0.1:{local}/v1"
-        client = OpenAI(base_url=seen[-1].strip(), api_key="none", max_retries=0)
-        reply = client.chat.completions.create(model=client.models.list().data[0].id,
-                                               messages=[{"role": "user", "content": "hi"}], max_tokens=3)
+            except Exception:
+                time.sleep(0.5)
+        reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
+                                               max_tokens=3)
         assert reply.choices
-        proc.send_signal(signal.SIGTERM)
-        code = proc.wait(60)
+        assert json.loads((folder / "endpoint.json").read_text())["pid"] == engine
+        assert _status(folder)["state"] == "running"
+        said = "".join(seen) + "".join(lines.queue)
+        assert "reconnecting" in said, said
+        # Killed here without a word: the server still goes on there, until runs stop ends it.
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        assert _status(folder)["state"] == "running"
+        stop = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--host", ssh_host.dest, "stop",
+                               folder.name], capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                              timeout=120)
+        assert stop.returncode == 0, stop.stderr
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    assert code == 0, proc.stderr.read() if proc.stderr else ""
-    assert ssh_host.wait_no_processes(timeout=40) == []
+    assert ssh_host.wait_no_processes(timeout=60) == []
+    assert _status(folder)["state"] == "stopped"
