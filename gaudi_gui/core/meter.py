@@ -480,6 +480,8 @@ def describe(summary: Mapping[str, Any]) -> str:
         parts.append(f"energy {NOT_MEASURED}")
     else:
         parts.append(f"{energy:.4g} J ({_finite(summary.get('energy_kwh')) or 0:.3g} kWh, {source})")
+    if counter_text(summary):
+        parts.append(counter_text(summary))
     mean, peak = _finite(summary.get("power_mean_w")), _finite(summary.get("power_peak_w"))
     if mean is not None or peak is not None:
         parts.append(" ".join(p for p in (f"mean {mean:.0f} W" if mean is not None else "",
@@ -647,6 +649,129 @@ def rapl_zones(root: Path | None = None) -> list[tuple[Path, int | None]]:
     return zones
 
 
+# -- the vendors' energy counters: a cross-check of the integrated power --------------------------------
+
+SOURCE_NVML = "nvml"
+SOURCE_HLML = "hlml"
+
+
+class EnergyCounter:
+    """A vendor library's total-energy counter (mJ since the driver was loaded) of the run's own cards,
+    read when the run starts and when it ends: NVML's ``nvmlDeviceGetTotalEnergyConsumption`` on CUDA
+    (pynvml), HLML's ``hlmlDeviceGetTotalEnergyConsumption`` on Gaudi (pyhlml). ``module``: the
+    library's module object (tests give a fake one); found by import otherwise."""
+
+    def __init__(self, source: str, module: Any, cards: Sequence[int] | None) -> None:
+        self.source = source
+        self.lib = module
+        prefix = "nvml" if source == SOURCE_NVML else "hlml"
+        self._call = lambda name, *args: getattr(module, f"{prefix}{name}")(*args)
+        self._call("Init")
+        try:
+            handles: dict[str, Any] = {}
+            for index in range(int(self._call("DeviceGetCount"))):
+                handle = self._call("DeviceGetHandleByIndex", index)
+                # Gaudi: the run's cards are module ids (HABANA_VISIBLE_MODULES); CUDA: nvidia-smi's index.
+                ident = int(self._call("DeviceGetModuleID", handle)) if source == SOURCE_HLML else index
+                if not cards or ident in cards:
+                    handles[f"module {ident}" if source == SOURCE_HLML else f"GPU {ident}"] = handle
+        except Exception:
+            self.close()
+            raise
+        if not handles:
+            self.close()
+            raise LookupError(f"{source}: none of the run's cards {list(cards or [])} found")
+        self.handles = handles
+        self.start: dict[str, float] = {}
+        self.end: dict[str, float] = {}
+        self.errors: list[str] = []
+
+    def read(self) -> dict[str, float]:
+        """Each card's counter now, in mJ (a card whose read fails is left out and its error kept)."""
+        out: dict[str, float] = {}
+        for name, handle in self.handles.items():
+            try:
+                value = float(self._call("DeviceGetTotalEnergyConsumption", handle))
+            except Exception as exc:  # one card's failing counter is that card's, not the run's
+                self.errors.append(f"{name}: {exc}")
+                continue
+            if math.isfinite(value) and value >= 0:
+                out[name] = value
+        return out
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self._call("Shutdown")
+
+    def result(self) -> dict[str, Any]:
+        """The energy between the two reads: {"source", "energy_j", "per_card", "note"}; energy None
+        (never 0) when no card was read at both ends, or a counter went backwards (a driver reload)."""
+        per_card: dict[str, float] = {}
+        skipped: list[str] = []
+        for name in self.handles:
+            a, b = self.start.get(name), self.end.get(name)
+            if a is None or b is None or b < a:
+                skipped.append(name)
+            else:
+                per_card[name] = round((b - a) / 1000, 3)
+        notes = []
+        if skipped:
+            notes.append(f"no counter difference from {', '.join(skipped)}")
+        notes += self.errors[-2:]
+        return {"source": self.source, "energy_j": round(sum(per_card.values()), 3) if per_card else None,
+                "per_card": per_card, "complete": not skipped, "note": "; ".join(notes)}
+
+
+def energy_counter(device: str, cards: Sequence[int] | None, module: Any = None) -> EnergyCounter | None:
+    """The run's vendor energy counter where its library imports (cuda: pynvml; hpu: pyhlml), else
+    None (not an error: most machines have neither)."""
+    source = SOURCE_NVML if device == "cuda" else SOURCE_HLML if device == "hpu" else ""
+    if not source:
+        return None
+    if module is None:
+        import importlib
+        try:
+            module = importlib.import_module("pynvml" if source == SOURCE_NVML else "pyhlml")
+        except Exception:  # ImportError, or a library that fails to load its shared object
+            return None
+    try:
+        return EnergyCounter(source, module, cards)
+    except Exception:
+        return None
+
+
+def with_counter(summary: Mapping[str, Any], counter: Mapping[str, Any]) -> dict[str, Any]:
+    """The summary's keys given by a counter's result: ``energy_counter`` beside the integrated
+    figure (with how far the integral is from it); where the power could not be integrated, the
+    counter's energy becomes the run's (its source named: "nvml" / "hlml")."""
+    found = dict(counter)
+    joules, integrated = _finite(found.get("energy_j")), _finite(summary.get("energy_j"))
+    if joules is not None and integrated is not None and joules > 0:
+        found["integrated_diff_pct"] = round((integrated - joules) / joules * 100, 2)
+    out: dict[str, Any] = {"energy_counter": found}
+    if integrated is None and joules is not None:
+        wall = _finite(summary.get("wall_s"))
+        out.update(energy_j=joules, energy_kwh=round(joules / 3.6e6, 9), energy_source=str(found["source"]),
+                   power_mean_w=_r(joules / wall) if wall else None)
+    return out
+
+
+def counter_text(summary: Mapping[str, Any]) -> str:
+    """'NVML counter 2.1 kJ (integrated +1.2 %)' beside the integrated figure ('' without a counter)."""
+    counter = summary.get("energy_counter")
+    if not isinstance(counter, Mapping):
+        return ""
+    name = str(counter.get("source") or "").upper()
+    joules = _finite(counter.get("energy_j"))
+    if joules is None:
+        return f"{name} counter: {NOT_MEASURED}" + (f" ({counter['note']})" if counter.get("note") else "")
+    text = f"{name} counter {joules_text(joules)}"
+    diff = _finite(counter.get("integrated_diff_pct"))
+    if diff is not None:
+        text += f" (integrated {diff:+.1f} %)"
+    return text
+
+
 class Meter:
     """The sampler of one run. ``start()`` it before the launcher, ``stop()`` it once the run has
     ended: stop ends the tool's child tree, joins the thread and returns (and writes) the summary.
@@ -677,6 +802,10 @@ class Meter:
         self._started_at = 0.0
         self._rapl_energy_uj = 0
         self._summary: dict[str, Any] | None = None
+        #: The vendor's energy counter of the run's cards (NVML / HLML where their library imports).
+        self.counter: EnergyCounter | None = None
+        #: A module object standing in for pynvml / pyhlml (tests); None: imported when present.
+        self.counter_module: Any = None
         self._program: list[str] = []
         self._parse: Callable[[str], tuple[list[DeviceSample] | None, bool]] | None = None
         #: Each card's time throttled (hpu: ``hl-smi -q`` every ``throttle_interval_s``), by card name.
@@ -751,6 +880,10 @@ class Meter:
     def start(self) -> None:
         self._started_at = self.clock()
         self._choose()
+        with contextlib.suppress(Exception):  # a cross-check: whatever it meets, the meter goes on
+            self.counter = energy_counter(self.device, self.cards, self.counter_module)
+            if self.counter is not None:
+                self.counter.start = self.counter.read()
         try:
             flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
             self._fd = os.open(self.folder / METER_NAME, flags, 0o600)
@@ -803,6 +936,11 @@ class Meter:
             self._fd = -1
         summary = self.summary(final=True)
         summary.update(extra or {})
+        if self.counter is not None:
+            with contextlib.suppress(Exception):
+                self.counter.end = self.counter.read()
+                self.counter.close()
+                summary.update(with_counter(summary, self.counter.result()))
         if "generated_tokens" in summary:  # a Serve or Evaluate run: what the energy bought
             summary.update(token_figures(summary))
         if self.compile_warning is not None:
@@ -1434,12 +1572,13 @@ def _clean(value: float | None) -> float | None:
 
 
 __all__ = ["COMPILE_WATCH_S", "GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME", "NOT_MEASURED",
-           "RAPL_ROOT", "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_RAPL", "SUMMARY_NAME",
-           "THROTTLE_INTERVAL_S", "THROTTLE_REASONS", "WARMUP_STEPS", "Accounts", "CardAccount",
-           "LiveReader", "Meter", "PowerIntegrator", "Rates", "ThrottleClock", "card_hours_text",
-           "combine", "combined_line", "compile_text", "describe", "energy_measured", "energy_text",
-           "fallback_ops", "figure", "generated_tokens", "joules_text", "kwh_text", "memory_text",
-           "meter_line", "not_measured_why", "outcome_words", "parse_ids", "query_card_name", "rapl_root",
-           "rapl_zones", "rates", "rates_of", "rates_text", "read_summary", "recorded_cards",
-           "run_compile", "short", "summarize", "throttle_reasons", "throttle_summary", "throttle_text",
-           "token_figures", "tokens_text", "true_memory_peak", "warmup_steps"]
+           "RAPL_ROOT", "SOURCE_HLML", "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_NVML", "SOURCE_RAPL",
+           "SUMMARY_NAME", "THROTTLE_INTERVAL_S", "THROTTLE_REASONS", "WARMUP_STEPS", "Accounts",
+           "CardAccount", "EnergyCounter", "LiveReader", "Meter", "PowerIntegrator", "Rates",
+           "ThrottleClock", "card_hours_text", "combine", "combined_line", "compile_text", "counter_text",
+           "describe", "energy_counter", "energy_measured", "energy_text", "fallback_ops", "figure",
+           "generated_tokens", "joules_text", "kwh_text", "memory_text", "meter_line", "not_measured_why",
+           "outcome_words", "parse_ids", "query_card_name", "rapl_root", "rapl_zones", "rates", "rates_of",
+           "rates_text", "read_summary", "recorded_cards", "run_compile", "short", "summarize",
+           "throttle_reasons", "throttle_summary", "throttle_text", "token_figures", "tokens_text",
+           "true_memory_peak", "warmup_steps", "with_counter"]

@@ -1,0 +1,92 @@
+"""The vendors' energy counters beside the integrated power (issue 27): NVML's total energy on CUDA
+(pynvml), HLML's on Gaudi (pyhlml), read at the run's start and end for the run's own cards. Neither
+library is on this machine: fake module objects stand in, with the libraries' own function names, and
+a real Meter runs (on Gaudi with the fake hl-smi replaying recorded power)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from gaudi_gui.core import meter
+
+
+def _library(prefix: str, watts: dict[int, float], *, module_ids: list[int] | None = None,
+             fail: set[int] = frozenset()) -> tuple[SimpleNamespace, dict[str, Any]]:
+    """A pynvml / pyhlml stand-in: device i draws ``watts[i]`` since the library was imported (its
+    counter in mJ since then, as the real ones count since the driver loaded)."""
+    t0 = time.monotonic() - 100  # the driver loaded earlier: counters do not start at 0
+    calls: dict[str, Any] = {"init": 0, "shutdown": 0}
+    ids = module_ids or list(watts)
+
+    def energy(handle: int) -> int:
+        if handle in fail:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        return int(watts[handle] * (time.monotonic() - t0) * 1000)
+
+    fns = {"Init": lambda: calls.__setitem__("init", calls["init"] + 1),
+           "Shutdown": lambda: calls.__setitem__("shutdown", calls["shutdown"] + 1),
+           "DeviceGetCount": lambda: len(watts),
+           "DeviceGetHandleByIndex": lambda i: list(watts)[i],
+           "DeviceGetTotalEnergyConsumption": energy}
+    if prefix == "hlml":
+        fns["DeviceGetModuleID"] = lambda handle: ids[list(watts).index(handle)]
+    return SimpleNamespace(**{f"{prefix}{k}": v for k, v in fns.items()}), calls
+
+
+def _run(folder: Path, device: str, env: dict[str, str], module: Any, seconds: float = 1.5) -> dict[str, Any]:
+    m = meter.Meter(folder, device=device, env=env)
+    m.counter_module = module
+    m.start()
+    time.sleep(seconds)  # the run's length: the counters and the fake hl-smi advance in real time
+    return m.stop()
+
+
+def test_nvml_counter_of_the_runs_own_gpus_is_the_energy_where_no_power_was_integrated(
+        tmp_path: Path) -> None:
+    # GPUs 0..3 draw 50, 60, 70, 80 W; the run has GPUs 1 and 3. nvidia-smi is not on PATH here.
+    lib, calls = _library("nvml", {0: 50.0, 1: 60.0, 2: 70.0, 3: 80.0})
+    summary = _run(tmp_path, "cuda", {"PATH": str(tmp_path), "CUDA_VISIBLE_DEVICES": "1,3"}, lib)
+    counter = summary["energy_counter"]
+    assert counter["source"] == "nvml" and set(counter["per_card"]) == {"GPU 1", "GPU 3"}
+    wall = summary["wall_s"]
+    assert counter["per_card"]["GPU 1"] == pytest.approx(60 * wall, rel=0.05)
+    assert counter["energy_j"] == pytest.approx(140 * wall, rel=0.05)
+    # Nothing integrated (no nvidia-smi): the counter's energy is the run's, named as such.
+    assert summary["energy_source"] == "nvml" and summary["energy_j"] == counter["energy_j"]
+    assert "integrated_diff_pct" not in counter
+    assert calls == {"init": 1, "shutdown": 1}
+    assert "NVML counter" in meter.describe(summary)
+
+
+def test_hlml_counter_beside_the_integrated_hl_smi_power(tmp_path: Path, fake_hl_smi: Path) -> None:
+    # HLML's handles are in its own order; the run's cards are module ids 2 and 3 (102 W and 103 W in
+    # the recorded hl-smi output; the fake library says 100 W and 110 W).
+    lib, calls = _library("hlml", {10: 100.0, 11: 110.0, 12: 90.0}, module_ids=[2, 3, 5])
+    import os
+    summary = _run(tmp_path, "hpu", {**os.environ, "HABANA_VISIBLE_MODULES": "2,3"}, lib, seconds=2.5)
+    counter = summary["energy_counter"]
+    assert counter["source"] == "hlml" and set(counter["per_card"]) == {"module 2", "module 3"}
+    assert summary["energy_source"] == "hl-smi power integrated"  # the integral stays the run's figure
+    assert counter["integrated_diff_pct"] == pytest.approx(
+        (summary["energy_j"] - counter["energy_j"]) / counter["energy_j"] * 100, abs=0.01)
+    assert "HLML counter" in meter.describe(summary) and "(integrated " in meter.describe(summary)
+    assert calls["shutdown"] == 1
+
+
+def test_a_counter_that_fails_is_named_never_counted_as_0(tmp_path: Path) -> None:
+    lib, _calls = _library("nvml", {0: 50.0, 1: 60.0}, fail={1})
+    summary = _run(tmp_path, "cuda", {"PATH": str(tmp_path)}, lib, seconds=0.3)
+    counter = summary["energy_counter"]
+    assert counter["per_card"].keys() == {"GPU 0"} and counter["complete"] is False
+    assert "GPU 1" in counter["note"] and "NOT_SUPPORTED" in counter["note"]
+    # No library at all (this machine): no counter, nothing said, the meter as before.
+    plain = meter.Meter(tmp_path / "x", device="cuda", env={"PATH": str(tmp_path)})
+    (tmp_path / "x").mkdir()
+    plain.start()
+    assert "energy_counter" not in plain.stop()
+    assert meter.energy_counter("cpu", None, lib) is None
