@@ -258,14 +258,21 @@ class ModelCacheState(QWidget):
         known = self.places.cached_models(self.place().name) if self.places is not None else None
         if model is None or known is None:
             return None
-        return next((r for r in known if r["repo_id"].lower() == model.lower()), None)
+        # Exactly as typed: the cache's folder is named after the id as given, so "qwen/qwen3-0.6b"
+        # is not "Qwen/Qwen3-0.6B" for a load without the network.
+        return next((r for r in known if r["repo_id"] == model), None)
+
+    def _other_spelling(self, model: str) -> str | None:
+        """The cached id that differs from ``model`` only in case, if any."""
+        known = (self.places.cached_models(self.place().name) if self.places is not None else None) or []
+        return next((r["repo_id"] for r in known if r["repo_id"].lower() == model.lower()), None)
 
     def _running_download(self) -> Download | None:
         model, host = hub_id_or_none(self.text()), self.place()
         if model is None or self.places is None:
             return None
         return next((d for d in self.places.running() if d.host.name == host.name
-                     and d.request.repo_id.lower() == model.lower()), None)
+                     and d.request.repo_id == model), None)
 
     def update_state(self) -> None:
         """The line and the button for what the field names now (no process, no wait)."""
@@ -297,6 +304,9 @@ class ModelCacheState(QWidget):
             refs = f" ({', '.join(entry['refs'])})" if entry.get("refs") else ""
             state = f"cached on {where}, {hub.human(entry['size'])}{refs}: no network needed"
             tip = f"{model} is in {where}'s Hugging Face cache already"
+        elif (other := self._other_spelling(model)) is not None:
+            state, enable = (f"not in {where}'s cache as typed; it holds {other} (the cache goes by the "
+                             "exact spelling)"), True
         elif self.places.is_checking_cache(host.name):
             state, enable = f"checking {where}'s model cache…", True
         elif problem := self.places.cache_problem(host.name):

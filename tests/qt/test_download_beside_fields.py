@@ -137,6 +137,12 @@ def test_every_model_field_says_where_the_model_is_and_downloads_it_there(
         assert "no network needed" in state.label.text()
         assert not state.button.isEnabled()
 
+    # The cache goes by the exact spelling: another case is not a load without the network.
+    window.tabs.setCurrentWidget(runner)
+    type_in_combo(qtbot, runner.model.lineEdit(), "ORG/Small")
+    wait_state(qtbot, runner.model_cache, "it holds org/small")
+    assert runner.download_button.isEnabled()
+
     # Cached models first in a drop-down field, with their size beside them; typing still works.
     combo = form.model
     assert combo.itemText(0) == "org/small" and "KB" in str(combo.itemData(0, DETAIL_ROLE))
@@ -265,3 +271,28 @@ def test_the_keyring_token_reaches_the_hub_and_nothing_else(
     for folder in (Path(os.environ["GAUDI_GUI_HOME"]), Path(os.environ["HF_HOME"])):
         for path in (p for p in folder.rglob("*") if p.is_file()):
             assert SECRET.encode() not in path.read_bytes(), path
+
+
+def test_cached_models_are_offered_most_recently_used_first() -> None:
+    answer = {"models": [
+        {"repo_id": "org/old", "repo_type": "model", "size_on_disk": 10, "last_accessed": 100.0,
+         "revisions": [{"commit": "a" * 40, "refs": ["main"], "size_on_disk": 10}]},
+        {"repo_id": "org/new", "repo_type": "model", "size_on_disk": 20, "last_accessed": 300.0,
+         "revisions": [{"commit": "b" * 40, "refs": [], "size_on_disk": 20}]},
+        {"repo_id": "org/data", "repo_type": "dataset", "size_on_disk": 5, "last_accessed": 999.0,
+         "revisions": [{"commit": "c" * 40, "refs": ["main"], "size_on_disk": 5}]},
+        {"repo_id": "org/empty", "repo_type": "model", "size_on_disk": 0, "last_accessed": 500.0,
+         "revisions": []}]}
+    repos = downloads.cached_repos(answer)
+    assert [r["repo_id"] for r in repos] == ["org/new", "org/old"]  # newest use first; models only
+    assert repos[1]["size"] == 10 and repos[1]["refs"] == ["main"]
+
+
+@pytest.mark.parametrize(("text", "hub"), [
+    ("org/name", True), ("gpt2", True), ("builtin:demo", False), ("/abs/folder", False), ("~/m", False),
+    ("./rel", False), ("org/name/extra", False), ("org/../x", False), ("org--x/y", False), ("", False),
+    ("org/name; rm -rf /", False)])
+def test_what_counts_as_a_hub_id_in_a_field(text: str, hub: bool) -> None:
+    from gaudi_gui.ui.model_field import hub_id_or_none
+
+    assert (hub_id_or_none(text) is not None) is hub
