@@ -23,7 +23,7 @@ from gaudi_gui.ui.download_dialog import DownloadDialog
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.models_tab import ModelsTab
 from tests.fake_hub import FakeHub, FakeRepo
-from tests.helpers import answer_dialog, choose, click, close_window
+from tests.helpers import answer_dialog, choose, choose_runner_host, click, close_window
 from tests.remote.conftest import SshHost
 
 
@@ -174,3 +174,46 @@ def test_download_to_a_host_lands_in_its_cache_and_a_cut_link_ends_it_there(
     qtbot.waitUntil(lambda: not [p for p in ssh_host.wait_no_processes(0.5)
                                  if "download" in p or "runs follow" in p], timeout=30000)
     qtbot.waitUntil(lambda: not models.is_listing() and not places.is_reattaching(), timeout=30000)
+
+
+def test_the_runner_field_reads_the_hosts_cache_and_downloads_there(
+        qtbot, fake_hub: FakeHub, host: tuple[SshHost, Path]) -> None:
+    """The runner's model field with a host chosen: the line reads that host's cache (over ssh, in
+    the background: "checking…" first), Download… beside it downloads there, and then it says cached
+    on that host (not on this machine)."""
+    ssh_host, remote_hf = host
+    fake_hub.repos["org/for-host"] = FakeRepo(files={"config.json": b'{"a": 1}',
+                                                     "model.safetensors": os.urandom(200_000)})
+    window = MainWindow(create_services())
+    qtbot.addWidget(window, before_close_func=lambda w: close_window(qtbot, w))
+    window.resize(1280, 800)
+    window.show()
+    runner = window.runner_tab
+    window.tabs.setCurrentWidget(runner)
+    choose_runner_host(qtbot, runner, ssh_host.dest)
+    edit = runner.model.lineEdit()
+    qtbot.mouseClick(edit, Qt.MouseButton.LeftButton)
+    qtbot.keyClick(edit, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    qtbot.keyClicks(edit, "org/for-host")
+    state = runner.model_cache
+    # The GUI goes on while the host is asked: the line says so, then what the host holds.
+    qtbot.waitUntil(lambda: f"{ssh_host.dest}'s" in state.label.text(), timeout=5000)
+    qtbot.waitUntil(lambda: f"not in {ssh_host.dest}'s cache" in state.label.text(), timeout=30000)
+    click(qtbot, runner.download_button)
+    qtbot.waitUntil(lambda: isinstance(QApplication.activeModalWidget(), DownloadDialog), timeout=5000)
+    dialog = QApplication.activeModalWidget()
+    assert isinstance(dialog, DownloadDialog)
+    assert dialog.repo_id.text() == "org/for-host" and dialog.where.currentData() == ssh_host.dest
+    assert not dialog.use_keyring.isEnabled()  # a host's download uses the host's own login
+    click(qtbot, dialog.download_button)
+    models = window.models_tab
+    qtbot.waitUntil(lambda: len(models.download_rows) == 1, timeout=5000)
+    row = models.download_rows[0]
+    qtbot.waitUntil(lambda: row.job.ok is not None, timeout=60000)
+    assert row.job.ok, row.status.text()
+    qtbot.waitUntil(lambda: f"cached on {ssh_host.dest}, " in state.label.text(), timeout=30000)
+    assert not runner.download_button.isEnabled()
+    assert (remote_hf / "hub" / "models--org--for-host").is_dir()
+    assert not (Path(os.environ["HF_HOME"]) / "hub" / "models--org--for-host").exists()
+    qtbot.waitUntil(lambda: not window.services.ensure_models().is_checking_cache()
+                    and not models.is_listing(), timeout=30000)
