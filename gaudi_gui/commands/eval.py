@@ -276,7 +276,7 @@ def _detach_on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> tuple[Any, d
     info, why, code = detach_on_host(host, ["eval", *spec.cli_args()])
     if info is None:
         print(f"gaudi-gui eval: {why}", file=sys.stderr)
-        return code
+        return ev.EXIT_BAD_INPUT if code == ev.EXIT_BAD_INPUT else ev.EXIT_MODEL_FAILED
     return host, {**info, "host": host.name}
 
 
@@ -288,7 +288,12 @@ def _on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> int:
     that gives up leaves it going there (exit 3: ``gaudi-gui runs --host DEST follow RUN``)."""
     from gaudi_gui.commands import remote_run
 
-    started = _detach_on_host(args, spec)
+    try:
+        started = _detach_on_host(args, spec)
+    except KeyboardInterrupt:
+        print(f"interrupted while starting on {args.host}: if it started there, `gaudi-gui runs --host "
+              f"{args.host} list` shows it (runs stop ends it)", file=sys.stderr)
+        return 130
     if isinstance(started, int):
         return started
     host, folder = started[0], str(started[1]["folder"])

@@ -21,10 +21,9 @@ import signal
 import sys
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from gaudi_gui.commands.terminal import StopSignals as _Signals
@@ -159,7 +158,6 @@ class HostRun:
     folder: str = ""
     final: dict[str, Any] | None = None
     lost: str = ""  #: why following this host gave up ("" while following)
-    tail: deque[str] = field(default_factory=lambda: deque(maxlen=20))
 
 
 def _follow_line(line: str) -> dict[str, Any] | None:

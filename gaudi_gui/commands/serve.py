@@ -552,7 +552,7 @@ def _start_on_host(args: argparse.Namespace, spec: sv.ServeSpec,
     info, why, code = detach_on_host(host, words, env=env)
     if info is None:
         out.fail(why)
-        return code
+        return 2 if code == 2 else 1  # ssh's 255 too: serve's exit codes are 0, 1 and 2
     return host, Forward(spec.port, remote_port), info
 
 
@@ -582,7 +582,12 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
     command is killed, the server goes on: ``gaudi-gui runs --host DEST stop RUN`` ends it."""
     from gaudi_gui.commands import remote_run
 
-    started = _start_on_host(args, spec, out)
+    try:
+        started = _start_on_host(args, spec, out)
+    except KeyboardInterrupt:
+        out.state("stopped", f"interrupted while starting on {args.host}: if it started there, `gaudi-gui "
+                             f"runs --host {args.host} list` shows it (runs stop ends it)")
+        return 0
     if isinstance(started, int):
         return started
     host, fwd, info = started

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gaudi_gui.core import atomic
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.runstore import FILE_MODE, Run, RunStatus, RunStore, new_folder
 
 KINDS = ("training", "serve", "evaluate", "download")
@@ -134,27 +135,28 @@ def take(run: Run, event: Mapping[str, Any]) -> dict[str, Any]:
     """Keep what ``event`` of a Serve or Evaluate command says in its run folder (the supervisor
     calls this: it is the one writer of these files); the status fields it changes."""
     kind = event.get("type")
-    if kind == "serve_url":
+    if kind == EventType.SERVE_URL:
         url = str(event.get("url") or "")
         port = int(url.rsplit(":", 1)[-1].split("/", 1)[0]) if url.count(":") >= 2 else 0
         endpoint = {"url": url, "port": port, "model": event.get("model", ""), "host": event.get("host", ""),
                     "pid": _engine_pid(run)}
         atomic.write_json(run.folder / ENDPOINT_NAME, endpoint, mode=FILE_MODE, fsync=False)
         return {"summary": f"Serving {endpoint['model'] or 'a model'} at {url}"}
-    if kind == "serve_request":
+    if kind == EventType.SERVE_REQUEST:
         line = json.dumps({k: v for k, v in event.items() if k not in ("type", "v", "rank")}) + "\n"
         fd = os.open(run.folder / REQUESTS_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)
         try:
             os.write(fd, line.encode("utf-8"))
         finally:
             os.close(fd)
-    elif kind == "progress" and isinstance(event.get("bytes_done"), int):
+    elif kind == EventType.PROGRESS and isinstance(event.get("bytes_done"), int):
         # A download (commands/download.py): bytes, rate, ETA and files, said in the status.
         from gaudi_gui.core.hub import progress_text
         return {"summary": f"Downloading: {progress_text(dict(event))}"}
-    elif kind == "progress" and isinstance(event.get("done"), int) and isinstance(event.get("total"), int):
+    elif kind == EventType.PROGRESS and isinstance(event.get("done"), int) \
+            and isinstance(event.get("total"), int):
         return {"step": event["done"], "max_steps": event["total"]}
-    elif kind == "result":
+    elif kind == EventType.RESULT:
         record = {k: v for k, v in event.items() if k not in ("type", "v")}
         atomic.write_json(run.folder / RESULT_NAME, record, mode=FILE_MODE, fsync=False)
     return {}
@@ -163,7 +165,7 @@ def take(run: Run, event: Mapping[str, Any]) -> dict[str, Any]:
 def _engine_pid(run: Run) -> int:
     """The engine's pid as the serve command's "loading" state said it."""
     for event in reversed(run.events()):
-        if event.get("type") == "serve_state" and isinstance(event.get("pid"), int):
+        if event.get("type") == EventType.SERVE_STATE and isinstance(event.get("pid"), int):
             return int(event["pid"])
     return 0
 
@@ -188,11 +190,11 @@ def outcome(kind: str, events: Iterable[Mapping[str, Any]], *, exit_code: int | 
     result = False
     for event in events:
         kind_of = event.get("type")
-        if kind_of == "error" or (kind_of, event.get("state")) == ("serve_state", "failed"):
+        if kind_of == EventType.ERROR or (kind_of, event.get("state")) == (EventType.SERVE_STATE, "failed"):
             failure = event
-        elif event.get("type") == "serve_state":
+        elif kind_of == EventType.SERVE_STATE:
             last_state = str(event.get("message") or event.get("state") or "")
-        elif event.get("type") == "result":
+        elif kind_of == EventType.RESULT:
             result = True
     if killed:
         return {"state": "killed", "summary": "Killed (it did not end within the grace period)"}
@@ -216,9 +218,9 @@ def _download_outcome(events: Iterable[Mapping[str, Any]], *, exit_code: int | N
     done: Mapping[str, Any] | None = None
     failure: Mapping[str, Any] | None = None
     for event in events:
-        if event.get("type") == "done":
+        if event.get("type") == EventType.DONE:
             done = event
-        elif event.get("type") == "error":
+        elif event.get("type") == EventType.ERROR:
             failure = event
     if done is not None and exit_code == 0:
         return {"state": "finished", "summary": f"Downloaded: {done.get('path')}"}
