@@ -39,6 +39,7 @@ class FakeRepo:
     gated: bool = False
     #: path -> claimed size of a file that is listed but never served
     virtual: dict[str, int] = field(default_factory=dict)
+    _etags: dict[str, tuple[bytes, str]] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.sha:
@@ -54,8 +55,13 @@ class FakeRepo:
         return None if data is None else len(data)
 
     def etag(self, path: str) -> str:
+        # Kept per content, as the Hub stores it: hashing a 1 GB file at every tree listing and HEAD
+        # would charge a client that asks twice (a plan, then the download) for the fake's own work.
         data = self.files.get(path, path.encode())
-        return hashlib.sha256(data).hexdigest()
+        known = self._etags.get(path)
+        if known is None or known[0] is not data:
+            known = self._etags[path] = (data, hashlib.sha256(data).hexdigest())
+        return known[1]
 
 
 def repo_from_folder(folder: Path) -> FakeRepo:
