@@ -149,6 +149,9 @@ class DownloadDialog(QDialog):
                                   "command line, in a file or a log")
             missing = keyring_missing()
             self.use_keyring.setEnabled(not missing)
+            self.use_keyring.setText("Use the token saved in the system keyring" if not missing else
+                                     "Use the token saved in the system keyring (needs the Python "
+                                     "package keyring)")
             self.use_keyring.setToolTip(missing or (
                 f"the token saved with `keyring set {KEYRING_SERVICE} {KEYRING_USERNAME}`: given to this "
                 "download process alone, in its environment (never on a command line, in a file or a log)"))

@@ -189,7 +189,7 @@ def test_keyring_option_is_off_with_the_reason_where_keyring_is_missing(
     dialog = open_dialog(qtbot, tab.download_button)
     box = dialog.use_keyring
     assert box.isVisible() and not box.isEnabled() and not box.isChecked()
-    assert "keyring` is not installed" in box.toolTip()
+    assert "keyring` is not installed" in box.toolTip() and "needs the Python package" in box.text()
     assert dialog.problem.text() == ""  # not an error: the dialog works as before
     cancel_dialog(qtbot, dialog)
 
