@@ -195,3 +195,22 @@ def test_a_dropped_connection_leaves_the_server_serving_and_the_endpoint_answers
             proc.wait()
     assert ssh_host.wait_no_processes(timeout=60) == []
     assert _status(folder)["state"] == "stopped"
+
+
+def test_the_api_key_crosses_to_the_hosts_detached_serve_by_name_never_on_its_command_line(
+        ssh_host: SshHost) -> None:
+    """``--api-key-env NAME`` on a host: the key reaches the host's ``serve --detach`` (as the guard's
+    checked ``--env``), so the host's own serve decides on it: here that ``transformers serve`` takes no
+    key (exit 2, its sentence), not that the variable is unset there; the key is in no file there."""
+    key = "sk-test-0123456789abcdefghij"
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "serve", "--host", ssh_host.dest, "--model",
+                           "builtin:demo", "--device", "cpu", "--engine", "transformers", "--port",
+                           str(pick_free_port()), "--api-key-env", "GG_TEST_KEY"],
+                          capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=180,
+                          env={**os.environ, "GG_TEST_KEY": key})
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "transformers serve takes no API key" in done.stderr, done.stderr
+    folder = _serve_folder(ssh_host)
+    assert _status(folder)["state"] == "failed"
+    assert not any(key in p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file())
+    assert ssh_host.wait_no_processes(timeout=40) == []
