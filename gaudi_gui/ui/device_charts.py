@@ -72,6 +72,8 @@ class DeviceCharts(QWidget):
             self.area.add_plot(plot, f"{title} ({unit})")
         self._curves: dict[tuple[str, str], pg.PlotDataItem] = {}
         self._keys: list[str] = []
+        #: When each chart was last redrawn (``time.monotonic``), for ``due``.
+        self._drawn: dict[str, float] = {}
         self.window_s = 300.0
         self.span_s = MIN_SPAN_S  # the x range shown: the data's age, up to window_s
         self.memory_total_mib: float | None = None
@@ -104,6 +106,20 @@ class DeviceCharts(QWidget):
         """The curve color of the card at ``position`` in the key order (the table's row)."""
         return COLORS[position % len(COLORS)]
 
+    def due(self, metric: str, shortest_s: float) -> bool:
+        """Whether ``metric``'s chart has anything new to show: its curves move one pixel every
+        ``span_s / width`` seconds (an hour across 650 px: 5.5 s), and a redraw sooner than that (and
+        than ``shortest_s``) repaints the same pixels. Painting 8 curves of an hour is the largest work
+        of the window's thread here (10-40 ms on a loaded 2-core machine); at 2 Hz per chart it was
+        a stall every half second, now one every few seconds for long windows. The 5-minute default
+        (0.46 s per pixel) is still redrawn every ``shortest_s``."""
+        last = self._drawn.get(metric)
+        if last is None:
+            return True
+        width = self.plots[metric].getPlotItem().getViewBox().width()
+        per_pixel = self.span_s / width if width > 0 else 0.0
+        return time.monotonic() - last >= max(shortest_s, per_pixel)
+
     def refresh(self, history: History, keys: Sequence[str], now: float | None = None,
                 metrics: Sequence[str] | None = None) -> None:
         """Redraw the curves of ``metrics`` (default: all) from ``history`` (only the window shown).
@@ -115,6 +131,7 @@ class DeviceCharts(QWidget):
         if list(keys) != self._keys:
             self._set_keys(history, keys)
         for metric in metrics or [c[0] for c in CHARTS]:
+            self._drawn[metric] = time.monotonic()
             low, high = np.inf, -np.inf
             first = now
             for key in self._keys:
@@ -153,5 +170,7 @@ class DeviceCharts(QWidget):
         for i, key in enumerate(self._keys):
             pen = pg.mkPen(COLORS[i % len(COLORS)], width=1)  # width 1: Qt's fast path
             for metric, _title, _unit in CHARTS:
-                curve = self.plots[metric].plot(np.empty(0), np.empty(0), pen=pen)
+                # Not antialiased whatever pyqtgraph's global option (the loss chart turns it on for
+                # the whole process): a 1 px line of an hour's peaks costs several times more so.
+                curve = self.plots[metric].plot(np.empty(0), np.empty(0), pen=pen, antialias=False)
                 self._curves[(metric, key)] = curve

@@ -497,7 +497,8 @@ class DevicesTab(QWidget):
     def _refresh_charts(self) -> None:
         metric = CHARTS[self._next_chart][0]
         self._next_chart = (self._next_chart + 1) % len(CHARTS)
-        if metric not in self._dirty or not self.isVisible():
+        if (metric not in self._dirty or not self.isVisible()
+                or not self.charts.due(metric, CHART_REFRESH_MS / 1000)):
             return
         self._dirty.discard(metric)
         keys = self._keys or ([self._host_key] if self._host_key else [])

@@ -1,0 +1,117 @@
+"""``python bench/stall_profile.py [devices|hosts] [--health] [--seconds N] [--over MS]``: where the
+window's thread spends the worst gaps of the stall bench (bench_devices / bench_hosts ``worst_stall``).
+
+A thread samples every thread's Python stack each millisecond (``sys._current_frames``) while the
+bench's 1 ms probe timer runs; every gap of the probe longer than ``--over`` ms is then printed with
+the window thread's most frequent frames inside it (project and pyqtgraph frames first) and what the
+other threads were doing, so a stall reads as "this slot" or "waiting for the GIL another thread held".
+A tool for finding causes, not a figure: the sampler itself costs the loop a little."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+from bench import bare
+
+GAPS: list[tuple[float, float]] = []
+SAMPLES: list[tuple[float, dict[int, list[str]]]] = []
+
+
+def _frames(frame: Any) -> list[str]:
+    out = []
+    while frame is not None:
+        code = frame.f_code
+        out.append(f"{Path(code.co_filename).name}:{frame.f_lineno} {code.co_name}")
+        frame = frame.f_back
+    return out
+
+
+def _sampler(stop: threading.Event) -> None:
+    while not stop.is_set():
+        now = time.perf_counter()
+        SAMPLES.append((now, {tid: _frames(f) for tid, f in sys._current_frames().items()
+                              if tid != threading.get_ident()}))
+        time.sleep(0.001)
+
+
+def _recording_gap_ms(seconds: float, *, skip_s: float = 0.0) -> list[float]:
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    gaps: list[float] = []
+    begin = last = time.perf_counter()
+
+    def tick() -> None:
+        nonlocal last
+        t = time.perf_counter()
+        if t - begin >= skip_s:
+            gaps.append((t - last) * 1000)
+            GAPS.append((last, t))
+        last = t
+
+    loop = QEventLoop()
+    probe = QTimer()
+    probe.setInterval(1)
+    probe.timeout.connect(tick)
+    begin = last = time.perf_counter()
+    probe.start()
+    QTimer.singleShot(int(seconds * 1000), loop.quit)
+    loop.exec()
+    probe.stop()
+    return gaps or [0.0]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("area", choices=["devices", "hosts"])
+    parser.add_argument("--health", action="store_true")
+    parser.add_argument("--seconds", type=float, default=12.0)
+    parser.add_argument("--over", type=float, default=15.0)
+    parser.add_argument("--top", type=int, default=8)
+    args = parser.parse_args()
+    import importlib
+
+    module = importlib.import_module(f"bench.bench_{args.area}")
+    module.worst_gap_ms = _recording_gap_ms  # type: ignore[attr-defined]
+    bare.worst_gap_ms = _recording_gap_ms
+    main_id = threading.get_ident()
+    stop = threading.Event()
+    sampler = threading.Thread(target=_sampler, args=(stop,), daemon=True)
+    sampler.start()
+    with bare.crowd(bare.crowd_size()):
+        result = module.worst_stall(args.seconds, health=args.health)
+    stop.set()
+    sampler.join()
+    print("worst_stall:", result)
+    worst = sorted((g for g in GAPS if (g[1] - g[0]) * 1000 > args.over), key=lambda g: g[0] - g[1])
+    for start, end in worst[: args.top]:
+        inside = [s for t, s in SAMPLES if start <= t <= end]
+        at = start - GAPS[0][0]
+        print(f"\n=== gap {(end - start) * 1000:.1f} ms at +{at:.2f} s, {len(inside)} samples")
+        main_stacks: collections.Counter[str] = collections.Counter()
+        others: collections.Counter[str] = collections.Counter()
+        for sample in inside:
+            stack = sample.get(main_id, [])
+            ours = [f for f in stack if any(k in f for k in ("gaudi_gui", ".py"))][:6]
+            main_stacks[" < ".join(ours)] += 1
+            for tid, st in sample.items():
+                if tid != main_id and st:
+                    others[st[0]] += 1
+        for stack, n in main_stacks.most_common(5):
+            print(f"  main x{n}: {stack}")
+        for leaf, n in others.most_common(4):
+            print(f"  other x{n}: {leaf}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
