@@ -87,11 +87,11 @@ class MainWindow(QMainWindow):
             # Runs left going by an earlier session or started by `gaudi-gui train`: follow them
             # at once, whether or not the Training tab is ever opened.
             QTimer.singleShot(0, services.training.reattach)
-        # A server, an evaluation or a download left running by an earlier window: followed again
-        # right after the first paint (``eventFilter``), not before it: their services' modules
-        # (serve, placement, Slurm, the hosts, downloads) took 150-400 ms that the first frame waited
-        # for (bench/bench_startup.py: 1.6x a bare window). A window never painted (started
-        # minimized) follows them after REATTACH_FALLBACK_MS.
+        # Jobs left running by an earlier window (``_reattach_jobs``): followed again right after
+        # the first paint (``eventFilter``), not before it: their services' modules (serve, placement,
+        # Slurm, the hosts…) took 150-400 ms that the first frame waited for (bench/bench_startup.py:
+        # 1.6x a bare window); or sooner, when a view is built before that paint (``_ensure_services``).
+        # A window never painted (started minimized) follows them after REATTACH_FALLBACK_MS.
         self._reattached = False
         QTimer.singleShot(REATTACH_FALLBACK_MS, self._reattach_once)
         self._closing = False
@@ -168,6 +168,9 @@ class MainWindow(QMainWindow):
         from gaudi_gui.core import queue as queue_mod
         if self.services.queue is None and queue_mod.state_path().exists():
             self._bind_queue()  # a queue kept on this machine: its "next:" line and notifications
+        # Jobs left running are followed before a view built here can start one (else a job started
+        # before the first paint would be re-attached as if an earlier window had left it).
+        self._reattach_once()
 
     def _bind_health(self) -> None:
         """A view's request to see a host's health opens the Health dock (once the service exists)."""
