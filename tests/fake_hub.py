@@ -16,7 +16,7 @@ Knobs for the tests: a repo may be ``gated`` (its files answer 403 GatedRepo; th
 Hub), a file may be ``virtual`` (a claimed size that is never served), and ``stall(repo, file, times)``
 makes the next GETs of a file send half its bytes and then go silent until the server stops (later GETs
 are normal); ``corrupt(repo, file, times)`` serves the next GETs with the first byte changed (same size,
-so only a digest check sees it).
+so only a digest check sees it); ``ignore_ranges`` answers a Range with 200 and the whole file.
 Every request, its Authorization header, the bytes served per file and where each GET of a file
 started (``starts``: 0, or N for ``Range: bytes=N-``) are recorded.
 """
@@ -84,6 +84,8 @@ class FakeHub:
         #: file -> the first byte each GET asked for (0 without a Range)
         self.starts: dict[str, list[int]] = {}
         self.stalled = threading.Event()
+        #: Answer a Range request with 200 and the whole file, as some CDNs do.
+        self.ignore_ranges = False
         self._release = threading.Event()
         self._lock = threading.Lock()
         hub = self
@@ -200,7 +202,7 @@ class FakeHub:
             return self._error(h, 500, "Virtual", "this file is only listed", False)
         start = 0
         ranged = h.headers.get("Range", "")
-        if ranged.startswith("bytes="):
+        if ranged.startswith("bytes=") and not self.ignore_ranges:
             start = int(ranged[len("bytes="):].split("-", 1)[0] or 0)
         body = data[start:]
         headers["Content-Length"] = str(len(body))

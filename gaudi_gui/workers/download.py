@@ -187,13 +187,13 @@ class InflightCheck:
         """Close, then ok / size / hash (``hash`` also when the stream could not be followed and the
         finished file does not match)."""
         self.close()
-        if self.size is not None and self.written != self.size:
-            return hub.FileCheck(self.filename, "size", f"{self.filename} has {self.written:,} bytes, "
+        size = self.written if self.followable else self.path.stat().st_size
+        if self.size is not None and size != self.size:
+            return hub.FileCheck(self.filename, "size", f"{self.filename} has {size:,} bytes, "
                                                         f"the Hub lists {self.size:,}", str(self.path))
         if self._hasher is None:
             return hub.FileCheck(self.filename, "ok", "", str(self.path))
-        got = (str(self._hasher.hexdigest()) if self.followable
-               else hub.digest(self.path, self.etag, self.written))
+        got = (str(self._hasher.hexdigest()) if self.followable else hub.digest(self.path, self.etag, size))
         if got != self.etag:
             return hub.FileCheck(self.filename, "hash", hub.mismatch(self.filename, self.etag, got),
                                  str(self.path))

@@ -289,6 +289,26 @@ def test_a_killed_download_continues_from_the_bytes_on_disk(fake_hub: FakeHub) -
     _continues_where_it_stopped(fake_hub, "org/killed", "model.safetensors")
 
 
+def test_a_server_that_ignores_the_range_gets_the_file_whole_and_it_checks_out(fake_hub: FakeHub) -> None:
+    repo = small_repo()
+    fake_hub.repos["org/norange"] = repo
+    fake_hub.ignore_ranges = True
+    data = repo.files["model.safetensors"]
+    blobs = Path(os.environ["HF_HOME"]) / "hub" / "models--org--norange" / "blobs"
+    blobs.mkdir(parents=True)
+    (blobs / (repo.etag("model.safetensors") + ".incomplete")).write_bytes(data[:1_000_000])
+    result = gaudi("download", "org/norange", "--json")
+    assert result.returncode == 0, result.stderr
+    evs = events_of(result.stdout)
+    # Asked from byte 1,000,000, answered from byte 0: the partial file and its digest start again.
+    assert [e["bytes"] for e in evs if e["type"] == "resumed"] == [1_000_000]
+    assert "verified" in [e["type"] for e in evs] and "verify_failed" not in [e["type"] for e in evs]
+    assert fake_hub.bytes_served["model.safetensors"] == len(data)
+    assert (Path(evs[-1]["path"]) / "model.safetensors").read_bytes() == data
+    last = [e for e in evs if e["type"] == "progress"][-1]
+    assert last["bytes_done"] == last["bytes_total"]
+
+
 def test_a_damaged_partial_file_is_caught_by_the_digest_and_fetched_again(fake_hub: FakeHub) -> None:
     repo = small_repo()
     fake_hub.repos["org/partial"] = repo
