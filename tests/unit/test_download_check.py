@@ -1,0 +1,83 @@
+"""The download worker's digest of a file while it arrives (``workers.download.InflightCheck`` behind the
+file it hands to huggingface_hub's ``http_get``), and the rate of a resumed download; no network."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from gaudi_gui.core import hub
+from gaudi_gui.workers.download import InflightCheck, _Tee
+
+
+def _git_sha1(data: bytes) -> str:
+    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
+
+
+def _fetch(path: Path, etag: str, data: bytes, prefix: int, writes: list[tuple[str, bytes]]) -> hub.FileCheck:
+    """``prefix`` bytes of ``data`` already on disk (an earlier attempt's), then the writes/seeks
+    ``http_get`` would make; the check's verdict."""
+    path.write_bytes(data[:prefix])
+    with open(path, "ab") as fh:
+        check = InflightCheck("model.safetensors", path, etag, len(data), resume=fh.tell(), enabled=True)
+        tee = _Tee(fh, check)
+        for op, chunk in writes:
+            if op == "seek0":
+                tee.seek(max(tee.tell() - prefix, 0))
+                tee.truncate()
+            elif op == "seek_back":
+                tee.seek(tee.tell() - 10)
+                tee.truncate()
+            else:
+                tee.write(chunk)
+    return check.result()
+
+
+def test_a_resumed_file_is_checked_against_its_etag_prefix_included(tmp_path: Path) -> None:
+    data = os.urandom(3_000_000)
+    for etag in (hashlib.sha256(data).hexdigest(), _git_sha1(data)):
+        ok = _fetch(tmp_path / "f.incomplete", etag, data, 1_000_000,
+                    [("w", data[1_000_000:2_000_000]), ("w", data[2_000_000:])])
+        assert ok.result == "ok", ok
+    # A prefix on disk that is not the Hub's bytes: the digest says so.
+    bad_prefix = b"\0" * 1_000_000 + data[1_000_000:]
+    bad = _fetch(tmp_path / "g.incomplete", hashlib.sha256(data).hexdigest(), bad_prefix, 1_000_000,
+                 [("w", data[1_000_000:])])
+    assert bad.result == "hash" and "sha256" in bad.message and "ETag" in bad.message
+
+
+def test_a_server_that_restarts_from_byte_0_restarts_the_digest(tmp_path: Path) -> None:
+    data = os.urandom(2_000_000)
+    etag = hashlib.sha256(data).hexdigest()
+    # http_get asked from byte 500,000 and got the whole file (200): it goes back to 0 and truncates.
+    check = _fetch(tmp_path / "f.incomplete", etag, data, 500_000, [("seek0", b""), ("w", data)])
+    assert check.result == "ok", check
+    assert (tmp_path / "f.incomplete").read_bytes() == data
+
+
+def test_a_stream_the_check_cannot_follow_hashes_the_file_and_sizes_are_checked(tmp_path: Path) -> None:
+    data = os.urandom(100_000)
+    etag = hashlib.sha256(data).hexdigest()
+    check = _fetch(tmp_path / "f.incomplete", etag, data, 0,
+                   [("w", data[:50_000]), ("seek_back", b""), ("w", data[49_990:])])
+    assert check.result == "ok", check
+    short = _fetch(tmp_path / "g.incomplete", etag, data, 0, [("w", data[:99_000])])
+    assert short.result == "size" and "99,000 bytes" in short.message
+
+
+def test_resumed_bytes_count_as_done_but_not_in_the_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(hub, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    progress = hub.Progress(bytes_total=10**9)
+    now[0] += 1.0
+    progress.add_resumed(9 * 10**8)
+    now[0] += 1.0
+    progress.add_bytes(10**6)
+    event = progress.event()
+    assert event["bytes_done"] == 9 * 10**8 + 10**6
+    assert event["rate"] == 5 * 10**5  # 1 MB in 2 s, not the 900 MB an earlier attempt fetched
+    assert event["eta_s"] == 198.0
