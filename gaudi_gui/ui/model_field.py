@@ -55,7 +55,17 @@ def hub_id_or_none(text: str) -> str | None:
 
 
 def _ago(ts: float) -> str:
-    return (hub.duration(max(0.0, time.time() - ts)) + " ago") if ts else ""
+    """"3 days ago", "5 h ago", "12 min ago", "just now" ("" when unknown): a list's glance."""
+    if not ts:
+        return ""
+    seconds = max(0.0, time.time() - ts)
+    if seconds >= 2 * 86400:
+        return f"{seconds // 86400:.0f} days ago"
+    if seconds >= 3600:
+        return f"{seconds // 3600:.0f} h ago"
+    if seconds >= 60:
+        return f"{seconds // 60:.0f} min ago"
+    return "just now"
 
 
 def describe(repo: dict[str, Any]) -> str:

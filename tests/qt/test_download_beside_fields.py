@@ -286,6 +286,13 @@ def test_cached_models_are_offered_most_recently_used_first() -> None:
     repos = downloads.cached_repos(answer)
     assert [r["repo_id"] for r in repos] == ["org/new", "org/old"]  # newest use first; models only
     assert repos[1]["size"] == 10 and repos[1]["refs"] == ["main"]
+    import time
+
+    from gaudi_gui.ui.model_field import describe
+    now = time.time()
+    assert describe({"size": 1_500_000_000, "last_used": now - 3 * 86400 - 5}) == "1.5 GB · used 3 days ago"
+    assert describe({"size": 1_500_000_000, "last_used": now - 5 * 3600 - 5}).endswith("used 5 h ago")
+    assert describe({"size": 0, "last_used": 0}) == "0 B"
 
 
 @pytest.mark.parametrize(("text", "hub"), [
