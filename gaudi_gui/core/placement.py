@@ -5,8 +5,7 @@ A run is *work × placement*. The work is a gaudi-gui command line (``train …`
 
 - the argv to start *here* that runs ``gaudi-gui ARGS`` at the place (``start_argv``): a child of this
   process on this machine, ``ssh … DEST 'remote-command guard -- …'`` for a host (under the guard, so a
-  killed app or a dropped connection leaves nothing running there), with local port forwards through
-  the same multiplexed OpenSSH connection where the work serves something;
+  killed app or a dropped connection leaves nothing running there);
 - the options that hand the placement on to a command (``cli_args``: ``--host DEST --remote-command
   CMD``), so the GUI can run the command-line twin of any work as its child and the command does the
   rest (one path for the GUI and the CLI);
@@ -170,20 +169,17 @@ class Placement:
         return []
 
     def start_argv(self, host: Host, args: Sequence[str], *, guard: bool = True, grace: float | None = None,
-                   env: Mapping[str, str] | None = None, forwards: Sequence[Forward] = (),
+                   env: Mapping[str, str] | None = None,
                    config: str | None = None, connect_timeout: int = 10) -> list[str]:
         """The argv to start on this machine that runs ``gaudi-gui ARGS`` on ``host`` (one of
         ``places``). On a host it runs under the guard (``guard=False`` only for short calls that end
         by themselves), ``env`` travelling as the guard's checked ``--env`` arguments, and each of
-        ``forwards`` is an ``ssh -L`` on the same multiplexed connection (``ExitOnForwardFailure``: a
-        taken local port fails the start instead of serving nothing)."""
+        port forwards are asked of the multiplexed connection afterwards (``Forward``, ``ssh -O forward``)."""
         if host.is_local:
             return host.gaudi_gui_argv(*args)
         inner = host.guard_argv(list(args), run="gaudi_gui", grace=grace, env=env) if guard \
             else host.gaudi_gui_argv(*args)
         ssh = ssh_base(config=config, connect_timeout=connect_timeout)
-        for fwd in forwards:
-            ssh += ["-o", "ExitOnForwardFailure=yes", *fwd.ssh_option()]
         return [*ssh, "--", host.name, remote_line(inner)]
 
     def preview(self, args: Sequence[str]) -> str:
