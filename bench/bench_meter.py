@@ -13,6 +13,14 @@ Intel's C binary, so the children's figure is an upper bound that says nothing o
 Interleaved (app, baseline, ...) by ``bench.harness``: the per-pair ratio of own CPU seconds says what
 the throttle reads and the compile watch add; the app's own CPU per wall second is the cost figure
 (goal: well under 1 % of one core).
+
+Then what the meter costs the training itself: the same short CPU training (``gaudi-gui train
+--device hpu --no-preflight``, a Gaudi launch whose ranks run on the CPU here, logging every step) with
+the meter on (the fake hl-smi on PATH at hl-smi's own 1 s: the CSV loop, ``hl-smi -q`` every 5 s, the
+compile watch) vs off (no hl-smi on PATH: the meter finds nothing to read and starts no sampler),
+interleaved; steps/s between the first and the last logged step of each run (goal: ratio >= 0.99).
+The fake hl-smi is a Python script, far heavier than Intel's binary, on the same cores as the ranks:
+the ratio is a lower bound of what a real card's meter leaves.
 """
 
 from __future__ import annotations
@@ -80,6 +88,57 @@ def _fake_path(base: Path) -> str:
     return f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
 
 
+def _steps_per_s(events: Path) -> float:
+    """Steps/s between the first and the last logged step (training speed, not start-up)."""
+    rows = [json.loads(line) for line in events.read_text().splitlines() if line.strip()]
+    rows = [r for r in rows if r.get("type") == "metrics" and r.get("loss") is not None
+            and not r.get("summary")]
+    first, last = rows[0], rows[-1]
+    return (last["step"] - first["step"]) / max(1e-9, last["elapsed"] - first["elapsed"])
+
+
+def training_with_meter(quick: bool = False) -> list[dict[str, Any]]:
+    """Training steps/s with the meter on vs off (interleaved)."""
+    from bench.harness import interleaved
+    from gaudi_gui.core.jobconfig import JobConfig
+
+    steps = int(os.environ.get("BENCH_METER_STEPS", "150" if quick else "400"))
+    repeats = int(os.environ.get("BENCH_METER_TRAIN_REPEATS", "3" if quick else "5"))
+    with tempfile.TemporaryDirectory(prefix="bench-meter-train-") as tmp:
+        base = Path(tmp)
+        with_tool = {**os.environ, "PATH": _fake_path(base), "PYTHONPATH": str(ROOT),
+                     "FAKE_HLSMI_PERIOD": "1"}
+        without = {**with_tool, "PATH": os.environ["PATH"]}
+        without.pop("GAUDI_GUI_HL_SMI", None)
+        with_tool.pop("GAUDI_GUI_HL_SMI", None)
+        counter = iter(range(10_000))
+
+        def once(env: dict[str, str]) -> float:
+            n = next(counter)
+            job = JobConfig(training_args={"output_dir": str(base / f"out-{n}"), "max_steps": steps,
+                                           "per_device_train_batch_size": 2, "logging_steps": 1,
+                                           "save_strategy": "no"})
+            job.save(base / f"job-{n}.json")
+            runs = base / f"runs-{n}"
+            subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config",
+                            str(base / f"job-{n}.json"), "--device", "hpu", "--no-preflight", "--runs-dir",
+                            str(runs)], env=env, capture_output=True, text=True, timeout=900, check=True)
+            (run_folder,) = list(runs.iterdir())
+            metered = (run_folder / "meter-summary.json").is_file() and json.loads(
+                (run_folder / "meter-summary.json").read_text()).get("samples", 0) > 0
+            if metered != (env is with_tool):
+                raise RuntimeError(f"run {n}: meter {'on' if metered else 'off'}, not as asked")
+            return _steps_per_s(run_folder / "events.jsonl")
+
+        result = interleaved(lambda: once(with_tool), lambda: once(without), repeats=repeats, warmup=0)
+    # Each pair (on, off, ratio): on a shared machine the spread says more than the median.
+    print("meter on/off pairs (steps/s): " + "; ".join(
+        f"{p['app']:.1f}/{p['base']:.1f}={p['ratio']:.2f}" for p in result.get("samples", [])),
+        file=sys.stderr)
+    return [row(f"training steps/s with the meter on vs off (demo model, {steps} steps, logging every step)",
+                result, unit="steps/s", goal="ratio >= 0.99")]
+
+
 def run(quick: bool = False) -> list[dict[str, Any]]:
     seconds = float(os.environ.get("BENCH_METER_SECONDS", "12" if quick else "30"))
     repeats = int(os.environ.get("BENCH_METER_REPEATS", "2" if quick else "4"))
@@ -104,4 +163,5 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     return [row("meter: own CPU, whole meter vs CSV loop only", own, unit="% core",
                 goal="app < 1 % of one core"),
             row("meter: tool children CPU (fake hl-smi: Python)", children, unit="% core",
-                goal="(upper bound: the fake is a Python script)")]
+                goal="(upper bound: the fake is a Python script)"),
+            *training_with_meter(quick)]

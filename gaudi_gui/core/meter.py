@@ -576,18 +576,25 @@ def tokens_text(summary: Mapping[str, Any] | None) -> str:
 
 
 def outcome_words(summary: Mapping[str, Any] | None) -> str:
-    """What a Serve or Evaluate run's outcome says it cost: '0.011 card-hours · 4.0 kJ (hl-smi power
-    integrated) · 0.31 Wh per 1,000 tokens'; 'energy not measured (why)' where nobody measured it."""
+    """What a Serve or Evaluate run's outcome says it cost, short (the whys are in ``runs show``):
+    '0.011 card-hours · 4.0 kJ (hl-smi power integrated) · 200 tokens generated · 0.31 Wh per 1,000
+    tokens'; 'energy not measured', 'Wh per 1,000 tokens not measured' where nobody measured it."""
     if not summary:
         return ""
     words = []
     hours = card_hours_text(summary)
     if hours:
         words.append(f"{hours} card-hours")
-    words.append(energy_text(summary))
-    tokens = tokens_text(summary)
-    if tokens:
-        words.append(tokens)
+    joules = _finite(summary.get("energy_j"))
+    words.append(f"energy {NOT_MEASURED}" if joules is None else
+                 f"{joules_text(joules)} ({summary.get('energy_source') or 'source unknown'})")
+    if "generated_tokens" in summary:
+        tokens = _finite(summary.get("generated_tokens"))
+        if tokens is not None:
+            words.append(f"{tokens:,.0f} tokens generated")
+        per_1k = _finite(summary.get("energy_per_1k_tokens_wh"))
+        words.append(f"{figure(per_1k)} Wh per 1,000 tokens" if per_1k is not None
+                     else f"Wh per 1,000 tokens {NOT_MEASURED}")
     return " · ".join(words)
 
 
