@@ -171,7 +171,7 @@ class ModelCacheState(QWidget):
         self.label.setObjectName("model_cache_label")
         self.label.setWordWrap(True)
         self.label.setStyleSheet("color: palette(placeholder-text)")
-        self.label.setMinimumWidth(160)
+        self.label.setMinimumWidth(120)
         self.button = button or QPushButton("Download…")
         if button_in_line:
             layout.addWidget(self.button, 0, Qt.AlignmentFlag.AlignTop)
@@ -193,6 +193,10 @@ class ModelCacheState(QWidget):
         popup.setObjectName("model_cache_popup")
         field.installEventFilter(self)
         if isinstance(field, QComboBox):
+            # Sized by a fixed number of characters, not its widest item: a long cached id would
+            # widen the form, and with it the window (past a 1024-pixel screen with Serve open).
+            field.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+            field.setMinimumContentsLength(16)
             edit = field.lineEdit()
             if edit is not None:
                 edit.installEventFilter(self)
