@@ -1497,6 +1497,9 @@ def short(summary: Mapping[str, Any] | None) -> str:
     hours = card_hours_text(summary)
     energy = kwh_text(summary)
     words = energy if energy != NOT_MEASURED else f"energy {NOT_MEASURED}"
+    per_1k = _finite(summary.get("energy_per_1k_tokens_wh"))
+    if per_1k is not None:  # a Serve or Evaluate run: what the energy bought
+        words += f" · {figure(per_1k)} Wh/1k tok"
     return f"{hours} card-h · {words}" if hours else words
 
 

@@ -90,3 +90,20 @@ def test_a_counter_that_fails_is_named_never_counted_as_0(tmp_path: Path) -> Non
     plain.start()
     assert "energy_counter" not in plain.stop()
     assert meter.energy_counter("cpu", None, lib) is None
+
+
+def test_runs_list_line_says_wh_per_1000_tokens_of_a_serve_or_evaluate_run() -> None:
+    summary = {"card_hours": 0.011, "energy_j": 4000.0, "energy_kwh": 4000 / 3.6e6,
+               "energy_source": "hl-smi power integrated", "wall_s": 20.0, "generated_tokens": 2000,
+               "tokens_source": "new tokens of the answers"}
+    summary.update(meter.token_figures(summary))
+    assert summary["energy_per_1k_tokens_wh"] == pytest.approx(4000 / 3600 / 2)
+    assert meter.short(summary) == "0.011 card-h · 0.0011 kWh · 0.56 Wh/1k tok"
+    assert meter.outcome_words(summary) == ("0.011 card-hours · 4.0 kJ (hl-smi power integrated) · "
+                                            "2,000 tokens generated · 0.56 Wh per 1,000 tokens")
+    unmeasured = {**summary, "energy_j": None, "energy_kwh": None}
+    unmeasured.update(meter.token_figures(unmeasured))
+    assert unmeasured["energy_per_1k_tokens_wh"] is None
+    assert unmeasured["per_1k_tokens_note"] == "energy not measured"
+    assert "Wh/1k" not in meter.short(unmeasured)
+    assert "Wh per 1,000 tokens not measured (energy not measured)" in meter.tokens_text(unmeasured)
