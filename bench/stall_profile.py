@@ -1,5 +1,6 @@
-"""``python bench/stall_profile.py [devices|hosts] [--health] [--seconds N] [--over MS]``: where the
-window's thread spends the worst gaps of the stall bench (bench_devices / bench_hosts ``worst_stall``).
+"""``python bench/stall_profile.py devices|hosts [--health] [--seconds N] [--over MS]``: where the
+window's thread spends the worst gaps of the stall benches (bench_devices' ``worst_stall``, bench_hosts'
+app run with its 4 hosts over the tests' sshd).
 
 A thread samples every thread's Python stack each millisecond (``sys._current_frames``) while the
 bench's 1 ms probe timer runs; every gap of the probe longer than ``--over`` ms is then printed with
@@ -70,6 +71,30 @@ def _recording_gap_ms(seconds: float, *, skip_s: float = 0.0) -> list[float]:
     return gaps or [0.0]
 
 
+def _hosts_stall(seconds: float, health: bool) -> float:
+    """bench_hosts' app run (4 hosts over the tests' sshd, fake hl-smi) with the probe recording."""
+    import tempfile
+
+    from bench import bench_hosts as bh
+
+    def recording(loop: Any, secs: float) -> float:
+        return max(_recording_gap_ms(secs))
+
+    bh._worst_gap_ms = recording  # type: ignore[assignment]
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        bin_dir = folder / "bin"
+        bin_dir.mkdir()
+        program = bin_dir / "hl-smi"
+        program.write_text(f"#!/bin/sh\nexec {sys.executable} {bh.FAKE_HLSMI} \"$@\"\n")
+        program.chmod(0o755)
+        aliases = [bh.ALIAS, *(f"{bh.ALIAS}-{i}" for i in range(2, bh.HOSTS + 1))]
+        path = f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+        with bh.environ(PATH=path, FAKE_HLSMI_PERIOD="1.0", GAUDI_GUI_HOME=str(folder / "home")), \
+                bh.ssh_server(folder / "ssh", tuple(aliases[1:])):
+            return bh._measure(aliases, seconds, health=health)[1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("area", choices=["devices", "hosts"])
@@ -81,14 +106,17 @@ def main() -> int:
     import importlib
 
     module = importlib.import_module(f"bench.bench_{args.area}")
-    module.worst_gap_ms = _recording_gap_ms  # type: ignore[attr-defined]
-    bare.worst_gap_ms = _recording_gap_ms
+    if args.area == "devices":
+        module.worst_gap_ms = _recording_gap_ms  # type: ignore[attr-defined]
     main_id = threading.get_ident()
     stop = threading.Event()
     sampler = threading.Thread(target=_sampler, args=(stop,), daemon=True)
     sampler.start()
     with bare.crowd(bare.crowd_size()):
-        result = module.worst_stall(args.seconds, health=args.health)
+        if args.area == "devices":
+            result = module.worst_stall(args.seconds, health=args.health)
+        else:
+            result = _hosts_stall(args.seconds, args.health)
     stop.set()
     sampler.join()
     print("worst_stall:", result)
@@ -106,8 +134,8 @@ def main() -> int:
             for tid, st in sample.items():
                 if tid != main_id and st:
                     others[st[0]] += 1
-        for stack, n in main_stacks.most_common(5):
-            print(f"  main x{n}: {stack}")
+        for text, n in main_stacks.most_common(5):
+            print(f"  main x{n}: {text}")
         for leaf, n in others.most_common(4):
             print(f"  other x{n}: {leaf}")
     return 0
