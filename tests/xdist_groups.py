@@ -167,6 +167,7 @@ class GroupScheduling:
     def __init__(self, config: pytest.Config, *, groups_dir: Path, durations: dict[str, float]) -> None:
         from xdist.workermanage import parse_tx_spec_config
 
+        self.config = config
         self.numnodes = len(parse_tx_spec_config(config))
         self.groups_dir = groups_dir
         self.durations = durations
@@ -211,8 +212,8 @@ class GroupScheduling:
         assert node in self.work
         if self.collection is not None and list(collection) != self.collection:
             # A replacement worker that collected something else gets no work (xdist's own schedulers
-            # do the same); its difference is reported when the first collections are compared.
-            self._report_diff(node, collection)
+            # do the same).
+            self._report_diff(next(iter(self.collections)), collection, node, fail=False)
             node.shutdown()
             return
         self.collections[node] = list(collection)
@@ -264,8 +265,10 @@ class GroupScheduling:
             first, collection = next(iter(self.collections.items()))
             for node, other in self.collections.items():
                 if other != collection:
-                    self._report_diff(first, other, node)
-                    return  # xdist's schedulers abort the same way: the diff is a collection error
+                    # xdist's schedulers abort the same way: the diff is a failed collection, no test
+                    # is sent, and with nothing queued the session shuts the workers down.
+                    self._report_diff(first, other, node, fail=True)
+                    return
             self.collection = list(collection)
             self.group_of = self._read_groups()
             self.queue = self._plan(self.collection)
@@ -316,14 +319,17 @@ class GroupScheduling:
         if not self.queue:
             node.shutdown()  # it runs what it holds, then ends
 
-    def _report_diff(self, first: Any, other: Sequence[str], node: Any | None = None) -> None:
+    def _report_diff(self, first: Any, other: Sequence[str], node: Any, *, fail: bool) -> None:
         from xdist.report import report_collection_diff
 
-        node = node if node is not None else first
-        base = self.collection or self.collections.get(first, [])
+        base = self.collection or self.collections[first]
         msg = report_collection_diff(base, list(other), first.gateway.id, node.gateway.id)
-        if msg:
-            print(msg, file=sys.stderr)
+        if not msg:
+            return
+        print(msg, file=sys.stderr)
+        if fail:
+            self.config.hook.pytest_collectreport(report=pytest.CollectReport(
+                nodeid=node.gateway.id, outcome="failed", longrepr=msg, result=[]))
 
 
 # --- ``python -m tests.xdist_groups LOG...``: merge pytest's "slowest durations" tables ---

@@ -46,13 +46,18 @@ def test_single_more(i):
 
 def test_slow():
     record("slow")
+
+if os.environ.get("XG_DIFFER") and os.environ.get("PYTEST_XDIST_WORKER") == "gw1":
+    def test_only_on_gw1():
+        record("only-gw1")
 '''
 
 
 Ran = dict[str, list[str]]  # worker -> the tests it ran, in order
 
 
-def _run(tmp_path: Path, *args: str, crash: bool = False) -> tuple[subprocess.CompletedProcess[str], Ran]:
+def _run(tmp_path: Path, *args: str, crash: bool = False,
+         differ: bool = False) -> tuple[subprocess.CompletedProcess[str], Ran]:
     suite = tmp_path / "suite"
     log = tmp_path / "log"
     suite.mkdir(exist_ok=True)
@@ -68,6 +73,8 @@ def _run(tmp_path: Path, *args: str, crash: bool = False) -> tuple[subprocess.Co
     env.pop("PYTEST_ADDOPTS", None)
     if crash:
         env["XG_CRASH"] = "1"
+    if differ:
+        env["XG_DIFFER"] = "1"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider",
                            "-p", "tests.xdist_groups", "-o", "addopts=", "-rA", *args, "test_tiny.py"],
                           cwd=suite, env=env, capture_output=True, text=True, timeout=240)
@@ -114,6 +121,14 @@ def test_a_crashed_worker_s_test_is_reported_and_the_rest_of_its_group_runs_toge
     rest = {_worker_of(ran, "g2"), _worker_of(ran, "g3")}
     assert len(rest) == 1 and rest != {crashed}, ran  # the group's rest, together, on another worker
     assert len({_worker_of(ran, f"h{i}") for i in range(3)}) == 1
+
+
+def test_workers_that_collect_different_tests_fail_the_run_and_run_nothing(tmp_path: Path) -> None:
+    proc, ran = _run(tmp_path, "-n", "2", "--dist", "loadgroup", differ=True)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "Different tests were collected between gw" in out, out
+    assert ran == {}, ran
 
 
 def test_without_workers_the_plugin_stays_out(tmp_path: Path) -> None:
