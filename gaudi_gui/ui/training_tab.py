@@ -8,8 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QGuiApplication, QShowEvent
+from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QGuiApplication, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QFileDialog,
     QFrame,
@@ -220,12 +220,14 @@ class TrainingTab(QWidget):
             s_.setStyleSheet("QSplitter::handle { background: palette(mid); margin: 1px; }")
         self.splitter = splitter
         self.form_scroll = scroll
+        self.live_scroll = right_scroll
         for key, widget in (("training/splitter", splitter), ("training/live_splitter", live)):
             state = services.settings.get(key)
             if state is not None and not state.isEmpty():
                 widget.restoreState(state)
             widget.splitterMoved.connect(lambda _pos, _index, k=key, w=widget: self._save_splitter(k, w))
-        QVBoxLayout(self).addWidget(splitter)
+        self._outer = QVBoxLayout(self)
+        self._outer.addWidget(splitter)
         # Unsaved form edits survive a restart: the form is kept in the settings as it is edited.
         self._draft_timer = QTimer(self)
         self._draft_timer.setSingleShot(True)
@@ -416,7 +418,45 @@ class TrainingTab(QWidget):
             self.update_preview()
 
     def _save_splitter(self, key: str, widget: QSplitter) -> None:
+        if widget is self.splitter and widget.orientation() != Qt.Orientation.Horizontal:
+            return  # the stacked columns of a narrow window are not the layout a person chose
         self.services.settings.set(key, widget.saveState())
+
+    # -- a narrow window: the form above the live column ------------------------------------------
+
+    def _side_by_side_width(self) -> int:
+        """The narrowest width at which the form and the live column stand side by side."""
+        m = self._outer.contentsMargins()
+        return (self.form_scroll.minimumWidth() + self.live_scroll.minimumWidth()
+                + self.splitter.handleWidth() + m.left() + m.right())
+
+    def minimumSizeHint(self) -> QSize:
+        """As narrow as the wider column: below two columns' width they stack (``resizeEvent``), so
+        this tab never makes the window wider than a small screen (1024 px with the Serve dock open)."""
+        hint = super().minimumSizeHint()
+        m = self._outer.contentsMargins()
+        stacked = max(self.form_scroll.minimumWidth(), self.live_scroll.minimumWidth()) + m.left() + m.right()
+        return QSize(min(hint.width(), stacked), hint.height())
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        self._fit_orientation(event.size().width())
+        super().resizeEvent(event)
+
+    def _fit_orientation(self, width: int) -> None:
+        want = (Qt.Orientation.Horizontal if width >= self._side_by_side_width()
+                else Qt.Orientation.Vertical)
+        if self.splitter.orientation() == want:
+            return
+        self.splitter.setOrientation(want)
+        if want == Qt.Orientation.Vertical:
+            # Start, Stop and the chart keep the larger share; the form scrolls in its own pane.
+            height = max(self.height(), 2)
+            self.splitter.setSizes([height * 2 // 5, height - height * 2 // 5])
+        else:
+            state = self.services.settings.get("training/splitter")
+            if state is not None and not state.isEmpty():
+                self.splitter.restoreState(state)
+            self.splitter.setOrientation(want)
 
     def _save_draft(self) -> None:
         job, _errors = self.form.job()
@@ -442,6 +482,8 @@ class TrainingTab(QWidget):
         """The form's column never narrower than the form (nothing clipped, no sideways scrolling)."""
         bar = self.form_scroll.verticalScrollBar().sizeHint().width()
         self.form_scroll.setMinimumWidth(self.form.minimumSizeHint().width() + bar + 4)
+        self.updateGeometry()
+        self._fit_orientation(self.width())
 
     def _on_schema(self, schema: Schema) -> None:
         if self.form.schema is None or self.form.schema.to_dict() != schema.to_dict():

@@ -272,6 +272,35 @@ def test_serve_and_health_share_a_small_screen(qtbot, window: MainWindow, size: 
     qtbot.wait(50)
     assert not window.training_tab.btn["Start"].visibleRegion().isEmpty()
 
+def test_the_training_form_and_serve_fit_a_1024_screen_by_stacking_the_columns(qtbot, window: MainWindow) -> None:
+    """Issue 25, item 16, on the Training tab: with its schema loaded the form and the live column
+    stood side by side at 826 px at least, so opening Serve held the window at 1165 px on a 1024-px
+    screen. Narrower than two columns, the form now sits above Start and the chart (both scroll), and
+    the columns stand side by side again when the window is wide enough."""
+    from PySide6.QtCore import Qt
+
+    window.resize(1024, 700)
+    window.ensure_tabs()
+    window.activateWindow()
+    bar = window.tabs.tabBar()
+    qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(2).center())
+    tab = window.training_tab
+    qtbot.waitUntil(lambda: window.tabs.currentWidget() is tab and tab.form.schema is not None, timeout=120000)
+    _click_menu_item(qtbot, window, "View", "Serve")
+    qtbot.waitUntil(lambda: window.serve_panel is not None and window.serve_panel.isVisible(), timeout=5000)
+    _click_menu_item(qtbot, window, "View", "Health")
+    qtbot.waitUntil(lambda: window.health_view is not None and window.health_view.isVisible(), timeout=5000)
+    qtbot.waitUntil(lambda: tab.splitter.orientation() == Qt.Orientation.Vertical, timeout=3000)
+    qtbot.wait(50)  # the layouts settle
+    assert window.width() <= 1024 and window.height() <= 700, (window.size(), window.minimumSizeHint())
+    assert tab.form_scroll.width() >= tab.form.minimumSizeHint().width(), "the form is clipped"
+    assert not tab.btn["Start"].visibleRegion().isEmpty()
+    # A wider window puts them side by side again.
+    window.resize(1600, 900)
+    qtbot.waitUntil(lambda: tab.splitter.orientation() == Qt.Orientation.Horizontal, timeout=3000)
+    assert not tab.btn["Start"].visibleRegion().isEmpty()
+
+
 @pytest.mark.usefixtures("demo_model")
 def test_closing_with_serve_running_names_it_and_ends_it(qtbot, window: MainWindow) -> None:
     """Issue 25, item 15: closing the window while Serve runs asked nothing and killed it. Now the
