@@ -272,7 +272,7 @@ def test_serve_and_health_share_a_small_screen(qtbot, window: MainWindow, size: 
     qtbot.wait(50)
     assert not window.training_tab.btn["Start"].visibleRegion().isEmpty()
 
-def test_the_training_form_and_serve_fit_a_1024_screen_by_stacking_the_columns(qtbot, window: MainWindow) -> None:
+def test_training_and_serve_fit_a_1024_screen_by_stacking_the_columns(qtbot, window: MainWindow) -> None:
     """Issue 25, item 16, on the Training tab: with its schema loaded the form and the live column
     stood side by side at 826 px at least, so opening Serve held the window at 1165 px on a 1024-px
     screen. Narrower than two columns, the form now sits above Start and the chart (both scroll), and
@@ -285,7 +285,8 @@ def test_the_training_form_and_serve_fit_a_1024_screen_by_stacking_the_columns(q
     bar = window.tabs.tabBar()
     qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(2).center())
     tab = window.training_tab
-    qtbot.waitUntil(lambda: window.tabs.currentWidget() is tab and tab.form.schema is not None, timeout=120000)
+    qtbot.waitUntil(lambda: window.tabs.currentWidget() is tab and tab.form.schema is not None,
+                    timeout=120000)
     _click_menu_item(qtbot, window, "View", "Serve")
     qtbot.waitUntil(lambda: window.serve_panel is not None and window.serve_panel.isVisible(), timeout=5000)
     _click_menu_item(qtbot, window, "View", "Health")
