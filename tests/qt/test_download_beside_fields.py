@@ -158,6 +158,7 @@ def test_every_model_field_says_where_the_model_is_and_downloads_it_there(
     # And as the user types in Serve's plain field: the cache's models that match, in a list.
     type_over(qtbot, serve.model, "org/sm")
     popup = serve.model_cache.completer.popup()
+    assert popup is not None
     qtbot.waitUntil(popup.isVisible, timeout=5000)
     shown = popup.model()
     assert shown is not None and shown.index(0, 0).data() == "org/small"
@@ -210,7 +211,7 @@ def _keyring_with(token: str, monkeypatch: pytest.MonkeyPatch, request: pytest.F
         return
 
     class Memory(KeyringBackend):
-        priority = 1  # type: ignore[assignment]
+        priority = 1
 
         def get_password(self, service: str, username: str) -> str | None:
             return token if (service, username) == (downloads.KEYRING_SERVICE,

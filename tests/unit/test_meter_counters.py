@@ -16,7 +16,7 @@ from gaudi_gui.core import meter
 
 
 def _library(prefix: str, watts: dict[int, float], *, module_ids: list[int] | None = None,
-             fail: set[int] = frozenset()) -> tuple[SimpleNamespace, dict[str, Any]]:
+             fail: frozenset[int] | set[int] = frozenset()) -> tuple[SimpleNamespace, dict[str, Any]]:
     """A pynvml / pyhlml stand-in: device i draws ``watts[i]`` since the library was imported (its
     counter in mJ since then, as the real ones count since the driver loaded)."""
     t0 = time.monotonic() - 100  # the driver loaded earlier: counters do not start at 0
