@@ -50,9 +50,11 @@ def crowd(n: int) -> Iterator[int]:
             proc.wait()
 
 
-def worst_gap_ms(seconds: float, *, skip_s: float = 0.0) -> list[float]:
+def worst_gap_ms(seconds: float, *, skip_s: float = 0.0,
+                 spans: list[tuple[float, float]] | None = None) -> list[float]:
     """Run the event loop ``seconds``; the gaps (ms) between ticks of a 1 ms timer, those of the
-    first ``skip_s`` seconds left out."""
+    first ``skip_s`` seconds left out. ``spans`` gets each counted gap's (start, end) perf_counter
+    times (bench/stall_profile.py matches them with stack samples)."""
     from PySide6.QtCore import QEventLoop, QTimer
 
     gaps: list[float] = []
@@ -63,6 +65,8 @@ def worst_gap_ms(seconds: float, *, skip_s: float = 0.0) -> list[float]:
         t = time.perf_counter()
         if t - begin >= skip_s:
             gaps.append((t - last) * 1000)
+            if spans is not None:
+                spans.append((last, t))
         last = t
 
     loop = QEventLoop()

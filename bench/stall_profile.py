@@ -46,29 +46,10 @@ def _sampler(stop: threading.Event) -> None:
 
 
 def _recording_gap_ms(seconds: float, *, skip_s: float = 0.0) -> list[float]:
-    from PySide6.QtCore import QEventLoop, QTimer
+    """bare.worst_gap_ms, keeping each gap's span in GAPS."""
+    from bench.bare import worst_gap_ms
 
-    gaps: list[float] = []
-    begin = last = time.perf_counter()
-
-    def tick() -> None:
-        nonlocal last
-        t = time.perf_counter()
-        if t - begin >= skip_s:
-            gaps.append((t - last) * 1000)
-            GAPS.append((last, t))
-        last = t
-
-    loop = QEventLoop()
-    probe = QTimer()
-    probe.setInterval(1)
-    probe.timeout.connect(tick)
-    begin = last = time.perf_counter()
-    probe.start()
-    QTimer.singleShot(int(seconds * 1000), loop.quit)
-    loop.exec()
-    probe.stop()
-    return gaps or [0.0]
+    return worst_gap_ms(seconds, skip_s=skip_s, spans=GAPS)
 
 
 def _hosts_stall(seconds: float, health: bool) -> float:
