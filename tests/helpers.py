@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -395,3 +395,38 @@ def sick_server_env(root: Path) -> dict[str, str]:
         "habanalabs", "habanalabs_cn", "habanalabs_en", "habanalabs_ib")))
     return {"FAKE_HLSMI_MODE": "sick", "GAUDI_GUI_DOCTOR_SYSFS": str(sysfs),
             "GAUDI_GUI_DOCTOR_PROC": str(proc), "GAUDI_GUI_DOCTOR_DEV": str(dev)}
+
+
+# -- the Models tab and downloads ---------------------------------------------------------------------
+
+
+def models_tab(qtbot: QtBot) -> Iterator[Any]:
+    """A shown Models tab (a fixture's body: ``yield from models_tab(qtbot)``); at the end its listings
+    and downloads are shut down and waited for."""
+    from gaudi_gui.app import create_services
+    from gaudi_gui.ui.models_tab import ModelsTab
+
+    widget = ModelsTab(create_services())
+    qtbot.addWidget(widget)
+    widget.resize(1000, 700)
+    widget.show()
+    qtbot.waitExposed(widget)
+    yield widget
+    widget.places.shutdown()
+    widget.shutdown()
+    qtbot.waitUntil(lambda: not widget.places.running() and not widget.is_listing(), timeout=20000)
+
+
+def command_lines_while(qtbot: QtBot, needle: str, done: Callable[[], bool],
+                        timeout_ms: int = 30000) -> list[str]:
+    """The command lines of this machine's processes naming ``needle``, read until one is seen or
+    ``done()`` (a download's child is looked at while it runs: a token must never be on its argv)."""
+    argvs: list[str] = []
+
+    def look() -> bool:
+        argvs.extend(" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
+                     if needle in " ".join(p.info["cmdline"] or []))
+        return bool(argvs) or done()
+
+    qtbot.waitUntil(look, timeout=timeout_ms)
+    return argvs

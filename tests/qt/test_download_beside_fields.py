@@ -17,7 +17,6 @@ import types
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QApplication, QDialogButtonBox
@@ -32,7 +31,7 @@ from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.model_field import DETAIL_ROLE, ModelCacheState
 from gaudi_gui.ui.models_tab import ModelsTab
 from tests.fake_hub import FakeHub, FakeRepo
-from tests.helpers import click, close_window, type_over
+from tests.helpers import click, close_window, command_lines_while, models_tab, type_over
 
 SECRET = "hf_KeyringTokenForTheTestsOnly0123456789ab"
 
@@ -173,15 +172,7 @@ def test_every_model_field_says_where_the_model_is_and_downloads_it_there(
 
 @pytest.fixture
 def tab(qtbot) -> Iterator[ModelsTab]:
-    widget = ModelsTab(create_services())
-    qtbot.addWidget(widget)
-    widget.resize(1000, 700)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
-    widget.places.shutdown()
-    widget.shutdown()
-    qtbot.waitUntil(lambda: not widget.places.running() and not widget.is_listing(), timeout=20000)
+    yield from models_tab(qtbot)
 
 
 def test_keyring_option_is_off_with_the_reason_where_keyring_is_missing(
@@ -255,14 +246,7 @@ def test_the_keyring_token_reaches_the_hub_and_nothing_else(
     click(qtbot, dialog.download_button)
     qtbot.waitUntil(lambda: len(tab.download_rows) == 1, timeout=5000)
     row = tab.download_rows[0]
-    argvs: list[str] = []
-
-    def look() -> bool:
-        argvs.extend(" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
-                     if "org/gated" in " ".join(p.info["cmdline"] or []))
-        return bool(argvs) or row.job.ok is not None
-
-    qtbot.waitUntil(look, timeout=30000)
+    argvs = command_lines_while(qtbot, "org/gated", lambda: row.job.ok is not None)
     assert not any(SECRET in a for a in argvs)
     assert SECRET not in " ".join(row.job._runner.argv)
     qtbot.waitUntil(lambda: row.job.ok is not None, timeout=30000)

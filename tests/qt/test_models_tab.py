@@ -22,22 +22,14 @@ from gaudi_gui.ui.download_dialog import DownloadDialog
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.models_tab import ModelsTab
 from tests.fake_hub import FakeHub, FakeRepo, repo_from_folder
-from tests.helpers import answer_dialog, click, close_window
+from tests.helpers import answer_dialog, click, close_window, command_lines_while, models_tab
 
 SECRET = "hf_FakeTokenForTheTestsOnly0123456789abcd"
 
 
 @pytest.fixture
 def tab(qtbot) -> Iterator[ModelsTab]:
-    widget = ModelsTab(create_services())
-    qtbot.addWidget(widget)
-    widget.resize(1000, 700)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
-    widget.places.shutdown()
-    widget.shutdown()
-    qtbot.waitUntil(lambda: not widget.places.running() and not widget.is_listing(), timeout=20000)
+    yield from models_tab(qtbot)
 
 
 def cell(tab: ModelsTab, row: int, column: int) -> str:
@@ -209,14 +201,7 @@ def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: Mo
     download_by_clicks(qtbot, tab, "org/gated", token=SECRET)
     gated = tab.download_rows[0]
     # Not on the command line of what runs (the download and its attempt's child), while it runs.
-    argvs: list[str] = []
-
-    def look() -> bool:
-        argvs.extend(" ".join(p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])
-                     if "org/gated" in " ".join(p.info["cmdline"] or []))
-        return bool(argvs) or gated.job.ok is not None
-
-    qtbot.waitUntil(look, timeout=30000)
+    argvs = command_lines_while(qtbot, "org/gated", lambda: gated.job.ok is not None)
     assert not any(SECRET in a for a in argvs)
     assert SECRET not in " ".join(gated.job._runner.argv)
     qtbot.waitUntil(lambda: gated.job.ok is not None, timeout=30000)

@@ -23,7 +23,7 @@ from gaudi_gui.ui.download_dialog import DownloadDialog
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.models_tab import ModelsTab
 from tests.fake_hub import FakeHub, FakeRepo
-from tests.helpers import answer_dialog, choose, choose_runner_host, click, close_window
+from tests.helpers import answer_dialog, choose, choose_runner_host, click, close_window, models_tab
 from tests.remote.conftest import SshHost
 
 
@@ -42,15 +42,7 @@ def host(fake_hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 @pytest.fixture
 def tab(qtbot, host: tuple[SshHost, Path]) -> Iterator[ModelsTab]:
-    widget = ModelsTab(create_services())
-    qtbot.addWidget(widget)
-    widget.resize(1000, 700)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
-    widget.places.shutdown()
-    widget.shutdown()
-    qtbot.waitUntil(lambda: not widget.places.running() and not widget.is_listing(), timeout=20000)
+    yield from models_tab(qtbot)
 
 
 def cell(tab: ModelsTab, row: int, column: int) -> str:
