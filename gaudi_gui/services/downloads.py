@@ -126,6 +126,9 @@ def describe_event(event: dict[str, Any]) -> str:
         if event.get("xet_disabled"):
             text += "; the next attempts use plain HTTP (HF_HUB_DISABLE_XET=1) instead of Xet"
         return text
+    if kind == "resumed":
+        return (f"continuing {event.get('filename')} from {hub.human(event.get('bytes'))} already on "
+                "disk (an earlier attempt's partial file)")
     if kind == "verified":
         return (f"checked {event.get('files')} files against the Hub's sizes and digests "
                 f"in {hub.duration(event.get('seconds'))}")
@@ -222,7 +225,8 @@ class Download(QObject):
         return self._runner.is_running()
 
     def cancel(self) -> None:
-        """Stop the download (finished files stay in the cache; the command removes partial ones)."""
+        """Stop the download (finished files stay in the cache; a partial one stays too, and the next
+        download of the same files continues it)."""
         if not self.is_running():
             return
         self.cancelled = True

@@ -169,6 +169,7 @@ class TrainingTab(QWidget):
         self.runs.hosts = self.hosts.saved
         self.runs.jobs = services.jobs
         self.runs.queue = lambda: services.ensure_queue(services.settings.parent())
+        self.runs.settings = services.settings  # the prices are the app's settings, not a second copy
         self.runs.queue_cards = lambda: (tuple(services.selection.selected)
                                          if services.selection.jobs_use_cards() else ())
         self.views = QTabWidget(self)

@@ -81,3 +81,12 @@ def test_resumed_bytes_count_as_done_but_not_in_the_rate(monkeypatch: pytest.Mon
     assert event["bytes_done"] == 9 * 10**8 + 10**6
     assert event["rate"] == 5 * 10**5  # 1 MB in 2 s, not the 900 MB an earlier attempt fetched
     assert event["eta_s"] == 198.0
+
+
+def test_the_window_says_a_partial_file_is_continued() -> None:
+    # The Models tab's row says what the command line says: an earlier attempt's bytes are kept.
+    from gaudi_gui.services.downloads import describe_event
+
+    text = describe_event({"type": "resumed", "filename": "model.safetensors", "bytes": 3 * 1024 ** 2,
+                           "size": 10 * 1024 ** 2})
+    assert text.startswith("continuing model.safetensors from 3") and "already on disk" in text
