@@ -10,13 +10,17 @@ broken doctor is a visible error of that host, never a silent "ok".
 Alerts (``core.alerts``) are computed here from the hosts' live samples (the pollers the window
 already runs) and the doctor's findings; views and the notifier subscribe to the signals.
 
-A report is read on the window's thread: ``parse_output`` of a real 8-card report (9 KB of JSON) takes
-0.17 ms here (bench/bench_devices.py measures it); what cost a stall was the first read importing
-``core.health`` (50-100 ms), so ``start`` imports it on a thread of its own while the first doctor runs.
+The window's thread does none of a check's work (issue 26: with 4 hosts it froze 300-400 ms at every
+refresh): each doctor is started, waited for, killed at its timeout and read (``read_report``: the
+JSON parse and the findings) on a thread of its own (``services.doctor_child.ThreadedDoctor``); the
+window's thread gets the finished ``HostHealth`` through a queued signal and only stores it, updates
+the alerts and tells the views. ``start`` still imports ``core.health`` (50-100 ms) on a thread while
+the first doctor runs, so no other reader (a view) pays for it on the window's thread.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import threading
@@ -26,8 +30,8 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core.alerts import CLEARED, RAISED, Alert, AlertEngine, AlertEvent, Thresholds, card_key
-from gaudi_gui.services.doctor_child import DoctorChild
-from gaudi_gui.services.process import ProcessRunner, delete_when_reaped, describe_exit
+from gaudi_gui.services.doctor_child import ThreadedDoctor
+from gaudi_gui.services.process import ProcessRunner, describe_exit
 from gaudi_gui.services.settings import Settings
 
 if TYPE_CHECKING:
@@ -36,9 +40,9 @@ if TYPE_CHECKING:
     from gaudi_gui.core.health import HostHealth
 
 LOCAL = "local"
-#: Between two hosts' doctor starts in one refresh: each start forks the app (2-20 ms on a busy
-#: machine), and eight of them in one slot froze the window for their sum; one per turn of the event
-#: loop lets it paint in between.
+#: Between two hosts' doctor starts in one refresh: the starts are off the window's thread, but five
+#: Python interpreters starting at once on a 2-core machine still take its cores from the window;
+#: spread, the window gets a turn between them.
 STAGGER_MS = 40
 #: How many of a failed child's last lines its error keeps (each cut to ``_LINE_CHARS``).
 _LAST_LINES = 4
@@ -89,6 +93,17 @@ def parse_output(host: str, stdout: str, code: int, status: str, tail: list[str]
     return got
 
 
+def read_report(host: str, timeout_s: float, *, stdout: str, code: int, status: str, tail: list[str],
+                timed_out: bool) -> HostHealth:
+    """What a doctor child's end says of ``host``: its report, or why there is none. Runs on the
+    doctor's thread (services.doctor_child.ThreadedDoctor), not the window's."""
+    if timed_out:
+        from gaudi_gui.core.health import HostHealth
+
+        return HostHealth(host, False, f"the doctor did not answer within {timeout_s:g} s")
+    return parse_output(host, stdout, code, status, tail[-20:])
+
+
 class _PollerWatch(QObject):
     """Feeds one host's live samples to the alerts (a child of the service, so the connection
     ends with whichever of the service and the poller goes first)."""
@@ -134,7 +149,7 @@ class HealthService(QObject):
         self._hosts: list[str] = [LOCAL]
         self._health: dict[str, HostHealth] = {}
         self._checked_at: dict[str, float] = {}
-        self._checks: dict[str, DoctorChild] = {}
+        self._checks: dict[str, ThreadedDoctor] = {}
         self._pending: set[str] = set()  # hosts whose check starts on a later turn (``refresh``)
         self._watches: dict[str, _PollerWatch] = {}
         self.engine = AlertEngine(thresholds_from(settings))
@@ -169,8 +184,7 @@ class HealthService(QObject):
         self._hosts.remove(host)
         check = self._checks.pop(host, None)
         if check is not None:
-            check.cancel()
-            delete_when_reaped(check)
+            check.retire()
         self._health.pop(host, None)
         watch = self._watches.pop(host, None)
         if watch is not None:
@@ -196,7 +210,7 @@ class HealthService(QObject):
 
     def is_checking(self, host: str) -> bool:
         check = self._checks.get(host)
-        return check is not None and check.runner.is_running()
+        return check is not None and check.is_running()
 
     def worst(self, host: str) -> str:
         """'error' / 'warning' / 'ok' over the host's report and alerts; '' when not checked yet."""
@@ -228,9 +242,7 @@ class HealthService(QObject):
         self._timer.stop()
         self._pending.clear()
         for check in list(self._checks.values()):
-            check.cancel()
-            if check.runner.is_running():
-                check.runner.kill_tree()
+            check.kill()
 
     def shutdown(self) -> None:
         self._shut_down = True
@@ -318,10 +330,11 @@ class HealthService(QObject):
         old = self._checks.pop(host, None)
         if old is not None:
             old.deleteLater()
-        check = DoctorChild(self)
+        timeout_s = float(self.settings.get("health/timeout_s"))
+        check = ThreadedDoctor(self, functools.partial(read_report, host, timeout_s))
         check.setObjectName(host)
         self._checks[host] = check
-        check.ended.connect(lambda code, status, c=check: self._on_finished(c, code, status))
+        check.ended.connect(lambda found, c=check: self._on_finished(c, found))
         argv = list(self.command)
         hl_smi = str(self.settings.get("devices/hl_smi") or "").strip()
         if host == LOCAL and hl_smi:
@@ -330,20 +343,14 @@ class HealthService(QObject):
             # One argv element each: the host name never reaches a shell here (the doctor quotes it
             # for ssh itself).
             argv += ["--host", host]
-        check.start(argv, int(float(self.settings.get("health/timeout_s")) * 1000))
+        check.start(argv, int(timeout_s * 1000))
         self.checking_changed.emit(host, True)
 
-    def _on_finished(self, check: DoctorChild, code: int, status: str) -> None:
+    def _on_finished(self, check: ThreadedDoctor, found: HostHealth) -> None:
+        """A doctor's report, read on its thread (``read_report``): stored and told here."""
         host = check.objectName()
         if self._checks.get(host) is not check:
             return  # a host no longer watched, or a newer check replaced it
-        if check.timed_out:
-            from gaudi_gui.core.health import HostHealth
-
-            timeout = float(self.settings.get("health/timeout_s"))
-            found = HostHealth(host, False, f"the doctor did not answer within {timeout:g} s")
-        else:
-            found = parse_output(host, check.stdout(), code, status, check.tail(20))
         self._health[host] = found
         self._checked_at[host] = time.time()
         self.checking_changed.emit(host, False)

@@ -92,3 +92,104 @@ def test_a_stop_drops_the_checks_not_started_yet(qtbot) -> None:
     QTimer.singleShot(200, lambda: probe.append(True))
     qtbot.waitUntil(lambda: bool(probe), timeout=10000)
     assert started == [LOCAL]
+
+
+#: A doctor that answers with a report of one finding (the JSON the real doctor prints).
+REPORT = ('{"version": 1, "hosts": [{"host": "local", "reachable": true, "findings": [{"check": '
+          '"driver.loaded", "severity": "warning", "seen": "habanalabs not loaded"}]}], "cross_host": []}')
+
+
+def test_a_doctor_is_started_and_its_report_read_off_the_gui_thread(qtbot, monkeypatch) -> None:
+    """With 4 hosts, the doctors' starts (a fork of the app each) and their reads froze the window
+    300-400 ms at every refresh (issue 26). The thread ids the check records say where each ran; the
+    report arrives on the window's thread whole."""
+    import threading
+
+    from gaudi_gui.services import health as health_module
+    from gaudi_gui.services.health import LOCAL, HealthService
+    from gaudi_gui.services.settings import Settings
+
+    readers: list[int] = []
+    real = health_module.read_report
+
+    def spy(*args: object, **kwargs: object) -> object:
+        readers.append(threading.get_ident())
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(health_module, "read_report", spy)
+    service = HealthService(Settings())
+    service.command = [sys.executable, "-c", f"print({REPORT!r})"]
+    reports: list[str] = []
+    service.report_changed.connect(reports.append)
+    service.refresh()
+    check = service._checks[LOCAL]
+    assert service.is_checking(LOCAL)
+    qtbot.waitUntil(lambda: reports == [LOCAL], timeout=60000)
+    main = threading.get_ident()
+    assert check.thread_ids["start"] != main and check.thread_ids["read"] != main
+    assert readers == [check.thread_ids["read"]]
+    found = service.health(LOCAL)
+    assert found is not None and found.reachable
+    assert [f.check for f in found.findings] == ["driver.loaded"] and service.worst(LOCAL) == "warning"
+    assert not service.is_checking(LOCAL)
+    service.shutdown()
+
+
+def test_a_hung_doctor_is_killed_with_its_tree_off_the_gui_thread(qtbot, tmp_path: Path) -> None:
+    """The timeout kills the doctor and what it started (a helper in the doctor's session and one in
+    a session of its own), and the host reads "did not answer"."""
+    import os
+
+    import psutil
+
+    from gaudi_gui.services.health import LOCAL, HealthService
+    from gaudi_gui.services.settings import Settings
+
+    pids = tmp_path / "pids"
+    script = textwrap.dedent(f"""
+        import subprocess, sys, time
+        a = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        b = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)
+        open({str(pids)!r}, "w").write(f"{{a.pid}} {{b.pid}}")
+        time.sleep(600)
+    """)
+    settings = Settings()
+    settings.set("health/timeout_s", 5.0)
+    service = HealthService(settings)
+    service.command = [sys.executable, "-c", script]
+    service.refresh()
+    qtbot.waitUntil(lambda: service.health(LOCAL) is not None, timeout=60000)
+    found = service.health(LOCAL)
+    assert found is not None and not found.reachable and "did not answer within 5 s" in found.error
+    helpers = [int(p) for p in pids.read_text().split()]
+    assert len(helpers) == 2
+
+    def gone(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    qtbot.waitUntil(lambda: all(gone(p) for p in helpers), timeout=30000)
+    assert os.getpid() not in helpers
+    service.shutdown()
+
+
+def test_a_removed_host_reports_nothing_and_its_doctor_is_killed(qtbot) -> None:
+    from gaudi_gui.services.health import HealthService
+    from gaudi_gui.services.settings import Settings
+
+    service = HealthService(Settings())
+    service.command = [sys.executable, "-c", "import time; time.sleep(600)"]
+    service._hosts = []  # only the host below
+    service.watch_host("host-a")
+    service.start()
+    check = service._checks["host-a"]
+    assert service.is_checking("host-a")
+    reports: list[str] = []
+    service.report_changed.connect(reports.append)
+    service.unwatch_host("host-a")
+    assert reports == ["host-a"]  # the removal itself, said at once
+    qtbot.waitUntil(lambda: check.done, timeout=30000)
+    assert reports == ["host-a"] and service.health("host-a") is None
+    service.shutdown()
