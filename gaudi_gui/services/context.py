@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from gaudi_gui.services.jobs import JobRegistry
     from gaudi_gui.services.notifier import Notifier
     from gaudi_gui.services.preflight import PreflightService
-    from gaudi_gui.services.queue import HostQueueService, QueueService
+    from gaudi_gui.services.queue import HostQueueService, JobQueue, QueueService
     from gaudi_gui.services.remote_files import RemoteFiles
     from gaudi_gui.services.schema import SchemaLoader
     from gaudi_gui.services.serve import ServeService
@@ -203,6 +203,14 @@ class AppServices:
         if not service.is_running():
             service.start()
         return service
+
+    def queue_for(self, place: str, parent: QObject | None = None) -> JobQueue:
+        """The one way a view queues a job: at ``place`` ("local": this machine's queue; else the
+        saved host of that name, whose own queue add checks it), with one face for both
+        (``add``/``add_kind`` with an ``on_answer`` for that request alone, ``said`` for the line)."""
+        if place == "local":
+            return self.ensure_queue(parent or self.settings.parent())
+        return self.ensure_host_queue(place, parent or self.settings.parent())
 
     def stop_host_queues(self) -> None:
         for service in self.host_queues.values():

@@ -1,5 +1,6 @@
-"""The window's face of this machine's queue (core/queue.py): what the Queue view, the Training tab's
-Queue button, the Devices panel's "next:" line and the notifier bind to.
+"""The window's face of this machine's queue (core/queue.py) and of a saved host's: what the Queue
+view, the Queue buttons (through ``AppServices.queue_for``: one face, ``JobQueue``, for both), the
+Devices panel's "next:" line and the notifier bind to.
 
 The queue is kept by its own process (it runs while the window is closed); this service only reads
 the state file it writes (a stat per second, a read when it changed) and sends requests (one small
@@ -9,9 +10,10 @@ no zombie, nothing the window waits for) when a request finds none running.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QIODevice, QObject, QProcess, QTimer, Signal
@@ -27,15 +29,66 @@ POLL_MS = 1000
 HOST_POLL_S = 30.0
 
 
-class QueueService(QObject):
+#: How a request's answer reaches the one who sent it: (ok, message).
+Answer = Callable[[bool, str], None]
+
+
+class _Requests(QObject):
+    """The face both queues share (``JobQueue``): ``add``/``add_kind`` take an ``on_answer`` that gets
+    that request's answer and no other's (by the request's id): at once when refused here (this
+    machine's checks), else when the queue process replies (here) or the host's ``queue add`` ends."""
+
+    #: A request of this window was answered: (request id, ok, message). Its sender gets the answer
+    #: through its own ``on_answer``; this is for the Queue view's message line.
+    request_answered = Signal(str, bool, str)
+    #: "local" or the saved host's name.
+    place = "local"
+
+    def __init__(self, parent: QObject | None) -> None:
+        super().__init__(parent)
+        self._answers: dict[str, Answer] = {}
+
+    def _answer(self, request_id: str, ok: bool, message: str) -> None:
+        on_answer = self._answers.pop(request_id, None)
+        self.request_answered.emit(request_id, ok, message)
+        if on_answer is not None:
+            on_answer(ok, message)
+
+    def _add(self, send: Callable[[], str], on_answer: Answer) -> str:
+        """The request's id ("" when refused here: ``on_answer(False, why)`` has then been called)."""
+        try:
+            request_id = send()
+        except QueueError as exc:
+            on_answer(False, str(exc))
+            return ""
+        self._answers[request_id] = on_answer
+        return request_id
+
+    def shown(self, show: Callable[[str], None], cards: CardRequest, tail: str = "") -> Answer:
+        """Shows the line of a job being queued here for ``cards`` now, and returns the ``on_answer``
+        that shows the answer's line ("queued: it starts by itself…", "not queued on HOST: why")."""
+        host = self.place
+
+        def line(ok: bool | None, message: str = "") -> None:
+            when = f" when {cards.text()} {'is' if len(cards.ids) == 1 else 'are'} free" if cards.ids else ""
+            if ok is False:
+                show(f"not queued: {message}" if host == "local" else f"not queued on {host}: {message}")
+            elif host == "local":
+                show(f"queued: it starts by itself{when} (View → Queue){tail}")
+            else:
+                show(f"queueing on {host}…" if ok is None else
+                     f"queued on {host}: it starts by itself there (View → Queue, Machine: {host}){tail}")
+        line(None)
+        return line
+
+
+class QueueService(_Requests):
     #: The queue's state was read anew (a QueueState).
     state_changed = Signal(object)
     #: A queued job started (its Entry, with its run folder).
     entry_started = Signal(object)
     #: A queued job ended (its Entry: outcome and summary).
     entry_ended = Signal(object)
-    #: The queue process answered a request of this window: (ok, message).
-    request_answered = Signal(bool, str)
 
     def __init__(self, parent: QObject | None = None, *, poll_ms: int = POLL_MS) -> None:
         super().__init__(parent)
@@ -58,6 +111,7 @@ class QueueService(QObject):
         # A refresh a request asked for 300 ms later may still come: it says nothing after this.
         self._shut_down = True
         self._timer.stop()
+        self._answers.clear()  # a view gone with the window hears nothing more
 
     def is_running(self) -> bool:
         return self._timer.isActive()
@@ -101,7 +155,7 @@ class QueueService(QObject):
             reply = queue.wait_reply(request_id, 0)
             if reply is not None:
                 self._waiting.remove(request_id)
-                self.request_answered.emit(bool(reply.get("ok")), str(reply.get("message") or ""))
+                self._answer(request_id, bool(reply.get("ok")), str(reply.get("message") or ""))
 
     def next_waiting(self) -> Entry | None:
         """The job that starts next (position 1), when it waits for cards."""
@@ -119,20 +173,19 @@ class QueueService(QObject):
 
     # -- requests -----------------------------------------------------------------------------------
 
-    def add(self, job: Any, cards: CardRequest, *, priority: int = 0, device: str = "auto") -> str:
-        """Queue ``job`` (a JobConfig); the request's message. QueueError (one line) when refused
-        here; a refusal by the queue process comes as ``request_answered(False, …)``."""
-        values = queue.add_values(job, kind="train", cards=cards, priority=priority, device=device,
-                                  added_by="gui")
-        return self._send("add", **values)
+    def add(self, job: Any, cards: CardRequest, *, priority: int = 0, device: str = "auto",
+            on_answer: Answer) -> str:
+        """Queue ``job`` (a JobConfig): the JobQueue face."""
+        return self._add(lambda: self._send("add", **queue.add_values(
+            job, kind="train", cards=cards, priority=priority, device=device, added_by="gui")), on_answer)
 
-    def add_kind(self, kind: str, words: list[str], name: str, cards: CardRequest, *,
-                 priority: int = 0) -> str:
+    def add_kind(self, kind: str, words: list[str], cards: CardRequest, *, priority: int = 0,
+                 on_answer: Answer) -> str:
         """Queue a serve / eval / download job given as its command's words (already checked by the
-        caller, as ``--detach`` would take them); the request's message. QueueError, one line."""
-        values = queue.kind_add_values(kind, words, name=name, cards=cards, priority=priority,
-                                       added_by="gui")
-        return self._send("add", **values)
+        caller, as ``--detach`` would take them), named as the host's own ``queue add`` names it."""
+        return self._add(lambda: self._send("add", **queue.kind_add_values(
+            kind, words, name=job_name(kind, words), cards=cards, priority=priority, added_by="gui")),
+            on_answer)
 
     def remove(self, entry_id: str) -> str:
         return self._send("remove", entry=entry_id)
@@ -164,10 +217,6 @@ class QueueService(QObject):
         starter.setStandardErrorFile(log, QIODevice.OpenModeFlag.Append)
         return bool(starter.startDetached())
 
-    def stop_all_waits(self) -> None:
-        with contextlib.suppress(RuntimeError):
-            self._waiting.clear()
-
 
 def host_state(answer: dict[str, Any]) -> QueueState:
     """The QueueState of a host's ``queue list --json`` answer (its entries without their job)."""
@@ -178,24 +227,23 @@ def host_state(answer: dict[str, Any]) -> QueueState:
     return state
 
 
-class HostQueueService(QObject):
+class HostQueueService(_Requests):
     """A saved host's queue, as the host's own ``gaudi-gui queue list --json`` says it (the mechanism
     of ``queue list --host``: the host's command over the system ssh client, every word quoted for
     its shell by ``Host.wrap``), asked every ``poll_s`` seconds while started and after each request
     of this window; requests are the host's ``queue remove|move|pause|resume``. The same face as
-    QueueService for the Queue view (``state``, ``state_changed``, ``request_answered``, ``remove``,
-    ``move``, ``set_paused``); the host's queue process is the host's, never this window's."""
+    QueueService (``state``, ``state_changed``, ``remove``, ``move``, ``set_paused``, the JobQueue face);
+    the host's queue process is the host's, never this window's."""
 
     #: The host's queue was read (a QueueState).
     state_changed = Signal(object)
-    #: The host answered a request of this window: (ok, message).
-    request_answered = Signal(bool, str)
     #: Asking the host failed: the sentence why ("" once it answers again).
     problem_changed = Signal(str)
 
     def __init__(self, host: Host, parent: QObject | None = None, *, poll_s: float = HOST_POLL_S) -> None:
         super().__init__(parent)
         self.host = host
+        self.place = host.name
         self.state = QueueState()
         #: Why the last listing failed ("" when it answered).
         self.problem = ""
@@ -215,6 +263,7 @@ class HostQueueService(QObject):
     def shutdown(self) -> None:
         from gaudi_gui.services.process import delete_when_reaped
         self._timer.stop()
+        self._answers.clear()  # a request killed here answers nobody
         for child in [self._listing, *self._requests]:
             if child is not None:
                 delete_when_reaped(child)  # mute from now on; its child killed
@@ -265,20 +314,22 @@ class HostQueueService(QObject):
     def set_paused(self, paused: bool) -> str:
         return self._send("pause" if paused else "resume")
 
-    def add(self, job: Any, cards: CardRequest, *, priority: int = 0) -> str:
+    def add(self, job: Any, cards: CardRequest, *, priority: int = 0, device: str = "auto",
+            on_answer: Answer) -> str:
         """Queue a training job in the host's queue: the host's own ``queue add --config -``, the job
         on stdin (never on a command line), checked there against the host's files."""
         import json
-        return self._send("add", "--config", "-", *_card_words(cards), "--priority", str(priority),
-                          stdin=json.dumps(job.to_dict()))
+        device_words = ["--device", device] if device != "auto" else []
+        return self._add(lambda: self._send("add", "--config", "-", *_card_words(cards), "--priority",
+                                            str(priority), *device_words, stdin=json.dumps(job.to_dict())),
+                         on_answer)
 
-    def add_kind(self, kind: str, words: list[str], name: str, cards: CardRequest, *,
-                 priority: int = 0) -> str:
+    def add_kind(self, kind: str, words: list[str], cards: CardRequest, *, priority: int = 0,
+                 on_answer: Answer) -> str:
         """Queue a serve / eval / download job in the host's queue (its words as ``--detach`` takes
-        them, each one quoted for the host's shell by ``Host.wrap``)."""
-        del name  # the host names the job from its words, as its own queue add does
-        return self._send("add", "--kind", kind, *_card_words(cards), "--priority", str(priority),
-                          "--", *words)
+        them, each one quoted for the host's shell by ``Host.wrap``); the host names it from them."""
+        return self._add(lambda: self._send("add", "--kind", kind, *_card_words(cards), "--priority",
+                                            str(priority), "--", *words), on_answer)
 
     def _send(self, *words: str, stdin: str | None = None) -> str:
         from gaudi_gui.services.process import ProcessRunner, delete_when_reaped
@@ -287,6 +338,7 @@ class HostQueueService(QObject):
         out: list[str] = []
         err: list[str] = []
         runner.line_received.connect(lambda stream, line: (out if stream == "stdout" else err).append(line))
+        request_id = queue.new_request_id()
 
         def done(code: int, _status: str) -> None:
             if holder in self._requests:
@@ -294,7 +346,7 @@ class HostQueueService(QObject):
             delete_when_reaped(holder)
             said = next((ln.strip() for ln in reversed(out if code == 0 else err) if ln.strip()), "")
             prefix = f"gaudi-gui queue {words[0]}: "
-            self.request_answered.emit(code == 0, said.removeprefix(prefix) or f"exit {code}")
+            self._answer(request_id, code == 0, said.removeprefix(prefix) or f"exit {code}")
             self.refresh()
 
         runner.finished.connect(done)
@@ -304,7 +356,16 @@ class HostQueueService(QObject):
         if stdin is not None:
             runner.write_line(stdin)
             runner.close_stdin()
-        return words[0]
+        return request_id
+
+
+def job_name(kind: str, words: list[str]) -> str:
+    """The name a serve / eval / download job gets in this machine's queue from its words, as a host's
+    own ``queue add`` names it from the same words: serve-MODEL, eval-RUN (or MODEL), download-NAME."""
+    given = dict(w[2:].split("=", 1) for w in words if w.startswith("--") and "=" in w)
+    subject = (words or [""])[0] if kind == "download" else \
+        given.get("run") or given.get("model") or given.get("adapter", "")
+    return f"{kind}-{Path(subject.rstrip('/')).name or 'model'}"
 
 
 def _card_words(cards: CardRequest) -> list[str]:
@@ -316,4 +377,8 @@ def _card_words(cards: CardRequest) -> list[str]:
     return []
 
 
-__all__ = ["HOST_POLL_S", "HostQueueService", "QueueService", "host_state"]
+#: One way for the window to queue a job at a place (``AppServices.queue_for``): this machine's queue or
+#: a saved host's, with one face (``place``, ``add``, ``add_kind``, ``shown``: ``_Requests``).
+JobQueue = QueueService | HostQueueService
+
+__all__ = ["HOST_POLL_S", "Answer", "HostQueueService", "JobQueue", "QueueService", "host_state", "job_name"]

@@ -45,7 +45,7 @@ from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.services.downloads import ModelPlaces
 from gaudi_gui.services.evaluation import EvaluationService
-from gaudi_gui.services.queue import QueueService
+from gaudi_gui.services.queue import JobQueue
 from gaudi_gui.ui.model_field import ModelCacheState
 
 ANSWER_COLUMNS = ("prompt", "reference", "base", "tuned", "base TTFT s", "base tok/s", "tuned TTFT s",
@@ -113,7 +113,7 @@ class EvalView(QWidget):
 
     def __init__(self, run: Run | None, service: EvaluationService | None = None,
                  parent: QWidget | None = None, *, hosts: Callable[[], list[Host]] | None = None,
-                 queue: Callable[[], QueueService] | None = None,
+                 queue: Callable[[], JobQueue] | None = None,
                  cards: Callable[[], tuple[int, ...]] | None = None,
                  models: ModelPlaces | None = None) -> None:
         """``queue`` gives this machine's queue service (the Queue button; without it, no button);
@@ -426,7 +426,7 @@ class EvalView(QWidget):
             self.status.setText("Queue puts an evaluation in this machine's queue; a host keeps its own: "
                                 "gaudi-gui queue add --host DEST --kind eval -- …")
             return
-        from gaudi_gui.core.queue import CardRequest, QueueError
+        from gaudi_gui.core.queue import CardRequest
         spec = self.spec()
         problems = ev.validate(spec, catalogue=False)
         for field, message in problems:
@@ -434,16 +434,9 @@ class EvalView(QWidget):
         if problems:
             self.status.setText("⚠ fix the marked fields")
             return
-        cards = CardRequest(ids=tuple(sorted(set(self._cards()))))
-        subject = Path(spec.run).name if spec.run else Path(spec.model or spec.adapter).name
-        try:
-            self._queue().add_kind("eval", spec.cli_args(), f"eval-{subject or 'model'}", cards)
-        except QueueError as exc:
-            self.status.setText(f"not queued: {exc}")
-            return
-        when = f" when {cards.text()} {'is' if len(cards.ids) == 1 else 'are'} free" if cards.ids else ""
-        self.status.setText(f"queued: it starts by itself{when} (View → Queue); its results land in "
-                            "the run's folder and in Runs")
+        cards, place = CardRequest(ids=tuple(sorted(set(self._cards())))), self._queue()
+        place.add_kind("eval", spec.cli_args(), cards, on_answer=place.shown(
+            self.status.setText, cards, tail="; its results land in the run's folder and in Runs"))
 
     def _on_started(self) -> None:
         self.start_button.setEnabled(False)

@@ -18,7 +18,7 @@ from gaudi_gui.services.jobs import ActiveJob, JobOwner, close_question
 
 if TYPE_CHECKING:
     from gaudi_gui.services.device_selection import DeviceSelection
-    from gaudi_gui.services.queue import QueueService
+    from gaudi_gui.services.queue import JobQueue, QueueService
     from gaudi_gui.ui.devices_tab import DevicesTab
     from gaudi_gui.ui.environment_tab import EnvironmentTab
     from gaudi_gui.ui.health_view import HealthView
@@ -371,6 +371,12 @@ class MainWindow(QMainWindow):
             cast("HostsTab", hosts).bind_local_queue(queue)  # the local row's queue length
         return queue
 
+    def _queue_for(self, place: str) -> JobQueue:
+        """``AppServices.queue_for``, with this machine's queue bound to the views first."""
+        if place == "local":
+            self._bind_queue()
+        return self.services.queue_for(place)
+
     def show_queue(self) -> QueueView | None:
         """The Queue view of this machine in its dock (made on first use)."""
         if self._shut_down:
@@ -430,9 +436,7 @@ class MainWindow(QMainWindow):
 
             self.serve_panel = ServePanel(services.ensure_serve(services.settings.parent()), dock,
                                           hosts=hosts.saved if hosts is not None else None,
-                                          selection_for=selection_for, queue=self._bind_queue,
-                                          host_queue=lambda name: services.ensure_host_queue(
-                                              name, services.settings.parent()),
+                                          selection_for=selection_for, queue_for=self._queue_for,
                                           models=services.ensure_models(services.settings.parent()))
             self.serve_panel.download_requested.connect(self._download_for)
             if hosts is not None:

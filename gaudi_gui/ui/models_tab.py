@@ -395,30 +395,23 @@ class ModelsTab(QWidget):
     def queue_download(self, request: DownloadRequest) -> None:
         """Queue (issue 29): the download goes into the queue of the machine it goes to (this one's,
         or the host's own), as the words ``download --detach`` takes; it uses no cards."""
-        from gaudi_gui.core.queue import CardRequest, QueueError
+        from gaudi_gui.core.queue import CardRequest
 
         words = [w for w in request.detached_argv()[1:] if w not in ("--detach", "--json")]
-        name = f"download-{request.repo_id.rsplit('/', 1)[-1]}"
-        services = self._services
-        if request.host.is_local:
-            try:
-                services.ensure_queue(services.settings.parent()).add_kind("download", words, name,
-                                                                            CardRequest())
-            except QueueError as exc:
-                self.status.setText(f"not queued: {exc}")
-                return
-            self.status.setText(f"{request.repo_id}: queued on this machine (View → Queue)")
-            return
-        where = request.host.name
-        host_queue = services.ensure_host_queue(where, services.settings.parent())
+        where, repo_id = request.host.name, request.repo_id
+        local = request.host.is_local
 
         def answered(ok: bool, message: str) -> None:
-            self.status.setText(f"{request.repo_id}: queued on {where} (View → Queue, Machine: {where})"
-                                if ok else f"{request.repo_id}: not queued on {where}: {message}")
+            if local:
+                self.status.setText(f"{repo_id}: queued on this machine (View → Queue)" if ok
+                                    else f"not queued: {message}")
+            else:
+                self.status.setText(f"{repo_id}: queued on {where} (View → Queue, Machine: {where})"
+                                    if ok else f"{repo_id}: not queued on {where}: {message}")
 
-        host_queue.request_answered.connect(answered, Qt.ConnectionType.SingleShotConnection)
-        host_queue.add_kind("download", words, name, CardRequest())
-        self.status.setText(f"{request.repo_id}: queueing on {where}…")
+        self.status.setText(f"{repo_id}: queued on this machine (View → Queue)" if local
+                            else f"{repo_id}: queueing on {where}…")
+        self._services.queue_for(where).add_kind("download", words, CardRequest(), on_answer=answered)
 
     def _on_download_started(self, job: Download) -> None:
         row = DownloadRow(job)

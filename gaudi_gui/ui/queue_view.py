@@ -236,7 +236,7 @@ class QueueView(QWidget):
             return
         self.message.setText(note)
 
-    def _answered(self, ok: bool, message: str) -> None:
+    def _answered(self, _request_id: str, ok: bool, message: str) -> None:
         self.message.setText(message if ok else f"refused: {message}")
 
 

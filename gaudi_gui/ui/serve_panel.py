@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
@@ -36,7 +36,7 @@ from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.downloads import ModelPlaces
-from gaudi_gui.services.queue import HostQueueService, QueueService
+from gaudi_gui.services.queue import JobQueue
 from gaudi_gui.services.serve import ServeService
 from gaudi_gui.ui.model_field import ModelCacheState
 
@@ -52,16 +52,14 @@ class ServePanel(QWidget):
     def __init__(self, service: ServeService, parent: QWidget | None = None, *,
                  hosts: Callable[[], list[Host]] | None = None,
                  selection_for: Callable[[str], DeviceSelection | None] | None = None,
-                 queue: Callable[[], QueueService] | None = None,
-                 host_queue: Callable[[str], HostQueueService] | None = None,
+                 queue_for: Callable[[str], JobQueue] | None = None,
                  models: ModelPlaces | None = None) -> None:
-        """``queue`` gives this machine's queue service (the Queue button; without it, no button);
-        ``host_queue`` a saved host's (a server queued with a host chosen goes into that host's);
-        ``models`` the Hub caches' listings and downloads (the model's state and Download…)."""
+        """``queue_for`` gives the queue of a place ("local" or a saved host's name: the Queue button;
+        without it, no button); ``models`` the Hub caches' listings and downloads (the model's state
+        and Download…)."""
         super().__init__(parent)
         self.service = service
-        self._queue = queue
-        self._host_queue = host_queue
+        self._queue_for = queue_for
         self._hosts = hosts or (lambda: [])
         #: The card selection of a place ("local" or a host's name): the Devices / Hosts tab's choice.
         self._selection_for = selection_for or (lambda _name: None)
@@ -140,7 +138,7 @@ class ServePanel(QWidget):
         self.queue_button = QPushButton("Queue")
         self.queue_button.setToolTip("put this server in this machine's queue: it starts by itself when "
                                      "its cards are free (View → Queue)")
-        self.queue_button.setVisible(queue is not None)
+        self.queue_button.setVisible(queue_for is not None)
         buttons = QHBoxLayout()
         for b in (self.start_button, self.stop_button, self.copy_button):
             buttons.addWidget(b)
@@ -320,20 +318,16 @@ class ServePanel(QWidget):
         self.stop_button.setEnabled(True)
 
     def queue_current(self) -> None:
-        """Queue: this server goes into this machine's queue (issue 29) as a serve job (the words
-        ``gaudi-gui serve --detach`` would take) and starts by itself when its cards are free."""
+        """Queue: this server goes into the queue of the machine chosen (issue 29: this one's, or the
+        host's own) as a serve job (the words ``gaudi-gui serve --detach`` would take) and starts by
+        itself when its cards are free."""
         self.field_error.setText("")
-        if self._queue is None:
+        if self._queue_for is None:
             return
         placement = self.placement()
-        if not placement.is_local and self._host_queue is None:
-            self.status.setText("Queue puts a server in this machine's queue; a host keeps its own: "
-                                "gaudi-gui queue add --host DEST --kind serve -- …")
-            return
         import dataclasses
-        from pathlib import Path
 
-        from gaudi_gui.core.queue import CardRequest, QueueError
+        from gaudi_gui.core.queue import CardRequest
         spec = self.spec()
         problems = spec.problems() if placement.is_local else []  # a host's files are the host's
         if problems:
@@ -342,25 +336,8 @@ class ServePanel(QWidget):
             return
         cards = CardRequest(ids=tuple(sorted(set(spec.cards))))
         words = dataclasses.replace(spec, cards=()).cli_args()  # the queue gives it its cards
-        if not placement.is_local and self._host_queue is not None:
-            name = placement.host.name
-            host_queue = self._host_queue(name)
-
-            def answered(ok: bool, message: str) -> None:
-                self.status.setText(f"queued on {name}: it starts by itself there (View → Queue, "
-                                    f"Machine: {name})" if ok else f"not queued on {name}: {message}")
-
-            host_queue.request_answered.connect(answered, Qt.ConnectionType.SingleShotConnection)
-            host_queue.add_kind("serve", words, f"serve-{Path(spec.model).name or 'model'}", cards)
-            self.status.setText(f"queueing on {name}…")
-            return
-        try:
-            self._queue().add_kind("serve", words, f"serve-{Path(spec.model).name or 'model'}", cards)
-        except QueueError as exc:
-            self.status.setText(f"not queued: {exc}")
-            return
-        when = f" when {cards.text()} {'is' if len(cards.ids) == 1 else 'are'} free" if cards.ids else ""
-        self.status.setText(f"queued: it starts by itself{when} (View → Queue)")
+        place = self._queue_for("local" if placement.is_local else placement.host.name)
+        place.add_kind("serve", words, cards, on_answer=place.shown(self.status.setText, cards))
 
     def copy_url(self) -> None:
         if self.service.url:

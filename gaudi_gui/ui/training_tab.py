@@ -676,34 +676,17 @@ class TrainingTab(QWidget):
             self.status.setText("Queue takes a job for this machine or one host; several hosts and "
                                 "Slurm (a queue of its own) are started with Start")
             return
-        from gaudi_gui.core.queue import CardRequest, QueueError
+        from gaudi_gui.core.queue import CardRequest
         if placement.kind == "host":
             # The host keeps its own queue: its queue add checks the job against its own files and
             # cards (the host's ticked cards are the host's selection, shown with its placement).
-            host = placement.host
-            ids = tuple(self.placement.host_cards(host))
-            queue_ = self.services.ensure_host_queue(host.name, self.services.settings.parent())
-            queue_.request_answered.connect(self._host_queued, Qt.ConnectionType.SingleShotConnection)
-            queue_.add(job, CardRequest(ids=ids))
-            self.status.setText(f"queueing on {host.name}…")
-            return
-        selection = self.services.selection
-        ids = tuple(selection.selected) if selection.jobs_use_cards() and selection.selected else ()
-        device = self.device if self.device in ("hpu", "cuda", "cpu") else "auto"
-        try:
-            self.services.ensure_queue(self.services.settings.parent()).add(job, CardRequest(ids=ids),
-                                                                             device=device)
-        except QueueError as exc:
-            self.status.setText(f"not queued: {exc}")
-            return
-        verb = "is" if len(ids) == 1 else "are"
-        when = f" when {CardRequest(ids=ids).text()} {verb} free" if ids else ""
-        self.status.setText(f"queued: it starts by itself{when} (View → Queue)")
-
-    def _host_queued(self, ok: bool, message: str) -> None:
-        host = self.placement.placement().host.name
-        self.status.setText(f"queued on {host}: it starts by itself there (View → Queue, Machine: {host})"
-                            if ok else f"not queued on {host}: {message}")
+            where, ids, device = placement.host.name, tuple(self.placement.host_cards(placement.host)), "auto"
+        else:
+            selection = self.services.selection
+            where, device = "local", self.device if self.device in ("hpu", "cuda", "cpu") else "auto"
+            ids = tuple(selection.selected) if selection.jobs_use_cards() and selection.selected else ()
+        cards, place = CardRequest(ids=ids), self.services.queue_for(where)
+        place.add(job, cards, device=device, on_answer=place.shown(self.status.setText, cards))
 
     def _start_anyway(self) -> None:
         job, self._gate_warned = self._gate_warned, None

@@ -201,3 +201,74 @@ def test_the_serve_panels_queue_button_queues_a_server(qtbot) -> None:
     qtbot.waitUntil(lambda: rows(view)[0][3] == "ended: removed", timeout=30000)
     click(qtbot, view.pause_button)  # Resume: nothing is left, so the queue process ends
     qtbot.waitUntil(lambda: not queue.runner_pid(), timeout=30000)
+
+
+def test_each_request_gets_its_own_answer_when_answers_come_out_of_order(qtbot) -> None:
+    """Two adds sent one after the other, answered in the other order (and a Remove of the Queue view
+    answered between them): each sender gets its own answer, never another request's. This test plays
+    the queue process (its pidfile, its replies), so the answers come exactly when it says."""
+    from gaudi_gui.core.queue import CardRequest
+    _write([])
+    service = QueueService(poll_ms=60000)  # read only when the test refreshes
+    seen: list[tuple[str, bool, str]] = []
+    service.request_answered.connect(lambda *answer: seen.append(answer))
+    service.start()
+    first: list[tuple[bool, str]] = []
+    second: list[tuple[bool, str]] = []
+    try:
+        a = service.add_kind("download", ["org/a"], CardRequest(), on_answer=lambda *x: first.append(x))
+        b = service.add_kind("download", ["org/b"], CardRequest(), on_answer=lambda *x: second.append(x))
+        remove = service.remove("q9")  # the Queue view's Remove at the same moment: no sender's answer
+        assert a and b and remove and len({a, b, remove}) == 3
+        requests = {r["id"]: r for _p, r in queue.pending_requests()}
+        assert requests[a]["name"] == "download-a" and requests[b]["name"] == "download-b"
+        for request_id, ok, message in ((remove, False, "no queued job 'q9'"), (b, False, "b refused"),
+                                        (a, True, "queued q1 at position 1")):
+            queue.write_reply(request_id, {"ok": ok, "message": message})
+            service.refresh()
+            qtbot.waitUntil(lambda rid=request_id: seen and seen[-1][0] == rid, timeout=5000)
+        assert first == [(True, "queued q1 at position 1")]
+        assert second == [(False, "b refused")]
+        assert [s[0] for s in seen] == [remove, b, a]
+        # Refused here (an unknown kind): answered at once, to this sender only.
+        third: list[tuple[bool, str]] = []
+        assert service.add_kind("nope", [], CardRequest(), on_answer=lambda *x: third.append(x)) == ""
+        assert third and third[0][0] is False and "--kind nope" in third[0][1]
+        assert first == [(True, "queued q1 at position 1")] and len(second) == 1
+    finally:
+        service.shutdown()
+
+
+def test_the_training_tab_shows_its_own_answer_from_the_queue_process(qtbot, tmp_path) -> None:
+    """Queue clicked: "queued: …" at once (the checks here passed); a Remove answered first says
+    nothing there; the queue process's refusal of this add, when it comes, replaces the line."""
+    _write([])  # this test plays the queue process: the window starts none
+    services, tab = training_tab(qtbot, tmp_path)
+    try:
+        click(qtbot, tab.btn["Queue"])
+        queued = "queued: it starts by itself (View → Queue)"
+        qtbot.waitUntil(lambda: tab.status.text() == queued, timeout=10000)
+        service = services.queue
+        assert service is not None
+        (add,) = [r["id"] for _p, r in queue.pending_requests()]
+        remove = service.remove("q9")
+        queue.write_reply(remove, {"ok": False, "message": "no queued job 'q9'"})
+        service.refresh()
+        assert tab.status.text() == queued  # the Remove's answer is not the tab's
+        with qtbot.waitSignal(service.request_answered, timeout=5000):
+            queue.write_reply(add, {"ok": False, "message": "output folder /o is already taken"})
+            service.refresh()
+        assert tab.status.text() == "not queued: output folder /o is already taken"
+    finally:
+        close_training_tab(services, tab)
+        if services.queue is not None:
+            services.queue.shutdown()
+
+
+def test_a_queued_jobs_name_comes_from_its_words_as_the_hosts_queue_add_names_it() -> None:
+    from gaudi_gui.services.queue import job_name
+    assert job_name("serve", ["--model=/m/tiny-llama/", "--port=8000"]) == "serve-tiny-llama"
+    assert job_name("serve", ["--model=builtin:demo"]) == "serve-builtin:demo"
+    assert job_name("eval", ["--run=/runs/r1", "--prompt=a=b"]) == "eval-r1"
+    assert job_name("eval", ["--model=", "--adapter=/x/lora"]) == "eval-lora"
+    assert job_name("download", ["org/name", "--stall-s", "60"]) == "download-name"

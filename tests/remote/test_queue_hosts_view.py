@@ -198,3 +198,37 @@ def test_queue_clicked_in_the_serve_panel_with_a_host_queues_the_server_there(qt
     finally:
         for entry in entries:
             gg("queue", "remove", "--host", ssh_host.dest, str(entry["id"]))
+
+
+def test_two_requests_to_a_host_each_get_their_own_answer(qtbot, ssh_host: SshHost) -> None:
+    """An add and a Remove sent to a host's queue at the same moment (two ssh commands, answered in
+    whatever order the host ends them): each sender gets its own answer, the Queue view's line gets
+    both, each with its request's id."""
+    from gaudi_gui.core.queue import CardRequest
+    from gaudi_gui.services.process import ProcessRunner
+
+    remote.save_hosts([remote.Host.parse(ssh_host.dest)])
+    assert gg("queue", "pause", "--host", ssh_host.dest).returncode == 0  # nothing starts there
+    services = create_services()
+    place = services.ensure_host_queue(ssh_host.dest)
+    added: list[tuple[bool, str]] = []
+    seen: list[str] = []
+    place.request_answered.connect(lambda request_id, _ok, _message: seen.append(request_id))
+    entries: list[dict[str, object]] = []
+    try:
+        add = place.add_kind("download", ["org/name", "--stall-s", "60"], CardRequest(),
+                             on_answer=lambda *answer: added.append(answer))
+        remove = place.remove("q9")
+        qtbot.waitUntil(lambda: len(seen) == 2, timeout=120000)
+        assert sorted(seen) == sorted([add, remove]) and add != remove
+        # The Remove's answer ("no queued job 'q9'") went to no add's sender.
+        assert len(added) == 1 and added[0][0] is True and "queued q1" in added[0][1], added
+        entries = json.loads(gg("queue", "list", "--host", ssh_host.dest, "--json").stdout)["entries"]
+        assert [(e["kind"], e["name"]) for e in entries] == [("download", "download-name")]
+    finally:
+        services.stop_host_queues()
+        for entry in entries:
+            gg("queue", "remove", "--host", ssh_host.dest, str(entry["id"]))
+    # Its ssh children killed and reaped before the service (no parent here) goes with the test.
+    qtbot.waitUntil(lambda: not any(r.is_running() for r in place.findChildren(ProcessRunner)), timeout=10000)
+    assert gg("queue", "resume", "--host", ssh_host.dest).returncode == 0
