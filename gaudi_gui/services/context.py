@@ -205,9 +205,8 @@ class AppServices:
         return service
 
     def queue_for(self, place: str, parent: QObject | None = None) -> JobQueue:
-        """The one way a view queues a job: at ``place`` ("local": this machine's queue; else the
-        saved host of that name, whose own queue add checks it), with one face for both
-        (``add``/``add_kind`` with an ``on_answer`` for that request alone, ``said`` for the line)."""
+        """The one way a view queues a job at ``place`` ("local" or a saved host's name: the host's own
+        queue add checks it), one face for both (``JobQueue``: ``add``/``add_kind``, ``shown``)."""
         if place == "local":
             return self.ensure_queue(parent or self.settings.parent())
         return self.ensure_host_queue(place, parent or self.settings.parent())

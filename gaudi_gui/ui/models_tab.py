@@ -398,19 +398,14 @@ class ModelsTab(QWidget):
         from gaudi_gui.core.queue import CardRequest
 
         words = [w for w in request.detached_argv()[1:] if w not in ("--detach", "--json")]
-        where, repo_id = request.host.name, request.repo_id
-        local = request.host.is_local
+        where, repo_id, local = request.host.name, request.repo_id, request.host.is_local
+        machine = "this machine (View → Queue)" if local else f"{where} (View → Queue, Machine: {where})"
 
         def answered(ok: bool, message: str) -> None:
-            if local:
-                self.status.setText(f"{repo_id}: queued on this machine (View → Queue)" if ok
-                                    else f"not queued: {message}")
-            else:
-                self.status.setText(f"{repo_id}: queued on {where} (View → Queue, Machine: {where})"
-                                    if ok else f"{repo_id}: not queued on {where}: {message}")
+            refused = f"not queued: {message}" if local else f"{repo_id}: not queued on {where}: {message}"
+            self.status.setText(f"{repo_id}: queued on {machine}" if ok else refused)
 
-        self.status.setText(f"{repo_id}: queued on this machine (View → Queue)" if local
-                            else f"{repo_id}: queueing on {where}…")
+        self.status.setText(f"{repo_id}: " + (f"queued on {machine}" if local else f"queueing on {where}…"))
         self._services.queue_for(where).add_kind("download", words, CardRequest(), on_answer=answered)
 
     def _on_download_started(self, job: Download) -> None:

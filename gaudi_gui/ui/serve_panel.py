@@ -308,14 +308,18 @@ class ServePanel(QWidget):
 
     def start(self) -> None:
         self.field_error.setText("")
-        problems = self.service.start(self.spec(), self.placement(), selection=self.selection())
-        if problems:
-            words = [f"{f.replace('_', ' ')}: {m}" if f else m for f, m in problems]
-            self.field_error.setText("; ".join(words))
+        if self._problems_said(self.service.start(self.spec(), self.placement(), selection=self.selection())):
             return
         self.requests.setRowCount(0)
         self.start_button.setEnabled(False)
         self.stop_button.setEnabled(True)
+
+    def _problems_said(self, problems: list[tuple[str, str]]) -> bool:
+        """The form's problems under the fields, in one line; whether there were any."""
+        if problems:
+            self.field_error.setText("; ".join(f"{f.replace('_', ' ')}: {m}" if f else m
+                                               for f, m in problems))
+        return bool(problems)
 
     def queue_current(self) -> None:
         """Queue: this server goes into the queue of the machine chosen (issue 29: this one's, or the
@@ -329,10 +333,7 @@ class ServePanel(QWidget):
 
         from gaudi_gui.core.queue import CardRequest
         spec = self.spec()
-        problems = spec.problems() if placement.is_local else []  # a host's files are the host's
-        if problems:
-            words_ = [f"{f.replace('_', ' ')}: {m}" if f else m for f, m in problems]
-            self.field_error.setText("; ".join(words_))
+        if self._problems_said(spec.problems() if placement.is_local else []):  # a host's files: the host's
             return
         cards = CardRequest(ids=tuple(sorted(set(spec.cards))))
         words = dataclasses.replace(spec, cards=()).cli_args()  # the queue gives it its cards
