@@ -123,7 +123,8 @@ def _measure_bare(aliases: list[str], seconds: float, health: bool = False) -> f
     """The baseline: the worst 1 ms timer gap of an event loop that starts the same children the
     Hosts tab starts (per host the guarded ``hl-smi`` loop over ssh, and the plain ``hl-smi`` table
     every 5 s; with ``health`` the health service's ``doctor --json --background --host`` per host
-    every 10 s) with bare QProcesses and throws their output away. It holds what the app cannot
+    and the local ``doctor --json --background`` (the service always watches this machine too) every
+    10 s) with bare QProcesses and throws their output away. It holds what the app cannot
     avoid on this machine: the hosts' own processes share its cores here (on a real workstation
     they run on the servers), and the ssh clients and forks are needed by any app watching them."""
     from PySide6.QtCore import QEventLoop, QTimer
@@ -144,10 +145,11 @@ def _measure_bare(aliases: list[str], seconds: float, health: bool = False) -> f
     loop = QEventLoop()
     QTimer.singleShot(3000, loop.quit)  # the streams going, as the app's after every host answered
     loop.exec()
-    if health:  # started with the measure, as the app's health service
+    if health:  # started with the measure, as the app's health service: this machine's doctor too
         children.every(HEALTH_INTERVAL_S, lambda: [
-            [sys.executable, "-m", "gaudi_gui", "doctor", "--json", "--background", "--host", host.name]
-            for host in hosts])
+            [sys.executable, "-m", "gaudi_gui", "doctor", "--json", "--background"],
+            *([sys.executable, "-m", "gaudi_gui", "doctor", "--json", "--background", "--host", host.name]
+              for host in hosts)])
     worst = _worst_gap_ms(loop, seconds)
     children.stop()
     return worst
