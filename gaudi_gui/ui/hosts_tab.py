@@ -21,7 +21,7 @@ import contextlib
 import dataclasses
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QBrush, QColor, QFont
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -46,6 +46,21 @@ _LABEL_ROLE = int(Qt.ItemDataRole.UserRole) + 1
 _BAD = QColor("#b3261e")
 _WARN = QColor("#b26a00")
 _IDLE = QColor("#6b6b6b")
+
+
+class _QueueRow(QObject):
+    """Shows one row's queue length when its queue service changes. A child of the tab: when the tab
+    goes, Qt drops these connections with it. A lambda connected to the (longer-lived) service
+    outlived the tab and wrote to its deleted rows ("Internal C++ object already deleted", seen in
+    a full run under load)."""
+
+    def __init__(self, tab: HostsTab, name: str) -> None:
+        super().__init__(tab)
+        self._tab = tab
+        self._name = name
+
+    def changed(self, *_args: object) -> None:
+        self._tab._show_queue(self._name)
 
 
 class HostsTab(QWidget):
@@ -389,14 +404,15 @@ class HostsTab(QWidget):
             return
         self._queues.add(name)
         service = self.services.ensure_host_queue(name)
-        self._connect_queue(service.state_changed, lambda _state, n=name: self._show_queue(n))
-        self._connect_queue(service.problem_changed, lambda _problem, n=name: self._show_queue(n))
+        row = _QueueRow(self, name)
+        self._connect_queue(service.state_changed, row.changed)
+        self._connect_queue(service.problem_changed, row.changed)
         self._show_queue(name)
 
     def bind_local_queue(self, service: Any) -> None:
         """This machine's queue service (``AppServices.queue``, made by whoever first needed it): the
         local row's queue length follows it."""
-        self._connect_queue(service.state_changed, lambda _state: self._show_queue(LOCAL))
+        self._connect_queue(service.state_changed, _QueueRow(self, LOCAL).changed)
         self._show_queue(LOCAL)
 
     def _connect_queue(self, signal: Any, slot: Any) -> None:

@@ -176,6 +176,27 @@ def test_the_hosts_overview_says_this_machines_queue_length(qtbot) -> None:
         services.poller.stop()
 
 
+def test_a_hosts_tab_that_is_gone_is_not_told_of_queue_changes(qtbot) -> None:
+    # A full run under load: the queue service (the app's, longer-lived) told a Hosts tab already
+    # deleted, through a lambda, and it wrote to its deleted rows ("Internal C++ object already
+    # deleted" in four remote tests). Its rows' slots now go with the tab.
+    import shiboken6
+
+    from gaudi_gui.ui.hosts_tab import HostsTab
+    services = create_services()
+    service = services.ensure_queue()
+    tab = HostsTab(services)
+    tab.bind_local_queue(service)
+    tab.deleteLater()  # gone without its shutdown, as a window torn down under a test
+    qtbot.waitUntil(lambda: not shiboken6.isValid(tab), timeout=5000)
+    try:
+        service.state_changed.emit(service.state)  # pytest-qt fails the test on a slot's exception
+        qtbot.wait(50)
+    finally:
+        service.shutdown()
+        services.poller.stop()
+
+
 def test_the_serve_panels_queue_button_queues_a_server(qtbot) -> None:
     from gaudi_gui.ui.main_window import MainWindow
     from tests.helpers import close_window
