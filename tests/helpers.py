@@ -280,6 +280,13 @@ def slow_disk_env(mbps: float) -> dict[str, str]:
 # -- the Training tab --------------------------------------------------------------------------------
 
 
+def form_ready(tab: TrainingTab) -> bool:
+    """The Training form has its schema and will not be rebuilt: a form shown with the cached schema is
+    built again when the schema child answers (a box taken before that is deleted, and a new one is
+    shown only on the next turn of the event loop: a run under load clicked a hidden "overwrite")."""
+    return tab.form.schema is not None and not tab.schema_loader.loading
+
+
 def training_tab(qtbot: QtBot, tmp_path: Path) -> tuple[AppServices, TrainingTab]:
     """Services and a shown Training tab whose runs go to ``tmp_path/runs``, once its form is built."""
     from gaudi_gui.app import create_services
@@ -294,7 +301,7 @@ def training_tab(qtbot: QtBot, tmp_path: Path) -> tuple[AppServices, TrainingTab
     qtbot.addWidget(tab)
     tab.resize(1400, 900)
     tab.show()
-    qtbot.waitUntil(lambda: tab.form.schema is not None, timeout=120000)
+    qtbot.waitUntil(lambda: form_ready(tab), timeout=120000)
     return services, tab
 
 

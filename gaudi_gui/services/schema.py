@@ -40,6 +40,9 @@ class SchemaLoader(QObject):
         self._validate_runner.finished.connect(self._on_validate_finished)
         self._validate_lines: list[str] = []
         self._validate_file = ""
+        #: True from a child's start until its schema was handed on (or failed): a form shown with the
+        #: cached schema may still be rebuilt with the child's.
+        self.loading = False
 
     def is_running(self) -> bool:
         return self._schema_runner.is_running() or self._validate_runner.is_running()
@@ -56,6 +59,7 @@ class SchemaLoader(QObject):
         if self._schema_runner.is_running():
             return
         self._schema_lines = []
+        self.loading = True
         self._schema_runner.start(sys.executable, ["-m", "gaudi_gui.workers.schema"],
                                   env=prepare_mod.child_env(device, device_env))
 
@@ -64,6 +68,12 @@ class SchemaLoader(QObject):
             self._schema_lines.append(line)
 
     def _on_schema_finished(self, code: int, status: str) -> None:
+        try:
+            self._hand_on_schema(code, status)
+        finally:
+            self.loading = False
+
+    def _hand_on_schema(self, code: int, status: str) -> None:
         text = "\n".join(self._schema_lines)
         try:
             schema = Schema.from_dict(json.loads(text[text.find("{"):]))

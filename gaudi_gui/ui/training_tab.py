@@ -268,7 +268,8 @@ class TrainingTab(QWidget):
         self.schema_loader.load(version)
         self.update_preview()
         self.training.current_changed.connect(self._bind)
-        self.services.selection.selection_changed.connect(lambda _ids: self.update_preview())
+        # A bound method, not a lambda: Qt drops it with this tab (the selection outlives it).
+        self.services.selection.selection_changed.connect(self._on_cards_changed)
         self._bind(self.training.current)
         self.training.reattach()
         self._update_buttons()
@@ -417,6 +418,9 @@ class TrainingTab(QWidget):
     def _on_resolved(self, _name: str, _address: str) -> None:
         if self.placement.multi_selected():
             self.update_preview()
+
+    def _on_cards_changed(self, _ids: list[int]) -> None:
+        self.update_preview()
 
     def _save_splitter(self, key: str, widget: QSplitter) -> None:
         if widget is self.splitter and widget.orientation() != Qt.Orientation.Horizontal:

@@ -22,7 +22,7 @@ from gaudi_gui.app import create_services
 from gaudi_gui.core.devices import DeviceSample
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea
-from tests.helpers import close_window, tabbed_plots, x_range
+from tests.helpers import close_window, form_ready, tabbed_plots, x_range
 
 SIZES = [(1280, 800), (1024, 700)]
 TABS = {"devices": 0, "training": 2}
@@ -137,7 +137,7 @@ def test_devices_charts_are_readable(qtbot, window: MainWindow, size: tuple[int,
 def test_training_charts_are_readable(qtbot, window: MainWindow, size: tuple[int, int]) -> None:
     open_at(qtbot, window, size, "training")
     tab = window.training_tab
-    qtbot.waitUntil(lambda: tab.form.schema is not None, timeout=60000)
+    qtbot.waitUntil(lambda: form_ready(tab), timeout=60000)
     start = time.time() - 200
     # A run's records as the job reports them: loss, learning rate, an eval every 50 steps.
     for step in range(1, 201):

@@ -14,7 +14,7 @@ from gaudi_gui.app import create_services
 from gaudi_gui.core.runstore import checkpoint_complete
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.training_tab import TrainingTab
-from tests.helpers import answer_dialog, click, close_window, set_arg
+from tests.helpers import answer_dialog, click, close_window, form_ready, set_arg
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def _open_training_tab(qtbot, window: MainWindow) -> TrainingTab:
 
 def _start_training(qtbot, tab: TrainingTab, out: Path) -> None:
     """Start a long run on the demo model with the Start button; back once it logged a step."""
-    qtbot.waitUntil(lambda: tab.form.schema is not None, timeout=120000)
+    qtbot.waitUntil(lambda: form_ready(tab), timeout=120000)
     set_arg(tab, "output_dir", str(out))
     set_arg(tab, "max_steps", "100000")
     set_arg(tab, "save_steps", "100000")
@@ -285,7 +285,7 @@ def test_training_and_serve_fit_a_1024_screen_by_stacking_the_columns(qtbot, win
     bar = window.tabs.tabBar()
     qtbot.mouseClick(bar, Qt.MouseButton.LeftButton, pos=bar.tabRect(2).center())
     tab = window.training_tab
-    qtbot.waitUntil(lambda: window.tabs.currentWidget() is tab and tab.form.schema is not None,
+    qtbot.waitUntil(lambda: window.tabs.currentWidget() is tab and form_ready(tab),
                     timeout=120000)
     _click_menu_item(qtbot, window, "View", "Serve")
     qtbot.waitUntil(lambda: window.serve_panel is not None and window.serve_panel.isVisible(), timeout=5000)

@@ -14,7 +14,7 @@ from gaudi_gui.core import outputs
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import RunStore
 from gaudi_gui.ui.training_runs import COLUMNS, RunsTable
-from tests.helpers import click
+from tests.helpers import click, form_ready
 
 
 def _row_of(table: RunsTable, name: str) -> int:
@@ -81,7 +81,7 @@ def test_the_form_says_at_the_output_folder_that_it_holds_another_run(qtbot, tmp
     tab.resize(1400, 900)
     tab.show()
     qtbot.waitExposed(tab)
-    qtbot.waitUntil(lambda: tab.form.schema is not None, timeout=60000)
+    qtbot.waitUntil(lambda: form_ready(tab), timeout=60000)
     editor = tab.form.editors["output_dir"].editor
     assert "folder of its own" in editor.placeholderText()  # type: ignore[attr-defined]  # empty is the default
     set_arg(tab, "output_dir", str(out))
@@ -157,7 +157,7 @@ def _tab(qtbot, store: RunStore):
     tab.resize(1400, 900)
     tab.show()
     qtbot.waitExposed(tab)
-    qtbot.waitUntil(lambda: tab.form.schema is not None, timeout=60000)
+    qtbot.waitUntil(lambda: form_ready(tab), timeout=60000)
     return services, tab
 
 

@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QFileDialog
 from gaudi_gui.app import create_services
 from gaudi_gui.core.runstore import RunStore
 from gaudi_gui.ui.training_tab import TrainingTab
+from tests.helpers import form_ready
 
 
 def _tab(qtbot, services, size: tuple[int, int]) -> TrainingTab:
@@ -21,7 +22,7 @@ def _tab(qtbot, services, size: tuple[int, int]) -> TrainingTab:
     w.resize(*size)
     w.show()
     qtbot.waitExposed(w)
-    qtbot.waitUntil(lambda: w.form.schema is not None, timeout=60000)
+    qtbot.waitUntil(lambda: form_ready(w), timeout=60000)
     return w
 
 

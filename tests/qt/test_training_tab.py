@@ -24,7 +24,7 @@ from gaudi_gui.core.runstore import Run, RunStore, checkpoint_complete
 from gaudi_gui.services.training_job import TrainingJob
 from gaudi_gui.ui.log_view import LogView
 from gaudi_gui.ui.training_tab import TrainingTab
-from tests.helpers import click, set_arg, slow_disk_env
+from tests.helpers import click, form_ready, set_arg, slow_disk_env
 
 
 def _end_all(qtbot, services) -> None:
@@ -51,7 +51,7 @@ def tab(qtbot, tmp_path: Path):
     # Shown, as a person sees it: its pages are laid out, so a click lands on a button of real size.
     w.show()
     qtbot.waitExposed(w)
-    qtbot.waitUntil(lambda: w.form.schema is not None, timeout=60000)
+    qtbot.waitUntil(lambda: form_ready(w), timeout=60000)
     yield w
     _end_all(qtbot, services)
     w.shutdown()
@@ -415,7 +415,7 @@ def test_ticked_cards_on_a_cpu_machine_are_said_ignored_and_not_charted(qtbot, f
     titles = [window.tabs.tabText(i).replace("&", "") for i in range(window.tabs.count())]
     click(qtbot, bar, bar.tabRect(titles.index("Training")).center())
     tab = window.training_tab
-    qtbot.waitUntil(lambda: tab.isVisible() and tab.form.schema is not None, timeout=60000)
+    qtbot.waitUntil(lambda: tab.isVisible() and form_ready(tab), timeout=60000)
     tab.update_preview()
     assert "card(s) 4,5 are ignored: the run uses the CPU" in tab.form.hints.text()
     set_arg(tab, "max_steps", "6")
