@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QSize, Qt, QTimer, Signal
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, QTimer, Signal
 from PySide6.QtGui import QGuiApplication, QResizeEvent, QShowEvent
 from PySide6.QtWidgets import (
     QFileDialog,
@@ -222,6 +222,7 @@ class TrainingTab(QWidget):
         self.splitter = splitter
         self.form_scroll = scroll
         self.live_scroll = right_scroll
+        self.form.installEventFilter(self)
         for key, widget in (("training/splitter", splitter), ("training/live_splitter", live)):
             state = services.settings.get(key)
             if state is not None and not state.isEmpty():
@@ -484,11 +485,21 @@ class TrainingTab(QWidget):
     # -- schema / validation ----------------------------------------------------------------------
 
     def _fit_form_column(self) -> None:
-        """The form's column never narrower than the form (nothing clipped, no sideways scrolling)."""
+        """The form's column never narrower than the form (nothing clipped, no sideways scrolling):
+        fitted whenever the form's layout changes (``eventFilter``), not only when the schema comes,
+        so a fresh install's form, shown before its schema child answers, is not cut either."""
         bar = self.form_scroll.verticalScrollBar().sizeHint().width()
-        self.form_scroll.setMinimumWidth(self.form.minimumSizeHint().width() + bar + 4)
+        width = self.form.minimumSizeHint().width() + bar + 4
+        if width == self.form_scroll.minimumWidth():
+            return
+        self.form_scroll.setMinimumWidth(width)
         self.updateGeometry()
         self._fit_orientation(self.width())
+
+    def eventFilter(self, watched: QObject, event: QEvent) -> bool:
+        if watched is self.form and event.type() == QEvent.Type.LayoutRequest:
+            QTimer.singleShot(0, self._fit_form_column)  # once the form's layout has its new size
+        return super().eventFilter(watched, event)
 
     def _on_schema(self, schema: Schema) -> None:
         if self.form.schema is None or self.form.schema.to_dict() != schema.to_dict():

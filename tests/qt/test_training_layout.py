@@ -89,3 +89,22 @@ def test_file_dialogs_start_at_home_then_the_last_folder(qtbot, services, tmp_pa
     qtbot.mouseClick(w.btn["Load job…"], Qt.MouseButton.LeftButton)
     assert seen[1] == str(target.parent)
     w.shutdown()
+
+
+def test_the_form_column_fits_the_form_before_its_schema_comes(qtbot, services, monkeypatch) -> None:
+    """A fresh install has no cached schema: the form is shown before the schema child answers, and
+    its column was fitted only when the schema came, so for those seconds (and in the meter
+    screenshots) the form was cut on the right. The column now follows the form's layout."""
+    from gaudi_gui.services.schema import SchemaLoader
+    from gaudi_gui.ui import training_tab as tt
+
+    monkeypatch.setattr(tt, "latest_cached", lambda: None)
+    monkeypatch.setattr(SchemaLoader, "load", lambda self, *_a, **_k: None)  # no answer yet
+    w = TrainingTab(services)
+    qtbot.addWidget(w)
+    w.resize(1024, 700)
+    w.show()
+    qtbot.waitExposed(w)
+    assert w.form.schema is None
+    qtbot.waitUntil(lambda: w.form_scroll.width() >= w.form.minimumSizeHint().width(), timeout=5000)
+    assert w.form.width() >= w.form.minimumSizeHint().width()
