@@ -58,6 +58,16 @@ class SshHost:
                     out.append(proc)
         return out
 
+    def command_lines(self) -> list[str]:
+        """The command lines of ``processes()``, each joined; a process that ends while it is read is
+        left out (a full run read the list, then a helper of a cut connection ended before its
+        command line was read: ProcessLookupError in the test, not in the product)."""
+        lines = []
+        for proc in self.processes():
+            with contextlib.suppress(psutil.Error):
+                lines.append(" ".join(proc.cmdline()))
+        return lines
+
     def wait_no_processes(self, timeout: float = 20.0) -> list[str]:
         deadline = time.monotonic() + timeout
         left = self.processes()

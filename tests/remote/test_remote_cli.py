@@ -82,7 +82,7 @@ def test_ctrl_c_on_a_forwarded_command_ends_it_on_the_host(ssh_host: SshHost, ti
                             text=True, env=dict(os.environ))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:  # the host's generation is running
-        if any("gaudi_gui.workers.generate" in " ".join(p.cmdline()) for p in ssh_host.processes()):
+        if any("gaudi_gui.workers.generate" in line for line in ssh_host.command_lines()):
             break
         time.sleep(0.1)
     assert proc.poll() is None, proc.communicate()[1][-2000:]

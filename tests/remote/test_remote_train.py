@@ -78,7 +78,7 @@ def test_guarded_hl_smi_loop_ends_when_the_client_is_killed(ssh_host: SshHost) -
     assert proc.stdout is not None
     first = proc.stdout.readline()
     assert first.strip()  # the loop runs on the host and prints
-    assert any("fake_hl_smi" in " ".join(p.cmdline()) for p in ssh_host.processes())
+    assert any("fake_hl_smi" in line for line in ssh_host.command_lines())
     proc.kill()  # no pty: OpenSSH sends the remote side no signal, only EOF
     proc.wait()
     assert ssh_host.wait_no_processes(20) == []

@@ -39,7 +39,7 @@ def _answers(port: int) -> bool:
 
 
 def _engines(ssh_host: SshHost) -> list[str]:
-    return [" ".join(p.cmdline()) for p in ssh_host.processes() if "transformers" in " ".join(p.cmdline())]
+    return [line for line in ssh_host.command_lines() if "transformers" in line]
 
 
 def test_a_server_on_a_host_survives_a_cut_connection_and_is_stopped_after(ssh_host: SshHost,
@@ -111,6 +111,6 @@ def test_the_serve_panel_re_attaches_a_server_left_on_a_host_after_a_cut(qtbot: 
     click(qtbot, again.stop_button)
     qtbot.waitUntil(lambda: again.status.text().startswith("stopped"), timeout=120_000)
     # Nothing of the server is left there (the window's own hl-smi poller of the host may run).
-    qtbot.waitUntil(lambda: not [p for p in ssh_host.processes() if "serve" in " ".join(p.cmdline())],
+    qtbot.waitUntil(lambda: not [line for line in ssh_host.command_lines() if "serve" in line],
                     timeout=60_000)
     qtbot.waitUntil(lambda: port_free(local), timeout=30_000)  # the forward given back

@@ -66,10 +66,9 @@ def test_serve_on_a_host_through_the_forward_and_ctrl_c_stops_it_there(ssh_host:
         states = [m.get("state") for line in seen if (m := protocol.decode(line)) is not None]
         assert "ready" in states
         # The server on the host binds its loopback on the remote port; here it is the forward's end.
-        server = [p for p in ssh_host.processes() if "serve" in " ".join(p.cmdline())
-                  and "transformers" in " ".join(p.cmdline())]
-        assert server and str(remote) in " ".join(server[0].cmdline())
-        assert "127.0.0.1" in server[0].cmdline()
+        server = [line for line in ssh_host.command_lines() if "serve" in line and "transformers" in line]
+        assert server and str(remote) in server[0]
+        assert "127.0.0.1" in server[0].split()
         client = OpenAI(base_url=url, api_key="none", max_retries=0)
         model = client.models.list().data[0].id
         reply = client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}],
