@@ -143,7 +143,7 @@ class ServeService(KindJob):
     def _forwarded(self, url: str, code: int, said: list[str], attempt: int) -> None:
         if code != 0 and self.is_running() and attempt < FORWARD_ATTEMPTS:
             # A master connection that is still starting or being replaced answers 255 for a moment.
-            QTimer.singleShot(int(1000 * attempt), self._ask_forward)
+            QTimer.singleShot(int(1000 * attempt), self, self._ask_forward)
             return
         if code != 0 or not self.is_running():
             why = next((line for line in reversed(said) if line), "")

@@ -93,7 +93,7 @@ class MainWindow(QMainWindow):
         # 1.6x a bare window); or sooner, when a view is built before that paint (``_ensure_services``).
         # A window never painted (started minimized) follows them after REATTACH_FALLBACK_MS.
         self._reattached = False
-        QTimer.singleShot(REATTACH_FALLBACK_MS, self._reattach_once)
+        QTimer.singleShot(REATTACH_FALLBACK_MS, self, self._reattach_once)
         self._closing = False
         self._shut_down = False
         #: The Health view, in a dock made the first time it is asked for (see ``show_health``).
@@ -115,7 +115,7 @@ class MainWindow(QMainWindow):
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:
         if obj is self and event.type() == QEvent.Type.Paint:
             self.removeEventFilter(self)
-            QTimer.singleShot(0, self._reattach_once)
+            QTimer.singleShot(0, self, self._reattach_once)
             QTimer.singleShot(0, self._build_next_tab)
         return False
 

@@ -498,7 +498,7 @@ class TrainingTab(QWidget):
 
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.form and event.type() == QEvent.Type.LayoutRequest:
-            QTimer.singleShot(0, self._fit_form_column)  # once the form's layout has its new size
+            QTimer.singleShot(0, self, self._fit_form_column)  # after the layout; not once the tab is gone
         return super().eventFilter(watched, event)
 
     def _on_schema(self, schema: Schema) -> None:
