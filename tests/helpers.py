@@ -283,8 +283,15 @@ def slow_disk_env(mbps: float) -> dict[str, str]:
 def form_ready(tab: TrainingTab) -> bool:
     """The Training form has its schema and will not be rebuilt: a form shown with the cached schema is
     built again when the schema child answers (a box taken before that is deleted, and a new one is
-    shown only on the next turn of the event loop: a run under load clicked a hidden "overwrite")."""
-    return tab.form.schema is not None and not tab.schema_loader.loading
+    shown only on the next turn of the event loop)."""
+    form = tab.form
+    if form.schema is None or tab.schema_loader.loading:
+        return False
+    # Rows added to a shown form are shown by a queued call (QLayout::addChildWidget): until that runs,
+    # the new "overwrite" box is hidden, and a check between the rebuild and that call (CI, 1 of 1031)
+    # clicked it hidden. Ready means a person could see the rows.
+    box = form.overwrite_output
+    return box is not None and box.isVisibleTo(form)
 
 
 def training_tab(qtbot: QtBot, tmp_path: Path) -> tuple[AppServices, TrainingTab]:
