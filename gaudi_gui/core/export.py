@@ -217,6 +217,17 @@ def export_tensorboard(run: Run, dest: str | Path) -> ExportResult:
     return ExportResult(folder, path, writer.count, sorted(tags), missing)
 
 
+def export_trackio(run: Run, trackio_dir: str | Path, project: str = "gaudi-gui") -> ExportResult:
+    """Write ``run``'s metrics and meter into trackio's local storage under ``trackio_dir`` (its
+    TRACKIO_DIR), project ``project``, as a trackio run named after the run. Imports trackio: call it
+    in a child process (``python -m gaudi_gui.workers.trackio_export`` / ``gaudi-gui runs export
+    --trackio``), never in the Qt process."""
+    why = trackio_state()
+    if why:
+        raise ExportError(why)
+    raise ExportError("the trackio export is being written (issue 27): use the TensorBoard export for now")
+
+
 def describe(result: ExportResult) -> str:
     text = (f"exported {result.scalars} values of {len(result.tags)} series to {result.file} "
             f"(open: tensorboard --logdir {result.folder.parent})")
@@ -226,4 +237,4 @@ def describe(result: ExportResult) -> str:
 
 
 __all__ = ["CARD_TAGS", "METER_POINTS", "TRAIN_TAGS", "ExportError", "ExportResult", "describe",
-           "export_tensorboard", "meter_samples", "thin", "trackio_state"]
+           "export_tensorboard", "export_trackio", "meter_samples", "thin", "trackio_state"]
