@@ -19,6 +19,8 @@
 - ``runs export RUN --tensorboard DIR``: the run's metrics and meter samples as TensorBoard event
   files under ``DIR/<run name>/`` (``core.export``); ``--trackio`` says why not (trackio is not
   installed with gaudi-gui).
+- ``runs open RUN --tensorboard|--trackio [--no-browser]``: the run in TensorBoard's or trackio's own
+  dashboard, served on 127.0.0.1 until the command ends (``commands/runs_open``, ``core.dashboard``).
 - ``runs stop RUN [--now]``: a stop with a checkpoint (SIGTERM to the run's supervisor, which stops
   the ranks as the Training tab does); ``--now`` kills at once. A run whose supervisor is gone is
   stopped through its recorded rank pids directly.
@@ -94,6 +96,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="write TensorBoard event files under DIR/<run name>/ (tensorboard --logdir DIR)")
     export.add_argument("--trackio", action="store_true",
                         help="write to trackio (only where it is installed: not a gaudi-gui dependency)")
+    from gaudi_gui.commands import runs_open
+    runs_open.add_parser(action)
     stop = action.add_parser("stop", help="stop a run (checkpoint first; --now kills)")
     stop.add_argument("run")
     stop.add_argument("--now", action="store_true", help="kill the run's processes now")
@@ -178,6 +182,9 @@ def run(args: argparse.Namespace) -> int:
         return _stop(found, now=args.now)
     if action == "export":
         return _export(found, args.tensorboard, trackio=args.trackio)
+    if action == "open":
+        from gaudi_gui.commands import runs_open
+        return runs_open.run(found, args, lambda text: find_run(text, args.runs_dir))
     if action == "attach":
         from gaudi_gui.commands import slurm_run
         return slurm_run.attach(found, grace=args.grace, events=args.events)

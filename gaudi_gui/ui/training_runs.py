@@ -26,12 +26,14 @@ from PySide6.QtWidgets import (
 
 from gaudi_gui.core import meter as meter_mod
 from gaudi_gui.core import prices as prices_mod
+from gaudi_gui.core.dashboard import LABELS
 from gaudi_gui.core.evaluation import latest_scores
 from gaudi_gui.core.metrics import format_duration
 from gaudi_gui.core.prices import Prices
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.sft import is_adapter_dir
+from gaudi_gui.services.dashboards import DashboardService
 from gaudi_gui.services.jobs import JobRegistry
 from gaudi_gui.services.queue import QueueService
 from gaudi_gui.services.settings import Settings
@@ -127,6 +129,8 @@ class RunsTable(QWidget):
                               ("Merge and save", lambda: self._one(self.merge_requested)),
                               ("Evaluate", lambda: self._one(self.evaluate_requested)),
                               ("Export…", self.export_selected),
+                              ("Open in TensorBoard", lambda: self.open_dashboard("tensorboard")),
+                              ("Open in trackio", lambda: self.open_dashboard("trackio")),
                               ("Prices…", self.edit_prices),
                               ("Refresh", self.refresh)):
             button = QPushButton(name, self)
@@ -140,6 +144,12 @@ class RunsTable(QWidget):
         # "Merge and save" runs its own small child (base + adapter -> <output>/merged).
         self.merger = AdapterMerger(self)
         self.merger.finished.connect(self._merged)
+        # "Open in TensorBoard" / "Open in trackio": one dashboard per kind, started on first use and
+        # reused; they end with the window (they are not jobs to keep).
+        self.dashboards = DashboardService(self)
+        self.dashboards.opened.connect(self._dashboard_opened)
+        self.dashboards.failed.connect(lambda kind, why: self._dashboard_said(kind, f"⚠ {why}"))
+        self.dashboards.state_changed.connect(self._dashboard_said)
         self.merge_requested.connect(self.merge)
         self.evaluate_requested.connect(self.evaluate)
         #: Evaluate windows by run folder, and the compared runs' scores (made when first needed).
@@ -509,6 +519,25 @@ class RunsTable(QWidget):
         self.buttons["Export…"].setEnabled(True)
         self.status.setText(text)
 
+    def open_dashboard(self, kind: str) -> None:
+        """Open in TensorBoard / trackio: the selected run exported for that dashboard and shown in it,
+        on this machine (where the run folder is); the browser opens at the run once the page answers."""
+        runs = self.selected_runs()
+        if not runs:
+            self.status.setText(f"select a run to open in {LABELS[kind]}")
+            return
+        self.buttons[f"Open in {LABELS[kind]}"].setEnabled(False)
+        self.dashboards.open(str(runs[0].folder), kind)
+
+    def _dashboard_said(self, kind: str, text: str) -> None:
+        if not text.endswith("…"):
+            self.buttons[f"Open in {LABELS[kind]}"].setEnabled(True)
+        self.status.setText(text)
+
+    def _dashboard_opened(self, kind: str, url: str) -> None:
+        self._dashboard_said(kind, f"{LABELS[kind]}: {url} (opened in the browser; the dashboard stops "
+                                   f"when this window closes)")
+
     def merge(self, run: Run) -> None:
         """Merge the run's adapter into a full model in ``<output>/merged``."""
         out = run.output_dir()
@@ -527,5 +556,6 @@ class RunsTable(QWidget):
 
     def shutdown(self) -> None:
         self.merger.shutdown()
+        self.dashboards.shutdown()
         for view in self.eval_views.values():
             view.shutdown()  # type: ignore[attr-defined]

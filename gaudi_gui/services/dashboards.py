@@ -1,0 +1,198 @@
+"""The Runs list's "Open in TensorBoard" / "Open in trackio": one dashboard per (kind, machine), reused.
+
+Each dashboard is a ``gaudi-gui runs open RUN --KIND --no-browser --json`` child on the machine that
+holds the run (``commands/runs_open``: it exports the run, serves the dashboard on a free port of that
+machine's 127.0.0.1, and answers one JSON line per run; each further run is one more line on its stdin).
+On a host the child runs there over the multiplexed ssh connection (argv quoted word by word, no shell
+text of ours), and the dashboard's port is forwarded to a free port here on the same connection
+(``ssh -O forward``, as Serve does); the URL given is this machine's. The dashboards are not jobs: they
+end when this service shuts down (the window closes: stdin closed, then the child's tree ended; a
+forward cancelled).
+
+Qt adapter only: the export, the dashboard and its waiting are the command's (``core.dashboard``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from typing import Any
+
+from PySide6.QtCore import QObject, QTimer, QUrl, Signal
+from PySide6.QtGui import QDesktopServices
+
+from gaudi_gui.core import dashboard
+from gaudi_gui.core.placement import Forward
+from gaudi_gui.core.remote import Host, ssh_base
+from gaudi_gui.core.serve import pick_free_port
+from gaudi_gui.services.process import ProcessRunner, describe_exit
+
+#: Tries of ``ssh -O forward`` (1 s, then 2 s apart) before the forward is said to have failed.
+FORWARD_ATTEMPTS = 3
+
+
+class _Board:
+    """One dashboard child: its runner, the runs waiting for their URL, its forward (a host's)."""
+
+    def __init__(self, runner: ProcessRunner, kind: str, host: Host) -> None:
+        self.runner, self.kind, self.host = runner, kind, host
+        self.waiting: list[str] = []
+        self.forward: Forward | None = None
+        self.said: list[str] = []
+
+
+class DashboardService(QObject):
+    #: (kind, url): the page at the run answers here (the browser is opened at it when
+    #: ``open_browser``).
+    opened = Signal(str, str)
+    #: (kind, message): why the run could not be opened: not installed (with the pip command), the
+    #: export, the dashboard's end (its exit status and last lines), the forward.
+    failed = Signal(str, str)
+    #: (kind, message): what is under way ("opening run-a in TensorBoard on this machine…").
+    state_changed = Signal(str, str)
+
+    def __init__(self, parent: QObject | None = None, *, python: str = "") -> None:
+        super().__init__(parent)
+        #: The Python with tensorboard/trackio on this machine ('' = the app's own, or
+        #: $GAUDI_GUI_DASHBOARD_PYTHON).
+        self.python = python
+        #: Open the browser at the run (the app: yes; tests intercept it with setUrlHandler).
+        self.open_browser = True
+        self.boards: dict[tuple[str, str], _Board] = {}
+        #: The last URL per (kind, machine).
+        self.urls: dict[tuple[str, str], str] = {}
+
+    def running(self) -> list[tuple[str, str]]:
+        """(kind, machine) of each dashboard child that runs."""
+        return [key for key, board in self.boards.items() if board.runner.is_running()]
+
+    def open(self, folder: str, kind: str, host: Host | None = None) -> None:
+        """Open the run in ``folder`` (a path on ``host``) in ``kind``'s dashboard: the one already
+        running for (kind, machine) when there is one, else a new one."""
+        host = host or Host.local()
+        where = "this machine" if host.is_local else host.name
+        label = dashboard.LABELS[kind]
+        key = (kind, host.name)
+        board = self.boards.get(key)
+        name = folder.rstrip("/").rsplit("/", 1)[-1]
+        self.state_changed.emit(kind, f"opening {name} in {label} on {where}…")
+        if board is not None and board.runner.is_running():
+            board.waiting.append(folder)
+            board.runner.write_line(folder)
+            return
+        runner = ProcessRunner(self, parse_protocol=False, tail_lines=40)
+        board = _Board(runner, kind, host)
+        board.waiting.append(folder)
+        self.boards[key] = board
+        args = ["runs", "open", folder, f"--{kind}", "--no-browser", "--json"]
+        python = self.python or os.environ.get("GAUDI_GUI_DASHBOARD_PYTHON", "")
+        if python and host.is_local:
+            args += ["--python", python]
+        argv = host.wrap(host.gaudi_gui_argv(*args))
+        runner.line_received.connect(lambda stream, line: self._line(board, stream, line))
+        runner.finished.connect(lambda code, status: self._ended(board, code, status))
+        if host.is_local:
+            env = dict(os.environ)
+            env.setdefault("PYTHONUNBUFFERED", "1")
+            runner.start(argv[0], argv[1:], env=env, stdin_open=True)
+        else:
+            runner.start(argv[0], argv[1:], stdin_open=True)
+
+    # -- the child's answers ------------------------------------------------------------------------
+
+    def _line(self, board: _Board, stream: str, line: str) -> None:
+        text = line.strip()
+        if stream != "stdout" or not text.startswith("{"):
+            if text:
+                board.said.append(text)
+            return
+        try:
+            message = json.loads(text)
+        except ValueError:
+            return
+        if not isinstance(message, dict):
+            return
+        if board.waiting:
+            board.waiting.pop(0)
+        if message.get("t") == "error":
+            self.failed.emit(board.kind, str(message.get("message", "")))
+        elif message.get("t") == "opened" and isinstance(message.get("url"), str):
+            self._opened(board, message)
+
+    def _opened(self, board: _Board, message: dict[str, Any]) -> None:
+        url, port = str(message["url"]), message.get("port")
+        if board.host.is_local:
+            self._show(board, url)
+            return
+        if not isinstance(port, int):
+            self.failed.emit(board.kind, f"the dashboard on {board.host.name} gave no port")
+            return
+        if board.forward is not None and board.forward.remote_port == port:
+            self._show(board, url.replace(f":{port}/", f":{board.forward.local_port}/", 1))
+            return
+        board.forward = Forward(pick_free_port(), port)
+        self._ask_forward(board, url, attempt=1)
+
+    def _ask_forward(self, board: _Board, url: str, attempt: int, cancel: bool = False) -> None:
+        """``ssh -O forward|cancel`` of the host's dashboard port on the multiplexed connection."""
+        forward = board.forward
+        if forward is None:
+            return
+        runner = ProcessRunner(self, parse_protocol=False)
+        said: list[str] = []
+        runner.line_received.connect(lambda _stream, line: said.append(line.strip()))
+        if not cancel:
+            runner.finished.connect(lambda code, _status: self._forwarded(board, url, code, said, attempt))
+        runner.finished.connect(lambda _code, _status: runner.deleteLater())
+        argv = [*ssh_base(), "-O", "cancel" if cancel else "forward", *forward.ssh_option(), "--",
+                board.host.name]
+        runner.start(argv[0], argv[1:])
+
+    def _forwarded(self, board: _Board, url: str, code: int, said: list[str], attempt: int) -> None:
+        if code != 0 and board.runner.is_running() and attempt < FORWARD_ATTEMPTS:
+            # A master connection that is still starting answers 255 for a moment.
+            QTimer.singleShot(1000 * attempt, self, lambda: self._ask_forward(board, url, attempt + 1))
+            return
+        forward = board.forward
+        if code != 0 or forward is None:
+            why = next((line for line in reversed(said) if line), "")
+            self.failed.emit(board.kind, f"the forward of the dashboard on {board.host.name} failed "
+                                         f"(ssh exit {code}{': ' + why if why else ''})")
+            return
+        self._show(board, url.replace(f":{forward.remote_port}/", f":{forward.local_port}/", 1))
+
+    def _show(self, board: _Board, url: str) -> None:
+        self.urls[(board.kind, board.host.name)] = url
+        if self.open_browser:
+            QDesktopServices.openUrl(QUrl(url))
+        self.opened.emit(board.kind, url)
+
+    def _ended(self, board: _Board, code: int, status: str) -> None:
+        key = (board.kind, board.host.name)
+        if self.boards.get(key) is board:
+            del self.boards[key]
+        if board.forward is not None:
+            self._ask_forward(board, "", 0, cancel=True)  # the master would keep the local port
+            board.forward = None
+        if board.runner.is_stopping():
+            return
+        if code == 0 and not board.waiting:
+            return
+        said = board.said or board.runner.tail(6)
+        lines = "\n".join(said[-6:])
+        where = "this machine" if board.host.is_local else board.host.name
+        self.failed.emit(board.kind, f"{dashboard.LABELS[board.kind]} on {where} ended "
+                                     f"({describe_exit(code, status)})" + (f": {lines}" if lines else ""))
+
+    # -- the end ------------------------------------------------------------------------------------
+
+    def shutdown(self) -> None:
+        """End every dashboard (they are not kept after the window)."""
+        for board in list(self.boards.values()):
+            with contextlib.suppress(RuntimeError):
+                board.runner.close_stdin()  # the command ends its dashboard and itself
+                board.runner.terminate_tree(3000)
+
+
+__all__ = ["DashboardService"]
