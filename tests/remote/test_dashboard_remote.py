@@ -1,0 +1,87 @@
+"""A run on a host opened in TensorBoard (issue 27): the export and the dashboard run on the host (the
+host's ``runs open`` over the multiplexed ssh connection of the test SSH server), the dashboard's port
+is forwarded here on the same connection, and the page answers at this machine's URL; the command's end
+(Ctrl-C) and the app's shutdown leave nothing running on the host and free the port here."""
+
+from __future__ import annotations
+
+import json
+import queue
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from gaudi_gui.core import dashboard
+from gaudi_gui.core.remote import Host
+from gaudi_gui.services.dashboards import DashboardService
+from tests.remote.conftest import SshHost
+
+
+def _host_run(ssh_host: SshHost, name: str) -> Path:
+    folder = ssh_host.runs_dir / name
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    t0 = 1_700_000_000.0
+    events = [{"type": "metrics", "rank": 0, "time": t0 + s, "step": s, "max_steps": 3, "loss": 3.0 - s / 4}
+              for s in range(1, 4)]
+    (folder / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+    (folder / "status.json").write_text(json.dumps({"state": "finished", "started_at": t0}))
+    return folder
+
+
+def test_runs_open_on_a_host_forwards_the_dashboard_here(ssh_host: SshHost) -> None:
+    folder = _host_run(ssh_host, "run-h")
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--host", ssh_host.dest, "open", "run-h",
+                             "--tensorboard", "--no-browser", "--json"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.put(line)
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        line = lines.get(timeout=120)
+        assert line, proc.stderr.read() if proc.stderr else ""
+        message = json.loads(line)
+        assert message["t"] == "opened", message
+        url, port = message["url"], message["port"]
+        assert url.startswith(f"http://127.0.0.1:{port}/") and port != message["remote_port"]
+        assert dashboard.fetch(url)[0] == 200
+        assert dashboard.lists_run("tensorboard", f"http://127.0.0.1:{port}/", "run-h")
+        assert list(folder.glob("events.out.tfevents.*.gaudi-gui"))  # exported on the host, in its folder
+        assert any("tensorboard.main" in c for c in ssh_host.command_lines())
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+        assert ssh_host.wait_no_processes() == []
+        assert dashboard.fetch(url, timeout=1)[0] == 0  # the forward is cancelled
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_the_app_opens_a_hosts_run_through_the_forward_and_ends_it_with_the_window(qtbot,
+                                                                                   ssh_host: SshHost) -> None:
+    folder = _host_run(ssh_host, "run-g")
+    service = DashboardService()
+    service.open_browser = False
+    failed: list[str] = []
+    service.failed.connect(lambda _kind, why: failed.append(why))
+    try:
+        with qtbot.waitSignal(service.opened, timeout=120_000) as opened:
+            service.open(str(folder), "tensorboard", Host.parse(ssh_host.dest))
+        kind, url = opened.args
+        assert kind == "tensorboard" and "runFilter=run-g" in url and not failed
+        assert dashboard.fetch(url)[0] == 200
+        assert service.running() == [("tensorboard", ssh_host.dest)]
+    finally:
+        service.shutdown()
+    qtbot.waitUntil(lambda: not service.running(), timeout=30_000)
+    assert ssh_host.wait_no_processes() == []
+    qtbot.waitUntil(lambda: dashboard.fetch(url, timeout=1)[0] == 0, timeout=30_000)
