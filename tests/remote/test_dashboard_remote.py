@@ -33,8 +33,8 @@ def _host_run(ssh_host: SshHost, name: str) -> Path:
 
 def test_runs_open_on_a_host_forwards_the_dashboard_here(ssh_host: SshHost) -> None:
     folder = _host_run(ssh_host, "run-h")
-    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--host", ssh_host.dest, "open", "run-h",
-                             "--tensorboard", "--no-browser", "--json"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--host", ssh_host.dest, "open",
+                             "run-h", "--tensorboard", "--no-browser", "--json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     lines: queue.Queue[str | None] = queue.Queue()
 
