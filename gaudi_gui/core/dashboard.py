@@ -46,7 +46,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from gaudi_gui.core import export, jobkind
 from gaudi_gui.core import meter as meter_mod
@@ -68,8 +68,10 @@ TRACKIO_FOLDER = ".trackio"
 #: How long a dashboard may take to answer its first page (a cold start on a busy 2-core machine
 #: with the imports not cached yet: ~5 s; measured warm: ~1 s for both).
 READY_TIMEOUT_S = 90.0
+#: How long an export into trackio may take (a 10-hour, 8-card meter: tens of seconds on a busy box).
+EXPORT_TIMEOUT_S = 600.0
 #: TensorBoard's reload interval: how soon a run exported into a running dashboard appears.
-TB_RELOAD_S = 2
+TB_RELOAD_S = 1
 
 
 class DashboardError(Exception):
@@ -112,9 +114,10 @@ def _newest_source(run: Run) -> float:
     return newest
 
 
-def export_run(kind: str, run: Run) -> str:
+def export_run(kind: str, run: Run, board: Dashboard | None = None) -> str:
     """Export ``run`` for ``kind``'s dashboard (not again when the last export is newer than what it
-    reads); what was done, in words. DashboardError says why it could not be."""
+    reads); what was done, in words. DashboardError says why it could not be. trackio: through the
+    dashboard ``board`` itself where one runs (it has imported trackio already), else in a child."""
     folder = data_folder(kind, run)
     try:
         if kind == "tensorboard":
@@ -126,9 +129,14 @@ def export_run(kind: str, run: Run) -> str:
         if stamp.is_file() and stamp.stat().st_mtime >= _newest_source(run) \
                 and (folder / f"{PROJECT}.db").exists():
             return f"{run.name}: the trackio export is up to date"
-        result = export.export_trackio(run, folder, project=PROJECT)
+        if board is not None and board.alive():
+            answer = board.export(run)
+            scalars, tags = int(answer.get("scalars") or 0), len(answer.get("tags") or [])
+        else:
+            result = export.export_trackio(run, folder, project=PROJECT)
+            scalars, tags = result.scalars, len(result.tags)
         stamp.write_text(json.dumps({"project": PROJECT, "dir": str(folder), "at": time.time()}))
-        return f"exported {result.scalars} values of {len(result.tags)} series to trackio ({folder})"
+        return f"exported {scalars} values of {tags} series to trackio ({folder})"
     except export.ExportError as exc:
         raise DashboardError(str(exc)) from exc
     except OSError as exc:
@@ -141,7 +149,7 @@ def argv(kind: str, folder: Path, port: int, python: str = sys.executable) -> li
         return [python, "-m", "tensorboard.main", "--logdir", str(folder), "--host", LOOPBACK,
                 "--port", str(port), "--load_fast", "auto", "--reload_interval", str(TB_RELOAD_S)]
     return [python, "-m", "gaudi_gui.workers.trackio_dashboard", "--dir", str(folder), "--port", str(port),
-            "--project", PROJECT]
+            "--project", PROJECT, "--exports"]
 
 
 def environment(kind: str, folder: Path, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -215,6 +223,15 @@ class Opened:
                 "exported": self.exported, "seconds": round(self.seconds, 3), "reused": self.reused}
 
 
+def _answer(line: str) -> dict[str, Any] | None:
+    """An export's answer line from the trackio dashboard (``{"ok": ...}``); None for its log lines."""
+    line = line.strip()
+    if not line.startswith('{"ok"'):
+        return None
+    value = json.loads(line)
+    return value if isinstance(value, dict) else None
+
+
 class Dashboard:
     """One dashboard child of ``kind`` over ``folder`` on 127.0.0.1 (started by :meth:`start`)."""
 
@@ -243,11 +260,30 @@ class Dashboard:
         self.folder.mkdir(parents=True, exist_ok=True)
         try:
             # die_with_parent: a command killed outright (SIGKILL) takes its dashboard with it.
-            self.child = Child(argv(self.kind, self.folder, self.port, self.python), stdin=False,
-                               merge_stderr=True, env=environment(self.kind, self.folder), tail_lines=40,
+            self.child = Child(argv(self.kind, self.folder, self.port, self.python),
+                               stdin=self.kind == "trackio", decode=_answer, merge_stderr=True,
+                               env=environment(self.kind, self.folder), tail_lines=40,
                                preexec=jobkind.die_with_parent())
         except OSError as exc:
             raise DashboardError(f"cannot start {LABELS[self.kind]}: {exc.strerror or exc}") from exc
+
+    def export(self, run: Run, timeout: float = EXPORT_TIMEOUT_S) -> dict[str, Any]:
+        """trackio: the run exported by the dashboard's own process (its answer); DashboardError with
+        its message when it could not."""
+        assert self.child is not None
+        if not self.child.send(str(run.folder)):
+            raise DashboardError(self.failure(self.child.poll()))
+        deadline = time.monotonic() + timeout
+        while True:
+            answer = self.child.next_message(0.5)
+            if answer is None:
+                raise DashboardError(self.failure(self.child.wait(5)))
+            if answer:
+                if not answer.get("ok"):
+                    raise DashboardError(f"trackio export failed: {answer.get('message', 'no reason given')}")
+                return answer
+            if time.monotonic() > deadline:
+                raise DashboardError(f"the trackio export of {run.name} did not end within {timeout:.0f} s")
 
     def failure(self, code: int | None) -> str:
         """Why the child ended, with its last lines."""
@@ -316,7 +352,7 @@ class Dashboards:
             board.start()
         assert board is not None
         try:
-            exported = export_run(kind, run)
+            exported = export_run(kind, run, board)
             board.wait_ready(run.name, stop=stop)
         except DashboardError:
             board.stop()
