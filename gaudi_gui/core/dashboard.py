@@ -37,6 +37,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import platform
 import re
 import sys
 import time
@@ -93,8 +94,9 @@ def missing(kind: str, python: str = sys.executable) -> str:
             found = False
     if found:
         return ""
-    return (f"{LABELS[kind]} is not installed in {python} on this machine: install it with "
-            f"`{python} -m pip install {PIP[kind]}` and open the run again")
+    # Named by the machine's own name: over ssh this sentence comes from the host that holds the run.
+    return (f"{LABELS[kind]} is not installed in {python} on {platform.node() or 'this machine'}: "
+            f"install it there with `{python} -m pip install {PIP[kind]}` and open the run again")
 
 
 def data_folder(kind: str, run: Run) -> Path:
