@@ -40,6 +40,8 @@ class _Board:
         self.waiting: list[str] = []
         self.forward: Forward | None = None
         self.said: list[str] = []
+        #: The command answered at least once (its own error lines say why it ended).
+        self.answered = False
 
 
 class DashboardService(QObject):
@@ -115,6 +117,7 @@ class DashboardService(QObject):
             return
         if board.waiting:
             board.waiting.pop(0)
+        board.answered = True
         if message.get("t") == "error":
             self.failed.emit(board.kind, str(message.get("message", "")))
         elif message.get("t") == "opened" and isinstance(message.get("url"), str):
@@ -177,8 +180,8 @@ class DashboardService(QObject):
             board.forward = None
         if board.runner.is_stopping():
             return
-        if code == 0 and not board.waiting:
-            return
+        if not board.waiting and (code == 0 or board.answered):
+            return  # nobody waits, and the command's own answer said why it ended
         said = board.said or board.runner.tail(6)
         lines = "\n".join(said[-6:])
         where = "this machine" if board.host.is_local else board.host.name

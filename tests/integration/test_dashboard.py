@@ -124,7 +124,7 @@ def test_open_in_trackio_serves_the_project_with_the_run(tmp_path: Path) -> None
             proc.wait()
 
 
-def test_a_missing_tensorboard_and_a_taken_port_are_said_clearly(tmp_path: Path) -> None:
+def test_a_missing_tensorboard_a_dashboard_that_ends_a_taken_port_said_clearly(tmp_path: Path) -> None:
     root = tmp_path / "runs"
     _run(root, "run-m")
     # A Python without tensorboard: this one without its site-packages.
@@ -138,6 +138,16 @@ def test_a_missing_tensorboard_and_a_taken_port_are_said_clearly(tmp_path: Path)
     assert missing.returncode == 2
     assert "TensorBoard is not installed in" in missing.stderr
     assert f"{bare} -m pip install tensorboard" in missing.stderr and "Traceback" not in missing.stderr
+    # A dashboard that ends before its page answers: its exit status and last lines.
+    broken = tmp_path / "broken-python"
+    broken.write_text("#!/bin/sh\ncase \"$1\" in -c) exit 0;; esac\n"
+                      "echo 'E1205 tensorboard: cannot load the plugin'\necho 'bye' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    ended = subprocess.run([*base, "--python", str(broken)], capture_output=True, text=True, timeout=120,
+                           stdin=subprocess.DEVNULL)
+    assert ended.returncode == 1, ended.stderr
+    assert "TensorBoard ended with exit status 3 before its page answered" in ended.stderr
+    assert "cannot load the plugin" in ended.stderr and "bye" in ended.stderr
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
