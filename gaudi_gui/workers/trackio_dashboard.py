@@ -53,12 +53,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _exports(project: str) -> None:
     """Export each run folder read on stdin (its answer: one JSON line); return when stdin closes."""
-    from gaudi_gui.workers import trackio_export
     for line in sys.stdin:
         folder = line.strip()
         if not folder:
             continue
         try:
+            from gaudi_gui.workers import trackio_export
             trackio_export.main(["--run", folder, "--project", project])
         except SystemExit as exc:  # argparse refusing the line: answered, never the end of the server
             print(json.dumps({"ok": False, "message": f"cannot export {folder!r} (exit {exc.code})"}),
