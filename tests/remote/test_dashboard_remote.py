@@ -31,8 +31,18 @@ def _host_run(ssh_host: SshHost, name: str) -> Path:
     return folder
 
 
-def test_runs_open_on_a_host_forwards_the_dashboard_here(ssh_host: SshHost) -> None:
+def test_runs_open_on_a_host_forwards_the_dashboard_here(ssh_host: SshHost, tmp_path: Path) -> None:
     folder = _host_run(ssh_host, "run-h")
+    # tensorboard missing from the host's Python: said from the host, with the pip command for it.
+    bare = tmp_path / "bare-python"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    bare.chmod(0o755)
+    missing = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--host", ssh_host.dest, "open",
+                              "run-h", "--tensorboard", "--no-browser", "--python", str(bare)],
+                             capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert missing.returncode == 2, missing.stderr
+    assert f"on {ssh_host.dest}: TensorBoard is not installed in {bare}" in missing.stderr
+    assert f"`{bare} -m pip install tensorboard`" in missing.stderr and "Traceback" not in missing.stderr
     proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--host", ssh_host.dest, "open",
                              "run-h", "--tensorboard", "--no-browser", "--json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
