@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from tests.fake_hub import FakeHub
-from tests.helpers import processes_with_env
+from tests.helpers import built_once, processes_with_env
 from tests.slurm_cluster import ClusterError, SlurmCluster
 
 # ``--dist loadgroup`` (make test): every xdist_group on one worker, the longest work first, written
@@ -106,16 +106,23 @@ def fake_hub(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeHub]:
 
 @pytest.fixture(scope="session")
 def session_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the session's read-only models are built: under xdist, one folder for the whole run (its
+    workers share the run's base folder), so each model is built by the first worker that needs it
+    and read by the others; each worker building its own cost a minute of the two cores per run."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = tmp_path_factory.getbasetemp().parent / "session-home"  # .../pytest-N/, this run's
+        shared.mkdir(exist_ok=True)
+        return shared
     return tmp_path_factory.mktemp("session-home")
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(session_home: Path) -> Path:
-    """The demo model recipe with few pre-training steps, built once per session in a real child."""
+    """The demo model recipe with few pre-training steps, built once per run in a real child."""
     out = session_home / "tiny-model"
-    subprocess.run([sys.executable, "-m", "gaudi_gui.workers.demo", str(out), "--steps", "30"],
-                   check=True, capture_output=True, timeout=300)
-    return out
+    return built_once(out, lambda: subprocess.run(
+        [sys.executable, "-m", "gaudi_gui.workers.demo", str(out), "--steps", "30"],
+        check=True, capture_output=True, timeout=300))
 
 
 @pytest.fixture(autouse=True)
@@ -186,9 +193,9 @@ tok.save_pretrained(out)
 def chat_model_dir(tiny_model_dir: Path, session_home: Path) -> Path:
     """The tiny model with a real chat template (Qwen2.5's, as TRL ships it), built once per session."""
     out = session_home / "chat-model"
-    subprocess.run([sys.executable, "-c", _CHAT_MODEL_SCRIPT, str(tiny_model_dir), str(out)], check=True,
-                   capture_output=True, timeout=120)
-    return out
+    return built_once(out, lambda: subprocess.run(
+        [sys.executable, "-c", _CHAT_MODEL_SCRIPT, str(tiny_model_dir), str(out)], check=True,
+        capture_output=True, timeout=120))
 
 
 @pytest.fixture
@@ -235,9 +242,9 @@ def sized_model_dir(tiny_model_dir: Path, session_home: Path) -> Path:
     """A real Llama (hidden 256, 4 layers, ~5M parameters) with the demo tokenizer: its checkpoint
     (weights + Adam state, ~60 MB) takes seconds to write on the slow disk (``helpers.slow_disk_env``)."""
     out = session_home / "sized-model"
-    subprocess.run([sys.executable, "-c", _BIG_MODEL_SCRIPT, str(tiny_model_dir), str(out), "256", "4"],
-                   check=True, capture_output=True, timeout=300)
-    return out
+    return built_once(out, lambda: subprocess.run(
+        [sys.executable, "-c", _BIG_MODEL_SCRIPT, str(tiny_model_dir), str(out), "256", "4"],
+        check=True, capture_output=True, timeout=300))
 
 
 @pytest.fixture(scope="session")

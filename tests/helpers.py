@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -444,3 +445,20 @@ def command_lines_while(qtbot: QtBot, needle: str, done: Callable[[], bool],
 
     qtbot.waitUntil(look, timeout=timeout_ms)
     return argvs
+
+
+def built_once(folder: Path, build: Callable[[], object]) -> Path:
+    """``build()`` makes ``folder`` unless a worker of this run already made it (or is making it: the
+    lock waits for it). A build that failed leaves no mark, so the next asker builds again."""
+    import fcntl
+    mark = folder.with_name(folder.name + ".built")
+    with open(folder.with_name(folder.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not mark.exists():
+            if folder.is_dir():
+                shutil.rmtree(folder)  # a half-made build
+            elif folder.exists():
+                folder.unlink()
+            build()
+            mark.touch()
+    return folder
