@@ -216,9 +216,15 @@ def _partial(repo: str) -> list[Path]:
 
 
 def _wait_partial(repo: str, size: int) -> None:
-    """Until what arrived before the fake Hub went silent is on disk (the whole MiB chunks of it)."""
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and sum(p.stat().st_size for p in _partial(repo)) < size:
+    """Until what arrived before the fake Hub went silent is on disk (the whole MiB chunks of it), and
+    the repo's other (small) files are done: on a loaded machine their threads finished after the
+    silent file's first MiBs, and a kill then left their empty ``.incomplete`` files too."""
+    def settled() -> bool:
+        partial = _partial(repo)
+        return len(partial) == 1 and partial[0].stat().st_size >= size
+
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not settled():
         time.sleep(0.05)
 
 
@@ -227,7 +233,8 @@ def _continues_where_it_stopped(fake_hub: FakeHub, repo_id: str, filename: str) 
     about the file's size is served in all, not that plus what the first attempt got), finished files
     are not fetched again, and the result is the Hub's bytes."""
     partial = _partial(repo_id)
-    assert len(partial) == 1 and partial[0].name == fake_hub.repos[repo_id].etag(filename) + ".incomplete"
+    assert [p.name for p in partial] == [fake_hub.repos[repo_id].etag(filename) + ".incomplete"], \
+        [(p.name, p.stat().st_size) for p in partial]
     on_disk = partial[0].stat().st_size
     assert on_disk >= 1024 * 1024
     gets = dict(fake_hub.gets)
