@@ -329,9 +329,6 @@ def _log_time(line: str) -> float | None:
 
 _ACCESS = re.compile(r'^(?:INFO|WARNING|ERROR)?:?\s*(?P<client>[\w.:\[\]-]+):(?P<cport>\d+) - '
                      r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3})')
-#: vLLM's periodic metrics line: "Avg prompt throughput: 12.3 tokens/s, Avg generation throughput: ..."
-_VLLM_STATS = re.compile(r"Avg prompt throughput: (?P<p>[\d.]+) tokens/s, Avg generation throughput: "
-                         r"(?P<g>[\d.]+) tokens/s(?:, Running: (?P<run>\d+) reqs)?")
 
 
 @dataclass(frozen=True)
@@ -375,17 +372,6 @@ def parse_request(line: str, now: float | None = None) -> RequestRecord | None:
         return None
     return RequestRecord(time.time() if now is None else now, match["method"], match["path"],
                          int(match["status"]))
-
-
-def parse_throughput(line: str) -> dict[str, float] | None:
-    """vLLM's periodic throughput line, as numbers (prompt/generation tokens/s, requests running)."""
-    match = _VLLM_STATS.search(line)
-    if match is None:
-        return None
-    out = {"prompt_tokens_per_s": float(match["p"]), "generation_tokens_per_s": float(match["g"])}
-    if match["run"] is not None:
-        out["running"] = float(match["run"])
-    return out
 
 
 # -- what a person pastes --------------------------------------------------------------------------
@@ -655,7 +641,6 @@ __all__ = [
     "forget_engine_record",
     "gaudi_software_here",
     "parse_request",
-    "parse_throughput",
     "pick_free_port",
     "port_free",
     "python_snippet",

@@ -102,8 +102,6 @@ def test_request_lines_from_both_engines() -> None:
     text = (DATA / "startup_gaudi.log").read_text().splitlines()
     vllm_records = [r for line in text if (r := serve.parse_request(line)) is not None]
     assert [r.status for r in vllm_records] == [200, 200, 400]
-    stats = [s for line in text if (s := serve.parse_throughput(line)) is not None]
-    assert stats == [{"prompt_tokens_per_s": 35.2, "generation_tokens_per_s": 120.5, "running": 2.0}]
 
 
 def test_snippets_are_valid_as_pasted() -> None:
