@@ -27,9 +27,6 @@ QUANTIZATIONS = quant.QUANTIZATIONS
 ERROR_KINDS = ("missing_model", "no_network", "out_of_memory", "bad_parameters", "unsupported",
                "not_loaded", "busy", "protocol", "internal")
 
-#: Why a generation ended.
-STOP_REASONS = ("eos", "max_new_tokens", "stop_string", "cancelled", "error")
-
 # Bounds of the generation parameters: the runner tab's fields, the CLI and the worker all use these,
 # so a value the field refuses is also refused on the command line and over the protocol.
 MAX_NEW_TOKENS = 131_072       # the longest context of common models; more is a typo, not a wish

@@ -276,10 +276,6 @@ class GateResult:
         return not self.errors
 
 
-# Card findings that make a chosen card unusable (held, dead, failed init, double-bit ECC).
-_BLOCKING_CARD_CHECKS = frozenset({"busy.held", "card.status", "card.init", "card.ecc"})
-
-
 def _describe(f: Finding) -> str:
     where = f.card_label()
     host = "" if f.host == "local" else f"{f.host}: "

@@ -50,8 +50,6 @@ MAIN_PLACEHOLDER = "slurm-first-node"
 SQUEUE_FORMAT = "%i|%T|%r|%N"
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList"
 
-PENDING_STATES = frozenset({"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
-                            "RESV_DEL_HOLD", "SUSPENDED", "STOPPED", "RESIZING"})
 RUNNING_STATES = frozenset({"RUNNING", "COMPLETING", "SIGNALING", "STAGE_OUT"})
 FINAL_STATES = frozenset({"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
                           "PREEMPTED", "BOOT_FAIL", "DEADLINE", "SPECIAL_EXIT", "REVOKED"})
@@ -642,9 +640,3 @@ class SlurmTarget:
             else:
                 values[f.name] = text
         return cls(SlurmOptions(**values), str(data.get("login") or LOCAL))
-
-
-def target_with_grace(target: SlurmTarget, grace_s: float) -> SlurmTarget:
-    """``target`` whose time-limit stop comes ``grace_s`` before the limit, as the CLI's --grace sets."""
-    options = SlurmOptions(**{**target.options.__dict__, "stop_before_limit_s": int(grace_s)})
-    return SlurmTarget(options, target.login)
