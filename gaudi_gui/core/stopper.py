@@ -75,12 +75,6 @@ class Stopper:
         self.kill_now("tree")
         return "no rank had started training yet: the launch was ended (nothing to save)"
 
-    def launcher_started(self, launcher: ProcessRef | None) -> None:
-        self.launcher = launcher
-        if self.mode == "pending":
-            self.mode = "tree"
-            self.kill_now("tree")
-
     def kill_now(self, reason: str = "request") -> None:
         self.killed = self.killed or self.mode != "tree"
         self.kill_reason = self.kill_reason or reason
