@@ -69,17 +69,6 @@ class JobRegistry(QObject):
     def owners(self) -> list[JobOwner]:
         return list(self._owners)
 
-    def active(self) -> list[ActiveJob]:
-        return [ActiveJob(text, bool(owner.outlives_window))
-                for owner in self._owners for text in owner.active_jobs()]
-
-    def stop_all(self) -> None:
-        for owner in self._owners:
-            owner.stop_jobs()
-
-    def detach_all(self) -> list[str]:
-        return [item for owner in self._owners for item in owner.detach_jobs()]
-
 
 def close_question(jobs: list[ActiveJob]) -> str:
     """The close dialog's text: every running job, then what each choice does to each kind."""

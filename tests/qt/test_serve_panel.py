@@ -98,7 +98,7 @@ def test_start_serve_request_copy_stop_by_clicking(qtbot: QtBot, window: MainWin
     assert panel.start_button.isEnabled() and not panel.copy_button.isEnabled()
     # "stopped" is said once the job is over: closing now asks about nothing (it asked about the
     # server it had just called stopped, while its supervisor was still recording the end).
-    assert window.services.jobs.active() == []
+    assert window.running_jobs() == []
 
 
 def test_bad_input_at_the_field_and_a_taken_port(qtbot: QtBot, window: MainWindow) -> None:
