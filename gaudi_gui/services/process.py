@@ -192,13 +192,11 @@ class ProcessRunner(QObject):
         self._pid = 0
         self._program = ""
         self._argv: list[str] = []
-        self._start_error: str | None = None
         self._stopping = False
         #: A kill asked for before the child had started (no pid yet): done the moment it starts.
         self._kill_pending = False
         self._finished_reported = False
         self.started_at = 0.0
-        self.finished_at = 0.0
         _LIVE.add(self)
 
     # -- starting -------------------------------------------------------------------------------------
@@ -244,7 +242,6 @@ class ProcessRunner(QObject):
         self._streams = {"stdout": _Stream(), "stderr": _Stream()}
         self._tail.clear()
         self._tree = None
-        self._start_error = None
         self._stopping = False
         self._kill_pending = False
         self._finished_reported = False
@@ -252,7 +249,6 @@ class ProcessRunner(QObject):
         self._pid = 0
 
     def _fail_to_start(self, reason: str) -> None:
-        self._start_error = reason
         self._tail.append(reason)
         # Deliver asynchronously so a caller that connects right after start() still hears it.
         QTimer.singleShot(0, self, lambda: self._report_failed_start(reason))
@@ -261,7 +257,6 @@ class ProcessRunner(QObject):
         if self._finished_reported:
             return
         self._finished_reported = True
-        self.finished_at = time.time()
         self.error_occurred.emit(reason)
         self.finished.emit(-1, EXIT_FAILED_TO_START)
 
@@ -427,7 +422,6 @@ class ProcessRunner(QObject):
             self._tail.append(reason)
             if not self._finished_reported:
                 self._finished_reported = True
-                self.finished_at = time.time()
                 self.error_occurred.emit(reason)
                 self.finished.emit(-1, EXIT_FAILED_TO_START)
         elif error in (QProcess.ProcessError.ReadError, QProcess.ProcessError.WriteError):
@@ -450,5 +444,4 @@ class ProcessRunner(QObject):
         if self._finished_reported:
             return
         self._finished_reported = True
-        self.finished_at = time.time()
         self.finished.emit(code, status)

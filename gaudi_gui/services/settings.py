@@ -268,9 +268,8 @@ def encode_for_store(setting: Setting, value: Any) -> Any:
 class _MemoryStore:
     """The QSettings subset Settings uses, held in memory (no usable settings file this session)."""
 
-    def __init__(self, reason: str) -> None:
+    def __init__(self) -> None:
         self._values: dict[str, Any] = {}
-        self._reason = reason
 
     def value(self, key: str) -> Any:
         return self._values.get(key)
@@ -313,7 +312,7 @@ class Settings(QObject):
                 raise OSError(f"cannot read {path} ({self._store.status().name})")
         except OSError as exc:
             reason = (f"settings cannot be saved this session, defaults are used: {exc}")
-            self._store = _MemoryStore(reason)
+            self._store = _MemoryStore()
             self._report(reason)
 
     @property

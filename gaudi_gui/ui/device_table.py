@@ -122,9 +122,6 @@ class DeviceTable(QTableWidget):
         if self._samples:
             self.update_samples(self._samples)
 
-    def health_of(self, card_id: int) -> CardHealth | None:
-        return self._health.get(card_id)
-
     def update_samples(self, samples: Sequence[DeviceSample]) -> None:
         self._samples = list(samples)
         keys = [s.key for s in samples]

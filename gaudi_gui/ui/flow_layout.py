@@ -5,7 +5,7 @@ wide window."""
 from __future__ import annotations
 
 from PySide6.QtCore import QMargins, QPoint, QRect, QSize, Qt
-from PySide6.QtWidgets import QLayout, QLayoutItem, QSizePolicy, QWidget
+from PySide6.QtWidgets import QLayout, QLayoutItem, QWidget
 
 
 class FlowLayout(QLayout):
@@ -71,11 +71,3 @@ class FlowLayout(QLayout):
             x += width + self._spacing
             row_height = max(row_height, hint.height())
         return y + row_height - rect.y() + m.bottom()
-
-
-def fixed_height_for_width(widget: QWidget) -> None:
-    """A widget whose height follows its flow layout's rows."""
-    policy = widget.sizePolicy()
-    policy.setHeightForWidth(True)
-    policy.setVerticalPolicy(QSizePolicy.Policy.Preferred)
-    widget.setSizePolicy(policy)

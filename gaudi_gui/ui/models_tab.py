@@ -389,7 +389,6 @@ class ModelsTab(QWidget):
         dialog.accepted.connect(lambda d=dialog: self.queue_download(d.request()) if d.queued
                                 else self.places.download(d.request()))
         dialog.finished.connect(lambda _code, d=dialog: d.deleteLater())
-        self.download_dialog = dialog
         dialog.open()
 
     def queue_download(self, request: DownloadRequest) -> None:

@@ -121,7 +121,6 @@ class RunnerTab(QWidget):
         self._answer = ""
         self._pending_user: str | None = None
         self._load_started = 0.0
-        self._loaded_info: dict = {}
         self._loading_options: LoadOptions | None = None
         # The start gate (core.preflight): the load whose card check runs, the one that passed
         # (or was confirmed with "Load anyway"), and the one waiting for that confirmation.
@@ -247,7 +246,6 @@ class RunnerTab(QWidget):
         self.save_preset_button.clicked.connect(self._save_preset)
         self.delete_preset_button = QPushButton("Delete")
         self.delete_preset_button.clicked.connect(self._delete_preset)
-        self._preset_name = ""
         self._refresh_presets()
         self.set_params(GenerationParams.from_dict(self._settings.get("runner/generation")))
         self._param_fields: dict[str, QWidget] = {
@@ -487,7 +485,6 @@ class RunnerTab(QWidget):
                                                        f"and the Hub cache are {host.name}'s)")
         self.device.setItemText(0, f"auto ({self._probe_device})" if local and self._probe_device
                                 else "auto")
-        self._loaded_info = {}
         self.model_status.setText("No model loaded." if local else
                                   f"The next Load runs on <b>{html.escape(host.name)}</b> (over ssh); "
                                   f"model folders and the Hub cache are {html.escape(host.name)}'s.")
@@ -671,7 +668,6 @@ class RunnerTab(QWidget):
         self._end_loading()
         if options is not None:
             self._remember(options)
-        self._loaded_info = info
         self.conversation.model = str(info.get("model", ""))
         memory = info.get("memory_bytes")
         quantization = info.get("quantization")
@@ -722,12 +718,10 @@ class RunnerTab(QWidget):
         index = self.presets.findData(select) if select else 0
         self.presets.setCurrentIndex(max(0, index))
         self.presets.blockSignals(False)
-        self._preset_name = self.preset_name()
 
     def _apply_preset(self) -> None:
         name = self.preset_name()
         data = self._all_presets().get(name)
-        self._preset_name = name
         if data:
             self.set_params(GenerationParams.from_dict(data))
         self._mark_preset()
