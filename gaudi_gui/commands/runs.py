@@ -17,8 +17,10 @@
 - ``runs attach RUN [--grace S]``: follow a Slurm run's job again (``commands/slurm_run.attach``),
   after the terminal or the app that submitted it went away; Ctrl-C stops it with a checkpoint.
 - ``runs export RUN --tensorboard DIR``: the run's metrics and meter samples as TensorBoard event
-  files under ``DIR/<run name>/`` (``core.export``); ``--trackio`` says why not (trackio is not
-  installed with gaudi-gui).
+  files under ``DIR/<run name>/`` (``core.export``); ``--trackio [--trackio-dir DIR] [--project NAME]``:
+  the same into trackio's local storage (a run named after the run in project NAME, default
+  "gaudi-gui"; exporting again replaces it), written by a child that imports trackio; where trackio is
+  not installed it says so (exit 2).
 - ``runs open RUN --tensorboard|--trackio [--no-browser]``: the run in TensorBoard's or trackio's own
   dashboard, served on 127.0.0.1 until the command ends (``commands/runs_open``, ``core.dashboard``).
 - ``runs stop RUN [--now]``: a stop with a checkpoint (SIGTERM to the run's supervisor, which stops
@@ -95,7 +97,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     export.add_argument("--tensorboard", metavar="DIR", default="",
                         help="write TensorBoard event files under DIR/<run name>/ (tensorboard --logdir DIR)")
     export.add_argument("--trackio", action="store_true",
-                        help="write to trackio (only where it is installed: not a gaudi-gui dependency)")
+                        help="write to trackio's local storage (only where trackio is installed: not a "
+                             "gaudi-gui dependency; pip install trackio)")
+    export.add_argument("--trackio-dir", dest="trackio_dir", metavar="DIR", default="",
+                        help="trackio's folder (default: TRACKIO_DIR, else ~/.cache/huggingface/trackio)")
+    export.add_argument("--project", default="", metavar="NAME",
+                        help="the trackio project (default: gaudi-gui)")
     from gaudi_gui.commands import runs_open
     runs_open.add_parser(action)
     stop = action.add_parser("stop", help="stop a run (checkpoint first; --now kills)")
@@ -181,7 +188,8 @@ def run(args: argparse.Namespace) -> int:
     if action == "stop":
         return _stop(found, now=args.now)
     if action == "export":
-        return _export(found, args.tensorboard, trackio=args.trackio)
+        return _export(found, args.tensorboard, trackio=args.trackio, trackio_dir=args.trackio_dir,
+                       project=args.project)
     if action == "open":
         from gaudi_gui.commands import runs_open
         return runs_open.run(found, args, lambda text: find_run(text, args.runs_dir))
@@ -218,25 +226,36 @@ def _meter_lines(summary: dict[str, Any] | None) -> str:
     return text
 
 
-def _export(run_: Run, tensorboard: str, *, trackio: bool) -> int:
-    """``runs export``: TensorBoard event files; trackio only says why not where it is missing."""
+def _export(run_: Run, tensorboard: str, *, trackio: bool, trackio_dir: str = "", project: str = "") -> int:
+    """``runs export``: TensorBoard event files and/or trackio's local storage (exit 2: a usage problem
+    or trackio missing; 1: the export failed)."""
     from gaudi_gui.core import export
     if not tensorboard and not trackio:
-        print("gaudi-gui runs export: say where: --tensorboard DIR (or --trackio)", file=sys.stderr)
+        print("gaudi-gui runs export: say where: --tensorboard DIR and/or --trackio", file=sys.stderr)
         return 2
-    code = 0
+    if not trackio and (trackio_dir or project):
+        print("gaudi-gui runs export: --trackio-dir and --project are for --trackio", file=sys.stderr)
+        return 2
     if trackio:
-        why = export.trackio_state() or ("trackio is installed, but gaudi-gui does not write to it yet: "
-                                         "use --tensorboard DIR")
-        print(f"gaudi-gui runs export: {why}", file=sys.stderr)
-        code = 2
+        why = export.trackio_state() or export.trackio_project_problem(project or export.TRACKIO_PROJECT)
+        if why:
+            print(f"gaudi-gui runs export: {why}", file=sys.stderr)
+            return 2
     if tensorboard:
         try:
             print(export.describe(export.export_tensorboard(run_, tensorboard)), flush=True)
         except export.ExportError as exc:
             print(f"gaudi-gui runs export: {exc}", file=sys.stderr)
             return 1
-    return code
+    if trackio:
+        folder = Path(trackio_dir).expanduser() if trackio_dir else export.default_trackio_dir()
+        try:
+            result = export.export_trackio(run_, folder, project or export.TRACKIO_PROJECT)
+        except export.ExportError as exc:
+            print(f"gaudi-gui runs export: {exc}", file=sys.stderr)
+            return 1
+        print(export.describe(result), flush=True)
+    return 0
 
 
 def _stop(run_: Run, *, now: bool) -> int:

@@ -16,20 +16,44 @@ What is written, under ``DIR/<run name>/`` (so ``tensorboard --logdir DIR`` list
   up with the training series.
 
 Exporting again replaces the run's earlier export (files named ``*.gaudi-gui``); other files in that
-folder are left alone. trackio: not written (it is not installed with gaudi-gui; see ``trackio_state``).
+folder are left alone.
+
+trackio (``export_trackio``; ``gaudi-gui runs export RUN --trackio``): the same series into trackio's
+local storage (one SQLite file per project under its TRACKIO_DIR, by default
+``~/.cache/huggingface/trackio``), as one trackio run named after the run: ``train/*`` and ``eval/*``
+as metrics by training step with the events' own times, ``meter/*`` as trackio *system metrics*
+(what its ``log_system`` writes: by time, no step) stamped with the samples' own times. A run with a
+meter and no training step also gets the meter as metrics by seconds since the meter started (trackio
+lists a run only from its metrics). The writing happens in a child (``gaudi_gui.workers.
+trackio_export``): trackio is imported only there (its import is heavy, it reads TRACKIO_DIR once at
+import, and the Qt process must not hold its threads). The child writes through trackio's own storage
+class (``SQLiteStorage.bulk_log`` / ``bulk_log_system``, which take the times; ``trackio.log`` and
+``log_system`` stamp "now"), under a run id derived from the run's name: exporting again replaces that
+run's earlier export, and a trackio run the Trainer itself wrote (``report_to: trackio``, a random id)
+is never touched. Nothing reaches the network (no Space, no Hub). trackio is not a dependency of
+gaudi-gui: where it is missing the export says so (``trackio_state``).
 Qt-free, torch-free; reads only the run folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from gaudi_gui.core import meter as meter_mod
+from gaudi_gui.core.jobconfig import JobConfigError
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.tb_events import EventFileWriter
 
@@ -57,20 +81,64 @@ class ExportError(Exception):
 
 @dataclass
 class ExportResult:
+    #: TensorBoard: the run's folder (``DIR/<run name>``); trackio: the trackio directory.
     folder: Path
+    #: TensorBoard: the event file; trackio: the project's SQLite file.
     file: Path
     scalars: int = 0
     tags: list[str] = field(default_factory=list)
     #: What was not there to export (a run without a meter, without metrics).
     missing: list[str] = field(default_factory=list)
+    #: "tensorboard" or "trackio".
+    tracker: str = "tensorboard"
+    #: trackio: the project and the trackio run's name (the run's name).
+    project: str = ""
+    run_name: str = ""
+
+
+#: The trackio project an export goes to unless told (``--project``).
+TRACKIO_PROJECT = "gaudi-gui"
+#: Seconds the trackio child may take (it writes one SQLite file; a 10-hour meter is ~4000 rows).
+TRACKIO_TIMEOUT_S = 300.0
+#: Variables that would send trackio to a Space, a server or a Hub bucket: never set for the export.
+_TRACKIO_REMOTE_ENV = ("TRACKIO_SPACE_ID", "TRACKIO_SERVER_URL", "TRACKIO_WRITE_TOKEN", "TRACKIO_BUCKET_ID",
+                       "TRACKIO_DATASET_ID", "SPACE_REPO_NAME", "SPACE_ID", "SYSTEM")
 
 
 def trackio_state() -> str:
     """'' when trackio can be imported here, else why it cannot be exported to."""
     if importlib.util.find_spec("trackio") is None:
-        return ("trackio is not installed in this Python (gaudi-gui does not install it: `pip install "
-                "trackio` brings it and its web app); the TensorBoard export needs nothing")
+        return ("trackio is not installed here: pip install trackio (gaudi-gui does not install it; the "
+                "TensorBoard export needs nothing)")
     return ""
+
+
+def default_trackio_dir(env: Mapping[str, str] | None = None) -> Path:
+    """Where trackio keeps its projects unless told: TRACKIO_DIR, else ``$HF_HOME/trackio`` (HF_HOME:
+    ``$XDG_CACHE_HOME/huggingface``, ``~/.cache/huggingface``), as trackio.utils decides it."""
+    env = os.environ if env is None else env
+    if env.get("TRACKIO_DIR"):
+        return Path(env["TRACKIO_DIR"]).expanduser()
+    hf_home = env.get("HF_HOME") or os.path.join(env.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    return Path(hf_home).expanduser() / "trackio"
+
+
+def trackio_project_problem(project: str) -> str | None:
+    """Why ``project`` cannot name a trackio project, or None. trackio keeps only letters, digits, - and
+    _ of a name on disk ("a.b" and "ab" would be one project): anything else is refused here, at the
+    field, rather than written somewhere the user does not expect."""
+    if not project.strip():
+        return "the trackio project may not be empty"
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", project):
+        return (f"trackio project {project!r}: use letters, digits, - and _ only (trackio stores other "
+                f"names under their letters and digits)")
+    return None
+
+
+def trackio_run_id(run_name: str) -> str:
+    """The trackio run id of ``run_name``'s export: the same on every export of that run (so the next
+    one replaces it), never one trackio gives a run of its own (those are random uuid4 hex)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, f"gaudi-gui-export:{run_name}").hex
 
 
 def _num(value: Any) -> float | None:
@@ -209,32 +277,142 @@ def export_tensorboard(run: Run, dest: str | Path) -> ExportResult:
     except OSError as exc:
         writer.discard()
         raise ExportError(f"cannot write {folder}: {exc.strerror or exc}") from exc
+    return ExportResult(folder, path, writer.count, sorted(tags), _missing(records, samples))
+
+
+@dataclass
+class TrackioRows:
+    """What a trackio export writes, computed without trackio (``trackio_rows``)."""
+    #: (training step, wall time, {tag: value}) per logged step.
+    metrics: list[tuple[int, float, dict[str, float]]] = field(default_factory=list)
+    #: (wall time, {tag: value}) per meter sample (trackio system metrics).
+    system: list[tuple[float, dict[str, float]]] = field(default_factory=list)
+    #: The trackio run's config (trackio's own keys: _Created, _Group, _Username).
+    config: dict[str, Any] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+
+    @property
+    def scalars(self) -> int:
+        return sum(len(m) for _s, _t, m in self.metrics) + sum(len(m) for _t, m in self.system)
+
+
+def _missing(records: list[dict[str, Any]], samples: list[dict[str, Any]]) -> list[str]:
     missing = []
     if not records:
         missing.append("training metrics (the run logged no step)")
     if not samples:
         missing.append("meter samples (no meter.jsonl: an older run, or nothing could be sampled)")
-    return ExportResult(folder, path, writer.count, sorted(tags), missing)
+    return missing
 
 
-def export_trackio(run: Run, trackio_dir: str | Path, project: str = "gaudi-gui") -> ExportResult:
+def trackio_rows(run: Run) -> TrackioRows:
+    """The rows of ``run``'s trackio export (the TensorBoard export's series); ExportError when the
+    run has nothing to export."""
+    records = run.metrics()
+    samples = meter_samples(run.folder)
+    if not records and not samples:
+        raise ExportError(f"{run.name} has no metrics and no meter samples to export")
+    status = run.status()
+    start = status.started_at or (float(samples[0]["t"]) if samples else 0.0) or None
+    out = TrackioRows(missing=_missing(records, samples))
+    tags: set[str] = set()
+    for record in records:
+        step = record.get("step")
+        if not isinstance(step, int) or record.get("summary"):
+            continue
+        when = _num(record.get("time")) or start or 0.0
+        values = {tag: v for key, tag in TRAIN_TAGS.items() if (v := _num(record.get(key))) is not None}
+        if values:
+            out.metrics.append((step, when, values))
+            tags.update(values)
+    rows = thin(_meter_rows(samples, meter_mod.read_summary(run.folder)))
+    for when, scalars in rows:
+        if scalars:
+            out.system.append((when, dict(scalars)))
+            tags.update(tag for tag, _ in scalars)
+    if not out.metrics and rows:
+        # trackio lists a run from its metrics only: a meter-only run is there by seconds too.
+        t0 = rows[0][0]
+        out.metrics = [(round(when - t0), when, dict(scalars)) for when, scalars in rows if scalars]
+    job_name = model = ""
+    with contextlib.suppress(JobConfigError):  # a run without a readable job is exported all the same
+        job = run.user_job()
+        job_name, model = job.name, job.model
+    created = datetime.fromtimestamp(start or 0.0, timezone.utc).isoformat()
+    out.config = {"gaudi_gui_run": run.name, "run_folder": str(run.folder), "kind": status.kind,
+                  "model": model, "job_name": job_name, "state": status.state,
+                  "_Created": created, "_Group": None, "_Username": None}
+    out.tags = sorted(tags)
+    return out
+
+
+def _trackio_env(trackio_dir: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _TRACKIO_REMOTE_ENV}
+    env["TRACKIO_DIR"] = str(trackio_dir)
+    env["HF_HUB_OFFLINE"] = "1"  # the export reads and writes one local file; nothing on the Hub
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def export_trackio(run: Run, trackio_dir: str | Path, project: str = TRACKIO_PROJECT) -> ExportResult:
     """Write ``run``'s metrics and meter into trackio's local storage under ``trackio_dir`` (its
-    TRACKIO_DIR), project ``project``, as a trackio run named after the run. Imports trackio: call it
-    in a child process (``python -m gaudi_gui.workers.trackio_export`` / ``gaudi-gui runs export
-    --trackio``), never in the Qt process."""
+    TRACKIO_DIR), project ``project``, as a trackio run named after the run; an earlier export of the
+    run in that project is replaced. Safe to call from any process (the Qt one included, off its
+    thread): trackio is imported only in the child this starts. ExportError says why not (trackio
+    missing, a bad project name, nothing to export, a folder that cannot be written)."""
     why = trackio_state()
     if why:
         raise ExportError(why)
-    raise ExportError("the trackio export is being written (issue 27): use the TensorBoard export for now")
+    problem = trackio_project_problem(project)
+    if problem:
+        raise ExportError(problem)
+    folder = Path(trackio_dir).expanduser()
+    if not run.exists():
+        raise ExportError(f"no run at {run.folder}")
+    trackio_rows(run)  # nothing to export: said here, before a child is started
+    argv = [sys.executable, "-m", "gaudi_gui.workers.trackio_export", "--run", str(run.folder),
+            "--project", project]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, errors="replace",
+                              env=_trackio_env(folder), timeout=TRACKIO_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              check=False)
+    except subprocess.TimeoutExpired as exc:
+        raise ExportError(f"the trackio export did not end within {TRACKIO_TIMEOUT_S:.0f} s") from exc
+    except OSError as exc:
+        raise ExportError(f"cannot start the trackio export: {exc.strerror or exc}") from exc
+    answer: dict[str, Any] = {}
+    for line in reversed(done.stdout.splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict) and "ok" in value:
+            answer = value
+            break
+    if not answer.get("ok"):
+        tail = done.stderr.strip().splitlines()[-3:]
+        why = str(answer.get("message") or (" / ".join(tail) if tail else f"exit status {done.returncode}"))
+        raise ExportError(f"trackio export failed: {why}")
+    return ExportResult(folder, Path(str(answer.get("db", ""))), int(answer.get("scalars", 0)),
+                        [str(t) for t in answer.get("tags", [])], [str(m) for m in answer.get("missing", [])],
+                        tracker="trackio", project=project, run_name=run.name)
 
 
 def describe(result: ExportResult) -> str:
-    text = (f"exported {result.scalars} values of {len(result.tags)} series to {result.file} "
-            f"(open: tensorboard --logdir {result.folder.parent})")
+    if result.tracker == "trackio":
+        text = (f"exported {result.scalars} values of {len(result.tags)} series to trackio project "
+                f"{result.project!r}, run {result.run_name!r} ({result.file}) (open: TRACKIO_DIR="
+                f"{shlex.quote(str(result.folder))} trackio show --project {shlex.quote(result.project)})")
+    else:
+        text = (f"exported {result.scalars} values of {len(result.tags)} series to {result.file} "
+                f"(open: tensorboard --logdir {result.folder.parent})")
     if result.missing:
         text += f"; not there to export: {'; '.join(result.missing)}"
     return text
 
 
-__all__ = ["CARD_TAGS", "METER_POINTS", "TRAIN_TAGS", "ExportError", "ExportResult", "describe",
-           "export_tensorboard", "export_trackio", "meter_samples", "thin", "trackio_state"]
+__all__ = ["CARD_TAGS", "METER_POINTS", "TRACKIO_PROJECT", "TRAIN_TAGS", "ExportError", "ExportResult",
+           "TrackioRows", "default_trackio_dir", "describe", "export_tensorboard", "export_trackio",
+           "meter_samples", "thin", "trackio_project_problem", "trackio_rows", "trackio_run_id",
+           "trackio_state"]

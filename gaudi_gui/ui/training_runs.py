@@ -38,6 +38,7 @@ from gaudi_gui.services.jobs import JobRegistry
 from gaudi_gui.services.queue import QueueService
 from gaudi_gui.services.settings import Settings
 from gaudi_gui.services.sft_tools import AdapterMerger
+from gaudi_gui.ui.export_dialog import ExportDialog
 from gaudi_gui.ui.prices_dialog import PricesDialog, prices_of
 
 # What a run cost (card-hours, energy) sits beside how it went; "kind" and "started" come after the meter:
@@ -164,8 +165,12 @@ class RunsTable(QWidget):
         self.queue: Callable[[], QueueService] | None = None
         self.queue_cards: Callable[[], tuple[int, ...]] = tuple
         self.scores_panel: QWidget | None = None
-        #: The folder the last export went to (the next Export… starts there).
+        #: The folder the last TensorBoard export went to (the next Export… starts there).
         self.export_dir = ""
+        #: Export…'s dialog (TensorBoard or trackio), made on first use and kept (it remembers the
+        #: trackio folder and project of the last export).
+        self.export_dialog: ExportDialog | None = None
+        self._exporting: Run | None = None
         self.export_finished.connect(self._exported)
         #: Where Compare puts the scores: beside the curves when the Training tab gives a splitter
         #: (``scores_dock``), else a small window of their own.
@@ -486,29 +491,42 @@ class RunsTable(QWidget):
         view.raise_()
 
     def export_selected(self) -> None:
-        """Export the selected run's metrics and meter as TensorBoard event files into a folder the
-        user picks (``DIR/<run name>/``; the same as ``gaudi-gui runs export RUN --tensorboard DIR``)."""
-        from PySide6.QtWidgets import QFileDialog
-
-        from gaudi_gui.core import export
+        """Export… : the selected run's metrics and meter as TensorBoard event files (``DIR/<run
+        name>/``) or into trackio's local storage, as the dialog's choice says (the same as ``gaudi-gui
+        runs export RUN --tensorboard DIR`` / ``--trackio``)."""
         runs = self.selected_runs()
         if not runs:
             self.status.setText("select a run to export")
             return
-        folder = QFileDialog.getExistingDirectory(self, "Export to a TensorBoard folder",
-                                                  self.export_dir or str(Path.home()))
-        if not folder:
+        if self.export_dialog is None:
+            self.export_dialog = ExportDialog(self)
+            self.export_dialog.export_requested.connect(self._export_requested)
+        self._exporting = runs[0]
+        self.export_dialog.prepare(runs[0].name, self.export_dir)
+        self.export_dialog.show()
+        self.export_dialog.raise_()
+
+    def _export_requested(self, tracker: str, folder: str, project: str) -> None:
+        from gaudi_gui.core import export
+        run = self._exporting
+        if run is None:
             return
-        self.export_dir = folder
-        run = runs[0]
+        if tracker == "tensorboard":
+            self.export_dir = folder
         # A long run's meter is tens of MB (10 hours of 8 cards: ~10 s to read and write on a busy
-        # machine): written on a thread of its own, the answer comes back through a queued signal.
+        # machine), and trackio is written by a child (it is never imported here): on a thread of its
+        # own, the answer comes back through a queued signal.
         self.buttons["Export…"].setEnabled(False)
-        self.status.setText(f"exporting {run.name} to {folder}…")
+        where = f"trackio project {project!r} in {folder}" if tracker == "trackio" else folder
+        self.status.setText(f"exporting {run.name} to {where}…")
 
         def work() -> None:
             try:
-                text = export.describe(export.export_tensorboard(run, folder))
+                if tracker == "trackio":
+                    result = export.export_trackio(run, Path(folder).expanduser(), project)
+                else:
+                    result = export.export_tensorboard(run, folder)
+                text = export.describe(result)
             except (export.ExportError, OSError) as exc:
                 text = f"⚠ {exc}"
             self.export_finished.emit(text)

@@ -298,6 +298,75 @@ def make_callbacks(started: float) -> list[Any]:
     return [MetricsCallback(), StopCallback()]
 
 
+def reporting(args: dict[str, Any], run_dir: Path) -> dict[str, Any]:
+    """The user's ``report_to`` goes to the Trainer as written (``sft_data.build_args`` only fills in
+    "none" where it is unset). Here, before anything loads: a tracker whose package is missing is a
+    config error with its pip line (the Trainer would raise it later, as a crash); a trackio Space
+    while HF_HUB_OFFLINE is set is refused (it cannot be reached); the run's name is the trackers'
+    run name unless ``run_name`` says otherwise; and where each tracker writes is said in the log and
+    kept in ``<run>/trackers.json`` (what "Open in TensorBoard / trackio" reads). Returns that record.
+
+    transformers 5.x's trackio callback (integrations/integration_utils.TrackioCallback) logs locally
+    (trackio's SQLite under TRACKIO_DIR, else $HF_HOME/trackio) unless ``trackio_space_id`` or the
+    TRACKIO_SPACE_ID / TRACKIO_SERVER_URL variables name a Space or a server; it then needs the
+    network (and a Hugging Face login for a Space). Locally its one call out is huggingface_hub's
+    ``whoami`` for the run's user name, made only where a Hugging Face token is stored; its failure is
+    ignored, HF_HUB_OFFLINE=1 makes it fail at once (without it, an unreachable Hub costs the
+    connection's own time-out: huggingface_hub sets none). A push to the Hub (``push_to_hub``) also
+    syncs a static trackio Space unless ``trackio_static_space_id`` is false."""
+    import importlib.util
+
+    from gaudi_gui.core import export
+
+    report = args.get("report_to")
+    names = [report] if isinstance(report, str) else [str(n) for n in report or []]
+    names = [n for n in names if n and n != "none"]
+    record: dict[str, Any] = {}
+    if not names:
+        return record
+    args.setdefault("run_name", run_dir.name)
+    offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on")
+    if "trackio" in names:
+        if importlib.util.find_spec("trackio") is None:
+            raise WorkerError("config", "report_to trackio: trackio is not installed in this Python: "
+                                        "pip install trackio (or take trackio out of report_to)")
+        space = args.get("trackio_space_id") or os.environ.get("TRACKIO_SPACE_ID")
+        server = os.environ.get("TRACKIO_SERVER_URL")
+        project = str(args.get("project") or "huggingface")
+        if (space or server) and offline:
+            target = f"the Space {space}" if space else f"the server {server}"
+            raise WorkerError("config", f"report_to trackio: {target} needs the network, and "
+                                        "HF_HUB_OFFLINE is set: clear trackio_space_id (and "
+                                        "TRACKIO_SPACE_ID / TRACKIO_SERVER_URL) to log locally")
+        if space or server:
+            record["trackio"] = {"space": space or "", "server": server or "", "project": project,
+                                 "run": args["run_name"]}
+            if MAIN:
+                say(f"trackio: logging to {space or server} (needs the network"
+                    f"{' and a Hugging Face login' if space else ''}), project {project}")
+        else:
+            where = export.default_trackio_dir()
+            record["trackio"] = {"dir": str(where), "project": project, "run": args["run_name"]}
+            if MAIN:
+                say(f"trackio: logging locally to {where}, project {project}, run {args['run_name']} "
+                    f"(see it: TRACKIO_DIR={where} trackio show --project {project})")
+    if "tensorboard" in names:
+        if not any(importlib.util.find_spec(name) for name in ("tensorboard", "tensorboardX")):
+            raise WorkerError("config", "report_to tensorboard: tensorboard is not installed in this Python: "
+                                        "pip install tensorboard (or take tensorboard out of report_to)")
+        logdir = os.environ.get("TENSORBOARD_LOGGING_DIR") or str(Path(str(args.get("output_dir"))) / "runs")
+        record["tensorboard"] = {"dir": str(Path(logdir).expanduser())}
+        if MAIN:
+            say(f"tensorboard: event files under {logdir} (tensorboard --logdir {logdir})")
+    if MAIN and record:
+        from gaudi_gui.core import atomic
+        try:
+            atomic.write_json(run_dir / "trackers.json", record, indent=None, fsync=False)
+        except OSError as exc:
+            say(f"could not record the trackers in the run folder: {exc}")
+    return record
+
+
 def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
     started = time.time()
     emit("phase", phase="loading", message="loading model and dataset")
@@ -310,6 +379,7 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
     if not args_dict.get("output_dir"):
         raise WorkerError("config", "training_args.output_dir is not set")
     check_output_dir(str(args_dict["output_dir"]))
+    reporting(args_dict, run_dir)
     targs = sft_data.parse_args(args_dict)
     if config_class().__name__ != "SFTConfig":
         raise WorkerError("config", "trl is not installed in this environment (pip install 'trl>=1.16')")

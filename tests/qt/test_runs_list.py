@@ -278,12 +278,20 @@ def test_runs_list_reads_each_meter_once_per_change(qtbot, tmp_path: Path, monke
     assert reads == [run.folder, run.folder] and cell() == "0.25"
 
 
-def test_export_clicked_writes_tensorboard_events_of_the_selected_run(qtbot, tmp_path: Path,
-                                                                       monkeypatch) -> None:
-    """Export… (clicked) asks for a folder and writes the selected run's metrics as TensorBoard event
-    files under <folder>/<run name>/, read back by TensorBoard's own reader; no folder chosen: nothing."""
-    import pytest
+def test_export_clicked_writes_tensorboard_events_or_trackio_of_the_selected_run(qtbot, tmp_path: Path,
+                                                                                  monkeypatch) -> None:
+    """Export… (clicked) offers TensorBoard or trackio. TensorBoard: Browse… asks for a folder (cancelled:
+    nothing chosen, Export stays off and says why) and the run is written under <folder>/<run name>/,
+    read back by TensorBoard's own reader; the next Export… starts in that folder and replaces the
+    first. trackio: its folder and a project; a name trackio would store under another name is said at
+    the field and Export stays off; then the run is read back by trackio's own storage class."""
+    import os
+    import subprocess
+    import sys
+
     from PySide6.QtWidgets import QFileDialog
+
+    from gaudi_gui.core import export
     accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
 
     store = RunStore(tmp_path / "runs")
@@ -303,11 +311,19 @@ def test_export_clicked_writes_tensorboard_events_of_the_selected_run(qtbot, tmp
     table.show()
     qtbot.waitExposed(table)
     _click_row(qtbot, table, _row_of(table, run.name))
-    click(qtbot, table.buttons["Export…"])  # cancelled: nothing written
-    assert len(asked) == 1 and not (tmp_path / "tb").exists()
-    answer[0] = str(tmp_path / "tb")
     click(qtbot, table.buttons["Export…"])
+    dialog = table.export_dialog
+    qtbot.waitUntil(lambda: dialog is not None and dialog.isVisible(), timeout=5000)
+    assert dialog.tensorboard.isChecked() and not dialog.export_button.isEnabled()
+    assert dialog.problem.text() == "choose a folder for the TensorBoard files"
+    click(qtbot, dialog.browse)  # cancelled: nothing chosen, nothing written
+    assert len(asked) == 1 and dialog.tb_folder.text() == "" and not (tmp_path / "tb").exists()
+    answer[0] = str(tmp_path / "tb")
+    click(qtbot, dialog.browse)
+    assert dialog.tb_folder.text() == str(tmp_path / "tb") and dialog.export_button.isEnabled()
+    click(qtbot, dialog.export_button)
     qtbot.waitUntil(lambda: "exported" in table.status.text(), timeout=5000)
+    assert not dialog.isVisible()
     assert f"tensorboard --logdir {tmp_path / 'tb'}" in table.status.text()
     acc = accumulator.EventAccumulator(str(tmp_path / "tb" / run.name))
     acc.Reload()
@@ -316,10 +332,36 @@ def test_export_clicked_writes_tensorboard_events_of_the_selected_run(qtbot, tmp
     assert table.buttons["Export…"].isEnabled()
     # The next export starts in the folder the last one went to (and replaces the first).
     click(qtbot, table.buttons["Export…"])
-    assert asked[-1] == str(tmp_path / "tb")
+    qtbot.waitUntil(dialog.isVisible, timeout=5000)
+    assert dialog.tb_folder.text() == str(tmp_path / "tb")
+    table.status.setText("")
+    click(qtbot, dialog.export_button)
     qtbot.waitUntil(lambda: table.buttons["Export…"].isEnabled() and "exported" in table.status.text(),
                     timeout=10000)
     assert len(list((tmp_path / "tb" / run.name).iterdir())) == 1
+
+    click(qtbot, table.buttons["Export…"])
+    qtbot.waitUntil(dialog.isVisible, timeout=5000)
+    if export.trackio_state():  # trackio not installed here: its choice is off and says how to get it
+        assert not dialog.trackio.isEnabled() and "pip install trackio" in dialog.trackio_note.text()
+        return
+    click(qtbot, dialog.trackio)
+    for edit, text in ((dialog.trackio_dir, str(tmp_path / "tio")), (dialog.project, "my project")):
+        edit.selectAll()
+        qtbot.keyClicks(edit, text)
+    assert "letters, digits, - and _" in dialog.problem.text() and not dialog.export_button.isEnabled()
+    dialog.project.selectAll()
+    qtbot.keyClicks(dialog.project, "gaudi")
+    assert dialog.problem.text() == "" and dialog.export_button.isEnabled()
+    click(qtbot, dialog.export_button)
+    qtbot.waitUntil(lambda: table.buttons["Export…"].isEnabled()
+                    and "trackio project 'gaudi'" in table.status.text(), timeout=60000)
+    read = ("import json, sys; from trackio.sqlite_storage import SQLiteStorage as S; "
+            "print(json.dumps([r.get('train/loss') for r in S.get_logs('gaudi', sys.argv[1])]))")
+    res = subprocess.run([sys.executable, "-c", read, run.name], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "TRACKIO_DIR": str(tmp_path / "tio")})
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout.splitlines()[-1]) == pytest.approx([3.9, 3.8, 3.7])
 
 
 def test_compare_shows_how_long_each_run_was_throttled(qtbot, tmp_path: Path) -> None:

@@ -116,24 +116,44 @@ def test_export_says_what_is_missing_and_refuses_an_empty_run(tmp_path: Path) ->
         export.export_tensorboard(run, tmp_path / "tb")
 
 
-def test_trackio_state_says_why_when_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_trackio_missing_is_said_with_its_pip_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Where trackio cannot be found: trackio_state says why, export_trackio refuses before starting a
+    child, and `runs export --trackio` says so with the pip line (exit 2) and writes nothing."""
+    from gaudi_gui.commands import runs
     monkeypatch.setattr(export.importlib.util, "find_spec", lambda name: None)
-    assert "trackio is not installed" in export.trackio_state()
+    assert export.trackio_state().startswith("trackio is not installed here: pip install trackio")
+    run = _fake_run(tmp_path / "run-t")
+    with pytest.raises(export.ExportError, match="pip install trackio"):
+        export.export_trackio(run, tmp_path / "tio")
+    assert runs._export(run, "", trackio=True, trackio_dir=str(tmp_path / "tio")) == 2
+    assert "trackio is not installed here: pip install trackio" in capsys.readouterr().err
+    assert not (tmp_path / "tio").exists()
+
+
+def test_trackio_project_names_and_default_folder() -> None:
+    assert export.trackio_project_problem("gaudi-gui_2") is None
+    assert "may not be empty" in (export.trackio_project_problem(" ") or "")
+    assert "letters, digits" in (export.trackio_project_problem("a.b") or "")
+    assert export.default_trackio_dir({"TRACKIO_DIR": "/x/t", "HF_HOME": "/h"}) == Path("/x/t")
+    assert export.default_trackio_dir({"HF_HOME": "/h"}) == Path("/h/trackio")
+    assert export.default_trackio_dir({"XDG_CACHE_HOME": "/c"}) == Path("/c/huggingface/trackio")
+    assert export.trackio_run_id("run-a") == export.trackio_run_id("run-a") != export.trackio_run_id("run-b")
 
 
 def test_runs_export_command(tmp_path: Path) -> None:
-    """`runs export RUN --tensorboard DIR --trackio`: the TensorBoard files written, trackio said why not
-    (exit 2); no destination at all: exit 2 naming the flags."""
+    """`runs export RUN --tensorboard DIR`: the TensorBoard files written; no destination at all: exit 2
+    naming the flags."""
     import subprocess
     import sys
     (tmp_path / "runs").mkdir()
     run = _fake_run(tmp_path / "runs" / "run-c")
     base = [sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(tmp_path / "runs"), "export",
             run.name]
-    res = subprocess.run([*base, "--tensorboard", str(tmp_path / "tb"), "--trackio"], capture_output=True,
+    res = subprocess.run([*base, "--tensorboard", str(tmp_path / "tb")], capture_output=True,
                          text=True, timeout=60)
-    assert res.returncode == 2 and "trackio" in res.stderr
-    assert "exported" in res.stdout and len(_read(tmp_path / "tb" / "run-c").Scalars("train/loss")) == 4
+    assert res.returncode == 0 and "exported" in res.stdout, res.stderr
+    assert len(_read(tmp_path / "tb" / "run-c").Scalars("train/loss")) == 4
     res = subprocess.run(base, capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "--tensorboard DIR" in res.stderr
 
