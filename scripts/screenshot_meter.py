@@ -5,7 +5,8 @@ card-hours and energy columns, at 1280x800 and 1024x700 (default).
 The runs are made here as the supervisor leaves them (events, meter-summary.json from
 core.meter.summarize, a compile-meter file in the bridge's format): a 2-card Gaudi LoRA run of 25
 minutes, a 1-card one of 8 minutes, and a CPU run whose energy was not measured. Files:
-OUTDIR/meter-training-WxH.png, OUTDIR/meter-runs-WxH.png (default OUTDIR: docs/screens/).
+OUTDIR/meter-training-WxH.png, OUTDIR/meter-runs-WxH.png, OUTDIR/meter-runs-list-WxH.png (the Runs page
+whole, with its buttons) (default OUTDIR: docs/screens/).
 """
 
 from __future__ import annotations
@@ -109,6 +110,9 @@ def main(argv: list[str]) -> int:
         for _ in range(30):
             app.processEvents()
         window.grab().save(str(out / f"meter-runs-{width}x{height}.png"))
+        # The list's whole page with its buttons (Export…, Open in TensorBoard / trackio…), which the
+        # window shows below the fold at these sizes.
+        tab.runs.grab().save(str(out / f"meter-runs-list-{width}x{height}.png"))
         print(f"runs {width}x{height}")
     window.close()
     from gaudi_gui.services.process import reap_all
