@@ -93,11 +93,12 @@ def _doctor_argv(program: Path) -> list[str]:
 
 
 def read_costs(reads: int = 200) -> tuple[float, float, float, float]:
-    """(median, max) ms of reading a real doctor report of 8 fake cards (``services.health.parse_output``,
-    what the window's thread does with each report) and of parsing the fake's process table
-    (``hlsmi.parse_table``, every 5 s per host): both are read in a slot."""
+    """(median, max) ms of reading a real doctor report of 8 fake cards (``services.health.read_report``,
+    on the doctor's thread since issue 26, the window's before) and of parsing the fake's process table
+    (``hlsmi.parse_table``, every 5 s per host, read in a slot)."""
     from gaudi_gui.core import health  # noqa: F401  (imported once, as the app does before its first read)
-    from gaudi_gui.services.health import parse_output
+    from gaudi_gui.core.child import Outcome
+    from gaudi_gui.services.health import read_report
 
     with tempfile.TemporaryDirectory() as tmp:
         program = _fake(Path(tmp))
@@ -117,8 +118,9 @@ def read_costs(reads: int = 200) -> tuple[float, float, float, float]:
             out.append((time.perf_counter() - started) * 1000)
         return out
 
-    doctor = timed(lambda: parse_output("local", report.stdout, report.returncode, "exited", []))
-    assert parse_output("local", report.stdout, report.returncode, "exited", []).reachable
+    outcome = Outcome(report.stdout, report.returncode)
+    doctor = timed(lambda: read_report("local", 60.0, outcome))
+    assert read_report("local", 60.0, outcome).reachable
     lines = "\n".join(table.splitlines()[-400:])
     tables = timed(lambda: hlsmi.parse_table(lines))
     return statistics.median(doctor), max(doctor), statistics.median(tables), max(tables)

@@ -19,16 +19,23 @@ tree kill" is written once.
   joins stdout in the order written, and each line is decoded, echoed and kept in the tail.
 - ``preexec``: run in the child before its program (``core.jobkind.die_with_parent``: the kernel
   ends it when this process dies, even by SIGKILL).
+- ``keep_stdout``: stdout kept whole as well (:meth:`Child.output`): a child that prints one report
+  (the doctor's ``--json``). :func:`run` runs such a child to its end on the
+  calling thread, with a deadline and a stop flag: the app's doctors run it on a thread of their own.
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue
+import shutil
+import signal
 import subprocess
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import IO, Any
 
 from gaudi_gui.core.proctree import ProcessTree
@@ -44,15 +51,16 @@ class Child:
                  env: Mapping[str, str] | None = None, cwd: str | None = None, stdin: bool = True,
                  stdout: bool = True, tail_lines: int = 40,
                  echo: Callable[[str], None] | None = None, merge_stderr: bool = False,
-                 preexec: Callable[[], None] | None = None) -> None:
+                 preexec: Callable[[], None] | None = None, keep_stdout: bool = False) -> None:
         self.messages: queue.Queue[dict[str, Any] | None] = queue.Queue()
         self.tail: deque[str] = deque(maxlen=tail_lines)
         self._decode = decode
         self._echo = echo
         self._merged = merge_stderr
+        self._out: list[str] | None = [] if keep_stdout else None
         self.proc = subprocess.Popen(
             list(argv), stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-            stdout=subprocess.PIPE if stdout or merge_stderr else None,
+            stdout=subprocess.PIPE if stdout or merge_stderr or keep_stdout else None,
             stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
             env=dict(env) if env is not None else None, cwd=cwd, start_new_session=True,
             preexec_fn=preexec)  # noqa: PLW1509 - the caller's (die_with_parent checks the threads)
@@ -73,12 +81,15 @@ class Child:
     def _read_messages(self, stream: IO[bytes]) -> None:
         try:
             for raw in stream:
+                text = raw.decode("utf-8", errors="replace")
                 if self._merged:
-                    self._keep(raw.decode("utf-8", errors="replace").rstrip("\n"))
+                    self._keep(text.rstrip("\n"))
+                if self._out is not None:
+                    self._out.append(text)
                 if self._decode is None:
                     continue
                 try:
-                    message = self._decode(raw.decode("utf-8", errors="replace"))
+                    message = self._decode(text)
                 except Exception:  # a corrupt line is skipped, never the end of the reading
                     continue
                 if message is not None:
@@ -112,6 +123,20 @@ class Child:
             self.messages.put(None)  # every later call sees EOF too
         return message
 
+    def output(self) -> str:
+        """What the child wrote on stdout so far (``keep_stdout``), as decoded."""
+        return "".join(self._out or [])
+
+    def ended(self, timeout: float) -> bool:
+        """True once the child has exited and both its streams are read to the end (waits up to
+        ``timeout`` s for that)."""
+        deadline = time.monotonic() + timeout
+        if self.wait(timeout) is None:
+            return False
+        for reader in self._readers:
+            reader.join(max(0.0, deadline - time.monotonic()))
+        return not any(reader.is_alive() for reader in self._readers)
+
     def send(self, line: str) -> bool:
         """One line to the child's stdin; False once it is closed or the child is gone."""
         try:
@@ -139,8 +164,6 @@ class Child:
     def end(self, grace_s: float, *, first: int | None = None) -> int:
         """End the child and everything it started: ``first`` (SIGTERM by default) to its group and
         recorded descendants, SIGKILL to what is left after ``grace_s``; its exit code."""
-        import signal
-
         if self.proc.poll() is None:
             self.tree.record()
             sig = signal.SIGTERM if first is None else first
@@ -161,3 +184,57 @@ class Child:
 
     def tail_text(self, lines: int = 20) -> str:
         return "\n".join(list(self.tail)[-lines:])
+
+
+#: How often :func:`run` looks at its deadline and its stop flag while the child runs.
+_POLL_S = 0.2
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A child run to its end by :func:`run`."""
+
+    #: Its stdout, whole.
+    stdout: str = ""
+    #: Its exit code (negative: the signal that ended it); None: it did not start (``tail`` says why).
+    code: int | None = None
+    #: The last lines of both streams (credentials redacted).
+    tail: tuple[str, ...] = ()
+    #: It was killed at its deadline (not when ``stop`` was set).
+    timed_out: bool = False
+
+
+def run(argv: Sequence[str], timeout_s: float, *, stop: threading.Event | None = None, tail_lines: int = 40,
+        started: Callable[[Child], object] | None = None) -> Outcome:
+    """Run ``argv`` (stdin closed) to its end on the calling thread: its stdout kept whole, the last
+    ``tail_lines`` of both streams (stdout's, then stderr's: a crash's traceback comes last); killed with
+    every process it started at ``timeout_s``, as soon as ``stop`` is set, or when it ended by a signal
+    (its helpers with it). ``started`` gets the running child (another thread may then signal its group
+    at once rather than wait for ``stop`` to be seen).
+
+    Never raises for the child: one that cannot start is an ``Outcome`` with ``code`` None."""
+    program = shutil.which(argv[0])
+    try:
+        if program is None:
+            raise FileNotFoundError(f"'{argv[0]}' was not found; is it installed?")
+        child = Child([program, *argv[1:]], stdin=False, keep_stdout=True, tail_lines=tail_lines)
+    except OSError as exc:
+        return Outcome(tail=(f"could not start {argv[0]}: {exc.strerror or exc}",))
+    if started is not None:
+        started(child)
+    deadline = time.monotonic() + timeout_s
+    stopped = timed_out = False
+    while not child.ended(min(_POLL_S, max(0.0, deadline - time.monotonic()))):
+        stopped = stop is not None and stop.is_set()
+        timed_out = not stopped and time.monotonic() >= deadline
+        if stopped or timed_out:
+            break
+    code = child.poll()
+    if stopped or timed_out or code is None or code < 0:
+        # Past its time, asked to stop, or killed (its helpers, some perhaps in sessions of their own
+        # or holding its pipes, go too).
+        code = child.end(0, first=signal.SIGKILL)
+    out = child.output()
+    said = [redact(line.rsplit("\r", 1)[-1]) for line in out.splitlines()[-tail_lines:]]
+    return Outcome(out, code, tuple([line for line in said if line.strip()] + list(child.tail))[-tail_lines:],
+                   timed_out)

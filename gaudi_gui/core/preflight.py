@@ -1,8 +1,8 @@
 """The start gate's orchestration: which hosts and cards to check before work starts, the doctor
 child's argv for each host, and the replies combined into one ``Report`` and one verdict.
 
-Qt-free and torch-free, so the GUI (``services.preflight`` runs the children with QProcess) and the
-command line (``check`` runs them with subprocess) share every rule here; the rules about findings
+Qt-free and torch-free, so the GUI (``services.preflight``) and the command line (``check``) share
+every rule here, and run the children the same way (``core.child.run``); the rules about findings
 themselves are ``core.health.gate``.
 
 Each host is one child, ``python -m gaudi_gui doctor --json [--host DEST --remote-command CMD]``, all
@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 from collections.abc import Sequence
@@ -30,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gaudi_gui.core import health
+from gaudi_gui.core.child import Outcome, run
 from gaudi_gui.core.health import GateResult, HostHealth, Report
 from gaudi_gui.core.visibility import format_ids
 
@@ -166,18 +166,20 @@ def child_timeout_s(plan: Plan) -> float:
     return plan.timeout_s + _GRACE_S
 
 
-def host_reply(target: Target, stdout: str, *, code: int | None, tail: Sequence[str] = (),
-               timeout_s: float = 0.0) -> HostHealth:
-    """One child's answer as the host's health. ``code`` None: it was killed after ``timeout_s``.
-    A child that printed no report is a host that did not answer, with its exit and last lines."""
-    if code is None:
+def host_reply(target: Target, outcome: Outcome, *, timeout_s: float = 0.0) -> HostHealth:
+    """One doctor child's end (``core.child.run``) as the host's health. A child that timed out, could
+    not start or printed no report is a host that did not answer, with its exit and last lines."""
+    if outcome.timed_out:
         return HostHealth(target.host, False, f"the check did not answer within {timeout_s:g} s")
     try:
-        got = Report.from_json(json.loads(stdout)).hosts[0]
+        got = Report.from_json(json.loads(outcome.stdout)).hosts[0]
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        lines = [ln.strip()[:_LINE_CHARS] for ln in tail if ln.strip()][-_LAST_LINES:]
+        lines = [ln.strip()[:_LINE_CHARS] for ln in outcome.tail if ln.strip()][-_LAST_LINES:]
         detail = " | ".join(lines) if lines else "no output"
-        return HostHealth(target.host, False, f"the doctor ended (exit {code}) without a report: {detail}")
+        code = outcome.code
+        ended = ("could not start" if code is None else f"was killed by signal {-code} without a report"
+                 if code < 0 else f"exited with code {code} without a report")
+        return HostHealth(target.host, False, f"the doctor {ended}: {detail}")
     if got.host != target.host:
         # The local doctor calls its host "local"; a remote one the name it was given. Keep ours.
         got = HostHealth(target.host, got.reachable, got.error,
@@ -233,23 +235,6 @@ def decide(plan: Plan, report: Report, *, elapsed_s: float = 0.0) -> Verdict:
 # -- running it without Qt (the command line, the bench) --------------------------------------------------
 
 
-def _run_child(argv: list[str], timeout_s: float) -> tuple[int | None, str, list[str]]:
-    try:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                errors="replace", stdin=subprocess.DEVNULL, start_new_session=True)
-    except OSError as exc:
-        return 127, "", [str(exc)]
-    try:
-        out, err = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        # Its own session: the ssh client under it goes with it.
-        from gaudi_gui.core.proctree import ProcessTree
-        ProcessTree(proc.pid).kill()
-        proc.communicate()
-        return None, "", []
-    return proc.returncode, out, err.splitlines()
-
-
 def check(plan: Plan, *, python: str = "") -> Verdict:
     """Run the plan's children in parallel (threads waiting on subprocesses) and decide."""
     if plan.empty:
@@ -258,8 +243,7 @@ def check(plan: Plan, *, python: str = "") -> Verdict:
     limit = child_timeout_s(plan)
 
     def one(target: Target) -> HostHealth:
-        code, out, tail = _run_child(doctor_argv(target, plan, python=python), limit)
-        return host_reply(target, out, code=code, tail=tail, timeout_s=limit)
+        return host_reply(target, run(doctor_argv(target, plan, python=python), limit), timeout_s=limit)
 
     with ThreadPoolExecutor(max_workers=min(16, len(plan.targets))) as pool:
         replies = list(pool.map(one, plan.targets))

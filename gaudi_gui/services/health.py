@@ -12,7 +12,7 @@ already runs) and the doctor's findings; views and the notifier subscribe to the
 
 The window's thread does none of a check's work (issue 26: with 4 hosts it froze 300-400 ms at every
 refresh): each doctor is started, waited for, killed at its timeout and read (``read_report``: the
-JSON parse and the findings) on a thread of its own (``services.doctor_child.ThreadedDoctor``); the
+JSON parse and the findings) on a thread of its own (``services.doctor_child.DoctorChild``); the
 window's thread gets the finished ``HostHealth`` through a queued signal and only stores it, updates
 the alerts and tells the views. ``start`` still imports ``core.health`` (50-100 ms) on a thread while
 the first doctor runs, so no other reader (a view) pays for it on the window's thread.
@@ -21,7 +21,6 @@ the first doctor runs, so no other reader (a view) pays for it on the window's t
 from __future__ import annotations
 
 import functools
-import json
 import sys
 import threading
 import time
@@ -30,13 +29,14 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core.alerts import CLEARED, RAISED, Alert, AlertEngine, AlertEvent, Thresholds, card_key
-from gaudi_gui.services.doctor_child import ThreadedDoctor
+from gaudi_gui.services.doctor_child import DoctorChild
 from gaudi_gui.services.process import ProcessRunner, describe_exit
 from gaudi_gui.services.settings import Settings
 
 if TYPE_CHECKING:
     # core.health is imported where a report is read: it loads importlib.metadata (~0.1 s), and
     # this service is made before the window's first paint.
+    from gaudi_gui.core.child import Outcome
     from gaudi_gui.core.health import HostHealth
 
 LOCAL = "local"
@@ -44,20 +44,17 @@ LOCAL = "local"
 #: Python interpreters starting at once on a 2-core machine still take its cores from the window;
 #: spread, the window gets a turn between them.
 STAGGER_MS = 40
-#: How many of a failed child's last lines its error keeps (each cut to ``_LINE_CHARS``).
-_LAST_LINES = 4
-_LINE_CHARS = 300
 
 
 def _import_report_reader() -> None:
-    import gaudi_gui.core.health  # noqa: F401  (imported for its side effect: in sys.modules)
+    import gaudi_gui.core.preflight  # noqa: F401  (imported for its side effect: core.health too)
 
 
 def import_report_reader_in_background() -> threading.Thread | None:
-    """Import ``core.health`` on a thread (it loads importlib.metadata, 50-100 ms) so the first report
-    read on the window's thread does not; None when it is imported already. A read that comes first
-    waits on the import lock for the rest of that import, as it would have done the whole import."""
-    if "gaudi_gui.core.health" in sys.modules:
+    """Import ``core.preflight`` (the report's reader) and ``core.health`` (it loads importlib.metadata,
+    50-100 ms) on a thread, so that no view pays for it on the window's thread; None when it is
+    imported already. A reader that comes first waits on the import lock for the rest of that import."""
+    if "gaudi_gui.core.preflight" in sys.modules:
         return None
     thread = threading.Thread(target=_import_report_reader, name="gaudi-gui-health-import", daemon=True)
     thread.start()
@@ -75,33 +72,12 @@ def thresholds_from(settings: Settings) -> Thresholds:
         idle_utilization=float(settings.get("devices/busy_utilization")))
 
 
-def parse_output(host: str, stdout: str, code: int, status: str, tail: list[str]) -> HostHealth:
-    """The child's stdout as the host's health, or an unreachable host saying what went wrong."""
-    from gaudi_gui.core.health import HostHealth, Report
+def read_report(host: str, timeout_s: float, outcome: Outcome) -> HostHealth:
+    """What a doctor child's end says of ``host``: its report, or why there is none (the start gate's
+    reading, ``core.preflight.host_reply``). Runs on the doctor's thread (services.doctor_child)."""
+    from gaudi_gui.core.preflight import Target, host_reply
 
-    try:
-        report = Report.from_json(json.loads(stdout))
-        got = report.hosts[0]
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-        lines = [ln.strip()[:_LINE_CHARS] for ln in tail if ln.strip()][-_LAST_LINES:]
-        detail = " | ".join(lines) if lines else "no output"
-        return HostHealth(host, False, f"the doctor {describe_exit(code, status)} without a report: {detail}")
-    if got.host != host:
-        # The local doctor calls its host "local"; keep the name the window uses.
-        got = HostHealth(host, got.reachable, got.error, got.findings, got.cards, got.free_modules,
-                         got.versions)
-    return got
-
-
-def read_report(host: str, timeout_s: float, *, stdout: str, code: int, status: str, tail: list[str],
-                timed_out: bool) -> HostHealth:
-    """What a doctor child's end says of ``host``: its report, or why there is none. Runs on the
-    doctor's thread (services.doctor_child.ThreadedDoctor), not the window's."""
-    if timed_out:
-        from gaudi_gui.core.health import HostHealth
-
-        return HostHealth(host, False, f"the doctor did not answer within {timeout_s:g} s")
-    return parse_output(host, stdout, code, status, tail[-20:])
+    return host_reply(Target(host), outcome, timeout_s=timeout_s)
 
 
 class _PollerWatch(QObject):
@@ -149,7 +125,7 @@ class HealthService(QObject):
         self._hosts: list[str] = [LOCAL]
         self._health: dict[str, HostHealth] = {}
         self._checked_at: dict[str, float] = {}
-        self._checks: dict[str, ThreadedDoctor] = {}
+        self._checks: dict[str, DoctorChild] = {}
         self._pending: set[str] = set()  # hosts whose check starts on a later turn (``refresh``)
         self._watches: dict[str, _PollerWatch] = {}
         self.engine = AlertEngine(thresholds_from(settings))
@@ -331,7 +307,7 @@ class HealthService(QObject):
         if old is not None:
             old.deleteLater()
         timeout_s = float(self.settings.get("health/timeout_s"))
-        check = ThreadedDoctor(self, functools.partial(read_report, host, timeout_s))
+        check = DoctorChild(self, functools.partial(read_report, host, timeout_s), tail_lines=20)
         check.setObjectName(host)
         self._checks[host] = check
         check.ended.connect(lambda found, c=check: self._on_finished(c, found))
@@ -346,7 +322,7 @@ class HealthService(QObject):
         check.start(argv, int(timeout_s * 1000))
         self.checking_changed.emit(host, True)
 
-    def _on_finished(self, check: ThreadedDoctor, found: HostHealth) -> None:
+    def _on_finished(self, check: DoctorChild, found: HostHealth) -> None:
         """A doctor's report, read on its thread (``read_report``): stored and told here."""
         host = check.objectName()
         if self._checks.get(host) is not check:

@@ -1,23 +1,24 @@
-"""The start gate in the Qt process: the doctor children of a ``core.preflight.Plan``, run with
-QProcess (one per host, in parallel, each with its own timeout), never blocking the GUI thread.
+"""The start gate in the Qt process: the doctor children of a ``core.preflight.Plan``, one per host,
+in parallel, each with its own timeout, run and read off the GUI thread (``services.doctor_child``).
 
 What to check and how to read the answers is ``core.preflight`` (shared with the command line); this
-object only starts the children, kills one that takes too long (a host that does not answer then
-becomes an error naming it), and emits ``finished`` with the ``core.preflight.Verdict`` once every
-host has answered. Checks are keyed by who asked ("training", "runner"): each may have one going,
-and a new ``run`` with the same key replaces the old one (which then reports nothing).
+object only starts the children (a host that takes too long is killed and becomes an error naming
+it), and emits ``finished`` with the ``core.preflight.Verdict`` once every host has answered. Checks
+are keyed by who asked ("training", "runner"): each may have one going, and a new ``run`` with the
+same key replaces the old one (which then reports nothing).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import time
 
 from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core import preflight as core
+from gaudi_gui.core.health import HostHealth
 from gaudi_gui.services.doctor_child import DoctorChild
-from gaudi_gui.services.process import delete_when_reaped
 
 _TAIL = 20
 
@@ -25,8 +26,9 @@ _TAIL = 20
 @dataclasses.dataclass
 class _Run:
     plan: core.Plan
-    checks: list[tuple[core.Target, DoctorChild]]
+    checks: list[DoctorChild]
     started_at: float
+    replies: dict[int, HostHealth] = dataclasses.field(default_factory=dict)
 
 
 class PreflightService(QObject):
@@ -52,38 +54,38 @@ class PreflightService(QObject):
         self.cancel(key)
         if plan.empty:
             return False
-        limit_ms = int(core.child_timeout_s(plan) * 1000)
+        limit_s = core.child_timeout_s(plan)
         run = _Run(plan, [], time.monotonic())
         self._runs[key] = run
         self.started.emit(key, plan)
-        for target in plan.targets:
-            check = DoctorChild(self, tail_lines=_TAIL)
-            run.checks.append((target, check))
-            check.ended.connect(lambda _code, _status, r=run, k=key: self._on_finished(k, r))
-            check.start(core.doctor_argv(target, plan, python=self.python), limit_ms)
+        for i, target in enumerate(plan.targets):
+            # The reply (the report's parse) is made on the doctor's thread.
+            check = DoctorChild(self, functools.partial(core.host_reply, target, timeout_s=limit_s),
+                                tail_lines=_TAIL)
+            run.checks.append(check)
+            check.ended.connect(lambda reply, r=run, k=key, i=i: self._on_reply(k, r, i, reply))
+            check.start(core.doctor_argv(target, plan, python=self.python), int(limit_s * 1000))
         return True
 
     def cancel(self, key: str) -> None:
         """Forget ``key``'s check under way: its children are killed, nothing is emitted for it."""
         run = self._runs.pop(key, None)
-        for _target, check in run.checks if run is not None else []:
-            check.cancel()
-            delete_when_reaped(check)
+        for check in run.checks if run is not None else []:
+            check.retire()
 
     def shutdown(self) -> None:
         for key in list(self._runs):
             self.cancel(key)
 
-    def _on_finished(self, key: str, run: _Run) -> None:
-        if self._runs.get(key) is not run or not all(c.done for _t, c in run.checks):
+    def _on_reply(self, key: str, run: _Run, index: int, reply: HostHealth) -> None:
+        if self._runs.get(key) is not run:
+            return
+        run.replies[index] = reply
+        if len(run.replies) < len(run.checks):
             return
         del self._runs[key]
-        limit = core.child_timeout_s(run.plan)
-        replies = []
-        for target, c in run.checks:
-            exit_code: int | None = None if c.timed_out else c.code
-            replies.append(core.host_reply(target, c.stdout(), code=exit_code, tail=c.tail(_TAIL),
-                                           timeout_s=limit))
-            c.deleteLater()
+        for check in run.checks:
+            check.deleteLater()
+        replies = [run.replies[i] for i in range(len(run.checks))]
         verdict = core.decide(run.plan, core.combine(replies), elapsed_s=time.monotonic() - run.started_at)
         self.finished.emit(dataclasses.replace(verdict, key=key))

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from gaudi_gui.core import preflight, slurm
+from gaudi_gui.core.child import Outcome
 from gaudi_gui.core.health import Finding, HostHealth, Report
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.preflight import Plan, Target
@@ -66,15 +67,20 @@ def test_plan_and_argv(sick_server: Path) -> None:
 
 def test_replies_that_are_not_reports_name_the_host() -> None:
     target = Target("gg-a")
-    crashed = preflight.host_reply(target, "Traceback ...", code=1, tail=["boom", "ImportError: x"])
-    assert not crashed.reachable and "exit 1" in crashed.error and "ImportError: x" in crashed.error
-    late = preflight.host_reply(target, "", code=None, timeout_s=35)
+    crashed = preflight.host_reply(target, Outcome("Traceback ...", 1, ("boom", "ImportError: x")))
+    assert not crashed.reachable and "exited with code 1" in crashed.error
+    assert "ImportError: x" in crashed.error
+    killed = preflight.host_reply(target, Outcome("", -9))
+    assert "killed by signal 9 without a report: no output" in killed.error
+    missing = preflight.host_reply(target, Outcome(tail=("could not start nothere: not found",)))
+    assert missing.error == "the doctor could not start: could not start nothere: not found"
+    late = preflight.host_reply(target, Outcome(code=-9, timed_out=True), timeout_s=35)
     assert not late.reachable and "within 35 s" in late.error
     verdict = preflight.decide(Plan((target,)), Report(hosts=(late,)))
     assert not verdict.ok and verdict.errors[0].startswith("gg-a did not answer")
     local = Report(hosts=(HostHealth("local", True, cards=CARDS),)).to_json()
     import json
-    got = preflight.host_reply(Target("gg-b"), json.dumps(local), code=0)
+    got = preflight.host_reply(Target("gg-b"), Outcome(json.dumps(local), 0))
     assert got.host == "gg-b" and got.reachable
 
 
