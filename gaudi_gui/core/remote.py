@@ -434,20 +434,22 @@ def update_hosts(change: Callable[[list[Host]], list[Host]], path: Path | None =
     return [h for h in hosts if not h.is_local]
 
 
-def all_hosts(ssh_config: str | Path | None = None) -> list[Host]:
-    """"local" first, then the saved hosts, then the ~/.ssh/config aliases not saved yet."""
-    saved = saved_hosts()
+def all_hosts(ssh_config: str | Path | None = None, saved: Sequence[Host] | None = None) -> list[Host]:
+    """"local" first, then the saved hosts (``saved``: as already read), then the ~/.ssh/config
+    aliases not saved yet."""
+    saved = saved_hosts() if saved is None else saved
     names = {h.name for h in saved}
     aliases = [Host(a, source="ssh-config") for a in ssh_config_aliases(ssh_config) if a not in names]
     return [Host.local(), *saved, *aliases]
 
 
-def find_host(name: str, remote_command: str = "", hl_smi: str = "") -> Host:
+def find_host(name: str, remote_command: str = "", hl_smi: str = "",
+              saved: Sequence[Host] | None = None) -> Host:
     """The host called ``name`` (a saved one keeps its remote command unless one is given), or a new
-    one for any valid destination; HostError when ``name`` is not one."""
+    one for any valid destination; HostError when ``name`` is not one. ``saved``: as already read."""
     if (name or LOCAL).strip() == LOCAL:
         return Host.local()
-    for host in saved_hosts():
+    for host in saved_hosts() if saved is None else saved:
         if host.name == name.strip():
             return Host.parse(host.name, remote_command or host.remote_command, hl_smi or host.hl_smi,
                               host.source)

@@ -188,21 +188,12 @@ class HostsService(QObject):
 
     def hosts(self) -> list[Host]:
         """local, the saved hosts, then ~/.ssh/config aliases not saved yet."""
-        names = {h.name for h in self._saved}
-        aliases = [Host(a, source="ssh-config") for a in remote.ssh_config_aliases() if a not in names]
-        return [Host.local(), *self._saved, *aliases]
+        return remote.all_hosts(saved=self._saved)
 
     def find(self, name: str, remote_command: str = "") -> Host:
         """``core.remote.find_host`` from memory: local, a saved host (its remote command unless one is
         given), or a new host for any valid destination; HostError says what is wrong with ``name``."""
-        name = (name or remote.LOCAL).strip()
-        if name == remote.LOCAL:
-            return Host.local()
-        for host in self._saved:
-            if host.name == name:
-                return Host.parse(host.name, remote_command or host.remote_command, host.hl_smi,
-                                  host.source)
-        return Host.parse(name, remote_command)
+        return remote.find_host(name, remote_command, saved=self._saved)
 
     def selection(self, name: str) -> DeviceSelection | None:
         """The card selection of a saved host (None for one not saved)."""
