@@ -30,6 +30,7 @@ from gaudi_gui.commands.flags import add_detach_arguments
 from gaudi_gui.core import events, hub, protocol
 from gaudi_gui.core.backoff import Backoff
 from gaudi_gui.core.child import Child
+from gaudi_gui.core.events import EventType
 
 DEFAULT_STALL_S = 60.0
 DEFAULT_ATTEMPTS = 4
@@ -78,8 +79,7 @@ class _Out:
 
     def event(self, event: dict[str, Any]) -> None:
         if self.protocol:
-            fields = {k: v for k, v in event.items() if k != "type"}
-            protocol.write_line(sys.stdout, protocol.event(str(event["type"]), **fields))
+            protocol.write_line(sys.stdout, protocol.encode(event))
         elif self.json:
             sys.stdout.buffer.write(events.encode(event))
             sys.stdout.flush()
@@ -93,7 +93,7 @@ class _Out:
     def problem(self, text: str, kind: str) -> None:
         self._close_line()
         if self.json:
-            self.event({"type": "error", "kind": kind, "message": text})
+            self.event({"type": EventType.ERROR, "kind": kind, "message": text})
         print(f"gaudi-gui download: {text}", file=sys.stderr, flush=True)
 
     def progress(self, event: dict[str, Any], final: bool = False) -> None:
@@ -119,7 +119,7 @@ class _Out:
 
 
 def _print_plan(out: _Out, plan: hub.Plan) -> None:
-    out.event({"type": "plan", **plan.to_dict()})
+    out.event({"type": EventType.PLAN, **plan.to_dict()})
     cached = [f for f in plan.files if f.cached]
     out.say(f"{plan.repo_id} @ {plan.revision} (commit {plan.commit[:12]}): {len(plan.files)} files, "
             f"{hub.human(plan.total_bytes)}; cached {len(cached)}, to download {len(plan.to_fetch)} "
@@ -184,18 +184,18 @@ def _run_attempt(args: argparse.Namespace, out: _Out, attempt: int, xet_off: boo
             if event is None:
                 break
             kind = event.get("type")
-            if kind == "plan":
+            if kind == EventType.PLAN:
                 result.plan = plan = hub.Plan.from_dict(event)
                 cache_dir, before = plan.cache_dir, hub.incomplete_files(plan.cache_dir, plan.repo_id)
                 _said_plan(out, plan, attempt, args.attempts, first=first_plan is None, xet_off=xet_off)
-            elif kind == "progress":
+            elif kind == EventType.PROGRESS:
                 last_progress = event
                 out.progress(event)
-            elif kind in ("done", "error"):
-                result.done = event if kind == "done" else {}
+            elif kind in (EventType.DONE, EventType.ERROR):
+                result.done = event if kind == EventType.DONE else {}
                 result.path = str(result.done.get("path") or "")
-                result.error = event if kind == "error" else None
-            elif kind in ("resumed", "verified", "verify_failed"):
+                result.error = event if kind == EventType.ERROR else None
+            elif kind in (EventType.RESUMED, EventType.VERIFIED, EventType.VERIFY_FAILED):
                 _said_check(out, event)
             measure = _child_read_bytes(child.pid) + (hub.bytes_on_disk(cache_dir, args.repo_id)
                                                       if cache_dir else 0)
@@ -204,7 +204,7 @@ def _run_attempt(args: argparse.Namespace, out: _Out, attempt: int, xet_off: boo
                 last_measure, last_growth = measure, now
             elif now - last_growth >= stall_s and child.poll() is None:
                 result.stalled = True
-                out.event({"type": "stalled", "seconds": round(now - last_growth, 1)})
+                out.event({"type": EventType.STALLED, "seconds": round(now - last_growth, 1)})
                 break
     finally:
         result.code = child.end(TERM_GRACE_S)
@@ -220,7 +220,7 @@ def _run_attempt(args: argparse.Namespace, out: _Out, attempt: int, xet_off: boo
             out.progress(last_progress, final=True)
     if result.error is None and not result.path and not result.stalled:
         tail = child.tail_text(1)
-        result.error = {"type": "error", "kind": "other",
+        result.error = {"type": EventType.ERROR, "kind": "other",
                         "message": f"the download process ended with status {result.code}"
                                    + (f": {tail}" if tail else "")}
     return result
@@ -234,7 +234,7 @@ def _said_plan(out: _Out, plan: hub.Plan, attempt: int, attempts: int, *, first:
                 f"({hub.human(plan.remaining_bytes)}) left to download"
                 + (f", {hub.human(plan.partial_bytes)} of it already on disk" if plan.partial_bytes else ""))
     if plan.to_fetch:
-        out.event({"type": "attempt", "attempt": attempt, "attempts": attempts, "xet": not xet_off,
+        out.event({"type": EventType.ATTEMPT, "attempt": attempt, "attempts": attempts, "xet": not xet_off,
                    "files_left": len(plan.to_fetch), "bytes_left": plan.remaining_bytes,
                    "partial_bytes": plan.partial_bytes})
 
@@ -242,9 +242,9 @@ def _said_plan(out: _Out, plan: hub.Plan, attempt: int, attempts: int, *, first:
 def _said_check(out: _Out, event: dict[str, Any]) -> None:
     out.event(event)
     kind = event["type"]
-    if kind == "resumed":
+    if kind == EventType.RESUMED:
         out.say(f"continuing {event.get('filename')} from {hub.human(event.get('bytes'))} already on disk")
-    elif kind == "verified":
+    elif kind == EventType.VERIFIED:
         out.say(f"verified {event.get('files')} files (sizes and the Hub's digests, checked as they "
                 f"arrived; {hub.duration(event.get('seconds'))} spent after the last byte)")
     else:
@@ -316,7 +316,7 @@ def _download(args: argparse.Namespace, out: _Out) -> int:
                         f"in the cache at {result.path}")
                 return 0
             if result.plan is not None and not result.plan.to_fetch and attempt == 1:
-                out.event({"type": "done", "path": result.path, "attempts": 0, "bytes": 0})
+                out.event({"type": EventType.DONE, "path": result.path, "attempts": 0, "bytes": 0})
                 out.say(f"all {len(result.plan.files)} files are already in the cache: nothing to download")
                 out.say(f"model: {result.path}")
                 return 0
@@ -348,7 +348,7 @@ def _download(args: argparse.Namespace, out: _Out) -> int:
 def _wait_retry(out: _Out, attempt: int, attempts: int, backoff: Backoff, reason: str, *,
                 xet_note: str) -> None:
     delay = backoff.next()
-    out.event({"type": "retry", "attempt": attempt, "reason": reason, "delay_s": delay,
+    out.event({"type": EventType.RETRY, "attempt": attempt, "reason": reason, "delay_s": delay,
                "next_attempt": attempt + 1, "xet_disabled": bool(xet_note)})
     out.say(f"attempt {attempt} of {attempts} failed: {reason}")
     if xet_note:
@@ -361,7 +361,7 @@ def _wait_retry(out: _Out, attempt: int, attempts: int, backoff: Backoff, reason
 def _finished(out: _Out, repo_id: str, plan: hub.Plan | None, path: str, *, attempts: int,
               started: float) -> int:
     seconds = time.monotonic() - started
-    out.event({"type": "done", "path": path, "attempts": attempts, "seconds": round(seconds, 2),
+    out.event({"type": EventType.DONE, "path": path, "attempts": attempts, "seconds": round(seconds, 2),
                "bytes": plan.remaining_bytes if plan else 0})
     out.say(f"done in {hub.duration(seconds)} ({attempts} attempt{'s' if attempts != 1 else ''})")
     out.say(f"model: {path}")

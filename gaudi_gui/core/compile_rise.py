@@ -2,8 +2,9 @@
 (dynamic shapes) is slow for a reason no loss curve shows. From the bridge's compile meter
 (``core.hpu_metrics``: the per-rank metrics files the supervisor asks for) and the run's logged steps,
 :func:`compile_rise` finds it, with the numbers and what to do; the run meter (``core.meter``) checks
-while the run trains, writes it once as a ``warning`` event into events.jsonl (the Training tab says
-it) and into meter-summary.json as ``compile_warning`` (``runs show`` says it). Qt-free, torch-free.
+while the run trains, writes it once as a ``warning`` event (``EventType.WARNING``) into events.jsonl
+(the Training tab says it) and into meter-summary.json as ``compile_warning`` (``runs show`` says it).
+Qt-free, torch-free.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ from typing import Any
 
 from gaudi_gui.core.hpu_metrics import _number, _when, metric_files, read_dumps
 
-#: The event type of a finding the meter writes into the run's events.jsonl while it runs.
-WARNING_EVENT = "warning"
 #: Steps of a launch left to warm-up before compilations count as steady-state ones.
 RISE_WARMUP_STEPS = 50
 #: Steady-state steps needed before a rate is judged (fewer: too few to tell).
@@ -99,5 +98,5 @@ def rise_text(finding: Mapping[str, Any] | None) -> str:
     return f"⚠ {finding['message']} — {finding.get('fix') or RISE_CAUSES}"
 
 
-__all__ = ["RISE_CAUSES", "RISE_MIN_STEPS", "RISE_PER_100_STEPS", "RISE_WARMUP_STEPS", "WARNING_EVENT",
+__all__ = ["RISE_CAUSES", "RISE_MIN_STEPS", "RISE_PER_100_STEPS", "RISE_WARMUP_STEPS",
            "compile_rise", "compile_timeline", "rise_text"]

@@ -53,11 +53,28 @@ class EventType(str, Enum):
     # Evaluate (commands/eval.py --events, workers/evaluate.py; an evaluate run's events.jsonl);
     # PHASE (message) and ERROR (kind, message, field, exit_code, last_lines) are shared
     EVAL_STARTED = "eval_started"  # label, base, tuned, adapter, prompts, references, tasks
-    PROGRESS = "progress"  # done, total (rows of both models)
+    PROGRESS = "progress"  # done, total (rows of both models); a download: bytes_done, bytes_total, rate...
     ANSWER = "answer"  # source, i, prompt, model, text, reference, ttft_s, tokens_per_s, new_tokens, scores
     MODEL_RESULT = "model_result"  # model, metrics, tasks, mean ttft and tokens/s
     RESULT = "result"  # the result record as written (core.evaluation), path, answers
     DONE = "done"  # the worker has said all (Evaluate writes the results after it; a download: path)
+    # Download (workers/download.py, commands/download.py --json; a download run's events.jsonl);
+    # PROGRESS, DONE and ERROR (kind, message) are shared
+    STARTED = "started"  # pid, repo_id, xet
+    PLAN = "plan"  # core.hub.Plan: files, total_bytes, remaining_bytes, free_bytes, cache_dir...
+    ATTEMPT = "attempt"  # attempt, attempts, xet, files_left, bytes_left, partial_bytes
+    STALLED = "stalled"  # seconds without a byte
+    RETRY = "retry"  # attempt, reason, delay_s, xet_disabled
+    RESUMED = "resumed"  # filename, bytes, size (a partial file continued)
+    VERIFIED = "verified"  # files, bytes, seconds
+    VERIFY_FAILED = "verify_failed"  # files (filename, result, message)
+    # The run meter (core.meter) while a run trains: core.compile_rise's finding (kind, message, fix…)
+    WARNING = "warning"
+
+    def __str__(self) -> str:
+        """The word on disk (as ``StrEnum`` says it, on Python 3.10 too): an f-string or ``str()`` of a
+        member writes "done", never "EventType.DONE"."""
+        return str(self.value)
 
 
 def encode(event: Mapping[str, Any]) -> bytes:
@@ -77,7 +94,7 @@ class EventWriter:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
     def write(self, event_type: str | EventType, **fields: Any) -> None:
-        data = encode({"type": str(getattr(event_type, "value", event_type)), "v": EVENTS_VERSION,
+        data = encode({"type": str(event_type), "v": EVENTS_VERSION,
                        "rank": self.rank, "time": round(time.time(), 3), **fields})
         view = memoryview(data)
         # A regular-file write is whole unless the disk is full or a signal interrupts it midway;

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.secrets import redact
 
 #: Never plan to leave less than this free on the cache's disk.
@@ -356,7 +357,7 @@ class Progress:
     def event(self) -> dict[str, Any]:
         rate = self.rate()
         left = max(0, self.bytes_total - self.bytes_done)
-        return {"type": "progress", "bytes_done": self.bytes_done, "bytes_total": self.bytes_total,
+        return {"type": EventType.PROGRESS, "bytes_done": self.bytes_done, "bytes_total": self.bytes_total,
                 "rate": round(rate, 1), "eta_s": round(left / rate, 1) if rate > 0 else None,
                 "files_done": self.files_done, "files_total": self.files_total,
                 "elapsed_s": round(time.monotonic() - self.started, 2)}

@@ -49,6 +49,7 @@ from typing import IO, Any
 
 from gaudi_gui.core import atomic, hlsmi
 from gaudi_gui.core.devices import DeviceSample, cards_name
+from gaudi_gui.core.events import EventType
 
 METER_NAME = "meter.jsonl"
 SUMMARY_NAME = "meter-summary.json"
@@ -517,11 +518,11 @@ def generated_tokens(kind: str, events: Iterable[Mapping[str, Any]]) -> dict[str
     tokens; ``generated_tokens`` None when none had one."""
     total, counted, without = 0, 0, 0
     for event in events:
-        if kind == "serve" and event.get("type") == "serve_request":
+        if kind == "serve" and event.get("type") == EventType.SERVE_REQUEST:
             if "completions" not in str(event.get("path") or ""):
                 continue  # /v1/models and the like generate nothing
             value = event.get("completion_tokens")
-        elif kind == "evaluate" and event.get("type") == "answer":
+        elif kind == "evaluate" and event.get("type") == EventType.ANSWER:
             value = event.get("new_tokens")
         else:
             continue
@@ -1179,8 +1180,8 @@ class Meter:
             self._step_follower = EventFollower(self.folder / "events.jsonl")
         for event in self._step_follower.read():
             step, when = event.get("step"), _finite(event.get("time"))
-            if (event.get("type") == "metrics" and isinstance(step, int) and not isinstance(step, bool)
-                    and when is not None and not event.get("summary")
+            if (event.get("type") == EventType.METRICS and isinstance(step, int)
+                    and not isinstance(step, bool) and when is not None and not event.get("summary")
                     and (not self._steps or step > self._steps[-1][1])):
                 self._steps.append((when, step))
         if self.compile_warning is not None:
@@ -1192,7 +1193,7 @@ class Meter:
             return None
         self.compile_warning = finding
         with contextlib.suppress(OSError), EventWriter(self.folder / "events.jsonl") as events:
-            events.write(compile_rise.WARNING_EVENT, **finding)
+            events.write(EventType.WARNING, **finding)
         return finding
 
     # -- RAPL -----------------------------------------------------------------------------------------
@@ -1445,7 +1446,8 @@ def run_compile(folder: str | Path, summary: Mapping[str, Any] | None = None,
     base = Path(folder) / hpu_metrics.FOLDER_NAME / hpu_metrics.FILE_NAME
     if not base.parent.is_dir():
         return None
-    steps = [int(e["step"]) for e in events if e.get("type") == "metrics" and isinstance(e.get("step"), int)]
+    steps = [int(e["step"]) for e in events
+             if e.get("type") == EventType.METRICS and isinstance(e.get("step"), int)]
     found = hpu_metrics.summarize(base, warmup_until=hpu_metrics.first_step_time(events),
                                   steady_steps=(steps[-1] - steps[0]) if len(steps) > 1 else None)
     return found if found and "compilations" in found else None

@@ -30,6 +30,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core import events, hub, remote
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
@@ -104,45 +105,45 @@ class DownloadRequest:
 def describe_event(event: dict[str, Any]) -> str:
     """One sentence for a download event other than ``progress`` ("" for none)."""
     kind = event.get("type")
-    if kind == "plan":
+    if kind == EventType.PLAN:
         files = event.get("files") or []
         cached = sum(1 for f in files if f.get("cached"))
         return (f"{len(files)} files, {hub.human(event.get('total_bytes'))}; {cached} already cached, "
                 f"{hub.human(event.get('remaining_bytes'))} to download; "
                 f"{hub.human(event.get('free_bytes'))} free in {event.get('cache_dir', 'the cache')}")
-    if kind == "attempt":
+    if kind == EventType.ATTEMPT:
         attempt, attempts = event.get("attempt"), event.get("attempts")
         if attempt == 1:
             return ""
         how = "" if event.get("xet", True) else " over plain HTTP (Xet off)"
         return (f"attempt {attempt} of {attempts}{how}: {event.get('files_left')} files "
                 f"({hub.human(event.get('bytes_left'))}) left")
-    if kind == "stalled":
+    if kind == EventType.STALLED:
         return (f"stalled: no byte arrived for {float(event.get('seconds') or 0):.0f} s, so this attempt "
                 "was ended")
-    if kind == "retry":
+    if kind == EventType.RETRY:
         text = (f"attempt {event.get('attempt')} failed ({event.get('reason')}); retrying in "
                 f"{float(event.get('delay_s') or 0):g} s; finished files are kept")
         if event.get("xet_disabled"):
             text += "; the next attempts use plain HTTP (HF_HUB_DISABLE_XET=1) instead of Xet"
         return text
-    if kind == "resumed":
+    if kind == EventType.RESUMED:
         return (f"continuing {event.get('filename')} from {hub.human(event.get('bytes'))} already on "
                 "disk (an earlier attempt's partial file)")
-    if kind == "verified":
+    if kind == EventType.VERIFIED:
         return (f"checked {event.get('files')} files against the Hub's sizes and digests "
                 f"in {hub.duration(event.get('seconds'))}")
-    if kind == "verify_failed":
+    if kind == EventType.VERIFY_FAILED:
         bad = event.get("files") or []
         return ("damaged on arrival (removed, fetched again): "
                 + "; ".join(str(f.get("message")) for f in bad[:3]))
-    if kind == "done":
+    if kind == EventType.DONE:
         if event.get("offline"):
             return f"offline, and already complete in the cache: {event.get('path')}"
         if event.get("attempts") == 0:
             return f"every file was already in the cache: {event.get('path')}"
         return f"done in {hub.duration(event.get('seconds'))}: {event.get('path')}"
-    if kind == "error":
+    if kind == EventType.ERROR:
         return str(event.get("message") or "the download failed")
     return ""
 
@@ -276,17 +277,17 @@ class Download(QObject):
 
     def _on_event(self, event: dict[str, Any]) -> None:
         kind = event.get("type")
-        if kind == "progress":
+        if kind == EventType.PROGRESS:
             self.progress = event
             self.progress_changed.emit(event)
             return
-        if kind == "done":
+        if kind == EventType.DONE:
             self.path = str(event.get("path") or "")
-        if kind == "plan" and event.get("repo_id") and event.get("repo_id") != self.request.repo_id:
+        if kind == EventType.PLAN and event.get("repo_id") and event.get("repo_id") != self.request.repo_id:
             # Re-attached on a host from its run list, which names the run, not the model.
             self.request = replace(self.request, repo_id=str(event["repo_id"]),
                                    revision=self.request.revision or "")
-        if kind == "error":
+        if kind == EventType.ERROR:
             self._error = redact(str(event.get("message") or ""))
             return  # said once, at the end
         self._note(describe_event(event))

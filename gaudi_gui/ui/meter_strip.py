@@ -19,6 +19,7 @@ from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from gaudi_gui.core import compile_rise
 from gaudi_gui.core import meter as meter_mod
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.runstore import Run
 
 #: How often the strip reads the run's meter.jsonl while it runs (the meter samples once a second).
@@ -88,7 +89,7 @@ class MeterStrip(QWidget):
 
     def take_event(self, event: dict[str, Any]) -> None:
         """A run's event (the job's ``event_received``): a meter warning is shown at once."""
-        if event.get("type") == compile_rise.WARNING_EVENT:
+        if event.get("type") == EventType.WARNING:
             self.show_warning(event)
 
     def show_warning(self, finding: dict[str, Any] | None) -> None:
@@ -109,7 +110,7 @@ class MeterStrip(QWidget):
         finding = summary.get("compile_warning")
         if not finding:
             found = [e for e in (events if events is not None else run.events())
-                     if e.get("type") == compile_rise.WARNING_EVENT]
+                     if e.get("type") == EventType.WARNING]
             finding = found[-1] if found else None
         self.show_warning(finding)
 

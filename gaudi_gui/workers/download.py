@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from gaudi_gui.core import events, hub
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.hub import HubProblem, Progress, SilentBar, describe_error
 
 _write_lock = threading.Lock()
@@ -277,7 +278,8 @@ class Fetching:
                 fh.truncate()
                 resume = 0
             if resume:
-                emit({"type": "resumed", "filename": filename, "bytes": resume, "size": expected_size})
+                emit({"type": EventType.RESUMED, "filename": filename, "bytes": resume,
+                      "size": expected_size})
                 if REPORTER is not None:
                     REPORTER.resumed(resume)
             check = InflightCheck(filename, incomplete_path, etag, expected_size, resume=resume,
@@ -325,7 +327,7 @@ def _watch_stdin() -> None:
 
 
 def _fail(problem: HubProblem) -> int:
-    emit({"type": "error", "kind": problem.kind, "message": problem.message})
+    emit({"type": EventType.ERROR, "kind": problem.kind, "message": problem.message})
     return problem.exit_code
 
 
@@ -345,8 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.watch_stdin:
         threading.Thread(target=_watch_stdin, daemon=True).start()
-    emit({"type": "started", "pid": os.getpid(), "repo_id": args.repo_id, "xet": not hub.xet_disabled(),
-          "time": time.time()})
+    emit({"type": EventType.STARTED, "pid": os.getpid(), "repo_id": args.repo_id,
+          "xet": not hub.xet_disabled(), "time": time.time()})
     include, exclude = args.include or None, args.exclude or None
     try:
         if hub.offline():
@@ -356,12 +358,12 @@ def main(argv: list[str] | None = None) -> int:
             path = hub.cached_snapshot(args.repo_id, args.revision, include, exclude, args.cache_dir)
             if not path:
                 return _fail(HubProblem("offline", hub.offline_message(args.repo_id)))
-            emit({"type": "done", "path": path, "offline": True})
+            emit({"type": EventType.DONE, "path": path, "offline": True})
             return 0
         plan = hub.plan(args.repo_id, args.revision, include, exclude, args.cache_dir)
     except HubProblem as problem:
         return _fail(problem)
-    emit({"type": "plan", **plan.to_dict()})
+    emit({"type": EventType.PLAN, **plan.to_dict()})
     if not plan.files:
         return _fail(HubProblem("bad_input", f"no file of {plan.repo_id} matches the --include/--exclude "
                                              "patterns"))
@@ -369,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     if refusal:
         return _fail(HubProblem("disk", refusal))
     if not plan.to_fetch:
-        emit({"type": "done", "path": plan.snapshot_path, "fetched": 0})
+        emit({"type": EventType.DONE, "path": plan.snapshot_path, "fetched": 0})
         return 0
     return _fetch(args, plan)
 
@@ -391,7 +393,7 @@ def _fetch(args: argparse.Namespace, plan: hub.Plan) -> int:
                                  tqdm_class=Bar)
     except KeyboardInterrupt:
         REPORTER.stop()
-        emit({"type": "error", "kind": "interrupted", "message": "interrupted"})
+        emit({"type": EventType.ERROR, "kind": "interrupted", "message": "interrupted"})
         return 130
     except Exception as exc:
         REPORTER.stop()
@@ -403,16 +405,16 @@ def _fetch(args: argparse.Namespace, plan: hub.Plan) -> int:
     bad = [c for c in checks if c.result != "ok"]
     if bad:
         hub.remove_bad(path or plan.snapshot_path, bad)
-        emit({"type": "verify_failed", "files": [{"filename": c.filename, "result": c.result,
+        emit({"type": EventType.VERIFY_FAILED, "files": [{"filename": c.filename, "result": c.result,
                                                   "message": c.message} for c in bad]})
         reason = ("what arrived does not match what the Hub says: " + "; ".join(c.message for c in bad[:3])
                   + (f" (and {len(bad) - 3} more)" if len(bad) > 3 else "")
                   + "; the damaged files were removed")
         return _fail(HubProblem("damaged", reason))
     if fetching.verify:
-        emit({"type": "verified", "files": len(checks), "bytes": plan.remaining_bytes,
+        emit({"type": EventType.VERIFIED, "files": len(checks), "bytes": plan.remaining_bytes,
               "seconds": round(fetching.wait_s, 2)})
-    emit({"type": "done", "path": path})
+    emit({"type": EventType.DONE, "path": path})
     return 0
 
 

@@ -43,6 +43,7 @@ from gaudi_gui.core.evaluation import (
     upstream_architecture,
 )
 from gaudi_gui.core.evaluation import exact_match as exact_match_score
+from gaudi_gui.core.events import EventType
 
 
 class Failure(Exception):
@@ -51,7 +52,7 @@ class Failure(Exception):
         self.kind = kind
 
 
-def emit(event_type: str, /, **fields: Any) -> None:
+def emit(event_type: EventType, /, **fields: Any) -> None:
     protocol.write_line(sys.stdout, protocol.encode({"type": event_type, **fields}))
 
 
@@ -130,7 +131,7 @@ class Evaluator:
 
     def step(self, count: int = 1) -> None:
         self.done += count
-        emit("progress", done=self.done, total=self.total)
+        emit(EventType.PROGRESS, done=self.done, total=self.total)
 
     # -- lm-eval -------------------------------------------------------------------------------------
 
@@ -138,7 +139,7 @@ class Evaluator:
         """Unknown tasks and tasks whose data is not available offline are refused before any model."""
         if not self.tasks:
             return
-        emit("phase", message="checking lm-eval tasks")
+        emit(EventType.PHASE, message="checking lm-eval tasks")
         os.environ["HF_DATASETS_OFFLINE"] = "1"
         os.environ["HF_HUB_OFFLINE"] = "1"
         logging.getLogger("lm_eval").setLevel(logging.ERROR)
@@ -189,7 +190,7 @@ class Evaluator:
                     from lm_eval.models.optimum_habana import HabanaLM
                     return HabanaLM(pretrained=model, tokenizer=tokenizer, batch_size=1)
                 except Exception as exc:
-                    emit("phase", message="lm-eval's Gaudi model refused the loaded model "
+                    emit(EventType.PHASE, message="lm-eval's Gaudi model refused the loaded model "
                                           f"({_first_line(exc)}): using its hf model")
         return HFLM(pretrained=model, tokenizer=tokenizer, batch_size=1)
 
@@ -318,12 +319,12 @@ class Evaluator:
         return math.exp(total_loss / total_tokens) if total_tokens else None
 
     def evaluate(self, name: str, model: Any, tokenizer: Any, scorer: Scorer) -> None:
-        emit("phase", message=f"{name}: answering")
+        emit(EventType.PHASE, message=f"{name}: answering")
         timings: list[dict[str, Any]] = []
         for i, prompt in enumerate(self.prompts):
             got = self.answer(model, tokenizer, prompt)
             timings.append(got)
-            emit("answer", model=name, source="prompts", i=i, prompt=prompt, **got)
+            emit(EventType.ANSWER, model=name, source="prompts", i=i, prompt=prompt, **got)
             self.step()
         answers: list[str] = []
         rows: list[dict[str, float]] = []
@@ -333,18 +334,18 @@ class Evaluator:
             scores = scorer.row(got["text"], ref["reference"])
             answers.append(got["text"])
             rows.append(scores)
-            emit("answer", model=name, source="references", i=i, prompt=ref["prompt"],
+            emit(EventType.ANSWER, model=name, source="references", i=i, prompt=ref["prompt"],
                  reference=ref["reference"], scores=scores, **got)
             self.step()
         metrics = scorer.corpus(answers, [r["reference"] for r in self.references], rows) \
             if self.references else {}
         if self.heldout:
-            emit("phase", message=f"{name}: perplexity on {self.perplexity_on}")
+            emit(EventType.PHASE, message=f"{name}: perplexity on {self.perplexity_on}")
             metrics[METRIC_KEYS["perplexity"]] = self.perplexity(model, tokenizer)
         if self.tasks:
-            emit("phase", message=f"{name}: lm-eval {', '.join(self.tasks)}")
+            emit(EventType.PHASE, message=f"{name}: lm-eval {', '.join(self.tasks)}")
         tasks = self.run_tasks(model, tokenizer)
-        emit("model_result", model=name, metrics=metrics, tasks=tasks, device=self.device,
+        emit(EventType.MODEL_RESULT, model=name, metrics=metrics, tasks=tasks, device=self.device,
              chat_template=self.use_chat(tokenizer), perplexity_on=self.perplexity_on,
              ttft_s=mean([t["ttft_s"] for t in timings]),
              tokens_per_s=mean([t["tokens_per_s"] for t in timings]))
@@ -360,13 +361,13 @@ class Evaluator:
         # read their prompts through it, so base and tuned see the same text.
         has_tokenizer = bool(adapter) and os.path.isfile(os.path.join(adapter, "tokenizer_config.json"))
         tokenizer_path = adapter if has_tokenizer else ""
-        emit("phase", message=f"loading the base model {base_path}")
+        emit(EventType.PHASE, message=f"loading the base model {base_path}")
         model, tokenizer = self.load(base_path, tokenizer_path)
         if self.chat_mode == "on" and not getattr(tokenizer, "chat_template", None):
             raise Failure("bad_input", f"--chat on: {base_path} has no chat template")
         self.prepare_heldout(tokenizer)
         self.count()
-        emit("progress", done=0, total=self.total)
+        emit(EventType.PROGRESS, done=0, total=self.total)
         try:
             self.evaluate("base", model, tokenizer, scorer)
         except Failure:
@@ -374,7 +375,7 @@ class Evaluator:
         except Exception as exc:
             raise Failure("model_failed", f"the base model failed: {_first_line(exc)}") from None
         if adapter:
-            emit("phase", message=f"applying the adapter {adapter} (in memory, unmerged)")
+            emit(EventType.PHASE, message=f"applying the adapter {adapter} (in memory, unmerged)")
             if tuned_path != base_path:
                 del model
                 model, tokenizer = self.load(tuned_path, tokenizer_path)
@@ -385,7 +386,7 @@ class Evaluator:
                     from None
             model.eval()
         else:
-            emit("phase", message=f"loading the tuned model {tuned_path}")
+            emit(EventType.PHASE, message=f"loading the tuned model {tuned_path}")
             del model
             model, tokenizer = self.load(tuned_path)
         try:
@@ -394,7 +395,7 @@ class Evaluator:
             raise
         except Exception as exc:
             raise Failure("model_failed", f"the tuned model failed: {_first_line(exc)}") from None
-        emit("done")
+        emit(EventType.DONE)
 
 
 def _task_scores(values: dict[str, Any]) -> dict[str, Any]:
@@ -418,15 +419,15 @@ def main() -> int:
         job = json.loads(sys.stdin.read())
         evaluator = Evaluator(job)
     except (ValueError, KeyError, TypeError) as exc:
-        emit("error", kind="bad_input", message=f"the evaluation job is not readable: {exc}")
+        emit(EventType.ERROR, kind="bad_input", message=f"the evaluation job is not readable: {exc}")
         return EXIT_BAD_INPUT
     try:
         evaluator.run()
     except Failure as exc:
-        emit("error", kind=exc.kind, message=str(exc))
+        emit(EventType.ERROR, kind=exc.kind, message=str(exc))
         return EXIT_BAD_INPUT if exc.kind == "bad_input" else EXIT_MODEL_FAILED
     except Exception as exc:  # one readable line, never only a traceback
-        emit("error", kind="model_failed", message=_first_line(exc))
+        emit(EventType.ERROR, kind="model_failed", message=_first_line(exc))
         return EXIT_MODEL_FAILED
     return EXIT_OK
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gaudi_gui.core import compile_rise, hpu_metrics
+from gaudi_gui.core import hpu_metrics
+from gaudi_gui.core.events import EventType
 from tests.helpers import click, set_arg
 from tests.qt.test_training_tab import click_history, tab  # noqa: F401 - the fixture
 
@@ -95,7 +96,7 @@ def test_live_power_and_compile_warning_by_clicks(qtbot, fake_hl_smi: Path, tab,
     assert summary["compile_warning"]["kind"] == "compile_rise"
     warnings = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()
                 if '"warning"' in line]
-    assert len([w for w in warnings if w["type"] == compile_rise.WARNING_EVENT]) == 1
+    assert len([w for w in warnings if w["type"] == EventType.WARNING]) == 1
     # The supervisor's last words say it too (a foreground `gaudi-gui train` prints them).
     assert "⚠ graph compilations keep rising after warm-up" in (folder / "supervisor.log").read_text()
 

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from gaudi_gui.core import compile_rise, meter
-from gaudi_gui.core.events import EventWriter
+from gaudi_gui.core.events import EventType, EventWriter
 
 
 def _dump(when: float, total: int) -> str:
@@ -91,10 +91,10 @@ def test_the_meter_warns_while_the_run_trains_and_runs_show_says_it(tmp_path: Pa
                 bridge.flush()
             events.write("metrics", step=step, max_steps=200, loss=2.0, time=t0 + step)
         # The 'run' goes on (no more steps yet): the meter's watch finds it by itself.
-        while not [e for e in _events(folder) if e["type"] == compile_rise.WARNING_EVENT]:
+        while not [e for e in _events(folder) if e["type"] == EventType.WARNING]:
             time.sleep(0.05)
     summary = m.stop()
-    warnings = [e for e in _events(folder) if e["type"] == compile_rise.WARNING_EVENT]
+    warnings = [e for e in _events(folder) if e["type"] == EventType.WARNING]
     assert len(warnings) == 1 and warnings[0]["kind"] == "compile_rise"
     assert warnings[0]["warmup_compilations"] == 10  # 5 at the start and 5 of steps 42-50
     assert summary["compile_warning"]["steady_compilations"] == 35  # steps 52..120, even ones
@@ -120,4 +120,4 @@ def test_no_warning_for_a_run_that_stops_compiling(tmp_path: Path) -> None:
     m.start()
     summary = m.stop()
     assert "compile_warning" not in summary
-    assert not [e for e in _events(folder) if e["type"] == compile_rise.WARNING_EVENT]
+    assert not [e for e in _events(folder) if e["type"] == EventType.WARNING]
