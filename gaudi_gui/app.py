@@ -73,12 +73,12 @@ class _FirstPaint(QObject):
         self._window = window
         self._then: Callable[[], object] | None = then
         window.installEventFilter(self)
-        QTimer.singleShot(self.FALLBACK_MS, self._fire)
+        QTimer.singleShot(self.FALLBACK_MS, self, self._fire)
 
     def eventFilter(self, obj: QObject, event: QEvent) -> bool:
         if obj is self._window and event.type() == QEvent.Type.Paint:
             self._window.removeEventFilter(self)
-            QTimer.singleShot(0, self._fire)
+            QTimer.singleShot(0, self, self._fire)
         return False
 
     def _fire(self) -> None:
@@ -126,13 +126,13 @@ def run_gui(argv: Sequence[str]) -> int:
         training = services.ensure_training(app)
         # Runs left going by an earlier session or started by `gaudi-gui train`: followed at once,
         # whether or not the Training tab is ever opened.
-        QTimer.singleShot(0, training.reattach)
+        QTimer.singleShot(0, training, training.reattach)
         services.poller.start()
         services.environment.refresh()
         if services.health is not None:
             # The doctor child (hl-smi -q, one -n link per card) waits until the probe child that
             # imports torch has had the CPU for its start.
-            QTimer.singleShot(HEALTH_DELAY_MS, services.health.start)
+            QTimer.singleShot(HEALTH_DELAY_MS, services.health, services.health.start)
 
     _after_first_paint(window, start_background)
     code = int(app.exec())

@@ -201,7 +201,7 @@ class QueueService(_Requests):
         self._waiting.append(request_id)
         if not queue.runner_pid() and not self._start_runner():
             raise QueueError(f"the queue process could not be started (see its log: {queue.log_path()})")
-        QTimer.singleShot(300, self.refresh)
+        QTimer.singleShot(300, self, self.refresh)
         return request_id
 
     def _start_runner(self) -> bool:

@@ -86,7 +86,7 @@ class MainWindow(QMainWindow):
         if services.training is not None:
             # Runs left going by an earlier session or started by `gaudi-gui train`: follow them
             # at once, whether or not the Training tab is ever opened.
-            QTimer.singleShot(0, services.training.reattach)
+            QTimer.singleShot(0, services.training, services.training.reattach)
         # Jobs left running by an earlier window (``_reattach_jobs``): followed again right after
         # the first paint (``eventFilter``), not before it: their services' modules (serve, placement,
         # Slurm, the hosts…) took 150-400 ms that the first frame waited for (bench/bench_startup.py:
@@ -116,7 +116,7 @@ class MainWindow(QMainWindow):
         if obj is self and event.type() == QEvent.Type.Paint:
             self.removeEventFilter(self)
             QTimer.singleShot(0, self, self._reattach_once)
-            QTimer.singleShot(0, self._build_next_tab)
+            QTimer.singleShot(0, self, self._build_next_tab)
         return False
 
     def _reattach_once(self) -> None:
@@ -133,7 +133,7 @@ class MainWindow(QMainWindow):
             key = _TABS[index][0]
             if key not in self._built:
                 self._tab(key)
-                QTimer.singleShot(0, self._build_next_tab)
+                QTimer.singleShot(0, self, self._build_next_tab)
                 return
         self.tabs_ready.emit()
 
