@@ -192,3 +192,22 @@ def test_report_to_tensorboard_and_trackio_reach_the_trainer(tmp_path: Path) -> 
     assert [r["name"] for r in seen["runs"]] == [run.name]
     logs = next(iter(seen["logs"].values()))
     assert [row["train/global_step"] for row in logs if "train/loss" in row] == [1, 2]
+
+
+def test_report_to_refused_with_its_reason_before_anything_loads(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """The training worker's look at report_to (before the model loads): "none" changes nothing; a trackio
+    Space while HF_HUB_OFFLINE is set is refused (it cannot be reached: no wait on the network); a
+    tracker whose package cannot be found is refused with its pip line. Nothing is recorded then."""
+    from gaudi_gui.workers import train
+    args: dict[str, Any] = {"report_to": "none", "output_dir": str(tmp_path / "out")}
+    assert train.reporting(args, tmp_path) == {} and "run_name" not in args
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    space = {"report_to": ["trackio"], "trackio_space_id": "me/board", "output_dir": str(tmp_path / "out")}
+    with pytest.raises(train.WorkerError, match="the Space me/board needs the network, and HF_HUB_OFFLINE"):
+        train.reporting(space, tmp_path)
+    monkeypatch.setattr("importlib.util.find_spec", lambda name: None)
+    for tracker, pip in (("trackio", "pip install trackio"), ("tensorboard", "pip install tensorboard")):
+        with pytest.raises(train.WorkerError, match=pip):
+            train.reporting({"report_to": tracker, "output_dir": str(tmp_path / "out")}, tmp_path)
+    assert not (tmp_path / "trackers.json").exists()
