@@ -27,6 +27,8 @@ import stat
 import sys
 from typing import Any
 
+from gaudi_gui.core.metrics import format_size
+
 #: Files whose presence makes a folder a Hugging Face model (or adapter) folder.
 MODEL_MARKERS = ("config.json", "adapter_config.json")
 #: At most this many entries are listed (a folder of a million files must not flood the pipe).
@@ -129,15 +131,6 @@ def list_hf_cache(cache: str | None = None) -> dict[str, Any]:
     return out
 
 
-def _human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if value < 1024 or unit == "TiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
-
-
 def run(args: argparse.Namespace) -> int:
     if args.hf_cache:
         answer = list_hf_cache()
@@ -145,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
             print(json.dumps(answer), flush=True)
         else:
             for model in answer["models"]:
-                print(f"{model['id']}\t{_human(model['size'])}")
+                print(f"{model['id']}\t{format_size(model['size'])}")
         return 0
     try:
         answer = list_folder(args.path)
@@ -157,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     for entry in answer["entries"]:
         mark = "/" if entry["is_dir"] else ""
-        note = "  (model)" if entry["model"] else ("" if entry["is_dir"] else f"  {_human(entry['size'])}")
+        size = "" if entry["is_dir"] else f"  {format_size(entry['size'])}"
+        note = "  (model)" if entry["model"] else size
         print(f"{entry['name']}{mark}{note}")
     return 0

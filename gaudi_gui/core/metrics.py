@@ -53,6 +53,16 @@ def series(records: Iterable[Mapping[str, Any]], key: str) -> tuple[list[float],
     return xs, ys
 
 
+def format_size(size: int) -> str:
+    """Bytes in binary units, as ``gaudi-gui ls`` and the remote browser show them: '512 B', '1.5 GiB'."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"  # pragma: no cover
+
+
 def format_duration(seconds: float | None) -> str:
     if seconds is None:
         return "–"

@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gaudi_gui.core.metrics import format_size
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.remote_files import CACHE, FOLDER, Listing, RemoteFiles
 
@@ -44,15 +45,6 @@ KIND_ROLE = Qt.ItemDataRole.UserRole + 1
 KIND_UP, KIND_DIR, KIND_FILE, KIND_HUB = "up", "dir", "file", "hub"
 MODEL_MARK = "  — model"
 _ERROR_STYLE = "color: #b00020;"
-
-
-def _format_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024:
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{value:.1f} TiB"
 
 
 class RemoteBrowser(QDialog):
@@ -190,7 +182,7 @@ class RemoteBrowser(QDialog):
                     item.setFont(bold)
                 first_dir = first_dir or item
             else:
-                item = QListWidgetItem(f"{name}    {_format_size(int(entry.get('size') or 0))}")
+                item = QListWidgetItem(f"{name}    {format_size(int(entry.get('size') or 0))}")
                 item.setData(KIND_ROLE, KIND_FILE)
                 item.setForeground(QColor("#808080"))
                 # Files are shown for context (config.json tells a model folder) but are not choices.
@@ -221,7 +213,7 @@ class RemoteBrowser(QDialog):
         models = answer.get("models") or []
         for model in models:
             hub_id = str(model.get("id", ""))
-            item = QListWidgetItem(f"{hub_id}    {_format_size(int(model.get('size') or 0))}")
+            item = QListWidgetItem(f"{hub_id}    {format_size(int(model.get('size') or 0))}")
             item.setData(PATH_ROLE, hub_id)
             item.setData(KIND_ROLE, KIND_HUB)
             item.setToolTip(str(model.get("path", "")))
