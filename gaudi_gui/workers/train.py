@@ -321,6 +321,9 @@ def reporting(args: dict[str, Any], run_dir: Path) -> dict[str, Any]:
     report = args.get("report_to")
     names = [report] if isinstance(report, str) else [str(n) for n in report or []]
     names = [n for n in names if n and n != "none"]
+    if "all" in names:  # the Trainer's meaning: every integration installed here
+        from transformers.integrations import get_available_reporting_integrations
+        names = [n for n in names if n != "all"] + list(get_available_reporting_integrations())
     record: dict[str, Any] = {}
     if not names:
         return record
