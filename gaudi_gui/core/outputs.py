@@ -138,8 +138,8 @@ class Conflict:
                 f"output folder empty (each run gets its own), choose another, or tick 'overwrite'")
 
 
-def conflict(output_dir: str, *, resumed_from: str = "", run_folder: str = "") -> Conflict | None:
-    """Why a run (``run_folder``, resuming ``resumed_from``) must not write into ``output_dir``; None
+def conflict(output_dir: str, *, resumed_from: str = "") -> Conflict | None:
+    """Why a run (resuming ``resumed_from``) must not write into ``output_dir``; None
     when the folder is new, empty, or holds only that run's lineage's files."""
     if not output_dir.strip():
         return None
@@ -156,8 +156,6 @@ def conflict(output_dir: str, *, resumed_from: str = "", run_folder: str = "") -
         if not held:
             return None  # claimed, nothing written yet (a run starting, or another part of its job)
         mine = set(lineage(resumed_from)) if resumed_from else set()
-        if run_folder:
-            mine.add(_resolved(run_folder))
         # Resuming any writer of the folder, or an earlier link of a writer's chain, is its lineage.
         if mine and any(_resolved(o) in mine or mine & set(lineage(o)) for o in owners):
             return None

@@ -212,7 +212,7 @@ def ssh_config_file(explicit: str | None = None) -> str | None:
 
 
 def ssh_base(*, config: str | None = None, control_dir: Path | None = None,
-             connect_timeout: int = 10, multiplex: bool = True) -> list[str]:
+             connect_timeout: int = 10) -> list[str]:
     """``ssh`` with the options every call uses (no destination yet)."""
     argv = ["ssh", "-T"]
     cfg = ssh_config_file(config)
@@ -220,10 +220,8 @@ def ssh_base(*, config: str | None = None, control_dir: Path | None = None,
         argv += ["-F", cfg]
     argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(connect_timeout)}",
              "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
-    if multiplex:
-        folder = control_dir if control_dir is not None else globals()["control_dir"]()
-        argv += ["-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C", "-o", "ControlPersist=120"]
-    return argv
+    folder = control_dir if control_dir is not None else globals()["control_dir"]()
+    return [*argv, "-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C", "-o", "ControlPersist=120"]
 
 
 # -- ssh failures, in words ---------------------------------------------------------------------------
