@@ -36,6 +36,8 @@ import typing
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.workers.loader import hide_bitsandbytes
+
 
 def _json_safe(value: Any) -> Any:
     if isinstance(value, enum.Enum):
@@ -295,9 +297,11 @@ def main(argv: list[str] | None = None) -> int:
         if not isinstance(data, dict):
             print(json.dumps({"ok": False, "errors": [{"field": "", "message": "not a JSON object"}]}))
             return 1
+        hide_bitsandbytes(optim=data.get("optim"))
         errors = validate(data, num_processes)
         print(json.dumps({"ok": not errors, "errors": errors}))
         return 0 if not errors else 1
+    hide_bitsandbytes()  # the schema is the same without it, and comes seconds sooner
     print(json.dumps(dump_schema()))
     return 0
 

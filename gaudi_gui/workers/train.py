@@ -538,6 +538,8 @@ def _run(argv: list[str] | None) -> int:
     say(f"started, pid {os.getpid()}")
     try:
         job = JobConfig.load(config)
+        from gaudi_gui.workers import loader
+        loader.hide_bitsandbytes(job.quantization, job.training_args.get("optim"))  # before transformers
         problems = [p for p in job.validate() if not p[0].startswith("launch.")]
         if problems:
             raise WorkerError("config", "; ".join(f"{f}: {m}" for f, m in problems))

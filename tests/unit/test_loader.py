@@ -103,3 +103,32 @@ def test_without_bitsandbytes_a_sentence_not_a_traceback(monkeypatch: pytest.Mon
     with pytest.raises(loader.LoadError, match="needs bitsandbytes"):
         how.kwargs(FakeTorch)
     assert loader.plan("cpu", quantization="none").quantization == "none"  # no quantization: no need
+
+
+_HIDDEN_CHECK = """
+import importlib.util, json, sys
+from gaudi_gui.workers import loader
+hidden = loader.hide_bitsandbytes(sys.argv[1], sys.argv[2] or None)
+from transformers.utils import is_bitsandbytes_available
+import peft  # imports bitsandbytes whenever it is installed (peft.helpers)
+print(json.dumps({"hidden": hidden, "spec": importlib.util.find_spec("bitsandbytes") is not None,
+                  "transformers_sees": is_bitsandbytes_available(),
+                  "imported": sys.modules.get("bitsandbytes") is not None}))
+"""
+
+
+@pytest.mark.parametrize(("quantization", "optim", "hidden"), [
+    ("none", "", True), ("4bit", "", False), ("none", "paged_adamw_8bit", False)])
+def test_bitsandbytes_is_hidden_only_from_a_process_that_cannot_need_it(quantization: str, optim: str,
+                                                                        hidden: bool) -> None:
+    """A real child: hidden, bitsandbytes is neither imported (peft imports it whenever it is installed:
+    seconds of torch.compile at its import, and a Hub call for a kernel on AVX512-BF16 CPUs) nor seen
+    by transformers; a quantized load or a bitsandbytes optimizer keeps it."""
+    import json
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", _HIDDEN_CHECK, quantization, optim], capture_output=True,
+                         text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["hidden"] is hidden
+    assert seen["spec"] is seen["transformers_sees"] is seen["imported"] is (not hidden), seen
