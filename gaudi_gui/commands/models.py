@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 
 from gaudi_gui.core import hub
+from gaudi_gui.core.metrics import format_ago
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -23,12 +23,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--yes", action="store_true", help="with --delete: really delete (otherwise it only "
                                                       "says what would be freed)")
     p.add_argument("--cache-dir", default=None, metavar="DIR", help="the Hub cache (default HF_HUB_CACHE)")
-
-
-def _ago(ts: float) -> str:
-    if not ts:
-        return "?"
-    return hub.duration(max(0.0, time.time() - ts)) + " ago"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -49,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"{'SIZE':>10}  {'LAST USED':>12}  {'REVS':>4}  REPO")
     for m in listing.models:
         kind = "" if m.repo_type == "model" else f" ({m.repo_type})"
-        print(f"{hub.human(m.size_on_disk):>10}  {_ago(m.last_accessed):>12}  {len(m.revisions):>4}  "
+        print(f"{hub.human(m.size_on_disk):>10}  {format_ago(m.last_accessed):>12}  {len(m.revisions):>4}  "
               f"{m.repo_id}{kind}")
         for rev in m.revisions:
             refs = f" ({', '.join(rev.refs)})" if rev.refs else ""

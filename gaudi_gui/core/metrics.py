@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -51,6 +52,11 @@ def series(records: Iterable[Mapping[str, Any]], key: str) -> tuple[list[float],
             xs.append(float(step))
             ys.append(float(value))
     return xs, ys
+
+
+def format_ago(ts: float) -> str:
+    """'3m05s ago' for a time stamp ('?' for none): when a cached model was last used."""
+    return format_duration(max(0.0, time.time() - ts)) + " ago" if ts else "?"
 
 
 def format_size(size: int) -> str:

@@ -8,7 +8,6 @@ and ``gaudi-gui download … --json`` where the model is or must be; this view s
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
@@ -30,6 +29,7 @@ from PySide6.QtWidgets import (
 )
 
 from gaudi_gui.core import hub
+from gaudi_gui.core.metrics import format_ago
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.services.downloads import Download, DownloadRequest, ModelPlaces, listing_rows
@@ -46,12 +46,6 @@ class _SizeItem(QTableWidgetItem):
         if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)):
             return mine < theirs
         return super().__lt__(other)
-
-
-def _ago(ts: float) -> str:
-    if not ts:
-        return "?"
-    return hub.duration(max(0.0, time.time() - ts)) + " ago"
 
 
 class DownloadRow(QWidget):
@@ -297,7 +291,7 @@ class ModelsTab(QWidget):
             name.setToolTip(row["path"])
             size = _SizeItem(hub.human(row["size"]))
             size.setData(Qt.ItemDataRole.UserRole, row["size"])
-            used = _SizeItem(_ago(row["last_used"]))
+            used = _SizeItem(format_ago(row["last_used"]))
             used.setData(Qt.ItemDataRole.UserRole, -row["last_used"])
             for column, item in enumerate((name, QTableWidgetItem(row["commit"][:12] + refs), size, used,
                                            QTableWidgetItem(row["where"]))):
