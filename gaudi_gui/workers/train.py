@@ -36,7 +36,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gaudi_gui.core.events import EventWriter
+from gaudi_gui.core.events import EventType, EventWriter
 
 if TYPE_CHECKING:
     from gaudi_gui.core.jobconfig import JobConfig
@@ -80,7 +80,7 @@ STOP = _Stop()
 EVENTS: EventWriter | None = None
 
 
-def emit(event_type: str, **fields: Any) -> None:
+def emit(event_type: EventType, **fields: Any) -> None:
     """An event from this machine's first rank (or ``everywhere=True``: from each rank, tagged)."""
     everywhere = bool(fields.pop("everywhere", False))
     if EVENTS is not None and (EVENTS_HERE or everywhere):
@@ -99,7 +99,7 @@ def _on_stop_signal(signum: int, _frame: Any) -> None:
     STOP.requested = True
     STOP.signal_name = signal.Signals(signum).name
     if first:
-        emit("stop_requested", signal=STOP.signal_name, phase=STOP.phase, everywhere=True)
+        emit(EventType.STOP_REQUESTED, signal=STOP.signal_name, phase=STOP.phase, everywhere=True)
         os.write(2, f"[rank {RANK}/{WORLD}] {STOP.signal_name}: stopping ({STOP.phase})\n".encode())
     if STOP.phase == "loading":
         _stop_before_training()
@@ -163,7 +163,7 @@ def make_callbacks(started: float) -> list[Any]:
         def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.train_t0 = time.time()
             self.first_step = state.global_step
-            emit("training_started", max_steps=state.max_steps, world_size=args.world_size,
+            emit(EventType.TRAINING_STARTED, max_steps=state.max_steps, world_size=args.world_size,
                  start_step=state.global_step, load_seconds=round(self.train_t0 - started, 3))
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
@@ -195,7 +195,7 @@ def make_callbacks(started: float) -> list[Any]:
                 record["summary"] = True
             if record["loss"] is not None:
                 self.last_loss = record["loss"]
-            emit("metrics", **record)
+            emit(EventType.METRICS, **record)
 
         @staticmethod
         def speeds(args: Any, state: Any, steps: int, elapsed: float, tokens: float | None) -> dict[str, Any]:
@@ -283,12 +283,12 @@ def make_callbacks(started: float) -> list[Any]:
                 self.stop_step = state.global_step
             if control.should_save:
                 self.save_t0 = time.time()
-                emit("checkpoint_saving", step=state.global_step,
+                emit(EventType.CHECKPOINT_SAVING, step=state.global_step,
                      reason="stop" if self.stop_step == state.global_step else "schedule")
 
         def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             path = Path(args.output_dir) / f"checkpoint-{state.global_step}"
-            emit("checkpoint_saved", step=state.global_step, path=str(path),
+            emit(EventType.CHECKPOINT_SAVED, step=state.global_step, path=str(path),
                  seconds=round(time.time() - self.save_t0, 3) if self.save_t0 else None,
                  reason="stop" if self.stop_step == state.global_step else "schedule")
 
@@ -372,7 +372,7 @@ def reporting(args: dict[str, Any], run_dir: Path) -> dict[str, Any]:
 
 def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
     started = time.time()
-    emit("phase", phase="loading", message="loading model and dataset")
+    emit(EventType.PHASE, phase="loading", message="loading model and dataset")
     say("loading model and dataset")
     from gaudi_gui.workers import loader, sft_data
     from gaudi_gui.workers.demo import resolve_model
@@ -442,14 +442,14 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
         say(f"warning: {sft_data.truncated_message(dropped, len(train_rows), targs.max_length)}")
     first = trainer.train_dataset[0] if len(trainer.train_dataset) else {}
     labels = list(first.get("labels") or first.get("input_ids") or [])
-    emit("dataset_ready", kind=job.dataset.kind, rows=len(trainer.train_dataset), dropped=dropped,
+    emit(EventType.DATASET_READY, kind=job.dataset.kind, rows=len(trainer.train_dataset), dropped=dropped,
          eval_rows=len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0,
          first_tokens=len(first.get("input_ids") or []),
          first_labelled=sum(1 for x in labels if x != -100))
     distributed = str(getattr(trainer.accelerator, "distributed_type", "")).rsplit(".", 1)[-1]
     say(f"pid {os.getpid()} training on {targs.device} ({len(trainer.train_dataset)} rows, {distributed})")
     if resume:
-        emit("phase", phase="resuming", checkpoint=str(resume), message=f"resuming from {resume}")
+        emit(EventType.PHASE, phase="resuming", checkpoint=str(resume), message=f"resuming from {resume}")
     result = trainer.train(resume_from_checkpoint=resume)
     STOP.phase = "finishing"
     state = trainer.state
@@ -457,7 +457,7 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
     strategy = str(getattr(targs.eval_strategy, "value", targs.eval_strategy))
     if eval_rows is not None and not stopped and strategy == "no":
         # An eval split without a schedule: one evaluation of the trained model (logged as metrics).
-        emit("phase", phase="evaluating", message="evaluating on the eval split")
+        emit(EventType.PHASE, phase="evaluating", message="evaluating on the eval split")
         trainer.evaluate()
     final_dir = ""
     checkpoint = ""
@@ -466,7 +466,7 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
         candidate = Path(targs.output_dir) / f"checkpoint-{state.global_step}"
         checkpoint = str(candidate) if checkpoint_complete(candidate) else ""
     else:
-        emit("phase", phase="finishing", message="saving the final model")
+        emit(EventType.PHASE, phase="finishing", message="saving the final model")
         final_dir = save_final(trainer, job, tokenizer, Path(targs.output_dir))
     trainer.accelerator.wait_for_everyone()
     loss = float(result.training_loss) if result.training_loss == result.training_loss else None
@@ -512,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     except StopBeforeTraining:
         # Caught here, outside every other handler: raised wherever the signal landed (an import, a
         # print, an error being reported), it ends the rank the same way.
-        emit("stopped", before_training=True, global_step=0, signal=STOP.signal_name)
+        emit(EventType.STOPPED, before_training=True, global_step=0, signal=STOP.signal_name)
         say("stopped before training began")
         return 0
 
@@ -545,17 +545,17 @@ def _run(argv: list[str] | None) -> int:
             raise WorkerError("config", "; ".join(f"{f}: {m}" for f, m in problems))
         summary = train(job, run_dir)
     except JobConfigError as exc:
-        emit("error", kind="config", message=str(exc), everywhere=True)
+        emit(EventType.ERROR, kind="config", message=str(exc), everywhere=True)
         say(f"error: {exc}")
         return 1
     except Exception as exc:
         kind, message = classify(exc)
         if kind == "other":
             traceback.print_exc()
-        emit("error", kind=kind, message=message, everywhere=True)
+        emit(EventType.ERROR, kind=kind, message=message, everywhere=True)
         print(f"[rank {RANK}/{WORLD}] error ({kind}): {message}", file=sys.stderr, flush=True)
         return 1
-    emit("stopped" if summary["stopped"] else "finished", **summary)
+    emit(EventType.STOPPED if summary["stopped"] else EventType.FINISHED, **summary)
     say("stopped after checkpoint" if summary["stopped"] else "done")
     return 0
 
