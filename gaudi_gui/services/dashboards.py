@@ -24,9 +24,9 @@ from PySide6.QtGui import QDesktopServices
 
 from gaudi_gui.core import dashboard
 from gaudi_gui.core.placement import Forward
-from gaudi_gui.core.remote import Host, ssh_base
+from gaudi_gui.core.remote import Host
 from gaudi_gui.core.serve import pick_free_port
-from gaudi_gui.services.process import ProcessRunner, describe_exit
+from gaudi_gui.services.process import ProcessRunner, ask_forward, describe_exit
 
 #: Tries of ``ssh -O forward`` (1 s, then 2 s apart) before the forward is said to have failed.
 FORWARD_ATTEMPTS = 3
@@ -139,27 +139,17 @@ class DashboardService(QObject):
 
     def _ask_forward(self, board: _Board, url: str, attempt: int, cancel: bool = False) -> None:
         """``ssh -O forward|cancel`` of the host's dashboard port on the multiplexed connection."""
-        forward = board.forward
-        if forward is None:
-            return
-        runner = ProcessRunner(self, parse_protocol=False)
-        said: list[str] = []
-        runner.line_received.connect(lambda _stream, line: said.append(line.strip()))
-        if not cancel:
-            runner.finished.connect(lambda code, _status: self._forwarded(board, url, code, said, attempt))
-        runner.finished.connect(lambda _code, _status: runner.deleteLater())
-        argv = [*ssh_base(), "-O", "cancel" if cancel else "forward", *forward.ssh_option(), "--",
-                board.host.name]
-        runner.start(argv[0], argv[1:])
+        if board.forward is not None:
+            ask_forward(self, board.host.name, board.forward, None if cancel else
+                        lambda code, why: self._forwarded(board, url, code, why, attempt), cancel=cancel)
 
-    def _forwarded(self, board: _Board, url: str, code: int, said: list[str], attempt: int) -> None:
+    def _forwarded(self, board: _Board, url: str, code: int, why: str, attempt: int) -> None:
         if code != 0 and board.runner.is_running() and attempt < FORWARD_ATTEMPTS:
             # A master connection that is still starting answers 255 for a moment.
             QTimer.singleShot(1000 * attempt, self, lambda: self._ask_forward(board, url, attempt + 1))
             return
         forward = board.forward
         if code != 0 or forward is None:
-            why = next((line for line in reversed(said) if line), "")
             self.failed.emit(board.kind, f"the forward of the dashboard on {board.host.name} failed "
                                          f"(ssh exit {code}{': ' + why if why else ''})")
             return

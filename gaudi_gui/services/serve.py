@@ -17,7 +17,6 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core.events import EventType
 from gaudi_gui.core.placement import Forward, Placement
-from gaudi_gui.core.remote import ssh_base
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.serve import (
     EngineChoice,
@@ -31,7 +30,7 @@ from gaudi_gui.core.serve import (
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.endpoint_chat import EndpointChat
 from gaudi_gui.services.kind_job import KindJob
-from gaudi_gui.services.process import ProcessRunner
+from gaudi_gui.services.process import ask_forward
 
 #: Tries of ``ssh -O forward`` (1 s, then 2 s apart) before the forward is said to have failed.
 FORWARD_ATTEMPTS = 3
@@ -128,25 +127,17 @@ class ServeService(KindJob):
         the window never waits for it); the URL is said once the forward is made."""
         if self._forward is None:
             return
-        runner = ProcessRunner(self, parse_protocol=False)
-        argv = [*ssh_base(), "-O", "cancel" if cancel else "forward", *self._forward.ssh_option(), "--",
-                self.host.name]
-        said: list[str] = []
-        runner.line_received.connect(lambda _stream, line: said.append(line.strip()))
         attempt = self._forward_attempts = 0 if cancel else self._forward_attempts + 1
-        if not cancel:
-            url = endpoint_url(self._forward.local_port)
-            runner.finished.connect(lambda code, _status: self._forwarded(url, code, said, attempt))
-        runner.finished.connect(lambda _code, _status: runner.deleteLater())
-        runner.start(argv[0], argv[1:])
+        url = endpoint_url(self._forward.local_port)
+        ask_forward(self, self.host.name, self._forward, None if cancel else
+                    lambda code, why: self._forwarded(url, code, why, attempt), cancel=cancel)
 
-    def _forwarded(self, url: str, code: int, said: list[str], attempt: int) -> None:
+    def _forwarded(self, url: str, code: int, why: str, attempt: int) -> None:
         if code != 0 and self.is_running() and attempt < FORWARD_ATTEMPTS:
             # A master connection that is still starting or being replaced answers 255 for a moment.
             QTimer.singleShot(int(1000 * attempt), self, self._ask_forward)
             return
         if code != 0 or not self.is_running():
-            why = next((line for line in reversed(said) if line), "")
             self.failed.emit("", f"the forward of {url} to {self.host.name} failed (ssh exit {code}"
                                  f"{': ' + why if why else ''})")
             return
