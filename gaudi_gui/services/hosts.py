@@ -39,12 +39,14 @@ from gaudi_gui.services.settings import Settings
 _SETUP_TAIL = 20
 
 
-class _Hello(QObject):
-    """``gaudi-gui hello --json`` on a host as a child (the handshake, never blocking the GUI)."""
+class _Ask(QObject):
+    """A short command about a host as a child, never blocking the GUI: ``gaudi-gui hello --json``
+    on it (the handshake) or ``ssh -G HOST`` (ssh's resolved configuration, without connecting)."""
 
-    def __init__(self, host: Host, parent: QObject) -> None:
+    def __init__(self, host: Host, argv: list[str], parent: QObject) -> None:
         super().__init__(parent)
         self.host = host
+        self.argv = argv
         self.out: list[str] = []
         self.err: list[str] = []
         self.runner = ProcessRunner(self, parse_protocol=False, tail_lines=20)
@@ -52,24 +54,7 @@ class _Hello(QObject):
             lambda stream, line: (self.out if stream == "stdout" else self.err).append(line))
 
     def start(self) -> None:
-        argv = self.host.wrap(self.host.gaudi_gui_argv("hello", "--json"))
-        self.runner.start(argv[0], argv[1:])
-
-
-class _Resolve(QObject):
-    """``ssh -G HOST`` as a child: ssh's resolved configuration of the host, without connecting."""
-
-    def __init__(self, host: Host, parent: QObject) -> None:
-        super().__init__(parent)
-        self.host = host
-        self.out: list[str] = []
-        self.runner = ProcessRunner(self, parse_protocol=False, tail_lines=5)
-        self.runner.line_received.connect(
-            lambda stream, line: self.out.append(line) if stream == "stdout" else None)
-
-    def start(self) -> None:
-        argv = multi_host.ssh_g_argv(self.host)
-        self.runner.start(argv[0], argv[1:])
+        self.runner.start(self.argv[0], self.argv[1:])
 
 
 def _file_stamp(path: Path) -> tuple[int, int, int] | None:
@@ -122,11 +107,11 @@ class HostsService(QObject):
         #: Card selection per saved host (the same dict as ``AppServices.host_selections``).
         self.selections: dict[str, DeviceSelection] = selections if selections is not None else {}
         self._running = False
-        self._hellos: dict[str, _Hello] = {}
+        self._hellos: dict[str, _Ask] = {}
         #: The newest handshake answer per host (see ``handshake_finished``).
         self.handshakes: dict[str, dict[str, Any]] = {}
         self._addresses: dict[str, str] = {}
-        self._resolves: dict[str, _Resolve] = {}
+        self._resolves: dict[str, _Ask] = {}
         self._setup_runner = ProcessRunner(self, parse_protocol=False, tail_lines=_SETUP_TAIL)
         self._setup_runner.line_received.connect(self._on_setup_line)
         self._setup_runner.finished.connect(self._on_setup_done)
@@ -292,12 +277,12 @@ class HostsService(QObject):
         old = self._hellos.pop(host.name, None)
         if old is not None:
             delete_when_reaped(old)
-        hello = _Hello(host, self)
+        hello = _Ask(host, host.wrap(host.gaudi_gui_argv("hello", "--json")), self)
         hello.runner.finished.connect(lambda code, _status, h=hello: self._on_hello(h, code))
         self._hellos[host.name] = hello
         hello.start()
 
-    def _on_hello(self, hello: _Hello, code: int) -> None:
+    def _on_hello(self, hello: _Ask, code: int) -> None:
         if self._hellos.get(hello.host.name) is not hello:
             return  # replaced by a newer handshake
         try:
@@ -326,13 +311,13 @@ class HostsService(QObject):
                 host = self.find(name)
             except HostError:
                 return None
-            resolve = _Resolve(host, self)
+            resolve = _Ask(host, multi_host.ssh_g_argv(host), self)
             resolve.runner.finished.connect(lambda _code, _status, r=resolve: self._on_resolved(r))
             self._resolves[name] = resolve
             resolve.start()
         return None
 
-    def _on_resolved(self, resolve: _Resolve) -> None:
+    def _on_resolved(self, resolve: _Ask) -> None:
         name = resolve.host.name
         if self._resolves.get(name) is not resolve:
             return
