@@ -333,7 +333,8 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
         _say(f"{final.get('summary') or final.get('state') or run.lost}\nrun folder on {run.host.name}: "
              f"{run.folder}")
     if several:
-        _say(f"meter: {job_meter_line(runs)}")
+        for line in job_meter_lines(runs):
+            _say(line)
     if failed:
         _say(f"the run failed on {failed[0].host.name}")
         return 1
@@ -355,13 +356,21 @@ def part_meter(run: HostRun) -> dict[str, Any] | None:
     return meter if isinstance(meter, dict) else None
 
 
-def job_meter_line(runs: Sequence[HostRun]) -> str:
-    """The whole job's meter: every host's part asked at once, summed (``core.meter.combine``)."""
+def job_meter(runs: Sequence[HostRun]) -> dict[str, Any]:
+    """The whole job's meter: every host's part asked at once, summed (``core.meter.combine``): the
+    Gaudi compile meter of the host that compiled most, each host's compile warning named."""
     from gaudi_gui.core import meter as meter_mod
     with ThreadPoolExecutor(max_workers=max(1, len(runs))) as pool:
         summaries = list(pool.map(part_meter, runs))
-    return meter_mod.combined_line(meter_mod.combine([(r.host.name, s) for r, s in zip(runs, summaries,
-                                                                                        strict=True)]))
+    return meter_mod.combine([(r.host.name, s) for r, s in zip(runs, summaries, strict=True)])
+
+
+def job_meter_lines(runs: Sequence[HostRun]) -> list[str]:
+    """What the terminal is told of the whole job's meter: its line, then each host's compile warning."""
+    from gaudi_gui.core import meter as meter_mod
+    from gaudi_gui.core.compile_rise import findings, rise_text
+    whole = job_meter(runs)
+    return [f"meter: {meter_mod.combined_line(whole)}", *(rise_text(f) for f in findings(whole))]
 
 
 def _note(event: dict[str, Any], run: HostRun, several: bool) -> None:

@@ -218,11 +218,12 @@ def _meter_lines(summary: dict[str, Any] | None) -> str:
     text = f"\n  meter: {redact(meter_mod.describe(summary))}"
     compiled = summary.get("compile")
     if isinstance(compiled, dict) and "compilations" in compiled:
-        text += f"\n  compile meter: {redact(hpu_metrics.describe(compiled))}"
-    from gaudi_gui.core.compile_rise import rise_text
-    warning = rise_text(summary.get("compile_warning"))
-    if warning:
-        text += f"\n  {warning}"
+        # A job of several parts (hosts, Slurm nodes): the part that compiled most sets the pace.
+        where = f" ({compiled['part']}, the part that compiled most)" if compiled.get("part") else ""
+        text += f"\n  compile meter{where}: {redact(hpu_metrics.describe(compiled))}"
+    from gaudi_gui.core.compile_rise import findings, rise_text
+    for finding in findings(summary):
+        text += f"\n  {redact(rise_text(finding))}"
     return text
 
 

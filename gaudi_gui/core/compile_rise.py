@@ -91,6 +91,26 @@ def compile_rise(timeline: Sequence[tuple[float, int]], steps: Sequence[tuple[fl
             "fix": RISE_CAUSES}
 
 
+def named(finding: Mapping[str, Any], part: str) -> dict[str, Any]:
+    """``finding`` as one part of a job found it (a host of a multi-host run, a Slurm node): "part"
+    names it and its message starts with the name. A finding already named is left as it is."""
+    if not part or finding.get("part"):
+        return dict(finding)
+    return {**finding, "part": part, "message": f"{part}: {finding.get('message', '')}"}
+
+
+def findings(summary: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    """Every finding a meter summary holds: a job of several parts keeps each part's, named
+    (``compile_warnings``); a run's own summary its one ``compile_warning``."""
+    if not summary:
+        return []
+    several = summary.get("compile_warnings")
+    if isinstance(several, list) and several:
+        return [dict(f) for f in several if isinstance(f, Mapping)]
+    one = summary.get("compile_warning")
+    return [dict(one)] if isinstance(one, Mapping) else []
+
+
 def rise_text(finding: Mapping[str, Any] | None) -> str:
     """'⚠ graph compilations keep rising …: <fix>' ('' without a finding)."""
     if not finding or not finding.get("message"):
@@ -99,4 +119,4 @@ def rise_text(finding: Mapping[str, Any] | None) -> str:
 
 
 __all__ = ["RISE_CAUSES", "RISE_MIN_STEPS", "RISE_PER_100_STEPS", "RISE_WARMUP_STEPS",
-           "compile_rise", "compile_timeline", "rise_text"]
+           "compile_rise", "compile_timeline", "findings", "named", "rise_text"]

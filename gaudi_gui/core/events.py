@@ -38,6 +38,9 @@ class EventType(str, Enum):
     DATASET_READY = "dataset_ready"  # kind, rows, dropped...
     TRAINING_STARTED = "training_started"  # max_steps, world_size, start_step (a resume's step)
     METRICS = "metrics"  # rank 0's logging step: core.metrics.metric_record is its record
+    #: step, max_steps: the logging step as the first rank of each *other* machine of a multi-machine
+    #: run sees it (machine i's own folder gets no METRICS): its run meter times its compile meter by it
+    STEP = "step"
     CHECKPOINT_SAVING = "checkpoint_saving"  # step
     CHECKPOINT_SAVED = "checkpoint_saved"  # step, path, seconds
     STOP_REQUESTED = "stop_requested"  # signal, phase

@@ -227,14 +227,33 @@ def _take_file(rank: RankCompile, dumps: Sequence[Mapping[str, Any]], warmup_unt
     rank.defragmentations_ok += int(_number(defrag.get("TotalSuccessful")) or 0)
 
 
-def first_step_time(events: Iterable[Mapping[str, Any]]) -> float | None:
-    """The time of the run's first logged training step (its first "metrics" event with a step)."""
+def logged_steps(events: Iterable[Mapping[str, Any]]) -> list[tuple[float, int]]:
+    """(time, step) of each logged training step, in order: rank 0's "metrics" events (not the
+    end-of-training summary), and on another machine of a multi-machine run (a host's part, a Slurm
+    node) that machine's own "step" events; a step already seen is not counted again."""
+    out: list[tuple[float, int]] = []
     for event in events:
-        if event.get("type") == EventType.METRICS and event.get("step") is not None:
-            when = event.get("time")
-            if isinstance(when, (int, float)) and not isinstance(when, bool):
-                return float(when)
-    return None
+        step, when = event.get("step"), event.get("time")
+        if event.get("type") not in (EventType.METRICS, EventType.STEP) or event.get("summary") \
+                or not isinstance(step, int) or isinstance(step, bool) \
+                or not isinstance(when, (int, float)) or isinstance(when, bool):
+            continue
+        if not out or step > out[-1][1]:
+            out.append((float(when), step))
+    return out
+
+
+def first_step_time(events: Iterable[Mapping[str, Any]]) -> float | None:
+    """The time of the run's first logged training step (``logged_steps``)."""
+    steps = logged_steps(events)
+    return steps[0][0] if steps else None
+
+
+def run_summary(base: str | Path, events: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """``summarize`` of a run (or of one machine's part of it) timed by its own logged steps."""
+    steps = logged_steps(events)
+    return summarize(base, warmup_until=steps[0][0] if steps else None,
+                     steady_steps=(steps[-1][1] - steps[0][1]) if len(steps) > 1 else None)
 
 
 def summarize(base: str | Path, *, warmup_until: float | None = None,
@@ -295,4 +314,5 @@ def describe(summary: Mapping[str, Any]) -> str:
 
 
 __all__ = ["DUMP_TRIGGERS", "FILE_FORMAT", "FILE_NAME", "FOLDER_NAME", "MetricsFile", "RankCompile",
-           "describe", "first_step_time", "launch_env", "metric_files", "read_dumps", "summarize"]
+           "describe", "first_step_time", "launch_env", "logged_steps", "metric_files", "read_dumps",
+           "run_summary", "summarize"]

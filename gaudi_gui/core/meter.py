@@ -410,10 +410,14 @@ def combine(parts: Sequence[tuple[str, Mapping[str, Any] | None]]) -> dict[str, 
         notes.append(f"energy not measured on any part ({', '.join(unmeasured)})")
     throttled = [t for t in (_finite((s.get("throttle") or {}).get("throttled_s")) for _n, s in have)
                  if t is not None]
-    warning = next((s["compile_warning"] for _n, s in have if s.get("compile_warning")), None)
+    from gaudi_gui.core.compile_rise import named
+    warnings = [named(s["compile_warning"], name) for name, s in have
+                if isinstance(s.get("compile_warning"), Mapping)]
+    compiled = _combined_compile(have)
     out: dict[str, Any] = {
         "version": 1, "kind": "parts", "parts": [
-            {"name": name, **{k: (s or {}).get(k) for k in _PART_KEYS}} for name, s in parts],
+            {"name": name, **{k: (s or {}).get(k) for k in _PART_KEYS},
+             **_part_compile((s or {}).get("compile"))} for name, s in parts],
         "wall_s": max(walls) if walls else None,
         "card_hours": round(sum(h for h in hours if h is not None), 6) if any(h is not None for h in hours)
         else None,
@@ -425,8 +429,50 @@ def combine(parts: Sequence[tuple[str, Mapping[str, Any] | None]]) -> dict[str, 
         "memory_used_peak_mib": max(peaks) if peaks else None,
         "throttled_s": max(throttled) if throttled else None,
         "note": "; ".join(notes)}
-    if warning is not None:
-        out["compile_warning"] = warning
+    if compiled is not None:
+        out["compile"] = compiled
+    if warnings:
+        # The first part's finding is the job's (what the Training tab and runs show say); each
+        # part's, named, is kept.
+        out["compile_warning"] = warnings[0]
+        out["compile_warnings"] = warnings
+    return out
+
+
+def _part_compile(compiled: Any) -> dict[str, Any]:
+    """A part's compile figures in the job's list of parts (nothing for a part without them)."""
+    if not isinstance(compiled, Mapping) or "compilations" not in compiled:
+        return {}
+    return {"compilations": compiled.get("compilations"),
+            "steady_compilations": compiled.get("steady_compilations")}
+
+
+def _combined_compile(have: Sequence[tuple[str, Mapping[str, Any]]]) -> dict[str, Any] | None:
+    """The job's Gaudi compile meter from its parts': the part whose slowest rank compiled most sets
+    the pace of all (every rank waits for it at each collective), named in ``part``; the CPU
+    fallbacks' ops of every part; the parts without one named."""
+    found = [(name, s["compile"]) for name, s in have
+             if isinstance(s.get("compile"), Mapping) and "compilations" in s["compile"]]
+    if not found:
+        return None
+    name, worst = max(found, key=lambda p: (_finite(p[1].get("compilations")) or 0,
+                                            _finite(p[1].get("compile_s")) or 0))
+    out = {k: v for k, v in worst.items() if k != "ranks"}
+    out["part"] = name
+    out["per_part"] = {n: {k: c.get(k) for k in ("compilations", "compile_s", "warmup_compilations",
+                                                  "steady_compilations", "cpu_fallbacks",
+                                                  "steady_compilations_per_100_steps") if k in c}
+                       for n, c in found}
+    ops: list[str] = []
+    for _n, c in found:
+        for op in [*(c.get("cpu_fallback_ops") or {}), *(c.get("fallback_ops_all_ranks") or [])]:
+            if str(op) not in ops:
+                ops.append(str(op))
+    out["fallback_ops_all_ranks"] = ops
+    without = [n for n, s in have if not (isinstance(s.get("compile"), Mapping)
+                                         and "compilations" in s["compile"])]
+    if without:
+        out["parts_without"] = without
     return out
 
 
@@ -450,6 +496,9 @@ def combined_line(summary: Mapping[str, Any]) -> str:
     throttled = _finite(summary.get("throttled_s"))
     if throttled:
         words.append(f"throttled up to {throttled:.0f} s on one card")
+    compiled = summary.get("compile")
+    if isinstance(compiled, Mapping) and compile_text(compiled):
+        words.append(f"{compile_text(compiled)} on {compiled.get('part')}")
     text = " · ".join(words)
     return f"{text} ({summary['note']})" if summary.get("note") else text
 
@@ -789,8 +838,14 @@ class Meter:
 
     def __init__(self, folder: str | Path, *, device: str, env: Mapping[str, str] | None = None,
                  interval_s: float = INTERVAL_S, gap_s: float = GAP_S,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, events_path: str | Path | None = None,
+                 part: str = "") -> None:
         self.folder = Path(folder)
+        #: The run's events (its logged steps; the compile warning goes there): ``folder``'s own, or
+        #: a Slurm node's part's run folder's (the folder every node shares).
+        self.events_path = Path(events_path) if events_path is not None else self.folder / "events.jsonl"
+        #: The part of a job this meter is (a Slurm node's name): its warning names it.
+        self.part = part
         self.device = device
         self.env = dict(os.environ if env is None else env)
         self.interval_s = interval_s
@@ -1177,10 +1232,10 @@ class Meter:
         from gaudi_gui.core import compile_rise
         from gaudi_gui.core.events import EventFollower, EventWriter
         if self._step_follower is None:
-            self._step_follower = EventFollower(self.folder / "events.jsonl")
+            self._step_follower = EventFollower(self.events_path)
         for event in self._step_follower.read():
             step, when = event.get("step"), _finite(event.get("time"))
-            if (event.get("type") == EventType.METRICS and isinstance(step, int)
+            if (event.get("type") in (EventType.METRICS, EventType.STEP) and isinstance(step, int)
                     and not isinstance(step, bool) and when is not None and not event.get("summary")
                     and (not self._steps or step > self._steps[-1][1])):
                 self._steps.append((when, step))
@@ -1191,8 +1246,9 @@ class Meter:
                                             warmup_steps=warmup)
         if finding is None:
             return None
+        finding = compile_rise.named(finding, self.part)
         self.compile_warning = finding
-        with contextlib.suppress(OSError), EventWriter(self.folder / "events.jsonl") as events:
+        with contextlib.suppress(OSError), EventWriter(self.events_path) as events:
             events.write(EventType.WARNING, **finding)
         return finding
 

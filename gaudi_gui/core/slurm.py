@@ -429,14 +429,25 @@ def meter_node(folder: str | Path, device: str, argv: Sequence[str]) -> int:
     The meter never stops the launch: a meter that cannot start is said, and the launch runs."""
     import subprocess
 
+    from gaudi_gui.core import hpu_metrics
     from gaudi_gui.core import meter as meter_mod
 
     node = node_name()
     part = Path(folder) / NODES_DIR / node
+    env = dict(os.environ)
+    if device == "hpu" and "PT_HPU_METRICS_FILE" not in env:
+        # The bridge's compile meter of this node's ranks, in this node's part (per-rank names; the
+        # run folder is shared, so each node has its own folder); one the user set is theirs and kept.
+        env.update(hpu_metrics.launch_env(part))
+        with contextlib.suppress(OSError):
+            (part / hpu_metrics.FOLDER_NAME).mkdir(mode=0o700, parents=True, exist_ok=True)
+    events_path = Path(folder) / "events.jsonl"
     meter: Any = None
     try:
         part.mkdir(parents=True, exist_ok=True)
-        meter = meter_mod.Meter(part, device=device, env=os.environ)
+        # The steps come from the run's events (the folder every node shares: rank 0's "metrics",
+        # this node's first rank's "step"); a compile warning goes there too, naming this node.
+        meter = meter_mod.Meter(part, device=device, env=env, events_path=events_path, part=node)
         meter.start()
     except Exception as exc:  # an observer: whatever it meets, the launch goes on
         print(f"gaudi-gui: {node}: meter: cannot start: {exc}", flush=True)
@@ -447,7 +458,7 @@ def meter_node(folder: str | Path, device: str, argv: Sequence[str]) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1):
         signal.signal(sig, lambda *_: None)
     try:
-        proc = subprocess.Popen(list(argv))
+        proc = subprocess.Popen(list(argv), env=env)
     except OSError as exc:
         print(f"gaudi-gui: {node}: cannot start the launch: {exc}", flush=True)
         code = 127
@@ -456,8 +467,21 @@ def meter_node(folder: str | Path, device: str, argv: Sequence[str]) -> int:
         code = 128 - code if code < 0 else code
     if meter is not None:
         try:
-            summary = meter.stop(extra={"node": node})
+            extra: dict[str, Any] = {"node": node}
+            base = env.get("PT_HPU_METRICS_FILE") if device == "hpu" else None
+            if base:
+                from gaudi_gui.core.events import read_events
+                compiled = hpu_metrics.run_summary(base, read_events(events_path))
+                if compiled is not None:
+                    extra["compile"] = compiled
+            summary = meter.stop(extra=extra)
             print(f"gaudi-gui: {node}: meter: {meter_mod.describe(summary)}", flush=True)
+            if isinstance(summary.get("compile"), dict) and "compilations" in summary["compile"]:
+                print(f"gaudi-gui: {node}: compile meter: {hpu_metrics.describe(summary['compile'])}",
+                      flush=True)
+            if summary.get("compile_warning"):
+                from gaudi_gui.core.compile_rise import rise_text
+                print(f"gaudi-gui: {rise_text(summary['compile_warning'])}", flush=True)
         except Exception as exc:
             print(f"gaudi-gui: {node}: meter: cannot finish: {exc}", flush=True)
     return code

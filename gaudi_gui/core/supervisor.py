@@ -311,10 +311,9 @@ def stop_meter(meter: meter_mod.Meter | None, events: list[dict[str, Any]],
     try:
         base = meter.env.get("PT_HPU_METRICS_FILE") if meter.device == "hpu" else None
         if base:
-            steps = [int(r["step"]) for r in RunProgress().apply_all(events).records]
-            extra["compile"] = hpu_metrics.summarize(
-                base, warmup_until=hpu_metrics.first_step_time(events),
-                steady_steps=(steps[-1] - steps[0]) if len(steps) > 1 else None)
+            # Timed by this machine's own logged steps (another host of a multi-host run: its "step"
+            # events, as rank 0 is elsewhere).
+            extra["compile"] = hpu_metrics.run_summary(base, events)
         summary = meter.stop(extra=extra)
     except Exception as exc:  # as at the start: the run's outcome is written whatever happens here
         say(f"meter: cannot finish: {exc}")

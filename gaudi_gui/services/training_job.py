@@ -477,6 +477,11 @@ class TrainingJob(QObject):
             self._take_event(event)
         elif event.get("type") == EventType.ERROR:
             self._say(f"{self.hosts[rank].name}: {note(event)}")
+        elif event.get("type") == EventType.WARNING:
+            # Another host's meter found its compilations rising: shown as the main host's would be,
+            # named (every rank waits for that host's at each collective).
+            from gaudi_gui.core.compile_rise import named
+            self.event_received.emit(named(event, self.hosts[rank].name))
 
     def _take_event(self, event: dict[str, Any]) -> None:
         """The reducer moves on (``core.progress``); this turns its changes into signals and the line."""

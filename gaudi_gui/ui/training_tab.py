@@ -924,6 +924,8 @@ class TrainingTab(QWidget):
             self.meter_line.setToolTip(redact("\n".join(f"{p['name']}: {meter_mod.short(p)}"
                                                          for p in whole["parts"])))
             self.meter_line.setVisible(True)
+            if whole.get("compile_warning") and not self.meter_strip.warning.text():
+                self.meter_strip.show_warning(whole["compile_warning"])  # another host's, named
         self.log.flush()
         self.log.set_progress("")
         self.runs.refresh()

@@ -167,7 +167,14 @@ def make_callbacks(started: float) -> list[Any]:
                  start_step=state.global_step, load_seconds=round(self.train_t0 - started, 3))
 
         def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
-            if not state.is_world_process_zero or not logs:
+            if not logs:
+                return
+            if not state.is_world_process_zero:
+                # Another machine's first rank (a multi-host run, a Slurm node): its own run folder
+                # gets the step alone, so that machine's meter splits its compile meter at warm-up
+                # and sees compilations rising (core/meter.py), by that machine's own clock.
+                if "loss" in logs:
+                    emit(EventType.STEP, step=state.global_step, max_steps=state.max_steps)
                 return
 
             def num(key: str) -> float | None:

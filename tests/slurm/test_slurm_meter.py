@@ -69,3 +69,70 @@ def test_a_node_that_measured_nothing_is_named_never_counted_as_0(tmp_path: Path
     assert "no meter summary from n4" in whole["note"] and "energy not measured on n3" in whole["note"]
     assert whole["card_hours"] == pytest.approx(0.03)
     assert "the whole job (4 parts: n1, n2, n3, n4)" in said.stdout and "n4" in said.stdout
+
+
+def test_each_node_has_its_own_compile_meter_and_the_job_keeps_it(slurm_cluster: SlurmCluster,
+                                                                   tmp_path: Path) -> None:
+    """A Gaudi step on the real cluster's node: ``meter-node --device hpu`` gives the node's ranks
+    PT_HPU_METRICS_FILE in the node's own part (nodes/<node>/hpu-metrics/), as the batch script's task
+    does; the ranks are the fake bridge writer (tests/fake_hpu_bridge.py: two ranks, the bridge's exact
+    format, rank 0's name already taken so its file is ``.1``) logging rank 0's steps into the shared
+    run folder. The node's summary has its compile meter split at the first step and the warning,
+    named; ``combine-meter`` keeps both in the job's summary; ``runs show`` says them."""
+    runs = tmp_path / "runs"
+    folder = runs / "run-slurm-compile"
+    node = slurm_cluster.node
+    part = folder / slurm.NODES_DIR / node
+    (part / "hpu-metrics").mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    (folder / "status.json").write_text(json.dumps({"state": "finished"}))
+    # An earlier process of rank 0 on this node (3 graphs, closed): the bridge writes the next one's
+    # file as metrics-rank0.json.1.
+    (part / "hpu-metrics" / "metrics-rank0.json").write_text(json.dumps(
+        [{"metric_name": "graph_compilation", "triggered_by": "process_exit",
+          "generated_on": "2020-01-01T00:00:00", "statistics": {"TotalNumber": 3, "TotalTime": 2700}}]))
+    env = slurm_cluster.env()
+    env.pop("PT_HPU_METRICS_FILE", None)
+    env.update(GAUDI_GUI_METER_RISE_WARMUP="10", GAUDI_GUI_METER_COMPILE_S="0.2")
+    writer = Path(__file__).resolve().parents[1] / "fake_hpu_bridge.py"
+    done = subprocess.run(["srun", "--partition", PARTITION, "--nodes", "1", "--ntasks", "1", "--time", "5",
+                           sys.executable, "-m", "gaudi_gui.core.slurm", "meter-node", str(folder),
+                           "--device", "hpu", "--", sys.executable, str(writer), str(folder / "events.jsonl"),
+                           "60", "--ranks", "0,1"],
+                          capture_output=True, text=True, timeout=120, env=env, cwd=str(tmp_path))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert sorted(p.name for p in (part / "hpu-metrics").iterdir()) == [
+        "metrics-rank0.json", "metrics-rank0.json.1", "metrics-rank1.json"]
+    own = json.loads((part / meter.SUMMARY_NAME).read_text())
+    compiled = own["compile"]
+    # Rank 0 sets the pace: 3 + 6 before the first step, one every 2nd step from 12 to 60.
+    assert compiled["rank"] == 0 and compiled["compilations"] == 34
+    assert compiled["warmup_compilations"] == 9 and compiled["steady_compilations"] == 25
+    assert compiled["files"] == ["metrics-rank0.json", "metrics-rank0.json.1"] and compiled["truncated"]
+    assert [r["compilations"] for r in compiled["ranks"]] == [34, 19]
+    assert compiled["cpu_fallback_ops"] == {"aten::digamma": 2}
+    assert compiled["recipe_cache_hit_rate"] == 0.9
+    finding = own["compile_warning"]
+    assert finding["part"] == node
+    assert finding["message"].startswith(f"{node}: graph compilations keep rising")
+    assert finding["steady_compilations"] == 25 and finding["from_step"] == 11
+    assert f"gaudi-gui: ⚠ {node}: graph compilations keep rising" in done.stdout
+    # The warning event went into the run's events (the folder every node shares), naming the node.
+    warned = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()
+              if '"warning"' in line]
+    assert [w["part"] for w in warned] == [node]
+
+    said = subprocess.run([sys.executable, "-m", "gaudi_gui.core.slurm", "combine-meter", str(folder), node],
+                          capture_output=True, text=True, timeout=60)
+    assert said.returncode == 0, said.stderr
+    assert f"34 graph compilations (25 after warm-up) on {node}" in said.stdout
+    whole = json.loads((folder / meter.SUMMARY_NAME).read_text())
+    assert whole["compile"]["compilations"] == 34 and whole["compile"]["part"] == node
+    assert whole["compile_warning"] == finding and whole["compile_warnings"] == [finding]
+    assert whole["parts"][0]["compilations"] == 34
+    shown = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(runs), "show",
+                            folder.name], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert f"compile meter ({node}, the part that compiled most): 34 graph compilations" in shown.stdout
+    assert f"⚠ {node}: graph compilations keep rising after warm-up: 25 in the 49 steps" in shown.stdout
+

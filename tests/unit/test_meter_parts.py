@@ -43,6 +43,80 @@ def test_an_unmeasured_or_missing_part_is_named_never_zero() -> None:
     assert "energy not measured" in line and " 0 J" not in line and "card-hours" not in line
 
 
+def _compiled(total: int, steady: int, ops: dict[str, int]) -> dict:
+    return {"rank": 0, "compilations": total, "compile_s": total * 0.9,
+            "warmup_compilations": total - steady,
+            "steady_compilations": steady, "cpu_fallbacks": sum(ops.values()), "cpu_fallback_ops": ops,
+            "fallback_ops_all_ranks": sorted(ops), "ranks": [{"rank": 0}], "truncated": False}
+
+
+def test_four_nodes_compile_meters_the_slowest_sets_the_pace_and_every_warning_is_named() -> None:
+    """A 4-node Slurm job (or 4 hosts): the node that compiled most is the job's figure (every rank waits
+    for it at each collective), each node's figures kept; each node's warning named; a node without a
+    compile meter (its bridge wrote nothing) named, never 0."""
+    rise = {"kind": "compile_rise", "steady_compilations": 40, "from_step": 50,
+            "message": "graph compilations keep rising after warm-up: 40 in the 100 steps after step 50"}
+    parts = [("n1", {**_part(0.01, 100.0, 10.0), "compile": _compiled(12, 2, {"aten::digamma": 1})}),
+             ("n2", {**_part(0.01, 100.0, 10.0), "compile": _compiled(52, 40, {"aten::lgamma": 3}),
+                     "compile_warning": rise}),
+             ("n3", _part(0.01, 100.0, 10.0)),
+             ("n4", {**_part(0.01, 100.0, 10.0), "compile": _compiled(47, 36, {}),
+                     "compile_warning": {**rise, "steady_compilations": 36, "part": "n4",
+                                         "message": "n4: graph compilations keep rising"}})]
+    job = meter.combine(parts)
+    compiled = job["compile"]
+    assert compiled["part"] == "n2" and compiled["compilations"] == 52
+    assert compiled["steady_compilations"] == 40
+    assert "ranks" not in compiled  # a part's ranks stay in its own summary
+    assert compiled["per_part"]["n1"]["compilations"] == 12
+    assert set(compiled["per_part"]) == {"n1", "n2", "n4"}
+    assert compiled["fallback_ops_all_ranks"] == ["aten::digamma", "aten::lgamma"]
+    assert compiled["parts_without"] == ["n3"]
+    assert [p.get("compilations") for p in job["parts"]] == [12, 52, None, 47]
+    assert [w["part"] for w in job["compile_warnings"]] == ["n2", "n4"]
+    assert job["compile_warning"]["message"].startswith("n2: graph compilations keep rising")
+    assert job["compile_warnings"][1]["message"] == "n4: graph compilations keep rising"  # named once
+    assert meter.combined_line(job).endswith("52 graph compilations (40 after warm-up) on n2")
+    assert meter.compile_text(meter.run_compile("/nonexistent", job)) == \
+        "52 graph compilations (40 after warm-up)"  # the Runs list's and the Training tab's figure
+    from gaudi_gui.core.compile_rise import findings, rise_text
+    assert [rise_text(f).split(":")[0] for f in findings(job)] == ["⚠ n2", "⚠ n4"]
+    # No part with a compile meter (CPU parts): nothing said of compilations.
+    plain = meter.combine([("a", _part(0.02, 3600.0, 36.0)), ("b", _part(0.03, 100.0, 40.0))])
+    assert "compile" not in plain and "compile_warning" not in plain
+
+
+def test_another_hosts_part_is_timed_by_its_own_step_events(tmp_path) -> None:
+    """Host B of a multi-host run has no rank 0: its folder's steps are its first rank's "step" events
+    (workers/train.py). The part's compile meter splits at the first of them, and its meter's watch
+    judges the rise by them; without them everything would read as warm-up."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from gaudi_gui.core import hpu_metrics
+    from gaudi_gui.core.events import read_events
+    folder = tmp_path / "run-b"
+    (folder / "hpu-metrics").mkdir(parents=True)
+    env = {"PATH": "", "PT_HPU_METRICS_FILE": str(folder / "hpu-metrics" / "metrics.json"),
+           "GAUDI_GUI_METER_RISE_WARMUP": "10"}
+    writer = Path(__file__).resolve().parents[1] / "fake_hpu_bridge.py"
+    m = meter.Meter(folder, device="hpu", env=env)
+    m.start()
+    subprocess.run([sys.executable, str(writer), str(folder / "events.jsonl"), "60", "--step-event", "step"],
+                   check=True, env={**env, "PATH": "/usr/bin:/bin"}, timeout=60)
+    events = read_events(folder / "events.jsonl")
+    assert hpu_metrics.logged_steps(events)[:2] == [(events[0]["time"], 1), (events[1]["time"], 2)]
+    from gaudi_gui.core import supervisor
+    said: list[str] = []
+    summary = supervisor.stop_meter(m, events, said.append)
+    assert summary is not None
+    assert summary["compile"]["warmup_compilations"] == 6 and summary["compile"]["steady_compilations"] == 25
+    assert summary["compile"]["steady_steps"] == 59
+    assert summary["compile_warning"]["from_step"] == 11 and "part" not in summary["compile_warning"]
+    assert any(line.startswith("⚠ graph compilations keep rising") for line in said)
+
+
 def test_runs_follow_ends_with_the_runs_meter(tmp_path) -> None:
     """`runs follow` of an ended run: its last line carries the meter summary the supervisor wrote
     (how the app learns each host's part of a multi-host job)."""
