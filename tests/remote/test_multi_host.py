@@ -65,6 +65,10 @@ def test_two_hosts_train_stop_with_a_checkpoint_on_both_and_resume(ssh_host: Ssh
     meter_line = next(ln for ln in cli.err + cli.out if ln.startswith("meter: the whole job"))
     assert meter_line.startswith(f"meter: the whole job (2 parts: gg-remote, {HOST_B}) · "), meter_line
     assert " 0 J" not in meter_line
+    # Host B has no rank 0: its own folder's steps are its first rank's "step" events (its meter times
+    # its Gaudi compile meter by them), never "metrics" (rank 0's, in host A's folder).
+    b_steps = [e["step"] for e in events(b, "step")]
+    assert b_steps and b_steps == sorted(b_steps) and not events(b, "metrics"), b_steps
     saved_a = events(a, "checkpoint_saved")
     saved_b = events(b, "checkpoint_saved")
     assert saved_a and saved_b and saved_a[-1]["step"] == saved_b[-1]["step"], (saved_a, saved_b)
