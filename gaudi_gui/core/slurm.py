@@ -44,7 +44,6 @@ from gaudi_gui.core.runstore import SLURM_INFO, Run
 #: What the batch shell traps as "stop with a checkpoint" (``scancel --batch --signal=USR1 JOB``).
 STOP_SIGNAL = "USR1"
 SCRIPT_NAME = "slurm.sh"
-INFO_NAME = SLURM_INFO
 #: launch.main_process_ip while the job is prepared: the script replaces it with the first node.
 MAIN_PLACEHOLDER = "slurm-first-node"
 SQUEUE_FORMAT = "%i|%T|%r|%N"
@@ -548,11 +547,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 def read_info(run: Run) -> dict[str, Any]:
     """The run's slurm.json (job id, login host, options); ValueError (one line) when it is not a
     Slurm run or the file is unreadable."""
-    path = run.folder / INFO_NAME
+    path = run.folder / SLURM_INFO
     try:
         info = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ValueError(f"{run.folder} is not a Slurm run (no {INFO_NAME})") from None
+        raise ValueError(f"{run.folder} is not a Slurm run (no {SLURM_INFO})") from None
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read {path}: {exc}") from None
     if not isinstance(info, dict) or not str(info.get("job_id") or "").strip():
@@ -572,12 +571,11 @@ def options_of(info: dict[str, Any]) -> SlurmOptions:
 def write_info(run: Run, info: dict[str, Any]) -> None:
     """Write the run's slurm.json (private, as every file of a run folder)."""
     from gaudi_gui.core.runstore import _private_write
-    _private_write(run.folder / INFO_NAME, json.dumps(info, indent=2))
+    _private_write(run.folder / SLURM_INFO, json.dumps(info, indent=2))
 
 
 __all__ = [
     "FINAL_STATES",
-    "INFO_NAME",
     "MAIN_PLACEHOLDER",
     "NODES_DIR",
     "SCRIPT_NAME",

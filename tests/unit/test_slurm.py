@@ -11,6 +11,7 @@ import pytest
 
 from gaudi_gui.core import slurm
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.runstore import SLURM_INFO
 from gaudi_gui.core.slurm import JobInfo, Query, SlurmOptions
 
 
@@ -189,12 +190,12 @@ def test_runs_attach_refuses_what_is_not_a_running_slurm_job(tmp_path: Path) -> 
     done = _attach(str(local.folder))
     assert done.returncode == 2 and "is not a Slurm run" in done.stderr and "Traceback" not in done.stderr
 
-    (local.folder / slurm.INFO_NAME).write_text("{not json")
+    (local.folder / SLURM_INFO).write_text("{not json")
     done = _attach(str(local.folder))
     assert done.returncode == 2 and "cannot read" in done.stderr and "Traceback" not in done.stderr
 
     info = {"job_id": "41", "login": "local", "options": {"partition": "p", "nodes": 2, "from_a_newer": 1}}
-    (local.folder / slurm.INFO_NAME).write_text(json.dumps(info))
+    (local.folder / SLURM_INFO).write_text(json.dumps(info))
     assert slurm.options_of(info) == SlurmOptions(partition="p", nodes=2)
     local.update_status(state="stopped", summary="Stopped at step 7 — checkpoint-7 saved")
     done = _attach(str(local.folder))
