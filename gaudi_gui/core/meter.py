@@ -53,6 +53,8 @@ from gaudi_gui.core.events import EventType
 
 METER_NAME = "meter.jsonl"
 SUMMARY_NAME = "meter-summary.json"
+#: A Slurm job's parts: <run folder>/nodes/<node>/ (core.slurm's meter-node writes them).
+NODES_DIR = "nodes"
 #: Two readings further apart than this: the earlier one is held over the stretch, and it is a gap.
 GAP_S = 10.0
 #: Seconds between two samples (hl-smi's ``-l`` takes whole seconds; 1 is its least).
@@ -1500,13 +1502,18 @@ def run_compile(folder: str | Path, summary: Mapping[str, Any] | None = None,
         return compiled
     from gaudi_gui.core import hpu_metrics
     base = Path(folder) / hpu_metrics.FOLDER_NAME / hpu_metrics.FILE_NAME
-    if not base.parent.is_dir():
-        return None
-    steps = [int(e["step"]) for e in events
-             if e.get("type") == EventType.METRICS and isinstance(e.get("step"), int)]
-    found = hpu_metrics.summarize(base, warmup_until=hpu_metrics.first_step_time(events),
-                                  steady_steps=(steps[-1] - steps[0]) if len(steps) > 1 else None)
-    return found if found and "compilations" in found else None
+    found = hpu_metrics.run_summary(base, events) if base.parent.is_dir() else None
+    if found and "compilations" in found:
+        return found
+    # A Slurm job not combined yet (still running, or ended before its batch shell did): each node's
+    # ranks wrote into nodes/<node>/hpu-metrics/; the node that compiled most sets the pace.
+    nodes: list[tuple[str, Mapping[str, Any]]] = []
+    with contextlib.suppress(OSError):
+        for part in sorted(p for p in (Path(folder) / NODES_DIR).iterdir() if p.is_dir()):
+            node_base = part / hpu_metrics.FOLDER_NAME / hpu_metrics.FILE_NAME
+            if node_base.parent.is_dir():
+                nodes.append((part.name, {"compile": hpu_metrics.run_summary(node_base, events)}))
+    return _combined_compile(nodes) if nodes else None
 
 
 def meter_line(summary: Mapping[str, Any], *, true_peak_mib: float | None = None,

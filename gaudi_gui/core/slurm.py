@@ -412,7 +412,7 @@ def signal_ranks(folder: str | Path, signum: int = signal.SIGTERM, host: str | N
 # -- the run meter on each node ----------------------------------------------------------------------------
 
 #: Each node's part of the meter: <run folder>/nodes/<node>/meter.jsonl and meter-summary.json.
-NODES_DIR = "nodes"
+NODES_DIR = "nodes"  # core.meter.NODES_DIR too (meter is not imported here: a node's commands start lean)
 
 
 def node_name() -> str:

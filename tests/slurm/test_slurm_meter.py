@@ -122,6 +122,14 @@ def test_each_node_has_its_own_compile_meter_and_the_job_keeps_it(slurm_cluster:
               if '"warning"' in line]
     assert [w["part"] for w in warned] == [node]
 
+    # Before the batch shell combines (a job still running, or ended before its shell did), the Runs
+    # list and the Training tab read the nodes' bridge files themselves.
+    from gaudi_gui.core.events import read_events
+    early = meter.run_compile(folder, None, read_events(folder / "events.jsonl"))
+    assert slurm.NODES_DIR == meter.NODES_DIR
+    assert early is not None and early["part"] == node and early["compilations"] == 34
+    assert early["steady_compilations"] == 25
+
     said = subprocess.run([sys.executable, "-m", "gaudi_gui.core.slurm", "combine-meter", str(folder), node],
                           capture_output=True, text=True, timeout=60)
     assert said.returncode == 0, said.stderr
