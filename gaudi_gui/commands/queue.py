@@ -27,6 +27,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import queue
 from gaudi_gui.core.queue import CardRequest, QueueError
 
@@ -79,10 +80,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             metavar="CMD", help="the command that runs gaudi-gui on the host")
     run = actions.add_parser("run", help=argparse.SUPPRESS)
     run.add_argument("--queue-dir", default="", help=argparse.SUPPRESS)
-
-
-def _say(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
 
 
 def run(args: argparse.Namespace) -> int:
