@@ -179,7 +179,7 @@ class CsvStream:
 
     Time never ends a snapshot: rows that arrive seconds apart still make one whole snapshot, and a
     stalled stream publishes nothing (``flush`` at end of stream drops a partial snapshot when the
-    card set is known, and counts it in ``partial_dropped``).
+    card set is known).
     """
 
     def __init__(self, fields: Sequence[str] | None = None, kind: str = "hpu",
@@ -194,8 +194,6 @@ class CsvStream:
         self.rejected = 0
         #: Values of kept rows that were neither a number nor N/A (read as unknown).
         self.bad_values = 0
-        #: Partial snapshots dropped at end of stream.
-        self.partial_dropped = 0
 
     def feed_line(self, line: str) -> list[DeviceSample] | None:
         """Feed one line; returns a complete snapshot (sorted by index) when one is finished."""
@@ -254,7 +252,6 @@ class CsvStream:
             return None
         if self._known is not None:
             self._pending = {}
-            self.partial_dropped += 1
             return None
         return self._flush()
 
