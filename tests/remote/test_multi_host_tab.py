@@ -118,6 +118,18 @@ def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_
         assert not tab.btn["Start"].isEnabled() and tab.btn["Stop"].isEnabled()
         job = followed
 
+        # Host B's meter finds its graph compilations rising (its own folder, its own steps): the
+        # warning event it writes reaches the tab over that host's follow, shown at once, named.
+        from gaudi_gui.core.events import EventType, EventWriter
+        with EventWriter(Path(job.parts[1].folder) / "events.jsonl") as writer:
+            writer.write(EventType.WARNING, kind="compile_rise", steady_compilations=25, from_step=11,
+                         message="graph compilations keep rising after warm-up: 25 in the 49 steps "
+                                 "after step 11 (51 per 100 steps; 6 during warm-up)")
+        strip = tab.meter_strip
+        qtbot.waitUntil(strip.warning.isVisible, timeout=60000)
+        said = strip.warning.text()
+        assert said.startswith(f"⚠ {HOST_B}: graph compilations keep rising after warm-up: 25 in the "), said
+
         # Stop, the re-attached run: every host stops at the same step, each saying so.
         with qtbot.waitSignal(job.finished, timeout=180000) as done:
             click(qtbot, tab.btn["Stop"])
