@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata as _metadata
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from gaudi_gui.core.devices import card_detail, card_name, cards_name
 
@@ -28,7 +28,6 @@ from gaudi_gui.core.devices import card_detail, card_name, cards_name
 from gaudi_gui.core.hlsmi import parse_links, parse_processes, parse_query
 from gaudi_gui.core.visibility import SUPPORTED_GROUPS, format_ids
 
-Severity = Literal["ok", "warning", "error"]
 SEVERITIES: tuple[str, ...] = ("ok", "warning", "error")
 _RANK = {s: i for i, s in enumerate(SEVERITIES)}
 JSON_VERSION = 1
