@@ -81,6 +81,11 @@ class Level:
         for a in self.actions:
             if a.option_strings and a.required:
                 out += [name(a), REQUIRED.get(name(a), "x")]
+        # A required one-of group (``runs open``: --tensorboard or --trackio): its first member.
+        for group in self.parser._mutually_exclusive_groups:
+            if group.required:
+                first = next(a for a in group._group_actions if a.option_strings)
+                out += [name(first), *value(first)]
         return out
 
     def positionals(self, skip: str = "") -> list[str]:
