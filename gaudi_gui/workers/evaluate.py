@@ -415,6 +415,8 @@ def _task_scores(values: dict[str, Any]) -> dict[str, Any]:
 def main() -> int:
     _die_with_parent()
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    from gaudi_gui.workers import loader
+    loader.hide_bitsandbytes()  # models are evaluated unquantized (workers/loader.py: why it matters)
     try:
         job = json.loads(sys.stdin.read())
         evaluator = Evaluator(job)
