@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import shutil
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 import psutil
 from PySide6.QtCore import QPoint, Qt, QTimer
@@ -462,3 +463,18 @@ def built_once(folder: Path, build: Callable[[], object]) -> Path:
             build()
             mark.touch()
     return folder
+
+
+def lines_of(stream: IO[str] | None, *, keep_ends: bool = False) -> queue.Queue[str | None]:
+    """A child's pipe read on a thread, line by line into a queue (None once it ends), so a test waits
+    with a timeout instead of blocking on a read."""
+    import threading
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream or []:
+            lines.put(line if keep_ends else line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return lines

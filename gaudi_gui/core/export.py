@@ -242,15 +242,21 @@ def thin(rows: list[tuple[float, list[tuple[str, float]]]],
     return out
 
 
-def export_tensorboard(run: Run, dest: str | Path) -> ExportResult:
-    """Write ``run``'s metrics and meter as one TensorBoard event file under ``dest/<run name>/``."""
-    folder = Path(dest).expanduser() / run.name
+def _inputs(run: Run) -> tuple[list[dict[str, Any]], list[dict[str, Any]], float | None]:
+    """What every export reads: the run's metrics records, its meter samples and its start time (the
+    run's, else its first sample's); ExportError when there is nothing to export."""
     records = run.metrics()
     samples = meter_samples(run.folder)
     if not records and not samples:
         raise ExportError(f"{run.name} has no metrics and no meter samples to export")
-    status = run.status()
-    start = status.started_at or (float(samples[0]["t"]) if samples else 0.0) or None
+    start = run.status().started_at or (float(samples[0]["t"]) if samples else 0.0) or None
+    return records, samples, start
+
+
+def export_tensorboard(run: Run, dest: str | Path) -> ExportResult:
+    """Write ``run``'s metrics and meter as one TensorBoard event file under ``dest/<run name>/``."""
+    folder = Path(dest).expanduser() / run.name
+    records, samples, start = _inputs(run)
     try:
         for old in folder.glob(f"events.out.tfevents.*.{EventFileWriter.SUFFIX}"):
             old.unlink()  # an earlier export of this run: replaced, never shown twice
@@ -309,12 +315,7 @@ def _missing(records: list[dict[str, Any]], samples: list[dict[str, Any]]) -> li
 def trackio_rows(run: Run) -> TrackioRows:
     """The rows of ``run``'s trackio export (the TensorBoard export's series); ExportError when the
     run has nothing to export."""
-    records = run.metrics()
-    samples = meter_samples(run.folder)
-    if not records and not samples:
-        raise ExportError(f"{run.name} has no metrics and no meter samples to export")
-    status = run.status()
-    start = status.started_at or (float(samples[0]["t"]) if samples else 0.0) or None
+    records, samples, start = _inputs(run)
     out = TrackioRows(missing=_missing(records, samples))
     tags: set[str] = set()
     for record in records:
@@ -340,6 +341,7 @@ def trackio_rows(run: Run) -> TrackioRows:
         job = run.user_job()
         job_name, model = job.name, job.model
     created = datetime.fromtimestamp(start or 0.0, timezone.utc).isoformat()
+    status = run.status()
     out.config = {"gaudi_gui_run": run.name, "run_folder": str(run.folder), "kind": status.kind,
                   "model": model, "job_name": job_name, "state": status.state,
                   "_Created": created, "_Group": None, "_Username": None}

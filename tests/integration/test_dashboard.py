@@ -12,13 +12,13 @@ import queue
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 import psutil
 
 from gaudi_gui.core import dashboard
 from gaudi_gui.core.runstore import Run
+from tests.helpers import lines_of
 
 
 def _run(root: Path, name: str) -> Run:
@@ -38,15 +38,7 @@ def _open(root: Path, name: str, *extra: str) -> tuple[subprocess.Popen[str], qu
     proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(root), "open", name,
                              *extra, "--no-browser"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
+    lines = lines_of(proc.stdout)
     return proc, lines
 
 

@@ -11,13 +11,13 @@ import json
 import queue
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import psutil
 
 from gaudi_gui.core.jobconfig import JobConfig
+from tests.helpers import lines_of
 
 EVENTS = 300
 #: Past the follower's 1 MiB read per poll: the history takes several polls to print.
@@ -70,16 +70,7 @@ def test_follow_with_stdin_from_dev_null_prints_the_whole_history_every_time(tmp
 
 
 def _pump(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return lines
+    return lines_of(proc.stdout, keep_ends=True)
 
 
 def _read_until(lines: queue.Queue[str | None], want: str, timeout: float = 60) -> list[dict[str, object]]:

@@ -20,20 +20,13 @@ import pytest
 
 from gaudi_gui.core import protocol
 from gaudi_gui.core.serve import engine_record_path, pick_free_port, port_free
+from tests.helpers import lines_of
 
 
 def _start(*args: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
     proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "serve", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
+    lines = lines_of(proc.stdout)
     return proc, lines
 
 
@@ -212,16 +205,7 @@ def test_lora_adapter_is_merged_then_served(tiny_model_dir: Path, tmp_path: Path
 
 
 def _pump_stderr(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
-    errors: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            errors.put(line.rstrip("\n"))
-        errors.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
-    return errors
+    return lines_of(proc.stderr)
 
 
 def test_a_closed_stdout_ends_the_printing_not_the_server(demo_model: Path) -> None:

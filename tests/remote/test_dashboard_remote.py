@@ -6,16 +6,15 @@ is forwarded here on the same connection, and the page answers at this machine's
 from __future__ import annotations
 
 import json
-import queue
 import signal
 import subprocess
 import sys
-import threading
 from pathlib import Path
 
 from gaudi_gui.core import dashboard
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.dashboards import DashboardService
+from tests.helpers import lines_of
 from tests.remote.conftest import SshHost
 
 
@@ -46,15 +45,7 @@ def test_runs_open_on_a_host_forwards_the_dashboard_here(ssh_host: SshHost, tmp_
     proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--host", ssh_host.dest, "open",
                              "run-h", "--tensorboard", "--no-browser", "--json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line)
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
+    lines = lines_of(proc.stdout, keep_ends=True)
     try:
         line = lines.get(timeout=120)
         assert line, proc.stderr.read() if proc.stderr else ""

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from gaudi_gui.core import protocol
 from gaudi_gui.core.serve import pick_free_port, port_free
+from tests.helpers import lines_of
 from tests.remote.conftest import SshHost
 
 
@@ -41,15 +42,7 @@ def test_serve_on_a_host_through_the_forward_and_ctrl_c_stops_it_there(ssh_host:
                              "--model", "builtin:demo", "--device", "cpu", "--port", str(local),
                              "--remote-port", str(remote), "--events"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
-    lines: queue.Queue[str | None] = queue.Queue()
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            lines.put(line.rstrip("\n"))
-        lines.put(None)
-
-    threading.Thread(target=pump, daemon=True).start()
+    lines = lines_of(proc.stdout)
     seen: list[str] = []
     try:
         deadline = time.monotonic() + 180
