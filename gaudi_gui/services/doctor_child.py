@@ -55,12 +55,49 @@ class _Launcher:
     def _run(self) -> None:
         while True:
             doctor = self._queue.get()
-            thread = threading.Thread(target=doctor._run, name="gaudi-gui-doctor", daemon=True)
+            holder = [doctor]  # the doctor's thread takes it from here: this thread keeps no reference
+            thread = threading.Thread(target=_doctor_thread, args=(holder,), name="gaudi-gui-doctor",
+                                      daemon=True)
             doctor._thread = thread
+            del doctor
             thread.start()
 
 
+class _Reaper(QObject):
+    """Lives on the window's thread. A doctor's thread hands its DoctorChild here when it is done, so the
+    last reference to it — and through it (its reader, its connections) to its owner's objects — is
+    dropped on the thread that owns them. Dropped on the doctor's thread, it destroyed a service and its
+    timers there ("QObject::killTimer: Timers cannot be stopped from another thread"), and the next
+    turn of the window's event loop crashed (a fresh-clone run: segmentation fault in processEvents)."""
+
+    release = Signal(object)  # emitted from doctors' threads: delivered queued on this object's thread
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.release.connect(self._release)
+
+    def _release(self, doctor: DoctorChild) -> None:
+        with _RUNNING_LOCK:
+            _RUNNING.discard(doctor)
+
+
 _LAUNCHER = _Launcher()
+_REAPER: _Reaper | None = None  # made by the first start(), on the window's thread
+
+
+def _doctor_thread(holder: list[DoctorChild]) -> None:
+    doctor = holder.pop()
+    try:
+        doctor._run()
+    finally:
+        reaper = _REAPER
+        try:
+            if reaper is None or _EXITING.is_set():
+                raise RuntimeError("exiting")
+            reaper.release.emit(doctor)  # the queued event holds it until the window's thread drops it
+        except RuntimeError:  # the interpreter is exiting (the reaper may be gone)
+            with _RUNNING_LOCK:
+                _RUNNING.discard(doctor)
 
 
 @atexit.register
@@ -119,10 +156,13 @@ class DoctorChild(QObject):
 
     def start(self, argv: list[str], timeout_ms: int) -> None:
         """Run ``argv`` (one element each: nothing reaches a shell here) on a thread of its own."""
+        global _REAPER
+        if _REAPER is None:
+            _REAPER = _Reaper()  # on this (the window's) thread
         self._argv, self._timeout_s = list(argv), timeout_ms / 1000
         self._started = True
         with _RUNNING_LOCK:
-            _RUNNING.add(self)
+            _RUNNING.add(self)  # until the window's thread releases it (_Reaper)
         _LAUNCHER.submit(self)  # no thread is started here (see _Launcher)
 
     def is_running(self) -> bool:
@@ -164,8 +204,7 @@ class DoctorChild(QObject):
                 with contextlib.suppress(RuntimeError):  # the object was deleted with its parent (app exit)
                     self._done.emit((outcome, result))
         finally:
-            with _RUNNING_LOCK:
-                _RUNNING.discard(self)
+            self._child = None  # nothing of this run is kept by the thread (see _doctor_thread)
 
     def _on_started(self, running: core_child.Child) -> None:
         self._child = running

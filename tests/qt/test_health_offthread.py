@@ -193,3 +193,31 @@ def test_a_removed_host_reports_nothing_and_its_doctor_is_killed(qtbot) -> None:
     qtbot.waitUntil(lambda: check.done, timeout=30000)
     assert reports == ["host-a"] and service.health("host-a") is None
     service.shutdown()
+
+
+def test_a_doctors_last_reference_is_dropped_on_the_window_thread(qtbot) -> None:
+    """What a doctor's thread held (the doctor, its reader, and through the reader its owner with a
+    running timer) is released on the window's thread. Released on the doctor's thread, the owner and its
+    timer were destroyed there ("QObject::killTimer: Timers cannot be stopped from another thread"), and
+    a fresh-clone run crashed in the next turn of the event loop."""
+    import threading
+    import weakref
+
+    from PySide6.QtCore import QObject, QTimer
+
+    from gaudi_gui.core import child as core_child
+    from gaudi_gui.services.doctor_child import DoctorChild
+
+    owner = QObject()  # a service: owned by Python, a timer of its own running
+    QTimer(owner).start(1000)
+    gone_on: list[int] = []
+    watch = weakref.ref(owner, lambda _ref: gone_on.append(threading.get_ident()))
+
+    def read(outcome: core_child.Outcome, keep: QObject = owner) -> object:
+        return outcome.code
+
+    doctor = DoctorChild(None, read)  # type: ignore[arg-type]  # Python-owned: its reader is the last holder
+    doctor.start([sys.executable, "-c", "import time; time.sleep(0.3)"], 20000)
+    del doctor, owner, read
+    qtbot.waitUntil(lambda: watch() is None, timeout=30000)
+    assert gone_on == [threading.get_ident()], "released on another thread than the window's"
