@@ -31,9 +31,11 @@ def window_services(parent: QObject | None = None) -> AppServices:
     wait for."""
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.environment_probe import EnvironmentProbe
+    from gaudi_gui.services.garbage import collect_on_this_thread
     from gaudi_gui.services.jobs import JobRegistry
     from gaudi_gui.services.settings import Settings
 
+    collect_on_this_thread()  # cycles holding Qt objects are never collected on another thread
     settings = Settings(parent=parent)
     selection = DeviceSelection(parent)
     environment = EnvironmentProbe(parent=parent)

@@ -1,0 +1,39 @@
+"""Cyclic garbage is collected on the window's thread only (services/garbage.py)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+
+from PySide6.QtCore import QObject, QTimer
+
+from gaudi_gui.services.garbage import collect_on_this_thread
+
+
+def test_a_cycle_holding_a_qt_object_is_collected_on_the_window_thread(qtbot) -> None:
+    """A QObject with a running timer, in a reference cycle, becomes garbage; then another thread
+    allocates enough to cross the collector's first threshold. With automatic collection that thread
+    collected the cycle and destroyed the object there ("Timers cannot be stopped from another
+    thread"; a fresh-clone run then crashed in processEvents). Now the window's thread does."""
+    collector = collect_on_this_thread()
+    assert collector is not None and not gc.isenabled()
+    owner = QObject()
+    QTimer(owner).start(1000)
+    owner.setProperty("why", "a cycle")
+    owner.me = owner  # type: ignore[attr-defined]  # a cycle: only the collector frees it
+    gone_on: list[int] = []
+    watch = weakref.ref(owner, lambda _ref: gone_on.append(threading.get_ident()))
+    del owner
+    threshold = gc.get_threshold()[0]
+
+    def allocate() -> None:
+        kept: list[list[int]] = [[] for _ in range(threshold * 4)]  # kept: a collection is due
+        assert len(kept) == threshold * 4
+
+    other = threading.Thread(target=allocate)
+    other.start()
+    other.join()
+    held: list[list[int]] = [[] for _ in range(threshold * 2)]  # what the window's thread holds meanwhile
+    qtbot.waitUntil(lambda: watch() is None, timeout=10000)
+    assert held and gone_on == [threading.get_ident()], "collected on another thread than the window's"
