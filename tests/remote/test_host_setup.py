@@ -65,15 +65,17 @@ def test_setup_installs_this_version_in_a_venv_and_saves_the_host(ssh_host: SshH
     assert ssh_host.wait_no_processes() == []
 
 
-def test_setup_refuses_bad_input_with_one_line(ssh_host: SshHost) -> None:
+def test_setup_refuses_bad_input_with_one_line(ssh_host: SshHost, tmp_path: Path) -> None:
     res = gg("hosts", "--setup", "-oProxyCommand=touch /tmp/x")
     assert res.returncode == 2 and "cannot begin with '-'" in res.stderr and "Traceback" not in res.stderr
     res = gg("hosts", "--setup", "local")
     assert res.returncode == 2 and "make run" in res.stderr
     res = gg("hosts", "--setup", ssh_host.dest, "--remote-command", "docker exec -i box python3 -m gaudi_gui")
     assert res.returncode == 2 and "inside a container" in res.stderr
-    res = gg("hosts", "--setup", "gg-nokey", "--no-deps")
-    assert res.returncode == 1 and "ssh-copy-id gg-nokey" in res.stderr
+    # --venv in tmp: were the refused key ever let in (a fresh clone saw it once), nothing is written
+    # into this machine's real ~/.local/share.
+    res = gg("hosts", "--setup", "gg-nokey", "--no-deps", "--venv", str(tmp_path / "venv"))
+    assert res.returncode == 1 and "ssh-copy-id gg-nokey" in res.stderr, (res.stdout, res.stderr)
 
 
 @pytest.fixture
