@@ -29,6 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.bench_runner import Worker  # noqa: E402
 from bench.harness import environ, interleaved_metrics, row  # noqa: E402
+from gaudi_gui.core.remote import ssh_base  # noqa: E402
 
 SSHD = ROOT / "tests" / "sshd.py"
 ALIAS = "gg-bench"
@@ -73,8 +74,8 @@ def ssh_server(base: Path, extra_aliases: tuple[str, ...] = ()) -> Iterator[str]
             yield ALIAS
     finally:
         # The multiplexing master is ours; then the server and its session group.
-        subprocess.run(["ssh", "-F", str(base / "config"), "-o", f"ControlPath={control}/%C", "-O", "exit",
-                        ALIAS], capture_output=True, check=False)
+        subprocess.run([*ssh_base(ALIAS, config=str(base / "config"), control_dir=control), "-O", "exit",
+                        "--", ALIAS], capture_output=True, check=False)
         server.terminate()
         try:
             server.wait(timeout=10)

@@ -162,7 +162,8 @@ def run(found: Run, args: argparse.Namespace, find: Any) -> int:
 def _forward(host: Host, forward: Forward, cancel: bool = False) -> tuple[int, str]:
     """``ssh -O forward|cancel`` on the multiplexed connection: (exit status, what ssh said)."""
     import subprocess
-    argv = [*ssh_base(), "-O", "cancel" if cancel else "forward", *forward.ssh_option(), "--", host.name]
+    argv = [*ssh_base(host.name), "-O", "cancel" if cancel else "forward", *forward.ssh_option(), "--",
+            host.name]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30,
                               stdin=subprocess.DEVNULL)

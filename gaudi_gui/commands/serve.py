@@ -682,7 +682,7 @@ def forward(dest: str, fwd: Any) -> bool:
     if not sv.port_free(fwd.local_port):
         return False
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run([*ssh_base(), "--", dest, "true"], capture_output=True, timeout=30,
+        subprocess.run([*ssh_base(dest), "--", dest, "true"], capture_output=True, timeout=30,
                        stdin=subprocess.DEVNULL)
     _mux(dest, fwd, "forward")
     return not sv.port_free(fwd.local_port)
@@ -699,5 +699,5 @@ def _mux(dest: str, fwd: Any, op: str) -> None:
     from gaudi_gui.core.remote import ssh_base
 
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run([*ssh_base(), "-O", op, *fwd.ssh_option(), "--", dest], capture_output=True,
+        subprocess.run([*ssh_base(dest), "-O", op, *fwd.ssh_option(), "--", dest], capture_output=True,
                        timeout=15)

@@ -179,7 +179,7 @@ class Placement:
             return host.gaudi_gui_argv(*args)
         inner = host.guard_argv(list(args), run="gaudi_gui", grace=grace, env=env) if guard \
             else host.gaudi_gui_argv(*args)
-        ssh = ssh_base(config=config, connect_timeout=connect_timeout)
+        ssh = ssh_base(host.name, config=config, connect_timeout=connect_timeout)
         return [*ssh, "--", host.name, remote_line(inner)]
 
     def preview(self, args: Sequence[str]) -> str:

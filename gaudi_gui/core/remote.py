@@ -20,6 +20,7 @@ within ~15 s). No password or key is ever stored by the app. Qt-free and torch-f
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shlex
@@ -153,7 +154,8 @@ class Host:
         """The argv to start here so that ``argv`` runs on this host."""
         if self.is_local:
             return list(argv)
-        return [*ssh_base(config=config, control_dir=control_dir, connect_timeout=connect_timeout),
+        return [*ssh_base(self.name, config=config, control_dir=control_dir,
+                          connect_timeout=connect_timeout),
                 "--", self.name, remote_line(argv)]
 
     def shell_preview(self, argv: Sequence[str]) -> str:
@@ -211,9 +213,14 @@ def ssh_config_file(explicit: str | None = None) -> str | None:
     return value or None
 
 
-def ssh_base(*, config: str | None = None, control_dir: Path | None = None,
+def ssh_base(dest: str, *, config: str | None = None, control_dir: Path | None = None,
              connect_timeout: int = 10) -> list[str]:
-    """``ssh`` with the options every call uses (no destination yet)."""
+    """``ssh`` with the options every call to ``dest`` uses (the caller appends ``--`` and ``dest``).
+
+    The multiplexing socket is named by ssh's %C (local host, host, port, user) *and* by the
+    destination as written: two aliases of one account (one with a key the server refuses, one
+    with a key it takes) never share a connection, so an alias works or fails on its own settings,
+    not on whether another alias's connection happens to be open."""
     argv = ["ssh", "-T"]
     cfg = ssh_config_file(config)
     if cfg:
@@ -221,7 +228,10 @@ def ssh_base(*, config: str | None = None, control_dir: Path | None = None,
     argv += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={int(connect_timeout)}",
              "-o", "ServerAliveInterval=5", "-o", "ServerAliveCountMax=3"]
     folder = control_dir if control_dir is not None else globals()["control_dir"]()
-    return [*argv, "-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C", "-o", "ControlPersist=120"]
+    # 8 hex digits keep the path inside a unix socket's ~104 bytes whatever the alias's length.
+    tag = hashlib.sha256(dest.encode("utf-8", "surrogateescape")).hexdigest()[:8]
+    return [*argv, "-o", "ControlMaster=auto", "-o", f"ControlPath={folder}/%C-{tag}",
+            "-o", "ControlPersist=120"]
 
 
 # -- ssh failures, in words ---------------------------------------------------------------------------

@@ -462,5 +462,5 @@ def ask_forward(parent: QObject, dest: str, forward: Forward, done: Callable[[in
     if done is not None:
         runner.finished.connect(lambda code, _status: done(code, next((s for s in reversed(said) if s), "")))
     runner.finished.connect(lambda _code, _status: runner.deleteLater())
-    argv = [*ssh_base(), "-O", "cancel" if cancel else "forward", *forward.ssh_option(), "--", dest]
+    argv = [*ssh_base(dest), "-O", "cancel" if cancel else "forward", *forward.ssh_option(), "--", dest]
     runner.start(argv[0], argv[1:])

@@ -18,6 +18,7 @@ import pytest
 
 from gaudi_gui import __version__
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.remote import ssh_base
 from tests.remote.conftest import SshHost
 
 
@@ -72,8 +73,13 @@ def test_setup_refuses_bad_input_with_one_line(ssh_host: SshHost, tmp_path: Path
     assert res.returncode == 2 and "make run" in res.stderr
     res = gg("hosts", "--setup", ssh_host.dest, "--remote-command", "docker exec -i box python3 -m gaudi_gui")
     assert res.returncode == 2 and "inside a container" in res.stderr
-    # --venv in tmp: were the refused key ever let in (a fresh clone saw it once), nothing is written
-    # into this machine's real ~/.local/share.
+    # gg-nokey is the same account as gg-remote with a key the server refuses. With gg-remote's
+    # multiplexed connection open, it is still refused: a fresh clone once saw it ride on that
+    # connection (ssh's %C named both sockets alike) and set up into this machine's real
+    # ~/.local/share; --venv in tmp keeps a regression from writing there.
+    opened = subprocess.run([*ssh_base(ssh_host.dest), "--", ssh_host.dest, "true"], capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert opened.returncode == 0, opened.stderr
     res = gg("hosts", "--setup", "gg-nokey", "--no-deps", "--venv", str(tmp_path / "venv"))
     assert res.returncode == 1 and "ssh-copy-id gg-nokey" in res.stderr, (res.stdout, res.stderr)
 
