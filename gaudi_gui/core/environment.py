@@ -6,7 +6,9 @@ the GUI, the command line and the tests judge a probe result the same way.
 
 from __future__ import annotations
 
+import importlib.util
 import re
+from pathlib import Path
 from typing import Any
 
 #: Shown name -> importable module.
@@ -67,6 +69,32 @@ def parse_hlsmi_versions(text: str) -> dict[str, str | None]:
     firmware = first(_FW_IN_HLSMI, hl_smi or "") or first(_FW_LINE, text)
     return {"hl_smi_version": hl_smi, "driver_version": first(_DRIVER_VERSION, text),
             "nic_driver_version": first(_NIC_DRIVER_VERSION, text), "firmware_version": firmware}
+
+
+_BUILT_FOR = re.compile(r"^(cuda|hip|rocm|xpu)\b[^=\n]*=\s*(?P<value>.+?)\s*$", re.M)
+
+
+def cpu_only_install() -> bool:
+    """Whether this Python can only ever run on the cpu, read from what is installed without importing
+    torch: no ``habana_frameworks`` to be found, and a torch built for no accelerator (its
+    ``torch/version.py`` names no CUDA, HIP/ROCm or XPU). Then "auto" is the cpu by the same rule as
+    the probe (:func:`pick_device` of 0 Gaudi and 0 CUDA cards) and no probe child is needed: it
+    imports torch and transformers, seconds at every start. Any doubt (torch missing, its version file
+    unreadable, an accelerator build) is False: the probe child decides."""
+    try:
+        if importlib.util.find_spec("habana_frameworks") is not None:
+            return False
+        spec = importlib.util.find_spec("torch")
+    except (ImportError, ValueError):
+        return False
+    if spec is None or not spec.submodule_search_locations:
+        return False
+    try:
+        text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text()
+    except (OSError, StopIteration, UnicodeDecodeError):
+        return False
+    values = {m.group(1): m.group("value") for m in _BUILT_FOR.finditer(text)}
+    return set(values) >= {"cuda", "hip"} and all(v == "None" for v in values.values())
 
 
 def pick_device(hpu_count: int, cuda_count: int) -> str:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gaudi_gui.core import hpu_metrics, outputs, visibility
+from gaudi_gui.core import environment, hpu_metrics, outputs, visibility
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run, RunStore
@@ -70,13 +70,19 @@ def child_env(device: str, device_env: Mapping[str, str] | None = None,
 
 
 def probe_device(timeout: float = 120.0, env: Mapping[str, str] | None = None) -> str:
-    """hpu > cuda > cpu, as the environment probe child decides (what ``--device auto`` means)."""
+    """hpu > cuda > cpu, as the probe decides (what ``--device auto`` means). A CPU-only install
+    (no habana_frameworks, a torch built for no accelerator) is the cpu without a child; otherwise the
+    probe child answers for the device alone (``--device``: torch and transformers' Gaudi check, not
+    every package the full probe imports)."""
     probe_env = dict(env if env is not None else os.environ)
+    same_path = probe_env.get("PYTHONPATH", "") == os.environ.get("PYTHONPATH", "")
+    if same_path and environment.cpu_only_install():
+        return "cpu"
     if shutil.which("hl-smi"):
         # A Gaudi host: the probe imports habana_frameworks, which wants this set like every child.
         probe_env.setdefault("PT_ENABLE_INT64_SUPPORT", "1")
     try:
-        done = subprocess.run([sys.executable, "-m", "gaudi_gui.workers.probe", "--json"],
+        done = subprocess.run([sys.executable, "-m", "gaudi_gui.workers.probe", "--device"],
                               capture_output=True, text=True, timeout=timeout, env=probe_env,
                               errors="replace", check=False)
         info = json.loads(done.stdout)

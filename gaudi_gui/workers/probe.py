@@ -23,6 +23,7 @@ from typing import Any
 
 from gaudi_gui import __version__
 from gaudi_gui.core import environment, protocol
+from gaudi_gui.workers.loader import hide_bitsandbytes
 
 #: hl-smi answers in well under a second; a wedged driver must not hang the probe.
 HLSMI_TIMEOUT_S = 10.0
@@ -37,14 +38,16 @@ def _version(module: str) -> tuple[str | None, str | None]:
     return str(getattr(mod, "__version__", "unknown")), None
 
 
+def optional_version(dist: str) -> str | None:
+    """An installed distribution's version from its metadata (no import), or None."""
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def optional_packages() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name, dist in environment.OPTIONAL_PACKAGES.items():
-        try:
-            out[name] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    return {name: optional_version(dist) for name, dist in environment.OPTIONAL_PACKAGES.items()}
 
 
 def gaudi_versions() -> dict[str, Any]:
@@ -79,7 +82,14 @@ def collect() -> dict[str, Any]:
         "packages": {},
         "errors": {},
     }
+    # bitsandbytes is read from its metadata, never imported: 0.50 runs torch.compile at import (seconds)
+    # and, on a CPU with AVX512-BF16 (a Gaudi server's Xeon), asks the Hub for a kernel. Hidden, peft
+    # and transformers do not import it either (workers.loader.hide_bitsandbytes).
+    hide_bitsandbytes()
     for name, module in environment.PACKAGES.items():
+        if name == "bitsandbytes":
+            info["packages"][name] = optional_version("bitsandbytes")
+            continue
         # Libraries print banners on import; keep this child's stdout for the protocol only.
         with contextlib.redirect_stdout(io.StringIO()):
             version, error = _version(module)
@@ -106,10 +116,26 @@ def collect() -> dict[str, Any]:
     return info
 
 
+def device_only() -> dict[str, Any]:
+    """What "auto" means here, and only that (``--device``): the full probe's rule, importing what it
+    needs (torch, transformers' Gaudi check) and nothing more."""
+    hide_bitsandbytes()
+    from gaudi_gui.workers import device as device_mod
+    with contextlib.redirect_stdout(io.StringIO()):
+        hpu_available, hpu_count, cuda_count, error = device_mod.counts()
+    return {"device": environment.pick_device(hpu_count if hpu_available else 0, cuda_count),
+            "hpu_count": hpu_count, "cuda_count": cuda_count, "error": error or None}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gaudi_gui.workers.probe")
     parser.add_argument("--json", action="store_true", help="print plain JSON instead of an event")
+    parser.add_argument("--device", action="store_true",
+                        help="print only the device 'auto' means here, as JSON")
     args = parser.parse_args(argv)
+    if args.device:
+        print(json.dumps(device_only()))
+        return 0
     info = collect()
     if args.json:
         print(json.dumps(info, indent=2))
