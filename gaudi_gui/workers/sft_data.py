@@ -25,6 +25,7 @@ from typing import Any
 
 from gaudi_gui.core import paths, sft
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError, resolve_format
+from gaudi_gui.workers.loader import hide_bitsandbytes
 
 
 class DataError(Exception):
@@ -256,6 +257,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", required=True, help="job file")
     parser.add_argument("--rows", type=int, default=3)
     ns = parser.parse_args(argv)
+    # A preview renders text and never loads weights: bitsandbytes (imported by TRL through peft when
+    # installed: seconds, see workers/loader.py) is made to look absent.
+    hide_bitsandbytes()
     try:
         job = JobConfig.load(ns.config)
         result = preview(job, max(1, min(ns.rows, 50)))
