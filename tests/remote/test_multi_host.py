@@ -115,8 +115,8 @@ def test_preflight_refuses_what_would_hang(ssh_host: SshHost, tmp_path: Path) ->
                                hosts, "--device", "cpu"], capture_output=True, text=True, timeout=120,
                               env=dict(os.environ), check=False)
 
-    # First, before any connection exists (ssh would multiplex gg-nokey over gg-remote's: same
-    # user@host:port), a host whose key is refused.
+    # A host whose key is refused (gg-nokey: the same account as gg-remote; each alias has its own
+    # connection, so the order of the two does not matter).
     res = train("gg-nokey,gg-remote")
     assert res.returncode == 3 and "ssh-copy-id gg-nokey" in res.stderr, res.stderr
     res = train(f"gg-remote,{HOST_B}")
