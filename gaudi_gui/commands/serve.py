@@ -22,7 +22,9 @@ here. Without ``--detach`` it is followed with the one relay of placed output (`
 the forward asked for again whenever it stops answering; Ctrl-C stops it there.
 
 ``--events``: JSON lines (core.protocol) for the app: ``serve_state`` (starting, loading, warming,
-ready, stopped, failed), ``serve_progress`` (warm-up fraction and ETA), ``serve_url``, ``serve_request``.
+ready, stopped, failed), ``serve_progress`` (warm-up fraction and ETA), ``serve_url``, ``serve_request``,
+``serve_tokens`` (the engine's own running token totals: ``transformers serve`` runs through
+``workers/transformers_serve``, which counts them; said when they change and once more at the stop).
 """
 
 from __future__ import annotations
@@ -151,6 +153,14 @@ class _Out:
             stamp = time.strftime("%H:%M:%S", time.localtime(record.time))
             self._say(f"{stamp} {record.method} {record.path} {record.status}")
 
+    def tokens(self, fields: dict[str, Any], *, final: bool = False) -> None:
+        """The engine's token totals: an event each time they change; for a person, once at the end."""
+        if self.events:
+            if not final:
+                self._say(protocol.event(EventType.SERVE_TOKENS, **fields))
+        elif final and (line := sv.tokens_line(fields)):
+            self._say(line)
+
     def fail(self, message: str, lines: list[str] | None = None) -> None:
         if self.events:
             self._say(protocol.event(EventType.SERVE_STATE, state="failed", message=message,
@@ -220,12 +230,23 @@ def run(args: argparse.Namespace) -> int:
 
 # -- here --------------------------------------------------------------------------------------------
 
-def _transformers_program() -> list[str] | None:
-    beside = Path(sys.executable).parent / "transformers"
-    if beside.is_file():
-        return [str(beside)]
+#: transformers' serve CLI run in-process by our worker, which counts the tokens it generates.
+TRANSFORMERS_WORKER = "gaudi_gui.workers.transformers_serve"
+
+
+def _transformers_program() -> tuple[list[str], str] | None:
+    """How to run ``transformers serve`` here, and why its tokens go uncounted ('' when they are):
+    this Python's transformers through our worker; else a ``transformers`` command on PATH (another
+    Python, whose runner the worker cannot reach)."""
+    import importlib.util
+
+    if importlib.util.find_spec("transformers") is not None:
+        return [sys.executable, "-m", TRANSFORMERS_WORKER], ""
     found = shutil.which("transformers")
-    return [found] if found else None
+    if found is None:
+        return None
+    return [found], (f"transformers serve runs from {found}, outside gaudi-gui's Python: its runner is not "
+                     "ours to count")
 
 
 def _adapter_base(adapter: str) -> str:
@@ -351,6 +372,8 @@ def _get(url: str, key: str = "", timeout: float = 2.0) -> int:
 def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter: str, *, bind: str,
                 out: _Out) -> int:
     env = dict(os.environ)
+    # The engine's own token counts (transformers serve through our worker; vLLM says none here).
+    tally = sv.TokenTally()
     # Only the chosen cards (HABANA_VISIBLE_MODULES / CUDA_VISIBLE_DEVICES), as a training run's.
     env.update(visibility.device_env(sv.device_here(spec.device), spec.cards))
     key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
@@ -363,12 +386,14 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
         if key:
             env["VLLM_API_KEY"] = key
     else:
-        program_words = _transformers_program()
-        if program_words is None:
+        how = _transformers_program()
+        if how is None:
             out.fail("--engine: the transformers command is missing: install transformers with its serving "
                      "extra (pip install 'transformers[serving]')")
             return 2
-        argv = sv.transformers_argv(program_words, model, spec, bind=bind)
+        argv = sv.transformers_argv(how[0], model, spec, bind=bind)
+        if how[1]:
+            tally.take({"type": EventType.SERVE_TOKENS, "counting": False, "why": how[1]})
     env["PYTHONUNBUFFERED"] = "1"
     # The engine ends with this process even when it is SIGKILLed (nothing here runs then): the kernel
     # sends it SIGTERM (PR_SET_PDEATHSIG); and it is recorded, so that an engine that did not end (hung,
@@ -382,7 +407,22 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
     models_url = f"http://127.0.0.1:{spec.port}/v1/models"
     out.state("loading", f"loading {model} ({choice.engine}, pid {child.pid})", pid=child.pid,
               engine=choice.engine, reason=choice.reason)
+    if tally.heard:
+        out.tokens(tally.fields())
     warming = False
+
+    def counted(line: str) -> bool:
+        """A token-count line of the engine's (said on when the totals changed)."""
+        if not line.startswith(protocol.PREFIX):
+            return False
+        try:
+            message = protocol.decode(line)
+        except protocol.ProtocolError:
+            return False
+        fields = tally.take(message or {})
+        if fields is not None:
+            out.tokens(fields)
+        return message is not None and message.get("type") == EventType.SERVE_TOKENS
 
     def drain(on_line: Callable[[str], None], wait: float) -> bool:
         """Read what the engine printed; False once its output ended."""
@@ -394,6 +434,8 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
 
     def while_starting(line: str) -> None:
         nonlocal warming
+        if counted(line):
+            return
         progress = warmup.feed(line)
         if progress is not None:
             if not warming:
@@ -405,6 +447,8 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
 
     def while_serving(line: str) -> None:
         nonlocal probe_lines
+        if counted(line):
+            return
         record = sv.parse_request(line)
         if record is None:
             return
@@ -435,10 +479,16 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
                 break
         code = child.end(0)
         drain(while_serving, 0.1)
+        out.tokens(tally.fields() if tally.heard else {}, final=True)
         out.fail(f"the server ended by itself (exit {code})", list(child.tail))
         return 1
     except (KeyboardInterrupt, _Stop):
-        return _stop(child, spec.port, bind, out)
+        def last() -> None:
+            """The engine's last totals (written at its SIGTERM), read before "stopped" is said."""
+            drain(while_serving, 0)
+            out.tokens(tally.fields() if tally.heard else {}, final=True)
+
+        return _stop(child, spec.port, bind, out, last=last)
     finally:
         if child.poll() is None:
             child.end(0)
@@ -511,11 +561,14 @@ def _leads_group(pid: int) -> bool:
         return False
 
 
-def _stop(child: Child, port: int, bind: str, out: _Out) -> int:
-    """End the engine's whole tree (SIGTERM, then SIGKILL after 10 s) and wait until the port is free."""
+def _stop(child: Child, port: int, bind: str, out: _Out, *, last: Callable[[], object] | None = None) -> int:
+    """End the engine's whole tree (SIGTERM, then SIGKILL after 10 s), read what it said last
+    (``last``), and wait until the port is free."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the clean-up short
     try:
         child.end(10)
+        if last is not None:
+            last()
         deadline = time.monotonic() + 10
         while not sv.port_free(port, bind) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -602,6 +655,7 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
     ready = threading.Event()
     done = threading.Event()
     stop_sent: list[int] = []
+    tokens: dict[str, Any] = {}  # the engine's last token totals there
 
     def keep_forward() -> None:
         """While it serves: the forward asked for again whenever it stops answering (a connection
@@ -645,6 +699,10 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
                                            event.get("eta_s")))
         elif kind == EventType.SERVE_REQUEST:
             out.request(sv.RequestRecord.from_dict(event))
+        elif kind == EventType.SERVE_TOKENS:
+            tokens.clear()
+            tokens.update({k: v for k, v in event.items() if k != "type"})
+            out.tokens(tokens)
 
     def on_signal(count: int, name: str) -> None:
         stop_sent.append(count)
@@ -664,6 +722,7 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
     if run.final is None:
         out.fail(f"following the server on {host.name}: {failure.get('message') or run.lost}")
         return 1
+    out.tokens(tokens, final=True)
     if not failure and (stop_sent or final.get("state") == "stopped"):  # here, or runs stop from elsewhere
         free = sv.port_free(fwd.local_port)
         out.state("stopped", f"stopped on {host.name}; port {fwd.local_port} here is free" if free

@@ -53,6 +53,9 @@ class EventType(str, Enum):
     SERVE_PROGRESS = "serve_progress"  # phase, step, total, fraction, eta_s (vLLM's warm-up)
     SERVE_URL = "serve_url"  # url, model (host on a host): the endpoint answers
     SERVE_REQUEST = "serve_request"  # time, method, path, status (core.serve.RequestRecord)
+    #: the engine's own token counter (transformers serve: workers/transformers_serve): counting,
+    #: prompt_tokens, completion_tokens (running totals since the start), source; counting false: why
+    SERVE_TOKENS = "serve_tokens"
     # Evaluate (commands/eval.py --events, workers/evaluate.py; an evaluate run's events.jsonl);
     # PHASE (message) and ERROR (kind, message, field, exit_code, last_lines) are shared
     EVAL_STARTED = "eval_started"  # label, base, tuned, adapter, prompts, references, tasks

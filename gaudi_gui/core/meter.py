@@ -563,10 +563,17 @@ def describe(summary: Mapping[str, Any]) -> str:
 
 
 def generated_tokens(kind: str, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """What a Serve or Evaluate job generated, from its events: Serve's request log (each
-    ``serve_request`` to a completions endpoint, its ``completion_tokens``), Evaluate's answers (each
-    ``answer``'s ``new_tokens``). A request or answer without a count is counted as such, never as 0
-    tokens; ``generated_tokens`` None when none had one."""
+    """What a Serve or Evaluate job generated, from its events: Serve's engine's own count where it
+    keeps one (``serve_tokens``: ``transformers serve`` through workers/transformers_serve, exact),
+    else its request log (each ``serve_request`` to a completions endpoint, its
+    ``completion_tokens``); Evaluate's answers (each ``answer``'s ``new_tokens``). A request or answer
+    without a count is counted as such, never as 0 tokens; ``generated_tokens`` None when none had
+    one, with why in ``tokens_note`` where the engine said it."""
+    events = list(events)
+    if kind == "serve":
+        engine = _engine_count(events)
+        if engine is not None:
+            return engine
     total, counted, without = 0, 0, 0
     for event in events:
         if kind == "serve" and event.get("type") == EventType.SERVE_REQUEST:
@@ -586,6 +593,38 @@ def generated_tokens(kind: str, events: Iterable[Mapping[str, Any]]) -> dict[str
             "token_items": counted, "token_items_without_count": without}
 
 
+def _engine_count(events: list[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """Serve's tokens as its engine counted them (its last ``serve_tokens``: running totals), or None
+    when the engine said nothing (vLLM: the request log's counts then). An engine that counts but saw
+    no token of the requests it answered is not believed: "not measured", never 0."""
+    last: Mapping[str, Any] | None = None
+    answered = 0
+    for event in events:
+        if event.get("type") == EventType.SERVE_TOKENS:
+            last = event
+        elif event.get("type") == EventType.SERVE_REQUEST and "completions" in str(event.get("path") or "") \
+                and event.get("status") == 200:
+            answered += 1
+    if last is None:
+        return None
+    source = str(last.get("source") or "the engine's own count")
+    out: dict[str, Any] = {"generated_tokens": None, "tokens_source": source, "token_items": answered,
+                           "token_items_without_count": 0}
+    generated, prompt = last.get("completion_tokens"), last.get("prompt_tokens")
+    if last.get("counting") is False:
+        out["tokens_note"] = f"the engine's tokens were not counted: {last.get('why') or 'no reason given'}"
+    elif not isinstance(generated, int) or isinstance(generated, bool) or generated < 0:
+        out["tokens_note"] = "the engine's token count was unreadable"
+    elif generated == 0 and answered:
+        out["tokens_note"] = (f"the engine's token counter saw no token of the {answered} request(s) it "
+                              "answered")
+    else:
+        out["generated_tokens"] = generated
+        if isinstance(prompt, int) and not isinstance(prompt, bool) and prompt >= 0:
+            out["prompt_tokens"] = prompt
+    return out
+
+
 def token_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
     """Energy per 1,000 generated tokens (Wh) and generated tokens per second of wall time, from a
     summary holding ``generated_tokens``; each None (not measured) when its parts are missing, with
@@ -595,9 +634,10 @@ def token_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
     per_1k: float | None = None
     why = ""
     if tokens is None:
-        why = ("no token counts in the request log (the engine's access log gives none)"
-               if str(summary.get("tokens_source") or "").startswith("completion")
-               else "no token counts in the answers")
+        why = str(summary.get("tokens_note") or "") or (
+            "no token counts in the request log (the engine's access log gives none)"
+            if str(summary.get("tokens_source") or "").startswith("completion")
+            else "no token counts in the answers")
     elif tokens <= 0:
         why = "no tokens generated"
     elif joules is None:

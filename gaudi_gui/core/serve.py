@@ -11,7 +11,9 @@ Observed with transformers 5.x on this CPU (``transformers serve --port P --devi
 server is pinned to the folder given on the command line; a request's ``model`` may be left out or must
 be that same id (anything else: 400 "Server is pinned to ..."); ``/v1/models`` lists it once loaded;
 uvicorn prints one access line per request (``INFO:     127.0.0.1:PORT - "POST /v1/chat/completions
-HTTP/1.1" 200 OK``); it prints no token counts or time to first token.
+HTTP/1.1" 200 OK``); it prints no token counts or time to first token. So ``gaudi-gui serve`` runs it
+through ``workers/transformers_serve``, which counts the tokens its runner counts and prints the
+totals as protocol lines on the engine's output (``TokenTally`` reads them).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from gaudi_gui.core import quantization as quant
+from gaudi_gui.core.events import EventType
 from gaudi_gui.core.proctree import ProcessRef
 
 ENGINES = ("auto", "transformers", "vllm")
@@ -374,6 +377,76 @@ def parse_request(line: str, now: float | None = None) -> RequestRecord | None:
                          int(match["status"]))
 
 
+def _count(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+#: Where a Serve run's token counts come from when the engine counts them itself.
+TOKENS_SOURCE = "the engine's own count: transformers serve's GenerateRunner.count_tokens"
+
+
+@dataclass
+class TokenTally:
+    """The engine's own token counts (``workers/transformers_serve``'s ``serve_tokens`` lines), summed
+    over its processes: each process reports its own running totals (the model's process; an API
+    server's zeros), so the sum is the last totals of each. A process whose totals go down is a new
+    one on a reused pid: what the earlier one counted is kept. ``why_not``: the engine said it cannot
+    count (another transformers version), or it is not ours to count."""
+
+    per_process: dict[int, tuple[int, int]] = field(default_factory=dict)
+    banked: tuple[int, int] = (0, 0)
+    why_not: str = ""
+    heard: bool = False
+
+    def take(self, message: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The event fields to say when ``message`` changed what is known, else None."""
+        if message.get("type") != EventType.SERVE_TOKENS:
+            return None
+        if message.get("counting") is False:
+            self.why_not = str(message.get("why") or "the engine cannot count its tokens")
+            self.heard = True
+            return self.fields()
+        pid, prompt, generated = (message.get(k) for k in ("pid", "prompt_tokens", "completion_tokens"))
+        if not (_count(pid) and _count(prompt) and _count(generated)):
+            return None
+        assert isinstance(pid, int) and isinstance(prompt, int) and isinstance(generated, int)
+        old = self.per_process.get(pid)
+        if old == (prompt, generated) and self.heard:
+            return None
+        if old is not None and (prompt < old[0] or generated < old[1]):
+            self.banked = (self.banked[0] + old[0], self.banked[1] + old[1])
+        self.per_process[pid] = (prompt, generated)
+        self.heard = True
+        return self.fields()
+
+    def totals(self) -> tuple[int, int]:
+        """(prompt tokens, generated tokens) so far."""
+        return (self.banked[0] + sum(p for p, _ in self.per_process.values()),
+                self.banked[1] + sum(g for _, g in self.per_process.values()))
+
+    def fields(self) -> dict[str, Any]:
+        if self.why_not:
+            return {"counting": False, "why": self.why_not, "source": TOKENS_SOURCE}
+        prompt, generated = self.totals()
+        return {"counting": True, "prompt_tokens": prompt, "completion_tokens": generated,
+                "source": TOKENS_SOURCE}
+
+
+
+def tokens_line(fields: Mapping[str, Any]) -> str:
+    """A ``serve_tokens`` event for a person: '16 tokens generated, 32 prompt tokens (source)'; why
+    they were not counted; '' for nothing said."""
+    if not fields:
+        return ""
+    if fields.get("counting") is False:
+        return f"tokens not counted: {fields.get('why') or 'no reason given'}"
+    generated, prompt = fields.get("completion_tokens"), fields.get("prompt_tokens")
+    if not (_count(generated) and _count(prompt)):
+        return ""
+    source = fields.get("source") or TOKENS_SOURCE
+    return f"{generated:,} tokens generated, {prompt:,} prompt tokens ({source})"
+
+
 # -- what a person pastes --------------------------------------------------------------------------
 
 def endpoint_url(port: int, address: str = LOOPBACK) -> str:
@@ -619,6 +692,7 @@ __all__ = [
     "LOOPBACK",
     "ORPHAN_GRACE_S",
     "QUANTIZATIONS",
+    "TOKENS_SOURCE",
     "VLLM_INSTALL_HINT",
     "EngineChoice",
     "EngineRecord",
@@ -626,6 +700,7 @@ __all__ = [
     "ServeError",
     "ServeSpec",
     "SseReader",
+    "TokenTally",
     "WarmupParser",
     "WarmupProgress",
     "chat_body",
@@ -646,6 +721,7 @@ __all__ = [
     "python_snippet",
     "read_engine_record",
     "size_max_model_len",
+    "tokens_line",
     "transformers_argv",
     "vllm_argv",
     "vllm_here",

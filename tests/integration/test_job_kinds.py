@@ -59,6 +59,18 @@ def test_serve_detached_answers_is_listed_as_serve_and_runs_stop_frees_the_port(
     assert endpoint["url"] == f"http://127.0.0.1:{port}/v1" and endpoint["port"] == port
     engine = psutil.Process(endpoint["pid"])
     assert _answers(endpoint["url"])
+    # A few real requests (one streamed): the meter counts exactly the tokens their usage says.
+    from openai import OpenAI
+    client, model = OpenAI(base_url=endpoint["url"], api_key="none", max_retries=0), endpoint["model"]
+    usage = [client.chat.completions.create(messages=[{"role": "user", "content": "hello"}], model=model,
+                                            max_tokens=n).usage for n in (5, 7)]
+    streamed = list(client.chat.completions.create(
+        messages=[{"role": "user", "content": "hi"}], model=model, max_tokens=6, stream=True,
+        stream_options={"include_usage": True}))
+    usage.append(streamed[-1].usage)
+    assert all(u is not None for u in usage)
+    generated = sum(u.completion_tokens for u in usage if u is not None)
+    prompts = sum(u.prompt_tokens for u in usage if u is not None)
     assert "serve" in json.loads((run.folder / jobkind.SPEC_NAME).read_text())["argv"]
     assert run.status().state == "running" and run.status().kind == "serve"
     wait_until((run.folder / jobkind.REQUESTS_NAME).is_file, "a request in requests.jsonl", run)
@@ -74,6 +86,22 @@ def test_serve_detached_answers_is_listed_as_serve_and_runs_stop_frees_the_port(
     assert port_free(port)
     status = run.status()
     assert status.state == "stopped" and "is free" in status.summary, status
+    # transformers serve's own count (workers/transformers_serve), the last of it written at the stop.
+    shown = json.loads(_cli("runs", "show", run.name, "--json").stdout)
+    meter = shown["meter"]
+    assert (meter["generated_tokens"], meter["prompt_tokens"]) == (generated, prompts), meter
+    assert meter["tokens_source"].startswith("the engine's own count")
+    assert meter["tokens_per_s"] == pytest.approx(generated / meter["wall_s"], rel=0.01, abs=1e-3)
+    assert f"{generated} tokens generated" in status.summary, status
+    if meter["energy_j"] is None:  # this CPU: no readable RAPL counter
+        assert meter["energy_per_1k_tokens_wh"] is None
+        assert meter["per_1k_tokens_note"] == "energy not measured"
+        assert "RAPL" in meter["note"], meter
+    else:
+        assert meter["energy_per_1k_tokens_wh"] == pytest.approx(
+            meter["energy_j"] / 3600 / generated * 1000, rel=1e-6)
+    tokens = [e for e in run.events() if e["type"] == "serve_tokens"]
+    assert tokens[0]["completion_tokens"] == 0 and tokens[-1]["completion_tokens"] == generated
 
 
 def test_serve_engine_dies_with_its_supervisor(demo_model: Path) -> None:

@@ -5,6 +5,7 @@ the request log filled from the engine's own access lines; bad input refused at 
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -94,6 +95,8 @@ def test_start_serve_request_copy_stop_by_clicking(qtbot: QtBot, window: MainWin
     assert panel.start_button.isEnabled() is False
     click(qtbot, panel.stop_button)
     qtbot.waitUntil(lambda: panel.status.text().startswith("stopped"), timeout=60_000)
+    # What the server cost, with the tokens transformers serve generated (its own count: issue 27).
+    assert re.search(r" — .*\b[1-9][\d,]* tokens generated · ", panel.status.text()), panel.status.text()
     assert port_free(port)
     assert panel.start_button.isEnabled() and not panel.copy_button.isEnabled()
     # "stopped" is said once the job is over: closing now asks about nothing (it asked about the

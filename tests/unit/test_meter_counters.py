@@ -107,3 +107,37 @@ def test_runs_list_line_says_wh_per_1000_tokens_of_a_serve_or_evaluate_run() -> 
     assert unmeasured["per_1k_tokens_note"] == "energy not measured"
     assert "Wh/1k" not in meter.short(unmeasured)
     assert "Wh per 1,000 tokens not measured (energy not measured)" in meter.tokens_text(unmeasured)
+
+
+def test_a_served_models_tokens_come_from_its_engines_own_count_never_0_by_default() -> None:
+    """transformers serve's counter (``serve_tokens`` running totals) wins over the request log; an
+    engine that cannot count says why, and one whose counter saw none of its answered requests is
+    not believed: "not measured" with the reason, never 0 tokens."""
+    answered = {"type": "serve_request", "method": "POST", "path": "/v1/chat/completions", "status": 200,
+                "completion_tokens": None}
+    ran = [{"type": "serve_tokens", "counting": True, "prompt_tokens": 0, "completion_tokens": 0},
+           answered, answered,
+           {"type": "serve_tokens", "counting": True, "prompt_tokens": 30, "completion_tokens": 12,
+            "source": "the engine's own count"}]
+    counted = meter.generated_tokens("serve", ran)
+    assert counted["generated_tokens"] == 12 and counted["prompt_tokens"] == 30
+    assert counted["token_items"] == 2 and counted["tokens_source"] == "the engine's own count"
+    summary = {"energy_j": 36.0, "wall_s": 6.0, **counted}
+    assert meter.token_figures(summary) == {"energy_per_1k_tokens_wh": pytest.approx(36 / 3600 / 12 * 1000),
+                                            "tokens_per_s": 2.0, "per_1k_tokens_note": ""}
+    cannot = meter.generated_tokens("serve", [{"type": "serve_tokens", "counting": False,
+                                               "why": "transformers 9.0 has no GenerateRunner.count_tokens"},
+                                              answered])
+    assert cannot["generated_tokens"] is None
+    figures = meter.token_figures({"energy_j": 36.0, "wall_s": 6.0, **cannot})
+    assert figures["energy_per_1k_tokens_wh"] is None and figures["tokens_per_s"] is None
+    assert figures["per_1k_tokens_note"] == ("the engine's tokens were not counted: transformers 9.0 has no "
+                                             "GenerateRunner.count_tokens")
+    blind = meter.generated_tokens("serve", [ran[0], answered])
+    assert blind["generated_tokens"] is None and "saw no token of the 1 request(s)" in blind["tokens_note"]
+    idle = meter.generated_tokens("serve", [ran[0]])  # served nobody: 0 tokens, and no Wh per 1,000
+    assert idle["generated_tokens"] == 0
+    assert meter.token_figures({"energy_j": 36.0, "wall_s": 6.0, **idle})["per_1k_tokens_note"] == \
+        "no tokens generated"
+    # vLLM (no serve_tokens): the request log's counts, as before.
+    assert meter.generated_tokens("serve", [{**answered, "completion_tokens": 4}])["generated_tokens"] == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -180,3 +181,53 @@ def test_vllm_hint_reads_the_compatibility_table() -> None:
     assert "not in the compatibility table" in vllm_install_hint("1.99.0")
     table = {"rows": [{"gaudi_software": "1.20.0", "source": "S", "date": "D"}]}
     assert "the table does not name a vLLM version (S, read D)" in vllm_install_hint("1.20.0", table)
+
+
+def test_token_tally_sums_the_engines_processes_and_keeps_a_restarted_ones_count() -> None:
+    tally = serve.TokenTally()
+    assert serve.tokens_line({}) == ""
+    assert tally.take({"type": "serve_request"}) is None
+    assert tally.take({"type": "serve_tokens", "pid": 7, "prompt_tokens": 0, "completion_tokens": 0}) == {
+        "counting": True, "prompt_tokens": 0, "completion_tokens": 0, "source": serve.TOKENS_SOURCE}
+    assert tally.take({"type": "serve_tokens", "pid": 7, "prompt_tokens": 0, "completion_tokens": 0}) is None
+    tally.take({"type": "serve_tokens", "pid": 7, "prompt_tokens": 20, "completion_tokens": 9})
+    # an API server's zeros
+    tally.take({"type": "serve_tokens", "pid": 8, "prompt_tokens": 0, "completion_tokens": 0})
+    # pid 7 again from 0: a new model process on a reused pid; what the first one counted stays.
+    fields = tally.take({"type": "serve_tokens", "pid": 7, "prompt_tokens": 5, "completion_tokens": 2})
+    assert fields is not None and (fields["prompt_tokens"], fields["completion_tokens"]) == (25, 11)
+    assert tally.take({"type": "serve_tokens", "pid": 7, "prompt_tokens": -1, "completion_tokens": 2}) is None
+    said = serve.tokens_line(tally.fields())
+    assert said == f"11 tokens generated, 25 prompt tokens ({serve.TOKENS_SOURCE})"
+    tally.take({"type": "serve_tokens", "counting": False, "why": "no hook"})
+    assert tally.fields()["counting"] is False
+    assert serve.tokens_line(tally.fields()) == "tokens not counted: no hook"
+
+
+_HOOK_SCRIPT = """
+import json
+from transformers.cli.serving import utils as serving
+from gaudi_gui.workers import transformers_serve as worker
+wrapped = getattr(serving.GenerateRunner.count_tokens, "_gaudi_gui_counted", False)
+said = {"why_not": worker.WHY_NOT, "wrapped": wrapped, "again": worker.install()}
+class Runner:
+    def generate(self): ...
+serving.GenerateRunner = Runner
+said["missing"] = worker.install()
+class Other:
+    def count_tokens(self, n=0): ...
+serving.GenerateRunner = Other
+said["changed"] = worker.install()
+print(json.dumps(said))
+"""
+
+
+def test_the_token_counter_says_why_where_transformers_has_no_hook_point() -> None:
+    """Another transformers version (no ``GenerateRunner.count_tokens``): the worker names the missing
+    hook point instead of counting nothing as 0; this one's is wrapped once (in a child: the wrap is
+    for the whole process)."""
+    done = subprocess.run([sys.executable, "-c", _HOOK_SCRIPT], capture_output=True, text=True, timeout=120)
+    said = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (said["why_not"], said["wrapped"], said["again"]) == ("", True, ""), done.stderr
+    assert "has no GenerateRunner.count_tokens in transformers.cli.serving.utils" in said["missing"]
+    assert "takes no prompt/generated counts" in said["changed"]

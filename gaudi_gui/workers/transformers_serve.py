@@ -1,0 +1,154 @@
+"""``transformers serve`` with exact token counts: ``python -m gaudi_gui.workers.transformers_serve serve …``.
+
+Runs transformers' own serve CLI in this process (the arguments are those of the ``transformers``
+command: ``serve`` and what follows) and counts every token its serving runner counts. ``transformers
+serve`` prints no token counts (its uvicorn access log has none; its only token figure is a rate line
+every 10 s of activity, from ``GenerateRunner.count_tokens``), so the run meter's Wh per 1,000 tokens
+had nothing to divide by. Here ``GenerateRunner.count_tokens`` (``transformers.cli.serving.utils``;
+continuous batching's runner inherits it) is wrapped to keep running totals of the prompt tokens
+received and the tokens generated, which are printed as protocol lines (``core.protocol``) on the
+engine's stdout, which ``gaudi-gui serve`` reads:
+
+- ``serve_tokens`` with ``pid``, ``prompt_tokens``, ``completion_tokens``: the totals of the process
+  that generates (the model's process), when it starts (0, 0: it counts), at most once a second while
+  they change, and once more when it gets SIGTERM (then it dies of it as it would have), so the tokens
+  of the last second before a stop are not lost. Each line is one ``os.write`` (whole, under
+  PIPE_BUF): the server's own process writes to the same pipe.
+- ``serve_tokens`` with ``counting: false`` and ``why``: this transformers has no such hook point
+  (another version); the server runs as it is and the meter says "not measured" with that reason.
+
+The model runs in a process transformers *spawns* (``multiprocessing``'s spawn: a fresh interpreter),
+so a wrap made here at run time would not reach it. Spawn imports the parent's main module in the
+child first (as ``__mp_main__``, for ``python -m`` its module name), before it unpickles what to run:
+the wrap is made when this module is imported, so it is made in every process of the server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from gaudi_gui.core import protocol
+from gaudi_gui.core.events import EventType
+
+#: At most one line a second while the totals change (the last totals are written at SIGTERM too).
+REPORT_EVERY_S = 1.0
+
+
+class Tally:
+    """This process's running totals, and the thread that reports them when they change."""
+
+    def __init__(self) -> None:
+        # Reentrant: the SIGTERM handler runs on the main thread, which may be inside ``add``.
+        self.lock = threading.RLock()
+        self.prompt = self.generated = 0
+        self.changed = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def add(self, prompt: int, generated: int) -> None:
+        with self.lock:
+            self.prompt += max(int(prompt), 0)
+            self.generated += max(int(generated), 0)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._report_changes, name="token-tally",
+                                                daemon=True)
+                self._thread.start()
+        self.changed.set()
+
+    def report(self) -> None:
+        """One line with the totals (one write, no lock of Python's I/O: a signal handler calls it)."""
+        with self.lock:
+            line = protocol.event(EventType.SERVE_TOKENS, pid=os.getpid(), prompt_tokens=self.prompt,
+                                  completion_tokens=self.generated)
+        with contextlib.suppress(OSError):
+            os.write(1, (line + "\n").encode("utf-8"))
+
+    def _report_changes(self) -> None:
+        while True:
+            self.changed.wait()
+            self.changed.clear()
+            self.report()
+            threading.Event().wait(REPORT_EVERY_S)  # what changes meanwhile goes in the next line
+
+
+TALLY = Tally()
+
+
+def install() -> str:
+    """Wrap the serving runner's ``count_tokens``; why it cannot be done ('' when done)."""
+    try:
+        import transformers
+        from transformers.cli.serving import utils as serving
+    except Exception as exc:  # any import failure is a reason, said: the server may still run
+        return f"transformers' serving code cannot be imported here ({type(exc).__name__}: {exc})"
+    version = getattr(transformers, "__version__", "?")
+    runner = getattr(serving, "GenerateRunner", None)
+    count = getattr(runner, "count_tokens", None) if isinstance(runner, type) else None
+    if runner is None or not callable(count):
+        return (f"transformers {version} has no GenerateRunner.count_tokens in "
+                "transformers.cli.serving.utils (the hook point this counter wraps)")
+    if getattr(count, "_gaudi_gui_counted", False):
+        return ""  # this module imported twice (as __main__ and by name): wrapped once
+    try:
+        names = set(inspect.signature(count).parameters)
+    except (TypeError, ValueError):
+        names = set()
+    if not {"prompt", "generated"} <= names:
+        return (f"transformers {version}'s GenerateRunner.count_tokens takes no prompt/generated counts "
+                "(the hook point changed)")
+    overriding = [name for name, value in vars(serving).items()
+                  if isinstance(value, type) and issubclass(value, runner) and value is not runner
+                  and "count_tokens" in vars(value)]
+    if overriding:
+        return (f"transformers {version}'s {', '.join(overriding)} count tokens their own way "
+                "(the hook point changed)")
+
+    def count_tokens(self: Any, prompt: int = 0, generated: int = 0) -> None:
+        count(self, prompt=prompt, generated=generated)
+        TALLY.add(prompt, generated)
+
+    count_tokens._gaudi_gui_counted = True  # type: ignore[attr-defined]
+    count_tokens.__doc__ = count.__doc__
+    runner.count_tokens = count_tokens
+    return ""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    """The last totals, then the death SIGTERM means (as without this handler)."""
+    TALLY.report()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def _in_spawned_child() -> None:
+    """In a process the server spawned (the model's, or an API server's): say that it counts (0, 0)
+    and write the last totals at SIGTERM. An API server counts nothing: its zeros add nothing."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    TALLY.report()
+
+
+WHY_NOT = install()
+# Spawn imports the parent's main module under this name (its ``parent_process()`` is not set yet then).
+if not WHY_NOT and __name__ == "__mp_main__":
+    _in_spawned_child()
+
+
+def main(argv: list[str]) -> int:
+    if WHY_NOT:
+        line = protocol.event(EventType.SERVE_TOKENS, counting=False, why=WHY_NOT)
+        os.write(1, (line + "\n").encode("utf-8"))
+    from transformers.cli.transformers import app
+
+    # transformers' own CLI (its exit is click's), less its check for a newer release (no network here)
+    app(args=argv, prog_name="transformers")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
