@@ -6,7 +6,11 @@ A thread samples every thread's Python stack each millisecond (``sys._current_fr
 bench's 1 ms probe timer runs; every gap of the probe longer than ``--over`` ms is then printed with
 the window thread's most frequent frames inside it (project and pyqtgraph frames first) and what the
 other threads were doing, so a stall reads as "this slot" or "waiting for the GIL another thread held".
-A tool for finding causes, not a figure: the sampler itself costs the loop a little."""
+Each gap also says how the window's thread spent it, from its own counters (``/proc/self/task/TID/
+schedstat``): ``cpu`` (it ran: a slot or Qt's own work), ``runq`` (runnable, waiting for a core the
+machine's other processes held) and the rest, ``blocked`` (asleep: waiting for the GIL another
+thread of this process held, or for I/O). A tool for finding causes, not a figure: the sampler itself
+costs the loop a little."""
 
 from __future__ import annotations
 
@@ -26,6 +30,18 @@ from bench import bare
 
 GAPS: list[tuple[float, float]] = []
 SAMPLES: list[tuple[float, dict[int, list[str]]]] = []
+#: (perf_counter, the window thread's cpu ns, its run-queue wait ns) at each sample.
+SCHED: list[tuple[float, int, int]] = []
+
+
+def _schedstat(native_id: int) -> tuple[int, int]:
+    """(ns on a cpu, ns runnable but waiting for one) of a thread of this process."""
+    try:
+        with open(f"/proc/self/task/{native_id}/schedstat") as f:
+            cpu, wait, _slices = f.read().split()
+        return int(cpu), int(wait)
+    except (OSError, ValueError):
+        return 0, 0
 
 
 def _frames(frame: Any) -> list[str]:
@@ -37,9 +53,10 @@ def _frames(frame: Any) -> list[str]:
     return out
 
 
-def _sampler(stop: threading.Event) -> None:
+def _sampler(stop: threading.Event, main_native: int) -> None:
     while not stop.is_set():
         now = time.perf_counter()
+        SCHED.append((now, *_schedstat(main_native)))
         SAMPLES.append((now, {tid: _frames(f) for tid, f in sys._current_frames().items()
                               if tid != threading.get_ident()}))
         time.sleep(0.001)
@@ -76,6 +93,18 @@ def _hosts_stall(seconds: float, health: bool) -> float:
             return bh._measure(aliases, seconds, health=health)[1]
 
 
+def _spent(start: float, end: float) -> str:
+    """How the window's thread spent [start, end]: cpu, run-queue wait, the rest (blocked)."""
+    before = [r for r in SCHED if r[0] <= start]
+    after = [r for r in SCHED if r[0] >= end]
+    if not before or not after:
+        return "cpu/runq unknown"
+    (t0, cpu0, wait0), (t1, cpu1, wait1) = before[-1], after[0]
+    cpu, wait = (cpu1 - cpu0) / 1e6, (wait1 - wait0) / 1e6
+    blocked = max(0.0, (t1 - t0) * 1000 - cpu - wait)
+    return f"main cpu {cpu:.1f} ms, runq {wait:.1f} ms, blocked {blocked:.1f} ms"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("area", choices=["devices", "hosts"])
@@ -91,7 +120,7 @@ def main() -> int:
         module.worst_gap_ms = _recording_gap_ms  # type: ignore[attr-defined]
     main_id = threading.get_ident()
     stop = threading.Event()
-    sampler = threading.Thread(target=_sampler, args=(stop,), daemon=True)
+    sampler = threading.Thread(target=_sampler, args=(stop, threading.get_native_id()), daemon=True)
     sampler.start()
     with bare.crowd(bare.crowd_size()):
         if args.area == "devices":
@@ -105,7 +134,8 @@ def main() -> int:
     for start, end in worst[: args.top]:
         inside = [s for t, s in SAMPLES if start <= t <= end]
         at = start - GAPS[0][0]
-        print(f"\n=== gap {(end - start) * 1000:.1f} ms at +{at:.2f} s, {len(inside)} samples")
+        print(f"\n=== gap {(end - start) * 1000:.1f} ms at +{at:.2f} s, {len(inside)} samples, "
+              f"{_spent(start, end)}")
         main_stacks: collections.Counter[str] = collections.Counter()
         others: collections.Counter[str] = collections.Counter()
         for sample in inside:

@@ -7,6 +7,9 @@ Design:
   snapshot) has reported, never on a timer: rows seconds apart still make one whole snapshot, and a
   stall publishes no partial snapshot (the hang watchdog below ends it). Unparsable rows are counted
   and reported through ``rows_rejected``.
+- Every child of the poller is started, read and reaped on a thread of its own
+  (``services.threaded_process.ThreadedRunner``): the window's thread neither forks nor reads pipes,
+  it gets each read's complete lines and the child's end as queued events.
 - Every hl-smi child runs in its own session (process group). Many installs wrap hl-smi in a script
   that forks helpers (``hl-smi.real "$@" | cat``): stop, restart and the hang watchdog kill the whole
   group plus every descendant seen while it ran, and a run that ended by itself has its group swept,
@@ -43,8 +46,9 @@ from gaudi_gui.core import hlsmi
 from gaudi_gui.core.backoff import Backoff
 from gaudi_gui.core.devices import DeviceSample, History, ProcessInfo, attach_processes
 from gaudi_gui.services.device_selection import DeviceSelection
-from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
+from gaudi_gui.services.process import EXIT_FAILED_TO_START, describe_exit
 from gaudi_gui.services.settings import SCHEMA, Settings, setting_bounds
+from gaudi_gui.services.threaded_process import ThreadedRunner
 
 if TYPE_CHECKING:
     import numpy as np
@@ -167,18 +171,18 @@ class DevicePoller(QObject):
         self._hung_for: float | None = None
         self._discard_exit = False
 
-        self._runner = ProcessRunner(self, parse_protocol=False, tail_lines=40)
+        self._runner = ThreadedRunner(self, tail_lines=40)
         self._runner.started.connect(self._on_started)
         self._runner.line_received.connect(self._on_line)
         self._runner.finished.connect(self._on_finished)
 
-        self._table_runner = ProcessRunner(self, parse_protocol=False, tail_lines=400)
+        self._table_runner = ThreadedRunner(self, tail_lines=400)
         self._table_runner.finished.connect(self._on_table_finished)
         self._table_for_count = False
-        self._nvidia_runner = ProcessRunner(self, parse_protocol=False, tail_lines=64)
+        self._nvidia_runner = ThreadedRunner(self, tail_lines=64)
         self._nvidia_runner.finished.connect(self._on_nvidia_finished)
         #: A host without hl-smi: its ``gaudi-gui devices --json``, one call per interval.
-        self._remote_runner = ProcessRunner(self, parse_protocol=False, tail_lines=40)
+        self._remote_runner = ThreadedRunner(self, tail_lines=40)
         self._remote_runner.line_received.connect(self._on_remote_line)
         self._remote_runner.finished.connect(self._on_remote_finished)
         self._remote_out: list[str] = []
@@ -225,7 +229,7 @@ class DevicePoller(QObject):
         line = " ".join(self._argv)
         return f"{line} (on {self.host.name})" if self.host is not None else line
 
-    def _start_hl_smi(self, runner: ProcessRunner, args: list[str]) -> None:
+    def _start_hl_smi(self, runner: ThreadedRunner, args: list[str]) -> None:
         if self.host is None:
             runner.start(self._program, args, new_session=True)
             return

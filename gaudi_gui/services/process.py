@@ -102,6 +102,8 @@ def _last_segment(line: str) -> str:
     return ""
 
 
+#: Every live runner: ProcessRunner and ``threaded_process.ThreadedRunner`` (the pollers' children,
+#: started and reaped on threads of their own), which registers itself here.
 _LIVE: weakref.WeakSet[ProcessRunner] = weakref.WeakSet()
 
 
@@ -117,7 +119,7 @@ def reap_all(timeout_ms: int = 3000) -> None:
     # The kills run on the bookkeeping thread: let them all be sent before waiting for any child.
     BOOKKEEPER.wait_idle(timeout_ms / 1000)
     for runner in runners:
-        runner._process.waitForFinished(timeout_ms)
+        runner.wait_finished(timeout_ms)
 
 
 def delete_when_reaped(obj: QObject) -> None:
@@ -128,8 +130,8 @@ def delete_when_reaped(obj: QObject) -> None:
     host removed) is deleted only after its runners report ``finished``. Meanwhile it is mute (its
     signals blocked): a retired object must not speak into whatever replaced it."""
     obj.blockSignals(True)
-    runners = [r for r in obj.findChildren(ProcessRunner)
-               if r.is_running() and not r.is_detached()]
+    runners: list[ProcessRunner] = [r for r in obj.findChildren(QObject)  # type: ignore[misc]
+                                    if r in _LIVE and r.is_running() and not r.is_detached()]  # type: ignore[attr-defined]
     if not runners:
         obj.deleteLater()
         return
@@ -301,6 +303,10 @@ class ProcessRunner(QObject):
 
     def descendants(self) -> list[int]:
         return self._tree.pids() if self._tree is not None else []
+
+    def wait_finished(self, timeout_ms: int) -> bool:
+        """Block until the child has ended (``reap_all`` only, once the event loop is over)."""
+        return bool(self._process.waitForFinished(timeout_ms))
 
     # -- talking to the child -------------------------------------------------------------------------
 

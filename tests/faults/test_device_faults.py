@@ -135,15 +135,17 @@ def test_stop_before_started_is_delivered_leaves_no_helper(wrapper: tuple[Path, 
     wrapper ended by itself and its ``sleep 300 &`` outlived the poller, re-parented to init."""
     script, marker = wrapper
     poller, _snapshots, _states = make_poller(script)
-    poller.start()  # the loop and the first table read (the card count) are forked, not yet "started"
-    children = [r._process.processId() for r in (poller._runner, poller._table_runner)]
-    assert all(pid > 0 for pid in children), children
+    poller.start()  # the loop and the first table read (the card count) are being spawned, not "started"
+    runners = (poller._runner, poller._table_runner)
     poller.stop()
-    # No event loop runs here: the kill cannot wait for a ``started`` that never comes.
+    # No event loop runs here: the kill cannot wait for a ``started`` that never comes. A child the
+    # thread had not spawned yet is never spawned; one it had is killed with its tree.
+    assert all(r.wait_finished(10000) for r in runners)
+    children = [r.pid for r in runners if r.pid]
     assert wait_until(lambda: all(gone(pid) for pid in children), timeout=10), \
         described([psutil.Process(pid) for pid in children if not gone(pid)])
     qtbot.waitUntil(lambda: not poller._runner.is_running() and not poller._table_runner.is_running(),
-                    timeout=10000)  # started and finished delivered now: the tree is killed again
+                    timeout=10000)  # finished delivered now
     assert wait_until(lambda: marked(marker) == [], timeout=5), described(marked(marker))
 
 
