@@ -333,8 +333,11 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
         _say(f"{final.get('summary') or final.get('state') or run.lost}\nrun folder on {run.host.name}: "
              f"{run.folder}")
     if several:
-        for line in job_meter_lines(runs):
+        from gaudi_gui.core.multi_host import keep_job_meter
+        whole = job_meter(runs)
+        for line in job_meter_lines(runs, whole):
             _say(line)
+        _say(keep_job_meter(runs[0].host, runs[0].folder, whole))  # runs show / list there: the whole job
     if failed:
         _say(f"the run failed on {failed[0].host.name}")
         return 1
@@ -352,8 +355,12 @@ def part_meter(run: HostRun) -> dict[str, Any] | None:
         shown = json.loads(out.strip().splitlines()[-1]) if code == 0 else None
     except (RemoteError, ValueError, IndexError):
         return None
-    meter = shown.get("meter") if isinstance(shown, dict) else None
-    return meter if isinstance(meter, dict) else None
+    if not isinstance(shown, dict):
+        return None
+    from gaudi_gui.core import meter as meter_mod
+    # Host 0's run once the whole job's meter is kept there: its own part is "meter_part".
+    meter = shown.get("meter_part") or shown.get("meter")
+    return meter if isinstance(meter, dict) and not meter_mod.is_job_summary(meter) else None
 
 
 def job_meter(runs: Sequence[HostRun]) -> dict[str, Any]:
@@ -365,11 +372,11 @@ def job_meter(runs: Sequence[HostRun]) -> dict[str, Any]:
     return meter_mod.combine([(r.host.name, s) for r, s in zip(runs, summaries, strict=True)])
 
 
-def job_meter_lines(runs: Sequence[HostRun]) -> list[str]:
+def job_meter_lines(runs: Sequence[HostRun], whole: dict[str, Any] | None = None) -> list[str]:
     """What the terminal is told of the whole job's meter: its line, then each host's compile warning."""
     from gaudi_gui.core import meter as meter_mod
     from gaudi_gui.core.compile_rise import findings, rise_text
-    whole = job_meter(runs)
+    whole = job_meter(runs) if whole is None else whole
     return [f"meter: {meter_mod.combined_line(whole)}", *(rise_text(f) for f in findings(whole))]
 
 

@@ -23,6 +23,10 @@
   not installed it says so (exit 2).
 - ``runs open RUN --tensorboard|--trackio [--no-browser]``: the run in TensorBoard's or trackio's own
   dashboard, served on 127.0.0.1 until the command ends (``commands/runs_open``, ``core.dashboard``).
+- ``runs job-meter RUN`` (for a multi-host job's command and the Training tab): keeps the whole job's
+  meter (``core.meter.combine`` of every host's part, a JSON object on stdin) in host 0's run, so that
+  ``runs show`` / ``runs list`` there say the whole job; ``runs show --json`` then gives it as "meter"
+  and the host's own part as "meter_part".
 - ``runs stop RUN [--now]``: a stop with a checkpoint (SIGTERM to the run's supervisor, which stops
   the ranks as the Training tab does); ``--now`` kills at once. A run whose supervisor is gone is
   stopped through its recorded rank pids directly.
@@ -105,6 +109,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         help="the trackio project (default: gaudi-gui)")
     from gaudi_gui.commands import runs_open
     runs_open.add_parser(action)
+    job_meter = action.add_parser("job-meter", help="keep a multi-host job's meter (JSON on stdin) in its "
+                                  "host 0's run")
+    job_meter.add_argument("run")
     stop = action.add_parser("stop", help="stop a run (checkpoint first; --now kills)")
     stop.add_argument("run")
     stop.add_argument("--now", action="store_true", help="kill the run's processes now")
@@ -154,7 +161,7 @@ def _line(item: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     action = args.runs_action
     if action == "list":
-        runs = [{**describe(r), "meter": meter_mod.read_summary(r.folder)}
+        runs = [{**describe(r), "meter": meter_mod.read_job_summary(r.folder)}
                 for r in RunStore(args.runs_dir or None).runs()]
         if args.json:
             print(json.dumps(runs), flush=True)
@@ -169,7 +176,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     if action == "show":
         item = describe(found)
-        item["meter"] = meter_mod.read_summary(found.folder)
+        # Host 0's run of a multi-host job: the whole job's meter, and this host's own part beside it.
+        item["meter"] = meter_mod.read_job_summary(found.folder)
+        own = meter_mod.read_summary(found.folder)
+        if own is not None and own != item["meter"]:
+            item["meter_part"] = own
         prices = prices_mod.current(per_kwh=args.price_kwh, per_card_hour=args.price_card_hour,
                                     currency=args.currency)
         item["cost"] = prices_mod.cost(item["meter"], prices)  # null: no price set, or no meter
@@ -181,12 +192,16 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(item) if args.json else
               f"{item['name']} ({item['kind']}): {item['status']['state']} — {item['status']['summary']}"
               + (f" (⚠ {'; '.join(problems)})" if problems else "") + _meter_lines(item["meter"])
+              + (f"\n  this host's part: {redact(meter_mod.describe(item['meter_part']))}"
+                 if item.get("meter_part") else "")
               + (f"\n  {cost_line}" if cost_line else "")
               + (f"\n  meter so far: {live['text']}" if live else ""),
               flush=True)
         return 0
     if action == "stop":
         return _stop(found, now=args.now)
+    if action == "job-meter":
+        return _keep_job_meter(found)
     if action == "export":
         return _export(found, args.tensorboard, trackio=args.trackio, trackio_dir=args.trackio_dir,
                        project=args.project)
@@ -197,6 +212,21 @@ def run(args: argparse.Namespace) -> int:
         from gaudi_gui.commands import slurm_run
         return slurm_run.attach(found, grace=args.grace, events=args.events)
     return _follow(found, args.events_from, args.log_from)
+
+
+def _keep_job_meter(run_: Run) -> int:
+    """``runs job-meter RUN``: the whole job's meter from stdin into host 0's run (exit 2: not one)."""
+    try:
+        data = json.loads(sys.stdin.read(1 << 22))
+        path = meter_mod.keep_job_summary(run_.folder, data)
+    except (ValueError, RecursionError) as exc:
+        print(f"gaudi-gui runs job-meter: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"gaudi-gui runs job-meter: cannot write it in {run_.folder}: {exc}", file=sys.stderr)
+        return 1
+    print(f"kept the whole job's meter in {path}", flush=True)
+    return 0
 
 
 def _meter_so_far(run_: Run) -> dict[str, Any] | None:

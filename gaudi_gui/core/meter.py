@@ -53,6 +53,9 @@ from gaudi_gui.core.events import EventType
 
 METER_NAME = "meter.jsonl"
 SUMMARY_NAME = "meter-summary.json"
+#: A job of several hosts: the whole job's meter (``combine`` of every host's part), kept in host 0's
+#: run folder beside its own part's SUMMARY_NAME once the job has ended (``keep_job_summary``).
+JOB_SUMMARY_NAME = "meter-job.json"
 #: A Slurm job's parts: <run folder>/nodes/<node>/ (core.slurm's meter-node writes them).
 NODES_DIR = "nodes"
 #: Two readings further apart than this: the earlier one is held over the stretch, and it is a gap.
@@ -697,6 +700,32 @@ def read_summary(folder: str | Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def read_job_summary(folder: str | Path) -> dict[str, Any] | None:
+    """What a run's meter says of its whole job: host 0's run of a multi-host job, the job's meter
+    (every host's part summed, ``JOB_SUMMARY_NAME``); any other run, its own (``read_summary``)."""
+    try:
+        data = json.loads((Path(folder) / JOB_SUMMARY_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return read_summary(folder)
+    return data if is_job_summary(data) else read_summary(folder)
+
+
+def is_job_summary(data: Any) -> bool:
+    """A whole job's meter as ``combine`` makes it (its parts, named)."""
+    return isinstance(data, dict) and data.get("kind") == "parts" and isinstance(data.get("parts"), list) \
+        and all(isinstance(p, dict) and isinstance(p.get("name"), str) for p in data["parts"])
+
+
+def keep_job_summary(folder: str | Path, summary: Any) -> Path:
+    """Keep a multi-host job's meter (``combine``'s) in host 0's run ``folder``, beside the folder's
+    own part; ValueError for anything else, OSError when the disk refuses."""
+    if not is_job_summary(summary):
+        raise ValueError("not a job's meter (a JSON object of kind 'parts' naming its parts)")
+    path = Path(folder) / JOB_SUMMARY_NAME
+    atomic.write_json(path, summary)
+    return path
 
 
 def parse_ids(text: str | None) -> list[int] | None:
@@ -1686,14 +1715,15 @@ def _clean(value: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-__all__ = ["COMPILE_WATCH_S", "GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "METER_NAME", "NOT_MEASURED",
-           "RAPL_ROOT", "SOURCE_HLML", "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_NVML", "SOURCE_RAPL",
-           "SUMMARY_NAME", "THROTTLE_INTERVAL_S", "THROTTLE_REASONS", "WARMUP_STEPS", "Accounts",
-           "CardAccount", "EnergyCounter", "LiveReader", "Meter", "PowerIntegrator", "Rates",
+__all__ = ["COMPILE_WATCH_S", "GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "JOB_SUMMARY_NAME", "METER_NAME",
+           "NOT_MEASURED", "RAPL_ROOT", "SOURCE_HLML", "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_NVML",
+           "SOURCE_RAPL", "SUMMARY_NAME", "THROTTLE_INTERVAL_S", "THROTTLE_REASONS", "WARMUP_STEPS",
+           "Accounts", "CardAccount", "EnergyCounter", "LiveReader", "Meter", "PowerIntegrator", "Rates",
            "ThrottleClock", "card_hours_text", "combine", "combined_line", "compile_text", "counter_text",
            "describe", "energy_counter", "energy_measured", "energy_text", "fallback_ops", "figure",
-           "generated_tokens", "joules_text", "kwh_text", "memory_text", "meter_line", "not_measured_why",
-           "outcome_words", "parse_ids", "query_card_name", "rapl_root", "rapl_zones", "rates", "rates_of",
-           "rates_text", "read_summary", "recorded_cards", "run_compile", "short", "summarize",
-           "throttle_reasons", "throttle_summary", "throttle_text", "token_figures", "tokens_text",
-           "true_memory_peak", "warmup_steps", "with_counter"]
+           "generated_tokens", "is_job_summary", "joules_text", "keep_job_summary", "kwh_text",
+           "memory_text", "meter_line", "not_measured_why", "outcome_words", "parse_ids", "query_card_name",
+           "rapl_root", "rapl_zones", "rates", "rates_of", "rates_text", "read_job_summary", "read_summary",
+           "recorded_cards", "run_compile", "short", "summarize", "throttle_reasons", "throttle_summary",
+           "throttle_text", "token_figures", "tokens_text", "true_memory_peak", "warmup_steps",
+           "with_counter"]

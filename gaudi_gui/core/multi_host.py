@@ -167,3 +167,21 @@ def preflight(hosts: list[Host], job: Any, port: int, timeout: float = 60.0) -> 
 
 __all__ = ["DEFAULT_PORT", "MATCHED", "address_from_ssh_g", "host_jobs", "main_address", "parse_hosts",
            "paths_to_check", "preflight", "ssh_g_argv"]
+
+
+def keep_job_meter(host: Host, folder: str, whole: dict[str, Any], timeout: float = 60.0) -> str:
+    """Keep the whole job's meter (``core.meter.combine`` of every host's part) in host 0's run
+    ``folder`` on ``host`` (``runs job-meter FOLDER``, the JSON on stdin: nothing of it reaches a
+    shell), so that ``runs show`` / ``runs list`` there say the whole job, not only host 0's part.
+    What to tell a person: where it was kept, or why not."""
+    if not folder:
+        return f"the whole job's meter was not kept: host 0 ({host.name}) named no run folder"
+    try:
+        code, out, err = remote.call(host, host.gaudi_gui_argv("runs", "job-meter", folder),
+                                     input_text=json.dumps(whole), timeout=timeout)
+    except RemoteError as exc:
+        return f"the whole job's meter was not kept on {host.name}: {exc}"
+    if code != 0:
+        why = (err.strip().splitlines() or out.strip().splitlines() or [f"exit {code}"])[-1]
+        return f"the whole job's meter was not kept on {host.name}: {why}"
+    return f"meter: the whole job's kept in {host.name}'s run {folder} (runs --host {host.name} show)"

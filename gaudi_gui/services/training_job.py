@@ -129,6 +129,12 @@ class TrainingJob(QObject):
         self._preflight_timer = QTimer(self)
         self._preflight_timer.setInterval(PREFLIGHT_POLL_MS)
         self._preflight_timer.timeout.connect(self._check_preflight)
+        # Several hosts: the whole job's meter kept in host 0's run after the end (a thread's ssh
+        # call; its answer is said in the log by this timer, on the window's thread).
+        self._kept: queue.Queue[str] = queue.Queue()
+        self._keep_timer = QTimer(self)
+        self._keep_timer.setInterval(PREFLIGHT_POLL_MS)
+        self._keep_timer.timeout.connect(self._check_kept)
         self._lost_timer = QTimer(self)
         self._lost_timer.setInterval(1000)
         self._lost_timer.timeout.connect(self._check_lost)
@@ -621,8 +627,37 @@ class TrainingJob(QObject):
             if len(set(states)) > 1:
                 summary += " — " + ", ".join(f"{h}: {s}"
                                              for h, s in zip(self.host_names(), states, strict=True))
+        self._keep_job_meter()
         self._end(0 if state in ("finished", "stopped") else 1, state,
                   f"{summary} (on {len(self.hosts)} hosts: {', '.join(self.host_names())})")
+
+    def _keep_job_meter(self) -> None:
+        """Keep the whole job's meter (every host's part summed) in host 0's run, as ``train --hosts``
+        does: ``runs show`` / ``runs list`` there, and the Runs list where host 0 is this machine,
+        then say the whole job. Off the window's thread (an ssh call); what it answers is said in
+        the log. The thread holds no QObject (only the host, the folder, the summary and a queue)."""
+        whole = self.job_meter()
+        main = self._main
+        if whole is None or main is None:
+            return
+        host, folder, answers = main.host, main.folder, self._kept
+
+        def keep() -> None:
+            try:
+                answers.put(multi_host.keep_job_meter(host, folder, whole))
+            except Exception as exc:  # the thread must always answer
+                answers.put(f"the whole job's meter was not kept on {host.name}: {exc}")
+
+        threading.Thread(target=keep, name="job-meter-keep", daemon=True).start()
+        self._keep_timer.start()
+
+    def _check_kept(self) -> None:
+        try:
+            said = self._kept.get_nowait()
+        except queue.Empty:
+            return
+        self._keep_timer.stop()
+        self._say(said)
 
     def _end(self, code: int, state: str, summary: str) -> None:
         if self._ended:
@@ -702,7 +737,7 @@ class TrainingJob(QObject):
             part.detach()
 
     def shutdown(self) -> None:
-        for timer in (self._preflight_timer, self._lost_timer, self._tick):
+        for timer in (self._preflight_timer, self._lost_timer, self._tick, self._keep_timer):
             timer.stop()
         for part in self.parts:
             part.shutdown()

@@ -185,7 +185,7 @@ class RunsTable(QWidget):
         self._seen: tuple[tuple[str, int], ...] = ()
         #: Each run's meter summary with the change time of its file (read again only when it changed:
         #: the list refreshes itself whenever any run's status moves).
-        self._meters: dict[Path, tuple[int, dict[str, Any] | None]] = {}
+        self._meters: dict[Path, tuple[tuple[int, ...], dict[str, Any] | None]] = {}
         #: Each Gaudi run's compile meter, with the summary it was read for.
         self._compiled: dict[Path, tuple[dict[str, Any], dict[str, Any] | None]] = {}
         self._by_folder: dict[str, Run] = {}
@@ -289,16 +289,19 @@ class RunsTable(QWidget):
             self.status.setText(f"⚠ {damaged} damaged run folder(s): see the status column")
 
     def meter(self, run: Run) -> dict[str, Any] | None:
-        """The run's meter summary (meter-summary.json), read again only when its file changed."""
-        path = run.folder / meter_mod.SUMMARY_NAME
-        try:
-            mtime = path.stat().st_mtime_ns
-        except OSError:
-            mtime = -1
+        """The run's meter summary (meter-summary.json; host 0's run of a multi-host job: the whole
+        job's, meter-job.json), read again only when one of the files changed."""
+        stamps = []
+        for name in (meter_mod.SUMMARY_NAME, meter_mod.JOB_SUMMARY_NAME):
+            try:
+                stamps.append((run.folder / name).stat().st_mtime_ns)
+            except OSError:
+                stamps.append(-1)
+        mtime = tuple(stamps)
         cached = self._meters.get(run.folder)
         if cached is not None and cached[0] == mtime:
             return cached[1]
-        summary = meter_mod.read_summary(run.folder) if mtime >= 0 else None
+        summary = meter_mod.read_job_summary(run.folder) if max(stamps) >= 0 else None
         self._meters[run.folder] = (mtime, summary)
         return summary
 

@@ -65,6 +65,13 @@ def test_two_hosts_train_stop_with_a_checkpoint_on_both_and_resume(ssh_host: Ssh
     meter_line = next(ln for ln in cli.err + cli.out if ln.startswith("meter: the whole job"))
     assert meter_line.startswith(f"meter: the whole job (2 parts: gg-remote, {HOST_B}) · "), meter_line
     assert " 0 J" not in meter_line
+    # ... and kept in host A's (machine rank 0's) run: its `runs show --json` says the whole job.
+    kept = f"meter: the whole job's kept in gg-remote's run {a}"
+    assert any(ln.startswith(kept) for ln in cli.err + cli.out), cli.text()
+    shown = json.loads(subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "show", str(a), "--json"],
+                                      capture_output=True, text=True, timeout=60).stdout)
+    assert shown["meter"]["kind"] == "parts" and len(shown["meter"]["parts"]) == 2, shown["meter"]
+    assert shown["meter_part"]["kind"] == "cpu"  # host A's own part, beside it
     # Host B has no rank 0: its own folder's steps are its first rank's "step" events (its meter times
     # its Gaudi compile meter by them), never "metrics" (rank 0's, in host A's folder).
     b_steps = [e["step"] for e in events(b, "step")]

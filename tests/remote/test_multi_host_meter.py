@@ -9,12 +9,13 @@ rank writes none)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 from gaudi_gui.commands import remote_run
-from gaudi_gui.core import hpu_metrics, meter, remote, supervisor
+from gaudi_gui.core import hpu_metrics, meter, multi_host, remote, supervisor
 from gaudi_gui.core.events import read_events
 from tests.remote.conftest import SshHost
 
@@ -62,3 +63,28 @@ def test_two_hosts_compile_meters_combined_and_each_warning_named(ssh_host: SshH
     assert lines[1:] and lines[1].startswith(f"⚠ {HOST_B}: graph compilations keep rising after warm-up: "
                                              "25 in the 49 steps after step 11")
     assert "dataloader_drop_last" in lines[1]
+
+    # The whole job's meter is kept in host 0's run (as `train --hosts` does at the end): `runs show`
+    # and `runs list` there say the whole job, and host 0's own part stays beside it.
+    said = multi_host.keep_job_meter(parts[0].host, parts[0].folder, whole)
+    assert said.startswith("meter: the whole job's kept in gg-remote's run "), said
+    code, out, err = remote.call(parts[0].host, parts[0].host.gaudi_gui_argv("runs", "show", parts[0].folder,
+                                                                             "--json"))
+    shown = json.loads(out)
+    assert code == 0, err
+    kept = shown["meter"]
+    assert kept["kind"] == "parts" and [p["name"] for p in kept["parts"]] == ["gg-remote", HOST_B]
+    assert (kept["card_hours"], kept["energy_j"], kept["energy_source"]) == (whole["card_hours"], None,
+                                                                            "not measured")
+    assert kept["compile"]["part"] == HOST_B and kept["compile"]["compilations"] == 31
+    assert shown["meter_part"]["compile"]["compilations"] == 6  # host 0's own part, as it was
+    listed = json.loads(remote.call(parts[0].host, parts[0].host.gaudi_gui_argv("runs", "list", "--json"))[1])
+    assert [r["meter"]["kind"] for r in listed if r["folder"] == parts[0].folder] == ["parts"]
+    # Asked again (a re-attached Training tab, a second follow), host 0's part is its own, not the job's.
+    assert [p["compilations"] for p in remote_run.job_meter(parts)["parts"]] == [6, 31]
+    # Anything but a job's meter is refused there, with why (exit 2), and nothing is written.
+    code, _out, err = remote.call(parts[0].host, parts[0].host.gaudi_gui_argv("runs", "job-meter",
+                                                                              parts[1].folder),
+                                  input_text=json.dumps({"kind": "cpu"}))
+    assert code == 2 and "not a job's meter" in err
+    assert not (runs / "run-b" / meter.JOB_SUMMARY_NAME).exists()
