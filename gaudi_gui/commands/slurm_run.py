@@ -155,6 +155,8 @@ def train(args: argparse.Namespace) -> int:
         return 1
     run = prepared.run
     script = slurm_mod.sbatch_script(prepared.job, run.folder, options)
+    # env.json: what the nodes use (the script's exports; each node records what it adds itself).
+    slurm_mod.record_env(prepared.job, run.folder, options)
     script_path = run.folder / slurm_mod.SCRIPT_NAME
     fd = os.open(script_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o700)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:

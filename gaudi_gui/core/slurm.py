@@ -172,14 +172,52 @@ def _node_check(options: SlurmOptions, q_python: str) -> list[str]:
     ]
 
 
+def _script_launch(job: JobConfig, folder: str, options: SlurmOptions) -> launch_mod.Launch:
+    """The launch each node's task runs (the batch script exports its variables)."""
+    return launch_mod.build(job, folder, device=options.device, python=options.python or sys.executable,
+                            port=job.launch.main_process_port)
+
+
+#: What each node's task (``meter_node``) records of the variables it set for its launch, in its part.
+NODE_ENV_NAME = "env.json"
+
+
+def record_env(job: JobConfig, run_folder: str | Path, options: SlurmOptions) -> None:
+    """A Slurm run's env.json says what its nodes use, not what a run in one place would: the
+    variables the batch script exports (its launch's), and where each node records what it adds
+    itself (``meter_node``: on Gaudi the bridge's compile meter, PT_HPU_METRICS_FILE in that node's
+    own part, ``nodes/<node>/hpu-metrics/``; the run folder is shared, so never one path for all).
+    ``prepare_run`` wrote env.json for its own launch (PT_HPU_METRICS_FILE in the run folder, which
+    no node uses): it is rewritten here; its other keys (cards, inherited secret names) stay."""
+    from gaudi_gui.core import atomic
+    from gaudi_gui.core.runstore import FILE_MODE
+    from gaudi_gui.core.secrets import recorded_env
+
+    path = Path(run_folder) / "env.json"
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    if not isinstance(data, dict):
+        data = {}
+    exported = _script_launch(job, str(run_folder), options).env_extra
+    data["set_by_gaudi_gui"] = recorded_env(exported, ())["set_by_gaudi_gui"]
+    data["per_node"] = {
+        "recorded_in": f"{NODES_DIR}/<node>/{NODE_ENV_NAME}",
+        "note": "each node's task (python -m gaudi_gui.core.slurm meter-node) adds its own variables to "
+                "the exported ones and records them in its part" + (
+                    ": PT_HPU_METRICS_FILE in nodes/<node>/hpu-metrics/ (the bridge's compile meter)"
+                    if options.device == "hpu" else "")}
+    atomic.write_json(path, data, mode=FILE_MODE)
+
+
 def sbatch_script(job: JobConfig, run_folder: str | Path, options: SlurmOptions) -> str:
     """The batch script for ``job`` (as prepared: ``slurm_job``) whose run folder is ``run_folder``."""
     folder = str(run_folder)
     python = options.python or sys.executable
     if "\n" in folder or "\n" in python:
         raise ValueError("a run folder or Python path with a line break cannot go in a batch script")
-    launch = launch_mod.build(job, folder, device=options.device, python=python,
-                              port=job.launch.main_process_port)
+    launch = _script_launch(job, folder, options)
     port = int(job.launch.main_process_port)
     name = options.job_name or f"gaudi-gui-{Path(folder).name}"[:64]
     lines = ["#!/bin/bash",
@@ -442,6 +480,16 @@ def meter_node(folder: str | Path, device: str, argv: Sequence[str]) -> int:
             (part / hpu_metrics.FOLDER_NAME).mkdir(mode=0o700, parents=True, exist_ok=True)
     events_path = Path(folder) / "events.jsonl"
     meter: Any = None
+    with contextlib.suppress(OSError):
+        # What this node's launch gets beyond the batch script's exports (the run's env.json says
+        # where to look): the compile meter's path in this node's part, or the one the user set.
+        from gaudi_gui.core import atomic
+        added = {k: v for k, v in env.items() if os.environ.get(k) != v}
+        part.mkdir(parents=True, exist_ok=True)
+        atomic.write_json(part / NODE_ENV_NAME, {
+            "node": node, "set_by_gaudi_gui": added,
+            "kept_from_the_job": {k: os.environ[k] for k in hpu_metrics.launch_env(part) if k in os.environ}},
+            mode=0o600)
     try:
         part.mkdir(parents=True, exist_ok=True)
         # The steps come from the run's events (the folder every node shares: rank 0's "metrics",

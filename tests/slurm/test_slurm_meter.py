@@ -7,6 +7,7 @@ sbatch passes to the job)."""
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -51,6 +52,18 @@ def test_each_node_meters_its_own_cards_and_the_job_sums_them(slurm_cluster: Slu
     shown = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(tmp_path / "runs"),
                             "show", run.name], capture_output=True, text=True, timeout=60).stdout
     assert f"the whole job (1 part: {node})" in shown and "hl-smi power integrated" in shown
+    # env.json records what the nodes use: the batch script's exports (no compile-meter path in the
+    # shared run folder: no node writes there), and each node what it added, in its own part.
+    recorded = json.loads((run / "env.json").read_text())
+    script = (run / slurm.SCRIPT_NAME).read_text().splitlines()
+    exported = dict(shlex.split(line)[1].split("=", 1) for line in script
+                    if line.startswith("export ") and "=" in line)
+    assert recorded["set_by_gaudi_gui"] == exported, (recorded, exported)
+    assert "PT_HPU_METRICS_FILE" not in recorded["set_by_gaudi_gui"]
+    assert recorded["per_node"]["recorded_in"] == f"{slurm.NODES_DIR}/<node>/{slurm.NODE_ENV_NAME}"
+    node_env = json.loads((part / slurm.NODE_ENV_NAME).read_text())
+    assert node_env["node"] == node
+    assert node_env["set_by_gaudi_gui"]["PT_HPU_METRICS_FILE"] == str(part / "hpu-metrics" / "metrics.json")
 
 
 def test_a_node_that_measured_nothing_is_named_never_counted_as_0(tmp_path: Path) -> None:
