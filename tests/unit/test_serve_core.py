@@ -218,6 +218,8 @@ class Other:
     def count_tokens(self, n=0): ...
 serving.GenerateRunner = Other
 said["changed"] = worker.install()
+said["cb"] = worker.why_not_counted(["serve", "--continuous-batching", "--port", "1", "--", "m"])
+said["plain"] = worker.why_not_counted(["serve", "--port", "1", "--", "--continuous-batching"])
 print(json.dumps(said))
 """
 
@@ -231,3 +233,6 @@ def test_the_token_counter_says_why_where_transformers_has_no_hook_point() -> No
     assert (said["why_not"], said["wrapped"], said["again"]) == ("", True, ""), done.stderr
     assert "has no GenerateRunner.count_tokens in transformers.cli.serving.utils" in said["missing"]
     assert "takes no prompt/generated counts" in said["changed"]
+    # Continuous batching counts its generated tokens elsewhere: said, never counted short.
+    assert said["cb"].startswith("continuous batching (--continuous-batching) counts its generated tokens")
+    assert said["plain"] == ""  # a model folder named like the option is no option
