@@ -250,6 +250,7 @@ class TrainingTab(QWidget):
         if last:
             with contextlib.suppress(JobConfigError):
                 job = JobConfig.from_dict(last)
+        default = job is None
         if job is None:
             # No output_dir: each run writes into a folder of its own (core/outputs.py).
             # learning_rate 1e-3: the tiny demo model (already trained on the demo text) shows what a
@@ -259,6 +260,11 @@ class TrainingTab(QWidget):
                                            "per_device_train_batch_size": 2,
                                            "logging_steps": 1, "save_steps": 10})
             job.launch.num_processes = max(1, services.selection.card_count())
+        #: The default job's process count, taken from the cards; while the form still shows it, it
+        #: follows the cards the jobs will use (``_on_cards_changed``). The tab is built in the
+        #: background before the environment probe answers: the 8 cards hl-smi sees stood as 8 ranks
+        #: of a run this Python can only run on the CPU. None once the person or a loaded job chose.
+        self._cards_nproc: int | None = job.launch.num_processes if default else None
         self.form.set_job(job)
         cached = latest_cached()
         if cached is not None:
@@ -421,6 +427,12 @@ class TrainingTab(QWidget):
             self.update_preview()
 
     def _on_cards_changed(self, _ids: list[int]) -> None:
+        if self._cards_nproc is not None:
+            if self.form.num_processes.value() != self._cards_nproc:
+                self._cards_nproc = None  # the person set it: theirs from now on
+            else:
+                self._cards_nproc = max(1, self.services.selection.card_count())
+                self.form.num_processes.setValue(self._cards_nproc)
         self.update_preview()
 
     def _save_splitter(self, key: str, widget: QSplitter) -> None:
@@ -539,6 +551,7 @@ class TrainingTab(QWidget):
         except JobConfigError as exc:
             self.status.setText(f"cannot load: {exc}")
             return False
+        self._cards_nproc = None
         self.form.set_job(job)
         self.update_preview()
         self.status.setText(f"loaded {path}")
@@ -966,6 +979,7 @@ class TrainingTab(QWidget):
     def clone(self, run: Run) -> None:
         try:
             self.form.set_job(self.store.clone(run))
+            self._cards_nproc = None
         except JobConfigError as exc:
             self.status.setText(str(exc))
             return

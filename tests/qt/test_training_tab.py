@@ -418,6 +418,9 @@ def test_ticked_cards_on_a_cpu_machine_are_said_ignored_and_not_charted(qtbot, f
     qtbot.waitUntil(lambda: tab.isVisible() and form_ready(tab), timeout=60000)
     tab.update_preview()
     assert "card(s) 4,5 are ignored: the run uses the CPU" in tab.form.hints.text()
+    # The tab was built in the background before the probe answered, when the 8 cards counted: its
+    # default process count follows the cards jobs use, one CPU process (it launched 8 CPU ranks).
+    assert tab.form.num_processes.value() == 1
     set_arg(tab, "max_steps", "6")
     set_arg(tab, "logging_steps", "1")
     click(qtbot, tab.btn["Start"])
