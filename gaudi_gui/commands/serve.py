@@ -24,7 +24,9 @@ the forward asked for again whenever it stops answering; Ctrl-C stops it there.
 ``--events``: JSON lines (core.protocol) for the app: ``serve_state`` (starting, loading, warming,
 ready, stopped, failed), ``serve_progress`` (warm-up fraction and ETA), ``serve_url``, ``serve_request``,
 ``serve_tokens`` (the engine's own running token totals: ``transformers serve`` runs through
-``workers/transformers_serve``, which counts them; said when they change and once more at the stop).
+``workers/transformers_serve``, which counts them; vLLM's Prometheus counters are read from its
+``/metrics`` at most once a second and once more just before the engine is stopped; said when they
+change and once more at the stop).
 """
 
 from __future__ import annotations
@@ -358,6 +360,18 @@ def _merge(adapter: str, target: Path, out: _Out) -> str:
     return str(target)
 
 
+def _fetch(url: str, key: str = "", timeout: float = 3.0) -> tuple[int, str]:
+    """(status, body) of a GET; (0, why) where nothing answered."""
+    request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return int(response.status), response.read().decode("utf-8", errors="replace")
+    except urllib.error.HTTPError as exc:
+        return int(exc.code), ""
+    except (OSError, ValueError) as exc:
+        return 0, str(getattr(exc, "reason", None) or exc) or type(exc).__name__
+
+
 def _get(url: str, key: str = "", timeout: float = 2.0) -> int:
     request = urllib.request.Request(url, headers={"Authorization": f"Bearer {key}"} if key else {})
     try:
@@ -372,8 +386,8 @@ def _get(url: str, key: str = "", timeout: float = 2.0) -> int:
 def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter: str, *, bind: str,
                 out: _Out) -> int:
     env = dict(os.environ)
-    # The engine's own token counts (transformers serve through our worker; vLLM says none here).
-    tally = sv.TokenTally()
+    # The engine's own token counts (transformers serve through our worker; vLLM's /metrics counters).
+    tally = sv.TokenTally(source=sv.VLLM_TOKENS_SOURCE if choice.engine == "vllm" else sv.TOKENS_SOURCE)
     # Only the chosen cards (HABANA_VISIBLE_MODULES / CUDA_VISIBLE_DEVICES), as a training run's.
     env.update(visibility.device_env(sv.device_here(spec.device), spec.cards))
     key = os.environ.get(spec.api_key_env, "") if spec.api_key_env else ""
@@ -402,6 +416,23 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
     child = Child(argv, decode=lambda line: {"line": line.rstrip("\r\n")}, env=env, stdin=False,
                   merge_stderr=True, tail_lines=LAST_LINES, preexec=die_with_parent())
     record = _record_engine(child.pid, spec.port, bind, model, choice.engine)
+    vllm_tokens = sv.VllmTokenReader(child.pid, tally) if choice.engine == "vllm" else None
+    metrics_url = f"http://127.0.0.1:{spec.port}/metrics"
+    last_read = 0.0
+
+    def read_counters(*, final: bool = False) -> None:
+        """vLLM's token counters from its /metrics (at most once a second; ``final``: now, just
+        before the engine is stopped, so what it generated to the end is counted)."""
+        nonlocal last_read
+        now = time.monotonic()
+        if vllm_tokens is None or (not final and now - last_read < sv.VLLM_METRICS_EVERY_S):
+            return
+        last_read = now
+        status, text = _fetch(metrics_url, key)
+        fields = vllm_tokens.read(status, text, now=now, final=final)
+        if fields is not None:
+            out.tokens(fields)
+
     warmup = sv.WarmupParser()
     url = sv.endpoint_url(spec.port)
     models_url = f"http://127.0.0.1:{spec.port}/v1/models"
@@ -457,6 +488,8 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
         if probe_lines and record.path == "/v1/models" and record.status == 200:
             probe_lines -= 1
             return
+        if vllm_tokens is not None and record.path == "/metrics":
+            return  # reading vLLM's token counters: no one's request
         out.request(record)
 
     try:
@@ -472,17 +505,30 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
             if time.monotonic() - started > READY_TIMEOUT_S:
                 out.fail(f"the server did not answer within {READY_TIMEOUT_S:.0f} s", list(child.tail))
                 return 1
+        read_counters()  # vLLM's counters as the server starts serving (0: warm-up is not counted)
         out.state("ready", f"ready after {time.monotonic() - started:.1f} s: {url}", url=url)
         out.url(url, model=model)
         while drain(while_serving, 0.5):
             if child.poll() is not None:
                 break
+            read_counters()
         code = child.end(0)
         drain(while_serving, 0.1)
         out.tokens(tally.fields() if tally.heard else {}, final=True)
         out.fail(f"the server ended by itself (exit {code})", list(child.tail))
         return 1
     except (KeyboardInterrupt, _Stop):
+        if vllm_tokens is not None and child.poll() is None:
+            # The counters' last reading, with the engine still up: a second signal skips it (the
+            # count is then "not measured": the tally says why).
+            try:
+                read_counters(final=True)
+            except (KeyboardInterrupt, _Stop):
+                fields = vllm_tokens.read(0, "stopped again before it answered", now=time.monotonic(),
+                                          final=True)
+                if fields is not None:
+                    out.tokens(fields)
+
         def last() -> None:
             """The engine's last totals (written at its SIGTERM), read before "stopped" is said."""
             drain(while_serving, 0)

@@ -13,7 +13,8 @@ be that same id (anything else: 400 "Server is pinned to ..."); ``/v1/models`` l
 uvicorn prints one access line per request (``INFO:     127.0.0.1:PORT - "POST /v1/chat/completions
 HTTP/1.1" 200 OK``); it prints no token counts or time to first token. So ``gaudi-gui serve`` runs it
 through ``workers/transformers_serve``, which counts the tokens its runner counts and prints the
-totals as protocol lines on the engine's output (``TokenTally`` reads them).
+totals as protocol lines on the engine's output (``TokenTally`` reads them). vLLM counts its own
+tokens in Prometheus counters on the same port (``/metrics``): ``VllmTokenReader`` reads them.
 """
 
 from __future__ import annotations
@@ -397,6 +398,8 @@ class TokenTally:
     banked: tuple[int, int] = (0, 0)
     why_not: str = ""
     heard: bool = False
+    #: Where the counts come from (vLLM: its Prometheus counters, ``VLLM_TOKENS_SOURCE``).
+    source: str = TOKENS_SOURCE
 
     def take(self, message: Mapping[str, Any]) -> dict[str, Any] | None:
         """The event fields to say when ``message`` changed what is known, else None."""
@@ -426,10 +429,128 @@ class TokenTally:
 
     def fields(self) -> dict[str, Any]:
         if self.why_not:
-            return {"counting": False, "why": self.why_not, "source": TOKENS_SOURCE}
+            return {"counting": False, "why": self.why_not, "source": self.source}
         prompt, generated = self.totals()
         return {"counting": True, "prompt_tokens": prompt, "completion_tokens": generated,
-                "source": TOKENS_SOURCE}
+                "source": self.source}
+
+
+# -- vLLM's own token counters (its Prometheus /metrics) ----------------------------------------------
+
+#: vLLM's counters (vllm/v1/metrics/loggers.py: Counter "vllm:prompt_tokens" and
+#: "vllm:generation_tokens", labels model_name and engine; prometheus_client exposes a counter with
+#: ``_total``), summed over every label set (one per engine of a data-parallel server).
+VLLM_PROMPT_COUNTER = "vllm:prompt_tokens_total"
+VLLM_GENERATED_COUNTER = "vllm:generation_tokens_total"
+VLLM_TOKENS_SOURCE = (f"the engine's own count: vLLM's {VLLM_GENERATED_COUNTER} and {VLLM_PROMPT_COUNTER} "
+                      "at /metrics")
+#: How often the counters are read while serving (and once more just before the engine is stopped).
+VLLM_METRICS_EVERY_S = 1.0
+
+
+class MetricsUnreadable(ValueError):
+    """A /metrics text without vLLM's token counters, or with one that is not a count."""
+
+
+def _sample(line: str) -> tuple[str, str, str] | None:
+    """(name, the labels' text, value) of one exposition sample line (Prometheus text format 0.0.4:
+    ``name{label="value",...} value [timestamp]``; a label value may hold spaces, braces and
+    escaped quotes), or None for a comment, a blank line or the quoted-name form."""
+    line = line.strip()
+    if not line or line.startswith(("#", "{")):
+        return None
+    cut = len(line)
+    for mark in ("{", " ", "\t"):
+        at = line.find(mark)
+        if at != -1:
+            cut = min(cut, at)
+    name, rest = line[:cut], line[cut:]
+    labels = ""
+    if rest.startswith("{"):
+        quoted, escaped = False, False
+        for i, char in enumerate(rest):
+            if escaped:
+                escaped = False
+            elif char == "\\":
+                escaped = quoted
+            elif char == '"':
+                quoted = not quoted
+            elif char == "}" and not quoted:
+                labels, rest = rest[1:i], rest[i + 1:]
+                break
+        else:
+            return None
+    words = rest.split()
+    return (name, labels, words[0]) if words else None
+
+
+def vllm_token_counts(text: str) -> tuple[int, int]:
+    """(prompt tokens, generated tokens) from vLLM's ``/metrics`` text: each counter summed over its
+    label sets. MetricsUnreadable (with why) where a counter is missing or not a whole count."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        sample = _sample(line)
+        if sample is None or sample[0] not in (VLLM_PROMPT_COUNTER, VLLM_GENERATED_COUNTER):
+            continue
+        name, _labels, value = sample
+        try:
+            number = float(value)  # prometheus_client writes 24.0, or 1.234567e+06 past a million
+        except ValueError:
+            raise MetricsUnreadable(f"{name} reads {value!r}, not a count") from None
+        if not (number >= 0 and number == int(number)):
+            raise MetricsUnreadable(f"{name} reads {value!r}, not a count")
+        sums[name] = sums.get(name, 0.0) + number
+    missing = [n for n in (VLLM_GENERATED_COUNTER, VLLM_PROMPT_COUNTER) if n not in sums]
+    if missing:
+        raise MetricsUnreadable(f"/metrics has no {' and no '.join(missing)} (vLLM keeps no stats with "
+                                "--disable-log-stats)")
+    return int(sums[VLLM_PROMPT_COUNTER]), int(sums[VLLM_GENERATED_COUNTER])
+
+
+@dataclass
+class VllmTokenReader:
+    """vLLM's token counters read from its ``/metrics`` into a ``TokenTally`` (``source``
+    ``VLLM_TOKENS_SOURCE``): ``read(status, text)`` with what one GET of /metrics answered (status 0:
+    no answer, ``text`` then says why) gives the ``serve_tokens`` fields to say when they changed.
+
+    /metrics is not behind vLLM's API key (its PUBLIC_ENDPOINTS; older versions guard only /v1).
+    A 404 (no metrics), a refusal or a text without the counters is for good: "not measured" with why
+    at once. A failed read while serving is passing (the next one a second later counts the same
+    totals); the read just before the stop (``final``) is the one that makes the count whole, so if it
+    fails the count is "not measured", never a count short by the last second."""
+
+    pid: int
+    tally: TokenTally = field(default_factory=lambda: TokenTally(source=VLLM_TOKENS_SOURCE))
+    last_good: float | None = None
+    failures: int = 0
+    last_failure: str = ""
+
+    def read(self, status: int, text: str, *, now: float, final: bool = False) -> dict[str, Any] | None:
+        if self.tally.why_not:
+            return None
+        if status == 200:
+            try:
+                prompt, generated = vllm_token_counts(text)
+            except MetricsUnreadable as exc:
+                return self._cannot(f"vLLM's {exc}")
+            self.last_good = now
+            return self.tally.take({"type": EventType.SERVE_TOKENS, "pid": self.pid, "prompt_tokens": prompt,
+                                    "completion_tokens": generated})
+        if status == 404:
+            return self._cannot("vLLM's /metrics answered 404: this server exposes no Prometheus metrics")
+        if status in (401, 403):
+            return self._cannot(f"vLLM's /metrics refused the request ({status})")
+        why = f"status {status}" if status else (text or "no answer")
+        self.failures += 1
+        self.last_failure = why
+        if final:
+            before = (f"; its last reading, {now - self.last_good:.1f} s earlier, misses what was generated "
+                      "since") if self.last_good is not None else ""
+            return self._cannot(f"the reading of vLLM's /metrics just before the stop failed ({why}){before}")
+        return None
+
+    def _cannot(self, why: str) -> dict[str, Any] | None:
+        return self.tally.take({"type": EventType.SERVE_TOKENS, "counting": False, "why": why})
 
 
 
@@ -693,14 +814,20 @@ __all__ = [
     "ORPHAN_GRACE_S",
     "QUANTIZATIONS",
     "TOKENS_SOURCE",
+    "VLLM_GENERATED_COUNTER",
     "VLLM_INSTALL_HINT",
+    "VLLM_METRICS_EVERY_S",
+    "VLLM_PROMPT_COUNTER",
+    "VLLM_TOKENS_SOURCE",
     "EngineChoice",
     "EngineRecord",
+    "MetricsUnreadable",
     "RequestRecord",
     "ServeError",
     "ServeSpec",
     "SseReader",
     "TokenTally",
+    "VllmTokenReader",
     "WarmupParser",
     "WarmupProgress",
     "chat_body",
@@ -726,5 +853,6 @@ __all__ = [
     "vllm_argv",
     "vllm_here",
     "vllm_install_hint",
+    "vllm_token_counts",
     "write_engine_record",
 ]

@@ -1,21 +1,26 @@
 """Serve and Evaluate runs are metered like training runs (issue 27): their supervisor meters the cards
 their command names from its start to its end, and the summary says the energy per 1,000 generated
-tokens (Serve: the request log's completion tokens; Evaluate: the answers' new tokens). Real
-supervisors, real children, the fake hl-smi replaying recorded output."""
+tokens (Serve: the engine's own count, else the request log's completion tokens; Evaluate: the
+answers' new tokens). Real supervisors, real children, the fake hl-smi replaying recorded output, and
+for vLLM the stand-in of tests/fake_vllm.py (its /metrics in vLLM's exposition format)."""
 
 from __future__ import annotations
 
 import itertools
 import json
 import os
+import shlex
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from gaudi_gui.core import jobkind, meter
+from gaudi_gui.core import serve as sv
 from gaudi_gui.core.runstore import Run
 
 # A stand-in for `gaudi-gui serve --events`: three requests in the request log (two with completion
@@ -171,3 +176,83 @@ def test_meter_target_reads_the_commands_device_and_cards(tmp_path: Path, fake_h
     assert jobkind.meter_target(auto)[0] == "hpu"  # the fake hl-smi is on PATH
     bare = jobkind.ChildJob(kind="evaluate", run=Run(tmp_path), argv=["x"], env={"PATH": str(tmp_path)})
     assert jobkind.meter_target(bare)[0] == "cpu"
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``vllm`` on PATH (tests/fake_vllm.py) and an importable ``vllm`` package (``vllm_here`` looks
+    it up, never imports it); returns the program."""
+    folder = tmp_path / "fake-vllm"
+    (folder / "bin").mkdir(parents=True)
+    (folder / "lib" / "vllm").mkdir(parents=True)
+    (folder / "lib" / "vllm" / "__init__.py").write_text("")
+    program = folder / "bin" / "vllm"
+    fake = Path(__file__).parent.parent / "fake_vllm.py"
+    program.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(str(fake))} \"$@\"\n")
+    program.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(
+        p for p in (str(folder / "lib"), os.environ.get("PYTHONPATH", "")) if p))
+    return program
+
+
+def _chat(port: int, key: str, words: str, max_tokens: int) -> dict[str, Any]:
+    body = json.dumps({"model": "fake-org/tiny", "messages": [{"role": "user", "content": words}],
+                       "max_tokens": max_tokens}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", data=body,
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {key}"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        usage: dict[str, Any] = json.loads(response.read())["usage"]
+        return usage
+
+
+def _wait(check: Any, what: str, run: Run) -> Any:
+    """Poll ``check`` until it gives something true (no upper bound: pytest-timeout has the last word)."""
+    while not (value := check()):
+        assert run.status().state not in ("failed", "killed"), f"{what}: {run.status()} {run.log_tail(20)}"
+        time.sleep(0.05)
+    return value
+
+
+def test_vllms_own_token_counters_are_the_runs_count(tmp_path: Path, fake_hl_smi: Path, fake_vllm: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """`serve --engine vllm` reads vLLM's counters from /metrics (not behind the API key) while serving
+    and once more just before it stops the engine: runs show --json gives exactly what the responses'
+    usage says, from vLLM's counters, and the reads are not requests of the log."""
+    monkeypatch.setenv("GG_TEST_VLLM_KEY", "s3cret")
+    port = sv.pick_free_port()
+    cli = [sys.executable, "-m", "gaudi_gui"]
+    done = subprocess.run([*cli, "serve", "--model", "fake-org/tiny", "--engine", "vllm", "--device", "hpu",
+                           "--cards", "2", "--port", str(port), "--api-key-env", "GG_TEST_VLLM_KEY",
+                           "--detach", "--json"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    run = Run(json.loads(done.stdout.strip().splitlines()[-1])["folder"])
+    _wait(lambda: jobkind.endpoint(run), "the endpoint", run)
+    first = _chat(port, "s3cret", "hello there world", 5)
+
+    def counted() -> list[dict[str, Any]]:
+        return [e for e in run.events() if e["type"] == "serve_tokens" and e.get("completion_tokens")]
+
+    # Read while serving (at most once a second)...
+    assert _wait(counted, "vLLM's counters read while serving", run)[-1]["completion_tokens"] == 5
+    # ...and once more before the engine stops: a request answered just before the stop is counted.
+    second = _chat(port, "s3cret", "and again", 7)
+    stop = subprocess.run([*cli, "runs", "stop", run.name], capture_output=True, text=True, timeout=120)
+    assert stop.returncode == 0, stop.stderr
+    _wait(lambda: run.status().state == "stopped", "the stop", run)
+    generated = first["completion_tokens"] + second["completion_tokens"]
+    prompts = first["prompt_tokens"] + second["prompt_tokens"]
+    shown = json.loads(subprocess.run([*cli, "runs", "show", run.name, "--json"], capture_output=True,
+                                      text=True, timeout=60).stdout)
+    summary = shown["meter"]
+    assert (summary["generated_tokens"], summary["prompt_tokens"]) == (generated, prompts) == (12, 5), summary
+    assert summary["tokens_source"] == sv.VLLM_TOKENS_SOURCE and summary["cards"] == [2]
+    assert summary["energy_per_1k_tokens_wh"] == pytest.approx(summary["energy_j"] / 3600 / generated * 1000,
+                                                               rel=1e-6)
+    assert "12 tokens generated" in run.status().summary
+    kept = (run.folder / jobkind.REQUESTS_NAME).read_text().splitlines()
+    paths = [json.loads(line)["path"] for line in kept]
+    assert paths.count("/v1/chat/completions") == 2 and "/metrics" not in paths, paths
+    tokens = [e for e in run.events() if e["type"] == "serve_tokens"]
+    assert tokens[0]["completion_tokens"] == 0 and tokens[0]["counting"] is True  # as it became ready

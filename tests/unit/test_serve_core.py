@@ -204,6 +204,53 @@ def test_token_tally_sums_the_engines_processes_and_keeps_a_restarted_ones_count
     assert serve.tokens_line(tally.fields()) == "tokens not counted: no hook"
 
 
+def test_vllms_token_counters_are_read_from_its_metrics_text() -> None:
+    text = (DATA / "metrics.txt").read_text()
+    # Summed over label sets; vllm:prompt_tokens_by_source_total, the histograms' _sum and the
+    # counters' _created gauges are other series.
+    assert serve.vllm_token_counts(text) == (37, 48)
+    # A data-parallel server: one series per engine. Past a million prometheus_client writes 1.5e+06.
+    two = text + ('vllm:generation_tokens_total{engine="1",model_name="/data/models/Llama-3.1-8B-Instruct"} '
+                  '1.5e+06\nvllm:prompt_tokens_total{engine="1",model_name="a \\"b} c"} 3.0 1765000000000\n')
+    assert serve.vllm_token_counts(two) == (40, 1_500_048)
+    with pytest.raises(serve.MetricsUnreadable, match=r"no vllm:generation_tokens_total and no "
+                                                      r"vllm:prompt_tokens_total .*--disable-log-stats"):
+        serve.vllm_token_counts("# HELP python_info x\npython_info 1.0\n")
+    with pytest.raises(serve.MetricsUnreadable, match="reads 'NaN', not a count"):
+        serve.vllm_token_counts(text.replace("} 48.0", "} NaN"))
+    with pytest.raises(serve.MetricsUnreadable, match="reads 'x', not a count"):
+        serve.vllm_token_counts(text.replace("} 37.0\n# HELP vllm:prompt_tokens_created", "} x\n#"))
+
+
+def test_vllm_token_reader_says_not_measured_with_why_never_a_short_count() -> None:
+    text = (DATA / "metrics.txt").read_text()
+    reader = serve.VllmTokenReader(42)
+    assert reader.tally.source == serve.VLLM_TOKENS_SOURCE
+    assert reader.read(200, text, now=1.0) == {"counting": True, "prompt_tokens": 37, "completion_tokens": 48,
+                                               "source": serve.VLLM_TOKENS_SOURCE}
+    assert reader.read(200, text, now=2.0) is None  # unchanged: nothing to say
+    assert reader.read(0, "timed out", now=3.0) is None  # passing while serving: the next read counts it
+    assert reader.read(200, text.replace("} 48.0", "} 50.0"), now=4.0)["completion_tokens"] == 50  # type: ignore[index]
+    # The read before the stop failed: the count would be short by the last second.
+    fields = reader.read(0, "Connection refused", now=4.5, final=True)
+    assert fields is not None and fields["counting"] is False
+    assert fields["why"] == ("the reading of vLLM's /metrics just before the stop failed (Connection "
+                             "refused); its last reading, 0.5 s earlier, misses what was generated since")
+    assert reader.read(200, text, now=5.0) is None  # said once, for good
+    assert serve.tokens_line(reader.tally.fields()).startswith("tokens not counted: the reading of vLLM's")
+    for status, body, why in ((404, "", "vLLM's /metrics answered 404: this server exposes no Prometheus "
+                                        "metrics"),
+                              (401, "", "vLLM's /metrics refused the request (401)"),
+                              (200, "python_info 1.0\n",
+                               "vLLM's /metrics has no vllm:generation_tokens_total")):
+        said = serve.VllmTokenReader(7).read(status, body, now=1.0)
+        assert said is not None and said["counting"] is False and said["why"].startswith(why), said
+    never = serve.VllmTokenReader(7)
+    assert never.read(0, "Connection refused", now=1.0, final=True) == {
+        "counting": False, "source": serve.VLLM_TOKENS_SOURCE,
+        "why": "the reading of vLLM's /metrics just before the stop failed (Connection refused)"}
+
+
 _HOOK_SCRIPT = """
 import json
 from transformers.cli.serving import utils as serving
