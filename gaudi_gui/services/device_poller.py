@@ -33,11 +33,13 @@ Design:
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import shutil
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -108,6 +110,17 @@ def resolve_program(settings: Settings) -> tuple[str, bool]:
     if env:
         return env, True
     return "hl-smi", False
+
+
+def _digest_table(lines: list[str], *, local: bool) -> tuple[hlsmi.TableResult, list[ProcessInfo]]:
+    """The plain table's cards and processes, on the table child's thread: user and command line
+    come from this machine's process table, so only for local cards."""
+    result = hlsmi.parse_table("\n".join(lines))
+    if not local:
+        return result, result.processes
+    from gaudi_gui.core import host
+
+    return result, host.describe_processes(result.processes)
 
 
 def loop_seconds(interval_s: float) -> int:
@@ -229,13 +242,14 @@ class DevicePoller(QObject):
         line = " ".join(self._argv)
         return f"{line} (on {self.host.name})" if self.host is not None else line
 
-    def _start_hl_smi(self, runner: ThreadedRunner, args: list[str]) -> None:
+    def _start_hl_smi(self, runner: ThreadedRunner, args: list[str],
+                      digest: Callable[[list[str]], Any] | None = None) -> None:
         if self.host is None:
-            runner.start(self._program, args, new_session=True)
+            runner.start(self._program, args, new_session=True, digest=digest)
             return
         argv = self.host.wrap(self.host.guard_argv([self._program, *args], grace=0))
         # stdin stays open: the guard on the host ends hl-smi when it closes (this app or ssh gone).
-        runner.start(argv[0], argv[1:], new_session=True, stdin_open=True)
+        runner.start(argv[0], argv[1:], new_session=True, stdin_open=True, digest=digest)
 
     def latest(self) -> list[DeviceSample]:
         return list(self._latest)
@@ -500,23 +514,20 @@ class DevicePoller(QObject):
             if time.time() - self._table_runner.started_at > max(10.0, 2 * self.process_interval_s):
                 self._table_runner.kill_tree()
             return
-        self._start_hl_smi(self._table_runner, [])
+        # Parsed (and this machine's processes described by psutil) on the table's own thread.
+        self._start_hl_smi(self._table_runner, [], functools.partial(_digest_table, local=self.host is None))
 
     def _on_table_finished(self, code: int, status: str) -> None:
         self._table_runner.sweep()
         for_count, self._table_for_count = self._table_for_count, False
-        if not self._running or code != 0:
+        if not self._running or code != 0 or self._table_runner.digested is None:
             return
-        result = hlsmi.parse_table("\n".join(self._table_runner.tail(400)))
+        result, processes = self._table_runner.digested
         if for_count and result.samples and self._runner.is_running():
             snapshot = self._stream.expect(s.index for s in result.samples)
             if snapshot:
                 self._on_snapshot(snapshot)
-        from gaudi_gui.core import host
-
-        # User and command line come from this machine's process table: only for local cards.
-        self._processes = (result.processes if self.host is not None
-                           else host.describe_processes(result.processes))
+        self._processes = processes
         if self._latest and self._latest[0].kind == "hpu":
             attach_processes(self._latest, self._processes)
         self.processes_received.emit(list(self._processes))

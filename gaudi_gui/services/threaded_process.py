@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 import os
 import select
 import shutil
@@ -30,13 +31,16 @@ import subprocess
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from PySide6.QtCore import QObject, Qt, Signal
 
 from gaudi_gui.core.proctree import BOOKKEEPER, ProcessTree
 from gaudi_gui.services import process as _process
 from gaudi_gui.services.process import EXIT_CRASHED, EXIT_FAILED_TO_START, EXIT_NORMAL
+
+_log = logging.getLogger(__name__)
 
 #: Bytes read at a time from a pipe.
 _CHUNK = 65536
@@ -73,6 +77,11 @@ class ThreadedRunner(QObject):
         self._pid = 0
         self._argv: list[str] = []
         self.started_at = 0.0
+        #: What ``start``'s ``digest`` made of the child's stdout (set before ``finished`` is emitted;
+        #: None when there was no digest, the child failed, or the digest raised).
+        self.digested: Any = None
+        self._digest: Callable[[list[str]], Any] | None = None
+        self._stdout: deque[str] = deque(maxlen=tail_lines)
         _process._LIVE.add(self)  # type: ignore[arg-type]
 
     # -- properties -----------------------------------------------------------------------------------
@@ -106,14 +115,19 @@ class ThreadedRunner(QObject):
     # -- starting -------------------------------------------------------------------------------------
 
     def start(self, program: str, args: Sequence[str] = (), *, new_session: bool = False,
-              stdin_open: bool = False) -> bool:
+              stdin_open: bool = False, digest: Callable[[list[str]], Any] | None = None) -> bool:
         """Start ``program`` on a thread of its own; ``started`` or (``error`` in the tail)
         ``finished`` with EXIT_FAILED_TO_START follow on this object's thread. ``stdin_open`` keeps
         the child's stdin a pipe that closes only when the child is gone (a remote guard ends its
-        command when it closes); else the child's stdin is /dev/null."""
+        command when it closes); else the child's stdin is /dev/null. ``digest`` is called on the
+        child's thread with its last stdout lines (``tail_lines``) when it exited with 0; what it
+        returns is ``digested`` when ``finished`` comes (parsing a table off the window's thread)."""
         if self._running:
             raise RuntimeError("ThreadedRunner is already running a process")
         self._tail.clear()
+        self._stdout.clear()
+        self._digest = digest
+        self.digested = None
         self._argv = [program, *args]
         self._new_session = new_session
         self._running = True
@@ -176,7 +190,7 @@ class ThreadedRunner(QObject):
             return
         with self._lock:
             if self._kill_pending:
-                self._post("finished", (-int(signal.SIGKILL), EXIT_CRASHED))
+                self._post("finished", (-int(signal.SIGKILL), EXIT_CRASHED, None))
                 return
             try:
                 proc = subprocess.Popen([resolved, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -224,6 +238,8 @@ class ThreadedRunner(QObject):
                     pass
             for name, stream in streams.values():
                 lines, _progress = stream.feed(b"", final=True)
+                if name == "stdout":
+                    self._stdout.extend(lines)
                 if lines:
                     self._post("lines", [(name, line) for line in lines])
             code = proc.wait()
@@ -239,7 +255,13 @@ class ThreadedRunner(QObject):
             tree = self._tree
             if tree is not None:
                 BOOKKEEPER.submit(functools.partial(tree.signal_recorded, signal.SIGKILL))
-        self._post("finished", (code, EXIT_CRASHED if code < 0 else EXIT_NORMAL))
+        digested = None
+        if self._digest is not None and code == 0 and not self._stopping:
+            try:
+                digested = self._digest(list(self._stdout))
+            except Exception:  # a digest that fails is no result, never a dead thread
+                _log.exception("digest of %s failed", self._argv[:1])
+        self._post("finished", (code, EXIT_CRASHED if code < 0 else EXIT_NORMAL, digested))
 
     def _read(self, fd: int, named: tuple[str, _process._Stream], *, final: bool) -> bool:
         """Read one chunk from ``fd`` and post its complete lines; False at EOF (or nothing left)."""
@@ -253,6 +275,8 @@ class ThreadedRunner(QObject):
             return False
         name, stream = named
         lines, _progress = stream.feed(data, final)
+        if name == "stdout":
+            self._stdout.extend(lines)
         if lines:
             self._post("lines", [(name, line) for line in lines])
         return True
@@ -270,7 +294,8 @@ class ThreadedRunner(QObject):
             self._tail.append(str(payload))
             self._finish(-1, EXIT_FAILED_TO_START)
         elif kind == "finished":
-            end: tuple[int, str] = payload  # type: ignore[assignment]
+            end: tuple[int, str, Any] = payload  # type: ignore[assignment]
+            self.digested = end[2]
             self._finish(int(end[0]), str(end[1]))
 
     def _finish(self, code: int, status: str) -> None:
