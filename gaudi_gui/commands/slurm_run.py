@@ -144,9 +144,10 @@ def train(args: argparse.Namespace) -> int:
         _say(f"gaudi-gui train: --login: {exc}")
         return 2
     try:
+        # The nodes' launch sets its own compile meter (each node's part): none in the run folder.
         prepared = prepare_mod.prepare_run(part, device=device, store=store, origin="cli",
                                            resumed_from=getattr(args, "resumed_from", ""),
-                                           python=options.python or None)
+                                           python=options.python or None, compile_meter_here=False)
     except prepare_mod.PrepareError as exc:
         _say(f"gaudi-gui train: {exc}")
         return 2
@@ -161,6 +162,8 @@ def train(args: argparse.Namespace) -> int:
     fd = os.open(script_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o700)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(script)
+    # command.txt / command.json: the sbatch line, the script's step and each node's task.
+    slurm_mod.record_command(prepared.job, run.folder, options, script_path, login=host.name)
     run_cmd = runner_for(host)
     # From here a stop signal is counted, not a KeyboardInterrupt: one that comes while sbatch runs
     # (a window that would leave a job nobody follows) is acted on as soon as the job is followed.

@@ -95,13 +95,17 @@ def probe_device(timeout: float = 120.0, env: Mapping[str, str] | None = None) -
 def prepare_run(job: JobConfig, *, device: str, device_env: Mapping[str, str] | None = None,
                 store: RunStore | None = None, origin: str = "gui", resumed_from: str = "",
                 python: str | None = None, base_env: Mapping[str, str] | None = None,
-                cards: Sequence[int] | None = None) -> PreparedRun:
+                cards: Sequence[int] | None = None, compile_meter_here: bool = True) -> PreparedRun:
     """Validate ``job`` and create its run folder; PrepareError lists what is wrong, OSError when
     the disk refuses (nothing is left behind then).
 
     ``cards`` (``gaudi-gui train --cards``): the card ids this run may use, turned into
     HABANA_VISIBLE_MODULES (hpu) or CUDA_VISIBLE_DEVICES (cuda) over whatever ``device_env`` says,
-    and ignored on cpu; either way env.json records them under "cards"."""
+    and ignored on cpu; either way env.json records them under "cards".
+
+    ``compile_meter_here``: on Gaudi, the bridge's compile meter goes to the run folder's
+    ``hpu-metrics/``. False for a launch that runs elsewhere and sets its own (a Slurm job: each node's
+    ``meter-node`` writes into its part, nodes/<node>/hpu-metrics/): no such variables, no folder."""
     if device not in DEVICES:
         raise PrepareError([("device", f"unknown device {device!r}; one of {', '.join(DEVICES)}")])
     problems = job.validate()
@@ -122,7 +126,7 @@ def prepare_run(job: JobConfig, *, device: str, device_env: Mapping[str, str] | 
             outputs.claim(effective.output_dir, run, replace=effective.overwrite_output)
         variables = device_variables(device, {**(device_env or {}),
                                               **visibility.device_env(device, cards or ())})
-        if device == "hpu":
+        if device == "hpu" and compile_meter_here:
             # The bridge's compile meter, per rank, in the run's own folder (core/hpu_metrics); a
             # PT_HPU_METRICS_FILE the user set is theirs and is kept.
             inherited = os.environ if base_env is None else base_env

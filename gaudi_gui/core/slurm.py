@@ -180,6 +180,47 @@ def _script_launch(job: JobConfig, folder: str, options: SlurmOptions) -> launch
 
 #: What each node's task (``meter_node``) records of the variables it set for its launch, in its part.
 NODE_ENV_NAME = "env.json"
+#: The batch script's one step: each node's task, once per node.
+STEP = 'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c "$TASK"'
+
+
+def node_task(job: JobConfig, run_folder: str | Path, options: SlurmOptions) -> str:
+    """The shell line each node's task runs (the script's ``$TASK``): the launch under the node's own
+    meter (``meter-node``: that node's cards, into nodes/<node>/meter.jsonl)."""
+    folder = str(run_folder)
+    python = options.python or sys.executable
+    launch = _script_launch(job, folder, options)
+    return (f"exec {shlex.quote(python)} -m gaudi_gui.core.slurm meter-node {shlex.quote(folder)} --device "
+            f"{shlex.quote(options.device)} -- " + " ".join(task_words(launch.argv,
+                                                                        int(job.launch.main_process_port))))
+
+
+def record_command(job: JobConfig, run_folder: str | Path, options: SlurmOptions, script: str | Path, *,
+                   login: str = "") -> None:
+    """A Slurm run's command.txt and command.json say what runs: the sbatch line that submitted the
+    batch script (on ``login`` over ssh where one is named), its one srun step and each node's task;
+    ``prepare_run`` wrote them for a launch in one place, which never runs (no node uses its paths)."""
+    from gaudi_gui.core import atomic
+    from gaudi_gui.core.runstore import FILE_MODE
+    from gaudi_gui.core.secrets import recorded_env, redact
+
+    folder = Path(run_folder)
+    argv = sbatch_argv(script)
+    task = node_task(job, folder, options)
+    where = f" on {login} (over ssh)" if login and login != LOCAL else ""
+    text = "\n".join([
+        f"# A Slurm job: the batch script {script} goes to Slurm{where} with the last line; on the",
+        "# nodes it exports its variables (env.json) and runs one step, each node's task once per node:",
+        f"#   {STEP}",
+        "# each node's task ($TASK):",
+        f"#   {task}",
+        " ".join(shlex.quote(a) for a in argv)]) + "\n"
+    atomic.write_text(folder / "command.txt", redact(text), mode=FILE_MODE)
+    exported = _script_launch(job, str(folder), options).env_extra
+    atomic.write_json(folder / "command.json", {
+        "argv": [redact(a) for a in argv], "env": recorded_env(exported, ())["set_by_gaudi_gui"],
+        "slurm": {"script": str(script), "login": login or LOCAL, "step": STEP, "node_task": redact(task)}},
+        mode=FILE_MODE)
 
 
 def record_env(job: JobConfig, run_folder: str | Path, options: SlurmOptions) -> None:
@@ -243,8 +284,7 @@ def sbatch_script(job: JobConfig, run_folder: str | Path, options: SlurmOptions)
                  f"gaudi_gui.core.slurm signal-ranks {q_folder}")
     # Each node's task runs under its own meter (``meter-node``): that node's cards, into
     # nodes/<node>/meter.jsonl; the batch shell sums the nodes' parts once the step has ended.
-    task = (f"exec {q_python} -m gaudi_gui.core.slurm meter-node {q_folder} --device "
-            f"{shlex.quote(options.device)} -- " + " ".join(task_words(launch.argv, port)))
+    task = node_task(job, folder, options)
     exports = [f"export {k}={shlex.quote(v)}" for k, v in sorted(launch.env_extra.items())]
     lines += [
         f"# gaudi-gui training job; run folder (on the file system every node shares): {folder}",
@@ -270,7 +310,7 @@ def sbatch_script(job: JobConfig, run_folder: str | Path, options: SlurmOptions)
         "GAUDI_GUI_TASK",
         ")",
         'if [ "$STOP" = 1 ]; then exit 0; fi',
-        'srun --nodes="$SLURM_JOB_NUM_NODES" --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c "$TASK" &',
+        f"{STEP} &",
         "STEP=$!",
         "# A trapped signal interrupts wait: wait again until the step has really ended.",
         'while kill -0 "$STEP" 2>/dev/null; do wait "$STEP"; done',
@@ -627,6 +667,7 @@ __all__ = [
     "MAIN_PLACEHOLDER",
     "NODES_DIR",
     "SCRIPT_NAME",
+    "STEP",
     "STOP_SIGNAL",
     "JobInfo",
     "Query",
@@ -634,12 +675,15 @@ __all__ = [
     "combine_meter",
     "meter_node",
     "node_name",
+    "node_task",
     "options_of",
     "parse_sacct",
     "parse_sbatch",
     "parse_scontrol",
     "parse_squeue",
     "read_info",
+    "record_command",
+    "record_env",
     "sacct_argv",
     "sbatch_argv",
     "sbatch_script",

@@ -64,6 +64,17 @@ def test_each_node_meters_its_own_cards_and_the_job_sums_them(slurm_cluster: Slu
     node_env = json.loads((part / slurm.NODE_ENV_NAME).read_text())
     assert node_env["node"] == node
     assert node_env["set_by_gaudi_gui"]["PT_HPU_METRICS_FILE"] == str(part / "hpu-metrics" / "metrics.json")
+    # command.txt / command.json say what ran (the sbatch line, the script's one step, each node's task,
+    # never a launch in one place), and the run folder has no compile-meter folder nobody writes.
+    assert not (run / "hpu-metrics").exists() and (part / "hpu-metrics").is_dir()
+    command = json.loads((run / "command.json").read_text())
+    assert command["argv"] == ["sbatch", "--parsable", str(run / slurm.SCRIPT_NAME)]
+    assert command["env"] == exported and command["slurm"]["login"] == "local"
+    assert command["slurm"]["node_task"] in script and f"{command['slurm']['step']} &" in script
+    text = (run / "command.txt").read_text()
+    assert text.splitlines()[-1] == f"sbatch --parsable {shlex.quote(str(run / slurm.SCRIPT_NAME))}"
+    assert f"#   {command['slurm']['node_task']}" in text.splitlines()
+    assert "PT_HPU_METRICS_FILE" not in text + json.dumps(command)
 
 
 def test_a_node_that_measured_nothing_is_named_never_counted_as_0(tmp_path: Path) -> None:
