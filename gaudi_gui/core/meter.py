@@ -567,11 +567,12 @@ def describe(summary: Mapping[str, Any]) -> str:
 
 def generated_tokens(kind: str, events: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """What a Serve or Evaluate job generated, from its events: Serve's engine's own count where it
-    keeps one (``serve_tokens``: ``transformers serve`` through workers/transformers_serve, exact),
-    else its request log (each ``serve_request`` to a completions endpoint, its
-    ``completion_tokens``); Evaluate's answers (each ``answer``'s ``new_tokens``). A request or answer
-    without a count is counted as such, never as 0 tokens; ``generated_tokens`` None when none had
-    one, with why in ``tokens_note`` where the engine said it."""
+    keeps one (``serve_tokens``: ``transformers serve`` through workers/transformers_serve, vLLM's
+    Prometheus counters read by ``gaudi-gui serve``; exact), else its request log (each
+    ``serve_request`` to a completions endpoint, its ``completion_tokens``); Evaluate's answers (each
+    ``answer``'s ``new_tokens``). A request or answer without a count is counted as such, never as 0
+    tokens; ``generated_tokens`` None when none had one, with why in ``tokens_note`` where the engine
+    said it."""
     events = list(events)
     if kind == "serve":
         engine = _engine_count(events)
@@ -598,8 +599,9 @@ def generated_tokens(kind: str, events: Iterable[Mapping[str, Any]]) -> dict[str
 
 def _engine_count(events: list[Mapping[str, Any]]) -> dict[str, Any] | None:
     """Serve's tokens as its engine counted them (its last ``serve_tokens``: running totals), or None
-    when the engine said nothing (vLLM: the request log's counts then). An engine that counts but saw
-    no token of the requests it answered is not believed: "not measured", never 0."""
+    when the engine said nothing (a vLLM run of an earlier gaudi-gui: the request log's counts then).
+    An engine that counts but saw no token of the requests it answered is not believed: "not
+    measured", never 0."""
     last: Mapping[str, Any] | None = None
     answered = 0
     for event in events:
