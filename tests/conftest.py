@@ -4,6 +4,7 @@ the one Slurm test cluster of a session (for tests/slurm and the Slurm scenarios
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -125,10 +126,26 @@ def tiny_model_dir(session_home: Path) -> Path:
         check=True, capture_output=True, timeout=300))
 
 
+@pytest.fixture(scope="session")
+def schema_json(session_home: Path) -> Path:
+    """The installed transformers' TrainingArguments schema as the real child prints it, once per run."""
+    out = session_home / "schema.json"
+
+    def ask_the_child() -> None:
+        text = subprocess.run([sys.executable, "-m", "gaudi_gui.workers.schema"], capture_output=True,
+                              text=True, timeout=180, check=True).stdout
+        out.write_text(text)
+
+    return built_once(out, ask_the_child)
+
+
 @pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                   request: pytest.FixtureRequest) -> Iterator[Path]:
-    """Every test gets its own GAUDI_GUI_HOME (settings, runs, cache) and a fresh HF cache."""
+    """Every test gets its own GAUDI_GUI_HOME (settings, runs, cache) and a fresh HF cache. A Qt test's
+    cache holds the run's schema (the real child's, ``schema_json``), as the app's does after its first
+    start: each Training tab built (every main window builds one) asked the schema child otherwise, 4 s
+    of CPU each. ``@pytest.mark.fresh_install`` leaves the cache empty."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("GAUDI_GUI_HOME", str(home))
@@ -137,6 +154,10 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.delenv("GAUDI_GUI_HL_SMI", raising=False)
     if "tiny_model_dir" in request.fixturenames or "demo_model" in request.fixturenames:
         monkeypatch.setenv("GAUDI_GUI_DEMO_MODEL_DIR", str(request.getfixturevalue("tiny_model_dir")))
+    if "qtbot" in request.fixturenames and request.node.get_closest_marker("fresh_install") is None:
+        from gaudi_gui.core.training_args import Schema, save_cached
+        text = request.getfixturevalue("schema_json").read_text()
+        save_cached(Schema.from_dict(json.loads(text[text.find("{"):])))
     yield home
     _assert_no_poller_left()
     _assert_no_process_left(home)

@@ -18,6 +18,15 @@ from gaudi_gui.core.training_args import Schema, load_cached, save_cached
 from gaudi_gui.services.process import ProcessRunner, describe_exit
 
 
+def _installed_transformers() -> str:
+    """transformers' version as the schema child will import it ("" when it is not installed)."""
+    from importlib import metadata  # ~0.1 s the first time: only when the probe has not answered
+    try:
+        return metadata.version("transformers")
+    except metadata.PackageNotFoundError:
+        return ""
+
+
 class SchemaLoader(QObject):
     """The TrainingArguments schema and job validation, computed in short-lived children."""
 
@@ -49,7 +58,10 @@ class SchemaLoader(QObject):
 
     def load(self, transformers_version: str = "", *, device: str = "cpu",
              device_env: Mapping[str, str] | None = None) -> None:
-        """Cached schema for that version at once, else ask a child (with the device's env)."""
+        """Cached schema for that version at once, else ask a child (with the device's env). With no
+        version (the environment probe has not answered yet), the version installed for the child's
+        Python, read from its package metadata (the child runs this interpreter; nothing imported)."""
+        transformers_version = transformers_version or _installed_transformers()
         if transformers_version:
             cached = load_cached(transformers_version)
             if cached is not None:

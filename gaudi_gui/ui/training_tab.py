@@ -270,8 +270,11 @@ class TrainingTab(QWidget):
         if cached is not None:
             self.form.set_schema(cached)
             self._fit_form_column()
+        # The probe's versions are under "packages" (a top-level "transformers" never existed: every
+        # build of this tab asked the schema child, seconds of CPU, though the schema was cached).
         probed = getattr(services.environment, "result", None)
-        version = str(probed.get("transformers", "") or "") if isinstance(probed, dict) else ""
+        packages = probed.get("packages") if isinstance(probed, dict) else None
+        version = str(packages.get("transformers") or "") if isinstance(packages, dict) else ""
         self.schema_loader.load(version)
         self.update_preview()
         self.training.current_changed.connect(self._bind)

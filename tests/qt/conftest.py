@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,22 +11,13 @@ import psutil
 import pytest
 
 from gaudi_gui.core.training_args import Schema
-from tests.helpers import built_once
 from tests.slurm_cluster import SlurmCluster
 
 
 @pytest.fixture(scope="session")
-def real_schema(session_home: Path) -> Schema:
+def real_schema(schema_json: Path) -> Schema:
     """The installed transformers' schema, from the real child once per run (never imported here)."""
-    out = session_home / "schema.json"
-
-    def ask_the_child() -> None:
-        text = subprocess.run([sys.executable, "-m", "gaudi_gui.workers.schema"], capture_output=True,
-                              text=True, timeout=180, check=True).stdout
-        out.write_text(text)
-
-    built_once(out, ask_the_child)
-    schema = Schema.from_dict(json.loads(out.read_text()))
+    schema = Schema.from_dict(json.loads(schema_json.read_text()))
     assert len(schema.fields) > 100
     return schema
 

@@ -21,6 +21,7 @@ from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.proctree import ProcessRef
 from gaudi_gui.core.runstore import Run, RunStore, checkpoint_complete
+from gaudi_gui.core.training_args import latest_cached
 from gaudi_gui.services.training_job import TrainingJob
 from gaudi_gui.ui.log_view import LogView
 from gaudi_gui.ui.training_tab import TrainingTab
@@ -146,8 +147,28 @@ def test_stop_by_click_while_a_slow_checkpoint_is_written(qtbot, tab: TrainingTa
     assert not job.run.processes_alive()
 
 
+@pytest.mark.parametrize("probed", [False, True])
+def test_a_cached_schema_builds_the_form_without_a_child(qtbot, tmp_path: Path, probed: bool) -> None:
+    """The home's cache holds this transformers' schema (conftest, as after a first start): the tab
+    builds its form from it and starts no schema child, whether the environment probe has answered
+    (its version is under "packages": the tab read a top-level key that never existed and always
+    asked the child) or not yet (the version comes from the installed package's metadata)."""
+    from importlib import metadata
+    services = create_services()
+    if probed:
+        services.environment._result = {"packages": {"transformers": metadata.version("transformers")}}
+    w = TrainingTab(services)
+    qtbot.addWidget(w)
+    assert w.form.schema is not None
+    assert not w.schema_loader.loading and not w.schema_loader.is_running()
+    w.shutdown()
+
+
+# A fresh install: no cached schema, so the tab asks the schema child (form_ready waits for its answer).
+@pytest.mark.fresh_install
 @pytest.mark.usefixtures("demo_model")
 def test_demo_run_end_to_end_and_history_by_clicks(qtbot, tab: TrainingTab, tmp_path: Path) -> None:
+    assert latest_cached() is not None  # the child answered, and its schema was cached
     set_arg(tab, "output_dir", str(tmp_path / "out"))
     set_arg(tab, "max_steps", "8")
     set_arg(tab, "save_steps", "4")
