@@ -361,7 +361,10 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
             if data:
                 _emit(*lines, {"t": "log_offset", "end": log.end})
             now = time.monotonic()
-            if now >= next_status:
+            quiet = not events and not data
+            # The first quiet poll (the history is out) reads the status at once: a finished run's
+            # follow ended up to STATUS_EVERY_S after its last line, every time it was asked.
+            if now >= next_status or (quiet and not caught_up):
                 next_status = now + STATUS_EVERY_S
                 status = asdict(run_.reconcile())
                 alive = run_.processes_alive() or run_.supervisor() is not None
@@ -374,7 +377,7 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
                     return 0
                 if not events and not data:
                     _emit({"t": "alive"})  # a heartbeat: the follower sees a dead link within seconds
-            if not events and not data:
+            if quiet:
                 caught_up = True
             time.sleep(FOLLOW_POLL_S)
     except BrokenPipeError:
