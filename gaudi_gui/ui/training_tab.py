@@ -879,7 +879,8 @@ class TrainingTab(QWidget):
         has no meter summary (an older run, or one whose supervisor did not finish)."""
         from gaudi_gui.core import hpu_metrics
         summary = meter_mod.read_summary(run.folder)
-        gaudi = (run.folder / hpu_metrics.FOLDER_NAME).is_dir()
+        # A Gaudi run's compile meter: this machine's or a host's folder, or each Slurm node's.
+        gaudi = (run.folder / hpu_metrics.FOLDER_NAME).is_dir() or (run.folder / meter_mod.NODES_DIR).is_dir()
         events = run.events() if summary is not None or gaudi else []
         self.meter_strip.stop()
         self.meter_strip.show_ended(run, events)
