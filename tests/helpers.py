@@ -309,7 +309,11 @@ def training_tab(qtbot: QtBot, tmp_path: Path) -> tuple[AppServices, TrainingTab
     tab = TrainingTab(services)
     qtbot.addWidget(tab)
     tab.resize(1400, 900)
-    tab.show()
+    # Shown and active, as a person's window is before they click in it: with the schema cached the
+    # form is ready at once, and a test that opened a popup before the window's activation was handled
+    # left the (closed) popup active, so no later click gave a field focus.
+    with qtbot.waitActive(tab, timeout=20000):
+        tab.show()
     qtbot.waitUntil(lambda: form_ready(tab), timeout=120000)
     return services, tab
 
