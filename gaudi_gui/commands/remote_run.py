@@ -293,6 +293,7 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
     lost gives up and leaves the run going (exit 3)."""
     several = len(runs) > 1
     failed: list[HostRun] = []
+    whys: list[str] = []  # why each of ``failed`` ended, in the order they were heard of
     width = max(len(r.host.name) for r in runs)
 
     def on_signal(count: int, name: str) -> None:
@@ -313,9 +314,13 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
             _say(f"{run.host.name}: {msg.get('why')}; reconnecting in {msg.get('in'):g} s "
                  "(the run goes on on the host)")
         state = str((run.final or {}).get("state", "")) if kind == "end" else ""
-        if several and not failed and (run.lost or state in ("failed", "killed")):
+        if several and run not in failed and (run.lost or state in ("failed", "killed")):
             failed.append(run)
             why = run.lost or str((run.final or {}).get("summary") or state)
+            whys.append(why)
+            if len(failed) > 1:
+                _say(f"{run.host.name} (machine rank {run.rank}): {why}")
+                return
             _say(f"{run.host.name} (machine rank {run.rank}): {why} — killing the other hosts' ranks, "
                  f"which would otherwise wait for it in a collective")
             threading.Thread(target=stop_runs, args=([r for r in runs if r is not run], True),
@@ -339,7 +344,10 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
             _say(line)
         _say(keep_job_meter(runs[0].host, runs[0].folder, whole))  # runs show / list there: the whole job
     if failed:
-        _say(f"the run failed on {failed[0].host.name}")
+        from gaudi_gui.core.multi_host import first_cause
+        cause = failed[first_cause(whys)]
+        after = [r.host.name for r in failed if r is not cause]
+        _say(f"the run failed on {cause.host.name}" + (f" ({', '.join(after)} ended of it)" if after else ""))
         return 1
     states = {str((r.final or {}).get("state")) for r in runs}
     return 0 if states <= {"finished", "stopped"} else 1

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -165,8 +166,28 @@ def preflight(hosts: list[Host], job: Any, port: int, timeout: float = 60.0) -> 
     return problems
 
 
-__all__ = ["DEFAULT_PORT", "MATCHED", "address_from_ssh_g", "host_jobs", "main_address", "parse_hosts",
-           "paths_to_check", "preflight", "ssh_g_argv"]
+# What a host's ranks say when another host's ranks are gone from a collective (gloo, NCCL, HCCL):
+# a consequence of that host's end, not a cause of its own.
+_PEER_LOST = re.compile(r"closed by peer|reset by peer|remote worker crashing|communicator was aborted|"
+                        r"remote process exited|ncclRemoteError|Broken pipe", re.I)
+
+
+def consequence(why: str) -> bool:
+    """Whether a host's failure reads as the consequence of another's: its ranks lost a peer in a
+    collective, or were killed on request (by the end of the other hosts after a first failure)."""
+    return bool(_PEER_LOST.search(why)) or "killed on request" in why
+
+
+def first_cause(failures: Sequence[str]) -> int:
+    """Of the hosts' failures in the order they were heard of, the one that caused the run's end: the
+    first that is not a consequence of another (:func:`consequence`), else the first heard of. Two
+    hosts end within a moment of each other when one's rank dies: which end reaches this machine
+    first is a matter of connections and load, and the peer that saw its collective fail often wins."""
+    return next((i for i, why in enumerate(failures) if not consequence(why)), 0)
+
+
+__all__ = ["DEFAULT_PORT", "MATCHED", "address_from_ssh_g", "consequence", "first_cause", "host_jobs",
+           "main_address", "parse_hosts", "paths_to_check", "preflight", "ssh_g_argv"]
 
 
 def keep_job_meter(host: Host, folder: str, whole: dict[str, Any], timeout: float = 60.0) -> str:

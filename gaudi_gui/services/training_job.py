@@ -107,6 +107,8 @@ class TrainingJob(QObject):
         self.summary = ""
         #: "host (machine rank i): why" of the host whose failure ended the run ("" otherwise).
         self.failure = ""
+        #: (machine rank, why) of every host that failed, in the order they were heard of.
+        self._failures: list[tuple[int, str]] = []
         #: The main part's events, and where they say the run is (``core.progress``, as the CLI reads it).
         self.progress = RunProgress()
         self.events: list[dict[str, Any]] = []
@@ -322,6 +324,7 @@ class TrainingJob(QObject):
         self.events = []
         self.progress = RunProgress()
         self.failure = ""
+        self._failures = []
         self.summary = ""
         self._ended = False
         self._stop_sent = 0
@@ -603,8 +606,10 @@ class TrainingJob(QObject):
         self._tail.extend(tail)
         if len(self.parts) > 1:
             self._say(f"{self.hosts[rank].name}: {summary or state}")
-            if state not in ("finished", "stopped") and not self.failure and self._stop_sent < 2:
-                self._host_failed(rank, summary or state)
+            if state not in ("finished", "stopped") and self._stop_sent < 2:
+                self._failures.append((rank, summary or state))
+                if not self.failure:
+                    self._host_failed(rank, summary or state)
         self.hosts_changed.emit()
         self._maybe_finish()
 
@@ -620,7 +625,12 @@ class TrainingJob(QObject):
         states = [self._results.get(i, ("lost", ""))[0] for i in range(len(self.parts))]
         if self.failure:
             state = "failed"
-            summary = f"Failed on {self.failure}; the other hosts' ranks were killed"
+            # The host whose end caused the others' (not the peer that heard of it first).
+            failures = self._failures
+            cause = failures[multi_host.first_cause([why for _r, why in failures])] if failures else None
+            failure = f"{self.hosts[cause[0]].name} (machine rank {cause[0]}): {cause[1]}" if cause \
+                else self.failure
+            summary = f"Failed on {failure}; the other hosts' ranks were killed"
         else:
             state = states[0] if len(set(states)) == 1 else ("killed" if self._stop_sent > 1 else "failed")
             summary = str(self.remote_status.get("summary") or self._results.get(0, ("", state))[1] or state)
