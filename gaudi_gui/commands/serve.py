@@ -148,6 +148,19 @@ class _Out:
             self._say(protocol.event(EventType.SERVE_URL, url=url, **extra))
         self._say(url)
 
+    def ready(self, message: str, url: str, **extra: Any) -> None:
+        """The server answers at ``url``. Events: the URL first, then the state, so a reader that
+        says "ready" has the URL to show with it (the Serve panel showed "ready" with no URL for a
+        moment when the two lines came in two reads); for a person: the sentence, then the URL."""
+        if self.events:
+            self._say(protocol.event(EventType.SERVE_URL, url=url, **extra))
+            self._say(protocol.event(EventType.SERVE_STATE, state="ready", message=message, url=url,
+                                     **{k: v for k, v in extra.items() if k != "model"}))
+            self._say(url)
+        else:
+            self._say(message)
+            self._say(url)
+
     def request(self, record: sv.RequestRecord) -> None:
         if self.events:
             self._say(protocol.event(EventType.SERVE_REQUEST, **record.to_dict()))
@@ -506,8 +519,7 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
                 out.fail(f"the server did not answer within {READY_TIMEOUT_S:.0f} s", list(child.tail))
                 return 1
         read_counters()  # vLLM's counters as the server starts serving (0: warm-up is not counted)
-        out.state("ready", f"ready after {time.monotonic() - started:.1f} s: {url}", url=url)
-        out.url(url, model=model)
+        out.ready(f"ready after {time.monotonic() - started:.1f} s: {url}", url, model=model)
         while drain(while_serving, 0.5):
             if child.poll() is not None:
                 break
@@ -733,8 +745,7 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
             if _get(f"http://127.0.0.1:{fwd.local_port}/health", key, timeout=10) != 200:
                 _mux(host.name, fwd, "forward")
             ready.set()
-            out.state("ready", f"ready on {host.name}: {url}", url=url, host=host.name)
-            out.url(url, host=host.name, model=str(event.get("model", "")))
+            out.ready(f"ready on {host.name}: {url}", url, host=host.name, model=str(event.get("model", "")))
         elif kind == EventType.SERVE_STATE and state == "failed":
             failure.update(event)
         elif kind == EventType.SERVE_STATE and state not in ("ready", "stopped"):

@@ -9,6 +9,7 @@ exactly the helpers of this test (other engineers' processes on the machine do n
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -65,7 +66,10 @@ def wrapper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[P
     assert marked(marker) == []
     yield script, marker
     for proc in marked(marker):  # never leave a helper behind, even when a test failed
-        proc.kill()
+        # The poller's stop kills its tree on the bookkeeping thread: a helper listed here may end
+        # before this kill reaches it (a fresh clone's teardown met one: NoSuchProcess).
+        with contextlib.suppress(psutil.NoSuchProcess):
+            proc.kill()
 
 
 @pytest.fixture
