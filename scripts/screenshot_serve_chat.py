@@ -43,10 +43,17 @@ def main() -> int:
     print(out)
     QTest.mouseClick(panel.stop_button, Qt.MouseButton.LeftButton)
     wait_until(app, lambda: panel.status.text().startswith("stopped"), 60)
+    settle = time.monotonic() + 0.5  # the layout pass after the new status, as a person sees it
+    while time.monotonic() < settle:
+        app.processEvents()
+        time.sleep(0.05)
+    stopped = str(Path(out).with_name(Path(out).stem + "-stopped.png"))
+    window.grab().save(stopped)  # the stopped line: what the server generated
+    print(stopped)
     asked = []
 
     def close() -> None:
-        left = [job.text for job in _services.jobs.active()] if hasattr(_services, "jobs") else []
+        left = [text for owner in _services.jobs.owners() for text in owner.active_jobs()]
         if left:
             print(f"still listed after Stop: {left}", file=sys.stderr)
         window.close()  # a job still listed would ask here, in the running loop

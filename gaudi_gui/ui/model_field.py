@@ -111,7 +111,7 @@ class DetailDelegate(QStyledItemDelegate):
         return hint
 
 
-class _WrappedLine(QLabel):
+class WrappedLine(QLabel):
     """A wrapped label whose height is that of its text at its present width. QLabel's is the height
     at its least width: in a form the row under the model field was five lines tall for a one-line
     sentence at 1280 px."""
@@ -167,7 +167,7 @@ class ModelCacheState(QWidget):
         self.setObjectName("model_cache_state")
         layout = QHBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
-        self.label = _WrappedLine("", self)
+        self.label = WrappedLine("", self)
         self.label.setObjectName("model_cache_label")
         self.label.setWordWrap(True)
         self.label.setStyleSheet("color: palette(placeholder-text)")
@@ -214,7 +214,7 @@ class ModelCacheState(QWidget):
                 self._watch(job)
         self.place_changed()
 
-    # The line's height is its text's at its present width (see _WrappedLine): the form sized the
+    # The line's height is its text's at its present width (see WrappedLine): the form sized the
     # row from this widget's hints, which Qt computes for the label's least width.
     def sizeHint(self) -> QSize:
         hint = super().sizeHint()

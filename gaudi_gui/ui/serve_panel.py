@@ -38,7 +38,7 @@ from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.downloads import ModelPlaces
 from gaudi_gui.services.queue import JobQueue
 from gaudi_gui.services.serve import ServeService
-from gaudi_gui.ui.model_field import ModelCacheState
+from gaudi_gui.ui.model_field import ModelCacheState, WrappedLine
 
 LOCAL_LABEL = "this machine"
 COLUMNS = ("time", "method", "path", "status", "prompt tok", "completion tok", "TTFT s", "tok/s")
@@ -148,7 +148,9 @@ class ServePanel(QWidget):
         queue_row.addWidget(self.queue_button)
         queue_row.addStretch(1)
         buttons.addStretch(1)
-        self.status = QLabel("stopped")
+        # Its height is its text's at the dock's width: a two-line status ("stopped, port … is free —
+        # energy … · N tokens generated · Wh per 1,000 tokens …") was cut to one line in the scroll area.
+        self.status = WrappedLine("stopped")
         self.status.setObjectName("serve_status")
         self.status.setWordWrap(True)
         self.progress = QProgressBar()
