@@ -292,8 +292,7 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
     ends the others at once (they would wait for it in a collective). Following one host that is
     lost gives up and leaves the run going (exit 3)."""
     several = len(runs) > 1
-    failed: list[HostRun] = []
-    whys: list[str] = []  # why each of ``failed`` ended, in the order they were heard of
+    failed: list[tuple[HostRun, str]] = []  # each failed host and why, in the order they were heard of
     width = max(len(r.host.name) for r in runs)
 
     def on_signal(count: int, name: str) -> None:
@@ -314,10 +313,10 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
             _say(f"{run.host.name}: {msg.get('why')}; reconnecting in {msg.get('in'):g} s "
                  "(the run goes on on the host)")
         state = str((run.final or {}).get("state", "")) if kind == "end" else ""
-        if several and run not in failed and (run.lost or state in ("failed", "killed")):
-            failed.append(run)
+        heard = any(r is run for r, _why in failed)
+        if several and not heard and (run.lost or state in ("failed", "killed")):
             why = run.lost or str((run.final or {}).get("summary") or state)
-            whys.append(why)
+            failed.append((run, why))
             if len(failed) > 1:
                 _say(f"{run.host.name} (machine rank {run.rank}): {why}")
                 return
@@ -345,8 +344,8 @@ def follow_all(runs: list[HostRun], *, reconnect_s: float = 600.0) -> int:
         _say(keep_job_meter(runs[0].host, runs[0].folder, whole))  # runs show / list there: the whole job
     if failed:
         from gaudi_gui.core.multi_host import first_cause
-        cause = failed[first_cause(whys)]
-        after = [r.host.name for r in failed if r is not cause]
+        cause = failed[first_cause([why for _r, why in failed])][0]
+        after = [r.host.name for r, _why in failed if r is not cause]
         _say(f"the run failed on {cause.host.name}" + (f" ({', '.join(after)} ended of it)" if after else ""))
         return 1
     states = {str((r.final or {}).get("state")) for r in runs}

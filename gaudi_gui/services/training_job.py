@@ -581,14 +581,18 @@ class TrainingJob(QObject):
             if rank in self._given_up or not part.is_running() or now - since < self.lost_after_s:
                 continue
             self._given_up.add(rank)
-            if not self.failure:
-                self._host_failed(rank, f"unreachable for {self.lost_after_s:g} s")
+            self._host_failed(rank, f"unreachable for {self.lost_after_s:g} s")
             # Asked to kill its ranks in case it comes back; no longer waited for.
             part.kill()
             part.detach()
             self._maybe_finish()
 
     def _host_failed(self, rank: int, why: str) -> None:
+        """A host's part failed (or was lost): every failure is kept for naming the cause at the end;
+        the first ends the others."""
+        self._failures.append((rank, why))
+        if self.failure:
+            return
         host = self.hosts[rank].name
         self.failure = f"{host} (machine rank {rank}): {why}"
         self._say(f"{self.failure} — killing the other hosts' ranks, which would otherwise wait for it "
@@ -607,9 +611,7 @@ class TrainingJob(QObject):
         if len(self.parts) > 1:
             self._say(f"{self.hosts[rank].name}: {summary or state}")
             if state not in ("finished", "stopped") and self._stop_sent < 2:
-                self._failures.append((rank, summary or state))
-                if not self.failure:
-                    self._host_failed(rank, summary or state)
+                self._host_failed(rank, summary or state)
         self.hosts_changed.emit()
         self._maybe_finish()
 
@@ -626,11 +628,9 @@ class TrainingJob(QObject):
         if self.failure:
             state = "failed"
             # The host whose end caused the others' (not the peer that heard of it first).
-            failures = self._failures
-            cause = failures[multi_host.first_cause([why for _r, why in failures])] if failures else None
-            failure = f"{self.hosts[cause[0]].name} (machine rank {cause[0]}): {cause[1]}" if cause \
-                else self.failure
-            summary = f"Failed on {failure}; the other hosts' ranks were killed"
+            rank, why = self._failures[multi_host.first_cause([w for _r, w in self._failures])]
+            summary = (f"Failed on {self.hosts[rank].name} (machine rank {rank}): {why}; the other hosts' "
+                       f"ranks were killed")
         else:
             state = states[0] if len(set(states)) == 1 else ("killed" if self._stop_sent > 1 else "failed")
             summary = str(self.remote_status.get("summary") or self._results.get(0, ("", state))[1] or state)
