@@ -17,6 +17,7 @@ import queue
 import signal
 import threading
 import time
+import traceback
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal
@@ -28,7 +29,7 @@ Reader = Callable[[core_child.Outcome], object]
 
 #: The doctors whose thread still runs, and whether this interpreter is exiting (then no thread emits
 #: into Qt any more: the objects it would reach may be gone).
-_RUNNING: set[DoctorChild] = set()
+_RUNNING: dict[int, DoctorChild] = {}
 _RUNNING_LOCK = threading.Lock()
 _EXITING = threading.Event()
 
@@ -70,15 +71,16 @@ class _Reaper(QObject):
     timers there ("QObject::killTimer: Timers cannot be stopped from another thread"), and the next
     turn of the window's event loop crashed (a fresh-clone run: segmentation fault in processEvents)."""
 
-    release = Signal(object)  # emitted from doctors' threads: delivered queued on this object's thread
+    release = Signal(object)  # a doctor's key in _RUNNING (an id: no 32-bit int), from its thread, queued
 
     def __init__(self) -> None:
         super().__init__()
         self.release.connect(self._release)
 
-    def _release(self, doctor: DoctorChild) -> None:
+    def _release(self, key: int) -> None:
         with _RUNNING_LOCK:
-            _RUNNING.discard(doctor)
+            doctor = _RUNNING.pop(key, None)
+        del doctor  # the last reference, dropped here, on the window's thread
 
 
 _LAUNCHER = _Launcher()
@@ -87,17 +89,23 @@ _REAPER: _Reaper | None = None  # made by the first start(), on the window's thr
 
 def _doctor_thread(holder: list[DoctorChild]) -> None:
     doctor = holder.pop()
+    key = id(doctor)
     try:
         doctor._run()
-    finally:
-        reaper = _REAPER
-        try:
-            if reaper is None or _EXITING.is_set():
-                raise RuntimeError("exiting")
-            reaper.release.emit(doctor)  # the queued event holds it until the window's thread drops it
-        except RuntimeError:  # the interpreter is exiting (the reaper may be gone)
-            with _RUNNING_LOCK:
-                _RUNNING.discard(doctor)
+    except Exception:  # said; its traceback (which holds the doctor) is let go here
+        traceback.print_exc()
+    # This thread's reference goes before the window's thread is told: emitted first, the window's
+    # thread could pop the doctor from _RUNNING before this frame ended, and then this thread's
+    # reference was the last (fresh-clone CI: an owner's timer destroyed here, then a crash).
+    del doctor
+    reaper = _REAPER
+    try:
+        if reaper is None or _EXITING.is_set():
+            raise RuntimeError("exiting")
+        reaper.release.emit(key)
+    except RuntimeError:  # the interpreter is exiting (the reaper may be gone)
+        with _RUNNING_LOCK:
+            _RUNNING.pop(key, None)
 
 
 @atexit.register
@@ -106,7 +114,7 @@ def end_all(timeout_s: float = 5.0) -> None:
     no thread is left emitting into a Qt that is being torn down."""
     _EXITING.set()
     with _RUNNING_LOCK:
-        doctors = list(_RUNNING)
+        doctors = list(_RUNNING.values())
     for doctor in doctors:
         doctor.kill()
     deadline = time.monotonic() + timeout_s
@@ -162,7 +170,7 @@ class DoctorChild(QObject):
         self._argv, self._timeout_s = list(argv), timeout_ms / 1000
         self._started = True
         with _RUNNING_LOCK:
-            _RUNNING.add(self)  # until the window's thread releases it (_Reaper)
+            _RUNNING[id(self)] = self  # until the window's thread releases it (_Reaper)
         _LAUNCHER.submit(self)  # no thread is started here (see _Launcher)
 
     def is_running(self) -> bool:

@@ -199,7 +199,10 @@ def test_a_doctors_last_reference_is_dropped_on_the_window_thread(qtbot) -> None
     """What a doctor's thread held (the doctor, its reader, and through the reader its owner with a
     running timer) is released on the window's thread. Released on the doctor's thread, the owner and its
     timer were destroyed there ("QObject::killTimer: Timers cannot be stopped from another thread"), and
-    a fresh-clone run crashed in the next turn of the event loop."""
+    a fresh-clone run crashed in the next turn of the event loop. Forty doctors with the interpreter
+    switching threads every microsecond: the doctor's thread told the window's thread before its own
+    reference was gone, and the window's thread could drop its reference first (CI of 0fe3482: one
+    owner released off-thread, then a worker crashed; this test: 6 of 40 before the fix)."""
     import threading
     import weakref
 
@@ -208,16 +211,24 @@ def test_a_doctors_last_reference_is_dropped_on_the_window_thread(qtbot) -> None
     from gaudi_gui.core import child as core_child
     from gaudi_gui.services.doctor_child import DoctorChild
 
-    owner = QObject()  # a service: owned by Python, a timer of its own running
-    QTimer(owner).start(1000)
     gone_on: list[int] = []
-    watch = weakref.ref(owner, lambda _ref: gone_on.append(threading.get_ident()))
+    watches = []
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for _ in range(40):
+            owner = QObject()  # a service: owned by Python, a timer of its own running
+            QTimer(owner).start(1000)
+            watches.append(weakref.ref(owner, lambda _ref: gone_on.append(threading.get_ident())))
 
-    def read(outcome: core_child.Outcome, keep: QObject = owner) -> object:
-        return outcome.code
+            def read(outcome: core_child.Outcome, keep: QObject = owner) -> object:
+                return outcome.code
 
-    doctor = DoctorChild(None, read)  # type: ignore[arg-type]  # Python-owned: its reader is the last holder
-    doctor.start([sys.executable, "-c", "import time; time.sleep(0.3)"], 20000)
-    del doctor, owner, read
-    qtbot.waitUntil(lambda: watch() is None, timeout=30000)
-    assert gone_on == [threading.get_ident()], "released on another thread than the window's"
+            doctor = DoctorChild(None, read)  # type: ignore[arg-type]  # Python-owned: its reader is the last holder
+            doctor.start([sys.executable, "-c", "pass"], 20000)
+            del doctor, owner, read
+        qtbot.waitUntil(lambda: all(watch() is None for watch in watches), timeout=60000)
+    finally:
+        sys.setswitchinterval(switch)
+    elsewhere = [ident for ident in gone_on if ident != threading.get_ident()]
+    assert len(gone_on) == 40 and not elsewhere, f"{len(elsewhere)} of 40 released off the window's thread"
