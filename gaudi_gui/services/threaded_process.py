@@ -24,7 +24,6 @@ import contextlib
 import functools
 import logging
 import os
-import queue
 import select
 import shutil
 import signal
@@ -47,42 +46,6 @@ _log = logging.getLogger(__name__)
 _CHUNK = 65536
 #: Without a pidfd (an old kernel), how often the thread looks whether the child is gone.
 _POLL_S = 0.2
-
-
-class Launcher:
-    """One long-lived thread that starts other threads. ``Thread.start`` waits until the new thread
-    runs, which on a loaded 2-core machine is a wait for the scheduler (155 ms measured on the
-    window's thread with a load of 9; the Hosts bench: 9 ms of a 33 ms gap, in ``_poll_table``'s
-    start); made here, that wait is this thread's, and the window's thread only puts a callable in a
-    queue. What a callable holds is let go before the next one runs: one that hands an object to the
-    thread it starts, and must not be the last to hold it, passes it in a list the new thread empties
-    (``services.doctor_child``)."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
-        self._thread: threading.Thread | None = None
-        self._thread_made = threading.Event()  # set once the launcher has started ``_thread``
-        self._lock = threading.Lock()
-
-    def submit(self, make: Callable[[], None]) -> None:
-        with self._lock:
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name="gaudi-gui-launcher", daemon=True)
-                self._thread.start()
-        self._queue.put(make)
-
-    def _run(self) -> None:
-        while True:
-            make = self._queue.get()
-            try:
-                make()
-            except Exception:  # a thread that could not be made is said; the next still is
-                _log.exception("a thread could not be started")
-            del make
-
-
-#: The process's launcher (``ThreadedRunner`` and ``DoctorChild`` start their threads through it).
-LAUNCHER = Launcher()
 
 
 class ThreadedRunner(QObject):
@@ -174,17 +137,9 @@ class ThreadedRunner(QObject):
         self._tree = None
         self._pid = 0
         self.started_at = time.time()
-        self._thread = None
-        made = self._thread_made = threading.Event()
-        thread = threading.Thread(target=self._run, args=(list(self._argv), new_session, stdin_open),
-                                  name="gaudi-gui-child", daemon=True)
-
-        def launch() -> None:
-            self._thread = thread
-            made.set()
-            thread.start()
-
-        LAUNCHER.submit(launch)  # (the thread is made here; only its start waits for the scheduler)
+        self._thread = threading.Thread(target=self._run, args=(list(self._argv), new_session, stdin_open),
+                                        name="gaudi-gui-child", daemon=True)
+        self._thread.start()
         return True
 
     # -- stopping -------------------------------------------------------------------------------------
@@ -214,8 +169,6 @@ class ThreadedRunner(QObject):
 
     def wait_finished(self, timeout_ms: int) -> bool:
         """Block until the child's thread has reaped it (``reap_all`` only, after the event loop)."""
-        if self._running and not self._thread_made.wait(timeout_ms / 1000):
-            return False  # not even started yet
         thread = self._thread
         if thread is not None:
             thread.join(timeout_ms / 1000)

@@ -82,31 +82,3 @@ def test_a_kill_before_the_spawn_spawns_nothing(qtbot, monkeypatch) -> None:
         gate.set()
     assert ended.args[1] == EXIT_CRASHED
     assert runner.pid == 0  # never spawned
-
-
-def test_no_thread_is_started_on_the_window_thread(qtbot, monkeypatch) -> None:
-    """``Thread.start`` waits until the new thread runs (on a loaded machine, a wait for the scheduler):
-    the children's and the doctors' threads are started by the launcher's thread, never the window's
-    (the Hosts bench: 9 ms of a 33 ms gap were that wait, in the process table's start)."""
-    from gaudi_gui.services.doctor_child import DoctorChild
-
-    runner = ThreadedRunner(tail_lines=10)
-    with qtbot.waitSignal(runner.finished, timeout=20000):  # the launcher itself is running from here
-        runner.start(sys.executable, ["-c", "pass"])
-    started_from: list[str] = []
-    real_start = threading.Thread.start
-
-    def start(self: threading.Thread) -> None:
-        started_from.append(threading.current_thread().name)
-        real_start(self)
-
-    monkeypatch.setattr(threading.Thread, "start", start)
-    with qtbot.waitSignal(runner.finished, timeout=20000):
-        runner.start(sys.executable, ["-c", "print('x')"])
-    doctor = DoctorChild(None, lambda outcome: outcome.code)  # type: ignore[arg-type]
-    with qtbot.waitSignal(doctor.ended, timeout=20000) as ended:
-        doctor.start([sys.executable, "-c", "pass"], 20000)
-    assert ended.args == [0]
-    assert threading.main_thread().name not in started_from, started_from
-    assert started_from.count("gaudi-gui-launcher") == 2, started_from  # (the doctor's own start readers)
-    assert runner.wait_finished(5000)
