@@ -143,23 +143,14 @@ class _Out:
             eta = f", about {p.eta_s:.0f} s left" if p.eta_s is not None else ""
             self._say(f"warm-up {p.phase} {p.step}/{p.total} ({p.fraction:.0%}{eta})")
 
-    def url(self, url: str, **extra: Any) -> None:
-        if self.events:
-            self._say(protocol.event(EventType.SERVE_URL, url=url, **extra))
-        self._say(url)
-
     def ready(self, message: str, url: str, **extra: Any) -> None:
         """The server answers at ``url``. Events: the URL first, then the state, so a reader that
         says "ready" has the URL to show with it (the Serve panel showed "ready" with no URL for a
         moment when the two lines came in two reads); for a person: the sentence, then the URL."""
         if self.events:
             self._say(protocol.event(EventType.SERVE_URL, url=url, **extra))
-            self._say(protocol.event(EventType.SERVE_STATE, state="ready", message=message, url=url,
-                                     **{k: v for k, v in extra.items() if k != "model"}))
-            self._say(url)
-        else:
-            self._say(message)
-            self._say(url)
+        self.state("ready", message, url=url, **{k: v for k, v in extra.items() if k != "model"})
+        self._say(url)
 
     def request(self, record: sv.RequestRecord) -> None:
         if self.events:

@@ -105,8 +105,6 @@ class TrainingJob(QObject):
         self.port = 0
         self.state = "idle"
         self.summary = ""
-        #: "host (machine rank i): why" of the host whose failure ended the run ("" otherwise).
-        self.failure = ""
         #: (machine rank, why) of every host that failed, in the order they were heard of.
         self._failures: list[tuple[int, str]] = []
         #: The main part's events, and where they say the run is (``core.progress``, as the CLI reads it).
@@ -254,8 +252,10 @@ class TrainingJob(QObject):
                 f"{self.progress.max_steps})")
 
     def host_states(self) -> list[tuple[str, int, str]]:
-        """(host, machine rank, a word or two: its state and connection) for every place."""
+        """(host, machine rank, a word or two: its state and connection) for every place; the host
+        whose end caused the run's is marked ✗."""
         out = []
+        cause = self._cause()
         for rank, host in enumerate(self.hosts):
             part = self.parts[rank] if rank < len(self.parts) else None
             if part is None:
@@ -268,7 +268,7 @@ class TrainingJob(QObject):
                 word = f"{self._part_word(part)}, reconnecting"
             else:
                 word = self._part_word(part)
-            if self.failure and self.failure.startswith(f"{host.name} "):
+            if cause is not None and cause[0] == rank:
                 word += " ✗"
             out.append((host.name, rank, word))
         return out
@@ -323,7 +323,6 @@ class TrainingJob(QObject):
         self.parts = []
         self.events = []
         self.progress = RunProgress()
-        self.failure = ""
         self._failures = []
         self.summary = ""
         self._ended = False
@@ -587,14 +586,26 @@ class TrainingJob(QObject):
             part.detach()
             self._maybe_finish()
 
+    def _cause(self) -> tuple[int, str] | None:
+        """(machine rank, why) of the host whose end caused the others' (``multi_host.first_cause``:
+        not the peer that heard of it first); None while no host failed."""
+        if not self._failures:
+            return None
+        return self._failures[multi_host.first_cause([why for _rank, why in self._failures])]
+
+    @property
+    def failure(self) -> str:
+        """"host (machine rank i): why" of the host whose failure ended the run ("" otherwise)."""
+        cause = self._cause()
+        return f"{self.hosts[cause[0]].name} (machine rank {cause[0]}): {cause[1]}" if cause else ""
+
     def _host_failed(self, rank: int, why: str) -> None:
         """A host's part failed (or was lost): every failure is kept for naming the cause at the end;
         the first ends the others."""
         self._failures.append((rank, why))
-        if self.failure:
+        if len(self._failures) > 1:
             return
         host = self.hosts[rank].name
-        self.failure = f"{host} (machine rank {rank}): {why}"
         self._say(f"{self.failure} — killing the other hosts' ranks, which would otherwise wait for it "
                   f"in a collective")
         self._set_state("stopping")
@@ -627,10 +638,7 @@ class TrainingJob(QObject):
         states = [self._results.get(i, ("lost", ""))[0] for i in range(len(self.parts))]
         if self.failure:
             state = "failed"
-            # The host whose end caused the others' (not the peer that heard of it first).
-            rank, why = self._failures[multi_host.first_cause([w for _r, w in self._failures])]
-            summary = (f"Failed on {self.hosts[rank].name} (machine rank {rank}): {why}; the other hosts' "
-                       f"ranks were killed")
+            summary = f"Failed on {self.failure}; the other hosts' ranks were killed"
         else:
             state = states[0] if len(set(states)) == 1 else ("killed" if self._stop_sent > 1 else "failed")
             summary = str(self.remote_status.get("summary") or self._results.get(0, ("", state))[1] or state)

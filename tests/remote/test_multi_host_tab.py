@@ -182,6 +182,8 @@ def test_a_rank_killed_on_one_host_fails_the_run_and_kills_the_other(qtbot: QtBo
         assert "were killed" in text, text
         words = [word.removesuffix(" ✗") for _host, _rank, word in job.host_states()]
         assert set(words) <= {"failed", "killed"}, words
+        marked = [host for host, _rank, word in job.host_states() if word.endswith(" ✗")]
+        assert marked and text.startswith(f"Failed on {marked[0]} "), (marked, text)  # one host blamed
         assert "✗" in tab.hosts_line.text() and "killing the other hosts' ranks" in tab.log.plain_text()
     finally:
         end_training_tab(qtbot, services, tab)
