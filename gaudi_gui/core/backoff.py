@@ -1,9 +1,12 @@
-"""Exponential back-off between retries (a dead hl-smi, a dropped host, a lost follower): the first
-retry after ``initial_s``, each next one twice as late, never later than ``max_s``; a success starts
-over. One rule for every retry loop, so a host that comes back is seen as soon everywhere. Qt-free."""
+"""When repeated work runs. Exponential back-off between retries (a dead hl-smi, a dropped host, a lost
+follower): the first retry after ``initial_s``, each next one twice as late, never later than
+``max_s``; a success starts over. One rule for every retry loop, so a host that comes back is seen as
+soon everywhere. And :func:`phase_s`: each host's periodic work at its own moment in the period.
+Qt-free."""
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 
@@ -28,4 +31,15 @@ class Backoff:
         return delay
 
 
-__all__ = ["Backoff"]
+def phase_s(key: str, period_s: float) -> float:
+    """A fixed offset in [0, period_s) for ``key`` (a host's name). Every host answers its first
+    sample at about the same moment, so periodic work started then (each host's process table, its
+    queue listing: a process started here and a Python on the host) would run for all hosts at once,
+    every period: a burst of starts the window waits through. Delaying each host's first period by
+    its own offset spreads them, the same way at every start."""
+    if period_s <= 0:
+        return 0.0
+    return (zlib.crc32(key.encode()) % 1000) / 1000 * period_s
+
+
+__all__ = ["Backoff", "phase_s"]

@@ -4,6 +4,7 @@ queued job's start and end. The queue process is the real one (paused, so nothin
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import time
@@ -293,3 +294,33 @@ def test_a_queued_jobs_name_comes_from_its_words_as_the_hosts_queue_add_names_it
     assert job_name("eval", ["--run=/runs/r1", "--prompt=a=b"]) == "eval-r1"
     assert job_name("eval", ["--model=", "--adapter=/x/lora"]) == "eval-lora"
     assert job_name("download", ["org/name", "--stall-s", "60"]) == "download-name"
+
+
+def test_hosts_queue_listings_keep_their_own_phase(qtbot) -> None:
+    """Each saved host's queue is asked every period, the hosts apart (core.backoff.phase_s): the
+    first period is longer by the host's phase, every later one is the period itself."""
+    from gaudi_gui.core.backoff import phase_s
+    from gaudi_gui.core.remote import Host
+    from gaudi_gui.services.queue import HostQueueService
+
+    period = 0.4
+    asked: dict[str, list[float]] = {}
+    services = []
+    for name in ("gaudi-07", "gaudi-12"):
+        service = HostQueueService(Host.parse(name), poll_s=period)
+        times = asked.setdefault(name, [])
+        service.refresh = lambda t=times: t.append(time.monotonic())  # type: ignore[method-assign,misc]
+        services.append(service)
+    start = time.monotonic()
+    for service in services:
+        service.start()
+    qtbot.waitUntil(lambda: all(len(t) >= 4 for t in asked.values()), timeout=10000)
+    for service in services:
+        service.shutdown()
+    for name, times in asked.items():
+        phase = phase_s(name, period)
+        assert times[0] - start < period  # the first listing at once
+        # Lower bounds only (a busy machine fires timers late); Qt's coarse timers may fire 5 % early.
+        assert times[1] - times[0] >= (period + phase) * 0.94, (name, phase, times)
+        assert all(b - a >= period * 0.94 for a, b in itertools.pairwise(times[1:])), times
+    assert abs(phase_s("gaudi-07", period) - phase_s("gaudi-12", period)) > 0.05  # the test means it

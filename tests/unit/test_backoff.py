@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from gaudi_gui.core.backoff import Backoff
+import pytest
+
+from gaudi_gui.core.backoff import Backoff, phase_s
 
 
 def test_doubles_up_to_the_cap_and_starts_over_after_a_success() -> None:
@@ -11,3 +13,13 @@ def test_doubles_up_to_the_cap_and_starts_over_after_a_success() -> None:
     assert backoff.delay_s == 30.0
     backoff.reset()
     assert backoff.delay_s == 1.0 and backoff.next() == 1.0
+
+
+def test_each_host_has_its_own_fixed_phase_in_the_period() -> None:
+    names = [f"gaudi-{i:02d}" for i in range(16)]
+    phases = [phase_s(name, 5.0) for name in names]
+    assert all(0 <= p < 5.0 for p in phases)
+    assert phases == [phase_s(name, 5.0) for name in names]  # the same at every start
+    assert len({round(p, 3) for p in phases}) >= 14  # apart, not together
+    assert phase_s("gaudi-01", 30.0) == pytest.approx(6 * phase_s("gaudi-01", 5.0))  # same place, any period
+    assert phase_s("gaudi-01", 0) == 0.0
