@@ -347,21 +347,25 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
     last_status: dict[str, Any] | None = None
     next_status = 0.0
     caught_up = False  # the history up to now printed: from then on a closed stdin ends the follow
+
+    def pump() -> bool:
+        """Print the events and log lines written since the last call; whether there were any."""
+        events = follower.read()
+        # Offsets are per event: a follower cut mid-batch resumes after the last one it got.
+        end = follower.offset - len(follower._partial)
+        if events:
+            _emit(*({"t": "event", "event": event, **({"end": end} if i == len(events) - 1 else {})}
+                    for i, event in enumerate(events)))
+        read_from = log.offset
+        lines = [{"t": "log", "line": redact(text)} for text in log.read(1 << 20)]
+        if log.offset != read_from:
+            _emit(*lines, {"t": "log_offset", "end": log.end})
+        return bool(events) or log.offset != read_from
+
     try:
         while not (caught_up and closed.is_set()):
-            events = follower.read()
-            # Offsets are per event: a follower cut mid-batch resumes after the last one it got.
-            end = follower.offset - len(follower._partial)
-            if events:
-                _emit(*({"t": "event", "event": event, **({"end": end} if i == len(events) - 1 else {})}
-                        for i, event in enumerate(events)))
-            read_from = log.offset
-            lines = [{"t": "log", "line": redact(text)} for text in log.read(1 << 20)]
-            data = log.offset != read_from
-            if data:
-                _emit(*lines, {"t": "log_offset", "end": log.end})
+            quiet = not pump()
             now = time.monotonic()
-            quiet = not events and not data
             # The first quiet poll (the history is out) reads the status at once: a finished run's
             # follow ended up to STATUS_EVERY_S after its last line, every time it was asked.
             if now >= next_status or (quiet and not caught_up):
@@ -371,11 +375,16 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
                 if status != last_status:
                     last_status = status
                     _emit({"t": "status", "status": status})
-                if status["state"] in FINAL_STATES and not alive and not data and not events:
+                if status["state"] in FINAL_STATES and not alive:
+                    # Every line and event was written before the final status, but maybe after
+                    # this turn's read (a busy machine can pause this process between the two):
+                    # read to the end once more, now that nothing writes, and only then say "end".
+                    while pump():
+                        pass
                     # The supervisor has gone: its meter summary is written (None: no meter).
                     _emit({"t": "end", "status": status, "meter": meter_mod.read_summary(run_.folder)})
                     return 0
-                if not events and not data:
+                if quiet:
                     _emit({"t": "alive"})  # a heartbeat: the follower sees a dead link within seconds
             if quiet:
                 caught_up = True
