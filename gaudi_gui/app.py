@@ -118,12 +118,6 @@ def run_gui(argv: Sequence[str]) -> int:
 
     services = window_services(app)
     window = MainWindow(services)
-    from gaudi_gui.services.garbage import collect_on_this_thread
-
-    collector = collect_on_this_thread()
-    if collector is not None:
-        # Every tab built: what exists now lives as long as the window; later collections skip it.
-        window.tabs_ready.connect(collector.settle)
     window.show()
     _show_settings_problems(services, window)
     # The hosts, health, the training supervisor, hl-smi and the probe child (a Python that imports
