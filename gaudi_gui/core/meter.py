@@ -1141,6 +1141,10 @@ class Meter:
 
     def take(self, t: float, samples: Iterable[DeviceSample]) -> None:
         """One snapshot of the tool: the run's cards are accounted and written as one line."""
+        # The time as written (ms): the summary's energy and every reader of meter.jsonl (the export,
+        # a follower) integrate the same instants (full precision here, ms in the file, once made
+        # them differ by up to 1e-4 of the energy: a fresh clone's failure).
+        t = round(t, 3)
         cards = []
         for s in samples:
             if not self._wanted(s):
@@ -1156,7 +1160,7 @@ class Meter:
             return
         with self._lock:
             self.accounts.add(t, cards)
-        self._write({"t": round(t, 3), "source": self.source, "cards": cards})
+        self._write({"t": t, "source": self.source, "cards": cards})
 
     # -- hl-smi / nvidia-smi --------------------------------------------------------------------------
 
