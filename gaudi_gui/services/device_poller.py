@@ -45,9 +45,10 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core import hlsmi
-from gaudi_gui.core.backoff import Backoff, phase_s
+from gaudi_gui.core.backoff import Backoff
 from gaudi_gui.core.devices import DeviceSample, History, ProcessInfo, attach_processes
 from gaudi_gui.services.device_selection import DeviceSelection
+from gaudi_gui.services.phased_timer import PhasedTimer
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, describe_exit
 from gaudi_gui.services.settings import SCHEMA, Settings, setting_bounds
 from gaudi_gui.services.threaded_process import ThreadedRunner
@@ -212,8 +213,9 @@ class DevicePoller(QObject):
         self._watchdog.timeout.connect(self._check_hang)
         self._host_timer = QTimer(self)
         self._host_timer.timeout.connect(self._poll_host)
-        self._table_timer = QTimer(self)
-        self._table_timer.timeout.connect(self._on_table_timer)
+        # Hosts' tables apart, not together (each host's first period longer by its phase).
+        self._table_timer = PhasedTimer(self.host.name if self.host is not None else None, self)
+        self._table_timer.timeout.connect(self._poll_table)
         settings.value_changed.connect(self._on_setting_changed)
         # The job selection survives restarts even before the Devices tab is built.
         saved = ([i for i in settings.get("devices/selected_modules") if isinstance(i, int)]
@@ -381,10 +383,7 @@ class DevicePoller(QObject):
             self._stop_fallback()
             self._set_state(STATE_OK, f"{self.command}: {len(samples)} card(s)")
             if not self._table_timer.isActive():
-                # The first period longer by this host's phase: hosts' tables apart, not together.
-                period = self.process_interval_s
-                phase = phase_s(self.host.name, period) if self.host is not None else 0.0
-                self._table_timer.start(int((period + phase) * 1000))
+                self._table_timer.start_phased(self.process_interval_s)
                 self._poll_table()
         self._publish(samples)
 
@@ -508,12 +507,6 @@ class DevicePoller(QObject):
         self.state_changed.emit(state, message)
 
     # -- processes (plain table) ----------------------------------------------------------------------
-
-    def _on_table_timer(self) -> None:
-        period_ms = int(self.process_interval_s * 1000)
-        if self._table_timer.interval() != period_ms:  # the first, phased period is over
-            self._table_timer.setInterval(period_ms)
-        self._poll_table()
 
     def _poll_table(self) -> None:
         if not self._program:

@@ -19,9 +19,9 @@ from typing import Any
 from PySide6.QtCore import QIODevice, QObject, QProcess, QTimer, Signal
 
 from gaudi_gui.core import queue
-from gaudi_gui.core.backoff import phase_s
 from gaudi_gui.core.queue import CardRequest, Entry, QueueError, QueueState
 from gaudi_gui.core.remote import Host
+from gaudi_gui.services.phased_timer import PhasedTimer
 
 #: How often the state file's modification time is looked at.
 POLL_MS = 1000
@@ -250,23 +250,17 @@ class HostQueueService(_Requests):
         self.problem = ""
         #: Whether the host has answered once (before that the state is an empty queue, not known).
         self.known = False
-        self._period_ms = int(poll_s * 1000)
-        self._timer = QTimer(self)
-        self._timer.timeout.connect(self._on_timer)
+        self._period_s = poll_s
+        # The hosts' listings apart, not together (each host's first period longer by its phase).
+        self._timer = PhasedTimer(host.name, self)
+        self._timer.timeout.connect(self.refresh)
         self._listing: Any = None
         self._again = False
         self._requests: list[Any] = []
 
     def start(self) -> None:
         self.refresh()
-        # The first period longer by this host's phase: the hosts' listings apart, not together.
-        period = self._period_ms
-        self._timer.start(period + int(phase_s(self.host.name, period / 1000) * 1000))
-
-    def _on_timer(self) -> None:
-        if self._timer.interval() != self._period_ms:  # the first, phased period is over
-            self._timer.setInterval(self._period_ms)
-        self.refresh()
+        self._timer.start_phased(self._period_s)
 
     def shutdown(self) -> None:
         from gaudi_gui.services.process import delete_when_reaped

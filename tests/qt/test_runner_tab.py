@@ -4,6 +4,7 @@ the real worker on the tiny demo model."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -206,7 +207,8 @@ class _BlackHole:
         self.sock.listen(16)
         self.port = self.sock.getsockname()[1]
         self.held: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._thread.start()
 
     def _accept(self) -> None:
         while True:
@@ -217,9 +219,14 @@ class _BlackHole:
             self.held.append(conn)
 
     def close(self) -> None:
+        # On Linux a close() does not wake a thread blocked in accept(); a shutdown() does (EINVAL).
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self._thread.join(10)
         self.sock.close()
         for conn in self.held:
             conn.close()
+        assert not self._thread.is_alive(), "the black hole's accept thread outlived its test"
 
 
 def test_cancel_a_stalled_load_goes_back_to_the_previous_model(
