@@ -92,13 +92,15 @@ def owner_of(folder: str | Path) -> str:
 def claim(folder: str | Path, run: Run, *, replace: bool = False) -> None:
     """Record ``run`` as a writer of output ``folder`` (made if missing): added to the runs already
     recorded (its lineage, or the other parts of its multi-node job), or alone with ``replace`` (the
-    user said overwrite)."""
+    user said overwrite). Under the record's lock: the parts of one job start together and claim
+    together, and two read-modify-writes that cross lose one part (whose Resume is then refused)."""
     folder = Path(folder).expanduser()
     folder.mkdir(parents=True, exist_ok=True)
-    runs = [] if replace else owners_of(folder)
-    runs = [r for r in runs if r != str(run.folder)] + [str(run.folder)]
-    atomic.write_json(folder / OWNER_FILE, {"runs": runs[-MAX_OWNERS:], "run": str(run.folder),
-                                            "name": run.name}, fsync=False)
+    with atomic.locked(folder / OWNER_FILE):
+        runs = [] if replace else owners_of(folder)
+        runs = [r for r in runs if r != str(run.folder)] + [str(run.folder)]
+        atomic.write_json(folder / OWNER_FILE, {"runs": runs[-MAX_OWNERS:], "run": str(run.folder),
+                                                "name": run.name}, fsync=False)
 
 
 def lineage(run_folder: str) -> list[str]:

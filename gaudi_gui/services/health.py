@@ -310,7 +310,9 @@ class HealthService(QObject):
         check = DoctorChild(self, functools.partial(read_report, host, timeout_s), tail_lines=20)
         check.setObjectName(host)
         self._checks[host] = check
-        check.ended.connect(lambda found, c=check: self._on_finished(c, found))
+        # A bound method, not a lambda holding this service: the check's connection must never be
+        # the last holder of its own parent (see _on_finished).
+        check.ended.connect(self._on_finished)
         argv = list(self.command)
         hl_smi = str(self.settings.get("devices/hl_smi") or "").strip()
         if host == LOCAL and hl_smi:
@@ -322,8 +324,18 @@ class HealthService(QObject):
         check.start(argv, int(timeout_s * 1000))
         self.checking_changed.emit(host, True)
 
-    def _on_finished(self, check: DoctorChild, found: HostHealth) -> None:
-        """A doctor's report, read on its thread (``read_report``): stored and told here."""
+    def _on_finished(self, found: HostHealth) -> None:
+        """A doctor's report, read on its thread (``read_report``): stored and told here.
+
+        The check is the signal's sender. A lambda that held this service (``lambda found, c=check:
+        self._on_finished(c, found)``) made the retired check's connection the last holder of a
+        service nobody else kept (a test's, or any parentless one): the check's deferred delete then
+        freed the service from inside the check's own destructor, and the service's destructor
+        deleted the check a second time (fresh clones #20 and #27: a segmentation fault in
+        ``processEvents``)."""
+        check = self.sender()
+        if not isinstance(check, DoctorChild):
+            return
         host = check.objectName()
         if self._checks.get(host) is not check:
             return  # a host no longer watched, or a newer check replaced it

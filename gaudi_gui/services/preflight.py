@@ -58,12 +58,14 @@ class PreflightService(QObject):
         run = _Run(plan, [], time.monotonic())
         self._runs[key] = run
         self.started.emit(key, plan)
-        for i, target in enumerate(plan.targets):
+        for target in plan.targets:
             # The reply (the report's parse) is made on the doctor's thread.
             check = DoctorChild(self, functools.partial(core.host_reply, target, timeout_s=limit_s),
                                 tail_lines=_TAIL)
             run.checks.append(check)
-            check.ended.connect(lambda reply, r=run, k=key, i=i: self._on_reply(k, r, i, reply))
+            # A bound method (the check is the sender), not a lambda holding this object: a check's
+            # connection must never be the last holder of its own parent (services.health).
+            check.ended.connect(self._on_reply)
             check.start(core.doctor_argv(target, plan, python=self.python), int(limit_s * 1000))
         return True
 
@@ -77,9 +79,13 @@ class PreflightService(QObject):
         for key in list(self._runs):
             self.cancel(key)
 
-    def _on_reply(self, key: str, run: _Run, index: int, reply: HostHealth) -> None:
-        if self._runs.get(key) is not run:
-            return
+    def _on_reply(self, reply: HostHealth) -> None:
+        check = self.sender()
+        found = [(key, run, run.checks.index(check)) for key, run in self._runs.items()
+                 if check in run.checks]
+        if not found:
+            return  # a cancelled or replaced check
+        key, run, index = found[0]
         run.replies[index] = reply
         if len(run.replies) < len(run.checks):
             return

@@ -5,6 +5,7 @@ imports it on a thread of its own before any report can come back. Checked in a 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -232,3 +233,45 @@ def test_a_doctors_last_reference_is_dropped_on_the_window_thread(qtbot) -> None
         sys.setswitchinterval(switch)
     elsewhere = [ident for ident in gone_on if ident != threading.get_ident()]
     assert len(gone_on) == 40 and not elsewhere, f"{len(elsewhere)} of 40 released off the window's thread"
+
+
+_LAST_HOLDER = textwrap.dedent("""
+    import gc, sys, time
+    from PySide6.QtCore import QCoreApplication, QEvent
+    from PySide6.QtWidgets import QApplication
+    app = QApplication([])
+    from gaudi_gui.services.health import HealthService
+    from gaudi_gui.services.settings import Settings
+
+    gc.disable()  # the references alone decide who frees what (no collection in between)
+    service = HealthService(Settings())  # parentless: Python owns it, as a test's service
+    service.command = [sys.executable, "-c", "import time; time.sleep(600)"]
+    service._hosts = []
+    service.watch_host("host-a")
+    service.start()
+    check = service._checks["host-a"]
+    service.unwatch_host("host-a")  # the check is retired: killed, then deleted later
+    deadline = time.monotonic() + 30
+    while not check.done and time.monotonic() < deadline:
+        app.processEvents()
+        time.sleep(0.01)
+    assert check.done, "the retired check never ended"
+    service.shutdown()
+    del service, check  # nobody holds the service now but what its check holds
+    app.processEvents()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    print("survived")
+""")
+
+
+def test_a_retired_check_never_frees_the_service_that_owns_it(tmp_path: Path) -> None:
+    """A check's connection must not be the last holder of its parent. It was (a lambda holding the
+    service): a parentless service, retired check and dropped service left that lambda the last
+    reference, the check's deferred delete freed the service from inside the check's destructor, and
+    the service's destructor deleted the check again: a segmentation fault in ``processEvents``
+    (fresh clones #20 and #27, after
+    ``test_a_removed_host_reports_nothing_and_its_doctor_is_killed``). In a child interpreter: a
+    crash must fail this test, not the worker."""
+    done = subprocess.run([sys.executable, "-c", _LAST_HOLDER], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert done.returncode == 0 and "survived" in done.stdout, (done.returncode, done.stderr[-2000:])

@@ -197,3 +197,36 @@ def test_the_parts_of_one_multi_node_run_share_their_output_folder(tmp_path: Pat
     # Overwrite: the new run alone.
     outputs.claim(out, stranger, replace=True)
     assert outputs.owners_of(out) == [str(stranger.folder)]
+
+
+
+_CLAIM_AT = """
+import sys, time
+from pathlib import Path
+from gaudi_gui.core import outputs
+from gaudi_gui.core.runstore import Run
+out, run_folder, start_at = sys.argv[1], sys.argv[2], float(sys.argv[3])
+while time.time() < start_at:  # every part claims at the same instant
+    time.sleep(0.0005)
+outputs.claim(out, Run(Path(run_folder)))
+"""
+
+
+def test_parts_that_claim_at_the_same_instant_are_all_recorded(tmp_path: Path) -> None:
+    """The parts of one multi-node job start together and claim one folder of a shared file system
+    together. Fresh clone #27: the two parts' read-modify-writes of the owner record crossed, the
+    first part was lost, and its Resume was refused (the folder "holds run …-2's checkpoint-15"):
+    the [hosts] training scenario waited 240 s for a resumed run that had been refused. Before the
+    lock: 3 of 6 parts lost in the first round."""
+    import subprocess
+    import sys
+
+    store = RunStore(tmp_path / "runs")
+    for round_ in range(6):
+        out = tmp_path / f"out-{round_}"
+        parts = [_run(store, out, f"part-{round_}-{i}") for i in range(6)]
+        start_at = time.time() + 2.0
+        procs = [subprocess.Popen([sys.executable, "-c", _CLAIM_AT, str(out), str(p.folder), str(start_at)])
+                 for p in parts]
+        assert [proc.wait(60) for proc in procs] == [0] * len(parts)
+        assert sorted(outputs.owners_of(out)) == sorted(str(p.folder) for p in parts), round_
