@@ -81,12 +81,13 @@ class PreflightService(QObject):
 
     def _on_reply(self, reply: HostHealth) -> None:
         check = self.sender()
-        found = [(key, run, run.checks.index(check)) for key, run in self._runs.items()
-                 if check in run.checks]
-        if not found:
+        if not isinstance(check, DoctorChild):
+            return
+        key = next((k for k, r in self._runs.items() if check in r.checks), None)
+        if key is None:
             return  # a cancelled or replaced check
-        key, run, index = found[0]
-        run.replies[index] = reply
+        run = self._runs[key]
+        run.replies[run.checks.index(check)] = reply
         if len(run.replies) < len(run.checks):
             return
         del self._runs[key]
