@@ -89,38 +89,70 @@ class RunStatus:
 
     @classmethod
     def from_dict(cls, data: Any) -> RunStatus:
-        """A status from JSON; wrong types and impossible values fall back to the defaults."""
-        if not isinstance(data, Mapping):
-            return cls(state="failed", error="status.json does not hold an object")
+        """A status from JSON. A value of the wrong type (or a document that is no object, or names no
+        known state) makes it a damaged run that says which field, as a truncated file does: a default
+        in its place would show a finished run as "queued". Values of the right type that cannot be
+        (a time far in the future, a NaN loss from a diverged run) read as unknown."""
+        status, problem = cls.checked(data)
+        if problem:
+            status.state, status.error, status.error_kind = "failed", problem, "damaged"
+            status.summary = f"Damaged run: {problem}"
+        return status
+
+    @classmethod
+    def checked(cls, data: Any, name: str = "status.json") -> tuple[RunStatus, str]:
+        """The status ``data`` holds and what is wrong with its shape ("" when nothing): each field's
+        type checked once, here, where the file is read. Fields of the right type are kept."""
         out = cls()
+        if not isinstance(data, Mapping):
+            return out, f"{name} holds {_json_type(data)}, not an object"
+        problems: list[str] = []
         now = time.time()
         for f in fields(cls):
-            if f.name not in data:
-                continue
+            if f.name not in data or (data[f.name] is None and f.name != "state"):
+                continue  # absent (older versions wrote fewer fields): the default
             value, default = data[f.name], getattr(out, f.name)
-            if f.name in ("exit_code",):
-                if isinstance(value, int) and not isinstance(value, bool):
-                    out.exit_code = value
-                continue
-            if f.name == "final_loss":
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                    out.final_loss = float(value)
-                continue
-            if isinstance(default, bool) or isinstance(value, bool):
-                continue
-            if isinstance(default, int):
-                if isinstance(value, int) and 0 <= value < 1 << 62:
-                    setattr(out, f.name, value)
-            elif isinstance(default, float):
-                # Times: a finite, non-negative moment not far in the future (a clock can drift).
-                latest = now + 86400 * 365
-                if isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value < latest:
+            if f.name in ("exit_code", "final_loss") or isinstance(default, (int, float)):
+                number = isinstance(value, (int, float)) and not isinstance(value, bool)
+                if f.name in ("exit_code",) or isinstance(default, int):
+                    if not number or not isinstance(value, int):
+                        problems.append(f"{name}: {f.name} is {_json_type(value)}, not an integer")
+                    elif f.name == "exit_code" or 0 <= value < 1 << 62:
+                        setattr(out, f.name, value)
+                elif not number:
+                    problems.append(f"{name}: {f.name} is {_json_type(value)}, not a number")
+                elif f.name == "final_loss":
+                    out.final_loss = float(value) if math.isfinite(value) else None
+                elif math.isfinite(value) and 0 <= value < now + 86400 * 365:
+                    # Times: a non-negative moment not far in the future (a clock can drift).
                     setattr(out, f.name, float(value))
-            elif isinstance(default, str) and isinstance(value, str):
+            elif not isinstance(value, str):
+                problems.append(f"{name}: {f.name} is {_json_type(value)}, not a string")
+            else:
                 setattr(out, f.name, value)
-        if out.state not in STATES:
+        if "state" not in data:
+            problems.insert(0, f"{name} has no state")
+        elif isinstance(data["state"], str) and data["state"] not in STATES:
+            problems.insert(0, f"{name}: state {data['state']!r} is not one of {', '.join(STATES)}")
+        if problems:
             out.state = "failed"
-        return out
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return out, problems[0] + more if problems else ""
+
+
+def _json_type(value: Any) -> str:
+    """How a JSON value is named in a sentence ("a list", "a string", "null")."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, (list, tuple)):
+        return "a list"
+    return "an object" if isinstance(value, Mapping) else f"a {type(value).__name__}"
 
 
 def _private_write(path: Path, text: str) -> None:
@@ -228,10 +260,11 @@ class Run:
         run. Every reader of the history shows these as the run's own problem."""
         out: list[str] = []
         if not self.config_path.is_file():  # another kind's folder (core.jobkind): no job files
-            with contextlib.suppress(jsonfile.FileProblem):
-                jsonfile.read(self.status_path)
-                return out
-            return [f"{self.status_path.name} is missing or damaged"]
+            try:
+                problem = RunStatus.checked(jsonfile.read(self.status_path), self.status_path.name)[1]
+            except jsonfile.FileProblem as exc:
+                return [str(exc)]
+            return [problem] if problem else out
         for path in (self.config_path, self.job_path):
             if path == self.job_path and not path.exists():
                 continue  # runs of earlier versions have no job.json
@@ -242,10 +275,12 @@ class Run:
             except JobConfigError as exc:
                 out.append(f"{path.name}: {exc}")
         try:
-            status = RunStatus.from_dict(jsonfile.read(self.status_path))
+            status, problem = RunStatus.checked(jsonfile.read(self.status_path), self.status_path.name)
         except jsonfile.FileProblem as exc:
             out.append(str(exc))
         else:
+            if problem:
+                return [*out, problem]  # its state and step say nothing about the events then
             # A finished run, or one that got to a step, had a worker writing events: their file
             # gone is damage (a run stopped while starting may rightly have none).
             started = status.state == "finished" or (status.step > 0 and status.state in FINAL_STATES)

@@ -73,7 +73,7 @@ def test_status_survives_corrupt_files(tmp_path: Path) -> None:
     run = store.create(JobConfig())
     for text, state in (("[]", "failed"), ('"running"', "failed"), ("{oops", "failed"),
                         ('{"state": "bogus"}', "failed"), ('{"state": "finished", "started_at": 1e300, '
-                                                          '"pid": "12", "final_loss": "NaN"}', "finished")):
+                                                          '"pid": "12", "final_loss": "NaN"}', "failed")):
         run.status_path.write_text(text)
         st = run.status()
         assert st.state == state, text
@@ -117,3 +117,32 @@ def test_damaged_files_are_the_runs_own_problem(tmp_path: Path) -> None:
     assert latin1.latest_checkpoint() is None
     names = sorted((r.name for r in (sound, latin1, cut, lost)), reverse=True)
     assert [r.name for r in store.runs()] == names
+
+
+def test_a_status_of_the_wrong_shape_or_types_is_damaged_and_says_why(tmp_path: Path) -> None:
+    """A list instead of an object, or every field of the wrong type, is a damaged run with the reason
+    (as a truncated file is), never "failed" with no reason or a finished run shown as "queued"."""
+    store = RunStore(tmp_path / "runs")
+    run = store.create(JobConfig(training_args={"output_dir": str(tmp_path / "out")}))
+    wrong = {"state": ["finished"], "pid": "12", "pid_create_time": "x", "started_at": "yesterday",
+             "ended_at": [], "exit_code": "0", "final_loss": "1.5", "step": "10", "max_steps": 10.5,
+             "error": 3, "summary": {"a": 1}, "kind": 7}
+    cases = {"[1, 2]": "status.json holds a list, not an object",
+             json.dumps(wrong): "status.json: state is a list, not a string (and 11 more)",
+             '{"state": "finished", "step": "10"}': "status.json: step is a string, not an integer",
+             '{"state": "bogus"}': "status.json: state 'bogus' is not one of queued, running, finished, "
+                                   "failed, stopped, killed",
+             '{"step": 3}': "status.json has no state"}
+    for text, problem in cases.items():
+        run.status_path.write_text(text)
+        st = run.status()
+        assert (st.state, st.error_kind, st.error, st.summary) == (
+            "failed", "damaged", problem, f"Damaged run: {problem}"), text
+        assert run.problems() == [problem], text
+        assert run.reconcile().summary == f"Damaged run: {problem}"
+    # A diverged loss (NaN) and a clock far off are values, not damage: read as unknown.
+    run.events_path.write_text('{"type": "finished"}\n')
+    run.status_path.write_text('{"state": "finished", "final_loss": NaN, "started_at": 1e300}')
+    st = run.status()
+    assert (st.state, st.error_kind, st.final_loss, st.started_at) == ("finished", "", None, 0.0)
+    assert run.problems() == []
