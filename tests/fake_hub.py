@@ -16,7 +16,8 @@ Knobs for the tests: a repo may be ``gated`` (its files answer 403 GatedRepo; th
 Hub), a file may be ``virtual`` (a claimed size that is never served), and ``stall(repo, file, times)``
 makes the next GETs of a file send half its bytes and then go silent until the server stops (later GETs
 are normal); ``corrupt(repo, file, times)`` serves the next GETs with the first byte changed (same size,
-so only a digest check sees it); ``ignore_ranges`` answers a Range with 200 and the whole file.
+so only a digest check sees it); ``ignore_ranges`` answers a Range with 200 and the whole file;
+``fail(repo, file, status)`` answers that file's GETs (and HEADs, unless ``head=False``) with the status.
 Every request, its Authorization header, the bytes served per file and where each GET of a file
 started (``starts``: 0, or N for ``Range: bytes=N-``) are recorded.
 """
@@ -77,6 +78,8 @@ class FakeHub:
         self.stall_gets: dict[tuple[str, str], int] = {}
         #: (commit, file) -> how many more GETs of it are served with their first byte changed
         self.corrupt_gets: dict[tuple[str, str], int] = {}
+        #: (commit, file) -> (the HTTP status its requests answer, whether HEADs answer it too)
+        self.fail_files: dict[tuple[str, str], tuple[int, bool]] = {}
         self.requests: list[tuple[str, str]] = []
         self.authorizations: list[str] = []
         self.bytes_served: dict[str, int] = {}
@@ -114,6 +117,10 @@ class FakeHub:
     def corrupt(self, repo_id: str, filename: str, times: int = 1) -> None:
         """The next ``times`` GETs of the file serve its bytes with the first one changed (same size)."""
         self.corrupt_gets[(self.repos[repo_id].sha, filename)] = times
+
+    def fail(self, repo_id: str, filename: str, status: int, *, head: bool = True) -> None:
+        """The file's GETs (and HEADs with ``head``) answer ``status`` (404 EntryNotFound, 5xx ...)."""
+        self.fail_files[(self.repos[repo_id].sha, filename)] = (status, head)
 
     def file_gets(self) -> int:
         with self._lock:
@@ -184,6 +191,13 @@ class FakeHub:
                 return self._error(h, 403, "GatedRepo",
                                    f"Access to model {repo_id} is restricted and you are not in the "
                                    "authorized list.", head)
+            failing = self.fail_files.get((repo.sha, filename))
+            if failing is not None and (failing[1] or not head):
+                if not head:
+                    with self._lock:
+                        self.gets[filename] = self.gets.get(filename, 0) + 1
+                code = "EntryNotFound" if failing[0] == 404 else "Failed"
+                return self._error(h, failing[0], code, f"answered {failing[0]} by the test", head)
             size = repo.size(filename)
             if size is None:
                 return self._error(h, 404, "EntryNotFound", "Entry not found", head)

@@ -30,6 +30,7 @@ Qt-free and torch-free; huggingface_hub is imported inside the functions that ne
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import time
@@ -213,10 +214,23 @@ def describe_error(exc: BaseException, repo_id: str, revision: str | None) -> Hu
                                        f"private or gated, {LOGIN_HINT}")
     if isinstance(cause, errors.HfHubHTTPError):
         status = cause.response.status_code if cause.response is not None else 0
+        name = _file_of(cause)
+        what = f"{name} of {repo_id}" if name else repo_id
+        # Permanent answers fail at once, naming the file: asking again gets the same answer. Only a
+        # server's trouble (5xx), a timeout (408) or a rate limit (429) is worth another attempt.
         if status in (401, 403):
-            return HubProblem("gated", f"the Hub refused {repo_id} ({status}): {LOGIN_HINT}")
-        return HubProblem("network", f"the Hub answered {status} for {repo_id}: "
+            return HubProblem("gated", f"the Hub refused {what} ({status}): {LOGIN_HINT}")
+        if status in (404, 410):
+            return HubProblem("not_found", f"{what} was not found ({status}) on {endpoint()} at revision "
+                                           f"'{rev}', though the repo lists it: download the other files "
+                                           "with --exclude, or ask the repo's owner")
+        if 400 <= status < 500 and status not in (408, 429):
+            return HubProblem("bad_input", f"the Hub refused the request for {what} ({status}): "
+                                           f"{redact(str(cause).splitlines()[0])}")
+        return HubProblem("network", f"the Hub answered {status} for {what}: "
                                      f"{redact(str(cause).splitlines()[0])}")
+    if isinstance(cause, OSError) and cause.errno in _DESTINATION_ERRNOS:
+        return HubProblem("disk", _destination_problem(cause))
     if isinstance(cause, OfflineModeIsEnabled) or offline():
         return HubProblem("offline", offline_message(repo_id))
     if isinstance(cause, (httpx2.ConnectError, httpx2.TimeoutException, httpx2.NetworkError,
@@ -227,6 +241,33 @@ def describe_error(exc: BaseException, repo_id: str, revision: str | None) -> Hu
         return HubProblem("disk", redact(str(cause).splitlines()[0]))
     text = str(cause).splitlines()[0] if str(cause) else ""
     return HubProblem("other", f"{type(cause).__name__}: {redact(text)}")
+
+
+#: What a destination answers that writing again will not change: read-only, not ours, full.
+_DESTINATION_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM, errno.ENOSPC, errno.EDQUOT)
+
+
+def _destination_problem(exc: OSError) -> str:
+    """A write the cache's file system refused, in words, with the path."""
+    path = str(exc.filename or "the Hub cache")
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        why = "the disk (or the quota) is full"
+        fix = "free some space (gaudi-gui models --sort size) or point HF_HUB_CACHE at a larger disk"
+    else:
+        why = ("it is on a read-only file system" if exc.errno == errno.EROFS
+               else "this user may not write there")
+        fix = "point HF_HUB_CACHE (or --cache-dir) at a folder this user can write"
+    return redact(f"cannot write {path}: {why} ({os.strerror(exc.errno or 0)}); {fix}")
+
+
+def _file_of(exc: Any) -> str:
+    """The file an HTTP error was about (its ``/resolve/REV/FILE`` URL), "" for another request."""
+    from urllib.parse import unquote, urlparse
+    try:
+        path = unquote(urlparse(str(exc.response.url)).path)
+    except Exception:  # no response or no URL: the error names no file
+        return ""
+    return path.split("/resolve/", 1)[1].partition("/")[2] if "/resolve/" in path else ""
 
 
 def offline_message(repo_id: str) -> str:

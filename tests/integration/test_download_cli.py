@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -444,3 +445,48 @@ def test_detached_download_is_a_job_with_a_run_folder_and_runs_stop_ends_it(fake
         time.sleep(0.1)
         left = [p for p in left if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert not left
+
+
+def test_a_permanent_error_fails_at_once_and_names_the_file_a_transient_one_is_retried(
+        fake_hub: FakeHub) -> None:
+    """404 (while fetching or while planning) and 403 on one file: one attempt, exit 2, the file named;
+    a 503 is retried."""
+    for status, head, words in ((404, False, "not found (404)"), (404, True, "not found (404)"),
+                                (403, False, "refused model.safetensors of org/fail403 (403)")):
+        repo_id = f"org/fail{status}{'h' if head else ''}"
+        fake_hub.repos[repo_id] = small_repo()
+        fake_hub.fail(repo_id, "model.safetensors", status, head=head)
+        gets = fake_hub.gets.get("model.safetensors", 0)
+        result = gaudi("download", repo_id, "--json")
+        assert result.returncode == 2, (status, head, result.stderr)
+        evs = events_of(result.stdout)
+        assert [e["type"] for e in evs].count("retry") == 0, (status, head)
+        message = result.stderr.strip()
+        assert message.count("\n") == 0 and "model.safetensors" in message and words in message, message
+        assert fake_hub.gets.get("model.safetensors", 0) - gets == (0 if head else 1)
+    fake_hub.repos["org/busy"] = small_repo()
+    fake_hub.fail("org/busy", "model.safetensors", 503, head=False)
+    busy = gaudi("download", "org/busy", "--json", "--attempts", "2")
+    assert busy.returncode == 1, busy.stderr
+    assert [e["type"] for e in events_of(busy.stdout)].count("retry") == 1
+    assert "model.safetensors" in busy.stderr and "503" in busy.stderr
+
+
+def test_a_read_only_cache_fails_at_once_and_says_where(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """The cache on a real read-only file system (a tmpfs mounted ro in a private mount namespace):
+    one attempt, exit 2, the folder named; never retried."""
+    tool = shutil.which("unshare")
+    assert tool, "util-linux's unshare is needed to mount a read-only tmpfs for this test"
+    fake_hub.repos["org/ro"] = small_repo()
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    script = (f"mount -t tmpfs -o ro,size=2g tmpfs {cache} && "
+              f"{sys.executable} -m gaudi_gui download org/ro --json --cache-dir {cache}; echo \"rc=$?\"")
+    unshare = [tool, "-rm"] if os.geteuid() != 0 else [tool, "-m"]
+    done = subprocess.run([*unshare, "sh", "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=ROOT)
+    assert done.stdout.strip().endswith("rc=2"), (done.stdout, done.stderr)
+    assert "retry" not in [e["type"] for e in events_of(done.stdout)]
+    message = done.stderr.strip()
+    assert message.count("\n") == 0 and "read-only" in message and str(cache) in message, message
+    assert "Traceback" not in done.stderr

@@ -90,3 +90,18 @@ def test_the_window_says_a_partial_file_is_continued() -> None:
     text = describe_event({"type": "resumed", "filename": "model.safetensors", "bytes": 3 * 1024 ** 2,
                            "size": 10 * 1024 ** 2})
     assert text.startswith("continuing model.safetensors from 3") and "already on disk" in text
+
+
+def test_a_full_or_unwritable_destination_is_permanent_and_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the cache's file system refuses (full, read-only, not this user's) is not retried: the
+    next attempt would be refused the same way. A dropped connection is retried."""
+    import errno
+
+    path = "/cache/models--org--m/blobs/abc.incomplete"
+    for code, words in ((errno.ENOSPC, "full"), (errno.EROFS, "read-only"), (errno.EACCES, "may not write")):
+        problem = hub.describe_error(OSError(code, os.strerror(code), path), "org/m", None)
+        assert (problem.kind, problem.exit_code) == ("disk", hub.EXIT_FIX), code
+        assert path in problem.message and words in problem.message, problem.message
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    dropped = hub.describe_error(ConnectionResetError(errno.ECONNRESET, "reset"), "org/m", None)
+    assert (dropped.kind, dropped.exit_code) == ("network", hub.EXIT_TRANSIENT)
