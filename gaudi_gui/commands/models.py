@@ -47,7 +47,9 @@ def run(args: argparse.Namespace) -> int:
               f"{m.repo_id}{kind}")
         for rev in m.revisions:
             refs = f" ({', '.join(rev.refs)})" if rev.refs else ""
-            print(f"{'':>10}  {'':>12}  {'':>4}    @{rev.commit[:12]}{refs} {hub.human(rev.size_on_disk)}")
+            mark = f"  ⚠ incomplete: {rev.incomplete}" if rev.incomplete else ""
+            print(f"{'':>10}  {'':>12}  {'':>4}    @{rev.commit[:12]}{refs} "
+                  f"{hub.human(rev.size_on_disk)}{mark}")
     if listing.incomplete_bytes:
         print(f"unfinished downloads: {hub.human(listing.incomplete_bytes)} in .incomplete files")
     for warning in listing.warnings:

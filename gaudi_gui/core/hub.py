@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import hashlib
+import json
 import os
 import shutil
 import time
@@ -557,6 +559,9 @@ class CachedRevision:
     files: int
     snapshot_path: str
     last_modified: float
+    #: Why this revision cannot be loaded as it is ("" when nothing says so): files a download of it
+    #: planned or began that never arrived, shards its index names that are missing, no weights.
+    incomplete: str = ""
 
 
 @dataclass
@@ -597,7 +602,11 @@ def list_cache(cache_dir: str | None = None, sort: str = "size") -> CacheListing
         repo_id=r.repo_id, repo_type=r.repo_type, size_on_disk=r.size_on_disk, files=r.nb_files,
         last_accessed=r.last_accessed, last_modified=r.last_modified,
         revisions=sorted((CachedRevision(v.commit_hash, sorted(v.refs), v.size_on_disk, v.nb_files,
-                                         str(v.snapshot_path), v.last_modified) for v in r.revisions),
+                                         str(v.snapshot_path), v.last_modified,
+                                         incomplete=snapshot_problem(str(cache), r.repo_id, v.commit_hash,
+                                                                     Path(v.snapshot_path))
+                                         if r.repo_type == "model" else "")
+                          for v in r.revisions),
                          key=lambda v: -v.last_modified))
         for r in info.repos]
     if sort == "used":
@@ -607,6 +616,115 @@ def list_cache(cache_dir: str | None = None, sort: str = "size") -> CacheListing
     incomplete = sum(f.size_on_disk for f in getattr(info, "incomplete_files", ()))
     return CacheListing(str(cache), info.size_on_disk, models, incomplete,
                         [redact(str(w)) for w in info.warnings])
+
+
+#: Files that hold a model's weights (what a snapshot with a config.json and none of these lacks).
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".msgpack", ".h5", ".ckpt", ".onnx")
+
+
+def plan_record_path(cache_dir: str, repo_id: str, commit: str) -> Path:
+    """Where the download worker records what it set out to fetch of one revision in one cache (in
+    gaudi-gui's data folder: the Hub cache stays the library's)."""
+    from gaudi_gui.core import paths
+    where = str(Path(cache_dir).expanduser().resolve())
+    key = hashlib.sha1(f"{where}\0{repo_id}\0{commit}".encode()).hexdigest()
+    return paths.data_dir() / "downloads" / f"{key}.json"
+
+
+def record_plan(plan_: Plan) -> None:
+    """Record the files this download sets out to fetch (after --include/--exclude), before the first
+    byte: a download that dies, fails or is stopped leaves its record, and the listing names the
+    files that never arrived. Best effort: a record that cannot be written costs only that evidence."""
+    from gaudi_gui.core import atomic
+    with contextlib.suppress(OSError):
+        path = plan_record_path(plan_.cache_dir, plan_.repo_id, plan_.commit)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_text(path, json.dumps({"cache_dir": plan_.cache_dir, "repo_id": plan_.repo_id,
+                                            "commit": plan_.commit,
+                                            "files": [f.filename for f in plan_.files]}), fsync=False)
+
+
+def forget_plan(plan_: Plan) -> None:
+    """The download finished: its record says nothing more."""
+    with contextlib.suppress(OSError):
+        plan_record_path(plan_.cache_dir, plan_.repo_id, plan_.commit).unlink(missing_ok=True)
+
+
+def _planned(cache_dir: str, repo_id: str, commit: str) -> list[str]:
+    try:
+        data = json.loads(plan_record_path(cache_dir, repo_id, commit).read_text(encoding="utf-8"))
+        files = data.get("files") if isinstance(data, dict) else None
+    except (OSError, ValueError, RecursionError):
+        return []
+    return [str(f) for f in files] if isinstance(files, list) else []
+
+
+def _unfinished_in_tree(repo_path: Path, commit: str, present: set[str]) -> list[str]:
+    """Files of the revision (the library's own tree cache, ``trees/<commit>.json``) that are absent
+    from its snapshot while their blob lies in the cache as an ``.incomplete`` partial file."""
+    try:
+        partials = [e.name.split(".", 1)[0] for e in os.scandir(repo_path / "blobs")
+                    if e.name.endswith(".incomplete")]
+        tree = json.loads((repo_path / "trees" / f"{commit}.json").read_text(encoding="utf-8"))
+        entries = tree.get("files") if isinstance(tree, dict) else None
+    except (OSError, ValueError, RecursionError):
+        return []
+    out = []
+    for name, entry in (entries.items() if isinstance(entries, dict) and partials else ()):
+        if name in present or not isinstance(entry, dict):
+            continue
+        # A partial blob is named by the file's ETag: the LFS sha256, else the git blob id.
+        ids = [str(entry[k]).lower() for k in ("lfs_sha256", "blob_id") if entry.get(k)]
+        if any(p.startswith(i) or i.startswith(p) for p in partials for i in ids):
+            out.append(str(name))
+    return out
+
+
+def _missing_shards(snapshot: Path, present: set[str]) -> tuple[str, list[str]]:
+    """(the index file, the shards it names that are not in the snapshot), for the first index that
+    misses any (``model.safetensors.index.json``, ``pytorch_model.bin.index.json`` ...)."""
+    for index in sorted(n for n in present if n.endswith(".index.json")):
+        try:
+            data = json.loads((snapshot / index).read_text(encoding="utf-8"))
+            weight_map = data.get("weight_map") if isinstance(data, dict) else None
+        except (OSError, ValueError, RecursionError):
+            continue
+        folder = index.rpartition("/")[0]
+        shards = sorted({str(v) for v in (weight_map or {}).values()} if isinstance(weight_map, dict)
+                        else set())
+        missing = [v for v in shards if (f"{folder}/{v}" if folder else v) not in present]
+        if missing:
+            return index, missing
+    return "", []
+
+
+def snapshot_problem(cache_dir: str, repo_id: str, commit: str, snapshot: Path) -> str:
+    """Why the cached revision cannot be loaded as it is, in one sentence ("" when no evidence says
+    so), from what is on disk: the files our own download of it planned that are not in its snapshot
+    (it failed, was stopped or died), files whose partial blob lies in the cache unfinished, the
+    shards an index file names that are missing, or a config.json with no weight file beside it."""
+    try:
+        present = {str(p.relative_to(snapshot).as_posix()) for p in snapshot.rglob("*")
+                   if p.is_file()}  # a link to a blob that is not there is no file
+    except OSError:
+        return ""
+    planned = [f for f in _planned(cache_dir, repo_id, commit) if f not in present]
+    unfinished = [f for f in _unfinished_in_tree(snapshot.parents[1], commit, present) if f not in planned]
+    missing = planned + unfinished
+
+    def names(items: list[str]) -> str:
+        more = len(items) - 3
+        return ", ".join(items[:3]) + (f" and {more} more" if more > 0 else "")
+
+    if missing:
+        return f"{names(missing)} never arrived (its download did not finish): download it again to finish it"
+    index, shards = _missing_shards(snapshot, present)
+    if shards:
+        count = f"{len(shards)} shard{'s' if len(shards) != 1 else ''}"
+        return f"{names(shards)} missing ({index} names {count} not in the snapshot): download it again"
+    if "config.json" in present and not any(n.endswith(WEIGHT_SUFFIXES) for n in present):
+        return "config.json but no weight file: the weights were not downloaded"
+    return ""
 
 
 @dataclass
@@ -651,6 +769,6 @@ def deletion(spec: str, cache_dir: str | None = None) -> Deletion:
 __all__ = ["DEFAULT_MARGIN_BYTES", "EXIT_FIX", "EXIT_TRANSIENT", "CacheListing", "CachedModel",
            "Deletion", "FileCheck", "HubProblem", "Plan", "PlanFile", "Progress", "SilentBar",
            "bytes_on_disk", "check_blob", "check_repo_id", "deletion", "describe_error", "digest",
-           "etag_hasher", "free_bytes", "human", "incomplete_files", "is_resumable", "list_cache",
-           "mismatch", "partial_files", "plan",
-           "progress_text", "remove_bad", "space_refusal", "verify_files"]
+           "etag_hasher", "forget_plan", "free_bytes", "human", "incomplete_files", "is_resumable",
+           "list_cache", "mismatch", "partial_files", "plan", "plan_record_path", "progress_text",
+           "record_plan", "remove_bad", "snapshot_problem", "space_refusal", "verify_files"]

@@ -574,7 +574,8 @@ def listing_rows(host: Host, answer: dict[str, Any]) -> list[dict[str, Any]]:
             rows.append({"repo_id": str(model.get("repo_id", "")), "commit": str(rev.get("commit", "")),
                          "refs": list(rev.get("refs") or []), "size": int(rev.get("size_on_disk") or 0),
                          "last_used": float(model.get("last_accessed") or 0), "host": host.name,
-                         "where": host.label, "path": str(rev.get("snapshot_path", ""))})
+                         "where": host.label, "path": str(rev.get("snapshot_path", "")),
+                         "incomplete": str(rev.get("incomplete") or "")})
     return rows
 
 
@@ -620,7 +621,8 @@ def keyring_token() -> tuple[str, str]:
 
 def cached_repos(answer: dict[str, Any]) -> list[dict[str, Any]]:
     """One entry per model repo of ``gaudi-gui models --json``'s answer, most recently used first:
-    what a model field offers (its id, its size on disk, its last use, its revisions' refs)."""
+    what a model field offers (its id, its size on disk, its last use, its revisions' refs, and
+    "incomplete": why, when no revision of it is complete, else "")."""
     repos: list[dict[str, Any]] = []
     for model in answer.get("models") or []:
         if model.get("repo_type", "model") != "model" or not model.get("revisions"):
@@ -631,7 +633,9 @@ def cached_repos(answer: dict[str, Any]) -> list[dict[str, Any]]:
                       "size": int(size) if isinstance(size, int) else
                       sum(int(r.get("size_on_disk") or 0) for r in revisions),
                       "last_used": float(model.get("last_accessed") or 0),
-                      "refs": sorted({str(ref) for r in revisions for ref in r.get("refs") or []})})
+                      "refs": sorted({str(ref) for r in revisions for ref in r.get("refs") or []}),
+                      "incomplete": "" if any(not r.get("incomplete") for r in revisions)
+                      else str(revisions[0].get("incomplete"))})
     repos.sort(key=lambda r: (-float(r["last_used"]), str(r["repo_id"])))
     return repos
 

@@ -314,7 +314,10 @@ class ModelCacheState(QWidget):
             pct = f" {100 * int(event.get('bytes_done') or 0) / total:.0f} %" if total else ""
             state = f"downloading to {where}:{pct} (Models tab)"
             tip = "already downloading there"
-        elif (entry := self.cached()) is not None:
+        elif (entry := self.cached()) is not None and entry.get("incomplete"):
+            state, enable = f"in {where}'s cache but incomplete: {entry['incomplete']}", True
+            tip = "Download… fetches what is missing (finished files are kept)"
+        elif entry is not None:
             refs = f" ({', '.join(entry['refs'])})" if entry.get("refs") else ""
             state = f"cached on {where}, {hub.human(entry['size'])}{refs}: no network needed"
             tip = f"{model} is in {where}'s Hugging Face cache already"

@@ -286,9 +286,11 @@ class ModelsTab(QWidget):
         table.setRowCount(len(rows))
         for index, row in enumerate(rows):
             refs = f" ({', '.join(row['refs'])})" if row["refs"] else ""
-            name = QTableWidgetItem(row["repo_id"])
+            incomplete = row.get("incomplete") or ""
+            # A revision whose files did not all arrive is marked where it is read: it will not load.
+            name = QTableWidgetItem(row["repo_id"] + (" ⚠ incomplete" if incomplete else ""))
             name.setData(Qt.ItemDataRole.UserRole, row)
-            name.setToolTip(row["path"])
+            name.setToolTip(f"incomplete: {incomplete}\n{row['path']}" if incomplete else row["path"])
             size = _SizeItem(hub.human(row["size"]))
             size.setData(Qt.ItemDataRole.UserRole, row["size"])
             used = _SizeItem(format_ago(row["last_used"]))
@@ -307,8 +309,10 @@ class ModelsTab(QWidget):
                 found = self._rows[host.name]
                 size = sum(r["size"] for r in found)
                 free = self._free.get(host.name)
-                parts.append(f"{host.label}: {len(found)} revision{'s' if len(found) != 1 else ''}, "
-                             f"{hub.human(size)}" + (f"; {hub.human(free)} free" if free is not None else ""))
+                broken = sum(1 for r in found if r.get("incomplete"))
+                parts.append(f"{host.label}: {len(found)} revision{'s' if len(found) != 1 else ''}"
+                             + (f" ({broken} incomplete)" if broken else "") + f", {hub.human(size)}"
+                             + (f"; {hub.human(free)} free" if free is not None else ""))
         self.status.setText("\n".join([self._action, *parts] if self._action else parts))
         self._update_buttons()
 

@@ -371,6 +371,7 @@ def main(argv: list[str] | None = None) -> int:
     if refusal:
         return _fail(HubProblem("disk", refusal))
     if not plan.to_fetch:
+        hub.forget_plan(plan)  # every planned file is in the cache: nothing unfinished to remember
         emit({"type": EventType.DONE, "path": plan.snapshot_path, "fetched": 0})
         return 0
     return _fetch(args, plan)
@@ -386,6 +387,9 @@ def _fetch(args: argparse.Namespace, plan: hub.Plan) -> int:
     fetching.install()
     REPORTER = Reporter(plan.remaining_bytes, len(plan.files), args.interval_s)
     REPORTER.start()
+    # What this download sets out to fetch, kept until it is done: `models` names what never arrived
+    # of a revision whose download failed, was stopped or died.
+    hub.record_plan(plan)
     path = ""
     try:
         path = snapshot_download(plan.repo_id, revision=args.revision, cache_dir=plan.cache_dir,
@@ -411,6 +415,7 @@ def _fetch(args: argparse.Namespace, plan: hub.Plan) -> int:
                   + (f" (and {len(bad) - 3} more)" if len(bad) > 3 else "")
                   + "; the damaged files were removed")
         return _fail(HubProblem("damaged", reason))
+    hub.forget_plan(plan)
     if fetching.verify:
         emit({"type": EventType.VERIFIED, "files": len(checks), "bytes": plan.remaining_bytes,
               "seconds": round(fetching.wait_s, 2)})

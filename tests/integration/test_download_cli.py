@@ -490,3 +490,39 @@ def test_a_read_only_cache_fails_at_once_and_says_where(fake_hub: FakeHub, tmp_p
     message = done.stderr.strip()
     assert message.count("\n") == 0 and "read-only" in message and str(cache) in message, message
     assert "Traceback" not in done.stderr
+
+
+def test_models_marks_a_revision_whose_weights_never_arrived(fake_hub: FakeHub) -> None:
+    """A download that failed midway (its weights answer 503) leaves config and tokenizer in the cache:
+    `models` marks that revision incomplete and names the file, in text and JSON; finishing the
+    download clears the mark. A sharded model whose second shard answers 404 is marked likewise."""
+    repo = small_repo()
+    fake_hub.repos["org/half"] = repo
+    fake_hub.fail("org/half", "model.safetensors", 503, head=False)
+    assert gaudi("download", "org/half", "--attempts", "1").returncode == 1
+    listing = json.loads(gaudi("models", "--json").stdout)
+    (model,) = [m for m in listing["models"] if m["repo_id"] == "org/half"]
+    (rev,) = model["revisions"]
+    assert rev["files"] >= 2 and "model.safetensors never arrived" in rev["incomplete"], rev
+    text = gaudi("models")
+    assert text.returncode == 0
+    line = next(x for x in text.stdout.splitlines() if f"@{rev['commit'][:12]}" in x)
+    assert "⚠ incomplete: model.safetensors never arrived" in line, text.stdout
+
+    fake_hub.fail_files.clear()
+    assert gaudi("download", "org/half").returncode == 0
+    (model,) = [m for m in json.loads(gaudi("models", "--json").stdout)["models"]
+                if m["repo_id"] == "org/half"]
+    assert model["revisions"][0]["incomplete"] == ""
+    assert "incomplete" not in gaudi("models").stdout
+
+    shards = {f"model-0000{i}-of-00002.safetensors": os.urandom(50_000) for i in (1, 2)}
+    index = {"metadata": {}, "weight_map": {"a": "model-00001-of-00002.safetensors",
+                                            "b": "model-00002-of-00002.safetensors"}}
+    files = {"config.json": b"{}", **shards, "model.safetensors.index.json": json.dumps(index).encode()}
+    fake_hub.repos["org/sharded"] = FakeRepo(files=files)
+    fake_hub.fail("org/sharded", "model-00002-of-00002.safetensors", 404, head=False)
+    assert gaudi("download", "org/sharded").returncode == 2
+    (model,) = [m for m in json.loads(gaudi("models", "--json").stdout)["models"]
+                if m["repo_id"] == "org/sharded"]
+    assert "model-00002-of-00002.safetensors never arrived" in model["revisions"][0]["incomplete"]

@@ -215,6 +215,24 @@ def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: Mo
             assert SECRET.encode() not in path.read_bytes(), path
 
 
+def test_a_download_that_failed_midway_is_listed_incomplete(qtbot, tab: ModelsTab, fake_hub: FakeHub) -> None:
+    """Its weights answer 404: the row fails naming the file at once, and the library lists the
+    revision (config and tokenizer arrived) marked incomplete, saying which file never arrived."""
+    fake_hub.repos["org/half"] = FakeRepo(files={"config.json": b'{"a": 1}', "tokenizer.json": b"{}",
+                                                 "model.safetensors": os.urandom(500_000)})
+    fake_hub.fail("org/half", "model.safetensors", 404, head=False)
+    download_by_clicks(qtbot, tab, "org/half")
+    row = tab.download_rows[0]
+    qtbot.waitUntil(lambda: row.job.ok is not None, timeout=60000)
+    assert not row.job.ok and "model.safetensors of org/half was not found (404)" in row.status.text()
+    click(qtbot, tab.refresh_button)
+    qtbot.waitUntil(lambda: not tab.is_listing() and tab.table.rowCount() == 1, timeout=30000)
+    assert cell(tab, 0, 0) == "org/half ⚠ incomplete"
+    item = tab.table.item(0, 0)
+    assert item is not None and "model.safetensors never arrived" in item.toolTip()
+    assert "local (this machine): 1 revision (1 incomplete), " in tab.status.text()
+
+
 def test_a_download_is_a_job_left_running_at_close_and_followed_again_by_the_next_window(
         qtbot, fake_hub: FakeHub) -> None:
     fake_hub.repos["org/long"] = FakeRepo(files={"model.safetensors": os.urandom(800_000)})
