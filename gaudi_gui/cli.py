@@ -8,7 +8,10 @@ their imports, and so that no command path imports torch in this process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -67,12 +70,48 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+#: A command ended because its reader went away (``| head``): 128 + SIGPIPE, as a shell reports a
+#: tool that SIGPIPE ended.
+EXIT_READER_GONE = 128 + signal.SIGPIPE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
+    """``gaudi-gui ARGV`` (``argv`` None: this process's own arguments, the console script's and
+    ``python -m gaudi_gui``'s entry); its exit status."""
+    own_process = argv is None
+    if own_process:
+        # Ctrl-C must stop every command and the window, whoever started this process: a parent that
+        # ignores SIGINT (a script's background job, nohup under some CI runners) passes SIG_IGN on,
+        # and Python then installs no KeyboardInterrupt handler. Not for an in-process call (tests):
+        # the caller's own disposition is not ours to change.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        code = _main(list(sys.argv[1:] if argv is None else argv))
+        # What is still buffered goes now, where a reader that left is caught below, rather than at
+        # the interpreter's exit (which says "Exception ignored ... BrokenPipeError" and exits 120).
+        sys.stdout.flush()
+        return code
+    except BrokenPipeError:
+        # The reader of our output went away (`gaudi-gui runs list | head`): nothing more can be said
+        # to it and nothing is wrong. Every command ends here quietly; their finally blocks have run.
+        if own_process:
+            _drop_stdout()
+        return EXIT_READER_GONE
+
+
+def _drop_stdout() -> None:
+    """Point file descriptor 1 at /dev/null: the interpreter flushes stdout once more at exit, and
+    that write must not fail again on the closed pipe."""
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+
+
+def _main(args_list: list[str]) -> int:
     if not args_list:
         # The GUI path stays lean: no subcommand modules, no argparse tree.
-        from gaudi_gui.app import run_gui
-        return run_gui([])
+        return _gui()
     # Anything else goes through the parser, so an unknown option (``gaudi-gui --bogus``) is a usage
     # error (exit 2, one line) instead of silently opening the window.
     # Only the named command's parser: building all of them imports every command module (0.9 s of
@@ -93,8 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if refused is not None:
         refused[0].error(refused[1])
     if args.command is None:
-        from gaudi_gui.app import run_gui
-        return run_gui([])
+        return _gui()
     if args.command == "train" and getattr(args, "slurm", False):
         from gaudi_gui.commands import slurm_run
         try:
@@ -113,6 +151,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(module.run(args))
     except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _gui() -> int:
+    from gaudi_gui.app import run_gui
+    try:
+        return run_gui([])
+    except KeyboardInterrupt:
+        # Ctrl-C before the window could take it over (while Qt and the views were still loading);
+        # once it is up, Ctrl-C closes it as its close button does (app.run_gui).
         print("interrupted", file=sys.stderr)
         return 130
 

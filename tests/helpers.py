@@ -7,10 +7,12 @@ list of scenarios, and one that imports another drags that file's tests and fixt
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import queue
 import shutil
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -220,6 +222,29 @@ def wait_until(condition: Callable[[], T], timeout: float = 60.0) -> T:
             return value
         time.sleep(0.05)  # polling a condition with a deadline, not a fixed delay
     return condition()
+
+
+# -- Ctrl-C to a child -------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def children_get_sigint(disposition: str = "default") -> Iterator[None]:
+    """Children started inside this block get SIGINT as a terminal's shell gives it: "default" (Ctrl-C
+    interrupts them), whatever this process inherited; "ignored" as a script's background job (``cmd &``)
+    or a CI runner's step gets it. exec keeps an ignored signal ignored and resets a caught one to its
+    default, so this process holds the disposition wanted (a Python handler for "default") while the
+    children are forked. A test that sends SIGINT to a child starts it here: under a parent that ignores
+    SIGINT (``make test &``, nohup from a script, several CI runners) the child would inherit SIG_IGN,
+    Python would then install no KeyboardInterrupt handler, and the signal would test nothing."""
+    if disposition not in ("default", "ignored"):
+        raise ValueError(f"disposition: 'default' or 'ignored', not {disposition!r}")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler if disposition == "default"
+                             else signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        if previous is not None:  # None: a handler set outside Python, left as it was found
+            signal.signal(signal.SIGINT, previous)
 
 
 # -- run folders -------------------------------------------------------------------------------------

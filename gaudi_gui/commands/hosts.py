@@ -10,6 +10,7 @@ Exit 0 when every host checked answered, 1 when one did not (the reason is in th
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -79,6 +80,15 @@ def _setup(args: argparse.Namespace) -> int:
     return 0
 
 
+def _forget(name: str, saved: list[Host]) -> list[Host]:
+    """``saved`` without the host called ``name``; HostError naming the saved ones when none is: a
+    mistyped name must not pass for a host forgotten."""
+    if all(h.name != name for h in saved):
+        known = ", ".join(h.name for h in saved) or "none"
+        raise HostError(f"--remove: no saved host is called {name!r} (saved hosts: {known})")
+    return [h for h in saved if h.name != name]
+
+
 def run(args: argparse.Namespace) -> int:
     if args.setup:
         return _setup(args)
@@ -89,8 +99,7 @@ def run(args: argparse.Namespace) -> int:
                 remote.update_hosts(lambda saved: [h for h in saved if h.name != host.name] + [host])
             else:
                 remote.check_destination(args.remove)
-                gone = args.remove.strip()
-                remote.update_hosts(lambda saved: [h for h in saved if h.name != gone])
+                remote.update_hosts(functools.partial(_forget, args.remove.strip()))
         except HostError as exc:
             print(f"gaudi-gui hosts: {exc}", file=sys.stderr)
             return 2

@@ -30,7 +30,7 @@ import pytest
 
 from gaudi_gui.core import generation, protocol
 from gaudi_gui.core.generation import GenerationParams, LoadOptions
-from tests.helpers import processes_with_env, wait_until
+from tests.helpers import children_get_sigint, processes_with_env, wait_until
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("demo_model")]
 
@@ -51,8 +51,9 @@ def tag(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
 
 
 def _cli(*args: str, **popen: Any) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, "-m", "gaudi_gui", "generate", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
+    with children_get_sigint():  # Ctrl-C (SIGINT) as from a terminal
+        return subprocess.Popen([sys.executable, "-m", "gaudi_gui", "generate", *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, **popen)
 
 
 class _Reader:
@@ -170,9 +171,10 @@ def test_cli_refuses_bad_values_in_one_line() -> None:
 
 class _Worker:
     def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui.workers.generate"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE)
+        with children_get_sigint():  # SIGINT as from a terminal
+            self.proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui.workers.generate"],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE)
         self.events: queue.Queue[dict[str, Any]] = queue.Queue()
         self.err = _Reader(self.proc.stderr)
         threading.Thread(target=self._read, daemon=True).start()

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from tests.helpers import children_get_sigint
 
 
 def gaudi_gui(*args: str, timeout: float = 120, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
@@ -116,17 +121,21 @@ def test_demo_model_into_unwritable_place_fails_cleanly(tmp_path: Path) -> None:
     assert "Traceback" not in proc.stderr and "error" in proc.stderr.lower()
 
 
-def test_ctrl_c_while_building_the_demo_model_ends_the_builder(tmp_path: Path) -> None:
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_ctrl_c_while_building_the_demo_model_ends_the_builder(tmp_path: Path, sigint: str) -> None:
     """The builder runs in a session of its own: Ctrl+C reaches the command, which ends it (exit 130)
-    instead of leaving it pre-training in the background."""
+    instead of leaving it pre-training in the background. Also when the command was started with SIGINT
+    ignored (a script's background job, some CI runners): a command that must stop on Ctrl-C installs
+    its own handler rather than inherit none."""
     import os
     import signal
 
     import psutil
 
-    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "demo-model", "--steps", "100000",
-                             str(tmp_path / "demo")], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    with children_get_sigint(sigint):
+        proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "demo-model", "--steps", "100000",
+                                 str(tmp_path / "demo")], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     seen = []
     for line in proc.stderr:  # the builder is pre-training
@@ -136,7 +145,64 @@ def test_ctrl_c_while_building_the_demo_model_ends_the_builder(tmp_path: Path) -
     builders = psutil.Process(proc.pid).children(recursive=True)
     assert builders, seen
     os.kill(proc.pid, signal.SIGINT)
-    _out, err = proc.communicate(timeout=60)
+    try:
+        _out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # it ignored the Ctrl-C: end it here, the test fails
+        for child in [psutil.Process(proc.pid), *builders]:
+            with contextlib.suppress(psutil.Error):
+                child.kill()
+        raise
     assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err[-2000:]
     _gone, alive = psutil.wait_procs(builders, timeout=30)
     assert alive == []
+
+
+def test_every_command_ends_quietly_when_its_reader_goes_away(tmp_path: Path) -> None:
+    """``gaudi-gui runs list | head``: the reader leaves before the command has said everything. The
+    command ends there without a word (no BrokenPipeError traceback, no "Exception ignored" at exit),
+    with 141 (128 + SIGPIPE) as a tool that SIGPIPE ended, whichever subcommand it was."""
+    import os
+    import shlex
+
+    from tests.helpers import run_history
+
+    runs = tmp_path / "runs"
+    newest = run_history(runs, 300)[0]
+    where = ["runs", "--runs-dir", str(runs)]
+    for argv in ([*where, "list"], [*where, "list", "--json"], [*where, "show", newest],
+                 [*where, "show", newest, "--json"], ["queue", "list"], ["queue", "list", "--json"],
+                 ["models"], ["models", "--json"]):
+        # A reader already gone: the first write fails, wherever the command makes it.
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            proc = subprocess.run([sys.executable, "-m", "gaudi_gui", *argv], stdout=write,
+                                  stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, timeout=120)
+        finally:
+            os.close(write)
+        assert (proc.returncode, proc.stderr) == (141, ""), (argv, proc.stderr[-2000:])
+    # A real `head -c 1`: runs list --json of 300 runs is ~170 kB, more than a pipe holds, so the
+    # command is still writing when head has read its byte and gone.
+    line = f"{shlex.join([sys.executable, '-m', 'gaudi_gui', *where, 'list', '--json'])} | head -c 1"
+    proc = subprocess.run(["sh", "-c", f"{line}; echo \" $?\" >&2"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.stdout == "["
+    assert proc.stderr == " 0\n", proc.stderr[-2000:]  # head's status; the command said nothing
+    piped = subprocess.run(["bash", "-c", f"set -o pipefail; {line}"], capture_output=True, text=True,
+                           timeout=120)
+    assert (piped.returncode, piped.stderr) == (141, ""), piped.stderr[-2000:]
+
+
+def test_removing_a_host_that_is_not_saved_says_so(tmp_path: Path) -> None:
+    """``hosts --remove NAME`` of a host that is not saved is a mistake (a typo, the wrong name): exit 2
+    naming it and the saved hosts, the list unchanged; a saved one is forgotten (exit 0)."""
+    assert gaudi_gui("hosts", "--add", "gg-alpha").returncode == 0
+    assert gaudi_gui("hosts", "--add", "someone@gg-beta:2222").returncode == 0
+    proc = gaudi_gui("hosts", "--remove", "gg-alfa")
+    assert proc.returncode == 2, proc.stderr
+    assert "'gg-alfa'" in proc.stderr and "gg-alpha" in proc.stderr and "someone@gg-beta:2222" in proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    proc = gaudi_gui("hosts", "--remove", "gg-alpha")
+    assert (proc.returncode, proc.stderr) == (0, "")
+    proc = gaudi_gui("hosts", "--remove", "gg-alpha")
+    assert proc.returncode == 2 and "gg-alpha" in proc.stderr and "someone@gg-beta:2222" in proc.stderr

@@ -18,7 +18,7 @@ import psutil
 
 from gaudi_gui.core import dashboard
 from gaudi_gui.core.runstore import Run
-from tests.helpers import lines_of
+from tests.helpers import children_get_sigint, lines_of
 
 
 def _run(root: Path, name: str) -> Run:
@@ -35,9 +35,10 @@ def _run(root: Path, name: str) -> Run:
 
 
 def _open(root: Path, name: str, *extra: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
-    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(root), "open", name,
-                             *extra, "--no-browser"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    with children_get_sigint():  # its Ctrl-C (SIGINT) ends the dashboard
+        proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(root), "open",
+                                 name, *extra, "--no-browser"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
     lines = lines_of(proc.stdout)
     return proc, lines
 

@@ -23,7 +23,7 @@ import pytest
 from gaudi_gui.core.events import read_events
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run, checkpoint_complete
-from tests.helpers import slow_disk_env, steps, wait_until
+from tests.helpers import children_get_sigint, slow_disk_env, steps, wait_until
 
 
 def _job(tmp_path: Path, model: Path, *, nproc: int = 1, max_steps: int = 100000,
@@ -39,9 +39,10 @@ def _job(tmp_path: Path, model: Path, *, nproc: int = 1, max_steps: int = 100000
 
 def _start_cli(tmp_path: Path, config: Path, env_extra: dict[str, str]) -> subprocess.Popen[str]:
     env = {**os.environ, **env_extra}
-    return subprocess.Popen([sys.executable, "-m", "gaudi_gui", "train", "--config", str(config),
-                             "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    with children_get_sigint():  # its Ctrl-C (SIGINT) is the stop
+        return subprocess.Popen([sys.executable, "-m", "gaudi_gui", "train", "--config", str(config),
+                                 "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _run_folder(tmp_path: Path) -> Run:

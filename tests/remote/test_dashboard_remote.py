@@ -14,7 +14,7 @@ from pathlib import Path
 from gaudi_gui.core import dashboard
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.dashboards import DashboardService
-from tests.helpers import lines_of
+from tests.helpers import children_get_sigint, lines_of
 from tests.remote.conftest import SshHost
 
 
@@ -42,9 +42,10 @@ def test_runs_open_on_a_host_forwards_the_dashboard_here(ssh_host: SshHost, tmp_
     assert missing.returncode == 2, missing.stderr
     assert f"on {ssh_host.dest}: TensorBoard is not installed in {bare}" in missing.stderr
     assert f"`{bare} -m pip install tensorboard`" in missing.stderr and "Traceback" not in missing.stderr
-    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--host", ssh_host.dest, "open",
-                             "run-h", "--tensorboard", "--no-browser", "--json"], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    with children_get_sigint():  # its Ctrl-C (SIGINT) ends the dashboard there
+        proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--host", ssh_host.dest, "open",
+                                 "run-h", "--tensorboard", "--no-browser", "--json"], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     lines = lines_of(proc.stdout, keep_ends=True)
     try:
         line = lines.get(timeout=120)

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gaudi_gui.core.jobconfig import JobConfig
-from tests.helpers import events, job_file, steps, wait_until
+from tests.helpers import children_get_sigint, events, job_file, steps, wait_until
 from tests.remote.conftest import SshHost
 
 pytestmark = pytest.mark.slow
@@ -26,10 +26,11 @@ HOST_B = "gg-remote-b"  # the fixture's second alias of the same server
 
 class Cli:
     def __init__(self, job: Path, *extra: str) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gaudi_gui", "train", "--config", str(job), "--hosts",
-             f"gg-remote,{HOST_B}", "--device", "cpu", "--main-ip", "127.0.0.1", *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        with children_get_sigint():  # its Ctrl-C (SIGINT) stops every host
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "gaudi_gui", "train", "--config", str(job), "--hosts",
+                 f"gg-remote,{HOST_B}", "--device", "cpu", "--main-ip", "127.0.0.1", *extra],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
         self.out: list[str] = []
         self.err: list[str] = []
         for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.helpers import children_get_sigint
 from tests.remote.conftest import SshHost
 
 
@@ -75,11 +76,12 @@ def test_ctrl_c_on_a_forwarded_command_ends_it_on_the_host(ssh_host: SshHost, ti
     import signal
     import time
 
-    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "generate", "--host", ssh_host.dest,
-                             "--model", str(tiny_model_dir), "--prompt", "once upon a time",
-                             "--max-new-tokens", "100000", "--device", "cpu"],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=dict(os.environ))
+    with children_get_sigint():  # Ctrl-C (SIGINT) as from a terminal
+        proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "generate", "--host", ssh_host.dest,
+                                 "--model", str(tiny_model_dir), "--prompt", "once upon a time",
+                                 "--max-new-tokens", "100000", "--device", "cpu"],
+                                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=dict(os.environ))
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:  # the host's generation is running
         if any("gaudi_gui.workers.generate" in line for line in ssh_host.command_lines()):

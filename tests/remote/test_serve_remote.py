@@ -17,7 +17,7 @@ from pathlib import Path
 
 from gaudi_gui.core import protocol
 from gaudi_gui.core.serve import pick_free_port, port_free
-from tests.helpers import lines_of
+from tests.helpers import children_get_sigint, lines_of
 from tests.remote.conftest import SshHost
 
 
@@ -38,10 +38,12 @@ def test_serve_on_a_host_through_the_forward_and_ctrl_c_stops_it_there(ssh_host:
     from openai import OpenAI
 
     local, remote = pick_free_port(), pick_free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "serve", "--host", ssh_host.dest,
-                             "--model", "builtin:demo", "--device", "cpu", "--port", str(local),
-                             "--remote-port", str(remote), "--events"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+    with children_get_sigint():  # its Ctrl-C (SIGINT) stops the server there
+        proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "serve", "--host", ssh_host.dest,
+                                 "--model", "builtin:demo", "--device", "cpu", "--port", str(local),
+                                 "--remote-port", str(remote), "--events"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=dict(os.environ))
     lines = lines_of(proc.stdout)
     seen: list[str] = []
     try:

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from gaudi_gui.core.runstore import checkpoint_complete
-from tests.helpers import events, job_file, steps, wait_until
+from tests.helpers import children_get_sigint, events, job_file, steps, wait_until
 from tests.remote.conftest import SshHost
 from tests.slurm_cluster import PARTITION, SlurmCluster
 
@@ -29,8 +29,9 @@ class Cli:
     """A ``gaudi-gui`` command, its output collected as it comes."""
 
     def __init__(self, *args: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", *args], stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True, env=dict(os.environ))
+        with children_get_sigint():  # its Ctrl-C (SIGINT) is the stop
+            self.proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", *args], stdout=subprocess.PIPE,
+                                         stderr=subprocess.PIPE, text=True, env=dict(os.environ))
         self.out: list[str] = []
         self.err: list[str] = []
         for stream, sink in ((self.proc.stdout, self.out), (self.proc.stderr, self.err)):
