@@ -13,6 +13,9 @@ Environment knobs for tests:
                                escapes: card names carry ANSI colour / title escapes and a BEL
                                absurd: utilization 250 (card 1), memory.used -5 (2), 9999 C (3)
                                stall_mid:K: after K snapshots print 3 rows, then sleep forever
+                               once_then_fail:K: the first start prints K snapshots and exits 1;
+                               every later start fails at once (exit 3), as a driver that went away
+                               (needs FAKE_HLSMI_STATE, a file path: created by the first start)
   FAKE_HLSMI_ROW_DELAY=0.1     seconds between two rows of a snapshot (a slow or loaded driver)
   FAKE_HLSMI_TABLE=FILE        table to print in table mode (default: table-hl205-1.18.0.txt)
 
@@ -23,6 +26,8 @@ cards named by module id (as HABANA_VISIBLE_MODULES and the doctor name them): m
 DOWN, module 2 double-bit ECC with a pending row replacement, module 3 reads 0 C (in -q and in the
 CSV rows), module 5 has power slowdown active (module 6 is held: tests hold its accel node through
 a fixture /proc, and the summary table's Compute Processes lists pid 4242 'python3 train.py' on it).
+FAKE_HLSMI_MODE=q_no_cards: ``-q`` prints its header and no per-card section (exit 0); the device
+query and the table answer as usual.
   FAKE_HLSMI_DRIVER=1.18.0     the driver/firmware version printed by -q (default: as recorded, 1.12.1)
   FAKE_HLSMI_FIRMWARE=3,5=1.16.0   those modules' firmware version in -q differs from the driver's
   FAKE_HLSMI_THROTTLE=3=power,2=thermal   in -q those modules show that slowdown Active (the run
@@ -142,7 +147,11 @@ def links(bus: str, mode: str) -> str:
 def main(argv: list[str]) -> int:
     mode = os.environ.get("FAKE_HLSMI_MODE", "normal")
     if argv[:1] == ["-q"]:
-        sys.stdout.write(query(mode))
+        text = query(mode)
+        if mode == "q_no_cards":
+            # An hl-smi that answers -q with its header and no per-card section (exit 0).
+            text = text[:text.index("[0] AIP")]
+        sys.stdout.write(text)
         return 0
     if argv[:2] == ["-n", "link"] and len(argv) == 4 and argv[2] == "-i":
         sys.stdout.write(links(argv[3], mode))
@@ -166,6 +175,13 @@ def main(argv: list[str]) -> int:
         else:
             print(f"hl-smi: unknown option {arg}", file=sys.stderr)
             return 2
+    if mode.startswith("once_then_fail:"):
+        state = Path(os.environ["FAKE_HLSMI_STATE"])
+        if state.exists():
+            mode = "fail"
+        else:
+            state.touch()
+            mode = f"die_after:{mode.split(':')[1]}"
     if mode == "fail":
         print("hl-smi: failed to initialize: no Habana devices found", file=sys.stderr)
         return 3

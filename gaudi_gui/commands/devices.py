@@ -1,8 +1,9 @@
 """``gaudi-gui devices [--json] [--hl-smi PATH]``: one snapshot of the cards, through the same parser.
 
 Exit codes: 0 with the cards (or, when hl-smi is simply not installed, the host and NVIDIA GPUs plus a
-note on stderr); 1 when hl-smi ran but failed or printed nothing usable (the fallback is still
-printed); 2 when an explicitly chosen hl-smi (``--hl-smi`` or ``GAUDI_GUI_HL_SMI``) cannot be run, or
+note on stderr); 1 when hl-smi ran but failed or printed nothing usable, or is missing where /dev/accel
+nodes or the habanalabs driver say Gaudi cards are here (the fallback is still printed); 2 when an
+explicitly chosen hl-smi (``--hl-smi``, ``GAUDI_GUI_HL_SMI``, a saved host's path) cannot be run, or
 ``--timeout`` is not a finite number of seconds above 0 (one line on stderr).
 
 hl-smi runs in its own session: on a timeout, and after it exits (a wrapper script's helpers), its
@@ -137,15 +138,23 @@ def run(args: argparse.Namespace) -> int:
         _say(f"gaudi-gui devices: --timeout must be a finite number of seconds above 0, not {args.timeout!r}")
         return 2
     args.timeout = timeout
-    explicit = args.hl_smi or os.environ.get("GAUDI_GUI_HL_SMI", "").strip() or None
-    program = explicit or "hl-smi"
-    resolved = shutil.which(program)
+    program, explicit = hlsmi.hl_smi_program(args.hl_smi)
+    resolved = hlsmi.find_hl_smi(args.hl_smi) or None
     code = 0
     if resolved is None:
         if explicit:
             _say(f"gaudi-gui devices: cannot run hl-smi {program!r}: not found or not executable")
             return 2
-        _say("gaudi-gui devices: hl-smi is not installed (not on PATH); showing NVIDIA GPUs and the host")
+        from gaudi_gui.core import health
+        evidence = health.gaudi_evidence(health.Roots.from_env())
+        if evidence:
+            # Gaudi cards are here: their hl-smi missing is a failure, not a CPU machine.
+            _say(f"gaudi-gui devices: no hl-smi on PATH, but {evidence}: the cards cannot be read (install "
+                 "habanalabs-firmware-tools or name it: --hl-smi PATH, GAUDI_GUI_HL_SMI, hosts --add HOST "
+                 "--hl-smi PATH); showing NVIDIA GPUs and the host")
+            code = 1
+        else:
+            _say("gaudi-gui devices: hl-smi is not installed (not on PATH); showing NVIDIA GPUs and the host")
         samples = fallback(args.timeout)
     else:
         samples, problem = snapshot(resolved, args.timeout)

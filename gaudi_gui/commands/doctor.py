@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from gaudi_gui.commands.flags import positive_seconds
-from gaudi_gui.core import health
+from gaudi_gui.core import health, hlsmi
 from gaudi_gui.core.health import Finding, HostHealth, Report
 
 HOST_TIMEOUT_S = 60.0
@@ -51,20 +51,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _roots(hl_smi: str) -> health.Roots:
-    # The roots come from the environment so tests (and a container with /sys mounted elsewhere) can
-    # point the doctor at other folders; the defaults are the real ones.
-    env = os.environ
-    return health.Roots(sysfs=Path(env.get("GAUDI_GUI_DOCTOR_SYSFS", "/sys")),
-                        proc=Path(env.get("GAUDI_GUI_DOCTOR_PROC", "/proc")),
-                        dev=Path(env.get("GAUDI_GUI_DOCTOR_DEV", "/dev")), hl_smi=hl_smi)
+    return health.Roots.from_env(hl_smi)
 
 
 def check_remote(name: str, remote_command: str, cards: str, timeout: float, *,
-                 smoke: bool = False, background: bool = False) -> HostHealth:
-    """``doctor --json`` on one host; any failure becomes an unreachable HostHealth naming it."""
+                 smoke: bool = False, background: bool = False, hl_smi: str = "") -> HostHealth:
+    """``doctor --json`` on one host (with ``hl_smi``: that hl-smi there; else the host's saved
+    one, which ``Host.gaudi_gui_argv`` carries); any failure becomes an unreachable HostHealth."""
     from gaudi_gui.core.remote import HostError, RemoteError, call, find_host
     try:
-        host = find_host(name, remote_command)
+        host = find_host(name, remote_command, hl_smi)
         argv = host.gaudi_gui_argv("doctor", "--json", *(["--cards", cards] if cards else []),
                                    *(["--smoke"] if smoke else []),
                                    *(["--background"] if background else []))
@@ -111,7 +107,7 @@ def build_report(hosts: list[str], remote_command: str, cards: list[int] | None,
         return Report(hosts=(with_smoke(here, cards, smoke_timeout) if smoke else here,))
     with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
         found = list(pool.map(lambda h: check_remote(h, remote_command, cards_text, timeout, smoke=smoke,
-                                                     background=background), hosts))
+                                                     background=background, hl_smi=hl_smi), hosts))
     return Report(hosts=tuple(found), cross_host=tuple(health.cross_host_findings(found)))
 
 
@@ -143,7 +139,8 @@ def report_parts(report: Report, hl_smi: str) -> dict[str, str]:
         **findings_parts(report),
         "versions.json": json.dumps({h.host: h.versions for h in report.hosts}, indent=1),
     }
-    program = hl_smi or os.environ.get("GAUDI_GUI_HL_SMI", "") or shutil.which("hl-smi") or ""
+    program, chosen = hlsmi.hl_smi_program(hl_smi)
+    program = program if chosen else hlsmi.find_hl_smi()  # a chosen one that fails says so in the file
     parts["hl-smi-q.txt"] = text_of([program, "-q"]) if program else "no hl-smi on this machine\n"
     # dmesg often needs root (kernel.dmesg_restrict): the report says so instead of failing.
     kernel = text_of(["dmesg", "--ctime"]) if shutil.which("dmesg") else "dmesg is not installed\n"
@@ -179,11 +176,11 @@ def text_parts(text: str) -> dict[str, str]:
     return out
 
 
-def remote_parts(name: str, remote_command: str, timeout: float) -> dict[str, str]:
+def remote_parts(name: str, remote_command: str, timeout: float, hl_smi: str = "") -> dict[str, str]:
     """A host's own report parts: its ``doctor --report -`` (its hl-smi, kernel messages and runs)."""
     from gaudi_gui.core.remote import HostError, RemoteError, call, find_host
     try:
-        host = find_host(name, remote_command)
+        host = find_host(name, remote_command, hl_smi)
         code, out, err = call(host, host.gaudi_gui_argv("doctor", "--report", "-"), timeout=timeout)
     except (HostError, RemoteError) as exc:
         return {"error.txt": f"{name}: no report: {exc}\n"}
@@ -208,7 +205,8 @@ def write_report(path: Path, report: Report, hl_smi: str, *, hosts: list[str] | 
     if hosts:
         parts = findings_parts(report)
         with ThreadPoolExecutor(max_workers=min(16, len(hosts))) as pool:
-            for name, got in zip(hosts, pool.map(lambda h: remote_parts(h, remote_command, timeout), hosts),
+            for name, got in zip(hosts, pool.map(lambda h: remote_parts(h, remote_command, timeout, hl_smi),
+                                                 hosts),
                                  strict=True):
                 parts.update({f"{name}/{k}": v for k, v in got.items()})
     else:
@@ -299,13 +297,15 @@ def run(args: argparse.Namespace) -> int:
 def preflight(cards: list[int] | None, *, multi_node: bool = False) -> str:
     """The start gate of ``gaudi-gui train``: "" to go on, else the reason (and the fix) to refuse.
 
-    A no-op without hl-smi (no Gaudi cards here: nothing of the cards' to check). Warnings are printed
-    to stderr and let the run go on."""
-    import shutil
-    if not (os.environ.get("GAUDI_GUI_HL_SMI") or shutil.which("hl-smi")):
+    A no-op without hl-smi, /dev/accel nodes and the habanalabs driver (no Gaudi cards here: nothing
+    of the cards' to check). Warnings are printed to stderr and let the run go on."""
+    roots = _roots("")
+    # No hl-smi and nothing else that says Gaudi (/dev/accel, the driver): no cards to check. With
+    # either, the check runs and a missing or failing hl-smi refuses the start.
+    if not hlsmi.hl_smi_program()[1] and not hlsmi.find_hl_smi() and not health.gaudi_evidence(roots):
         return ""
     # All cards are checked (not only the chosen ones) so the refusal can name free, healthy ones.
-    report = Report(hosts=(health.check_host(_roots("")),))
+    report = Report(hosts=(health.check_host(roots),))
     result = health.gate(report, cards, multi_node=multi_node)
     for warning in result.warnings:
         print(f"gaudi-gui train: preflight warning: {warning}", file=sys.stderr)

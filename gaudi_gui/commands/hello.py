@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import socket
 import sys
 
@@ -29,9 +28,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def info() -> dict[str, object]:
+    from gaudi_gui.core.hlsmi import find_hl_smi, hl_smi_program
     from gaudi_gui.core.prepare import versions
     from gaudi_gui.core.remote import REMOTE_PROTOCOL
-    hl_smi = os.environ.get("GAUDI_GUI_HL_SMI") or shutil.which("hl-smi") or ""
+    program, chosen = hl_smi_program()
+    hl_smi = find_hl_smi() or (program if chosen else "")  # a named one that cannot run is still named
     return {"gaudi_gui": __version__, "protocol": REMOTE_PROTOCOL, "python": sys.version.split()[0],
             "executable": sys.executable,
             "location": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),

@@ -48,8 +48,8 @@ def check(host: Host, timeout: float) -> dict[str, Any]:
         info = remote.handshake(host, timeout=timeout)
         out["reachable"] = True
         out["gaudi_gui"] = info.get("gaudi_gui")
-        argv = ["devices", "--json"] + (["--hl-smi", host.hl_smi] if host.hl_smi else [])
-        code, text, err = remote.call(host, host.gaudi_gui_argv(*argv), timeout=timeout)
+        # The host's saved hl-smi travels with every command run there (Host.gaudi_gui_argv).
+        code, text, err = remote.call(host, host.gaudi_gui_argv("devices", "--json"), timeout=timeout)
         cards = json.loads(text) if text.strip() else []
         accel = [c for c in cards if isinstance(c, dict) and c.get("kind") in ("hpu", "cuda")]
         out["cards"] = len(accel)

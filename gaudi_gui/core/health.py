@@ -25,7 +25,14 @@ from typing import Any
 from gaudi_gui.core.devices import card_detail, card_name, cards_name
 
 # The hl-smi parsers live with the others in core/hlsmi (one module reads every hl-smi output).
-from gaudi_gui.core.hlsmi import parse_links, parse_processes, parse_query
+from gaudi_gui.core.hlsmi import (
+    hl_smi_program,
+    parse_csv,
+    parse_links,
+    parse_processes,
+    parse_query,
+    query_args,
+)
 from gaudi_gui.core.visibility import SUPPORTED_GROUPS, format_ids
 
 SEVERITIES: tuple[str, ...] = ("ok", "warning", "error")
@@ -436,6 +443,40 @@ class Roots:
     #: Seconds each hl-smi call may take (then it and everything it started are ended).
     timeout_s: float = field(default_factory=tool_timeout_s)
 
+    @classmethod
+    def from_env(cls, hl_smi: str = "", env: Mapping[str, str] | None = None) -> Roots:
+        """The real folders, or those ``GAUDI_GUI_DOCTOR_SYSFS`` / ``_PROC`` / ``_DEV`` name: tests, and a
+        container with /sys mounted elsewhere, point every check (the doctor, the start gates, the
+        queue's look at the cards) at other folders the same way."""
+        env = os.environ if env is None else env
+        return cls(sysfs=Path(env.get("GAUDI_GUI_DOCTOR_SYSFS", "/sys")),
+                   proc=Path(env.get("GAUDI_GUI_DOCTOR_PROC", "/proc")),
+                   dev=Path(env.get("GAUDI_GUI_DOCTOR_DEV", "/dev")), hl_smi=hl_smi)
+
+
+def accel_nodes(dev: Path) -> list[str]:
+    """The /dev/accel/accelN nodes (names), sorted."""
+    folder = dev / "accel"
+    return sorted(p.name for p in folder.glob("accel[0-9]*")) if folder.is_dir() else []
+
+
+def gaudi_evidence(roots: Roots) -> str:
+    """What says this machine has Gaudi cards whatever hl-smi says ("" when nothing does): its
+    /dev/accel nodes, the habanalabs driver loaded (/proc/modules or /sys/module/habanalabs). Where
+    there is any, a missing or failing hl-smi is an error, never "fine on a CPU"."""
+    seen: list[str] = []
+    nodes = accel_nodes(roots.dev)
+    if nodes:
+        seen.append(f"{len(nodes)} /dev/accel node{'s' if len(nodes) != 1 else ''} ({nodes[0]}"
+                    + (f"..{nodes[-1]})" if len(nodes) > 1 else ")"))
+    try:
+        modules = {ln.split()[0] for ln in (roots.proc / "modules").read_text().splitlines() if ln.strip()}
+    except OSError:
+        modules = set()
+    if "habanalabs" in modules or (roots.sysfs / "module" / "habanalabs").is_dir():
+        seen.append("the habanalabs driver is loaded")
+    return " and ".join(seen)
+
 
 def card_findings(card: dict[str, str], *, host: str = "local",
                   sysfs_status: str | None = None) -> list[Finding]:
@@ -696,7 +737,7 @@ def module_findings(proc: Path, dev: Path, card_count: int | None, *, host: str 
                                    host=host))
             else:
                 out.append(Finding("stack.modules", "ok", "habanalabs, _cn, _en, _ib loaded", host=host))
-    nodes = sorted(p.name for p in (dev / "accel").glob("accel[0-9]*")) if (dev / "accel").is_dir() else []
+    nodes = accel_nodes(dev)
     if card_count is not None and len(nodes) != card_count:
         out.append(Finding("stack.devices", "error", f"{len(nodes)} /dev/accel nodes, hl-smi sees "
                            f"{card_count} cards", "reload habanalabs; check dmesg", host=host))
@@ -821,26 +862,61 @@ def run_tool(argv: Sequence[str], timeout_s: float) -> tuple[int, str, str]:
 
 
 
+def _query_cards(hl_smi: str, timeout_s: float) -> list[dict[str, Any]]:
+    """The cards of hl-smi's device query (``-Q index,module_id,bus_id,name``), as ``HostHealth.cards``
+    rows; [] when it fails or lists none."""
+    fields = ("index", "module_id", "bus_id", "name")
+    rc, out, _err = run_tool([hl_smi, *query_args(fields)], timeout_s)
+    if rc != 0:
+        return []
+    return [{"index": c.index, "module_id": c.module_id if c.module_id is not None else c.index,
+             "bus_id": c.bus_id or "", "name": c.name or ""} for c in parse_csv(out, fields).samples]
+
+
 def check_host(roots: Roots | None = None, *, host: str = "local", cards: Sequence[int] | None = None,
                compat: dict[str, Any] | None = None) -> HostHealth:
     """Run every check this machine allows; return what was seen (never raises for a sick machine)."""
     roots = roots or Roots()
     findings: list[Finding] = []
     versions = package_versions()
-    hl_smi = roots.hl_smi or os.environ.get("GAUDI_GUI_HL_SMI", "")
+    program, chosen = hl_smi_program(roots.hl_smi)
+    hl_smi = shutil.which(program) or ""
     if not hl_smi:
-        hl_smi = shutil.which("hl-smi") or ""
-    if not hl_smi:
-        findings.append(Finding("stack.hl-smi", "ok", "no hl-smi: no Gaudi cards on this machine "
-                                "(fine on a CPU or CUDA machine)", host=host))
+        evidence = gaudi_evidence(roots)
+        if chosen:
+            findings.append(Finding("stack.hl-smi", "error", f"hl-smi {program} cannot be run here: not "
+                                    "found or not executable", "check the hl-smi path (--hl-smi, the "
+                                    "host's saved path, GAUDI_GUI_HL_SMI)", host=host))
+        elif evidence:
+            findings.append(Finding("stack.hl-smi", "error", f"no hl-smi, but {evidence}: the cards "
+                                    "cannot be checked", "install habanalabs-firmware-tools, or name "
+                                    "the hl-smi: --hl-smi PATH, hosts --add HOST --hl-smi PATH, "
+                                    "GAUDI_GUI_HL_SMI", host=host))
+        else:
+            findings.append(Finding("stack.hl-smi", "ok", "no hl-smi, no /dev/accel nodes and no "
+                                    "habanalabs driver: no Gaudi cards on this machine (fine on a CPU or "
+                                    "CUDA machine)", host=host))
         findings.extend(stack_findings(versions, host=host, compat=compat))
+        if chosen or evidence:
+            findings.extend(module_findings(roots.proc, roots.dev, None, host=host))
         return HostHealth(host, True, "", tuple(findings), (), (), versions)
     rc, out, err = run_tool([hl_smi, "-q"], roots.timeout_s)
     header, parsed = parse_query(out) if rc == 0 else ({}, [])
-    if rc != 0 or not parsed:
+    queried: list[dict[str, Any]] = []  # the cards of the device query, when -q named none
+    if rc != 0:
         findings.append(Finding("stack.hl-smi", "error", f"hl-smi -q failed (exit {rc}): "
-                                f"{(err.strip().splitlines() or ['no cards in its output'])[-1]}",
+                                f"{(err.strip().splitlines() or ['no output on stderr'])[-1]}",
                                 "check the driver: dmesg | grep habanalabs", host=host))
+    elif not parsed:
+        # It answered, without a per-card section: what Devices shows comes from the device query
+        # (-Q), so ask it too, and say both, rather than "no cards" beside a Devices tab of 8.
+        queried = _query_cards(hl_smi, roots.timeout_s)
+        where = (f"its device query lists {len(queried)} card{'s' if len(queried) != 1 else ''} "
+                 f"({cards_name([c['module_id'] for c in queried])}), whose health could not be checked"
+                 if queried else "its device query lists no card either")
+        findings.append(Finding("stack.hl-smi", "error", f"hl-smi -q answered (exit 0) with no per-card "
+                                f"section: {where}", "check the driver and hl-smi's version (dmesg | "
+                                "grep habanalabs; hl-smi -q by hand)", host=host))
     driver = _version_of(header.get("driver version"))
     versions["driver"] = header.get("driver version", "")
     versions["hl-smi"] = header.get("hl-smi version", "")
@@ -850,7 +926,8 @@ def check_host(roots: Roots | None = None, *, host: str = "local", cards: Sequen
     versions["firmware"] = ",".join(sorted(drivers))
     findings.extend(firmware_findings(fw, driver, host=host))
     findings.extend(stack_findings(versions, host=host, compat=compat))
-    findings.extend(module_findings(roots.proc, roots.dev, len(parsed) if parsed else None, host=host))
+    count = len(parsed) or len(queried)
+    findings.extend(module_findings(roots.proc, roots.dev, count or None, host=host))
     holders = accel_holders(roots.proc, roots.dev)
     # One `-n link` call per card: run them side by side (8 serial hl-smi starts dominated the time).
     from concurrent.futures import ThreadPoolExecutor
@@ -862,7 +939,9 @@ def check_host(roots: Roots | None = None, *, host: str = "local", cards: Sequen
         link_runs = dict(zip(buses, pool.map(
             lambda bus: run_tool([hl_smi, "-n", "link", "-i", bus], roots.timeout_s), buses), strict=True))
         listed = parse_processes(summary.result()[1]) if summary and summary.result()[0] == 0 else {}
-    card_rows: list[dict[str, Any]] = []
+    # Cards only the device query listed are shown (never "no cards" beside Devices) but not free:
+    # nothing about them was checked.
+    card_rows: list[dict[str, Any]] = list(queried)
     free: list[int] = []
     for card in parsed:
         idx = int(card["_index"])

@@ -10,8 +10,10 @@ shown: a terminal escape sequence in a card name must not reach the user's termi
 from __future__ import annotations
 
 import math
+import os
 import re
-from collections.abc import Iterable, Sequence
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gaudi_gui.core import textclean
@@ -37,6 +39,26 @@ _FIELD_MAP: dict[str, tuple[str, str]] = {
     "power.draw": ("power_w", "float"),
     "power.max": ("power_max_w", "float"),
 }
+
+#: Names the hl-smi to run when it is not the one on PATH. A user sets it; a saved host's hl-smi path
+#: travels in it to every command run on that host (``core.remote.Host.gaudi_gui_argv``).
+HL_SMI_VAR = "GAUDI_GUI_HL_SMI"
+
+
+def hl_smi_program(explicit: str = "", env: Mapping[str, str] | None = None) -> tuple[str, bool]:
+    """(program, chosen): the one place that says which hl-smi a view or command runs. ``explicit``
+    (``--hl-smi``, the Devices setting), else ``$GAUDI_GUI_HL_SMI`` (on a host: its saved path),
+    else "hl-smi" from PATH. ``chosen``: it was named, so a failure to run it is that choice's
+    failure, never "not installed"."""
+    named = (explicit or "").strip() or (os.environ if env is None else env).get(HL_SMI_VAR, "").strip()
+    return (named, True) if named else ("hl-smi", False)
+
+
+def find_hl_smi(explicit: str = "", env: Mapping[str, str] | None = None) -> str:
+    """The hl-smi ``hl_smi_program`` chooses, resolved to a runnable file ("" when there is none)."""
+    program, _chosen = hl_smi_program(explicit, env)
+    return shutil.which(program, path=(os.environ if env is None else env).get("PATH")) or ""
+
 
 _UNIT = re.compile(r"^\s*([-+]?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?)\s*(MiB|GiB|KiB|W|mW|C|%|MHz)?\s*$")
 _UNSET = ("", "N/A", "[N/A]", "NA", "n/a", "[Not Supported]", "Not Supported")

@@ -20,17 +20,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from gaudi_gui.core import health
 from gaudi_gui.core.child import Outcome, run
 from gaudi_gui.core.health import GateResult, HostHealth, Report
+from gaudi_gui.core.hlsmi import find_hl_smi
 from gaudi_gui.core.visibility import format_ids
 
 LOCAL = "local"
@@ -117,8 +116,13 @@ def local_hl_smi(explicit: str = "") -> str:
 
     No hl-smi means no Gaudi cards here: the local gate then starts no child at all (a plain CPU or
     CUDA machine pays nothing for it)."""
-    program = explicit.strip() or os.environ.get("GAUDI_GUI_HL_SMI", "").strip() or "hl-smi"
-    return shutil.which(program) or ""
+    return find_hl_smi(explicit)
+
+
+def gaudi_here() -> bool:
+    """Whether this machine has Gaudi cards whatever hl-smi says (/dev/accel nodes, the driver): then
+    a missing hl-smi is the check's error to show, not a reason to skip the check."""
+    return bool(health.gaudi_evidence(health.Roots.from_env()))
 
 
 def local_plan(cards: Sequence[int] | None, *, uses_cards: bool, hl_smi: str = "",
@@ -127,7 +131,7 @@ def local_plan(cards: Sequence[int] | None, *, uses_cards: bool, hl_smi: str = "
     if not uses_cards:
         return Plan()
     found = local_hl_smi(hl_smi)
-    if not found:
+    if not found and not gaudi_here():
         return Plan()
     chosen = tuple(sorted(set(cards))) if cards else None
     return Plan((Target(LOCAL, chosen),), multi_node=multi_node,
@@ -255,10 +259,7 @@ def check(plan: Plan, *, python: str = "") -> Verdict:
 
 def _roots(hl_smi: str) -> health.Roots:
     # The same environment knobs as `gaudi-gui doctor` (tests point them at fixture folders).
-    env = os.environ
-    return health.Roots(sysfs=Path(env.get("GAUDI_GUI_DOCTOR_SYSFS", "/sys")),
-                        proc=Path(env.get("GAUDI_GUI_DOCTOR_PROC", "/proc")),
-                        dev=Path(env.get("GAUDI_GUI_DOCTOR_DEV", "/dev")), hl_smi=hl_smi)
+    return health.Roots.from_env(hl_smi)
 
 
 def visible_modules(env: dict[str, str] | None = None) -> tuple[int, ...] | None:
@@ -280,7 +281,7 @@ def node_check(*, multi_node: bool, hl_smi: str = "", host: str = "") -> tuple[i
     if os.environ.get(SKIP_ENV, "").strip() not in ("", "0"):
         return 0, [f"gaudi-gui: {name}: card check skipped ({SKIP_ENV} is set)"]
     program = local_hl_smi(hl_smi)
-    if not program:
+    if not program and not gaudi_here():
         return 0, [f"gaudi-gui: {name}: no hl-smi: no Gaudi cards to check"]
     cards = visible_modules()
     # Checked as "local" so the findings are not prefixed with the name each line already starts with.

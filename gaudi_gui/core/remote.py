@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from gaudi_gui.core.hlsmi import HL_SMI_VAR
+
 LOCAL = "local"
 DEFAULT_REMOTE_COMMAND = "python3 -m gaudi_gui"
 #: Protocol of the remote commands the app calls (hello, guard, runs …): bumped when they change.
@@ -131,7 +133,11 @@ class Host:
         if self.is_local:
             import sys
             return [sys.executable, "-m", "gaudi_gui", *args]
-        return [*split_remote_command(self.remote_command), *args]
+        # The host's saved hl-smi is what every command there runs (doctor, devices, the start gate,
+        # the meter, hello): it travels in the one variable they all read (core.hlsmi.hl_smi_program);
+        # an explicit --hl-smi on the command line still wins there.
+        carried = ["env", f"{HL_SMI_VAR}={self.hl_smi}"] if self.hl_smi else []
+        return [*carried, *split_remote_command(self.remote_command), *args]
 
     def guard_argv(self, argv: Sequence[str], *, run: GuardRun = "program", grace: float | None = None,
                    env: Mapping[str, str] | None = None) -> list[str]:

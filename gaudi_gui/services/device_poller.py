@@ -33,10 +33,10 @@ Design:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
-import os
 import shutil
 import time
 from collections.abc import Callable
@@ -104,13 +104,7 @@ def clamp_interval(value: object, default: float, bounds: tuple[float, float]) -
 
 def resolve_program(settings: Settings) -> tuple[str, bool]:
     """(program, explicit): settings ``devices/hl_smi``, then ``GAUDI_GUI_HL_SMI``, then ``hl-smi``."""
-    chosen = str(settings.get("devices/hl_smi") or "").strip()
-    if chosen:
-        return chosen, True
-    env = os.environ.get("GAUDI_GUI_HL_SMI", "").strip()
-    if env:
-        return env, True
-    return "hl-smi", False
+    return hlsmi.hl_smi_program(str(settings.get("devices/hl_smi") or ""))
 
 
 def _digest_table(lines: list[str], *, local: bool) -> tuple[hlsmi.TableResult, list[ProcessInfo]]:
@@ -332,7 +326,8 @@ class DevicePoller(QObject):
             self._restart_timer.start(50)
             return
         if self.host is not None:
-            self._program, self._explicit = self.host.hl_smi or "hl-smi", bool(self.host.hl_smi)
+            # The host's saved path, else its PATH: this machine's setting and variable are not the host's.
+            self._program, self._explicit = hlsmi.hl_smi_program(self.host.hl_smi, env={})
         else:
             self._program, self._explicit = resolve_program(self._settings)
         args = hlsmi.query_args(hlsmi.QUERY_FIELDS, loop_s=loop_seconds(self.interval_s))
@@ -612,7 +607,10 @@ class DevicePoller(QObject):
         self._remote_out = []
         # Not under the guard: a second interpreter per tick would cost the host CPU, and the command
         # ends by itself (each nvidia-smi call within --timeout) when this side is gone.
-        argv = self.host.wrap(self.host.gaudi_gui_argv(
+        # The fallback runs because the host's hl-smi could not be started there: its own `devices`
+        # reads what its PATH has instead (said as the saved path's failure), not that path again.
+        host = dataclasses.replace(self.host, hl_smi="")
+        argv = host.wrap(host.gaudi_gui_argv(
             "devices", "--json", "--timeout", f"{REMOTE_DEVICES_TIMEOUT_S:g}"))
         self._remote_runner.start(argv[0], argv[1:], new_session=True)
 

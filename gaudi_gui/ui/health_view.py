@@ -314,8 +314,12 @@ class HealthView(QWidget):
         else:
             errors = sum(1 for f in found.findings if f.severity == "error")
             warnings = sum(1 for f in found.findings if f.severity == "warning")
+            # "No Gaudi cards" only where hl-smi did not fail: a failing or missing one beside
+            # /dev/accel nodes is its own error, not a card-less machine.
+            failed = any(f.check == "stack.hl-smi" and f.severity == "error" for f in found.findings)
             status = (f"{errors} error(s), {warnings} warning(s) at {stamp}"
-                      + ("; no Gaudi cards (only the Python stack was checked)" if not found.cards else "")
+                      + ("; no Gaudi cards (only the Python stack was checked)"
+                         if not found.cards and not failed else "")
                       + ("; checking again…" if checking else ""))
         self.status_label.setText(status)
         usable = found.usable_text() if found is not None and found.reachable and found.cards else ""

@@ -52,7 +52,8 @@ def optional_packages() -> dict[str, str | None]:
 
 def gaudi_versions() -> dict[str, Any]:
     """Driver, firmware and hl-smi versions from ``hl-smi``'s table (GAUDI_GUI_HL_SMI, then PATH)."""
-    program = os.environ.get("GAUDI_GUI_HL_SMI", "").strip() or "hl-smi"
+    from gaudi_gui.core.hlsmi import hl_smi_program
+    program, _chosen = hl_smi_program()
     resolved = shutil.which(program)
     empty: dict[str, Any] = {"driver_version": None, "firmware_version": None, "hl_smi_version": None,
                              "nic_driver_version": None}

@@ -65,6 +65,22 @@ def test_missing_hl_smi_prints_host(tmp_path: Path) -> None:
     assert cards[-1]["kind"] == "host" and cards[-1]["memory_total_mib"] > 0
 
 
+def test_missing_hl_smi_beside_accel_nodes_is_a_failure(tmp_path: Path) -> None:
+    """/dev/accel nodes (a fixture /dev) and no hl-smi: the cards are there and cannot be read, exit 1
+    saying so (it said "hl-smi is not installed" and exit 0, as on a CPU machine)."""
+    dev = tmp_path / "dev"
+    (dev / "accel").mkdir(parents=True)
+    for i in range(8):
+        (dev / "accel" / f"accel{i}").touch()
+    env = dict(os.environ, PATH=str(tmp_path), GAUDI_GUI_DOCTOR_DEV=str(dev))
+    env.pop("GAUDI_GUI_HL_SMI", None)
+    done = cli("--json", env=env)
+    assert done.returncode == 1, done.stderr
+    assert "no hl-smi on PATH, but 8 /dev/accel nodes (accel0..accel7)" in done.stderr
+    assert "--hl-smi PATH" in done.stderr and "Traceback" not in done.stderr
+    assert json.loads(done.stdout)[-1]["kind"] == "host"
+
+
 def test_failing_hl_smi_exits_non_zero(fake_hl_smi: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("FAKE_HLSMI_MODE", "fail")
     done = cli("--json")

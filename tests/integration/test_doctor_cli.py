@@ -74,6 +74,22 @@ def test_cpu_machine_without_hl_smi(tmp_path: Path) -> None:
     assert "no Gaudi cards" in done.stdout and "accelerate" in done.stdout
 
 
+def test_accel_nodes_without_hl_smi_is_an_error(tmp_path: Path) -> None:
+    """A machine with /dev/accel nodes (a fixture /dev) and no hl-smi: an error naming what was seen,
+    exit 1 (it said "no hl-smi: … fine on a CPU" and exit 0)."""
+    dev = tmp_path / "dev"
+    (dev / "accel").mkdir(parents=True)
+    for i in range(8):
+        (dev / "accel" / f"accel{i}").touch()
+    env = {k: v for k, v in os.environ.items() if k != "GAUDI_GUI_HL_SMI"}
+    env.update(PATH=str(tmp_path), GAUDI_GUI_DOCTOR_DEV=str(dev))
+    done = doctor(env=env)
+    assert done.returncode == 1, done.stdout + done.stderr
+    (line,) = [ln for ln in done.stdout.splitlines() if "stack.hl-smi" in ln]
+    assert line.startswith("ERROR") and "no hl-smi, but 8 /dev/accel nodes (accel0..accel7)" in line
+    assert "no Gaudi cards" not in done.stdout and "Traceback" not in done.stderr
+
+
 @pytest.mark.parametrize(("args", "message"), [
     (["--cards", "x"], "--cards"),
     (["--host", "a", "--hosts", "b,c"], "not both"),

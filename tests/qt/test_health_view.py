@@ -378,3 +378,30 @@ def test_every_view_says_which_cards_are_healthy_and_free_and_the_picker_checks_
     assert app.services.settings.get("devices/selected_modules") == [4, 5]
     choose(qtbot, tab.pick_size, 4)
     assert not tab.pick_button.isEnabled() and "no healthy and free cards fit" in tab.pick_button.toolTip()
+
+
+@pytest.fixture
+def q_without_cards(sick_server: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server's hl-smi answers -q with its header alone (set before the window starts its doctor)."""
+    monkeypatch.setenv("FAKE_HLSMI_MODE", "q_no_cards")
+
+
+def test_an_hl_smi_q_without_cards_is_said_and_never_contradicts_devices(
+        qtbot, q_without_cards: None, app: MainWindow) -> None:
+    """Item 7: hl-smi answers ``-q`` (exit 0) with no per-card section while its device query gives
+    Devices 8 cards. Health said "hl-smi -q failed (exit 0): no cards in its output … no Gaudi cards";
+    it now says what happened, names the 8 cards Devices shows, and calls none of them free."""
+    table = app.devices_tab.table
+    badge = app.devices_tab.health_badge
+    qtbot.waitUntil(lambda: len(card_rows(table)) == 8 and badge.property("severity") == "error",
+                    timeout=DOCTOR_S)
+    qtbot.mouseClick(badge, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: app.health_view is not None and app.health_view.isVisible(), timeout=5000)
+    view = app.health_view
+    assert isinstance(view, HealthView)
+    said = rows_of(view)[("", "stack.hl-smi")]
+    assert said[SEVERITY] == "error" and "failed" not in said[SEEN]
+    assert "answered (exit 0) with no per-card section" in said[SEEN]
+    assert "its device query lists 8 cards (modules 0, 1, 2, 3, 4, 5, 6 and 7)" in said[SEEN]
+    assert "no Gaudi cards" not in view.status_label.text()
+    assert view.usable_label.text() == "Healthy and free: none"

@@ -59,3 +59,62 @@ def test_report_for_a_host_is_made_on_that_host(ssh_host: SshHost, tmp_path: Pat
     assert {"findings.json", f"{HOST_B}/hl-smi-q.txt", f"{HOST_B}/kernel.txt", f"{HOST_B}/runs.txt",
             f"{HOST_B}/versions.json"} <= set(files), sorted(files)
     assert "1.18.0" in files[f"{HOST_B}/hl-smi-q.txt"]  # the host's own hl-smi, not this machine's
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gaudi_gui", *args], capture_output=True, text=True,
+                          timeout=180, env=dict(os.environ))
+
+
+def _gaudi_host_without_hl_smi_on_path(tmp_path: Path) -> tuple[str, Path]:
+    """(remote command, hl-smi path) of a sick fake 8-card host (tests/helpers.sick_server_env: its
+    /sys, /proc and /dev) whose PATH has no hl-smi: the fake is installed elsewhere."""
+    from tests.helpers import sick_server_env
+    program = tmp_path / "opt-habana" / "bin" / "hl-smi"
+    program.parent.mkdir(parents=True)
+    fake = Path(__file__).resolve().parents[1] / "fake_hl_smi.py"
+    program.write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
+    program.chmod(0o755)
+    env = sick_server_env(tmp_path / "host")
+    path = f"{Path(sys.executable).parent}:/usr/bin:/bin"
+    settings = " ".join(f"{k}={v}" for k, v in {**env, "PATH": path}.items())
+    return f"env {settings} {Path(sys.executable).parent / 'python3'} -m gaudi_gui", program
+
+
+def test_a_saved_hosts_hl_smi_path_is_what_doctor_and_devices_use(ssh_host: SshHost, tmp_path: Path) -> None:
+    """Item 3: a sick Gaudi host saved with ``hosts --add … --hl-smi PATH``, hl-smi not on its PATH.
+    ``doctor --host`` said "no hl-smi: fine on a CPU" (exit 0), ``devices --host`` "hl-smi is not
+    installed"; every view of the host now runs the saved hl-smi and the doctor names the sick cards."""
+    command, program = _gaudi_host_without_hl_smi_on_path(tmp_path)
+    added = _cli("hosts", "--add", HOST_B, "--remote-command", command, "--hl-smi", str(program))
+    assert added.returncode == 0, added.stderr
+    for args in (["--host", HOST_B], ["--hosts", HOST_B]):
+        done = _cli("doctor", *args)
+        assert done.returncode == 1, done.stdout + done.stderr
+        out = done.stdout
+        assert f"{HOST_B} module 1" in out and "2,5 DOWN" in out, out  # sick cards named by the host
+        assert f"{HOST_B} module 2" in out and "ECC 2" in out
+        assert "fine on a CPU" not in out and "no Gaudi cards" not in out
+    devices = _cli("devices", "--json", "--host", HOST_B)
+    assert devices.returncode == 0, devices.stderr
+    assert "not installed" not in devices.stderr
+    cards = json.loads(devices.stdout)
+    assert [c["kind"] for c in cards] == ["hpu"] * 8
+
+
+def test_doctor_host_takes_an_explicit_hl_smi_and_a_host_without_one_is_an_error(
+        ssh_host: SshHost, tmp_path: Path) -> None:
+    """The same host saved without a path: ``doctor --host H --hl-smi PATH`` runs that hl-smi there;
+    without it, the host's /dev/accel nodes and loaded driver make the missing hl-smi an error."""
+    command, program = _gaudi_host_without_hl_smi_on_path(tmp_path)
+    save_hosts([Host.parse(HOST_B, remote_command=command)])
+    named = _cli("doctor", "--json", "--host", HOST_B, "--hl-smi", str(program))
+    assert named.returncode == 1, named.stderr
+    (host,) = json.loads(named.stdout)["hosts"]
+    bad = {(f["module_id"], f["check"]) for f in host["findings"] if f["severity"] == "error"}
+    assert {(1, "net.ports"), (2, "card.ecc"), (3, "card.init")} <= bad and len(host["cards"]) == 8
+    missing = _cli("doctor", "--host", HOST_B)
+    assert missing.returncode == 1, missing.stdout + missing.stderr
+    (line,) = [ln for ln in missing.stdout.splitlines() if "stack.hl-smi" in ln]
+    assert line.startswith("ERROR") and "no hl-smi, but 8 /dev/accel nodes" in line
+    assert "the habanalabs driver is loaded" in line and "fine on a CPU" not in missing.stdout

@@ -325,3 +325,58 @@ def test_check_host_names_the_cards_whose_firmware_differs(fake_hl_smi: Path, tm
         ("card.firmware", "error", "module 3", "index 2"), ("card.firmware", "error", "module 5", "index 6")]
     assert all(f.seen == "firmware 1.16.0, the driver is 1.18.0" for f in fw)
     assert got.card_worst(3) == fw[0] and got.card_worst(7) is None
+
+
+@pytest.mark.parametrize("witness", ["accel nodes", "/proc/modules", "/sys/module"])
+def test_no_hl_smi_where_gaudi_cards_are_is_an_error(witness: str, tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """No hl-smi (none named, none on PATH) on a machine whose /dev/accel nodes or loaded habanalabs
+    driver say it has Gaudi cards: an error naming what was seen (it said "fine on a CPU"); with
+    neither, a CPU machine, still ok."""
+    from gaudi_gui.core import health
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.delenv("GAUDI_GUI_HL_SMI", raising=False)
+    roots = health.Roots(sysfs=tmp_path / "sys", proc=tmp_path / "proc", dev=tmp_path / "dev")
+    for folder in (roots.sysfs, roots.proc, roots.dev):
+        folder.mkdir()
+    (roots.proc / "modules").write_text("ext4 1 0 - Live 0x0\n")
+    cpu = health.check_host(roots)
+    assert [f.severity for f in cpu.findings if f.check == "stack.hl-smi"] == ["ok"]
+    if witness == "accel nodes":
+        (roots.dev / "accel").mkdir()
+        for i in range(8):
+            (roots.dev / "accel" / f"accel{i}").touch()
+        said = "8 /dev/accel nodes (accel0..accel7)"
+    elif witness == "/proc/modules":
+        (roots.proc / "modules").write_text("habanalabs 1 0 - Live 0x0\n")
+        said = "the habanalabs driver is loaded"
+    else:
+        (roots.sysfs / "module" / "habanalabs").mkdir(parents=True)
+        said = "the habanalabs driver is loaded"
+    got = health.check_host(roots)
+    (finding,) = [f for f in got.findings if f.check == "stack.hl-smi"]
+    assert finding.severity == "error" and said in finding.seen and "no hl-smi" in finding.seen
+    assert "--hl-smi PATH" in finding.fix
+    assert Report(hosts=(got,)).exit_code == 1
+
+
+def test_an_hl_smi_q_without_a_card_section_is_said_with_the_device_querys_cards(
+        fake_hl_smi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hl-smi answers -q (exit 0) with no per-card section while its device query lists 8 cards (what
+    Devices shows): the finding says what happened and the report lists those 8 cards, none called
+    free (the old words: "hl-smi -q failed (exit 0): no cards in its output", and no cards)."""
+    from gaudi_gui.core import health
+    from tests.helpers import sick_server_env
+
+    env = sick_server_env(tmp_path / "host")
+    monkeypatch.setenv("FAKE_HLSMI_MODE", "q_no_cards")
+    roots = health.Roots(sysfs=Path(env["GAUDI_GUI_DOCTOR_SYSFS"]), proc=Path(env["GAUDI_GUI_DOCTOR_PROC"]),
+                         dev=Path(env["GAUDI_GUI_DOCTOR_DEV"]), hl_smi=str(fake_hl_smi))
+    got = health.check_host(roots)
+    (finding,) = [f for f in got.findings if f.check == "stack.hl-smi"]
+    assert finding.severity == "error"
+    assert "failed" not in finding.seen and "answered (exit 0) with no per-card section" in finding.seen
+    assert "its device query lists 8 cards (modules 0, 1, 2, 3, 4, 5, 6 and 7)" in finding.seen
+    assert sorted(c["module_id"] for c in got.cards) == list(range(8)) and got.free_modules == ()
+    assert got.usable_text() == "healthy and free: none"  # never "no Gaudi cards" beside Devices' 8
+    assert not [f for f in got.findings if f.check == "stack.devices" and f.severity == "error"]
