@@ -109,15 +109,31 @@ def _show_settings_problems(services: AppServices, window: QMainWindow) -> None:
         show(settings.problems[0])
 
 
+def _close_asked(window: QMainWindow) -> None:
+    """Close ``window`` as its close button does; while a dialog is up (the close question itself,
+    after a first Ctrl-C), bring that dialog forward instead of asking a second time over it."""
+    dialog = QApplication.activeModalWidget()
+    if dialog is not None:
+        dialog.raise_()
+        dialog.activateWindow()
+        return
+    window.close()
+
+
 def run_gui(argv: Sequence[str]) -> int:
     app = QApplication.instance() or QApplication([sys.argv[0], *argv])
     assert isinstance(app, QApplication)
     app.setApplicationName("gaudi-gui")
     app.setOrganizationName("gaudi-gui")
+    from gaudi_gui.services.ctrl_c import CtrlC
     from gaudi_gui.ui.main_window import MainWindow
 
+    # Before any view exists: from here Ctrl-C in the terminal never raises inside a view's slot.
+    ctrl_c = CtrlC(app)
     services = window_services(app)
     window = MainWindow(services)
+    # Ctrl-C asks to quit as the close button does (the question about running jobs included).
+    ctrl_c.interrupted.connect(lambda: _close_asked(window))
     window.show()
     _show_settings_problems(services, window)
     # The hosts, health, the training supervisor, hl-smi and the probe child (a Python that imports
@@ -138,6 +154,7 @@ def run_gui(argv: Sequence[str]) -> int:
 
     _after_first_paint(window, start_background)
     code = int(app.exec())
+    ctrl_c.uninstall()
     from gaudi_gui.services.process import detached_running, reap_all
 
     reap_all()

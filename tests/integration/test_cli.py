@@ -206,3 +206,38 @@ def test_removing_a_host_that_is_not_saved_says_so(tmp_path: Path) -> None:
     assert (proc.returncode, proc.stderr) == (0, "")
     proc = gaudi_gui("hosts", "--remove", "gg-alpha")
     assert proc.returncode == 2 and "gg-alpha" in proc.stderr and "someone@gg-beta:2222" in proc.stderr
+
+
+def test_ctrl_c_in_the_terminal_closes_the_window_as_its_close_button_does(tmp_path: Path) -> None:
+    """``gaudi-gui`` (the window) started from a terminal: Ctrl-C there asks the window to close, as
+    its close button does (nothing runs here, so it closes and the app exits 0), instead of a
+    KeyboardInterrupt traceback from whichever view's slot ran next and a window that stays up."""
+    import signal
+
+    import psutil
+
+    from tests.helpers import wait_until
+
+    with children_get_sigint():  # as from a terminal
+        proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui"], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Painted: its background services start after the first paint, the environment probe first.
+        def probing() -> bool:
+            with contextlib.suppress(psutil.Error):
+                return any("gaudi_gui.workers.probe" in " ".join(c.cmdline())
+                           for c in psutil.Process(proc.pid).children(recursive=True))
+            return False
+
+        assert wait_until(lambda: probing() or proc.poll() is not None, 120), "no window in 120 s"
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:  # it ignored the Ctrl-C: end it here, the test fails
+            for child in [*psutil.Process(proc.pid).children(recursive=True), psutil.Process(proc.pid)]:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
+            proc.wait(30)
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-2000:]
