@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gaudi_gui.core import atomic
+from gaudi_gui.core import atomic, hlsmi
 from gaudi_gui.core.events import EventType
 from gaudi_gui.core.runstore import FILE_MODE, Run, RunStatus, RunStore, new_folder
 
@@ -94,7 +94,8 @@ def meter_target(job: ChildJob) -> tuple[str, dict[str, str]]:
     device = _flag(job.argv, "--device")
     if device not in ("hpu", "cuda", "cpu"):
         path = env.get("PATH")
-        device = "hpu" if env.get("GAUDI_GUI_HL_SMI", "").strip() or shutil.which("hl-smi", path=path) \
+        # A named hl-smi counts even where it cannot run: the meter then says so, not "cpu".
+        device = "hpu" if hlsmi.hl_smi_program(env=env)[1] or hlsmi.find_hl_smi(env=env) \
             else "cuda" if shutil.which("nvidia-smi", path=path) else "cpu"
     words = [w.strip() for w in _flag(job.argv, "--cards").split(",") if w.strip()]
     if words and all(w.isascii() and w.isdigit() for w in words):

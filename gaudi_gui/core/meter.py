@@ -978,8 +978,8 @@ class Meter:
     def _choose(self) -> None:
         if self.device == "hpu":
             self.cards = parse_ids(self.env.get("HABANA_VISIBLE_MODULES")) or recorded_cards(self.folder)
-            program = (self.env.get("GAUDI_GUI_HL_SMI", "").strip()
-                       or shutil.which("hl-smi", path=self.env.get("PATH")))
+            chosen, named = hlsmi.hl_smi_program(env=self.env)
+            program = chosen if named else hlsmi.find_hl_smi(env=self.env)
             if not program:
                 self.note = "hl-smi not found: the cards' energy is not measured"
                 return

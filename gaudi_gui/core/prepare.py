@@ -25,6 +25,7 @@ from pathlib import Path
 
 from gaudi_gui.core import environment, hpu_metrics, outputs, visibility
 from gaudi_gui.core import launch as launch_mod
+from gaudi_gui.core.hlsmi import find_hl_smi
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.secrets import redact, strip_secret_args
@@ -78,7 +79,7 @@ def probe_device(timeout: float = 120.0, env: Mapping[str, str] | None = None) -
     same_path = probe_env.get("PYTHONPATH", "") == os.environ.get("PYTHONPATH", "")
     if same_path and environment.cpu_only_install():
         return "cpu"
-    if shutil.which("hl-smi"):
+    if find_hl_smi(env=probe_env):
         # A Gaudi host: the probe imports habana_frameworks, which wants this set like every child.
         probe_env.setdefault("PT_ENABLE_INT64_SUPPORT", "1")
     try:

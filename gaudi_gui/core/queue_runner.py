@@ -71,15 +71,13 @@ def _log(text: str) -> None:
 
 
 def check_cards() -> CardsView:
-    """The doctor's look at this machine's cards (no hl-smi: none to look at)."""
-    hl_smi = os.environ.get("GAUDI_GUI_HL_SMI", "") or shutil.which("hl-smi") or ""
-    if not hl_smi:
+    """The doctor's look at this machine's cards (no hl-smi, /dev/accel node or habanalabs driver:
+    none to look at; with a node or the driver, a missing hl-smi is the look's error)."""
+    from gaudi_gui.core import health, hlsmi
+    hl_smi = hlsmi.find_hl_smi()
+    roots = health.Roots.from_env(hl_smi)
+    if not hl_smi and not hlsmi.hl_smi_program()[1] and not health.gaudi_evidence(roots):
         return CardsView(None, time.time())
-    from gaudi_gui.core import health
-    env = os.environ
-    roots = health.Roots(sysfs=Path(env.get("GAUDI_GUI_DOCTOR_SYSFS", "/sys")),
-                         proc=Path(env.get("GAUDI_GUI_DOCTOR_PROC", "/proc")),
-                         dev=Path(env.get("GAUDI_GUI_DOCTOR_DEV", "/dev")), hl_smi=hl_smi)
     return CardsView(health.check_host(roots), time.time())
 
 
