@@ -307,14 +307,37 @@ class MainWindow(QMainWindow):
     def _restore(self) -> None:
         settings = self.services.settings
         geometry = settings.get("window/geometry")
-        if geometry.isEmpty() or not self.restoreGeometry(geometry):
-            self.resize(1280, 860)
+        self.fit_to_screen(restored=not geometry.isEmpty() and self.restoreGeometry(geometry))
         state = settings.get("window/state")
         if not state.isEmpty():
             self.restoreState(state)
         index = settings.get("window/tab")
         if 0 <= index < self.tabs.count():
             self.tabs.setCurrentIndex(index)
+
+    def fit_to_screen(self, *, restored: bool) -> None:
+        """The first size fits the screen's available area (a fixed 1280x860 put Health and the
+        status bar below a 1024x700 or 800-px-high screen's edge); a restored geometry that no
+        longer fits it is brought back on screen (core.window_fit)."""
+        from PySide6.QtGui import QGuiApplication
+
+        from gaudi_gui.core import window_fit
+
+        screen = (QGuiApplication.screenAt(self.geometry().center()) if restored else None) \
+            or self.screen() or QGuiApplication.primaryScreen()
+        if screen is None:  # no screen at all: nothing to fit to
+            if not restored:
+                self.resize(*window_fit.PREFERRED)
+            return
+        if restored and (self.isMaximized() or self.isFullScreen()):
+            return  # the window manager sizes those to the screen
+        area = screen.availableGeometry()
+        available = (area.x(), area.y(), area.width(), area.height())
+        now = self.geometry()
+        rect = window_fit.fit_saved((now.x(), now.y(), now.width(), now.height()), available) if restored \
+            else window_fit.first_geometry(available)
+        if rect != (now.x(), now.y(), now.width(), now.height()):
+            self.setGeometry(*rect)
 
     def _about(self) -> None:
         from PySide6.QtWidgets import QMessageBox
@@ -343,9 +366,16 @@ class MainWindow(QMainWindow):
             dock.setObjectName("health_dock")
             self.health_view = HealthView(health, dock)
             dock.setWidget(self.health_view)
-            self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
-            # Room for the findings (about ten rows at 1280x800), not the dock's bare minimum.
-            self.resizeDocks([dock], [max(260, int(self.height() * 0.45))], Qt.Orientation.Vertical)
+            if self.height() < SHARED_DOCKS_BELOW_PX:
+                # A short window (a 1024x700 or 800-px-high screen): below the tabs, Health's least
+                # height plus the tallest tab's made the window taller than the screen, its status
+                # bar and Health's own rows off the bottom edge. Beside the tabs it takes width only.
+                self.addDockWidget(Qt.DockWidgetArea.RightDockWidgetArea, dock)
+                self.resizeDocks([dock], [max(300, int(self.width() * 0.4))], Qt.Orientation.Horizontal)
+            else:
+                self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, dock)
+                # Room for the findings (about ten rows at 1280x800), not the dock's bare minimum.
+                self.resizeDocks([dock], [max(260, int(self.height() * 0.45))], Qt.Orientation.Vertical)
             self._health_dock = dock
         view = self.health_view
         assert view is not None and self._health_dock is not None
