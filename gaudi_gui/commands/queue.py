@@ -11,6 +11,9 @@
 - ``queue list [--json]``: position, state (queued / waiting for cards N,M / starting / started /
   ended), since when, why it waits, its run.
 - ``queue remove ID``, ``queue move ID --before ID2``, ``queue pause``, ``queue resume``.
+- ``queue stop ID``: a started job is stopped as ``runs stop`` stops any run (a checkpoint first).
+- ``queue set --cpu-jobs N``: how many CPU jobs (training or evaluation on no cards) run at once
+  (default 1; 0: no limit); the next ones wait their turn, saying for which job.
 - ``queue run`` (hidden): the queue process itself (``core.queue_runner``), started on demand.
 
 Every change is a request file the queue process applies (core/queue.py says why); this command
@@ -69,9 +72,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     mv = actions.add_parser("move", help="put a job before another (it takes that job's priority)")
     mv.add_argument("id", metavar="ID")
     mv.add_argument("--before", required=True, metavar="ID2")
+    stop = actions.add_parser("stop", help="stop a started job as `runs stop` does (a checkpoint first)")
+    stop.add_argument("id", metavar="ID")
+    limits = actions.add_parser("set", help="the queue's settings: how many CPU jobs run at once")
+    limits.add_argument("--cpu-jobs", dest="cpu_jobs", required=True, metavar="N",
+                        help="training or evaluation jobs on no cards that run at once (default 1; "
+                             "0: no limit); the next ones wait their turn")
     actions.add_parser("pause", help="start no more jobs until resume (running ones go on)")
     actions.add_parser("resume", help="start jobs again")
-    for action in (add, lst, rm, mv, *(actions.choices[a] for a in ("pause", "resume"))):
+    for action in (add, lst, rm, mv, stop, limits, *(actions.choices[a] for a in ("pause", "resume"))):
         # --host after the action too (`queue add --host DEST ...`); SUPPRESS: not given here leaves
         # the one given before the action (`queue --host DEST add ...`, added by cli.py) as it was.
         action.add_argument("--host", default=argparse.SUPPRESS, metavar="DEST",
@@ -95,8 +104,15 @@ def run(args: argparse.Namespace) -> int:
     if action == "list":
         return _list(args)
     try:
-        if action == "remove":
-            reply = queue.request("remove", entry=args.id, timeout_s=ANSWER_S)
+        if action in ("remove", "stop"):
+            reply = queue.request(action, entry=args.id, timeout_s=ANSWER_S)
+        elif action == "set":
+            try:
+                limit = queue.cpu_jobs_value(args.cpu_jobs)
+            except QueueError as exc:
+                _say(f"gaudi-gui queue set: {exc}")
+                return 2
+            reply = queue.request("set", cpu_jobs=limit, timeout_s=ANSWER_S)
         elif action == "move":
             reply = queue.request("move", entry=args.id, before=args.before, timeout_s=ANSWER_S)
         else:
@@ -248,7 +264,8 @@ def _list(args: argparse.Namespace) -> int:
     positions = state.positions()
     now = time.time()
     if args.json:
-        print(json.dumps({"paused": state.paused, "runner_pid": queue.runner_pid(), "problem": state.problem,
+        print(json.dumps({"paused": state.paused, "cpu_jobs": state.cpu_jobs,
+                          "runner_pid": queue.runner_pid(), "problem": state.problem,
                           "entries": [entry_json(e, positions.get(e.id, 0)) for e in _shown(state)]}),
               flush=True)
         return 0
@@ -260,6 +277,7 @@ def _list(args: argparse.Namespace) -> int:
         return 0
     if state.paused:
         print("the queue is paused (gaudi-gui queue resume starts jobs again)", flush=True)
+    print(f"{queue.cpu_jobs_text(state.cpu_jobs)} (gaudi-gui queue set --cpu-jobs N)", flush=True)
     for e in entries:
         pos = str(positions[e.id]) if e.id in positions else "–"
         line = (f"{pos:>3}  {e.id:<5} {queue.KIND_TEXT.get(e.kind, e.kind):<10} {e.name[:24]:<24} "
@@ -318,7 +336,9 @@ def _on_host(args: argparse.Namespace, target: str) -> int:
             argv += ["--", *args.words]
     elif action == "list" and args.json:
         argv.append("--json")
-    elif action in ("remove", "move"):
+    elif action == "set":
+        argv += ["--cpu-jobs", str(args.cpu_jobs)]
+    elif action in ("remove", "move", "stop"):
         argv.append(args.id)
         if action == "move":
             argv += ["--before", args.before]

@@ -26,7 +26,15 @@ happens the earlier job's ``passed`` count goes up; once it has been passed ``MA
 holds its claim: no later job may start on cards it could use (any card, for a job that asks for N
 cards; the named ones, for a job that names its cards) until it has started. The cards then drain to
 it as the running jobs end, so a stream of small jobs can delay a large one only a bounded number of
-times, never forever. Jobs that ask for no cards (CPU) are never held back.
+times, never forever. Jobs that ask for no cards (CPU) are never held back by a card claim.
+
+The CPU: a training or evaluation job that asks for no cards runs on the machine's cores, and two of
+them at once on a small machine each take twice as long and can run it out of memory. So at most
+``cpu_jobs`` of them are started or running at a time (``DEFAULT_CPU_JOBS``, one; 0: no limit; kept in
+the state, changed by a ``set`` request: ``gaudi-gui queue set --cpu-jobs N``, or the window's
+``queue/cpu_jobs`` setting, which every add from the window carries); the next one waits, saying for
+which job. Serve and download jobs are not counted: a server waits for requests and a download for the
+network, and either could hold the CPU's turn for ever.
 
 Cards: a job asks for specific cards (module ids) or for N cards; N cards are chosen by the doctor's
 pick of free healthy cards (``HostHealth.pick``: one of Intel's groups for 2 or 4 cards, clean cards
@@ -82,8 +90,14 @@ MAX_PASSED = 3
 MAX_START_ATTEMPTS = 3
 #: Ended entries kept in the state for `queue list` and the view (older ones are dropped).
 KEEP_ENDED = 50
+#: Kinds that compute on the CPU until they are done when they ask for no cards (see the module note).
+CPU_KINDS = ("train", "eval")
+#: How many CPU jobs run at once unless the queue is told otherwise (0 means no limit).
+DEFAULT_CPU_JOBS = 1
+#: The largest ``cpu_jobs`` accepted.
+MAX_CPU_JOBS = 256
 
-REQUEST_ACTIONS = ("add", "remove", "move", "pause", "resume")
+REQUEST_ACTIONS = ("add", "remove", "move", "pause", "resume", "set", "stop")
 
 
 class QueueError(ValueError):
@@ -224,6 +238,8 @@ class Entry:
     #: finished | failed | stopped | killed | removed | not started
     outcome: str = ""
     summary: str = ""
+    #: A stop was asked while it was starting: it is stopped as soon as its run is known.
+    stop_asked: bool = False
 
     @property
     def cards(self) -> CardRequest:
@@ -237,6 +253,11 @@ class Entry:
 
     def label(self) -> str:
         return f"{self.id} ({self.name})" if self.name else self.id
+
+    @property
+    def on_cpu(self) -> bool:
+        """A job that takes a turn of the CPU (``cpu_jobs``): training or evaluation on no cards."""
+        return self.kind in CPU_KINDS and self.cards.none
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -254,7 +275,8 @@ class Entry:
     def state_text(self, now: float | None = None) -> str:
         """"waiting for cards 2,3 — held by pid 10 (python) · 3 min" as a person reads it."""
         if self.state == "waiting":
-            head = f"waiting for {self.cards.text()}" if not self.cards.none else "waiting"
+            head = f"waiting for {self.cards.text()}" if not self.cards.none else \
+                "waiting for the CPU" if self.why.startswith("waiting for the CPU") else "waiting"
         elif self.state == "ended":
             head = f"ended: {self.outcome}" if self.outcome else "ended"
         elif self.state == "started":
@@ -269,6 +291,8 @@ class QueueState:
     paused: bool = False
     next_seq: int = 1
     entries: list[Entry] = field(default_factory=list)
+    #: How many CPU jobs (``Entry.on_cpu``) may be started or running at once; 0: no limit.
+    cpu_jobs: int = DEFAULT_CPU_JOBS
     updated_at: float = 0.0
     #: The queue process that wrote it.
     pid: int = 0
@@ -277,7 +301,7 @@ class QueueState:
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": STATE_VERSION, "paused": self.paused, "next_seq": self.next_seq,
-                "updated_at": self.updated_at, "pid": self.pid,
+                "cpu_jobs": self.cpu_jobs, "updated_at": self.updated_at, "pid": self.pid,
                 "entries": [e.to_dict() for e in self.entries]}
 
     @classmethod
@@ -290,8 +314,11 @@ class QueueState:
                 with contextlib.suppress(TypeError, ValueError):
                     entries.append(Entry.from_dict(item))
         seq = data.get("next_seq")
+        cpu = data.get("cpu_jobs", DEFAULT_CPU_JOBS)
         return cls(paused=bool(data.get("paused", False)),
                    next_seq=seq if isinstance(seq, int) and seq > 0 else len(entries) + 1,
+                   cpu_jobs=cpu if isinstance(cpu, int) and not isinstance(cpu, bool)
+                   and 0 <= cpu <= MAX_CPU_JOBS else DEFAULT_CPU_JOBS,
                    entries=entries, updated_at=float(data.get("updated_at") or 0.0),
                    pid=int(data.get("pid") or 0))
 
@@ -441,6 +468,9 @@ def add_values(job: Any, *, kind: str = "train", cards: CardRequest | None = Non
     kind, the job's own problems, its output folder holding another run's files, or being the output
     folder of a queued job or of an add not applied yet (the queue process checks that last one again
     when it applies the request: two requesters at once). QueueError, one line."""
+    if kind_name(kind) != "train":
+        raise QueueError(f"--kind {kind}: a job file (--config) is a training job; a {kind} job is given "
+                         f"as its own command's words")
     from gaudi_gui.core import prepare
     if kind_name(kind) != "train":
         raise QueueError(f"--kind {kind}: a job file (--config) is a training job; a {kind} job is given "
@@ -459,6 +489,24 @@ def add_values(job: Any, *, kind: str = "train", cards: CardRequest | None = Non
             "priority": priority, "card_ids": list(cards.ids), "card_count": cards.count,
             "device": device, "output_dir": output_dir, "added_by": added_by,
             "client_id": client_id or uuid.uuid4().hex}
+
+
+def cpu_jobs_value(value: Any) -> int:
+    """``cpu_jobs`` as the queue keeps it (0..MAX_CPU_JOBS; 0: no limit); QueueError, one line, for
+    anything else (a bool, a float, text that is not a whole number)."""
+    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
+        value = int(value.strip())
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_CPU_JOBS:
+        raise QueueError(f"--cpu-jobs takes how many CPU jobs run at once, a whole number from 1 to "
+                         f"{MAX_CPU_JOBS} (0: no limit), not {value!r}")
+    return value
+
+
+def cpu_jobs_text(limit: int) -> str:
+    """How the limit reads in a listing."""
+    if not limit:
+        return "CPU jobs: no limit (all start at once)"
+    return f"CPU jobs: {limit} at a time"
 
 
 def kind_name(kind: str) -> str:
@@ -563,6 +611,7 @@ def plan(state: QueueState, view: CardsView, now: float | None = None) -> list[D
     held_cards: dict[int, str] = {}  # card -> the entry that holds it
     waiting: list[Entry] = []  # earlier entries that wait (a start now passes them)
     owners = {c: e.label() for e in state.active() for c in e.cards_used}
+    on_cpu = [e.label() for e in state.active() if e.on_cpu]  # the CPU jobs started or running
     for entry in state.pending():
         if state.paused:
             decisions.append(Decision(entry.id, "wait", why="the queue is paused"))
@@ -572,8 +621,17 @@ def plan(state: QueueState, view: CardsView, now: float | None = None) -> list[D
             waiting.append(entry)
             continue
         want = entry.cards
+        if entry.on_cpu and state.cpu_jobs and len(on_cpu) >= state.cpu_jobs:
+            # The CPU's turns are taken: it waits for one of those jobs to end, in its order.
+            names = ", ".join(on_cpu)
+            decisions.append(Decision(entry.id, "wait", why=(
+                f"waiting for the CPU: {names} {'is' if len(on_cpu) == 1 else 'are'} running (CPU jobs "
+                f"run {state.cpu_jobs} at a time: gaudi-gui queue set --cpu-jobs N)")))
+            continue
         if want.none:
             decisions.append(Decision(entry.id, "start"))
+            if entry.on_cpu:
+                on_cpu.append(entry.label())
             continue
         chosen, why = _choose(want, view, taken, owners)
         blocker = ""
@@ -709,7 +767,8 @@ def request(action: str, *, timeout_s: float = 30.0, root: Path | None = None,
 
 
 __all__ = ["ACTIVE", "KINDS", "MAX_PASSED", "MAX_START_ATTEMPTS", "PENDING", "STATES", "CardRequest",
-           "CardsView", "Decision", "Entry", "QueueError", "QueueState", "add_values", "ensure_running",
+           "CardsView", "Decision", "Entry", "QueueError", "QueueState", "add_values", "cpu_jobs_text",
+           "cpu_jobs_value", "ensure_running",
            "kind_add_values", "kind_name",
            "make_dirs", "ordered", "output_refusal", "pending_requests", "plan", "queue_dir", "read_state",
            "request", "runner_pid", "same_output", "send_request", "wait_reply", "write_reply", "write_state"]

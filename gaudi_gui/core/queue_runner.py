@@ -223,6 +223,8 @@ class Runner:
         action = request.get("action")
         if action == "add":
             return self._add(request)
+        if action == "set":
+            return self._set_limits(request)
         if action in ("pause", "resume"):
             self.state.paused = action == "pause"
             self.changed = True
@@ -230,15 +232,16 @@ class Runner:
         entry = self._entry(str(request.get("entry") or ""))
         if action == "remove":
             if entry.state in queue.ACTIVE:
-                name = entry.run_name or entry.id
-                raise queue.QueueError(f"{entry.label()} has started: stop it as any run "
-                                       f"(gaudi-gui runs stop {name})")
+                raise queue.QueueError(f"{entry.label()} has started: stop it (gaudi-gui queue stop "
+                                       f"{entry.id}, or Stop in the Queue view)")
             if entry.state == "ended":
                 raise queue.QueueError(f"{entry.label()} has already ended ({entry.outcome})")
             self._set(entry, "ended", "removed from the queue")
             entry.outcome = "removed"
             entry.ended_at = time.time()
             return {"ok": True, "message": f"removed {entry.label()}", "entry": entry.id}
+        if action == "stop":
+            return self._stop_entry(entry)
         if action == "move":
             target = self._entry(str(request.get("before") or ""))
             for e in (entry, target):
@@ -255,6 +258,44 @@ class Runner:
                                            f"(priority {entry.priority})", "entry": entry.id}
         raise queue.QueueError(f"unknown queue request {action!r}")
 
+    def _set_limits(self, request: dict[str, Any]) -> dict[str, Any]:
+        """``set``: the queue's own settings (how many CPU jobs run at once)."""
+        if "cpu_jobs" not in request:
+            raise queue.QueueError("set: nothing to set (--cpu-jobs N)")
+        limit = queue.cpu_jobs_value(request["cpu_jobs"])
+        if limit != self.state.cpu_jobs:
+            self.state.cpu_jobs = limit
+            self.changed = True
+        return {"ok": True, "message": queue.cpu_jobs_text(limit), "cpu_jobs": limit}
+
+    def _stop_entry(self, entry: Entry) -> dict[str, Any]:
+        """``stop``: a started job is stopped as ``runs stop`` stops any run (its supervisor saves a
+        checkpoint at the end of the current step, then escalates after its grace period); one still
+        starting is stopped as soon as its run is known."""
+        if entry.state in queue.PENDING:
+            raise queue.QueueError(f"{entry.label()} has not started: Remove takes it out of the queue")
+        if entry.state == "ended":
+            raise queue.QueueError(f"{entry.label()} has already ended ({entry.outcome})")
+        if entry.state == "starting":
+            entry.stop_asked = True
+            self.changed = True
+            return {"ok": True, "message": f"{entry.label()} is stopped as soon as it has started",
+                    "entry": entry.id}
+        return {"ok": True, "message": f"{entry.label()}: {self._signal_stop(entry)}", "entry": entry.id}
+
+    def _signal_stop(self, entry: Entry) -> str:
+        from gaudi_gui.core.runstore import Run
+        run = Run(entry.run_folder)
+        supervisor = run.supervisor()
+        if supervisor is not None:
+            supervisor.signal(signal.SIGTERM)
+            return ("stop requested: the run saves a checkpoint at the end of its current step, then "
+                    "ends" if entry.kind == "train" else "stop requested")
+        from gaudi_gui.core.stopper import Stopper
+        if any(r.is_alive() for r in run.rank_refs()):
+            return Stopper(run, run.status().launcher).request()
+        return "the run is not running"
+
     def _entry(self, entry_id: str) -> Entry:
         entry = self.state.find(entry_id)
         if entry is None:
@@ -270,6 +311,9 @@ class Runner:
             raise queue.QueueError("the request holds no job")
         if kind != "train" and not isinstance(job.get("words"), list):
             raise queue.QueueError(f"a {kind} job needs its command's words")
+        if request.get("cpu_jobs") is not None:
+            # The window's setting travels with its adds: the queue keeps the requester's limit.
+            self._set_limits({"cpu_jobs": request["cpu_jobs"]})
         client_id = str(request.get("client_id") or "")
         made = next((e for e in self.state.entries if client_id and e.client_id == client_id), None)
         if made is not None:
@@ -363,6 +407,9 @@ class Runner:
             entry.retry_at = 0.0
             self._set(entry, "started", "")
             _log(f"{entry.label()}: started run {entry.run_name} on {entry.cards_used or 'no cards'}")
+            if entry.stop_asked:
+                entry.stop_asked = False
+                _log(f"{entry.label()}: stop asked while it started: {self._signal_stop(entry)}")
             return
         if entry.start_pid and self._start_child_alive(entry):
             return

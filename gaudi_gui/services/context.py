@@ -186,7 +186,8 @@ class AppServices:
         queued jobs' starts and ends are notified."""
         if self.queue is None:
             from gaudi_gui.services.queue import QueueService
-            self.queue = QueueService(parent)
+            settings = self.settings
+            self.queue = QueueService(parent, cpu_jobs=lambda: int(settings.get("queue/cpu_jobs")))
             if self.notifier is not None:
                 self.notifier.watch_queue(self.queue)
             self.queue.start()

@@ -91,8 +91,12 @@ class QueueService(_Requests):
     #: A queued job ended (its Entry: outcome and summary).
     entry_ended = Signal(object)
 
-    def __init__(self, parent: QObject | None = None, *, poll_ms: int = POLL_MS) -> None:
+    def __init__(self, parent: QObject | None = None, *, poll_ms: int = POLL_MS,
+                 cpu_jobs: Callable[[], int] | None = None) -> None:
+        """``cpu_jobs``: the window's setting of how many CPU jobs run at once (``queue/cpu_jobs``),
+        read at each add and carried by it (the queue process keeps the limit it was sent last)."""
         super().__init__(parent)
+        self._cpu_jobs = cpu_jobs
         self.state = QueueState()
         self._stamp: tuple[int, int] | None = None
         self._waiting: list[str] = []
@@ -174,22 +178,33 @@ class QueueService(_Requests):
 
     # -- requests -----------------------------------------------------------------------------------
 
+    def _limits(self) -> dict[str, Any]:
+        """What an add carries of the window's settings (nothing when it has none)."""
+        return {"cpu_jobs": self._cpu_jobs()} if self._cpu_jobs is not None else {}
+
     def add(self, job: Any, cards: CardRequest, *, priority: int = 0, device: str = "auto",
-            on_answer: Answer) -> str:
-        """Queue ``job`` (a JobConfig): the JobQueue face."""
+            on_answer: Answer, client_id: str = "") -> str:
+        """Queue ``job`` (a JobConfig): the JobQueue face. ``client_id``: the requester's own id for
+        this add, found again in the entry (``Entry.client_id``) when it starts."""
         return self._add(lambda: self._send("add", **queue.add_values(
-            job, kind="train", cards=cards, priority=priority, device=device, added_by="gui")), on_answer)
+            job, kind="train", cards=cards, priority=priority, device=device, added_by="gui",
+            client_id=client_id), **self._limits()), on_answer)
 
     def add_kind(self, kind: str, words: list[str], cards: CardRequest, *, priority: int = 0,
                  on_answer: Answer) -> str:
         """Queue a serve / eval / download job given as its command's words (already checked by the
         caller, as ``--detach`` would take them), named as the host's own ``queue add`` names it."""
         return self._add(lambda: self._send("add", **queue.kind_add_values(
-            kind, words, name=job_name(kind, words), cards=cards, priority=priority, added_by="gui")),
-            on_answer)
+            kind, words, name=job_name(kind, words), cards=cards, priority=priority, added_by="gui"),
+            **self._limits()), on_answer)
 
     def remove(self, entry_id: str) -> str:
         return self._send("remove", entry=entry_id)
+
+    def stop(self, entry_id: str) -> str:
+        """Stop a started job as ``runs stop`` stops any run: a checkpoint first, then the run's
+        supervisor escalates after its grace period."""
+        return self._send("stop", entry=entry_id)
 
     def move(self, entry_id: str, before: str) -> str:
         return self._send("move", entry=entry_id, before=before)
@@ -222,7 +237,8 @@ class QueueService(_Requests):
 def host_state(answer: dict[str, Any]) -> QueueState:
     """The QueueState of a host's ``queue list --json`` answer (its entries without their job)."""
     items = [{**item, "job": {}} for item in answer.get("entries") or [] if isinstance(item, dict)]
-    state = QueueState.from_dict({"paused": bool(answer.get("paused")), "entries": items})
+    state = QueueState.from_dict({"paused": bool(answer.get("paused")), "entries": items,
+                                  "cpu_jobs": answer.get("cpu_jobs", queue.DEFAULT_CPU_JOBS)})
     state.pid = int(answer.get("runner_pid") or 0)
     state.problem = str(answer.get("problem") or "")
     return state
@@ -310,6 +326,10 @@ class HostQueueService(_Requests):
     def remove(self, entry_id: str) -> str:
         return self._send("remove", entry_id)
 
+    def stop(self, entry_id: str) -> str:
+        """The host's ``queue stop ID``: its run stopped there as ``runs stop`` stops it."""
+        return self._send("stop", entry_id)
+
     def move(self, entry_id: str, before: str) -> str:
         return self._send("move", entry_id, "--before", before)
 
@@ -317,13 +337,15 @@ class HostQueueService(_Requests):
         return self._send("pause" if paused else "resume")
 
     def add(self, job: Any, cards: CardRequest, *, priority: int = 0, device: str = "auto",
-            on_answer: Answer) -> str:
+            on_answer: Answer, client_id: str = "") -> str:
         """Queue a training job in the host's queue: the host's own ``queue add --config -``, the job
         on stdin (never on a command line), checked there against the host's files."""
         import json
         device_words = ["--device", device] if device != "auto" else []
+        own_id = ["--client-id", client_id] if client_id else []
         return self._add(lambda: self._send("add", "--config", "-", *_card_words(cards), "--priority",
-                                            str(priority), *device_words, stdin=json.dumps(job.to_dict())),
+                                            str(priority), *device_words, *own_id,
+                                            stdin=json.dumps(job.to_dict())),
                          on_answer)
 
     def add_kind(self, kind: str, words: list[str], cards: CardRequest, *, priority: int = 0,

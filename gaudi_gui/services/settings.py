@@ -116,6 +116,9 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in [
     _s("training/runs_dir", str, "", "where run folders go (empty: the default data folder)"),
     _s("training/stop_grace_s", float, 120.0, "seconds a Stop may save its checkpoint before SIGKILL",
        (1.0, _DAY_S)),
+    # -- queue: carried by every add from the window (core.queue keeps it in its state) --------------
+    _s("queue/cpu_jobs", int, 1, "queued CPU jobs (training, evaluation on no cards) that run at once; "
+       "0: no limit", (0, 256)),
     _s("training/followed_runs", list, [], "the runs being followed, one record each in the same format "
        "for every placement (where it runs, each host's run folder, the job), to re-attach after a "
        "restart"),

@@ -239,6 +239,21 @@ class TrainingService(QObject):
         self._persist(found)
         return found
 
+    def follow_run(self, folder: str) -> TrainingJob | None:
+        """Follow a run on this machine that another process started for this window (the queue,
+        for a job queued from the Training tab) as if it had been started here: it becomes the
+        current job, unless one is running. None when it is no longer going (the Runs list has it)."""
+        run = Run(folder)
+        known = next((j for j in self.jobs if j.kind == "local" and j.folder == str(run.folder)), None)
+        job = known or self._follow_local(run)
+        if job is None:
+            return None
+        if job is not self.current and not self.current.is_running():
+            self.current = job
+            self.current_changed.emit(job)
+        self._persist(self.running())
+        return job
+
     def _follow_local(self, run: Run) -> TrainingJob | None:
         """A run folder on this machine still going (a Slurm job's is followed through the queue)."""
         if not run.folder.is_dir():

@@ -441,8 +441,9 @@ class TrainingJob(QObject):
     def attach(self, run: Run) -> bool:
         """Follow a run folder on this machine that a terminal's ``gaudi-gui train`` or an earlier
         session left going; False when its processes are gone (its status is then brought to what
-        its events prove) or its pid was recycled."""
-        if run.reconcile().state != "running":
+        its events prove) or its pid was recycled. A run still "queued" with its supervisor alive (the
+        queue's start, announced before its launcher runs) is being started: followed too."""
+        if run.reconcile().state not in ("queued", "running"):
             return False
         self.follow({"parts": [{"host": "local", "folder": str(run.folder), "name": run.name}],
                      "resumed_from": run.status().resumed_from or ""})

@@ -3,7 +3,9 @@
 One row per job: position (1 starts next; "–" once started), its id and name, its state as a person
 reads it ("queued", "waiting for modules 2 and 3", "started on module 4", "ended: finished"), since
 when, and why it waits (or how it ended, or its run). Remove takes the selected job out (a job not
-started yet; a started one is stopped as any run, from Runs); Move up puts it before the one above;
+started yet); Stop stops a started one as the Training tab's Stop does (``queue stop``: its run saves
+a checkpoint at the end of the current step, then is killed after the grace period); Move up puts it
+before the one above;
 Pause / Resume stops starting jobs and starts them again. Plain text only. The Kind column says
 what the job is (training, serve, evaluation, download).
 
@@ -79,6 +81,10 @@ class QueueView(QWidget):
             header.setSectionResizeMode(column, QHeaderView.ResizeMode.ResizeToContents)
         self.remove_button = QPushButton("Remove", self)
         self.remove_button.setToolTip("take the selected job out of the queue (not started yet)")
+        self.stop_button = QPushButton("Stop", self)
+        self.stop_button.setObjectName("queue_stop")
+        self.stop_button.setToolTip("stop the selected started job: it saves a checkpoint at the end of "
+                                    "its current step, then ends (killed after the grace period)")
         self.up_button = QPushButton("Move up", self)
         self.up_button.setToolTip("start the selected job before the one above it (it takes its priority)")
         self.pause_button = QPushButton("Pause", self)
@@ -86,7 +92,7 @@ class QueueView(QWidget):
         self.message = QLabel("", self)
         self.message.setWordWrap(True)
         buttons = QHBoxLayout()
-        for b in (self.remove_button, self.up_button, self.pause_button):
+        for b in (self.remove_button, self.stop_button, self.up_button, self.pause_button):
             buttons.addWidget(b)
         buttons.addStretch(1)
         top = QHBoxLayout()
@@ -101,6 +107,7 @@ class QueueView(QWidget):
         # clicked(bool) would hand `checked` to a slot with an optional parameter: no-argument lambdas.
         self.remove_button.clicked.connect(lambda _checked=False: self._remove())
         self.up_button.clicked.connect(lambda _checked=False: self._move_up())
+        self.stop_button.clicked.connect(lambda _checked=False: self._stop())
         self.pause_button.clicked.connect(lambda _checked=False: self._toggle_pause())
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self._entries: list[Entry] = []
@@ -208,6 +215,7 @@ class QueueView(QWidget):
         entry = self.selected()
         pending = entry is not None and entry.state in ("queued", "waiting")
         self.remove_button.setEnabled(pending)
+        self.stop_button.setEnabled(entry is not None and entry.state in ACTIVE)
         order = self.service.state.pending()
         self.up_button.setEnabled(pending and entry is not None and bool(order) and order[0].id != entry.id)
 
@@ -215,6 +223,11 @@ class QueueView(QWidget):
         entry = self.selected()
         if entry is not None:
             self._run(lambda: self.service.remove(entry.id), f"removing {entry.id}…")
+
+    def _stop(self) -> None:
+        entry = self.selected()
+        if entry is not None and entry.state in ACTIVE:
+            self._run(lambda: self.service.stop(entry.id), f"stopping {entry.label()}…")
 
     def _move_up(self) -> None:
         entry = self.selected()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import html
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -39,12 +40,14 @@ from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.outputs import own_checkpoint
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.prepare import PrepareError
+from gaudi_gui.core.queue import Entry
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.start_preview import start_preview
 from gaudi_gui.core.training_args import Schema, hints, latest_cached
 from gaudi_gui.services.context import AppServices
+from gaudi_gui.services.queue import QueueService
 from gaudi_gui.services.training import TrainingService
 from gaudi_gui.services.training_job import TrainingJob
 from gaudi_gui.ui.log_view import LogView
@@ -107,6 +110,9 @@ class TrainingTab(QWidget):
         self.gate_box.setVisible(False)
         self._gate_job: JobConfig | None = None  # the job whose card check is under way
         self._gate_warned: JobConfig | None = None  # checked, warnings only: "Start anyway" starts it
+        #: The ids of the adds this tab sent to this machine's queue, not started yet.
+        self._queued_here: set[str] = set()
+        self._queue_followed = False
         self._gate_passed: JobConfig | None = None  # checked: the next start(job) goes ahead
         self._gate_connected = False
         self.placement.below_host.addWidget(self.gate_box)
@@ -717,7 +723,26 @@ class TrainingTab(QWidget):
             where, device = "local", self.device if self.device in ("hpu", "cuda", "cpu") else "auto"
             ids = tuple(selection.selected) if selection.jobs_use_cards() and selection.selected else ()
         cards, place = CardRequest(ids=ids), self.services.queue_for(where)
-        place.add(job, cards, device=device, on_answer=place.shown(self.status.setText, cards))
+        client_id = ""
+        if isinstance(place, QueueService):
+            # This machine's queue: when it starts this job, the tab follows the run as if started
+            # here (log, charts, Stop). The add's own id finds the entry again.
+            client_id = uuid.uuid4().hex
+            self._queued_here.add(client_id)
+            if not self._queue_followed:
+                self._queue_followed = True
+                place.entry_started.connect(self._on_queued_started)
+        place.add(job, cards, device=device, on_answer=place.shown(self.status.setText, cards),
+                  client_id=client_id)
+
+    def _on_queued_started(self, entry: Entry) -> None:
+        """A job this tab queued was started by the queue: follow its run."""
+        if entry.client_id not in self._queued_here or not entry.run_folder:
+            return
+        self._queued_here.discard(entry.client_id)
+        if self.training.follow_run(entry.run_folder) is None:
+            self.status.setText(f"the queue started {entry.label()} as run {entry.run_name}, which has "
+                                f"already ended (see the runs below)")
 
     def _start_anyway(self) -> None:
         job, self._gate_warned = self._gate_warned, None

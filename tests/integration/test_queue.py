@@ -10,6 +10,7 @@ on, with no time bound a slow machine could break."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import signal
@@ -153,14 +154,32 @@ def test_a_job_waits_for_cards_a_foreign_process_holds_and_starts_when_they_free
 
 
 def test_three_queued_jobs_run_with_no_window(tmp_path: Path) -> None:
+    """Three CPU trainings: each runs alone (issue 37 item 12: on a 2-core machine all three started
+    together), the next one starting only after the one before it ended."""
     ids = [add(job_file(tmp_path, f"night{i}")) for i in range(3)]
+    wait_for(lambda: entries()[ids[0]].state == "started", "the first job to start")
+    second = entries()[ids[1]]
+    assert second.state == "waiting" and "waiting for the CPU: q1 (night0) is running" in second.why, \
+        listing()
+    assert "waiting for the CPU" in gg("queue", "list").stdout
     done = wait_for(lambda: ended(ids), "three jobs to end")
     folders = {done[i].run_folder for i in ids}
     assert len(folders) == 3
-    for i in ids:
-        status = Run(done[i].run_folder).status()
+    runs = [Run(done[i].run_folder).status() for i in ids]
+    for i, status in zip(ids, runs, strict=True):
         assert status.state == "finished" and done[i].outcome == "finished", status.summary
     assert len({Run(f).status().output_dir for f in folders}) == 3
+    for before, after in itertools.pairwise(runs):
+        assert after.started_at >= before.ended_at, (before, after)
+
+
+def test_queue_set_cpu_jobs_and_its_bad_input(tmp_path: Path) -> None:
+    bad = gg("queue", "set", "--cpu-jobs", "two")
+    assert bad.returncode == 2 and "--cpu-jobs takes" in bad.stderr and "Traceback" not in bad.stderr
+    ok = gg("queue", "set", "--cpu-jobs", "2")
+    assert ok.returncode == 0 and "CPU jobs: 2 at a time" in ok.stdout, ok.stderr
+    assert json.loads(gg("queue", "list", "--json").stdout)["cpu_jobs"] == 2
+    wait_for(lambda: not queue.runner_pid(), "the queue process to end")
 
 
 def test_sigkill_of_the_queue_process_loses_nothing_and_starts_nothing_twice(

@@ -17,7 +17,7 @@ from gaudi_gui.core.queue import Entry, QueueState
 from gaudi_gui.services.queue import QueueService
 from gaudi_gui.ui.devices_tab import DevicesTab
 from gaudi_gui.ui.queue_view import QueueView
-from tests.helpers import click, close_training_tab, training_tab
+from tests.helpers import click, close_training_tab, end_training_tab, set_arg, training_tab
 
 
 @pytest.fixture(autouse=True)
@@ -82,6 +82,61 @@ def test_queue_button_and_the_queue_view_clicked(qtbot, tmp_path, demo_model) ->
         service.shutdown()
     finally:
         close_training_tab(services, tab)
+
+
+def test_the_training_tab_follows_its_queued_run_and_the_queue_views_stop_stops_it(
+        qtbot, tmp_path, demo_model) -> None:
+    """Issue 37 item 12: a job queued from the Training tab and started by the (real) queue process is
+    shown by the tab as if started there (its log and curve, live); the Queue view's Stop, clicked,
+    stops it as the tab's Stop does: it ends "stopped" with its checkpoint saved."""
+    from gaudi_gui.core.runstore import Run, checkpoint_complete
+    from gaudi_gui.core.stopper import KILL_NOW_SIGNAL
+    services, tab = training_tab(qtbot, tmp_path)
+    view: QueueView | None = None
+    try:
+        for name, text in (("output_dir", str(tmp_path / "out")), ("max_steps", "100000"),
+                           ("save_steps", "100000"), ("logging_steps", "1")):
+            set_arg(tab, name, text)
+        click(qtbot, tab.btn["Queue"])
+        service = services.queue
+        assert service is not None
+        qtbot.waitUntil(lambda: any(e.state == "started" for e in service.state.entries), timeout=120000)
+        (entry,) = service.state.entries
+        qtbot.waitUntil(lambda: tab.job.folder == entry.run_folder, timeout=30000)
+        job = tab.job
+        qtbot.waitUntil(lambda: len(job.records) >= 2, timeout=240000)
+        assert tab.chart.isVisible() and "[rank 0/1]" in tab.log.plain_text()
+        assert tab.btn["Stop"].isEnabled()
+
+        view = QueueView(service)
+        qtbot.addWidget(view)
+        view.resize(1000, 400)
+        view.show()
+        qtbot.waitUntil(lambda: bool(rows(view)) and rows(view)[0][3] == "started", timeout=10000)
+        assert not view.stop_button.isEnabled()  # nothing selected yet
+        view.table.selectRow(0)
+        assert view.stop_button.isEnabled()
+        click(qtbot, view.stop_button)
+        qtbot.waitUntil(lambda: "stop requested" in view.message.text(), timeout=30000)
+        qtbot.waitUntil(lambda: rows(view)[0][3] == "ended: stopped", timeout=240000)
+        qtbot.waitUntil(lambda: not job.is_running(), timeout=60000)
+        status = Run(entry.run_folder).status()
+        assert status.state == "stopped", status.summary
+        assert checkpoint_complete(tmp_path / "out" / f"checkpoint-{status.step}")
+        assert tab.status.text().startswith(f"Stopped at step {status.step} — checkpoint-{status.step} saved")
+        assert not Run(entry.run_folder).processes_alive()
+    finally:
+        if view is not None:
+            view.close()
+        # A run the queue started and the tab never followed (a failure above) is killed here.
+        for started in queue.read_state().entries:
+            supervisor = Run(started.run_folder).supervisor() if started.run_folder else None
+            if supervisor is not None:
+                supervisor.signal(KILL_NOW_SIGNAL)
+                qtbot.waitUntil(lambda s=supervisor: not s.is_alive(), timeout=60000)
+        end_training_tab(qtbot, services, tab)
+        if services.queue is not None:
+            services.queue.shutdown()
 
 
 def _write(entries: list[Entry]) -> None:

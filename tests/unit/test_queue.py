@@ -161,3 +161,62 @@ def test_the_same_add_sent_twice_is_queued_once(tmp_path: Path) -> None:
     assert again["ok"] and again["entry"] == first["entry"] == "q1"
     assert "already queued as q1 (a)" in again["message"]
     assert len(runner.state.entries) == 1
+
+
+def test_cpu_jobs_start_one_at_a_time_and_say_for_which_job() -> None:
+    """Issue 37 item 12: three CPU trainings queued on a small machine all started together. At most
+    ``cpu_jobs`` (default 1) of them run; the others wait, in order, naming the job they wait for."""
+    state = QueueState(entries=[entry(1), entry(2), entry(3)])
+    assert state.cpu_jobs == 1
+    assert starts(state, CardsView(None)) == {"q1": ()}
+    why = {d.entry_id: d.why for d in queue.plan(state, CardsView(None))}
+    assert why["q2"].startswith("waiting for the CPU: q1 (job1) is running")
+    assert "--cpu-jobs" in why["q3"]
+    state.entries[0].state = "started"
+    assert starts(state, CardsView(None)) == {}
+    state.entries[0].state = "ended"
+    assert starts(state, CardsView(None)) == {"q2": ()}
+    # Two at a time, and no limit; card jobs, serve and download jobs take no turn of the CPU.
+    state.cpu_jobs = 2
+    assert starts(state, CardsView(None)) == {"q2": (), "q3": ()}
+    state.cpu_jobs = 0
+    busy = QueueState(cpu_jobs=0, entries=[entry(1), entry(2), entry(3)])
+    assert set(starts(busy, CardsView(None))) == {"q1", "q2", "q3"}
+    others = QueueState(entries=[entry(1, state="started"), entry(2, count=1), entry(3), entry(4)])
+    others.entries[2].kind, others.entries[3].kind = "serve", "download"
+    assert starts(others, CardsView(None)) == {"q2": (0,), "q3": (), "q4": ()}
+    waiting = Entry(id="q9", job={}, state="waiting", why=why["q2"])
+    assert waiting.state_text() == "waiting for the CPU"
+
+
+def test_the_cpu_limit_is_set_by_a_request_and_kept_in_the_state(tmp_path: Path) -> None:
+    runner = Runner(tmp_path / "q")
+    runner.state.paused = True
+    assert _apply(runner, "set", cpu_jobs=2) == {"ok": True, "message": "CPU jobs: 2 at a time",
+                                                 "cpu_jobs": 2}
+    runner._save()
+    assert queue.read_state(runner.root).cpu_jobs == 2
+    for bad in (-1, "two", True, 1.5, 1000):
+        reply = _apply(runner, "set", cpu_jobs=bad)
+        assert not reply["ok"] and "--cpu-jobs takes" in reply["message"]
+    # The window's adds carry its setting.
+    assert _apply(runner, "add", job={}, name="a", cpu_jobs=3)["ok"]
+    assert runner.state.cpu_jobs == 3
+    # A damaged value in the file reads as the default.
+    queue.state_path(runner.root).write_text('{"cpu_jobs": "x", "entries": []}', encoding="utf-8")
+    assert queue.read_state(runner.root).cpu_jobs == queue.DEFAULT_CPU_JOBS
+
+
+def test_stop_is_for_a_started_job(tmp_path: Path) -> None:
+    runner = Runner(tmp_path / "q")
+    runner.state.paused = True
+    assert _apply(runner, "add", job={}, name="a")["ok"]
+    refused = _apply(runner, "stop", entry="q1")
+    assert not refused["ok"] and "has not started: Remove takes it out" in refused["message"]
+    first = runner.state.find("q1")
+    assert first is not None
+    first.state = "starting"
+    asked = _apply(runner, "stop", entry="q1")
+    assert asked["ok"] and "stopped as soon as it has started" in asked["message"] and first.stop_asked
+    removed = _apply(runner, "remove", entry="q1")
+    assert not removed["ok"] and "gaudi-gui queue stop q1" in removed["message"]
