@@ -206,6 +206,36 @@ def to_sft_row(kind: str, columns: Mapping[str, str], row: Mapping[str, Any], *,
     return {"messages": to_messages(row.get(column), column)}
 
 
+def row_problem(kind: str, columns: Mapping[str, str], row: Mapping[str, Any],
+                text_column: str = "text") -> str | None:
+    """Why one file row cannot train (None: it can): a field whose columns the row lacks or holds
+    empty, or a value ``to_sft_row`` refuses. A loader fills a missing column with null, and an empty
+    answer would train the model to say nothing: the worker drops such rows and counts them
+    (``core.datafile`` counts them before the launch). An empty column inside a template (alpaca's
+    input) is fine while the field's text is not empty."""
+    if kind == "text":
+        value = row.get(text_column)
+        if value is None:
+            return f"no {text_column!r}"
+        if isinstance(value, str) and not value.strip():
+            return f"{text_column!r} is empty"
+    try:
+        sft_row = to_sft_row(kind, columns, row, chat=False, text_column=text_column)
+    except MappingError as exc:
+        return str(exc)
+    if kind != "prompt_completion":
+        return None
+    for field in FIELDS[kind]:
+        if str(sft_row[field]).strip():
+            continue
+        try:
+            missing = [c for c in columns_used(columns[field]) if row.get(c) is None]
+        except MappingError:
+            missing = []
+        return f"{field}: no {', '.join(map(repr, missing))}" if missing else f"the {field} is empty"
+    return None
+
+
 def check_rows(kind: str, columns: Mapping[str, str], rows: Sequence[Mapping[str, Any]],
                text_column: str = "text") -> list[tuple[str, str]]:
     """(field, message) for each mapped field that does not render every one of ``rows`` (the

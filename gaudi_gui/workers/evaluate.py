@@ -287,7 +287,7 @@ class Evaluator:
             if self.max_rows:
                 raw_eval = raw_eval.select(range(min(self.max_rows, len(raw_eval))))
             chat = bool(getattr(tokenizer, "chat_template", None))
-            rows = sft_data.to_sft(job, raw_eval, chat, "eval split")
+            rows, _skipped = sft_data.to_sft(job, raw_eval, chat, "eval split")
         except sft_data.DataError as exc:
             raise Failure("bad_input", f"the run's eval split: {exc}") from None
         texts: list[str] = []

@@ -23,7 +23,7 @@ import types
 from pathlib import Path
 from typing import Any
 
-from gaudi_gui.core import paths, sft
+from gaudi_gui.core import datafile, paths, sft
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError, resolve_format
 from gaudi_gui.workers.loader import hide_bitsandbytes
 
@@ -87,11 +87,27 @@ def _load(source: str, fmt: str, split: str) -> Any:
             return datasets.load_dataset(source, split=split or "train")
         if not Path(source).expanduser().is_file():
             raise DataError("dataset", f"dataset file not found: {source}")
+        # The file read as the loader will (core.datafile): an empty file, a line that is not UTF-8 or
+        # not JSON is named with its line here; datasets' own error often had no text at all.
+        found = datafile.scan(source, fmt)
+        if found.problem:
+            raise DataError("dataset", found.problem, "dataset.source")
         return datasets.load_dataset(fmt, data_files=str(Path(source).expanduser()), split="train")
     except DataError:
         raise
     except Exception as exc:  # datasets raises many types (FileNotFoundError, DatasetNotFoundError, ...)
-        raise DataError("dataset", f"cannot load dataset {source!r}: {exc}") from exc
+        raise DataError("dataset", f"cannot load dataset {source!r}: {_reason(exc)}") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    """An exception's text, or its cause's, or its type: never the empty reason datasets gave."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if str(seen).strip():
+            text = str(seen).strip()
+            return text if seen is exc else f"{type(exc).__name__}: {text}"
+        seen = seen.__cause__ or seen.__context__
+    return type(exc).__name__
 
 
 def load_raw(job: JobConfig) -> tuple[Any, Any]:
@@ -129,13 +145,39 @@ def check_columns(job: JobConfig, ds: Any, what: str = "dataset") -> None:
         raise DataError("missing_column", f"{what}: {message}", field)
 
 
-def to_sft(job: JobConfig, ds: Any, chat: bool, what: str = "dataset") -> Any:
-    """File rows -> SFTTrainer rows (text / prompt+completion / messages), every other column dropped."""
+@dataclasses.dataclass
+class Skipped:
+    """Rows that could not train and were dropped: how many, and the first one's row number and why."""
+
+    count: int = 0
+    first: str = ""
+
+    def said(self, rows: int, what: str = "dataset") -> str:
+        return f"{what}: {self.count} of {rows} rows cannot train and were skipped (first: {self.first})"
+
+
+def to_sft(job: JobConfig, ds: Any, chat: bool, what: str = "dataset") -> tuple[Any, Skipped]:
+    """File rows -> SFTTrainer rows (text / prompt+completion / messages), every other column dropped,
+    and the rows dropped because they cannot train (``sft.row_problem``: no answer, an empty field).
+    A loader fills a missing column with null: trained as it was, such a row taught the model an empty
+    answer, unsaid. More than ``datafile.BAD_ROWS_LIMIT`` of the rows refuses the run (DataError)."""
+    from gaudi_gui.core.datafile import BAD_ROWS_LIMIT
+
     check_columns(job, ds, what)
     kind, columns = job.dataset.kind, job.dataset.columns
     column = job.dataset.text_column or "text"
+    fmt = job.dataset_format()
 
     def convert(row: dict[str, Any], index: int) -> dict[str, Any]:
+        why = sft.row_problem(kind, columns, row, column)
+        if why and not (kind == "text" and fmt == "text"):
+            # Kept in the shape of a good row (one column type for the whole set), dropped below.
+            empty: dict[str, Any] = {"messages": []} if kind == "conversational" else \
+                {"text": ""} if kind == "text" else \
+                {"prompt": [{"role": "user", "content": ""}],
+                 "completion": [{"role": "assistant", "content": ""}]} if chat else \
+                {"prompt": "", "completion": ""}
+            return {**empty, "_bad": f"row {index + 1}: {why}"}
         try:
             if kind == "conversational":
                 from trl import maybe_convert_to_chatml
@@ -144,19 +186,30 @@ def to_sft(job: JobConfig, ds: Any, chat: bool, what: str = "dataset") -> Any:
                 value = copy.deepcopy(row.get(columns["messages"]))
                 if isinstance(value, list):
                     value = maybe_convert_to_chatml({"conversations": value})["messages"]
-                return {"messages": sft.to_messages(value, columns["messages"])}
-            return sft.to_sft_row(kind, columns, row, chat=chat, text_column=column)
+                return {"messages": sft.to_messages(value, columns["messages"]), "_bad": ""}
+            return {**sft.to_sft_row(kind, columns, row, chat=chat, text_column=column), "_bad": ""}
         except sft.MappingError as exc:
-            raise DataError("dataset", f"{what} row {index}: {exc}", exc.field) from None
+            raise DataError("dataset", f"{what} row {index + 1}: {exc}", exc.field) from None
 
     out = ds.map(convert, with_indices=True, remove_columns=ds.column_names)
+    bad = [b for b in out["_bad"] if b]
+    skipped = Skipped(len(bad), bad[0] if bad else "")
+    rows = len(out)
+    if bad:
+        out = out.filter(lambda row: not row["_bad"])
+    out = out.remove_columns("_bad")
+    if skipped.count and skipped.count > rows * BAD_ROWS_LIMIT:
+        raise DataError("dataset", f"{what}: {skipped.count} of {rows} rows cannot train (first: "
+                                   f"{skipped.first}); more than {BAD_ROWS_LIMIT:.0%} of the rows: check "
+                                   f"the column mapping or the file", "dataset.source")
     if kind == "text":
+        # A text file's blank lines separate paragraphs: dropped, as they always were, not counted.
         out = out.filter(lambda row: bool(row["text"].strip()))
         if len(out) == 0:
             raise DataError("dataset", f"column {column!r} holds no text to train on", "dataset.text_column")
     elif len(out) == 0:
         raise DataError("dataset", f"{what} has no rows")
-    return out
+    return out, skipped
 
 
 def apply_chat_template_path(tokenizer: Any, path: str | None) -> str:
@@ -197,7 +250,7 @@ def preview(job: JobConfig, rows: int = 3) -> dict[str, Any]:
     if eval_ds is not None:
         to_sft(job, eval_ds.select(range(min(rows, len(eval_ds)))), chat, "eval split")
     ds = ds.select(range(min(rows, len(ds))))
-    data = to_sft(job, ds, chat)
+    data, _skipped = to_sft(job, ds, chat)
     sample = data[0]
     # What SFTTrainer.__init__ decides before it prepares the dataset, the same way.
     training_template = None

@@ -412,8 +412,14 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
 
     raw, raw_eval = sft_data.load_raw(job)
     chat = bool(getattr(tokenizer, "chat_template", None)) or bool(args_dict.get("chat_template_path"))
-    train_rows = sft_data.to_sft(job, raw, chat)
-    eval_rows = sft_data.to_sft(job, raw_eval, chat, "eval split") if raw_eval is not None else None
+    train_rows, skipped = sft_data.to_sft(job, raw, chat)
+    if skipped.count:
+        say(f"warning: {skipped.said(len(train_rows) + skipped.count)}")
+    eval_rows = None
+    if raw_eval is not None:
+        eval_rows, eval_skipped = sft_data.to_sft(job, raw_eval, chat, "eval split")
+        if eval_skipped.count:
+            say(f"warning: {eval_skipped.said(len(eval_rows) + eval_skipped.count, 'eval split')}")
     if targs.assistant_only_loss and not targs.chat_template_path:
         from trl.chat_template_utils import get_training_chat_template, has_generation_markers
         if not has_generation_markers(tokenizer.chat_template or ""):
@@ -449,7 +455,8 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
         say(f"warning: {sft_data.truncated_message(dropped, len(train_rows), targs.max_length)}")
     first = trainer.train_dataset[0] if len(trainer.train_dataset) else {}
     labels = list(first.get("labels") or first.get("input_ids") or [])
-    emit(EventType.DATASET_READY, kind=job.dataset.kind, rows=len(trainer.train_dataset), dropped=dropped,
+    emit(EventType.DATASET_READY, kind=job.dataset.kind, rows=len(trainer.train_dataset),
+         dropped=dropped + skipped.count, skipped=skipped.count, skipped_first=skipped.first,
          eval_rows=len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0,
          first_tokens=len(first.get("input_ids") or []),
          first_labelled=sum(1 for x in labels if x != -100))
