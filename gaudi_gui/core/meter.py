@@ -979,7 +979,7 @@ class Meter:
         if self.device == "hpu":
             self.cards = parse_ids(self.env.get("HABANA_VISIBLE_MODULES")) or recorded_cards(self.folder)
             chosen, named = hlsmi.hl_smi_program(env=self.env)
-            program = chosen if named else hlsmi.find_hl_smi(env=self.env)
+            program: str | None = chosen if named else hlsmi.find_hl_smi(env=self.env)
             if not program:
                 self.note = "hl-smi not found: the cards' energy is not measured"
                 return
