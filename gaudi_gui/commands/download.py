@@ -121,14 +121,16 @@ class _Out:
 def _print_plan(out: _Out, plan: hub.Plan) -> None:
     out.event({"type": EventType.PLAN, **plan.to_dict()})
     cached = [f for f in plan.files if f.cached]
-    out.say(f"{plan.repo_id} @ {plan.revision} (commit {plan.commit[:12]}): {len(plan.files)} files, "
-            f"{hub.human(plan.total_bytes)}; cached {len(cached)}, to download {len(plan.to_fetch)} "
-            f"({hub.human(plan.remaining_bytes)})")
+    on_disk = plan.remaining_bytes - plan.to_download_bytes
+    out.say(f"{plan.repo_id} @ {plan.revision} (commit {plan.commit[:12]}): "
+            f"{hub.count(len(plan.files), 'file')}, {hub.human(plan.total_bytes)}; cached {len(cached)}, "
+            f"to download {hub.count(len(plan.to_fetch), 'file')} ({hub.human(plan.to_download_bytes)}"
+            + (f"; {hub.human(on_disk)} of it already on disk)" if on_disk else ")"))
     shown = sorted(plan.files, key=lambda f: -(f.size or 0))[:25]
     for f in sorted(shown, key=lambda f: f.filename):
         out.say(f"  {hub.human(f.size):>10}  {'cached  ' if f.cached else 'download'}  {f.filename}")
     if len(plan.files) > len(shown):
-        out.say(f"  … and {len(plan.files) - len(shown)} smaller files")
+        out.say(f"  … and {hub.count(len(plan.files) - len(shown), 'smaller file')}")
     out.say(f"cache {plan.cache_dir}: {hub.human(plan.free_bytes)} free")
 
 
@@ -230,7 +232,7 @@ def _said_plan(out: _Out, plan: hub.Plan, attempt: int, attempts: int, *, first:
     if first:
         _print_plan(out, plan)
     elif plan.to_fetch:
-        out.say(f"attempt {attempt} of {attempts}: {len(plan.to_fetch)} files "
+        out.say(f"attempt {attempt} of {attempts}: {hub.count(len(plan.to_fetch), 'file')} "
                 f"({hub.human(plan.remaining_bytes)}) left to download"
                 + (f", {hub.human(plan.partial_bytes)} of it already on disk" if plan.partial_bytes else ""))
     if plan.to_fetch:
@@ -245,8 +247,8 @@ def _said_check(out: _Out, event: dict[str, Any]) -> None:
     if kind == EventType.RESUMED:
         out.say(f"continuing {event.get('filename')} from {hub.human(event.get('bytes'))} already on disk")
     elif kind == EventType.VERIFIED:
-        out.say(f"verified {event.get('files')} files (sizes and the Hub's digests, checked as they "
-                f"arrived; {hub.duration(event.get('seconds'))} spent after the last byte)")
+        out.say(f"verified {hub.count(event.get('files'), 'file')} (sizes and the Hub's digests, checked "
+                f"as they arrived; {hub.duration(event.get('seconds'))} spent after the last byte)")
     else:
         for bad in event.get("files") or []:
             out.say(f"damaged: {bad.get('message')} (removed)")
@@ -317,7 +319,9 @@ def _download(args: argparse.Namespace, out: _Out) -> int:
                 return 0
             if result.plan is not None and not result.plan.to_fetch and attempt == 1:
                 out.event({"type": EventType.DONE, "path": result.path, "attempts": 0, "bytes": 0})
-                out.say(f"all {len(result.plan.files)} files are already in the cache: nothing to download")
+                every = ("the file is" if len(result.plan.files) == 1 else
+                         f"all {len(result.plan.files)} files are")
+                out.say(f"{every} already in the cache: nothing to download")
                 out.say(f"model: {result.path}")
                 return 0
             return _finished(out, args.repo_id, first, result.path, attempts=attempt, started=started)
@@ -339,7 +343,8 @@ def _download(args: argparse.Namespace, out: _Out) -> int:
                         "instead of Xet")
         if attempt < args.attempts:
             _wait_retry(out, attempt, args.attempts, backoff, last_reason, xet_note=xet_note)
-    out.problem(f"{args.repo_id}: giving up after {args.attempts} attempts; the last one: {last_reason}. "
+    out.problem(f"{args.repo_id}: giving up after {hub.count(args.attempts, 'attempt')}; "
+                f"{'the last one' if args.attempts > 1 else 'it failed'}: {last_reason}. "
                 "Finished files stay in the cache and partial ones on disk: running the same command "
                 "again continues with the rest.", "failed")
     return 1

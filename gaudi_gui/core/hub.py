@@ -99,6 +99,12 @@ class Plan:
         return sum(f.size or 0 for f in self.files if not f.cached)
 
     @property
+    def to_download_bytes(self) -> int:
+        """What is left to come over the network: the files not cached, less what partial files an
+        earlier attempt left holds (the next attempt continues them from there)."""
+        return self.remaining_bytes - min(self.partial_bytes, self.remaining_bytes)
+
+    @property
     def to_fetch(self) -> list[PlanFile]:
         return [f for f in self.files if not f.cached]
 
@@ -109,7 +115,7 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out.update(total_bytes=self.total_bytes, remaining_bytes=self.remaining_bytes,
-                   snapshot_path=self.snapshot_path)
+                   to_download_bytes=self.to_download_bytes, snapshot_path=self.snapshot_path)
         return out
 
     @classmethod
@@ -331,12 +337,14 @@ def free_bytes(path: str | os.PathLike[str]) -> int:
 
 def space_refusal(plan_: Plan, margin: int = DEFAULT_MARGIN_BYTES) -> str | None:
     """Why the plan does not fit on the cache's disk (with the numbers), or None when it does."""
-    if plan_.free_bytes is None or plan_.remaining_bytes == 0:
+    # Partial files already hold their bytes on that disk: only the rest needs room.
+    needed = plan_.to_download_bytes
+    if plan_.free_bytes is None or needed == 0:
         return None
-    if plan_.remaining_bytes + margin <= plan_.free_bytes:
+    if needed + margin <= plan_.free_bytes:
         return None
-    return (f"not enough disk space for {plan_.repo_id}: {human(plan_.remaining_bytes)} to download "
-            f"({plan_.remaining_bytes} bytes) but {human(plan_.free_bytes)} free ({plan_.free_bytes} bytes) "
+    return (f"not enough disk space for {plan_.repo_id}: {human(needed)} to download "
+            f"({needed} bytes) but {human(plan_.free_bytes)} free ({plan_.free_bytes} bytes) "
             f"at {plan_.cache_dir}, and {human(margin)} is kept free; free some space (gaudi-gui models "
             "--sort size) or point HF_HUB_CACHE at a larger disk")
 
@@ -350,6 +358,12 @@ def human(n: float | None) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} PB"  # pragma: no cover
+
+
+def count(n: object, noun: str) -> str:
+    """``n`` and the noun, plural unless it is 1 ("1 file", "3 files", "? files" for no number)."""
+    number = n if isinstance(n, int) and not isinstance(n, bool) else None
+    return f"{'?' if number is None else number} {noun}{'' if number == 1 else 's'}"
 
 
 def duration(seconds: float | None) -> str:
@@ -367,9 +381,13 @@ def duration(seconds: float | None) -> str:
 
 
 class Progress:
-    """Bytes and files of one attempt, as ``progress`` events: rate over the last ~5 s, ETA from it."""
+    """Bytes and files of one attempt, as ``progress`` events: rate over the last ~5 s, ETA from it
+    once this attempt has fetched ``MIN_ETA_BYTES`` over ``MIN_ETA_S`` (a first 23-byte file said
+    "ETA 10881h59m" for 300 MB: a rate from so little is no rate)."""
 
     WINDOW_S = 5.0
+    MIN_ETA_BYTES = 512 * 1024
+    MIN_ETA_S = 2.0
 
     def __init__(self, bytes_total: int = 0, files_total: int = 0) -> None:
         self.bytes_total = bytes_total
@@ -377,6 +395,8 @@ class Progress:
         self.files_total = files_total
         self.files_done = 0
         self.started = time.monotonic()
+        #: Bytes this attempt fetched itself (an earlier attempt's, resumed, are not).
+        self.fetched = 0
         self._samples: deque[tuple[float, int]] = deque([(self.started, 0)])
 
     def add_resumed(self, n: int) -> None:
@@ -386,6 +406,7 @@ class Progress:
 
     def add_bytes(self, n: int) -> None:
         self.bytes_done = max(0, self.bytes_done + n)
+        self.fetched = max(0, self.fetched + n)
         now = time.monotonic()
         self._samples.append((now, self.bytes_done))
         while len(self._samples) > 2 and now - self._samples[0][0] > self.WINDOW_S:
@@ -400,8 +421,10 @@ class Progress:
     def event(self) -> dict[str, Any]:
         rate = self.rate()
         left = max(0, self.bytes_total - self.bytes_done)
+        sure = (self.fetched >= min(self.MIN_ETA_BYTES, left + self.fetched)
+                and time.monotonic() - self.started >= self.MIN_ETA_S)
         return {"type": EventType.PROGRESS, "bytes_done": self.bytes_done, "bytes_total": self.bytes_total,
-                "rate": round(rate, 1), "eta_s": round(left / rate, 1) if rate > 0 else None,
+                "rate": round(rate, 1), "eta_s": round(left / rate, 1) if rate > 0 and sure else None,
                 "files_done": self.files_done, "files_total": self.files_total,
                 "elapsed_s": round(time.monotonic() - self.started, 2)}
 
@@ -768,7 +791,7 @@ def deletion(spec: str, cache_dir: str | None = None) -> Deletion:
 
 __all__ = ["DEFAULT_MARGIN_BYTES", "EXIT_FIX", "EXIT_TRANSIENT", "CacheListing", "CachedModel",
            "Deletion", "FileCheck", "HubProblem", "Plan", "PlanFile", "Progress", "SilentBar",
-           "bytes_on_disk", "check_blob", "check_repo_id", "deletion", "describe_error", "digest",
+           "bytes_on_disk", "check_blob", "check_repo_id", "count", "deletion", "describe_error", "digest",
            "etag_hasher", "forget_plan", "free_bytes", "human", "incomplete_files", "is_resumable",
            "list_cache", "mismatch", "partial_files", "plan", "plan_record_path", "progress_text",
            "record_plan", "remove_bad", "snapshot_problem", "space_refusal", "verify_files"]

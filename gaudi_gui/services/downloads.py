@@ -40,6 +40,8 @@ from gaudi_gui.services.run_parts import FOLLOWING, RemoteCall, SupervisedPart
 #: How long a stopped download's command has to end its attempt before it is killed (its own grace
 #: for its child is 3 s).
 STOP_GRACE_MS = 8000
+#: A cancelled download's closing sentence (the row puts "Cancelled." before it).
+CANCELLED = "Finished files stay in the cache; downloading again continues with the rest."
 
 
 @dataclass(frozen=True)
@@ -108,15 +110,20 @@ def describe_event(event: dict[str, Any]) -> str:
     if kind == EventType.PLAN:
         files = event.get("files") or []
         cached = sum(1 for f in files if f.get("cached"))
-        return (f"{len(files)} files, {hub.human(event.get('total_bytes'))}; {cached} already cached, "
-                f"{hub.human(event.get('remaining_bytes'))} to download; "
+        remaining = int(event.get("remaining_bytes") or 0)
+        # What partial files already hold is not downloaded again (a plan of an older command: all).
+        to_download = int(event.get("to_download_bytes", remaining) or 0)
+        on_disk = (f" ({hub.human(remaining - to_download)} of it already on disk)"
+                   if to_download < remaining else "")
+        return (f"{hub.count(len(files), 'file')}, {hub.human(event.get('total_bytes'))}; {cached} already "
+                f"cached, {hub.human(to_download)} to download{on_disk}; "
                 f"{hub.human(event.get('free_bytes'))} free in {event.get('cache_dir', 'the cache')}")
     if kind == EventType.ATTEMPT:
         attempt, attempts = event.get("attempt"), event.get("attempts")
         if attempt == 1:
             return ""
         how = "" if event.get("xet", True) else " over plain HTTP (Xet off)"
-        return (f"attempt {attempt} of {attempts}{how}: {event.get('files_left')} files "
+        return (f"attempt {attempt} of {attempts}{how}: {hub.count(event.get('files_left'), 'file')} "
                 f"({hub.human(event.get('bytes_left'))}) left")
     if kind == EventType.STALLED:
         return (f"stalled: no byte arrived for {float(event.get('seconds') or 0):.0f} s, so this attempt "
@@ -131,7 +138,7 @@ def describe_event(event: dict[str, Any]) -> str:
         return (f"continuing {event.get('filename')} from {hub.human(event.get('bytes'))} already on "
                 "disk (an earlier attempt's partial file)")
     if kind == EventType.VERIFIED:
-        return (f"checked {event.get('files')} files against the Hub's sizes and digests "
+        return (f"checked {hub.count(event.get('files'), 'file')} against the Hub's sizes and digests "
                 f"in {hub.duration(event.get('seconds'))}")
     if kind == EventType.VERIFY_FAILED:
         bad = event.get("files") or []
@@ -172,6 +179,9 @@ class Download(QObject):
         self.cancelled = False
         #: The job's run folder at its place ("" for a download tied to the window, or until known).
         self.folder = ""
+        #: The note that holds only while the job runs, and what it says once the job ended.
+        self._running_note = ""
+        self._ran_note = ""
         self._error = ""
         self._stderr: list[str] = []
         self._part: SupervisedPart | None = None
@@ -295,8 +305,10 @@ class Download(QObject):
     def _on_identified(self, folder: str) -> None:
         self.folder = folder
         where = "" if self.host.is_local else f" on {self.host.name}"
-        self._note(f"a job of its own{where} (run folder {folder}): it goes on if the window closes"
-                   + ("" if self.host.is_local else " or the connection drops"))
+        self._ran_note = redact(f"ran as a job of its own{where} (run folder {folder})")
+        goes_on = "the window closes" + ("" if self.host.is_local else " or the connection drops")
+        self._running_note = redact(f"a job of its own{where} (run folder {folder}): it goes on if {goes_on}")
+        self._note(self._running_note)
 
     def _on_connection(self, state: str, _message: str) -> None:
         if state == FOLLOWING and any("reconnecting" in n for n in self.notes[-3:]):
@@ -310,23 +322,28 @@ class Download(QObject):
             self.message = f"downloaded to {self.host.label}: {self.path}"
         elif state == "stopped" or self.cancelled:
             self.cancelled = True
-            self.message = ("cancelled: finished files stay in the cache; downloading again continues "
-                            "with the rest")
+            self.message = CANCELLED
         else:
             self.message = self._error or summary.removeprefix("Failed: ")
-        self.finished.emit(bool(self.ok), self.message, self.path)
+        self._end()
 
     def _on_finished(self, code: int, status: str) -> None:
         if self.cancelled:
             self.ok = False
-            self.message = ("cancelled: finished files stay in the cache; downloading again continues "
-                            "with the rest")
+            self.message = CANCELLED
         elif code == 0 and self.path:
             self.ok = True
             self.message = f"downloaded to {self.host.label}: {self.path}"
         else:
             self.ok = False
             self.message = self._failure(code, status)
+        self._end()
+
+    def _end(self) -> None:
+        """What was true only while it ran ("it goes on if the window closes") is told in the past
+        once it ended, then ``finished``."""
+        if self._running_note in self.notes:
+            self.notes[self.notes.index(self._running_note)] = self._ran_note
         self.finished.emit(bool(self.ok), self.message, self.path)
 
     def _failure(self, code: int, status: str) -> str:

@@ -124,6 +124,8 @@ class DownloadRow(QWidget):
         self.status.setText(("Done. " if ok else ("Cancelled. " if self.job.cancelled else "Failed. "))
                             + (status if ok else message))
         self.status.setStyleSheet("" if ok else "color: #b00020")
+        # The job told in the past what held only while it ran ("it goes on if the window closes").
+        self.notes.setText("\n".join(self.job.notes[-6:]))
 
 
 class ModelsTab(QWidget):

@@ -168,6 +168,9 @@ def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: Mo
     assert "stalled: no byte arrived for" in notes and "retrying in" in notes
     assert "attempt 2 of 4" in notes
     assert row.status.text().startswith("Done.")
+    # Ended: what held while it ran is told in the past.
+    assert "goes on if the window closes" not in notes
+    assert any(n.startswith("ran as a job of its own") for n in row.job.notes), row.job.notes
 
     # The library lists it; Delete… asks with the space it frees, and frees it.
     qtbot.waitUntil(lambda: tab.table.rowCount() == 1 and not tab.is_listing(), timeout=30000)
@@ -190,7 +193,11 @@ def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: Mo
     assert tab.places.active_jobs() and "org/stuck" in tab.places.active_jobs()[0]
     click(qtbot, stuck.cancel_button)
     qtbot.waitUntil(lambda: stuck.job.ok is not None, timeout=20000)
-    assert stuck.status.text().startswith("Cancelled.")
+    # Said once ("Cancelled. cancelled: …" before), and no longer "it goes on if the window closes".
+    assert stuck.status.text() == ("Cancelled. Finished files stay in the cache; downloading again "
+                                   "continues with the rest.")
+    assert "goes on if the window closes" not in stuck.notes.text()
+    assert "ran as a job of its own" in stuck.notes.text()
     assert not tab.places.active_jobs()
     commands = [p.cmdline() for p in psutil.process_iter(["cmdline"]) if "org/stuck" in " ".join(
         p.info["cmdline"] or [])]
@@ -264,7 +271,7 @@ def test_a_download_is_a_job_left_running_at_close_and_followed_again_by_the_nex
     qtbot.waitUntil(lambda: len(tab2.download_rows) == 1, timeout=30000)
     row = tab2.download_rows[0]
     assert row.job.folder == job.folder and "org/long" in row.title.text()
-    qtbot.waitUntil(lambda: "followed again" in row.notes.text() and "files" in row.notes.text(),
+    qtbot.waitUntil(lambda: "followed again" in row.notes.text() and "1 file, " in row.notes.text(),
                     timeout=30000)
     qtbot.waitUntil(row.cancel_button.isVisible, timeout=5000)
     click(qtbot, row.cancel_button)

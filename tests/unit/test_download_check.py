@@ -105,3 +105,41 @@ def test_a_full_or_unwritable_destination_is_permanent_and_named(monkeypatch: py
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     dropped = hub.describe_error(ConnectionResetError(errno.ECONNRESET, "reset"), "org/m", None)
     assert (dropped.kind, dropped.exit_code) == ("network", hub.EXIT_TRANSIENT)
+
+
+def test_no_eta_before_enough_bytes_and_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 23-byte first file 3 s in says nothing about a 300 MB download: no ETA ("ETA 10881h59m"
+    before); once a MB arrived over seconds, the ETA is the rate's."""
+    now = [1000.0]
+    monkeypatch.setattr(hub, "time", SimpleNamespace(monotonic=lambda: now[0]))
+    progress = hub.Progress(bytes_total=300 * 10**6, files_total=3)
+    now[0] += 3.0
+    progress.add_bytes(23)
+    assert progress.event()["eta_s"] is None
+    assert "ETA ?" in hub.progress_text(progress.event())
+    now[0] += 1.0
+    progress.add_bytes(2 * 10**6)
+    event = progress.event()
+    assert event["eta_s"] is not None and 100 < event["eta_s"] < 1000, event
+
+
+def test_the_plan_counts_what_is_on_disk_and_says_counts_in_words(capsys: pytest.CaptureFixture[str]) -> None:
+    """300 MB of files not cached, 100 MB of them already on disk as partial files an attempt continues:
+    200 MB to download, in the window and on the command line; one file is "1 file"."""
+    from gaudi_gui.commands.download import _Out, _print_plan
+    from gaudi_gui.services.downloads import describe_event
+
+    plan = hub.Plan("org/m", "main", "c" * 40, "/cache",
+                    [hub.PlanFile("config.json", 10**6, True), hub.PlanFile("model.safetensors", 3 * 10**8,
+                                                                            False)],
+                    free_bytes=10**12, partial_bytes=10**8)
+    assert plan.to_download_bytes == 2 * 10**8
+    text = describe_event({"type": "plan", **plan.to_dict()})
+    assert "200.0 MB to download" in text and "100.0 MB of it already on disk" in text, text
+    assert "2 files" in text and "1 already cached" in text
+    _print_plan(_Out(False), plan)
+    out = capsys.readouterr().out
+    assert "to download 1 file (200.0 MB; 100.0 MB of it already on disk)" in out, out
+    assert describe_event({"type": "verified", "files": 1, "seconds": 0.2}).startswith("checked 1 file ")
+    assert "1 file (" in describe_event({"type": "attempt", "attempt": 2, "attempts": 4, "files_left": 1,
+                                         "bytes_left": 5})
