@@ -220,6 +220,8 @@ def run(argv: Sequence[str], timeout_s: float, *, stop: threading.Event | None =
         child = Child([program, *argv[1:]], stdin=False, keep_stdout=True, tail_lines=tail_lines)
     except OSError as exc:
         return Outcome(tail=(f"could not start {argv[0]}: {exc.strerror or exc}",))
+    except Exception as exc:  # a NUL in an argument (ValueError), ...: still an Outcome, never a raise
+        return Outcome(tail=(f"could not start {argv[0]}: {type(exc).__name__}: {exc}",))
     if started is not None:
         started(child)
     deadline = time.monotonic() + timeout_s

@@ -5,7 +5,7 @@ go all the time (an hl-smi loop per host, its process table every few seconds, s
 Why: a ``QProcess`` forks, execs and reads on the thread that owns it, so every one of those starts
 (``vfork`` holds the caller until the child has exec'd: on a loaded machine, until the child got a
 core), every pipe read and every reap ran on the window's thread, between two paints. Here one
-thread per child does all of it: ``subprocess.Popen`` (its own session when asked), a ``select`` on
+thread per child does all of it: ``subprocess.Popen`` (its own session when asked), a ``poll`` on
 both pipes and the child's pidfd, the decoding and line splitting (``process._Stream``), the reap.
 The window's thread receives one queued event per read (its complete lines) and one when the child
 is gone, and emits the public signals itself, in order, so every slot still runs on the window's
@@ -46,6 +46,25 @@ _log = logging.getLogger(__name__)
 _CHUNK = 65536
 #: Without a pidfd (an old kernel), how often the thread looks whether the child is gone.
 _POLL_S = 0.2
+
+
+def _readable(fds: list[int], timeout_s: float | None) -> list[int]:
+    """Those of ``fds`` that have data, are at EOF or hung up, in ``fds``' order (None: wait for one).
+    poll, not select: select refuses a descriptor numbered past FD_SETSIZE (1024), which a process
+    with many files open reaches, and the ValueError ended the reading thread."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    events = dict(poller.poll(None if timeout_s is None else int(timeout_s * 1000)))
+    return [fd for fd in fds if fd in events]
+
+
+def _why(exc: BaseException) -> str:
+    """An exception as one line: an OSError's own words, any other's with its type (a bare
+    "started something" says less than "AssertionError: started something")."""
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    return f"{type(exc).__name__}: {exc}"
 
 
 class ThreadedRunner(QObject):
@@ -137,9 +156,14 @@ class ThreadedRunner(QObject):
         self._tree = None
         self._pid = 0
         self.started_at = time.time()
-        self._thread = threading.Thread(target=self._run, args=(list(self._argv), new_session, stdin_open),
-                                        name="gaudi-gui-child", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._run, args=(list(self._argv), new_session, stdin_open),
+                                  name="gaudi-gui-child", daemon=True)
+        try:
+            thread.start()
+        except Exception as exc:  # "can't start new thread": no thread, so no child; said as a failed start
+            self._post("failed", f"could not start {program}: {_why(exc)}")
+            return True
+        self._thread = thread
         return True
 
     # -- stopping -------------------------------------------------------------------------------------
@@ -182,31 +206,73 @@ class ThreadedRunner(QObject):
             self._event.emit(kind, payload)
 
     def _run(self, argv: list[str], new_session: bool, stdin_open: bool) -> None:
+        # Every way out of this thread posts the runner's end: an exception that escaped it (a spawn
+        # that raised something other than OSError, a reader that broke) left the runner "running"
+        # for good with no child, and everything that waits for its end waited for ever.
+        try:
+            proc = self._spawn(argv, new_session, stdin_open)
+        except Exception as exc:  # whatever the spawn raised: a ValueError (a NUL in an argument) ...
+            self._post("failed", f"could not start {argv[0]}: {_why(exc)}")
+            return
+        if proc is None:
+            return  # its end is posted already
+        try:
+            # Helpers a wrapper starts at once (in sessions of their own) are found by this record;
+            # only the processes started since the child are read. On the bookkeeping thread, in order.
+            tree = self._tree
+            if tree is not None:
+                BOOKKEEPER.submit(functools.partial(tree.record, fresh=True))
+            self._post("started", proc.pid)
+            self._pump(proc)
+        except Exception as exc:
+            self._end_broken(proc, exc)
+
+    def _spawn(self, argv: list[str], new_session: bool,
+               stdin_open: bool) -> subprocess.Popen[bytes] | None:
+        """The child, or None when its end was posted instead (not found, killed before the spawn);
+        raises what starting it raised."""
         program = argv[0]
         resolved = shutil.which(program)
         if resolved is None:
             where = "the given path" if os.sep in program else "PATH"
             self._post("failed", f"'{program}' was not found ({where} searched); is it installed?")
-            return
+            return None
         with self._lock:
             if self._kill_pending:
                 self._post("finished", (-int(signal.SIGKILL), EXIT_CRASHED, None))
-                return
+                return None
             try:
                 proc = subprocess.Popen([resolved, *argv[1:]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                         stdin=subprocess.PIPE if stdin_open else subprocess.DEVNULL,
                                         start_new_session=new_session)
             except OSError as exc:
                 self._post("failed", f"could not start {resolved}: {exc.strerror or exc}")
-                return
+                return None
             self._proc = proc
             self._tree = ProcessTree(proc.pid, group=new_session)
             self._pid = proc.pid
-        # Helpers a wrapper starts at once (in sessions of their own) are found by this record; only
-        # the processes started since the child are read. On the bookkeeping thread, in order.
-        BOOKKEEPER.submit(functools.partial(self._tree.record, fresh=True))
-        self._post("started", proc.pid)
-        self._pump(proc)
+        return proc
+
+    def _end_broken(self, proc: subprocess.Popen[bytes], exc: Exception) -> None:
+        """Reading the child failed: it must not outlive a runner that can no longer read it. Killed
+        with its tree, reaped, its end reported with why."""
+        _log.error("reading %s failed", self._argv[:1], exc_info=exc)
+        self._stopping = True
+        tree = self._tree
+        if tree is not None and proc.returncode is None:
+            tree.freeze()
+            BOOKKEEPER.submit(tree.kill)
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+        for pipe in (proc.stdout, proc.stderr, proc.stdin):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self._post("lines", [("stderr", f"reading {self._argv[0]} failed: {_why(exc)}")])
+        self._post("finished", (code, EXIT_CRASHED, None))
 
     def _pump(self, proc: subprocess.Popen[bytes]) -> None:
         assert proc.stdout is not None and proc.stderr is not None
@@ -224,7 +290,7 @@ class ThreadedRunner(QObject):
                 watch = [*open_fds, *([pidfd] if pidfd is not None else [])]
                 if not watch:
                     break  # both pipes at EOF and no pidfd: wait() below waits for the end
-                ready, _, _ = select.select(watch, [], [], None if pidfd is not None else _POLL_S)
+                ready = _readable(watch, None if pidfd is not None else _POLL_S)
                 for fd in ready:
                     if fd in open_fds and not self._read(fd, streams[fd], final=False):
                         open_fds.remove(fd)

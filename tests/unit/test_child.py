@@ -81,3 +81,13 @@ def test_run_kills_the_tree_at_its_deadline_or_when_stopped(tmp_path) -> None:
     stopped = run([sys.executable, "-c", "import time; time.sleep(600)"], 600, stop=stop,
                   started=lambda _child: stop.set())
     assert not stopped.timed_out and stopped.code is not None and stopped.code < 0
+
+
+def test_run_never_raises_for_a_child_that_cannot_start() -> None:
+    """"Never raises for the child": not only OSError. A NUL in an argument is a ValueError from Popen;
+    escaping, it ended the doctor's thread, whose check then never ended ("running" for good)."""
+    from gaudi_gui.core.child import run
+
+    got = run([sys.executable, "-c", "print(1)\0"], 60)
+    assert got.code is None and got.tail and "could not start" in got.tail[0], got
+    assert "null" in got.tail[0], got
