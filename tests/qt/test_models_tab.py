@@ -238,6 +238,21 @@ def test_a_download_that_failed_midway_is_listed_incomplete(qtbot, tab: ModelsTa
     item = tab.table.item(0, 0)
     assert item is not None and "model.safetensors never arrived" in item.toolTip()
     assert "local (this machine): 1 revision (1 incomplete), " in tab.status.text()
+    # A model field naming it says so (not "cached: no network needed") and offers Download….
+    from PySide6.QtWidgets import QLineEdit
+
+    from gaudi_gui.core.remote import Host
+    from gaudi_gui.ui.model_field import ModelCacheState
+
+    field = QLineEdit()
+    state = ModelCacheState(field, tab.places, Host.local)
+    qtbot.addWidget(field)
+    qtbot.addWidget(state)
+    field.show()
+    state.show()
+    qtbot.keyClicks(field, "org/half")
+    qtbot.waitUntil(lambda: "incomplete" in state.label.text(), timeout=10000)
+    assert "model.safetensors never arrived" in state.label.text() and state.button.isEnabled()
 
 
 def test_a_download_is_a_job_left_running_at_close_and_followed_again_by_the_next_window(
