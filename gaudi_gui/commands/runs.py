@@ -232,13 +232,15 @@ def _keep_job_meter(run_: Run) -> int:
 def _meter_so_far(run_: Run) -> dict[str, Any] | None:
     """A run without a meter summary yet (still running): its meter.jsonl so far (power now, energy
     and card-hours so far), or None when it has none."""
-    reader = meter_mod.LiveReader(run_.folder)
+    reader = meter_mod.LiveReader(run_.folder, started_t=run_.status().started_at or None)
     while reader.read():
         pass
     if reader.last_t is None:
         return None
+    now = time.time()
     return {"power_w": reader.watts, "energy_j": reader.energy_j, "card_hours": reader.card_hours,
-            "samples": reader.accounts.samples, "text": reader.text()}
+            "samples": reader.accounts.samples, "energy_coverage": reader.coverage(now),
+            "text": reader.text(now=now)}
 
 
 def _meter_lines(summary: dict[str, Any] | None) -> str:

@@ -10,10 +10,13 @@ What is written, under ``DIR/<run name>/`` (so ``tensorboard --logdir DIR`` list
 - ``meter/*`` from ``meter.jsonl`` (the supervisor's sampler): per card ``power_w``, ``utilization``,
   ``memory_used_mib`` (as hl-smi sees it), ``temperature_c`` and ``throttled`` (1 while a power or
   thermal slowdown was active), and for the run ``power_w`` (all its cards), ``energy_wh`` so far
-  (the meter's own integration: trapezoids, gaps held, missing readings never 0) and ``card_hours``
-  so far. Their step is **seconds since the meter started** (a meter samples in time, not in
-  training steps); the wall time is the sample's, so TensorBoard's "Relative"/"Wall" axes line them
-  up with the training series.
+  (the meter's own integration: trapezoids, gaps held, missing readings never 0), ``card_hours``
+  so far and ``energy_coverage``: the share of the run so far that the power readings cover (its
+  last value, at the run's end, is the summary's: where it is under the meter's MEASURED_SHARE,
+  ``energy_wh`` is what the readings add up to, not the run's energy, and the export says so).
+  Their step is **seconds since the meter started** (a meter samples in time, not in training
+  steps); the wall time is the sample's, so TensorBoard's "Relative"/"Wall" axes line them up with
+  the training series.
 
 Exporting again replaces the run's earlier export (files named ``*.gaudi-gui``); other files in that
 folder are left alone.
@@ -71,7 +74,7 @@ CARD_TAGS = ("power_w", "utilization", "memory_used_mib", "temperature_c")
 #: temperature), the last of what accumulates (energy, card-hours), the most of "throttled".
 METER_POINTS = 4000
 #: Series whose value accumulates (the bucket's last), and those that flag (the bucket's most).
-_CUMULATIVE = ("meter/energy_wh", "meter/card_hours")
+_CUMULATIVE = ("meter/energy_wh", "meter/card_hours", "meter/energy_coverage")
 _FLAGS = ("meter/throttled/",)
 
 
@@ -173,6 +176,9 @@ def _meter_rows(samples: list[dict[str, Any]], summary: Mapping[str, Any] | None
     t0 = float(samples[0]["t"])
     accounts = meter_mod.Accounts(gap_s)
     card_count = len((summary or {}).get("cards") or [])
+    # The share covered so far is counted from the meter's start (older summaries: the first sample).
+    begin = _num((summary or {}).get("started_t"))
+    begin = t0 if begin is None or begin > t0 else begin
     for sample in samples:
         t = float(sample["t"])
         scalars: list[tuple[str, float]] = []
@@ -200,6 +206,10 @@ def _meter_rows(samples: list[dict[str, Any]], summary: Mapping[str, Any] | None
             count = card_count or len(cards)
             if count:
                 scalars.append(("meter/card_hours", count * (t - t0) / 3600))
+            covered = sum(a.power.covered_s for a in accounts.cards.values())
+            if t > begin:
+                scalars.append(("meter/energy_coverage",
+                                min(1.0, covered / (max(count, len(accounts.cards), 1) * (t - begin)))))
         elif isinstance(sample.get("throttle"), dict):  # a read of the cards' throttle reasons (hl-smi -q)
             for name, reasons in sample["throttle"].items():
                 if isinstance(reasons, list):
@@ -213,7 +223,23 @@ def _meter_rows(samples: list[dict[str, Any]], summary: Mapping[str, Any] | None
                 if energy is not None:
                     scalars.append(("meter/energy_wh", energy / 3600))
         rows.append((t, scalars))
+    # The run went on after the last reading (an hl-smi that failed for good): the last point of the
+    # coverage is the run's end, as the summary counts it, so the series does not end at "all".
+    wall, share = _num((summary or {}).get("wall_s")), _num((summary or {}).get("energy_coverage"))
+    if wall is not None and share is not None and begin + wall > rows[-1][0]:
+        rows.append((begin + wall, [("meter/energy_coverage", share)]))
     return rows
+
+
+def energy_caveat(summary: Mapping[str, Any] | None) -> str:
+    """What an export must say of the run's energy when its readings do not cover the run ('' when
+    they do, or without a summary): its ``meter/energy_wh`` is then not the run's energy."""
+    status = (summary or {}).get("energy_status")
+    share = _num((summary or {}).get("energy_coverage"))
+    if status not in (meter_mod.PARTIAL, meter_mod.NOT_MEASURED) or share is None:
+        return ""
+    return (f"the run's energy (power read over {meter_mod.share_text(share)} of the run, energy "
+            f"{status}: meter/energy_wh is what those readings add up to, not the run's)")
 
 
 def thin(rows: list[tuple[float, list[tuple[str, float]]]],
@@ -283,7 +309,8 @@ def export_tensorboard(run: Run, dest: str | Path) -> ExportResult:
     except OSError as exc:
         writer.discard()
         raise ExportError(f"cannot write {folder}: {exc.strerror or exc}") from exc
-    return ExportResult(folder, path, writer.count, sorted(tags), _missing(records, samples))
+    return ExportResult(folder, path, writer.count, sorted(tags),
+                        _missing(records, samples, meter_mod.read_summary(run.folder)))
 
 
 @dataclass
@@ -303,12 +330,15 @@ class TrackioRows:
         return sum(len(m) for _s, _t, m in self.metrics) + sum(len(m) for _t, m in self.system)
 
 
-def _missing(records: list[dict[str, Any]], samples: list[dict[str, Any]]) -> list[str]:
+def _missing(records: list[dict[str, Any]], samples: list[dict[str, Any]],
+             summary: Mapping[str, Any] | None = None) -> list[str]:
     missing = []
     if not records:
         missing.append("training metrics (the run logged no step)")
     if not samples:
         missing.append("meter samples (no meter.jsonl: an older run, or nothing could be sampled)")
+    elif energy_caveat(summary):
+        missing.append(energy_caveat(summary))
     return missing
 
 
@@ -316,7 +346,7 @@ def trackio_rows(run: Run) -> TrackioRows:
     """The rows of ``run``'s trackio export (the TensorBoard export's series); ExportError when the
     run has nothing to export."""
     records, samples, start = _inputs(run)
-    out = TrackioRows(missing=_missing(records, samples))
+    out = TrackioRows(missing=_missing(records, samples, meter_mod.read_summary(run.folder)))
     tags: set[str] = set()
     for record in records:
         step = record.get("step")
@@ -415,6 +445,6 @@ def describe(result: ExportResult) -> str:
 
 
 __all__ = ["CARD_TAGS", "METER_POINTS", "TRACKIO_PROJECT", "TRAIN_TAGS", "ExportError", "ExportResult",
-           "TrackioRows", "default_trackio_dir", "describe", "export_tensorboard", "export_trackio",
-           "meter_samples", "thin", "trackio_project_problem", "trackio_rows", "trackio_run_id",
-           "trackio_state"]
+           "TrackioRows", "default_trackio_dir", "describe", "energy_caveat", "export_tensorboard",
+           "export_trackio", "meter_samples", "thin", "trackio_project_problem", "trackio_rows",
+           "trackio_run_id", "trackio_state"]

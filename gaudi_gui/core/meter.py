@@ -62,7 +62,9 @@ NODES_DIR = "nodes"
 GAP_S = 10.0
 #: Seconds between two samples (hl-smi's ``-l`` takes whole seconds; 1 is its least).
 INTERVAL_S = 1.0
-#: When hl-smi / nvidia-smi ends by itself while the run goes on, it is started again after this.
+#: When hl-smi / nvidia-smi ends by itself while the run goes on, it is started again after this;
+#: ``GAUDI_GUI_METER_RESTART_S`` in the launch's environment overrides it (tests: a run at a tenth of
+#: the real scale).
 RESTART_S = 5.0
 #: Where the package energy counters live; ``GAUDI_GUI_RAPL_ROOT`` overrides it (tests).
 RAPL_ROOT = "/sys/class/powercap"
@@ -81,6 +83,20 @@ COMPILE_WATCH_S = 10.0
 THROTTLE_TIMEOUT_S = 30.0
 #: The throttle reasons hl-smi -q lists under "Clocks Throttle Reasons", by the word the meter uses.
 THROTTLE_REASONS = {"power": "power slowdown", "thermal": "thermal slowdown", "hw": "hw slowdown"}
+
+#: How much of the run the power readings must cover for the energy to be the run's (the share of the
+#: run's card-seconds between each card's first and last good reading, held gaps included):
+#: at least MEASURED_SHARE, the figure is the run's energy ("measured"); from PARTIAL_SHARE, it is the
+#: energy of that share only ("partial": said with the share, never as the run's total, and not in
+#: any sum, price or Wh per 1,000 tokens); below, "not measured". The first reading comes a period
+#: after hl-smi starts and the last one up to a period before the run ends, so a short run that
+#: misses at most three of its readings' periods (at most EDGE_S) per card is "measured" too,
+#: provided half of it is covered.
+MEASURED_SHARE = 0.95
+PARTIAL_SHARE = 0.10
+EDGE_S = 3.0
+MEASURED = "measured"
+PARTIAL = "partial"
 
 SOURCE_HLSMI = "hl-smi power integrated"
 SOURCE_NVIDIA = "nvidia-smi power integrated"
@@ -136,7 +152,8 @@ class PowerIntegrator:
 
     @property
     def measured(self) -> bool:
-        """At least two good readings: an energy over a stretch of time."""
+        """At least two good readings: an energy over a stretch of time (of how much of the run:
+        ``covered_s``; see ``coverage``)."""
         return self.covered_s > 0
 
     @property
@@ -331,25 +348,67 @@ class Accounts:
         return (sum(a.power.energy_j for a in measured) if measured else None), unmeasured
 
 
+def coverage_status(share: float | None, uncovered_s: float = math.inf, edge_s: float = EDGE_S) -> str:
+    """MEASURED, PARTIAL or NOT_MEASURED for readings that cover ``share`` of the run (missing
+    ``uncovered_s`` seconds per card; ``edge_s`` of it allowed to a short run): see MEASURED_SHARE."""
+    if share is None or share <= 0:
+        return NOT_MEASURED
+    if share >= MEASURED_SHARE or (uncovered_s <= edge_s and share >= 0.5):
+        return MEASURED
+    return PARTIAL if share >= PARTIAL_SHARE else NOT_MEASURED
+
+
+def share_text(share: float) -> str:
+    """'7 %', '<1 %', '100 %' (of the run)."""
+    return "<1 %" if 0 < share < 0.005 else f"{100 * share:.0f} %"
+
+
 def summarize(accounts: Accounts, *, source: str, energy_source: str, wall_s: float,
               card_count: int | None, cards: Sequence[int] = (), kind: str = "", note: str = "",
-              counter_energy_j: float | None = None) -> dict[str, Any]:
+              counter_energy_j: float | None = None,
+              counter_covered_s: float | None = None) -> dict[str, Any]:
     """The meter's summary (what meter-summary.json holds and ``runs show`` prints).
 
     ``energy_source``: SOURCE_HLSMI / SOURCE_NVIDIA (``accounts``' integrated power), SOURCE_RAPL
-    (``counter_energy_j``, from a counter) or NOT_MEASURED. ``card_count`` None: no cards (a CPU
-    run), card-hours unknown."""
+    (``counter_energy_j``, from a counter read over ``counter_covered_s``) or NOT_MEASURED.
+    ``card_count`` None: no cards (a CPU run), card-hours unknown.
+
+    ``energy_coverage``: the share of the run (of its card-seconds: every card of the run counts,
+    one never read counts 0) the readings cover; ``energy_status`` MEASURED, PARTIAL or NOT_MEASURED
+    by it (``coverage_status``). Only a measured energy is ``energy_j`` (what sums, prices and
+    per-token figures use); what the readings of a partial or too short coverage add up to is
+    ``energy_read_j``, never the run's energy."""
     unmeasured: list[str] = []
     energy_j: float | None = None
+    covered_s = 0.0
     if energy_source == SOURCE_RAPL:
         energy_j = counter_energy_j
+        covered_s = counter_covered_s or 0.0
     elif energy_source != NOT_MEASURED:
         energy_j, unmeasured = accounts.energy()
+        covered_s = sum(a.power.covered_s for a in accounts.cards.values() if a.power.measured)
     notes = [note] if note else []
+    counted = 1 if energy_source == SOURCE_RAPL else max(card_count or 0, len(accounts.cards), 1)
+    share = min(1.0, covered_s / (counted * wall_s)) if wall_s > 0 and energy_j is not None else None
+    # A short run's edges: up to three periods of its readings (at most EDGE_S) are not a gap.
+    periods = [a.power.covered_s / (a.power.readings - 1) for a in accounts.cards.values()
+               if a.power.readings > 1]
+    edge = min(EDGE_S, 3 * max(periods)) if periods and energy_source != SOURCE_RAPL else EDGE_S
+    status = coverage_status(share, (1 - share) * wall_s if share is not None else math.inf, edge)
+    read_j: float | None = None
     if energy_j is None and energy_source != NOT_MEASURED:
         notes.append(f"{energy_source}: fewer than two power readings")
         energy_source = NOT_MEASURED
-    elif unmeasured:
+    elif energy_j is not None and status != MEASURED:
+        read_j, energy_j = energy_j, None
+        said = (f"power read over {share_text(share or 0.0)} of the run ({covered_s / counted:.1f} of "
+                f"{wall_s:.1f} s")
+        said += " per card)" if counted > 1 else ")"
+        notes.append(said + (": what it read is not the run's energy" if status == PARTIAL else
+                             f": under {share_text(PARTIAL_SHARE)}, too little to say"))
+        if status == NOT_MEASURED:
+            energy_source = NOT_MEASURED
+    if unmeasured and (energy_j is not None or read_j is not None):
         notes.append(f"no power readings from {', '.join(unmeasured)}: its energy is not counted")
     per_card = {name: a.to_dict() for name, a in accounts.cards.items()}
     utilization, memory = _Stat(), _Stat()
@@ -373,6 +432,9 @@ def summarize(accounts: Accounts, *, source: str, energy_source: str, wall_s: fl
         "energy_j": _r(energy_j),
         "energy_kwh": None if energy_j is None else round(energy_j / 3.6e6, 9),
         "energy_source": energy_source,
+        "energy_status": status if energy_source != NOT_MEASURED else NOT_MEASURED,
+        "energy_coverage": None if share is None else round(share, 4),
+        "energy_read_j": _r(read_j),
         "power_mean_w": _r(sum(means)) if means and energy_source != SOURCE_RAPL else (
             _r(energy_j / wall_s) if energy_j is not None and wall_s > 0 else None),
         "power_peak_w": _r(accounts.peak_total_w),
@@ -388,7 +450,8 @@ def summarize(accounts: Accounts, *, source: str, energy_source: str, wall_s: fl
     }
 
 
-_PART_KEYS = ("card_hours", "energy_j", "energy_kwh", "energy_source", "wall_s")
+_PART_KEYS = ("card_hours", "energy_j", "energy_kwh", "energy_source", "energy_status", "energy_coverage",
+              "energy_read_j", "wall_s")
 
 
 def combine(parts: Sequence[tuple[str, Mapping[str, Any] | None]]) -> dict[str, Any]:
@@ -402,7 +465,27 @@ def combine(parts: Sequence[tuple[str, Mapping[str, Any] | None]]) -> dict[str, 
     measured = [(name, s) for name, s in have if _finite(s.get("energy_j")) is not None]
     unmeasured = [name for name, s in have if _finite(s.get("energy_j")) is None]
     energy = sum(float(s["energy_j"]) for _n, s in measured) if measured else None
-    sources = sorted({str(s.get("energy_source")) for _n, s in measured})
+    read = [_finite(s.get("energy_j")) or _finite(s.get("energy_read_j")) for _n, s in have]
+    sources = sorted({str(s.get("energy_source")) for _n, s in have
+                      if _finite(s.get("energy_j")) is not None
+                      or _finite(s.get("energy_read_j")) is not None})
+    # The job's coverage: each part's share weighted by its card-hours (its wall time without cards);
+    # a part without a summary weighs as the others do on average and covers nothing.
+    weights = [(_finite(s.get("card_hours")) or _finite(s.get("wall_s")) or 0.0, _part_share(s))
+               for _n, s in have]
+    mean_weight = sum(w for w, _c in weights) / len(weights) if weights else 0.0
+    total_weight = sum(w for w, _c in weights) + mean_weight * len(missing)
+    share = (sum(w * c for w, c in weights) / total_weight) if total_weight > 0 else (
+        1.0 if measured and not unmeasured and not missing else 0.0)
+    if measured and not unmeasured and not missing and all(
+            s.get("energy_status", MEASURED) == MEASURED for _n, s in have):
+        status = MEASURED
+    else:
+        status = PARTIAL if coverage_status(share) != NOT_MEASURED and any(r is not None for r in read) \
+            else NOT_MEASURED
+    read_j = sum(r for r in read if r is not None) if status == PARTIAL else None
+    if status != MEASURED:
+        energy = None
     walls = [w for w in (_finite(s.get("wall_s")) for _n, s in have) if w is not None]
     means = [_finite(s.get("power_mean_w")) for _n, s in measured]
     peaks = [p for p in (_finite(s.get("memory_used_peak_mib")) for _n, s in have) if p is not None]
@@ -427,8 +510,9 @@ def combine(parts: Sequence[tuple[str, Mapping[str, Any] | None]]) -> dict[str, 
         "card_hours": round(sum(h for h in hours if h is not None), 6) if any(h is not None for h in hours)
         else None,
         "energy_j": _r(energy), "energy_kwh": None if energy is None else round(energy / 3.6e6, 9),
-        "energy_source": " + ".join(sources) if energy is not None else NOT_MEASURED,
-        "energy_complete": energy is not None and not unmeasured and not missing,
+        "energy_source": " + ".join(sources) if status != NOT_MEASURED else NOT_MEASURED,
+        "energy_complete": status == MEASURED,
+        "energy_status": status, "energy_coverage": round(share, 4), "energy_read_j": _r(read_j),
         "power_mean_w": _r(sum(m for m in means if m is not None)) if any(m is not None for m in means)
         else None,
         "memory_used_peak_mib": max(peaks) if peaks else None,
@@ -442,6 +526,15 @@ def combine(parts: Sequence[tuple[str, Mapping[str, Any] | None]]) -> dict[str, 
         out["compile_warning"] = warnings[0]
         out["compile_warnings"] = warnings
     return out
+
+
+def _part_share(summary: Mapping[str, Any]) -> float:
+    """The share of its run a part's energy covers (a summary from before shares were kept: all of
+    it when it has an energy, none otherwise)."""
+    share = _finite(summary.get("energy_coverage"))
+    if _finite(summary.get("energy_j")) is not None:
+        return 1.0 if share is None else share
+    return share or 0.0 if summary.get("energy_status") == PARTIAL else 0.0
 
 
 def _part_compile(compiled: Any) -> dict[str, Any]:
@@ -490,8 +583,7 @@ def combined_line(summary: Mapping[str, Any]) -> str:
     if hours:
         words.append(f"{hours} card-hours")
     joules = _finite(summary.get("energy_j"))
-    words.append(f"energy {NOT_MEASURED}" if joules is None else
-                 f"{joules_text(joules)} ({summary.get('energy_source')})")
+    words.append(energy_text(summary, why=False))
     mean = _finite(summary.get("power_mean_w"))
     if mean is not None and joules is not None:
         words.append(f"mean {mean:.0f} W")
@@ -531,10 +623,12 @@ def describe(summary: Mapping[str, Any]) -> str:
         parts.append(f"{card_hours:.4g} card-hours")
     energy = _finite(summary.get("energy_j"))
     source = summary.get("energy_source") or NOT_MEASURED
+    share = _finite(summary.get("energy_coverage"))
     if energy is None:
-        parts.append(f"energy {NOT_MEASURED}")
+        parts.append(energy_text(summary, why=False))  # the why is the note, at the line's end
     else:
-        parts.append(f"{energy:.4g} J ({_finite(summary.get('energy_kwh')) or 0:.3g} kWh, {source})")
+        parts.append(f"{energy:.4g} J ({_finite(summary.get('energy_kwh')) or 0:.3g} kWh, {source}"
+                     f"{covers_text(share)})")
     if counter_text(summary):
         parts.append(counter_text(summary))
     mean, peak = _finite(summary.get("power_mean_w")), _finite(summary.get("power_peak_w"))
@@ -646,7 +740,9 @@ def token_figures(summary: Mapping[str, Any]) -> dict[str, Any]:
     elif tokens <= 0:
         why = "no tokens generated"
     elif joules is None:
-        why = "energy not measured"
+        share = _finite(summary.get("energy_coverage"))
+        why = (f"energy {PARTIAL}: read over {share_text(share or 0.0)} of the run only"
+               if summary.get("energy_status") == PARTIAL else "energy not measured")
     else:
         per_1k = joules / 3600 / tokens * 1000
     return {"energy_per_1k_tokens_wh": None if per_1k is None else round(per_1k, 9),
@@ -682,9 +778,7 @@ def outcome_words(summary: Mapping[str, Any] | None) -> str:
     hours = card_hours_text(summary)
     if hours:
         words.append(f"{hours} card-hours")
-    joules = _finite(summary.get("energy_j"))
-    words.append(f"energy {NOT_MEASURED}" if joules is None else
-                 f"{joules_text(joules)} ({summary.get('energy_source') or 'source unknown'})")
+    words.append(energy_text(summary, why=False))
     if "generated_tokens" in summary:
         tokens = _finite(summary.get("generated_tokens"))
         if tokens is not None:
@@ -849,7 +943,8 @@ class EnergyCounter:
             notes.append(f"no counter difference from {', '.join(skipped)}")
         notes += self.errors[-2:]
         return {"source": self.source, "energy_j": round(sum(per_card.values()), 3) if per_card else None,
-                "per_card": per_card, "complete": not skipped, "note": "; ".join(notes)}
+                "per_card": per_card, "complete": not skipped, "cards": len(self.handles),
+                "note": "; ".join(notes)}
 
 
 def energy_counter(device: str, cards: Sequence[int] | None, module: Any = None) -> EnergyCounter | None:
@@ -880,9 +975,19 @@ def with_counter(summary: Mapping[str, Any], counter: Mapping[str, Any]) -> dict
         found["integrated_diff_pct"] = round((integrated - joules) / joules * 100, 2)
     out: dict[str, Any] = {"energy_counter": found}
     if integrated is None and joules is not None:
+        # The counter is read at the run's start and end: it covers the whole run, on the cards it
+        # read at both ends (a card skipped lowers the share, as an unread card does the integral's).
         wall = _finite(summary.get("wall_s"))
-        out.update(energy_j=joules, energy_kwh=round(joules / 3.6e6, 9), energy_source=str(found["source"]),
-                   power_mean_w=_r(joules / wall) if wall else None)
+        read = len(found.get("per_card") or {})
+        cards = _finite(found.get("cards")) or read
+        share = min(1.0, read / cards) if cards else 0.0
+        status = coverage_status(share)
+        out.update(energy_source=str(found["source"]), energy_status=status, energy_coverage=round(share, 4))
+        if status == MEASURED:
+            out.update(energy_j=joules, energy_kwh=round(joules / 3.6e6, 9), energy_read_j=None,
+                       power_mean_w=_r(joules / wall) if wall else None)
+        else:
+            out.update(energy_read_j=joules)
     return out
 
 
@@ -937,6 +1042,8 @@ class Meter:
         self._fd = -1
         self._started_at = 0.0
         self._rapl_energy_uj = 0
+        #: (first, last) time the RAPL counters were read: what their difference covers.
+        self._rapl_span: tuple[float, float] | None = None
         self._summary: dict[str, Any] | None = None
         #: The vendor's energy counter of the run's cards (NVML / HLML where their library imports).
         self.counter: EnergyCounter | None = None
@@ -951,6 +1058,11 @@ class Meter:
             wanted = float(self.env.get("GAUDI_GUI_METER_THROTTLE_S") or THROTTLE_INTERVAL_S)
             if math.isfinite(wanted) and wanted > 0:
                 self.throttle_interval_s = wanted
+        self.restart_s = RESTART_S
+        with contextlib.suppress(ValueError):
+            wanted = float(self.env.get("GAUDI_GUI_METER_RESTART_S") or RESTART_S)
+            if math.isfinite(wanted) and wanted > 0:
+                self.restart_s = wanted
         self._throttle_program: list[str] = []
         self._throttle_thread: threading.Thread | None = None
         self._throttle_proc: subprocess.Popen[str] | None = None
@@ -1104,11 +1216,16 @@ class Meter:
             out = summarize(self.accounts, source=self.source, energy_source=self.energy_source,
                             wall_s=wall, card_count=count, cards=self.cards or (), kind=self.device,
                             note=note, counter_energy_j=self._rapl_energy_uj / 1e6
-                            if self.source == "rapl" and self.accounts.samples > 1 else None)
+                            if self.source == "rapl" and self.accounts.samples > 1 else None,
+                            counter_covered_s=self._rapl_span[1] - self._rapl_span[0]
+                            if self._rapl_span else None)
             if self._throttle_program:
                 out["throttle"] = throttle_summary(self.throttle, interval_s=self.throttle_interval_s,
                                                    wall_s=wall, note="; ".join(self._throttle_errors[-2:]))
         out["final"] = final
+        # When the meter started (this machine's clock): what the run's share of coverage is counted
+        # from, for a reader of meter.jsonl (the export's coverage series).
+        out["started_t"] = round(self._started_at, 3)
         return out
 
     def _end_child(self, proc: subprocess.Popen[str] | None = None) -> None:
@@ -1210,7 +1327,7 @@ class Meter:
             if self._stop.is_set():
                 return
             self.restarts += 1
-            self._stop.wait(RESTART_S)
+            self._stop.wait(self.restart_s)
 
     def _read(self, stdout: IO[str]) -> None:
         parse = self._parse
@@ -1361,6 +1478,8 @@ class Meter:
         self._rapl_t = now
         with self._lock:
             self._rapl_energy_uj += delta_uj
+            if values:
+                self._rapl_span = (self._rapl_span[0] if self._rapl_span else now, now)
             self.accounts.add(now, [{"name": "CPU package", "power_w": watts}] if not first else [])
         record: dict[str, Any] = {"t": round(now, 3), "source": "rapl",
                                   "energy_uj": {z.name: v for z, v in values.items()}}
@@ -1377,9 +1496,12 @@ class LiveReader:
     energy so far (the same integration as the summary's) and card-hours so far, for the Training
     tab's live strip. A cut last line waits for its end."""
 
-    def __init__(self, folder: str | Path, gap_s: float = GAP_S) -> None:
+    def __init__(self, folder: str | Path, gap_s: float = GAP_S, started_t: float | None = None) -> None:
         self.path = Path(folder) / METER_NAME
         self.accounts = Accounts(gap_s)
+        #: When the run started (its status' ``started_at``): what "the run so far" counts from; None
+        #: when unknown (the share covered so far is then not said).
+        self.started_t = started_t or None
         self.offset = 0
         self._partial = b""
         self.first_t: float | None = None
@@ -1441,15 +1563,38 @@ class LiveReader:
             return None
         return len(self.cards) * (self.last_t - self.first_t) / 3600
 
-    def text(self) -> str:
+    def coverage(self, now: float) -> float | None:
+        """The share of the run so far (``started_t`` to ``now``) its cards' power readings cover, or
+        None when the run's start is unknown."""
+        if self.started_t is None or now <= self.started_t:
+            return None
+        count = max(len(self.cards), len(self.accounts.cards), 1)
+        covered = sum(a.power.covered_s for a in self.accounts.cards.values())
+        return min(1.0, covered / (count * (now - self.started_t)))
+
+    def text(self, now: float | None = None) -> str:
         """'⚡ 205 W now · 1.2 Wh so far · 0.0057 card-hours (hl-smi power integrated)', or '' before the
-        first sample."""
+        first sample. With ``now``: a last reading older than the gap is not "now" ('⚡ no power
+        reading for 25 s'), and where the readings cover too little of the run so far (``coverage``,
+        the summary's rule) the energy is what they read, not the run's so far."""
         if self.last_t is None:
             return ""
-        parts = [f"⚡ {self.watts:.0f} W now" if self.watts is not None else "⚡ power now unknown"]
+        stale = now is not None and now - self.last_t > self.accounts.gap_s
+        parts = [f"⚡ no power reading for {now - self.last_t:.0f} s" if stale and now is not None else
+                 f"⚡ {self.watts:.0f} W now" if self.watts is not None else "⚡ power now unknown"]
         energy = self.energy_j
-        parts.append(f"{figure(energy / 3600) if energy < 3600 * 10 else f'{energy / 3600:.0f}'} Wh so far"
-                     if energy is not None else "energy so far: not yet measured")
+        share = self.coverage(now) if now is not None else None
+        status = MEASURED if share is None or self.started_t is None or now is None else coverage_status(
+            share, (1 - share) * (now - self.started_t))
+        wh = None if energy is None else (
+            figure(energy / 3600) if energy < 3600 * 10 else f"{energy / 3600:.0f}")
+        if wh is not None and status == MEASURED:
+            parts.append(f"{wh} Wh so far")
+        elif wh is not None:
+            parts.append(f"{wh} Wh read over {share_text(share or 0.0)} of the run so far (energy "
+                         f"{status}: not the run's)")
+        else:
+            parts.append("energy so far: not yet measured")
         hours = self.card_hours
         if hours is not None:
             parts.append(f"{figure(hours)} card-hours")
@@ -1504,19 +1649,39 @@ def joules_text(joules: float) -> str:
     return f"{joules:.0f} J" if joules >= 10 else f"{figure(joules)} J"
 
 
-def energy_text(summary: Mapping[str, Any]) -> str:
-    """'4.0 kJ (hl-smi power integrated)' or 'energy not measured (why)': never '0 J' for a run whose
-    energy nobody measured."""
+def energy_text(summary: Mapping[str, Any], *, why: bool = True) -> str:
+    """'4.0 kJ (hl-smi power integrated, covers 98 % of the run)'; a partial coverage 'energy partial:
+    2.1 kJ over 48 % of the run (hl-smi power integrated; the whole run's is more)'; 'energy not
+    measured (why)': never '0 J' for a run whose energy nobody measured, never a part of the run's
+    energy said as if it were all of it. ``why``: the reason after "not measured" (the meter's note)."""
     joules = _finite(summary.get("energy_j"))
+    source = summary.get("energy_source") or "source unknown"
+    share = _finite(summary.get("energy_coverage"))
+    read = _finite(summary.get("energy_read_j"))
+    if joules is None and read is not None and summary.get("energy_status") == PARTIAL:
+        return (f"energy {PARTIAL}: {joules_text(read)} over {share_text(share or 0.0)} of the run "
+                f"({source}; the whole run's is more)")
     if joules is None:
-        return f"energy {NOT_MEASURED} ({not_measured_why(summary)})"
-    return f"{joules_text(joules)} ({summary.get('energy_source') or 'source unknown'})"
+        return f"energy {NOT_MEASURED}" + (f" ({not_measured_why(summary)})" if why else "")
+    return f"{joules_text(joules)} ({source}{covers_text(share)})"
+
+
+def covers_text(share: float | None) -> str:
+    """', covers 85 % of the run' after a measured energy whose readings missed more than the run's
+    MEASURED_SHARE allows (a short run's edges); '' from MEASURED_SHARE up (the share is in the
+    summary's ``energy_coverage``), or for a summary from before shares were kept."""
+    return f", covers {share_text(share)} of the run" if share is not None and share < MEASURED_SHARE else ""
 
 
 def kwh_text(summary: Mapping[str, Any] | None) -> str:
-    """The energy column: '0.00069 kWh', or 'not measured' (also for a run without a meter summary)."""
-    kwh = _finite((summary or {}).get("energy_kwh"))
-    if kwh is None or not energy_measured(summary or {}):
+    """The energy column: '0.00069 kWh', 'partial: 0.00013 kWh (48 % of the run)', or 'not measured'
+    (also for a run without a meter summary)."""
+    summary = summary or {}
+    read, share = _finite(summary.get("energy_read_j")), _finite(summary.get("energy_coverage"))
+    if summary.get("energy_status") == PARTIAL and read is not None and not energy_measured(summary):
+        return f"{PARTIAL}: {figure(read / 3.6e6)} kWh ({share_text(share or 0.0)} of the run)"
+    kwh = _finite(summary.get("energy_kwh"))
+    if kwh is None or not energy_measured(summary):
         return NOT_MEASURED
     return f"{figure(kwh)} kWh"
 
@@ -1721,15 +1886,16 @@ def _clean(value: float | None) -> float | None:
     return None if v is None else round(v, 3)
 
 
-__all__ = ["COMPILE_WATCH_S", "GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "JOB_SUMMARY_NAME", "METER_NAME",
-           "NOT_MEASURED", "RAPL_ROOT", "SOURCE_HLML", "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_NVML",
-           "SOURCE_RAPL", "SUMMARY_NAME", "THROTTLE_INTERVAL_S", "THROTTLE_REASONS", "WARMUP_STEPS",
-           "Accounts", "CardAccount", "EnergyCounter", "LiveReader", "Meter", "PowerIntegrator", "Rates",
-           "ThrottleClock", "card_hours_text", "combine", "combined_line", "compile_text", "counter_text",
-           "describe", "energy_counter", "energy_measured", "energy_text", "fallback_ops", "figure",
-           "generated_tokens", "is_job_summary", "joules_text", "keep_job_summary", "kwh_text",
+__all__ = ["COMPILE_WATCH_S", "EDGE_S", "GAP_S", "HLSMI_FIELDS", "INTERVAL_S", "JOB_SUMMARY_NAME", "MEASURED",
+           "MEASURED_SHARE", "METER_NAME", "NOT_MEASURED", "PARTIAL", "PARTIAL_SHARE", "RAPL_ROOT",
+           "SOURCE_HLML", "SOURCE_HLSMI", "SOURCE_NVIDIA", "SOURCE_NVML", "SOURCE_RAPL", "SUMMARY_NAME",
+           "THROTTLE_INTERVAL_S", "THROTTLE_REASONS", "WARMUP_STEPS", "Accounts", "CardAccount",
+           "EnergyCounter", "LiveReader", "Meter", "PowerIntegrator", "Rates", "ThrottleClock",
+           "card_hours_text", "combine", "combined_line", "compile_text", "counter_text", "coverage_status",
+           "covers_text", "describe", "energy_counter", "energy_measured", "energy_text", "fallback_ops",
+           "figure", "generated_tokens", "is_job_summary", "joules_text", "keep_job_summary", "kwh_text",
            "memory_text", "meter_line", "not_measured_why", "outcome_words", "parse_ids", "query_card_name",
            "rapl_root", "rapl_zones", "rates", "rates_of", "rates_text", "read_job_summary", "read_summary",
-           "recorded_cards", "run_compile", "short", "summarize", "throttle_reasons", "throttle_summary",
-           "throttle_text", "token_figures", "tokens_text", "true_memory_peak", "warmup_steps",
-           "with_counter"]
+           "recorded_cards", "run_compile", "share_text", "short", "summarize", "throttle_reasons",
+           "throttle_summary", "throttle_text", "token_figures", "tokens_text", "true_memory_peak",
+           "warmup_steps", "with_counter"]

@@ -11,6 +11,7 @@ meter's warnings (compilations that keep rising after warm-up) live and when a r
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +64,19 @@ class MeterStrip(QWidget):
         path = Path(folder)
         if self.reader is not None and self.reader.path.parent == path and self._timer.isActive():
             return
-        self.reader = meter_mod.LiveReader(path)
+        # The run's start: what the share of the run so far the readings cover counts from.
+        self.reader = meter_mod.LiveReader(path, started_t=Run(path).status().started_at or None)
         self.poll()
         self._timer.start()
 
     def poll(self) -> None:
         if self.reader is None:
             return
-        if self.reader.read():
-            self.power.setText(self.reader.text())
-            self.power.setVisible(bool(self.power.text()))
+        # Each poll, new samples or not: an hl-smi that stopped answering leaves no new line, and
+        # the last "W now" and "Wh so far" must not stand as if it still did.
+        self.reader.read()
+        self.power.setText(self.reader.text(now=time.time()))
+        self.power.setVisible(bool(self.power.text()))
 
     def stop(self) -> None:
         """The run ended: stop reading; the meter line under the status says what it cost (a power

@@ -160,3 +160,88 @@ def test_cpu_run_reports_what_this_machine_offers(tmp_path: Path, monkeypatch: p
         assert summary["energy_source"] == "rapl" and summary["energy_j"] is not None
     else:
         assert summary["energy_source"] == "not measured" and summary["energy_j"] is None
+
+
+def _run_with_failing_hl_smi(tmp_path: Path, works: int, restarts: int) -> tuple[Path, dict[str, Any]]:
+    """A run's meter (the supervisor's own ``Meter``, its real hl-smi child) with an hl-smi that
+    answers ``works`` snapshots and then fails on every restart (a driver that went away), until it
+    was restarted ``restarts`` times: the field's 30 s run whose hl-smi worked 2 s (1 s snapshots,
+    restarts 5 s apart: 6 restarts) at a tenth of its scale (0.1 s snapshots, restarts 0.5 s apart)."""
+    from tests.helpers import wait_until
+    folder = tmp_path / "runs" / "run-metered"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text("{}")
+    env = {**os_environ(), "HABANA_VISIBLE_MODULES": "2,3", "FAKE_HLSMI_MODE": f"once_then_fail:{works}",
+           "FAKE_HLSMI_STATE": str(tmp_path / "driver-gone"), "GAUDI_GUI_METER_RESTART_S": "0.5"}
+    m = meter.Meter(folder, device="hpu", env=env)
+    started = m.clock()
+    m.start()
+    try:
+        assert wait_until(lambda: m.restarts >= restarts, timeout=120), m.summary()
+    finally:
+        summary = m.stop()
+    (folder / "status.json").write_text(json.dumps({"state": "finished", "summary": "Finished",
+                                                    "started_at": started}))
+    assert _hl_smi_children(tmp_path) == []
+    return folder, summary
+
+
+def os_environ() -> dict[str, str]:
+    import os
+    return dict(os.environ)
+
+
+def _cli(tmp_path: Path, *args: str) -> str:
+    res = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(tmp_path / "runs"),
+                          *args], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    return res.stdout
+
+
+def _tensorboard_coverage(tmp_path: Path, run: Path) -> tuple[list[float], str]:
+    said = _cli(tmp_path, "export", run.name, "--tensorboard", str(tmp_path / "tb"))
+    from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
+    acc = EventAccumulator(str(tmp_path / "tb" / run.name), size_guidance={SCALARS: 0})
+    acc.Reload()
+    return [e.value for e in acc.Scalars("meter/energy_coverage")], said
+
+
+def test_an_hl_smi_that_fails_after_2_s_of_30_is_not_the_runs_energy(tmp_path: Path,
+                                                                     fake_hl_smi: Path) -> None:
+    """Issue 37 item 4: the field's run said "453 J (hl-smi power integrated)" for ~6.8 kJ, its only
+    hint "hl-smi restarted 6 times". Readings over under a tenth of the run are "not measured"."""
+    run, summary = _run_with_failing_hl_smi(tmp_path, works=3, restarts=6)
+    samples = [s for s in map(json.loads, (run / meter.METER_NAME).read_text().splitlines()) if "cards" in s]
+    read = _trapezoid(samples, 2) + _trapezoid(samples, 3)
+    assert read > 0, samples  # hl-smi did answer, for its first 0.2 s
+    assert summary["energy_j"] is None and summary["energy_kwh"] is None
+    assert summary["energy_status"] == meter.NOT_MEASURED
+    assert summary["energy_read_j"] == pytest.approx(read, rel=1e-3)
+    assert 0 < summary["energy_coverage"] < meter.PARTIAL_SHARE, summary
+    assert "restarted 6 time(s)" in summary["note"] and "power read over" in summary["note"]
+
+    shown = _cli(tmp_path, "show", run.name)
+    assert "energy not measured" in shown and "power read over" in shown, shown
+    assert f"{summary['energy_read_j']:.4g} J" not in shown  # no bare figure said as the run's
+    assert "energy not measured" in _cli(tmp_path, "list")
+    coverage, said = _tensorboard_coverage(tmp_path, run)
+    assert coverage[-1] == pytest.approx(summary["energy_coverage"], abs=1e-4)
+    assert "not the run's" in said and "energy not measured" in said
+
+
+def test_an_hl_smi_that_fails_half_way_gives_a_partial_energy_with_its_share(tmp_path: Path,
+                                                                            fake_hl_smi: Path) -> None:
+    run, summary = _run_with_failing_hl_smi(tmp_path, works=20, restarts=2)
+    assert summary["energy_j"] is None and summary["energy_status"] == meter.PARTIAL
+    share = summary["energy_coverage"]
+    assert meter.PARTIAL_SHARE <= share < meter.MEASURED_SHARE, summary
+    partial = (f"energy partial: {meter.joules_text(summary['energy_read_j'])} over "
+               f"{meter.share_text(share)} of the run")
+    shown = _cli(tmp_path, "show", run.name)
+    assert partial in shown and "J (" not in shown.split("energy partial")[0], shown
+    assert f"partial: {meter.figure(summary['energy_read_j'] / 3.6e6)} kWh" in _cli(tmp_path, "list")
+    assert partial in meter.outcome_words(summary)  # Serve's and Evaluate's stopped line
+    assert json.loads(_cli(tmp_path, "show", run.name, "--json"))["meter"]["energy_j"] is None
+    coverage, said = _tensorboard_coverage(tmp_path, run)
+    assert coverage[-1] == pytest.approx(share, abs=1e-4) and max(coverage) > share
+    assert "energy partial" in said

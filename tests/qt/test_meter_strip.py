@@ -108,3 +108,34 @@ def test_live_power_and_compile_warning_by_clicks(qtbot, fake_hl_smi: Path, tab,
     # The finding is made once: the summary's is the one said live.
     assert strip.warning.isVisible() and strip.warning.text() == text
     assert not strip.power.isVisible()
+
+
+def test_the_strip_says_when_hl_smi_stopped_answering(qtbot, fake_hl_smi: Path, tmp_path: Path) -> None:
+    """Issue 37 item 4, live: the run's real meter with an hl-smi that answers 0.2 s and then fails on
+    every restart. The strip stopped at its last "W now" and "Wh so far" as if hl-smi still answered;
+    now the power reading's age is said and the energy is what the readings cover, not the run's."""
+    import os
+    import time
+
+    from gaudi_gui.core import meter
+    from gaudi_gui.ui.meter_strip import MeterStrip
+    folder = tmp_path / "run-live"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "status.json").write_text(json.dumps({"state": "running", "started_at": time.time()}))
+    env = {**os.environ, "HABANA_VISIBLE_MODULES": "2,3", "FAKE_HLSMI_MODE": "once_then_fail:3",
+           "FAKE_HLSMI_STATE": str(tmp_path / "driver-gone"), "GAUDI_GUI_METER_RESTART_S": "0.5"}
+    run_meter = meter.Meter(folder, device="hpu", env=env)
+    run_meter.start()
+    strip = MeterStrip()
+    qtbot.addWidget(strip)
+    try:
+        strip.show()
+        strip.follow(folder)
+        qtbot.waitUntil(lambda: "not the run's" in strip.power.text(), timeout=60_000)
+        assert "Wh read over" in strip.power.text() and "Wh so far" not in strip.power.text()
+        qtbot.waitUntil(lambda: "no power reading for" in strip.power.text(), timeout=60_000)
+        assert " W now" not in strip.power.text()
+    finally:
+        strip.clear()
+        run_meter.stop()

@@ -89,7 +89,11 @@ def test_a_node_that_measured_nothing_is_named_never_counted_as_0(tmp_path: Path
                            "n1", "n2", "n3", "n4"], capture_output=True, text=True, timeout=60)
     assert said.returncode == 0, said.stderr
     whole = json.loads((tmp_path / meter.SUMMARY_NAME).read_text())
-    assert whole["energy_j"] == 350.0 and whole["energy_complete"] is False
+    # n1's and n2's 350 J are half the job's card-hours (n4 weighs as the others): partial, never
+    # the job's energy (issue 37 item 4).
+    assert whole["energy_j"] is None and whole["energy_complete"] is False
+    assert whole["energy_status"] == meter.PARTIAL and whole["energy_read_j"] == 350.0
+    assert whole["energy_coverage"] == pytest.approx(0.5)
     assert "no meter summary from n4" in whole["note"] and "energy not measured on n3" in whole["note"]
     assert whole["card_hours"] == pytest.approx(0.03)
     assert "the whole job (4 parts: n1, n2, n3, n4)" in said.stdout and "n4" in said.stdout

@@ -78,9 +78,10 @@ def test_summary_card_hours_energy_power_utilization_memory() -> None:
              "memory_total_mib": 98304},
             {"name": "module 3", "power_w": 300 if t == 5 else 200, "utilization": 30,
              "memory_used_mib": 500, "memory_total_mib": 98304}])
-    summary = meter.summarize(accounts, source="hl-smi", energy_source=meter.SOURCE_HLSMI, wall_s=1800.0,
+    summary = meter.summarize(accounts, source="hl-smi", energy_source=meter.SOURCE_HLSMI, wall_s=10.0,
                               card_count=2, cards=[2, 3], kind="hpu")
-    assert summary["card_hours"] == pytest.approx(1.0)  # 2 cards x 0.5 h
+    assert summary["card_hours"] == pytest.approx(2 * 10 / 3600, abs=1e-6)  # 2 cards x 10 s
+    assert summary["energy_status"] == meter.MEASURED and summary["energy_coverage"] == 1.0
     # module 2: 100 W x 10 s; module 3: 200 W x 10 s plus the 300 W spike's triangle (100 W x 1 s).
     assert summary["energy_j"] == pytest.approx(1000 + 2000 + 100)
     assert summary["energy_kwh"] == pytest.approx(3100 / 3.6e6)
@@ -99,7 +100,10 @@ def test_a_card_without_power_is_named_and_not_counted() -> None:
         accounts.add(float(t), [{"name": "module 2", "power_w": 100}, {"name": "module 3", "power_w": None}])
     summary = meter.summarize(accounts, source="hl-smi", energy_source=meter.SOURCE_HLSMI, wall_s=3.0,
                               card_count=2, cards=[2, 3], kind="hpu")
-    assert summary["energy_j"] == pytest.approx(200.0)
+    # Module 2's 200 J is half the run's cards only: partial, never the run's energy.
+    assert summary["energy_j"] is None and summary["energy_read_j"] == pytest.approx(200.0)
+    assert summary["energy_status"] == meter.PARTIAL
+    assert summary["energy_coverage"] == pytest.approx(2 / 6, abs=1e-4)
     assert "module 3" in summary["note"]
     assert summary["power_peak_w"] is None  # never a whole moment: no run total to report
 

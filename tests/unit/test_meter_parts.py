@@ -33,7 +33,12 @@ def test_parts_summed() -> None:
 
 def test_an_unmeasured_or_missing_part_is_named_never_zero() -> None:
     job = meter.combine([("a", _part(0.02, 3600.0, 36.0)), ("b", _part(0.03, None, 40.0)), ("c", None)])
-    assert job["energy_j"] == 3600.0 and job["energy_complete"] is False
+    # Part a's 3.6 kJ is a's only: the job's energy is partial (a's card-hours of the job's, c
+    # weighing as the others on average), never said as the whole job's.
+    assert job["energy_j"] is None and job["energy_complete"] is False
+    assert job["energy_status"] == meter.PARTIAL and job["energy_read_j"] == 3600.0
+    assert job["energy_coverage"] == pytest.approx(0.02 / 0.075, abs=1e-4)
+    assert "energy partial: 3.6 kJ over 27 % of the run" in meter.combined_line(job)
     assert job["note"] == "no meter summary from c; energy not measured on b: not in the sum"
     assert job["card_hours"] == pytest.approx(0.05)
     nothing = meter.combine([("a", _part(None, None, 5.0)), ("b", _part(None, None, 6.0))])
@@ -147,7 +152,11 @@ def test_runs_show_of_a_running_run_says_its_meter_so_far(tmp_path) -> None:
     (folder / "config.json").write_text("{}")
     (folder / "status.json").write_text(json.dumps({"state": "running"}))
     cards = [{"name": "module 2", "power_w": 150.0}, {"name": "module 3", "power_w": 250.0}]
-    lines = [json.dumps({"t": t, "source": "hl-smi", "cards": cards}) + "\n" for t in (0.0, 9.0, 18.0)]
+    # Read moments ago (a last reading older than the gap would not be "now").
+    import time
+    now = time.time()
+    lines = [json.dumps({"t": now - 18 + t, "source": "hl-smi", "cards": cards}) + "\n"
+             for t in (0.0, 9.0, 18.0)]
     (folder / meter.METER_NAME).write_text("".join(lines))
     base = [sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(tmp_path / "runs"), "show",
             "run-live"]
