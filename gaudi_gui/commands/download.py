@@ -232,9 +232,10 @@ def _said_plan(out: _Out, plan: hub.Plan, attempt: int, attempts: int, *, first:
     if first:
         _print_plan(out, plan)
     elif plan.to_fetch:
+        on_disk = plan.remaining_bytes - plan.to_download_bytes  # partial files this attempt continues
         out.say(f"attempt {attempt} of {attempts}: {hub.count(len(plan.to_fetch), 'file')} "
                 f"({hub.human(plan.remaining_bytes)}) left to download"
-                + (f", {hub.human(plan.partial_bytes)} of it already on disk" if plan.partial_bytes else ""))
+                + (f", {hub.human(on_disk)} of it already on disk" if on_disk else ""))
     if plan.to_fetch:
         out.event({"type": EventType.ATTEMPT, "attempt": attempt, "attempts": attempts, "xet": not xet_off,
                    "files_left": len(plan.to_fetch), "bytes_left": plan.remaining_bytes,

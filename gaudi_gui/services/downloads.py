@@ -123,8 +123,10 @@ def describe_event(event: dict[str, Any]) -> str:
         if attempt == 1:
             return ""
         how = "" if event.get("xet", True) else " over plain HTTP (Xet off)"
+        partial = min(int(event.get("partial_bytes") or 0), int(event.get("bytes_left") or 0))
         return (f"attempt {attempt} of {attempts}{how}: {hub.count(event.get('files_left'), 'file')} "
-                f"({hub.human(event.get('bytes_left'))}) left")
+                f"({hub.human(event.get('bytes_left'))}) left"
+                + (f", {hub.human(partial)} of it already on disk" if partial else ""))
     if kind == EventType.STALLED:
         return (f"stalled: no byte arrived for {float(event.get('seconds') or 0):.0f} s, so this attempt "
                 "was ended")

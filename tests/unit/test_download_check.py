@@ -141,5 +141,6 @@ def test_the_plan_counts_what_is_on_disk_and_says_counts_in_words(capsys: pytest
     out = capsys.readouterr().out
     assert "to download 1 file (200.0 MB; 100.0 MB of it already on disk)" in out, out
     assert describe_event({"type": "verified", "files": 1, "seconds": 0.2}).startswith("checked 1 file ")
-    assert "1 file (" in describe_event({"type": "attempt", "attempt": 2, "attempts": 4, "files_left": 1,
-                                         "bytes_left": 5})
+    again = describe_event({"type": "attempt", "attempt": 2, "attempts": 4, "files_left": 1,
+                            "bytes_left": 3 * 10**8, "partial_bytes": 10**8})
+    assert again == "attempt 2 of 4: 1 file (300.0 MB) left, 100.0 MB of it already on disk", again
