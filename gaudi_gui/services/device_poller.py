@@ -47,6 +47,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from gaudi_gui.core import hlsmi
 from gaudi_gui.core.backoff import Backoff
 from gaudi_gui.core.devices import DeviceSample, History, ProcessInfo, attach_processes
+from gaudi_gui.core.health import Roots, gaudi_evidence
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.phased_timer import PhasedTimer
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, describe_exit
@@ -441,9 +442,16 @@ class DevicePoller(QObject):
             return
         if status == EXIT_FAILED_TO_START:
             reason = self._runner.tail(1)[0] if self._runner.tail(1) else "could not start"
+            evidence = "" if self._explicit or self.host is not None else gaudi_evidence(Roots.from_env())
             if self._explicit or shutil.which(self._program) is not None:
                 self._fail(STATE_FAILED, f"{self.command}\n{reason}\nCheck the hl-smi path in the "
                                          "settings or GAUDI_GUI_HL_SMI.", retry=True)
+            elif evidence:
+                # Gaudi cards are here (/dev/accel nodes, the driver): hl-smi missing is a failure,
+                # never "absent" as on a CPU machine.
+                self._fail(STATE_FAILED, f"{self.command}\n{reason}\nno hl-smi, but {evidence}: the cards "
+                                         "cannot be read. Install habanalabs-firmware-tools or give its "
+                                         "path in the settings or GAUDI_GUI_HL_SMI.", retry=True)
             else:
                 # Each fact once: the Devices tab adds what it shows instead.
                 self._fail(STATE_ABSENT, f"{self.command}\n{reason}\nhl-smi comes with Intel Gaudi's "

@@ -114,6 +114,25 @@ def test_absent_program_falls_back_to_host(make_poller, qtbot, monkeypatch, tmp_
     assert len(rec.pids) == 0
 
 
+def test_no_hl_smi_beside_accel_nodes_is_a_failure(make_poller, qtbot, monkeypatch, tmp_path: Path) -> None:
+    """No hl-smi on PATH on a machine with /dev/accel nodes (a fixture /dev): Devices said "absent", as
+    on a CPU machine; it is a failure that names the nodes."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    dev = tmp_path / "dev"
+    (dev / "accel").mkdir(parents=True)
+    for i in range(8):
+        (dev / "accel" / f"accel{i}").touch()
+    monkeypatch.setenv("PATH", str(empty))
+    monkeypatch.delenv("GAUDI_GUI_HL_SMI", raising=False)
+    monkeypatch.setenv("GAUDI_GUI_DOCTOR_DEV", str(dev))
+    poller, _rec, _selection = make_poller()
+    poller.start()
+    qtbot.waitUntil(lambda: poller.state in (dp.STATE_FAILED, dp.STATE_ABSENT), timeout=15000)
+    assert poller.state == dp.STATE_FAILED
+    assert "no hl-smi, but 8 /dev/accel nodes (accel0..accel7)" in poller.message
+
+
 def test_broken_explicit_path_says_so(make_poller, qtbot, tmp_path: Path) -> None:
     poller, _rec, _ = make_poller(hl_smi=str(tmp_path / "no" / "hl-smi"))
     poller.start()
