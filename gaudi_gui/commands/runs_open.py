@@ -85,10 +85,17 @@ def stdin_hangs_up() -> bool:
     return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
 
 
-def _browse(url: str) -> None:
+def _browse(url: str, args: argparse.Namespace) -> None:
+    """Open the browser at ``url`` and say whether one opened (webbrowser's answer: False where no
+    browser can be started here, a server over ssh, a $BROWSER that fails). ``--json``: nothing said
+    (the URL line is the answer; the app asks for no browser)."""
     import webbrowser
+    opened = False
     with contextlib.suppress(Exception):  # no browser here (a server, ssh): the URL is printed
-        webbrowser.open(url)
+        opened = bool(webbrowser.open(url))
+    if not args.json:
+        print("  opened in the browser" if opened else
+              "  no browser could be opened here: open the address above", flush=True)
 
 
 def run(found: Run, args: argparse.Namespace, find: Any) -> int:
@@ -115,7 +122,7 @@ def run(found: Run, args: argparse.Namespace, find: Any) -> int:
             return 2 if "pip install" in str(exc) else 1
         _say(args, {"t": "opened", **opened.to_dict()})
         if args.browser:
-            _browse(opened.url)
+            _browse(opened.url, args)
         if stdin_hangs_up():
             def read_stdin() -> None:
                 with contextlib.suppress(OSError, ValueError):
@@ -151,7 +158,7 @@ def run(found: Run, args: argparse.Namespace, find: Any) -> int:
                 continue
             _say(args, {"t": "opened", **again.to_dict()})
             if args.browser:
-                _browse(again.url)
+                _browse(again.url, args)
         return 0
     finally:
         boards.stop()
@@ -229,7 +236,7 @@ def on_host(host: Host, args: argparse.Namespace) -> int:
         _say(args, {**message, "url": url, "port": forward.local_port, "remote_port": remote_port,
                     "exported": f"on {host.name}: {message.get('exported', '')}"})
         if args.browser:
-            _browse(url)
+            _browse(url, args)
         while not ended.is_set():
             message = child.next_message(0.5)
             if message is None:  # the host's command ended (the connection dropped, its dashboard died)

@@ -45,9 +45,13 @@ class _Board:
 
 
 class DashboardService(QObject):
-    #: (kind, url): the page at the run answers here (the browser is opened at it when
-    #: ``open_browser``).
+    #: (kind, url): the page at the run answers here (the browser is asked to open it when
+    #: ``open_browser``; whether one did: ``shown``).
     opened = Signal(str, str)
+    #: (kind, url, browser): the page at the run answers at ``url``, and ``browser`` says whether a
+    #: browser was opened at it here (QDesktopServices.openUrl's answer: False where this session
+    #: has no browser, or ``open_browser`` is off). Emitted just before ``opened``.
+    shown = Signal(str, str, bool)
     #: (kind, message): why the run could not be opened: not installed (with the pip command), the
     #: export, the dashboard's end (its exit status and last lines), the forward.
     failed = Signal(str, str)
@@ -157,8 +161,10 @@ class DashboardService(QObject):
 
     def _show(self, board: _Board, url: str) -> None:
         self.urls[(board.kind, board.host.name)] = url
-        if self.open_browser:
-            QDesktopServices.openUrl(QUrl(url))
+        # openUrl says whether the platform could hand the URL to a browser (False on a session
+        # without one: a server's VNC, ssh -X without xdg-open, the offscreen platform).
+        browsed = bool(QDesktopServices.openUrl(QUrl(url))) if self.open_browser else False
+        self.shown.emit(board.kind, url, browsed)
         self.opened.emit(board.kind, url)
 
     def _ended(self, board: _Board, code: int, status: str) -> None:

@@ -142,13 +142,15 @@ class RunsTable(QWidget):
         buttons.setColumnStretch(4, 1)
         self.status = QLabel(self)
         self.status.setWordWrap(True)
+        # Selectable: a dashboard's address is copied from here where no browser could be opened.
+        self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         # "Merge and save" runs its own small child (base + adapter -> <output>/merged).
         self.merger = AdapterMerger(self)
         self.merger.finished.connect(self._merged)
         # "Open in TensorBoard" / "Open in trackio": one dashboard per kind, started on first use and
         # reused; they end with the window (they are not jobs to keep).
         self.dashboards = DashboardService(self)
-        self.dashboards.opened.connect(self._dashboard_opened)
+        self.dashboards.shown.connect(self._dashboard_opened)
         self.dashboards.failed.connect(lambda kind, why: self._dashboard_said(kind, f"⚠ {why}"))
         self.dashboards.state_changed.connect(self._dashboard_said)
         self.merge_requested.connect(self.merge)
@@ -555,9 +557,11 @@ class RunsTable(QWidget):
             self.buttons[f"Open in {LABELS[kind]}"].setEnabled(True)
         self.status.setText(text)
 
-    def _dashboard_opened(self, kind: str, url: str) -> None:
-        self._dashboard_said(kind, f"{LABELS[kind]}: {url} (opened in the browser; the dashboard stops "
-                                   f"when this window closes)")
+    def _dashboard_opened(self, kind: str, url: str, browsed: bool) -> None:
+        """The page answers: where, and whether a browser was opened at it (said only when one was)."""
+        where = "opened in the browser" if browsed else "no browser could be opened here: open this address"
+        self._dashboard_said(kind, f"{LABELS[kind]}: {url} ({where}; the dashboard stops when this window "
+                                   f"closes)")
 
     def merge(self, run: Run) -> None:
         """Merge the run's adapter into a full model in ``<output>/merged``."""

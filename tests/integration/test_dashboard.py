@@ -149,3 +149,30 @@ def test_a_missing_tensorboard_a_dashboard_that_ends_a_taken_port_said_clearly(t
                               stdin=subprocess.DEVNULL)
     assert busy.returncode == 1 and f"port {port} is already taken" in busy.stderr, busy.stderr
     assert "Traceback" not in busy.stderr
+
+
+def test_open_without_a_browser_says_none_opened_and_where_the_dashboard_is(tmp_path: Path) -> None:
+    """Issue 37 item 7: with no browser to be had here (no display, a $BROWSER that fails, no console
+    browser on PATH) the command says so under the URL, never that one opened."""
+    root = tmp_path / "runs"
+    _run(root, "run-nb")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
+    env.update(BROWSER=str(Path("/bin/false")), PATH=f"{Path(sys.executable).parent}{os.pathsep}{bin_dir}")
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(root), "open",
+                             "run-nb", "--tensorboard"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    lines = lines_of(proc.stdout)
+    try:
+        url = _next(lines, proc, "TensorBoard: ").split(": ", 1)[1]
+        assert dashboard.fetch(url)[0] == 200
+        said = _next(lines, proc, "  no browser could be opened here")
+        assert "open the address above" in said
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QUrl, Slot
+import pytest
+from PySide6.QtCore import QObject, Qt, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 
 from gaudi_gui.core import dashboard
@@ -94,3 +95,32 @@ def test_open_in_tensorboard_clicked_opens_the_browser_at_the_run(qtbot, tmp_pat
         QDesktopServices.unsetUrlHandler("http")
     qtbot.waitUntil(lambda: not table.dashboards.running(), timeout=30_000)
     assert dashboard.fetch(url.split("?")[0], timeout=1)[0] == 0
+
+
+@pytest.mark.qt_log_ignore("This plugin does not support QPlatformServices::openUrl")
+def test_open_in_tensorboard_without_a_browser_says_where_the_dashboard_is(qtbot, tmp_path: Path) -> None:
+    """Issue 37 item 7: "opened in the browser" was said whatever the browser did. Here nothing
+    intercepts the URL and the session has no browser (the offscreen platform cannot open one:
+    QDesktopServices.openUrl answers False, as on a server's session without xdg-open): the
+    status says so, with the address to open."""
+    store = RunStore(tmp_path / "runs")
+    run = _run(store, tmp_path, "alone")
+    table = RunsTable(store)
+    qtbot.addWidget(table)
+    try:
+        table.resize(1000, 500)
+        table.show()
+        qtbot.waitExposed(table)
+        _select(qtbot, table, run)
+        click(qtbot, table.buttons["Open in TensorBoard"])
+        qtbot.waitUntil(lambda: ("tensorboard", "local") in table.dashboards.urls
+                        and "TensorBoard: http" in table.status.text(), timeout=120_000)
+        url = table.dashboards.urls[("tensorboard", "local")]
+        assert f"runFilter={run.name}" in url and dashboard.fetch(url)[0] == 200  # the dashboard is there
+        text = table.status.text()
+        assert url in text and "no browser could be opened here" in text, text
+        assert "opened in the browser" not in text
+        assert table.status.textInteractionFlags() & Qt.TextInteractionFlag.TextSelectableByMouse
+    finally:
+        table.shutdown()
+    qtbot.waitUntil(lambda: not table.dashboards.running(), timeout=30_000)
