@@ -145,7 +145,8 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     """Every test gets its own GAUDI_GUI_HOME (settings, runs, cache) and a fresh HF cache. A Qt test's
     cache holds the run's schema (the real child's, ``schema_json``), as the app's does after its first
     start: each Training tab built (every main window builds one) asked the schema child otherwise, 4 s
-    of CPU each. ``@pytest.mark.fresh_install`` leaves the cache empty."""
+    of CPU each; so does every other test's (the commands check jobs by it). ``@pytest.mark.fresh_install``
+    leaves the cache empty."""
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("GAUDI_GUI_HOME", str(home))
@@ -154,7 +155,9 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     monkeypatch.delenv("GAUDI_GUI_HL_SMI", raising=False)
     if "tiny_model_dir" in request.fixturenames or "demo_model" in request.fixturenames:
         monkeypatch.setenv("GAUDI_GUI_DEMO_MODEL_DIR", str(request.getfixturevalue("tiny_model_dir")))
-    if "qtbot" in request.fixturenames and request.node.get_closest_marker("fresh_install") is None:
+    if request.node.get_closest_marker("fresh_install") is None:
+        # Every test, not only a Qt one: `train` and `queue add` check a job's training arguments by
+        # this schema (core/jobcheck.py), and asked the child for it otherwise, 4 s of CPU each.
         from gaudi_gui.core.training_args import Schema, save_cached
         text = request.getfixturevalue("schema_json").read_text()
         save_cached(Schema.from_dict(json.loads(text[text.find("{"):])))

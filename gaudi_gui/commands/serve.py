@@ -205,10 +205,10 @@ def run(args: argparse.Namespace) -> int:
                         dtype=args.dtype, quantization=args.quantization, adapter=args.adapter,
                         max_model_len=args.max_model_len, api_key_env=args.api_key_env,
                         listen_all=args.listen_all, cards=cards)
-    problems += spec.problems()
+    host = (args.host or "").strip()
+    problems += spec.problems(local=not (host and host != "local"))  # a host's own serve checks its files
     if args.remote_port and not 1 <= args.remote_port <= 65535:
         problems.append(("remote_port", "a port is 1-65535"))
-    host = (args.host or "").strip()
     if args.remote_port and not (host and host != "local"):
         problems.append(("remote_port", "only with --host (the server's port on the host's loopback)"))
     if problems:
@@ -296,11 +296,7 @@ def _here(spec: sv.ServeSpec, out: _Out) -> int:
         return 2
     model = spec.model.strip()
     adapter = spec.adapter.strip()
-    is_demo = paths.is_demo(model)
-    problem = sv.check_model(model, is_demo=is_demo)
-    if problem:
-        out.fail(f"--model: {problem}")
-        return 2
+    is_demo = paths.is_demo(model)  # the model itself was checked with the spec (spec.problems)
     expanded = os.path.expanduser(model)
     if not is_demo and os.path.isfile(os.path.join(expanded, "adapter_config.json")) and not adapter:
         adapter, model = expanded, ""  # an adapter folder given as the model: serve it over its base

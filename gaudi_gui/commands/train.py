@@ -25,8 +25,8 @@ from gaudi_gui.commands.terminal import StopSignals as _Signals
 from gaudi_gui.commands.terminal import printable as _printable
 from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.commands.terminal import seconds as _grace
+from gaudi_gui.core import jobcheck, visibility
 from gaudi_gui.core import prepare as prepare_mod
-from gaudi_gui.core import visibility
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError, load_job
 from gaudi_gui.core.runstore import RunStore
 from gaudi_gui.core.stopper import KILL_NOW_SIGNAL
@@ -100,26 +100,29 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # --overwrite-output travels in the job: the host's own `train` decides (the folder is there).
     job.overwrite_output = job.overwrite_output or bool(getattr(args, "overwrite_output", False))
-    problems = job.validate()
-    if problems:
-        for field, problem in problems:
-            print(f"gaudi-gui train: {field}: {problem}", file=sys.stderr)
-        return 2
-    if not getattr(args, "no_preflight", False) and args.device in ("auto", "hpu"):
-        from gaudi_gui.commands.doctor import preflight  # the doctor's gate (a no-op without hl-smi)
-        refusal = preflight(cards)
-        if refusal:
-            print(f"gaudi-gui train: {refusal}", file=sys.stderr)
-            return 2
     try:
         job, resumed = prepare_mod.resolve_resume(job, getattr(args, "resumed_from", ""))
     except prepare_mod.PrepareError as exc:
         print(f"gaudi-gui train: {exc}", file=sys.stderr)
         return 2
     args.resumed_from = resumed
-    for field, problem in prepare_mod.output_problems(job, resumed):
-        print(f"gaudi-gui train: {field}: {problem} (or pass --overwrite-output)", file=sys.stderr)
+    # The whole job, checked here (the window's Start runs this command too): nothing found later
+    # in the launched ranks that this can see now.
+    problems = jobcheck.check(job, resumed_from=resumed)
+    if problems:
+        for field, problem in problems:
+            # Another run's files in the output folder (core/outputs.Conflict): this command's way out.
+            hint = " (or pass --overwrite-output)" if "a new run would write over them" in problem else ""
+            print(f"gaudi-gui train: {field}: {problem}{hint}", file=sys.stderr)
         return 2
+    for note in jobcheck.notes(job):
+        print(f"gaudi-gui train: note: {note}", file=sys.stderr, flush=True)
+    if not getattr(args, "no_preflight", False) and args.device in ("auto", "hpu"):
+        from gaudi_gui.commands.doctor import preflight  # the doctor's gate (a no-op without hl-smi)
+        refusal = preflight(cards)
+        if refusal:
+            print(f"gaudi-gui train: {refusal}", file=sys.stderr)
+            return 2
     if args.detach:
         return _detach(job, args)
     device = args.device if args.device != "auto" else prepare_mod.probe_device()

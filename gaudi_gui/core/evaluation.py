@@ -347,13 +347,12 @@ def _adapter_base(adapter: Path) -> str:
 
 
 def _local_model(value: str, field_name: str) -> None:
-    """A path-looking model must be a model or adapter folder (a Hub id is checked by the worker)."""
-    expanded = Path(value).expanduser()
-    looks_local = value.startswith((".", "/", "~")) or expanded.is_absolute()
-    if looks_local and not expanded.is_dir():
-        raise EvalInputError(field_name, f"model folder not found: {value}")
-    if expanded.is_dir() and not (expanded / "config.json").is_file() and not is_adapter_dir(expanded):
-        raise EvalInputError(field_name, f"{value} has no config.json: not a model folder")
+    """A model or base that cannot be loaded as named (``core.jobcheck.model_problem``, the one rule of
+    training, Serve and Evaluate): a folder must be a model or adapter folder, a Hub id well formed."""
+    from gaudi_gui.core.jobcheck import model_problem
+    bad = model_problem(value)
+    if bad:
+        raise EvalInputError(field_name, bad)
 
 
 def resolve(spec: EvalSpec) -> Target:

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gaudi_gui.core import environment, hpu_metrics, outputs, visibility
+from gaudi_gui.core import environment, hpu_metrics, jobcheck, outputs, visibility
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core.hlsmi import find_hl_smi
 from gaudi_gui.core.jobconfig import JobConfig
@@ -109,11 +109,8 @@ def prepare_run(job: JobConfig, *, device: str, device_env: Mapping[str, str] | 
     ``meter-node`` writes into its part, nodes/<node>/hpu-metrics/): no such variables, no folder."""
     if device not in DEVICES:
         raise PrepareError([("device", f"unknown device {device!r}; one of {', '.join(DEVICES)}")])
-    problems = job.validate()
-    if problems:
-        raise PrepareError(problems)
     job, resumed_from = resolve_resume(job, resumed_from)
-    problems = output_problems(job, resumed_from)
+    problems = jobcheck.check(job, resumed_from=resumed_from)
     if problems:
         raise PrepareError(problems)
     clean_args, _removed = strip_secret_args(job.training_args)
@@ -178,15 +175,6 @@ def resolve_resume(job: JobConfig, resumed_from: str) -> tuple[JobConfig, str]:
     return resolved, resumed_from
 
 
-def output_problems(job: JobConfig, resumed_from: str = "") -> list[tuple[str, str]]:
-    """The output folder holds another run's checkpoints or model and the job does not say
-    overwrite: one problem at ``training_args.output_dir`` naming the folder and its run."""
-    if job.overwrite_output:
-        return []
-    found = outputs.conflict(job.output_dir, resumed_from=resumed_from)
-    return [("training_args.output_dir", found.message)] if found else []
-
-
 def preview_command(job: JobConfig, *, device: str, device_env: Mapping[str, str] | None,
                     runs_root: Path) -> str:
     """The shell command Start would run for ``job`` now (credentials redacted)."""
@@ -209,5 +197,5 @@ def versions() -> dict[str, str]:
     return out
 
 
-__all__ = ["DEVICES", "PrepareError", "PreparedRun", "child_env", "device_variables", "output_problems",
+__all__ = ["DEVICES", "PrepareError", "PreparedRun", "child_env", "device_variables",
            "prepare_run", "preview_command", "probe_device", "resolve_resume", "versions"]

@@ -471,15 +471,14 @@ def add_values(job: Any, *, kind: str = "train", cards: CardRequest | None = Non
     if kind_name(kind) != "train":
         raise QueueError(f"--kind {kind}: a job file (--config) is a training job; a {kind} job is given "
                          f"as its own command's words")
-    from gaudi_gui.core import prepare
-    if kind_name(kind) != "train":
-        raise QueueError(f"--kind {kind}: a job file (--config) is a training job; a {kind} job is given "
-                         f"as its own command's words")
-    problems = job.validate()
+    from gaudi_gui.core import jobcheck
+    # The whole job, checked where it enters the queue (the same check as `train`'s): a job that
+    # cannot start is refused now, not when its cards free up.
+    problems = jobcheck.check(job)
     if problems:
-        raise QueueError("; ".join(f"{f}: {p}" for f, p in problems))
-    for name, problem in prepare.output_problems(job):
-        raise QueueError(f"{name}: {problem} (or set overwrite_output in the job)")
+        raise QueueError("; ".join(f"{f}: {p}" + (" (or set overwrite_output in the job)"
+                                                   if "a new run would write over them" in p else "")
+                                   for f, p in problems))
     output_dir = resolved_dir(job.output_dir)
     other = same_output(output_dir, read_state(root).entries, [r for _p, r in pending_requests(root)])
     if other:

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
 import shlex
 import socket
@@ -158,11 +157,17 @@ class ServeSpec:
     #: The cards the engine may use (module ids on Gaudi, indexes on CUDA); empty: every card.
     cards: tuple[int, ...] = ()
 
-    def problems(self) -> list[tuple[str, str]]:
-        """(field, message) for each bad value, before anything starts."""
+    def problems(self, *, local: bool = True) -> list[tuple[str, str]]:
+        """(field, message) for each bad value, before anything starts. ``local``: the model is
+        looked for on this machine (False: a host's server, whose own ``serve`` looks on the host)."""
         out: list[tuple[str, str]] = []
         if not self.model.strip():
             out.append(("model", "choose a model (Hub id, folder, or builtin:demo)"))
+        elif local:
+            from gaudi_gui.core.jobcheck import model_problem  # the one rule of training, Serve, Evaluate
+            bad = model_problem(self.model)
+            if bad:
+                out.append(("model", bad))
         if self.engine not in ENGINES:
             out.append(("engine", f"choose one of {', '.join(ENGINES)}"))
         if not 1 <= self.port <= 65535:
@@ -196,26 +201,6 @@ class ServeSpec:
         if self.cards:
             args.append("--cards=" + ",".join(str(c) for c in sorted(set(self.cards))))
         return args
-
-
-def check_model(model: str, *, is_demo: bool = False) -> str | None:
-    """Why ``model`` is not something a server can load (None: it looks like one). A folder must hold
-    ``config.json`` (or be an adapter: ``adapter_config.json``); anything else must read as a Hub id."""
-    if is_demo:
-        return None
-    text = model.strip()
-    expanded = os.path.expanduser(text)
-    if os.path.isdir(expanded):
-        if os.path.isfile(os.path.join(expanded, "config.json")) or \
-                os.path.isfile(os.path.join(expanded, "adapter_config.json")):
-            return None
-        return f"{text} has no config.json: not a model folder"
-    if text.startswith((".", "/", "~")) or os.path.exists(expanded):
-        return f"model folder not found: {text}" if not os.path.exists(expanded) else \
-            f"{text} is a file, not a model folder"
-    if not re.fullmatch(r"[A-Za-z0-9][\w.\-]*(/[\w.\-]+)?", text):
-        return f"{text!r} is neither a model folder nor a Hub id (org/name)"
-    return None
 
 
 def transformers_argv(program: Sequence[str], model: str, spec: ServeSpec, *, bind: str) -> list[str]:
@@ -831,7 +816,6 @@ __all__ = [
     "WarmupParser",
     "WarmupProgress",
     "chat_body",
-    "check_model",
     "choose_engine",
     "chunk_finish",
     "chunk_text",

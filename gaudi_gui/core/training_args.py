@@ -60,6 +60,10 @@ MINIMUM: dict[str, tuple[float, str]] = {
     "save_total_limit": (0, "save_total_limit may not be negative"),
 }
 
+#: How a type problem names the kind a field expects ("max_steps: expected an integer, got 'ten'").
+_KIND_WORDS = {"bool": "true or false", "int": "an integer", "float": "a number", "str": "text",
+               "enum": "one of its choices", "list": "a list", "dict": "an object"}
+
 _PY_TYPES: dict[str, tuple[type, ...]] = {"bool": (bool,), "int": (int,), "float": (int, float),
                                           "str": (str,), "enum": (str,), "list": (list,), "dict": (dict,)}
 
@@ -189,7 +193,7 @@ class FieldSpec:
             allowed = {"bool": (bool,), "int": (int,), "float": (int, float), "list": (list, str),
                        "dict": (dict, str)}.get(self.kind, ())
         if allowed and (not isinstance(value, allowed) or (isinstance(value, bool) and bool not in allowed)):
-            return f"{self.name}: expected {self.kind}, got {type(value).__name__} {value!r}"
+            return f"{self.name}: expected {_KIND_WORDS.get(self.kind, self.kind)}, got {value!r}"
         if self.kind == "enum" and self.choices and str(value) not in self.choices:
             return f"{self.name}: {value!r} is not one of {', '.join(self.choices)}"
         minimum = MINIMUM.get(self.name)

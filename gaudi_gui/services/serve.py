@@ -87,7 +87,7 @@ class ServeService(KindJob):
         Devices and Hosts views show, and other starts warn about)."""
         if self.is_running():
             return [("", "a server is already running: stop it first")]
-        problems = spec.problems()
+        problems = spec.problems(local=placement is None or placement.is_local)
         if problems:
             return problems
         self.url, self._failure, self.requests = "", None, []

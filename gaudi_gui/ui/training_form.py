@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core import paths, sft
+from gaudi_gui.core import datafile, jobcheck, paths, sft
 from gaudi_gui.core.jobconfig import (
     FORMATS,
     METHODS,
@@ -523,9 +523,10 @@ class TrainingForm(QWidget):
         """The job and every problem found without a child (text that does not parse, JobConfig.validate,
         the schema's type/range checks), marked at their fields. Field names as in JobConfig.validate."""
         job, parse_errors = self.job()
-        errors = [(f"training_args.{f}", m) for f, m in parse_errors] + job.validate()
-        if self.schema is not None:
-            errors += [(f"training_args.{f}", m) for f, m in self.schema.check(job.training_args)]
+        # The one check of a job where it enters (core.jobcheck): the render preview runs here, on
+        # this machine's files.
+        errors = [(f"training_args.{f}", m) for f, m in parse_errors] + \
+            jobcheck.check(job, schema=self.schema, scan_limit=datafile.WINDOW_SCAN_BYTES)
         self.show_errors(errors)
         return job, errors
 

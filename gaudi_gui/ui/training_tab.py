@@ -28,13 +28,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gaudi_gui.core import datafile, jobcheck, visibility
 from gaudi_gui.core import launch as launch_mod
 from gaudi_gui.core import meter as meter_mod
 from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import preflight as preflight_mod
-from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core import remote as remote_mod
-from gaudi_gui.core import visibility
 from gaudi_gui.core.events import EventType
 from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
 from gaudi_gui.core.outputs import own_checkpoint
@@ -373,19 +372,20 @@ class TrainingTab(QWidget):
             # Machines, rank and the main address are set per host at Start, or by the Slurm fields.
             job.launch.num_machines, job.launch.machine_rank = 1, 0
         errors = errors + [("host", m) if f in ("placement", "hosts") else (f, m) for f, m in p.problems()]
-        errors = errors + job.validate()
+        # The one check of a job where it enters (core.jobcheck, as `train` and `queue add` make it),
+        # with the schema the form shows; the files a job names (model, dataset rows, the output
+        # folder and another run's files in it) are looked at here only for a run on this machine:
+        # a host's `train` refuses the run with the same words. A dataset is read up to a bound here
+        # (this runs at each change); `train`, which Start runs, reads it whole.
+        local = p.kind == "local"
+        errors = errors + jobcheck.check(job, schema=self.form.schema, local=local,
+                                         scan_limit=datafile.WINDOW_SCAN_BYTES)
         if p.kind == "slurm":
             errors = [*errors, *(("slurm." + f, m) for f, m in p.slurm_target().problems(job))]
         if p.kind in ("host", "hosts"):
             # Files named in the job are the host's: this machine cannot tell whether they exist
             # (the host's `train` checks them and refuses the run with the same message).
             errors = [(f, m) for f, m in errors if not m.startswith("file not found")]
-        if self.form.schema is not None:
-            errors += [(f"training_args.{f}", m) for f, m in self.form.schema.check(job.training_args)]
-        if p.kind == "local":
-            # Another run's checkpoints or model in the output folder: said at the field before Start
-            # (a host's `train` refuses it the same way, with the same words).
-            errors += prepare_mod.output_problems(job)
         return job, errors
 
     def update_preview(self) -> None:
@@ -407,6 +407,8 @@ class TrainingTab(QWidget):
         n = job.launch.num_processes * job.launch.num_machines
         shown = hints(self.device, launch_mod.worker_training_args(job, self.device)
                       if self.device != "cpu" else job.training_args, n)
+        # Rows of the dataset that cannot train (no answer...): skipped by the worker, said here first.
+        shown = [*shown, *(("dataset", note) for note in jobcheck.notes(job, datafile.WINDOW_SCAN_BYTES))]
         ignored = self._ignored_cards()
         if ignored:
             shown = [*shown, ("cards", ignored)]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gaudi_gui.core import outputs, prepare
+from gaudi_gui.core import jobcheck, outputs, prepare
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run, RunStatus, RunStore
 
@@ -57,9 +57,9 @@ def test_another_runs_checkpoints_are_refused_naming_the_run(tmp_path: Path) -> 
     assert "checkpoint-10 … checkpoint-30 (3)" in found.message and "final" in found.message
     # The job says overwrite: no problem.
     job = JobConfig(training_args={"output_dir": str(out)})
-    assert prepare.output_problems(job)[0][0] == "training_args.output_dir"
+    assert jobcheck.output_problems(job)[0][0] == "training_args.output_dir"
     job.overwrite_output = True
-    assert prepare.output_problems(job) == []
+    assert jobcheck.output_problems(job) == []
 
 
 def test_unowned_checkpoints_are_refused_too(tmp_path: Path) -> None:
@@ -173,9 +173,9 @@ def test_a_checkpoint_named_by_path_resumes_the_run_that_wrote_it(tmp_path: Path
     job = JobConfig(resume_from_checkpoint=str(ck), training_args={"output_dir": str(out)})
     resolved, resumed = prepare.resolve_resume(job, "")
     assert resumed == str(owner.folder) and resolved.resume_from_checkpoint == str(ck)
-    assert prepare.output_problems(resolved, resumed) == []
+    assert jobcheck.output_problems(resolved, resumed) == []
     # A fresh run into that folder is still refused.
-    assert prepare.output_problems(JobConfig(training_args={"output_dir": str(out)}))
+    assert jobcheck.output_problems(JobConfig(training_args={"output_dir": str(out)}))
 
 
 def test_the_parts_of_one_multi_node_run_share_their_output_folder(tmp_path: Path) -> None:

@@ -63,18 +63,25 @@ def test_spec_problems_and_cli_args() -> None:
     assert "--model=-odd" in spec.cli_args() and "--api-key-env=K" in spec.cli_args()
 
 
-def test_check_model(tmp_path: Path) -> None:
-    assert serve.check_model("builtin:demo", is_demo=True) is None
-    assert serve.check_model("org/name") is None
+def test_the_model_rule_is_the_one_of_every_job_kind(tmp_path: Path) -> None:
+    """Serve checks its model with jobcheck.model_problem, as training and Evaluate do."""
+    from gaudi_gui.core.jobcheck import model_problem
+    assert model_problem("builtin:demo") is None
+    assert model_problem("org/name") is None
     empty = tmp_path / "empty"
     empty.mkdir()
-    assert "no config.json" in (serve.check_model(str(empty)) or "")
-    assert "not found" in (serve.check_model(str(tmp_path / "missing")) or "")
+    assert "no config.json" in (model_problem(str(empty)) or "")
+    assert "not found" in (model_problem(str(tmp_path / "missing")) or "")
+    assert "not found" in (model_problem("models/llama/7b") or "")  # two slashes: a path, not a Hub id
     (tmp_path / "f.txt").write_text("x")
-    assert "is a file" in (serve.check_model(str(tmp_path / "f.txt")) or "")
-    assert "neither" in (serve.check_model("not a model!") or "")
+    assert "is a file" in (model_problem(str(tmp_path / "f.txt")) or "")
+    assert "neither" in (model_problem("not a model!") or "")
+    assert "neither" in (model_problem("org--x/name") or "")
     (empty / "config.json").write_text("{}")
-    assert serve.check_model(str(empty)) is None
+    assert model_problem(str(empty)) is None
+    assert serve.ServeSpec(model=str(tmp_path / "missing")).problems() == [
+        ("model", f"model folder not found: {tmp_path / 'missing'}")]
+    assert serve.ServeSpec(model=str(tmp_path / "missing")).problems(local=False) == []
 
 
 def test_warmup_progress_from_written_gaudi_log() -> None:
