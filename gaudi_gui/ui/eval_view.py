@@ -47,6 +47,7 @@ from gaudi_gui.services.downloads import ModelPlaces
 from gaudi_gui.services.evaluation import EvaluationService
 from gaudi_gui.services.queue import JobQueue
 from gaudi_gui.ui.model_field import ModelCacheState
+from gaudi_gui.ui.shortcuts import start_stop_keys
 
 ANSWER_COLUMNS = ("prompt", "reference", "base", "tuned", "base TTFT s", "base tok/s", "tuned TTFT s",
                   "tuned tok/s")
@@ -233,6 +234,8 @@ class EvalView(QWidget):
         self.queue_button.setVisible(queue is not None)
         self.queue_button.clicked.connect(lambda _c=False: self.queue_current())
         self.stop_button.clicked.connect(lambda _c=False: self.service.stop())
+        # Ctrl+Return starts and Ctrl+. stops (Esc closes the window, as in a dialog).
+        self.shortcuts = start_stop_keys(self, self.start_button, self.stop_button)
         self.progress = QProgressBar(self)
         self.progress.setRange(0, 1)
         self.progress.setValue(0)

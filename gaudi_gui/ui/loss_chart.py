@@ -5,18 +5,83 @@ curves parting) and its perplexity on a right-hand axis of the same chart."""
 
 from __future__ import annotations
 
+import html
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pyqtgraph as pg
-from PySide6.QtCore import QSize
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
 
+from gaudi_gui.ui.flow_layout import FlowLayout
 from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea, readable_plot
 
 #: A curve's cell: a readable view box plus the tick labels (the name is the left axis label).
 MIN_CELL = QSize(240, MIN_VIEW_PX + 24)
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+#: Compared runs' colours (the live run's blue and the eval curves' red and purple left out).
+_COMPARE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
+#: The longest name a legend entry shows (the middle elided); the whole name is its tooltip.
+LEGEND_CHARS = 28
+
+
+def distinct_names(names: Sequence[str]) -> list[str]:
+    """Short names that still tell the runs apart: the "-"-separated parts all the names share at the
+    start and at the end are left out ("20261206-031502-builtin-demo" and "20261206-034417-builtin-demo"
+    are "031502" and "034417"), and what is still longer than ``LEGEND_CHARS`` loses its middle. A
+    legend that cut every name at its width showed "202612" for both."""
+    if len(names) < 2 or len(set(names)) < len(names):
+        return [_elide_middle(n) for n in names]
+    parts = [n.split("-") for n in names]
+    shortest = min(len(p) for p in parts)
+    head = 0
+    while head < shortest - 1 and len({p[head] for p in parts}) == 1:
+        head += 1
+    tail = 0
+    while tail < shortest - head - 1 and len({p[len(p) - 1 - tail] for p in parts}) == 1:
+        tail += 1
+    short = ["-".join(p[head:len(p) - tail]) for p in parts]
+    if len(set(short)) < len(short) or not all(short):
+        short = list(names)
+    return [_elide_middle(n) for n in short]
+
+
+def _elide_middle(name: str, limit: int = LEGEND_CHARS) -> str:
+    if len(name) <= limit:
+        return name
+    keep = limit - 1
+    return f"{name[:(keep + 1) // 2]}…{name[len(name) - keep // 2:]}"
+
+
+def meter_utilization(folder: str | Path) -> tuple[list[float], list[float]]:
+    """A run's cards' mean utilization (%) per meter sample (its meter.jsonl): (wall times, values);
+    a sample with no card's figure is left out (not 0)."""
+    from gaudi_gui.core.export import meter_samples
+
+    times: list[float] = []
+    values: list[float] = []
+    for sample in meter_samples(folder):
+        found = sample.get("cards")
+        cards: list[Any] = found if isinstance(found, list) else []
+        read = [float(c["utilization"]) for c in cards if isinstance(c, dict)
+                and isinstance(c.get("utilization"), (int, float)) and not isinstance(c["utilization"], bool)]
+        if read:
+            times.append(float(sample["t"]))
+            values.append(sum(read) / len(read))
+    return times, values
+
+
+@dataclass
+class ComparedRun:
+    """One run as Compare draws it."""
+
+    name: str
+    #: Its metrics records (step, loss, learning_rate, time …).
+    records: Sequence[Mapping[str, Any]]
+    #: Its cards' mean utilization (%) over wall time, from its meter (meter.jsonl): (times, values).
+    utilization: tuple[Sequence[float], Sequence[float]] = field(default_factory=lambda: ([], []))
 
 
 class LossChart(QWidget):
@@ -57,8 +122,18 @@ class LossChart(QWidget):
                                    (self.lr_plot, "learning rate", "learning rate"),
                                    (self.device_plot, "card utilization (%)", "utilization %")):
             self.area.add_plot(plot, title, label)
+        # Compare's legend: a row above the charts (never over a curve), one entry per run in its
+        # colour, a name that tells the runs apart, the whole name in its tooltip.
+        self.legend_row = QWidget(self)
+        # Entries flow onto a second line rather than widen the chart past a 1024-pixel window.
+        self._legend_layout = FlowLayout(self.legend_row, spacing=12)
+        self._legend_layout.setContentsMargins(4, 0, 4, 0)
+        self.legend_row.hide()
+        self.legend_labels: list[QLabel] = []
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addWidget(self.legend_row)
         layout.addWidget(self.area)
         self._steps: list[float] = []
         self._loss: list[float] = []
@@ -67,7 +142,10 @@ class LossChart(QWidget):
         self._loss_curve = self.loss_plot.plot([], [], pen=pg.mkPen(_COLORS[0], width=2), name="this run",
                                                symbol="o", symbolSize=4, symbolBrush=_COLORS[0])
         self._lr_curve = self.lr_plot.plot([], [], pen=pg.mkPen(_COLORS[1], width=2))
+        #: Compare's curves: one loss curve per run, and its learning rate and card utilization.
         self._overlays: list[Any] = []
+        self._lr_overlays: list[Any] = []
+        self._device_overlays: list[Any] = []
         self._eval_steps: list[float] = []
         self._eval_loss: list[float] = []
         self._ppl: list[float] = []
@@ -172,16 +250,68 @@ class LossChart(QWidget):
         self._ppl_view.setGeometry(view.sceneBoundingRect())
         self._ppl_view.linkedViewChanged(view, self._ppl_view.XAxis)
 
+    def compare(self, runs: Sequence[ComparedRun]) -> None:
+        """Draw each run's loss, learning rate and card utilization (its meter's, on its own steps)
+        in one colour per run, named in the legend row above the charts."""
+        import numpy as np
+
+        self.clear_overlays()
+        # The live run's entry ("this run") has no curve while comparing: the legend row says it all.
+        legend = self.loss_plot.getPlotItem().legend
+        if legend is not None:
+            legend.setVisible(False)
+        self._device_legend_shown(False)
+        utilized = False
+        for n, (run, short) in enumerate(zip(runs, distinct_names([r.name for r in runs]), strict=True)):
+            color = _COMPARE_COLORS[n % len(_COMPARE_COLORS)]
+            pen = pg.mkPen(color, width=2)
+            steps, loss = _series(run.records, "loss")
+            self._overlays.append(self.loss_plot.plot(steps, loss, pen=pen))
+            steps, rate = _series(run.records, "learning_rate")
+            self._lr_overlays.append(self.lr_plot.plot(steps, rate, pen=pen))
+            times, at = _series(run.records, "step", x="time")
+            t = np.asarray(run.utilization[0], dtype=float)
+            if len(times) >= 2 and t.size:
+                keep = (t >= times[0]) & (t <= times[-1])
+                x = np.interp(t[keep], times, at)
+                y = np.asarray(run.utilization[1], dtype=float)[keep]
+                utilized = utilized or bool(x.size)
+                self._device_overlays.append(self.device_plot.plot(x, y, pen=pen, connect="finite"))
+            self._add_legend_entry(short, run.name, color)
+        self.legend_row.setVisible(bool(runs))
+        # A compared run's own cards, from its meter (the Devices tab's cards are not its cards).
+        self.set_card_chart_shown(utilized)
+
+    def _add_legend_entry(self, short: str, name: str, color: str) -> None:
+        label = QLabel(f'<span style="color:{color}">&#9644;</span> {html.escape(short)}', self.legend_row)
+        label.setTextFormat(Qt.TextFormat.RichText)
+        label.setToolTip(name)
+        self._legend_layout.addWidget(label)
+        self.legend_labels.append(label)
+
     def add_overlay(self, name: str, steps: list[float], losses: list[float]) -> None:
-        color = _COLORS[(len(self._overlays) + 2) % len(_COLORS)]
-        self._overlays.append(self.loss_plot.plot(steps, losses, pen=pg.mkPen(color, width=2,
-                                                                               style=pg.QtCore.Qt.PenStyle.DashLine),
-                                                  name=name))
+        """One more run's loss curve (dashed) over the live run's, named in the legend row."""
+        color = _COMPARE_COLORS[(len(self._overlays) + 1) % len(_COMPARE_COLORS)]
+        self._overlays.append(self.loss_plot.plot(steps, losses, pen=pg.mkPen(
+            color, width=2, style=pg.QtCore.Qt.PenStyle.DashLine)))
+        self._add_legend_entry(_elide_middle(name), name, color)
+        self.legend_row.show()
 
     def clear_overlays(self) -> None:
-        for item in self._overlays:
-            self.loss_plot.removeItem(item)
-        self._overlays = []
+        for plot, items in ((self.loss_plot, self._overlays), (self.lr_plot, self._lr_overlays),
+                            (self.device_plot, self._device_overlays)):
+            for item in items:
+                plot.removeItem(item)
+        self._overlays, self._lr_overlays, self._device_overlays = [], [], []
+        for label in self.legend_labels:
+            self._legend_layout.removeWidget(label)
+            label.deleteLater()
+        self.legend_labels = []
+        self.legend_row.hide()
+        legend = self.loss_plot.getPlotItem().legend
+        if legend is not None:
+            legend.setVisible(True)
+        self._device_legend_shown(bool(self._device_curves))
 
     def time_range(self) -> tuple[float, float] | None:
         """(first, last) wall time of the live records, or None before two of them arrived."""
@@ -211,3 +341,17 @@ class LossChart(QWidget):
 
     def device_point_count(self) -> int:
         return sum(len(c.xData) if c.xData is not None else 0 for c in self._device_curves.values())
+
+
+def _series(records: Sequence[Mapping[str, Any]], key: str,
+            x: str = "step") -> tuple[list[float], list[float]]:
+    """(x, value) of ``key`` over the records that carry both as numbers."""
+    xs: list[float] = []
+    ys: list[float] = []
+    for rec in records:
+        a, b = rec.get(x), rec.get(key)
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) \
+                and not isinstance(a, bool) and not isinstance(b, bool):
+            xs.append(float(a))
+            ys.append(float(b))
+    return xs, ys

@@ -39,6 +39,7 @@ from gaudi_gui.services.downloads import ModelPlaces
 from gaudi_gui.services.queue import JobQueue
 from gaudi_gui.services.serve import ServeService
 from gaudi_gui.ui.model_field import ModelCacheState, WrappedLine
+from gaudi_gui.ui.shortcuts import start_stop_keys
 
 LOCAL_LABEL = "this machine"
 COLUMNS = ("time", "method", "path", "status", "prompt tok", "completion tok", "TTFT s", "tok/s")
@@ -177,6 +178,8 @@ class ServePanel(QWidget):
         layout.addWidget(self.requests, 1)
 
         self.start_button.clicked.connect(self.start)
+        # Ctrl+Return starts and Ctrl+. stops while the focus is in the panel (ui/shortcuts.py).
+        self.shortcuts = start_stop_keys(self, self.start_button, self.stop_button)
         self.queue_button.clicked.connect(lambda _checked=False: self.queue_current())
         self.stop_button.clicked.connect(self.service.stop)
         self.copy_button.clicked.connect(self.copy_url)

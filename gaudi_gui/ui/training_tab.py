@@ -50,9 +50,10 @@ from gaudi_gui.services.queue import QueueService
 from gaudi_gui.services.training import TrainingService
 from gaudi_gui.services.training_job import TrainingJob
 from gaudi_gui.ui.log_view import LogView
-from gaudi_gui.ui.loss_chart import LossChart
+from gaudi_gui.ui.loss_chart import ComparedRun, LossChart, meter_utilization
 from gaudi_gui.ui.model_field import ModelCacheState
 from gaudi_gui.ui.placement_widget import PlacementWidget
+from gaudi_gui.ui.shortcuts import STOP_KEYS, start_stop_keys, with_keys
 from gaudi_gui.ui.training_form import TrainingForm
 from gaudi_gui.ui.training_runs import RunsTable
 
@@ -148,6 +149,8 @@ class TrainingTab(QWidget):
             buttons.addWidget(b, 0 if index < 4 else 1, index if index < 4 else index - 4)
             self.btn[name] = b
         self.btn["Start"].setDefault(True)
+        # Ctrl+Return starts and Ctrl+. stops while the focus is in this tab (Start was 36 Tabs away).
+        self.shortcuts = start_stop_keys(self, self.btn["Start"], self.btn["Stop"])
         self.status = QLabel("idle", self)
         self.status.setWordWrap(True)
         self.status.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
@@ -982,8 +985,9 @@ class TrainingTab(QWidget):
         self.btn["Start"].setText("Checking cards…" if checking else "Start")
         self.btn["Stop"].setEnabled(running)
         self.btn["Stop"].setText("Kill now" if self.job.stopping else "Stop")
-        self.btn["Stop"].setToolTip("SIGKILL the run's processes now: no checkpoint" if self.job.stopping
-                                    else "save a checkpoint at the end of the current step, then end")
+        stop_tip = "SIGKILL the run's processes now: no checkpoint" if self.job.stopping \
+            else "save a checkpoint at the end of the current step, then end"
+        self.btn["Stop"].setToolTip(with_keys(stop_tip, STOP_KEYS))
         self.btn["Resume"].setEnabled(not running)
 
     # -- history ----------------------------------------------------------------------------------
@@ -1018,10 +1022,10 @@ class TrainingTab(QWidget):
         self.status.setText(f"form filled from {run.name}")
 
     def compare(self, runs: list[Run]) -> None:
+        """Compare: each run's loss, learning rate and its own cards' utilization (its meter)."""
         self._clear_run_view()
-        for run in runs:
-            steps, losses = metrics_mod.series(run.metrics(), "loss")
-            self.chart.add_overlay(run.name, steps, losses)
+        self.chart.compare([ComparedRun(run.name, run.metrics(), meter_utilization(run.folder))
+                            for run in runs])
         self.views.setCurrentWidget(self.live)
 
     def _load_in_runner(self, run: Run) -> None:
