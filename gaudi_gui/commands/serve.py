@@ -149,7 +149,8 @@ class _Out:
         moment when the two lines came in two reads); for a person: the sentence, then the URL."""
         if self.events:
             self._say(protocol.event(EventType.SERVE_URL, url=url, **extra))
-        self.state("ready", message, url=url, **{k: v for k, v in extra.items() if k != "model"})
+        self.state("ready", message, url=url,
+                   **{k: v for k, v in extra.items() if k not in ("model", "name")})
         self._say(url)
 
     def request(self, record: sv.RequestRecord) -> None:
@@ -506,7 +507,10 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
                 out.fail(f"the server did not answer within {READY_TIMEOUT_S:.0f} s", list(child.tail))
                 return 1
         read_counters()  # vLLM's counters as the server starts serving (0: warm-up is not counted)
-        out.ready(f"ready after {time.monotonic() - started:.1f} s: {url}", url, model=model)
+        # model: the id requests must name (the folder it resolved to); name: what the user chose;
+        # context: the longest request it takes (a chat leaves out its oldest turns to stay within it).
+        out.ready(f"ready after {time.monotonic() - started:.1f} s: {url}", url, model=model,
+                  name=spec.model.strip(), **_context_field(spec, choice, model, models_url, key))
         while drain(while_serving, 0.5):
             if child.poll() is not None:
                 break
@@ -539,6 +543,23 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
             child.end(0)
         if record is not None:
             sv.forget_engine_record(record)
+
+
+def _context_field(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, models_url: str,
+                   key: str) -> dict[str, int]:
+    """``{"context": tokens}``: the longest request the engine takes, prompt and answer: vLLM's own
+    ``max_model_len`` from /v1/models where it says it, else ``--max-model-len`` where given, never past
+    the model's own context (its config and tokenizer, read from its files); {} where none is known."""
+    from gaudi_gui.core.generation import model_context
+
+    limits = [n for n in (spec.max_model_len, model_context(model)) if n]
+    if choice.engine == "vllm":
+        status, text = _fetch(models_url, key)
+        with contextlib.suppress(ValueError, TypeError, AttributeError, IndexError):
+            said = json.loads(text)["data"][0].get("max_model_len") if status == 200 else None
+            if isinstance(said, int) and said > 0:
+                limits = [said]
+    return {"context": min(limits)} if limits else {}
 
 
 def _record_engine(pid: int, port: int, bind: str, model: str, engine: str) -> sv.EngineRecord | None:
@@ -732,7 +753,10 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
             if _get(f"http://127.0.0.1:{fwd.local_port}/health", key, timeout=10) != 200:
                 _mux(host.name, fwd, "forward")
             ready.set()
-            out.ready(f"ready on {host.name}: {url}", url, host=host.name, model=str(event.get("model", "")))
+            context = event.get("context")
+            out.ready(f"ready on {host.name}: {url}", url, host=host.name, model=str(event.get("model", "")),
+                      name=str(event.get("name") or spec.model.strip()),
+                      **({"context": context} if isinstance(context, int) else {}))
         elif kind == EventType.SERVE_STATE and state == "failed":
             failure.update(event)
         elif kind == EventType.SERVE_STATE and state not in ("ready", "stopped"):

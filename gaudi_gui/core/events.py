@@ -51,7 +51,9 @@ class EventType(str, Enum):
     SERVE_STATE = "serve_state"  # state (starting loading warming ready reconnecting stopping stopped
     #                              failed), message; loading: pid, engine, reason; failed: lines
     SERVE_PROGRESS = "serve_progress"  # phase, step, total, fraction, eta_s (vLLM's warm-up)
-    SERVE_URL = "serve_url"  # url, model (host on a host): the endpoint answers
+    SERVE_URL = "serve_url"  # url, model (the id requests name), name (the model as the user chose
+    #                          it), context (the longest request, prompt and answer, in tokens, where
+    #                          known), host on a host: the endpoint answers
     SERVE_REQUEST = "serve_request"  # time, method, path, status (core.serve.RequestRecord)
     #: the engine's own token counter (transformers serve: workers/transformers_serve): counting,
     #: prompt_tokens, completion_tokens (running totals since the start), source; counting false: why

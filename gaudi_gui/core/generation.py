@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -297,6 +298,145 @@ class Conversation:
         return "\n".join(lines)
 
 
+# -- the model's context: a chat kept within it ----------------------------------------------------------
+
+#: transformers gives a tokenizer without a limit ``model_max_length = int(1e30)``: past this, no limit.
+NO_LIMIT = 10**8
+
+
+def context_of(config: Any, tokenizer_config: Any = None) -> int | None:
+    """The longest a model takes, prompt and answer, in tokens: the smaller of its config's
+    ``max_position_embeddings`` (a multimodal model's ``text_config``'s) and its tokenizer's
+    ``model_max_length`` where that is a real limit; None where neither says."""
+    limits: list[int] = []
+    if isinstance(config, dict):
+        text = config.get("text_config")
+        for source in (config, text if isinstance(text, dict) else {}):
+            value = source.get("max_position_embeddings")
+            if isinstance(value, int) and not isinstance(value, bool) and 0 < value < NO_LIMIT:
+                limits.append(value)
+                break
+    if isinstance(tokenizer_config, dict):
+        value = tokenizer_config.get("model_max_length")
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value < NO_LIMIT:
+            limits.append(int(value))
+    return min(limits) if limits else None
+
+
+def model_folder(model: str) -> str | None:
+    """The folder holding ``model``'s files here: ``builtin:demo``'s, a folder, or a Hub id's cached
+    snapshot (no network); None where it is not here."""
+    import os
+
+    text = model.strip()
+    if paths.is_demo(text):
+        return str(paths.demo_model_dir())
+    expanded = os.path.expanduser(text)
+    if os.path.isdir(expanded):
+        return expanded
+    if not text or text.startswith((".", "/", "~")):
+        return None
+    try:
+        from huggingface_hub import try_to_load_from_cache
+        found = try_to_load_from_cache(text, "config.json")
+    except Exception:  # not a repo id, an unreadable cache: the context is simply not known
+        return None
+    return os.path.dirname(found) if isinstance(found, str) else None
+
+
+def model_context(model: str) -> int | None:
+    """``model``'s context length read from its own files here (``context_of``), or None."""
+    import os
+
+    folder = model_folder(model)
+    if folder is None:
+        return None
+    found: list[Any] = []
+    for name in ("config.json", "tokenizer_config.json"):
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                found.append(json.load(fh))
+        except (OSError, ValueError, RecursionError):
+            found.append(None)
+    return context_of(found[0], found[1])
+
+
+def prompt_budget(context: int, max_new_tokens: int) -> int:
+    """How long a prompt may be in a ``context``-token model so the answer has room: the context less
+    the answer's tokens, but never less than half of it (an answer asked longer than the context is
+    cut there instead of leaving no room for the question)."""
+    return context - min(max(int(max_new_tokens), 0), context // 2)
+
+
+class ContextError(ValueError):
+    """Even the newest message alone does not fit the model's context: ``tokens`` (with the system
+    prompt) where ``budget`` were left for it."""
+
+    def __init__(self, tokens: int, budget: int) -> None:
+        super().__init__(f"the message is {tokens} tokens long with the system prompt, and the model's "
+                         f"context leaves {budget} for it: shorten it or lower max new tokens")
+        self.tokens = tokens
+        self.budget = budget
+
+    def said(self, context: int, *, about: bool = False) -> str:
+        """The refusal for a person: the message's length (``about``: an estimate), the room the
+        model's ``context`` leaves it, and what to do."""
+        return (f"the message is {'about ' if about else ''}{self.tokens} tokens long with the system "
+                f"prompt; the model takes {context} tokens, prompt and answer, which leaves {self.budget} "
+                "for it with the answer's room: shorten it or lower max new tokens")
+
+
+def fit_messages(messages: list[dict[str, str]], count: Any, budget: int,
+                 *, at_least: int = 0) -> tuple[list[dict[str, str]], int]:
+    """The conversation to send: the oldest turns left out until ``count(messages)`` (its tokens) is at
+    most ``budget``, and at least ``at_least`` turns left out. The system prompt and the newest
+    message always stay; an answer goes with the question it answered (never one without the other
+    at the start). Returns (messages, how many turns were left out); ``ContextError`` where even the
+    system prompt and the newest message are too long."""
+    system = [m for m in messages if m.get("role") == "system"]
+    turns = [m for m in messages if m.get("role") != "system"]
+    dropped = 0
+    while True:
+        kept = system + turns
+        if dropped >= at_least and count(kept) <= budget:
+            return kept, dropped
+        if len(turns) <= 1:
+            raise ContextError(count(kept), budget)
+        # The oldest turn, and the answer that followed it: the next kept turn is then a question.
+        step = 2 if len(turns) > 2 and turns[1].get("role") == "assistant" else 1
+        turns = turns[step:]
+        dropped += step
+
+
+def left_out_note(left_out: int, context: int | None) -> str:
+    """'2 oldest turns left out to fit the model's 512-token context' ('' for none left out)."""
+    if not left_out:
+        return ""
+    turns = "turn" if left_out == 1 else "turns"
+    fit = f"the model's {context}-token context" if context else "the model's context"
+    return f"{left_out} oldest {turns} left out to fit {fit}"
+
+
+_OVERFLOW = (
+    # transformers serve: "The prompt has 667 tokens, but the model takes at most 512, prompt and answer"
+    re.compile(r"prompt has (?P<prompt>\d+) tokens, but the model takes at most (?P<limit>\d+)"),
+    # vLLM: "This model's maximum context length is 512 tokens. However, you requested 667 tokens (…
+    # 539 in the messages, 128 in the completion)"
+    re.compile(r"maximum context length is (?P<limit>\d+) tokens.*?(?P<prompt>\d+) in the messages", re.S),
+    re.compile(r"maximum context length is (?P<limit>\d+) tokens.*?prompt contains (?P<prompt>\d+)", re.S),
+    re.compile(r"maximum context length is (?P<limit>\d+) tokens.*?request has (?P<prompt>\d+) input", re.S),
+)
+
+
+def context_overflow(text: str) -> tuple[int, int] | None:
+    """(prompt tokens, context) from a server's refusal of a prompt too long for the model, else None."""
+    for pattern in _OVERFLOW:
+        match = pattern.search(text)
+        if match:
+            return int(match["prompt"]), int(match["limit"])
+    return None
+
+
 def format_stats(stats: dict[str, Any]) -> str:
     """'TTFT 12 ms · 250.3 tok/s · 64 tokens · 210 MB · eos' from a finished event's stats."""
     parts: list[str] = []
@@ -313,6 +453,9 @@ def format_stats(stats: dict[str, Any]) -> str:
         parts.append(f"{format_bytes(memory)} {stats.get('memory_kind', '')}".strip())
     if stats.get("stop_reason"):
         parts.append(str(stats["stop_reason"]))
+    note = left_out_note(int(stats.get("left_out") or 0), stats.get("context"))
+    if note:
+        parts.append(note)
     return " · ".join(parts)
 
 

@@ -139,10 +139,11 @@ def take(run: Run, event: Mapping[str, Any]) -> dict[str, Any]:
     if kind == EventType.SERVE_URL:
         url = str(event.get("url") or "")
         port = int(url.rsplit(":", 1)[-1].split("/", 1)[0]) if url.count(":") >= 2 else 0
-        endpoint = {"url": url, "port": port, "model": event.get("model", ""), "host": event.get("host", ""),
-                    "pid": _engine_pid(run)}
+        endpoint = {"url": url, "port": port, "model": event.get("model", ""), "name": event.get("name", ""),
+                    "host": event.get("host", ""), "pid": _engine_pid(run)}
         atomic.write_json(run.folder / ENDPOINT_NAME, endpoint, mode=FILE_MODE, fsync=False)
-        return {"summary": f"Serving {endpoint['model'] or 'a model'} at {url}"}
+        # Named as the user chose it (builtin:demo), not by the cache folder it resolved to.
+        return {"summary": f"Serving {endpoint['name'] or endpoint['model'] or 'a model'} at {url}"}
     if kind == EventType.SERVE_REQUEST:
         line = json.dumps({k: v for k, v in event.items() if k not in ("type", "v", "rank")}) + "\n"
         fd = os.open(run.folder / REQUESTS_NAME, os.O_WRONLY | os.O_CREAT | os.O_APPEND, FILE_MODE)

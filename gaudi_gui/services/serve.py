@@ -58,6 +58,11 @@ class ServeService(KindJob):
         self.url = ""
         #: The id the server answers to (what a request's "model" must be, or leave out).
         self.model_id = ""
+        #: The model as the user chose it (``builtin:demo``, a Hub id, a folder): what the window names.
+        self.model_name = ""
+        #: The longest request the server takes, prompt and answer, in tokens (0: not known): the chat
+        #: leaves out its oldest turns to stay within it.
+        self.context_length = 0
         self.state = "stopped"
         #: The environment variable holding the server's API key ("" for none): the chat sends it.
         self.api_key_env = ""
@@ -91,6 +96,7 @@ class ServeService(KindJob):
         if problems:
             return problems
         self.url, self._failure, self.requests = "", None, []
+        self.model_name, self.context_length = spec.model.strip(), 0
         self.api_key_env = spec.api_key_env
         self._release()
         self._selection = selection
@@ -154,7 +160,7 @@ class ServeService(KindJob):
         if not self.is_running():
             return []
         where = f"at {self.url}" if self.url else f"({self.state})"
-        return [f"Serve: {self.model_id or 'a model'} {where}"]
+        return [f"Serve: {self.model_name or self.model_id or 'a model'} {where}"]
 
     def _set_state(self, state: str, message: str) -> None:
         self.state = state
@@ -181,6 +187,11 @@ class ServeService(KindJob):
                                float(eta) if isinstance(eta, (int, float)) else -1.0, label)
         elif kind == EventType.SERVE_URL:
             self.model_id = str(message.get("model", ""))
+            # A server re-attached from an earlier window: its own event says what the user chose.
+            self.model_name = str(message.get("name") or self.model_name or self.model_id)
+            context = message.get("context")
+            self.context_length = context if isinstance(context, int) and not isinstance(context, bool) \
+                and context > 0 else 0
             if self._selection is not None:
                 self._selection.claim(self.claim_name, self._claim_ids)
             if not self.host.is_local:
@@ -202,7 +213,7 @@ class ServeService(KindJob):
         if not self.ready():
             return False
         return self.chat.generate(self.url, self.model_id, params, api_key_env=self.api_key_env,
-                                  messages=messages, prompt=prompt)
+                                  messages=messages, prompt=prompt, context=self.context_length)
 
     def _release(self) -> None:
         if self._selection is not None and self.claim_name:

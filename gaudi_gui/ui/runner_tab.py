@@ -120,6 +120,9 @@ class RunnerTab(QWidget):
         self.conversation = Conversation()
         self._answer = ""
         self._pending_user: str | None = None
+        #: Where the turn in flight begins in the view ("▶ You: …"), so a turn that fails before any
+        #: answer is taken back whole (no empty "◀ Model:" line is left); None when none is in flight.
+        self._turn_start: int | None = None
         self._load_started = 0.0
         self._loading_options: LoadOptions | None = None
         # The start gate (core.preflight): the load whose card check runs, the one that passed
@@ -474,8 +477,7 @@ class RunnerTab(QWidget):
             return
         self._end_loading()
         if self._pending_user is not None:
-            self._pending_user = None
-            self._append("\n[stopped: the worker moved to another host]")
+            self._turn_failed("stopped: the worker moved to another host")
         # A remote worker's device environment comes from that host's card selection (set in its
         # Devices panel from the Hosts tab); it travels as guard arguments, not this process's env.
         selection = self._services.selection if host.is_local else self._hosts.selection(host.name)
@@ -834,6 +836,9 @@ class RunnerTab(QWidget):
         self._pending_user = text
         self._answer = ""
         self.prompt.clear()
+        end = self.view.textCursor()
+        end.movePosition(QTextCursor.MoveOperation.End)
+        self._turn_start = end.position()
         self._append(("\n\n" if self.view.toPlainText() else "") + f"▶ You: {text}\n\n◀ Model: "
                      + ("" if chat else text))
         self.stats.setText("generating…")
@@ -858,7 +863,27 @@ class RunnerTab(QWidget):
         self._answer += text
         self._append(text)
 
+    def _turn_failed(self, why: str) -> None:
+        """The turn in flight ended without an answer: taken back from the view, its question put
+        back in the prompt field to send again (nothing typed is lost, no empty "◀ Model:" line is
+        left); an answer cut short keeps what came, marked with why."""
+        start, question = self._turn_start, self._pending_user
+        self._turn_start = None
+        self._pending_user = None
+        if start is None or question is None:
+            return
+        if self._answer:
+            self._append(f"\n[the answer broke off: {why}]")
+            return
+        cursor = self.view.textCursor()
+        cursor.setPosition(min(start, len(self.view.toPlainText())))
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        if not self.prompt.toPlainText().strip():
+            self.prompt.setPlainText(question)
+
     def _on_finished(self, stats: dict) -> None:
+        self._turn_start = None
         if self._pending_user is not None:
             self.conversation.add_user(self._pending_user)
             self.conversation.add_assistant(self._answer, stats)
@@ -869,8 +894,10 @@ class RunnerTab(QWidget):
     def _on_error(self, kind: str, message: str) -> None:
         if self.client.state != gc.LOADING:
             self._end_loading()
-        if self._pending_user is not None and kind not in ("busy", "not_loaded", "bad_parameters"):
-            self._pending_user = None
+        if self._turn_start is not None and self.client.state != gc.GENERATING:
+            # The worker refused or failed the turn in flight (a synchronous refusal comes before
+            # send() begins a turn: then none is in flight).
+            self._turn_failed(message)
         text = f"<span style='color:#b00020'><b>{kind.replace('_', ' ')}:</b> " \
                f"{html.escape(message)}</span>"
         if kind in ("bad_parameters", "busy", "not_loaded"):
@@ -882,8 +909,7 @@ class RunnerTab(QWidget):
         if self.client.state != gc.LOADING:
             self._end_loading()
         if self._pending_user is not None:
-            self._pending_user = None
-            self._append("\n[the worker ended during generation]")
+            self._turn_failed("the worker ended during generation")
         last = tail.strip().splitlines()[-3:] if tail else []
         self.model_status.setText(
             f"<span style='color:#b00020'><b>The worker {describe_exit(code, status)}.</b></span> "
@@ -945,7 +971,7 @@ class RunnerTab(QWidget):
         self.stop_button.setToolTip("Esc: the worker stops within one token")
 
     def _on_endpoint_error(self, kind: str, message: str) -> None:
-        self._pending_user = None
+        self._turn_failed(message)
         self.stats.setText(f"<span style='color:#b00020'><b>{html.escape(kind)}:</b> "
                            f"{html.escape(message)}</span>")
 
@@ -992,16 +1018,28 @@ class RunnerTab(QWidget):
     outlives_window = False
 
     def active_jobs(self) -> list[str]:
-        if self.client.state == gc.GENERATING:
-            return [f"model runner: generating with {self.conversation.model or 'a model'}"]
-        return []
+        """The worker while it holds a model (loaded, loading or answering): it holds the model's
+        memory and, on Gaudi, its card, so closing the window ends real work. Named by what the user
+        chose (``builtin:demo``, a Hub id, a folder), not by the folder it resolved to."""
+        state = self.client.state
+        if state not in (gc.LOADED, gc.GENERATING, gc.LOADING):
+            return []
+        options = self.client.options
+        name = (options.model if options is not None else "") or self.conversation.model or "a model"
+        if state == gc.LOADING:
+            return [f"{gc.JOB_NAME}: loading {self.model.currentText().strip() or name}"]
+        doing = "generating" if state == gc.GENERATING else "loaded"
+        return [f"{gc.JOB_NAME}: {name} {doing}" + (f" on {self.client.host.name}"
+                                                    if not self.client.host.is_local else "")]
 
     def stop_jobs(self) -> None:
+        # The worker ends (answer cancelled, model let go): active_jobs empties once it has exited.
         self.client.cancel()
+        self.client.shutdown()
 
     def detach_jobs(self) -> list[str]:
         # The worker holds the card and cannot outlive the window: stop it instead.
-        self.client.cancel()
+        self.stop_jobs()
         return []
 
     def shutdown(self) -> None:

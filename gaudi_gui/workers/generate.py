@@ -540,21 +540,48 @@ class Worker:
 
     # -- generating -------------------------------------------------------------------------------------
 
-    def _inputs(self, message: dict[str, Any]) -> Any:
+    def context(self) -> int | None:
+        """The loaded model's context in tokens: the smaller of its config's max_position_embeddings and
+        its tokenizer's model_max_length (``generation.context_of``)."""
+        config = getattr(self.model, "config", None)
+        as_dict = config.to_dict() if config is not None and hasattr(config, "to_dict") else {}
+        return generation.context_of(as_dict, {"model_max_length": getattr(self.tokenizer,
+                                                                           "model_max_length", None)})
+
+    def _chat_inputs(self, messages: list[dict[str, str]]) -> Any:
+        tokenizer = self.tokenizer
+        if getattr(tokenizer, "chat_template", None):
+            return tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                 return_dict=True, return_tensors="pt")
+        text = "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
+        return tokenizer(text, return_tensors="pt")
+
+    def _inputs(self, message: dict[str, Any], params: GenerationParams | None = None,
+                fitted: dict[str, Any] | None = None) -> Any:
+        """The model's inputs; a conversation longer than the model's context loses its oldest turns
+        (how many, and the context, go into ``fitted``): past it the model's answers are noise, and a
+        chat that grew past it would otherwise end there for good."""
         tokenizer = self.tokenizer
         if "messages" in message:
             try:
                 messages = generation.parse_messages(message["messages"])
             except ValueError as exc:
                 raise WorkerError("bad_parameters", str(exc)) from exc
-            if getattr(tokenizer, "chat_template", None):
-                return tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                     return_dict=True, return_tensors="pt")
-            # Fallback, announced: a base model has no template, so join the turns as plain text.
-            self.out.emit("info", message="this model has no chat template: the conversation is sent "
-                          "as plain 'Role: text' lines")
-            text = "".join(f"{m['role'].capitalize()}: {m['content']}\n" for m in messages) + "Assistant:"
-            return tokenizer(text, return_tensors="pt")
+            if not getattr(tokenizer, "chat_template", None):
+                # Fallback, announced: a base model has no template, so join the turns as plain text.
+                self.out.emit("info", message="this model has no chat template: the conversation is sent "
+                              "as plain 'Role: text' lines")
+            context = self.context()
+            if context is not None and params is not None:
+                budget = generation.prompt_budget(context, params.max_new_tokens)
+                try:
+                    messages, left_out = generation.fit_messages(
+                        messages, lambda kept: int(self._chat_inputs(kept)["input_ids"].shape[-1]), budget)
+                except generation.ContextError as exc:
+                    raise WorkerError("bad_parameters", exc.said(context)) from None
+                if fitted is not None:
+                    fitted.update(context=context, left_out=left_out)
+            return self._chat_inputs(messages)
         prompt = message.get("prompt")
         if not isinstance(prompt, str):
             raise WorkerError("bad_parameters", "generate needs a prompt (text) or messages")
@@ -580,10 +607,12 @@ class Worker:
         import torch
         from transformers import StoppingCriteria, StoppingCriteriaList, TextStreamer
 
-        inputs = self._inputs(message).to(self.device)
+        fitted: dict[str, Any] = {}
+        inputs = self._inputs(message, params, fitted).to(self.device)
         prompt_len = int(inputs["input_ids"].shape[-1])
         if prompt_len == 0:
             raise WorkerError("bad_parameters", f"{generation.EMPTY_PROMPT}: the prompt has no tokens")
+        room = fitted["context"] - prompt_len if fitted else None
         stamps: list[float] = []
         stops = list(dict.fromkeys(s for s in params.stop if s))
         pieces = _Pieces(self.out, request_id, stops)
@@ -612,6 +641,12 @@ class Worker:
         if params.seed is not None:
             torch.manual_seed(params.seed)
         kwargs = params.generate_kwargs()
+        if room is not None and room < params.max_new_tokens:
+            # A chat's answer ends where the model's context does (the prompt kept room for at least
+            # half of it): past it the positions are ones the model never learned.
+            kwargs["max_new_tokens"] = room
+            if params.min_new_tokens:
+                kwargs["min_new_tokens"] = min(params.min_new_tokens, room)
         kwargs.update(inputs)
         kwargs["stopping_criteria"] = StoppingCriteriaList([_Flag()])
         kwargs["pad_token_id"] = self.tokenizer.pad_token_id
@@ -634,6 +669,8 @@ class Worker:
             reason = "cancelled"
         elif tokens >= params.max_new_tokens:
             reason = "max_new_tokens"
+        elif room is not None and tokens >= room:
+            reason = "context full"
         else:
             reason = "eos"
         with self._cancel_lock:
@@ -646,7 +683,7 @@ class Worker:
             "ttft_s": round(first - received, 6), "tokens": tokens, "prompt_tokens": prompt_len,
             "decode_tokens_per_s": decode_rate, "total_s": round(end - received, 6),
             "stop_reason": reason, "memory_bytes": memory, "memory_kind": memory_kind,
-            "streamed": streamer is not None,
+            "streamed": streamer is not None, **fitted,
         })
 
 

@@ -194,3 +194,33 @@ def test_killed_mid_generation(worker: Worker) -> None:
     os.kill(worker.proc.pid, signal.SIGKILL)
     assert worker.proc.wait(10) == -signal.SIGKILL
     worker.until("eof")
+
+
+def test_a_long_chat_keeps_within_the_models_context(worker: Worker) -> None:
+    """Issue 37, item 11: a chat that grew past the model's context (the demo's 512 tokens) failed
+    for good. Twelve turns of long questions: every one is answered, the oldest turns are left out
+    (the answer's stats say how many, and the context), and the prompt always leaves the answer room."""
+    worker.until("ready")
+    worker.send(generation.load_command(LoadOptions()))
+    worker.until("loaded")
+    params = GenerationParams(do_sample=False, max_new_tokens=64, min_new_tokens=64)
+    question = "What does the learning rate do to the loss of the model during training? " * 4
+    messages: list[dict[str, str]] = [{"role": "system", "content": "Answer briefly."}]
+    every: list[dict[str, Any]] = []
+    for turn in range(12):
+        messages.append({"role": "user", "content": f"{turn}: {question}"})
+        worker.send(generation.generate_command(params, messages=messages, request_id=turn))
+        done, seen = worker.until("finished", "error")
+        assert done["type"] == "finished", done
+        stats = done["stats"]
+        answer = "".join(m["text"] for m in seen if m["type"] == "token")
+        assert stats["tokens"] == 64 and answer, stats
+        every.append(stats)
+        messages.append({"role": "assistant", "content": answer})
+    # The answer always had room in the context (before: the prompt grew past 512 by turn 6).
+    assert max(s["prompt_tokens"] for s in every) + 64 <= 512, [s["prompt_tokens"] for s in every]
+    assert {s.get("context") for s in every} == {512}
+    left_out = [s["left_out"] for s in every]
+    assert left_out[0] == 0 and left_out[-1] > 0, left_out
+    note = generation.format_stats({"left_out": left_out[-1], "context": 512})
+    assert note == f"{left_out[-1]} oldest turns left out to fit the model's 512-token context"

@@ -311,6 +311,12 @@ def test_closing_with_serve_running_names_it_and_ends_it(qtbot, window: MainWind
 
     from gaudi_gui.core.serve import pick_free_port, port_free
 
+    # Issue 37, item 13: the dialog also names the Model runner holding a loaded model, and each by
+    # what the user chose (builtin:demo), not the model's cache folder.
+    runner = window.runner_tab
+    window.tabs.setCurrentWidget(runner)
+    with qtbot.waitSignal(runner.client.model_loaded, timeout=180_000):
+        click(qtbot, runner.load_button)
     window.activateWindow()
     ctrl_shift = Qt.KeyboardModifier.ControlModifier | Qt.KeyboardModifier.ShiftModifier
     qtbot.keyClick(window, Qt.Key.Key_S, ctrl_shift)
@@ -327,7 +333,9 @@ def test_closing_with_serve_running_names_it_and_ends_it(qtbot, window: MainWind
     answer = answer_dialog(qtbot, "Cancel")
     window.close()
     assert answer.clicked, "no close dialog was shown"
-    assert "Serve: " in answer.text and f"127.0.0.1:{port}" in answer.text
+    assert f"Serve: builtin:demo at http://127.0.0.1:{port}" in answer.text, answer.text
+    assert "Model runner: builtin:demo loaded" in answer.text, answer.text
+    assert "2 job(s)" in answer.text
     assert "the job goes on and is followed again at the next start" in answer.text
     assert "Leave running and quit" in answer.buttons and "Stop and quit" in answer.buttons
     assert window.isVisible() and server.is_running()
@@ -337,4 +345,5 @@ def test_closing_with_serve_running_names_it_and_ends_it(qtbot, window: MainWind
         window.close()
     assert answer.clicked
     qtbot.waitUntil(lambda: not server.is_running() and port_free(port), timeout=30_000)
+    qtbot.waitUntil(lambda: not runner.client.is_running(), timeout=30_000)
     assert panel.status.text().startswith("stopped"), panel.status.text()

@@ -193,3 +193,54 @@ def test_the_runner_chats_through_the_endpoint(qtbot: QtBot, window: MainWindow)
     # The claim ends with the server's process (its "stopped" line comes a moment before).
     qtbot.waitUntil(lambda: services.selection.claims() == {}, timeout=30_000)
     assert "in use" not in devices.env_label.text()
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_a_long_chat_through_the_endpoint_stays_within_the_models_context(qtbot: QtBot,
+                                                                         window: MainWindow) -> None:
+    """Issue 37, item 11: chatting through Serve died after about six turns (every later turn HTTP
+    400 "the prompt has 667 tokens, the model takes at most 512", each leaving an empty "Model:"
+    line). Twelve long turns through the real ``transformers serve`` of the demo model: each is
+    answered, the stats say how many of the oldest turns were left out to fit its 512 tokens, and a
+    message too long even alone is refused without an empty "Model:" line, its text back in the field."""
+    runner = window.runner_tab
+    window.tabs.setCurrentWidget(runner)
+    panel = _open_panel(qtbot, window)
+    _type_port(qtbot, panel, pick_free_port())
+    click(qtbot, panel.start_button)
+    qtbot.waitUntil(lambda: panel.status.text().startswith("ready"), timeout=180_000)
+    qtbot.waitUntil(runner.use_endpoint.isVisible, timeout=5000)
+    click(qtbot, runner.use_endpoint)
+    runner.chat_mode.setChecked(True)
+    runner.do_sample.setChecked(False)
+    runner.max_new_tokens.setValue(32)
+    question = "What does the learning rate do to the loss of the model during training? " * 4
+    for turn in range(12):
+        runner.prompt.clear()
+        qtbot.keyClicks(runner.prompt, f"{turn}: {question}")
+        answers = sum(1 for t in runner.conversation.turns if t.role == "assistant")
+
+        def ended(before: int = answers) -> bool:
+            """The turn was answered, or refused (the stats line says so)."""
+            now = sum(1 for t in runner.conversation.turns if t.role == "assistant")
+            return now == before + 1 or "endpoint:" in runner.stats.text()
+
+        click(qtbot, runner.send_button)
+        qtbot.waitUntil(ended, timeout=120_000)
+        assert runner.stats.text().startswith("endpoint · TTFT"), (turn, runner.stats.text())
+        assert runner.conversation.last_answer(), turn
+    left_out = r"\d+ oldest turns left out to fit the model's 512-token context"
+    assert re.search(left_out, runner.stats.text()), runner.stats.text()
+    assert len(runner.conversation.turns) == 24  # the conversation itself keeps every turn
+    assert runner.view.toPlainText().count("◀ Model:") == 12
+
+    # One message longer than the whole context: refused, said at the stats line, nothing left behind.
+    runner.prompt.clear()
+    too_long = "the loss " * 400
+    runner.prompt.setPlainText(too_long)
+    click(qtbot, runner.send_button)
+    qtbot.waitUntil(lambda: "endpoint:" in runner.stats.text(), timeout=60_000)
+    assert "512" in runner.stats.text() and "--max-model-len" not in runner.stats.text(), runner.stats.text()
+    assert runner.view.toPlainText().count("◀ Model:") == 12
+    assert runner.prompt.toPlainText().strip() == too_long.strip()
+    assert runner.send_button.isEnabled()
