@@ -156,11 +156,13 @@ class Skipped:
         return f"{what}: {self.count} of {rows} rows cannot train and were skipped (first: {self.first})"
 
 
-def to_sft(job: JobConfig, ds: Any, chat: bool, what: str = "dataset") -> tuple[Any, Skipped]:
+def to_sft(job: JobConfig, ds: Any, chat: bool, what: str = "dataset", *,
+           sample: bool = False) -> tuple[Any, Skipped]:
     """File rows -> SFTTrainer rows (text / prompt+completion / messages), every other column dropped,
     and the rows dropped because they cannot train (``sft.row_problem``: no answer, an empty field).
     A loader fills a missing column with null: trained as it was, such a row taught the model an empty
-    answer, unsaid. More than ``datafile.BAD_ROWS_LIMIT`` of the rows refuses the run (DataError)."""
+    answer, unsaid. More than ``datafile.BAD_ROWS_LIMIT`` of the rows refuses the run (DataError);
+    not of a ``sample`` (the preview's first rows: one bad row of three says nothing of the file)."""
     from gaudi_gui.core.datafile import BAD_ROWS_LIMIT
 
     check_columns(job, ds, what)
@@ -198,7 +200,7 @@ def to_sft(job: JobConfig, ds: Any, chat: bool, what: str = "dataset") -> tuple[
     if bad:
         out = out.filter(lambda row: not row["_bad"])
     out = out.remove_columns("_bad")
-    if skipped.count and skipped.count > rows * BAD_ROWS_LIMIT:
+    if skipped.count and skipped.count > rows * BAD_ROWS_LIMIT and not sample:
         raise DataError("dataset", f"{what}: {skipped.count} of {rows} rows cannot train (first: "
                                    f"{skipped.first}); more than {BAD_ROWS_LIMIT:.0%} of the rows: check "
                                    f"the column mapping or the file", "dataset.source")
@@ -248,9 +250,9 @@ def preview(job: JobConfig, rows: int = 3) -> dict[str, Any]:
     # so a wrong split name or eval file shows here, not after the model load).
     train_rows, eval_rows = len(ds), len(eval_ds) if eval_ds is not None else 0
     if eval_ds is not None:
-        to_sft(job, eval_ds.select(range(min(rows, len(eval_ds)))), chat, "eval split")
+        to_sft(job, eval_ds.select(range(min(rows, len(eval_ds)))), chat, "eval split", sample=True)
     ds = ds.select(range(min(rows, len(ds))))
-    data, _skipped = to_sft(job, ds, chat)
+    data, _skipped = to_sft(job, ds, chat, sample=True)
     sample = data[0]
     # What SFTTrainer.__init__ decides before it prepares the dataset, the same way.
     training_template = None

@@ -40,6 +40,9 @@ def test_past_the_threshold_the_worker_refuses(tmp_path: Path) -> None:
     raw, _ = sft_data.load_raw(job)
     with pytest.raises(sft_data.DataError, match="16 of 48 rows"):
         sft_data.to_sft(job, raw, chat=False)
+    # The render preview's first rows are a sample: one bad row of three is dropped, not a refusal.
+    data, skipped = sft_data.to_sft(job, raw.select(range(3)), chat=False, sample=True)
+    assert (len(data), skipped.count) == (2, 1)
 
 
 @pytest.mark.parametrize(("content", "needle"), [
