@@ -252,10 +252,19 @@ def _print_summary(record: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         print(f"[{row['source']} {row['i']}] {textclean.clean(row['prompt'])}")
         for name in ("base", "tuned"):
             print(f"  {name:5}: {textclean.clean(str(row.get(name, '')))!r}")
+    _print_scores(record)
+    print(f"results: {record['path']}")
+
+
+def _print_scores(record: dict[str, Any]) -> None:
+    """The score table, or why there is none (a header over no rows said nothing)."""
+    why = ev.no_scores_reason(record)
+    if why:
+        print(why)
+        return
     print(f"{'score':24} {'base':>10} {'tuned':>10}")
     for name, tuned, base in ev.score_items(record):
         print(f"{name[:24]:24} {_cell(base):>10} {_cell(tuned):>10}")
-    print(f"results: {record['path']}")
 
 
 def _cell(value: float | None) -> str:
@@ -345,8 +354,7 @@ def _on_host(args: argparse.Namespace, spec: ev.EvalSpec) -> int:
     if args.json:
         print(json.dumps({**record, "host": host.name}, indent=2, ensure_ascii=False))
     elif not args.events:
-        for name, tuned, base in ev.score_items(record):
-            print(f"{name[:24]:24} {_cell(base):>10} {_cell(tuned):>10}")
+        _print_scores(record)
         print(f"results kept on {host.name}: {record.get('path')}")
     return ev.EXIT_OK
 

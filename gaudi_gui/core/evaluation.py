@@ -544,6 +544,23 @@ def score_items(result: dict[str, Any]) -> list[tuple[str, float | None, float |
     return out
 
 
+def no_scores_reason(result: dict[str, Any]) -> str:
+    """Why a result has no scores, in a sentence ("" when it has some): an empty score table told a
+    person evaluating prompts alone nothing (exact match, ROUGE-L and BLEU need reference answers)."""
+    if score_items(result):
+        return ""
+    spec = result.get("spec") if isinstance(result.get("spec"), dict) else {}
+    assert isinstance(spec, dict)
+    rows = result.get("rows") if isinstance(result.get("rows"), dict) else {}
+    assert isinstance(rows, dict)
+    if not spec.get("data") or not rows.get("references"):
+        column = spec.get("reference_column") or "reference"
+        return ("no scores: no reference answers. Exact match, ROUGE-L and BLEU compare the answers with "
+                f"a references file (JSONL with a prompt and a '{column}' column); tick perplexity or name "
+                "lm-eval tasks to score without one. Compare the base and tuned answers by eye.")
+    return "no scores: no metric ticked and no lm-eval task named"
+
+
 def _num(value: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
         and math.isfinite(value) else None

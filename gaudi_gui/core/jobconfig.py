@@ -303,6 +303,22 @@ class JobConfig:
         return problems
 
 
+def demo_job(num_processes: int = 1) -> JobConfig:
+    """The demo job the Training tab starts from: ``builtin:demo`` model and dataset, full fine-tune.
+
+    The demo model was pre-trained on ``demo/corpus.txt`` until it recites it (loss ~0.15), so the
+    demo dataset is other text: one "Q: … A: …" row per fact, which the base model never saw. Trained
+    on the corpus itself (as before), a 200-step LoRA run answered 2 of 3 prompts as the base did.
+    learning_rate 1e-3: measured, 20 steps (full or LoRA) change every answer to the demo prompts
+    (``demo/prompts.txt``); the 5e-5 default changed nothing. max_length 48: the longest row is 43
+    tokens (the default 32 cut the answers off)."""
+    job = JobConfig(training_args={"max_steps": 20, "learning_rate": 1e-3, "per_device_train_batch_size": 2,
+                                   "logging_steps": 1, "save_steps": 10})
+    job.dataset.max_length = 48
+    job.launch.num_processes = max(1, num_processes)
+    return job
+
+
 def load_job(config: str, stdin: IO[str] | None = None) -> JobConfig:
     """The job a command's ``--config`` names: a job file, or ``-`` for the job as JSON on stdin;
     JobConfigError (one line) for anything else."""

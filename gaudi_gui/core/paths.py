@@ -56,7 +56,7 @@ def demo_model_dir() -> Path:
 
 #: The data files the package reads at run time, relative to ``gaudi_gui/resources/``. They are package
 #: data (pyproject.toml), so a wheel carries them; ``host_setup.build_wheel`` refuses a wheel without one.
-DATA_FILES = ("gaudi-compat.json", "demo/corpus.txt", "demo/dataset.jsonl")
+DATA_FILES = ("gaudi-compat.json", "demo/corpus.txt", "demo/dataset.jsonl", "demo/prompts.txt")
 
 
 class DataFileError(RuntimeError):
@@ -85,6 +85,12 @@ def demo_corpus_path() -> Path:
 
 def demo_dataset_path() -> Path:
     return data_file("demo/dataset.jsonl")
+
+
+def demo_prompts_path() -> Path:
+    """The questions of the demo dataset, one a line: what Evaluate asks a demo run's base and tuned
+    models (the base never saw the dataset's question-and-answer rows, so the two answer differently)."""
+    return data_file("demo/prompts.txt")
 
 
 def is_demo(model_or_dataset: str) -> bool:

@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 
 from gaudi_gui.core import evaluation as ev
 from gaudi_gui.core import meter as meter_mod
-from gaudi_gui.core import textclean
+from gaudi_gui.core import paths, textclean
 from gaudi_gui.core.metrics import format_duration
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.remote import Host
@@ -259,9 +259,17 @@ class EvalView(QWidget):
         self.answers = _table(ANSWER_COLUMNS, self)
         self.answers.setWordWrap(True)
         self.scores = _table(SCORE_COLUMNS, self)
+        self.scores_note = QLabel(self)
+        self.scores_note.setWordWrap(True)
+        self.scores_note.hide()
+        scores_box = QWidget(self)
+        scores_column = QVBoxLayout(scores_box)
+        scores_column.setContentsMargins(0, 0, 0, 0)
+        scores_column.addWidget(self.scores_note)
+        scores_column.addWidget(self.scores, 1)
         split = QSplitter(Qt.Orientation.Horizontal, self)
         split.addWidget(self.answers)
-        split.addWidget(self.scores)
+        split.addWidget(scores_box)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 1)
 
@@ -294,6 +302,7 @@ class EvalView(QWidget):
         self.service.failed.connect(self._on_failed)
         self.service.finished.connect(self._on_finished)
         self._describe_models()
+        self._offer_demo_prompts()
         self._show_latest()
 
     # -- form ----------------------------------------------------------------------------------------
@@ -348,6 +357,19 @@ class EvalView(QWidget):
         self.models.setText(f"tuned: <b>{html.escape(tuned)}</b><br>base: <b>"
                             f"{html.escape(target.base_model)}</b>")
         self.base_model.setText(target.base_model)
+
+    def _offer_demo_prompts(self) -> None:
+        """A run trained on the demo dataset gets the demo's questions as its prompts: what a person
+        trying the demo would otherwise have to invent (and a sentence of the corpus the base model
+        recites would show base and tuned alike)."""
+        if self.run is None or self.prompts.toPlainText().strip():
+            return
+        try:
+            demo = paths.is_demo(self.run.job().dataset.source)
+            text = paths.demo_prompts_path().read_text(encoding="utf-8") if demo else ""
+        except (OSError, ValueError, paths.DataFileError):
+            return  # a run whose job cannot be read, or an incomplete install: no prompts offered
+        self.prompts.setPlainText(text.strip())
 
     def load_preview(self) -> None:
         """The references file's columns in the pickers and its first rows in the preview."""
@@ -482,8 +504,15 @@ class EvalView(QWidget):
             self.answers.setItem(row, timing_col + offset, item)
 
     def _on_result(self, result: dict[str, Any]) -> None:
-        fill_scores(self.scores, ev.score_items(result))
+        self._fill_scores(result)
         self.status.setText(f"results saved in {result.get('path', '')}")
+
+    def _fill_scores(self, result: dict[str, Any]) -> None:
+        """The scores, or in the table's place why there are none (an empty table said nothing)."""
+        fill_scores(self.scores, ev.score_items(result))
+        why = ev.no_scores_reason(result)
+        self.scores_note.setText(why)
+        self.scores_note.setVisible(bool(why))
 
     def _on_failed(self, field: str, message: str) -> None:
         if field:
@@ -503,7 +532,7 @@ class EvalView(QWidget):
         if self.run is not None:
             latest = ev.latest_result(self.run)
             if latest:
-                fill_scores(self.scores, ev.score_items(latest))
+                self._fill_scores(latest)
                 self.status.setText(f"latest results: {Path(str(latest.get('path', ''))).name}")
 
     def keyPressEvent(self, event: QKeyEvent) -> None:

@@ -35,7 +35,7 @@ from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import preflight as preflight_mod
 from gaudi_gui.core import remote as remote_mod
 from gaudi_gui.core.events import EventType
-from gaudi_gui.core.jobconfig import JobConfig, JobConfigError
+from gaudi_gui.core.jobconfig import JobConfig, JobConfigError, demo_job
 from gaudi_gui.core.outputs import own_checkpoint
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.prepare import PrepareError
@@ -260,14 +260,9 @@ class TrainingTab(QWidget):
                 job = JobConfig.from_dict(last)
         default = job is None
         if job is None:
+            # The demo job (core.jobconfig.demo_job: why its rate and rows make base and tuned differ).
             # No output_dir: each run writes into a folder of its own (core/outputs.py).
-            # learning_rate 1e-3: the tiny demo model (already trained on the demo text) shows what a
-            # fine-tune did at that rate: base vs tuned answers and perplexity differ (measured: a
-            # 60-step demo LoRA run, perplexity 8.61 -> 7.73 and other answers; 5e-5: 8.56, the same).
-            job = JobConfig(training_args={"max_steps": 20, "learning_rate": 1e-3,
-                                           "per_device_train_batch_size": 2,
-                                           "logging_steps": 1, "save_steps": 10})
-            job.launch.num_processes = max(1, services.selection.card_count())
+            job = demo_job(services.selection.card_count())
         #: The default job's process count, taken from the cards; while the form still shows it, it
         #: follows the cards the jobs will use (``_on_cards_changed``). The tab is built in the
         #: background before the environment probe answers: the 8 cards hl-smi sees stood as 8 ranks
@@ -1066,6 +1061,8 @@ class TrainingTab(QWidget):
             self._draft_timer.stop()
             self._save_draft()
         self.log.shutdown()
+        # Its meter.jsonl poll ends with the view (a run left running goes on; a new window follows it).
+        self.meter_strip.stop()
         with contextlib.suppress(RuntimeError, TypeError):
             self.hosts.address_resolved.disconnect(self._on_resolved)
             self.hosts.changed.disconnect(self.placement.refresh_hosts)
