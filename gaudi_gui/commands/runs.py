@@ -295,8 +295,9 @@ def _stop(run_: Run, *, now: bool) -> int:
     supervisor = run_.supervisor()
     if supervisor is not None:
         supervisor.signal(KILL_NOW_SIGNAL if now else signal.SIGTERM)
-        print("kill requested" if now else "stop requested: the ranks save a checkpoint at the end of "
-              "their current step", flush=True)
+        from gaudi_gui.core.jobkind import stop_words
+        # Said for the job's own kind: a server or an evaluation saves no checkpoint.
+        print("kill requested" if now else f"stop requested: {stop_words(run_.kind)}", flush=True)
         return 0
     from gaudi_gui.core.stopper import Stopper
     stopper = Stopper(run_, run_.status().launcher)

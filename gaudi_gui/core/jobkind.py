@@ -33,6 +33,19 @@ from gaudi_gui.core.events import EventType
 from gaudi_gui.core.runstore import FILE_MODE, Run, RunStatus, RunStore, new_folder
 
 KINDS = ("training", "serve", "evaluate", "download")
+#: What a stop does to a job of each kind, said when one is asked for (``runs stop``): a server saves
+#: no checkpoint, a training run does.
+STOP_WORDS = {
+    "training": "the ranks save a checkpoint at the end of their current step, then end",
+    "serve": "the server ends its engine (answers in progress end, said as stopped) and frees its port",
+    "evaluate": "the evaluation ends; the results it has so far are kept",
+    "download": "the download ends; the files already complete stay in the cache",
+}
+
+
+def stop_words(kind: str) -> str:
+    """What stopping a job of ``kind`` does, for the line that says a stop was asked for."""
+    return STOP_WORDS.get(kind, "the job ends")
 #: What a kind's run folder records about the command (the kind, its argv, the working folder).
 SPEC_NAME = "spec.json"
 ENDPOINT_NAME = "endpoint.json"
@@ -245,5 +258,5 @@ def spec(run: Run) -> dict[str, Any]:
     return {}
 
 
-__all__ = ["KINDS", "METERED_KINDS", "ChildJob", "create", "die_with_parent", "endpoint", "meter_target",
-           "outcome", "spec", "take"]
+__all__ = ["KINDS", "METERED_KINDS", "STOP_WORDS", "ChildJob", "create", "die_with_parent", "endpoint",
+           "meter_target", "outcome", "spec", "stop_words", "take"]

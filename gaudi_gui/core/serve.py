@@ -613,6 +613,46 @@ def chat_body(model: str, params: Any, *, messages: list[dict[str, str]] | None 
     return body
 
 
+def chat_request_problem(body: Any) -> str | None:
+    """What is wrong with an OpenAI chat request's shape (None: nothing we check): ``messages`` a
+    non-empty list of objects, each with a text ``role`` and a ``content`` that is text, a list of
+    parts (objects with a ``type``) or empty; ``max_tokens`` / ``max_completion_tokens`` whole numbers.
+    ``transformers serve`` answered a bare 500 to ``"messages": "hello"``: this is said as a 400."""
+    if not isinstance(body, dict):
+        return "the request body must be a JSON object"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        got = "missing" if messages is None else f"{type(messages).__name__} {json.dumps(messages)[:40]}"
+        return f"messages must be a non-empty list of {{\"role\": ..., \"content\": ...}} objects (got {got})"
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            return f"{where} must be an object with role and content (got {type(message).__name__})"
+        if not isinstance(message.get("role"), str) or not message["role"]:
+            return f"{where}.role must be text (system, user, assistant, tool)"
+        content = message.get("content")
+        if content is not None and not isinstance(content, str) and not (
+                isinstance(content, list) and all(isinstance(p, dict) and isinstance(p.get("type"), str)
+                                                  for p in content)):
+            return (f"{where}.content must be text or a list of parts with a type "
+                    f"(got {type(content).__name__})")
+    for name in ("max_tokens", "max_completion_tokens"):
+        value = body.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            return f"{name} must be a whole number of at least 1 (got {json.dumps(value)[:40]})"
+    return None
+
+
+def completion_request_problem(body: Any) -> str | None:
+    """What is wrong with an OpenAI completions request's shape (None: nothing we check)."""
+    if not isinstance(body, dict):
+        return "the request body must be a JSON object"
+    value = body.get("max_tokens")
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        return f"max_tokens must be a whole number of at least 1 (got {json.dumps(value)[:40]})"
+    return None
+
+
 class SseReader:
     """Server-sent events read as they arrive: ``feed(bytes)`` returns the JSON object of every
     complete ``data:`` line (``"[DONE]"`` as the string), keeping a partial line for the next feed.
@@ -816,9 +856,11 @@ __all__ = [
     "WarmupParser",
     "WarmupProgress",
     "chat_body",
+    "chat_request_problem",
     "choose_engine",
     "chunk_finish",
     "chunk_text",
+    "completion_request_problem",
     "curl_snippet",
     "device_here",
     "endpoint_stats",

@@ -31,6 +31,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from gaudi_gui.core import generation
 from gaudi_gui.core import serve as sv
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.remote import Host
@@ -192,6 +193,8 @@ class ServePanel(QWidget):
         self.host.currentIndexChanged.connect(lambda _index: self.model_cache.place_changed())
         self.model_cache.download_requested.connect(self.download_requested)
         self.prompt_tokens.valueChanged.connect(self._update_choice)
+        # The context said is the chosen model's own: read again when another model is typed.
+        self.model.textChanged.connect(lambda _text: self._update_choice())
         self.answer_tokens.valueChanged.connect(self._update_choice)
         local = self._selection_for("local")
         if local is not None:  # the Devices tab's checks change what a start here would hold
@@ -284,14 +287,28 @@ class ServePanel(QWidget):
             self.engine_reason.setText("decided on the host when it starts (vLLM where importable there)")
         else:
             self.engine_reason.setText(choice.reason)
+        model_max = self._model_context()
+        uses_vllm = choice is None or choice.engine == "vllm" or self.engine.currentText() == "vllm"
+        if not uses_vllm:
+            # transformers serve is given no --max-model-len: the model's own limit is the server's.
+            self.context.setText(f"{model_max} tokens: the model's own (its config and tokenizer)"
+                                 if model_max else "the model's own (read from its files once it is here)")
+            return
         try:
-            sized = sv.size_max_model_len(self.prompt_tokens.value(), self.answer_tokens.value())
+            sized = sv.size_max_model_len(self.prompt_tokens.value(), self.answer_tokens.value(),
+                                          model_max=model_max)
         except sv.ServeError as exc:
             self.context.setText(exc.message)
             return
-        uses_vllm = choice is None or choice.engine == "vllm" or self.engine.currentText() == "vllm"
-        self.context.setText(f"{sized} tokens (prompt + answer, whole {sv.BLOCK}-token blocks)"
-                             + ("" if uses_vllm else "; transformers serve uses the model's own"))
+        self.context.setText(f"{sized} tokens (prompt + answer, whole {sv.BLOCK}-token blocks"
+                             + (f"; the model takes at most {model_max})" if model_max else ")"))
+
+    def _model_context(self) -> int | None:
+        """The chosen model's own context (the smaller of its max_position_embeddings and its
+        tokenizer's model_max_length), read from its files where they are on this machine."""
+        if not self.placement().is_local:
+            return None
+        return generation.model_context(self.model.text())
 
     def spec(self) -> sv.ServeSpec:
         choice = self._choice()
@@ -299,7 +316,8 @@ class ServePanel(QWidget):
         sized = 0
         if uses_vllm and self.engine.currentText() != "transformers":
             try:
-                sized = sv.size_max_model_len(self.prompt_tokens.value(), self.answer_tokens.value())
+                sized = sv.size_max_model_len(self.prompt_tokens.value(), self.answer_tokens.value(),
+                                              model_max=self._model_context())
             except sv.ServeError:
                 sized = 0
         return sv.ServeSpec(model=self.model.text().strip(), engine=self.engine.currentText(),

@@ -118,6 +118,71 @@ def install() -> str:
     return ""
 
 
+#: What streaming clients are told when the model's process ended on a stop signal: transformers calls
+#: any end it did not cause "The model's process crashed (exit code -15)". SIGTERM is how a stop reaches
+#: it (``gaudi-gui serve``'s Ctrl-C / SIGTERM, ``runs stop``, the kernel when its owner died), SIGINT a
+#: Ctrl-C in the terminal: neither is a crash.
+STOPPED_REASON = ("The server was stopped (its model's process ended on {signal}): this answer ends here; "
+                  "it is not a crash.")
+
+
+def install_stop_words() -> str:
+    """Have a model's process that ended on SIGTERM or SIGINT said as stopped, not crashed; why it
+    cannot be done ('' when done)."""
+    try:
+        from transformers.cli.serving import model_manager
+    except Exception as exc:  # said, and the server runs as it is
+        return f"transformers' model manager cannot be imported ({type(exc).__name__}: {exc})"
+    client = getattr(model_manager, "EngineClient", None)
+    mark_dead = getattr(client, "_mark_dead", None) if isinstance(client, type) else None
+    if not isinstance(client, type) or not callable(mark_dead):
+        return "transformers' EngineClient has no _mark_dead (the hook point changed)"
+    if getattr(mark_dead, "_gaudi_gui_stopped", False):
+        return ""
+    stops = {-int(signal.SIGTERM): "SIGTERM", -int(signal.SIGINT): "SIGINT"}
+
+    def _mark_dead(self: Any, reason: str) -> None:
+        process = getattr(self, "managed_process", None)
+        code = getattr(process, "exitcode", None)
+        if isinstance(code, int) and code in stops and "crashed" in reason:
+            reason = STOPPED_REASON.format(signal=stops[code])
+        mark_dead(self, reason)
+
+    _mark_dead._gaudi_gui_stopped = True  # type: ignore[attr-defined]
+    client._mark_dead = _mark_dead  # type: ignore[attr-defined]
+    return ""
+
+
+def install_request_checks() -> str:
+    """A request of the wrong shape (``"messages": "hello"``) answered 400 with what is wrong, where
+    transformers serve answered a bare 500 (its code indexes what it did not check); why it cannot be
+    done ('' when done)."""
+    from gaudi_gui.core.serve import chat_request_problem, completion_request_problem
+    try:
+        from fastapi import HTTPException
+        from transformers.cli.serving import chat_completion, completion
+    except Exception as exc:
+        return f"transformers' request handlers cannot be imported ({type(exc).__name__}: {exc})"
+    done = []
+    for module, name, check in ((chat_completion, "ChatCompletionHandler", chat_request_problem),
+                                (completion, "CompletionHandler", completion_request_problem)):
+        handler = getattr(module, name, None)
+        validate = getattr(handler, "_validate_request", None) if isinstance(handler, type) else None
+        if not callable(validate) or getattr(validate, "_gaudi_gui_checked", False):
+            continue
+
+        def _validate_request(self: Any, body: dict, _validate: Any = validate, _check: Any = check) -> None:
+            problem = _check(body)
+            if problem:
+                raise HTTPException(status_code=400, detail=problem)
+            _validate(self, body)
+
+        _validate_request._gaudi_gui_checked = True  # type: ignore[attr-defined]
+        handler._validate_request = _validate_request  # type: ignore[union-attr]
+        done.append(name)
+    return "" if done else "transformers' request handlers have no _validate_request (the hook point changed)"
+
+
 def _on_sigterm(signum: int, frame: object) -> None:
     """The last totals, then the death SIGTERM means (as without this handler)."""
     TALLY.report()
@@ -134,6 +199,9 @@ def _in_spawned_child() -> None:
 
 
 WHY_NOT = install()
+# The server's own words (a stop said as stopped, a malformed request as a 400): an engine of another
+# transformers goes on without them.
+WORDS_NOT = [why for why in (install_stop_words(), install_request_checks()) if why]
 # Spawn imports the parent's main module under this name (its ``parent_process()`` is not set yet then).
 if not WHY_NOT and __name__ == "__mp_main__":
     _in_spawned_child()

@@ -155,3 +155,93 @@ def _home_cwd() -> Any:
     cwd = os.getcwd()
     yield
     os.chdir(cwd)
+
+
+
+def _detached_demo_server() -> tuple[Run, dict[str, Any], int]:
+    port = pick_free_port()
+    done = _cli("serve", "--model", "builtin:demo", "--port", str(port), "--device", "cpu", "--detach",
+                "--json")
+    assert done.returncode == 0, done.stderr
+    run = Run(json.loads(done.stdout.strip().splitlines()[-1])["folder"])
+    return run, wait_until(lambda: jobkind.endpoint(run), "the endpoint", run), port
+
+
+def _stopped(run: Run, port: int) -> None:
+    """The server stopped, whatever the test found (nothing of it outlives the test)."""
+    if run.status().state not in ("stopped", "failed", "killed", "finished"):
+        _cli("runs", "stop", run.name)
+    wait_until(lambda: run.status().state in ("stopped", "failed", "killed", "finished"), "the server's end")
+    wait_until(lambda: port_free(port), "the port freed")
+
+
+def _post(port: int, body: Any) -> tuple[int, str]:
+    import http.client
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    connection.request("POST", "/v1/chat/completions", json.dumps(body), {"Content-Type": "application/json"})
+    response = connection.getresponse()
+    return response.status, response.read().decode()
+
+
+def test_a_malformed_request_gets_a_400_and_the_server_is_named_as_chosen(demo_model: Path) -> None:
+    """Issue 37, items 7 and 13: a request with ``"messages": "hello"`` got a bare 500 from the server
+    (transformers serve indexes what it never checked): now a 400 saying what is wrong, and the
+    server stays up. And a server of builtin:demo is named so in its run (was its cache folder)."""
+    run, endpoint, port = _detached_demo_server()
+    try:
+        status, text = _post(port, {"messages": "hello", "max_tokens": 4})
+        assert status == 400 and "messages must be a non-empty list" in text, (status, text)
+        status, text = _post(port, {"messages": [{"role": "user", "content": 3}], "max_tokens": 4})
+        assert status == 400 and "messages[0].content" in text, (status, text)
+        status, text = _post(port, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": "ten"})
+        assert status == 400 and "max_tokens" in text, (status, text)
+        assert _post(port, {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2})[0] == 200
+        assert endpoint.get("name") == "builtin:demo", endpoint
+        assert run.status().summary.startswith(f"Serving builtin:demo at {endpoint['url']}"), run.status()
+    finally:
+        _stopped(run, port)
+
+
+def test_a_stopped_server_tells_its_streaming_client_it_was_stopped(demo_model: Path) -> None:
+    """Issue 37, item 7: a client streaming an answer when the server was stopped read "The model's
+    process crashed (exit code -15)"; now "The server was stopped". ``runs stop`` said "the ranks save
+    a checkpoint" of a server: now what stopping a server does."""
+    import http.client
+    import threading
+
+    run, _endpoint, port = _detached_demo_server()
+    lines: list[str] = []
+    first = threading.Event()
+
+    def stream() -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        connection.request("POST", "/v1/chat/completions", json.dumps(
+            {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 100_000, "stream": True}),
+            {"Content-Type": "application/json"})
+        response = connection.getresponse()
+        try:
+            for raw in response:
+                lines.append(raw.decode(errors="replace"))
+                if '"content"' in lines[-1]:
+                    first.set()
+        except (OSError, http.client.HTTPException):
+            pass  # the connection closed under the stream: what came before it is what is checked
+        first.set()
+
+    try:
+        reader = threading.Thread(target=stream, daemon=True)
+        reader.start()
+        assert first.wait(120), lines
+        stop = _cli("runs", "stop", run.name)
+        assert stop.returncode == 0, stop.stderr
+        reader.join(60)
+        assert not reader.is_alive()
+        said = "".join(lines)
+        assert "crashed" not in said, said[-500:]
+        assert "The server was stopped" in said, said[-500:]
+        assert "stop requested: the server ends its engine" in stop.stdout, stop.stdout
+        assert "checkpoint" not in stop.stdout
+        wait_until(lambda: run.status().state in ("stopped", "failed", "killed"), "the server's end")
+        assert run.status().state == "stopped", run.status()
+    finally:
+        _stopped(run, port)

@@ -61,7 +61,7 @@ def _type_port(qtbot: QtBot, panel: ServePanel, port: int) -> None:
 def test_start_serve_request_copy_stop_by_clicking(qtbot: QtBot, window: MainWindow) -> None:
     panel = _open_panel(qtbot, window)
     assert panel.engine_reason.text() == "transformers serve: vLLM is not importable here"
-    assert panel.context.text().startswith("1280 tokens")  # 1024 + 256, sized before the start
+    assert panel.context.text().startswith("512 tokens: the model's own")  # the demo's, not 1024 + 256
     port = pick_free_port()
     _type_port(qtbot, panel, port)
     click(qtbot, panel.start_button)
@@ -121,6 +121,29 @@ def test_bad_input_at_the_field_and_a_taken_port(qtbot: QtBot, window: MainWindo
     assert panel.field_error.text().startswith("port:")
     assert panel.start_button.isEnabled()
 
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_max_context_length_is_the_models_own(qtbot: QtBot, window: MainWindow) -> None:
+    """Issue 37, item 7: the panel said "Max context length 1280" (the expected prompt and answer
+    summed) for the demo model, which takes 512. transformers serve: the model's own limit; vLLM:
+    the sizing, refused past the model's limit and capped at it."""
+    panel = _open_panel(qtbot, window)
+    assert panel.context.text() == "512 tokens: the model's own (its config and tokenizer)"
+    panel.engine.setFocus()
+    qtbot.keyClicks(panel.engine, "vllm")
+    assert panel.engine.currentText() == "vllm"
+    assert panel.context.text() == "1280 tokens (prompt 1024 + answer 256) exceed the model's context of 512"
+    panel.prompt_tokens.selectAll()
+    qtbot.keyClicks(panel.prompt_tokens, "200")
+    assert panel.context.text() == ("512 tokens (prompt + answer, whole 128-token blocks; the model takes "
+                                    "at most 512)")
+    panel.answer_tokens.selectAll()
+    qtbot.keyClicks(panel.answer_tokens, "20")
+    assert panel.context.text().startswith("256 tokens")
+    panel.model.selectAll()
+    qtbot.keyClicks(panel.model, "/no/such/folder")
+    assert panel.context.text() == "256 tokens (prompt + answer, whole 128-token blocks)"
 
 
 @pytest.mark.usefixtures("demo_model")
