@@ -11,6 +11,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -162,27 +163,69 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         text = request.getfixturevalue("schema_json").read_text()
         save_cached(Schema.from_dict(json.loads(text[text.find("{"):])))
     yield home
-    _assert_no_poller_left()
+    _assert_no_background_work_left()
     _assert_no_process_left(home)
 
 
-def _assert_no_poller_left() -> None:
-    """A device poller still running after its test (its window or tab never shut down) would start
-    its hl-smi or ssh child again later, inside another test, with that test's home and ssh config:
-    stopped here, and the test that left it fails."""
-    poller_module = sys.modules.get("gaudi_gui.services.device_poller")
-    if poller_module is None:
-        return
+def _assert_no_background_work_left() -> None:
+    """Every test: no poller, timer or runner of the app outlives it. A device poller still running
+    (its window or tab never shut down), a service's or view's timer still ticking (a host's queue
+    listing, a health check, a restart after back-off) or a runner still "running" would start its
+    hl-smi or ssh child again later, inside another test, with that test's home and ssh config (or,
+    with no child left, make every later test's teardown wait for it). Each is stopped here and the
+    test that left it fails, naming it."""
+    if "gaudi_gui.services.process" not in sys.modules:
+        return  # nothing of the app's Qt side was imported: none can exist
     import gc
-    left = []
+
+    from PySide6.QtCore import QCoreApplication, QTimer
+
+    from gaudi_gui.services import process
+
+    poller_module = sys.modules.get("gaudi_gui.services.device_poller")
+    poller_type = poller_module.DevicePoller if poller_module is not None else ()
+    # A runner killed as its window closed is reaped through the event loop: let it end first.
+    app = QCoreApplication.instance()
+    deadline = time.monotonic() + 20
+    while _running_runners(process) and time.monotonic() < deadline:
+        if app is not None:
+            app.processEvents()
+        time.sleep(0.05)  # waiting on a condition with a deadline (a thread reaps a ThreadedRunner)
+    runners = [" ".join(r.argv)[:160] for r in _running_runners(process)]
+    pollers: list[str] = []
+    timers: list[str] = []
     for obj in gc.get_objects():
-        if isinstance(obj, poller_module.DevicePoller):
-            with contextlib.suppress(RuntimeError):  # its C++ side is gone: not running
-                if obj.is_running():
-                    left.append(obj.host.name if obj.host is not None else "local")
-                    obj.stop()
+        with contextlib.suppress(RuntimeError):  # its C++ side is gone: it runs nothing
+            if isinstance(obj, poller_type) and obj.is_running():
+                pollers.append(obj.host.name if obj.host is not None else "local")
+                obj.stop()
+            elif isinstance(obj, QTimer) and obj.isActive() and (owner := _app_owner(obj)):
+                timers.append(owner)
+                obj.stop()
+    if runners:
+        process.reap_all()
+    left = [f"{what}: {names}" for what, names in (("device pollers", pollers), ("timers", timers),
+                                                   ("runners", runners)) if names]
     if left:
-        pytest.fail(f"the test left device pollers running (never shut down): {left}")
+        pytest.fail(f"the test left background work running (never shut down): {'; '.join(left)}")
+
+
+def _running_runners(process: Any) -> list[Any]:
+    return [r for r in list(process._LIVE) if r.is_running() and not r.is_detached()]
+
+
+def _app_owner(timer: Any) -> str:
+    """``Class.attribute`` of the app's object (a service or a view) that owns ``timer`` through its
+    parents, "" when none does (pytest-qt's, Qt's own)."""
+    owner = timer.parent()
+    while owner is not None:
+        if type(owner).__name__ == "GarbageCollector":
+            return ""  # services.garbage: one per process, by design (the window thread's collector)
+        if type(owner).__module__.startswith(("gaudi_gui.services", "gaudi_gui.ui")):
+            name = next((k for k, v in getattr(owner, "__dict__", {}).items() if v is timer), "")
+            return f"{type(owner).__name__}.{name or type(timer).__name__}"
+        owner = owner.parent()
+    return ""
 
 
 def _assert_no_process_left(home: Path) -> None:

@@ -355,6 +355,11 @@ def close_training_tab(services: AppServices, tab: TrainingTab) -> None:
     assert services.training is not None
     services.training.shutdown()
     services.poller.stop()
+    # The queues a Queue click started (this machine's, a host's listing every 30 s over ssh): the
+    # window stops them as it closes, and one left ticking ran its ssh in later tests.
+    if services.queue is not None:
+        services.queue.shutdown()
+    services.stop_host_queues()
     # As the app does once its window is gone: a `runs stop --now` call still on its way to a host
     # was killed by the shutdown; wait for it, or Qt destroys a running QProcess.
     reap_all()

@@ -349,11 +349,15 @@ class DevicePoller(QObject):
             self._poll_table()
 
     def _on_started(self, pid: int) -> None:
+        if not self._running or self._discard_exit:
+            return  # a loop killed before its start was delivered: no watchdog for it (it ticked on)
         self._last_output_at = time.monotonic()
         self._watchdog.start()
 
     def _on_line(self, stream: str, line: str) -> None:
-        if stream != "stdout":
+        if stream != "stdout" or not self._running or self._discard_exit:
+            # A stopped (or killed and restarting) loop's last reads, queued before the kill: they
+            # must start nothing (a snapshot of them restarted the table timer of a stopped poller).
             return
         self._last_output_at = time.monotonic()
         snapshot = self._stream.feed_line(line)
@@ -371,6 +375,8 @@ class DevicePoller(QObject):
             self.rows_rejected.emit(self._rejected_total, reason)
 
     def _on_snapshot(self, samples: list[DeviceSample]) -> None:
+        if not self._running:
+            return  # nothing of a stopped poller starts again (its table timer, a table read)
         self._snapshots_this_run += 1
         self._known_cards = [s.index for s in samples]
         self._backoff = Backoff(self.backoff_initial_s, self.backoff_max_s)
@@ -512,7 +518,7 @@ class DevicePoller(QObject):
     # -- processes (plain table) ----------------------------------------------------------------------
 
     def _poll_table(self) -> None:
-        if not self._program:
+        if not self._program or not self._running:
             return
         if self._table_runner.is_running():
             # A table read that outlives two periods is stuck: end it so the next one can run.

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -243,10 +244,11 @@ class DevicesTab(QWidget):
         self._dirty: set[str] = set()
         self._next_chart = 0
         # One chart per tick, four ticks per period: a redraw never paints all four plots at once.
+        # Ticking only while the tab is shown (showEvent / hideEvent): hidden it draws nothing, and a
+        # closed window's tab must not tick on until it is deleted.
         self._chart_timer = QTimer(self)
         self._chart_timer.setInterval(CHART_REFRESH_MS // len(CHARTS))
         self._chart_timer.timeout.connect(self._refresh_charts)
-        self._chart_timer.start()
 
         self.poller.samples_received.connect(self.on_samples)
         self.poller.host_received.connect(self.on_host)
@@ -493,6 +495,14 @@ class DevicesTab(QWidget):
         self.charts.set_window(seconds)
         self.services.settings.set("devices/history_window_s", seconds)
         self.refresh_now()
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self._chart_timer.start()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        super().hideEvent(event)
+        self._chart_timer.stop()
 
     def _refresh_charts(self) -> None:
         metric = CHARTS[self._next_chart][0]

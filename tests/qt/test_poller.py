@@ -241,3 +241,29 @@ def test_first_snapshot_is_whole_and_card_set_carries_over(fake_hl_smi: Path, ma
     qtbot.waitUntil(lambda: len(rec.pids) >= 3 and len(rec.snapshots) >= 2, timeout=20000)
     # every loop printed one snapshot and died: each was published whole, never a part of it
     assert all(len(s) == 8 for s in rec.snapshots)
+
+
+def test_lines_that_arrive_after_stop_start_nothing(fake_hl_smi: Path, make_poller, qtbot) -> None:
+    """The killed loop's last reads are queued to the window's thread and may come after stop(): a
+    snapshot made of them restarted the process-table timer of a stopped poller, which then ran its
+    hl-smi (ssh, for a host) every period in whatever came next (a later test, with its home and ssh
+    config), and is_running() said False all along."""
+    poller, rec, _ = make_poller()
+    lines: list[str] = []
+    poller._runner.line_received.connect(
+        lambda stream, line: lines.extend([line] if stream == "stdout" else []))
+    poller.start()
+    qtbot.waitUntil(lambda: len(rec.snapshots) >= 3, timeout=15000)
+    poller.stop()
+    snapshots = len(rec.snapshots)
+    # As the reading thread delivers what it read before the kill: queued, after stop(). The batch
+    # is one event: once its first line is out, all of it has been handled.
+    with qtbot.waitSignal(poller._runner.line_received, timeout=5000):
+        poller._runner._post("lines", [("stdout", line) for line in lines[-24:]])
+    assert not poller._table_timer.isActive()
+    assert not poller._table_runner.is_running()
+    assert poller.state == dp.STATE_STOPPED and len(rec.snapshots) == snapshots
+    # Nor a start delivered after the stop: its hang watchdog ticked on every 250 ms for good.
+    with qtbot.waitSignal(poller._runner.started, timeout=5000):
+        poller._runner._post("started", os.getpid())
+    assert not poller._watchdog.isActive()
