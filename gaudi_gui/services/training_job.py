@@ -443,7 +443,10 @@ class TrainingJob(QObject):
         session left going; False when its processes are gone (its status is then brought to what
         its events prove) or its pid was recycled. A run still "queued" with its supervisor alive (the
         queue's start, announced before its launcher runs) is being started: followed too."""
-        if run.reconcile().state not in ("queued", "running"):
+        state = run.reconcile().state
+        # A "queued" run with no supervisor yet may be a folder made a moment ago and never started
+        # (reconcile gives such a folder a minute): only a live supervisor makes it a start under way.
+        if state != "running" and not (state == "queued" and run.supervisor() is not None):
             return False
         self.follow({"parts": [{"host": "local", "folder": str(run.folder), "name": run.name}],
                      "resumed_from": run.status().resumed_from or ""})
