@@ -570,8 +570,15 @@ def package_versions() -> dict[str, str]:
     return out
 
 
+def _compat_path() -> Path:
+    """Where this installation's compatibility table is (a checkout's resources/, a wheel's package)."""
+    from gaudi_gui.core import paths
+
+    return paths.resources_dir() / "gaudi-compat.json"
+
+
 def load_compat(path: Path | None = None) -> dict[str, Any]:
-    """The compatibility table (gaudi_gui/resources/gaudi-compat.json). A missing or damaged table is
+    """The compatibility table (resources/gaudi-compat.json). A missing or damaged table is
     ``paths.DataFileError``, never an empty table that would call every release unknown."""
     from gaudi_gui.core import paths
 
@@ -626,7 +633,7 @@ _TABLE_PACKAGES = ("torch", "transformers", "peft", "trl", "bitsandbytes", "opti
 
 def stack_findings(versions: dict[str, str], *, host: str = "local",
                    compat: dict[str, Any] | None = None) -> list[Finding]:
-    """Python packages against gaudi_gui/resources/gaudi-compat.json (and accelerate >= its minimum).
+    """Python packages against resources/gaudi-compat.json (and accelerate >= its minimum).
 
     One finding per installed package. With the host's Gaudi software in the table each is checked
     with packaging.version against its row: torch against the release the row ships (major.minor),
@@ -669,7 +676,7 @@ def stack_findings(versions: dict[str, str], *, host: str = "local",
     if row is None:
         listed = ", ".join(f"{p} {v}" for p, v in installed) or "no packages"
         add("stack.compat", "warning", f"Gaudi software {sw} is not in the compatibility table: {listed} "
-            "not verified", "update gaudi_gui/resources/gaudi-compat.json from Intel's support matrix")
+            "not verified", f"update {_compat_path()} from Intel's support matrix")
         return out
     where = f"Gaudi software {sw}" + ("" if exact else f" (table row {row.get('gaudi_software')})")
     add("stack.compat", "ok", f"{where} is in the compatibility table (source {row.get('source', '?')}, "
@@ -712,7 +719,7 @@ def stack_findings(versions: dict[str, str], *, host: str = "local",
     if unverified:
         add("stack.unverified", "warning", f"not in the table's row for {where}: {', '.join(unverified)} "
             "(unknown, not checked)",
-            "check Intel's support matrix; add them to gaudi_gui/resources/gaudi-compat.json")
+            f"check Intel's support matrix; add them to {_compat_path()}")
     return out
 
 

@@ -77,7 +77,9 @@ def source_tree() -> Path | None:
     return root if (root / "pyproject.toml").is_file() and (root / "gaudi_gui").is_dir() else None
 
 
-#: What a wheel is built from: the package and the files pyproject.toml names.
+#: What a wheel is built from: the package, its data (mapped into the package by pyproject.toml) and
+#: the files pyproject.toml names.
+_BUILD_FOLDERS = ("gaudi_gui", "resources")
 _BUILD_FILES = ("pyproject.toml", "README.md")
 
 
@@ -97,8 +99,9 @@ def build_wheel(out_dir: Path, *, python: str = sys.executable, timeout: float =
     out_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="gaudi-gui-src-") as tmp:
         src = Path(tmp) / "gaudi-gui"
-        shutil.copytree(root / "gaudi_gui", src / "gaudi_gui",
-                        ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        for folder in _BUILD_FOLDERS:
+            shutil.copytree(root / folder, src / folder,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         for name in _BUILD_FILES:
             if (root / name).is_file():
                 shutil.copy2(root / name, src / name)

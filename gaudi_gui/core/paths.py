@@ -54,7 +54,7 @@ def demo_model_dir() -> Path:
     return Path(value).expanduser() if value else cache_dir() / f"demo-model-v{DEMO_MODEL_VERSION}"
 
 
-#: The data files the package reads at run time, relative to ``gaudi_gui/resources/``. They are package
+#: The data files the package reads at run time, relative to ``resources_dir()``. They are package
 #: data (pyproject.toml), so a wheel carries them; ``host_setup.build_wheel`` refuses a wheel without one.
 DATA_FILES = ("gaudi-compat.json", "demo/corpus.txt", "demo/dataset.jsonl", "demo/prompts.txt")
 
@@ -65,9 +65,12 @@ class DataFileError(RuntimeError):
 
 
 def resources_dir() -> Path:
-    """``gaudi_gui/resources/``: beside the package's modules in a source tree, an editable install and
-    a wheel's install alike."""
-    return Path(__file__).resolve().parents[1] / "resources"
+    """Where the data files are: ``gaudi_gui/resources/`` in an installed wheel (the build maps the
+    top-level ``resources/`` there, pyproject.toml), else the source tree's own top-level
+    ``resources/`` (a checkout and an editable install: one copy, never a second inside the package)."""
+    package = Path(__file__).resolve().parents[1]
+    installed = package / "resources"
+    return installed if installed.is_dir() else package.parent / "resources"
 
 
 def data_file(name: str) -> Path:
@@ -75,7 +78,8 @@ def data_file(name: str) -> Path:
     path = resources_dir() / name
     if not path.is_file():
         raise DataFileError(f"gaudi-gui's data file {name} is missing ({path} not found): this installation "
-                            "is incomplete; reinstall gaudi-gui (its wheel carries gaudi_gui/resources/)")
+                            "is incomplete; reinstall gaudi-gui (its wheel carries them in "
+                            "gaudi_gui/resources/)")
     return path
 
 

@@ -65,7 +65,7 @@ def gaudi_software_here() -> str:
 
 def vllm_install_hint(software: str | None = None, compat: dict[str, Any] | None = None) -> str:
     """Where vLLM is missing: Intel's install page, and what the doctor's compatibility table
-    (gaudi_gui/resources/gaudi-compat.json) says about vLLM for this Gaudi software release, with its
+    (resources/gaudi-compat.json) says about vLLM for this Gaudi software release, with its
     source."""
     from gaudi_gui.core.health import compat_row, load_compat
     from gaudi_gui.core.paths import DataFileError

@@ -1,7 +1,7 @@
 """Build the offline demo: a tiny Llama-style causal LM and its tokenizer, trained on a bundled text.
 
 ``python -m gaudi_gui.workers.demo DIR`` writes a model folder that ``from_pretrained`` loads offline:
-a byte-level BPE tokenizer trained with ``tokenizers`` on ``gaudi_gui/resources/demo/corpus.txt``, a
+a byte-level BPE tokenizer trained with ``tokenizers`` on ``resources/demo/corpus.txt``, a
 ChatML chat template, and a 2-layer model (hidden size 64) that is briefly pre-trained on the same text
 so that what it generates looks like words rather than noise. Everything is seeded, so two builds match.
 

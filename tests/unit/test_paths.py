@@ -20,10 +20,28 @@ def test_bundled_demo_resources_exist() -> None:
     assert paths.is_demo(" builtin:demo ") and not paths.is_demo("gpt2")
 
 
-def test_every_data_file_is_inside_the_package() -> None:
-    package = Path(paths.__file__).resolve().parents[1]
+def test_the_data_files_have_one_copy_in_the_top_level_resources_folder() -> None:
+    """Issue 37 item 14: the layout is pyproject.toml, gaudi_gui/, resources/, tests/ — one copy of the
+    data, at the top (the wheel gets it mapped into the package: test_wheel_install)."""
+    root = Path(paths.__file__).resolve().parents[2]
+    assert not (root / "gaudi_gui" / "resources").exists()
     for name in paths.DATA_FILES:
-        assert paths.data_file(name).is_relative_to(package / "resources")
+        assert paths.data_file(name).is_relative_to(root / "resources"), name
+
+
+def test_the_wheel_lists_every_subpackage() -> None:
+    """pyproject.toml names the packages one by one (a mapped package-dir cannot be found by
+    setuptools' find): a subpackage left out of the list would be missing from every host's install."""
+    import re
+
+    root = Path(paths.__file__).resolve().parents[2]
+    table = (root / "pyproject.toml").read_text().split("[tool.setuptools]", 1)[1]
+    block = re.search(r"^packages = \[(.*?)\]", table, re.S | re.M)
+    assert block is not None, "pyproject.toml: [tool.setuptools] packages = [...] not found"
+    listed = set(re.findall(r'"([\w.]+)"', block.group(1)))
+    found = {".".join(init.parent.relative_to(root).parts)
+             for init in (root / "gaudi_gui").rglob("__init__.py")}
+    assert found | {"gaudi_gui.resources", "gaudi_gui.resources.demo"} == listed
 
 
 def test_a_missing_data_file_says_the_installation_is_incomplete(tmp_path: Path,
