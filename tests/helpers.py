@@ -456,7 +456,8 @@ def models_tab(qtbot: QtBot) -> Iterator[Any]:
     from gaudi_gui.app import create_services
     from gaudi_gui.ui.models_tab import ModelsTab
 
-    widget = ModelsTab(create_services())
+    services = create_services()
+    widget = ModelsTab(services)
     qtbot.addWidget(widget)
     widget.resize(1000, 700)
     widget.show()
@@ -464,6 +465,10 @@ def models_tab(qtbot: QtBot) -> Iterator[Any]:
     yield widget
     widget.places.shutdown()
     widget.shutdown()
+    # The queue the Download dialog's Queue started (its listing timer), as the window stops it.
+    if services.queue is not None:
+        services.queue.shutdown()
+    services.stop_host_queues()
     qtbot.waitUntil(lambda: not widget.places.running() and not widget.is_listing(), timeout=20000)
 
 
