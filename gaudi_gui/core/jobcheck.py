@@ -85,18 +85,30 @@ def writable_problem(folder: str | Path) -> str | None:
     return None
 
 
+def cached_schema() -> Schema | None:
+    """The installed TrainingArguments/SFTConfig schema where it is cached for this transformers
+    version, else None: never a child (the window's thread must not wait seconds for one)."""
+    from importlib import metadata
+
+    from gaudi_gui.core.training_args import load_cached
+    try:
+        return load_cached(metadata.version("transformers"))
+    except metadata.PackageNotFoundError:
+        return None
+
+
 def training_schema(timeout_s: float = 180.0) -> Schema | None:
     """The installed TrainingArguments/SFTConfig schema: the cached one for this transformers version,
     else its child's (seconds: it imports transformers), cached for the next time. None where
     transformers is missing or the child fails (the launched worker checks the arguments then)."""
     from importlib import metadata
 
-    from gaudi_gui.core.training_args import Schema, load_cached, save_cached
+    from gaudi_gui.core.training_args import Schema, save_cached
     try:
-        version = metadata.version("transformers")
+        metadata.version("transformers")
     except metadata.PackageNotFoundError:
         return None
-    cached = load_cached(version)
+    cached = cached_schema()
     if cached is not None:
         return cached
     try:

@@ -463,19 +463,21 @@ def output_refusal(output_dir: str, other: str) -> str:
 
 def add_values(job: Any, *, kind: str = "train", cards: CardRequest | None = None, priority: int = 0,
                device: str = "auto", added_by: str = "", client_id: str = "",
-               root: Path | None = None, scan_limit: int | None = None) -> dict[str, Any]:
+               root: Path | None = None, scan_limit: int | None = None,
+               schema: Any = "ask") -> dict[str, Any]:
     """The values of an add request for ``job`` (a JobConfig) after the checks a requester makes: the
     kind, the job's own problems, its output folder holding another run's files, or being the output
     folder of a queued job or of an add not applied yet (the queue process checks that last one again
     when it applies the request: two requesters at once). QueueError, one line. ``scan_limit``: read at
-    most that much of a dataset file (the window's thread; the queued `train` reads it whole)."""
+    most that much of a dataset file (the window's thread; the queued `train` reads it whole).
+    ``schema``: what the training arguments are checked by (``jobcheck.check``'s)."""
     if kind_name(kind) != "train":
         raise QueueError(f"--kind {kind}: a job file (--config) is a training job; a {kind} job is given "
                          f"as its own command's words")
     from gaudi_gui.core import jobcheck
     # The whole job, checked where it enters the queue (the same check as `train`'s): a job that
     # cannot start is refused now, not when its cards free up.
-    problems = jobcheck.check(job, scan_limit=scan_limit)
+    problems = jobcheck.check(job, schema=schema, scan_limit=scan_limit)
     if problems:
         raise QueueError("; ".join(f"{f}: {p}" + (" (or set overwrite_output in the job)"
                                                    if "a new run would write over them" in p else "")

@@ -18,7 +18,7 @@ from typing import Any
 
 from PySide6.QtCore import QIODevice, QObject, QProcess, QTimer, Signal
 
-from gaudi_gui.core import datafile, queue
+from gaudi_gui.core import datafile, jobcheck, queue
 from gaudi_gui.core.queue import CardRequest, Entry, QueueError, QueueState
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.phased_timer import PhasedTimer
@@ -188,7 +188,10 @@ class QueueService(_Requests):
         this add, found again in the entry (``Entry.client_id``) when it starts."""
         return self._add(lambda: self._send("add", **queue.add_values(
             job, kind="train", cards=cards, priority=priority, device=device, added_by="gui",
-            client_id=client_id, scan_limit=datafile.WINDOW_SCAN_BYTES), **self._limits()), on_answer)
+            client_id=client_id, scan_limit=datafile.WINDOW_SCAN_BYTES,
+            # the cached schema only: asking its child would hold the window seconds (the form has
+            # checked the arguments by the same schema, and the queued `train` checks them again)
+            schema=jobcheck.cached_schema()), **self._limits()), on_answer)
 
     def add_kind(self, kind: str, words: list[str], cards: CardRequest, *, priority: int = 0,
                  on_answer: Answer) -> str:
