@@ -284,6 +284,19 @@ def write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+#: 48 question/answer rows: the dataset-row tests' file (rows are removed or spoiled from a copy).
+QA = [{"question": f"Question {i}?", "answer": f"Answer {i}."} for i in range(48)]
+
+
+def qa_job(source: Path) -> JobConfig:
+    """A prompt/completion job on ``source``, its prompt fed by "question" and completion by "answer"."""
+    job = JobConfig()
+    job.dataset.source = str(source)
+    job.dataset.kind = "prompt_completion"
+    job.dataset.columns = {"prompt": "question", "completion": "answer"}
+    return job
+
+
 def job_file(folder: Path, output_dir: Path, resume: str = "", **args: object) -> Path:
     """A long demo-model job (one step logged per step, no periodic save) saved as a new
     ``job-N.json`` in ``folder``, on a free rendezvous port."""

@@ -10,19 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.workers import sft_data
-from tests.helpers import write_jsonl
-
-QA = [{"question": f"Question {i}?", "answer": f"Answer {i}."} for i in range(48)]
-
-
-def qa_job(source: Path) -> JobConfig:
-    job = JobConfig()
-    job.dataset.source = str(source)
-    job.dataset.kind = "prompt_completion"
-    job.dataset.columns = {"prompt": "question", "completion": "answer"}
-    return job
+from tests.helpers import QA, qa_job, write_jsonl
 
 
 def test_rows_without_an_answer_are_dropped_and_counted(tmp_path: Path) -> None:

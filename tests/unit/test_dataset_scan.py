@@ -8,18 +8,7 @@ import json
 from pathlib import Path
 
 from gaudi_gui.core import datafile, jobcheck
-from gaudi_gui.core.jobconfig import JobConfig
-from tests.helpers import write_jsonl
-
-QA = [{"question": f"Question {i}?", "answer": f"Answer {i}."} for i in range(48)]
-
-
-def qa_job(source: Path) -> JobConfig:
-    job = JobConfig()
-    job.dataset.source = str(source)
-    job.dataset.kind = "prompt_completion"
-    job.dataset.columns = {"prompt": "question", "completion": "answer"}
-    return job
+from tests.helpers import QA, qa_job, write_jsonl
 
 
 def test_a_few_rows_without_the_answer_are_skipped_and_said(tmp_path: Path) -> None:
