@@ -434,7 +434,12 @@ class ProcessRunner(QObject):
                 self._finished_reported = True
                 self.error_occurred.emit(reason)
                 self.finished.emit(-1, EXIT_FAILED_TO_START)
-        elif error in (QProcess.ProcessError.ReadError, QProcess.ProcessError.WriteError):
+        elif error == QProcess.ProcessError.WriteError:
+            # The child closed its stdin: it has ended or is ending (ssh refused by the host writes
+            # its reason and exits before our first request reaches it). Its finish says why, with its
+            # last lines; an error here would be heard first and blame a "crash" instead.
+            self._tail.append(f"{self._program}: {self._process.errorString()}")
+        elif error == QProcess.ProcessError.ReadError:
             self.error_occurred.emit(f"{self._program}: {self._process.errorString()}")
         # Crashed is reported through finished(); Timedout only comes from waitFor*, never used.
 

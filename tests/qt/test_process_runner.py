@@ -226,3 +226,31 @@ def test_a_kill_asked_before_the_child_started_is_not_lost(qtbot, tmp_path: Path
     assert blocker.args == [-9, EXIT_CRASHED]
     # Dead (SIGKILL, reaped): it can write nothing any more, so no wait is needed to see it did not.
     assert not marker.exists()
+
+
+
+def test_a_write_error_is_not_reported_ahead_of_the_childs_own_end(qtbot, tmp_path: Path) -> None:
+    """ssh refused by a host writes why and exits before our first request reaches it; QProcess then
+    says WriteError ("Error writing to process"), which was emitted as an error and heard first: the
+    runner tab called a refused key a crash (fresh clone of f77d4c3, test_an_ssh_failure_is_said_in_
+    words). The write error goes to the tail; the child's finish says why. Which of the two comes first
+    is the scheduler's: here QProcess's own signal says WriteError while the child still runs."""
+    from PySide6.QtCore import QProcess
+
+    started = tmp_path / "started"
+    script = _script(tmp_path, f"""
+        import sys, time
+        open({str(started)!r}, "w").close()
+        time.sleep(1.0)
+        sys.stderr.write("Permission denied (publickey).\\n")
+        sys.exit(255)
+    """)
+    runner = ProcessRunner()
+    got = _collect(runner)
+    with qtbot.waitSignal(runner.finished, timeout=15000) as blocker:
+        assert runner.start(sys.executable, [script])
+        qtbot.waitUntil(started.exists, timeout=10000)
+        runner._process.errorOccurred.emit(QProcess.ProcessError.WriteError)
+    assert blocker.args[0] == 255
+    assert got["errors"] == []
+    assert ("stderr", "Permission denied (publickey).") in got["lines"]
