@@ -181,9 +181,12 @@ def check(job: JobConfig, *, schema: Schema | str | None = ASK, resumed_from: st
         if bad and not any(f == "model" for f, _m in problems):
             problems.append(("model", bad))
         said = {f for f, _m in problems}
+        # A column mapping already refused is the cause: every row then lacks that column, and
+        # counting them would say the same thing twice.
+        mapping_said = any(f.startswith("dataset.columns") for f in said)
         for field, found in dataset_scans(job, scan_limit):
             refusal = found.refusal()
-            if refusal and field not in said:
+            if refusal and field not in said and not (mapping_said and not found.problem):
                 problems.append((field, refusal))
         if isinstance(job.training_args.get("output_dir", ""), str):
             bad = writable_problem(output_folder(job))

@@ -141,25 +141,29 @@ def test_missing_column_is_refused_before_launch(qtbot, tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
 
 
-def test_a_value_that_is_not_text_names_its_row(qtbot, tmp_path: Path) -> None:
+def test_a_value_that_is_not_text_is_refused_where_the_job_enters(qtbot, tmp_path: Path) -> None:
+    """One row in three with no text: refused by the job's check where it enters (issue 37, items 8
+    and 9: past 10 % of the rows), exit 2, the file and the line named, no run launched."""
     data = tmp_path / "data.jsonl"
     data.write_text('{"text": "hello there friend"}\n{"text": null}\n{"text": "more text here"}\n')
     job = make_job(tmp_path)
     job.dataset.source = str(data)
     tj = run_to_end(qtbot, job, tmp_path)
-    assert tj.result[1] == "failed"  # type: ignore[attr-defined]
-    assert tj.progress.error is not None and tj.progress.error["kind"] == "dataset"
-    assert "row 1" in tj.progress.error["message"] and "not text" in tj.progress.error["message"]
-    assert tj.run.status().summary.startswith("Failed")  # type: ignore[union-attr]
+    code, state, lines = tj.result  # type: ignore[attr-defined]
+    assert (code, state) == (2, "failed")
+    said = "\n".join(lines)
+    assert "dataset.source" in said and str(data) in said and "1 of 3 rows" in said and "line 2" in said
+    assert tj.run is None
 
 
-def test_unwritable_output_dir_is_reported(qtbot, tmp_path: Path) -> None:
+def test_unwritable_output_dir_is_refused_where_the_job_enters(qtbot, tmp_path: Path) -> None:
     # A regular file in the path makes the folder impossible to create, even for root (chmod is not).
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     job = make_job(tmp_path, output_dir=str(blocker / "out"))
     tj = run_to_end(qtbot, job, tmp_path)
-    code, state, _ = tj.result  # type: ignore[attr-defined]
-    assert code != 0 and state == "failed"
-    assert tj.progress.error is not None and tj.progress.error["kind"] == "output_dir", tj.run.log_tail(20)  # type: ignore[union-attr]
-    assert "not writable" in tj.progress.error["message"]
+    code, state, lines = tj.result  # type: ignore[attr-defined]
+    assert (code, state) == (2, "failed")
+    said = "\n".join(lines)
+    assert "training_args.output_dir" in said and "is a file, not a folder" in said
+    assert tj.run is None
