@@ -108,3 +108,4 @@ def test_the_form_column_fits_the_form_before_its_schema_comes(qtbot, services, 
     assert w.form.schema is None
     qtbot.waitUntil(lambda: w.form_scroll.width() >= w.form.minimumSizeHint().width(), timeout=5000)
     assert w.form.width() >= w.form.minimumSizeHint().width()
+    w.shutdown()  # its draft and log timers, as the window stops them at close
