@@ -14,6 +14,7 @@ import os
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from gaudi_gui import __version__
 
@@ -35,9 +36,10 @@ COMMANDS = {
     "download": "download",
     "models": "models",
     "queue": "queue",
+    "agent": "gaudi_gui.agent.main",
 }
 #: What runs on the host itself (the handshake and the guard): --host makes no sense for them.
-_HOST_SIDE = ("hello", "guard")
+_HOST_SIDE = ("hello", "guard", "agent")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -57,8 +59,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     for name, module in COMMANDS.items():
         if only is not None and name != only:
             continue
-        mod = importlib.import_module(f"gaudi_gui.commands.{module}")
-        mod.add_parser(sub)
+        _command_module(module).add_parser(sub)
         if name not in _HOST_SIDE:
             command = sub.choices[name]
             command.add_argument("--host", default="", metavar="DEST",
@@ -68,6 +69,11 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
                                  help="the command that runs gaudi-gui on the host (default: the "
                                       "host's saved one, else 'python3 -m gaudi_gui')")
     return parser
+
+
+def _command_module(name: str) -> Any:
+    """A subcommand's module: a name under gaudi_gui.commands, or a dotted path (the agent's own)."""
+    return importlib.import_module(name if "." in name else f"gaudi_gui.commands.{name}")
 
 
 #: A command ended because its reader went away (``| head``): 128 + SIGPIPE, as a shell reports a
@@ -147,7 +153,7 @@ def _main(args_list: list[str]) -> int:
     # eval places itself (core.placement) and reads its events back from the host.
     if target and target != "local" and args.command not in ("hosts", "doctor", "eval", "serve", "queue"):
         return _on_host(args, args_list)
-    module = importlib.import_module(f"gaudi_gui.commands.{COMMANDS[args.command]}")
+    module = _command_module(COMMANDS[args.command])
     try:
         return int(module.run(args))
     except KeyboardInterrupt:

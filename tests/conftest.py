@@ -164,6 +164,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         save_cached(Schema.from_dict(json.loads(text[text.find("{"):])))
     yield home
     _assert_no_background_work_left()
+    _end_agent()
     _assert_no_process_left(home)
 
 
@@ -208,6 +209,23 @@ def _assert_no_background_work_left() -> None:
                                                    ("runners", runners)) if names]
     if left:
         pytest.fail(f"the test left background work running (never shut down): {'; '.join(left)}")
+
+
+def _end_agent() -> None:
+    """The test's agent (its GAUDI_GUI_HOME names its own), if one was started, ends with the test: it
+    would otherwise wait out its idle time. Work it started is the test's to have ended."""
+    from gaudi_gui.core import agentwire
+    try:
+        sock = agentwire.try_connect()
+    except agentwire.AgentError:
+        return  # the test made its folder unusable: no agent could listen there
+    if sock is None:
+        return
+    with contextlib.suppress(agentwire.AgentError, OSError), agentwire.Connection(sock, "test") as conn:
+        pid = int(conn.agent.get("pid") or 0)
+        conn.request("shutdown", timeout=10, force=True)
+        with contextlib.suppress(psutil.Error):
+            psutil.Process(pid).wait(timeout=10)
 
 
 def _running_runners(process: Any) -> list[Any]:

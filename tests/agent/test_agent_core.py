@@ -1,0 +1,125 @@
+"""The agent itself: started on demand, one per user and state folder, private, ends when idle, relayed
+over stdio (what a workstation runs through ssh), and what ``agent --status`` says."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from gaudi_gui.core import agentwire
+from gaudi_gui.core.agentwire import AgentError, Connection
+
+CLI = [sys.executable, "-m", "gaudi_gui"]
+
+
+def _agent_pid() -> int:
+    with Connection.open(start=False) as conn:
+        return int(conn.agent["pid"])
+
+
+def test_the_first_client_starts_the_agent_and_later_ones_share_it() -> None:
+    with Connection.open() as first, Connection.open() as second:
+        assert first.agent["pid"] == second.agent["pid"]
+        pid = first.agent["pid"]
+        clients = first.request("status")["clients"]
+        assert len(clients) == 2
+        # Not a child of ours: the starter returned and was reaped; the agent runs on its own.
+        assert pid not in [p.pid for p in psutil.Process().children(recursive=True)]
+        assert psutil.Process(pid).ppid() != os.getpid()
+
+
+def test_two_agents_started_at_once_leave_one_listening() -> None:
+    starters = [subprocess.Popen([*CLI, "agent", "--daemon"]) for _ in range(3)]
+    for proc in starters:
+        assert proc.wait(timeout=30) == 0
+    deadline = time.monotonic() + 20
+    while agentwire.try_connect() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    pid = _agent_pid()
+    time.sleep(0.5)  # the two late ones find the lock taken and end
+    agents = [p for p in psutil.process_iter(["cmdline", "environ"])
+              if p.info["cmdline"] and p.info["cmdline"][-2:] == ["agent", "--daemon"]
+              and (p.info["environ"] or {}).get("GAUDI_GUI_HOME") == os.environ["GAUDI_GUI_HOME"]
+              and p.status() != psutil.STATUS_ZOMBIE]
+    assert [p.pid for p in agents] == [pid]
+
+
+def test_the_socket_and_its_folder_are_private() -> None:
+    with Connection.open():
+        path = agentwire.socket_path()
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        assert stat.S_IMODE(path.parent.parent.stat().st_mode) == 0o700
+        assert len(str(path)) < 100
+
+
+def test_a_folder_of_another_owner_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    runtime = tmp_path / "run"
+    (runtime / "gaudi-gui").mkdir(parents=True)
+    (runtime / "gaudi-gui" / agentwire.state_key()).symlink_to(tmp_path)
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
+    with pytest.raises(AgentError, match="not a folder of this user"):
+        agentwire.socket_path()
+
+
+def test_bad_lines_and_unknown_requests_get_words_not_a_dropped_agent() -> None:
+    with Connection.open() as conn:
+        conn._sock.sendall(b"not json\n")
+        reply = conn.receive(10)
+        assert reply is not None and reply["re"] == 0 and not reply["ok"] and "not JSON" in reply["error"]
+        conn._sock.sendall(json.dumps({"v": 99, "id": 5, "op": "status"}).encode() + b"\n")
+        reply = conn.receive(10)
+        assert reply is not None and "version 99" in reply["error"]
+        with pytest.raises(AgentError, match="knows no operation 'bogus'"):
+            conn.request("bogus")
+        with pytest.raises(AgentError, match="no such event: nope"):
+            conn.request("subscribe", events=["nope"])
+        assert conn.request("ping")["ok"]
+
+
+def test_it_ends_itself_when_idle_and_a_client_starts_it_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GAUDI_GUI_AGENT_IDLE_S", "0.5")
+    with Connection.open() as conn:
+        pid = conn.agent["pid"]
+        time.sleep(1.2)  # a connected client keeps it up, however long
+        assert conn.request("ping")["ok"]
+    psutil.Process(pid).wait(timeout=15)
+    assert agentwire.try_connect() is None
+    with Connection.open() as conn:
+        assert conn.agent["pid"] != pid
+    log = agentwire.log_path().read_text()
+    assert "idle for 0 s with nothing running: ending" in log or "idle for 1 s" in log
+
+
+def test_stdio_relays_requests_and_ends_when_its_input_closes() -> None:
+    relay = subprocess.Popen([*CLI, "agent", "--stdio"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert relay.stdin is not None and relay.stdout is not None
+    relay.stdin.write(agentwire.encode({"id": 1, "op": "hello", "client": "stdio"}))
+    relay.stdin.flush()
+    hello = agentwire.decode(relay.stdout.readline())
+    assert hello["re"] == 1 and hello["ok"] and hello["agent"]["pid"] == _agent_pid()
+    relay.stdin.close()
+    assert relay.wait(timeout=15) == 0
+    # The agent outlives the relay (a dropped ssh session touches no work).
+    assert agentwire.try_connect() is not None
+
+
+def test_status_says_what_runs_and_where_its_log_is() -> None:
+    none = subprocess.run([*CLI, "agent", "--status"], capture_output=True, text=True, timeout=60)
+    assert none.returncode == 3 and "no agent runs" in none.stdout
+    assert str(agentwire.log_path()) in none.stdout
+    with Connection.open() as conn:
+        out = subprocess.run([*CLI, "agent", "--status"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert f"pid {conn.agent['pid']}" in out.stdout and str(agentwire.log_path()) in out.stdout
+        assert "clients: 2" in out.stdout and "running: nothing" in out.stdout
+    stop = subprocess.run([*CLI, "agent", "--stop"], capture_output=True, text=True, timeout=60)
+    assert stop.returncode == 0 and "ending" in stop.stdout
