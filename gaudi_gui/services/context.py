@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from PySide6.QtCore import QObject
 
+    from gaudi_gui.services.agent_client import AgentClient
     from gaudi_gui.services.device_poller import DevicePoller
     from gaudi_gui.services.device_selection import DeviceSelection
     from gaudi_gui.services.downloads import ModelPlaces
@@ -74,6 +75,9 @@ class AppServices:
     #: Saved hosts' queues as each host's ``queue list --json`` says them (asked every 30 s while
     #: started): ``ensure_host_queue``; the Hosts overview's queue length, the Queue view's selector.
     host_queues: dict[str, HostQueueService] = field(default_factory=dict)
+    #: The window's one connection to this machine's agent (docs/agent-protocol.md), which owns all
+    #: work: ``ensure_agent`` makes it and starts connecting (the agent is started when none runs).
+    agent: AgentClient | None = None
 
     @property
     def poller(self) -> DevicePoller:
@@ -129,6 +133,15 @@ class AppServices:
         hosts.poller_added.connect(watch)
         for name, poller in hosts.pollers.items():
             watch(name, poller)
+
+    def ensure_agent(self, parent: QObject | None = None) -> AgentClient:
+        """The agent's client, connecting (an agent is started in the background when none answers)."""
+        if self.agent is None:
+            from gaudi_gui.core import agentwire
+            from gaudi_gui.services.agent_client import AgentClient
+            self.agent = AgentClient(starter=agentwire.spawn, parent=parent)
+            self.agent.start()
+        return self.agent
 
     def ensure_generation(self, parent: QObject | None = None) -> GenerationClient:
         """The model runner's client (its worker starts on the first load): the runner binds to it."""

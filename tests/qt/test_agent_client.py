@@ -1,0 +1,60 @@
+"""The window's connection to the agent: it starts the agent when none answers, asks and hears on the
+event loop (never waiting), and comes back by itself, subscriptions included, when the agent dies."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import psutil
+from pytestqt.qtbot import QtBot
+
+from gaudi_gui.core import agentwire
+from gaudi_gui.services.agent_client import AgentClient
+from gaudi_gui.services.context import AppServices
+
+
+def test_the_window_starts_the_agent_asks_it_and_reconnects_after_it_is_killed(qtbot: QtBot) -> None:
+    services = AppServices.__new__(AppServices)
+    services.agent = None
+    client = services.ensure_agent()
+    try:
+        qtbot.waitUntil(lambda: client.state == "up", timeout=30000)
+        first = int(client.agent["pid"])
+        # The agent is not the window's child: the window process starts none.
+        assert first not in [p.pid for p in psutil.Process().children(recursive=True)]
+        replies: list[dict] = []
+        client.request("status", replies.append)
+        qtbot.waitUntil(lambda: bool(replies), timeout=10000)
+        assert replies[0]["ok"] and [c["client"] for c in replies[0]["clients"]] == ["window"]
+        notices: list[dict] = []
+        client.subscribe(agentwire.Ev.NOTICE, notices.append)
+        states: list[str] = []
+        client.state_changed.connect(lambda state, words: states.append(state))
+        os.kill(first, signal.SIGKILL)
+        qtbot.waitUntil(lambda: client.state == "up" and int(client.agent.get("pid", first)) != first,
+                        timeout=30000)
+        assert "connecting" in states
+        again: list[dict] = []
+        client.request("status", again.append)
+        qtbot.waitUntil(lambda: bool(again), timeout=10000)
+        # The subscription was made again on the new agent.
+        assert again[0]["clients"][0]["subscribed"] == ["notice"]
+    finally:
+        client.close()
+
+
+def test_a_request_made_before_the_agent_answers_waits_and_is_answered(qtbot: QtBot) -> None:
+    client = AgentClient(starter=agentwire.spawn)
+    try:
+        replies: list[dict] = []
+        client.request("ping", replies.append)
+        client.start()
+        qtbot.waitUntil(lambda: bool(replies), timeout=30000)
+        assert replies[0]["ok"]
+        refused: list[dict] = []
+        client.request("bogus", refused.append)
+        qtbot.waitUntil(lambda: bool(refused), timeout=10000)
+        assert not refused[0]["ok"] and "bogus" in refused[0]["error"]
+    finally:
+        client.close()
