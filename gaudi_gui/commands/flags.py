@@ -51,6 +51,8 @@ RULES: tuple[Rule, ...] = (
     Rule("train", "--hosts", excludes=("--slurm",),
          why="a run goes to one place: --host (one host), --hosts (several) or --slurm"),
     Rule("train", "--json", needs=("--detach",), why="it prints the detached run as JSON"),
+    Rule("agent", "--json", needs=("--status",), why="it prints the agent's status as JSON"),
+    Rule("agent", "--force", needs=("--stop",), why="it stops the agent while work runs"),
     Rule("train", "--detach", excludes=("--hosts",),
          why="--hosts starts every host's part detached already and follows them as one run"),
     Rule("train", "--detach", excludes=("--slurm",),

@@ -167,10 +167,13 @@ def spawn() -> None:
 
 
 def try_connect(path: Path | None = None) -> socket.socket | None:
-    """A connected socket to the agent, or None when none listens."""
+    """A connected socket to the agent, or None when none listens (no socket file: no connect at all)."""
+    target = path or socket_path()
+    if not target.is_socket():
+        return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        sock.connect(str(path or socket_path()))
+        sock.connect(str(target))
     except OSError:
         sock.close()
         return None
