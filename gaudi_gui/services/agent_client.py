@@ -22,6 +22,8 @@ from gaudi_gui.core.agentwire import WireError
 
 Reply = Callable[[dict[str, Any]], None]
 Listener = Callable[[dict[str, Any]], None]
+#: A subscription: (event name, key or None, host or None for this machine).
+Entry = tuple[str, "str | None", "str | None"]
 
 #: Back-off between attempts to reach the agent, seconds (the last one repeats).
 RETRY_S = (0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
@@ -46,8 +48,8 @@ class AgentClient(QObject):
         self._buffer = b""
         self._next_id = 0
         self._replies: dict[int, Reply | None] = {}
-        #: (event name, key) -> listeners; the agent is asked once per name/key.
-        self._listeners: dict[tuple[str, str | None], list[Listener]] = {}
+        #: (event name, key, host) -> listeners; the agent is asked once per entry.
+        self._listeners: dict[Entry, list[Listener]] = {}
         self._pending: list[bytes] = []
         self.state = "down"
         self.message = ""
@@ -81,32 +83,27 @@ class AgentClient(QObject):
         self._replies[ident] = reply
         self._write(agentwire.encode({"id": ident, "op": op, **args}))
 
-    def subscribe(self, ev: agentwire.Ev, listener: Listener, key: str | None = None) -> None:
-        """Call ``listener`` with every ``ev`` event (of ``key``, where the event names one)."""
-        entry = (ev.value, key)
+    def subscribe(self, ev: agentwire.Ev, listener: Listener, key: str | None = None,
+                  host: str | None = None) -> None:
+        """Call ``listener`` with every ``ev`` event (of ``key`` — a job's or child's id — where the
+        event names one; of ``host``'s agent where one is named, else of this machine's)."""
+        entry = (ev.value, key, host or None)
         first = entry not in self._listeners
         self._listeners.setdefault(entry, []).append(listener)
         if first:
-            self._ask(entry)
+            self.request("subscribe", None, **_subscription(entry))
 
-    def unsubscribe(self, ev: agentwire.Ev, listener: Listener, key: str | None = None) -> None:
-        entry = (ev.value, key)
+    def unsubscribe(self, ev: agentwire.Ev, listener: Listener, key: str | None = None,
+                    host: str | None = None) -> None:
+        entry = (ev.value, key, host or None)
         listeners = self._listeners.get(entry, [])
         with contextlib.suppress(ValueError):
             listeners.remove(listener)
         if not listeners and entry in self._listeners:
             del self._listeners[entry]
-            args: dict[str, Any] = {"events": [entry[0]]}
-            if key is not None:
-                args["key"] = key
-            self.request("unsubscribe", None, **args)
+            self.request("unsubscribe", None, **_subscription(entry))
 
     # -- plumbing ---------------------------------------------------------------------------------
-    def _ask(self, entry: tuple[str, str | None]) -> None:
-        args: dict[str, Any] = {"events": [entry[0]]}
-        if entry[1] is not None:
-            args["key"] = entry[1]
-        self.request("subscribe", None, **args)
 
     def _write(self, data: bytes) -> None:
         if self.state == "up":
@@ -133,12 +130,10 @@ class AgentClient(QObject):
         self._replies[self._next_id] = self._on_hello
         self._socket.write(agentwire.encode({"id": self._next_id, "op": "hello", "client": "window"}))
         for entry in self._listeners:
-            args: dict[str, Any] = {"events": [entry[0]]}
-            if entry[1] is not None:
-                args["key"] = entry[1]
             self._next_id += 1
             self._replies[self._next_id] = None
-            self._socket.write(agentwire.encode({"id": self._next_id, "op": "subscribe", **args}))
+            self._socket.write(agentwire.encode({"id": self._next_id, "op": "subscribe",
+                                                 **_subscription(entry)}))
         self.state = "up"
         pending, self._pending = self._pending, []
         for data in pending:
@@ -149,10 +144,14 @@ class AgentClient(QObject):
         self._set_state("up", f"agent pid {self.agent.get('pid', '?')}")
 
     def _on_disconnected(self) -> None:
+        if self._closing:
+            return  # close() asked for it: no reconnect
         if self.state == "up":
             self._lost("the agent went away; reconnecting…")
 
     def _on_error(self, error: QLocalSocket.LocalSocketError) -> None:
+        if self._closing:
+            return
         if self._socket.state() == QLocalSocket.LocalSocketState.ConnectedState:
             return
         if self.state == "up":
@@ -174,6 +173,7 @@ class AgentClient(QObject):
 
     def _lost(self, words: str) -> None:
         self.state = "connecting"
+        self.agent = {}  # the next hello says who answers
         self._started_once = False
         lost = [r for r in self._replies.values() if r is not None]
         self._replies.clear()
@@ -195,10 +195,10 @@ class AgentClient(QObject):
     def _take(self, message: dict[str, Any]) -> None:
         if "ev" in message:
             self.event_received.emit(message)
-            name = message["ev"]
-            keys = (None, _key_of(message))
-            for key in keys:
-                for listener in list(self._listeners.get((name, key), [])):
+            name, host = message["ev"], message.get("host") or None
+            key = _key_of(message)
+            for entry in ((name, None, host), (name, key, host)) if key is not None else ((name, None, host),):
+                for listener in list(self._listeners.get(entry, [])):
                     listener(message)
             return
         ident = message.get("re")
@@ -214,9 +214,20 @@ class AgentClient(QObject):
             self.state_changed.emit(state, message)
 
 
+def _subscription(entry: Entry) -> dict[str, Any]:
+    """The ``subscribe`` / ``unsubscribe`` arguments for ``entry``."""
+    ev, key, host = entry
+    args: dict[str, Any] = {"events": [ev]}
+    if key is not None:
+        args["key"] = key
+    if host is not None:
+        args["host"] = host
+    return args
+
+
 def _key_of(message: dict[str, Any]) -> str | None:
-    """The key an event is published under (a job's id, a host's name)."""
-    for field in ("id", "host"):
+    """The key an event is published under (a job's or a child's id)."""
+    for field in ("job_id", "child_id"):
         value = message.get(field)
         if isinstance(value, str) and value:
             return value

@@ -19,7 +19,7 @@ def test_the_window_starts_the_agent_asks_it_and_reconnects_after_it_is_killed(q
     services.agent = None
     client = services.ensure_agent()
     try:
-        qtbot.waitUntil(lambda: client.state == "up", timeout=30000)
+        qtbot.waitUntil(lambda: client.state == "up" and bool(client.agent.get("pid")), timeout=30000)
         first = int(client.agent["pid"])
         # The agent is not the window's child: the window process starts none.
         assert first not in [p.pid for p in psutil.Process().children(recursive=True)]
