@@ -197,7 +197,8 @@ class AgentClient(QObject):
             self.event_received.emit(message)
             name, host = message["ev"], message.get("host") or None
             key = _key_of(message)
-            for entry in ((name, None, host), (name, key, host)) if key is not None else ((name, None, host),):
+            entries = [(name, None, host)] + ([(name, key, host)] if key is not None else [])
+            for entry in entries:
                 for listener in list(self._listeners.get(entry, [])):
                     listener(message)
             return
