@@ -67,9 +67,25 @@ def build() -> Any:
     return agent
 
 
+#: Modules of this package that are not services.
+_NOT_SERVICES = frozenset({"server", "main"})
+
+
 def _service_makers() -> list[Any]:
-    # Each service is one module; a new kind of work adds itself here.
-    return []
+    """Every service of the agent: each module of ``gaudi_gui.agent`` that has ``make(agent)`` (a new
+    kind of work is one file, found here without editing anything else), in name order."""
+    import importlib
+    import pkgutil
+
+    import gaudi_gui.agent as package
+    makers = []
+    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda i: i.name):
+        if info.name.startswith("_") or info.name in _NOT_SERVICES:
+            continue
+        module = importlib.import_module(f"gaudi_gui.agent.{info.name}")
+        if callable(getattr(module, "make", None)):
+            makers.append(module.make)
+    return makers
 
 
 def serve() -> int:
