@@ -31,7 +31,7 @@ TRAINING = 2
 
 def make_run(store: RunStore, name: str, *, steps: int, lr: float, utilization: float, seconds: float) -> Run:
     """A finished run named ``name``: its loss and learning-rate curve and its card's utilization."""
-    from gaudi_gui.core import meter
+    from gaudi_gui.core import meter_files
     from gaudi_gui.core.events import EventWriter
     from gaudi_gui.core.jobconfig import JobConfig
 
@@ -46,7 +46,7 @@ def make_run(store: RunStore, name: str, *, steps: int, lr: float, utilization: 
             rate = lr * min(1.0, step / 5) * (1 - step / (steps + 1))
             events.write("metrics", step=step, max_steps=steps, loss=2.0 * math.exp(-step * lr * 60) + 0.4,
                          learning_rate=rate, elapsed=elapsed, time=t0 + elapsed)
-    with open(run.folder / meter.METER_NAME, "w", encoding="utf-8") as fh:
+    with open(run.folder / meter_files.METER_NAME, "w", encoding="utf-8") as fh:
         for k in range(int(seconds) + 1):
             busy = utilization + 8 * math.sin(k / 3)
             fh.write(json.dumps({"t": round(t0 + k, 3), "source": "hl-smi",

@@ -3,7 +3,7 @@ the Training tab with a reopened Gaudi run's meter line under its status, and th
 card-hours and energy columns, at 1280x800 and 1024x700 (default).
 
 The runs are made here as the supervisor leaves them (events, meter-summary.json from
-core.meter.summarize, a compile-meter file in the bridge's format): a 2-card Gaudi LoRA run of 25
+core.meter_account.summarize, a compile-meter file in the bridge's format): a 2-card Gaudi LoRA run of 25
 minutes, a 1-card one of 8 minutes, and a CPU run whose energy was not measured. Files:
 OUTDIR/meter-training-WxH.png, OUTDIR/meter-runs-WxH.png, OUTDIR/meter-runs-list-WxH.png (the Runs page
 whole, with its buttons) (default OUTDIR: docs/screens/).
@@ -32,7 +32,7 @@ TRAINING = 2
 
 def _run(store: RunStore, home: Path, name: str, *, cards: list[int], minutes: float, watts: float,
          steps: int, compiled: tuple[int, int] | None) -> Run:
-    from gaudi_gui.core import hpu_metrics, meter
+    from gaudi_gui.core import hpu_metrics, meter_account, meter_files
     from gaudi_gui.core.events import EventWriter
     from gaudi_gui.core.jobconfig import JobConfig
 
@@ -49,18 +49,20 @@ def _run(store: RunStore, home: Path, name: str, *, cards: list[int], minutes: f
                          tokens_per_second=4096 * step / elapsed, time=t0 + elapsed, **extra)
     run.update_status(state="finished", step=steps, max_steps=steps, started_at=t0 - 20, ended_at=t0 + wall,
                       final_loss=2.2 * 0.97 ** steps + 0.6, summary=f"Finished {steps} steps")
-    accounts = meter.Accounts()
+    accounts = meter_account.Accounts()
     if cards:
         for k in range(int(wall) + 1):
             accounts.add(t0 + k, [{"name": f"module {c}", "power_w": watts + (k % 7), "utilization": 87,
                                    "memory_used_mib": 94100.0, "memory_total_mib": 98304.0} for c in cards])
-        summary = meter.summarize(accounts, source="hl-smi", energy_source=meter.SOURCE_HLSMI, wall_s=wall,
+        summary = meter_account.summarize(accounts, source="hl-smi",
+                                          energy_source=meter_account.SOURCE_HLSMI, wall_s=wall,
                                   card_count=len(cards), cards=cards, kind="hpu")
     else:
-        summary = meter.summarize(accounts, source="none", energy_source=meter.NOT_MEASURED, wall_s=wall,
+        summary = meter_account.summarize(accounts, source="none", energy_source=meter_account.NOT_MEASURED,
+                                          wall_s=wall,
                                   card_count=None, kind="cpu",
                                   note="no readable RAPL counter under /sys/class/powercap")
-    (run.folder / meter.SUMMARY_NAME).write_text(json.dumps(summary))
+    (run.folder / meter_files.SUMMARY_NAME).write_text(json.dumps(summary))
     if compiled is not None:
         folder = run.folder / hpu_metrics.FOLDER_NAME
         folder.mkdir()

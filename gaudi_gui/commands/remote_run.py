@@ -364,27 +364,27 @@ def part_meter(run: HostRun) -> dict[str, Any] | None:
         return None
     if not isinstance(shown, dict):
         return None
-    from gaudi_gui.core import meter as meter_mod
+    from gaudi_gui.core import meter_files
     # Host 0's run once the whole job's meter is kept there: its own part is "meter_part".
     meter = shown.get("meter_part") or shown.get("meter")
-    return meter if isinstance(meter, dict) and not meter_mod.is_job_summary(meter) else None
+    return meter if isinstance(meter, dict) and not meter_files.is_job_summary(meter) else None
 
 
 def job_meter(runs: Sequence[HostRun]) -> dict[str, Any]:
-    """The whole job's meter: every host's part asked at once, summed (``core.meter.combine``): the
+    """The whole job's meter: every host's part asked at once, summed (``core.meter_account.combine``): the
     Gaudi compile meter of the host that compiled most, each host's compile warning named."""
-    from gaudi_gui.core import meter as meter_mod
+    from gaudi_gui.core import meter_account
     with ThreadPoolExecutor(max_workers=max(1, len(runs))) as pool:
         summaries = list(pool.map(part_meter, runs))
-    return meter_mod.combine([(r.host.name, s) for r, s in zip(runs, summaries, strict=True)])
+    return meter_account.combine([(r.host.name, s) for r, s in zip(runs, summaries, strict=True)])
 
 
 def job_meter_lines(runs: Sequence[HostRun], whole: dict[str, Any] | None = None) -> list[str]:
     """What the terminal is told of the whole job's meter: its line, then each host's compile warning."""
-    from gaudi_gui.core import meter as meter_mod
+    from gaudi_gui.core import meter_words
     from gaudi_gui.core.compile_rise import findings, rise_text
     whole = job_meter(runs) if whole is None else whole
-    return [f"meter: {meter_mod.combined_line(whole)}", *(rise_text(f) for f in findings(whole))]
+    return [f"meter: {meter_words.combined_line(whole)}", *(rise_text(f) for f in findings(whole))]
 
 
 def _note(event: dict[str, Any], run: HostRun, several: bool) -> None:

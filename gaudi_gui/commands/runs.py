@@ -24,7 +24,7 @@
 - ``runs open RUN --tensorboard|--trackio [--no-browser]``: the run in TensorBoard's or trackio's own
   dashboard, served on 127.0.0.1 until the command ends (``commands/runs_open``, ``core.dashboard``).
 - ``runs job-meter RUN`` (for a multi-host job's command and the Training tab): keeps the whole job's
-  meter (``core.meter.combine`` of every host's part, a JSON object on stdin) in host 0's run, so that
+  meter (``core.meter_account.combine`` of every host's part, a JSON object on stdin) in host 0's run, so that
   ``runs show`` / ``runs list`` there say the whole job; ``runs show --json`` then gives it as "meter"
   and the host's own part as "meter_part".
 - ``runs stop RUN [--now]``: a stop with a checkpoint (SIGTERM to the run's supervisor, which stops
@@ -50,8 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from gaudi_gui.commands.terminal import seconds
-from gaudi_gui.core import hpu_metrics
-from gaudi_gui.core import meter as meter_mod
+from gaudi_gui.core import hpu_metrics, meter_files, meter_words
 from gaudi_gui.core import prices as prices_mod
 from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.jobconfig import JobConfigError
@@ -153,7 +152,7 @@ def _line(item: dict[str, Any]) -> str:
     status = item["status"]
     text = (f"{item['name']}  {status.get('kind', 'training'):<8}  {status['state']:<8}  "
             f"step {status['step']}/{status['max_steps']}  "
-            f"{meter_mod.short(item.get('meter')):<28}  {status['summary']}")
+            f"{meter_words.short(item.get('meter')):<28}  {status['summary']}")
     problems = [p for p in item.get("problems", []) if p not in status["summary"]]
     return text + (f"  ⚠ {'; '.join(problems)}" if problems else "")
 
@@ -161,7 +160,7 @@ def _line(item: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     action = args.runs_action
     if action == "list":
-        runs = [{**describe(r), "meter": meter_mod.read_job_summary(r.folder)}
+        runs = [{**describe(r), "meter": meter_files.read_job_summary(r.folder)}
                 for r in RunStore(args.runs_dir or None).runs()]
         if args.json:
             print(json.dumps(runs), flush=True)
@@ -177,8 +176,8 @@ def run(args: argparse.Namespace) -> int:
     if action == "show":
         item = describe(found)
         # Host 0's run of a multi-host job: the whole job's meter, and this host's own part beside it.
-        item["meter"] = meter_mod.read_job_summary(found.folder)
-        own = meter_mod.read_summary(found.folder)
+        item["meter"] = meter_files.read_job_summary(found.folder)
+        own = meter_files.read_summary(found.folder)
         if own is not None and own != item["meter"]:
             item["meter_part"] = own
         prices = prices_mod.current(per_kwh=args.price_kwh, per_card_hour=args.price_card_hour,
@@ -192,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(item) if args.json else
               f"{item['name']} ({item['kind']}): {item['status']['state']} — {item['status']['summary']}"
               + (f" (⚠ {'; '.join(problems)})" if problems else "") + _meter_lines(item["meter"])
-              + (f"\n  this host's part: {redact(meter_mod.describe(item['meter_part']))}"
+              + (f"\n  this host's part: {redact(meter_words.describe(item['meter_part']))}"
                  if item.get("meter_part") else "")
               + (f"\n  {cost_line}" if cost_line else "")
               + (f"\n  meter so far: {live['text']}" if live else ""),
@@ -218,7 +217,7 @@ def _keep_job_meter(run_: Run) -> int:
     """``runs job-meter RUN``: the whole job's meter from stdin into host 0's run (exit 2: not one)."""
     try:
         data = json.loads(sys.stdin.read(1 << 22))
-        path = meter_mod.keep_job_summary(run_.folder, data)
+        path = meter_files.keep_job_summary(run_.folder, data)
     except (ValueError, RecursionError) as exc:
         print(f"gaudi-gui runs job-meter: {exc}", file=sys.stderr)
         return 2
@@ -232,7 +231,7 @@ def _keep_job_meter(run_: Run) -> int:
 def _meter_so_far(run_: Run) -> dict[str, Any] | None:
     """A run without a meter summary yet (still running): its meter.jsonl so far (power now, energy
     and card-hours so far), or None when it has none."""
-    reader = meter_mod.LiveReader(run_.folder, started_t=run_.status().started_at or None)
+    reader = meter_files.LiveReader(run_.folder, started_t=run_.status().started_at or None)
     while reader.read():
         pass
     if reader.last_t is None:
@@ -247,7 +246,7 @@ def _meter_lines(summary: dict[str, Any] | None) -> str:
     """The meter's lines under ``runs show``'s first line ("" when the run has no meter summary)."""
     if not summary:
         return ""
-    text = f"\n  meter: {redact(meter_mod.describe(summary))}"
+    text = f"\n  meter: {redact(meter_words.describe(summary))}"
     compiled = summary.get("compile")
     if isinstance(compiled, dict) and "compilations" in compiled:
         # A job of several parts (hosts, Slurm nodes): the part that compiled most sets the pace.
@@ -385,7 +384,7 @@ def _follow(run_: Run, events_from: int, log_from: int) -> int:
                     while pump():
                         pass
                     # The supervisor has gone: its meter summary is written (None: no meter).
-                    _emit({"t": "end", "status": status, "meter": meter_mod.read_summary(run_.folder)})
+                    _emit({"t": "end", "status": status, "meter": meter_files.read_summary(run_.folder)})
                     return 0
                 if quiet:
                     _emit({"t": "alive"})  # a heartbeat: the follower sees a dead link within seconds

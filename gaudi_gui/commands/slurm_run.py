@@ -349,14 +349,14 @@ def _stop(run: Run, job_id: str, run_cmd: slurm_mod.Runner, phase: str, *, name:
 def _say_meter(run: Run) -> None:
     """The job's meter: what its batch shell summed over the nodes (a job killed at its time limit
     never got there: the nodes' parts found are summed here)."""
-    from gaudi_gui.core import meter as meter_mod
+    from gaudi_gui.core import meter_files, meter_words
 
-    summary = meter_mod.read_summary(run.folder)
+    summary = meter_files.read_summary(run.folder)
     if summary is None:
         with contextlib.suppress(OSError, ValueError):
             summary = slurm_mod.combine_meter(run.folder)
     if summary is not None:
-        _say(f"meter: {redact(meter_mod.describe(summary))}")
+        _say(f"meter: {redact(meter_words.describe(summary))}")
 
 
 def _finish(run: Run, job_id: str, info: slurm_mod.JobInfo | None, events: list[dict[str, Any]], *,

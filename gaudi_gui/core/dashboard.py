@@ -49,8 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from gaudi_gui.core import export, jobkind
-from gaudi_gui.core import meter as meter_mod
+from gaudi_gui.core import export, jobkind, meter_files
 from gaudi_gui.core.child import Child
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.serve import LOOPBACK, pick_free_port, port_free
@@ -109,8 +108,8 @@ def data_folder(kind: str, run: Run) -> Path:
 def _newest_source(run: Run) -> float:
     """The change time of what an export reads (events, metrics, meter), 0 when none."""
     newest = 0.0
-    for path in (run.events_path, run.metrics_path, run.folder / meter_mod.METER_NAME,
-                 run.folder / meter_mod.SUMMARY_NAME, run.status_path):
+    for path in (run.events_path, run.metrics_path, run.folder / meter_files.METER_NAME,
+                 run.folder / meter_files.SUMMARY_NAME, run.status_path):
         with contextlib.suppress(OSError):
             newest = max(newest, path.stat().st_mtime)
     return newest

@@ -55,7 +55,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from gaudi_gui.core import meter as meter_mod
+from gaudi_gui.core import meter_account, meter_files
 from gaudi_gui.core.jobconfig import JobConfigError
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.tb_events import EventFileWriter
@@ -153,7 +153,7 @@ def _num(value: Any) -> float | None:
 def meter_samples(folder: str | Path) -> list[dict[str, Any]]:
     """The meter's samples (meter.jsonl), a cut last line skipped."""
     try:
-        text = (Path(folder) / meter_mod.METER_NAME).read_text(encoding="utf-8", errors="replace")
+        text = (Path(folder) / meter_files.METER_NAME).read_text(encoding="utf-8", errors="replace")
     except OSError:
         return []
     out = []
@@ -168,13 +168,13 @@ def meter_samples(folder: str | Path) -> list[dict[str, Any]]:
 
 
 def _meter_rows(samples: list[dict[str, Any]], summary: Mapping[str, Any] | None,
-                gap_s: float = meter_mod.GAP_S) -> list[tuple[float, list[tuple[str, float]]]]:
+                gap_s: float = meter_account.GAP_S) -> list[tuple[float, list[tuple[str, float]]]]:
     """(wall time, scalars) per meter sample, energy and card-hours so far included."""
     rows: list[tuple[float, list[tuple[str, float]]]] = []
     if not samples:
         return rows
     t0 = float(samples[0]["t"])
-    accounts = meter_mod.Accounts(gap_s)
+    accounts = meter_account.Accounts(gap_s)
     card_count = len((summary or {}).get("cards") or [])
     # The share covered so far is counted from the meter's start (older summaries: the first sample).
     begin = _num((summary or {}).get("started_t"))
@@ -236,9 +236,9 @@ def energy_caveat(summary: Mapping[str, Any] | None) -> str:
     they do, or without a summary): its ``meter/energy_wh`` is then not the run's energy."""
     status = (summary or {}).get("energy_status")
     share = _num((summary or {}).get("energy_coverage"))
-    if status not in (meter_mod.PARTIAL, meter_mod.NOT_MEASURED) or share is None:
+    if status not in (meter_account.PARTIAL, meter_account.NOT_MEASURED) or share is None:
         return ""
-    return (f"the run's energy (power read over {meter_mod.share_text(share)} of the run, energy "
+    return (f"the run's energy (power read over {meter_account.share_text(share)} of the run, energy "
             f"{status}: meter/energy_wh is what those readings add up to, not the run's)")
 
 
@@ -300,7 +300,7 @@ def export_tensorboard(run: Run, dest: str | Path) -> ExportResult:
                        if (v := _num(record.get(key))) is not None]
             writer.add_scalars(step, when, scalars)
             tags.update(tag for tag, _ in scalars)
-        rows = thin(_meter_rows(samples, meter_mod.read_summary(run.folder)))
+        rows = thin(_meter_rows(samples, meter_files.read_summary(run.folder)))
         t0 = rows[0][0] if rows else 0.0
         for when, scalars in rows:
             writer.add_scalars(round(when - t0), when, scalars)
@@ -310,7 +310,7 @@ def export_tensorboard(run: Run, dest: str | Path) -> ExportResult:
         writer.discard()
         raise ExportError(f"cannot write {folder}: {exc.strerror or exc}") from exc
     return ExportResult(folder, path, writer.count, sorted(tags),
-                        _missing(records, samples, meter_mod.read_summary(run.folder)))
+                        _missing(records, samples, meter_files.read_summary(run.folder)))
 
 
 @dataclass
@@ -346,7 +346,7 @@ def trackio_rows(run: Run) -> TrackioRows:
     """The rows of ``run``'s trackio export (the TensorBoard export's series); ExportError when the
     run has nothing to export."""
     records, samples, start = _inputs(run)
-    out = TrackioRows(missing=_missing(records, samples, meter_mod.read_summary(run.folder)))
+    out = TrackioRows(missing=_missing(records, samples, meter_files.read_summary(run.folder)))
     tags: set[str] = set()
     for record in records:
         step = record.get("step")
@@ -357,7 +357,7 @@ def trackio_rows(run: Run) -> TrackioRows:
         if values:
             out.metrics.append((step, when, values))
             tags.update(values)
-    rows = thin(_meter_rows(samples, meter_mod.read_summary(run.folder)))
+    rows = thin(_meter_rows(samples, meter_files.read_summary(run.folder)))
     for when, scalars in rows:
         if scalars:
             out.system.append((when, dict(scalars)))

@@ -191,7 +191,7 @@ __all__ = ["DEFAULT_PORT", "MATCHED", "address_from_ssh_g", "consequence", "firs
 
 
 def keep_job_meter(host: Host, folder: str, whole: dict[str, Any], timeout: float = 60.0) -> str:
-    """Keep the whole job's meter (``core.meter.combine`` of every host's part) in host 0's run
+    """Keep the whole job's meter (``core.meter_account.combine`` of every host's part) in host 0's run
     ``folder`` on ``host`` (``runs job-meter FOLDER``, the JSON on stdin: nothing of it reaches a
     shell), so that ``runs show`` / ``runs list`` there say the whole job, not only host 0's part.
     What to tell a person: where it was kept, or why not."""

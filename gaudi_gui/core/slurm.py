@@ -490,7 +490,8 @@ def signal_ranks(folder: str | Path, signum: int = signal.SIGTERM, host: str | N
 # -- the run meter on each node ----------------------------------------------------------------------------
 
 #: Each node's part of the meter: <run folder>/nodes/<node>/meter.jsonl and meter-summary.json.
-NODES_DIR = "nodes"  # core.meter.NODES_DIR too (meter is not imported here: a node's commands start lean)
+#: core.meter_files.NODES_DIR too (the meter is not imported here: a node's commands start lean).
+NODES_DIR = "nodes"
 
 
 def node_name() -> str:
@@ -506,7 +507,7 @@ def meter_node(folder: str | Path, device: str, argv: Sequence[str]) -> int:
     The meter never stops the launch: a meter that cannot start is said, and the launch runs."""
     import subprocess
 
-    from gaudi_gui.core import hpu_metrics
+    from gaudi_gui.core import hpu_metrics, meter_words
     from gaudi_gui.core import meter as meter_mod
 
     node = node_name()
@@ -562,7 +563,7 @@ def meter_node(folder: str | Path, device: str, argv: Sequence[str]) -> int:
                 if compiled is not None:
                     extra["compile"] = compiled
             summary = meter.stop(extra=extra)
-            print(f"gaudi-gui: {node}: meter: {meter_mod.describe(summary)}", flush=True)
+            print(f"gaudi-gui: {node}: meter: {meter_words.describe(summary)}", flush=True)
             if isinstance(summary.get("compile"), dict) and "compilations" in summary["compile"]:
                 print(f"gaudi-gui: {node}: compile meter: {hpu_metrics.describe(summary['compile'])}",
                       flush=True)
@@ -576,11 +577,10 @@ def meter_node(folder: str | Path, device: str, argv: Sequence[str]) -> int:
 
 def combine_meter(folder: str | Path, nodes: Sequence[str] = ()) -> dict[str, Any] | None:
     """The job's meter: each node's part (``<folder>/nodes/<node>/meter-summary.json``) summed with
-    ``core.meter.combine`` into ``<folder>/meter-summary.json``. ``nodes``: the job's nodes (a node
+    ``core.meter_account.combine`` into ``<folder>/meter-summary.json``. ``nodes``: the job's nodes (a node
     without a part is named in the note, never counted as 0); none given: the parts found. None when
     there is nothing to combine."""
-    from gaudi_gui.core import atomic
-    from gaudi_gui.core import meter as meter_mod
+    from gaudi_gui.core import atomic, meter_account, meter_files
 
     root = Path(folder) / NODES_DIR
     names = list(dict.fromkeys(n.split(".")[0] for n in nodes if n.strip()))
@@ -589,9 +589,9 @@ def combine_meter(folder: str | Path, nodes: Sequence[str] = ()) -> dict[str, An
             names = sorted(p.name for p in root.iterdir() if p.is_dir())
     if not names:
         return None
-    combined = meter_mod.combine([(name, meter_mod.read_summary(root / name)) for name in names])
+    combined = meter_account.combine([(name, meter_files.read_summary(root / name)) for name in names])
     combined["source"] = "slurm nodes"
-    atomic.write_json(Path(folder) / meter_mod.SUMMARY_NAME, combined)
+    atomic.write_json(Path(folder) / meter_files.SUMMARY_NAME, combined)
     return combined
 
 
@@ -618,10 +618,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.action == "meter-node":
         parser.error("meter-node FOLDER [--device D] -- LAUNCH...")
     if args.action == "combine-meter":
-        from gaudi_gui.core import meter as meter_mod
+        from gaudi_gui.core import meter_words
         combined = combine_meter(args.folder, args.nodes)
-        print(f"gaudi-gui: meter: {meter_mod.combined_line(combined) if combined else 'no node was metered'}",
-              flush=True)
+        said = meter_words.combined_line(combined) if combined else "no node was metered"
+        print(f"gaudi-gui: meter: {said}", flush=True)
         return 0
     pids = signal_ranks(args.folder)
     where = socket.gethostname()

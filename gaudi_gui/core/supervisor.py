@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
 from gaudi_gui.core import events as events_mod
-from gaudi_gui.core import hpu_metrics, jobkind
+from gaudi_gui.core import hpu_metrics, jobkind, meter_words, meter_work
 from gaudi_gui.core import meter as meter_mod
 from gaudi_gui.core.events import EventFollower, EventType
 from gaudi_gui.core.outcome import outcome_from_events
@@ -307,7 +307,7 @@ def stop_meter(meter: meter_mod.Meter | None, events: list[dict[str, Any]],
         return None
     extra: dict[str, Any] = {}
     if kind in jobkind.METERED_KINDS:
-        extra.update(meter_mod.generated_tokens(kind, events))
+        extra.update(meter_work.generated_tokens(kind, events))
     try:
         base = meter.env.get("PT_HPU_METRICS_FILE") if meter.device == "hpu" else None
         if base:
@@ -318,7 +318,7 @@ def stop_meter(meter: meter_mod.Meter | None, events: list[dict[str, Any]],
     except Exception as exc:  # as at the start: the run's outcome is written whatever happens here
         say(f"meter: cannot finish: {exc}")
         return None
-    say(f"meter: {meter_mod.describe(summary)}")
+    say(f"meter: {meter_words.describe(summary)}")
     if isinstance(summary.get("compile"), dict) and "compilations" in summary["compile"]:
         say(f"compile meter: {hpu_metrics.describe(summary['compile'])}")
     if summary.get("compile_warning"):
@@ -374,7 +374,7 @@ def finish(run_: Run, exit_code: int, *, stopper: Stopper | None, events: list[d
         result.update(state="stopped", summary="Stopped before training began — nothing to save")
     if kind in jobkind.METERED_KINDS and metered is not None:
         # Serve's and Evaluate's outcome says what the run cost, as a training run's meter line does.
-        result["summary"] = f"{result['summary']} — {meter_mod.outcome_words(metered)}"
+        result["summary"] = f"{result['summary']} — {meter_words.outcome_words(metered)}"
     changes = {k: v for k, v in result.items() if k in RunStatus.__dataclass_fields__}
     changes["exit_code"] = exit_code
     run_.update_status(ended_at=time.time(), exit_description=describe_exit(exit_code), **changes)

@@ -172,11 +172,11 @@ class TrainingJob(QObject):
 
     def job_meter(self) -> dict[str, Any] | None:
         """A job of several parts (hosts): its meter, the parts' summaries summed
-        (``core.meter.combine``); None for a job of one part (its run's own summary says it all)."""
+        (``core.meter_account.combine``); None for a job of one part (its run's own summary says it all)."""
         if len(self.parts) < 2:
             return None
-        from gaudi_gui.core import meter as meter_mod
-        return meter_mod.combine([(p.host.name, p.meter) for p in self.parts])
+        from gaudi_gui.core import meter_account
+        return meter_account.combine([(p.host.name, p.meter) for p in self.parts])
 
     @property
     def _main(self) -> Part | None:

@@ -37,8 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from gaudi_gui.core import evaluation as ev
-from gaudi_gui.core import meter as meter_mod
-from gaudi_gui.core import paths, textclean
+from gaudi_gui.core import meter_account, meter_files, meter_words, paths, textclean
 from gaudi_gui.core.metrics import format_duration
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.remote import Host
@@ -561,10 +560,11 @@ def meter_cells(summary: dict[str, Any] | None) -> dict[str, tuple[str, str]]:
         why = "no meter summary (an older run, or one that did not finish)"
         return {name: ("–", why) for name in METER_ROWS}
     mean, util, wall = (summary.get(k) for k in ("power_mean_w", "utilization_mean", "wall_s"))
-    measured = meter_mod.energy_measured(summary)
-    return {"card-hours": (meter_mod.card_hours_text(summary) or "–", "cards x wall time / 3600"),
-            "energy": (meter_mod.kwh_text(summary),
-                       meter_mod.energy_text(summary) if measured else meter_mod.not_measured_why(summary)),
+    measured = meter_account.energy_measured(summary)
+    return {"card-hours": (meter_words.card_hours_text(summary) or "–", "cards x wall time / 3600"),
+            "energy": (meter_words.kwh_text(summary),
+                       meter_words.energy_text(summary) if measured
+                       else meter_words.not_measured_why(summary)),
             "mean power": (f"{mean:.0f} W" if isinstance(mean, (int, float)) and measured else "–", ""),
             "utilization": (f"{util:.0f} %" if isinstance(util, (int, float)) else "–", ""),
             "throttled": _throttled_cell(summary.get("throttle")),
@@ -577,19 +577,19 @@ def _pace_cell(summary: dict[str, Any]) -> tuple[str, str]:
     pace = summary.get("rates")
     tokens = pace.get("tokens_per_s") if isinstance(pace, dict) else None
     text = f"{tokens:.0f}" if isinstance(tokens, (int, float)) and tokens > 0 else "–"
-    return text, meter_mod.rates_of(summary) or "no pace recorded (a run without logged steps, or older)"
+    return text, meter_words.rates_of(summary) or "no pace recorded (a run without logged steps, or older)"
 
 
 def _throttled_cell(throttle: dict[str, Any] | None) -> tuple[str, str]:
     """'12 s (40 %)' with the cards and reasons in the tooltip; '–' for a run without reads."""
     seconds = (throttle or {}).get("throttled_s")
     if not throttle or not isinstance(seconds, (int, float)):
-        return "–", meter_mod.throttle_text(throttle) or "no throttle reads (not a Gaudi run)"
+        return "–", meter_words.throttle_text(throttle) or "no throttle reads (not a Gaudi run)"
     share = throttle.get("fraction")
     text = f"{seconds:.0f} s"
     if isinstance(share, (int, float)) and seconds > 0:
         text += f" ({100 * share:.0f} %)"
-    return text, meter_mod.throttle_text(throttle)
+    return text, meter_words.throttle_text(throttle)
 
 
 class ScoresPanel(QWidget):
@@ -612,7 +612,7 @@ class ScoresPanel(QWidget):
         when none of the runs was evaluated or metered."""
         results = [(run, ev.latest_result(run)) for run in runs]
         summaries = {run.folder: (meters[run.folder] if meters is not None and run.folder in meters
-                                  else meter_mod.read_summary(run.folder)) for run in runs}
+                                  else meter_files.read_summary(run.folder)) for run in runs}
         found = [(run, r) for run, r in results if r or summaries[run.folder]]
         names: list[str] = []
         values: dict[tuple[str, str], str] = {}

@@ -3,7 +3,7 @@ meter's warnings (compilations that keep rising after warm-up) live and when a r
 
 - ``power``: '⚡ 205 W now · 1.2 Wh so far · 0.0057 card-hours', from the run folder's meter.jsonl
   (written by the run's own supervisor, ``core.meter``), read as it grows every ``POLL_MS`` while
-  the run runs (``core.meter.LiveReader``: only the new bytes). A run on a host keeps its meter
+  the run runs (``core.meter_files.LiveReader``: only the new bytes). A run on a host keeps its meter
   there: no strip for it (``gaudi-gui runs show`` there says it).
 - ``warning``: the meter's "warning" events (``core.compile_rise``), as they arrive through the
   job's events, or from an ended run's summary (``compile_warning``) and events.
@@ -18,8 +18,7 @@ from typing import Any
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
-from gaudi_gui.core import compile_rise
-from gaudi_gui.core import meter as meter_mod
+from gaudi_gui.core import compile_rise, meter_files
 from gaudi_gui.core.events import EventType
 from gaudi_gui.core.runstore import Run
 
@@ -50,7 +49,7 @@ class MeterStrip(QWidget):
         layout.setSpacing(2)
         layout.addWidget(self.power)
         layout.addWidget(self.warning)
-        self.reader: meter_mod.LiveReader | None = None
+        self.reader: meter_files.LiveReader | None = None
         self._timer = QTimer(self)
         self._timer.setInterval(POLL_MS)
         self._timer.timeout.connect(self.poll)
@@ -65,7 +64,7 @@ class MeterStrip(QWidget):
         if self.reader is not None and self.reader.path.parent == path and self._timer.isActive():
             return
         # The run's start: what the share of the run so far the readings cover counts from.
-        self.reader = meter_mod.LiveReader(path, started_t=Run(path).status().started_at or None)
+        self.reader = meter_files.LiveReader(path, started_t=Run(path).status().started_at or None)
         self.poll()
         self._timer.start()
 
@@ -110,7 +109,7 @@ class MeterStrip(QWidget):
     def show_ended(self, run: Run, events: list[dict[str, Any]] | None = None) -> None:
         """An ended or reopened run: its warning (summary, else its events); no live power."""
         self._timer.stop()
-        summary = meter_mod.read_summary(run.folder) or {}
+        summary = meter_files.read_summary(run.folder) or {}
         finding = summary.get("compile_warning")
         if not finding:
             found = [e for e in (events if events is not None else run.events())

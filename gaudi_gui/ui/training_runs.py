@@ -24,7 +24,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core import meter as meter_mod
+from gaudi_gui.core import meter_account, meter_files, meter_words
 from gaudi_gui.core import prices as prices_mod
 from gaudi_gui.core.dashboard import LABELS
 from gaudi_gui.core.evaluation import latest_scores
@@ -255,8 +255,8 @@ class RunsTable(QWidget):
             summary = self.meter(run)
             # No summary (an older run, or one still running): '–'; a summary whose energy nobody
             # measured: 'not measured', never 0.
-            energy = "–" if summary is None else meter_mod.kwh_text(summary)
-            hours = meter_mod.card_hours_text(summary) or "–"
+            energy = "–" if summary is None else meter_words.kwh_text(summary)
+            hours = meter_words.card_hours_text(summary) or "–"
             duration = format_duration(st.duration) if st.started_at else "–"
             scores = latest_scores(run) if st.kind == "training" else "–"
             rate, rate_text = self._tokens_per_s(st.kind, summary)
@@ -294,7 +294,7 @@ class RunsTable(QWidget):
         """The run's meter summary (meter-summary.json; host 0's run of a multi-host job: the whole
         job's, meter-job.json), read again only when one of the files changed."""
         stamps = []
-        for name in (meter_mod.SUMMARY_NAME, meter_mod.JOB_SUMMARY_NAME):
+        for name in (meter_files.SUMMARY_NAME, meter_files.JOB_SUMMARY_NAME):
             try:
                 stamps.append((run.folder / name).stat().st_mtime_ns)
             except OSError:
@@ -303,7 +303,7 @@ class RunsTable(QWidget):
         cached = self._meters.get(run.folder)
         if cached is not None and cached[0] == mtime:
             return cached[1]
-        summary = meter_mod.read_job_summary(run.folder) if max(stamps) >= 0 else None
+        summary = meter_files.read_job_summary(run.folder) if max(stamps) >= 0 else None
         self._meters[run.folder] = (mtime, summary)
         return summary
 
@@ -316,7 +316,7 @@ class RunsTable(QWidget):
         pace = summary.get("rates") if kind == "training" else summary
         value = _num((pace or {}).get("tokens_per_s")) if isinstance(pace, dict) else None
         if value is None or value <= 0:
-            return None, meter_mod.NOT_MEASURED
+            return None, meter_account.NOT_MEASURED
         return value, (f"{value:.3g}" if value < 100 else f"{value:.0f}")
 
     def _compilations(self, run: Run, kind: str, summary: dict[str, Any] | None) -> tuple[float | None, str]:
@@ -329,12 +329,12 @@ class RunsTable(QWidget):
         if cached is None or cached[0] is not summary:
             compiled = None
             with contextlib.suppress(Exception):  # a damaged metrics file is that run's, not the list's
-                compiled = meter_mod.run_compile(run.folder, summary, run.events())
+                compiled = meter_files.run_compile(run.folder, summary, run.events())
             cached = (summary, compiled)
             self._compiled[run.folder] = cached
         compiled = cached[1]
         if not compiled or "compilations" not in compiled:
-            return None, meter_mod.NOT_MEASURED
+            return None, meter_account.NOT_MEASURED
         total = _num(compiled.get("compilations"))
         steady = int(_num(compiled.get("steady_compilations")) or 0)
         return total, f"{int(total or 0)} ({steady} after warm-up)"
@@ -342,9 +342,10 @@ class RunsTable(QWidget):
     def _meter_tip(self, summary: dict[str, Any] | None) -> str:
         if summary is None:
             return "no meter summary: an older run, or one still running"
-        energy = meter_mod.energy_text(summary)
-        text = f"{meter_mod.describe(summary)}\n{energy}" if not meter_mod.energy_measured(summary) else \
-            meter_mod.describe(summary)
+        energy = meter_words.energy_text(summary)
+        text = meter_words.describe(summary)
+        if not meter_account.energy_measured(summary):
+            text = f"{text}\n{energy}"
         cost = prices_mod.cost_text(summary, self._prices)
         return f"{text}\n{cost}" if cost else text
 

@@ -28,9 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core import datafile, jobcheck, visibility
+from gaudi_gui.core import datafile, jobcheck, meter_files, meter_words, meter_work, visibility
 from gaudi_gui.core import launch as launch_mod
-from gaudi_gui.core import meter as meter_mod
 from gaudi_gui.core import metrics as metrics_mod
 from gaudi_gui.core import preflight as preflight_mod
 from gaudi_gui.core import remote as remote_mod
@@ -854,9 +853,9 @@ class TrainingTab(QWidget):
         self.meter_line.setVisible(False)
         self.meter_strip.clear()
 
-    def _rates(self) -> meter_mod.Rates:
+    def _rates(self) -> meter_work.Rates:
         p = self.job.progress
-        return meter_mod.rates(self.job.records, max_steps=p.max_steps, start_step=p.start_step)
+        return meter_work.rates(self.job.records, max_steps=p.max_steps, start_step=p.start_step)
 
     def _show_progress(self) -> None:
         p = self.job.progress
@@ -874,7 +873,7 @@ class TrainingTab(QWidget):
             self.eta.setToolTip(self._eta_tip(rates))
 
     @staticmethod
-    def _eta_tip(rates: meter_mod.Rates) -> str:
+    def _eta_tip(rates: meter_work.Rates) -> str:
         first = f"the first {rates.warmup_steps} step{'' if rates.warmup_steps == 1 else 's'}"
         if rates.steady:
             return (f"ETA and rates from the steps after warm-up only (step {rates.from_step} on): "
@@ -886,13 +885,13 @@ class TrainingTab(QWidget):
         """The pace while the run trains: steps/s with samples/s and tokens/s where the metrics have
         them (after warm-up once there are steps enough), and the ranks' true device memory."""
         rates = self._rates()
-        parts = [meter_mod.rates_text(rates)] if meter_mod.rates_text(rates) else []
+        parts = [meter_words.rates_text(rates)] if meter_words.rates_text(rates) else []
         if parts and not rates.steady:
             parts[0] += " (so far, warm-up included)"
-        peak, limit = meter_mod.true_memory_peak(self.job.records)
+        peak, limit = meter_work.true_memory_peak(self.job.records)
         if peak is not None:
-            parts.append(f"true device memory peak {meter_mod.memory_text(peak)}"
-                         + (f" of {meter_mod.memory_text(limit)}" if limit else ""))
+            parts.append(f"true device memory peak {meter_words.memory_text(peak)}"
+                         + (f" of {meter_words.memory_text(limit)}" if limit else ""))
         self.meter_line.setText(" · ".join(parts))
         self.meter_line.setToolTip(self._eta_tip(rates))
         self.meter_line.setVisible(bool(parts))
@@ -903,29 +902,30 @@ class TrainingTab(QWidget):
         """What the ended run cost (its meter-summary.json), under its status; hidden for a run that
         has no meter summary (an older run, or one whose supervisor did not finish)."""
         from gaudi_gui.core import hpu_metrics
-        summary = meter_mod.read_summary(run.folder)
+        summary = meter_files.read_summary(run.folder)
         # A Gaudi run's compile meter: this machine's or a host's folder, or each Slurm node's.
-        gaudi = (run.folder / hpu_metrics.FOLDER_NAME).is_dir() or (run.folder / meter_mod.NODES_DIR).is_dir()
+        gaudi = ((run.folder / hpu_metrics.FOLDER_NAME).is_dir()
+                 or (run.folder / meter_files.NODES_DIR).is_dir())
         events = run.events() if summary is not None or gaudi else []
         self.meter_strip.stop()
         self.meter_strip.show_ended(run, events)
-        compiled = meter_mod.run_compile(run.folder, summary, events)
+        compiled = meter_files.run_compile(run.folder, summary, events)
         if summary is None and compiled is None:
             self.meter_line.setVisible(False)
             return
         records = [r for r in (metrics_mod.metric_record(e) for e in events) if r is not None]
-        peak, _limit = meter_mod.true_memory_peak(records)
+        peak, _limit = meter_work.true_memory_peak(records)
         if summary is not None:
-            text = meter_mod.meter_line(summary, true_peak_mib=peak, compiled=compiled)
+            text = meter_words.meter_line(summary, true_peak_mib=peak, compiled=compiled)
         else:
-            text = meter_mod.compile_text(compiled)
-        tip = [meter_mod.describe(summary)] if summary is not None else []
+            text = meter_words.compile_text(compiled)
+        tip = [meter_words.describe(summary)] if summary is not None else []
         if peak is not None:
-            tip.append(f"true device memory: the ranks' own allocator peak ({meter_mod.memory_text(peak)}); "
-                       "hl-smi's figure is the allocator's whole pool")
+            tip.append(f"true device memory: the ranks' own allocator peak "
+                       f"({meter_words.memory_text(peak)}); hl-smi's figure is the allocator's whole pool")
         if compiled is not None:
             tip.append("compile meter: " + hpu_metrics.describe(compiled))
-            ops = meter_mod.fallback_ops(compiled)
+            ops = meter_words.fallback_ops(compiled)
             tip.append("CPU-fallback ops: " + (", ".join(ops) if ops else "none"))
         self.meter_line.setText(redact(text))
         self.meter_line.setToolTip(redact("\n".join(tip)))
@@ -962,8 +962,8 @@ class TrainingTab(QWidget):
             self.meter_line.setVisible(False)
         whole = job.job_meter()
         if whole is not None:  # several hosts: each part's meter, sent with its end, summed
-            self.meter_line.setText(redact(meter_mod.combined_line(whole)))
-            self.meter_line.setToolTip(redact("\n".join(f"{p['name']}: {meter_mod.short(p)}"
+            self.meter_line.setText(redact(meter_words.combined_line(whole)))
+            self.meter_line.setToolTip(redact("\n".join(f"{p['name']}: {meter_words.short(p)}"
                                                          for p in whole["parts"])))
             self.meter_line.setVisible(True)
             if whole.get("compile_warning") and not self.meter_strip.warning.text():

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gaudi_gui.core import jobkind, meter
+from gaudi_gui.core import jobkind, meter_account, meter_files, meter_words
 from gaudi_gui.core import serve as sv
 from gaudi_gui.core.runstore import Run
 
@@ -69,8 +69,8 @@ print(json.dumps({{"state": result.state, "summary": result.summary}}), flush=Tr
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and not (
                 (folder / jobkind.REQUESTS_NAME).is_file()
-                and len((folder / meter.METER_NAME).read_text().splitlines()) >= 5
-                if (folder / meter.METER_NAME).is_file() else False):
+                and len((folder / meter_files.METER_NAME).read_text().splitlines()) >= 5
+                if (folder / meter_files.METER_NAME).is_file() else False):
             time.sleep(0.1)
         assert run.status().state == "running", run.status()
         proc.send_signal(15)
@@ -82,7 +82,7 @@ def _trapezoid(samples: list[dict[str, Any]], module: int) -> float:
     """The meter's rule, written out: trapezoids, except that a stretch longer than GAP_S holds the
     earlier reading (a loaded machine can leave one: a full run at load 14 did)."""
     points = [(s["t"], c["power_w"]) for s in samples for c in s["cards"] if c["module_id"] == module]
-    return sum((w0 if t1 - t0 > meter.GAP_S else (w0 + w1) / 2) * (t1 - t0)
+    return sum((w0 if t1 - t0 > meter_account.GAP_S else (w0 + w1) / 2) * (t1 - t0)
                for (t0, w0), (t1, w1) in itertools.pairwise(points))
 
 
@@ -92,10 +92,10 @@ def test_a_served_models_run_says_its_energy_and_wh_per_1000_tokens(tmp_path: Pa
         tmp_path, "serve", [sys.executable, "-c", _SERVE, "--device", "hpu", "--cards", "2,3"],
         stop_after_s=1)
     assert result["state"] == "stopped", (result, err)
-    lines = [json.loads(line) for line in (folder / meter.METER_NAME).read_text().splitlines()]
+    lines = [json.loads(line) for line in (folder / meter_files.METER_NAME).read_text().splitlines()]
     samples = [s for s in lines if "cards" in s]
     assert samples and {c["module_id"] for s in samples for c in s["cards"]} == {2, 3}
-    summary = json.loads((folder / meter.SUMMARY_NAME).read_text())
+    summary = json.loads((folder / meter_files.SUMMARY_NAME).read_text())
     expected = _trapezoid(samples, 2) + _trapezoid(samples, 3)
     # meter.jsonl keeps each time to the millisecond: the file's sum can differ from the meter's by
     # up to the run's power times 2 ms (the ends' rounding; the rest telescopes).
@@ -128,13 +128,13 @@ def test_a_request_log_without_token_counts_says_not_measured_never_0(tmp_path: 
         "(\"/v1/completions\", 80)", "(\"/v1/completions\", None)")
     folder, result, _err = _supervise_child(tmp_path, "serve", [sys.executable, "-c", script, "--cards", "2"],
                                             stop_after_s=1)
-    summary = json.loads((folder / meter.SUMMARY_NAME).read_text())
+    summary = json.loads((folder / meter_files.SUMMARY_NAME).read_text())
     assert summary["cards"] == [2]  # --device auto with hl-smi found: the Gaudi card of --cards
     assert summary["energy_j"] > 0
     assert summary["generated_tokens"] is None and summary["token_items_without_count"] == 2
     assert summary["energy_per_1k_tokens_wh"] is None
     assert "Wh per 1,000 tokens not measured" in result["summary"]  # the outcome, short
-    assert "not measured (no token counts in the request log" in meter.describe(summary)  # runs show
+    assert "not measured (no token counts in the request log" in meter_words.describe(summary)  # runs show
 
 
 def test_a_real_evaluation_is_metered_with_its_generated_tokens(tiny_model_dir: Path, tmp_path: Path,

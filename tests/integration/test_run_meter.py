@@ -18,7 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
-from gaudi_gui.core import meter
+from gaudi_gui.core import meter, meter_account, meter_counters, meter_files, meter_words
 from gaudi_gui.core.jobconfig import JobConfig
 
 
@@ -59,7 +59,7 @@ def test_gaudi_run_meters_its_own_cards_and_leaves_no_hl_smi(tmp_path: Path, fak
     monkeypatch.setenv("FAKE_HLSMI_THROTTLE", "3=power,5=thermal")
     monkeypatch.setenv("GAUDI_GUI_METER_THROTTLE_S", "0.5")
     res, run = _train(tmp_path, "--device", "hpu", "--cards", "2,3", "--no-preflight")
-    lines = [json.loads(line) for line in (run / meter.METER_NAME).read_text().splitlines()]
+    lines = [json.loads(line) for line in (run / meter_files.METER_NAME).read_text().splitlines()]
     samples = [s for s in lines if "cards" in s]
     reads = [s["throttle"] for s in lines if "throttle" in s]
     assert reads and all(r == {"module 2": [], "module 3": ["power"]} for r in reads)
@@ -70,7 +70,7 @@ def test_gaudi_run_meters_its_own_cards_and_leaves_no_hl_smi(tmp_path: Path, fak
     # The recorded HL-205 server: module 2 is index 0 (102 W), module 3 index 2 (103 W).
     assert {c["module_id"]: c["power_w"] for c in samples[0]["cards"]} == {2: 102.0, 3: 103.0}
 
-    summary = json.loads((run / meter.SUMMARY_NAME).read_text())
+    summary = json.loads((run / meter_files.SUMMARY_NAME).read_text())
     assert summary["energy_source"] == "hl-smi power integrated"
     expected = _trapezoid(samples, 2) + _trapezoid(samples, 3)
     assert expected > 0
@@ -138,7 +138,7 @@ def test_cpu_run_without_rapl_is_not_measured(tmp_path: Path, monkeypatch: pytes
     empty.mkdir()
     monkeypatch.setenv("GAUDI_GUI_RAPL_ROOT", str(empty))
     _res, run = _train(tmp_path, "--device", "cpu")
-    summary = json.loads((run / meter.SUMMARY_NAME).read_text())
+    summary = json.loads((run / meter_files.SUMMARY_NAME).read_text())
     assert summary["energy_source"] == "not measured"
     assert summary["energy_j"] is None and summary["energy_kwh"] is None
     assert summary["card_hours"] is None and summary["wall_s"] > 0
@@ -153,9 +153,9 @@ def test_cpu_run_without_rapl_is_not_measured(tmp_path: Path, monkeypatch: pytes
 def test_cpu_run_reports_what_this_machine_offers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The real powercap of this machine: RAPL when it is readable here, "not measured" otherwise."""
     monkeypatch.delenv("GAUDI_GUI_RAPL_ROOT", raising=False)
-    readable = bool(meter.rapl_zones())
+    readable = bool(meter_counters.rapl_zones())
     _res, run = _train(tmp_path, "--device", "cpu")
-    summary = json.loads((run / meter.SUMMARY_NAME).read_text())
+    summary = json.loads((run / meter_files.SUMMARY_NAME).read_text())
     if readable:
         assert summary["energy_source"] == "rapl" and summary["energy_j"] is not None
     else:
@@ -211,13 +211,14 @@ def test_an_hl_smi_that_fails_after_2_s_of_30_is_not_the_runs_energy(tmp_path: P
     """Issue 37 item 4: the field's run said "453 J (hl-smi power integrated)" for ~6.8 kJ, its only
     hint "hl-smi restarted 6 times". Readings over under a tenth of the run are "not measured"."""
     run, summary = _run_with_failing_hl_smi(tmp_path, works=3, restarts=6)
-    samples = [s for s in map(json.loads, (run / meter.METER_NAME).read_text().splitlines()) if "cards" in s]
+    samples = [s for s in map(json.loads,
+                              (run / meter_files.METER_NAME).read_text().splitlines()) if "cards" in s]
     read = _trapezoid(samples, 2) + _trapezoid(samples, 3)
     assert read > 0, samples  # hl-smi did answer, for its first 0.2 s
     assert summary["energy_j"] is None and summary["energy_kwh"] is None
-    assert summary["energy_status"] == meter.NOT_MEASURED
+    assert summary["energy_status"] == meter_account.NOT_MEASURED
     assert summary["energy_read_j"] == pytest.approx(read, rel=1e-3)
-    assert 0 < summary["energy_coverage"] < meter.PARTIAL_SHARE, summary
+    assert 0 < summary["energy_coverage"] < meter_account.PARTIAL_SHARE, summary
     assert "restarted 6 time(s)" in summary["note"] and "power read over" in summary["note"]
 
     shown = _cli(tmp_path, "show", run.name)
@@ -232,15 +233,15 @@ def test_an_hl_smi_that_fails_after_2_s_of_30_is_not_the_runs_energy(tmp_path: P
 def test_an_hl_smi_that_fails_half_way_gives_a_partial_energy_with_its_share(tmp_path: Path,
                                                                             fake_hl_smi: Path) -> None:
     run, summary = _run_with_failing_hl_smi(tmp_path, works=20, restarts=2)
-    assert summary["energy_j"] is None and summary["energy_status"] == meter.PARTIAL
+    assert summary["energy_j"] is None and summary["energy_status"] == meter_account.PARTIAL
     share = summary["energy_coverage"]
-    assert meter.PARTIAL_SHARE <= share < meter.MEASURED_SHARE, summary
-    partial = (f"energy partial: {meter.joules_text(summary['energy_read_j'])} over "
-               f"{meter.share_text(share)} of the run")
+    assert meter_account.PARTIAL_SHARE <= share < meter_account.MEASURED_SHARE, summary
+    partial = (f"energy partial: {meter_words.joules_text(summary['energy_read_j'])} over "
+               f"{meter_account.share_text(share)} of the run")
     shown = _cli(tmp_path, "show", run.name)
     assert partial in shown and "J (" not in shown.split("energy partial")[0], shown
-    assert f"partial: {meter.figure(summary['energy_read_j'] / 3.6e6)} kWh" in _cli(tmp_path, "list")
-    assert partial in meter.outcome_words(summary)  # Serve's and Evaluate's stopped line
+    assert f"partial: {meter_words.figure(summary['energy_read_j'] / 3.6e6)} kWh" in _cli(tmp_path, "list")
+    assert partial in meter_words.outcome_words(summary)  # Serve's and Evaluate's stopped line
     assert json.loads(_cli(tmp_path, "show", run.name, "--json"))["meter"]["energy_j"] is None
     coverage, said = _tensorboard_coverage(tmp_path, run)
     assert coverage[-1] == pytest.approx(share, abs=1e-4) and max(coverage) > share

@@ -13,7 +13,7 @@ from pathlib import Path
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from gaudi_gui.core import meter
+from gaudi_gui.core import meter_files
 from gaudi_gui.core.events import EventWriter
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run, RunStore
@@ -34,7 +34,7 @@ def _run(store: RunStore, name: str, *, lr: float, busy: float) -> Run:
         for step in range(1, 31):
             events.write("metrics", step=step, max_steps=30, loss=2 * math.exp(-step / 10) + 0.3,
                          learning_rate=lr * (1 - step / 31), elapsed=step, time=t0 + step)
-    with open(run.folder / meter.METER_NAME, "w", encoding="utf-8") as fh:
+    with open(run.folder / meter_files.METER_NAME, "w", encoding="utf-8") as fh:
         for k in range(32):
             cards = [{"name": f"module {c}", "utilization": busy + 10 * c} for c in (0, 1)]
             fh.write(json.dumps({"t": t0 + k, "source": "hl-smi", "cards": cards}) + "\n")

@@ -106,12 +106,12 @@ def test_the_form_says_at_the_output_folder_that_it_holds_another_run(qtbot, tmp
 def _metered_run(store: RunStore, tmp_path: Path, name: str, *, device: str, measured: bool,
                  compile_dumps: list[dict] | None = None, first_step_at: float = 0.0):
     """A finished run folder as the supervisor leaves it: events (3 logged steps, the ranks' true
-    memory on Gaudi), meter-summary.json made by core.meter.summarize, and on Gaudi the bridge's
+    memory on Gaudi), meter-summary.json made by core.meter_account.summarize, and on Gaudi the bridge's
     compile-meter file (``compile_dumps``, written as the bridge writes it: an array, here cut short
     of its ``]`` as a killed rank leaves it)."""
     import datetime as dt
 
-    from gaudi_gui.core import hpu_metrics, meter
+    from gaudi_gui.core import hpu_metrics, meter_account, meter_files
     from gaudi_gui.core.events import EventWriter
 
     run = store.create(JobConfig(name=name, training_args={"output_dir": str(tmp_path / name)}))
@@ -123,20 +123,22 @@ def _metered_run(store: RunStore, tmp_path: Path, name: str, *, device: str, mea
                      if device == "hpu" else {})
             events.write("metrics", step=step, max_steps=3, loss=4.0 - step / 10, elapsed=step * 0.5,
                          time=first_step_at + step - 1, throughput=2.0, **extra)
-    accounts = meter.Accounts()
+    accounts = meter_account.Accounts()
     if measured:
         for k in range(11):
             accounts.add(first_step_at + k, [{"name": "module 2", "power_w": 100.0, "utilization": 90,
                                               "memory_used_mib": 12595.0},
                                              {"name": "module 3", "power_w": 105.0, "utilization": 84,
                                               "memory_used_mib": 12595.0}])
-        summary = meter.summarize(accounts, source="hl-smi", energy_source=meter.SOURCE_HLSMI, wall_s=10.0,
+        summary = meter_account.summarize(accounts, source="hl-smi",
+                                          energy_source=meter_account.SOURCE_HLSMI, wall_s=10.0,
                                   card_count=2, cards=[2, 3], kind=device)
     else:
-        summary = meter.summarize(accounts, source="none", energy_source=meter.NOT_MEASURED, wall_s=10.0,
+        summary = meter_account.summarize(accounts, source="none", energy_source=meter_account.NOT_MEASURED,
+                                          wall_s=10.0,
                                   card_count=None, kind=device,
                                   note="no readable RAPL counter under /sys/class/powercap")
-    (run.folder / meter.SUMMARY_NAME).write_text(json.dumps(summary))
+    (run.folder / meter_files.SUMMARY_NAME).write_text(json.dumps(summary))
     if compile_dumps is not None:
         folder = run.folder / hpu_metrics.FOLDER_NAME
         folder.mkdir()
@@ -247,17 +249,17 @@ def test_runs_list_reads_each_meter_once_per_change(qtbot, tmp_path: Path, monke
     when its file changed (by its change time), not at every refresh."""
     import os
 
-    from gaudi_gui.core import meter
+    from gaudi_gui.core import meter_files
     from gaudi_gui.ui import training_runs
     store = RunStore(tmp_path / "runs")
     run = _metered_run(store, tmp_path, "gaudi", device="hpu", measured=True, first_step_at=1_700_000_000.0)
     reads: list[Path] = []
-    real = meter.read_summary
+    real = meter_files.read_summary
     def counted(folder: Path) -> dict | None:
         reads.append(Path(folder))
         return real(folder)
 
-    monkeypatch.setattr(training_runs.meter_mod, "read_summary", counted)
+    monkeypatch.setattr(training_runs.meter_files, "read_summary", counted)
     table = RunsTable(store)
     qtbot.addWidget(table)
     table.show()
@@ -267,7 +269,7 @@ def test_runs_list_reads_each_meter_once_per_change(qtbot, tmp_path: Path, monke
     cell = lambda: table.table.item(0, COLUMNS.index("card-hours")).text()  # noqa: E731
     assert cell() == "0.0056"
     # The summary rewritten (a later meter): read again on the next refresh, once.
-    path = run.folder / meter.SUMMARY_NAME
+    path = run.folder / meter_files.SUMMARY_NAME
     data = json.loads(path.read_text())
     data["card_hours"] = 0.25
     path.write_text(json.dumps(data))
@@ -368,18 +370,18 @@ def test_compare_shows_how_long_each_run_was_throttled(qtbot, tmp_path: Path) ->
     """Compare (clicked) of two Gaudi runs: a 'throttled' row beside the cost ('10 s (25 %)' for the run
     whose module 3 sat in power slowdown, its card and reason in the tooltip; '0 s' for the other),
     and the Runs list's tooltip says it too."""
-    from gaudi_gui.core import meter
+    from gaudi_gui.core import meter_account, meter_files
     store = RunStore(tmp_path / "runs")
     slow = _metered_run(store, tmp_path, "slow", device="hpu", measured=True, first_step_at=1_700_000_000.0)
     fast = _metered_run(store, tmp_path, "fast", device="hpu", measured=True, first_step_at=1_700_000_100.0)
     for run, active in ((slow, ["power"]), (fast, [])):
-        clocks = {"module 2": meter.ThrottleClock(), "module 3": meter.ThrottleClock()}
+        clocks = {"module 2": meter_account.ThrottleClock(), "module 3": meter_account.ThrottleClock()}
         for t in (0.0, 5.0, 10.0, 15.0):
             clocks["module 2"].add(t, [])
             clocks["module 3"].add(t, active if t >= 5 else [])
-        path = run.folder / meter.SUMMARY_NAME
+        path = run.folder / meter_files.SUMMARY_NAME
         data = json.loads(path.read_text())
-        data["throttle"] = meter.throttle_summary(clocks, interval_s=5.0, wall_s=40.0)
+        data["throttle"] = meter_account.throttle_summary(clocks, interval_s=5.0, wall_s=40.0)
         data["rates"] = {"steps_per_s": 2.0, "samples_per_s": 8.0, "steady": True, "from_step": 2,
                          "tokens_per_s": 900.0 if active else 2050.0}
         path.write_text(json.dumps(data))
@@ -417,7 +419,7 @@ def test_meter_columns_sort_by_a_header_click_with_not_measured_last(qtbot, tmp_
     0; the selection and the buttons still act on the run clicked, wherever sorting moved it."""
     import time
 
-    from gaudi_gui.core import meter
+    from gaudi_gui.core import meter_files
 
     t0 = time.time() - 100
     dumps = [{"metric_name": "graph_compilation", "triggered_by": "metric_change", "at": t0 - 3,
@@ -430,11 +432,11 @@ def test_meter_columns_sort_by_a_header_click_with_not_measured_last(qtbot, tmp_
     cold = _metered_run(store, tmp_path, "cold", device="cpu", measured=False, first_step_at=t0)
     small = _metered_run(store, tmp_path, "small", device="hpu", measured=True, first_step_at=t0)
     for run, rate, joules in ((gaudi, 30720.0, None), (small, 512.0, 800.0)):
-        summary = json.loads((run.folder / meter.SUMMARY_NAME).read_text())
+        summary = json.loads((run.folder / meter_files.SUMMARY_NAME).read_text())
         summary["rates"] = {"steps_per_s": 1.9, "tokens_per_s": rate, "steady": True}
         if joules is not None:
             summary["energy_j"], summary["energy_kwh"] = joules, joules / 3.6e6
-        (run.folder / meter.SUMMARY_NAME).write_text(json.dumps(summary))
+        (run.folder / meter_files.SUMMARY_NAME).write_text(json.dumps(summary))
     table = RunsTable(store)
     qtbot.addWidget(table)
     table.resize(1300, 500)

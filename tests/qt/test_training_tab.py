@@ -465,7 +465,7 @@ def test_meter_line_and_runs_columns_after_a_gaudi_run(qtbot, fake_hl_smi: Path,
     """A real 3-step demo run started by a click, on a machine the probe calls Gaudi (the fake
     hl-smi's 8 cards on PATH; the Trainer itself runs on this CPU): the run's supervisor meters the
     cards, and the tab says what it cost under the status; the Runs list has its card-hours and kWh."""
-    from gaudi_gui.core import meter
+    from gaudi_gui.core import meter_files, meter_words
     from gaudi_gui.ui.training_runs import COLUMNS
     tab.services.environment._result = {"device": "hpu"}  # as the probe of a Gaudi machine answers
     assert tab.training.device == "hpu"
@@ -495,13 +495,13 @@ def test_meter_line_and_runs_columns_after_a_gaudi_run(qtbot, fake_hl_smi: Path,
     assert "warm-up included" in first[0] and "ETA –" in first[1], live
     assert "warm-up" not in second[0] and "ETA –" not in second[1], live
     assert all(u in third[0] for u in ("steps/s", "samples/s", "tokens/s")), live
-    summary = meter.read_summary(job.run.folder)
+    summary = meter_files.read_summary(job.run.folder)
     assert summary is not None and summary["energy_source"] == "hl-smi power integrated"
     # What a person reads: the fake server's 8 cards (512 MiB each as hl-smi sees it).
     line = tab.meter_line.text()
     assert tab.meter_line.isVisible()
     kj = summary["energy_j"] / 1000
-    assert line.startswith(f"8 cards · {meter.figure(summary['card_hours'])} card-hours · "), line
+    assert line.startswith(f"8 cards · {meter_words.figure(summary['card_hours'])} card-hours · "), line
     assert f"· {kj:.1f} kJ (hl-smi power integrated) ·" in line
     assert f"mean {summary['power_mean_w']:.0f} W" in line and "peak device memory 512 MiB" in line, line
     assert f"util {summary['utilization_mean']:.0f} %" in line
@@ -510,9 +510,10 @@ def test_meter_line_and_runs_columns_after_a_gaudi_run(qtbot, fake_hl_smi: Path,
     assert "true:" not in line
     # The Runs list: card-hours and energy of that run, from its meter-summary.json.
     row = 0
-    assert tab.runs.table.item(row, COLUMNS.index("card-hours")).text() == meter.figure(summary["card_hours"])
+    hours = meter_words.figure(summary["card_hours"])
+    assert tab.runs.table.item(row, COLUMNS.index("card-hours")).text() == hours
     assert tab.runs.table.item(row, COLUMNS.index("energy")).text() == \
-        f"{meter.figure(summary['energy_kwh'])} kWh"
+        f"{meter_words.figure(summary['energy_kwh'])} kWh"
     # The live line's ETA comes from the steps after warm-up (said in its tooltip).
     assert "after warm-up" in tab.eta.toolTip()
     # Reopened from Runs by a click: the same line (after the view was cleared by another run's view).
@@ -524,8 +525,8 @@ def test_meter_line_and_runs_columns_after_a_gaudi_run(qtbot, fake_hl_smi: Path,
     qtbot.waitUntil(lambda: panel is not None and panel.isVisible(), timeout=5000)
     rows = {panel.table.item(r, 0).text(): panel.table.item(r, 1).text()
             for r in range(panel.table.rowCount())}
-    assert rows["card-hours"] == meter.figure(summary["card_hours"])
-    assert rows["energy"] == f"{meter.figure(summary['energy_kwh'])} kWh"
+    assert rows["card-hours"] == meter_words.figure(summary["card_hours"])
+    assert rows["energy"] == f"{meter_words.figure(summary['energy_kwh'])} kWh"
     assert rows["mean power"] == f"{summary['power_mean_w']:.0f} W"
     click_history(qtbot, tab, "Reopen")
     assert tab.meter_line.isVisible() and tab.meter_line.text() == line

@@ -1,6 +1,7 @@
 """The Gaudi compile meter of a job on two hosts (issue 27): each host's part is a run of its own, with its
 own folder, supervisor and meter (``gaudi-gui train --hosts A,B``); at the end the command asks each host
-for its part's summary over ssh (``runs show FOLDER --json``) and sums them (``core.meter.combine``): the
+for its part's summary over ssh (``runs show FOLDER --json``) and sums them
+(``core.meter_account.combine``): the
 host whose slowest rank compiled most is the job's figure, and each host's compile warning is said,
 naming the host. Two SSH destinations to the test server (tests/remote/conftest.py). Host B has no rank
 0: its folder's steps are its first rank's "step" events, and its meter times its bridge files by them
@@ -15,7 +16,7 @@ import sys
 from pathlib import Path
 
 from gaudi_gui.commands import remote_run
-from gaudi_gui.core import hpu_metrics, meter, multi_host, remote, supervisor
+from gaudi_gui.core import hpu_metrics, meter, meter_files, multi_host, remote, supervisor
 from gaudi_gui.core.events import read_events
 from tests.remote.conftest import SshHost
 
@@ -87,4 +88,4 @@ def test_two_hosts_compile_meters_combined_and_each_warning_named(ssh_host: SshH
                                                                               parts[1].folder),
                                   input_text=json.dumps({"kind": "cpu"}))
     assert code == 2 and "not a job's meter" in err
-    assert not (runs / "run-b" / meter.JOB_SUMMARY_NAME).exists()
+    assert not (runs / "run-b" / meter_files.JOB_SUMMARY_NAME).exists()

@@ -18,7 +18,7 @@ import pytest
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
 
-from gaudi_gui.core import meter, remote
+from gaudi_gui.core import meter_files, remote
 from gaudi_gui.core.launch import free_port
 from gaudi_gui.services.training_job import TrainingJob
 from gaudi_gui.ui.placement_widget import SEVERAL
@@ -148,9 +148,9 @@ def test_one_run_on_two_hosts_from_the_tab(qtbot: QtBot, ssh_host: SshHost, tmp_
         assert " 0 J" not in line
         # ... and kept in host 0's run (as `train --hosts` does): `runs show` there says the whole job.
         qtbot.waitUntil(lambda: "the whole job's kept in" in tab.log.plain_text(), timeout=60000)
-        kept = meter.read_job_summary(job.parts[0].folder)
+        kept = meter_files.read_job_summary(job.parts[0].folder)
         assert kept is not None and [p["name"] for p in kept["parts"]] == [ssh_host.dest, HOST_B], kept
-        assert meter.read_summary(job.parts[0].folder) == job.parts[0].meter  # its own part, as it was
+        assert meter_files.read_summary(job.parts[0].folder) == job.parts[0].meter  # its own part, as it was
     finally:
         end_training_tab(qtbot, services, tab)
     assert ssh_host.wait_no_processes(30) == []

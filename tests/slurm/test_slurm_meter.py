@@ -1,6 +1,7 @@
 """Each Slurm node's part of a job is metered (issue 27): the step on each node runs under a meter of its
 own cards (``core.slurm meter-node``: nodes/<node>/meter.jsonl), and the batch shell sums the nodes'
-parts into the job's meter-summary.json (``core.meter.combine``). A real one-node Slurm cluster, a real
+parts into the job's meter-summary.json
+(``core.meter_account.combine``). A real one-node Slurm cluster, a real
 training launch on the node, the fake hl-smi replaying recorded output (on the submitter's PATH, which
 sbatch passes to the job)."""
 
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gaudi_gui.core import meter, slurm
+from gaudi_gui.core import meter_account, meter_files, slurm
 from tests.helpers import job_file
 from tests.slurm_cluster import PARTITION, SlurmCluster
 
@@ -37,13 +38,13 @@ def test_each_node_meters_its_own_cards_and_the_job_sums_them(slurm_cluster: Slu
     (run,) = list((tmp_path / "runs").iterdir())
     node = slurm_cluster.node
     part = run / slurm.NODES_DIR / node
-    samples = [json.loads(line) for line in (part / meter.METER_NAME).read_text().splitlines()]
+    samples = [json.loads(line) for line in (part / meter_files.METER_NAME).read_text().splitlines()]
     samples = [s for s in samples if "cards" in s]
     assert samples and {c["module_id"] for s in samples for c in s["cards"]} == {2, 3}
-    own = json.loads((part / meter.SUMMARY_NAME).read_text())
+    own = json.loads((part / meter_files.SUMMARY_NAME).read_text())
     assert own["energy_source"] == "hl-smi power integrated" and own["energy_j"] > 0
     assert own["cards"] == [2, 3] and own["node"] == node
-    whole = json.loads((run / meter.SUMMARY_NAME).read_text())
+    whole = json.loads((run / meter_files.SUMMARY_NAME).read_text())
     assert whole["kind"] == "parts" and [p["name"] for p in whole["parts"]] == [node]
     assert whole["energy_j"] == own["energy_j"] and whole["card_hours"] == own["card_hours"]
     assert whole["energy_complete"] is True
@@ -81,18 +82,18 @@ def test_a_node_that_measured_nothing_is_named_never_counted_as_0(tmp_path: Path
     # Two nodes measured, one whose part has no power readings, one that wrote nothing at all.
     for name, joules in (("n1", 100.0), ("n2", 250.0), ("n3", None)):
         (tmp_path / slurm.NODES_DIR / name).mkdir(parents=True)
-        (tmp_path / slurm.NODES_DIR / name / meter.SUMMARY_NAME).write_text(json.dumps(
+        (tmp_path / slurm.NODES_DIR / name / meter_files.SUMMARY_NAME).write_text(json.dumps(
             {"energy_j": joules, "energy_kwh": None if joules is None else joules / 3.6e6,
              "energy_source": "hl-smi power integrated" if joules else "not measured",
              "card_hours": 0.01, "wall_s": 36.0}))
     said = subprocess.run([sys.executable, "-m", "gaudi_gui.core.slurm", "combine-meter", str(tmp_path),
                            "n1", "n2", "n3", "n4"], capture_output=True, text=True, timeout=60)
     assert said.returncode == 0, said.stderr
-    whole = json.loads((tmp_path / meter.SUMMARY_NAME).read_text())
+    whole = json.loads((tmp_path / meter_files.SUMMARY_NAME).read_text())
     # n1's and n2's 350 J are half the job's card-hours (n4 weighs as the others): partial, never
     # the job's energy (issue 37 item 4).
     assert whole["energy_j"] is None and whole["energy_complete"] is False
-    assert whole["energy_status"] == meter.PARTIAL and whole["energy_read_j"] == 350.0
+    assert whole["energy_status"] == meter_account.PARTIAL and whole["energy_read_j"] == 350.0
     assert whole["energy_coverage"] == pytest.approx(0.5)
     assert "no meter summary from n4" in whole["note"] and "energy not measured on n3" in whole["note"]
     assert whole["card_hours"] == pytest.approx(0.03)
@@ -131,7 +132,7 @@ def test_each_node_has_its_own_compile_meter_and_the_job_keeps_it(slurm_cluster:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert sorted(p.name for p in (part / "hpu-metrics").iterdir()) == [
         "metrics-rank0.json", "metrics-rank0.json.1", "metrics-rank1.json"]
-    own = json.loads((part / meter.SUMMARY_NAME).read_text())
+    own = json.loads((part / meter_files.SUMMARY_NAME).read_text())
     compiled = own["compile"]
     # Rank 0 sets the pace: 3 + 6 before the first step, one every 2nd step from 12 to 60.
     assert compiled["rank"] == 0 and compiled["compilations"] == 34
@@ -153,8 +154,8 @@ def test_each_node_has_its_own_compile_meter_and_the_job_keeps_it(slurm_cluster:
     # Before the batch shell combines (a job still running, or ended before its shell did), the Runs
     # list and the Training tab read the nodes' bridge files themselves.
     from gaudi_gui.core.events import read_events
-    early = meter.run_compile(folder, None, read_events(folder / "events.jsonl"))
-    assert slurm.NODES_DIR == meter.NODES_DIR
+    early = meter_files.run_compile(folder, None, read_events(folder / "events.jsonl"))
+    assert slurm.NODES_DIR == meter_files.NODES_DIR
     assert early is not None and early["part"] == node and early["compilations"] == 34
     assert early["steady_compilations"] == 25
 
@@ -162,7 +163,7 @@ def test_each_node_has_its_own_compile_meter_and_the_job_keeps_it(slurm_cluster:
                           capture_output=True, text=True, timeout=60)
     assert said.returncode == 0, said.stderr
     assert f"34 graph compilations (25 after warm-up) on {node}" in said.stdout
-    whole = json.loads((folder / meter.SUMMARY_NAME).read_text())
+    whole = json.loads((folder / meter_files.SUMMARY_NAME).read_text())
     assert whole["compile"]["compilations"] == 34 and whole["compile"]["part"] == node
     assert whole["compile_warning"] == finding and whole["compile_warnings"] == [finding]
     assert whole["parts"][0]["compilations"] == 34

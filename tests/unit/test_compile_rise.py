@@ -14,7 +14,7 @@ import sys
 import time
 from pathlib import Path
 
-from gaudi_gui.core import compile_rise, meter
+from gaudi_gui.core import compile_rise, meter, meter_account, meter_files
 from gaudi_gui.core.events import EventType, EventWriter
 
 
@@ -98,8 +98,8 @@ def test_the_meter_warns_while_the_run_trains_and_runs_show_says_it(tmp_path: Pa
     assert len(warnings) == 1 and warnings[0]["kind"] == "compile_rise"
     assert warnings[0]["warmup_compilations"] == 10  # 5 at the start and 5 of steps 42-50
     assert summary["compile_warning"]["steady_compilations"] == 35  # steps 52..120, even ones
-    assert summary["energy_source"] == meter.NOT_MEASURED  # no hl-smi: the watch ran anyway
-    assert meter.read_summary(folder)["compile_warning"] == summary["compile_warning"]  # type: ignore[index]
+    assert summary["energy_source"] == meter_account.NOT_MEASURED  # no hl-smi: the watch ran anyway
+    assert meter_files.read_summary(folder)["compile_warning"] == summary["compile_warning"]  # type: ignore[index]
     shown = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(runs), "show",
                             "run-rise"], capture_output=True, text=True, timeout=60, env={**os.environ})
     assert shown.returncode == 0, shown.stderr

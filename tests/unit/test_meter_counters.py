@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gaudi_gui.core import meter
+from gaudi_gui.core import meter, meter_counters, meter_words, meter_work
 
 
 def _library(prefix: str, watts: dict[int, float], *, module_ids: list[int] | None = None,
@@ -60,7 +60,7 @@ def test_nvml_counter_of_the_runs_own_gpus_is_the_energy_where_no_power_was_inte
     assert summary["energy_source"] == "nvml" and summary["energy_j"] == counter["energy_j"]
     assert "integrated_diff_pct" not in counter
     assert calls == {"init": 1, "shutdown": 1}
-    assert "NVML counter" in meter.describe(summary)
+    assert "NVML counter" in meter_words.describe(summary)
 
 
 def test_hlml_counter_beside_the_integrated_hl_smi_power(tmp_path: Path, fake_hl_smi: Path) -> None:
@@ -74,7 +74,7 @@ def test_hlml_counter_beside_the_integrated_hl_smi_power(tmp_path: Path, fake_hl
     assert summary["energy_source"] == "hl-smi power integrated"  # the integral stays the run's figure
     assert counter["integrated_diff_pct"] == pytest.approx(
         (summary["energy_j"] - counter["energy_j"]) / counter["energy_j"] * 100, abs=0.01)
-    assert "HLML counter" in meter.describe(summary) and "(integrated " in meter.describe(summary)
+    assert "HLML counter" in meter_words.describe(summary) and "(integrated " in meter_words.describe(summary)
     assert calls["shutdown"] == 1
 
 
@@ -89,24 +89,24 @@ def test_a_counter_that_fails_is_named_never_counted_as_0(tmp_path: Path) -> Non
     (tmp_path / "x").mkdir()
     plain.start()
     assert "energy_counter" not in plain.stop()
-    assert meter.energy_counter("cpu", None, lib) is None
+    assert meter_counters.energy_counter("cpu", None, lib) is None
 
 
 def test_runs_list_line_says_wh_per_1000_tokens_of_a_serve_or_evaluate_run() -> None:
     summary = {"card_hours": 0.011, "energy_j": 4000.0, "energy_kwh": 4000 / 3.6e6,
                "energy_source": "hl-smi power integrated", "wall_s": 20.0, "generated_tokens": 2000,
                "tokens_source": "new tokens of the answers"}
-    summary.update(meter.token_figures(summary))
+    summary.update(meter_work.token_figures(summary))
     assert summary["energy_per_1k_tokens_wh"] == pytest.approx(4000 / 3600 / 2)
-    assert meter.short(summary) == "0.011 card-h · 0.0011 kWh · 0.56 Wh/1k tok"
-    assert meter.outcome_words(summary) == ("0.011 card-hours · 4.0 kJ (hl-smi power integrated) · "
-                                            "2,000 tokens generated · 0.56 Wh per 1,000 tokens")
+    assert meter_words.short(summary) == "0.011 card-h · 0.0011 kWh · 0.56 Wh/1k tok"
+    assert meter_words.outcome_words(summary) == ("0.011 card-hours · 4.0 kJ (hl-smi power integrated) · "
+                                                  "2,000 tokens generated · 0.56 Wh per 1,000 tokens")
     unmeasured = {**summary, "energy_j": None, "energy_kwh": None}
-    unmeasured.update(meter.token_figures(unmeasured))
+    unmeasured.update(meter_work.token_figures(unmeasured))
     assert unmeasured["energy_per_1k_tokens_wh"] is None
     assert unmeasured["per_1k_tokens_note"] == "energy not measured"
-    assert "Wh/1k" not in meter.short(unmeasured)
-    assert "Wh per 1,000 tokens not measured (energy not measured)" in meter.tokens_text(unmeasured)
+    assert "Wh/1k" not in meter_words.short(unmeasured)
+    assert "Wh per 1,000 tokens not measured (energy not measured)" in meter_words.tokens_text(unmeasured)
 
 
 def test_a_served_models_tokens_come_from_its_engines_own_count_never_0_by_default() -> None:
@@ -119,25 +119,27 @@ def test_a_served_models_tokens_come_from_its_engines_own_count_never_0_by_defau
            answered, answered,
            {"type": "serve_tokens", "counting": True, "prompt_tokens": 30, "completion_tokens": 12,
             "source": "the engine's own count"}]
-    counted = meter.generated_tokens("serve", ran)
+    counted = meter_work.generated_tokens("serve", ran)
     assert counted["generated_tokens"] == 12 and counted["prompt_tokens"] == 30
     assert counted["token_items"] == 2 and counted["tokens_source"] == "the engine's own count"
     summary = {"energy_j": 36.0, "wall_s": 6.0, **counted}
-    assert meter.token_figures(summary) == {"energy_per_1k_tokens_wh": pytest.approx(36 / 3600 / 12 * 1000),
-                                            "tokens_per_s": 2.0, "per_1k_tokens_note": ""}
-    cannot = meter.generated_tokens("serve", [{"type": "serve_tokens", "counting": False,
+    assert meter_work.token_figures(summary) == {
+        "energy_per_1k_tokens_wh": pytest.approx(36 / 3600 / 12 * 1000), "tokens_per_s": 2.0,
+        "per_1k_tokens_note": ""}
+    cannot = meter_work.generated_tokens("serve", [{"type": "serve_tokens", "counting": False,
                                                "why": "transformers 9.0 has no GenerateRunner.count_tokens"},
                                               answered])
     assert cannot["generated_tokens"] is None
-    figures = meter.token_figures({"energy_j": 36.0, "wall_s": 6.0, **cannot})
+    figures = meter_work.token_figures({"energy_j": 36.0, "wall_s": 6.0, **cannot})
     assert figures["energy_per_1k_tokens_wh"] is None and figures["tokens_per_s"] is None
     assert figures["per_1k_tokens_note"] == ("the engine's tokens were not counted: transformers 9.0 has no "
                                              "GenerateRunner.count_tokens")
-    blind = meter.generated_tokens("serve", [ran[0], answered])
+    blind = meter_work.generated_tokens("serve", [ran[0], answered])
     assert blind["generated_tokens"] is None and "saw no token of the 1 request(s)" in blind["tokens_note"]
-    idle = meter.generated_tokens("serve", [ran[0]])  # served nobody: 0 tokens, and no Wh per 1,000
+    idle = meter_work.generated_tokens("serve", [ran[0]])  # served nobody: 0 tokens, and no Wh per 1,000
     assert idle["generated_tokens"] == 0
-    assert meter.token_figures({"energy_j": 36.0, "wall_s": 6.0, **idle})["per_1k_tokens_note"] == \
+    assert meter_work.token_figures({"energy_j": 36.0, "wall_s": 6.0, **idle})["per_1k_tokens_note"] == \
         "no tokens generated"
     # vLLM (no serve_tokens): the request log's counts, as before.
-    assert meter.generated_tokens("serve", [{**answered, "completion_tokens": 4}])["generated_tokens"] == 4
+    assert meter_work.generated_tokens("serve", [{**answered,
+                                                  "completion_tokens": 4}])["generated_tokens"] == 4

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from gaudi_gui.core import meter
+from gaudi_gui.core import meter, meter_account, meter_files, meter_words
 
 
 def _part(card_hours: float | None, energy_j: float | None, wall: float, *, mean: float | None = None,
           throttled: float | None = None) -> dict:
     out: dict = {"card_hours": card_hours, "energy_j": energy_j, "wall_s": wall, "power_mean_w": mean,
-           "energy_source": meter.SOURCE_HLSMI if energy_j is not None else meter.NOT_MEASURED,
+           "energy_source": meter_account.SOURCE_HLSMI if energy_j is not None
+           else meter_account.NOT_MEASURED,
            "memory_used_peak_mib": 512.0}
     if throttled is not None:
         out["throttle"] = {"throttled_s": throttled}
@@ -19,32 +20,33 @@ def _part(card_hours: float | None, energy_j: float | None, wall: float, *, mean
 
 
 def test_parts_summed() -> None:
-    job = meter.combine([("a", _part(0.02, 3600.0, 36.0, mean=100.0)),
-                         ("b", _part(0.03, 7200.0, 40.0, mean=180.0, throttled=12.0))])
+    job = meter_account.combine([("a", _part(0.02, 3600.0, 36.0, mean=100.0)),
+                                 ("b", _part(0.03, 7200.0, 40.0, mean=180.0, throttled=12.0))])
     assert job["card_hours"] == pytest.approx(0.05) and job["energy_j"] == pytest.approx(10800.0)
     assert job["energy_kwh"] == pytest.approx(0.003) and job["energy_complete"] is True
     assert job["wall_s"] == 40.0 and job["power_mean_w"] == 280.0 and job["throttled_s"] == 12.0
-    assert job["energy_source"] == meter.SOURCE_HLSMI and job["note"] == ""
+    assert job["energy_source"] == meter_account.SOURCE_HLSMI and job["note"] == ""
     assert [p["name"] for p in job["parts"]] == ["a", "b"]
-    assert meter.combined_line(job) == ("the whole job (2 parts: a, b) · 0.050 card-hours · 10.8 kJ "
-                                        "(hl-smi power integrated) · mean 280 W · 40.0 s · throttled up to "
-                                        "12 s on one card")
+    assert meter_words.combined_line(job) == ("the whole job (2 parts: a, b) · 0.050 card-hours · 10.8 kJ "
+                                              "(hl-smi power integrated) · mean 280 W · 40.0 s · "
+                                              "throttled up to 12 s on one card")
 
 
 def test_an_unmeasured_or_missing_part_is_named_never_zero() -> None:
-    job = meter.combine([("a", _part(0.02, 3600.0, 36.0)), ("b", _part(0.03, None, 40.0)), ("c", None)])
+    job = meter_account.combine([("a", _part(0.02, 3600.0, 36.0)), ("b", _part(0.03, None, 40.0)), ("c",
+                                                                                                    None)])
     # Part a's 3.6 kJ is a's only: the job's energy is partial (a's card-hours of the job's, c
     # weighing as the others on average), never said as the whole job's.
     assert job["energy_j"] is None and job["energy_complete"] is False
-    assert job["energy_status"] == meter.PARTIAL and job["energy_read_j"] == 3600.0
+    assert job["energy_status"] == meter_account.PARTIAL and job["energy_read_j"] == 3600.0
     assert job["energy_coverage"] == pytest.approx(0.02 / 0.075, abs=1e-4)
-    assert "energy partial: 3.6 kJ over 27 % of the run" in meter.combined_line(job)
+    assert "energy partial: 3.6 kJ over 27 % of the run" in meter_words.combined_line(job)
     assert job["note"] == "no meter summary from c; energy not measured on b: not in the sum"
     assert job["card_hours"] == pytest.approx(0.05)
-    nothing = meter.combine([("a", _part(None, None, 5.0)), ("b", _part(None, None, 6.0))])
-    assert nothing["energy_j"] is None and nothing["energy_source"] == meter.NOT_MEASURED
+    nothing = meter_account.combine([("a", _part(None, None, 5.0)), ("b", _part(None, None, 6.0))])
+    assert nothing["energy_j"] is None and nothing["energy_source"] == meter_account.NOT_MEASURED
     assert nothing["card_hours"] is None  # CPU parts hold no cards
-    line = meter.combined_line(nothing)
+    line = meter_words.combined_line(nothing)
     assert "energy not measured" in line and " 0 J" not in line and "card-hours" not in line
 
 
@@ -68,7 +70,7 @@ def test_four_nodes_compile_meters_the_slowest_sets_the_pace_and_every_warning_i
              ("n4", {**_part(0.01, 100.0, 10.0), "compile": _compiled(47, 36, {}),
                      "compile_warning": {**rise, "steady_compilations": 36, "part": "n4",
                                          "message": "n4: graph compilations keep rising"}})]
-    job = meter.combine(parts)
+    job = meter_account.combine(parts)
     compiled = job["compile"]
     assert compiled["part"] == "n2" and compiled["compilations"] == 52
     assert compiled["steady_compilations"] == 40
@@ -81,13 +83,13 @@ def test_four_nodes_compile_meters_the_slowest_sets_the_pace_and_every_warning_i
     assert [w["part"] for w in job["compile_warnings"]] == ["n2", "n4"]
     assert job["compile_warning"]["message"].startswith("n2: graph compilations keep rising")
     assert job["compile_warnings"][1]["message"] == "n4: graph compilations keep rising"  # named once
-    assert meter.combined_line(job).endswith("52 graph compilations (40 after warm-up) on n2")
-    assert meter.compile_text(meter.run_compile("/nonexistent", job)) == \
+    assert meter_words.combined_line(job).endswith("52 graph compilations (40 after warm-up) on n2")
+    assert meter_words.compile_text(meter_files.run_compile("/nonexistent", job)) == \
         "52 graph compilations (40 after warm-up)"  # the Runs list's and the Training tab's figure
     from gaudi_gui.core.compile_rise import findings, rise_text
     assert [rise_text(f).split(":")[0] for f in findings(job)] == ["⚠ n2", "⚠ n4"]
     # No part with a compile meter (CPU parts): nothing said of compilations.
-    plain = meter.combine([("a", _part(0.02, 3600.0, 36.0)), ("b", _part(0.03, 100.0, 40.0))])
+    plain = meter_account.combine([("a", _part(0.02, 3600.0, 36.0)), ("b", _part(0.03, 100.0, 40.0))])
     assert "compile" not in plain and "compile_warning" not in plain
 
 
@@ -135,7 +137,7 @@ def test_runs_follow_ends_with_the_runs_meter(tmp_path) -> None:
     (folder / "events.jsonl").write_text(json.dumps({"type": "finished", "rank": 0, "global_step": 1}) + "\n")
     (folder / "log.txt").write_text("")
     summary = _part(0.02, 3600.0, 36.0)
-    (folder / meter.SUMMARY_NAME).write_text(json.dumps(summary))
+    (folder / meter_files.SUMMARY_NAME).write_text(json.dumps(summary))
     res = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "follow", str(folder)],
                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
@@ -157,7 +159,7 @@ def test_runs_show_of_a_running_run_says_its_meter_so_far(tmp_path) -> None:
     now = time.time()
     lines = [json.dumps({"t": now - 18 + t, "source": "hl-smi", "cards": cards}) + "\n"
              for t in (0.0, 9.0, 18.0)]
-    (folder / meter.METER_NAME).write_text("".join(lines))
+    (folder / meter_files.METER_NAME).write_text("".join(lines))
     base = [sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(tmp_path / "runs"), "show",
             "run-live"]
     text = subprocess.run(base, capture_output=True, text=True, timeout=60).stdout

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
-from gaudi_gui.core import meter
+from gaudi_gui.core import meter, meter_account, meter_files, meter_words
 
 
 def test_throttle_clock_counts_each_reads_state_until_the_next() -> None:
-    clock = meter.ThrottleClock()
+    clock = meter_account.ThrottleClock()
     clock.add(0.0, [])
     clock.add(5.0, ["power"])          # 0-5: not throttled
     clock.add(10.0, ["power", "thermal"])  # 5-10: power
@@ -27,21 +27,22 @@ def test_throttle_clock_counts_each_reads_state_until_the_next() -> None:
 
 
 def test_throttle_summary_and_words() -> None:
-    slow, fine = meter.ThrottleClock(), meter.ThrottleClock()
+    slow, fine = meter_account.ThrottleClock(), meter_account.ThrottleClock()
     for t in range(0, 25, 5):
         slow.add(float(t), ["power"] if t >= 10 else [])
         fine.add(float(t), [])
-    out = meter.throttle_summary({"module 2": fine, "module 3": slow}, interval_s=5.0, wall_s=40.0)
+    out = meter_account.throttle_summary({"module 2": fine, "module 3": slow}, interval_s=5.0, wall_s=40.0)
     assert out["throttled_s"] == 10.0 and out["worst_card"] == "module 3" and out["fraction"] == 0.25
-    assert meter.throttle_text(out) == "throttled 10 s (25 % of the run): module 3 power 10 s"
-    calm = meter.throttle_summary({"module 2": fine}, interval_s=5.0, wall_s=40.0)
-    assert meter.throttle_text(calm) == "not throttled (hl-smi -q every 5 s)"
-    unread = meter.throttle_summary({}, interval_s=5.0, wall_s=40.0, note="hl-smi -q gave no answer in 30 s")
-    assert meter.throttle_text(unread) == "throttling not measured (hl-smi -q gave no answer in 30 s)"
-    assert meter.throttle_text(None) == ""
+    assert meter_words.throttle_text(out) == "throttled 10 s (25 % of the run): module 3 power 10 s"
+    calm = meter_account.throttle_summary({"module 2": fine}, interval_s=5.0, wall_s=40.0)
+    assert meter_words.throttle_text(calm) == "not throttled (hl-smi -q every 5 s)"
+    unread = meter_account.throttle_summary({}, interval_s=5.0, wall_s=40.0,
+                                            note="hl-smi -q gave no answer in 30 s")
+    assert meter_words.throttle_text(unread) == "throttling not measured (hl-smi -q gave no answer in 30 s)"
+    assert meter_words.throttle_text(None) == ""
     summary = {"kind": "hpu", "cards": [2, 3], "wall_s": 40.0, "energy_j": None, "throttle": out}
-    assert "throttled 10 s (25 % of the run)" in meter.describe(summary)
-    assert "module 3 power 10 s" in meter.meter_line(summary)
+    assert "throttled 10 s (25 % of the run)" in meter_words.describe(summary)
+    assert "module 3 power 10 s" in meter_words.meter_line(summary)
 
 
 def test_throttle_reasons_of_a_query_card() -> None:
@@ -66,7 +67,7 @@ def test_meter_reads_throttle_reasons_of_its_own_cards(tmp_path: Path,
     m.start()
 
     def reads() -> list[dict]:
-        path = folder / meter.METER_NAME
+        path = folder / meter_files.METER_NAME
         lines = path.read_text().splitlines() if path.exists() else []
         return [r for r in map(json.loads, lines) if "throttle" in r]
 
@@ -80,15 +81,15 @@ def test_meter_reads_throttle_reasons_of_its_own_cards(tmp_path: Path,
     module3 = throttle["per_card"]["module 3"]
     assert module3["by_reason_s"]["power"] == module3["throttled_s"] > 0
     assert throttle["worst_card"] == "module 3" and throttle["throttled_s"] == module3["throttled_s"]
-    assert "module 3 power" in meter.describe(summary)
-    assert (meter.read_summary(folder) or {})["throttle"] == throttle
+    assert "module 3 power" in meter_words.describe(summary)
+    assert (meter_files.read_summary(folder) or {})["throttle"] == throttle
 
 
 def test_live_reader_reads_only_new_samples_and_waits_for_a_cut_line(tmp_path: Path) -> None:
     """The Training tab's strip: power now, energy and card-hours so far, from meter.jsonl as it grows;
     a throttle read is not a power sample; a line cut mid-write waits for its end."""
-    path = tmp_path / meter.METER_NAME
-    reader = meter.LiveReader(tmp_path)
+    path = tmp_path / meter_files.METER_NAME
+    reader = meter_files.LiveReader(tmp_path)
     assert not reader.read() and reader.text() == ""  # no file yet
 
     def sample(t: float, watts: list[float | None]) -> str:
@@ -122,4 +123,4 @@ def test_a_query_that_lists_none_of_the_runs_cards_is_given_up(tmp_path: Path, f
     summary = m.stop()
     assert summary["throttle"]["throttled_s"] is None
     assert "not read after 3 failed reads in a row" in summary["throttle"]["note"]
-    assert meter.throttle_text(summary["throttle"]).startswith("throttling not measured (")
+    assert meter_words.throttle_text(summary["throttle"]).startswith("throttling not measured (")
