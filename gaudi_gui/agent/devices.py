@@ -262,7 +262,8 @@ class DevicesService:
         program, explicit = hlsmi.hl_smi_program(hl_smi)
         backoff = Backoff(1.0, 30.0)
         fallback: asyncio.Task[None] | None = None
-        self._set_state(STATE_STARTING, f"running {program} every {interval_s:g} s")
+        if self.state in (STATE_STOPPED, STATE_STARTING):  # a restart for a new interval is no news
+            self._set_state(STATE_STARTING, f"running {program} every {interval_s:g} s")
         try:
             while True:
                 ok, state, words = await self._run_once(program, explicit, interval_s, table_s, backoff)

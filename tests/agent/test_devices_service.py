@@ -14,6 +14,8 @@ import psutil
 import pytest
 
 from gaudi_gui.core.agentwire import Connection
+from tests.fake_hl_smi import SICK_DEAD, SICK_ECC
+from tests.helpers import sick_server_env
 
 
 def hl_smi_loops() -> list[psutil.Process]:
@@ -59,8 +61,8 @@ def test_two_clients_share_one_loop_at_the_shorter_interval_and_unwatch_ends_it(
         assert len(loops) == 1, [p.info["cmdline"] for p in loops]
         cmdline = loops[0].info["cmdline"]
         assert cmdline[cmdline.index("-l") + 1] == "2"
-        latest = slow.request("devices.latest")
-        assert latest["state"] == "ok" and len(latest["latest"]["samples"]) == 8
+        latest = wait_for(lambda: (got := slow.request("devices.latest"))["state"] == "ok" and got)
+        assert len(latest["latest"]["samples"]) == 8
         slow.request("devices.unwatch")
         fast.request("devices.unwatch")
         wait_for(lambda: not hl_smi_loops())
@@ -85,3 +87,25 @@ def test_an_absent_tool_is_said(tmp_path: Path) -> None:
         conn.request("devices.watch", interval_s=1, hl_smi=str(tmp_path / "no-such-hl-smi"))
         state = next_event(conn, "devices_state", accept=lambda m: m["state"] == "failed")
         assert "no-such-hl-smi" in state["message"] and "Check the hl-smi path" in state["message"]
+
+
+def test_health_check_reports_a_sick_server_from_a_child_at_lower_priority(
+        fake_hl_smi: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    for key, value in sick_server_env(tmp_path).items():
+        monkeypatch.setenv(key, value)
+    with Connection.open() as conn, Connection.open() as watcher:
+        watcher.request("subscribe", events=["health"])
+        agent = psutil.Process(int(conn.agent["pid"]))
+        ident = conn.send("health.check", hl_smi=str(fake_hl_smi))
+        doctor = wait_for(lambda: next((p for p in agent.children()
+                                        if "doctor" in " ".join(p.cmdline())), None))
+        assert doctor.nice() >= agent.nice() + 10
+        reply = wait_for(lambda: conn.receive(60), timeout=90)
+        assert reply["re"] == ident and reply["ok"], reply
+        report = reply["report"]
+        assert report["reachable"]
+        seen = {(f["check"], f["module_id"]) for f in report["findings"] if f["severity"] == "error"}
+        assert any(module == SICK_ECC for _check, module in seen), seen
+        assert any(module == SICK_DEAD for _check, module in seen), seen
+        event = next_event(watcher, "health", timeout=30)
+        assert event["report"] == report
