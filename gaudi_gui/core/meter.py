@@ -7,7 +7,10 @@ nobody watches is metered the same.
 
 Sources, by the run's device:
 
-- **hpu**: one long-running ``hl-smi -Q index,module_id,utilization.aip,memory.used,memory.total,
+- **hpu**: this machine's agent's device loop (``devices.watch`` on a blocking
+  ``core.agentwire.Connection``, its ``devices`` events: one ``hl-smi -l`` per machine, shared with
+  Devices and Health); where no agent answers or ``GAUDI_GUI_NO_AGENT=1`` (or the agent goes away
+  mid-run), its own long-running ``hl-smi -Q index,module_id,utilization.aip,memory.used,memory.total,
   power.draw,temperature.aip -f csv,noheader,nounits -l 1`` (the arguments from
   ``core.hlsmi.query_args``, the rows parsed by ``core.hlsmi.CsvStream``: the same code as the
   Devices poller), keeping the run's modules only (``HABANA_VISIBLE_MODULES`` of the launch, else the
@@ -146,6 +149,11 @@ class Meter:
         self.cards: list[int] | None = None
         self.errors: list[str] = []
         self.restarts = 0
+        #: Where the card samples came from (said in the summary's ``samples_from``): "agent" (this
+        #: machine's one device loop, ``agent.devices``), else the meter's own tool loop.
+        self.samples_from = ""
+        self._hl_smi = ""
+        self._agent: Any = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -211,6 +219,7 @@ class Meter:
             self.source, self.energy_source = "hl-smi", SOURCE_HLSMI
             self._parse = self._hlsmi_parser(hlsmi.CsvStream(HLSMI_FIELDS))
             self._throttle_program = [program, "-q"]
+            self._hl_smi = program
         elif self.device == "cuda":
             self.cards = parse_ids(self.env.get("CUDA_VISIBLE_DEVICES")) or recorded_cards(self.folder)
             program = shutil.which("nvidia-smi", path=self.env.get("PATH"))
@@ -252,8 +261,11 @@ class Meter:
             self._compile_thread = threading.Thread(target=self._run_compile_watch, name="run-meter-compile",
                                                     daemon=True)
             self._compile_thread.start()
-        if self.source in ("hl-smi", "nvidia-smi"):
-            target: Callable[[], None] = self._run_tool
+        if self.source == "hl-smi" and self._connect_agent():
+            target: Callable[[], None] = self._run_agent
+        elif self.source in ("hl-smi", "nvidia-smi"):
+            self.samples_from = self.samples_from or f"own {self.source} loop"
+            target = self._run_tool
         elif self.source == "rapl":
             target = self._run_rapl
         else:
@@ -271,6 +283,9 @@ class Meter:
         if self._summary is not None:
             return self._summary
         self._stop.set()
+        agent = self._agent
+        if agent is not None:
+            agent.close()  # the reader's receive ends at once; the agent drops this listener
         self._end_child()
         self._end_child(self._throttle_proc)
         if self._thread is not None:
@@ -334,6 +349,8 @@ class Meter:
                 out["throttle"] = throttle_summary(self.throttle, interval_s=self.throttle_interval_s,
                                                    wall_s=wall, note="; ".join(self._throttle_errors[-2:]))
         out["final"] = final
+        if self.samples_from:
+            out["samples_from"] = self.samples_from
         # When the meter started (this machine's clock): what the run's share of coverage is counted
         # from, for a reader of meter.jsonl (the export's coverage series).
         out["started_t"] = round(self._started_at, 3)
@@ -439,6 +456,67 @@ class Meter:
                 return
             self.restarts += 1
             self._stop.wait(self.restart_s)
+
+    # -- the agent's device loop (one hl-smi -l per machine) ------------------------------------------
+
+    def _connect_agent(self) -> bool:
+        """Listen to this machine's agent's device loop instead of starting a second ``hl-smi -l`` on
+        the same cards; False (the meter's own loop, said in ``samples_from``) where no agent answers or
+        ``GAUDI_GUI_NO_AGENT=1``. The agent is not started for this: a run without one meters itself."""
+        if self.env.get("GAUDI_GUI_NO_AGENT") == "1":
+            self.samples_from = "own hl-smi loop (GAUDI_GUI_NO_AGENT=1)"
+            return False
+        from gaudi_gui.core import agentwire
+        sock = None
+        try:
+            sock = agentwire.try_connect()
+            if sock is None:
+                self.samples_from = "own hl-smi loop (no agent answers)"
+                return False
+            conn = agentwire.Connection(sock, client="meter")
+            conn.request("devices.watch", timeout=10.0, interval_s=self.interval_s, hl_smi=self._hl_smi)
+        except (OSError, agentwire.AgentError, ValueError) as exc:
+            if sock is not None:
+                with contextlib.suppress(OSError):
+                    sock.close()
+            self.samples_from = f"own hl-smi loop (the agent did not serve devices: {exc})"
+            return False
+        self._agent = conn
+        self.samples_from = "agent"
+        return True
+
+    def _run_agent(self) -> None:
+        """Take each ``devices`` event's cards; where the agent goes away mid-run, go on with the
+        meter's own loop (said in ``samples_from``)."""
+        from gaudi_gui.core import agentwire
+        conn = self._agent
+        try:
+            while not self._stop.is_set():
+                for message in conn.stream(timeout=0.5):
+                    if message.get("ev") == agentwire.Ev.DEVICES.value:
+                        self._take_event(message)
+                    if self._stop.is_set():
+                        return
+        except (OSError, agentwire.AgentError, ValueError) as exc:
+            if self._stop.is_set():
+                return
+            self.errors.append(f"the agent's device loop ended: {exc}")
+        finally:
+            conn.close()
+        if not self._stop.is_set():
+            self.samples_from = "agent, then own hl-smi loop (the agent went away)"
+            self._run_tool()
+
+    def _take_event(self, message: Mapping[str, Any]) -> None:
+        if message.get("source") != "hl-smi":
+            return  # a stand-in (nvidia-smi, the host's CPU) is not the run's cards
+        samples = []
+        for data in message.get("samples") or []:
+            with contextlib.suppress(ValueError):
+                samples.append(DeviceSample.from_dict(data))
+        t = finite(message.get("t"))
+        if samples:
+            self.take(t if t is not None else self.clock(), samples)
 
     def _read(self, stdout: IO[str]) -> None:
         parse = self._parse
