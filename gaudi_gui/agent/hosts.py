@@ -267,7 +267,7 @@ class Link:
         finally:
             self.last_used = time.monotonic()
         if not reply.get("ok"):
-            raise Refused(f"{self.name}: {reply.get('error') or 'refused'}")
+            raise Refused(str(reply.get("error") or f"{self.name} refused '{message.get('op')}'"))
         return {k: v for k, v in reply.items() if k not in ("v", "re", "ok")}
 
     async def _subscribe_again(self) -> None:

@@ -79,12 +79,24 @@ class SshHost:
                 lines.append(" ".join(proc.cmdline()))
         return lines
 
-    def wait_no_processes(self, timeout: float = 20.0) -> list[str]:
+    def wait_no_processes(self, timeout: float = 20.0, *, but_agent: bool = False) -> list[str]:
+        """What still runs on the host after ``timeout`` (empty: nothing). ``but_agent``: the host's
+        agent and the relay of the workstation's link to it are meant to stay (they are left out)."""
         deadline = time.monotonic() + timeout
-        left = self.processes()
+
+        def left_now() -> list[psutil.Process]:
+            out = []
+            for proc in self.processes():
+                with contextlib.suppress(psutil.Error):
+                    line = " ".join(proc.cmdline())
+                    if not (but_agent and (" agent --daemon" in line or " agent --stdio" in line)):
+                        out.append(proc)
+            return out
+
+        left = left_now()
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
-            left = self.processes()
+            left = left_now()
         return [" ".join(p.cmdline())[:160] for p in left if p.is_running()]
 
 
