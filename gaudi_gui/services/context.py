@@ -98,7 +98,8 @@ class AppServices:
         (in ``host_selections``) now, not when its panel first opens."""
         if self.hosts is None:
             from gaudi_gui.services.hosts import HostsService
-            self.hosts = HostsService(self.settings, self.poller, parent, selections=self.host_selections)
+            self.hosts = HostsService(self.settings, self.poller, parent, selections=self.host_selections,
+                                      agent=lambda: self.ensure_agent(parent))
             self._check_hosts_health()
         return self.hosts
 

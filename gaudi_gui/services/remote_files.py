@@ -113,6 +113,7 @@ class AgentListing(QObject):
         self._running = True
         self._cancelled = False
         where = {} if host.is_local else {"host": host.name}
+        agent.start()  # where it was closed: reach the agent again (no-op while it is reached)
         agent.request("files.list", self._on_reply, **args, **where)
 
     def is_running(self) -> bool:
