@@ -139,9 +139,9 @@ class Link:
         err: list[str] = []
         errors = asyncio.create_task(_read_tail(proc.stderr, err))
         was_up = False
+        reader = asyncio.create_task(self._read(proc.stdout))
         try:
             hello = self._send({"op": "hello", "client": "host-link", "pid": os.getpid()})
-            reader = asyncio.create_task(self._read(proc.stdout))
             waits: set[asyncio.Future[Any]] = {reader, hello}
             done, _ = await asyncio.wait(waits, timeout=HELLO_TIMEOUT_S,
                                          return_when=asyncio.FIRST_COMPLETED)
@@ -162,8 +162,8 @@ class Link:
             else:
                 self._stop_proc()
             await asyncio.wait({reader}, timeout=5)
-            reader.cancel()
         finally:
+            reader.cancel()
             self._stop_proc()
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(proc.wait(), 10)
