@@ -163,6 +163,7 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         text = request.getfixturevalue("schema_json").read_text()
         save_cached(Schema.from_dict(json.loads(text[text.find("{"):])))
     yield home
+    _close_agent_clients()
     _assert_no_background_work_left()
     _end_agent()
     _assert_no_process_left(home)
@@ -209,6 +210,20 @@ def _assert_no_background_work_left() -> None:
                                                    ("runners", runners)) if names]
     if left:
         pytest.fail(f"the test left background work running (never shut down): {'; '.join(left)}")
+
+
+def _close_agent_clients() -> None:
+    """The window's agent clients the test made (``AppServices.ensure_agent``: Browse, the Hosts tab's
+    handshakes) are closed, as the window closes its own when it ends: one left open would retry its
+    connection inside the next test once this test's agent ends."""
+    module = sys.modules.get("gaudi_gui.services.agent_client")
+    if module is None:
+        return
+    import gc
+    for obj in gc.get_objects():
+        if isinstance(obj, module.AgentClient):
+            with contextlib.suppress(RuntimeError):  # its C++ side is gone already
+                obj.close()
 
 
 def _end_agent() -> None:

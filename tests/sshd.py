@@ -6,7 +6,13 @@ stderr are pipes (no pty); when the client goes away the command only sees its s
 never signalled. Public-key authentication against one authorized key; any number of channels per
 connection (OpenSSH's connection multiplexing).
 
-    python tests/sshd.py --host-key KEY --authorized-keys PUB --port-file FILE
+    python tests/sshd.py --host-key KEY --authorized-keys PUB --port-file FILE \
+        [--max-sessions N] [--sessions-file FILE]
+
+``--max-sessions N`` refuses a connection's session beyond N open ones ("Session refused"), as
+OpenSSH's ``MaxSessions`` does (10 by default there; no limit here unless given). ``--sessions-file``
+is kept up to date with ``{"open": N, "peak": M}``: the sessions open now over all connections and the
+most that were ever open at once (what a test of "one session per host" reads).
 
 SIGUSR1 drops every connection at once (a network cut, from the client's side); SIGTERM stops the
 server (what it started keeps running, as with sshd).
@@ -17,19 +23,54 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import sys
+from typing import Any
 
 import asyncssh
 
 CONNECTIONS: set[asyncssh.SSHServerConnection] = set()
+#: A connection's sessions beyond this many open ones are refused (0: no limit).
+MAX_SESSIONS = 0
+#: Where the session counts are written ("" : nowhere).
+SESSIONS_FILE = ""
+_COUNTS = {"open": 0, "peak": 0}
+
+
+def _count(change: int) -> None:
+    _COUNTS["open"] += change
+    _COUNTS["peak"] = max(_COUNTS["peak"], _COUNTS["open"])
+    if SESSIONS_FILE:
+        tmp = SESSIONS_FILE + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(_COUNTS, fh)
+        os.replace(tmp, SESSIONS_FILE)
 
 
 class Server(asyncssh.SSHServer):
     def connection_made(self, conn: asyncssh.SSHServerConnection) -> None:
         self.conn = conn
+        self.sessions = 0
         CONNECTIONS.add(conn)
+
+    def session_requested(self) -> Any:
+        """A session channel: refused beyond MAX_SESSIONS open ones on this connection (MaxSessions)."""
+        if MAX_SESSIONS and self.sessions >= MAX_SESSIONS:
+            return False
+        self.sessions += 1
+        _count(+1)
+        server = self
+
+        async def run(process: asyncssh.SSHServerProcess) -> None:
+            try:
+                await handle(process)
+            finally:
+                server.sessions -= 1
+                _count(-1)
+
+        return asyncssh.SSHServerProcess(run, None, 0, False)
 
     def connection_lost(self, exc: Exception | None) -> None:
         CONNECTIONS.discard(self.conn)
@@ -101,12 +142,18 @@ async def main() -> None:
     parser.add_argument("--authorized-keys", required=True)
     parser.add_argument("--port-file", required=True)
     parser.add_argument("--cwd", default="", help="where commands start (sshd: the user's home)")
+    parser.add_argument("--max-sessions", type=int, default=0, help="sshd's MaxSessions (0: no limit)")
+    parser.add_argument("--sessions-file", default="", help="kept up to date with the session counts")
     args = parser.parse_args()
-    global WORKDIR
+    global WORKDIR, MAX_SESSIONS, SESSIONS_FILE
     WORKDIR = args.cwd
+    MAX_SESSIONS = args.max_sessions
+    SESSIONS_FILE = args.sessions_file
+    if SESSIONS_FILE:
+        _count(0)
     server = await asyncssh.create_server(
         Server, "127.0.0.1", 0, server_host_keys=[args.host_key],
-        authorized_client_keys=args.authorized_keys, process_factory=handle, encoding=None,
+        authorized_client_keys=args.authorized_keys, encoding=None,
         keepalive_interval=0)
     port = server.sockets[0].getsockname()[1]
     tmp = args.port_file + ".tmp"

@@ -243,7 +243,7 @@ class Agent:
         ident = message.get("id", 0)
         op = str(message.get("op", ""))
         handler = self._handlers.get(op)
-        if message.get("host") not in (None, "", "local") and op not in ("hello", "status", "shutdown"):
+        if message.get("host") not in (None, "", "local") and op not in ("hello", "shutdown"):
             handler = self.forward or _no_hosts
         if handler is None:
             session.send({"re": ident, "ok": False, "error": f"this agent knows no operation '{op}'"})

@@ -11,11 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import socket
-import sys
-
-from gaudi_gui import __version__
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -28,16 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def info() -> dict[str, object]:
-    from gaudi_gui.core.hlsmi import find_hl_smi, hl_smi_program
-    from gaudi_gui.core.prepare import versions
-    from gaudi_gui.core.remote import REMOTE_PROTOCOL
-    program, chosen = hl_smi_program()
-    hl_smi = find_hl_smi() or (program if chosen else "")  # a named one that cannot run is still named
-    return {"gaudi_gui": __version__, "protocol": REMOTE_PROTOCOL, "python": sys.version.split()[0],
-            "executable": sys.executable,
-            "location": os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-            "hostname": socket.gethostname(), "platform": platform.platform(), "hl_smi": hl_smi,
-            "versions": versions()}
+    from gaudi_gui.core.remote import host_info
+    return host_info()
 
 
 def port_free(port: int) -> bool:

@@ -399,6 +399,25 @@ def read_hello(host: Host, code: int, out: str, err: str) -> dict[str, Any]:
     return info
 
 
+def host_info() -> dict[str, Any]:
+    """What this machine tells a workstation about itself (``gaudi-gui hello --json``, and the agent's
+    ``host.info`` asked over a host's link): gaudi-gui's version and protocol, python, the platform,
+    hl-smi, and the libraries' versions (from package metadata: nothing heavy is imported)."""
+    import platform
+    import socket
+    import sys
+
+    from gaudi_gui import __version__
+    from gaudi_gui.core.hlsmi import find_hl_smi, hl_smi_program
+    from gaudi_gui.core.prepare import versions
+    program, chosen = hl_smi_program()
+    hl_smi = find_hl_smi() or (program if chosen else "")  # a named one that cannot run is still named
+    location = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return {"gaudi_gui": __version__, "protocol": REMOTE_PROTOCOL, "python": sys.version.split()[0],
+            "executable": sys.executable, "location": location, "hostname": socket.gethostname(),
+            "platform": platform.platform(), "hl_smi": hl_smi, "versions": versions()}
+
+
 # -- the host list ------------------------------------------------------------------------------------
 
 def hosts_file() -> Path:
@@ -487,6 +506,7 @@ __all__ = [
     "find_host",
     "fix_command",
     "handshake",
+    "host_info",
     "hosts_file",
     "read_hello",
     "remote_line",

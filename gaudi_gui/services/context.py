@@ -98,7 +98,8 @@ class AppServices:
         (in ``host_selections``) now, not when its panel first opens."""
         if self.hosts is None:
             from gaudi_gui.services.hosts import HostsService
-            self.hosts = HostsService(self.settings, self.poller, parent, selections=self.host_selections)
+            self.hosts = HostsService(self.settings, self.poller, parent, selections=self.host_selections,
+                                      agent=lambda: self.ensure_agent(parent))
             self._check_hosts_health()
         return self.hosts
 
@@ -151,10 +152,10 @@ class AppServices:
         return self.generation
 
     def ensure_remote_files(self, parent: QObject | None = None) -> RemoteFiles:
-        """Listings of a host's folders (``gaudi-gui ls`` there), for the Browse dialog."""
+        """Listings of a host's folders (its agent's ``files.list``), for the Browse dialog."""
         if self.remote_files is None:
             from gaudi_gui.services.remote_files import RemoteFiles
-            self.remote_files = RemoteFiles(parent)
+            self.remote_files = RemoteFiles(self.ensure_agent(parent), parent)
         return self.remote_files
 
     def ensure_models(self, parent: QObject | None = None) -> ModelPlaces:

@@ -20,6 +20,7 @@ built), so an unused window makes no connections.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Callable
@@ -30,6 +31,7 @@ from PySide6.QtCore import QCoreApplication, QFileSystemWatcher, QObject, Signal
 
 from gaudi_gui.core import multi_host, remote
 from gaudi_gui.core.remote import Host, HostError, RemoteError
+from gaudi_gui.services.agent_client import AgentClient
 from gaudi_gui.services.device_poller import DevicePoller
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.process import ProcessRunner, delete_when_reaped
@@ -40,8 +42,8 @@ _SETUP_TAIL = 20
 
 
 class _Ask(QObject):
-    """A short command about a host as a child, never blocking the GUI: ``gaudi-gui hello --json``
-    on it (the handshake) or ``ssh -G HOST`` (ssh's resolved configuration, without connecting)."""
+    """A short command about a host as a child, never blocking the GUI: ``ssh -G HOST`` (ssh's
+    resolved configuration, without connecting)."""
 
     def __init__(self, host: Host, argv: list[str], parent: QObject) -> None:
         super().__init__(parent)
@@ -98,7 +100,8 @@ class HostsService(QObject):
     setup_finished = Signal(str, bool, str)
 
     def __init__(self, settings: Settings, local: DevicePoller, parent: QObject | None = None, *,
-                 selections: dict[str, DeviceSelection] | None = None) -> None:
+                 selections: dict[str, DeviceSelection] | None = None,
+                 agent: Callable[[], AgentClient] | None = None) -> None:
         super().__init__(parent)
         self._settings = settings
         self.local = local
@@ -107,7 +110,11 @@ class HostsService(QObject):
         #: Card selection per saved host (the same dict as ``AppServices.host_selections``).
         self.selections: dict[str, DeviceSelection] = selections if selections is not None else {}
         self._running = False
-        self._hellos: dict[str, _Ask] = {}
+        #: This machine's agent (made on first use): it carries the handshakes to the hosts' agents.
+        self._agent = agent
+        self._hello_tokens: dict[str, int] = {}
+        #: The host entry each handshake was made with (a changed one reconnects its link).
+        self._shaken: dict[str, Host] = {}
         #: The newest handshake answer per host (see ``handshake_finished``).
         self.handshakes: dict[str, dict[str, Any]] = {}
         self._addresses: dict[str, str] = {}
@@ -213,6 +220,8 @@ class HostsService(QObject):
     def remove(self, name: str) -> None:
         self._merge_disk()
         self._write(lambda saved: [h for h in saved if h.name != name])
+        if self._shaken.pop(name, None) is not None and self._agent is not None:
+            self._agent().request("hosts.disconnect", None, host=name)  # its link closes now
         self._drop_poller(name)
         self._drop_selection(name)
         self.changed.emit()
@@ -240,7 +249,14 @@ class HostsService(QObject):
         self._running = False
         for poller in self.pollers.values():
             poller.stop()
-        runners = [h.runner for h in self._hellos.values()] + [r.runner for r in self._resolves.values()]
+        # A handshake still on its way says nothing more; a client still reaching the agent for them
+        # stops trying (no retry outlives the tab; the next handshake starts it again).
+        self._hello_tokens = {name: token + 1 for name, token in self._hello_tokens.items()}
+        if self._hello_tokens and self._agent is not None:
+            client = self._agent()
+            if client.state != "up":
+                client.close()
+        runners = [r.runner for r in self._resolves.values()]
         for runner in runners:
             if runner.is_running():
                 runner.kill_tree()
@@ -273,26 +289,34 @@ class HostsService(QObject):
     # -- the handshake ----------------------------------------------------------------------------
 
     def shake_hands(self, host: Host) -> None:
-        """Run the host's ``gaudi-gui hello`` (its version, protocol and libraries) in a child."""
-        old = self._hellos.pop(host.name, None)
-        if old is not None:
-            delete_when_reaped(old)
-        hello = _Ask(host, host.wrap(host.gaudi_gui_argv("hello", "--json")), self)
-        hello.runner.finished.connect(lambda code, _status, h=hello: self._on_hello(h, code))
-        self._hellos[host.name] = hello
-        hello.start()
+        """Ask the host's agent for its ``host.info`` (version, protocol, libraries) through this
+        machine's agent: over the host's one ssh session, no child of the window. A link to a host
+        whose entry changed is made again first (its remote command may be another)."""
+        if self._agent is None:
+            return
+        agent = self._agent()
+        agent.start()  # closed by a stop() while it was still reaching the agent: reach it again
+        self._hello_tokens[host.name] = token = self._hello_tokens.get(host.name, 0) + 1
+        if self._shaken.get(host.name, host) != host:
+            agent.request("hosts.disconnect", None, host=host.name)
+        self._shaken[host.name] = host
+        agent.request("host.info", lambda reply: self._on_hello(host, token, reply), host=host.name)
 
-    def _on_hello(self, hello: _Ask, code: int) -> None:
-        if self._hellos.get(hello.host.name) is not hello:
-            return  # replaced by a newer handshake
+    def _on_hello(self, host: Host, token: int, reply: dict[str, Any]) -> None:
+        if self._hello_tokens.get(host.name) != token:
+            return  # replaced by a newer handshake, or stopped
         try:
-            info = remote.read_hello(hello.host, code, "\n".join(hello.out), "\n".join(hello.err))
+            if not reply.get("ok"):
+                words = str(reply.get("error") or f"{host.name} did not answer")
+                # The link's words name the kind: no gaudi-gui behind the remote command.
+                raise RemoteError("missing" if "has no gaudi-gui" in words else "unreachable", words)
+            info = remote.read_hello(host, 0, json.dumps(reply.get("info") or {}), "")
             answer = {"ok": True, "version": str(info.get("gaudi_gui")), "kind": "", "message": "",
                       "versions": dict(info.get("versions") or {})}
         except RemoteError as exc:
             answer = {"ok": False, "version": "", "kind": exc.kind, "message": str(exc), "versions": {}}
-        self.handshakes[hello.host.name] = answer
-        self.handshake_finished.emit(hello.host.name, answer)
+        self.handshakes[host.name] = answer
+        self.handshake_finished.emit(host.name, answer)
 
     # -- addresses --------------------------------------------------------------------------------
 

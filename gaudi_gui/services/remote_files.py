@@ -1,12 +1,15 @@
-"""A host's folders and Hugging Face cache, listed by the host's own ``gaudi-gui ls --json``.
+"""A host's folders and Hugging Face cache for the Browse dialog, answered by the host's own agent.
 
-The "Browse HOST" dialog (``gaudi_gui.ui.remote_browser``) binds to this service; it never starts a
-process. Each listing is one child through ``ProcessRunner``: ``host.wrap(host.gaudi_gui_argv(...))``,
-an argv whose every word is quoted for the host's shell, so a folder named ``$(touch X)`` stays a
-name. A listing can be abandoned at any time (another folder asked, the dialog closed): its child is
-killed and reaped in the background, and it says nothing more. A failure (no such folder, permission
-denied, no gaudi-gui there, ssh itself) comes back as one sentence, an ssh failure in the words of
-``gaudi_gui.core.remote.explain_ssh_failure``.
+The "Browse HOST" dialog (``gaudi_gui.ui.remote_browser``) binds to this service; it starts no
+process. A listing is one ``files.list`` request to this machine's agent, naming the host: the agent
+carries it over the host's one ssh session to the host's agent (``gaudi_gui.agent.hosts``), which
+reads the folder (``gaudi_gui.core.listing``, the same answer as ``gaudi-gui ls --json``). A path is
+data in a JSON message, never a word for a shell. A listing can be abandoned at any time (another
+folder asked, the dialog closed): it says nothing more. A failure (no such folder, permission denied,
+no gaudi-gui there, ssh itself) comes back as the agent's one sentence.
+
+``Listing`` (one ``gaudi-gui`` command as a child) stays for the other listings (the models and
+queue views) until they are requests to the agent too.
 
 The last folder shown per host is remembered for the session (the settings schema has no per-host
 key for it).
@@ -21,6 +24,7 @@ from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core import remote
 from gaudi_gui.core.remote import Host
+from gaudi_gui.services.agent_client import AgentClient
 from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, delete_when_reaped, describe_exit
 
 FOLDER, CACHE = "folder", "cache"
@@ -94,24 +98,61 @@ class Listing(QObject):
         return last or f"the listing on {host.name} {describe_exit(code, status)}"
 
 
-class RemoteFiles(QObject):
-    """Starts listings; remembers the last folder shown per host."""
+class AgentListing(QObject):
+    """One ``files.list`` request to the agent (for ``host``) and what it answered."""
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    #: The listing ended: (the answer, {} on failure; "" or the sentence saying why it failed).
+    finished = Signal(dict, str)
+
+    def __init__(self, host: Host, kind: str, agent: AgentClient, args: dict[str, Any],
+                 parent: QObject) -> None:
         super().__init__(parent)
+        self.host = host
+        #: FOLDER or CACHE.
+        self.kind = kind
+        self._running = True
+        self._cancelled = False
+        where = {} if host.is_local else {"host": host.name}
+        agent.start()  # where it was closed: reach the agent again (no-op while it is reached)
+        agent.request("files.list", self._on_reply, **args, **where)
+
+    def is_running(self) -> bool:
+        return self._running
+
+    def cancel(self) -> None:
+        """Say nothing more (the answer, when it comes, is dropped and this object deleted)."""
+        self._cancelled = True
+
+    def _on_reply(self, message: dict[str, Any]) -> None:
+        self._running = False
+        if self._cancelled:
+            self.deleteLater()
+            return
+        if message.get("ok"):
+            self.finished.emit({k: v for k, v in message.items() if k not in ("v", "re", "ok")}, "")
+        else:
+            self.finished.emit({}, str(message.get("error") or f"the listing on {self.host.name} failed"))
+
+
+class RemoteFiles(QObject):
+    """Asks the agent for listings; remembers the last folder shown per host."""
+
+    def __init__(self, agent: AgentClient, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._agent = agent
         self._last: dict[str, str] = {}
 
-    def list_folder(self, host: Host, path: str) -> Listing:
+    def list_folder(self, host: Host, path: str) -> AgentListing:
         """``path`` on ``host`` (``~`` is the host's home); the answer holds the folder as the host
         resolved it, its parent and entries (name, is_dir, model, size)."""
-        listing = Listing(host, FOLDER, ["ls", "--json", "--", path], self)
+        listing = AgentListing(host, FOLDER, self._agent, {"path": path}, self)
         listing.finished.connect(
             lambda answer, _msg: self._remember(host.name, str(answer.get("path") or "")))
         return listing
 
-    def list_cache(self, host: Host) -> Listing:
+    def list_cache(self, host: Host) -> AgentListing:
         """The models in ``host``'s Hugging Face cache (Hub ids, sizes, paths)."""
-        return Listing(host, CACHE, ["ls", "--json", "--hf-cache"], self)
+        return AgentListing(host, CACHE, self._agent, {"hf_cache": True}, self)
 
     def last_folder(self, host_name: str) -> str:
         """The folder last shown for this host in this session ("" when none)."""

@@ -1,8 +1,8 @@
 """The "Browse HOST" dialog: a folder picker that browses a host's folders (model paths are the host's).
 
-Every listing is the host's own ``gaudi-gui ls PATH --json`` (``gaudi_gui.commands.ls``), which the
-``services.remote_files.RemoteFiles`` service starts as a child; the dialog binds to its ``Listing``
-and starts no process. Nothing blocks the GUI thread; while a listing runs the dialog says
+Every listing is a ``files.list`` request that the ``services.remote_files.RemoteFiles`` service sends
+to the agent, which carries it to the host's agent (its one ssh session); the dialog binds to its
+``AgentListing`` and starts no process. Nothing blocks the GUI thread; while a listing runs the dialog says
 "loading…", and a failure (no such folder, permission denied, ssh itself) is said in the dialog, in
 the service's words.
 
@@ -38,7 +38,7 @@ from PySide6.QtWidgets import (
 
 from gaudi_gui.core.metrics import format_size
 from gaudi_gui.core.remote import Host
-from gaudi_gui.services.remote_files import CACHE, FOLDER, Listing, RemoteFiles
+from gaudi_gui.services.remote_files import CACHE, FOLDER, AgentListing, RemoteFiles
 
 PATH_ROLE = Qt.ItemDataRole.UserRole
 KIND_ROLE = Qt.ItemDataRole.UserRole + 1
@@ -62,7 +62,7 @@ class RemoteBrowser(QDialog):
         self._files = files
         self.chosen = ""
         self.folder = ""  #: the folder shown (as the host resolved it)
-        self._listing: Listing | None = None
+        self._listing: AgentListing | None = None
         self._cache_loaded = False
         self.setWindowTitle(f"Browse {host.name}")
         self.resize(640, 480)
@@ -117,7 +117,7 @@ class RemoteBrowser(QDialog):
         self.entries.clear()
         self._follow(lambda: self._files.list_folder(self.host, path))
 
-    def _follow(self, start: Callable[[], Listing]) -> None:
+    def _follow(self, start: Callable[[], AgentListing]) -> None:
         self._abandon()
         self._set_status("loading…")
         self.choose_button.setEnabled(False)
@@ -135,7 +135,7 @@ class RemoteBrowser(QDialog):
         self._abandon()
         super().done(result)
 
-    def _on_finished(self, listing: Listing, answer: dict[str, Any], message: str) -> None:
+    def _on_finished(self, listing: AgentListing, answer: dict[str, Any], message: str) -> None:
         if listing is not self._listing:
             return
         self._listing = None

@@ -3,12 +3,16 @@ configured the way a user's ~/.ssh/config would be: the "remote" host is this ma
 hl-smi on its PATH and a data folder of its own (GAUDI_GUI_HOME), reached as ``gg-remote``.
 
 Everything the server starts carries a marker in its environment, so a test can ask what is still
-running "on the host" after the client side was killed."""
+running "on the host" after the client side was killed.
+
+``@pytest.mark.sshd(max_sessions=N)`` gives the server OpenSSH's ``MaxSessions N`` (no limit
+otherwise); ``SshHost.sessions()`` says how many sessions are open and the most that ever were."""
 
 from __future__ import annotations
 
 import contextlib
 import getpass
+import json
 import os
 import shutil
 import signal
@@ -39,6 +43,13 @@ class SshHost:
     server: subprocess.Popen
     marker: str
     port: int
+    #: the server's session counts (tests/sshd.py --sessions-file)
+    sessions_file: Path
+
+    def sessions(self) -> tuple[int, int]:
+        """(sessions open now, the most ever open at once) over all the server's connections."""
+        counts = json.loads(self.sessions_file.read_text())
+        return int(counts["open"]), int(counts["peak"])
 
     @property
     def runs_dir(self) -> Path:
@@ -68,12 +79,24 @@ class SshHost:
                 lines.append(" ".join(proc.cmdline()))
         return lines
 
-    def wait_no_processes(self, timeout: float = 20.0) -> list[str]:
+    def wait_no_processes(self, timeout: float = 20.0, *, but_agent: bool = False) -> list[str]:
+        """What still runs on the host after ``timeout`` (empty: nothing). ``but_agent``: the host's
+        agent and the relay of the workstation's link to it are meant to stay (they are left out)."""
         deadline = time.monotonic() + timeout
-        left = self.processes()
+
+        def left_now() -> list[psutil.Process]:
+            out = []
+            for proc in self.processes():
+                with contextlib.suppress(psutil.Error):
+                    line = " ".join(proc.cmdline())
+                    if not (but_agent and (" agent --daemon" in line or " agent --stdio" in line)):
+                        out.append(proc)
+            return out
+
+        left = left_now()
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
-            left = self.processes()
+            left = left_now()
         return [" ".join(p.cmdline())[:160] for p in left if p.is_running()]
 
 
@@ -82,8 +105,13 @@ def _keygen(path: Path) -> None:
                    capture_output=True)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sshd(max_sessions=N): the test SSH server's MaxSessions")
+
+
 @pytest.fixture
-def ssh_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshHost]:
+def ssh_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+             request: pytest.FixtureRequest) -> Iterator[SshHost]:
     if shutil.which("ssh") is None:
         pytest.fail("the remote-host tests need the OpenSSH client (Debian: apt-get install openssh-client)")
     base = tmp_path / "ssh"
@@ -107,9 +135,13 @@ def ssh_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshHos
                 "PATH": os.pathsep.join([str(fake_bin), str(Path(sys.executable).parent), env["PATH"]])})
     env.pop("GAUDI_GUI_SSH_CONFIG", None)
     port_file = base / "port"
+    sessions_file = base / "sessions.json"
+    mark = request.node.get_closest_marker("sshd")
+    max_sessions = int(mark.kwargs.get("max_sessions", 0)) if mark is not None else 0
     server = subprocess.Popen([sys.executable, str(SSHD), "--host-key", str(base / "host_key"),
                                "--authorized-keys", str(base / "client_key.pub"), "--port-file",
-                               str(port_file), "--cwd", str(home)], env=env, start_new_session=True,
+                               str(port_file), "--cwd", str(home), "--max-sessions", str(max_sessions),
+                               "--sessions-file", str(sessions_file)], env=env, start_new_session=True,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while not port_file.exists():
@@ -132,7 +164,7 @@ def ssh_host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[SshHos
     control = Path(tempfile.mkdtemp(prefix="ggs-"))  # short: a socket path has ~104 bytes
     monkeypatch.setenv("GAUDI_GUI_SSH_CONFIG", str(config))
     monkeypatch.setenv("GAUDI_GUI_SSH_CONTROL_DIR", str(control))
-    host = SshHost(ALIAS, home, config, control, server, marker, port)
+    host = SshHost(ALIAS, home, config, control, server, marker, port, sessions_file)
     try:
         yield host
     finally:
