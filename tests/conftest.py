@@ -164,6 +164,8 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         save_cached(Schema.from_dict(json.loads(text[text.find("{"):])))
     yield home
     _assert_no_background_work_left()
+    if "gaudi_gui.services.agent_child" in sys.modules:  # the window's client of this test's agent
+        sys.modules["gaudi_gui.services.agent_child"].close_shared()
     _end_agent()
     _assert_no_process_left(home)
 

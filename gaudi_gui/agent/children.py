@@ -143,7 +143,7 @@ def _dashboard(args: dict[str, Any]) -> Spec:
         raise Refused("dashboard needs folder (the run's folder)")
     argv = [sys.executable, "-m", "gaudi_gui", "runs", "open", folder, f"--{kind}", "--no-browser", "--json"]
     if args.get("python"):
-        argv += ["--python", _python(args)]
+        argv += ["--python", str(args["python"])]  # one argument of the command, which checks it
     env = dict(os.environ)
     env.setdefault("PYTHONUNBUFFERED", "1")
     return Spec(argv, env)

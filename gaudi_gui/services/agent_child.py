@@ -33,14 +33,20 @@ def shared_client() -> AgentClient:
     path = str(agentwire.socket_path())
     client = _SHARED.get(path)
     if client is None:
-        for old in _SHARED.values():
-            old.close()
-            old.deleteLater()
-        _SHARED.clear()
+        close_shared()
         client = AgentClient(starter=agentwire.spawn)
         client.start()
         _SHARED[path] = client
     return client
+
+
+def close_shared() -> None:
+    """Close this process's client (the agent ends the children it ran for it); the next
+    ``shared_client`` connects again. Tests call it as each one ends (each has its own agent)."""
+    for old in _SHARED.values():
+        old.close()
+        old.deleteLater()
+    _SHARED.clear()
 
 
 def describe_exit(exit_code: int, exit_status: str) -> str:
