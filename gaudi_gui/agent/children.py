@@ -149,10 +149,19 @@ def _dashboard(args: dict[str, Any]) -> Spec:
     return Spec(argv, env)
 
 
+def _doctor(args: dict[str, Any]) -> Spec:
+    """This machine's doctor (the start gate's check; a host's goes over ssh from the window still)."""
+    argv = [_python(args), "-m", "gaudi_gui", "doctor", "--json", "--timeout",
+            f"{max(1.0, float(args.get('timeout_s') or 30)):g}"]
+    if args.get("hl_smi"):
+        argv += ["--hl-smi", str(args["hl_smi"])]
+    return Spec(argv, dict(os.environ))
+
+
 #: Every kind of interactive child: its name -> its argv and environment from the request's ``args``.
 KINDS: dict[str, Callable[[dict[str, Any]], Spec]] = {
     "generate": _generate, "probe": _probe, "schema": _schema, "validate": _validate,
-    "sft_preview": _sft_preview, "merge": _merge, "dashboard": _dashboard}
+    "sft_preview": _sft_preview, "merge": _merge, "dashboard": _dashboard, "doctor": _doctor}
 
 
 class _Lines:
