@@ -1,6 +1,10 @@
 """Model runner: decoding tokens/s through the app's worker against a plain ``model.generate`` script
 (same model, same greedy settings, same run), the worker's added time to first token, and the latency
-of Stop (cancel request to the finished event), on the demo model and a ~100M-parameter random Llama."""
+of Stop (cancel request to the finished event), on the demo model and a ~100M-parameter random Llama.
+
+The worker runs as the window runs it: a ``generate`` child of this machine's agent (a private one, in
+a temporary state folder), its tokens read as the agent's ``output`` events; decode tokens/s is timed
+here, on the client's side of the agent, from the arrival of the first token to the last one."""
 
 from __future__ import annotations
 
@@ -17,8 +21,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.harness import interleaved_metrics, row  # noqa: E402
+from bench.harness import environ, interleaved_metrics, row  # noqa: E402
 from gaudi_gui.core import generation, protocol  # noqa: E402
+from gaudi_gui.core.agentwire import Connection  # noqa: E402
 from gaudi_gui.core.generation import GenerationParams, LoadOptions  # noqa: E402
 
 PROMPT = "The learning rate sets the size of each step."
@@ -164,8 +169,63 @@ class Worker:
             self.proc.wait()
 
 
+class AgentWorker(Worker):
+    """The same worker as the agent's ``generate`` child (what the window's runner uses), its events
+    timed as they reach this client."""
+
+    def __init__(self) -> None:  # no super().__init__(): it would start a worker of its own
+        self.conn = Connection.open(client="bench")
+        self.child_id = str(self.conn.request("child.start", kind="generate", args={})["child_id"])
+        self._queue: list[tuple[float, dict[str, Any]]] = []
+
+    def send(self, line: str) -> None:
+        self.conn.request("child.send", child_id=self.child_id, message=line)
+
+    def next_timed(self) -> tuple[float, dict[str, Any]]:
+        while not self._queue:
+            event = next(self.conn.stream(timeout=120))
+            now = time.perf_counter()
+            if event.get("child_id") != self.child_id:
+                continue
+            if "end" in event:
+                raise RuntimeError(f"worker ended: {event['end']}")
+            self._queue += [(now, m) for m in event.get("messages") or [] if "type" in m]
+        return self._queue.pop(0)
+
+    def next_event(self) -> dict[str, Any]:
+        return self.next_timed()[1]
+
+    def generate(self, n: int) -> tuple[float, dict[str, Any]]:
+        params = GenerationParams(max_new_tokens=n, min_new_tokens=n, do_sample=False)
+        t0 = time.perf_counter()
+        self.send(generation.generate_command(params, prompt=PROMPT, request_id=1))
+        times: list[float] = []
+        while True:
+            at, message = self.next_timed()
+            if message["type"] == "token":
+                times.append(at)
+            elif message["type"] == "finished":
+                stats = dict(message["stats"])
+                stats["decode_tokens_per_s_worker"] = stats.get("decode_tokens_per_s", float("nan"))
+                # The tokens after the first (a token event carries a piece of text: one or more), over
+                # the time from the first's arrival here to the last's.
+                span = times[-1] - times[0] if len(times) > 1 else float("nan")
+                stats["decode_tokens_per_s"] = (int(stats.get("tokens") or 0) - 1) / span
+                return times[0] - t0 if times else float("nan"), stats
+            elif message["type"] == "error":
+                raise RuntimeError(message.get("message"))
+
+    def close(self) -> None:
+        try:
+            self.conn.request("child.send", child_id=self.child_id,
+                              message=generation.shutdown_command(), close=True)
+            self.conn.request("shutdown", force=True)
+        finally:
+            self.conn.close()
+
+
 def _bench_model(label: str, path: str, n: int, reps: int) -> list[dict]:
-    worker = Worker()
+    worker = AgentWorker()
     plain = Plain(path)
     try:
         worker.load(path)
@@ -183,8 +243,8 @@ def _bench_model(label: str, path: str, n: int, reps: int) -> list[dict]:
     tps, ttft = result["decode_tokens_per_s"], result["ttft_s"]
     added = [(s["app"] - s["base"]) * 1000 for s in ttft["samples"]]
     return [
-        row(f"runner[{label}]: decode tokens/s (worker vs plain generate)", tps, unit="tok/s",
-            goal="ratio >= 0.95"),
+        row(f"runner[{label}]: decode tokens/s (through the agent vs plain generate)", tps, unit="tok/s",
+            goal="ratio >= 0.97"),
         {"name": f"runner[{label}]: added time to first token", "value": statistics.median(added),
          "unit": "ms", "baseline": round(ttft["base_median"] * 1000, 3), "ratio": None,
          "spread": [round(min(added), 2), round(max(added), 2)], "goal": "< 20 ms"},
@@ -194,7 +254,7 @@ def _bench_model(label: str, path: str, n: int, reps: int) -> list[dict]:
 
 
 def run(quick: bool = False) -> list[dict]:
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, environ(GAUDI_GUI_HOME=str(Path(tmp) / "home")):
         demo = Path(tmp) / "demo"
         subprocess.run([sys.executable, "-m", "gaudi_gui.workers.demo", str(demo), "--steps", "50"],
                        check=True, capture_output=True)

@@ -165,6 +165,8 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     yield home
     _close_agent_clients()
     _assert_no_background_work_left()
+    if "gaudi_gui.services.agent_child" in sys.modules:  # the window's client of this test's agent
+        sys.modules["gaudi_gui.services.agent_child"].close_shared()
     _end_agent()
     _assert_no_process_left(home)
 

@@ -57,7 +57,7 @@ class Ev(str, enum.Enum):
     LOG = "log"
     #: Events a job's worker wrote (its events.jsonl): ``id``, ``events``.
     EVENT = "event"
-    #: An interactive child's messages (the runner's worker): ``id``, ``messages``; its end: ``end``.
+    #: An interactive child's messages (the runner's worker): ``child_id``, ``messages``; its end: ``end``.
     OUTPUT = "output"
     #: A host's link: ``host``, ``state`` (connecting|up|down), ``message``, ``retry_s``.
     HOST = "host"

@@ -138,10 +138,9 @@ class AppServices:
     def ensure_agent(self, parent: QObject | None = None) -> AgentClient:
         """The agent's client, connecting (an agent is started in the background when none answers)."""
         if self.agent is None:
-            from gaudi_gui.core import agentwire
-            from gaudi_gui.services.agent_client import AgentClient
-            self.agent = AgentClient(starter=agentwire.spawn, parent=parent)
-            self.agent.start()
+            # The one the agent's children (services/agent_child.py) speak through too.
+            from gaudi_gui.services.agent_child import shared_client
+            self.agent = shared_client()
         return self.agent
 
     def ensure_generation(self, parent: QObject | None = None) -> GenerationClient:

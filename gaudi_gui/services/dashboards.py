@@ -26,7 +26,8 @@ from gaudi_gui.core import dashboard
 from gaudi_gui.core.placement import Forward
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.serve import pick_free_port
-from gaudi_gui.services.process import ProcessRunner, ask_forward, describe_exit
+from gaudi_gui.services.agent_child import AgentChild, describe_exit
+from gaudi_gui.services.process import ProcessRunner, ask_forward
 
 #: Tries of ``ssh -O forward`` (1 s, then 2 s apart) before the forward is said to have failed.
 FORWARD_ATTEMPTS = 3
@@ -35,7 +36,7 @@ FORWARD_ATTEMPTS = 3
 class _Board:
     """One dashboard child: its runner, the runs waiting for their URL, its forward (a host's)."""
 
-    def __init__(self, runner: ProcessRunner, kind: str, host: Host) -> None:
+    def __init__(self, runner: ProcessRunner | AgentChild, kind: str, host: Host) -> None:
         self.runner, self.kind, self.host = runner, kind, host
         self.waiting: list[str] = []
         self.forward: Forward | None = None
@@ -87,22 +88,21 @@ class DashboardService(QObject):
             board.waiting.append(folder)
             board.runner.write_line(folder)
             return
-        runner = ProcessRunner(self, parse_protocol=False, tail_lines=40)
+        # The one place choosing: this machine's dashboard is the agent's child; a host's still runs
+        # over ssh from here until the hosts' agents take requests (then: host=... to the agent).
+        runner: ProcessRunner | AgentChild = (AgentChild(self, tail_lines=40) if host.is_local
+                                              else ProcessRunner(self, parse_protocol=False, tail_lines=40))
         board = _Board(runner, kind, host)
         board.waiting.append(folder)
         self.boards[key] = board
-        args = ["runs", "open", folder, f"--{kind}", "--no-browser", "--json"]
-        python = self.python or os.environ.get("GAUDI_GUI_DASHBOARD_PYTHON", "")
-        if python and host.is_local:
-            args += ["--python", python]
-        argv = host.wrap(host.gaudi_gui_argv(*args))
         runner.line_received.connect(lambda stream, line: self._line(board, stream, line))
         runner.finished.connect(lambda code, status: self._ended(board, code, status))
-        if host.is_local:
-            env = dict(os.environ)
-            env.setdefault("PYTHONUNBUFFERED", "1")
-            runner.start(argv[0], argv[1:], env=env, stdin_open=True)
+        if isinstance(runner, AgentChild):
+            python = self.python or os.environ.get("GAUDI_GUI_DASHBOARD_PYTHON", "")
+            runner.start("dashboard", {"kind": kind, "folder": folder, "python": python})
         else:
+            argv = host.wrap(host.gaudi_gui_argv("runs", "open", folder, f"--{kind}", "--no-browser",
+                                                 "--json"))
             runner.start(argv[0], argv[1:], stdin_open=True)
 
     # -- the child's answers ------------------------------------------------------------------------

@@ -1,16 +1,14 @@
-"""Runs ``python -m gaudi_gui.workers.probe`` in a child and hands its JSON to the views."""
+"""Has the agent run ``python -m gaudi_gui.workers.probe`` (the ``probe`` child of agent/children.py) and
+hands its JSON to the views."""
 
 from __future__ import annotations
 
-import sys
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, Signal
 
-from gaudi_gui.core.visibility import child_env
-
 if TYPE_CHECKING:
-    from gaudi_gui.services.process import ProcessRunner
+    from gaudi_gui.services.agent_child import AgentChild
 
 
 class EnvironmentProbe(QObject):
@@ -25,10 +23,11 @@ class EnvironmentProbe(QObject):
 
     def __init__(self, python: str | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._python = python or sys.executable
-        # The child's runner (and services.process with it) is made by the first refresh: the app
-        # makes this probe before its window's first paint and starts it after.
-        self._runner: ProcessRunner | None = None
+        #: The Python that runs the probe ('': the agent's own).
+        self._python = python or ""
+        # The child (and the agent's client with it) is made by the first refresh: the app makes this
+        # probe before its window's first paint and starts it after.
+        self._runner: AgentChild | None = None
         self._result: dict[str, Any] | None = None
         self._got_result = False
 
@@ -47,16 +46,16 @@ class EnvironmentProbe(QObject):
 
     def refresh(self) -> None:
         if self._runner is None:
-            from gaudi_gui.services.process import ProcessRunner
+            from gaudi_gui.services.agent_child import AgentChild
 
-            self._runner = ProcessRunner(self)
+            self._runner = AgentChild(self)
             self._runner.message_received.connect(self._on_message)
             self._runner.finished.connect(self._on_finished)
         if self._runner.is_running():
             return
         self._got_result = False
         self.probe_started.emit()
-        self._runner.start(self._python, ["-m", "gaudi_gui.workers.probe"], env=child_env())
+        self._runner.start("probe", {"python": self._python} if self._python else {})
 
     def _on_message(self, message: dict) -> None:
         if message.get("type") == "probe" and isinstance(message.get("info"), dict):
@@ -67,7 +66,7 @@ class EnvironmentProbe(QObject):
     def _on_finished(self, code: int, status: str) -> None:
         if self._got_result or self._runner is None:
             return
-        from gaudi_gui.services.process import describe_exit
+        from gaudi_gui.services.agent_child import describe_exit
 
         tail = "\n".join(self._runner.tail(15))
         self.probe_failed.emit(f"environment probe {describe_exit(code, status)}\n{tail}".strip())

@@ -1,6 +1,7 @@
 """The model runner's service: one generate worker child, spoken to over the JSON-lines protocol.
 
-The worker is started lazily (on the first load) with the device environment of the cards checked in
+The worker is started lazily (on the first load) by this machine's agent (its ``generate`` child: the
+window starts no process) with the device environment of the cards checked in
 the Devices tab, keeps its model between prompts, and is stopped with the window. While a model is
 loaded the cards are claimed in the DeviceSelection so the training tab can warn about sharing them.
 
@@ -20,7 +21,6 @@ current worker (it is shut down in the background) and the next load starts one 
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -29,9 +29,13 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from gaudi_gui.core import generation, remote
 from gaudi_gui.core.generation import GenerationParams, LoadOptions
 from gaudi_gui.core.remote import Host
-from gaudi_gui.core.visibility import child_env
+from gaudi_gui.services.agent_child import EXIT_NORMAL, AgentChild, describe_exit
 from gaudi_gui.services.device_selection import DeviceSelection
-from gaudi_gui.services.process import EXIT_NORMAL, ProcessRunner, describe_exit
+from gaudi_gui.services.process import ProcessRunner
+
+#: The worker's runner: this machine's agent runs it (AgentChild); a host's runs over ssh from here
+#: (ProcessRunner) until the hosts' agents take requests.
+Runner = ProcessRunner | AgentChild
 
 JOB_NAME = "Model runner"
 
@@ -79,11 +83,12 @@ class GenerationClient(QObject):
                  parent: QObject | None = None, *, host: Host | None = None) -> None:
         super().__init__(parent)
         self._selection = selection
-        self._python = python or sys.executable
+        #: The Python of a local worker ('': the agent's own).
+        self._python = python or ""
         self._host = host or Host.local()
         #: Runners of earlier hosts still shutting down (kept so kill() reaches them).
-        self._retired: list[ProcessRunner] = []
-        self._runner = self._new_runner()
+        self._retired: list[Runner] = []
+        self._runner = self._new_runner(self._host)
         self._state = STOPPED
         self._expect_exit = False
         #: Why the worker was refused (another gaudi-gui on the host), said once it has ended.
@@ -95,8 +100,10 @@ class GenerationClient(QObject):
         self._request = 0
         self._cancelling_load = False
 
-    def _new_runner(self) -> ProcessRunner:
-        runner = ProcessRunner(self, tail_lines=60)
+    def _new_runner(self, host: Host) -> Runner:
+        """The one place choosing who runs the worker: this machine's agent, or ssh to a host."""
+        runner: Runner = (AgentChild(self, tail_lines=60) if host.is_local
+                          else ProcessRunner(self, tail_lines=60))
 
         def current(slot: Callable[..., None]) -> Callable[..., None]:
             # A retired runner (an earlier host's worker shutting down) must not move this client.
@@ -152,9 +159,9 @@ class GenerationClient(QObject):
         self._expect_exit = False
         extra = self._selection.env() if self._selection is not None else {}
         self._set_state(STARTING)
-        if self._host.is_local:
-            self._runner.start(self._python, ["-m", "gaudi_gui.workers.generate"],
-                               env=child_env(extra), stdin_open=True)
+        if isinstance(self._runner, AgentChild):
+            python = {"python": self._python} if self._python else {}
+            self._runner.start("generate", {"env": extra, **python})
             return
         argv = remote_worker_argv(self._host, extra)
         # Its own session, so a kill reaches the ssh client whatever it started; stdin stays open:
@@ -176,7 +183,7 @@ class GenerationClient(QObject):
             QTimer.singleShot(3000, old, lambda: old.terminate_tree(3000))
         else:
             old.deleteLater()
-        self._runner = self._new_runner()
+        self._runner = self._new_runner(host)
         self._drop_model()
         self._options = None
         self._pending = None
@@ -189,7 +196,7 @@ class GenerationClient(QObject):
         self._set_state(STOPPED)
         self.host_changed.emit(host.name)
 
-    def _forget(self, runner: ProcessRunner) -> None:
+    def _forget(self, runner: Runner) -> None:
         if runner in self._retired:
             self._retired.remove(runner)
         runner.deleteLater()

@@ -1,5 +1,7 @@
 """The start gate in the Qt process: the doctor children of a ``core.preflight.Plan``, one per host,
-in parallel, each with its own timeout, run and read off the GUI thread (``services.doctor_child``).
+in parallel, each with its own timeout: this machine's is the agent's ``doctor`` child (``AgentDoctor``),
+a host's still runs over ssh from here, read off the GUI thread (``services.doctor_child``), until the
+hosts' agents take requests.
 
 What to check and how to read the answers is ``core.preflight`` (shared with the command line); this
 object only starts the children (a host that takes too long is killed and becomes an error naming
@@ -13,20 +15,72 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
+from collections.abc import Callable
+from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
+from gaudi_gui.core import child as core_child
 from gaudi_gui.core import preflight as core
 from gaudi_gui.core.health import HostHealth
+from gaudi_gui.services.agent_child import AgentChild
 from gaudi_gui.services.doctor_child import DoctorChild
 
 _TAIL = 20
 
 
+class AgentDoctor(QObject):
+    """This machine's doctor as the agent's child: ``DoctorChild``'s ``ended(read(outcome))``, with
+    the timeout kept here (a timer: the agent ends the child when it is asked to)."""
+
+    ended = Signal(object)
+
+    def __init__(self, parent: QObject, read: Callable[[core_child.Outcome], object],
+                 tail_lines: int = 40) -> None:
+        super().__init__(parent)
+        self._read = read
+        self._child = AgentChild(self, tail_lines=tail_lines)
+        self._child.finished.connect(self._on_finished)
+        self._stdout: list[str] = []
+        self._child.line_received.connect(lambda stream, line: self._stdout.append(line)
+                                          if stream == "stdout" else None)
+        self._timer = QTimer(self)
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self._on_timeout)
+        self._timed_out = False
+        self._retired = False
+
+    def start(self, args: dict[str, Any], timeout_ms: int) -> None:
+        self._child.start("doctor", args)
+        self._timer.start(max(0, timeout_ms))
+
+    def retire(self) -> None:
+        """Killed, and heard no more."""
+        self._retired = True
+        self._timer.stop()
+        self._child.kill_tree()
+        if not self._child.is_running():
+            self.deleteLater()
+
+    def _on_timeout(self) -> None:
+        self._timed_out = True
+        self._child.kill_tree()
+
+    def _on_finished(self, code: int, status: str) -> None:
+        self._timer.stop()
+        if self._retired:
+            self.deleteLater()
+            return
+        outcome = core_child.Outcome(stdout="\n".join(self._stdout),
+                                     code=None if status == "failed_to_start" else code,
+                                     tail=tuple(self._child.tail(40)), timed_out=self._timed_out)
+        self.ended.emit(self._read(outcome))
+
+
 @dataclasses.dataclass
 class _Run:
     plan: core.Plan
-    checks: list[DoctorChild]
+    checks: list[DoctorChild | AgentDoctor]
     started_at: float
     replies: dict[int, HostHealth] = dataclasses.field(default_factory=dict)
 
@@ -60,13 +114,18 @@ class PreflightService(QObject):
         self.started.emit(key, plan)
         for target in plan.targets:
             # The reply (the report's parse) is made on the doctor's thread.
-            check = DoctorChild(self, functools.partial(core.host_reply, target, timeout_s=limit_s),
-                                tail_lines=_TAIL)
+            read = functools.partial(core.host_reply, target, timeout_s=limit_s)
+            # The one place choosing: this machine's doctor is the agent's child, a host's runs here.
+            check = AgentDoctor(self, read, _TAIL) if target.is_local else DoctorChild(self, read, _TAIL)
             run.checks.append(check)
             # A bound method (the check is the sender), not a lambda holding this object: a check's
             # connection must never be the last holder of its own parent (services.health).
             check.ended.connect(self._on_reply)
-            check.start(core.doctor_argv(target, plan, python=self.python), int(limit_s * 1000))
+            if isinstance(check, AgentDoctor):
+                args = {"timeout_s": plan.timeout_s, "hl_smi": plan.hl_smi, "python": self.python}
+                check.start({k: v for k, v in args.items() if v}, int(limit_s * 1000))
+            else:
+                check.start(core.doctor_argv(target, plan, python=self.python), int(limit_s * 1000))
         return True
 
     def cancel(self, key: str) -> None:
@@ -81,7 +140,7 @@ class PreflightService(QObject):
 
     def _on_reply(self, reply: HostHealth) -> None:
         check = self.sender()
-        if not isinstance(check, DoctorChild):
+        if not isinstance(check, (DoctorChild, AgentDoctor)):
             return
         key = next((k for k, r in self._runs.items() if check in r.checks), None)
         if key is None:

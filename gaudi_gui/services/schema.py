@@ -1,21 +1,18 @@
-"""The TrainingArguments schema and job validation, computed in short-lived children (the Qt
-process never imports transformers): ``SchemaLoader``, owned by ``AppServices``."""
+"""The TrainingArguments schema and job validation, computed in short-lived children that the agent
+runs (its ``schema`` and ``validate`` kinds; the Qt process never imports transformers):
+``SchemaLoader``, owned by ``AppServices``."""
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import sys
-import tempfile
 from collections.abc import Mapping
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
-from gaudi_gui.core import prepare as prepare_mod
 from gaudi_gui.core.training_args import Schema, load_cached, save_cached
-from gaudi_gui.services.process import ProcessRunner, describe_exit
+from gaudi_gui.services.agent_child import AgentChild, describe_exit
 
 
 def _installed_transformers() -> str:
@@ -40,15 +37,14 @@ class SchemaLoader(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.schema: Schema | None = None
-        self._schema_runner = ProcessRunner(self, parse_protocol=False, tail_lines=400)
+        self._schema_runner = AgentChild(self, tail_lines=400)
         self._schema_runner.line_received.connect(self._on_schema_line)
         self._schema_runner.finished.connect(self._on_schema_finished)
         self._schema_lines: list[str] = []
-        self._validate_runner = ProcessRunner(self, parse_protocol=False)
+        self._validate_runner = AgentChild(self)
         self._validate_runner.line_received.connect(self._on_validate_line)
         self._validate_runner.finished.connect(self._on_validate_finished)
         self._validate_lines: list[str] = []
-        self._validate_file = ""
         #: True from a child's start until its schema was handed on (or failed): a form shown with the
         #: cached schema may still be rebuilt with the child's.
         self.loading = False
@@ -72,8 +68,7 @@ class SchemaLoader(QObject):
             return
         self._schema_lines = []
         self.loading = True
-        self._schema_runner.start(sys.executable, ["-m", "gaudi_gui.workers.schema"],
-                                  env=prepare_mod.child_env(device, device_env))
+        self._schema_runner.start("schema", {"device": device, "device_env": dict(device_env or {})})
 
     def _on_schema_line(self, stream: str, line: str) -> None:
         if stream == "stdout":
@@ -106,23 +101,16 @@ class SchemaLoader(QObject):
         ddp_backend that no single process could initialise)."""
         if self._validate_runner.is_running():
             return
-        fd, path = tempfile.mkstemp(prefix="gaudi-gui-validate-", suffix=".json")
-        with os.fdopen(fd, "w") as fh:
-            json.dump({"training_args": dict(training_args),
-                       "env": prepare_mod.device_variables(device, device_env),
-                       "num_processes": max(1, int(num_processes))}, fh)
-        self._validate_file = path
         self._validate_lines = []
-        self._validate_runner.start(sys.executable, ["-m", "gaudi_gui.workers.schema", "--validate", path],
-                                    env=prepare_mod.child_env(device, device_env))
+        self._validate_runner.start("validate", {
+            "training_args": dict(training_args), "device": device, "device_env": dict(device_env or {}),
+            "num_processes": max(1, int(num_processes))})
 
     def _on_validate_line(self, stream: str, line: str) -> None:
         if stream == "stdout":
             self._validate_lines.append(line)
 
     def _on_validate_finished(self, code: int, status: str) -> None:
-        with contextlib.suppress(OSError):
-            os.unlink(self._validate_file)
         for line in reversed(self._validate_lines):
             with contextlib.suppress(ValueError):
                 data = json.loads(line)

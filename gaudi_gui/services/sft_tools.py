@@ -1,15 +1,13 @@
 """The two helper children of instruction/chat fine-tuning: the render preview and "Merge and save".
 
-Each wraps one ProcessRunner; both answer with one JSON line, read when the child ends.
+Each wraps one child that the agent runs (its ``sft_preview`` and ``merge`` kinds); both answer with
+one JSON line, read when the child ends.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +15,7 @@ from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.secrets import redact
-from gaudi_gui.services.process import ProcessRunner
+from gaudi_gui.services.agent_child import AgentChild
 
 
 def _last_json(lines: list[str]) -> dict[str, Any] | None:
@@ -34,11 +32,10 @@ def _last_json(lines: list[str]) -> dict[str, Any] | None:
 class _OneShot(QObject):
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._runner = ProcessRunner(self, parse_protocol=False, tail_lines=50)
+        self._runner = AgentChild(self, tail_lines=50)
         self._runner.line_received.connect(self._on_line)
         self._runner.finished.connect(self._on_finished)
         self._lines: list[str] = []
-        self._file = ""
 
     def is_running(self) -> bool:
         return self._runner.is_running()
@@ -47,21 +44,15 @@ class _OneShot(QObject):
         if self._runner.is_running():
             self._runner.kill_tree()
 
-    def _start(self, args: list[str]) -> None:
+    def _start(self, kind: str, args: dict[str, Any]) -> None:
         self._lines = []
-        env = dict(os.environ)
-        env.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
-        self._runner.start(sys.executable, args, env=env)
+        self._runner.start(kind, args)
 
     def _on_line(self, stream: str, line: str) -> None:
         if stream == "stdout":
             self._lines.append(line)
 
     def _on_finished(self, code: int, status: str) -> None:
-        if self._file:
-            with contextlib.suppress(OSError):
-                os.unlink(self._file)
-            self._file = ""
         result = _last_json(self._lines)
         if result is None:
             tail = " | ".join(redact(t) for t in self._runner.tail(3))
@@ -83,11 +74,7 @@ class RenderPreview(_OneShot):
         """Start a preview of ``job``; False while one runs."""
         if self.is_running():
             return False
-        fd, path = tempfile.mkstemp(prefix="gaudi-gui-preview-", suffix=".json")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(job.to_json())  # to_json never holds a token
-        self._file = path
-        self._start(["-m", "gaudi_gui.workers.sft_data", "--config", path, "--rows", str(rows)])
+        self._start("sft_preview", {"job": job.to_json(), "rows": rows})  # to_json never holds a token
         return True
 
     def _answer(self, result: dict[str, Any]) -> None:
@@ -103,7 +90,7 @@ class AdapterMerger(_OneShot):
     def merge(self, adapter: str | Path, out: str | Path) -> bool:
         if self.is_running():
             return False
-        self._start(["-m", "gaudi_gui.workers.merge", "--adapter", str(adapter), "--out", str(out)])
+        self._start("merge", {"adapter": str(adapter), "out": str(out)})
         return True
 
     def _answer(self, result: dict[str, Any]) -> None:

@@ -1,0 +1,97 @@
+"""The agent's interactive children (agent/children.py): a real generate worker on the tiny model,
+started, spoken to, streamed and stopped through the agent; a crashing child's end; the window's
+``AgentChild`` streaming a generation while the window process has no child of its own."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from pytestqt.qtbot import QtBot
+
+from gaudi_gui.core import generation
+from gaudi_gui.core.agentwire import AgentError, Connection, Ev
+from gaudi_gui.core.generation import GenerationParams, LoadOptions
+from gaudi_gui.services.agent_child import EXIT_FAILED_TO_START, EXIT_NORMAL, AgentChild
+
+
+def _until(conn: Connection, child_id: str, want: Any, timeout: float = 120) -> list[dict[str, Any]]:
+    """Messages of ``child_id`` until ``want(event)`` holds for one event (returned with them)."""
+    seen: list[dict[str, Any]] = []
+    deadline = time.monotonic() + timeout
+    for event in conn.stream(timeout=5):
+        assert event["ev"] == Ev.OUTPUT.value and event["child_id"] == child_id
+        seen.append(event)
+        if want(event):
+            return seen
+        assert time.monotonic() < deadline, f"nothing wanted in {timeout} s: {seen[-3:]}"
+    raise AssertionError(f"the stream went quiet: {seen[-3:]}")
+
+
+def _types(events: list[dict[str, Any]]) -> list[str]:
+    return [m.get("type", "") for e in events for m in e.get("messages") or []]
+
+
+def test_a_generate_worker_streams_through_the_agent_and_stops_mid_answer(demo_model: Path) -> None:
+    with Connection.open() as conn:
+        child_id = conn.request("child.start", kind="generate", args={})["child_id"]
+        _until(conn, child_id, lambda e: "ready" in _types([e]))
+        conn.request("child.send", child_id=child_id, message=generation.load_command(LoadOptions()))
+        _until(conn, child_id, lambda e: "loaded" in _types([e]))
+        params = GenerationParams(do_sample=False, max_new_tokens=4000, min_new_tokens=4000)
+        conn.request("child.send", child_id=child_id,
+                     message=generation.generate_command(params, prompt="The model", request_id=1))
+        tokens = _until(conn, child_id, lambda e: _types([e]).count("token") > 0)
+        assert f"generate child {child_id}" in " ".join(conn.request("status")["busy"])
+        conn.request("child.stop", child_id=child_id, grace_s=5)
+        ended = _until(conn, child_id, lambda e: "end" in e)
+        end = ended[-1]["end"]
+        assert end["stopped"] is True and end["exit_code"] in (0, -15, -9), end
+        assert "finished" not in _types(tokens + ended)  # stopped mid-answer, not at its end
+        assert conn.request("child.list")["children"] == []
+        with pytest.raises(AgentError, match="no running child"):
+            conn.request("child.send", child_id=child_id, message="x")
+
+
+def test_a_crashing_child_ends_with_its_exit_status_and_tail(tmp_path: Path) -> None:
+    crash = tmp_path / "crash"
+    crash.write_text("#!/bin/sh\necho 'loading…' >&2\necho 'Traceback: it broke' >&2\nexit 3\n")
+    crash.chmod(0o755)
+    with Connection.open() as conn:
+        child_id = conn.request("child.start", kind="probe", args={"python": str(crash)})["child_id"]
+        end = _until(conn, child_id, lambda e: "end" in e)[-1]["end"]
+        assert end == {"exit_code": 3, "status": "exited", "stopped": False,
+                       "tail": ["loading…", "Traceback: it broke"]}
+        with pytest.raises(AgentError, match="no such child kind: 'sh'"):
+            conn.request("child.start", kind="sh", args={"command": "rm -rf /"})
+        with pytest.raises(AgentError, match="absolute path"):
+            conn.request("child.start", kind="probe", args={"python": "sh"})
+
+
+def test_the_window_streams_a_generation_with_no_child_of_its_own(qtbot: QtBot, demo_model: Path) -> None:
+    child = AgentChild()
+    messages: list[dict[str, Any]] = []
+    child.message_received.connect(messages.append)
+    ended: list[tuple[int, str]] = []
+    child.finished.connect(lambda code, status: ended.append((code, status)))
+    child.start("generate", {})
+    child.write_line(generation.load_command(LoadOptions()))
+    qtbot.waitUntil(lambda: any(m.get("type") == "loaded" for m in messages), timeout=120_000)
+    params = GenerationParams(do_sample=False, max_new_tokens=2000, min_new_tokens=2000)
+    child.write_line(generation.generate_command(params, prompt="The model", request_id=1))
+    qtbot.waitUntil(lambda: sum(m.get("type") == "token" for m in messages) >= 3, timeout=60_000)
+    assert psutil.Process().children(recursive=True) == []
+    assert child.pid > 0 and psutil.Process(child.pid).is_running()
+    child.write_line(generation.shutdown_command())
+    child.close_stdin()
+    qtbot.waitUntil(lambda: bool(ended), timeout=60_000)
+    assert ended[0][1] == EXIT_NORMAL
+
+    failed: list[str] = []
+    child.error_occurred.connect(failed.append)
+    child.start("nonsense", {})
+    qtbot.waitUntil(lambda: len(ended) == 2, timeout=10_000)
+    assert ended[1] == (-1, EXIT_FAILED_TO_START) and "no such child kind" in failed[0]
