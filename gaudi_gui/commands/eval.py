@@ -134,13 +134,13 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(started, int):
             return started
         from gaudi_gui.commands.detach import print_started
-        print_started(started[1], "evaluate", as_json=args.json)
+        print_started(started[1], "eval", as_json=args.json)
         return ev.EXIT_OK
     if args.detach:
         from gaudi_gui.commands.detach import detach_command
         words = _absolute(spec).cli_args()
         subject = os.path.basename(spec.run.rstrip("/")) or os.path.basename(spec.model.rstrip("/"))
-        return detach_command("eval", "evaluate", words, name=f"eval-{subject or 'model'}",
+        return detach_command("eval", "eval", words, name=f"eval-{subject or 'model'}",
                               runs_dir=args.runs_dir, as_json=args.json)
     if remote:
         return _on_host(args, spec)
