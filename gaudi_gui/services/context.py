@@ -141,6 +141,9 @@ class AppServices:
             from gaudi_gui.services.agent_client import AgentClient
             self.agent = AgentClient(starter=agentwire.spawn, parent=parent)
             self.agent.start()
+            from gaudi_gui.services.jobs import AgentJobs
+            # The agent's running jobs are the close dialog's too (the command line's among them).
+            self.jobs.register(AgentJobs(self.agent, parent))
         return self.agent
 
     def ensure_generation(self, parent: QObject | None = None) -> GenerationClient:
