@@ -79,6 +79,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--events", action="store_true",
                    help="print progress and results as protocol lines (what the app follows)")
     add_detach_arguments(p, "evaluate")
+    from gaudi_gui.commands import client
+    client.add_argument(p)
 
     def one_line_error(message: str) -> NoReturn:
         print(f"gaudi-gui eval: error: {message}", file=sys.stderr)
@@ -144,6 +146,9 @@ def run(args: argparse.Namespace) -> int:
                               runs_dir=args.runs_dir, as_json=args.json)
     if remote:
         return _on_host(args, spec)
+    from gaudi_gui.commands import client
+    if client.wanted(args):
+        return client.run_job("eval", _absolute(spec).cli_args(), runs_dir=args.runs_dir)
     try:
         target = ev.resolve(spec)
         prompts = list(spec.prompts)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -114,3 +116,21 @@ def test_jobs_go_on_when_the_agent_is_killed_and_the_next_one_lists_them(
         assert finals[jobs["serve"]["job_id"]]["state"] == "stopped", finals
         assert finals[jobs["train"]["job_id"]]["state"] == "killed", finals
         assert conn.request("status")["busy"] == []
+
+
+def test_a_foreground_download_through_the_agent_has_a_run_folder(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """``gaudi-gui download`` as the agent's client (GAUDI_GUI_CLI_AGENT=1): the agent starts it, the
+    command prints its lines and ends with its outcome, and ``runs list`` shows the run."""
+    fake_hub.repos["org/small"] = FakeRepo(files={"config.json": b'{"a": 1}',
+                                                  "model.bin": os.urandom(100_000)})
+    env = {**os.environ, "GAUDI_GUI_CLI_AGENT": "1"}
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "download", "org/small"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "through the agent" in done.stdout and "Downloaded:" in done.stderr
+    listed = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "list"], capture_output=True,
+                            text=True, env=env, timeout=60)
+    assert "download-small" in listed.stdout and "finished" in listed.stdout, listed.stdout
+    refused = subprocess.run([sys.executable, "-m", "gaudi_gui", "download", "org/small", "--no-agent",
+                              "--detach"], capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode == 2 and "--no-agent" in refused.stderr and "Traceback" not in refused.stderr
