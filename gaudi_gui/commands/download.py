@@ -60,6 +60,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--events", action="store_true",
                    help="print the events as protocol lines (core.protocol), for a supervisor or the app")
     add_detach_arguments(p, "download")
+    from gaudi_gui.commands import client
+    client.add_argument(p)
     p.add_argument("--no-verify", action="store_true",
                    help="do not check the fetched files against the Hub's sizes and ETag digests "
                         "(sha256 for LFS files, git's sha1 for the others)")
@@ -283,6 +285,13 @@ def run(args: argparse.Namespace) -> int:
         return detach_command("download", "download", detached_words(args),
                               name=f"download-{args.repo_id.rsplit('/', 1)[-1]}", runs_dir=args.runs_dir,
                               as_json=args.json)
+    from gaudi_gui.commands import client
+    if client.wanted(args):
+        bad = hub.check_repo_id(args.repo_id)
+        if bad:
+            print(f"gaudi-gui download: {bad}", file=sys.stderr)
+            return 2
+        return client.run_job("download", detached_words(args), runs_dir=args.runs_dir)
     out = _Out(bool(args.json), bool(getattr(args, "events", False)))
     previous = signal.getsignal(signal.SIGTERM)
 

@@ -79,6 +79,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--events", action="store_true",
                    help="print progress and results as protocol lines (what the app follows)")
     add_detach_arguments(p, "evaluate")
+    from gaudi_gui.commands import client
+    client.add_argument(p)
 
     def one_line_error(message: str) -> NoReturn:
         print(f"gaudi-gui eval: error: {message}", file=sys.stderr)
@@ -134,16 +136,19 @@ def run(args: argparse.Namespace) -> int:
         if isinstance(started, int):
             return started
         from gaudi_gui.commands.detach import print_started
-        print_started(started[1], "evaluate", as_json=args.json)
+        print_started(started[1], "eval", as_json=args.json)
         return ev.EXIT_OK
     if args.detach:
         from gaudi_gui.commands.detach import detach_command
         words = _absolute(spec).cli_args()
         subject = os.path.basename(spec.run.rstrip("/")) or os.path.basename(spec.model.rstrip("/"))
-        return detach_command("eval", "evaluate", words, name=f"eval-{subject or 'model'}",
+        return detach_command("eval", "eval", words, name=f"eval-{subject or 'model'}",
                               runs_dir=args.runs_dir, as_json=args.json)
     if remote:
         return _on_host(args, spec)
+    from gaudi_gui.commands import client
+    if client.wanted(args):
+        return client.run_job("eval", _absolute(spec).cli_args(), runs_dir=args.runs_dir)
     try:
         target = ev.resolve(spec)
         prompts = list(spec.prompts)

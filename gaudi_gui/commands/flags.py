@@ -69,6 +69,9 @@ RULES: tuple[Rule, ...] = (
     Rule("serve", "--json", needs=("--detach",), why="it prints the detached job as JSON"),
     *(Rule(command, "--runs-dir", needs=("--detach",), why="only a detached job has a run folder")
       for command in ("serve", "eval", "download")),
+    *(Rule(command, "--no-agent", excludes=("--detach",),
+           why="a detached job runs under its own supervisor, never in this process")
+      for command in ("train", "serve", "eval", "download")),
     # generate: values that only sampling or a chat reads
     *(Rule("generate", flag, needs=("--do-sample",), why="greedy decoding does not sample")
       for flag in ("--temperature", "--top-p", "--top-k")),

@@ -91,6 +91,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "indexes on CUDA (CUDA_VISIBLE_DEVICES); default every card")
     p.add_argument("--events", action="store_true", help="print JSON-lines events for the app")
     add_detach_arguments(p, "serve")
+    from gaudi_gui.commands import client
+    client.add_argument(p)
     p.add_argument("--json", action="store_true", help="with --detach: print the job as JSON")
     p.add_argument("--stop-orphan", action="store_true",
                    help="stop the engine an earlier gaudi-gui serve left running on --port after it was "
@@ -227,6 +229,9 @@ def run(args: argparse.Namespace) -> int:
         name = f"serve-{Path(spec.model).name or 'model'}"
         return detach_command("serve", "serve", spec.cli_args(), name=name, runs_dir=args.runs_dir,
                               as_json=args.json)
+    from gaudi_gui.commands import client
+    if client.wanted(args):
+        return client.run_job("serve", spec.cli_args(), runs_dir=args.runs_dir)
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return _here(spec, out)

@@ -63,6 +63,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "or adapter (refused otherwise, naming the folder and its run); a job that names "
                         "no output_dir gets a folder of its own, outputs/<run name>")
     p.add_argument("--announce", default="", help=argparse.SUPPRESS)
+    from gaudi_gui.commands import client
+    client.add_argument(p)
     # Who asked for the run, as its status records it: the app starts a run on this machine through
     # `train --detach` too, and its runs say "gui" as they always did.
     p.add_argument("--origin", default="cli", choices=("cli", "gui"), help=argparse.SUPPRESS)
@@ -125,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
             return 2
     if args.detach:
         return _detach(job, args)
+    from gaudi_gui.commands import client
+    if client.wanted(args):
+        return client.run_job("train", _agent_words(args), config=job.to_dict(), runs_dir=args.runs_dir)
     device = args.device if args.device != "auto" else prepare_mod.probe_device()
     if cards is not None and device == "cpu":
         print(f"gaudi-gui train: note: --cards {visibility.format_ids(cards)} ignored: the run is on the "
@@ -192,6 +197,17 @@ def _detach(job: JobConfig, args: argparse.Namespace) -> int:
               f"{info['pid']}); follow: gaudi-gui runs follow {info['name']}; stop: gaudi-gui runs stop "
               f"{info['name']}", flush=True)
     return 0
+
+
+def _agent_words(args: argparse.Namespace) -> list[str]:
+    """The options that shape the run, for the agent's start of it (``--detach``'s, without its own)."""
+    words = ["--device", args.device, "--grace", repr(args.grace), "--no-preflight"]
+    cards = _cards(args)
+    if cards is not None:
+        words += ["--cards", visibility.format_ids(cards)]
+    if getattr(args, "resumed_from", ""):
+        words += ["--resumed-from", args.resumed_from]
+    return words
 
 
 def detached_argv(args: argparse.Namespace, config_path: str, announce: str) -> list[str]:

@@ -51,11 +51,12 @@ class Ev(str, enum.Enum):
     DEVICES_STATE = "devices_state"
     #: The health of this machine's cards and software: ``report``.
     HEALTH = "health"
-    #: A job's record changed (started, progress, ended): ``job`` (id, kind, name, state, folder, …).
+    #: A job's record changed (started, progress, ended): ``job_id``, ``job`` (job_id, kind, name, state,
+    #: folder, …; agent/jobs.py ``record``).
     JOB = "job"
-    #: Lines a job's console printed: ``id``, ``lines``.
+    #: Lines a job's console printed: ``job_id``, ``lines``.
     LOG = "log"
-    #: Events a job's worker wrote (its events.jsonl): ``id``, ``events``.
+    #: Events a job's worker wrote (its events.jsonl): ``job_id``, ``events``.
     EVENT = "event"
     #: An interactive child's messages (the runner's worker): ``child_id``, ``messages``; its end: ``end``.
     OUTPUT = "output"

@@ -29,23 +29,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gaudi_gui.core import atomic, hlsmi
+from gaudi_gui.core import kinds as kinds_mod
 from gaudi_gui.core.events import EventType
 from gaudi_gui.core.runstore import FILE_MODE, Run, RunStatus, RunStore, new_folder
 
-KINDS = ("training", "serve", "evaluate", "download")
-#: What a stop does to a job of each kind, said when one is asked for (``runs stop``): a server saves
-#: no checkpoint, a training run does.
-STOP_WORDS = {
-    "training": "the ranks save a checkpoint at the end of their current step, then end",
-    "serve": "the server ends its engine (answers in progress end, said as stopped) and frees its port",
-    "evaluate": "the evaluation ends; the results it has so far are kept",
-    "download": "the download ends; the files already complete stay in the cache",
-}
+#: Every kind (core.kinds is where each is declared).
+KINDS = kinds_mod.NAMES
+#: What a stop does to a job of each kind (core.kinds): a server saves no checkpoint, a training run does.
+STOP_WORDS = {k.name: k.stop_words for k in kinds_mod.KINDS.values()}
 
 
 def stop_words(kind: str) -> str:
     """What stopping a job of ``kind`` does, for the line that says a stop was asked for."""
-    return STOP_WORDS.get(kind, "the job ends")
+    return kinds_mod.stop_words(kind)
+
+
 #: What a kind's run folder records about the command (the kind, its argv, the working folder).
 SPEC_NAME = "spec.json"
 ENDPOINT_NAME = "endpoint.json"
@@ -70,6 +68,7 @@ class ChildJob:
 def create(kind: str, name: str, argv: list[str], *, runs_dir: str = "", origin: str = "cli") -> ChildJob:
     """A new run folder of ``kind`` (spec.json, a queued status, an empty private log) and the job
     that runs ``argv`` in it. OSError when the disk refuses (nothing is left behind then)."""
+    kind = kinds_mod.canonical(kind)
     if kind not in KINDS[1:]:
         raise ValueError(f"unknown job kind {kind!r}")
     run = Run(new_folder(RunStore(runs_dir or None).root, name))
@@ -117,7 +116,7 @@ def meter_target(job: ChildJob) -> tuple[str, dict[str, str]]:
 
 
 #: The kinds whose runs are metered (a download holds no card).
-METERED_KINDS = ("serve", "evaluate")
+METERED_KINDS = tuple(k.name for k in kinds_mod.KINDS.values() if k.metered)
 
 
 def die_with_parent() -> Callable[[], None] | None:

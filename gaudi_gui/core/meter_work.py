@@ -35,7 +35,7 @@ def generated_tokens(kind: str, events: Iterable[Mapping[str, Any]]) -> dict[str
             if "completions" not in str(event.get("path") or ""):
                 continue  # /v1/models and the like generate nothing
             value = event.get("completion_tokens")
-        elif kind == "evaluate" and event.get("type") == EventType.ANSWER:
+        elif kind == "eval" and event.get("type") == EventType.ANSWER:
             value = event.get("new_tokens")
         else:
             continue

@@ -61,6 +61,7 @@ from pathlib import Path
 from typing import Any
 
 from gaudi_gui.core import atomic, jsonfile, paths
+from gaudi_gui.core import kinds as kinds_mod
 from gaudi_gui.core.devices import cards_name
 from gaudi_gui.core.visibility import format_ids
 
@@ -73,16 +74,15 @@ STATE_VERSION = 1
 STATES = ("queued", "waiting", "starting", "started", "ended")
 PENDING = ("queued", "waiting")
 ACTIVE = ("starting", "started")
-KINDS = ("train", "serve", "eval", "download")
-#: A kind's command (``gaudi-gui WHAT``) and its run folder's kind (``core.jobkind``).
-KIND_COMMAND = {"serve": ("serve", "serve"), "eval": ("eval", "evaluate"),
-                "download": ("download", "download")}
+KINDS = kinds_mod.NAMES
+#: A kind's command (``gaudi-gui WHAT``) and its run folder's kind: one name (``core.kinds``).
+KIND_COMMAND = {name: (name, name) for name in KINDS if name != "train"}
 #: Kinds that may ask for cards (a download uses none; serve and eval do when on a device).
 CARD_KINDS = ("train", "serve", "eval")
 #: ``--kind`` spellings that name one of KINDS.
-KIND_ALIASES = {"training": "train", "evaluate": "eval", "evaluation": "eval"}
+KIND_ALIASES = {old: k.name for k in kinds_mod.KINDS.values() for old in k.old}
 #: How a job's kind is shown (queue list, the Queue view).
-KIND_TEXT = {"train": "training", "serve": "serve", "eval": "evaluation", "download": "download"}
+KIND_TEXT = {k.name: k.text for k in kinds_mod.KINDS.values()}
 #: How many times a job may be passed by later ones before it holds its cards (see the module note).
 MAX_PASSED = 3
 #: Start attempts for a transient fault of the start itself (the start child died before its run

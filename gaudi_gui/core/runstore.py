@@ -71,8 +71,9 @@ class RunStatus:
     origin: str = ""
     #: One human sentence for the final state ("Stopped at step 401 — checkpoint-401 saved; ...").
     summary: str = ""
-    #: The job's kind (core.jobkind.KINDS): training, serve or evaluate.
-    kind: str = "training"
+    #: The job's kind (core.kinds: train, serve, eval, download; earlier versions' spellings are read
+    #: as these).
+    kind: str = "train"
 
     @property
     def duration(self) -> float:
@@ -94,6 +95,8 @@ class RunStatus:
         in its place would show a finished run as "queued". Values of the right type that cannot be
         (a time far in the future, a NaN loss from a diverged run) read as unknown."""
         status, problem = cls.checked(data)
+        from gaudi_gui.core.kinds import canonical
+        status.kind = canonical(status.kind) or status.kind
         if problem:
             status.state, status.error, status.error_kind = "failed", problem, "damaged"
             status.summary = f"Damaged run: {problem}"
@@ -222,7 +225,7 @@ class Run:
 
     @property
     def kind(self) -> str:
-        """training, serve or evaluate (core.jobkind.KINDS), as its status records it."""
+        """train, serve, eval or download (core.kinds), as its status records it."""
         return self.status().kind
 
     # -- writing ----------------------------------------------------------------------------------
@@ -402,7 +405,7 @@ class Run:
             return status  # being started right now
         from gaudi_gui.core.outcome import outcome_from_events
         result = outcome_from_events(self.events(), status, nobody_watched=True) \
-            if status.kind == "training" else {"state": "killed", "summary": "Ended: its supervisor died"}
+            if status.kind == "train" else {"state": "killed", "summary": "Ended: its supervisor died"}
         for key, value in result.items():
             setattr(status, key, value)
         if not status.ended_at:

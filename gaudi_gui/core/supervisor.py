@@ -145,7 +145,7 @@ class _Loop:
     last_note: float = 0.0
     step_written_at: float = -STEP_WRITE_S
     #: The job's kind (core.jobkind.KINDS): what its events mean and how it is stopped.
-    run_kind: str = "training"
+    run_kind: str = "train"
 
     def take_events(self) -> None:
         assert self.follower is not None
@@ -155,7 +155,7 @@ class _Loop:
                 self._write_step()
             elif event.get("type") in (EventType.CHECKPOINT_SAVED, EventType.ERROR):
                 self.say(note(event))
-            if self.run_kind != "training":
+            if self.run_kind != "train":
                 # Serve's endpoint and requests, Evaluate's rows and result (one a second at most).
                 changes = jobkind.take(self.run, event)
                 if changes:
@@ -181,7 +181,7 @@ class _Loop:
             self.say("kill requested: killing the run now (no checkpoint from this stop)")
             self.stopper.kill_now("request")
         elif self.stopper is None:
-            self.stopper = Stopper(self.run, self.launcher, graceful=self.run_kind != "training")
+            self.stopper = Stopper(self.run, self.launcher, graceful=self.run_kind != "train")
             self.say(f"\n{last}: stopping — {self.stopper.request()}; killed after {self.grace_s:g} s "
                      f"(Ctrl-C again: kill now)")
         else:
@@ -299,7 +299,7 @@ def start_meter(prepared: PreparedRun | jobkind.ChildJob,
 
 
 def stop_meter(meter: meter_mod.Meter | None, events: list[dict[str, Any]],
-               say: Callable[[str], None], kind: str = "training") -> dict[str, Any] | None:
+               say: Callable[[str], None], kind: str = "train") -> dict[str, Any] | None:
     """Stop ``meter`` (its tool's tree ends with it), add the Gaudi compile meter the ranks' bridge
     wrote (a Serve or Evaluate ``kind``: the tokens it generated, and the energy per 1,000 of
     them), write meter-summary.json and say it in one line."""
@@ -367,7 +367,7 @@ def finish(run_: Run, exit_code: int, *, stopper: Stopper | None, events: list[d
     result = outcome_from_events(events, run_.status(), exit_code=exit_code,
                                  stop_requested=stopper is not None,
                                  killed=bool(stopper and stopper.killed), log_tail=run_.log_tail(40),
-                                 kill_reason=stopper.kill_reason if stopper else "") if kind == "training" \
+                                 kill_reason=stopper.kill_reason if stopper else "") if kind == "train" \
         else jobkind.outcome(kind, events, exit_code=exit_code, stop_requested=stopper is not None,
                              killed=bool(stopper and stopper.killed))
     if stopper is not None and stopper.mode == "tree" and result.get("state") != "failed":

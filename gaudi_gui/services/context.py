@@ -141,6 +141,9 @@ class AppServices:
             # The one the agent's children (services/agent_child.py) speak through too.
             from gaudi_gui.services.agent_child import shared_client
             self.agent = shared_client()
+            from gaudi_gui.services.jobs import AgentJobs
+            # The agent's running jobs are the close dialog's too (the command line's among them).
+            self.jobs.register(AgentJobs(self.agent, parent))
         return self.agent
 
     def ensure_generation(self, parent: QObject | None = None) -> GenerationClient:

@@ -47,7 +47,7 @@ class EvaluationService(KindJob):
     #: The job is over: (ok, stopped by the user).
     finished = Signal(bool, bool)
 
-    KIND = "evaluate"
+    KIND = "eval"
     COMMAND = "eval"
 
     def __init__(self, parent: QObject | None = None) -> None:

@@ -11,9 +11,15 @@ says so).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from PySide6.QtCore import QObject
+from PySide6.QtCore import QObject, Signal
+
+from gaudi_gui.core import kinds
+from gaudi_gui.core.agentwire import Ev
+
+if TYPE_CHECKING:
+    from gaudi_gui.services.agent_client import AgentClient
 
 
 @runtime_checkable
@@ -70,6 +76,60 @@ class JobRegistry(QObject):
         return list(self._owners)
 
 
+class AgentJobs(QObject):
+    """The agent's running jobs (agent/jobs.py), as the close dialog lists them: what the agent started
+    or took up again (the command line's too). Kept from its ``job`` events (a subscription without a
+    key: every record now, then each change), never read from a file. They outlive the window: the
+    agent keeps them; Stop asks the agent to stop each (a training run saves a checkpoint first)."""
+
+    outlives_window = True
+    #: The running jobs changed.
+    changed = Signal()
+
+    def __init__(self, client: AgentClient, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._client = client
+        #: job_id -> its record, while it runs.
+        self.running: dict[str, dict[str, Any]] = {}
+        client.subscribe(Ev.JOB, self._take)
+        client.request("jobs.list", self._listed)
+
+    def _listed(self, reply: dict[str, Any]) -> None:
+        for record in (reply.get("jobs") or []) if reply.get("ok") else []:
+            if isinstance(record, dict):
+                self._keep(record)
+        self.changed.emit()
+
+    def _take(self, event: dict[str, Any]) -> None:
+        record = event.get("job")
+        if isinstance(record, dict):
+            self._keep(record)
+            self.changed.emit()
+
+    def _keep(self, record: dict[str, Any]) -> None:
+        job_id = str(record.get("job_id") or "")
+        if not job_id:
+            return
+        if record.get("state") in ("queued", "running") or record.get("alive"):
+            self.running[job_id] = record
+        else:
+            self.running.pop(job_id, None)
+
+    def active_jobs(self) -> list[str]:
+        return [f"{kinds.text(str(r.get('kind') or ''))} {job_id}: {r.get('summary') or r.get('state')}"
+                for job_id, r in sorted(self.running.items())]
+
+    def stop_jobs(self) -> None:
+        for job_id in list(self.running):
+            self._client.request("job.stop", None, job_id=job_id, now=False)
+
+    def detach_jobs(self) -> list[str]:
+        return []  # the agent keeps them: nothing for the window to remember
+
+    def shutdown(self) -> None:
+        self._client.unsubscribe(Ev.JOB, self._take)
+
+
 def close_question(jobs: list[ActiveJob]) -> str:
     """The close dialog's text: every running job, then what each choice does to each kind."""
     lines = [f"• {job.text}" for job in jobs]
@@ -94,4 +154,4 @@ def close_question(jobs: list[ActiveJob]) -> str:
     return "\n".join(lines) + "\n\n" + leave + "\n" + stop
 
 
-__all__ = ["ActiveJob", "JobOwner", "JobRegistry", "close_question"]
+__all__ = ["ActiveJob", "AgentJobs", "JobOwner", "JobRegistry", "close_question"]

@@ -16,6 +16,7 @@ from typing import Any
 
 from PySide6.QtCore import QObject
 
+from gaudi_gui.core.kinds import canonical
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.services.run_parts import SupervisedPart
@@ -30,7 +31,7 @@ class KindJob(QObject):
     """What Serve and Evaluate share: the detached start, the follower, stop, leave running, re-attach
     (services/jobs.py ``JobOwner``)."""
 
-    #: "serve" or "evaluate" (core.jobkind.KINDS); the command is ``COMMAND``.
+    #: "serve" or "eval" (core.kinds); the command is ``COMMAND``.
     KIND = ""
     COMMAND = ""
     #: Left running when the window closes (the user's choice), re-attached at the next start.
@@ -119,14 +120,15 @@ class KindJob(QObject):
         with contextlib.suppress(Exception):
             if self.settings is not None:
                 return [r for r in self.settings.get(FOLLOWED_KEY) or []
-                        if isinstance(r, dict) and r.get("kind") == self.KIND and r.get("folder")]
+                        if isinstance(r, dict) and canonical(str(r.get("kind"))) == self.KIND
+                        and r.get("folder")]
         return []
 
     def _keep(self, records: list[dict[str, Any]]) -> None:
         with contextlib.suppress(Exception):
             if self.settings is not None:
                 others = [r for r in self.settings.get(FOLLOWED_KEY) or []
-                          if isinstance(r, dict) and r.get("kind") != self.KIND]
+                          if isinstance(r, dict) and canonical(str(r.get("kind"))) != self.KIND]
                 self.settings.set(FOLLOWED_KEY, others + records)
 
     def stop(self) -> None:

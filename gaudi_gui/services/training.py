@@ -260,7 +260,7 @@ class TrainingService(QObject):
             return None
         with contextlib.suppress(OSError):
             status = run.status()
-            if status.state not in ("queued", "running") or status.kind != "training":
+            if status.state not in ("queued", "running") or status.kind != "train":
                 return None  # Serve and Evaluate take up their own (services/kind_job.py)
         if (run.folder / SLURM_INFO).is_file():
             from gaudi_gui.services.run_parts import slurm_target_of

@@ -258,7 +258,7 @@ class RunsTable(QWidget):
             energy = "–" if summary is None else meter_words.kwh_text(summary)
             hours = meter_words.card_hours_text(summary) or "–"
             duration = format_duration(st.duration) if st.started_at else "–"
-            scores = latest_scores(run) if st.kind == "training" else "–"
+            scores = latest_scores(run) if st.kind == "train" else "–"
             rate, rate_text = self._tokens_per_s(st.kind, summary)
             compiled, compiled_text = self._compilations(run, st.kind, summary)
             figures: dict[str, float | None] = {
@@ -313,7 +313,7 @@ class RunsTable(QWidget):
         generated tokens/s; '–' without a meter summary, 'not measured' where it has none."""
         if summary is None:
             return None, "–"
-        pace = summary.get("rates") if kind == "training" else summary
+        pace = summary.get("rates") if kind == "train" else summary
         value = _num((pace or {}).get("tokens_per_s")) if isinstance(pace, dict) else None
         if value is None or value <= 0:
             return None, meter_account.NOT_MEASURED
@@ -323,7 +323,7 @@ class RunsTable(QWidget):
         """(the count, the cell) of the Gaudi compile meter: '12 (2 after warm-up)'; '–' where there is
         none to have (not a Gaudi training run, or no meter summary), 'not measured' on a Gaudi run
         whose bridge wrote nothing."""
-        if summary is None or kind != "training" or summary.get("kind") != "hpu":
+        if summary is None or kind != "train" or summary.get("kind") != "hpu":
             return None, "–"
         cached = self._compiled.get(run.folder)
         if cached is None or cached[0] is not summary:
@@ -410,14 +410,14 @@ class RunsTable(QWidget):
 
     def _one(self, signal: SignalInstance) -> None:
         runs = self.selected_runs()
-        if runs and runs[0].kind != "training":
+        if runs and runs[0].kind != "train":
             self.status.setText(f"{runs[0].name} is a {runs[0].kind} job: only its log, status and files "
                                 f"are kept (gaudi-gui runs show {runs[0].name})")
         elif runs:
             signal.emit(runs[0])
 
     def _update_buttons(self) -> None:
-        training = all(run.kind == "training" for run in self.selected_runs())
+        training = all(run.kind == "train" for run in self.selected_runs())
         for name in TRAINING_ONLY:
             self.buttons[name].setEnabled(training)
 

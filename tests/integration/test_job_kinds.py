@@ -129,7 +129,7 @@ def test_eval_detached_leaves_its_results_in_its_run_folder(tiny_model_dir: Path
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout.strip().splitlines()[-1])
     run = Run(info["folder"])
-    assert run.kind == "evaluate"
+    assert run.kind == "eval"
     follow = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "follow", run.name],
                             capture_output=True, text=True, stdin=subprocess.DEVNULL)
     lines = [json.loads(line) for line in follow.stdout.splitlines()]
@@ -139,9 +139,9 @@ def test_eval_detached_leaves_its_results_in_its_run_folder(tiny_model_dir: Path
     result = json.loads((run.folder / jobkind.RESULT_NAME).read_text())
     assert Path(result["path"]).is_file() and result["rows"]["prompts"] == 2
     status = run.status()
-    assert (status.kind, status.state) == ("evaluate", "finished"), status
+    assert (status.kind, status.state) == ("eval", "finished"), status
     assert status.step == status.max_steps > 0, status
-    assert "evaluate" in _cli("runs", "list").stdout
+    assert "eval" in _cli("runs", "list").stdout
 
 
 def test_a_bad_serve_input_is_refused_before_anything_detaches(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ def test_a_queued_evaluation_runs_after_the_training_job_on_its_cards(demo_model
     a, b = done[train], done[evaluation]
     assert (a.outcome, b.outcome) == ("finished", "finished"), (a.summary, b.summary)
     run_a, run_b = Run(a.run_folder), Run(b.run_folder)
-    assert run_b.kind == "evaluate" and run_b.status().state == "finished"
+    assert run_b.kind == "eval" and run_b.status().state == "finished"
     assert run_b.status().started_at >= run_a.status().ended_at
     assert b.cards_used == [0]
     result = json.loads((run_b.folder / jobkind.RESULT_NAME).read_text())

@@ -7,16 +7,21 @@ import os
 import signal
 
 import psutil
+import pytest
 from pytestqt.qtbot import QtBot
 
 from gaudi_gui.core import agentwire
+from gaudi_gui.core.runstore import Run
 from gaudi_gui.services.agent_client import AgentClient
 from gaudi_gui.services.context import AppServices
+from gaudi_gui.services.jobs import ActiveJob, JobRegistry, close_question
+from tests.fake_hub import FakeHub, FakeRepo
 
 
 def test_the_window_starts_the_agent_asks_it_and_reconnects_after_it_is_killed(qtbot: QtBot) -> None:
     services = AppServices.__new__(AppServices)
     services.agent = None
+    services.jobs = JobRegistry()
     client = services.ensure_agent()
     try:
         qtbot.waitUntil(lambda: client.state == "up" and bool(client.agent.get("pid")), timeout=30000)
@@ -39,7 +44,7 @@ def test_the_window_starts_the_agent_asks_it_and_reconnects_after_it_is_killed(q
         client.request("status", again.append)
         qtbot.waitUntil(lambda: bool(again), timeout=10000)
         # The subscription was made again on the new agent.
-        assert again[0]["clients"][0]["subscribed"] == ["notice"]
+        assert again[0]["clients"][0]["subscribed"] == ["job", "notice"]  # the close dialog's jobs too
     finally:
         client.close()
 
@@ -56,5 +61,32 @@ def test_a_request_made_before_the_agent_answers_waits_and_is_answered(qtbot: Qt
         client.request("bogus", refused.append)
         qtbot.waitUntil(lambda: bool(refused), timeout=10000)
         assert not refused[0]["ok"] and "bogus" in refused[0]["error"]
+    finally:
+        client.close()
+
+
+def test_the_close_dialog_lists_and_stops_the_agents_jobs(qtbot: QtBot, fake_hub: FakeHub,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job the agent runs (started by another client: the command line) is in the close dialog's
+    list, and its Stop asks the agent, which stops it."""
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "300")
+    fake_hub.repos["org/slow"] = FakeRepo(files={"config.json": b"{}", "model.bin": os.urandom(1_000_000)})
+    fake_hub.stall("org/slow", "model.bin", times=20)
+    with agentwire.Connection.open() as conn:
+        job = conn.request("job.start", timeout=120, kind="download", job={"args": ["org/slow"]})["job"]
+    services = AppServices.__new__(AppServices)
+    services.agent = None
+    services.jobs = JobRegistry()
+    client = services.ensure_agent()
+    try:
+        (owner,) = services.jobs.owners()
+        qtbot.waitUntil(lambda: bool(owner.active_jobs()), timeout=30000)
+        (line,) = owner.active_jobs()
+        assert line.startswith(f"download {job['job_id']}")
+        assert line in close_question([ActiveJob(line, owner.outlives_window)])
+        owner.stop_jobs()
+        qtbot.waitUntil(lambda: not owner.active_jobs(), timeout=60000)
+        assert Run(job["folder"]).status().state == "stopped"
+        owner.shutdown()
     finally:
         client.close()

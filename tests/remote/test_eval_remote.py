@@ -66,7 +66,7 @@ def test_a_detached_evaluation_on_a_host_survives_a_cut_and_keeps_its_result_the
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout.strip().splitlines()[-1])
     folder = Path(info["folder"])
-    assert info["kind"] == "evaluate" and info["host"] == ssh_host.dest and folder.parent == ssh_host.runs_dir
+    assert info["kind"] == "eval" and info["host"] == ssh_host.dest and folder.parent == ssh_host.runs_dir
     ssh_host.drop()
     while not (folder / "result.json").is_file():  # no upper bound: pytest-timeout has the last word
         status = json.loads((folder / "status.json").read_text())
@@ -74,7 +74,7 @@ def test_a_detached_evaluation_on_a_host_survives_a_cut_and_keeps_its_result_the
         time.sleep(0.2)
     assert ssh_host.wait_no_processes(timeout=60) == []
     status = json.loads((folder / "status.json").read_text())
-    assert (status["kind"], status["state"]) == ("evaluate", "finished"), status
+    assert (status["kind"], status["state"]) == ("eval", "finished"), status
 
 
 def test_a_dropped_connection_mid_evaluation_no_longer_ends_it(ssh_host: SshHost, tiny_model_dir: Path,
@@ -109,5 +109,5 @@ def test_a_dropped_connection_mid_evaluation_no_longer_ends_it(ssh_host: SshHost
     assert result["host"] == ssh_host.dest and Path(result["path"]).is_file()
     assert json.loads((folder / "result.json").read_text())["path"] == result["path"]
     status = json.loads((folder / "status.json").read_text())
-    assert (status["kind"], status["state"]) == ("evaluate", "finished"), status
+    assert (status["kind"], status["state"]) == ("eval", "finished"), status
     assert ssh_host.wait_no_processes(timeout=60) == []

@@ -113,7 +113,7 @@ def test_an_evaluation_queued_on_a_host_runs_there_with_the_connection_cut(
     assert entry.outcome == "finished", entry.summary
     assert entry.kind == "eval" and entry.cards_used == [1]
     run = Run(entry.run_folder)
-    assert run.folder.parent == ssh_host.runs_dir and run.kind == "evaluate"
+    assert run.folder.parent == ssh_host.runs_dir and run.kind == "eval"
     assert not (ssh_host.home / "canary").exists() and not Path("canary").exists()
     assert ssh_host.wait_no_processes(60, but_agent=True) == []  # the host's agent stays
 

@@ -86,6 +86,6 @@ def test_a_malformed_request_is_named() -> None:
 
 
 def test_a_stop_is_said_for_its_kind() -> None:
-    assert "checkpoint" in jobkind.stop_words("training")
+    assert "checkpoint" in jobkind.stop_words("train")
     assert "checkpoint" not in jobkind.stop_words("serve") and "port" in jobkind.stop_words("serve")
-    assert all("checkpoint" not in jobkind.stop_words(k) for k in jobkind.KINDS if k != "training")
+    assert all("checkpoint" not in jobkind.stop_words(k) for k in jobkind.KINDS if k != "train")

@@ -33,7 +33,7 @@ def _entry(kind: str, words: list[str]) -> Entry:
     return Entry(id="q1", job={"words": words, "name": f"{kind}-x"}, kind=kind, name=f"{kind}-x")
 
 
-@pytest.mark.parametrize(("kind", "run_kind"), [("serve", "serve"), ("eval", "evaluate"),
+@pytest.mark.parametrize(("kind", "run_kind"), [("serve", "serve"), ("eval", "eval"),
                                                  ("download", "download")])
 def test_each_kind_starts_under_its_own_detached_supervisor(tmp_path: Path, kind: str, run_kind: str) -> None:
     runner = Runner(tmp_path / "q")

@@ -1,0 +1,363 @@
+"""The agent's jobs: it starts, watches, stops and re-adopts every job of every kind (core/kinds.py).
+
+- ``job.start {kind, job, runs_dir?, cwd?, env?}``: the job's shape is checked (``kinds.job_words``),
+  then the kind's own command starts it exactly as its ``--detach`` does (a supervisor in a session of
+  its own, the output in its run folder; the command checks what the job says, once, and its refusal
+  is the reply's error). The reply is the job's record.
+- ``job.stop {job_id, now}``: SIGTERM to its supervisor (a training run saves a checkpoint first), or
+  ``now``: kill.
+- ``jobs.list {all, runs_dir?}``: the running jobs (``all``: every run of the stores too).
+- Events ``job`` {job_id, job}, ``log`` {job_id, lines}, ``event`` {job_id, events}: a subscription with
+  ``key`` = a job's id replays its history from the run folder, then follows it live.
+
+Nothing is lost when the agent dies: the supervisors are not its children, and what it watches is
+written down (``agent-jobs.json`` in the data folder: the runs stores it uses and the jobs it watched).
+A new agent re-adopts the running ones from the run store (each supervisor's pid and create time) and
+reports the ones that ended while it was away with the outcome their run folder proves. The agent only
+reads the run folders: each supervisor stays the one writer of its status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from gaudi_gui.agent.server import Agent, Handler, Refused, Session
+from gaudi_gui.core import atomic, kinds, paths
+from gaudi_gui.core.agentwire import Ev
+from gaudi_gui.core.events import EventFollower, LogFollower
+from gaudi_gui.core.events import decode as decode_event
+from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStore
+from gaudi_gui.core.secrets import redact
+
+#: How often a running job's files are read for new lines, events and state.
+POLL_S = 0.2
+#: How long a job's start (its ``--detach``: the run folder made, the supervisor recorded) may take.
+START_S = 180.0
+#: Lines and events per message of a replay (a message is at most 4 MiB).
+CHUNK = 2000
+#: A replayed log starts at most this far before its end.
+REPLAY_BYTES = 8 << 20
+LEDGER = "agent-jobs.json"
+
+
+def record(folder: str | Path) -> dict[str, Any]:
+    """A job's record as the wire carries it: job_id (its run folder's name), kind (one spelling), name,
+    state (reconciled: a run whose supervisor died reads as its run folder proves), folder, step,
+    max_steps, summary, exit_code, times, alive (its supervisor runs), a server's url."""
+    run = Run(folder)
+    status = run.reconcile()
+    out: dict[str, Any] = {"job_id": run.name, "kind": kinds.canonical(status.kind) or status.kind,
+                           "name": run.name, "state": status.state, "folder": str(run.folder),
+                           "step": status.step, "max_steps": status.max_steps, "summary": status.summary,
+                           "exit_code": status.exit_code, "started_at": status.started_at,
+                           "ended_at": status.ended_at, "alive": run.supervisor() is not None}
+    if out["kind"] == "serve":
+        with contextlib.suppress(OSError, ValueError):
+            endpoint = json.loads((run.folder / "endpoint.json").read_text(encoding="utf-8"))
+            if isinstance(endpoint, dict):
+                out["url"] = str(endpoint.get("url") or "")
+    return out
+
+
+class _Watch:
+    """One running job: its files read from where the agent took it up."""
+
+    def __init__(self, folder: Path, *, from_start: bool) -> None:
+        self.run = Run(folder)
+        self.job_id = self.run.name
+        self.log = LogFollower(self.run.log_path)
+        self.events = EventFollower(self.run.events_path)
+        if not from_start:
+            # History is replayed from the files on subscribe; live ones follow from here.
+            self.log.offset = _size(self.run.log_path)
+            self.events.offset = _size(self.run.events_path)
+            _skip_partial(self.log, self.events)
+        self.record: dict[str, Any] = {}
+        self.task: asyncio.Task[None] | None = None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def _skip_partial(log: LogFollower, events: EventFollower) -> None:
+    """Followers put at a file's end start at its last complete line (a cut line is read whole later)."""
+    for follower in (log, events):
+        with contextlib.suppress(OSError), open(follower.path, "rb") as fh:
+            data = fh.read()[: follower.offset]
+            follower.offset = data.rfind(b"\n") + 1
+
+
+class Jobs:
+    """The jobs service (``make(agent)``)."""
+
+    name = "jobs"
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.watched: dict[str, _Watch] = {}
+        #: Jobs that ended while this agent ran, or while no agent did (``while_away``): job_id -> record.
+        self.ended: dict[str, dict[str, Any]] = {}
+        #: The runs stores in use ("": the data folder's).
+        self.stores: set[str] = {""}
+        self._ledger = paths.data_dir() / LEDGER
+
+    def ops(self) -> dict[str, Handler]:
+        return {"job.start": self._start, "job.stop": self._stop, "jobs.list": self._list}
+
+    # -- life -------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Re-adopt what runs (the previous agent's jobs, and any run of the stores a supervisor still
+        owns), and say how the previous agent's jobs that are gone ended."""
+        before: list[str] = []
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            data = json.loads(self._ledger.read_text(encoding="utf-8"))
+            self.stores |= {str(s) for s in data.get("runs_dirs", []) if isinstance(s, str)}
+            before = [str(f) for f in data.get("jobs", []) if isinstance(f, str)]
+        for folder in before:
+            run = Run(folder)
+            if not run.exists():
+                continue
+            if run.supervisor() is not None:
+                self._watch(run.folder, from_start=False)
+            else:
+                rec = record(run.folder)
+                rec["while_away"] = True
+                self.ended[rec["job_id"]] = rec
+        for store in sorted(self.stores):
+            for run in RunStore(store or None).runs():
+                if run.name not in self.watched and run.status().state in ("queued", "running") \
+                        and run.supervisor() is not None:
+                    self._watch(run.folder, from_start=False)
+        self._save()
+
+    async def stop(self) -> None:
+        for watch in list(self.watched.values()):
+            if watch.task is not None:
+                watch.task.cancel()
+        self._save()
+
+    def busy(self) -> list[str]:
+        return [f"{w.record.get('kind', '?')} {w.job_id}: {w.record.get('state', 'starting')}"
+                for w in self.watched.values()]
+
+    def status(self) -> dict[str, Any]:
+        away = [r for r in self.ended.values() if r.get("while_away")]
+        summary = f"{len(self.watched)} running" + (f", {len(away)} ended while no agent ran" if away else "")
+        return {"summary": summary, "running": [w.record for w in self.watched.values()]}
+
+    def session_gone(self, session: Session) -> None:
+        return None
+
+    # -- watching ---------------------------------------------------------------------------------
+    def _watch(self, folder: Path, *, from_start: bool) -> _Watch:
+        watch = _Watch(folder, from_start=from_start)
+        watch.record = record(folder)
+        self.watched[watch.job_id] = watch
+        self.ended.pop(watch.job_id, None)
+        watch.task = asyncio.get_running_loop().create_task(self._follow(watch))
+        return watch
+
+    async def _follow(self, watch: _Watch) -> None:
+        next_record = 0.0
+        try:
+            while True:
+                self._pump(watch)
+                now = time.monotonic()
+                if now >= next_record:
+                    next_record = now + 0.5
+                    rec = record(watch.run.folder)
+                    if rec != watch.record:
+                        watch.record = rec
+                        self.agent.publish(Ev.JOB, watch.job_id, job_id=watch.job_id, job=rec)
+                    if rec["state"] in FINAL_STATES and not rec["alive"]:
+                        self._pump(watch)  # what was written before the final status
+                        self.watched.pop(watch.job_id, None)
+                        self.ended[watch.job_id] = rec
+                        self._save()
+                        return
+                await asyncio.sleep(POLL_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # one job's unreadable folder must not end the agent's watching of others
+            self.agent.publish(Ev.NOTICE, message=f"stopped watching {watch.job_id}: {exc}", level="warning")
+            self.watched.pop(watch.job_id, None)
+
+    def _pump(self, watch: _Watch) -> None:
+        lines = [redact(line) for line in watch.log.read(4 << 20)]
+        if lines:
+            for i in range(0, len(lines), CHUNK):
+                self.agent.publish(Ev.LOG, watch.job_id, job_id=watch.job_id, lines=lines[i:i + CHUNK])
+        events = watch.events.read()
+        if events:
+            for i in range(0, len(events), CHUNK):
+                self.agent.publish(Ev.EVENT, watch.job_id, job_id=watch.job_id, events=events[i:i + CHUNK])
+
+    def subscribed(self, session: Session, ev: str, key: str | None) -> None:
+        """A job's history from its run folder, up to where the live events take over."""
+        if ev == Ev.JOB.value:
+            if key is None:
+                for rec in [*(w.record for w in self.watched.values()), *self.ended.values()]:
+                    session.send({"ev": ev, "job_id": rec["job_id"], "job": rec})
+                return
+            found = self._record_of(key)
+            if found is not None:
+                session.send({"ev": ev, "job_id": key, "job": found})
+            return
+        if key is None or ev not in (Ev.LOG.value, Ev.EVENT.value):
+            return
+        watch = self.watched.get(key)
+        folder = watch.run.folder if watch is not None else self._folder_of(key)
+        if folder is None:
+            return
+        run = Run(folder)
+        if ev == Ev.LOG.value:
+            end = watch.log.end if watch is not None else _size(run.log_path)
+            start = max(0, end - REPLAY_BYTES)
+            follower = LogFollower(run.log_path, offset=start)
+            text_lines = follower.read(end - start)
+            if start and text_lines:
+                text_lines = text_lines[1:]  # the first line read from the middle of one is not whole
+            lines = [redact(line) for line in text_lines]
+            for i in range(0, len(lines), CHUNK):
+                session.send({"ev": ev, "job_id": key, "lines": lines[i:i + CHUNK]})
+        else:
+            upto = watch.events.offset - len(watch.events._partial) if watch is not None \
+                else _size(run.events_path)
+            data = b""
+            with contextlib.suppress(OSError), open(run.events_path, "rb") as fh:
+                data = fh.read(upto)
+            complete = data[: data.rfind(b"\n") + 1]
+            decoded = (decode_event(line) for line in complete.split(b"\n") if line)
+            events = [e for e in decoded if e is not None]
+            for i in range(0, len(events), CHUNK):
+                session.send({"ev": ev, "job_id": key, "events": events[i:i + CHUNK]})
+
+    # -- where a job is ---------------------------------------------------------------------------
+    def _folder_of(self, job_id: str) -> Path | None:
+        if not job_id or "/" in job_id or job_id.startswith("."):
+            return None
+        for store in sorted(self.stores):
+            run = Run(RunStore(store or None).root / job_id)
+            if run.exists():
+                return run.folder
+        return None
+
+    def _record_of(self, job_id: str) -> dict[str, Any] | None:
+        watch = self.watched.get(job_id)
+        if watch is not None:
+            return watch.record
+        if job_id in self.ended:
+            return self.ended[job_id]
+        folder = self._folder_of(job_id)
+        return record(folder) if folder is not None else None
+
+    def _save(self) -> None:
+        """What a next agent needs to take the jobs up again and to say how the gone ones ended."""
+        folders = sorted(str(w.run.folder) for w in self.watched.values())
+        with contextlib.suppress(OSError):
+            atomic.write_json(self._ledger, {"runs_dirs": sorted(self.stores), "jobs": folders},
+                              mode=0o600, fsync=False)
+
+    # -- operations -------------------------------------------------------------------------------
+    async def _start(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
+        try:
+            kind = kinds.get(str(message.get("kind") or ""))
+            words = kinds.job_words(kind.name, message.get("job"))
+        except kinds.KindError as exc:
+            raise Refused(str(exc)) from None
+        runs_dir = str(message.get("runs_dir") or "")
+        cwd = str(message.get("cwd") or "") or None
+        if cwd is not None and not os.path.isdir(cwd):
+            raise Refused(f"cwd: {cwd} is not a folder")
+        env = dict(os.environ)
+        extra = message.get("env") or {}
+        if not isinstance(extra, dict) or not all(isinstance(v, str) for v in extra.values()):
+            raise Refused("env: an object of strings")
+        env.update({str(k): v for k, v in extra.items()})
+        env.pop("GAUDI_GUI_NO_AGENT", None)
+        config_path = ""
+        if kind.name == "train":
+            incoming = RunStore(runs_dir or None).root / ".incoming"
+            incoming.mkdir(parents=True, exist_ok=True, mode=0o700)
+            config_path = str(incoming / f"agent-{os.getpid()}-{time.monotonic_ns()}.json")
+            atomic.write_json(config_path, dict(message["job"]["config"]), mode=0o600, fsync=False)
+        argv = kinds.start_argv(kind.name, words, runs_dir=runs_dir, config_path=config_path)
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, start_new_session=True, cwd=cwd, env=env)
+            try:
+                out, err = await asyncio.wait_for(proc.communicate(), START_S)
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+                raise Refused(f"the {kind.name} did not start within {START_S:g} s") from None
+        finally:
+            if config_path:
+                with contextlib.suppress(OSError):
+                    os.unlink(config_path)
+        said = [line for line in err.decode("utf-8", "replace").splitlines() if line.strip()]
+        try:
+            info = json.loads(out.decode("utf-8", "replace").strip().splitlines()[-1])
+            folder = Path(str(info["folder"]))
+        except (ValueError, IndexError, KeyError, TypeError):
+            words_said = "; ".join(line.removeprefix(f"gaudi-gui {kind.name}: ") for line in said[-3:])
+            raise Refused(words_said or f"the {kind.name} did not start (exit {proc.returncode})") from None
+        if runs_dir not in self.stores:
+            self.stores.add(runs_dir)
+        watch = self._watch(folder, from_start=True)
+        self._save()
+        self.agent.publish(Ev.JOB, watch.job_id, job_id=watch.job_id, job=watch.record)
+        return {"job": watch.record, "notes": [line for line in said if ": note: " in line]}
+
+    async def _stop(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
+        job_id = str(message.get("job_id") or "")
+        folder = self.watched[job_id].run.folder if job_id in self.watched else self._folder_of(job_id)
+        if folder is None:
+            raise Refused(f"no job {job_id!r}")
+        run = Run(folder)
+        from gaudi_gui.core.stopper import KILL_NOW_SIGNAL, Stopper
+        now = bool(message.get("now"))
+        supervisor = run.supervisor()
+        if supervisor is not None:
+            supervisor.signal(KILL_NOW_SIGNAL if now else signal.SIGTERM)
+            return {"words": "kill requested" if now else f"stop requested: {kinds.stop_words(run.kind)}"}
+        stopper = Stopper(run, run.status().launcher)
+        if now:
+            stopper.kill_now("request")
+            return {"words": "killed"}
+        if any(r.is_alive() for r in run.rank_refs()):
+            return {"words": stopper.request()}
+        raise Refused(f"{job_id} is not running")
+
+    async def _list(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
+        runs_dir = str(message.get("runs_dir") or "")
+        if runs_dir and runs_dir not in self.stores:
+            self.stores.add(runs_dir)
+            self._save()
+        jobs = {w.job_id: dict(w.record) for w in self.watched.values()}
+        for job_id, rec in self.ended.items():
+            if rec.get("while_away") or message.get("all"):
+                jobs.setdefault(job_id, dict(rec))
+        if message.get("all"):
+            for store in sorted(self.stores):
+                for run in RunStore(store or None).runs():
+                    if run.name not in jobs:
+                        jobs[run.name] = record(run.folder)
+        return {"jobs": sorted(jobs.values(), key=lambda r: r["job_id"], reverse=True)}
+
+
+def make(agent: Agent) -> Jobs:
+    return Jobs(agent)

@@ -1,0 +1,136 @@
+"""The agent's jobs (agent/jobs.py): a training run, a server and a download started through the agent
+go on when the agent is SIGKILLed; the next agent lists all three with their true state, starts none
+twice, and a stop through it ends with the true outcome."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from gaudi_gui.core.agentwire import AgentError, Connection
+from gaudi_gui.core.events import LogFollower
+from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.runstore import Run
+from gaudi_gui.core.serve import pick_free_port
+from tests.fake_hub import FakeHub, FakeRepo
+from tests.helpers import job_file
+
+
+def _wait_for(conn: Connection, wanted: dict[str, Any], timeout: float = 120) -> dict[str, dict[str, Any]]:
+    """For each job id of ``wanted``, the first ``job`` event whose record its test accepts."""
+    found: dict[str, dict[str, Any]] = {}
+    deadline = time.monotonic() + timeout
+    while set(found) != set(wanted) and time.monotonic() < deadline:
+        for message in conn.stream(timeout=1.0):
+            job_id = message.get("job_id")
+            if message.get("ev") == "job" and job_id in wanted and job_id not in found \
+                    and wanted[job_id](message["job"]):
+                found[job_id] = dict(message["job"])
+    assert set(found) == set(wanted), f"no record as asked within {timeout:.0f} s: {set(wanted) - set(found)}"
+    return found
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_jobs_go_on_when_the_agent_is_killed_and_the_next_one_lists_them(
+        tmp_path: Path, fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "300")  # the stalled file waits, not retried
+    fake_hub.repos["org/slow"] = FakeRepo(files={"config.json": b"{}",
+                                                 "model.safetensors": os.urandom(2_000_000)})
+    fake_hub.stall("org/slow", "model.safetensors", times=20)
+    runs = str(tmp_path / "runs")
+    config = JobConfig.load(job_file(tmp_path, tmp_path / "out")).to_dict()
+    with Connection.open() as conn:
+        first_agent = int(conn.agent["pid"])
+        bad = pytest.raises(AgentError, match="kind 'bake'")
+        with bad:
+            conn.request("job.start", kind="bake", job={"args": []})
+        with pytest.raises(AgentError, match="--detach is the agent's"):
+            conn.request("job.start", kind="serve", job={"args": ["--detach"]})
+        with pytest.raises(AgentError, match="--port"):  # the command's own check, said in its words
+            conn.request("job.start", kind="serve", job={"args": ["--model", "builtin:demo", "--port", "0"]})
+        # The three start at once (each request is answered on its own).
+        asked = {
+            conn.send("job.start", kind="train", runs_dir=runs, job={
+                "config": config, "args": ["--device", "cpu", "--grace", "30"]}): "train",
+            conn.send("job.start", kind="serve", runs_dir=runs, job={"args": [
+                "--model", "builtin:demo", "--device", "cpu", "--port", str(pick_free_port())]}): "serve",
+            conn.send("job.start", kind="download", runs_dir=runs,
+                      job={"args": ["org/slow", "--stall-s", "300"]}): "download"}
+        jobs: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + 200
+        while len(jobs) < 3 and time.monotonic() < deadline:
+            reply = conn.receive(1.0)
+            if reply is not None and reply.get("re") in asked:
+                assert reply["ok"], reply
+                jobs[asked[reply["re"]]] = reply["job"]
+        assert {k: j["kind"] for k, j in jobs.items()} == {k: k for k in jobs}
+    supervisors = {k: Run(j["folder"]).supervisor() for k, j in jobs.items()}
+    assert all(supervisors.values()), supervisors
+    os.kill(first_agent, signal.SIGKILL)
+    psutil.Process(first_agent).wait(timeout=10)
+    time.sleep(1.0)  # the jobs go on without it
+    assert all(ref is not None and ref.is_alive() for ref in supervisors.values())
+
+    with Connection.open() as conn:
+        assert int(conn.agent["pid"]) != first_agent
+        listed = {j["job_id"]: j for j in conn.request("jobs.list")["jobs"]}
+        assert set(listed) == {j["job_id"] for j in jobs.values()}
+        assert {j["state"] for j in listed.values()} == {"running"}
+        assert len(os.listdir(runs)) == 3 + os.path.isdir(Path(runs) / ".incoming")  # nothing started twice
+        status = conn.request("status")
+        assert len(status["busy"]) == 3
+        # Its history replays from the run folder: the log of the training run, from its first line.
+        train_id = jobs["train"]["job_id"]
+        conn.request("subscribe", events=["log"], key=train_id)
+        lines: list[str] = []
+        deadline = time.monotonic() + 30
+        while not lines and time.monotonic() < deadline:
+            for message in conn.stream(timeout=1.0):
+                if message.get("ev") == "log" and message["job_id"] == train_id:
+                    lines += message["lines"]
+                    break
+        assert lines and lines == LogFollower(Run(jobs["train"]["folder"]).log_path).read()[: len(lines)]
+        # A stop through the new agent ends each with its true outcome.
+        for kind in jobs:
+            conn.request("subscribe", events=["job"], key=jobs[kind]["job_id"])
+        words = conn.request("job.stop", job_id=jobs["download"]["job_id"])["words"]
+        assert "files already complete stay in the cache" in words
+        download_id = jobs["download"]["job_id"]
+        ended = _wait_for(conn, {download_id: lambda job: job["state"] != "running"})[download_id]
+        assert ended["state"] == "stopped", ended
+        assert json.loads((Path(ended["folder"]) / "status.json").read_text())["state"] == "stopped"
+        for kind in ("serve", "train"):
+            conn.request("job.stop", job_id=jobs[kind]["job_id"], now=kind == "train")
+        gone = {jobs[kind]["job_id"]: lambda job: job["state"] != "running" and not job["alive"]
+                for kind in ("serve", "train")}
+        finals = _wait_for(conn, gone)
+        assert finals[jobs["serve"]["job_id"]]["state"] == "stopped", finals
+        assert finals[jobs["train"]["job_id"]]["state"] == "killed", finals
+        assert conn.request("status")["busy"] == []
+
+
+def test_a_foreground_download_through_the_agent_has_a_run_folder(fake_hub: FakeHub, tmp_path: Path) -> None:
+    """``gaudi-gui download`` as the agent's client (GAUDI_GUI_CLI_AGENT=1): the agent starts it, the
+    command prints its lines and ends with its outcome, and ``runs list`` shows the run."""
+    fake_hub.repos["org/small"] = FakeRepo(files={"config.json": b'{"a": 1}',
+                                                  "model.bin": os.urandom(100_000)})
+    env = {**os.environ, "GAUDI_GUI_CLI_AGENT": "1"}
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "download", "org/small"], capture_output=True,
+                          text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "through the agent" in done.stdout and "Downloaded:" in done.stderr
+    listed = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "list"], capture_output=True,
+                            text=True, env=env, timeout=60)
+    assert "download-small" in listed.stdout and "finished" in listed.stdout, listed.stdout
+    refused = subprocess.run([sys.executable, "-m", "gaudi_gui", "download", "org/small", "--no-agent",
+                              "--detach"], capture_output=True, text=True, env=env, timeout=60)
+    assert refused.returncode == 2 and "--no-agent" in refused.stderr and "Traceback" not in refused.stderr
