@@ -46,6 +46,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core import hlsmi
 from gaudi_gui.core.backoff import Backoff
+from gaudi_gui.core.device_loop import clamp_interval
 from gaudi_gui.core.devices import DeviceSample, History, ProcessInfo, attach_processes
 from gaudi_gui.core.health import Roots, gaudi_evidence
 from gaudi_gui.services.device_selection import DeviceSelection
@@ -85,22 +86,6 @@ REMOTE_DEVICES_TIMEOUT_S = 10.0
 REMOTE_STUCK_S = 30.0
 #: A host's ``devices --json`` prints a few hundred lines; more is not that command's output.
 REMOTE_MAX_LINES = 20000
-
-
-def clamp_interval(value: object, default: float, bounds: tuple[float, float]) -> tuple[float, str | None]:
-    """(seconds, note): ``value`` as a float within ``bounds``; the note says what was changed."""
-    low, high = bounds
-    try:
-        seconds = float(value)  # type: ignore[arg-type]
-    except (TypeError, ValueError, OverflowError):
-        return default, f"{value!r} is not a number of seconds; {default:g} s is used"
-    if math.isnan(seconds):
-        return default, f"{value!r} is not a number of seconds; {default:g} s is used"
-    if seconds < low:
-        return low, f"{seconds:g} s is below {low:g} s; {low:g} s is used"
-    if seconds > high:
-        return high, f"{seconds:g} s is above {high:g} s; {high:g} s is used"
-    return seconds, None
 
 
 def resolve_program(settings: Settings) -> tuple[str, bool]:
