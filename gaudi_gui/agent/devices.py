@@ -288,12 +288,19 @@ class DevicesService:
         argv = [program, *hlsmi.query_args(hlsmi.QUERY_FIELDS, loop_s=loop_seconds(interval_s))]
         self.command = " ".join(argv)
         stream = hlsmi.CsvStream(expected=self._known_cards or None)
+        spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, start_new_session=True))
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, start_new_session=True)
+            proc = await asyncio.shield(spawn)
         except OSError as exc:
             return False, *self._cannot_start(program, explicit, exc)
+        except asyncio.CancelledError:  # a restart while it was being started: it must not live on
+            with contextlib.suppress(Exception):
+                orphan = await spawn
+                os.killpg(orphan.pid, signal.SIGKILL)
+                await orphan.wait()
+            raise
         self.starts += 1
         self._proc, self._seen = proc, set()
         stderr: deque[str] = deque(maxlen=8)

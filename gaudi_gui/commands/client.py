@@ -46,10 +46,9 @@ def wanted(args: argparse.Namespace) -> bool:
                   or getattr(args, "announce", "") or getattr(args, "json", False)
                   or getattr(args, "detach", False) or getattr(args, "stop_orphan", False)
                   or (getattr(args, "host", "") or "").strip() not in ("", "local"))
-    through = os.environ.get(CLI_AGENT_ENV) == "1" and not in_process
-    if not through:
-        os.environ[NO_AGENT_ENV] = "1"
-    return through
+    if getattr(args, "no_agent", False):
+        os.environ[NO_AGENT_ENV] = "1"  # its children (the meter) keep to themselves too
+    return os.environ.get(CLI_AGENT_ENV) == "1" and not in_process
 
 
 def run_job(kind: str, words: list[str], *, config: dict[str, Any] | None = None, runs_dir: str = "") -> int:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import gc
 import threading
 
+import shiboken6
 from PySide6.QtCore import QCoreApplication, QObject, QTimer
 
 #: How often the window's thread looks at the collector's counts.
@@ -64,8 +65,11 @@ def collect_on_this_thread() -> GarbageCollector | None:
     app = QCoreApplication.instance()
     if app is None or threading.current_thread() is not threading.main_thread():
         return None  # (Qt's application thread is the main thread: QApplication must be made there)
-    if _INSTALLED is None:
+    if _INSTALLED is None or not shiboken6.isValid(_INSTALLED):  # (or the application made anew)
         _INSTALLED = GarbageCollector(app)
+    elif not _INSTALLED._timer.isActive():  # stopped from outside: collection would never happen
+        gc.disable()
+        _INSTALLED._timer.start()
     return _INSTALLED
 
 

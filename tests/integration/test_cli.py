@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -222,11 +223,15 @@ def test_ctrl_c_in_the_terminal_closes_the_window_as_its_close_button_does(tmp_p
         proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui"], stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
-        # Painted: its background services start after the first paint, the environment probe first.
+        # Painted: its background services start after the first paint, the environment probe first
+        # (the agent's child, asked for by the window: this test's GAUDI_GUI_HOME names both).
+        from tests.helpers import processes_with_env
+
         def probing() -> bool:
-            with contextlib.suppress(psutil.Error):
-                return any("gaudi_gui.workers.probe" in " ".join(c.cmdline())
-                           for c in psutil.Process(proc.pid).children(recursive=True))
+            for found in processes_with_env("GAUDI_GUI_HOME", os.environ["GAUDI_GUI_HOME"]):
+                with contextlib.suppress(psutil.Error):
+                    if "gaudi_gui.workers.probe" in " ".join(found.cmdline()):
+                        return True
             return False
 
         assert wait_until(lambda: probing() or proc.poll() is not None, 120), "no window in 120 s"

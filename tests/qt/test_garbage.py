@@ -35,5 +35,10 @@ def test_a_cycle_holding_a_qt_object_is_collected_on_the_window_thread(qtbot) ->
     other.start()
     other.join()
     held: list[list[int]] = [[] for _ in range(threshold * 2)]  # what the window's thread holds meanwhile
-    qtbot.waitUntil(lambda: watch() is None, timeout=10000)
+    try:
+        qtbot.waitUntil(lambda: watch() is None, timeout=10000)
+    except Exception as exc:  # what the collector saw, for whoever reads the failure
+        raise AssertionError(f"not collected: counts {gc.get_count()}, thresholds {collector.thresholds}, "
+                             f"collections {collector.collections}, timer active "
+                             f"{collector._timer.isActive()}, gc enabled {gc.isenabled()}") from exc
     assert held and gone_on == [threading.get_ident()], "collected on another thread than the window's"
