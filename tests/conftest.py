@@ -230,19 +230,38 @@ def _close_agent_clients() -> None:
 
 def _end_agent() -> None:
     """The test's agent (its GAUDI_GUI_HOME names its own), if one was started, ends with the test: it
-    would otherwise wait out its idle time. Work it started is the test's to have ended."""
+    would otherwise wait out its idle time. Work it started is the test's to have ended. One being
+    started as the test ended (a client asked for it at the last moment) is waited for and ended too."""
     from gaudi_gui.core import agentwire
-    try:
-        sock = agentwire.try_connect()
-    except agentwire.AgentError:
-        return  # the test made its folder unusable: no agent could listen there
-    if sock is None:
-        return
-    with contextlib.suppress(agentwire.AgentError, OSError), agentwire.Connection(sock, "test") as conn:
-        pid = int(conn.agent.get("pid") or 0)
-        conn.request("shutdown", timeout=10, force=True)
-        with contextlib.suppress(psutil.Error):
-            psutil.Process(pid).wait(timeout=10)
+    home = os.environ.get("GAUDI_GUI_HOME", "")
+
+    def agent_processes() -> list[psutil.Process]:
+        found = []
+        for proc in processes_with_env("GAUDI_GUI_HOME", home):
+            with contextlib.suppress(psutil.Error):
+                if "agent" in proc.cmdline():
+                    found.append(proc)
+        return found
+
+    for _round in range(3):
+        try:
+            sock = agentwire.try_connect()
+        except agentwire.AgentError:
+            return  # the test made its folder unusable: no agent could listen there
+        deadline = time.monotonic() + 15
+        while sock is None and time.monotonic() < deadline and agent_processes():
+            time.sleep(0.1)
+            with contextlib.suppress(agentwire.AgentError):
+                sock = agentwire.try_connect()
+        if sock is None:
+            return
+        with contextlib.suppress(agentwire.AgentError, OSError), agentwire.Connection(sock, "test") as conn:
+            pid = int(conn.agent.get("pid") or 0)
+            conn.request("shutdown", timeout=10, force=True)
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).wait(timeout=10)
+        if not agent_processes():
+            return
 
 
 def _running_runners(process: Any) -> list[Any]:
@@ -314,7 +333,10 @@ def fake_hl_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     folder.mkdir()
     program = folder / "hl-smi"
     fake = Path(__file__).parent / "fake_hl_smi.py"
-    program.write_text(f"#!/bin/sh\nexec {sys.executable} {fake} \"$@\"\n")
+    # fake.env beside it (tests.helpers.set_fake_hl_smi): what a test changes while the agent, whose
+    # environment was fixed when it started, runs the loop.
+    program.write_text(f"#!/bin/sh\n[ -r '{folder}/fake.env' ] && . '{folder}/fake.env'\n"
+                       f"exec {sys.executable} {fake} \"$@\"\n")
     program.chmod(0o755)
     monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("FAKE_HLSMI_PERIOD", "0.1")

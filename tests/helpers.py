@@ -530,3 +530,21 @@ def lines_of(stream: IO[str] | None, *, keep_ends: bool = False) -> queue.Queue[
 
     threading.Thread(target=pump, daemon=True).start()
     return lines
+
+
+def set_fake_hl_smi(program: Path, monkeypatch: Any = None, **values: str) -> None:
+    """Change the fake hl-smi's FAKE_HLSMI_* knobs for its next starts, whoever starts it: the agent's
+    environment was fixed when it started, so they go into ``fake.env`` beside the program, which
+    the wrapper reads (and into this process's environment, where ``monkeypatch`` is given)."""
+    import shlex
+    env_file = program.parent / "fake.env"
+    known: dict[str, str] = {}
+    if env_file.exists():
+        for line in env_file.read_text().splitlines():
+            name, _, value = line.removeprefix("export ").partition("=")
+            known[name] = shlex.split(value)[0] if value else ""
+    known.update(values)
+    env_file.write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in known.items()))
+    if monkeypatch is not None:
+        for name, value in values.items():
+            monkeypatch.setenv(name, value)

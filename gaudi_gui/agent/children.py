@@ -155,6 +155,8 @@ def _doctor(args: dict[str, Any]) -> Spec:
             f"{max(1.0, float(args.get('timeout_s') or 30)):g}"]
     if args.get("hl_smi"):
         argv += ["--hl-smi", str(args["hl_smi"])]
+    if args.get("background"):
+        argv.append("--background")  # the periodic check: below the window and the runs
     return Spec(argv, dict(os.environ))
 
 

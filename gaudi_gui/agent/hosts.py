@@ -160,6 +160,11 @@ class Link:
                 self._set("up", f"connected to {self.name} (gaudi-gui {agent.get('version', '?')})")
                 await reader
             else:
+                if reader in done:
+                    # Its output ended with no hello (no agent behind the command): let ssh exit by
+                    # itself first, so its exit status and stderr say why (killed, it read "dropped").
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(proc.wait(), 5)
                 self._stop_proc()
             await asyncio.wait({reader}, timeout=5)
         finally:

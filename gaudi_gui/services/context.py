@@ -90,7 +90,9 @@ class AppServices:
         """The device poller of this machine's cards, made here the first time (nothing started)."""
         if self.device_poller is None:
             from gaudi_gui.services.device_poller import DevicePoller
-            self.device_poller = DevicePoller(self.settings, self.selection, parent)
+            # Its cards come from the agent's one loop (no hl-smi of the window's own).
+            self.device_poller = DevicePoller(self.settings, self.selection, parent,
+                                              agent=lambda: self.ensure_agent(parent))
         return self.device_poller
 
     def ensure_hosts(self, parent: QObject | None = None) -> HostsService:
@@ -110,6 +112,7 @@ class AppServices:
             from gaudi_gui.services.health import HealthService
             from gaudi_gui.services.notifier import Notifier
             self.health = HealthService(self.settings, parent)
+            self.health.via_agent = True  # this machine's doctor: the agent's child
             self.health.watch_poller("local", self.poller)
             self.notifier = Notifier(self.settings, parent)
             self.notifier.watch_health(self.health)

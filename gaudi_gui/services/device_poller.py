@@ -33,6 +33,7 @@ Design:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -45,6 +46,7 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core import hlsmi
+from gaudi_gui.core.agentwire import Ev
 from gaudi_gui.core.backoff import Backoff
 from gaudi_gui.core.device_loop import clamp_interval
 from gaudi_gui.core.devices import DeviceSample, History, ProcessInfo, attach_processes
@@ -57,6 +59,8 @@ from gaudi_gui.services.threaded_process import ThreadedRunner
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from gaudi_gui.services.agent_client import AgentClient
 
 # ``gaudi_gui.core.host`` (and with it psutil, ~40 ms) is imported by the methods that read the host
 # or nvidia-smi: this module is loaded before the window's first paint, they all run after it.
@@ -127,8 +131,16 @@ class DevicePoller(QObject):
     rows_rejected = Signal(int, str)
 
     def __init__(self, settings: Settings, selection: DeviceSelection, parent: QObject | None = None,
-                 host: Any = None) -> None:
+                 host: Any = None, agent: Callable[[], AgentClient] | None = None) -> None:
         super().__init__(parent)
+        #: The machine's agent (``AppServices.ensure_agent``): where given, the cards come from ITS one
+        #: device loop (``devices.watch``, its ``devices`` events; a host's through the agent's one ssh
+        #: session to it) and this poller starts no child of its own. Without one (tests of the
+        #: loop's own rules, the agent's absence) it runs hl-smi itself as below.
+        self._agent = agent
+        self._client: AgentClient | None = None
+        self._watch_token = 0
+        self._agent_command = ""
         #: The ``core.remote.Host`` whose cards this poller reads (None: this machine). A remote
         #: host's hl-smi loop runs there over ssh under ``gaudi-gui guard`` (it ends with the
         #: connection), parsed here by the same parser; a failed or dropped connection is the
@@ -221,7 +233,7 @@ class DevicePoller(QObject):
     @property
     def command(self) -> str:
         """The hl-smi command line as last run (for the state panel)."""
-        line = " ".join(self._argv)
+        line = self._agent_command if self._agent is not None else " ".join(self._argv)
         return f"{line} (on {self.host.name})" if self.host is not None else line
 
     def _start_hl_smi(self, runner: ThreadedRunner, args: list[str],
@@ -255,6 +267,9 @@ class DevicePoller(QObject):
         self._rejected_seen = 0
         # The first host sample comes after one interval: start() runs before the window's first
         # paint, which should not wait for psutil and numpy.
+        if self._agent is not None:
+            self._start_via_agent()
+            return
         if self.host is None:  # a remote host's CPU and RAM are not this machine's psutil
             self._host_timer.start(int(self.interval_s * 1000))
         self._launch()
@@ -262,6 +277,8 @@ class DevicePoller(QObject):
     def stop(self) -> None:
         """Stop every child and timer (called when the window closes)."""
         self._running = False
+        if self._agent is not None:
+            self._stop_via_agent()
         for timer in (self._restart_timer, self._watchdog, self._host_timer, self._table_timer):
             timer.stop()
         # The killed loop's exit belongs to this stop, not to a run started right after (restart).
@@ -274,6 +291,10 @@ class DevicePoller(QObject):
 
     def restart(self) -> None:
         """Re-read the settings and start over (after the user changed the program or interval)."""
+        if self._agent is not None and self._running:
+            self._read_intervals()
+            self._watch(restart=True)  # the agent's loop anew (Retry), listeners kept
+            return
         self.stop()
         self._read_intervals()
         self.start()
@@ -306,6 +327,9 @@ class DevicePoller(QObject):
 
     def _launch(self) -> None:
         if not self._running:
+            return
+        if self._agent is not None:
+            self._watch()
             return
         if self._runner.is_running():
             # A restart killed the old loop; it is reaped asynchronously. Try again shortly.
@@ -499,6 +523,123 @@ class DevicePoller(QObject):
         self._state = state
         self._message = message
         self.state_changed.emit(state, message)
+
+    # -- through the agent: its one device loop --------------------------------------------------------
+
+    def _where(self) -> str:
+        return f"{self.host.name}'s agent" if self.host is not None else "this machine's agent"
+
+    def _start_via_agent(self) -> None:
+        assert self._agent is not None
+        client = self._client = self._agent()
+        host = self.host.name if self.host is not None else None
+        client.subscribe(Ev.DEVICES, self._on_agent_devices, host=host)
+        client.subscribe(Ev.DEVICES_STATE, self._on_agent_state, host=host)
+        if host is not None:  # the link's state, said by this machine's agent
+            client.subscribe(Ev.HOST, self._on_host_link, key=host)
+        client.state_changed.connect(self._on_agent_link)
+        self._set_state(STATE_STARTING, f"asking {self._where()} for its device loop")
+        self._watch()
+
+    def _stop_via_agent(self) -> None:
+        self._watch_token += 1
+        self._restart_timer.stop()
+        client, self._client = self._client, None
+        if client is None:
+            return
+        host = self.host.name if self.host is not None else None
+        with contextlib.suppress(RuntimeError):  # its C++ side went first (the window closing)
+            client.state_changed.disconnect(self._on_agent_link)
+            client.request("devices.unwatch", None, **({"host": host} if host else {}))
+            client.unsubscribe(Ev.DEVICES, self._on_agent_devices, host=host)
+            client.unsubscribe(Ev.DEVICES_STATE, self._on_agent_state, host=host)
+            if host is not None:
+                client.unsubscribe(Ev.HOST, self._on_host_link, key=host)
+        self._set_state(STATE_STOPPED, "stopped")
+
+    def _watch(self, *, restart: bool = False) -> None:
+        """Ask the agent for its loop at this poller's intervals (again after a reconnect)."""
+        if not self._running or self._client is None:
+            return
+        if self.host is not None:
+            hl_smi = self.host.hl_smi  # the host's saved path, else its PATH there
+        else:
+            program, explicit = resolve_program(self._settings)
+            hl_smi = program if explicit else ""
+        self._watch_token += 1
+        token = self._watch_token
+        args: dict[str, Any] = {"interval_s": self.interval_s, "process_interval_s": self.process_interval_s,
+                                "hl_smi": hl_smi, "restart": restart}
+        if self.host is not None:
+            args["host"] = self.host.name
+        self._client.request("devices.watch", lambda reply: self._on_watched(token, reply), **args)
+
+    def _on_watched(self, token: int, reply: dict[str, Any]) -> None:
+        if token != self._watch_token or not self._running:
+            return
+        if not reply.get("ok"):
+            words = str(reply.get("error") or f"{self._where()} did not answer")
+            state = STATE_UNREACHABLE if self.host is not None else STATE_FAILED
+            delay = self._backoff.next()
+            self._set_state(state, f"{words}\nasking again in {delay:.0f} s")
+            self._restart_timer.start(int(delay * 1000))
+            return
+        self._backoff = Backoff(self.backoff_initial_s, self.backoff_max_s)
+        if reply.get("note"):
+            self.interval_note = str(reply["note"])
+        self._on_agent_state(reply)
+
+    def _on_agent_link(self, state: str, message: str) -> None:
+        if state == "up" and self._running:
+            self._watch()  # a new agent knows nobody's interval: ask again
+        elif state != "up" and self._running and self.host is None:
+            self._set_state(STATE_STARTING, f"{message} (the device loop is the agent's)")
+
+    def _on_host_link(self, message: dict[str, Any]) -> None:
+        if not self._running:
+            return
+        if message.get("state") == "up":
+            self._watch()  # the host's agent (maybe a new one) hears this poller's intervals again
+        else:
+            self._set_state(STATE_UNREACHABLE, hlsmi.clean_text(str(message.get("message") or "")))
+
+    def _on_agent_state(self, message: dict[str, Any]) -> None:
+        if not self._running or not message.get("state"):
+            return
+        self._agent_command = str(message.get("command") or self._agent_command)
+        self._set_state(str(message["state"]), str(message.get("message") or ""))
+
+    def _on_agent_devices(self, message: dict[str, Any]) -> None:
+        if not self._running:
+            return
+        now = time.time()
+        try:
+            cards = [DeviceSample.from_dict(d) for d in message.get("samples") or []]
+            processes = [ProcessInfo.from_dict(p) for p in message.get("processes") or []]
+            machine = DeviceSample.from_dict(message["machine"]) if message.get("machine") else None
+        except (TypeError, ValueError, KeyError) as exc:
+            self._set_state(STATE_FAILED, f"{self._where()} sent samples this window cannot read: {exc}")
+            return
+        self._source = str(message.get("source") or "hl-smi")
+        rejected = int(message.get("rejected") or 0)
+        if rejected > self._rejected_total:
+            self._rejected_total = rejected
+            self.rows_rejected.emit(rejected, hlsmi.clean_text(str(message.get("rejected_reason") or "")))
+        if processes != self._processes:
+            self._processes = processes
+            self.processes_received.emit(list(processes))
+        if cards:
+            if self.host is not None:
+                for sample in cards:  # the host's clock is not this machine's: placed at arrival
+                    sample.timestamp = now
+            self._known_cards = [s.index for s in cards]
+            self._publish(cards)
+        elif not self._latest or self._latest[0].kind != "hpu":
+            self._selection.set_kind("cpu", [])
+        if machine is not None:
+            machine.timestamp = now
+            self.history_store.add([machine])
+            self.host_received.emit(machine)
 
     # -- processes (plain table) ----------------------------------------------------------------------
 

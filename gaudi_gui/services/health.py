@@ -30,6 +30,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core.alerts import CLEARED, RAISED, Alert, AlertEngine, AlertEvent, Thresholds, card_key
 from gaudi_gui.services.doctor_child import DoctorChild
+from gaudi_gui.services.preflight import AgentDoctor
 from gaudi_gui.services.process import ProcessRunner, describe_exit
 from gaudi_gui.services.settings import Settings
 
@@ -125,7 +126,10 @@ class HealthService(QObject):
         self._hosts: list[str] = [LOCAL]
         self._health: dict[str, HostHealth] = {}
         self._checked_at: dict[str, float] = {}
-        self._checks: dict[str, DoctorChild] = {}
+        self._checks: dict[str, DoctorChild | AgentDoctor] = {}
+        #: This machine's checks run as the agent's children (the app sets it; tests of the
+        #: service's own rules leave it off).
+        self.via_agent = False
         self._pending: set[str] = set()  # hosts whose check starts on a later turn (``refresh``)
         self._watches: dict[str, _PollerWatch] = {}
         self.engine = AlertEngine(thresholds_from(settings))
@@ -307,14 +311,26 @@ class HealthService(QObject):
         if old is not None:
             old.deleteLater()
         timeout_s = float(self.settings.get("health/timeout_s"))
-        check = DoctorChild(self, functools.partial(read_report, host, timeout_s), tail_lines=20)
+        read = functools.partial(read_report, host, timeout_s)
+        hl_smi = str(self.settings.get("devices/hl_smi") or "").strip()
+        if host == LOCAL and self.via_agent:
+            # The one place choosing: this machine's doctor is the agent's child (no thread, no child
+            # of the window), with the Devices panel's hl-smi, below the window's priority.
+            local = AgentDoctor(self, read, tail_lines=20)
+            local.setObjectName(host)
+            self._checks[host] = local
+            local.ended.connect(self._on_finished)
+            args = {"timeout_s": timeout_s, "hl_smi": hl_smi, "background": True}
+            local.start({k: v for k, v in args.items() if v}, int(timeout_s * 1000))
+            self.checking_changed.emit(host, True)
+            return
+        check = DoctorChild(self, read, tail_lines=20)
         check.setObjectName(host)
         self._checks[host] = check
         # A bound method, not a lambda holding this service: the check's connection must never be
         # the last holder of its own parent (see _on_finished).
         check.ended.connect(self._on_finished)
         argv = list(self.command)
-        hl_smi = str(self.settings.get("devices/hl_smi") or "").strip()
         if host == LOCAL and hl_smi:
             argv += ["--hl-smi", hl_smi]  # the Devices panel's hl-smi (settings), as the start gate
         if host != LOCAL:
@@ -334,7 +350,7 @@ class HealthService(QObject):
         deleted the check a second time (fresh clones #20 and #27: a segmentation fault in
         ``processEvents``)."""
         check = self.sender()
-        if not isinstance(check, DoctorChild):
+        if not isinstance(check, (DoctorChild, AgentDoctor)):
             return
         host = check.objectName()
         if self._checks.get(host) is not check:

@@ -50,9 +50,20 @@ class AgentDoctor(QObject):
         self._timed_out = False
         self._retired = False
 
+        #: Its report was delivered (``ended``), as ``DoctorChild.done``.
+        self.done = False
+
     def start(self, args: dict[str, Any], timeout_ms: int) -> None:
         self._child.start("doctor", args)
         self._timer.start(max(0, timeout_ms))
+
+    def is_running(self) -> bool:
+        """From ``start`` until ``ended`` was delivered (as ``DoctorChild.is_running``)."""
+        return not self.done and not self._retired
+
+    def kill(self) -> None:
+        """The agent ends the child; ``ended`` still follows (as ``DoctorChild.kill``)."""
+        self._child.kill_tree()
 
     def retire(self) -> None:
         """Killed, and heard no more."""
@@ -74,6 +85,7 @@ class AgentDoctor(QObject):
         outcome = core_child.Outcome(stdout="\n".join(self._stdout),
                                      code=None if status == "failed_to_start" else code,
                                      tail=tuple(self._child.tail(40)), timed_out=self._timed_out)
+        self.done = True
         self.ended.emit(self._read(outcome))
 
 

@@ -45,3 +45,30 @@ def test_a_run_and_a_watcher_share_the_agents_one_hl_smi_loop(tmp_path: Path, fa
     samples = [s for s in lines if "cards" in s]
     assert len(samples) >= 3 and all({c["module_id"] for c in s["cards"]} == {2, 3} for s in samples)
     assert summary["energy_source"] == "hl-smi power integrated" and summary["energy_j"] > 0
+
+
+def test_the_window_paints_the_agents_loop_and_starts_no_child(qtbot, fake_hl_smi: Path) -> None:
+    """The window with Devices and Health open (as ``gaudi-gui`` opens it): its cards come from the
+    agent's one ``hl-smi -l``, its doctor is the agent's child, and the window itself has no child."""
+    import psutil
+
+    from gaudi_gui.app import create_services
+    from gaudi_gui.ui.main_window import MainWindow
+    from tests.helpers import card_rows
+
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # a worker's Slurm daemons
+    services = create_services()
+    window = MainWindow(services)
+    qtbot.addWidget(window)
+    window.show()
+    services.poller.start()
+    assert services.health is not None
+    services.health.start()
+    window.tabs.setCurrentWidget(window.devices_tab)
+    qtbot.waitUntil(lambda: len(card_rows(window.devices_tab.table)) == 8, timeout=60_000)
+    qtbot.waitUntil(lambda: services.health is not None and services.health.health("local") is not None,
+                    timeout=90_000)
+    assert services.poller.command.startswith(str(fake_hl_smi)) or "hl-smi" in services.poller.command
+    assert len(hl_smi_loops()) == 1
+    assert [p for p in psutil.Process().children(recursive=True) if p.pid not in before] == []
+    window._shutdown_tabs()

@@ -17,7 +17,7 @@ from gaudi_gui.core.devices import DeviceSample, ProcessInfo
 from gaudi_gui.services import device_poller as dp
 from gaudi_gui.ui.device_table import COLUMNS
 from gaudi_gui.ui.devices_tab import DevicesTab
-from tests.helpers import card_rows, curve_count, is_checked, y_range
+from tests.helpers import card_rows, curve_count, is_checked, set_fake_hl_smi, y_range
 
 
 def cards(n: int = 8, t: float | None = None, util: float = 0.0, **over: object) -> list[DeviceSample]:
@@ -265,7 +265,7 @@ def test_retry_button_restarts_hl_smi(tab: DevicesTab, fake_hl_smi: Path, qtbot,
     tab.poller.start()
     qtbot.waitUntil(tab.retry_button.isVisible, timeout=15000)
     assert "no Habana devices" in tab.state_text.text()
-    monkeypatch.setenv("FAKE_HLSMI_MODE", "normal")
+    set_fake_hl_smi(fake_hl_smi, monkeypatch, FAKE_HLSMI_MODE="normal")  # for the agent's next hl-smi
     qtbot.mouseClick(tab.retry_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: tab.table.rowCount() == 8 and not tab.state_panel.isVisible(), timeout=15000)
     assert "8 card(s) from hl-smi" in tab.source_label.text()

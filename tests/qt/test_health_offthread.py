@@ -124,6 +124,8 @@ def test_a_doctor_is_started_and_its_report_read_off_the_gui_thread(qtbot, monke
     service.report_changed.connect(reports.append)
     service.refresh()
     check = service._checks[LOCAL]
+    from gaudi_gui.services.doctor_child import DoctorChild
+    assert isinstance(check, DoctorChild)  # the service's own rules (the app's runs in the agent)
     assert service.is_checking(LOCAL)
     qtbot.waitUntil(lambda: reports == [LOCAL], timeout=60000)
     main = threading.get_ident()

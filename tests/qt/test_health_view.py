@@ -353,7 +353,8 @@ def test_every_view_says_which_cards_are_healthy_and_free_and_the_picker_checks_
     usable = ("healthy and free: modules 0, 4, 5 and 7 (module 5: power slowdown active); "
               "for 2 cards: modules 4 and 5; for 4 cards: none of 0,1,2,3 / 4,5,6,7")
     qtbot.waitUntil(lambda: tab.usable_label.text().startswith("H" + usable[1:]), timeout=DOCTOR_S)
-    assert tab.usable_label.isVisible()
+    # Shown once the cards are known (the agent's loop's first snapshot may follow the doctor's report).
+    qtbot.waitUntil(tab.usable_label.isVisible, timeout=30000)
     # The Health view and the Hosts tab say the same.
     click(qtbot, tab.health_badge)
     qtbot.waitUntil(lambda: app.health_view is not None and app.health_view.isVisible(), timeout=5000)
