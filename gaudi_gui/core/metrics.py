@@ -82,40 +82,18 @@ def format_duration(seconds: float | None) -> str:
     return f"{secs}s"
 
 
-#: What TRL's preference trainers log per logging step beside the loss (DPOTrainer, ORPOTrainer,
-#: KTOTrainer in TRL 1.16; KTO logs no accuracies), each averaged over the step's batches.
+
+#: The rewards TRL's preference trainers log per logging step beside the loss (DPOTrainer, ORPOTrainer,
+#: KTOTrainer in TRL 1.16; KTO logs no accuracies), each averaged over the step's batches; the worker
+#: puts them in the run's metrics records under these names, and the Training tab charts them.
 REWARD_CHOSEN = "rewards/chosen"
 REWARD_REJECTED = "rewards/rejected"
 REWARD_MARGINS = "rewards/margins"
 REWARD_ACCURACIES = "rewards/accuracies"
-REWARD_KEYS = (REWARD_CHOSEN, REWARD_REJECTED, REWARD_MARGINS, REWARD_ACCURACIES)
-#: The families of a preference trainer's own metrics, kept under their TRL names (an eval step's
-#: carry "eval_" in front): rewards/*, logps/* (mean log-probabilities), logits/* (mean logits).
-TRAINER_FAMILIES = ("rewards/", "logps/", "logits/")
-
-
-def trainer_extras(logs: Mapping[str, Any]) -> dict[str, float]:
-    """The numbers of a Trainer's ``logs`` (``on_log``) in ``TRAINER_FAMILIES``, under their own names
-    (``"rewards/margins"``, ``"eval_rewards/margins"``), for the worker's metrics record: a record
-    built from a fixed list of keys dropped what a DPO run is judged by. Not numbers (a tensor's
-    string, None, a bool) are left out, as are non-finite values and keys of other families."""
-    import math
-
-    out: dict[str, float] = {}
-    for key, value in logs.items():
-        if not isinstance(key, str) or not key.removeprefix("eval_").startswith(TRAINER_FAMILIES):
-            continue
-        if hasattr(value, "item") and not isinstance(value, (int, float)):
-            try:
-                value = value.item()  # a 0-d tensor (ORPO's gathered means)
-            except (TypeError, ValueError, RuntimeError):
-                continue
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-            out[key] = float(value)
-    return out
+REWARD_SERIES = (REWARD_CHOSEN, REWARD_REJECTED, REWARD_MARGINS, REWARD_ACCURACIES)
 
 
 def has_rewards(records: Iterable[Mapping[str, Any]]) -> bool:
     """Does any record carry a preference trainer's reward (a DPO/ORPO/KTO run's, not an SFT run's)?"""
     return any(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)
-               for r in records for k in REWARD_KEYS)
+               for r in records for k in REWARD_SERIES)

@@ -8,6 +8,7 @@ accuracy, on the same steps; an SFT run logs none and shows none."""
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +21,9 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 from gaudi_gui.core.metrics import (
     REWARD_ACCURACIES,
     REWARD_CHOSEN,
-    REWARD_KEYS,
     REWARD_MARGINS,
     REWARD_REJECTED,
+    REWARD_SERIES,
 )
 from gaudi_gui.ui.flow_layout import FlowLayout
 from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea, readable_plot
@@ -128,7 +129,7 @@ class RewardCharts(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.addWidget(self.area)
-        self._points: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in REWARD_KEYS}
+        self._points: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in REWARD_SERIES}
         self.chosen_curve = self.rewards_plot.plot([], [], pen=pg.mkPen(_CHOSEN_COLOR, width=2), symbol="o",
                                                    symbolSize=4, symbolBrush=_CHOSEN_COLOR)
         self.rejected_curve = self.rewards_plot.plot([], [], pen=pg.mkPen(_REJECTED_COLOR, width=2),
@@ -190,7 +191,7 @@ class RewardCharts(QWidget):
         """Shown with what there is: the panel once any reward is drawn, each chart once it has a curve
         (the margins chart of a KTO run too, which TRL derives from chosen minus rejected)."""
         drawn = {plot for plot, _ in self._overlays}
-        drawn |= {self._plot_of(k) for k in REWARD_KEYS if self._points[k][0]}
+        drawn |= {self._plot_of(k) for k in REWARD_SERIES if self._points[k][0]}
         for plot in self.plots():
             self.area.set_shown(plot, plot in drawn)
         self.setVisible(bool(drawn))
@@ -203,12 +204,12 @@ class RewardCharts(QWidget):
         absent: list[str] = []
         no_accuracy: list[str] = []
         for records, short, color in runs:
-            if not any(_series(records, key)[0] for key in REWARD_KEYS):
+            if not any(_finite(records, key)[0] for key in REWARD_SERIES):
                 absent.append(short)
                 continue
-            for key in REWARD_KEYS:
+            for key in REWARD_SERIES:
                 plot, dashed = self._plot_of(key), key == REWARD_REJECTED
-                steps, values = _series(records, key)
+                steps, values = _finite(records, key)
                 if not steps:
                     if key == REWARD_ACCURACIES:
                         no_accuracy.append(short)
@@ -281,8 +282,17 @@ class LossChart(QWidget):
         self._legend_layout.setContentsMargins(4, 0, 4, 0)
         self.legend_row.hide()
         self.legend_labels: list[QLabel] = []
-        #: Compare's words on the runs absent from the reward charts (none: None).
-        self.reward_note: QLabel | None = None
+        #: Compare's words on the runs absent from the reward charts, under the row that names the
+        #: runs and above every chart (over the reward charts alone, it set them lower than the loss
+        #: beside them); wrapped, never widening the chart past the window.
+        self.reward_note = QLabel(self)
+        self.reward_note.setTextFormat(Qt.TextFormat.PlainText)
+        self.reward_note.setWordWrap(True)
+        self.reward_note.setContentsMargins(4, 0, 4, 0)
+        self.reward_note.setStyleSheet("color: #555555")
+        self.reward_note.setToolTip("Only preference runs (DPO, ORPO, KTO) log rewards; KTO logs no "
+                                    "accuracy.")
+        self.reward_note.hide()
         # A preference run's rewards beside the loss, on the same steps (hidden until one is logged).
         self.rewards = RewardCharts(self)
         for plot in self.rewards.plots():
@@ -291,6 +301,7 @@ class LossChart(QWidget):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addWidget(self.legend_row)
+        layout.addWidget(self.reward_note)
         row = QHBoxLayout()
         row.setSpacing(6)
         row.addWidget(self.area, 1)
@@ -445,15 +456,8 @@ class LossChart(QWidget):
                 utilized = utilized or bool(x.size)
                 self._device_overlays.append(self.device_plot.plot(x, y, pen=pen, connect="finite"))
             self._add_legend_entry(short, run.name, color)
-        if absent:
-            # Said where the runs are named, above every chart (a line over the reward charts alone
-            # set them lower than the loss beside them).
-            self.reward_note = QLabel(absent, self.legend_row)
-            self.reward_note.setTextFormat(Qt.TextFormat.PlainText)
-            self.reward_note.setStyleSheet("color: #555555")
-            self.reward_note.setToolTip("Only preference runs (DPO, ORPO, KTO) log rewards; KTO logs no "
-                                        "accuracy.")
-            self._legend_layout.addWidget(self.reward_note)
+        self.reward_note.setText(absent)
+        self.reward_note.setVisible(bool(absent))
         self.legend_row.setVisible(bool(runs))
         # A compared run's own cards, from its meter (the Devices tab's cards are not its cards).
         self.set_card_chart_shown(utilized)
@@ -480,11 +484,12 @@ class LossChart(QWidget):
                 plot.removeItem(item)
         self._overlays, self._lr_overlays, self._device_overlays = [], [], []
         self.rewards.clear_overlays()
-        for label in [*self.legend_labels, *([self.reward_note] if self.reward_note else [])]:
+        for label in self.legend_labels:
             self._legend_layout.removeWidget(label)
             label.deleteLater()
         self.legend_labels = []
-        self.reward_note = None
+        self.reward_note.clear()
+        self.reward_note.hide()
         self.legend_row.hide()
         legend = self.loss_plot.getPlotItem().legend
         if legend is not None:
@@ -522,7 +527,15 @@ class LossChart(QWidget):
 
 
 def _number(value: Any) -> TypeGuard[float]:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+    """A number to draw: not a bool, not NaN or infinite (a gap, not a point)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _finite(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of ``key`` where both are finite numbers."""
+    steps, values = _series(records, key)
+    pairs = [(a, b) for a, b in zip(steps, values, strict=True) if math.isfinite(a) and math.isfinite(b)]
+    return [a for a, _ in pairs], [b for _, b in pairs]
 
 
 def _series(records: Sequence[Mapping[str, Any]], key: str,

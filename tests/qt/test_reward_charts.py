@@ -5,7 +5,8 @@ chart; Compare overlays the preference runs' rewards and names in words a run th
 
 The logging steps are TRL 1.16's own: what ``DPOTrainer.log`` gave ``on_log`` in a 6-step run on the
 demo model (beta 0.1, batch 4, plain prompt/chosen/rejected pairs), rounded; each is written as the
-worker writes a metrics record (its fixed keys plus ``core.metrics.trainer_extras``)."""
+worker writes a metrics record (its fixed keys, then TRL's ``rewards/*`` and ``logps/*`` under their
+own names)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QPoint, Qt
 from pytestqt.qtbot import QtBot
 
 from gaudi_gui.core.events import EventType, EventWriter
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.metrics import trainer_extras
 from gaudi_gui.core.proctree import ProcessRef
 from gaudi_gui.core.runstore import SUPERVISOR_INFO, Run, RunStore
 from gaudi_gui.ui.training_tab import TrainingTab
@@ -38,15 +38,19 @@ DPO_STEPS = [(0.6931, 0.0, 0.0, 0.0, 0.0, -41.66),
              (0.6916, 0.001983, -0.001059, 1.0, 0.003042, -41.612)]
 
 
-def _logs(step: int, scale: float = 1.0) -> dict[str, Any]:
-    """Step ``step``'s (1-based) logs as the trainer hands them to ``on_log`` (``scale``: another run)."""
+def _logs(step: int, scale: float = 1.0, kto: bool = False) -> dict[str, Any]:
+    """Step ``step``'s (1-based) logs as the trainer hands them to ``on_log`` (``scale``: another run;
+    ``kto``: as KTOTrainer logs them, without accuracies)."""
     loss, chosen, rejected, accuracy, margin, logps = DPO_STEPS[step - 1]
-    return {"loss": loss, "grad_norm": 4.68, "learning_rate": 1e-6 * (7 - step) / 6, "entropy": 5.41,
+    logs = {"loss": loss, "grad_norm": 4.68, "learning_rate": 1e-6 * (7 - step) / 6, "entropy": 5.41,
             "num_tokens": 112.0 * step, "logits/chosen": -1.007, "logits/rejected": -1.078,
             "mean_token_accuracy": 0.0, "rewards/chosen": chosen * scale,
             "rewards/rejected": rejected * scale, "rewards/accuracies": accuracy,
             "rewards/margins": margin * scale, "logps/chosen": logps,
             "logps/rejected": -34.4, "epoch": 0.25 * step}
+    if kto:
+        del logs["rewards/accuracies"]
+    return logs
 
 
 def _write_step(events: EventWriter, step: int, logs: dict[str, Any], t0: float) -> None:
@@ -54,11 +58,11 @@ def _write_step(events: EventWriter, step: int, logs: dict[str, Any], t0: float)
     events.write(EventType.METRICS, step=step, max_steps=6, start_step=0, loss=logs["loss"],
                  learning_rate=logs["learning_rate"], epoch=logs["epoch"], grad_norm=logs["grad_norm"],
                  elapsed=float(step), throughput=1.0, samples_per_second=4.0, tokens_per_second=112.0,
-                 time=t0 + step, **trainer_extras(logs))
+                 time=t0 + step, **{k: v for k, v in logs.items() if k.startswith(("rewards/", "logps/"))})
 
 
 def _run(store: RunStore, name: str, *, preference: bool, scale: float = 1.0, steps: int = 6,
-         state: str = "finished") -> Run:
+         state: str = "finished", kto: bool = False) -> Run:
     made = store.create(JobConfig(name=name, training_args={"output_dir": str(store.root / "out" / name)}))
     run = Run(made.folder.with_name(name))
     made.folder.rename(run.folder)
@@ -66,7 +70,7 @@ def _run(store: RunStore, name: str, *, preference: bool, scale: float = 1.0, st
     with EventWriter(run.events_path) as events:
         events.write(EventType.TRAINING_STARTED, max_steps=6, world_size=1, start_step=0)
         for step in range(1, steps + 1):
-            logs = _logs(step, scale) if preference else {
+            logs = _logs(step, scale, kto) if preference else {
                 "loss": 2.5 - 0.2 * step, "learning_rate": 1e-4, "grad_norm": 1.0, "epoch": 0.25 * step}
             _write_step(events, step, logs, t0)
     run.update_status(state=state, step=steps, max_steps=6, started_at=t0,
@@ -171,15 +175,15 @@ def test_a_dpo_runs_rewards_are_drawn_live_beside_the_loss_and_an_sft_run_has_no
             helpers.end_training_tab(qtbot, services, tab)
 
 
-def test_compare_overlays_two_dpo_runs_margins_and_says_the_sft_run_has_none(
+def test_compare_overlays_a_dpo_and_a_kto_runs_margins_and_says_the_sft_run_has_none(
         qtbot: QtBot, tmp_path: Path) -> None:
     services, tab = helpers.training_tab(qtbot, tmp_path)
     try:
         assert services.training is not None
         store = services.training.store
-        names = ("20261206-110000-dpo-beta01", "20261206-120000-dpo-beta05", "20261206-130000-sft")
+        names = ("20261206-110000-dpo", "20261206-120000-kto", "20261206-130000-sft")
         _run(store, names[0], preference=True)
-        _run(store, names[1], preference=True, scale=5.0)
+        _run(store, names[1], preference=True, scale=5.0, kto=True)
         _run(store, names[2], preference=False)
         tab.resize(1024, 700)
         _open_runs(qtbot, tab, 3)
@@ -196,7 +200,7 @@ def test_compare_overlays_two_dpo_runs_margins_and_says_the_sft_run_has_none(
             return [c for c in map(_curve, plot.getPlotItem().listDataItems()) if c[0]]
 
         margins = sorted(drawn(rewards.margins_plot), key=lambda c: max(c[1]))
-        assert len(margins) == 2  # the two DPO runs; the SFT run has no curve here
+        assert len(margins) == 2  # the DPO and the KTO run; the SFT run has no curve here
         assert margins[0][0] == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
         assert _close(margins[0][1], [row[4] for row in DPO_STEPS])
         assert _close(margins[1][1], [row[4] * 5 for row in DPO_STEPS])
@@ -205,7 +209,8 @@ def test_compare_overlays_two_dpo_runs_margins_and_says_the_sft_run_has_none(
                         if _curve(c)[0])
         assert styles == ["DashLine", "DashLine", "SolidLine", "SolidLine"]
         assert "╍╍ rejected" in rewards.rewards_plot.getPlotItem().titleLabel.text
-        assert len(drawn(rewards.accuracy_plot)) == 2
+        accuracy = drawn(rewards.accuracy_plot)  # the DPO run's: KTO logs none
+        assert len(accuracy) == 1 and _close(accuracy[0][1], [row[3] for row in DPO_STEPS])
         # Each run in its legend-row colour; the SFT run named as absent, in words.
         colors = {c.opts["pen"].color().name() for c in rewards.margins_plot.getPlotItem().listDataItems()
                   if _curve(c)[0]}
@@ -213,11 +218,18 @@ def test_compare_overlays_two_dpo_runs_margins_and_says_the_sft_run_has_none(
                          if "sft" not in label.toolTip()}
         assert colors == legend_colors and len(colors) == 2
         note = tab.chart.reward_note
-        assert note is not None and note.isVisible()
-        assert note.text() == "not in the reward charts: 130000-sft (no rewards logged)"
-        # Above the charts, in the row that names the runs (the rewards stay level with the loss).
-        assert note.parent() is tab.chart.legend_row
-        assert note.geometry().right() <= tab.chart.legend_row.width()
+        assert note.isVisible()
+        assert note.text() == ("not in the reward charts: 130000-sft (no rewards logged); "
+                               "no reward accuracy logged: 120000-kto")
+        # Under the row that names the runs, above every chart (the rewards stay level with the loss),
+        # whole inside the chart's width (a long line once pushed the charts past the window's edge).
+        chart = tab.chart
+        qtbot.wait(300)  # laid out as a person sees it (a layout request is handled after the event)
+        assert chart.legend_row.geometry().bottom() < note.geometry().top()
+        assert note.geometry().bottom() < chart.area.geometry().top()
+        assert chart.area.geometry().top() == chart.rewards.geometry().top()
+        right = chart.rewards.mapTo(tab, QPoint(chart.rewards.width(), 0)).x()
+        assert right <= tab.width(), f"the reward charts end at x={right}, past the {tab.width()} px window"
         # The loss chart still draws all three.
         assert len(drawn(tab.chart.loss_plot)) == 3
     finally:
