@@ -30,6 +30,9 @@ from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea, readable_plot
 
 #: A curve's cell: a readable view box plus the tick labels (the name is the left axis label).
 MIN_CELL = QSize(240, MIN_VIEW_PX + 24)
+#: The least cell width of each of two columns side by side (the loss and the rewards): beside
+#: Compare's scores, a 1024-pixel window leaves about 400 px for both.
+PAIR_CELL = QSize(160, MIN_CELL.height())
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 #: Compared runs' colours (the live run's blue and the eval curves' red and purple left out).
 _COMPARE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
@@ -97,6 +100,9 @@ class ComparedRun:
 #: The reward charts' live colours: chosen green, rejected red (the margin and accuracy one each).
 _CHOSEN_COLOR, _REJECTED_COLOR, _MARGIN_COLOR, _ACCURACY_COLOR = "#2ca02c", "#d62728", "#9467bd", "#1f77b4"
 _DASH = Qt.PenStyle.DashLine
+#: A reward series as Compare names it when a run has none of it.
+_REWARD_WORDS = {REWARD_CHOSEN: "chosen reward", REWARD_REJECTED: "rejected reward", REWARD_MARGINS: "margin",
+                 REWARD_ACCURACIES: "accuracy"}
 
 
 class RewardCharts(QWidget):
@@ -111,7 +117,7 @@ class RewardCharts(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.area = PlotArea(MIN_CELL, (1,), self, title_on_axis=True)
+        self.area = PlotArea(PAIR_CELL, (1,), self, title_on_axis=True)
         self.rewards_plot = readable_plot(self, "rewards (chosen vs rejected)")
         self.margins_plot = readable_plot(self, "reward margin (chosen - rejected)")
         self.accuracy_plot = readable_plot(self, "reward accuracy (chosen > rejected)")
@@ -141,25 +147,28 @@ class RewardCharts(QWidget):
         self._curves = {REWARD_CHOSEN: self.chosen_curve, REWARD_REJECTED: self.rejected_curve,
                         REWARD_MARGINS: self.margins_curve, REWARD_ACCURACIES: self.accuracy_curve}
         self._overlays: list[tuple[pg.PlotWidget, Any]] = []
+        #: Which line is which (placed by the owner, shown with these charts).
+        self.key = QLabel(self)
+        self.key.setTextFormat(Qt.TextFormat.RichText)
+        self.key.setAlignment(Qt.AlignmentFlag.AlignRight)
+        self.key.setContentsMargins(4, 0, 4, 0)
         self._legend(compared=False)
         self.hide()
+        self.key.hide()
 
     def plots(self) -> tuple[pg.PlotWidget, pg.PlotWidget, pg.PlotWidget]:
         return self.rewards_plot, self.margins_plot, self.accuracy_plot
 
     def _legend(self, compared: bool) -> None:
-        """Which line is which, in a title row over the chart: a legend box inside it covered the
-        newest points (chosen climbs, rejected falls, and a short chart has no empty corner)."""
+        """Which line of the rewards chart is which, in ``key`` (a line the chart's owner puts above
+        the charts): a legend box inside the chart covered the newest points (chosen climbs, rejected
+        falls, and a short chart has no empty corner), and a title row took the height of its view."""
         if compared:  # the colour is the run's (the row above the charts): the style tells them apart
-            key = "<span style='color:#555555'>━━ chosen &nbsp; ╍╍ rejected</span>"
+            key = "rewards: <span style='color:#555555'>━━ chosen &nbsp; ╍╍ rejected</span>"
         else:
-            key = (f"<span style='color:{_CHOSEN_COLOR}'>━━ chosen</span> &nbsp; "
+            key = (f"rewards: <span style='color:{_CHOSEN_COLOR}'>━━ chosen</span> &nbsp; "
                    f"<span style='color:{_REJECTED_COLOR}'>━━ rejected</span>")
-        self.rewards_plot.setTitle(key, size="8pt")
-
-    def live_points(self, key: str) -> tuple[list[float], list[float]]:
-        """(steps, values) of one reward key as drawn for the live (or reopened) run."""
-        return self._points[key]
+        self.key.setText(key)
 
     def clear(self) -> None:
         for key, curve in self._curves.items():
@@ -167,10 +176,11 @@ class RewardCharts(QWidget):
             curve.setData([], [])
         self._refresh()
 
-    def add_record(self, record: Mapping[str, Any]) -> None:
+    def add_record(self, record: Mapping[str, Any]) -> bool:
+        """Draw the record's rewards; True when it carried any."""
         step = record.get("step")
         if not _number(step):
-            return
+            return False
         added = False
         for key, curve in self._curves.items():
             value = record.get(key)
@@ -182,6 +192,7 @@ class RewardCharts(QWidget):
                 added = True
         if added:
             self._refresh()
+        return added
 
     def _plot_of(self, key: str) -> pg.PlotWidget:
         return {REWARD_CHOSEN: self.rewards_plot, REWARD_REJECTED: self.rewards_plot,
@@ -195,6 +206,7 @@ class RewardCharts(QWidget):
         for plot in self.plots():
             self.area.set_shown(plot, plot in drawn)
         self.setVisible(bool(drawn))
+        self.key.setVisible(bool(drawn))
 
     def compare(self, runs: Sequence[tuple[Sequence[Mapping[str, Any]], str, str]]) -> str:
         """Each run given as (records, short name, colour): the rewards of those that logged any, in
@@ -202,31 +214,29 @@ class RewardCharts(QWidget):
         rewards: then these charts stay hidden and Compare looks as it did for SFT runs)."""
         self.clear_overlays()
         absent: list[str] = []
-        no_accuracy: list[str] = []
-        for records, short, color in runs:
+        partly: list[str] = []  # a run missing from some charts: KTO logs no accuracy, and a margin
+        for records, short, color in runs:  # only for steps whose batch held both kinds of answer
             if not any(_finite(records, key)[0] for key in REWARD_SERIES):
                 absent.append(short)
                 continue
+            missing = []
             for key in REWARD_SERIES:
                 plot, dashed = self._plot_of(key), key == REWARD_REJECTED
                 steps, values = _finite(records, key)
                 if not steps:
-                    if key == REWARD_ACCURACIES:
-                        no_accuracy.append(short)
+                    missing.append(_REWARD_WORDS[key])
                     continue
                 pen = pg.mkPen(color, width=2, style=_DASH if dashed else Qt.PenStyle.SolidLine)
                 self._overlays.append((plot, plot.plot(steps, values, pen=pen)))
+            if missing:
+                partly.append(f"{short} logged no {' or '.join(missing)}")
         words = []
         if absent and self._overlays:
             words.append(f"not in the reward charts: {', '.join(absent)} (no rewards logged)")
-        if no_accuracy and any(plot is self.accuracy_plot for plot, _ in self._overlays):
-            words.append(f"no reward accuracy logged: {', '.join(no_accuracy)}")
+        words += partly
         self._legend(compared=True)
         self._refresh()
         return "; ".join(words)
-
-    def overlay_count(self, plot: pg.PlotWidget) -> int:
-        return sum(1 for p, _ in self._overlays if p is plot)
 
     def clear_overlays(self) -> None:
         for plot, item in self._overlays:
@@ -241,7 +251,8 @@ class LossChart(QWidget):
         super().__init__(parent)
         pg.setConfigOptions(antialias=True)
         # One column (the curves share the step axis); what does not fit goes on tabs, never a strip.
-        self.area = PlotArea(MIN_CELL, (1,), self, title_on_axis=True)
+        # Alone it is at least MIN_CELL wide (the chart's least width), beside the rewards PAIR_CELL.
+        self.area = PlotArea(PAIR_CELL, (1,), self, title_on_axis=True)
         self.loss_plot = readable_plot(self, "loss")
         # One row of entries at the top (a column of three would cover the newest points).
         self.loss_plot.addLegend(offset=(-10, 5), colCount=4)
@@ -290,8 +301,9 @@ class LossChart(QWidget):
         self.reward_note.setWordWrap(True)
         self.reward_note.setContentsMargins(4, 0, 4, 0)
         self.reward_note.setStyleSheet("color: #555555")
-        self.reward_note.setToolTip("Only preference runs (DPO, ORPO, KTO) log rewards; KTO logs no "
-                                    "accuracy.")
+        self.reward_note.setToolTip("Only preference runs (DPO, ORPO, KTO) log rewards. KTO logs no "
+                                    "accuracy, and a margin only for a step whose batch held both a "
+                                    "desirable and an undesirable answer.")
         self.reward_note.hide()
         # A preference run's rewards beside the loss, on the same steps (hidden until one is logged).
         self.rewards = RewardCharts(self)
@@ -302,11 +314,13 @@ class LossChart(QWidget):
         layout.setSpacing(2)
         layout.addWidget(self.legend_row)
         layout.addWidget(self.reward_note)
+        layout.addWidget(self.rewards.key)
         row = QHBoxLayout()
         row.setSpacing(6)
         row.addWidget(self.area, 1)
         row.addWidget(self.rewards, 1)
         layout.addLayout(row, 1)
+        self._sync_width()
         self._steps: list[float] = []
         self._loss: list[float] = []
         self._lr_steps: list[float] = []
@@ -357,7 +371,14 @@ class LossChart(QWidget):
         self._ppl_curve.setData([], [])
         self._show_eval(False)
         self.rewards.clear()
-        self.clear_overlays()
+        self.clear_overlays()  # and the least width
+
+    def _sync_width(self) -> None:
+        """The least width: one column's (MIN_CELL), or two narrower ones (PAIR_CELL) while the
+        rewards are beside the loss. Two columns of MIN_CELL and Compare's scores beside them pushed
+        the scores past the edge of a 1024-pixel window."""
+        pair = 2 * PAIR_CELL.width() + 6
+        self.setMinimumWidth(pair if self.rewards.isVisibleTo(self) else MIN_CELL.width())
 
     def _device_legend_shown(self, shown: bool) -> None:
         # An empty legend is still drawn as an empty box.
@@ -409,7 +430,8 @@ class LossChart(QWidget):
             self._lr_steps.append(float(step))
             self._lr.append(float(record["learning_rate"]))
             self._lr_curve.setData(self._lr_steps, self._lr)
-        self.rewards.add_record(record)
+        if self.rewards.add_record(record):
+            self._sync_width()
 
     def set_records(self, records: Sequence[Mapping[str, Any]]) -> None:
         self.clear()
@@ -458,6 +480,7 @@ class LossChart(QWidget):
             self._add_legend_entry(short, run.name, color)
         self.reward_note.setText(absent)
         self.reward_note.setVisible(bool(absent))
+        self._sync_width()
         self.legend_row.setVisible(bool(runs))
         # A compared run's own cards, from its meter (the Devices tab's cards are not its cards).
         self.set_card_chart_shown(utilized)
@@ -490,6 +513,7 @@ class LossChart(QWidget):
         self.legend_labels = []
         self.reward_note.clear()
         self.reward_note.hide()
+        self._sync_width()
         self.legend_row.hide()
         legend = self.loss_plot.getPlotItem().legend
         if legend is not None:

@@ -22,12 +22,14 @@ from typing import Any
 from PySide6.QtCore import QPoint, Qt
 from pytestqt.qtbot import QtBot
 
+from gaudi_gui.core import evaluation
 from gaudi_gui.core.events import EventType, EventWriter
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.proctree import ProcessRef
 from gaudi_gui.core.runstore import SUPERVISOR_INFO, Run, RunStore
 from gaudi_gui.ui.training_tab import TrainingTab
 from tests import helpers
+from tests.qt.test_chart_layout import assert_area_readable
 
 #: (loss, rewards/chosen, rewards/rejected, rewards/accuracies, rewards/margins, logps/chosen) per step.
 DPO_STEPS = [(0.6931, 0.0, 0.0, 0.0, 0.0, -41.66),
@@ -140,9 +142,10 @@ def test_a_dpo_runs_rewards_are_drawn_live_beside_the_loss_and_an_sft_run_has_no
         assert _close(_curve(chart._loss_curve)[1], [row[0] for row in DPO_STEPS])
         for plot in rewards.plots():
             assert rewards.area.is_shown(plot) and plot.isVisible()
-        # Which line is which, in each line's colour, over the chart (not in a box over its points).
-        key = rewards.rewards_plot.getPlotItem().titleLabel
-        assert key.isVisible() and "#2ca02c'>━━ chosen" in key.text and "#d62728'>━━ rejected" in key.text
+        # Which line is which, in each line's colour, above the charts (not in a box over the points).
+        key = rewards.key
+        assert key.isVisible() and "#2ca02c'>━━ chosen" in key.text() and "#d62728'>━━ rejected" in key.text()
+        assert key.geometry().bottom() < rewards.geometry().top()
         assert rewards.chosen_curve.opts["pen"].color().name() == "#2ca02c"
 
         # The run ends; an SFT run reopened from the Runs list shows its loss and no reward chart.
@@ -159,7 +162,7 @@ def test_a_dpo_runs_rewards_are_drawn_live_beside_the_loss_and_an_sft_run_has_no
         helpers.click(qtbot, tab.runs.buttons["Reopen"])
         qtbot.waitUntil(lambda: tab.views.currentWidget() is tab.live, timeout=5000)
         qtbot.waitUntil(lambda: chart.point_count() == 6, timeout=5000)
-        assert not rewards.isVisible() and not rewards.isVisibleTo(tab)
+        assert not rewards.isVisibleTo(tab) and not rewards.key.isVisibleTo(tab)
         assert all(not _curve(c)[0] for c in (rewards.chosen_curve, rewards.margins_curve))
         # Reopening the DPO run brings them back, whole.
         _open_runs(qtbot, tab, 2)
@@ -182,8 +185,12 @@ def test_compare_overlays_a_dpo_and_a_kto_runs_margins_and_says_the_sft_run_has_
         assert services.training is not None
         store = services.training.store
         names = ("20261206-110000-dpo", "20261206-120000-kto", "20261206-130000-sft")
-        _run(store, names[0], preference=True)
+        dpo = _run(store, names[0], preference=True)
         _run(store, names[1], preference=True, scale=5.0, kto=True)
+        # Evaluated: Compare docks its scores beside the charts, which leaves a 1024-pixel window less
+        # room for the two columns of charts.
+        evaluation.write_results(dpo.folder / evaluation.EVAL_DIR, {
+            "base": {"metrics": {"rougeL": 0.1}}, "tuned": {"metrics": {"rougeL": 0.3}}}, [])
         _run(store, names[2], preference=False)
         tab.resize(1024, 700)
         _open_runs(qtbot, tab, 3)
@@ -208,7 +215,7 @@ def test_compare_overlays_a_dpo_and_a_kto_runs_margins_and_says_the_sft_run_has_
         styles = sorted(c.opts["pen"].style().name for c in rewards.rewards_plot.getPlotItem().listDataItems()
                         if _curve(c)[0])
         assert styles == ["DashLine", "DashLine", "SolidLine", "SolidLine"]
-        assert "╍╍ rejected" in rewards.rewards_plot.getPlotItem().titleLabel.text
+        assert "╍╍ rejected" in rewards.key.text()
         accuracy = drawn(rewards.accuracy_plot)  # the DPO run's: KTO logs none
         assert len(accuracy) == 1 and _close(accuracy[0][1], [row[3] for row in DPO_STEPS])
         # Each run in its legend-row colour; the SFT run named as absent, in words.
@@ -220,16 +227,28 @@ def test_compare_overlays_a_dpo_and_a_kto_runs_margins_and_says_the_sft_run_has_
         note = tab.chart.reward_note
         assert note.isVisible()
         assert note.text() == ("not in the reward charts: 130000-sft (no rewards logged); "
-                               "no reward accuracy logged: 120000-kto")
+                               "120000-kto logged no accuracy")
         # Under the row that names the runs, above every chart (the rewards stay level with the loss),
         # whole inside the chart's width (a long line once pushed the charts past the window's edge).
         chart = tab.chart
+        panel = tab.runs.scores_panel
+        assert panel is not None
+        qtbot.waitUntil(panel.isVisible, timeout=5000)
         qtbot.wait(300)  # laid out as a person sees it (a layout request is handled after the event)
         assert chart.legend_row.geometry().bottom() < note.geometry().top()
         assert note.geometry().bottom() < chart.area.geometry().top()
+        # Beside the loss, level with it, every chart readable, and neither the charts nor the scores
+        # pushed past the window's right edge.
         assert chart.area.geometry().top() == chart.rewards.geometry().top()
-        right = chart.rewards.mapTo(tab, QPoint(chart.rewards.width(), 0)).x()
-        assert right <= tab.width(), f"the reward charts end at x={right}, past the {tab.width()} px window"
+        assert chart.rewards.geometry().left() >= chart.area.geometry().right()
+        for widget in (chart.rewards, panel):
+            right = widget.mapTo(tab, QPoint(widget.width(), 0)).x()
+            assert right <= tab.width(), f"{widget} ends at x={right}, past the {tab.width()} px window"
+        for plot in (*chart.rewards.plots(), chart.loss_plot):  # each chart whole in its cell
+            view = plot.getPlotItem().getViewBox().sceneBoundingRect()
+            assert view.right() <= plot.width() + 1, (plot, view, plot.width())
+        assert assert_area_readable(qtbot, chart.rewards.area, "Compare's rewards at 1024x700") == 3
+        assert assert_area_readable(qtbot, chart.area, "Compare's loss at 1024x700") >= 2
         # The loss chart still draws all three.
         assert len(drawn(tab.chart.loss_plot)) == 3
     finally:
