@@ -265,6 +265,8 @@ class LossChart(QWidget):
         self.device_plot.setYRange(0, 100, padding=0.02)
         self.device_plot.addLegend(offset=(-10, 5), labelTextSize="7pt", colCount=4)
         self._device_curves: dict[str, Any] = {}
+        #: Whether the card chart was shown before Compare chose for its runs (None: not comparing).
+        self._card_shown_before: bool | None = None
         self._device_legend_shown(False)
         self._times: list[float] = []  # wall time of each record, for the time -> step mapping
         self._time_steps: list[float] = []
@@ -483,6 +485,8 @@ class LossChart(QWidget):
         self._sync_width()
         self.legend_row.setVisible(bool(runs))
         # A compared run's own cards, from its meter (the Devices tab's cards are not its cards).
+        if self._card_shown_before is None:
+            self._card_shown_before = self.area.is_shown(self.device_plot)
         self.set_card_chart_shown(utilized)
 
     def _add_legend_entry(self, short: str, name: str, color: str) -> None:
@@ -514,6 +518,10 @@ class LossChart(QWidget):
         self.reward_note.clear()
         self.reward_note.hide()
         self._sync_width()
+        if self._card_shown_before is not None:
+            # As it was before Compare (a run reopened after comparing runs without a meter had none).
+            self.set_card_chart_shown(self._card_shown_before)
+            self._card_shown_before = None
         self.legend_row.hide()
         legend = self.loss_plot.getPlotItem().legend
         if legend is not None:

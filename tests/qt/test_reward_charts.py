@@ -249,7 +249,16 @@ def test_compare_overlays_a_dpo_and_a_kto_runs_margins_and_says_the_sft_run_has_
             assert view.right() <= plot.width() + 1, (plot, view, plot.width())
         assert assert_area_readable(qtbot, chart.rewards.area, "Compare's rewards at 1024x700") == 3
         assert assert_area_readable(qtbot, chart.area, "Compare's loss at 1024x700") >= 2
-        # The loss chart still draws all three.
+        # The loss chart still draws all three; no compared run has a meter, so no card chart.
         assert len(drawn(tab.chart.loss_plot)) == 3
+        assert not chart.area.is_shown(chart.device_plot)
+        # Reopening one run ends the comparison: its own rewards, no note, the card chart as before.
+        _open_runs(qtbot, tab, 3)
+        _click_row(qtbot, tab, names[2])
+        helpers.click(qtbot, tab.runs.buttons["Reopen"])
+        qtbot.waitUntil(lambda: tab.views.currentWidget() is tab.live, timeout=5000)
+        qtbot.waitUntil(lambda: chart.point_count() == 6, timeout=5000)
+        assert not note.isVisible() and not chart.rewards.isVisible() and not chart.legend_row.isVisible()
+        assert chart.area.is_shown(chart.device_plot)
     finally:
         helpers.end_training_tab(qtbot, services, tab)
