@@ -94,6 +94,9 @@ REWARD_SERIES = (REWARD_CHOSEN, REWARD_REJECTED, REWARD_MARGINS, REWARD_ACCURACI
 
 
 def has_rewards(records: Iterable[Mapping[str, Any]]) -> bool:
-    """Does any record carry a preference trainer's reward (a DPO/ORPO/KTO run's, not an SFT run's)?"""
-    return any(isinstance(r.get(k), (int, float)) and not isinstance(r.get(k), bool)
-               for r in records for k in REWARD_SERIES)
+    """Does any record carry a preference trainer's reward as a finite number (a DPO/ORPO/KTO run's
+    records, not an SFT run's)?"""
+    import math
+
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for r in records for v in (r.get(k) for k in REWARD_SERIES))

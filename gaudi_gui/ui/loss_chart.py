@@ -24,6 +24,7 @@ from gaudi_gui.core.metrics import (
     REWARD_MARGINS,
     REWARD_REJECTED,
     REWARD_SERIES,
+    has_rewards,
 )
 from gaudi_gui.ui.flow_layout import FlowLayout
 from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea, readable_plot
@@ -113,7 +114,7 @@ class RewardCharts(QWidget):
     an SFT run looks as before; the accuracy chart only where some run logs it (KTO does not).
 
     Compare draws each preference run in its colour (chosen solid, rejected dashed) and says in words
-    which runs are absent (no rewards logged), for the legend row above the charts."""
+    which runs are absent (no rewards logged) or lack a series (KTO: no accuracy)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -216,7 +217,7 @@ class RewardCharts(QWidget):
         absent: list[str] = []
         partly: list[str] = []  # a run missing from some charts: KTO logs no accuracy, and a margin
         for records, short, color in runs:  # only for steps whose batch held both kinds of answer
-            if not any(_finite(records, key)[0] for key in REWARD_SERIES):
+            if not has_rewards(records):
                 absent.append(short)
                 continue
             missing = []

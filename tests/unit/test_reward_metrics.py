@@ -36,4 +36,5 @@ def test_rewards_pass_the_event_file_the_reducer_and_the_run_store_unchanged(tmp
         assert all(r["logps/chosen"] == -41.658 for r in rows)
         assert has_rewards([r for r in got if r is not None])
     assert not has_rewards([{"step": 1, "loss": 2.0}, {"step": 2, "loss": None, "train_loss": 1.9}])
-    assert not has_rewards([{"step": 1, "rewards/margins": True}, {"step": 1, "rewards/chosen": "0.1"}])
+    assert not has_rewards([{"step": 1, "rewards/margins": True}, {"step": 1, "rewards/chosen": "0.1"},
+                            {"step": 2, "rewards/chosen": float("nan")}])
