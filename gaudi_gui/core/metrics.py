@@ -80,3 +80,23 @@ def format_duration(seconds: float | None) -> str:
     if minutes:
         return f"{minutes}m{secs:02d}s"
     return f"{secs}s"
+
+
+
+#: The rewards TRL's preference trainers log per logging step beside the loss (DPOTrainer, ORPOTrainer,
+#: KTOTrainer in TRL 1.16; KTO logs no accuracies), each averaged over the step's batches; the worker
+#: puts them in the run's metrics records under these names, and the Training tab charts them.
+REWARD_CHOSEN = "rewards/chosen"
+REWARD_REJECTED = "rewards/rejected"
+REWARD_MARGINS = "rewards/margins"
+REWARD_ACCURACIES = "rewards/accuracies"
+REWARD_SERIES = (REWARD_CHOSEN, REWARD_REJECTED, REWARD_MARGINS, REWARD_ACCURACIES)
+
+
+def has_rewards(records: Iterable[Mapping[str, Any]]) -> bool:
+    """Does any record carry a preference trainer's reward as a finite number (a DPO/ORPO/KTO run's
+    records, not an SFT run's)?"""
+    import math
+
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+               for r in records for v in (r.get(k) for k in REWARD_SERIES))

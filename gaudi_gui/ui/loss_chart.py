@@ -1,25 +1,39 @@
 """Loss and learning-rate curves of a run (pyqtgraph), with other runs overlaid for comparison.
 
 The eval split's loss is drawn on the train loss chart (same axis, so over-fitting shows as the two
-curves parting) and its perplexity on a right-hand axis of the same chart."""
+curves parting) and its perplexity on a right-hand axis of the same chart. A preference run (DPO, ORPO,
+KTO) gets its rewards beside those curves (``RewardCharts``): chosen vs rejected, the margin and the
+accuracy, on the same steps; an SFT run logs none and shows none."""
 
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 import pyqtgraph as pg
 from PySide6.QtCore import QSize, Qt
-from PySide6.QtWidgets import QLabel, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QVBoxLayout, QWidget
 
+from gaudi_gui.core.metrics import (
+    REWARD_ACCURACIES,
+    REWARD_CHOSEN,
+    REWARD_MARGINS,
+    REWARD_REJECTED,
+    REWARD_SERIES,
+    has_rewards,
+)
 from gaudi_gui.ui.flow_layout import FlowLayout
 from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea, readable_plot
 
 #: A curve's cell: a readable view box plus the tick labels (the name is the left axis label).
 MIN_CELL = QSize(240, MIN_VIEW_PX + 24)
+#: The least cell width of each of two columns side by side (the loss and the rewards): beside
+#: Compare's scores, a 1024-pixel window leaves about 400 px for both.
+PAIR_CELL = QSize(160, MIN_CELL.height())
 _COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 #: Compared runs' colours (the live run's blue and the eval curves' red and purple left out).
 _COMPARE_COLORS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"]
@@ -84,12 +98,162 @@ class ComparedRun:
     utilization: tuple[Sequence[float], Sequence[float]] = field(default_factory=lambda: ([], []))
 
 
+#: The reward charts' live colours: chosen green, rejected red (the margin and accuracy one each).
+_CHOSEN_COLOR, _REJECTED_COLOR, _MARGIN_COLOR, _ACCURACY_COLOR = "#2ca02c", "#d62728", "#9467bd", "#1f77b4"
+_DASH = Qt.PenStyle.DashLine
+#: A reward series as Compare names it when a run has none of it.
+_REWARD_WORDS = {REWARD_CHOSEN: "chosen reward", REWARD_REJECTED: "rejected reward", REWARD_MARGINS: "margin",
+                 REWARD_ACCURACIES: "accuracy"}
+
+
+class RewardCharts(QWidget):
+    """What tells whether preference tuning worked, beside the loss: the rewards of the chosen and of
+    the rejected answers (TRL's ``rewards/chosen`` and ``rewards/rejected``: beta times how much more
+    likely the policy makes each answer than the reference does), their margin and the accuracy (the
+    share of pairs whose chosen answer has the higher reward). Hidden until a record carries one, so
+    an SFT run looks as before; the accuracy chart only where some run logs it (KTO does not).
+
+    Compare draws each preference run in its colour (chosen solid, rejected dashed) and says in words
+    which runs are absent (no rewards logged) or lack a series (KTO: no accuracy)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.area = PlotArea(PAIR_CELL, (1,), self, title_on_axis=True)
+        self.rewards_plot = readable_plot(self, "rewards (chosen vs rejected)")
+        self.margins_plot = readable_plot(self, "reward margin (chosen - rejected)")
+        self.accuracy_plot = readable_plot(self, "reward accuracy (chosen > rejected)")
+        for plot in self.plots():
+            plot.getPlotItem().getViewBox().setLimits(xMin=0)
+        # A margin above 0 is the chosen answer preferred; an accuracy is a share of pairs, 0 to 1.
+        for plot in (self.rewards_plot, self.margins_plot):
+            plot.addItem(pg.InfiniteLine(pos=0, angle=0, pen=pg.mkPen("#999999", width=1, style=_DASH)))
+        self.accuracy_plot.setYRange(0, 1, padding=0.05)
+        self.accuracy_plot.getPlotItem().getAxis("left").enableAutoSIPrefix(False)
+        for plot, title, label in ((self.rewards_plot, "rewards (chosen vs rejected)", "reward"),
+                                   (self.margins_plot, "reward margin", "margin"),
+                                   (self.accuracy_plot, "reward accuracy", "accuracy")):
+            self.area.add_plot(plot, title, label)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.area)
+        self._points: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in REWARD_SERIES}
+        self.chosen_curve = self.rewards_plot.plot([], [], pen=pg.mkPen(_CHOSEN_COLOR, width=2), symbol="o",
+                                                   symbolSize=4, symbolBrush=_CHOSEN_COLOR)
+        self.rejected_curve = self.rewards_plot.plot([], [], pen=pg.mkPen(_REJECTED_COLOR, width=2),
+                                                     symbol="o", symbolSize=4, symbolBrush=_REJECTED_COLOR)
+        self.margins_curve = self.margins_plot.plot([], [], pen=pg.mkPen(_MARGIN_COLOR, width=2), symbol="o",
+                                                    symbolSize=4, symbolBrush=_MARGIN_COLOR)
+        self.accuracy_curve = self.accuracy_plot.plot([], [], pen=pg.mkPen(_ACCURACY_COLOR, width=2),
+                                                      symbol="o", symbolSize=4, symbolBrush=_ACCURACY_COLOR)
+        self._curves = {REWARD_CHOSEN: self.chosen_curve, REWARD_REJECTED: self.rejected_curve,
+                        REWARD_MARGINS: self.margins_curve, REWARD_ACCURACIES: self.accuracy_curve}
+        self._overlays: list[tuple[pg.PlotWidget, Any]] = []
+        #: Which line is which (placed by the owner, shown with these charts).
+        self.key = QLabel(self)
+        self.key.setTextFormat(Qt.TextFormat.RichText)
+        self.key.setAlignment(Qt.AlignmentFlag.AlignRight)
+        self.key.setContentsMargins(4, 0, 4, 0)
+        self._legend(compared=False)
+        self.hide()
+        self.key.hide()
+
+    def plots(self) -> tuple[pg.PlotWidget, pg.PlotWidget, pg.PlotWidget]:
+        return self.rewards_plot, self.margins_plot, self.accuracy_plot
+
+    def _legend(self, compared: bool) -> None:
+        """Which line of the rewards chart is which, in ``key`` (a line the chart's owner puts above
+        the charts): a legend box inside the chart covered the newest points (chosen climbs, rejected
+        falls, and a short chart has no empty corner), and a title row took the height of its view."""
+        if compared:  # the colour is the run's (the row above the charts): the style tells them apart
+            key = "rewards: <span style='color:#555555'>━━ chosen &nbsp; ╍╍ rejected</span>"
+        else:
+            key = (f"rewards: <span style='color:{_CHOSEN_COLOR}'>━━ chosen</span> &nbsp; "
+                   f"<span style='color:{_REJECTED_COLOR}'>━━ rejected</span>")
+        self.key.setText(key)
+
+    def clear(self) -> None:
+        for key, curve in self._curves.items():
+            self._points[key] = ([], [])
+            curve.setData([], [])
+        self._refresh()
+
+    def add_record(self, record: Mapping[str, Any]) -> bool:
+        """Draw the record's rewards; True when it carried any."""
+        step = record.get("step")
+        if not _number(step):
+            return False
+        added = False
+        for key, curve in self._curves.items():
+            value = record.get(key)
+            if _number(value):
+                steps, values = self._points[key]
+                steps.append(float(step))
+                values.append(float(value))
+                curve.setData(steps, values)
+                added = True
+        if added:
+            self._refresh()
+        return added
+
+    def _plot_of(self, key: str) -> pg.PlotWidget:
+        return {REWARD_CHOSEN: self.rewards_plot, REWARD_REJECTED: self.rewards_plot,
+                REWARD_MARGINS: self.margins_plot, REWARD_ACCURACIES: self.accuracy_plot}[key]
+
+    def _refresh(self) -> None:
+        """Shown with what there is: the panel once any reward is drawn, each chart once it has a curve
+        (the margins chart of a KTO run too, which TRL derives from chosen minus rejected)."""
+        drawn = {plot for plot, _ in self._overlays}
+        drawn |= {self._plot_of(k) for k in REWARD_SERIES if self._points[k][0]}
+        for plot in self.plots():
+            self.area.set_shown(plot, plot in drawn)
+        self.setVisible(bool(drawn))
+        self.key.setVisible(bool(drawn))
+
+    def compare(self, runs: Sequence[tuple[Sequence[Mapping[str, Any]], str, str]]) -> str:
+        """Each run given as (records, short name, colour): the rewards of those that logged any, in
+        their colour. Returns the words for the runs left out ("" when none is, or when no run has
+        rewards: then these charts stay hidden and Compare looks as it did for SFT runs)."""
+        self.clear_overlays()
+        absent: list[str] = []
+        partly: list[str] = []  # a run missing from some charts: KTO logs no accuracy, and a margin
+        for records, short, color in runs:  # only for steps whose batch held both kinds of answer
+            if not has_rewards(records):
+                absent.append(short)
+                continue
+            missing = []
+            for key in REWARD_SERIES:
+                plot, dashed = self._plot_of(key), key == REWARD_REJECTED
+                steps, values = _finite(records, key)
+                if not steps:
+                    missing.append(_REWARD_WORDS[key])
+                    continue
+                pen = pg.mkPen(color, width=2, style=_DASH if dashed else Qt.PenStyle.SolidLine)
+                self._overlays.append((plot, plot.plot(steps, values, pen=pen)))
+            if missing:
+                partly.append(f"{short} logged no {' or '.join(missing)}")
+        words = []
+        if absent and self._overlays:
+            words.append(f"not in the reward charts: {', '.join(absent)} (no rewards logged)")
+        words += partly
+        self._legend(compared=True)
+        self._refresh()
+        return "; ".join(words)
+
+    def clear_overlays(self) -> None:
+        for plot, item in self._overlays:
+            plot.removeItem(item)
+        self._overlays = []
+        self._legend(compared=False)
+        self._refresh()
+
+
 class LossChart(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         pg.setConfigOptions(antialias=True)
         # One column (the curves share the step axis); what does not fit goes on tabs, never a strip.
-        self.area = PlotArea(MIN_CELL, (1,), self, title_on_axis=True)
+        # Alone it is at least MIN_CELL wide (the chart's least width), beside the rewards PAIR_CELL.
+        self.area = PlotArea(PAIR_CELL, (1,), self, title_on_axis=True)
         self.loss_plot = readable_plot(self, "loss")
         # One row of entries at the top (a column of three would cover the newest points).
         self.loss_plot.addLegend(offset=(-10, 5), colCount=4)
@@ -102,6 +266,8 @@ class LossChart(QWidget):
         self.device_plot.setYRange(0, 100, padding=0.02)
         self.device_plot.addLegend(offset=(-10, 5), labelTextSize="7pt", colCount=4)
         self._device_curves: dict[str, Any] = {}
+        #: Whether the card chart was shown before Compare chose for its runs (None: not comparing).
+        self._card_shown_before: bool | None = None
         self._device_legend_shown(False)
         self._times: list[float] = []  # wall time of each record, for the time -> step mapping
         self._time_steps: list[float] = []
@@ -130,11 +296,34 @@ class LossChart(QWidget):
         self._legend_layout.setContentsMargins(4, 0, 4, 0)
         self.legend_row.hide()
         self.legend_labels: list[QLabel] = []
+        #: Compare's words on the runs absent from the reward charts, under the row that names the
+        #: runs and above every chart (over the reward charts alone, it set them lower than the loss
+        #: beside them); wrapped, never widening the chart past the window.
+        self.reward_note = QLabel(self)
+        self.reward_note.setTextFormat(Qt.TextFormat.PlainText)
+        self.reward_note.setWordWrap(True)
+        self.reward_note.setContentsMargins(4, 0, 4, 0)
+        self.reward_note.setStyleSheet("color: #555555")
+        self.reward_note.setToolTip("Only preference runs (DPO, ORPO, KTO) log rewards. KTO logs no "
+                                    "accuracy, and a margin only for a step whose batch held both a "
+                                    "desirable and an undesirable answer.")
+        self.reward_note.hide()
+        # A preference run's rewards beside the loss, on the same steps (hidden until one is logged).
+        self.rewards = RewardCharts(self)
+        for plot in self.rewards.plots():
+            plot.setXLink(self.loss_plot)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(2)
         layout.addWidget(self.legend_row)
-        layout.addWidget(self.area)
+        layout.addWidget(self.reward_note)
+        layout.addWidget(self.rewards.key)
+        row = QHBoxLayout()
+        row.setSpacing(6)
+        row.addWidget(self.area, 1)
+        row.addWidget(self.rewards, 1)
+        layout.addLayout(row, 1)
+        self._sync_width()
         self._steps: list[float] = []
         self._loss: list[float] = []
         self._lr_steps: list[float] = []
@@ -184,7 +373,15 @@ class LossChart(QWidget):
         self._eval_curve.setData([], [])
         self._ppl_curve.setData([], [])
         self._show_eval(False)
-        self.clear_overlays()
+        self.rewards.clear()
+        self.clear_overlays()  # and the least width
+
+    def _sync_width(self) -> None:
+        """The least width: one column's (MIN_CELL), or two narrower ones (PAIR_CELL) while the
+        rewards are beside the loss. Two columns of MIN_CELL and Compare's scores beside them pushed
+        the scores past the edge of a 1024-pixel window."""
+        pair = 2 * PAIR_CELL.width() + 6
+        self.setMinimumWidth(pair if self.rewards.isVisibleTo(self) else MIN_CELL.width())
 
     def _device_legend_shown(self, shown: bool) -> None:
         # An empty legend is still drawn as an empty box.
@@ -236,6 +433,8 @@ class LossChart(QWidget):
             self._lr_steps.append(float(step))
             self._lr.append(float(record["learning_rate"]))
             self._lr_curve.setData(self._lr_steps, self._lr)
+        if self.rewards.add_record(record):
+            self._sync_width()
 
     def set_records(self, records: Sequence[Mapping[str, Any]]) -> None:
         self.clear()
@@ -252,7 +451,8 @@ class LossChart(QWidget):
 
     def compare(self, runs: Sequence[ComparedRun]) -> None:
         """Draw each run's loss, learning rate and card utilization (its meter's, on its own steps)
-        in one colour per run, named in the legend row above the charts."""
+        in one colour per run, named in the legend row above the charts; the preference runs' rewards
+        beside them, in the same colours."""
         import numpy as np
 
         self.clear_overlays()
@@ -262,8 +462,11 @@ class LossChart(QWidget):
             legend.setVisible(False)
         self._device_legend_shown(False)
         utilized = False
-        for n, (run, short) in enumerate(zip(runs, distinct_names([r.name for r in runs]), strict=True)):
-            color = _COMPARE_COLORS[n % len(_COMPARE_COLORS)]
+        shorts = distinct_names([r.name for r in runs])
+        colors = [_COMPARE_COLORS[n % len(_COMPARE_COLORS)] for n in range(len(runs))]
+        # Their rewards beside the loss: the preference runs' only, the others named as absent.
+        absent = self.rewards.compare(list(zip((run.records for run in runs), shorts, colors, strict=True)))
+        for run, short, color in zip(runs, shorts, colors, strict=True):
             pen = pg.mkPen(color, width=2)
             steps, loss = _series(run.records, "loss")
             self._overlays.append(self.loss_plot.plot(steps, loss, pen=pen))
@@ -278,8 +481,13 @@ class LossChart(QWidget):
                 utilized = utilized or bool(x.size)
                 self._device_overlays.append(self.device_plot.plot(x, y, pen=pen, connect="finite"))
             self._add_legend_entry(short, run.name, color)
+        self.reward_note.setText(absent)
+        self.reward_note.setVisible(bool(absent))
+        self._sync_width()
         self.legend_row.setVisible(bool(runs))
         # A compared run's own cards, from its meter (the Devices tab's cards are not its cards).
+        if self._card_shown_before is None:
+            self._card_shown_before = self.area.is_shown(self.device_plot)
         self.set_card_chart_shown(utilized)
 
     def _add_legend_entry(self, short: str, name: str, color: str) -> None:
@@ -303,10 +511,18 @@ class LossChart(QWidget):
             for item in items:
                 plot.removeItem(item)
         self._overlays, self._lr_overlays, self._device_overlays = [], [], []
+        self.rewards.clear_overlays()
         for label in self.legend_labels:
             self._legend_layout.removeWidget(label)
             label.deleteLater()
         self.legend_labels = []
+        self.reward_note.clear()
+        self.reward_note.hide()
+        self._sync_width()
+        if self._card_shown_before is not None:
+            # As it was before Compare (a run reopened after comparing runs without a meter had none).
+            self.set_card_chart_shown(self._card_shown_before)
+            self._card_shown_before = None
         self.legend_row.hide()
         legend = self.loss_plot.getPlotItem().legend
         if legend is not None:
@@ -341,6 +557,18 @@ class LossChart(QWidget):
 
     def device_point_count(self) -> int:
         return sum(len(c.xData) if c.xData is not None else 0 for c in self._device_curves.values())
+
+
+def _number(value: Any) -> TypeGuard[float]:
+    """A number to draw: not a bool, not NaN or infinite (a gap, not a point)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _finite(records: Sequence[Mapping[str, Any]], key: str) -> tuple[list[float], list[float]]:
+    """(steps, values) of ``key`` where both are finite numbers."""
+    steps, values = _series(records, key)
+    pairs = [(a, b) for a, b in zip(steps, values, strict=True) if math.isfinite(a) and math.isfinite(b)]
+    return [a for a, _ in pairs], [b for _, b in pairs]
 
 
 def _series(records: Sequence[Mapping[str, Any]], key: str,

@@ -94,6 +94,14 @@ def readable_plot(parent: QWidget, title: str) -> pg.PlotWidget:
     return plot
 
 
+def _hide_title(plot: pg.PlotWidget) -> None:
+    """No title row. pyqtgraph's ``setTitle(None)`` hides the row but keeps its text, whose width stays
+    the plot's least width: a hidden "reward accuracy (chosen > rejected)" drew a 160 px plot 230 px
+    wide, its right part cut off."""
+    plot.setTitle(None)
+    plot.getPlotItem().titleLabel.setText("")
+
+
 class PlotArea(QWidget):
     """Plots in a grid of readable cells; those that do not fit share the tabs of the last cell.
 
@@ -147,7 +155,7 @@ class PlotArea(QWidget):
         the left axis when ``title_on_axis`` (a vertical label longer than the view box is cut)."""
         self._plots.append((plot, title))
         if self.title_on_axis:
-            plot.setTitle(None)
+            _hide_title(plot)
             plot.setLabel("left", axis_label or title)
         self._shown.add(len(self._plots) - 1)
         self._arrangement = None
@@ -235,7 +243,7 @@ class PlotArea(QWidget):
             if index in tabbed:
                 self.tabs.addTab(plot, title)  # the tab widget shows the current one only
                 if not self.title_on_axis:
-                    plot.setTitle(None)  # the tab says it
+                    _hide_title(plot)  # the tab says it
                 continue
             if not self.title_on_axis:
                 plot.setTitle(title, color="k", size="9pt")

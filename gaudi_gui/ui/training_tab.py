@@ -1017,7 +1017,8 @@ class TrainingTab(QWidget):
         self.status.setText(f"form filled from {run.name}")
 
     def compare(self, runs: list[Run]) -> None:
-        """Compare: each run's loss, learning rate and its own cards' utilization (its meter)."""
+        """Compare: each run's loss, learning rate and its own cards' utilization (its meter), and the
+        preference runs' rewards beside them (LossChart.rewards)."""
         self._clear_run_view()
         self.chart.compare([ComparedRun(run.name, run.metrics(), meter_utilization(run.folder))
                             for run in runs])

@@ -151,6 +151,18 @@ def test_training_charts_are_readable(qtbot, window: MainWindow, size: tuple[int
     assert window.size().toTuple() == size, "the window cannot be made this small"
     assert tab.chart.loss_plot.getPlotItem().getAxis("right").isVisible()  # the perplexity axis
     assert assert_area_readable(qtbot, tab.chart.area, f"Training at {size}") == 3
+    assert not tab.chart.rewards.isVisible()  # an SFT run: no reward charts
+    # A DPO run's records also carry its rewards: they take half the width, beside the loss.
+    tab.chart.clear()
+    for step in range(1, 201):
+        tab.chart.add_record({"step": step, "loss": 0.69 * math.exp(-step / 80), "time": start + step,
+                              "learning_rate": 5e-7, "rewards/chosen": 0.02 * step,
+                              "rewards/rejected": -0.03 * step, "rewards/margins": 0.05 * step,
+                              "rewards/accuracies": min(1.0, 0.5 + step / 100)})
+    qtbot.waitUntil(tab.chart.rewards.isVisible)
+    assert window.size().toTuple() == size, "the window cannot be made this small"
+    assert assert_area_readable(qtbot, tab.chart.area, f"Training (DPO) at {size}") >= 2
+    assert assert_area_readable(qtbot, tab.chart.rewards.area, f"Rewards at {size}") == 3
 
 
 def test_history_grows_until_the_window_fills(qtbot) -> None:
