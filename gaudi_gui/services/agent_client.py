@@ -108,6 +108,7 @@ class AgentClient(QObject):
     def _write(self, data: bytes) -> None:
         if self.state == "up":
             self._socket.write(data)
+            self._socket.flush()  # out now, not at the event loop's next turn (a caller may block)
         else:
             self._pending.append(data)
 

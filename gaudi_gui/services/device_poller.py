@@ -550,11 +550,11 @@ class DevicePoller(QObject):
         host = self.host.name if self.host is not None else None
         with contextlib.suppress(RuntimeError):  # its C++ side went first (the window closing)
             client.state_changed.disconnect(self._on_agent_link)
-            client.request("devices.unwatch", None, **({"host": host} if host else {}))
-            client.unsubscribe(Ev.DEVICES, self._on_agent_devices, host=host)
-            client.unsubscribe(Ev.DEVICES_STATE, self._on_agent_state, host=host)
-            if host is not None:
-                client.unsubscribe(Ev.HOST, self._on_host_link, key=host)
+        client.request("devices.unwatch", None, **({"host": host} if host else {}))
+        client.unsubscribe(Ev.DEVICES, self._on_agent_devices, host=host)
+        client.unsubscribe(Ev.DEVICES_STATE, self._on_agent_state, host=host)
+        if host is not None:
+            client.unsubscribe(Ev.HOST, self._on_host_link, key=host)
         self._set_state(STATE_STOPPED, "stopped")
 
     def _watch(self, *, restart: bool = False) -> None:

@@ -220,9 +220,9 @@ class HostsService(QObject):
     def remove(self, name: str) -> None:
         self._merge_disk()
         self._write(lambda saved: [h for h in saved if h.name != name])
+        self._drop_poller(name)  # its unwatch first, over the link that is still there
         if self._shaken.pop(name, None) is not None and self._agent is not None:
             self._agent().request("hosts.disconnect", None, host=name)  # its link closes now
-        self._drop_poller(name)
         self._drop_selection(name)
         self.changed.emit()
 
@@ -279,7 +279,9 @@ class HostsService(QObject):
         poller = self.pollers.get(host.name)
         if poller is None:
             selection = self.selections.setdefault(host.name, DeviceSelection(self))
-            poller = DevicePoller(self._settings, selection, self, host=host)
+            # The host's cards from its agent's one loop, over this machine's agent's one ssh session
+            # to it (no ssh of the window's own); without an agent (tests of the rules) as before.
+            poller = DevicePoller(self._settings, selection, self, host=host, agent=self._agent)
             self.pollers[host.name] = poller
             self._forward(host.name, poller)
             self.poller_added.emit(host.name, poller)
