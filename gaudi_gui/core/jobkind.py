@@ -223,7 +223,7 @@ def outcome(kind: str, events: Iterable[Mapping[str, Any]], *, exit_code: int | 
                 "error_kind": str((failure or {}).get("kind") or "")}
     if kind == "serve":
         return {"state": "stopped", "summary": f"Stopped{said}"}
-    return {"state": "failed", "summary": "Failed: the evaluation ended without results"}
+    return {"state": "failed", "summary": f"Failed: the {kinds_mod.text(kind)} ended without results"}
 
 
 def _download_outcome(events: Iterable[Mapping[str, Any]], *, exit_code: int | None, stop_requested: bool,
