@@ -341,6 +341,9 @@ def reference_from_result(data: Mapping[str, Any], path: str) -> Reference:
     identity = data.get("identity") or {}
     if data.get("kind") != "benchmark" or not isinstance(figures, dict) or not isinstance(identity, dict):
         raise BenchmarkInputError(f"{path}: not a benchmark result (no kind 'benchmark' with figures)")
+    if data.get("version", RESULT_VERSION) != RESULT_VERSION:
+        raise BenchmarkInputError(f"{path}: measured by benchmark version {data.get('version')}, this is "
+                                  f"version {RESULT_VERSION}: the workloads differ")
     name = Path(path).parent.name if Path(path).name == RESULT_NAME else Path(path).name
     label = f"run {name}"
     found = {k: Figure.from_json(k, v) for k, v in figures.items() if isinstance(v, dict)}
@@ -418,6 +421,12 @@ def judged(record: dict[str, Any], reference: Reference | None) -> dict[str, Any
     return out
 
 
+def ordered(figures: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """``figures`` in the workloads' order (a record that went through JSON with sorted keys has lost it)."""
+    rank = {w.key: i for i, w in enumerate(WORKLOADS)}
+    return sorted(figures.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0]))
+
+
 def table_lines(record: Mapping[str, Any]) -> list[str]:
     """The result as a person reads it: one row per figure (and per card where several), its median,
     spread, the reference's figure and the verdict; then the slow cards with the doctor's findings."""
@@ -430,7 +439,7 @@ def table_lines(record: Mapping[str, Any]) -> list[str]:
     if record.get("reference"):
         lines.append(f"reference: {record['reference'].get('label')}")
     rows = [("figure", "unit", "median", "spread", "reference", "verdict")]
-    for key, fig in figures.items():
+    for key, fig in ordered(figures):
         ref_fig = ref.get(key) or {}
         ref_text = _num(ref_fig.get("median")) if ref_fig else "–"
         v = said.get((key, ""), {})
@@ -476,5 +485,5 @@ def identity_text(identity: Mapping[str, Any]) -> str:
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "RESULT_NAME", "SIZES", "TABLE_FORMAT", "TOLERANCE",
            "WIDE_SPREAD", "WORKLOADS", "BenchmarkInputError", "Figure", "Reference", "SlowCard", "Verdict",
-           "collect", "identity_text", "interleaved", "judged", "load_reference", "read_result", "slow_cards",
-           "table_lines", "verdict", "verdicts"]
+           "collect", "identity_text", "interleaved", "judged", "load_reference", "ordered", "read_result",
+           "slow_cards", "table_lines", "verdict", "verdicts"]
