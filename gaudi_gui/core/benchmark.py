@@ -421,6 +421,28 @@ def judged(record: dict[str, Any], reference: Reference | None) -> dict[str, Any
     return out
 
 
+def summary_words(record: Mapping[str, Any]) -> str:
+    """A finished benchmark in a few words (its run's summary: ``runs list``, the window's jobs):
+    "6 figures on 2 × cpu; against run X: 4 as expected, 1 slower, 1 cannot say; slow card 5"."""
+    figures = record.get("figures") or {}
+    identity = record.get("identity") or {}
+    plural = "s" if len(figures) != 1 else ""
+    words = (f"{len(figures)} figure{plural} on {identity.get('card_count') or '?'} × "
+             f"{identity.get('card_type') or '?'}")
+    overall = [v for v in record.get("verdicts") or [] if isinstance(v, dict) and not v.get("card")]
+    if record.get("reference"):
+        counts: dict[str, int] = {}
+        for v in overall:
+            counts[str(v.get("verdict"))] = counts.get(str(v.get("verdict")), 0) + 1
+        order = ("as expected", "faster", "slower", "cannot say", "no reference")
+        told = ", ".join(f"{counts[w]} {w}" for w in order if counts.get(w))
+        words += f"; against {record['reference'].get('label')}: {told or 'nothing to compare'}"
+    slow = [str(s.get("card")) for s in record.get("slow_cards") or [] if isinstance(s, dict)]
+    if slow:
+        words += f"; slow card{'s' if len(slow) > 1 else ''} {', '.join(slow)}"
+    return words
+
+
 def ordered(figures: Mapping[str, Any]) -> list[tuple[str, Any]]:
     """``figures`` in the workloads' order (a record that went through JSON with sorted keys has lost it)."""
     rank = {w.key: i for i, w in enumerate(WORKLOADS)}
@@ -486,4 +508,4 @@ def identity_text(identity: Mapping[str, Any]) -> str:
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "RESULT_NAME", "SIZES", "TABLE_FORMAT", "TOLERANCE",
            "WIDE_SPREAD", "WORKLOADS", "BenchmarkInputError", "Figure", "Reference", "SlowCard", "Verdict",
            "collect", "identity_text", "interleaved", "judged", "load_reference", "ordered", "read_result",
-           "slow_cards", "table_lines", "verdict", "verdicts"]
+           "slow_cards", "summary_words", "table_lines", "verdict", "verdicts"]

@@ -41,6 +41,7 @@ def test_the_benchmark_writes_its_run_folder(bench_run: tuple[Run, subprocess.Co
     run, done = bench_run
     status = run.status()
     assert (status.kind, status.state, status.exit_code) == ("benchmark", "finished", 0)
+    assert status.summary == "Finished: 4 figures on 2 × cpu"  # what runs list says
     record = json.loads((run.folder / bm.RESULT_NAME).read_text())
     assert record["kind"] == "benchmark" and record["size"] == "tiny" and record["repeats"] == 3
     assert record["identity"]["card_type"] == "cpu" and record["identity"]["card_count"] == 2

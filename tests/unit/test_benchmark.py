@@ -92,6 +92,7 @@ def test_judged_names_the_slow_card_with_the_doctors_findings() -> None:
     out = bm.judged(record, None)
     assert [s["card"] for s in out["slow_cards"]] == ["2"]
     assert out["slow_cards"][0]["findings"] == ["warning: card.throttle: power_brake active → check cooling"]
+    assert bm.summary_words(out) == "1 figure on ? × HL-225; slow card 2"
     text = "\n".join(bm.table_lines(out))
     assert "SLOW CARD: card 2 is slower than the other cards by 50 %" in text
     assert "  doctor: warning: card.throttle: power_brake active" in text
