@@ -62,9 +62,13 @@ class Rank:
         self.size = bm.SIZES[str(job["size"])]
         self.rank, self.world = int(job.get("rank", 0)), int(job.get("world", 1))
         self.card = str(job.get("card", "0"))
-        self.device = str(job["device"])
+        from gaudi_gui.workers import device as device_mod
+
+        # A named device this process cannot use is said as such (device_mod.Unsupported), not as an
+        # import error deep in a workload.
+        self.device = device_mod.resolve(str(job["device"]))
         if self.device == "hpu":
-            import habana_frameworks.torch.core
+            import habana_frameworks.torch.core  # registers the hpu device
         self.dev = torch.device(self.device if self.device == "cpu" else f"{self.device}:0")
         if self.device == "cuda":
             torch.cuda.set_device(0)
@@ -78,8 +82,6 @@ class Rank:
             dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{int(job['port'])}",
                                     rank=self.rank, world_size=self.world)
             self.dist = dist
-        self.model: Any = None
-        self.train_model: Any = None
 
     # -- timing -------------------------------------------------------------------------------------
     def sync(self) -> None:
