@@ -268,15 +268,15 @@ class SlowCard:
     others: float
     below: float
 
-    def words(self) -> str:
+    def words(self, noun: str = "card") -> str:
         work = WORKLOAD_OF.get(self.key)
-        return (f"card {self.card} is slower than the other cards by {self.below * 100:.0f} % "
+        return (f"{noun} {self.card} is slower than the other {noun}s by {self.below * 100:.0f} % "
                 f"({work.text if work else self.key}: {self.median:.4g} against {self.others:.4g} "
                 f"{work.unit if work else ''}, beyond the spreads)").replace("  ", " ")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self, noun: str = "card") -> dict[str, Any]:
         return {"figure": self.key, "card": self.card, "median": _round(self.median),
-                "others": _round(self.others), "below": _round(self.below), "words": self.words()}
+                "others": _round(self.others), "below": _round(self.below), "words": self.words(noun)}
 
 
 def slow_cards(figure: Figure) -> list[SlowCard]:
@@ -408,6 +408,11 @@ def load_reference(where: str, *, card_type: str, size: str, runs_root: Path | N
 # -- the result and its table -----------------------------------------------------------------------
 
 
+def card_noun(identity: Mapping[str, Any]) -> str:
+    """How the machine's cards are named: Gaudi cards by module id ("module 5"), others "card 0"."""
+    return "module" if identity.get("device") == "hpu" else "card"
+
+
 def judged(record: dict[str, Any], reference: Reference | None) -> dict[str, Any]:
     """``record`` (a result) with its verdicts against ``reference`` and its slow cards."""
     figures = {k: Figure.from_json(k, v) for k, v in (record.get("figures") or {}).items()
@@ -417,7 +422,8 @@ def judged(record: dict[str, Any], reference: Reference | None) -> dict[str, Any
     out["verdicts"] = [v.to_json() for v in verdicts(figures, reference)]
     slow = [s for f in figures.values() for s in slow_cards(f)]
     findings = record.get("card_findings") or {}
-    out["slow_cards"] = [{**s.to_json(), "findings": list(findings.get(s.card) or [])} for s in slow]
+    noun = card_noun(record.get("identity") or {})
+    out["slow_cards"] = [{**s.to_json(noun), "findings": list(findings.get(s.card) or [])} for s in slow]
     return out
 
 
@@ -473,8 +479,8 @@ def table_lines(record: Mapping[str, Any]) -> list[str]:
             for card, values in cards.items():
                 f = Figure(key, [float(x) for x in values])
                 cv = said.get((key, card), {})
-                rows.append((f"  card {card}", "", _num(f.median), f"{f.spread * 100:.0f} %", "",
-                             str(cv.get("words") or "")))
+                rows.append((f"  {card_noun(identity)} {card}", "", _num(f.median),
+                             f"{f.spread * 100:.0f} %", "", str(cv.get("words") or "")))
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     for row in rows:
         lines.append("  ".join(c.ljust(widths[i]) if i < 5 else c for i, c in enumerate(row)).rstrip())

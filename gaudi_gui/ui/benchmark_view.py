@@ -188,7 +188,8 @@ class BenchmarkView(QWidget):
             if len(cards) > 1:
                 for card, values in cards.items():
                     f = bm.Figure(key, [float(v) for v in values])
-                    rows.append(([f"   card {card}", "", _num(f.median), f"{f.spread * 100:.0f} %", ""],
+                    noun = bm.card_noun(record.get("identity") or {})
+                    rows.append(([f"   {noun} {card}", "", _num(f.median), f"{f.spread * 100:.0f} %", ""],
                                  said.get((key, card), {})))
         self.table.setRowCount(len(rows))
         for row, (cells, verdict) in enumerate(rows):

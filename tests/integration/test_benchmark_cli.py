@@ -138,3 +138,32 @@ def test_bad_references_are_refused_with_one_line(bench_run: tuple[Run, subproce
     code, _out, err = show(["--device", "cpu", "--reference", str(run.folder)], capsys)
     assert code == 2 and "measured at size tiny, this benchmark runs standard (--size tiny)" in err
     assert not RunStore().runs()  # nothing started
+
+
+def test_a_slow_card_among_eight_is_named_with_the_doctors_findings(fake_hl_smi: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a Gaudi server (the recorded 8-card one, replayed by the fake hl-smi, module 5 in power
+    slowdown): the machine's identity and the doctor's findings per card as the benchmark records them,
+    and the card whose roofline is low named with them."""
+    from gaudi_gui.commands import benchmark as command
+
+    monkeypatch.setenv("FAKE_HLSMI_MODE", "sick")
+    assert command.machine_device("auto") == "hpu"
+    kind = command.card_type("hpu", list(range(8)))
+    assert kind == "HL-205"
+    identity, findings = command.identity("hpu", list(range(8)), kind)
+    assert identity["card_type"] == "HL-205" and identity["card_count"] == 8 and identity["driver"]
+    assert any("card.throttle" in f and "active" in f for f in findings["5"]), findings.get("5")
+    assert any("ports" in f and "DOWN" in f for f in findings["1"]), findings.get("1")
+    # Eight cards' rooflines, card 5's a quarter below the others' beyond every spread.
+    cards = {str(c): [400.0 + c, 404.0 + c, 402.0 + c] for c in range(8)}
+    cards["5"] = [300.0, 306.0, 303.0]
+    figure = bm.Figure("matmul.bf16", [401.0, 405.0, 403.0], cards)
+    record = bm.judged({"kind": "benchmark", "size": "standard", "repeats": 3, "identity": identity,
+                        "figures": {"matmul.bf16": figure.to_json()}, "card_findings": findings}, None)
+    assert [s["card"] for s in record["slow_cards"]] == ["5"]
+    text = bm.table_lines(record)
+    at = text.index(next(line for line in text if line.startswith("SLOW CARD: module 5 is slower than the "
+                                                                  "other modules by 25 %")))
+    assert any("card.throttle" in line for line in text[at + 1:]), text[at:]
+    assert "8 × HL-205" in text[0] and f"driver {identity['driver']}" in text[0]
