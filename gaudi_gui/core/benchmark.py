@@ -336,6 +336,20 @@ def read_result(path: Path) -> dict[str, Any]:
     return data
 
 
+def latest_result(runs_root: Path) -> tuple[Path, dict[str, Any]] | None:
+    """The newest finished benchmark run of a runs store and its result (None: none yet)."""
+    folders = sorted((p for p in runs_root.glob("*") if (p / RESULT_NAME).is_file()), reverse=True) \
+        if runs_root.is_dir() else []
+    for folder in folders[:200]:
+        try:
+            data = read_result(folder)
+        except BenchmarkInputError:
+            continue
+        if data.get("kind") == "benchmark":
+            return folder, data
+    return None
+
+
 def reference_from_result(data: Mapping[str, Any], path: str) -> Reference:
     figures = data.get("figures")
     identity = data.get("identity") or {}
@@ -513,5 +527,5 @@ def identity_text(identity: Mapping[str, Any]) -> str:
 
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "RESULT_NAME", "SIZES", "TABLE_FORMAT", "TOLERANCE",
            "WIDE_SPREAD", "WORKLOADS", "BenchmarkInputError", "Figure", "Reference", "SlowCard", "Verdict",
-           "collect", "identity_text", "interleaved", "judged", "load_reference", "ordered", "read_result",
-           "slow_cards", "summary_words", "table_lines", "verdict", "verdicts"]
+           "card_noun", "collect", "identity_text", "interleaved", "judged", "latest_result", "load_reference",
+           "ordered", "read_result", "slow_cards", "summary_words", "table_lines", "verdict", "verdicts"]

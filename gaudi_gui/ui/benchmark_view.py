@@ -9,6 +9,7 @@ itself: ``services.benchmark.BenchmarkJob`` asks the agent.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -129,6 +130,15 @@ class BenchmarkView(QWidget):
         job.result_received.connect(self.show_result)
         job.finished.connect(self._on_finished)
         job.refused.connect(self._on_refused)
+
+    def show_latest(self, runs_root: Path) -> bool:
+        """The newest benchmark of the runs store, as it was judged (False: none yet)."""
+        found = bm.latest_result(runs_root)
+        if found is None:
+            return False
+        self.show_result(found[1])
+        self.status.setText(f"Last benchmark: {found[0]}")
+        return True
 
     def words(self) -> list[str]:
         """The command's words for what the fields say."""

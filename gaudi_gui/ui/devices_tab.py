@@ -486,6 +486,8 @@ class DevicesTab(QWidget):
             job = BenchmarkJob(lambda: self.services.ensure_agent(self.window()), self)
             self.benchmark_view = BenchmarkView(job, self)
             self._content_layout.addWidget(self.benchmark_view, 0)
+            from gaudi_gui.core.runstore import RunStore
+            self.benchmark_view.show_latest(RunStore().root)
         view = self.benchmark_view
         if view is not None:
             view.setVisible(shown)

@@ -62,6 +62,15 @@ def test_run_benchmark_through_the_agent_and_read_the_verdicts(qtbot: QtBot, tmp
         # The run is the agent's, in the runs store, with its result.
         assert Run(view.job.folder).status().state == "finished"
         assert (Path(view.job.folder) / "result.json").is_file()
+        # The next window's Benchmark view opens on it.
+        again = DevicesTab(services)
+        qtbot.addWidget(again)
+        again.show()
+        qtbot.mouseClick(again.benchmark_button, Qt.MouseButton.LeftButton)
+        assert again.benchmark_view is not None
+        assert again.benchmark_view.status.text() == f"Last benchmark: {view.job.folder}"
+        assert again.benchmark_view.table.rowCount() == view.table.rowCount()
+        again.shutdown()
     finally:
         tab.shutdown()
         services.poller.stop()
