@@ -528,5 +528,5 @@ def identity_text(identity: Mapping[str, Any]) -> str:
 __all__ = ["EXIT_BAD_INPUT", "EXIT_FAILED", "EXIT_OK", "RESULT_NAME", "SIZES", "TABLE_FORMAT", "TOLERANCE",
            "WIDE_SPREAD", "WORKLOADS", "BenchmarkInputError", "Figure", "Reference", "SlowCard", "Verdict",
            "card_noun", "collect", "identity_text", "interleaved", "judged", "latest_result",
-           "load_reference",
-           "ordered", "read_result", "slow_cards", "summary_words", "table_lines", "verdict", "verdicts"]
+           "load_reference", "ordered", "read_result", "slow_cards", "summary_words", "table_lines",
+           "verdict", "verdicts"]
