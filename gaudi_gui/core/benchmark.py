@@ -327,7 +327,7 @@ def read_result(path: Path) -> dict[str, Any]:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
         where = f"{path} has no {RESULT_NAME} (not a finished benchmark run)" if path.is_dir() \
-            else f"{path}: no such file"
+            else f"{path}: no such file or run"
         raise BenchmarkInputError(where) from None
     except (OSError, ValueError) as exc:
         raise BenchmarkInputError(f"{file}: cannot be read as JSON ({exc})") from None
