@@ -34,6 +34,7 @@ COMMANDS = {
     "eval": "eval",
     "serve": "serve",
     "download": "download",
+    "benchmark": "benchmark",
     "models": "models",
     "queue": "queue",
     "agent": "gaudi_gui.agent.main",

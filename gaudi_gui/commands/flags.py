@@ -72,6 +72,11 @@ RULES: tuple[Rule, ...] = (
     *(Rule(command, "--no-agent", excludes=("--detach",),
            why="a detached job runs under its own supervisor, never in this process")
       for command in ("train", "serve", "eval", "download")),
+    # benchmark: --show prints a run that exists; it runs nothing
+    *(Rule("benchmark", "--show", excludes=(flag,), why="--show prints an earlier benchmark; it runs nothing")
+      for flag in ("--repeats", "--cards", "--device", "--size", "--detach", "--events", "--no-agent")),
+    Rule("benchmark", "--no-agent", excludes=("--detach",),
+         why="a detached job runs under its own supervisor, never in this process"),
     # generate: values that only sampling or a chat reads
     *(Rule("generate", flag, needs=("--do-sample",), why="greedy decoding does not sample")
       for flag in ("--temperature", "--top-p", "--top-k")),

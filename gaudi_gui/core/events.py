@@ -76,6 +76,11 @@ class EventType(str, Enum):
     RESUMED = "resumed"  # filename, bytes, size (a partial file continued)
     VERIFIED = "verified"  # files, bytes, seconds
     VERIFY_FAILED = "verify_failed"  # files (filename, result, message)
+    # Benchmark (commands/benchmark.py --events, workers/benchmark.py; a benchmark run's events.jsonl);
+    # PHASE, PROGRESS, RESULT (core.benchmark's result record) and ERROR are shared
+    BENCH_PLAN = "bench_plan"  # rank, card, workloads, repeats
+    BENCH_DEVICE = "bench_device"  # rank, card, device, name, torch, threads
+    BENCH_SAMPLE = "bench_sample"  # workload, card, rank, repeat, value, unit
     # The run meter (core.meter) while a run trains: core.compile_rise's finding (kind, message, fix…)
     WARNING = "warning"
 

@@ -202,6 +202,7 @@ def outcome(kind: str, events: Iterable[Mapping[str, Any]], *, exit_code: int | 
     failure: Mapping[str, Any] | None = None
     last_state = ""
     result = False
+    said_result: Mapping[str, Any] = {}
     for event in events:
         kind_of = event.get("type")
         if kind_of == EventType.ERROR or (kind_of, event.get("state")) == (EventType.SERVE_STATE, "failed"):
@@ -209,9 +210,12 @@ def outcome(kind: str, events: Iterable[Mapping[str, Any]], *, exit_code: int | 
         elif kind_of == EventType.SERVE_STATE:
             last_state = str(event.get("message") or event.get("state") or "")
         elif kind_of == EventType.RESULT:
-            result = True
+            result, said_result = True, event
     if killed:
         return {"state": "killed", "summary": "Killed (it did not end within the grace period)"}
+    if result and kind == "benchmark":
+        from gaudi_gui.core.benchmark import summary_words
+        return {"state": "finished", "summary": f"Finished: {summary_words(said_result)}"}
     if result:
         return {"state": "finished", "summary": "Finished: results written"}
     said = f": {last_state}" if kind == "serve" and last_state else ""
@@ -223,7 +227,7 @@ def outcome(kind: str, events: Iterable[Mapping[str, Any]], *, exit_code: int | 
                 "error_kind": str((failure or {}).get("kind") or "")}
     if kind == "serve":
         return {"state": "stopped", "summary": f"Stopped{said}"}
-    return {"state": "failed", "summary": "Failed: the evaluation ended without results"}
+    return {"state": "failed", "summary": f"Failed: the {kinds_mod.text(kind)} ended without results"}
 
 
 def _download_outcome(events: Iterable[Mapping[str, Any]], *, exit_code: int | None, stop_requested: bool,

@@ -2,9 +2,9 @@
 and on the wire), how a job of it is checked where it enters, how its detached supervisor is started,
 what its record shows, and what a stop does to it.
 
-The names are the command line's verbs: ``train``, ``serve``, ``eval``, ``download``. Run folders of
-earlier versions say ``training`` and ``evaluate`` in their status.json: ``canonical`` reads them (a
-status is read through it, so no reader meets the old spellings).
+The names are the command line's verbs: ``train``, ``serve``, ``eval``, ``download``, ``benchmark``.
+Run folders of earlier versions say ``training`` and ``evaluate`` in their status.json: ``canonical``
+reads them (a status is read through it, so no reader meets the old spellings).
 
 A job enters as the words of its kind's command (``{"args": [...]}``; a training job also carries its
 ``config``, the JSON the Training tab saves). Its shape is checked here; what it says is checked once,
@@ -52,6 +52,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("eval", "evaluation", "the evaluation ends; the results it has so far are kept",
          old=("evaluate", "evaluation"), metered=True),
     Kind("download", "download", "the download ends; the files already complete stay in the cache"),
+    Kind("benchmark", "benchmark", "the benchmark ends; nothing is kept but its log (a verdict needs every "
+                                   "repeat)"),
 )}
 NAMES: tuple[str, ...] = tuple(KINDS)
 #: Options the agent sets itself when it starts a job: a job's words may not carry them.

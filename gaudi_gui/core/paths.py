@@ -56,7 +56,8 @@ def demo_model_dir() -> Path:
 
 #: The data files the package reads at run time, relative to ``resources_dir()``. They are package
 #: data (pyproject.toml), so a wheel carries them; ``host_setup.build_wheel`` refuses a wheel without one.
-DATA_FILES = ("gaudi-compat.json", "demo/corpus.txt", "demo/dataset.jsonl", "demo/prompts.txt")
+DATA_FILES = ("gaudi-compat.json", "benchmark-reference.json", "demo/corpus.txt", "demo/dataset.jsonl",
+              "demo/prompts.txt")
 
 
 class DataFileError(RuntimeError):

@@ -45,6 +45,7 @@ from gaudi_gui.ui.device_table import CardHealth, DeviceTable
 if TYPE_CHECKING:
     from gaudi_gui.core.health import HostHealth
     from gaudi_gui.services.queue import QueueService
+    from gaudi_gui.ui.benchmark_view import BenchmarkView
 
 #: (label, seconds) of the history window choices.
 WINDOWS = (("1 min", 60), ("5 min", 300), ("15 min", 900), ("1 h", 3600))
@@ -136,6 +137,15 @@ class DevicesTab(QWidget):
         self.health_badge.setVisible(services.health is not None)
         self.health_badge.clicked.connect(lambda: self._open_health())  # noqa: PLW0108
         top.addWidget(self.health_badge)
+        # The Benchmark view (ui/benchmark_view.py), built on its first opening, under the processes.
+        self.benchmark_button = QPushButton("Benchmark", self)
+        self.benchmark_button.setObjectName("devices_benchmark")
+        self.benchmark_button.setCheckable(True)
+        self.benchmark_button.setToolTip("measure this machine's cards (matmul, copy, all-reduce, decode, a "
+                                         "training step) and judge them against a reference")
+        self.benchmark_button.toggled.connect(self._toggle_benchmark)
+        top.addWidget(self.benchmark_button)
+        self.benchmark_view: BenchmarkView | None = None
 
         self.table = DeviceTable(self)
         self.table.hot_c = float(settings.get("devices/hot_temperature_c"))
@@ -236,6 +246,7 @@ class DevicesTab(QWidget):
         layout.addWidget(self.charts, 1)
         layout.addWidget(lower, 0)
         scroll.setWidget(content)
+        self._content_layout, self._scroll = layout, scroll
 
         self._keys: list[str] = []
         #: Index -> the card's one name (the processes' table names cards as the rows do).
@@ -465,6 +476,28 @@ class DevicesTab(QWidget):
         if ids:
             self.services.settings.set("devices/selected_modules", list(ids))
         return ids
+
+    def _toggle_benchmark(self, shown: bool) -> None:
+        if shown and self.benchmark_view is None:
+            from gaudi_gui.services.benchmark import BenchmarkJob
+            from gaudi_gui.ui.benchmark_view import BenchmarkView
+
+            # The agent is reached on the first Run, not when the view opens.
+            job = BenchmarkJob(lambda: self.services.ensure_agent(self.window()), self)
+            self.benchmark_view = BenchmarkView(job, self)
+            self._content_layout.addWidget(self.benchmark_view, 0)
+            from gaudi_gui.core.runstore import RunStore
+            self.benchmark_view.show_latest(RunStore().root)
+        view = self.benchmark_view
+        if view is not None:
+            view.setVisible(shown)
+            if shown:
+                QTimer.singleShot(0, self, lambda: self._scroll.ensureWidgetVisible(view))
+
+    def shutdown(self) -> None:
+        """The window goes: the benchmark's follower ends (the agent's job does not)."""
+        if self.benchmark_view is not None:
+            self.benchmark_view.shutdown()
 
     def _open_health(self) -> None:
         if self.services.health is not None:

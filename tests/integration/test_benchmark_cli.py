@@ -1,0 +1,169 @@
+"""``gaudi-gui benchmark`` end to end on the CPU at the tiny size: one real run for the module (two
+worker processes, a gloo all-reduce, the bench model's decode and training step), its run folder, and
+the verdicts of references made from it (the run itself; edited copies: twice as fast, within the
+spread, a forced wide spread); bad references refused with one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gaudi_gui import cli
+from gaudi_gui.core import benchmark as bm
+from gaudi_gui.core.runstore import Run, RunStore
+
+pytestmark = [pytest.mark.slow]
+
+FIGURES = ("matmul.fp32", "allreduce", "decode", "train_step")
+
+
+@pytest.fixture(scope="module")
+def bench_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, subprocess.CompletedProcess[str]]:
+    home = tmp_path_factory.mktemp("bench-home")
+    env = {**os.environ, "GAUDI_GUI_HOME": str(home)}
+    env.pop("GAUDI_GUI_CLI_AGENT", None)
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "benchmark", "--size", "tiny", "--repeats", "3",
+                           "--cards", "0,1", "--device", "cpu"], capture_output=True, text=True, env=env,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    runs = RunStore(home / "data" / "runs").runs()
+    assert len(runs) == 1
+    return runs[0], done
+
+
+def test_the_benchmark_writes_its_run_folder(bench_run: tuple[Run, subprocess.CompletedProcess[str]]) -> None:
+    run, done = bench_run
+    status = run.status()
+    assert (status.kind, status.state, status.exit_code) == ("benchmark", "finished", 0)
+    assert status.summary == "Finished: 4 figures on 2 × cpu"  # what runs list says
+    record = json.loads((run.folder / bm.RESULT_NAME).read_text())
+    assert record["kind"] == "benchmark" and record["size"] == "tiny" and record["repeats"] == 3
+    assert record["identity"]["card_type"] == "cpu" and record["identity"]["card_count"] == 2
+    assert record["identity"]["versions"]["torch"]
+    assert list(record["figures"]) == list(FIGURES)
+    for key in FIGURES:
+        figure = record["figures"][key]
+        assert len(figure["samples"]) == 3 and all(v > 0 for v in figure["samples"]), key
+    # The roofline per card: each worker measured its own.
+    assert sorted(record["figures"]["matmul.fp32"]["cards"]) == ["0", "1"]
+    # Repeats interleaved: rank 0's samples came in core.benchmark.interleaved's order.
+    events = [e for e in run.events() if e.get("type") == "bench_sample" and e.get("card") == "0"]
+    assert [(e["repeat"], e["workload"]) for e in events] == bm.interleaved(list(FIGURES), 3)
+    # The table, as a person reads it: every figure, no reference yet.
+    assert "matmul roofline, fp32 (CPU)" in done.stdout and "training step, bench model" in done.stdout
+    assert "no reference figure" in done.stdout and "fp32" in done.stdout
+    assert "benchmark folder:" in done.stderr
+
+
+def show(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = cli.main(["benchmark", *argv])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def edited(record: dict[str, Any], path: Path, spread: tuple[float, float, float],
+           scale: float = 1.0) -> Path:
+    """``record`` with every figure's samples set around its median (``spread`` factors) times ``scale``."""
+    out = json.loads(json.dumps(record))
+    for figure in out["figures"].values():
+        median = figure["median"]
+        figure["samples"] = [median * f * scale for f in spread]
+        figure.pop("cards", None)
+    path.write_text(json.dumps(out))
+    return path
+
+
+def verdict_lines(out: str) -> list[str]:
+    texts = [bm.WORKLOAD_OF[k].text for k in FIGURES]
+    return [line for line in out.splitlines() if any(line.startswith(t) for t in texts)]
+
+
+def test_references_made_from_the_run(bench_run: tuple[Run, subprocess.CompletedProcess[str]], tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    run, _done = bench_run
+    # The run itself as the reference: every figure as expected, whatever its spread.
+    code, out, err = show(["--show", str(run.folder), "--reference", str(run.folder)], capsys)
+    assert code == 0, err
+    assert f"reference: run {run.name}" in out
+    lines = verdict_lines(out)
+    assert len(lines) == len(FIGURES) and all("as expected (+0 %" in line for line in lines), out
+    record = json.loads((run.folder / bm.RESULT_NAME).read_text())
+    tight = edited(record, tmp_path / "tight.json", (0.98, 1.0, 1.02))
+    # Twice as fast a reference, beyond the spread: slower by 50 %.
+    twice = edited(record, tmp_path / "twice.json", (0.98, 1.0, 1.02), scale=2.0)
+    code, out, err = show(["--show", str(tight), "--reference", str(twice)], capsys)
+    assert code == 0, err
+    assert all("slower than the reference by 50 % (beyond the spread of 3 repeats)" in line
+               for line in verdict_lines(out)), out
+    # 13 % slower, but the repeats reach into the reference's range: not "slower".
+    near = edited(record, tmp_path / "near.json", (0.98, 1.0, 1.02), scale=1.15)
+    spread = edited(record, tmp_path / "spread.json", (0.9, 1.0, 1.15))
+    code, out, _err = show(["--show", str(spread), "--reference", str(near)], capsys)
+    assert all("cannot say (spread too wide: -13 % is within the spread of 3 repeats)" in line
+               for line in verdict_lines(out)), out
+    # A forced wide spread: cannot say, even against the twice-as-fast reference.
+    wide = edited(record, tmp_path / "wide.json", (0.5, 1.0, 1.5))
+    code, out, _err = show(["--show", str(wide), "--reference", str(twice)], capsys)
+    assert all("cannot say (spread too wide: these 3 repeats spread 100 %" in line
+               for line in verdict_lines(out)), out
+    # The JSON says the same per figure.
+    code, out, _err = show(["--show", str(wide), "--reference", str(twice), "--json"], capsys)
+    assert {v["verdict"] for v in json.loads(out)["verdicts"]} == {"cannot say"}
+
+
+def test_bad_references_are_refused_with_one_line(bench_run: tuple[Run, subprocess.CompletedProcess[str]],
+                                                  tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    run, _done = bench_run
+    record = json.loads((run.folder / bm.RESULT_NAME).read_text())
+    record["identity"]["card_type"] = "HL-225"
+    gaudi = tmp_path / "gaudi2.json"
+    gaudi.write_text(json.dumps(record))
+    code, out, err = show(["--size", "tiny", "--device", "cpu", "--reference", str(gaudi)], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and "measured on HL-225, this machine has cpu" in err, err
+    missing = str(tmp_path / "nope.json")
+    code, out, err = show(["--size", "tiny", "--device", "cpu", "--reference", missing], capsys)
+    assert (code, out) == (2, "")
+    assert err == f"gaudi-gui benchmark: --reference: {tmp_path / 'nope.json'}: no such file or run\n"
+    # Another size is another benchmark.
+    code, _out, err = show(["--device", "cpu", "--reference", str(run.folder)], capsys)
+    assert code == 2 and "measured at size tiny, this benchmark runs standard (--size tiny)" in err
+    assert not RunStore().runs()  # nothing started
+
+
+def test_a_slow_card_among_eight_is_named_with_the_doctors_findings(fake_hl_smi: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a Gaudi server (the recorded 8-card one, replayed by the fake hl-smi, module 5 in power
+    slowdown): the machine's identity and the doctor's findings per card as the benchmark records them,
+    and the card whose roofline is low named with them."""
+    from gaudi_gui.commands import benchmark as command
+
+    monkeypatch.setenv("FAKE_HLSMI_MODE", "sick")
+    assert command.machine_device("auto") == "hpu"
+    kind = command.card_type("hpu", list(range(8)))
+    assert kind == "HL-205"
+    identity, findings = command.identity("hpu", list(range(8)), kind)
+    assert identity["card_type"] == "HL-205" and identity["card_count"] == 8 and identity["driver"]
+    assert any("card.throttle" in f and "active" in f for f in findings["5"]), findings.get("5")
+    assert any("ports" in f and "DOWN" in f for f in findings["1"]), findings.get("1")
+    # Eight cards' rooflines, card 5's a quarter below the others' beyond every spread.
+    cards = {str(c): [400.0 + c, 404.0 + c, 402.0 + c] for c in range(8)}
+    cards["5"] = [300.0, 306.0, 303.0]
+    figure = bm.Figure("matmul.bf16", [401.0, 405.0, 403.0], cards)
+    record = bm.judged({"kind": "benchmark", "size": "standard", "repeats": 3, "identity": identity,
+                        "figures": {"matmul.bf16": figure.to_json()}, "card_findings": findings}, None)
+    assert [s["card"] for s in record["slow_cards"]] == ["5"]
+    text = bm.table_lines(record)
+    at = text.index(next(line for line in text if line.startswith("SLOW CARD: module 5 is slower than the "
+                                                                  "other modules by 25 %")))
+    assert any("card.throttle" in line for line in text[at + 1:]), text[at:]
+    assert "8 × HL-205" in text[0] and f"driver {identity['driver']}" in text[0]
