@@ -197,6 +197,10 @@ class AgentClient(QObject):
             self.event_received.emit(message)
             name, host = message["ev"], message.get("host") or None
             key = _key_of(message)
+            if name == agentwire.Ev.HOST.value:
+                # This agent's word on its link to a host: the host is the event's key, not where it
+                # came from (subscribe(Ev.HOST, listener, key=NAME)).
+                key, host = host, None
             entries = [(name, None, host)] + ([(name, key, host)] if key is not None else [])
             for entry in entries:
                 for listener in list(self._listeners.get(entry, [])):
