@@ -26,9 +26,8 @@ from tests.integration.test_queue import (  # noqa: F401 (idle_server, queue_env
     wait_for,
 )
 
-pytestmark = pytest.mark.usefixtures("demo_model", "idle_server")
 
-
+@pytest.mark.usefixtures("demo_model", "idle_server")
 def test_a_killed_agent_loses_no_queued_job_and_the_next_one_starts_the_waiting_one(tmp_path: Path) -> None:
     first = add(job_file(tmp_path, "one"), "--cards", "1,")
     second = add(job_file(tmp_path, "two"), "--cards", "1,")
@@ -61,3 +60,47 @@ def test_a_killed_agent_loses_no_queued_job_and_the_next_one_starts_the_waiting_
     runs = [p for p in (Path(os.environ["GAUDI_GUI_HOME"]) / "data" / "runs").iterdir() if p.is_dir()
             and not p.name.startswith(".")]
     assert sorted(str(p) for p in runs) == sorted([run_first, done[second].run_folder])
+
+
+def test_a_start_the_killed_agent_did_not_hear_back_from_is_taken_up_from_the_run_it_made(
+        tmp_path: Path) -> None:
+    """Two entries written "starting" by an agent killed before its starts answered: the next agent
+    takes the run the first start made (its kind, begun once it was starting, no other entry's) and
+    reports how it ended; the second start left nothing, so it is made again after its back-off."""
+    import asyncio
+    import time
+
+    from gaudi_gui.agent.queue import QueueService
+    from gaudi_gui.agent.server import Agent
+    from gaudi_gui.core import queue
+    from gaudi_gui.core.jobconfig import JobConfig
+    from gaudi_gui.core.queue import Entry, QueueState
+    from gaudi_gui.core.runstore import RunStore
+
+    since = time.time() - 1.0
+    root = queue.make_dirs(tmp_path / "q")
+    queue.write_state(QueueState(entries=[
+        Entry(id=f"q{n}", job={}, name=f"job{n}", state="starting", since=since, attempts=1)
+        for n in (1, 2)]), root)
+    made = RunStore().create(JobConfig(name="job1"))
+    made.update_status(state="finished", started_at=time.time(), ended_at=time.time(), summary="Finished")
+
+    async def take_up() -> dict[str, Entry]:
+        service = QueueService(Agent(sock_path=tmp_path / "agent.sock"), root)
+        await service.start()
+        try:
+            for _ in range(100):  # the recoveries are tasks of the agent's loop
+                if all(e.state != "starting" for e in service.state.entries):
+                    break
+                await asyncio.sleep(0.02)
+            return {e.id: e for e in service.state.entries}
+        finally:
+            await service.stop()
+
+    got = asyncio.run(take_up())
+    first = got["q1"]
+    assert (first.state, first.outcome, first.run_folder) == ("ended", "finished", str(made.folder))
+    assert got["q2"].state == "waiting" and got["q2"].retry_at > time.time(), got["q2"]
+    assert "start attempt 1 of 3 failed (the start was interrupted" in got["q2"].why
+    # What the next agent wrote is what the one after it reads.
+    assert [(e.id, e.state) for e in queue.read_state(root).entries] == [("q1", "ended"), ("q2", "waiting")]
