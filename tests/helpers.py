@@ -368,8 +368,8 @@ def close_training_tab(services: AppServices, tab: TrainingTab) -> None:
     assert services.training is not None
     services.training.shutdown()
     services.poller.stop()
-    # The queues a Queue click started (this machine's, a host's listing every 30 s over ssh): the
-    # window stops them as it closes, and one left ticking ran its ssh in later tests.
+    # The queues a Queue click subscribed to (this machine's, a host's through the agent): the window
+    # ends its subscriptions as it closes.
     if services.queue is not None:
         services.queue.shutdown()
     services.stop_host_queues()
@@ -478,7 +478,7 @@ def models_tab(qtbot: QtBot) -> Iterator[Any]:
     yield widget
     widget.places.shutdown()
     widget.shutdown()
-    # The queue the Download dialog's Queue started (its listing timer), as the window stops it.
+    # The queue the Download dialog's Queue subscribed to, as the window ends it.
     if services.queue is not None:
         services.queue.shutdown()
     services.stop_host_queues()

@@ -25,6 +25,7 @@ import json
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,14 @@ def _skip_partial(log: LogFollower, events: EventFollower) -> None:
             follower.offset = data.rfind(b"\n") + 1
 
 
+class StartRefused(Refused):
+    """A job's start command refused it or failed; ``code`` its exit status (None: it did not end)."""
+
+    def __init__(self, words: str, code: int | None) -> None:
+        super().__init__(words)
+        self.code = code
+
+
 class Jobs:
     """The jobs service (``make(agent)``)."""
 
@@ -111,6 +120,9 @@ class Jobs:
         #: The runs stores in use ("": the data folder's).
         self.stores: set[str] = {""}
         self._ledger = paths.data_dir() / LEDGER
+        #: Told every record of a watched job that changed, its last one included (the queue: a job's
+        #: end frees its cards).
+        self.listeners: list[Callable[[dict[str, Any]], None]] = []
 
     def ops(self) -> dict[str, Handler]:
         return {"job.start": self._start, "job.stop": self._stop, "jobs.list": self._list}
@@ -177,7 +189,8 @@ class Jobs:
                 if now >= next_record:
                     next_record = now + 0.5
                     rec = record(watch.run.folder)
-                    if rec != watch.record:
+                    changed = rec != watch.record
+                    if changed:
                         watch.record = rec
                         self.agent.publish(Ev.JOB, watch.job_id, job_id=watch.job_id, job=rec)
                     if rec["state"] in FINAL_STATES and not rec["alive"]:
@@ -185,13 +198,33 @@ class Jobs:
                         self.watched.pop(watch.job_id, None)
                         self.ended[watch.job_id] = rec
                         self._save()
+                        self._tell(rec)
                         return
+                    if changed:
+                        self._tell(rec)
                 await asyncio.sleep(POLL_S)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # one job's unreadable folder must not end the agent's watching of others
             self.agent.publish(Ev.NOTICE, message=f"stopped watching {watch.job_id}: {exc}", level="warning")
             self.watched.pop(watch.job_id, None)
+
+    def _tell(self, rec: dict[str, Any]) -> None:
+        for listener in list(self.listeners):
+            try:
+                listener(rec)
+            except Exception as exc:  # a listener's bug must not end the watching of this job
+                self.agent.publish(Ev.NOTICE, message=f"a listener of {rec.get('job_id')} failed: {exc}",
+                                   level="warning")
+
+    def adopt(self, folder: str | Path) -> dict[str, Any]:
+        """Watch the run in ``folder`` (its supervisor still runs) unless watched already; its record."""
+        run = Run(folder)
+        watch = self.watched.get(run.name)
+        if watch is None:
+            watch = self._watch(run.folder, from_start=False)
+            self._save()
+        return watch.record
 
     def _pump(self, watch: _Watch) -> None:
         lines = [redact(line) for line in watch.log.read(4 << 20)]
@@ -271,6 +304,13 @@ class Jobs:
 
     # -- operations -------------------------------------------------------------------------------
     async def _start(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
+        return await self.start_job(message)
+
+    async def start_job(self, message: dict[str, Any],
+                        on_spawn: Callable[[int], None] | None = None) -> dict[str, Any]:
+        """``job.start``'s work (the queue starts its entries through it too): the kind's ``--detach``,
+        waited for; {"job": record, "notes"}. ``StartRefused`` (its ``code``: the command's exit) with
+        the command's own words. ``on_spawn``: told the pid of the start command once it runs."""
         try:
             kind = kinds.get(str(message.get("kind") or ""))
             words = kinds.job_words(kind.name, message.get("job"))
@@ -297,13 +337,15 @@ class Jobs:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, start_new_session=True, cwd=cwd, env=env)
+            if on_spawn is not None:
+                on_spawn(proc.pid)
             try:
                 out, err = await asyncio.wait_for(proc.communicate(), START_S)
             except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()
-                raise Refused(f"the {kind.name} did not start within {START_S:g} s") from None
+                raise StartRefused(f"the {kind.name} did not start within {START_S:g} s", None) from None
         finally:
             if config_path:
                 with contextlib.suppress(OSError):
@@ -314,7 +356,8 @@ class Jobs:
             folder = Path(str(info["folder"]))
         except (ValueError, IndexError, KeyError, TypeError):
             words_said = "; ".join(line.removeprefix(f"gaudi-gui {kind.name}: ") for line in said[-3:])
-            raise Refused(words_said or f"the {kind.name} did not start (exit {proc.returncode})") from None
+            raise StartRefused(words_said or f"the {kind.name} did not start (exit {proc.returncode})",
+                               proc.returncode) from None
         if runs_dir not in self.stores:
             self.stores.add(runs_dir)
         watch = self._watch(folder, from_start=True)
@@ -323,13 +366,15 @@ class Jobs:
         return {"job": watch.record, "notes": [line for line in said if ": note: " in line]}
 
     async def _stop(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
-        job_id = str(message.get("job_id") or "")
+        return self.stop_job(str(message.get("job_id") or ""), now=bool(message.get("now")))
+
+    def stop_job(self, job_id: str, *, now: bool = False) -> dict[str, Any]:
+        """``job.stop``'s work: {"words": what the stop does}; Refused when it is not running."""
         folder = self.watched[job_id].run.folder if job_id in self.watched else self._folder_of(job_id)
         if folder is None:
             raise Refused(f"no job {job_id!r}")
         run = Run(folder)
         from gaudi_gui.core.stopper import KILL_NOW_SIGNAL, Stopper
-        now = bool(message.get("now"))
         supervisor = run.supervisor()
         if supervisor is not None:
             supervisor.signal(KILL_NOW_SIGNAL if now else signal.SIGTERM)

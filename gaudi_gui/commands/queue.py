@@ -5,26 +5,30 @@
   a job of that kind, WORDS being what ``gaudi-gui serve|eval|download … --detach`` takes (checked
   here by that command's own parser and checks; started by its own detached supervisor). Serve and
   eval wait for ``--cards`` like training (none: on the CPU); a download uses no cards. Each job
-  (``--host DEST``: on that host, whose own queue process starts it)
-  gets its own run folder and, unless the job names one, its own output folder when it starts. A job
-  whose output folder is another queued job's is refused here, naming the folder.
+  (``--host DEST``: on that host, whose own agent checks and starts it) gets its own run folder and,
+  unless the job names one, its own output folder when it starts. A job whose output folder is
+  another queued job's is refused, naming the folder.
 - ``queue list [--json]``: position, state (queued / waiting for cards N,M / starting / started /
   ended), since when, why it waits, its run.
 - ``queue remove ID``, ``queue move ID --before ID2``, ``queue pause``, ``queue resume``.
 - ``queue stop ID``: a started job is stopped as ``runs stop`` stops any run (a checkpoint first).
 - ``queue set --cpu-jobs N``: how many CPU jobs (training or evaluation on no cards) run at once
   (default 1; 0: no limit); the next ones wait their turn, saying for which job.
-- ``queue run`` (hidden): the queue process itself (``core.queue_runner``), started on demand.
+- ``queue check --kind K -- WORDS`` (hidden): a serve / eval / download job's words checked by that
+  command's own parser and checks, as JSON (what the agent of a host runs for an add that came from
+  a workstation: the words name the host's files).
 
-Every change is a request file the queue process applies (core/queue.py says why); this command
-waits for its answer. Bad input: one line on stderr, exit 2. Qt-free, torch-free.
+The queue is this machine's agent's (``agent/queue.py``, issue 38): this command is its client
+(``Connection.open``: the agent is started when none runs), each action one request (``queue.add``,
+``queue.list``, …); ``--host DEST`` sends it over the agent's one link to DEST's agent. Bad input: one
+line on stderr, exit 2 (also a refusal by the queue); no agent: exit 1; a host not reached: exit 3.
+Qt-free, torch-free.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -32,14 +36,13 @@ from typing import Any
 
 from gaudi_gui.commands.terminal import say as _say
 from gaudi_gui.core import queue
+from gaudi_gui.core.agentwire import AgentError, Connection
 from gaudi_gui.core.queue import CardRequest, QueueError
 
-#: How ``queue list`` names a job's kind.
-#: How long a change waits for the queue process's answer (it starts on demand: a Python start).
-ANSWER_S = 60.0
+#: How long a request waits for the agent's answer (an add's check reads the job's files; a host's
+#: agent may have to start first).
+ANSWER_S = 120.0
 EXIT_HOST = 3
-#: Attempts of a host call that is safe to repeat (add with its client id, list).
-HOST_ATTEMPTS = 3
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -87,43 +90,98 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                             help="the host whose queue this is (an ssh destination); default: this machine")
         action.add_argument("--remote-command", dest="remote_command", default=argparse.SUPPRESS,
                             metavar="CMD", help="the command that runs gaudi-gui on the host")
-    run = actions.add_parser("run", help=argparse.SUPPRESS)
-    run.add_argument("--queue-dir", default="", help=argparse.SUPPRESS)
+    check = actions.add_parser("check", help=argparse.SUPPRESS)
+    check.add_argument("--kind", required=True)
+    check.add_argument("words", nargs="*")
+
+
+class _Refused(Exception):
+    """The queue (or the agent) refused: its words, exit 2."""
+
+
+class _NoAgent(Exception):
+    """No agent to ask (exit 1), or the host not reached (exit 3)."""
+
+    def __init__(self, words: str, code: int) -> None:
+        super().__init__(words)
+        self.code = code
 
 
 def run(args: argparse.Namespace) -> int:
     action = args.queue_action
+    if action == "check":
+        return _check(args)
     target = (getattr(args, "host", "") or "").strip()
-    if target and target != "local" and action != "run":
-        return _on_host(args, target)
-    if action == "run":
-        from gaudi_gui.core import queue_runner
-        return queue_runner.main(Path(args.queue_dir) if args.queue_dir else None)
-    if action == "add":
-        return _add(args)
-    if action == "list":
-        return _list(args)
+    host = target if target and target != "local" else ""
+    if host and (getattr(args, "remote_command", "") or "").strip():
+        _say(f"gaudi-gui queue {action}: --remote-command: the agent reaches {host} with its saved remote "
+             f"command (save it: gaudi-gui hosts add {host} --remote-command CMD)")
+        return 2
     try:
-        if action in ("remove", "stop"):
-            reply = queue.request(action, entry=args.id, timeout_s=ANSWER_S)
-        elif action == "set":
+        if action == "add":
+            values = _add_values(args, host)
+            if isinstance(values, int):
+                return values
+            return _print_add(args, _ask("add", host, **values))
+        if action == "list":
+            return _print_list(args, _ask("list", host))
+        if action == "set":
             try:
                 limit = queue.cpu_jobs_value(args.cpu_jobs)
             except QueueError as exc:
                 _say(f"gaudi-gui queue set: {exc}")
                 return 2
-            reply = queue.request("set", cpu_jobs=limit, timeout_s=ANSWER_S)
+            reply = _ask("set", host, cpu_jobs=limit)
+        elif action in ("remove", "stop"):
+            reply = _ask(action, host, entry=args.id)
         elif action == "move":
-            reply = queue.request("move", entry=args.id, before=args.before, timeout_s=ANSWER_S)
+            reply = _ask("move", host, entry=args.id, before=args.before)
         else:
-            reply = queue.request(action, timeout_s=ANSWER_S)
-    except QueueError as exc:
+            reply = _ask(action, host)
+    except _Refused as exc:
         _say(f"gaudi-gui queue {action}: {exc}")
-        return 1
-    if not reply.get("ok"):
-        _say(f"gaudi-gui queue {action}: {reply.get('message')}")
         return 2
+    except _NoAgent as exc:
+        _say(f"gaudi-gui queue {action}: {exc}")
+        return exc.code
     print(reply.get("message", "done"), flush=True)
+    return 0
+
+
+def _ask(action: str, host: str, **values: Any) -> dict[str, Any]:
+    """One request to this machine's agent (started when none runs), or through it to ``host``'s."""
+    try:
+        conn = Connection.open(client="cli")
+    except AgentError as exc:
+        raise _NoAgent(str(exc), 1) from None
+    with conn:
+        if host:
+            try:
+                conn.request("hosts.connect", host=host, timeout=ANSWER_S)
+            except AgentError as exc:
+                raise _NoAgent(str(exc), EXIT_HOST) from None
+        try:
+            where = {"host": host} if host else {}
+            return conn.request(f"queue.{action}", timeout=ANSWER_S, **values, **where)
+        except AgentError as exc:
+            words = str(exc)
+            if host and words.startswith(f"{host}: "):
+                words = words[len(host) + 2:]
+            raise _Refused(words) from None
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``queue check``: the words as the queue keeps them and the job's name, as JSON; exit 2 and one
+    line when that command would refuse them."""
+    try:
+        kind = queue.kind_name(args.kind)
+        if kind == "train":
+            raise QueueError("--kind train: give the job with --config")
+        words, name = kind_job(kind, list(args.words))
+    except QueueError as exc:
+        _say(f"gaudi-gui queue add: {exc}")
+        return 2
+    print(json.dumps({"words": words, "name": name}), flush=True)
     return 0
 
 
@@ -187,90 +245,66 @@ def kind_job(kind: str, words: list[str]) -> tuple[list[str], str]:
     return download_cmd.detached_words(args), f"download-{args.repo_id.rsplit('/', 1)[-1]}"
 
 
-def _add_kind(args: argparse.Namespace, kind: str) -> int:
-    if args.config:
-        _say(f"gaudi-gui queue add: --config: a job file is a training job; a {kind} job is given as its "
-             f"command's words after --")
-        return 2
+def _add_values(args: argparse.Namespace, host: str) -> dict[str, Any] | int:
+    """The ``queue.add`` request's values, after the checks that need no machine's files (bad usage:
+    one line, exit 2). A training job travels as its JSON (read here: the file is this machine's);
+    a serve / eval / download job as its words: checked here by that command's own parser for this
+    machine's queue, and by the host's agent (its files) for a host's."""
     try:
+        kind = queue.kind_name(args.kind)
         cards = CardRequest.parse(args.cards)
-        words, name = kind_job(kind, list(args.words))
-        if kind == "serve" and not cards.none and any(w == "--device=cpu" for w in words):
-            raise QueueError("--cards: a serve on --device cpu uses no cards")
-        values = queue.kind_add_values(kind, words, name=name, cards=cards, priority=args.priority,
-                                       added_by="cli", client_id=args.client_id)
     except (ValueError, QueueError) as exc:
         _say(f"gaudi-gui queue add: {exc}")
         return 2
-    return _send_add(args, values)
-
-
-def _add(args: argparse.Namespace) -> int:
-    from gaudi_gui.core.jobconfig import JobConfigError, load_job
-    try:
-        kind = queue.kind_name(args.kind)
-    except QueueError as exc:
-        _say(f"gaudi-gui queue add: {exc}")
-        return 2
+    common = {"kind": kind, "cards": cards.to_text(), "priority": args.priority, "added_by": "cli",
+              "client_id": args.client_id or uuid.uuid4().hex}
     if kind != "train":
-        return _add_kind(args, kind)
+        if args.config:
+            _say(f"gaudi-gui queue add: --config: a job file is a training job; a {kind} job is given as "
+                 f"its command's words after --")
+            return 2
+        if not cards.none and kind not in queue.CARD_KINDS:
+            _say(f"gaudi-gui queue add: --cards: a {kind} uses no cards")
+            return 2
+        if host:
+            return {**common, "words": list(args.words)}
+        try:
+            words, name = kind_job(kind, list(args.words))
+        except QueueError as exc:
+            _say(f"gaudi-gui queue add: {exc}")
+            return 2
+        return {**common, "words": words, "name": name, "checked": True}
     if not args.config or args.words:
         _say("gaudi-gui queue add: --config JOB: a training job is given as a job file"
              + (f" (not as words: {' '.join(args.words)})" if args.words else ""))
         return 2
+    from gaudi_gui.core.jobconfig import JobConfigError, load_job
     try:
-        cards = CardRequest.parse(args.cards)
         job = load_job(args.config)
-        values = queue.add_values(job, kind=args.kind, cards=cards, priority=args.priority,
-                                  device=args.device, added_by="cli", client_id=args.client_id)
-    except (ValueError, JobConfigError, QueueError) as exc:
+    except JobConfigError as exc:
         _say(f"gaudi-gui queue add: {exc}")
         return 2
-    return _send_add(args, values)
+    return {**common, "config": job.to_dict(), "device": args.device}
 
 
-def _send_add(args: argparse.Namespace, values: dict[str, Any]) -> int:
-    try:
-        reply = queue.request("add", timeout_s=ANSWER_S, **values)
-    except QueueError as exc:
-        _say(f"gaudi-gui queue add: {exc}")
-        return 1
-    if not reply.get("ok"):
-        _say(f"gaudi-gui queue add: {reply.get('message')}")
-        return 2
+def _print_add(args: argparse.Namespace, reply: dict[str, Any]) -> int:
     if args.json:
-        print(json.dumps(reply), flush=True)
+        print(json.dumps({k: v for k, v in reply.items() if k not in ("v", "re")}), flush=True)
     else:
         print(f"{reply.get('message')}; see: gaudi-gui queue list", flush=True)
     return 0
 
 
-def entry_json(entry: queue.Entry, position: int) -> dict[str, Any]:
-    data = entry.to_dict()
-    data.pop("job", None)
-    data["position"] = position
-    data["state_text"] = entry.state_text()
-    data["cards"] = entry.cards.to_text()
-    return data
-
-
-def _list(args: argparse.Namespace) -> int:
-    state = queue.read_state()
-    if state.live() and not queue.runner_pid():
-        # Jobs not ended and no queue process (the machine restarted, or it was killed): start it,
-        # it reconciles with the run folders and goes on.
-        queue.ensure_running()
-        _say("gaudi-gui queue list: the queue process was not running: started again")
-    positions = state.positions()
-    now = time.time()
+def _print_list(args: argparse.Namespace, reply: dict[str, Any]) -> int:
+    state = queue.state_of(reply)
     if args.json:
-        print(json.dumps({"paused": state.paused, "cpu_jobs": state.cpu_jobs,
-                          "runner_pid": queue.runner_pid(), "problem": state.problem,
-                          "entries": [entry_json(e, positions.get(e.id, 0)) for e in _shown(state)]}),
-              flush=True)
+        print(json.dumps({"paused": state.paused, "cpu_jobs": state.cpu_jobs, "agent_pid": state.pid,
+                          "problem": state.problem, "entries": _ordered_entries(reply, state)}), flush=True)
         return 0
     if state.problem:
         _say(f"gaudi-gui queue list: {state.problem}")
+    positions = state.positions()
+    now = time.time()
     entries = _shown(state)
     if not entries:
         print("the queue is empty", flush=True)
@@ -294,76 +328,14 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ordered_entries(reply: dict[str, Any], state: queue.QueueState) -> list[dict[str, Any]]:
+    """The reply's entries (as the wire has them: position, state_text, cards) in ``_shown``'s order."""
+    by_id = {str(e.get("id")): e for e in reply.get("entries") or [] if isinstance(e, dict)}
+    return [by_id[e.id] for e in _shown(state) if e.id in by_id]
+
+
 def _shown(state: queue.QueueState) -> list[queue.Entry]:
     """Not started yet in their order first, then starting/started, then the ended (newest first)."""
     active = [e for e in state.entries if e.state in queue.ACTIVE]
     ended = sorted((e for e in state.entries if e.state == "ended"), key=lambda e: -e.ended_at)
     return [*state.pending(), *active, *ended]
-
-
-def _on_host(args: argparse.Namespace, target: str) -> int:
-    """The host's own queue: its ``gaudi-gui queue …`` over the system ssh client (each argument
-    quoted for the remote shell by core.remote; the job travels on stdin, never on the command line)."""
-    from gaudi_gui.core import remote
-    from gaudi_gui.core.jobconfig import JobConfigError, load_job
-    action = args.queue_action
-    try:
-        host = remote.find_host(target, getattr(args, "remote_command", "") or "")
-    except remote.HostError as exc:
-        _say(f"gaudi-gui queue {action}: --host: {exc}")
-        return 2
-    stdin: str | None = None
-    argv = ["queue", action]
-    if action == "add":
-        try:
-            CardRequest.parse(args.cards)
-            kind = queue.kind_name(args.kind)
-            if kind == "train":
-                stdin = json.dumps(load_job(args.config).to_dict())
-        except (ValueError, JobConfigError, QueueError) as exc:
-            _say(f"gaudi-gui queue add: {exc}")
-            return 2
-        argv += ["--kind", kind, "--priority", str(args.priority),
-                 "--device", args.device, "--client-id", args.client_id or uuid.uuid4().hex]
-        if kind == "train":
-            argv += ["--config", "-"]
-        if args.cards.strip():
-            argv += ["--cards", args.cards.strip()]
-        if args.json:
-            argv.append("--json")
-        if kind != "train":
-            # The kind's words are checked by the host's own queue add (its files, its models).
-            argv += ["--", *args.words]
-    elif action == "list" and args.json:
-        argv.append("--json")
-    elif action == "set":
-        argv += ["--cpu-jobs", str(args.cpu_jobs)]
-    elif action in ("remove", "move", "stop"):
-        argv.append(args.id)
-        if action == "move":
-            argv += ["--before", args.before]
-    # A host that did not answer, or a connection that dropped, is retried (bounded, said) for what
-    # is safe to send again: list, and add (its client id makes a second add find the first's entry).
-    attempts = HOST_ATTEMPTS if action in ("add", "list") else 1
-    delay = 2.0
-    for attempt in range(1, attempts + 1):
-        try:
-            code, out, err = remote.call(host, host.gaudi_gui_argv(*argv), input_text=stdin,
-                                         timeout=ANSWER_S + 30)
-            break
-        except remote.RemoteError as exc:
-            if exc.kind not in ("unreachable", "dropped") or attempt == attempts:
-                _say(f"gaudi-gui queue {action}: {exc}"
-                     + (f" (after {attempt} attempts)" if attempt > 1 else ""))
-                return EXIT_HOST
-            _say(f"gaudi-gui queue {action}: {exc}: retrying in {delay:g} s (attempt {attempt + 1} of "
-                 f"{attempts})")
-            time.sleep(delay)
-            delay *= 2
-    if out:
-        sys.stdout.write(out)
-        sys.stdout.flush()
-    if err:
-        sys.stderr.write(err)
-        sys.stderr.flush()
-    return code

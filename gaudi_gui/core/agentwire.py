@@ -62,7 +62,7 @@ class Ev(str, enum.Enum):
     OUTPUT = "output"
     #: A host's link: ``host``, ``state`` (connecting|up|down), ``message``, ``retry_s``.
     HOST = "host"
-    #: The queue changed: ``entries``.
+    #: The queue changed (agent/queue.py): ``paused``, ``cpu_jobs``, ``problem``, ``pid``, ``entries``.
     QUEUE = "queue"
     #: The agent says something a person should read: ``message``, ``level``.
     NOTICE = "notice"

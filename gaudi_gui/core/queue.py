@@ -1,23 +1,12 @@
 """A queue per machine and user: jobs that start by themselves when their cards are free (issue 29).
 
-The queue is kept by the machine it runs on, in ``<data>/queue/``:
-
-- ``state.json``: the queue as it is (entries, their state, why each waits, paused). ONE writer: the
-  queue process (``core.queue_runner``), through ``core.atomic``; the app and the command line only
-  read it.
-- ``requests/``: what the app and the command line ask for (add, remove, move, pause, resume), one
-  file per request, written atomically (``atomic.write_json``: a reader sees a whole file or none)
-  under a name that sorts by time. The queue process reads them in name order, applies each to its
-  state, writes a reply to ``replies/<request id>.json`` and deletes the request.
-
-  Why request files and not an append to one file under a lock: every requester writes its own file,
-  so there is no read-modify-write of a shared file, no lock a requester killed at the wrong moment
-  can leave held, no torn line when two requesters write at once, and the queue process never waits
-  on a requester (nor a requester on a queue process that is busy starting a job). A request written
-  while no queue process runs is simply there when one starts (``ensure_running`` starts one).
-- ``queue.lock`` (flock, held by the queue process for its whole life: only one runs) and
-  ``queue.pid`` (its pid and create time: how a reader tells that it runs); ``queue.log`` its notes;
-  ``starts/<entry id>.*`` the job file, announce file and early output of each start.
+The queue is a service of this machine's agent (``agent/queue.py``, issue 38): the agent alone keeps
+it, applies what its clients ask (``queue.add``, ``queue.remove``, …: docs/agent-protocol.md), starts
+each entry through its own job start (``agent/jobs.py``) and pushes every change as a ``queue`` event.
+Its state is ``<data>/queue/state.json`` (entries, their state, why each waits, paused), written by the
+agent alone through ``core.atomic``: a new agent (after a crash or a reboot) takes the queue up from it.
+This module is the Qt-free, asyncio-free part: the state, the checks made when a job is added, and
+the plan (which entry starts on which cards).
 
 Ordering: by priority (higher first), then first come, first served (the order entries were added;
 ``move`` reorders). A job later in that order may start before an earlier one that waits for cards
@@ -50,7 +39,6 @@ Qt-free and torch-free.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import time
@@ -68,7 +56,7 @@ from gaudi_gui.core.visibility import format_ids
 STATE_VERSION = 1
 #: queued: not started yet and not looked at for cards yet (or the queue is paused); waiting: its
 #: cards are not free/healthy now (``why`` says which and why); starting: its start is under way
-#: (written BEFORE the start, so a queue process killed then never starts it twice); started: its
+#: (written BEFORE the start, so an agent killed then never starts it twice); started: its
 #: run is going (``run_folder``); ended: done (``outcome``: finished, failed, stopped, killed,
 #: removed, or "not started" when the start itself failed).
 STATES = ("queued", "waiting", "starting", "started", "ended")
@@ -97,7 +85,8 @@ DEFAULT_CPU_JOBS = 1
 #: The largest ``cpu_jobs`` accepted.
 MAX_CPU_JOBS = 256
 
-REQUEST_ACTIONS = ("add", "remove", "move", "pause", "resume", "set", "stop")
+#: What a client may ask of the queue (the agent's ops are ``queue.<action>``).
+ACTIONS = ("add", "remove", "move", "pause", "resume", "set", "stop", "list")
 
 
 class QueueError(ValueError):
@@ -118,34 +107,9 @@ def state_path(root: Path | None = None) -> Path:
     return (root or queue_dir()) / "state.json"
 
 
-def requests_dir(root: Path | None = None) -> Path:
-    return (root or queue_dir()) / "requests"
-
-
-def replies_dir(root: Path | None = None) -> Path:
-    return (root or queue_dir()) / "replies"
-
-
-def starts_dir(root: Path | None = None) -> Path:
-    return (root or queue_dir()) / "starts"
-
-
-def pid_path(root: Path | None = None) -> Path:
-    return (root or queue_dir()) / "queue.pid"
-
-
-def lock_path(root: Path | None = None) -> Path:
-    return (root or queue_dir()) / "queue.lock"
-
-
-def log_path(root: Path | None = None) -> Path:
-    return (root or queue_dir()) / "queue.log"
-
-
 def make_dirs(root: Path | None = None) -> Path:
     root = root or queue_dir()
-    for folder in (root, requests_dir(root), replies_dir(root), starts_dir(root)):
-        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
     return root
 
 
@@ -294,9 +258,9 @@ class QueueState:
     #: How many CPU jobs (``Entry.on_cpu``) may be started or running at once; 0: no limit.
     cpu_jobs: int = DEFAULT_CPU_JOBS
     updated_at: float = 0.0
-    #: The queue process that wrote it.
+    #: The agent that wrote it.
     pid: int = 0
-    #: A damaged state file's problem (read as an empty queue; the queue process keeps the file aside).
+    #: A damaged state file's problem (read as an empty queue; the agent keeps the file aside).
     problem: str = ""
 
     def to_dict(self) -> dict[str, Any]:
@@ -333,7 +297,7 @@ class QueueState:
         return [e for e in self.entries if e.state in ACTIVE]
 
     def live(self) -> list[Entry]:
-        """Everything not ended: what keeps the queue process alive."""
+        """Everything not ended."""
         return [e for e in self.entries if e.state != "ended"]
 
     def positions(self) -> dict[str, int]:
@@ -354,78 +318,38 @@ def read_state(root: Path | None = None) -> QueueState:
 
 
 def write_state(state: QueueState, root: Path | None = None) -> None:
-    """Only the queue process calls this (one writer)."""
+    """Only the agent calls this (one writer)."""
     state.updated_at = time.time()
     state.pid = os.getpid()
     atomic.write_json(state_path(root), state.to_dict(), fsync=True)
+
+
+def wire_entry(entry: Entry, position: int) -> dict[str, Any]:
+    """An entry as clients see it (``queue list --json``, the ``queue`` event): its fields without a
+    training job's config (the words of a serve, eval or download job stay), its position (0: started
+    or ended), its state as a person reads it and its cards as ``--cards`` takes them."""
+    data = entry.to_dict()
+    data["job"] = {} if entry.kind == "train" else dict(entry.job)
+    data["position"] = position
+    data["state_text"] = entry.state_text()
+    data["cards"] = entry.cards.to_text()
+    return data
+
+
+def state_of(message: dict[str, Any]) -> QueueState:
+    """The QueueState of a ``queue`` event or a ``queue.list`` reply (what a client shows)."""
+    state = QueueState.from_dict({"paused": bool(message.get("paused")),
+                                  "entries": message.get("entries") or [],
+                                  "cpu_jobs": message.get("cpu_jobs", DEFAULT_CPU_JOBS)})
+    state.pid = int(message.get("pid") or 0)
+    state.problem = str(message.get("problem") or "")
+    return state
 
 
 def ordered(entries: Iterable[Entry]) -> list[Entry]:
     """Priority (higher first), then the order they stand in the state (first come first served;
     ``move`` changes that order). ``sorted`` is stable."""
     return sorted(entries, key=lambda e: -e.priority)
-
-
-# -- requests ---------------------------------------------------------------------------------------
-
-
-def new_request_id() -> str:
-    # Sorts by time (ns), unique across processes (pid and a random part).
-    return f"{time.time_ns():020d}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-
-
-def send_request(action: str, root: Path | None = None, **values: Any) -> str:
-    """Write one request file (atomic); its id. The queue process answers in ``replies/``."""
-    if action not in REQUEST_ACTIONS:
-        raise QueueError(f"unknown queue request {action!r}")
-    root = make_dirs(root)
-    request_id = new_request_id()
-    atomic.write_json(requests_dir(root) / f"{request_id}.json",
-                      {"id": request_id, "action": action, "at": time.time(), **values})
-    return request_id
-
-
-def pending_requests(root: Path | None = None) -> list[tuple[Path, dict[str, Any]]]:
-    """The request files not applied yet, oldest first; unreadable ones as {"id", "problem"}."""
-    folder = requests_dir(root)
-    try:
-        names = sorted(n for n in os.listdir(folder) if n.endswith(".json") and not n.startswith("."))
-    except OSError:
-        return []
-    out: list[tuple[Path, dict[str, Any]]] = []
-    for name in names:
-        path = folder / name
-        try:
-            data = jsonfile.read(path)
-        except jsonfile.FileProblem as exc:
-            out.append((path, {"id": name[:-5], "problem": str(exc)}))
-            continue
-        out.append((path, data if isinstance(data, dict) else {"id": name[:-5], "problem": "not an object"}))
-    return out
-
-
-def write_reply(request_id: str, reply: Mapping[str, Any], root: Path | None = None) -> None:
-    atomic.write_json(replies_dir(root) / f"{request_id}.json", dict(reply), fsync=False)
-
-
-def wait_reply(request_id: str, timeout_s: float, root: Path | None = None,
-               poll_s: float = 0.05) -> dict[str, Any] | None:
-    """The queue process's answer to a request (and the reply file removed); None after
-    ``timeout_s``."""
-    path = replies_dir(root) / f"{request_id}.json"
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = None
-        if isinstance(data, dict):
-            with contextlib.suppress(OSError):
-                path.unlink()
-            return data
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(poll_s)
 
 
 # -- checks made when a job is added -----------------------------------------------------------------
@@ -439,8 +363,8 @@ def resolved_dir(path: str) -> str:
     return path
 
 
-def same_output(output_dir: str, entries: Iterable[Entry], requests: Iterable[Mapping[str, Any]] = ()) -> str:
-    """The label of a queued or running job (or a pending add request) that writes into
+def same_output(output_dir: str, entries: Iterable[Entry]) -> str:
+    """The label of a queued or running job that writes into
     ``output_dir`` too; "" when none. Two jobs of one queue never share an output folder: the
     second would write over the first one's checkpoints."""
     wanted = resolved_dir(output_dir)
@@ -449,9 +373,6 @@ def same_output(output_dir: str, entries: Iterable[Entry], requests: Iterable[Ma
     for entry in entries:
         if entry.state != "ended" and entry.output_dir and entry.output_dir == wanted:
             return entry.label()
-    for request in requests:
-        if request.get("action") == "add" and request.get("output_dir") == wanted:
-            return f"a job being added ({request.get('name') or 'unnamed'})"
     return ""
 
 
@@ -463,13 +384,12 @@ def output_refusal(output_dir: str, other: str) -> str:
 
 def add_values(job: Any, *, kind: str = "train", cards: CardRequest | None = None, priority: int = 0,
                device: str = "auto", added_by: str = "", client_id: str = "",
-               root: Path | None = None, scan_limit: int | None = None,
+               entries: Iterable[Entry] = (), scan_limit: int | None = None,
                schema: Any = "ask") -> dict[str, Any]:
-    """The values of an add request for ``job`` (a JobConfig) after the checks a requester makes: the
-    kind, the job's own problems, its output folder holding another run's files, or being the output
-    folder of a queued job or of an add not applied yet (the queue process checks that last one again
-    when it applies the request: two requesters at once). QueueError, one line. ``scan_limit``: read at
-    most that much of a dataset file (the window's thread; the queued `train` reads it whole).
+    """The values of an add for ``job`` (a JobConfig) after the checks the agent makes where it enters
+    (on the machine that runs it): the kind, the job's own problems, its output folder holding another
+    run's files, or being the output folder of one of ``entries`` (checked again as the add is applied:
+    two adds at once). QueueError, one line. ``scan_limit``: read at most that much of a dataset file.
     ``schema``: what the training arguments are checked by (``jobcheck.check``'s)."""
     if kind_name(kind) != "train":
         raise QueueError(f"--kind {kind}: a job file (--config) is a training job; a {kind} job is given "
@@ -483,7 +403,7 @@ def add_values(job: Any, *, kind: str = "train", cards: CardRequest | None = Non
                                                    if "a new run would write over them" in p else "")
                                    for f, p in problems))
     output_dir = resolved_dir(job.output_dir)
-    other = same_output(output_dir, read_state(root).entries, [r for _p, r in pending_requests(root)])
+    other = same_output(output_dir, entries)
     if other:
         raise QueueError(output_refusal(output_dir, other))
     cards = cards or CardRequest()
@@ -698,7 +618,7 @@ def _choose(want: CardRequest, view: CardsView, taken: set[int],
     return list(pick.ids), ""
 
 
-# -- the queue process: is it there, start it --------------------------------------------------------
+# -- how it reads ---------------------------------------------------------------------------------
 
 
 def since_text(moment: float, now: float) -> str:
@@ -713,64 +633,8 @@ def since_text(moment: float, now: float) -> str:
     return f"{seconds // 3600} h {seconds % 3600 // 60} min"
 
 
-def runner_pid(root: Path | None = None) -> int:
-    """The queue process's pid while it runs (its pidfile names a live process with the recorded
-    create time); 0 when none runs."""
-    from gaudi_gui.core.proctree import ProcessRef
-    try:
-        data = json.loads(pid_path(root).read_text(encoding="utf-8"))
-        ref = ProcessRef(int(data["pid"]), float(data["create_time"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return 0
-    return ref.pid if ref.is_alive() else 0
-
-
-def runner_argv(root: Path | None = None) -> list[str]:
-    import sys
-    argv = [sys.executable, "-m", "gaudi_gui", "queue", "run"]
-    if root is not None:
-        argv += ["--queue-dir", str(root)]
-    return argv
-
-
-#: A tiny trampoline: starts the queue process in a session of its own and exits at once, so the
-#: queue process is nobody's child (no zombie left in a long-lived caller) and outlives the caller.
-_TRAMPOLINE = ("import subprocess,sys\n"
-               "log=open(sys.argv[1],'ab')\n"
-               "subprocess.Popen(sys.argv[2:],stdin=subprocess.DEVNULL,stdout=log,stderr=log,"
-               "start_new_session=True,close_fds=True)\n")
-
-
-def ensure_running(root: Path | None = None) -> bool:
-    """Start the queue process unless one runs; True when one was started. A second one started at
-    the same moment finds the lock taken and ends by itself."""
-    import subprocess
-    import sys
-    root = make_dirs(root)
-    if runner_pid(root):
-        return False
-    subprocess.run([sys.executable, "-I", "-S", "-c", _TRAMPOLINE, str(log_path(root)),
-                    *runner_argv(root)], check=False, timeout=60, stdin=subprocess.DEVNULL)
-    return True
-
-
-def request(action: str, *, timeout_s: float = 30.0, root: Path | None = None,
-            start: bool = True, **values: Any) -> dict[str, Any]:
-    """Send a request, start the queue process if none runs, and wait for its reply
-    ({"ok": bool, "message": str, ...}). QueueError when no reply came within ``timeout_s``."""
-    request_id = send_request(action, root, **values)
-    if start:
-        ensure_running(root)
-    reply = wait_reply(request_id, timeout_s, root)
-    if reply is None:
-        raise QueueError(f"the queue process did not answer within {timeout_s:g} s (the request stays "
-                         f"and is applied when it runs; its log: {log_path(root)})")
-    return reply
-
-
-__all__ = ["ACTIVE", "KINDS", "MAX_PASSED", "MAX_START_ATTEMPTS", "PENDING", "STATES", "CardRequest",
-           "CardsView", "Decision", "Entry", "QueueError", "QueueState", "add_values", "cpu_jobs_text",
-           "cpu_jobs_value", "ensure_running",
-           "kind_add_values", "kind_name",
-           "make_dirs", "ordered", "output_refusal", "pending_requests", "plan", "queue_dir", "read_state",
-           "request", "runner_pid", "same_output", "send_request", "wait_reply", "write_reply", "write_state"]
+__all__ = ["ACTIONS", "ACTIVE", "KINDS", "MAX_PASSED", "MAX_START_ATTEMPTS", "PENDING", "STATES",
+           "CardRequest", "CardsView", "Decision", "Entry", "QueueError", "QueueState", "add_values",
+           "cpu_jobs_text", "cpu_jobs_value", "kind_add_values", "kind_name", "make_dirs", "ordered",
+           "output_refusal", "plan", "queue_dir", "read_state", "same_output", "since_text", "state_of",
+           "wire_entry", "write_state"]

@@ -198,8 +198,10 @@ class AgentClient(QObject):
             self.event_received.emit(message)
             name, host = message["ev"], message.get("host") or None
             key = _key_of(message)
-            if name == agentwire.Ev.HOST.value:  # this agent's word about its link to a host: keyed by it
-                host, key = None, str(message.get("host") or "") or None
+            if name == agentwire.Ev.HOST.value:
+                # This agent's word on its link to a host: the host is the event's key, not where it
+                # came from (subscribe(Ev.HOST, listener, key=NAME)).
+                key, host = host, None
             entries = [(name, None, host)] + ([(name, key, host)] if key is not None else [])
             for entry in entries:
                 for listener in list(self._listeners.get(entry, [])):

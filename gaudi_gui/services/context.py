@@ -70,10 +70,10 @@ class AppServices:
     #: Hub downloads and model listings on this machine and the hosts (the Models tab):
     #: ``ensure_models``; registered in ``jobs``.
     models: ModelPlaces | None = None
-    #: This machine's queue as its own process keeps it (issue 29): ``ensure_queue``.
+    #: This machine's queue as its agent keeps it (issue 29, 38): ``ensure_queue``.
     queue: QueueService | None = None
-    #: Saved hosts' queues as each host's ``queue list --json`` says them (asked every 30 s while
-    #: started): ``ensure_host_queue``; the Hosts overview's queue length, the Queue view's selector.
+    #: Saved hosts' queues as each host's agent says them (its ``queue`` events, through this machine's
+    #: agent): ``ensure_host_queue``; the Hosts overview's queue length, the Queue view's selector.
     host_queues: dict[str, HostQueueService] = field(default_factory=dict)
     #: The window's one connection to this machine's agent (docs/agent-protocol.md), which owns all
     #: work: ``ensure_agent`` makes it and starts connecting (the agent is started when none runs).
@@ -201,12 +201,13 @@ class AppServices:
         return self.training
 
     def ensure_queue(self, parent: QObject | None = None) -> QueueService:
-        """This machine's queue (its state read once a second), made and started on first use; its
+        """This machine's queue (the agent's ``queue`` events), made and started on first use; its
         queued jobs' starts and ends are notified."""
         if self.queue is None:
             from gaudi_gui.services.queue import QueueService
             settings = self.settings
-            self.queue = QueueService(parent, cpu_jobs=lambda: int(settings.get("queue/cpu_jobs")))
+            self.queue = QueueService(self.ensure_agent(parent), parent,
+                                      cpu_jobs=lambda: int(settings.get("queue/cpu_jobs")))
             if self.notifier is not None:
                 self.notifier.watch_queue(self.queue)
             self.queue.start()
@@ -218,7 +219,8 @@ class AppServices:
         if name not in self.host_queues:
             from gaudi_gui.core.remote import find_host
             from gaudi_gui.services.queue import HostQueueService
-            self.host_queues[name] = HostQueueService(find_host(name), parent or self.settings.parent())
+            self.host_queues[name] = HostQueueService(find_host(name), self.ensure_agent(parent),
+                                                      parent or self.settings.parent())
         service = self.host_queues[name]
         if not service.is_running():
             service.start()

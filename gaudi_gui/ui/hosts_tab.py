@@ -133,8 +133,9 @@ class HostsTab(QWidget):
         layout.addLayout(actions)
 
         self._items: dict[str, QTreeWidgetItem] = {}
-        #: The hosts whose queue this tab watches (a host's ``queue list --json`` every 30 s, started
-        #: once its gaudi-gui answered the handshake; this machine's through ``services.queue``).
+        #: The hosts whose queue this tab watches (the host agent's ``queue`` events through this
+        #: machine's agent, once its gaudi-gui answered the handshake; this machine's through
+        #: ``services.queue``).
         self._queues: set[str] = set()
         #: (signal, slot) of the queue services, which outlive this tab: disconnected at shutdown.
         self._queue_slots: list[tuple[Any, Any]] = []
@@ -398,8 +399,8 @@ class HostsTab(QWidget):
         self._fit_columns()
 
     def _watch_queue(self, name: str) -> None:
-        """Watch a saved host's queue length once its gaudi-gui answered (cheap: one ssh call every
-        30 s, not per sample)."""
+        """Watch a saved host's queue length once its gaudi-gui answered (cheap: its agent's ``queue``
+        events over the agent's one link to the host, as the queue changes)."""
         if name == LOCAL or name in self._queues or not any(h.name == name for h in self.hosts.saved()):
             return
         self._queues.add(name)

@@ -1,4 +1,4 @@
-"""The Queue view: this machine's queue (issue 29), kept by its own process, seen at a glance.
+"""The Queue view: this machine's queue (issue 29), kept by its agent (issue 38), seen at a glance.
 
 One row per job: position (1 starts next; "–" once started), its id and name, its state as a person
 reads it ("queued", "waiting for modules 2 and 3", "started on module 4", "ended: finished"), since
@@ -9,11 +9,12 @@ before the one above;
 Pause / Resume stops starting jobs and starts them again. Plain text only. The Kind column says
 what the job is (training, serve, evaluation, download).
 
-The Machine selector shows this machine's queue or a saved host's (each machine keeps its own queue;
-a host's is asked for over ssh every 30 s and after each button, ``HostQueueService``); the buttons
-act on the queue shown.
+The Machine selector shows this machine's queue or a saved host's (each machine's agent keeps its
+own queue; a host's comes through this machine's agent and its one link to the host,
+``HostQueueService``); the buttons act on the queue shown.
 
-It only listens to the QueueService (or a HostQueueService); it never reads the queue's files itself.
+It only listens to the QueueService (or a HostQueueService): every change of the queue is an event
+of its agent; it never reads the queue's files itself.
 """
 
 from __future__ import annotations
@@ -157,7 +158,7 @@ class QueueView(QWidget):
             if not service.known:
                 self.table.setRowCount(0)
                 self._entries = []
-                self.summary.setText(service.problem or f"asking {service.host.name} for its queue…")
+                self.summary.setText(service.problem or f"asking {service.place} for its queue…")
                 self._update_buttons()
                 return
         self._show(service.state)
@@ -168,7 +169,7 @@ class QueueView(QWidget):
         service = self.service
         if isinstance(service, HostQueueService) and not service.known:
             # Never answered: the summary says why instead of "asking…" for ever.
-            self.summary.setText(problem or f"asking {service.host.name} for its queue…")
+            self.summary.setText(problem or f"asking {service.place} for its queue…")
 
     def selected(self) -> Entry | None:
         rows = self.table.selectionModel().selectedRows()

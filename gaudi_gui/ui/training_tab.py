@@ -45,7 +45,6 @@ from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.start_preview import start_preview
 from gaudi_gui.core.training_args import Schema, hints, latest_cached
 from gaudi_gui.services.context import AppServices
-from gaudi_gui.services.queue import QueueService
 from gaudi_gui.services.training import TrainingService
 from gaudi_gui.services.training_job import TrainingJob
 from gaudi_gui.ui.log_view import LogView
@@ -723,7 +722,7 @@ class TrainingTab(QWidget):
             ids = tuple(selection.selected) if selection.jobs_use_cards() and selection.selected else ()
         cards, place = CardRequest(ids=ids), self.services.queue_for(where)
         client_id = ""
-        if isinstance(place, QueueService):
+        if place.place == "local":
             # This machine's queue: when it starts this job, the tab follows the run as if started
             # here (log, charts, Stop). The add's own id finds the entry again.
             client_id = uuid.uuid4().hex

@@ -25,7 +25,10 @@ def hl_smi_loops() -> list[psutil.Process]:
         cmdline = proc.info["cmdline"] or []
         if (any("hl-smi" in part or "hl_smi" in part for part in cmdline) and "-l" in cmdline
                 and (proc.info["environ"] or {}).get("GAUDI_GUI_HOME") == os.environ["GAUDI_GUI_HOME"]):
-            with_status = proc.status() if proc.is_running() else psutil.STATUS_ZOMBIE
+            try:  # a process that ended between the listing and this look is no loop
+                with_status = proc.status() if proc.is_running() else psutil.STATUS_ZOMBIE
+            except psutil.Error:
+                continue
             if with_status != psutil.STATUS_ZOMBIE:
                 found.append(proc)
     return found

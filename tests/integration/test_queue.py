@@ -1,6 +1,6 @@
-"""The queue per machine with real parts (issue 29): the command line, the detached queue process, real
-detached training runs of the demo model on the CPU, and the fake hl-smi replaying a recorded server
-whose process list can show a foreign process holding cards.
+"""The queue per machine with real parts (issue 29, 38): the command line as a client of the agent that
+keeps the queue, real detached training runs of the demo model on the CPU started by the agent, and the
+fake hl-smi replaying a recorded server whose process list can show a foreign process holding cards.
 
 ``GAUDI_GUI_QUEUE_RECHECK_S`` is set to an hour in these tests: the queue's periodic look at the cards
 never fires, so every start here was caused by what the test changed (a run of the queue ending, a
@@ -9,11 +9,9 @@ on, with no time bound a slow machine could break."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -23,9 +21,8 @@ from typing import Any
 
 import pytest
 
-from gaudi_gui.core import queue
+from gaudi_gui.core import agentwire, queue
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.queue_runner import Runner
 from gaudi_gui.core.runstore import Run
 
 pytestmark = pytest.mark.usefixtures("demo_model")
@@ -78,13 +75,15 @@ def add(path: Path, *extra: str) -> str:
 
 @pytest.fixture(autouse=True)
 def queue_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    # The agent a command starts inherits it (the test's agent ends with the test: conftest).
     monkeypatch.setenv("GAUDI_GUI_QUEUE_RECHECK_S", "3600")
     yield
-    # A test that failed half-way leaves its queue process: end it (the queue keeps its state).
-    pid = queue.runner_pid()
-    if pid:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
+
+
+def queue_idle() -> bool:
+    """The agent's queue keeps it up no more (nothing waits to start): it would end when idle."""
+    with agentwire.Connection.open(start=False, client="test") as conn:
+        return not [b for b in conn.request("status")["busy"] if b.startswith("queue:")]
 
 
 @pytest.fixture
@@ -124,7 +123,7 @@ def test_two_jobs_on_the_same_cards_run_one_after_the_other(idle_server: Path, t
     assert run_b.started_at >= run_a.ended_at
     assert b.started_at - a.ended_at >= 0
     assert a.run_folder != b.run_folder and run_a.output_dir != run_b.output_dir
-    wait_for(lambda: not queue.runner_pid(), "the queue process to end with an empty queue")
+    wait_for(queue_idle, "the queue to keep the agent up no more")
 
 
 def test_a_job_waits_for_cards_a_foreign_process_holds_and_starts_when_they_free(
@@ -179,71 +178,7 @@ def test_queue_set_cpu_jobs_and_its_bad_input(tmp_path: Path) -> None:
     ok = gg("queue", "set", "--cpu-jobs", "2")
     assert ok.returncode == 0 and "CPU jobs: 2 at a time" in ok.stdout, ok.stderr
     assert json.loads(gg("queue", "list", "--json").stdout)["cpu_jobs"] == 2
-    wait_for(lambda: not queue.runner_pid(), "the queue process to end")
-
-
-def test_sigkill_of_the_queue_process_loses_nothing_and_starts_nothing_twice(
-        idle_server: Path, tmp_path: Path) -> None:
-    first = add(job_file(tmp_path, "one"), "--cards", "1,")
-    second = add(job_file(tmp_path, "two"), "--cards", "1,")
-    wait_for(lambda: entries()[first].state == "started", "the first job to start")
-    pid = queue.runner_pid()
-    assert pid
-    os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not queue.runner_pid(), "the queue process to be gone")
-    kept = entries()
-    assert kept[first].state == "started" and kept[second].state == "waiting"
-    run_first = kept[first].run_folder
-    # As after a reboot: the next look at the queue (the window's, or `queue list`) starts it again.
-    res = gg("queue", "list")
-    assert res.returncode == 0 and "the queue process was not running: started again" in res.stderr
-    started = wait_for(lambda: entries()[second].state == "started" and entries()[second],
-                       "the second job to start after the restart")
-    # Stop on a started queued job stops it like any run (and the queue records how it ended).
-    stop = gg("runs", "stop", started.run_folder, "--now")
-    assert stop.returncode == 0, stop.stderr
-    done = wait_for(lambda: ended([first, second]), "both jobs to end after the restart")
-    assert done[first].run_folder == run_first
-    assert done[first].outcome == "finished", done[first].summary
-    assert done[second].outcome in ("killed", "stopped", "failed"), done[second].summary
-    runs = [p for p in (Path(os.environ["GAUDI_GUI_HOME"]) / "data" / "runs").iterdir() if p.is_dir()
-            and not p.name.startswith(".")]
-    assert sorted(str(p) for p in runs) == sorted([run_first, done[second].run_folder])
-
-
-@pytest.mark.parametrize("pid_recorded", [True, False], ids=["child-recorded", "child-not-recorded"])
-def test_a_queue_process_killed_while_starting_is_reconciled(tmp_path: Path, pid_recorded: bool) -> None:
-    """Killed after 'starting' was written and the start child began (with or without its pid in the
-    state): the next queue process adopts the start child, takes its run, starts nothing again."""
-    root = tmp_path / "q"
-    first = Runner(root)
-    queue.send_request("add", root, job=json.loads(job_file(tmp_path, "once").read_text()), name="once",
-                       device="cpu")
-    first.turn()
-    (entry,) = first.state.entries
-    assert entry.state == "starting" and entry.start_pid
-    child = first.children[entry.id]
-    if not pid_recorded:
-        # As if killed between writing 'starting' and recording the child's pid.
-        state = queue.read_state(root)
-        state.entries[0].start_pid = 0
-        queue.write_state(state, root)
-    try:
-        second = Runner(root)
-        second.state = queue.read_state(root)
-        second.reconcile()
-        def turn_and_look() -> bool:
-            second.turn()
-            return second.state.entries[0].state == "ended"
-
-        wait_for(turn_and_look, "the adopted start to end", timeout=WAIT_S)
-        done = second.state.entries[0]
-        assert done.outcome == "finished" and done.attempts == 1, done.summary
-        runs = [p for p in (Path(os.environ["GAUDI_GUI_HOME"]) / "data" / "runs").iterdir()
-                if (p / "config.json").is_file()]
-        assert [str(p) for p in runs] == [done.run_folder]
-    finally:
-        child.wait(timeout=WAIT_S)
+    wait_for(queue_idle, "the queue to keep the agent up no more")
 
 
 def test_a_failing_job_ends_with_its_outcome_and_the_next_one_runs(idle_server: Path, tmp_path: Path) -> None:
@@ -287,5 +222,5 @@ def test_priorities_move_remove_pause_and_the_same_output_folder(tmp_path: Path)
     for entry_id in (a, b, c):
         assert gg("queue", "remove", entry_id).returncode == 0
     assert all(e.outcome == "removed" for e in entries().values())
-    # Nothing left to run: the queue process ends by itself.
-    wait_for(lambda: not queue.runner_pid(), "the queue process to end")
+    # Nothing left to run: the queue keeps the agent up no more.
+    wait_for(queue_idle, "the queue to keep the agent up no more")

@@ -1,7 +1,7 @@
 """Every job kind in the queue (issue 29): serve, eval and download jobs queued with ``queue add --kind
-K -- WORDS`` start through their own detached supervisors (``core.jobkind`` run folders), an
-evaluation waits for the cards of a training job and runs after it, a download against the fake Hub
-(tests/fake_hub.py) uses no cards. Real children, the demo model on the CPU (no hl-smi: the queue
+K -- WORDS`` start through their own detached supervisors (``core.jobkind`` run folders, started by
+the agent), an evaluation waits for the cards of a training job and runs after it, a download against
+the fake Hub (tests/fake_hub.py) uses no cards. Real children, the demo model on the CPU (no hl-smi: the queue
 bookkeeps card ids among its own jobs), nothing reaches the network."""
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.serve import pick_free_port
 from tests.fake_hub import FakeHub, FakeRepo
 
-# The queue's entries, and the autouse fixture that ends a queue process a failed test left.
-from tests.integration.test_queue import entries, queue_env  # noqa: F401
+# The queue's entries, the autouse fixture of the queue's environment, the agent's word on the queue.
+from tests.integration.test_queue import entries, queue_env, queue_idle  # noqa: F401
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -87,7 +87,7 @@ def test_a_queued_evaluation_runs_after_the_training_job_on_its_cards(demo_model
     # The evaluation's command is its own: eval's words, run under its own supervisor.
     argv = json.loads((run_b.folder / jobkind.SPEC_NAME).read_text())["argv"]
     assert argv[3] == "eval" and "--events" in argv
-    wait_for(lambda: not queue.runner_pid(), "the queue process to end with an empty queue")
+    wait_for(queue_idle, "the queue to keep the agent up no more")
 
 
 def test_a_queued_download_runs_without_cards_and_bad_words_are_refused(fake_hub: FakeHub) -> None:

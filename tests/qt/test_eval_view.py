@@ -205,15 +205,15 @@ def test_the_evaluate_window_fits_the_screen_and_closes_by_click_and_esc(
 
 def test_queue_puts_the_evaluation_in_this_machines_queue(qtbot: QtBot, trained: tuple[Run, Path]) -> None:
     """Issue 29: the Evaluate window's Queue, clicked: an eval job (the words `eval --detach` takes)
-    in this machine's queue, waiting for the cards ticked in Devices. The real queue process, paused."""
-    import signal
-
-    from gaudi_gui.core import queue
+    in this machine's queue, waiting for the cards ticked in Devices. The real agent's queue, paused."""
+    from gaudi_gui.core.agentwire import Connection
+    from gaudi_gui.services.agent_child import shared_client
     from gaudi_gui.services.queue import QueueService
 
     run, _refs = trained
-    assert queue.request("pause")["ok"]
-    service = QueueService()
+    with Connection.open(client="test") as conn:
+        conn.request("queue.pause")
+    service = QueueService(shared_client())
     service.start()
     try:
         table = _runs_table(qtbot, run)
@@ -231,6 +231,3 @@ def test_queue_puts_the_evaluation_in_this_machines_queue(qtbot: QtBot, trained:
         assert not view.service.is_running()  # queued, not started
     finally:
         service.shutdown()
-        pid = queue.runner_pid()
-        if pid:
-            os.kill(pid, signal.SIGTERM)

@@ -1,31 +1,49 @@
-"""The queue in the window (issue 29): the Training tab's Queue button, the Queue view's rows and
+"""The queue in the window (issue 29, 38): the Training tab's Queue button, the Queue view's rows and
 buttons pressed as a person presses them, the Devices panel's "next:" line, and the notifications of a
-queued job's start and end. The queue process is the real one (paused, so nothing trains here)."""
+queued job's start and end. The queue is the real agent's (paused, so nothing trains here), its changes
+the agent's ``queue`` events; where a test needs states or answers the agent would not give on cue, the
+test plays the agent: its messages go to the window's client as they would come off the socket."""
 
 from __future__ import annotations
 
-import itertools
-import os
-import signal
 import time
+from typing import Any
 
-import pytest
-
-from gaudi_gui.app import create_services
-from gaudi_gui.core import queue
+from gaudi_gui.app import AppServices, create_services
+from gaudi_gui.core import agentwire, queue
+from gaudi_gui.core.agentwire import Connection
 from gaudi_gui.core.queue import Entry, QueueState
+from gaudi_gui.services.agent_client import AgentClient
 from gaudi_gui.services.queue import QueueService
 from gaudi_gui.ui.devices_tab import DevicesTab
 from gaudi_gui.ui.queue_view import QueueView
 from tests.helpers import click, close_training_tab, end_training_tab, set_arg, training_tab
 
 
-@pytest.fixture(autouse=True)
-def no_queue_process_left() -> object:
-    yield None
-    pid = queue.runner_pid()
-    if pid and pid != os.getpid():
-        os.kill(pid, signal.SIGTERM)
+def ask(op: str, **values: Any) -> dict[str, Any]:
+    """A request to this test's agent (started when none runs), as the command line sends it."""
+    with Connection.open(client="test") as conn:
+        return conn.request(op, **values)
+
+
+def played(services: AppServices) -> AgentClient:
+    """The window's client of an agent the test plays: never connected, so only what the test hands
+    it (``play``, ``answer``) reaches the services."""
+    services.agent = AgentClient()
+    return services.agent
+
+
+def play(service: QueueService, entries: list[Entry], **fields: Any) -> None:
+    """A ``queue`` event as the agent would send it, taken by the window's client."""
+    state = QueueState(entries=entries)
+    positions = state.positions()
+    service.client._take({"v": 1, "ev": "queue", "paused": False, "cpu_jobs": 1, **fields,
+                          "entries": [queue.wire_entry(e, positions.get(e.id, 0)) for e in entries]})
+
+
+def sent(client: AgentClient) -> list[dict[str, Any]]:
+    """The requests the window's client would send (it waits for its agent: none connected)."""
+    return [agentwire.decode(data) for data in client._pending]
 
 
 def rows(view: QueueView) -> list[tuple[str, ...]]:
@@ -38,8 +56,7 @@ def rows(view: QueueView) -> list[tuple[str, ...]]:
 
 
 def test_queue_button_and_the_queue_view_clicked(qtbot, tmp_path, demo_model) -> None:
-    reply = queue.request("pause")  # starts the real queue process; nothing it gets starts
-    assert reply["ok"]
+    ask("queue.pause")  # the real agent; nothing it gets starts
     services, tab = training_tab(qtbot, tmp_path)
     try:
         click(qtbot, tab.btn["Queue"])
@@ -78,7 +95,7 @@ def test_queue_button_and_the_queue_view_clicked(qtbot, tmp_path, demo_model) ->
         assert view.pause_button.text() == "Resume"
         click(qtbot, view.pause_button)
         qtbot.waitUntil(lambda: view.pause_button.text() == "Pause", timeout=30000)
-        qtbot.waitUntil(lambda: not queue.runner_pid(), timeout=30000)  # nothing left: it ended
+        assert not ask("queue.list")["paused"]
         service.shutdown()
     finally:
         close_training_tab(services, tab)
@@ -86,7 +103,7 @@ def test_queue_button_and_the_queue_view_clicked(qtbot, tmp_path, demo_model) ->
 
 def test_the_training_tab_follows_its_queued_run_and_the_queue_views_stop_stops_it(
         qtbot, tmp_path, demo_model) -> None:
-    """Issue 37 item 12: a job queued from the Training tab and started by the (real) queue process is
+    """Issue 37 item 12: a job queued from the Training tab and started by the (real) agent's queue is
     shown by the tab as if started there (its log and curve, live); the Queue view's Stop, clicked,
     stops it as the tab's Stop does: it ends "stopped" with its checkpoint saved."""
     from gaudi_gui.core.runstore import Run, checkpoint_complete
@@ -139,26 +156,15 @@ def test_the_training_tab_follows_its_queued_run_and_the_queue_views_stop_stops_
             services.queue.shutdown()
 
 
-def _write(entries: list[Entry]) -> None:
-    """The queue's state as its process would write it; this test plays that process (its pidfile
-    names the test), so the window starts no real one."""
-    import json
-
-    import psutil
-    queue.make_dirs()
-    queue.pid_path().write_text(json.dumps({"pid": os.getpid(),
-                                            "create_time": psutil.Process().create_time()}))
-    queue.write_state(QueueState(entries=entries))
-
-
 def test_devices_next_line_and_the_notifications(qtbot) -> None:
     now = time.time()
     big = Entry(id="q1", job={}, name="llama-sft", card_count=2, state="waiting", since=now,
                 why="healthy and free now: module 4")
-    _write([big])
     services = create_services()
+    played(services)
     services.ensure_health()
     service = services.ensure_queue()
+    play(service, [big])
     tab = DevicesTab(services)
     qtbot.addWidget(tab)
     tab.resize(1200, 900)
@@ -170,12 +176,12 @@ def test_devices_next_line_and_the_notifications(qtbot) -> None:
         notifier = services.notifier
         assert notifier is not None
         big.state, big.run_name, big.since = "started", "20261204-llama", time.time()
-        _write([big])
+        play(service, [big])
         qtbot.waitUntil(lambda: ("Queued job llama-sft started", "run 20261204-llama") in notifier.history,
                         timeout=10000)
         qtbot.waitUntil(lambda: not tab.queue_line.isVisible(), timeout=10000)
         big.state, big.outcome, big.summary = "ended", "finished", "Finished 2 steps"
-        _write([big])
+        play(service, [big])
         qtbot.waitUntil(lambda: ("Queued job llama-sft finished", "Finished 2 steps") in notifier.history,
                         timeout=10000)
     finally:
@@ -188,28 +194,29 @@ def test_devices_next_line_and_the_notifications(qtbot) -> None:
             notifier.shutdown()
 
 
-def test_queue_service_reads_only_when_the_file_changed(qtbot) -> None:
-    service = QueueService(poll_ms=50)
+def test_the_queue_service_follows_the_agents_events(qtbot) -> None:
+    """A change asked by another client (the command line) reaches the window as the agent's event:
+    nothing is read from a file, nothing is asked again on a timer."""
+    services = create_services()
+    service = services.ensure_queue()
     seen: list[QueueState] = []
     service.state_changed.connect(seen.append)
-    service.start()
     try:
-        qtbot.waitUntil(lambda: len(seen) == 1, timeout=5000)
-        _write([Entry(id="q1", job={}, name="a")])
-        qtbot.waitUntil(lambda: len(seen) == 2, timeout=5000)
-        assert [e.id for e in seen[-1].entries] == ["q1"]
-        with qtbot.assertNotEmitted(service.state_changed, wait=300):
-            pass
+        qtbot.waitUntil(lambda: service.known, timeout=30000)
+        assert not service.state.paused
+        ask("queue.pause")
+        qtbot.waitUntil(lambda: service.state.paused, timeout=10000)
+        added = ask("queue.add", kind="download", words=["org/name"], name="download-name", checked=True)
+        qtbot.waitUntil(lambda: [e.id for e in service.state.pending()] == [added["entry"]], timeout=10000)
+        assert seen and seen[-1] is service.state
     finally:
         service.shutdown()
 
 
 def test_the_hosts_overview_says_this_machines_queue_length(qtbot) -> None:
     from gaudi_gui.ui.hosts_tab import QUEUE, HostsTab
-    _write([Entry(id="q1", job={}, name="big", card_count=2, state="waiting",
-                  why="healthy and free now: module 4"),
-            Entry(id="q2", job={}, name="small", kind="eval", state="started", cards_used=[1])])
     services = create_services()
+    played(services)
     tab = HostsTab(services)
     qtbot.addWidget(tab)
     tab.resize(1200, 500)
@@ -220,10 +227,13 @@ def test_the_hosts_overview_says_this_machines_queue_length(qtbot) -> None:
         assert local.text(QUEUE) == ""  # not watched yet: blank, not "empty"
         service = services.ensure_queue()
         tab.bind_local_queue(service)
+        play(service, [Entry(id="q1", job={}, name="big", card_count=2, state="waiting",
+                             why="healthy and free now: module 4"),
+                       Entry(id="q2", job={}, name="small", kind="eval", state="started", cards_used=[1])])
         qtbot.waitUntil(lambda: tab._items["local"].text(QUEUE) == "1 queued · 1 started", timeout=10000)
         assert tab._items["local"].toolTip(QUEUE) == \
             "next: big — waiting for 2 cards: healthy and free now: module 4"
-        _write([])
+        play(service, [])
         qtbot.waitUntil(lambda: tab._items["local"].text(QUEUE) == "empty", timeout=10000)
     finally:
         if service is not None:
@@ -256,7 +266,7 @@ def test_a_hosts_tab_that_is_gone_is_not_told_of_queue_changes(qtbot) -> None:
 def test_the_serve_panels_queue_button_queues_a_server(qtbot) -> None:
     from gaudi_gui.ui.main_window import MainWindow
     from tests.helpers import close_window
-    assert queue.request("pause")["ok"]  # the real queue process; nothing it gets starts
+    ask("queue.pause")  # the real agent's queue; nothing it gets starts
     window = MainWindow(create_services())
     qtbot.addWidget(window, before_close_func=lambda w: close_window(qtbot, w))
     window.show()
@@ -276,20 +286,20 @@ def test_the_serve_panels_queue_button_queues_a_server(qtbot) -> None:
     view.table.selectRow(0)
     click(qtbot, view.remove_button)
     qtbot.waitUntil(lambda: rows(view)[0][3] == "ended: removed", timeout=30000)
-    click(qtbot, view.pause_button)  # Resume: nothing is left, so the queue process ends
-    qtbot.waitUntil(lambda: not queue.runner_pid(), timeout=30000)
+    click(qtbot, view.pause_button)  # Resume: nothing is left to start
+    qtbot.waitUntil(lambda: view.pause_button.text() == "Pause", timeout=30000)
 
 
 def test_each_request_gets_its_own_answer_when_answers_come_out_of_order(qtbot) -> None:
     """Two adds sent one after the other, answered in the other order (and a Remove of the Queue view
     answered between them): each sender gets its own answer, never another request's. This test plays
-    the queue process (its pidfile, its replies), so the answers come exactly when it says."""
+    the agent (its replies go to the window's client as they would come off the socket)."""
     from gaudi_gui.core.queue import CardRequest
-    _write([])
-    service = QueueService(poll_ms=60000)  # read only when the test refreshes
+    services = create_services()
+    client = played(services)
+    service = services.ensure_queue()
     seen: list[tuple[str, bool, str]] = []
     service.request_answered.connect(lambda *answer: seen.append(answer))
-    service.start()
     first: list[tuple[bool, str]] = []
     second: list[tuple[bool, str]] = []
     try:
@@ -297,13 +307,15 @@ def test_each_request_gets_its_own_answer_when_answers_come_out_of_order(qtbot) 
         b = service.add_kind("download", ["org/b"], CardRequest(), on_answer=lambda *x: second.append(x))
         remove = service.remove("q9")  # the Queue view's Remove at the same moment: no sender's answer
         assert a and b and remove and len({a, b, remove}) == 3
-        requests = {r["id"]: r for _p, r in queue.pending_requests()}
-        assert requests[a]["name"] == "download-a" and requests[b]["name"] == "download-b"
-        for request_id, ok, message in ((remove, False, "no queued job 'q9'"), (b, False, "b refused"),
-                                        (a, True, "queued q1 at position 1")):
-            queue.write_reply(request_id, {"ok": ok, "message": message})
-            service.refresh()
-            qtbot.waitUntil(lambda rid=request_id: seen and seen[-1][0] == rid, timeout=5000)
+        wire = {(r["op"], (r.get("words") or [r.get("entry")])[0]): r for r in sent(client)}
+        assert wire[("queue.add", "org/a")]["name"] == "download-a"
+        assert wire[("queue.add", "org/b")]["name"] == "download-b"
+        for key, request_id, reply in (
+                (("queue.remove", "q9"), remove, {"ok": False, "error": "no queued job 'q9'"}),
+                (("queue.add", "org/b"), b, {"ok": False, "error": "b refused"}),
+                (("queue.add", "org/a"), a, {"ok": True, "message": "queued q1 at position 1"})):
+            client._take({"v": 1, "re": wire[key]["id"], **reply})
+            assert seen[-1][0] == request_id
         assert first == [(True, "queued q1 at position 1")]
         assert second == [(False, "b refused")]
         assert [s[0] for s in seen] == [remove, b, a]
@@ -316,10 +328,18 @@ def test_each_request_gets_its_own_answer_when_answers_come_out_of_order(qtbot) 
         service.shutdown()
 
 
-def test_the_training_tab_shows_its_own_answer_from_the_queue_process(qtbot, tmp_path) -> None:
-    """Queue clicked: "queued: …" at once (the checks here passed); a Remove answered first says
-    nothing there; the queue process's refusal of this add, when it comes, replaces the line."""
-    _write([])  # this test plays the queue process: the window starts none
+def test_the_training_tab_shows_its_own_answer_from_the_agent(qtbot, tmp_path, monkeypatch) -> None:
+    """Queue clicked: "queued: …" at once; a Remove answered first says nothing there; the agent's
+    refusal of this add, when it comes, replaces the line. The test plays the agent."""
+    import gaudi_gui.app as app_module
+    made = app_module.create_services
+
+    def with_played_agent() -> AppServices:
+        services = made()
+        played(services)
+        return services
+
+    monkeypatch.setattr(app_module, "create_services", with_played_agent)
     services, tab = training_tab(qtbot, tmp_path)
     try:
         click(qtbot, tab.btn["Queue"])
@@ -327,14 +347,15 @@ def test_the_training_tab_shows_its_own_answer_from_the_queue_process(qtbot, tmp
         qtbot.waitUntil(lambda: tab.status.text() == queued, timeout=10000)
         service = services.queue
         assert service is not None
-        (add,) = [r["id"] for _p, r in queue.pending_requests()]
-        remove = service.remove("q9")
-        queue.write_reply(remove, {"ok": False, "message": "no queued job 'q9'"})
-        service.refresh()
+        client = service.client
+        (add,) = [r for r in sent(client) if r["op"] == "queue.add"]
+        assert add["kind"] == "train" and add["config"]["model"]
+        service.remove("q9")
+        (remove,) = [r for r in sent(client) if r["op"] == "queue.remove"]
+        client._take({"v": 1, "re": remove["id"], "ok": False, "error": "no queued job 'q9'"})
         assert tab.status.text() == queued  # the Remove's answer is not the tab's
         with qtbot.waitSignal(service.request_answered, timeout=5000):
-            queue.write_reply(add, {"ok": False, "message": "output folder /o is already taken"})
-            service.refresh()
+            client._take({"v": 1, "re": add["id"], "ok": False, "error": "output folder /o is already taken"})
         assert tab.status.text() == "not queued: output folder /o is already taken"
     finally:
         close_training_tab(services, tab)
@@ -349,33 +370,3 @@ def test_a_queued_jobs_name_comes_from_its_words_as_the_hosts_queue_add_names_it
     assert job_name("eval", ["--run=/runs/r1", "--prompt=a=b"]) == "eval-r1"
     assert job_name("eval", ["--model=", "--adapter=/x/lora"]) == "eval-lora"
     assert job_name("download", ["org/name", "--stall-s", "60"]) == "download-name"
-
-
-def test_hosts_queue_listings_keep_their_own_phase(qtbot) -> None:
-    """Each saved host's queue is asked every period, the hosts apart (core.backoff.phase_s): the
-    first period is longer by the host's phase, every later one is the period itself."""
-    from gaudi_gui.core.backoff import phase_s
-    from gaudi_gui.core.remote import Host
-    from gaudi_gui.services.queue import HostQueueService
-
-    period = 0.4
-    asked: dict[str, list[float]] = {}
-    services = []
-    for name in ("gaudi-07", "gaudi-12"):
-        service = HostQueueService(Host.parse(name), poll_s=period)
-        times = asked.setdefault(name, [])
-        service.refresh = lambda t=times: t.append(time.monotonic())  # type: ignore[method-assign,misc]
-        services.append(service)
-    start = time.monotonic()
-    for service in services:
-        service.start()
-    qtbot.waitUntil(lambda: all(len(t) >= 4 for t in asked.values()), timeout=10000)
-    for service in services:
-        service.shutdown()
-    for name, times in asked.items():
-        phase = phase_s(name, period)
-        assert times[0] - start < period  # the first listing at once
-        # Lower bounds only (a busy machine fires timers late); Qt's coarse timers may fire 5 % early.
-        assert times[1] - times[0] >= (period + phase) * 0.94, (name, phase, times)
-        assert all(b - a >= period * 0.94 for a, b in itertools.pairwise(times[1:])), times
-    assert abs(phase_s("gaudi-07", period) - phase_s("gaudi-12", period)) > 0.05  # the test means it

@@ -1,5 +1,6 @@
-"""A host's queue (issue 29) over the real SSH test server and the system ssh client: the job is
-queued there, kept by the host's own queue process, and runs while the connection is cut."""
+"""A host's queue (issue 29, 38) over the real SSH test server and the system ssh client: the job is
+queued there through this machine's agent and its one link to the host's agent, kept by the host's
+agent, and runs while the connection is cut."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ def test_a_host_queue_runs_its_job_with_the_connection_cut(demo_model: Path, ssh
                "--device", "cpu", "--cards", "2,3", "--json")
     assert added.returncode == 0, added.stderr
     entry_id = json.loads(added.stdout)["entry"]
-    ssh_host.drop()  # every connection cut: the host's queue process goes on by itself
+    ssh_host.drop()  # every connection cut: the host's agent goes on by itself
     root = ssh_host.home / "data" / "queue"
     deadline = time.monotonic() + 180
     while True:
@@ -53,28 +54,26 @@ def test_a_host_queue_runs_its_job_with_the_connection_cut(demo_model: Path, ssh
     assert shown["id"] == entry_id and shown["outcome"] == "finished"
     # The job's name travelled as data: nothing ran in the remote shell.
     assert not (ssh_host.home / "canary").exists() and not Path("canary").exists()
-    assert ssh_host.wait_no_processes(60) == []
+    assert ssh_host.wait_no_processes(60, but_agent=True) == []  # the host's agent stays
 
 
-def test_an_add_whose_connection_dropped_after_the_host_applied_it_is_queued_once(
-        ssh_host: SshHost, tmp_path: Path) -> None:
-    """The host's gaudi-gui applies the add, then the connection drops before the answer arrives (the
-    remote command ends as ssh does for a lost connection, the first time only): the add is sent
-    again, said on stderr, and the host's queue holds the job once."""
-    flag = ssh_host.home / "dropped-once"
-    wrapper = ("sh -c 'python3 -m gaudi_gui \"$@\"; if [ ! -e " + str(flag) + " ]; then touch "
-               + str(flag) + "; echo \"Connection to gg-remote closed by remote host.\" >&2; exit 255; "
-               "fi' sh")
+def test_an_add_sent_again_to_a_host_is_queued_once(ssh_host: SshHost, tmp_path: Path) -> None:
+    """An add sent again with the same client id (what a requester does when its connection dropped
+    before the answer came) finds the entry the first one made: the host's queue holds the job once."""
     job = JobConfig(name="once")
     job.training_args = {"max_steps": 2, "save_strategy": "no"}
     job.save(tmp_path / "job.json")
     assert gg("queue", "pause", "--host", ssh_host.dest).returncode == 0
-    added = gg("queue", "add", "--host", ssh_host.dest, "--remote-command", wrapper, "--config",
-               str(tmp_path / "job.json"), "--json")
-    assert added.returncode == 0, added.stderr
-    assert "retrying in 2 s (attempt 2 of 3)" in added.stderr
-    assert "already queued as q1 (once)" in added.stdout
+    for _ in range(2):
+        added = gg("queue", "add", "--host", ssh_host.dest, "--config", str(tmp_path / "job.json"),
+                   "--client-id", "abc123", "--json")
+        assert added.returncode == 0, added.stderr
+    assert json.loads(added.stdout)["message"] == "already queued as q1 (once)"
     state = queue.read_state(ssh_host.home / "data" / "queue")
     assert [e.id for e in state.entries] == ["q1"]
     assert gg("queue", "remove", "q1", "--host", ssh_host.dest).returncode == 0
-    assert ssh_host.wait_no_processes(60) == []
+    refused = gg("queue", "remove", "q1", "--host", ssh_host.dest)
+    assert refused.returncode == 2 and refused.stderr.strip() == \
+        "gaudi-gui queue remove: q1 (once) has already ended (removed)", refused.stderr
+    assert gg("queue", "resume", "--host", ssh_host.dest).returncode == 0
+    assert ssh_host.wait_no_processes(60, but_agent=True) == []

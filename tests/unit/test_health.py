@@ -384,9 +384,9 @@ def test_an_hl_smi_q_without_a_card_section_is_said_with_the_device_querys_cards
 
 def test_the_queues_look_at_the_cards_sees_gaudi_without_hl_smi(tmp_path: Path,
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    """The queue's card check (core.queue_runner.check_cards) skipped the doctor when hl-smi was not
+    """The queue's card check (agent.queue.check_cards) skipped the doctor when hl-smi was not
     found, as on a CPU machine; with /dev/accel nodes it runs it, and the missing hl-smi is its error."""
-    from gaudi_gui.core import queue_runner
+    from gaudi_gui.agent import queue as queue_service
     dev = tmp_path / "dev"
     (dev / "accel").mkdir(parents=True)
     (dev / "accel" / "accel0").touch()
@@ -395,7 +395,7 @@ def test_the_queues_look_at_the_cards_sees_gaudi_without_hl_smi(tmp_path: Path,
     monkeypatch.setenv("GAUDI_GUI_DOCTOR_DEV", str(dev))
     monkeypatch.setenv("GAUDI_GUI_DOCTOR_PROC", str(tmp_path / "proc"))
     monkeypatch.setenv("GAUDI_GUI_DOCTOR_SYSFS", str(tmp_path / "sys"))
-    seen = queue_runner.check_cards()
+    seen = queue_service.check_cards()
     assert seen.health is not None
     assert [(f.severity, "1 /dev/accel node (accel0)" in f.seen) for f in seen.health.findings
             if f.check == "stack.hl-smi"] == [("error", True)]

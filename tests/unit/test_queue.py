@@ -1,15 +1,16 @@
 """The queue's rules without processes (issue 29): ordering, anti-starvation, card matching, requests
-applied by the queue process's own code (core.queue_runner.Runner, in this process, nothing started)."""
+applied by the agent's own code (agent/queue.py's Book, in this process, nothing started)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from gaudi_gui.agent.queue import Book
 from gaudi_gui.core import health, queue
-from gaudi_gui.core.queue import CardRequest, CardsView, Entry, QueueState
-from gaudi_gui.core.queue_runner import Runner
+from gaudi_gui.core.queue import CardRequest, CardsView, Entry, QueueError, QueueState
 
 
 def entry(n: int, *, ids: tuple[int, ...] = (), count: int = 0, priority: int = 0, passed: int = 0,
@@ -110,17 +111,16 @@ def test_paused_queue_starts_nothing() -> None:
     assert [(d.action, d.why) for d in decisions] == [("wait", "the queue is paused")]
 
 
-def _apply(runner: Runner, action: str, **values: object) -> dict:
-    runner_reply = None
-    request_id = queue.send_request(action, runner.root, **values)
-    runner.apply_requests()
-    runner_reply = queue.wait_reply(request_id, 0, runner.root)
-    assert runner_reply is not None
-    return runner_reply
+def _apply(book: Book, action: str, **values: Any) -> dict[str, Any]:
+    """A request as the agent applies it, with its reply as a client reads it (ok, message, …)."""
+    try:
+        return {"ok": True, **book.apply(action, values)}
+    except QueueError as exc:
+        return {"ok": False, "message": str(exc)}
 
 
 def test_requests_add_move_remove_and_the_same_output_folder(tmp_path: Path) -> None:
-    runner = Runner(tmp_path / "q")
+    runner = Book()
     runner.state.paused = True
     out = str(tmp_path / "shared-out")
     first = _apply(runner, "add", job={}, name="a", output_dir=out)
@@ -142,8 +142,9 @@ def test_requests_add_move_remove_and_the_same_output_folder(tmp_path: Path) -> 
     # The ended job's output folder is free again.
     assert _apply(runner, "add", job={}, name="d", output_dir=out)["ok"]
     assert not _apply(runner, "add", job={}, kind="serve")["ok"]
-    # What the queue process wrote is what a reader reads.
-    assert [e.id for e in queue.read_state(runner.root).pending()] == ["q2", "q3", "q4"]
+    # What the agent writes is what a new agent reads.
+    queue.write_state(runner.state, queue.make_dirs(tmp_path / "q"))
+    assert [e.id for e in queue.read_state(tmp_path / "q").pending()] == ["q2", "q3", "q4"]
 
 
 def test_a_damaged_state_reads_as_an_empty_queue_with_the_problem(tmp_path: Path) -> None:
@@ -154,7 +155,7 @@ def test_a_damaged_state_reads_as_an_empty_queue_with_the_problem(tmp_path: Path
 
 
 def test_the_same_add_sent_twice_is_queued_once(tmp_path: Path) -> None:
-    runner = Runner(tmp_path / "q")
+    runner = Book()
     runner.state.paused = True
     first = _apply(runner, "add", job={}, name="a", client_id="abc")
     again = _apply(runner, "add", job={}, name="a", client_id="abc")
@@ -190,12 +191,13 @@ def test_cpu_jobs_start_one_at_a_time_and_say_for_which_job() -> None:
 
 
 def test_the_cpu_limit_is_set_by_a_request_and_kept_in_the_state(tmp_path: Path) -> None:
-    runner = Runner(tmp_path / "q")
+    runner = Book()
     runner.state.paused = True
     assert _apply(runner, "set", cpu_jobs=2) == {"ok": True, "message": "CPU jobs: 2 at a time",
                                                  "cpu_jobs": 2}
-    runner._save()
-    assert queue.read_state(runner.root).cpu_jobs == 2
+    root = queue.make_dirs(tmp_path / "q")
+    queue.write_state(runner.state, root)
+    assert queue.read_state(root).cpu_jobs == 2
     for bad in (-1, "two", True, 1.5, 1000):
         reply = _apply(runner, "set", cpu_jobs=bad)
         assert not reply["ok"] and "--cpu-jobs takes" in reply["message"]
@@ -203,12 +205,12 @@ def test_the_cpu_limit_is_set_by_a_request_and_kept_in_the_state(tmp_path: Path)
     assert _apply(runner, "add", job={}, name="a", cpu_jobs=3)["ok"]
     assert runner.state.cpu_jobs == 3
     # A damaged value in the file reads as the default.
-    queue.state_path(runner.root).write_text('{"cpu_jobs": "x", "entries": []}', encoding="utf-8")
-    assert queue.read_state(runner.root).cpu_jobs == queue.DEFAULT_CPU_JOBS
+    queue.state_path(root).write_text('{"cpu_jobs": "x", "entries": []}', encoding="utf-8")
+    assert queue.read_state(root).cpu_jobs == queue.DEFAULT_CPU_JOBS
 
 
 def test_stop_is_for_a_started_job(tmp_path: Path) -> None:
-    runner = Runner(tmp_path / "q")
+    runner = Book()
     runner.state.paused = True
     assert _apply(runner, "add", job={}, name="a")["ok"]
     refused = _apply(runner, "stop", entry="q1")

@@ -1,18 +1,18 @@
-"""Serve, eval and download jobs in the queue (issue 29): the add values, and the start child each kind
-gets (its own detached supervisor, its command's words, its cards). No child process is started."""
+"""Serve, eval and download jobs in the queue (issue 29): the add values, and the start each kind gets
+through the agent's job start (its command's words, its cards). No child process is started."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from gaudi_gui.core import queue
+from gaudi_gui.agent.queue import Book, QueueService
+from gaudi_gui.agent.server import Agent
+from gaudi_gui.core import kinds, queue
 from gaudi_gui.core.queue import CardRequest, CardsView, Entry, QueueError
-from gaudi_gui.core.queue_runner import Runner
 
 
 def test_kind_names_and_refusals() -> None:
@@ -33,37 +33,44 @@ def _entry(kind: str, words: list[str]) -> Entry:
     return Entry(id="q1", job={"words": words, "name": f"{kind}-x"}, kind=kind, name=f"{kind}-x")
 
 
-@pytest.mark.parametrize(("kind", "run_kind"), [("serve", "serve"), ("eval", "eval"),
-                                                 ("download", "download")])
-def test_each_kind_starts_under_its_own_detached_supervisor(tmp_path: Path, kind: str, run_kind: str) -> None:
-    runner = Runner(tmp_path / "q")
-    config, announce = tmp_path / "q1-1.json", tmp_path / "q1-1.run"
-    argv, env = runner.start_argv(_entry(kind, ["--model=m"]), [], config, announce)
-    assert argv == [sys.executable, "-m", "gaudi_gui.commands.detach", run_kind, str(config), str(announce),
-                    "30", ""]
-    assert env is None
-    payload = json.loads(config.read_text())
-    assert payload == {"argv": [sys.executable, "-m", "gaudi_gui", kind, "--model=m", "--events"],
-                       "name": f"{kind}-x"}
+def _service(tmp_path: Path) -> QueueService:
+    return QueueService(Agent(sock_path=tmp_path / "agent.sock"), tmp_path / "q")
+
+
+@pytest.mark.parametrize("kind", ["serve", "eval", "download"])
+def test_each_kind_starts_through_the_agents_job_start(tmp_path: Path, kind: str) -> None:
+    message = _service(tmp_path).job_of(_entry(kind, ["--model=m"]), [])
+    assert message == {"kind": kind, "job": {"args": ["--model=m"]}}
+    # What the jobs service runs for it: the kind's own --detach, as `gaudi-gui KIND … --detach` does.
+    words = kinds.job_words(kind, message["job"])
+    assert kinds.start_argv(kind, words, runs_dir="") == [
+        sys.executable, "-m", "gaudi_gui", kind, "--model=m", "--detach", "--json"]
+
+
+def test_a_training_entry_starts_with_its_config_device_and_cards(tmp_path: Path) -> None:
+    entry = Entry(id="q1", job={"model": "m"}, kind="train", device="cpu")
+    message = _service(tmp_path).job_of(entry, [2, 3])
+    args = ["--device", "cpu", "--no-preflight", "--cards", "2,3"]
+    assert message == {"kind": "train", "job": {"config": {"model": "m"}, "args": args}}
+    assert kinds.job_words("train", message["job"]) == message["job"]["args"]
 
 
 def test_cards_reach_a_serve_as_its_cards_and_an_eval_as_its_visible_modules(tmp_path: Path) -> None:
-    runner = Runner(tmp_path / "q")
-    config, announce = tmp_path / "q1-1.json", tmp_path / "q1-1.run"
-    runner.start_argv(_entry("serve", ["--model=m"]), [4, 5], config, announce)
-    assert json.loads(config.read_text())["argv"][-3:] == ["--cards", "4,5", "--events"]
-    runner.view = CardsView(SimpleNamespace(cards=[{"module_id": 4}], free_modules=[4, 5]), 1.0)
-    _argv, env = runner.start_argv(_entry("eval", ["--model=m"]), [4, 5], config, announce)
-    assert env is not None and env["HABANA_VISIBLE_MODULES"] == "4,5"
-    assert env["PT_ENABLE_INT64_SUPPORT"] == "1"
-    assert "--cards" not in json.loads(config.read_text())["argv"]
+    service = _service(tmp_path)
+    served = service.job_of(_entry("serve", ["--model=m"]), [4, 5])
+    assert served["job"]["args"][-2:] == ["--cards", "4,5"] and "env" not in served
+    service.view = CardsView(SimpleNamespace(cards=[{"module_id": 4}], free_modules=[4, 5]), 1.0)
+    evaluated = service.job_of(_entry("eval", ["--model=m"]), [4, 5])
+    assert evaluated["env"]["HABANA_VISIBLE_MODULES"] == "4,5"
+    assert evaluated["env"]["PT_ENABLE_INT64_SUPPORT"] == "1"
+    assert "--cards" not in evaluated["job"]["args"]
 
 
-def test_an_add_of_a_kind_without_words_is_refused(tmp_path: Path) -> None:
-    runner = Runner(tmp_path / "q")
-    request = {"action": "add", "kind": "serve", "job": {"name": "s"}}
+def test_an_add_of_a_kind_without_words_is_refused() -> None:
+    book = Book()
+    request = {"kind": "serve", "job": {"name": "s"}}
     with pytest.raises(QueueError, match="needs its command's words"):
-        runner._apply(request)
-    done = runner._apply({**request, "job": {"words": ["--model=m"], "name": "s"}, "name": "s"})
-    assert done["ok"] and runner.state.entries[0].kind == "serve"
-    assert runner.state.entries[0].words() == ["--model=m"]
+        book.apply("add", request)
+    done = book.apply("add", {**request, "job": {"words": ["--model=m"], "name": "s"}, "name": "s"})
+    assert done["entry"] == "q1" and book.state.entries[0].kind == "serve"
+    assert book.state.entries[0].words() == ["--model=m"]
