@@ -63,6 +63,8 @@ class Link:
         self.since = 0.0
         #: the link's own request id -> the future its answer resolves
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        #: the link's request id of a child.start -> the local session that asked
+        self.hears: dict[int, Session] = {}
         self._next = 0
         #: local session -> what it subscribed to on this host (event -> keys, None: all)
         self.subs: dict[Session, Subs] = {}
@@ -196,6 +198,14 @@ class Link:
                 self._deliver(message)
                 continue
             future = self.pending.pop(message.get("re", 0), None) if message.get("re") else None
+            hears = self.hears.pop(message.get("re", 0), None) if message.get("re") else None
+            if hears is not None and message.get("ok") and message.get("child_id"):
+                # The host's agent subscribed the link to the child it started: its asker hears it
+                # from its first line on, before the next line read here (its output) is delivered.
+                keys = self.subs.setdefault(hears, {}).get(Ev.OUTPUT.value, set())
+                if keys is not None:
+                    keys.add(str(message["child_id"]))
+                    self.subs[hears][Ev.OUTPUT.value] = keys
             if future is not None and not future.done():
                 future.set_result(message)
 
@@ -230,14 +240,18 @@ class Link:
 
     def _fail_pending(self, words: str) -> None:
         pending, self.pending = self.pending, {}
+        self.hears.clear()
         for future in pending.values():
             if not future.done():
                 future.set_exception(LinkLost(words))
 
     # -- requests ---------------------------------------------------------------------------------
-    def _send(self, message: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
-        """Write one request on the link; the future resolves with its reply (LinkLost on a drop)."""
+    def _send(self, message: dict[str, Any], asker: Session | None = None) -> asyncio.Future[dict[str, Any]]:
+        """Write one request on the link; the future resolves with its reply (LinkLost on a drop).
+        ``asker``: the local session that started a child there (it hears the child's output)."""
         self._next += 1
+        if asker is not None:
+            self.hears[self._next] = asker
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         proc = self.proc
         if proc is None or proc.stdin is None or proc.returncode is not None or proc.stdin.is_closing():
@@ -260,13 +274,13 @@ class Link:
         if outcome is not None and self.state != "up":
             raise Refused(outcome)
 
-    async def request(self, message: dict[str, Any]) -> dict[str, Any]:
+    async def request(self, message: dict[str, Any], asker: Session | None = None) -> dict[str, Any]:
         """Carry ``message`` to the host's agent and return its reply's fields (Refused on ok:false)."""
         self.last_used = time.monotonic()
         await self.wait_up()
         body = {k: v for k, v in message.items() if k not in ("id", "host", "v")}
         try:
-            reply = await self._send(body)
+            reply = await self._send(body, asker if body.get("op") == "child.start" else None)
         except LinkLost as exc:
             raise Refused(f"{exc}; '{message.get('op')}' was not answered") from None
         finally:
@@ -391,7 +405,7 @@ class HostsService:
             return await self._subscribe(link, session, message)
         if op == "unsubscribe":
             return await self._unsubscribe(link, session, message)
-        return await link.request(message)
+        return await link.request(message, session)
 
     async def _subscribe(self, link: Link, session: Session, message: dict[str, Any]) -> dict[str, Any]:
         names = [str(n) for n in message.get("events") or []]

@@ -78,8 +78,11 @@ class AgentChild(QObject):
     finished = Signal(int, str)
 
     def __init__(self, parent: QObject | None = None, *, client: AgentClient | None = None,
-                 tail_lines: int = 200) -> None:
+                 tail_lines: int = 200, host: str | None = None) -> None:
         super().__init__(parent)
+        #: A saved host's name: the child is that host's agent's, reached over this machine's agent's
+        #: one ssh session to it (None: this machine's).
+        self.host = host or None
         self._client: AgentClient | None = None
         if client is not None:
             self._use(client)
@@ -127,7 +130,7 @@ class AgentChild(QObject):
         self._start_serial += 1
         serial = self._start_serial
         self.client.request("child.start", lambda reply: self._on_started(serial, reply), kind=kind,
-                            args=args or {})
+                            args=args or {}, **self._where())
 
     def write_line(self, text: str) -> bool:
         if not self.is_running() or self._stopping:
@@ -153,7 +156,7 @@ class AgentChild(QObject):
             self._waiting.append(request)
             return
         op = request.pop("op")
-        self.client.request(op, None, child_id=self.child_id, **request)
+        self.client.request(op, None, child_id=self.child_id, **request, **self._where())
 
     # -- what comes back ----------------------------------------------------------------------------
     def _on_started(self, serial: int, reply: dict[str, Any]) -> None:
@@ -168,7 +171,7 @@ class AgentChild(QObject):
             return
         self.child_id, self._pid = str(reply["child_id"]), int(reply.get("pid") or 0)
         self._state = "running"
-        self.client.subscribe(Ev.OUTPUT, self._on_output, key=self.child_id)
+        self.client.subscribe(Ev.OUTPUT, self._on_output, key=self.child_id, host=self.host)
         self.started.emit(self._pid)
         waiting, self._waiting = self._waiting, []
         for request in waiting:
@@ -192,9 +195,12 @@ class AgentChild(QObject):
             self._finish(code, EXIT_CRASHED if code < 0 else EXIT_NORMAL)
 
     def _finish(self, code: int, status: str) -> None:
-        self.client.unsubscribe(Ev.OUTPUT, self._on_output, key=self.child_id)
+        self.client.unsubscribe(Ev.OUTPUT, self._on_output, key=self.child_id, host=self.host)
         self._state = "idle"
         self.finished.emit(code, status)
+
+    def _where(self) -> dict[str, str]:
+        return {"host": self.host} if self.host else {}
 
     def _on_agent_state(self, state: str, words: str) -> None:
         # The agent ended its children with the session: said once, as a crash.

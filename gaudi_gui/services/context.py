@@ -105,6 +105,11 @@ class AppServices:
             self._check_hosts_health()
         return self.hosts
 
+    def _host_hl_smi(self, name: str) -> str:
+        """A saved host's hl-smi path ("" where none is saved: its PATH)."""
+        saved = self.hosts.saved() if self.hosts is not None else []
+        return next((h.hl_smi for h in saved if h.name == name), "")
+
     def ensure_health(self, parent: QObject | None = None) -> HealthService:
         """The health service (doctor reports and alerts, watching the local poller) and the notifier
         of its alerts and of ended runs; nothing runs until ``health.start()``."""
@@ -112,7 +117,8 @@ class AppServices:
             from gaudi_gui.services.health import HealthService
             from gaudi_gui.services.notifier import Notifier
             self.health = HealthService(self.settings, parent)
-            self.health.via_agent = True  # this machine's doctor: the agent's child
+            self.health.via_agent = True  # the doctor: the agent's child (a host's, its agent's)
+            self.health.host_hl_smi = self._host_hl_smi
             self.health.watch_poller("local", self.poller)
             self.notifier = Notifier(self.settings, parent)
             self.notifier.watch_health(self.health)

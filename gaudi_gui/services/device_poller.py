@@ -625,9 +625,6 @@ class DevicePoller(QObject):
         if rejected > self._rejected_total:
             self._rejected_total = rejected
             self.rows_rejected.emit(rejected, hlsmi.clean_text(str(message.get("rejected_reason") or "")))
-        if processes != self._processes:
-            self._processes = processes
-            self.processes_received.emit(list(processes))
         if cards:
             if self.host is not None:
                 for sample in cards:  # the host's clock is not this machine's: placed at arrival
@@ -636,6 +633,9 @@ class DevicePoller(QObject):
             self._publish(cards)
         elif not self._latest or self._latest[0].kind != "hpu":
             self._selection.set_kind("cpu", [])
+        if processes != self._processes:  # after the cards: a process is named by its card's module
+            self._processes = processes
+            self.processes_received.emit(list(processes))
         if machine is not None:
             machine.timestamp = now
             self.history_store.add([machine])

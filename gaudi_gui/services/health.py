@@ -24,6 +24,7 @@ import functools
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
@@ -130,6 +131,10 @@ class HealthService(QObject):
         #: This machine's checks run as the agent's children (the app sets it; tests of the
         #: service's own rules leave it off).
         self.via_agent = False
+        #: The interpreter the agent runs this machine's doctor with ("" its own; tests put another).
+        self.python = ""
+        #: A saved host's hl-smi path (the app gives the hosts' list; "": the host's PATH).
+        self.host_hl_smi: Callable[[str], str] = lambda _name: ""
         self._pending: set[str] = set()  # hosts whose check starts on a later turn (``refresh``)
         self._watches: dict[str, _PollerWatch] = {}
         self.engine = AlertEngine(thresholds_from(settings))
@@ -313,15 +318,19 @@ class HealthService(QObject):
         timeout_s = float(self.settings.get("health/timeout_s"))
         read = functools.partial(read_report, host, timeout_s)
         hl_smi = str(self.settings.get("devices/hl_smi") or "").strip()
-        if host == LOCAL and self.via_agent:
-            # The one place choosing: this machine's doctor is the agent's child (no thread, no child
-            # of the window), with the Devices panel's hl-smi, below the window's priority.
-            local = AgentDoctor(self, read, tail_lines=20)
-            local.setObjectName(host)
-            self._checks[host] = local
-            local.ended.connect(self._on_finished)
-            args = {"timeout_s": timeout_s, "hl_smi": hl_smi, "background": True}
-            local.start({k: v for k, v in args.items() if v}, int(timeout_s * 1000))
+        if self.via_agent:
+            # The one place choosing: the doctor is the agent's child (no thread, no child of the
+            # window), below the window's priority: this machine's with the Devices panel's hl-smi,
+            # a saved host's run ON that host by its agent (over this machine's one ssh session to
+            # it) with the host's saved hl-smi path.
+            remote = host != LOCAL
+            doctor = AgentDoctor(self, read, tail_lines=20, host=host if remote else None)
+            doctor.setObjectName(host)
+            self._checks[host] = doctor
+            doctor.ended.connect(self._on_finished)
+            args = {"timeout_s": timeout_s, "hl_smi": self.host_hl_smi(host) if remote else hl_smi,
+                    "background": True, "python": "" if remote else self.python}
+            doctor.start({k: v for k, v in args.items() if v}, int(timeout_s * 1000))
             self.checking_changed.emit(host, True)
             return
         check = DoctorChild(self, read, tail_lines=20)

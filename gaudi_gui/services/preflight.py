@@ -36,10 +36,10 @@ class AgentDoctor(QObject):
     ended = Signal(object)
 
     def __init__(self, parent: QObject, read: Callable[[core_child.Outcome], object],
-                 tail_lines: int = 40) -> None:
+                 tail_lines: int = 40, host: str | None = None) -> None:
         super().__init__(parent)
         self._read = read
-        self._child = AgentChild(self, tail_lines=tail_lines)
+        self._child = AgentChild(self, tail_lines=tail_lines, host=host)
         self._child.finished.connect(self._on_finished)
         self._stdout: list[str] = []
         self._child.line_received.connect(lambda stream, line: self._stdout.append(line)

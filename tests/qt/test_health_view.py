@@ -8,7 +8,6 @@ server's (index 1 is module 6, index 2 module 3...)."""
 from __future__ import annotations
 
 import os
-import sys
 import tarfile
 import time
 from collections.abc import Iterator
@@ -144,10 +143,19 @@ def bare(qtbot) -> Iterator[AppServices]:
     services.health.shutdown()
 
 
-def test_a_doctor_that_prints_garbage_is_a_host_that_did_not_answer(qtbot, bare: AppServices) -> None:
+def _fake_python(tmp_path: Path, body: str) -> str:
+    """An executable the agent runs as the doctor's interpreter (its ``python`` argument)."""
+    script = tmp_path / "fake-python"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_a_doctor_that_prints_garbage_is_a_host_that_did_not_answer(qtbot, bare: AppServices,
+                                                                    tmp_path: Path) -> None:
     health = bare.health
     assert health is not None
-    health.command = [sys.executable, "-c", "print('Segmentation fault? ### not json'); raise SystemExit(3)"]
+    health.python = _fake_python(tmp_path, "echo 'Segmentation fault? ### not json'; exit 3")
     view = HealthView(health)
     qtbot.addWidget(view)
     view.show()
@@ -162,11 +170,11 @@ def test_a_doctor_that_prints_garbage_is_a_host_that_did_not_answer(qtbot, bare:
     assert "did not answer" in view.status_label.text()
 
 
-def test_a_doctor_that_hangs_is_killed_after_the_timeout(qtbot, bare: AppServices) -> None:
+def test_a_doctor_that_hangs_is_killed_after_the_timeout(qtbot, bare: AppServices, tmp_path: Path) -> None:
     health = bare.health
     assert health is not None
     bare.settings.set("health/timeout_s", 5.0)
-    health.command = [sys.executable, "-c", "import time; time.sleep(600)"]
+    health.python = _fake_python(tmp_path, "exec sleep 600")
     health.refresh()
     assert health.is_checking("local")
     qtbot.waitUntil(lambda: health.health("local") is not None, timeout=30000)

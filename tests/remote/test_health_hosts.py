@@ -45,7 +45,12 @@ def click_health(qtbot, tab: HostsTab, name: str) -> None:
 
 def test_hosts_health_in_parallel_and_opened_from_the_overview(qtbot, ssh_host: SshHost,
                                                                 window: MainWindow) -> None:
-    save_hosts([Host.parse(HOST_B, remote_command="env FAKE_HLSMI_DRIVER=1.18.0 python3 -m gaudi_gui")])
+    # The second alias is another machine: its own state folder, so its own agent (one per machine,
+    # user and state folder), whose doctor sees its own driver.
+    other = ssh_host.home.parent / "remote-home-b"
+    other.mkdir()
+    save_hosts([Host.parse(HOST_B, remote_command=f"env GAUDI_GUI_HOME={other} FAKE_HLSMI_DRIVER=1.18.0 "
+                                                  "python3 -m gaudi_gui")])
     health = window.services.health
     assert health is not None
     tab = window.hosts_tab
