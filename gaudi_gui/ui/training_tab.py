@@ -522,7 +522,7 @@ class TrainingTab(QWidget):
         return super().eventFilter(watched, event)
 
     def _on_schema(self, schema: Schema) -> None:
-        if self.form.schema is None or self.form.schema.to_dict() != schema.to_dict():
+        if self.form.full_schema is None or self.form.full_schema.to_dict() != schema.to_dict():
             self.form.set_schema(schema)
         self._fit_form_column()
         self.update_preview()
@@ -539,7 +539,8 @@ class TrainingTab(QWidget):
         self.status.setText("validating TrainingArguments in a child process…")
         self.schema_loader.validate(launch_mod.worker_training_args(job, self.device), device=self.device,
                                     device_env=self.training.device_env(),
-                                    num_processes=job.launch.num_processes * job.launch.num_machines)
+                                    num_processes=job.launch.num_processes * job.launch.num_machines,
+                                    objective=job.objective)
 
     def _on_validated(self, errors: list) -> None:
         self.form.show_errors([(f"training_args.{f}", m) for f, m in errors])
