@@ -364,6 +364,35 @@ def demo_job(num_processes: int = 1, objective: str = "sft") -> JobConfig:
     return job
 
 
+def align_job(sft_job: JobConfig, model: str, *, adapter: bool, sft_only: tuple[str, ...] = (),
+              objective: str = "dpo") -> JobConfig:
+    """"Align with preferences…" on a finished SFT run: a DPO job (``objective``) that starts from that
+    run's model (``model``: its final/ or merged/ model, or its LoRA ``adapter``, trained on as LoRA:
+    the worker loads base + adapter and TRL keeps a frozen copy of the adapter as the reference).
+    The SFT run's launch stays; a demo run's job becomes the preference demo; another run keeps its
+    training arguments but SFTConfig's own (``sft_only``), its output folder and resume point, and
+    its dataset is left for the person to choose (an SFT file is no preference file)."""
+    job = JobConfig.from_dict(sft_job.to_dict())
+    demo = paths.is_demo(sft_job.model) and paths.is_demo(sft_job.dataset.source)
+    if demo:
+        job.training_args = dict(demo_job(objective=objective).training_args)
+        job.dataset = DatasetConfig(max_length=demo_job(objective=objective).dataset.max_length)
+    else:
+        job.training_args = {k: v for k, v in sft_job.training_args.items()
+                             if k not in sft_only and k not in ("output_dir", "dataset_text_field")}
+        job.dataset = DatasetConfig(source="", max_length=sft_job.dataset.max_length,
+                                    eval=dict(sft_job.dataset.eval))
+    job.objective = objective
+    job.model = model
+    if adapter:
+        job.method = "qlora" if sft_job.method == "qlora" else "lora"
+    elif job.method != "full":
+        job.method = "full"  # a merged or full model: train it whole (the reference is a copy)
+    job.resume_from_checkpoint = ""
+    job.name = f"{sft_job.name}-{objective}" if sft_job.name else ""
+    return job
+
+
 def load_job(config: str, stdin: IO[str] | None = None) -> JobConfig:
     """The job a command's ``--config`` names: a job file, or ``-`` for the job as JSON on stdin;
     JobConfigError (one line) for anything else."""
