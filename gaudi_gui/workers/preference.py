@@ -46,7 +46,9 @@ def load_model(job: JobConfig, path: str, how: Any, say: Any) -> tuple[Any, Any,
         return model, tokenizer, False
     from peft import PeftModel
 
-    model, tokenizer = loader.load(base, how, tokenizer_path=path)
+    # An SFT run saves its tokenizer beside the adapter (workers/train.save_final); else the base's.
+    own = (Path(path).expanduser() / "tokenizer_config.json").is_file()
+    model, tokenizer = loader.load(base, how, tokenizer_path=path if own else "")
     if job.method in ("lora", "qlora"):
         say(f"starting from the adapter {path} over {base}: the reference is that SFT model (a frozen "
             f"copy of the adapter; the base weights once in memory)")

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from gaudi_gui.core.jobconfig import JobConfig, demo_job
+from gaudi_gui.core.jobconfig import JobConfig, align_job, demo_job
 from gaudi_gui.core.runstore import Run, checkpoint_complete
 from tests.helpers import children_get_sigint, steps, wait_until, write_jsonl
 
@@ -39,14 +39,49 @@ def _job(tmp_path: Path, objective: str, max_steps: int) -> Path:
     return path
 
 
-@pytest.mark.usefixtures("demo_model")
-def test_dpo_orpo_kto_train_from_a_job_file_and_dpo_margins_rise(tmp_path: Path) -> None:
+_ADAPTER = """
+import sys
+from peft import LoraConfig, get_peft_model
+from transformers import AutoModelForCausalLM
+model = AutoModelForCausalLM.from_pretrained(sys.argv[1])
+get_peft_model(model, LoraConfig(r=4, lora_alpha=8, task_type="CAUSAL_LM")).save_pretrained(sys.argv[2])
+"""
+
+
+def _aligned(tmp_path: Path, model: Path) -> Path:
+    """"Align with preferences…"'s job for a LoRA SFT run of the demo: DPO from its adapter."""
+    adapter = tmp_path / "sft-out" / "adapter"
+    subprocess.run([sys.executable, "-c", _ADAPTER, str(model), str(adapter)], check=True, timeout=120,
+                   capture_output=True)
+    sft_job = JobConfig(method="lora", name="sft", training_args={"output_dir": str(tmp_path / "sft-out")})
+    job = align_job(sft_job, str(adapter), adapter=True, sft_only=("packing",))
+    # The demo's SFT run: its alignment is the preference demo (the built-in pairs, 40 steps).
+    assert (job.objective, job.method, job.model, job.dataset.source) == ("dpo", "lora", str(adapter),
+                                                                          "builtin:demo")
+    assert job.training_args["max_steps"] == 40 and "output_dir" not in job.training_args
+    job.training_args.update({"max_steps": 3, "logging_steps": 1, "output_dir": str(tmp_path / "out-lora"),
+                              "save_strategy": "no", "use_cpu": True, "per_device_train_batch_size": 2})
+    job.dataset.max_length = 32
+    path = tmp_path / "aligned.json"
+    job.save(path)
+    return path
+
+
+def test_dpo_orpo_kto_train_from_a_job_file_and_dpo_margins_rise(tmp_path: Path, demo_model: Path) -> None:
     configs = {"dpo": _job(tmp_path, "dpo", 40), "orpo": _job(tmp_path, "orpo", 3),
-               "kto": _job(tmp_path, "kto", 3)}
+               "kto": _job(tmp_path, "kto", 3), "dpo-adapter": _aligned(tmp_path, demo_model)}
     assert json.loads(configs["dpo"].read_text())["objective"] == "dpo"
-    with ThreadPoolExecutor(3) as pool:  # three real runs side by side: the suite's time, not 3x
+    with ThreadPoolExecutor(4) as pool:  # real runs side by side: the suite's time, not 4x
         done = dict(zip(configs, pool.map(lambda o: _train(configs[o], tmp_path / f"runs-{o}"), configs),
                         strict=True))
+    # LoRA on LoRA: the SFT adapter trains on, and TRL's reference is its frozen copy (the SFT model).
+    lora = done.pop("dpo-adapter")
+    assert lora.returncode == 0, lora.stderr[-3000:]
+    (folder,) = list((tmp_path / "runs-dpo-adapter").iterdir())
+    log = Run(folder).log_path.read_text()
+    assert "starting from the adapter" in log and "the reference is that SFT model" in log
+    assert (tmp_path / "out-lora" / "adapter" / "adapter_config.json").is_file()
+    assert all("rewards/margins" in r for r in Run(folder).metrics() if r.get("loss") is not None)
     metrics = {}
     for objective, res in done.items():
         assert res.returncode == 0, f"{objective}: {res.stderr[-3000:]}"
