@@ -1,10 +1,12 @@
 """core/preference.py and the job's objective, without a child: the layouts people bring, the one-line
 refusals, and the key in the job file (absent means SFT)."""
 
+# mypy: disable-error-code="union-attr"
 from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +33,7 @@ def test_layouts_and_what_is_missing() -> None:
 
 
 def test_rows_are_checked_and_their_style_said() -> None:
-    rows = [{"prompt": CHAT, "chosen": [{"role": "assistant", "content": "Blue."}],
+    rows: list[dict[str, Any]] = [{"prompt": CHAT, "chosen": [{"role": "assistant", "content": "Blue."}],
              "rejected": [{"role": "assistant", "content": "Green."}]}]
     assert preference.check("dpo", ["prompt", "chosen", "rejected"], rows) == []
     assert preference.detect("dpo", ["prompt", "chosen", "rejected"], rows).style == "conversational"
