@@ -286,8 +286,10 @@ class Schema:
         for name, value in values.items():
             spec = self.fields.get(name)
             if spec is None:
-                problems.append((name, REMOVED.get(name, f"unknown argument '{name}' in transformers "
-                                                         f"{self.transformers_version}")))
+                unknown = f"unknown argument '{name}' in transformers {self.transformers_version}" \
+                    if self.objective == "sft" else \
+                    f"'{name}' is not a {self.config_class} argument (the {self.objective.upper()} objective)"
+                problems.append((name, REMOVED.get(name, unknown)))
                 continue
             message = spec.check(value)
             if message:
