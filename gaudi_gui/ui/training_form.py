@@ -402,20 +402,26 @@ class TrainingForm(QWidget):
         also has are kept), the SFT dataset rows hide or show, and the preview says the columns."""
         objective = self.current_objective()
         if self.full_schema is not None:
-            self.set_schema(self.full_schema)
+            self.set_schema(self.full_schema, switched=True)
         self.dataset_panel.set_preference(preference.is_preference(objective))
         self._update_kind()
         self._update_preview()
         self.changed.emit()
 
-    def set_schema(self, schema: Schema) -> None:
-        """The installed schema (the whole of it); the editors are those of the objective chosen."""
+    def set_schema(self, schema: Schema, *, switched: bool = False) -> None:
+        """The installed schema (the whole of it); the editors are those of the objective chosen.
+        ``switched``: the objective changed, and a value of a field that only another objective's class
+        has (packing for DPO, beta for SFT) is dropped; a name no class knows stays, to be flagged."""
         self.full_schema = schema.root or schema
         schema = self.full_schema.for_objective(self.current_objective())
         current = self._current_args_lenient()
-        # A value of a field the objective's class lacks (packing for DPO, beta for SFT) is dropped.
-        current = {k: v for k, v in current.items() if k in schema.fields}
-        self._extra_args = {k: v for k, v in self._extra_args.items() if k in schema.fields}
+        if switched:
+            known = set(self.full_schema.fields)
+            for _cls, own in self.full_schema.objectives.values():
+                known |= set(own)
+            current = {k: v for k, v in current.items() if k in schema.fields or k not in known}
+            self._extra_args = {k: v for k, v in self._extra_args.items()
+                                if k in schema.fields or k not in known}
         if self.overwrite_output is not None:  # deleted with its row below: keep what it says
             self._base.overwrite_output = self.overwrite_output.isChecked()
             self.overwrite_output = None
@@ -552,7 +558,7 @@ class TrainingForm(QWidget):
             self.objective.setCurrentIndex(max(0, index))
             self.objective.blockSignals(False)
             if self.full_schema is not None:
-                self.set_schema(self.full_schema)
+                self.set_schema(self.full_schema, switched=True)
             self.dataset_panel.set_preference(preference.is_preference(job.objective))
         self.model.setCurrentText(job.model)
         self.dataset.setText(job.dataset.source)
