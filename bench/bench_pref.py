@@ -90,7 +90,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     data = paths.demo_dataset_path("dpo")
     script = tmp / "dpo_by_hand.py"
     script.write_text(BY_HAND)
-    steps = 100 if quick else 200
+    steps = 100 if quick else 300
     accelerate = shutil.which("accelerate", path=str(Path(sys.executable).parent)) or "accelerate"
     counter = [0]
     problems: list[str] = []
@@ -119,7 +119,9 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
         subprocess.run(argv, capture_output=True, timeout=900, check=True, cwd=tmp)
         return _throughput(metrics)
 
-    result = interleaved(app_once, by_hand_once, 2 if quick else 4, warmup=0 if quick else 1)
+    result = interleaved(app_once, by_hand_once, 2 if quick else 6, warmup=0 if quick else 1)
+    print("[pref] steps/s per pair (app, by hand): " + ", ".join(
+        f"({p['app']:.2f}, {p['base']:.2f})" for p in result["samples"]), file=sys.stderr)
     # The demo as a new user starts it: the demo DPO job, unchanged but its output folder.
     demo = demo_job(objective="dpo")
     demo.training_args.update({"output_dir": str(tmp / "out-demo"), "save_strategy": "no"})

@@ -9,6 +9,8 @@ A job's ``objective`` (absent: ``sft``) picks TRL's trainer and config class in 
   (``{"role", "content"}``);
 - the chat-style pairs of the Hub (Anthropic HH, UltraFeedback's ``chosen``/``rejected`` conversations):
   ``chosen`` and ``rejected`` only, the prompt being their shared beginning (TRL's ``extract_prompt``);
+  a text ``prompt`` beside such conversations (HuggingFaceH4/ultrafeedback_binarized: the user's turn is
+  also the conversations' first message) is left out, so the prompt is again their shared beginning;
 - KTO's unpaired ``prompt``, ``completion``, ``label`` (true: a desirable answer). KTO also takes paired
   files (TRL unpairs them: chosen rows labelled true, rejected false).
 
@@ -131,7 +133,7 @@ def check(objective: str, columns: Sequence[str] | None, rows: Sequence[Mapping[
     what cannot be read here (``columns`` None: a Hub dataset, which the worker checks)."""
     if not is_preference(objective) or columns is None:
         return []
-    found = layout(objective, columns)
+    found = detect(objective, columns, rows)
     if found is None:
         return [(field, missing_message(objective, columns))]
     styles = set()
@@ -153,6 +155,11 @@ def detect(objective: str, columns: Sequence[str] | None,
     found = layout(objective, columns)
     if found is None:
         return None
+    first = next(iter(rows or ()), None)
+    if first is not None and found.shape == "paired" and _style(first.get("prompt")) == "text" \
+            and _style(first.get("chosen")) == _style(first.get("rejected")) == "conversational":
+        # UltraFeedback's shape: the conversations hold the prompt; TRL finds it as their shared start.
+        found = Layout("implicit", ("chosen", "rejected"))
     for row in rows or ():
         for column in found.columns:
             style = _style(row.get(column)) if column != "label" else None

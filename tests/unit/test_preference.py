@@ -37,6 +37,12 @@ def test_rows_are_checked_and_their_style_said() -> None:
              "rejected": [{"role": "assistant", "content": "Green."}]}]
     assert preference.check("dpo", ["prompt", "chosen", "rejected"], rows) == []
     assert preference.detect("dpo", ["prompt", "chosen", "rejected"], rows).style == "conversational"
+    # HuggingFaceH4/ultrafeedback_binarized: a text prompt beside conversations that begin with it.
+    h4 = [{"prompt": "Sky?", "chosen": [*CHAT, {"role": "assistant", "content": "Blue."}],
+           "rejected": [*CHAT, {"role": "assistant", "content": "Green."}], "messages": []}]
+    assert preference.check("dpo", list(h4[0]), h4) == []
+    assert preference.detect("dpo", list(h4[0]), h4) == preference.Layout("implicit", ("chosen", "rejected"),
+                                                                          "conversational")
     mixed = [*rows, {"prompt": "Sky?", "chosen": "Blue.", "rejected": "Green."}]
     assert "mixes plain text and chat messages" in preference.check("dpo", list(rows[0]), mixed)[0][1]
     assert preference.check("dpo", list(rows[0]), [{**rows[0], "rejected": ""}]) == \
