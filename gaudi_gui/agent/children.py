@@ -106,7 +106,10 @@ def _validate(args: dict[str, Any]) -> Spec:
         raise Refused("validate needs training_args (an object)")
     path = _temp_json("gaudi-gui-validate-", {
         "training_args": training_args, "env": prepare.device_variables(device, device_env),
-        "num_processes": max(1, int(args.get("num_processes") or 1))})
+        "num_processes": max(1, int(args.get("num_processes") or 1)),
+        # The objective's config class builds the arguments (DPOConfig for a DPO job); the child
+        # takes only the names it knows.
+        "objective": str(args.get("objective") or "sft")})
     return Spec([_python(args), "-m", "gaudi_gui.workers.schema", "--validate", path],
                 prepare.child_env(device, device_env), [path])
 

@@ -141,7 +141,7 @@ def output_folder(job: JobConfig) -> str:
 def dataset_scans(job: JobConfig, scan_limit: int | None = None) -> list[tuple[str, datafile.Scan]]:
     """(field, scan) of each local dataset file the job trains or evaluates on."""
     out: list[tuple[str, datafile.Scan]] = []
-    source = str(paths.demo_dataset_path()) if paths.is_demo(job.dataset.source) else job.dataset.source
+    source = job.dataset_file()
     fmt = job.dataset_format()
     files = [("dataset.source", source, fmt)]
     eval_source = job.dataset.eval.get("source")
@@ -153,6 +153,13 @@ def dataset_scans(job: JobConfig, scan_limit: int | None = None) -> list[tuple[s
         if not datafile.is_local(path, path_fmt):
             continue
         kind = job.dataset.kind
+        if job.objective != "sft":
+            # A preference file's rows are checked by core.preference (JobConfig.validate); the scan
+            # maps SFT columns. Its lines are still read whole: not valid JSON is said here.
+            found = datafile.scan(path, path_fmt, text_column="chosen", limit=scan_limit)
+            if found.problem:
+                out.append((field, datafile.Scan(path, problem=found.problem)))
+            continue
         if kind == "text" and path_fmt != "text":
             columns = dataset_columns(path, path_fmt)
             if columns is not None and (job.dataset.text_column or "text") not in columns:
@@ -175,6 +182,7 @@ def check(job: JobConfig, *, schema: Schema | str | None = ASK, resumed_from: st
     if schema == ASK:
         schema = training_schema()
     if schema is not None and not isinstance(schema, str):
+        schema = schema.for_objective(job.objective)
         problems += [(f"training_args.{f}", m) for f, m in schema.check(job.training_args)]
     if local:
         bad = model_problem(job.model)

@@ -8,6 +8,12 @@ column mapping (``dataset.columns``) and an eval split (``dataset.eval``); a ver
 text job with no eval split. ``training_args`` are SFTConfig values (TRL's subclass of
 TrainingArguments); the worker keeps TrainingArguments' defaults where SFTConfig changes them, so a
 version-1 file trains as it did.
+
+``objective`` (issue 41) is what the run learns: ``"sft"`` (the default, and what a file without the key
+means), or a preference objective, ``"dpo"``, ``"orpo"``, ``"kto"`` (``core.preference``): the worker then
+takes TRL's DPOTrainer/ORPOTrainer/KTOTrainer and its config class, ``training_args`` are that class's
+values, and the dataset is a preference file (its columns read by ``core.preference``; ``dataset.kind``
+and ``dataset.columns`` are SFT's and unused).
 """
 
 from __future__ import annotations
@@ -20,7 +26,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
-from gaudi_gui.core import atomic, jsonfile, paths, sft
+from gaudi_gui.core import atomic, jsonfile, paths, preference, sft
 from gaudi_gui.core.secrets import SECRET_TRAINING_ARGS, hub_token_available
 
 JOB_VERSION = 2
@@ -86,6 +92,8 @@ class JobConfig:
     #: Write into an output folder that holds another run's checkpoints, final model or adapter
     #: (core/outputs.py refuses that otherwise).
     overwrite_output: bool = False
+    #: "sft" (default; not written to the file), "dpo", "orpo" or "kto" (core.preference.OBJECTIVES).
+    objective: str = "sft"
 
     @property
     def quantization(self) -> str:
@@ -97,6 +105,8 @@ class JobConfig:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["version"] = JOB_VERSION
+        if data.get("objective") == "sft":
+            del data["objective"]  # absent means SFT: an SFT job file reads as it always did
         # A token comes from the environment or the Hub's token store, never from a job file.
         data["training_args"] = {k: v for k, v in data["training_args"].items()
                                  if k not in SECRET_TRAINING_ARGS}
@@ -125,6 +135,11 @@ class JobConfig:
                 raise JobConfigError(f"'overwrite_output' must be true or false, got "
                                      f"{data['overwrite_output']!r}")
             job.overwrite_output = data["overwrite_output"]
+        if "objective" in data:
+            problem = preference.objective_problem(data["objective"])
+            if problem:
+                raise JobConfigError(problem)
+            job.objective = data["objective"]
         if "training_args" in data:
             if not isinstance(data["training_args"], dict):
                 raise JobConfigError("'training_args' must be an object of TrainingArguments values")
@@ -178,6 +193,11 @@ class JobConfig:
     def dataset_format(self) -> str:
         return resolve_format(self.dataset.source, self.dataset.format)
 
+    def dataset_file(self) -> str:
+        """The dataset source as a path: ``builtin:demo`` is the objective's demo file."""
+        return str(paths.demo_dataset_path(self.objective)) if paths.is_demo(self.dataset.source) \
+            else self.dataset.source
+
     def validate(self) -> list[tuple[str, str]]:
         """Problems the form shows at the field: (field path, message). Empty: launchable."""
         problems: list[tuple[str, str]] = []
@@ -192,9 +212,17 @@ class JobConfig:
                 and not Path(self.dataset.source).expanduser().is_file():
             problems.append(("dataset.source", f"file not found: {self.dataset.source}"))
         kind = self.dataset.kind
-        source = str(paths.demo_dataset_path()) if paths.is_demo(self.dataset.source) \
-            else self.dataset.source
-        if kind != "text":
+        source = self.dataset_file()
+        if preference.is_preference(self.objective):
+            # A preference file: its columns say what it holds (core.preference); no SFT mapping.
+            if kind != "text" or self.dataset.columns:
+                problems.append(("dataset.columns", f"dataset.kind and dataset.columns are for SFT; "
+                                                    f"{preference.LABELS[self.objective]} reads the prompt, "
+                                                    f"chosen, rejected (or completion, label) columns"))
+            columns = dataset_columns(source, fmt) if fmt != "hub" else None
+            rows = dataset_rows(source, fmt, preference.PREVIEW_ROWS * 7) if columns is not None else None
+            problems += preference.check(self.objective, columns, rows)
+        elif kind != "text":
             # The worker maps these columns: a name the file lacks would fail only after the model load.
             columns = dataset_columns(source, fmt) if fmt != "hub" else None
             mapping = sft.check_columns(kind, self.dataset.columns, columns)
@@ -257,7 +285,12 @@ class JobConfig:
         if spec.get("split") and fmt != "hub":
             problems.append(("dataset.eval.split", "a named split is for a Hub dataset; for a file use "
                                                    "a fraction or a second file"))
-        if spec.get("source") and not problems and self.dataset.kind != "text":
+        if spec.get("source") and not problems and preference.is_preference(self.objective):
+            eval_fmt = resolve_format(spec["source"], str(spec.get("format") or "auto"))
+            columns = dataset_columns(spec["source"], eval_fmt) if eval_fmt != "hub" else None
+            problems += [("dataset.eval.source", f"eval file: {m}")
+                         for _f, m in preference.check(self.objective, columns)]
+        elif spec.get("source") and not problems and self.dataset.kind != "text":
             eval_fmt = resolve_format(spec["source"], str(spec.get("format") or "auto"))
             columns = dataset_columns(spec["source"], eval_fmt) if eval_fmt != "hub" else None
             problems += [(f.replace("dataset.columns", "dataset.eval.source"), f"eval file: {m}")
@@ -303,7 +336,7 @@ class JobConfig:
         return problems
 
 
-def demo_job(num_processes: int = 1) -> JobConfig:
+def demo_job(num_processes: int = 1, objective: str = "sft") -> JobConfig:
     """The demo job the Training tab starts from: ``builtin:demo`` model and dataset, full fine-tune.
 
     The demo model was pre-trained on ``demo/corpus.txt`` until it recites it (loss ~0.15), so the
@@ -311,11 +344,52 @@ def demo_job(num_processes: int = 1) -> JobConfig:
     on the corpus itself (as before), a 200-step LoRA run answered 2 of 3 prompts as the base did.
     learning_rate 1e-3: measured, 20 steps (full or LoRA) change every answer to the demo prompts
     (``demo/prompts.txt``); the 5e-5 default changed nothing. max_length 48: the longest row is 43
-    tokens (the default 32 cut the answers off)."""
+    tokens (the default 32 cut the answers off).
+
+    A preference objective's demo (``builtin:demo`` is then ``demo/preference.jsonl``: 8 plain pairs, a
+    right answer chosen over an unrelated one): 40 steps at 1e-3 (measured on the demo model on a CPU:
+    DPO's rewards/margins rise from ~0 to ~5 in under a minute; TRL's 1e-6 default moves nothing in
+    40 steps), no gradient checkpointing (a 2-layer model needs none; it costs a third of a step)."""
+    if preference.is_preference(objective):
+        job = JobConfig(objective=objective, training_args={
+            "max_steps": 40, "learning_rate": 1e-3, "per_device_train_batch_size": 2, "logging_steps": 1,
+            "save_steps": 20, "gradient_checkpointing": False})
+        job.dataset.max_length = 48
+        job.launch.num_processes = max(1, num_processes)
+        return job
     job = JobConfig(training_args={"max_steps": 20, "learning_rate": 1e-3, "per_device_train_batch_size": 2,
                                    "logging_steps": 1, "save_steps": 10})
     job.dataset.max_length = 48
     job.launch.num_processes = max(1, num_processes)
+    return job
+
+
+def align_job(sft_job: JobConfig, model: str, *, adapter: bool, sft_only: tuple[str, ...] = (),
+              objective: str = "dpo") -> JobConfig:
+    """"Align with preferences…" on a finished SFT run: a DPO job (``objective``) that starts from that
+    run's model (``model``: its final/ or merged/ model, or its LoRA ``adapter``, trained on as LoRA:
+    the worker loads base + adapter and TRL keeps a frozen copy of the adapter as the reference).
+    The SFT run's launch stays; a demo run's job becomes the preference demo; another run keeps its
+    training arguments but SFTConfig's own (``sft_only``), its output folder and resume point, and
+    its dataset is left for the person to choose (an SFT file is no preference file)."""
+    job = JobConfig.from_dict(sft_job.to_dict())
+    demo = paths.is_demo(sft_job.model) and paths.is_demo(sft_job.dataset.source)
+    if demo:
+        job.training_args = dict(demo_job(objective=objective).training_args)
+        job.dataset = DatasetConfig(max_length=demo_job(objective=objective).dataset.max_length)
+    else:
+        job.training_args = {k: v for k, v in sft_job.training_args.items()
+                             if k not in sft_only and k not in ("output_dir", "dataset_text_field")}
+        job.dataset = DatasetConfig(source="", max_length=sft_job.dataset.max_length,
+                                    eval=dict(sft_job.dataset.eval))
+    job.objective = objective
+    job.model = model
+    if adapter:
+        job.method = "qlora" if sft_job.method == "qlora" else "lora"
+    elif job.method != "full":
+        job.method = "full"  # a merged or full model: train it whole (the reference is a copy)
+    job.resume_from_checkpoint = ""
+    job.name = f"{sft_job.name}-{objective}" if sft_job.name else ""
     return job
 
 

@@ -57,7 +57,7 @@ def demo_model_dir() -> Path:
 #: The data files the package reads at run time, relative to ``resources_dir()``. They are package
 #: data (pyproject.toml), so a wheel carries them; ``host_setup.build_wheel`` refuses a wheel without one.
 DATA_FILES = ("gaudi-compat.json", "benchmark-reference.json", "demo/corpus.txt", "demo/dataset.jsonl",
-              "demo/prompts.txt")
+              "demo/prompts.txt", "demo/preference.jsonl")
 
 
 class DataFileError(RuntimeError):
@@ -88,8 +88,10 @@ def demo_corpus_path() -> Path:
     return data_file("demo/corpus.txt")
 
 
-def demo_dataset_path() -> Path:
-    return data_file("demo/dataset.jsonl")
+def demo_dataset_path(objective: str = "sft") -> Path:
+    """The demo dataset of a job's objective: question-and-answer text for SFT, the tiny preference set
+    (prompt, chosen, rejected: plain pairs whose margins rise on the demo model) for DPO, ORPO, KTO."""
+    return data_file("demo/dataset.jsonl" if objective in ("", "sft") else "demo/preference.jsonl")
 
 
 def demo_prompts_path() -> Path:

@@ -1,7 +1,9 @@
 """The training-arguments schema as the form sees it: Qt-free, torch-free, transformers-free.
 
 The fields are those of TRL's SFTConfig (TrainingArguments and the SFT options), or of
-TrainingArguments where trl is not installed; ``Schema.config_class`` says which.
+TrainingArguments where trl is not installed; ``Schema.config_class`` says which. Since format 3 the
+schema also holds each preference objective's own fields (DPOConfig, ORPOConfig, KTOConfig beyond
+TrainingArguments): ``Schema.for_objective`` gives the schema of a job's objective.
 
 The schema itself comes from a child (``python -m gaudi_gui.workers.schema``) so the installed
 transformers version decides which fields exist; it is cached per transformers version in
@@ -24,10 +26,11 @@ COMMON: tuple[str, ...] = (
     "gradient_accumulation_steps", "learning_rate", "lr_scheduler_type", "warmup_steps", "weight_decay",
     "bf16", "torch_compile", "logging_steps", "save_strategy", "save_steps", "save_total_limit",
     "eval_strategy", "eval_steps", "load_best_model_at_end", "seed", "use_cpu", "packing",
-    "push_to_hub", "hub_model_id",
+    "push_to_hub", "hub_model_id", "beta",
 )
-#: Schemas cached before this format lack the SFTConfig fields: read again from the child.
-SCHEMA_FORMAT = 2
+#: Schemas cached before this format lack the SFTConfig fields (format 2) or the preference objectives'
+#: (format 3): read again from the child.
+SCHEMA_FORMAT = 3
 
 #: Fields of transformers 4.x that 5.x removed, with what to use instead (shown when a loaded job uses
 #: one; the worker would otherwise reject the whole job).
@@ -211,20 +214,51 @@ class Schema:
     config_class: str = "TrainingArguments"
     trl_version: str = ""
     format: int = SCHEMA_FORMAT
+    #: SFTConfig's own fields (beyond TrainingArguments): not a preference objective's.
+    sft_only: tuple[str, ...] = ()
+    #: objective -> (its config class, its own fields beyond TrainingArguments).
+    objectives: dict[str, tuple[str, dict[str, FieldSpec]]] = field(default_factory=dict)
+    #: The objective this schema's fields are for.
+    objective: str = "sft"
+    #: The SFT schema this one was derived from (``for_objective``); None: this is it.
+    root: Schema | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Schema:
         specs = [FieldSpec.from_dict(f) for f in data.get("fields", [])]
         fmt = data.get("format", 1)
+        objectives: dict[str, tuple[str, dict[str, FieldSpec]]] = {}
+        raw = data.get("objectives")
+        for name, part in (raw.items() if isinstance(raw, Mapping) else ()):
+            if isinstance(part, Mapping):
+                own = [FieldSpec.from_dict(f) for f in part.get("fields", [])]
+                objectives[str(name)] = (str(part.get("config_class") or name), {f.name: f for f in own})
         return cls(str(data.get("transformers_version", "")), {s.name: s for s in specs},
                    config_class=str(data.get("config_class") or "TrainingArguments"),
                    trl_version=str(data.get("trl_version") or ""),
-                   format=fmt if isinstance(fmt, int) else 1)
+                   format=fmt if isinstance(fmt, int) else 1,
+                   sft_only=tuple(str(n) for n in data.get("sft_only") or ()), objectives=objectives)
 
     def to_dict(self) -> dict[str, Any]:
         return {"transformers_version": self.transformers_version, "config_class": self.config_class,
                 "trl_version": self.trl_version, "format": self.format,
-                "fields": [f.to_dict() for f in self.fields.values()]}
+                "fields": [f.to_dict() for f in self.fields.values()], "sft_only": list(self.sft_only),
+                "objectives": {name: {"config_class": cls_name, "fields": [f.to_dict() for f in own.values()]}
+                               for name, (cls_name, own) in self.objectives.items()}}
+
+    def for_objective(self, objective: str) -> Schema:
+        """The schema of a job whose objective is ``objective``: this one for SFT (or an objective this
+        schema does not know: the check then names its fields as unknown), else TrainingArguments'
+        fields with that objective's own (DPOConfig's beta, loss_type, max_length, ...)."""
+        if self.root is not None:
+            return self.root.for_objective(objective)
+        if objective == "sft" or objective not in self.objectives:
+            return self
+        cls_name, own = self.objectives[objective]
+        base = {n: f for n, f in self.fields.items() if n not in set(self.sft_only)}
+        return Schema(self.transformers_version, {**base, **own}, config_class=cls_name,
+                      trl_version=self.trl_version, format=self.format, sft_only=self.sft_only,
+                      objectives=self.objectives, objective=objective, root=self)
 
     def describe(self) -> str:
         trl = f", trl {self.trl_version}" if self.trl_version else ""
@@ -252,8 +286,10 @@ class Schema:
         for name, value in values.items():
             spec = self.fields.get(name)
             if spec is None:
-                problems.append((name, REMOVED.get(name, f"unknown argument '{name}' in transformers "
-                                                         f"{self.transformers_version}")))
+                unknown = f"unknown argument '{name}' in transformers {self.transformers_version}" \
+                    if self.objective == "sft" else \
+                    f"'{name}' is not a {self.config_class} argument (the {self.objective.upper()} objective)"
+                problems.append((name, REMOVED.get(name, unknown)))
                 continue
             message = spec.check(value)
             if message:

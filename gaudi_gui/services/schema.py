@@ -95,7 +95,8 @@ class SchemaLoader(QObject):
         self.schema_loaded.emit(schema)
 
     def validate(self, training_args: Mapping[str, Any], *, device: str = "cpu",
-                 device_env: Mapping[str, str] | None = None, num_processes: int = 1) -> None:
+                 device_env: Mapping[str, str] | None = None, num_processes: int = 1,
+                 objective: str = "sft") -> None:
         """Build TrainingArguments from the whole dict in a child that has the job's device env
         (the child blames fields by elimination; ``num_processes`` > 1 lets it accept a
         ddp_backend that no single process could initialise)."""
@@ -104,7 +105,7 @@ class SchemaLoader(QObject):
         self._validate_lines = []
         self._validate_runner.start("validate", {
             "training_args": dict(training_args), "device": device, "device_env": dict(device_env or {}),
-            "num_processes": max(1, int(num_processes))})
+            "num_processes": max(1, int(num_processes)), "objective": objective})
 
     def _on_validate_line(self, stream: str, line: str) -> None:
         if stream == "stdout":

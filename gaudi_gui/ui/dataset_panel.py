@@ -130,6 +130,8 @@ class DatasetPanel(QWidget):
         form.addRow("", rrow)
         form.addRow("Rendered", self.rendered)
         self._form = form
+        #: A preference objective (DPO, ORPO, KTO) reads its own columns: the SFT rows are hidden.
+        self.preference = False
         # The rows now belong to the form's widget; this one holds no pixels and must not sit over
         # the form's top-left corner catching clicks.
         self.hide()
@@ -160,16 +162,37 @@ class DatasetPanel(QWidget):
                     self.column_boxes[field].setCurrentText(spec)
         self.changed.emit()
 
+    def set_preference(self, on: bool) -> None:
+        """A preference objective: its file's columns say what it holds (prompt, chosen, rejected), so
+        the SFT kind, mapping, loss mask, chat template and render preview rows are hidden."""
+        self.preference = on
+        self._update_visible()
+
     def _update_visible(self) -> None:
         kind = self.kind.currentText()
         fields = sft.FIELDS.get(kind, ())
         if hasattr(self, "_form"):
+            sft_rows = not getattr(self, "preference", False)
             for field, label in self._col_labels.items():
-                self._form.setRowVisible(label, field in fields and kind != "text")
-            self._form.setRowVisible(self._loss_label, kind != "text")
+                self._form.setRowVisible(label, field in fields and kind != "text" and sft_rows)
+            self._form.setRowVisible(self._loss_label, kind != "text" and sft_rows)
+            for widget in (self.kind, self.template, self.render_button, self.rendered):
+                self._form.setRowVisible(self._row_of(widget), sft_rows)
         mode = self.eval_mode.currentText()
         self.eval_fraction.setVisible(mode == "fraction")
         self.eval_source.setVisible(mode in ("file", "Hub split"))
+
+    def _row_of(self, widget: QWidget) -> int:
+        position: Any = self._form.getWidgetPosition(widget)
+        row = int(position[0])
+        if row < 0:
+            # A widget inside a row's layout (Kind, the render button): the row that holds it.
+            for index in range(self._form.rowCount()):
+                item = self._form.itemAt(index, QFormLayout.ItemRole.FieldRole)
+                layout = item.layout() if item is not None else None
+                if layout is not None and layout.indexOf(widget) >= 0:
+                    return index
+        return row
 
     def columns(self) -> dict[str, str]:
         kind = self.kind.currentText()

@@ -1,6 +1,7 @@
-"""The training job form: model, dataset (with a preview, its SFT kind and mapping, eval split and a
-render preview), method, launch options and every SFTConfig / TrainingArguments field of the
-installed trl and transformers (built from the schema a child reported)."""
+"""The training job form: the objective (SFT, DPO, ORPO, KTO), model, dataset (with a preview, its SFT
+kind and mapping or the preference columns it took, eval split and a render preview), method, launch
+options and every field of the objective's config class (SFTConfig, DPOConfig, ORPOConfig, KTOConfig)
+of the installed trl and transformers (built from the schema a child reported)."""
 
 from __future__ import annotations
 
@@ -28,13 +29,14 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core import datafile, jobcheck, paths, sft
+from gaudi_gui.core import datafile, jobcheck, paths, preference, sft
 from gaudi_gui.core.jobconfig import (
     FORMATS,
     METHODS,
     MIXED_PRECISION,
     JobConfig,
     dataset_columns,
+    dataset_rows,
     resolve_format,
 )
 from gaudi_gui.core.secrets import SECRET_TRAINING_ARGS
@@ -46,10 +48,11 @@ from gaudi_gui.ui.wheel_guard import guard_wheel
 ERROR_STYLE = "border: 1px solid #d62728; background: #fff0f0;"
 
 
-def preview_rows(source: str, fmt: str, count: int = 5) -> str:
-    """The first rows of a local dataset file, read as plain text (no datasets import here)."""
+def preview_rows(source: str, fmt: str, count: int = 5, objective: str = "sft") -> str:
+    """The first rows of a local dataset file, read as plain text (no datasets import here); for a
+    preference objective, first the columns it took (or what the file lacks)."""
     if paths.is_demo(source):
-        source = str(paths.demo_dataset_path())
+        source = str(paths.demo_dataset_path(objective))
     fmt = resolve_format(source, fmt)
     if fmt == "hub":
         return f"Hub dataset '{source}': loaded by the worker (no preview offline)."
@@ -66,6 +69,13 @@ def preview_rows(source: str, fmt: str, count: int = 5) -> str:
     columns = dataset_columns(str(path), fmt)
     if columns is not None:
         text = f"columns: {', '.join(columns) or '(none)'}\n{text}"
+    if preference.is_preference(objective) and columns is not None:
+        head = dataset_rows(str(path), fmt, count)
+        problems = preference.check(objective, columns, head)
+        found = preference.detect(objective, columns, head)
+        said = f"⚠ {problems[0][1]}" if problems else \
+            f"{preference.LABELS[objective]} {found.describe()}" if found else ""
+        text = f"{said}\n{text}"
     return text
 
 
@@ -208,7 +218,22 @@ class TrainingForm(QWidget):
         #: The job last shown: job() starts from it, so what the form has no editor for (name,
         #: resume_from_checkpoint, dataset.split) is kept.
         self._base = JobConfig()
+        #: The whole schema (SFT's fields and each objective's own); ``schema`` is the objective's.
+        self.full_schema: Schema | None = None
         root = QVBoxLayout(self)
+
+        # -- objective -------------------------------------------------------------------------
+        orow = QHBoxLayout()
+        orow.addWidget(QLabel("Objective", self))
+        self.objective = QComboBox(self)
+        for name in preference.OBJECTIVES:
+            self.objective.addItem(preference.LABELS[name], name)
+        self.objective.setToolTip("SFT: learn the dataset's text or answers (SFTTrainer). DPO, ORPO, KTO: "
+                                  "learn from preferences (TRL's DPOTrainer, ORPOTrainer, KTOTrainer): a "
+                                  "file of prompt, chosen, rejected (or KTO's prompt, completion, label)")
+        orow.addWidget(self.objective)
+        orow.addStretch(1)
+        root.addLayout(orow)
 
         # -- model and data --------------------------------------------------------------------
         data = QGroupBox("Model and data", self)
@@ -362,14 +387,41 @@ class TrainingForm(QWidget):
         self.dataset.textChanged.connect(self._update_preview)
         self.format.currentIndexChanged.connect(self._update_preview)
         self.method.currentIndexChanged.connect(self._update_method)
+        self.objective.currentIndexChanged.connect(self._objective_changed)
         self._update_preview()
         self._update_method()
         guard_wheel(self)
 
     # -- schema -------------------------------------------------------------------------------
 
-    def set_schema(self, schema: Schema) -> None:
+    def current_objective(self) -> str:
+        return str(self.objective.currentData() or "sft")
+
+    def _objective_changed(self) -> None:
+        """Another objective: its config class's fields replace the last one's (values the new class
+        also has are kept), the SFT dataset rows hide or show, and the preview says the columns."""
+        objective = self.current_objective()
+        if self.full_schema is not None:
+            self.set_schema(self.full_schema, switched=True)
+        self.dataset_panel.set_preference(preference.is_preference(objective))
+        self._update_kind()
+        self._update_preview()
+        self.changed.emit()
+
+    def set_schema(self, schema: Schema, *, switched: bool = False) -> None:
+        """The installed schema (the whole of it); the editors are those of the objective chosen.
+        ``switched``: the objective changed, and a value of a field that only another objective's class
+        has (packing for DPO, beta for SFT) is dropped; a name no class knows stays, to be flagged."""
+        self.full_schema = schema.root or schema
+        schema = self.full_schema.for_objective(self.current_objective())
         current = self._current_args_lenient()
+        if switched:
+            known = set(self.full_schema.fields)
+            for _cls, own in self.full_schema.objectives.values():
+                known |= set(own)
+            current = {k: v for k, v in current.items() if k in schema.fields or k not in known}
+            self._extra_args = {k: v for k, v in self._extra_args.items()
+                                if k in schema.fields or k not in known}
         if self.overwrite_output is not None:  # deleted with its row below: keep what it says
             self._base.overwrite_output = self.overwrite_output.isChecked()
             self.overwrite_output = None
@@ -466,6 +518,7 @@ class TrainingForm(QWidget):
     def job(self) -> tuple[JobConfig, list[tuple[str, str]]]:
         args, errors = self.training_args()
         job = copy.deepcopy(self._base)
+        job.objective = self.current_objective()
         job.model = self.model.currentText().strip()
         job.method = self.method.currentText()
         owned = ("chat_template_path", "completion_only_loss", "assistant_only_loss")
@@ -473,6 +526,10 @@ class TrainingForm(QWidget):
                              **self.dataset_panel.training_args()}
         job.dataset.kind = self.dataset_panel.kind.currentText()
         job.dataset.columns = self.dataset_panel.columns()
+        if preference.is_preference(job.objective):
+            # The preference file's own columns; the SFT panel's values are not this job's.
+            job.dataset.kind, job.dataset.columns = "text", {}
+            job.training_args = {k: v for k, v in job.training_args.items() if k not in owned}
         job.dataset.eval = self.dataset_panel.eval_spec()
         job.dataset.source = self.dataset.text().strip()
         job.dataset.format = self.format.currentText()
@@ -495,6 +552,14 @@ class TrainingForm(QWidget):
 
     def set_job(self, job: JobConfig) -> None:
         self._base = copy.deepcopy(job)
+        index = self.objective.findData(job.objective)
+        if index != self.objective.currentIndex():
+            self.objective.blockSignals(True)
+            self.objective.setCurrentIndex(max(0, index))
+            self.objective.blockSignals(False)
+            if self.full_schema is not None:
+                self.set_schema(self.full_schema, switched=True)
+            self.dataset_panel.set_preference(preference.is_preference(job.objective))
         self.model.setCurrentText(job.model)
         self.dataset.setText(job.dataset.source)
         self.format.setCurrentText(job.dataset.format)
@@ -594,14 +659,19 @@ class TrainingForm(QWidget):
 
     def _update_preview(self) -> None:
         source = self.dataset.text().strip()
-        self.preview.setPlainText(preview_rows(source, self.format.currentText()) if source else "")
-        local = str(paths.demo_dataset_path()) if paths.is_demo(source) else source
+        objective = self.current_objective()
+        count = preference.PREVIEW_ROWS if preference.is_preference(objective) else 5
+        self.preview.setPlainText(preview_rows(source, self.format.currentText(), count, objective)
+                                  if source else "")
+        local = str(paths.demo_dataset_path(objective)) if paths.is_demo(source) else source
         fmt = resolve_format(local, self.format.currentText()) if source else "hub"
         self.dataset_panel.set_columns(dataset_columns(local, fmt) if fmt != "hub" else None)
 
     def _update_kind(self) -> None:
-        # The text column is for the text kind; the others map their columns in the panel.
-        self.column.setEnabled(self.dataset_panel.kind.currentText() == "text")
+        # The text column is for the text kind; the others map their columns in the panel; a preference
+        # objective reads its own columns.
+        self.column.setEnabled(self.dataset_panel.kind.currentText() == "text"
+                               and not preference.is_preference(self.current_objective()))
 
     def _render(self) -> None:
         """The render preview of the job as the form holds it (problems are marked instead)."""

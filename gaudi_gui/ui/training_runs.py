@@ -47,7 +47,8 @@ from gaudi_gui.ui.prices_dialog import PricesDialog, prices_of
 COLUMNS = ("run", "status", "duration", "steps", "final loss", "card-hours", "energy", "tokens/s",
            "compilations", "kind", "started", "latest scores")
 #: What only a training run offers (a Serve or Evaluate job has no job to clone, checkpoint or model).
-TRAINING_ONLY = ("Reopen", "Clone", "Compare", "Resume", "Try in runner", "Merge and save", "Evaluate")
+TRAINING_ONLY = ("Reopen", "Clone", "Compare", "Resume", "Try in runner", "Merge and save", "Evaluate",
+                 "Align with preferences…")
 #: The columns whose figures are right-aligned.
 _NUMBERS = frozenset(("duration", "steps", "final loss", "card-hours", "energy", "tokens/s", "compilations"))
 #: The meter's columns (their tooltip is the whole meter).
@@ -101,6 +102,8 @@ class RunsTable(QWidget):
     merge_finished = Signal(bool, str)
     #: Open the Evaluate window of this run (base vs tuned; ui/eval_view.py).
     evaluate_requested = Signal(object)
+    #: Fill the form with a DPO job that starts from this finished SFT run's model or adapter.
+    align_requested = Signal(object)
     #: An export (Export…) ended: what it wrote, or "⚠ why not" (emitted from the export's thread).
     export_finished = Signal(str)
 
@@ -129,6 +132,7 @@ class RunsTable(QWidget):
                               ("Try in runner", lambda: self._one(self.load_in_runner_requested)),
                               ("Merge and save", lambda: self._one(self.merge_requested)),
                               ("Evaluate", lambda: self._one(self.evaluate_requested)),
+                              ("Align with preferences…", lambda: self._one(self.align_requested)),
                               ("Export…", self.export_selected),
                               ("Open in TensorBoard", lambda: self.open_dashboard("tensorboard")),
                               ("Open in trackio", lambda: self.open_dashboard("trackio")),

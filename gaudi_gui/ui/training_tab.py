@@ -249,6 +249,7 @@ class TrainingTab(QWidget):
         self.runs.compare_requested.connect(self.compare)
         self.runs.resume_requested.connect(self.resume_run)
         self.runs.load_in_runner_requested.connect(self._load_in_runner)
+        self.runs.align_requested.connect(self.align)
 
         # Start from the last job, with the card count of the Devices tab as the process count.
         last = services.settings.get("training/last_job")
@@ -521,7 +522,7 @@ class TrainingTab(QWidget):
         return super().eventFilter(watched, event)
 
     def _on_schema(self, schema: Schema) -> None:
-        if self.form.schema is None or self.form.schema.to_dict() != schema.to_dict():
+        if self.form.full_schema is None or self.form.full_schema.to_dict() != schema.to_dict():
             self.form.set_schema(schema)
         self._fit_form_column()
         self.update_preview()
@@ -538,7 +539,8 @@ class TrainingTab(QWidget):
         self.status.setText("validating TrainingArguments in a child process…")
         self.schema_loader.validate(launch_mod.worker_training_args(job, self.device), device=self.device,
                                     device_env=self.training.device_env(),
-                                    num_processes=job.launch.num_processes * job.launch.num_machines)
+                                    num_processes=job.launch.num_processes * job.launch.num_machines,
+                                    objective=job.objective)
 
     def _on_validated(self, errors: list) -> None:
         self.form.show_errors([(f"training_args.{f}", m) for f, m in errors])
@@ -1014,6 +1016,32 @@ class TrainingTab(QWidget):
             return
         self.update_preview()
         self.status.setText(f"form filled from {run.name}")
+
+    def align(self, run: Run) -> None:
+        """"Align with preferences…": the form gets a DPO job that starts from this finished SFT run's
+        final model or LoRA adapter (core.jobconfig.align_job)."""
+        from gaudi_gui.core.jobconfig import align_job
+        from gaudi_gui.core.sft import is_adapter_dir, runner_target
+        try:
+            sft_job = run.user_job()
+        except JobConfigError as exc:
+            self.status.setText(str(exc))
+            return
+        target = runner_target(run.output_dir()) if run.status().state == "finished" else None
+        if sft_job.objective != "sft" or target is None:
+            self.status.setText(f"Align with preferences starts from a finished SFT run with a saved model: "
+                                f"{run.name} is {'not SFT' if sft_job.objective != 'sft' else 'not one'}")
+            return
+        schema = self.form.full_schema
+        job = align_job(sft_job, str(target), adapter=is_adapter_dir(target),
+                        sft_only=schema.sft_only if schema is not None else ())
+        self.form.set_job(job)
+        self._cards_nproc = None
+        self.update_preview()
+        what = "adapter" if is_adapter_dir(target) else "model"
+        self.status.setText(f"form filled: DPO from {run.name}'s {what} ({target.name}/)"
+                            + ("" if job.dataset.source else "; choose a preference dataset (prompt, "
+                               "chosen, rejected)"))
 
     def compare(self, runs: list[Run]) -> None:
         """Compare: each run's loss, learning rate and its own cards' utilization (its meter), and the

@@ -118,8 +118,24 @@ def _describe_type(tp: Any) -> tuple[str, bool, list[str] | None, list[str]]:
     return (kinds[0] if kinds else "str"), optional, None, accepted
 
 
-def config_class() -> Any:
-    """trl.SFTConfig, or TrainingArguments where trl is missing."""
+def config_class(objective: str = "sft") -> Any:
+    """The config class of a job's objective: trl.SFTConfig (or TrainingArguments where trl is
+    missing), trl.DPOConfig, ORPOConfig (``trl.experimental.orpo`` in TRL 1.x), trl.KTOConfig.
+    ImportError for a preference objective where trl is missing."""
+    if objective == "dpo":
+        from trl import DPOConfig
+        return DPOConfig
+    if objective == "kto":
+        from trl import KTOConfig
+        return KTOConfig
+    if objective == "orpo":
+        import warnings
+        with warnings.catch_warnings():
+            # TRL 1.x keeps ORPO under trl.experimental and warns at each import of it; the worker says
+            # so once in the run's log (workers/preference.py).
+            warnings.simplefilter("ignore")
+            from trl.experimental.orpo import ORPOConfig
+        return ORPOConfig
     try:
         from trl import SFTConfig
     except ImportError:
@@ -136,28 +152,39 @@ def _default_of(f: Any) -> Any:
     return None
 
 
-def pinned_defaults(cls: Any = None) -> dict[str, Any]:
-    """TrainingArguments' defaults for the fields whose default ``cls`` (SFTConfig) changes."""
+#: The preference config classes: new in gaudi-gui, with no older job files to keep training as they
+#: did, so they keep their own defaults (KTO's sequential sampling is required by its loss, DPO's
+#: learning rate 1e-6 is its recipe's) but bf16, which must not switch on where the device cannot run it.
+PREFERENCE_CLASSES = ("DPOConfig", "ORPOConfig", "KTOConfig")
+PREFERENCE_PINNED = ("bf16",)
+
+
+def _changed_defaults(cls: Any) -> dict[str, Any]:
+    """{name: TrainingArguments' default} of the fields whose default ``cls`` changes."""
     from transformers import TrainingArguments
 
-    cls = cls or config_class()
     base = {f.name: _default_of(f) for f in dataclasses.fields(TrainingArguments) if f.init}
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.init and f.name in base and _json_safe(_default_of(f)) != _json_safe(base[f.name]):
-            out[f.name] = base[f.name]
+    return {f.name: base[f.name] for f in dataclasses.fields(cls)
+            if f.init and f.name in base and _json_safe(_default_of(f)) != _json_safe(base[f.name])}
+
+
+def pinned_defaults(cls: Any = None) -> dict[str, Any]:
+    """TrainingArguments' defaults for the fields whose default ``cls`` (SFTConfig) changes; of a
+    preference class only bf16's (``PREFERENCE_PINNED``)."""
+    cls = cls or config_class()
+    out = _changed_defaults(cls)
+    if cls.__name__ in PREFERENCE_CLASSES:
+        out = {k: v for k, v in out.items() if k in PREFERENCE_PINNED}
     return out
 
 
-def dump_schema() -> dict[str, Any]:
-    import transformers
-
-    cls = config_class()
+def _describe_fields(cls: Any, only: set[str] | None = None) -> list[dict[str, Any]]:
+    """The schema entries of ``cls``'s fields (``only``: of these names alone)."""
     pinned = pinned_defaults(cls)
     hints = typing.get_type_hints(cls)
     out = []
     for f in dataclasses.fields(cls):
-        if not f.init:
+        if not f.init or (only is not None and f.name not in only):
             continue
         kind, optional, choices, accepts = _describe_type(hints.get(f.name, f.type))
         if f.metadata.get("choices"):
@@ -173,13 +200,37 @@ def dump_schema() -> dict[str, Any]:
             optional = False  # a pinned bool has a definite default: a check box, not a tri-state
         out.append({"name": f.name, "kind": kind, "optional": optional, "default": default,
                     "help": help_text, "choices": choices, "accepts": accepts})
+    return out
+
+
+def dump_schema() -> dict[str, Any]:
+    """The SFTConfig fields (``fields``), and per preference objective its config class's own fields,
+    those beyond TrainingArguments (``objectives``); ``sft_only`` names SFTConfig's own fields, which a
+    preference objective does not take. Format 3."""
+    import transformers
+    from transformers import TrainingArguments
+
+    cls = config_class()
+    out = _describe_fields(cls)
+    base = {f.name for f in dataclasses.fields(TrainingArguments) if f.init}
+    objectives: dict[str, Any] = {}
+    for objective in ("dpo", "orpo", "kto"):
+        try:
+            other = config_class(objective)
+        except ImportError:
+            continue  # no trl: SFT alone (on TrainingArguments)
+        # Its own fields, and the TrainingArguments fields whose default it changes and keeps.
+        own = ({f.name for f in dataclasses.fields(other) if f.init} - base) | \
+            (set(_changed_defaults(other)) - set(pinned_defaults(other)))
+        objectives[objective] = {"config_class": other.__name__, "fields": _describe_fields(other, own)}
     try:
         import trl
         trl_version = str(trl.__version__) if cls.__name__ == "SFTConfig" else ""
     except ImportError:
         trl_version = ""
     return {"transformers_version": transformers.__version__, "config_class": cls.__name__,
-            "trl_version": trl_version, "format": 2, "fields": out}
+            "trl_version": trl_version, "format": 3, "fields": out,
+            "sft_only": sorted({f["name"] for f in out} - base), "objectives": objectives}
 
 
 #: Messages of checks a single validating process cannot pass although the launched job will (the
@@ -193,7 +244,7 @@ def _signature(message: str) -> str:
     return re.sub(r"\S*\d\S*", "#", first.split(" but found")[0])[:200]
 
 
-def validate(args: dict[str, Any], num_processes: int = 1) -> list[dict[str, str]]:
+def validate(args: dict[str, Any], num_processes: int = 1, objective: str = "sft") -> list[dict[str, str]]:
     """Problems building TrainingArguments from the whole of ``args`` (empty: it builds).
 
     The whole set is built first, so a combination that is valid together (bf16 with use_cpu,
@@ -208,7 +259,7 @@ def validate(args: dict[str, Any], num_processes: int = 1) -> list[dict[str, str
 
     from gaudi_gui.core.training_args import Schema
 
-    schema = Schema.from_dict(dump_schema())
+    schema = Schema.from_dict(dump_schema()).for_objective(objective)
     errors: list[dict[str, str]] = []
     # Unknown names, wrong types, negative step counts: the same checks the form makes, so a job file
     # checked here (gaudi-gui train, a hand-edited file) gets the same answer as in the form.
@@ -216,7 +267,7 @@ def validate(args: dict[str, Any], num_processes: int = 1) -> list[dict[str, str
     for name, problem in schema.check(args):
         errors.append({"field": name, "message": problem})
         bad.add(name)
-    cls = config_class()
+    cls = config_class(objective)
     pinned = pinned_defaults(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     remaining = {k: v for k, v in args.items() if k in names and k not in bad}
@@ -289,7 +340,10 @@ def main(argv: list[str] | None = None) -> int:
                                                        f"{ns.validate}: {exc}"}]}))
             return 1
         num_processes = 1
+        objective = "sft"
         if isinstance(data, dict) and isinstance(data.get("training_args"), dict):
+            if data.get("objective") in ("sft", "dpo", "orpo", "kto"):
+                objective = str(data["objective"])
             apply_env(data.get("env"))
             with contextlib.suppress(TypeError, ValueError):
                 num_processes = max(1, int(data.get("num_processes", 1)))
@@ -298,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps({"ok": False, "errors": [{"field": "", "message": "not a JSON object"}]}))
             return 1
         hide_bitsandbytes(optim=data.get("optim"))
-        errors = validate(data, num_processes)
+        errors = validate(data, num_processes, objective)
         print(json.dumps({"ok": not errors, "errors": errors}))
         return 0 if not errors else 1
     hide_bitsandbytes()  # the schema is the same without it, and comes seconds sooner

@@ -44,14 +44,20 @@ def build_args(job: JobConfig) -> dict[str, Any]:
     its dataset part decides (max length, the text field, the loss default of its kind)."""
     from gaudi_gui.workers.schema import config_class, pinned_defaults
 
-    cls = config_class()
+    try:
+        cls = config_class(job.objective)
+    except ImportError:
+        raise DataError("config", f"{job.objective.upper()} needs trl, which is not installed in this "
+                                  f"environment (pip install 'trl>=1.16')") from None
     names = {f.name for f in dataclasses.fields(cls)}
     args = {**pinned_defaults(cls), **job.training_args}
     if "enable_jit_checkpoint" in names:
         # Our StopCallback saves on a stop; the JIT handler would take SIGTERM from it (train.py).
         args["enable_jit_checkpoint"] = False
     args.setdefault("report_to", "none")
-    if cls.__name__ == "SFTConfig":
+    if job.objective != "sft":
+        args.setdefault("max_length", job.dataset.max_length)
+    elif cls.__name__ == "SFTConfig":
         args.setdefault("max_length", job.dataset.max_length)
         args["dataset_text_field"] = "text"
         if job.dataset.kind == "conversational":
@@ -64,12 +70,12 @@ def build_args(job: JobConfig) -> dict[str, Any]:
     return args
 
 
-def parse_args(args: dict[str, Any]) -> Any:
+def parse_args(args: dict[str, Any], objective: str = "sft") -> Any:
     from transformers import HfArgumentParser
 
     from gaudi_gui.workers.schema import config_class
     try:
-        (parsed,) = HfArgumentParser(config_class()).parse_dict(args)
+        (parsed,) = HfArgumentParser(config_class(objective)).parse_dict(args)
     except (ValueError, TypeError) as exc:
         raise DataError("config", f"invalid training arguments: {exc}") from exc
     return parsed
@@ -112,7 +118,7 @@ def _reason(exc: BaseException) -> str:
 
 def load_raw(job: JobConfig) -> tuple[Any, Any]:
     """(train rows, eval rows or None) as the file holds them; a fraction is split off, seeded."""
-    ds = _load(job.dataset.source, job.dataset_format(), job.dataset.split)
+    ds = _load(job.dataset_file(), job.dataset_format(), job.dataset.split)
     spec = job.dataset.eval
     eval_ds = None
     if spec.get("source"):

@@ -1,7 +1,10 @@
 """The training worker: ``accelerate launch ... -m gaudi_gui.workers.train --config <run>/config.json``.
 
 It loads the model and dataset the job names, applies LoRA/QLoRA when asked, builds TrainingArguments
-with ``HfArgumentParser.parse_dict`` and runs the Trainer.
+with ``HfArgumentParser.parse_dict`` and runs the Trainer: TRL's SFTTrainer, or for a preference
+objective (``objective``: dpo, orpo, kto) TRL's DPOTrainer, ORPOTrainer, KTOTrainer with its config
+class (``workers/preference.py``); TRL's reward metrics (``rewards/margins``, ...) go into the metrics
+events under TRL's names, beside the loss.
 
 What the app relies on:
 - Each rank records its pid and create time in ``<run>/ranks/rank-N.json`` before anything slow, so
@@ -36,6 +39,7 @@ import traceback
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from gaudi_gui.core import preference
 from gaudi_gui.core.events import EventType, EventWriter
 
 if TYPE_CHECKING:
@@ -190,6 +194,8 @@ def make_callbacks(started: float) -> list[Any]:
                 "grad_norm": num("grad_norm"), "elapsed": round(elapsed, 3),
                 "throughput": round(steps / elapsed, 4) if elapsed > 0 else None}
             record.update(self.speeds(args, state, steps, elapsed, num("num_tokens")))
+            from gaudi_gui.workers.preference import metrics as reward_metrics
+            record.update(reward_metrics(logs))
             record.update(self.memory(args))
             eval_loss = num("eval_loss")
             if eval_loss is not None:
@@ -390,27 +396,40 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
         raise WorkerError("config", "training_args.output_dir is not set")
     check_output_dir(str(args_dict["output_dir"]))
     reporting(args_dict, run_dir)
-    targs = sft_data.parse_args(args_dict)
-    if config_class().__name__ != "SFTConfig":
+    targs = sft_data.parse_args(args_dict, job.objective)
+    if config_class(job.objective).__name__ != preference.CONFIG_CLASSES[job.objective]:
         raise WorkerError("config", "trl is not installed in this environment (pip install 'trl>=1.16')")
+    aligning = preference.is_preference(job.objective)
+    if job.objective == "orpo":
+        say("ORPO: TRL's trl.experimental.orpo (TRL marks its experimental API as subject to change)")
 
     try:
         # The Trainer places the model; QLoRA computes in bf16 when the run trains in bf16.
         how = loader.plan("", dtype=None, quantization=job.quantization, place=False,
                           compute_dtype="bf16" if targs.bf16 else "fp32")
-        model, tokenizer = loader.load(resolve_model(job.model), how)
+        if aligning:
+            from gaudi_gui.workers import preference as pref
+            model, tokenizer, adapted = pref.load_model(job, resolve_model(job.model), how, say)
+        else:
+            model, tokenizer = loader.load(resolve_model(job.model), how)
+            adapted = False
     except loader.LoadError as exc:
         raise WorkerError("config", str(exc)) from None
     except Exception as exc:
         raise WorkerError("model", f"cannot load model {job.model!r}: {exc}") from exc
     peft_config = None
-    if job.method in ("lora", "qlora"):
+    if job.method in ("lora", "qlora") and not adapted:
         from peft import LoraConfig
         # SFTTrainer wraps the model (and prepares a 4-bit one) from this config.
         peft_config = LoraConfig(r=job.lora.r, lora_alpha=job.lora.alpha, lora_dropout=job.lora.dropout,
                                  target_modules=job.lora.target_modules or None, task_type="CAUSAL_LM")
 
     raw, raw_eval = sft_data.load_raw(job)
+    callbacks = make_callbacks(started)
+    resume = _resume_point(job, targs)
+    if aligning:
+        return _align(job, model, tokenizer, targs, raw=raw, raw_eval=raw_eval, peft_config=peft_config,
+                      callbacks=callbacks, resume=resume)
     chat = bool(getattr(tokenizer, "chat_template", None)) or bool(args_dict.get("chat_template_path"))
     train_rows, skipped = sft_data.to_sft(job, raw, chat)
     if skipped.count:
@@ -425,20 +444,6 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
         if not has_generation_markers(tokenizer.chat_template or ""):
             # SFTTrainer raises a bare ValueError here; say what to choose instead.
             sft_data.training_chat_template(tokenizer, get_training_chat_template)
-    callbacks = make_callbacks(started)
-    resume: str | bool | None = job.resume_from_checkpoint or None
-    if resume == "latest":
-        from gaudi_gui.core.runstore import latest_checkpoint
-        found = latest_checkpoint(targs.output_dir)
-        if found is None:
-            raise WorkerError("resume", f"nothing to resume: {targs.output_dir} holds no complete "
-                                        f"checkpoint-N folder")
-        resume = str(found)
-    elif resume:
-        from gaudi_gui.core.runstore import checkpoint_complete
-        if not checkpoint_complete(str(resume)):
-            raise WorkerError("resume", f"{resume} is not a complete checkpoint (no readable "
-                                        f"trainer_state.json, or a save was cut short)")
     from trl import SFTTrainer
     trainer: Any = SFTTrainer(model=model, args=targs, train_dataset=train_rows, eval_dataset=eval_rows,
                          processing_class=tokenizer, peft_config=peft_config, callbacks=callbacks)
@@ -462,6 +467,51 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
          first_labelled=sum(1 for x in labels if x != -100))
     distributed = str(getattr(trainer.accelerator, "distributed_type", "")).rsplit(".", 1)[-1]
     say(f"pid {os.getpid()} training on {targs.device} ({len(trainer.train_dataset)} rows, {distributed})")
+    return _finish(job, trainer, tokenizer, targs, eval_rows=eval_rows, callbacks=callbacks, resume=resume)
+
+
+def _resume_point(job: JobConfig, targs: Any) -> str | None:
+    """The checkpoint the run resumes from (None: a new run); WorkerError for one that cannot be."""
+    resume: str | None = job.resume_from_checkpoint or None
+    if resume == "latest":
+        from gaudi_gui.core.runstore import latest_checkpoint
+        found = latest_checkpoint(targs.output_dir)
+        if found is None:
+            raise WorkerError("resume", f"nothing to resume: {targs.output_dir} holds no complete "
+                                        f"checkpoint-N folder")
+        resume = str(found)
+    elif resume:
+        from gaudi_gui.core.runstore import checkpoint_complete
+        if not checkpoint_complete(str(resume)):
+            raise WorkerError("resume", f"{resume} is not a complete checkpoint (no readable "
+                                        f"trainer_state.json, or a save was cut short)")
+    return resume
+
+
+def _align(job: JobConfig, model: Any, tokenizer: Any, targs: Any, *, raw: Any, raw_eval: Any,
+           peft_config: Any, callbacks: list[Any], resume: str | None) -> dict[str, Any]:
+    """A preference run (DPO, ORPO, KTO): TRL's trainer of the objective on the columns it takes."""
+    from gaudi_gui.workers import preference as pref
+
+    train_rows, found = pref.rows(job, raw)
+    eval_rows = pref.rows(job, raw_eval, "eval split")[0] if raw_eval is not None else None
+    say(f"{preference.LABELS[job.objective]}: {found.describe()}")
+    trainer = pref.make_trainer(job, model, tokenizer, targs, train_rows=train_rows, eval_rows=eval_rows,
+                                peft_config=peft_config, callbacks=callbacks)
+    if job.method in ("lora", "qlora"):
+        trainable = sum(p.numel() for p in trainer.model.parameters() if p.requires_grad)
+        say(f"{job.method}: {trainable} trainable parameters")
+    emit(EventType.DATASET_READY, kind=job.objective, rows=len(trainer.train_dataset), dropped=0, skipped=0,
+         skipped_first="", columns=list(found.columns), shape=found.shape,
+         eval_rows=len(trainer.eval_dataset) if trainer.eval_dataset is not None else 0)
+    say(f"pid {os.getpid()} training on {targs.device} ({len(trainer.train_dataset)} rows, "
+        f"{preference.LABELS[job.objective]})")
+    return _finish(job, trainer, tokenizer, targs, eval_rows=eval_rows, callbacks=callbacks, resume=resume)
+
+
+def _finish(job: JobConfig, trainer: Any, tokenizer: Any, targs: Any, *, eval_rows: Any,
+            callbacks: list[Any], resume: str | None) -> dict[str, Any]:
+    """Train (from ``resume``), evaluate once where an eval split has no schedule, save the result."""
     if resume:
         emit(EventType.PHASE, phase="resuming", checkpoint=str(resume), message=f"resuming from {resume}")
     result = trainer.train(resume_from_checkpoint=resume)
@@ -486,7 +536,8 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
     loss = float(result.training_loss) if result.training_loss == result.training_loss else None
     return {"stopped": stopped, "global_step": state.global_step, "max_steps": state.max_steps,
             "train_loss": loss, "final_loss": callbacks[0].last_loss, "output_dir": targs.output_dir,
-            "final_dir": final_dir, "checkpoint": checkpoint, "world_size": targs.world_size}
+            "final_dir": final_dir, "checkpoint": checkpoint, "world_size": targs.world_size,
+            **({"objective": job.objective} if job.objective != "sft" else {})}
 
 
 def save_final(trainer: Any, job: JobConfig, tokenizer: Any, output_dir: Path) -> str:

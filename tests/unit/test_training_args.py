@@ -8,7 +8,7 @@ import pytest
 
 from gaudi_gui.core import training_args as ta
 
-SCHEMA = ta.Schema.from_dict({"transformers_version": "9.9", "format": 2, "fields": [
+SCHEMA = ta.Schema.from_dict({"transformers_version": "9.9", "format": 3, "fields": [
     {"name": "output_dir", "kind": "str", "default": None, "help": "where", "optional": True},
     {"name": "learning_rate", "kind": "float", "default": 5e-5, "help": "The initial learning rate"},
     {"name": "max_steps", "kind": "int", "default": -1, "help": "steps"},
@@ -66,6 +66,14 @@ def test_real_schema_child_and_validation(tmp_path) -> None:
     assert schema.fields["bf16"].kind == "bool" and schema.fields["max_steps"].default == -1
     for removed in ta.REMOVED:
         assert removed not in schema.fields
+    # Each preference objective: TrainingArguments' fields and its config class's own, not SFT's.
+    dpo = schema.for_objective("dpo")
+    assert dpo.config_class == "DPOConfig" and dpo.fields["beta"].default == 0.1
+    assert "packing" not in dpo.fields and "learning_rate" in dpo.fields and "packing" in schema.fields
+    assert schema.for_objective("orpo").config_class == "ORPOConfig"
+    kto = dpo.for_objective("kto")
+    assert kto.config_class == "KTOConfig" and "desirable_weight" in kto.fields
+    assert [f for f, _m in kto.check({"beta": "high", "packing": True})] == ["beta", "packing"]
     job = tmp_path / "job.json"
     job.write_text(json.dumps({"training_args": {"eval_strategy": "bogus", "warmup_ratio": 0.1,
                                                  "max_steps": 5}}))
