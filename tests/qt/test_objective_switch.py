@@ -56,3 +56,31 @@ def test_the_objective_switch_shows_the_objectives_fields(qtbot, real_schema: Sc
     qtbot.waitUntil(lambda: "packing" in form.editors and form.dataset_panel.kind.isVisible(), timeout=5000)
     assert "beta" not in form.editors and form.column.isEnabled()
     assert "objective" not in form.job()[0].to_dict()  # absent means SFT, as an SFT job file always was
+
+
+def test_align_with_preferences_on_a_finished_sft_run_fills_the_form_with_dpo(qtbot, tmp_path: Path) -> None:
+    """Runs → a finished SFT run → "Align with preferences…" (clicked): the form is a DPO job that
+    starts from that run's final model; a run that is not one says so at the tab."""
+    from tests.helpers import close_training_tab, run_history, training_tab
+
+    root = tmp_path / "runs"
+    newest = run_history(root, 3)[0]  # their job's output folder: runs/out
+    final = root / "out" / "final"
+    final.mkdir(parents=True)
+    (final / "config.json").write_text("{}")
+    services, tab = training_tab(qtbot, tmp_path)
+    try:
+        click(qtbot, tab.views.tabBar(), tab.views.tabBar().tabRect(1).center())
+        qtbot.waitUntil(lambda: tab.views.currentWidget() is tab.runs)
+        click(qtbot, tab.runs.buttons["Refresh"])
+        table = tab.runs.table
+        qtbot.waitUntil(lambda: table.rowCount() >= 3)
+        rows = {table.item(r, 0).text(): r for r in range(table.rowCount())}  # type: ignore[union-attr]
+        table.selectRow(rows[newest])
+        click(qtbot, tab.runs.buttons["Align with preferences…"])
+        qtbot.waitUntil(lambda: tab.form.objective.currentData() == "dpo", timeout=10000)
+        assert "form filled: DPO from" in tab.status.text() and "(final/)" in tab.status.text()
+        job, _errors = tab.form.check()
+        assert job.objective == "dpo" and job.model == str(final) and job.method == "full"
+    finally:
+        close_training_tab(services, tab)
