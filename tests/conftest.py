@@ -228,12 +228,17 @@ def _close_agent_clients() -> None:
                 obj.close()
 
 
+#: What ending the test's agent ran into (said when something of the test is left running).
+_AGENT_NOTES: list[str] = []
+
+
 def _end_agent() -> None:
     """The test's agent (its GAUDI_GUI_HOME names its own), if one was started, ends with the test: it
     would otherwise wait out its idle time. Work it started is the test's to have ended. One being
     started as the test ended (a client asked for it at the last moment) is waited for and ended too."""
     from gaudi_gui.core import agentwire
     home = os.environ.get("GAUDI_GUI_HOME", "")
+    _AGENT_NOTES.clear()
 
     def agent_processes() -> list[psutil.Process]:
         found = []
@@ -255,13 +260,17 @@ def _end_agent() -> None:
                 sock = agentwire.try_connect()
         if sock is None:
             return
-        with contextlib.suppress(agentwire.AgentError, OSError), agentwire.Connection(sock, "test") as conn:
-            pid = int(conn.agent.get("pid") or 0)
-            conn.request("shutdown", timeout=10, force=True)
-            with contextlib.suppress(psutil.Error):
-                psutil.Process(pid).wait(timeout=10)
+        try:
+            with agentwire.Connection(sock, "test") as conn:
+                pid = int(conn.agent.get("pid") or 0)
+                conn.request("shutdown", timeout=10, force=True)
+                with contextlib.suppress(psutil.Error):
+                    psutil.Process(pid).wait(timeout=10)
+        except (agentwire.AgentError, OSError) as exc:
+            _AGENT_NOTES.append(f"round {_round}: {type(exc).__name__}: {exc}")
         if not agent_processes():
             return
+        _AGENT_NOTES.append(f"round {_round}: still there: {[p.pid for p in agent_processes()]}")
 
 
 def _running_runners(process: Any) -> list[Any]:
@@ -294,7 +303,8 @@ def _assert_no_process_left(home: Path) -> None:
         for proc in left:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-        pytest.fail(f"the test left processes running: {described}")
+        notes = f" (ending its agent: {'; '.join(_AGENT_NOTES)})" if _AGENT_NOTES else ""
+        pytest.fail(f"the test left processes running: {described}{notes}")
 
 
 _CHAT_MODEL_SCRIPT = """

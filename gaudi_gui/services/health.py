@@ -31,7 +31,6 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core.alerts import CLEARED, RAISED, Alert, AlertEngine, AlertEvent, Thresholds, card_key
 from gaudi_gui.services.doctor_child import DoctorChild
-from gaudi_gui.services.preflight import AgentDoctor
 from gaudi_gui.services.process import ProcessRunner, describe_exit
 from gaudi_gui.services.settings import Settings
 
@@ -40,6 +39,7 @@ if TYPE_CHECKING:
     # this service is made before the window's first paint.
     from gaudi_gui.core.child import Outcome
     from gaudi_gui.core.health import HostHealth
+    from gaudi_gui.services.preflight import AgentDoctor
 
 LOCAL = "local"
 #: Between two hosts' doctor starts in one refresh: the starts are off the window's thread, but five
@@ -319,6 +319,8 @@ class HealthService(QObject):
         read = functools.partial(read_report, host, timeout_s)
         hl_smi = str(self.settings.get("devices/hl_smi") or "").strip()
         if self.via_agent:
+            from gaudi_gui.services.preflight import AgentDoctor  # (its core.preflight: after the paint)
+
             # The one place choosing: the doctor is the agent's child (no thread, no child of the
             # window), below the window's priority: this machine's with the Devices panel's hl-smi,
             # a saved host's run ON that host by its agent (over this machine's one ssh session to
@@ -359,7 +361,7 @@ class HealthService(QObject):
         deleted the check a second time (fresh clones #20 and #27: a segmentation fault in
         ``processEvents``)."""
         check = self.sender()
-        if not isinstance(check, (DoctorChild, AgentDoctor)):
+        if not isinstance(check, QObject):
             return
         host = check.objectName()
         if self._checks.get(host) is not check:

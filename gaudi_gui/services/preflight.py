@@ -63,6 +63,7 @@ class AgentDoctor(QObject):
 
     def kill(self) -> None:
         """The agent ends the child; ``ended`` still follows (as ``DoctorChild.kill``)."""
+        self._timer.stop()  # it is being ended: no timeout of its own left to keep
         self._child.kill_tree()
 
     def retire(self) -> None:
