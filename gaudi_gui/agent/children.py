@@ -153,7 +153,17 @@ def _dashboard(args: dict[str, Any]) -> Spec:
 
 
 def _doctor(args: dict[str, Any]) -> Spec:
-    """This machine's doctor (the start gate's check; a host's goes over ssh from the window still)."""
+    """This machine's doctor: its JSON report (health, the start gate), or with ``report`` (an absolute
+    path) the bug report written there (``about``: a saved host's name, its parts made on that host)."""
+    report = str(args.get("report") or "")
+    if report:
+        if not os.path.isabs(report) or "\0" in report:
+            raise Refused(f"report must be an absolute path: {report!r}")
+        about = str(args.get("about") or "")
+        argv = [_python(args), "-m", "gaudi_gui", "doctor", "--report", report]
+        if about:
+            argv += ["--host", about]  # one argument: the command checks the name
+        return Spec(argv, dict(os.environ))
     argv = [_python(args), "-m", "gaudi_gui", "doctor", "--json", "--timeout",
             f"{max(1.0, float(args.get('timeout_s') or 30)):g}"]
     if args.get("hl_smi"):

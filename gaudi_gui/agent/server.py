@@ -171,8 +171,8 @@ class Agent:
             for session in list(self.sessions):
                 session.writer.close()
             for service in reversed(self.services):
-                with contextlib.suppress(Exception):
-                    await service.stop()
+                with contextlib.suppress(Exception):  # (TimeoutError too: one stuck stop holds no other)
+                    await asyncio.wait_for(service.stop(), 10)
             with contextlib.suppress(FileNotFoundError):
                 self.sock_path.unlink()
             _log("agent ended")

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
     # this service is made before the window's first paint.
     from gaudi_gui.core.child import Outcome
     from gaudi_gui.core.health import HostHealth
+    from gaudi_gui.services.agent_child import AgentChild
     from gaudi_gui.services.preflight import AgentDoctor
 
 LOCAL = "local"
@@ -144,7 +145,8 @@ class HealthService(QObject):
         self._running = False
         self._shut_down = False
         # `doctor --report FILE` as a child: it runs every check again and packs the files.
-        self._report_runner = ProcessRunner(self, parse_protocol=False, tail_lines=20)
+        self._report_runner: ProcessRunner | AgentChild = ProcessRunner(self, parse_protocol=False,
+                                                                         tail_lines=20)
         self._report_runner.finished.connect(self._on_report_finished)
         self._report_path = ""
         self._report_copy = False  # the running report child is for "Copy report" (a temporary .txt)
@@ -260,8 +262,19 @@ class HealthService(QObject):
             from pathlib import Path
             path = str(Path(tempfile.mkdtemp(prefix="gaudi-report-")) / "report.txt")
         self._report_path = path
+        if self.via_agent:
+            # The agent's child, as every doctor of the app's: no process of the window's own.
+            from gaudi_gui.services.agent_child import AgentChild
+            child = self._report_runner
+            if not isinstance(child, AgentChild):
+                child = self._report_runner = AgentChild(self, tail_lines=20)
+                child.finished.connect(self._on_report_finished)
+            child.start("doctor", {"report": path, **({} if host == LOCAL else {"about": host})})
+            return True
         args = ["-m", "gaudi_gui", "doctor", "--report", path, *([] if host == LOCAL else ["--host", host])]
-        self._report_runner.start(sys.executable, args)
+        runner = self._report_runner
+        assert isinstance(runner, ProcessRunner)
+        runner.start(sys.executable, args)
         return True
 
     def _on_report_finished(self, code: int, status: str) -> None:
