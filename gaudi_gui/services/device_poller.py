@@ -48,7 +48,17 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from gaudi_gui.core import hlsmi
 from gaudi_gui.core.agentwire import Ev
 from gaudi_gui.core.backoff import Backoff
-from gaudi_gui.core.device_loop import clamp_interval
+from gaudi_gui.core.device_loop import (
+    FIRST_OUTPUT_GRACE_S,
+    HANG_FACTOR,
+    STATE_ABSENT,
+    STATE_FAILED,
+    STATE_OK,
+    STATE_STARTING,
+    STATE_STOPPED,
+    STATE_UNREACHABLE,
+    clamp_interval,
+)
 from gaudi_gui.core.devices import DeviceSample, History, ProcessInfo, attach_processes
 from gaudi_gui.core.health import Roots, gaudi_evidence
 from gaudi_gui.services.device_selection import DeviceSelection
@@ -65,18 +75,6 @@ if TYPE_CHECKING:
 # ``gaudi_gui.core.host`` (and with it psutil, ~40 ms) is imported by the methods that read the host
 # or nvidia-smi: this module is loaded before the window's first paint, they all run after it.
 
-#: Poller states (the ``state`` of ``state_changed``).
-STATE_STARTING = "starting"
-STATE_OK = "ok"  # hl-smi streams samples
-STATE_ABSENT = "absent"  # hl-smi is not installed / not found (on a host: the guard there cannot start it)
-STATE_UNREACHABLE = "unreachable"  # a remote host's ssh failed (auth, network, dropped): retrying
-STATE_FAILED = "failed"  # hl-smi ran but died, hung or printed nothing usable (retrying)
-STATE_STOPPED = "stopped"
-
-#: A loop that prints no complete snapshot for this many intervals counts as hung.
-HANG_FACTOR = 3.0
-#: hl-smi needs time to open the driver before its first line.
-FIRST_OUTPUT_GRACE_S = 10.0
 HISTORY_SECONDS = 3600
 #: Interval bounds (seconds), the settings schema's: below, hl-smi would be spawned too often; above,
 #: QTimer's int ms and any sense of "live" end. A non-number or NaN takes the default.
