@@ -97,7 +97,16 @@ class SshHost:
         while left and time.monotonic() < deadline:
             time.sleep(0.1)
             left = left_now()
-        return [" ".join(p.cmdline())[:160] for p in left if p.is_running()]
+        return [_described(p) for p in left if p.is_running()]
+
+
+def _described(proc: psutil.Process) -> str:
+    """A process left running, with its parent (who started it is the first question)."""
+    with contextlib.suppress(psutil.Error):
+        line = " ".join(proc.cmdline())[:160]
+        parent = proc.parent()
+        return line + (f"  <- parent {parent.pid}: {' '.join(parent.cmdline())[:100]}" if parent else "")
+    return f"pid {proc.pid} (ended while it was read)"
 
 
 def _keygen(path: Path) -> None:
