@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
+from gaudi_gui.agent import tasks
 from gaudi_gui.core import hlsmi
 from gaudi_gui.core.agentwire import Ev
 from gaudi_gui.core.backoff import Backoff
@@ -137,6 +138,7 @@ class DevicesService:
         if ev == Ev.DEVICES.value:
             if self.latest is not None:
                 session.send({"ev": Ev.DEVICES.value, **self.latest})
+            _log(f"devices: {session.client} (pid {session.peer_pid}) subscribed to the cards")
             self._ensure_supervisor()
         elif ev == Ev.DEVICES_STATE.value:
             session.send({"ev": Ev.DEVICES_STATE.value, "state": self.state, "message": self.message,
@@ -174,6 +176,7 @@ class DevicesService:
         if not isinstance(hl_smi, str) or "\n" in hl_smi or "\0" in hl_smi:
             raise Refused("hl_smi is the path of a program (one line of text)")
         self._wants[session] = _Want(interval, table, hl_smi.strip())
+        _log(f"devices: {session.client} (pid {session.peer_pid}) watches every {interval:g} s")
         for name in (Ev.DEVICES.value, Ev.DEVICES_STATE.value):
             session.subs[name] = None
         if message.get("restart"):
@@ -238,6 +241,7 @@ class DevicesService:
                 alone_since = alone_since or time.monotonic()
                 if time.monotonic() - alone_since >= GRACE_S:
                     await self._end_loop()
+                    _log("devices: loop ended (nobody listens)")
                     self._set_state(STATE_STOPPED, "stopped: nobody listens")
                     self._supervisor = None
                     return
@@ -247,14 +251,12 @@ class DevicesService:
                 continue
             await self._end_loop()
             self._running_with = wanted
+            _log(f"devices: loop for {len(self._listeners())} listener(s), every {wanted[0]:g} s")
             self._loop_task = asyncio.get_running_loop().create_task(self._loop(*wanted))
 
     async def _end_loop(self) -> None:
         task, self._loop_task = self._loop_task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await tasks.end(task)
         await self._kill()
 
     # -- the loop ---------------------------------------------------------------------------------
@@ -454,6 +456,11 @@ class DevicesService:
         self._seen = set()
         with contextlib.suppress(ProcessLookupError, TimeoutError):
             await asyncio.wait_for(proc.wait(), 5.0)
+
+
+def _log(text: str) -> None:
+    from gaudi_gui.agent.server import _log as log
+    log(text)
 
 
 async def _run_text(argv: list[str], timeout_s: float) -> str | None:

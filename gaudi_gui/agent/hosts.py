@@ -25,6 +25,7 @@ import os
 import time
 from typing import Any
 
+from gaudi_gui.agent import tasks
 from gaudi_gui.agent.server import Agent, Handler, Refused, Session
 from gaudi_gui.core import agentwire, remote
 from gaudi_gui.core.agentwire import Ev, WireError
@@ -324,8 +325,7 @@ class Link:
         self._stop_proc()
         self._fail_pending(words)
         self._settle(words)
-        with contextlib.suppress(BaseException):
-            await self.task
+        await tasks.end(self.task)
         self._set("down", words)
 
 
