@@ -26,6 +26,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gaudi_gui.core.metrics import REWARD_SERIES
+
 #: The training objectives a job may name; "sft" is the default (a job file without the key).
 OBJECTIVES = ("sft", "dpo", "orpo", "kto")
 LABELS = {"sft": "SFT", "dpo": "DPO", "orpo": "ORPO", "kto": "KTO"}
@@ -33,9 +35,10 @@ LABELS = {"sft": "SFT", "dpo": "DPO", "orpo": "ORPO", "kto": "KTO"}
 CONFIG_CLASSES = {"sft": "SFTConfig", "dpo": "DPOConfig", "orpo": "ORPOConfig", "kto": "KTOConfig"}
 #: The objectives that learn from preferences (not SFT).
 PREFERENCE = ("dpo", "orpo", "kto")
-#: TRL's reward metrics, under TRL's names, as the worker puts them in a run's metrics events.
-REWARD_KEYS = ("rewards/chosen", "rewards/rejected", "rewards/margins", "rewards/accuracies",
-               "logps/chosen", "logps/rejected", "nll_loss", "log_odds_ratio", "log_odds_chosen", "kl")
+#: TRL's reward metrics, under TRL's names, as the worker puts them in a run's metrics events: the
+#: charted rewards (``core.metrics.REWARD_SERIES``) and what else the trainers log beside them.
+REWARD_KEYS = (*REWARD_SERIES, "logps/chosen", "logps/rejected", "nll_loss", "log_odds_ratio",
+               "log_odds_chosen", "kl")
 #: How many rows the form and the checks look at.
 PREVIEW_ROWS = 3
 
