@@ -98,6 +98,35 @@ def read(run_folder: str | Path) -> dict[str, Any] | None:
     return summary
 
 
+def describe(summary: Mapping[str, Any], top: int = 5) -> list[str]:
+    """``runs show``'s lines for a profile: the steps and times, the top operators, the rules' sentences
+    and the trace's path."""
+    from gaudi_gui.core.profile_rules import sentences
+
+    def ms(value: Any) -> str:
+        number = _finite(value)
+        return f"{number:,.1f} ms" if number is not None else "–"
+    device = summary.get("device_ms")
+    lines = [f"profile: {summary.get('steps', 0)} step(s) from step {summary.get('first_step', '?')}, mean "
+             f"{ms((_finite(summary.get('step_mean_s')) or 0.0) * 1000)}; host {ms(summary.get('host_ms'))}, "
+             + (f"device {ms(device)}" if device is not None else "no device activity recorded")
+             + f", data loader {ms(summary.get('dataloader_ms'))}"]
+    compiled = summary.get("compilations")
+    if isinstance(compiled, Mapping):
+        lines.append(f"graph compilations in the profiled steps: {compiled.get('count', 0)} "
+                     f"({ms((_finite(compiled.get('seconds')) or 0.0) * 1000)})")
+    ops = [op for op in summary.get("top_operators") or [] if isinstance(op, Mapping)][:top]
+    if ops:
+        on_device = device is not None
+        lines.append("top operators (self time): " + "; ".join(
+            f"{op.get('name')} {ms(op.get('self_device_ms') if on_device else op.get('self_host_ms'))} "
+            f"×{op.get('calls')}" for op in ops))
+    lines += sentences(summary)
+    if summary.get("trace"):
+        lines.append(f"trace: {summary['trace']}")
+    return lines
+
+
 def compilations_between(run_folder: str | Path, t0: float, t1: float) -> dict[str, Any] | None:
     """Graph compilations (count and seconds) the bridge's metrics file of rank 0 counted between
     ``t0`` and ``t1`` (its counters are running totals: the difference of the last dump before each
@@ -179,5 +208,5 @@ def _finite(value: Any) -> float | None:
 
 
 __all__ = ["FOLDER_NAME", "PROFILE_SKIP_STEPS", "PROFILE_WAIT", "PROFILE_WARMUP", "SUMMARY_NAME",
-           "cards_between", "compilations_between", "folder", "profiler_steps", "read", "read_summary",
-           "trace_files"]
+           "cards_between", "compilations_between", "describe", "folder", "profiler_steps", "read",
+           "read_summary", "trace_files"]

@@ -52,6 +52,12 @@ def test_train_profile_steps_3_writes_a_trace_and_a_summary(tmp_path: Path, demo
     # The job the run recorded holds the key (a host's or a queued run reads it there).
     assert json.loads((run / "config.json").read_text())["profile_steps"] == 3
     assert "profile: 3 step(s) recorded" in done.stdout
+    # `runs show` says it: the steps, the top operators and where the trace is.
+    shown = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir", str(tmp_path / "runs"),
+                            "show", run.name], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert "profile: 3 step(s) from step 3" in shown.stdout and f"trace: {trace}" in shown.stdout
+    assert f"top operators (self time): {top[0]['name']} " in shown.stdout
 
 
 @pytest.mark.parametrize("value", ["0", "-2", "three"])

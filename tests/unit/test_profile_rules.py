@@ -122,6 +122,11 @@ def test_read_adds_the_meters_window(tmp_path: Path) -> None:
     said = sentences(summary)
     assert said[0].startswith("42 % of step time is graph compilation")
     assert said[1].startswith("module 5 draws 18 % less power")
+    lines = profile.describe(summary)
+    assert lines[0].startswith("profile: 3 step(s)") and "no device activity recorded" in lines[0]
+    assert lines[1] == "graph compilations in the profiled steps: 3 (126.0 ms)"
+    assert lines[2] == "top operators (self time): aten::mm 120.0 ms ×9"
+    assert lines[3:5] == said and lines[-1] == f"trace: {summary['trace']}"
 
 
 def test_read_of_a_run_without_profile(tmp_path: Path) -> None:
