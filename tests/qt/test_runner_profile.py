@@ -37,7 +37,12 @@ def tab(qtbot) -> Iterator[RunnerTab]:
 
 def test_profile_a_generation_by_clicks(qtbot, tab: RunnerTab, monkeypatch: pytest.MonkeyPatch) -> None:
     opened: list[str] = []
-    monkeypatch.setattr(QDesktopServices, "openUrl", lambda url: opened.append(url.toString()) or True)
+
+    def open_url(url: QUrl) -> bool:
+        opened.append(url.toString())
+        return True
+
+    monkeypatch.setattr(QDesktopServices, "openUrl", open_url)
     with qtbot.waitSignal(tab.client.model_loaded, timeout=120_000):
         click(qtbot, tab.load_button)
     qtbot.waitUntil(lambda: tab.profile_button.isEnabled() and tab.send_button.isEnabled())
