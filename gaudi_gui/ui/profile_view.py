@@ -114,17 +114,18 @@ class ProfileView(QWidget):
         self.advice.setText("\n".join(f"• {s}" for s in said) if said else
                             "Nothing to act on: no rule found compilations, a waiting card, a slow card or "
                             "costly all-reduce in these steps.")
-        self._fill(summary.get("top_operators") or [])
+        self._fill(summary.get("top_operators") or [], on_device=device is not None)
         trace = str(summary.get("trace") or "")
         self.open_button.setEnabled(bool(trace))
         self.where.setText(f"trace: {trace}" if trace else "the trace file is missing from the run folder")
         return True
 
-    def _fill(self, rows: list[dict[str, Any]]) -> None:
+    def _fill(self, rows: list[dict[str, Any]], *, on_device: bool) -> None:
         self.table.setRowCount(len(rows))
         for r, row in enumerate(rows):
+            # No device recorded (a CPU run): "–", never a measured-looking 0.
             cells = (str(row.get("name", "")), str(row.get("calls", "")), _ms(row.get("self_host_ms")),
-                     _ms(row.get("self_device_ms")), _ms(row.get("host_total_ms")))
+                     _ms(row.get("self_device_ms")) if on_device else "–", _ms(row.get("host_total_ms")))
             for c, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if c:

@@ -88,7 +88,7 @@ def test_profile_page_clicked(qtbot, tmp_path: Path, monkeypatch) -> None:
     assert isinstance(view, ProfileView)
     qtbot.waitExposed(view)
     assert view.table.rowCount() == 2 and view.table.item(0, 0).text() == "aten::mm"
-    assert view.table.item(0, 2).text() == "470.8"
+    assert view.table.item(0, 2).text() == "470.8" and view.table.item(0, 3).text() == "–"
     assert "3 profiled step(s) (steps 3–5" in view.heading.text()
     times = view.times.text()
     assert "host 290.0 ms" in times and "device: none recorded" in times
