@@ -78,3 +78,20 @@ def test_more_profile_steps_than_max_steps_is_refused(tmp_path: Path) -> None:
     assert len(lines) == 1 and "Traceback" not in done.stderr
     assert "profile_steps: 3 profiled steps need 5 training steps" in lines[0]
     assert "max_steps is 4" in lines[0]
+
+
+def test_two_ranks_only_rank_0_profiles_and_counts_the_all_reduce(tmp_path: Path, demo_model: Path) -> None:
+    """2 gloo ranks: one trace (rank 0's) and one summary; DDP's all-reduce is among its operators and
+    in its collective time (what the all-reduce rule reads)."""
+    job = JobConfig.load(_job(tmp_path))
+    job.launch.num_processes = 2
+    job.save(tmp_path / "job.json")
+    done = _train(tmp_path, "--profile-steps", "3")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    (run,) = list((tmp_path / "runs").iterdir())
+    (trace,) = profile.trace_files(run)
+    assert trace.name.startswith("rank0.") and len(profile.profiler_steps(trace)) == 3
+    summary = profile.read(run)
+    assert summary is not None and summary["rank"] == 0
+    assert any(op["name"] == "c10d::allreduce_" for op in summary["top_operators"])
+    assert summary["collective_ms"] > 0
