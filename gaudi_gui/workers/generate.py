@@ -745,9 +745,17 @@ class _GenerationProfile:
         if prof is None:
             return None
         try:
+            if PROFILE_SKIP_STEPS <= self.seen < PROFILE_SKIP_STEPS + self.active:
+                # The answer ended before the profiler's active steps did (an eos, a stop string): the
+                # span open since the last token ends here, and is counted as the trace shows it.
+                self.marks.append(time.time())
             prof.stop()
             marks = self.marks
             times = [b - a for a, b in itertools.pairwise(marks)]
+            if not times:
+                out.emit("info", message=f"profile: the answer had {self.seen} token(s), too few to profile: "
+                                         f"the first {PROFILE_SKIP_STEPS} are the profiler's warm-up")
+                return None
             summary = summarize(prof.key_averages(), step_times=times, activity_names=self.names,
                                 t0=marks[0] if marks else time.time(), t1=marks[-1] if marks else time.time(),
                                 steps_wanted=self.active, first_step=PROFILE_SKIP_STEPS + 1)
