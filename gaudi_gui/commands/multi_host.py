@@ -75,6 +75,8 @@ def train(args: argparse.Namespace) -> int:
         return 2
     # --overwrite-output travels in the job: the host's own `train` decides (the folder is there).
     job.overwrite_output = job.overwrite_output or bool(getattr(args, "overwrite_output", False))
+    from gaudi_gui.commands.profile_flag import apply_profile_steps
+    apply_profile_steps(job, args)
     port = int(job.launch.main_process_port or 29500)
     try:
         main_ip = args.main_ip.strip() or main_address(hosts[0])

@@ -112,6 +112,8 @@ def train(host: Host, args: argparse.Namespace) -> int:
         return 2
     # --overwrite-output travels in the job: the host's own `train` decides (the folder is there).
     job.overwrite_output = job.overwrite_output or bool(getattr(args, "overwrite_output", False))
+    from gaudi_gui.commands.profile_flag import apply_profile_steps
+    apply_profile_steps(job, args)
     try:
         cards = visibility.parse_cards(args.cards) if (args.cards or "").strip() else []
     except ValueError as exc:

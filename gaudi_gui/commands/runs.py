@@ -184,6 +184,12 @@ def run(args: argparse.Namespace) -> int:
                                     currency=args.currency)
         item["cost"] = prices_mod.cost(item["meter"], prices)  # null: no price set, or no meter
         cost_line = prices_mod.cost_text(item["meter"], prices)
+        from gaudi_gui.core import profile as profile_mod
+        profiled = profile_mod.read(found.folder)
+        if profiled is not None:
+            item["profile"] = profiled
+        profile_lines = "".join(f"\n  {redact(line)}" for line in profile_mod.describe(profiled)) \
+            if profiled is not None else ""
         live = _meter_so_far(found) if item["meter"] is None else None
         if live is not None:
             item["meter_so_far"] = live
@@ -193,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
               + (f" (⚠ {'; '.join(problems)})" if problems else "") + _meter_lines(item["meter"])
               + (f"\n  this host's part: {redact(meter_words.describe(item['meter_part']))}"
                  if item.get("meter_part") else "")
-              + (f"\n  {cost_line}" if cost_line else "")
+              + (f"\n  {cost_line}" if cost_line else "") + profile_lines
               + (f"\n  meter so far: {live['text']}" if live else ""),
               flush=True)
         return 0

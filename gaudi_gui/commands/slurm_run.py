@@ -118,6 +118,8 @@ def train(args: argparse.Namespace) -> int:
     except JobConfigError as exc:
         _say(f"gaudi-gui train: {exc}")
         return 2
+    from gaudi_gui.commands.profile_flag import apply_profile_steps
+    apply_profile_steps(job, args)
     device = args.device
     if device == "auto" and args.login.strip():
         # This machine's cards say nothing of the nodes'.

@@ -21,6 +21,8 @@ import contextlib
 import signal
 import sys
 
+from gaudi_gui.commands.profile_flag import add_argument as _add_profile_argument
+from gaudi_gui.commands.profile_flag import apply_profile_steps
 from gaudi_gui.commands.terminal import StopSignals as _Signals
 from gaudi_gui.commands.terminal import printable as _printable
 from gaudi_gui.commands.terminal import say as _say
@@ -62,6 +64,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="write into an output folder that holds another run's checkpoints, final model "
                         "or adapter (refused otherwise, naming the folder and its run); a job that names "
                         "no output_dir gets a folder of its own, outputs/<run name>")
+    _add_profile_argument(p)
     p.add_argument("--announce", default="", help=argparse.SUPPRESS)
     from gaudi_gui.commands import client
     client.add_argument(p)
@@ -102,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     # --overwrite-output travels in the job: the host's own `train` decides (the folder is there).
     job.overwrite_output = job.overwrite_output or bool(getattr(args, "overwrite_output", False))
+    apply_profile_steps(job, args)
     try:
         job, resumed = prepare_mod.resolve_resume(job, getattr(args, "resumed_from", ""))
     except prepare_mod.PrepareError as exc:

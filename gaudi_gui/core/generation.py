@@ -474,10 +474,15 @@ def load_command(options: LoadOptions) -> str:
 
 
 def generate_command(params: GenerationParams, *, prompt: str | None = None,
-                     messages: list[dict[str, str]] | None = None, request_id: int = 0) -> str:
+                     messages: list[dict[str, str]] | None = None, request_id: int = 0,
+                     profile: bool = False) -> str:
+    """``profile``: record the answer's decode steps with torch.profiler (issue 40); the worker says
+    where in its ``finished`` stats (``profile``: a folder holding ``profile/``, as a run's)."""
     if (prompt is None) == (messages is None):
         raise ValueError("give either a prompt or chat messages")
     fields_: dict[str, Any] = {"params": params.to_dict(), "id": request_id}
+    if profile:
+        fields_["profile"] = True
     if prompt is not None:
         fields_["prompt"] = prompt
     else:

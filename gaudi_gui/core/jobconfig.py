@@ -94,6 +94,9 @@ class JobConfig:
     overwrite_output: bool = False
     #: "sft" (default; not written to the file), "dpo", "orpo" or "kto" (core.preference.OBJECTIVES).
     objective: str = "sft"
+    #: Record this many training steps with torch.profiler after a short warm-up (issue 40; 0: off,
+    #: not written to the file): the trace and its summary go to ``<run>/profile/`` (core/profile.py).
+    profile_steps: int = 0
 
     @property
     def quantization(self) -> str:
@@ -107,6 +110,8 @@ class JobConfig:
         data["version"] = JOB_VERSION
         if data.get("objective") == "sft":
             del data["objective"]  # absent means SFT: an SFT job file reads as it always did
+        if not data.get("profile_steps"):
+            data.pop("profile_steps", None)  # absent means no profile: older readers read it as before
         # A token comes from the environment or the Hub's token store, never from a job file.
         data["training_args"] = {k: v for k, v in data["training_args"].items()
                                  if k not in SECRET_TRAINING_ARGS}
@@ -135,6 +140,12 @@ class JobConfig:
                 raise JobConfigError(f"'overwrite_output' must be true or false, got "
                                      f"{data['overwrite_output']!r}")
             job.overwrite_output = data["overwrite_output"]
+        if "profile_steps" in data:
+            value = data["profile_steps"]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise JobConfigError(f"'profile_steps' must be a whole number of steps (0: no profile), "
+                                     f"got {value!r}")
+            job.profile_steps = value
         if "objective" in data:
             problem = preference.objective_problem(data["objective"])
             if problem:
@@ -275,7 +286,23 @@ class JobConfig:
                                  f"machine rank must be 0 .. {launch.num_machines - 1}"))
         if not isinstance(launch.main_process_port, int) or not 0 < launch.main_process_port < 65536:
             problems.append(("launch.main_process_port", "port must be 1 .. 65535"))
+        problems += self._profile_problems()
         return problems
+
+    def _profile_problems(self) -> list[tuple[str, str]]:
+        """``profile_steps``: a count of steps, and room for them after the warm-up in ``max_steps``."""
+        from gaudi_gui.core.profile import PROFILE_SKIP_STEPS
+        steps = self.profile_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
+            return [("profile_steps", "profile steps must be a whole number (0: no profile)")]
+        max_steps = self.training_args.get("max_steps")
+        if steps and isinstance(max_steps, int) and not isinstance(max_steps, bool) and max_steps > 0 \
+                and steps + PROFILE_SKIP_STEPS > max_steps:
+            room = max(0, max_steps - PROFILE_SKIP_STEPS)
+            return [("profile_steps", f"{steps} profiled steps need {steps + PROFILE_SKIP_STEPS} training "
+                                      f"steps ({PROFILE_SKIP_STEPS} of warm-up first), but max_steps is "
+                                      f"{max_steps}: profile at most {room} steps or raise max_steps")]
+        return []
 
 
     def _sft_problems(self, fmt: str) -> list[tuple[str, str]]:

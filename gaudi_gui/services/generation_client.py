@@ -227,8 +227,9 @@ class GenerationClient(QObject):
         self._runner.kill_tree()
 
     def generate(self, params: GenerationParams, *, prompt: str | None = None,
-                 messages: list[dict[str, str]] | None = None) -> bool:
-        """Ask for an answer to a plain prompt or to chat messages; False when it cannot start."""
+                 messages: list[dict[str, str]] | None = None, profile: bool = False) -> bool:
+        """Ask for an answer to a plain prompt or to chat messages; False when it cannot start.
+        ``profile``: the worker records the answer's decode steps with torch.profiler."""
         problems = params.validate()
         if problems:
             self.error_occurred.emit("bad_parameters", "; ".join(problems))
@@ -241,7 +242,7 @@ class GenerationClient(QObject):
         self._request += 1
         self._set_state(GENERATING)
         self._runner.write_line(generation.generate_command(params, prompt=prompt, messages=messages,
-                                                            request_id=self._request))
+                                                            request_id=self._request, profile=profile))
         return True
 
     def cancel(self) -> None:

@@ -303,6 +303,18 @@ class RunnerTab(QWidget):
         self.send_button = QPushButton("Send")
         self.send_button.setToolTip("Ctrl+Enter")
         self.send_button.clicked.connect(self.send)
+        #: Profile (issue 40): Send, with the answer's decode steps recorded by torch.profiler.
+        self.profile_button = QPushButton("Profile")
+        self.profile_button.setToolTip("send the prompt and record the answer's decode steps with "
+                                       "torch.profiler (after 2 warm-up tokens); Show profile opens it")
+        self.profile_button.clicked.connect(lambda _checked=False: self.send_profiled())
+        #: The last profiled answer's page (hidden until there is one).
+        self.show_profile_button = QPushButton("Show profile")
+        self.show_profile_button.clicked.connect(lambda _checked=False: self.show_profile())
+        self.show_profile_button.hide()
+        self._profile_next = False
+        self._profile_folder = ""
+        self.profile_view: QWidget | None = None
         self.stop_button = QPushButton("Stop")
         self.stop_button.setToolTip("Esc: the worker stops within one token")
         self.stop_button.clicked.connect(self.stop)
@@ -355,6 +367,8 @@ class RunnerTab(QWidget):
         actions = QGridLayout()
         for col, b in enumerate((self.send_button, self.stop_button)):
             actions.addWidget(b, 0, col)
+        actions.addWidget(self.profile_button, 1, 0)
+        actions.addWidget(self.show_profile_button, 1, 1)
         answers = (self.copy_button, self.copy_chat_button, self.export_button, self.clear_button)
         for index, b in enumerate(answers):
             actions.addWidget(b, index // 2, 3 + index % 2)
@@ -798,6 +812,34 @@ class RunnerTab(QWidget):
 
     # -- conversation -----------------------------------------------------------------------------------
 
+    def send_profiled(self) -> None:
+        """Profile: Send, with this answer's decode steps recorded (this tab's worker only)."""
+        if self._endpoint_on():
+            self.stats.setText("Profile records this tab's own worker: uncheck \"Answer from the Serve "
+                               "endpoint\" to profile an answer")
+            return
+        self._profile_next = True
+        try:
+            self.send()
+        finally:
+            self._profile_next = False
+
+    def show_profile(self) -> None:
+        """The last profiled answer's page (ui/profile_view.py), as a training run's Profile…."""
+        from gaudi_gui.ui.profile_view import ProfileView
+        if not self._profile_folder:
+            return
+        if self.profile_view is None:
+            self.profile_view = ProfileView(self)
+            self.profile_view.setWindowFlag(Qt.WindowType.Window, True)
+            self.profile_view.resize(900, 600)
+        assert isinstance(self.profile_view, ProfileView)
+        if not self.profile_view.show_run(self._profile_folder, "generation"):
+            self.stats.setText(f"the profile was written where the worker runs: {self._profile_folder}")
+            return
+        self.profile_view.show()
+        self.profile_view.raise_()
+
     def send(self) -> None:
         if self.client.state == gc.GENERATING:
             return  # Ctrl+Enter while an answer streams
@@ -823,6 +865,10 @@ class RunnerTab(QWidget):
             generate = self._serve.generate
         else:
             generate = self.client.generate
+        if self._profile_next and generate == self.client.generate:
+            # Profile: this tab's worker only (send_profiled refuses the endpoint).
+            worker = self.client.generate
+            generate = lambda p, **kw: worker(p, profile=True, **kw)  # noqa: E731
         if chat:
             messages = [*self.conversation.messages(), {"role": "user", "content": text}]
             ok = generate(params, messages=messages)
@@ -889,6 +935,10 @@ class RunnerTab(QWidget):
             self.conversation.add_assistant(self._answer, stats)
             self._pending_user = None
         line = format_stats(stats)
+        if isinstance(stats.get("profile"), str) and stats["profile"]:
+            self._profile_folder = stats["profile"]
+            self.show_profile_button.show()
+            line += f" · profiled: {stats['profile']}"
         self.stats.setText(f"endpoint · {line}" if stats.get("source") == "endpoint" else line)
 
     def _on_error(self, kind: str, message: str) -> None:

@@ -39,6 +39,7 @@ from gaudi_gui.core.jobconfig import (
     dataset_rows,
     resolve_format,
 )
+from gaudi_gui.core.profile import PROFILE_SKIP_STEPS
 from gaudi_gui.core.secrets import SECRET_TRAINING_ARGS
 from gaudi_gui.core.training_args import FieldSpec, Schema
 from gaudi_gui.services.sft_tools import RenderPreview
@@ -352,6 +353,15 @@ class TrainingForm(QWidget):
             irow.addWidget(QLabel(label, self))
             irow.addWidget(w, 1 if w is self.main_ip else 0)
         lform.addRow("", irow)
+        #: "Profile N steps" (issue 40): the job's profile_steps; 0 is off.
+        self.profile_steps = QSpinBox(self)
+        self.profile_steps.setRange(0, 100_000)
+        self.profile_steps.setSpecialValueText("off")
+        self.profile_steps.setSuffix(" steps")
+        self.profile_steps.setToolTip(f"record this many training steps with torch.profiler after "
+                                      f"{PROFILE_SKIP_STEPS} warm-up steps (rank 0): the run's Profile… page "
+                                      f"shows the top operators and what to do; 0: off")
+        lform.addRow("Profile", self.profile_steps)
         root.addWidget(launch)
 
         # -- training arguments ----------------------------------------------------------------
@@ -381,7 +391,7 @@ class TrainingForm(QWidget):
             c.currentIndexChanged.connect(self.changed)
         self.model.currentTextChanged.connect(self.changed)
         for s in (self.max_length, self.lora_r, self.lora_alpha, self.num_processes, self.num_machines,
-                  self.machine_rank, self.main_port):
+                  self.machine_rank, self.main_port, self.profile_steps):
             s.valueChanged.connect(self.changed)
         self.lora_dropout.valueChanged.connect(self.changed)
         self.dataset.textChanged.connect(self._update_preview)
@@ -546,6 +556,7 @@ class TrainingForm(QWidget):
         job.launch.machine_rank = self.machine_rank.value()
         job.launch.main_process_ip = self.main_ip.text().strip()
         job.launch.main_process_port = self.main_port.value()
+        job.profile_steps = self.profile_steps.value()
         if self.overwrite_output is not None:
             job.overwrite_output = self.overwrite_output.isChecked()
         return job, errors
@@ -577,6 +588,7 @@ class TrainingForm(QWidget):
         self.machine_rank.setValue(job.launch.machine_rank)
         self.main_ip.setText(job.launch.main_process_ip)
         self.main_port.setValue(job.launch.main_process_port)
+        self.profile_steps.setValue(job.profile_steps)
         self.set_training_args(job.training_args)
         if self.overwrite_output is not None:
             self.overwrite_output.setChecked(job.overwrite_output)
@@ -619,6 +631,7 @@ class TrainingForm(QWidget):
             "launch.num_processes": self.num_processes, "launch.accelerate_config": self.accelerate_config,
             "launch.num_machines": self.num_machines, "launch.machine_rank": self.machine_rank,
             "launch.main_process_ip": self.main_ip, "launch.main_process_port": self.main_port,
+            "profile_steps": self.profile_steps,
             **self.dataset_panel.widgets_by_field()}
 
     @staticmethod

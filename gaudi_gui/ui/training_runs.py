@@ -48,7 +48,7 @@ COLUMNS = ("run", "status", "duration", "steps", "final loss", "card-hours", "en
            "compilations", "kind", "started", "latest scores")
 #: What only a training run offers (a Serve or Evaluate job has no job to clone, checkpoint or model).
 TRAINING_ONLY = ("Reopen", "Clone", "Compare", "Resume", "Try in runner", "Merge and save", "Evaluate",
-                 "Align with preferences…")
+                 "Align with preferences…", "Profile…")
 #: The columns whose figures are right-aligned.
 _NUMBERS = frozenset(("duration", "steps", "final loss", "card-hours", "energy", "tokens/s", "compilations"))
 #: The meter's columns (their tooltip is the whole meter).
@@ -133,6 +133,7 @@ class RunsTable(QWidget):
                               ("Merge and save", lambda: self._one(self.merge_requested)),
                               ("Evaluate", lambda: self._one(self.evaluate_requested)),
                               ("Align with preferences…", lambda: self._one(self.align_requested)),
+                              ("Profile…", self.show_profile),
                               ("Export…", self.export_selected),
                               ("Open in TensorBoard", lambda: self.open_dashboard("tensorboard")),
                               ("Open in trackio", lambda: self.open_dashboard("trackio")),
@@ -161,6 +162,8 @@ class RunsTable(QWidget):
         self.evaluate_requested.connect(self.evaluate)
         #: Evaluate windows by run folder, and the compared runs' scores (made when first needed).
         self.eval_views: dict[Path, QWidget] = {}
+        #: "Profile…": one page for the selected run's profile (ui/profile_view.py), made on first use.
+        self.profile_view: QWidget | None = None
         #: The saved hosts an Evaluate window offers (the Training tab binds the app's host list).
         self.hosts: Callable[[], list[Host]] = list
         #: The app's job registry (the Training tab binds it): each Evaluate window's evaluation is a
@@ -499,6 +502,28 @@ class RunsTable(QWidget):
             self.eval_views[run.folder] = view
         view.show()
         view.raise_()
+
+    def show_profile(self) -> None:
+        """The selected run's profile page (top operators, host vs device, what to do, Open trace);
+        a run that was not profiled is said here, with how to profile one."""
+        from gaudi_gui.ui.profile_view import ProfileView
+        runs = self.selected_runs()
+        if not runs:
+            self.status.setText("select a run to see its profile")
+            return
+        run = runs[0]
+        if self.profile_view is None:
+            self.profile_view = ProfileView(self)
+            self.profile_view.setWindowFlag(Qt.WindowType.Window, True)
+            screen = (self.screen() or self.profile_view.screen()).availableGeometry()
+            self.profile_view.resize(min(900, screen.width() - 24), min(640, screen.height() - 48))
+        assert isinstance(self.profile_view, ProfileView)
+        if not self.profile_view.show_run(run.folder, run.name):
+            self.status.setText(self.profile_view.heading.text())
+            self.profile_view.hide()
+            return
+        self.profile_view.show()
+        self.profile_view.raise_()
 
     def export_selected(self) -> None:
         """Export… : the selected run's metrics and meter as TensorBoard event files (``DIR/<run

@@ -619,10 +619,14 @@ class Worker:
         is_cancelled = self.is_cancelled
         verdicts: dict[tuple[int, bool], Any] = {}
 
+        recorder = _GenerationProfile(params.max_new_tokens) if message.get("profile") else None
+
         class _Flag(StoppingCriteria):
             # Called once per generated token, in the generation thread: keep it cheap (cached tensors).
             def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
                 stamps.append(time.perf_counter())
+                if recorder is not None:
+                    recorder.step()
                 done = pieces.hit or is_cancelled(message)
                 key = (int(input_ids.shape[0]), done)
                 verdict = verdicts.get(key)
@@ -656,8 +660,13 @@ class Worker:
             kwargs["tokenizer"] = self.tokenizer
         if streamer is not None:
             kwargs["streamer"] = streamer
-        with torch.inference_mode():
-            output = self.model.generate(**kwargs)
+        if recorder is not None:
+            recorder.start()
+        try:
+            with torch.inference_mode():
+                output = self.model.generate(**kwargs)
+        finally:
+            profiled = recorder.finish(self.out) if recorder is not None else None
         tokens = int(output.shape[-1]) - prompt_len
         if streamer is None:
             pieces.feed(self.tokenizer.decode(output[0][prompt_len:], skip_special_tokens=True))
@@ -684,7 +693,78 @@ class Worker:
             "decode_tokens_per_s": decode_rate, "total_s": round(end - received, 6),
             "stop_reason": reason, "memory_bytes": memory, "memory_kind": memory_kind,
             "streamed": streamer is not None, **fitted,
+            **({"profile": profiled} if profiled else {}),
         })
+
+
+class _GenerationProfile:
+    """The runner's Profile (issue 40): one answer's decode steps under torch.profiler, the way a
+    training run's steps are recorded (``workers/profile.py``): the first token (the prompt's prefill)
+    skipped, the second as the profiler's warm-up, every later token one ``ProfilerStep``. The trace
+    and ``summary.json`` go to ``<data>/profiles/generate-<time>/profile/``."""
+
+    def __init__(self, max_new_tokens: int) -> None:
+        from gaudi_gui.core.profile import PROFILE_SKIP_STEPS
+        self.active = max(1, max_new_tokens - PROFILE_SKIP_STEPS)
+        self.folder = paths.data_dir() / "profiles" / time.strftime("generate-%Y%m%d-%H%M%S")
+        self.prof: Any = None
+        self.names: list[str] = []
+        self.marks: list[float] = []
+        self.seen = 0
+
+    def start(self) -> None:
+        import torch
+
+        from gaudi_gui.core.profile import FOLDER_NAME, PROFILE_WAIT, PROFILE_WARMUP
+        from gaudi_gui.workers.profile import activities
+        chosen, self.names = activities()
+        out = self.folder / FOLDER_NAME
+        out.mkdir(parents=True, exist_ok=True)
+        handler = torch.profiler.tensorboard_trace_handler(str(out), worker_name="generate")
+        schedule = torch.profiler.schedule(wait=PROFILE_WAIT, warmup=PROFILE_WARMUP, active=self.active,
+                                           repeat=1)
+        self.prof = torch.profiler.profile(activities=chosen, on_trace_ready=handler, schedule=schedule)
+        self.prof.start()
+
+    def step(self) -> None:
+        from gaudi_gui.core.profile import PROFILE_SKIP_STEPS
+        self.seen += 1
+        if self.seen >= PROFILE_SKIP_STEPS:
+            self.marks.append(time.time())
+        if self.prof is not None:
+            self.prof.step()
+
+    def finish(self, out: Output) -> str | None:
+        """Stop the profiler, write the summary; the folder, or None (said as info) when it failed."""
+        import itertools
+
+        from gaudi_gui.core import atomic
+        from gaudi_gui.core.profile import FOLDER_NAME, PROFILE_SKIP_STEPS, SUMMARY_NAME
+        from gaudi_gui.workers.profile import summarize
+        prof, self.prof = self.prof, None
+        if prof is None:
+            return None
+        try:
+            if PROFILE_SKIP_STEPS <= self.seen < PROFILE_SKIP_STEPS + self.active:
+                # The answer ended before the profiler's active steps did (an eos, a stop string): the
+                # span open since the last token ends here, and is counted as the trace shows it.
+                self.marks.append(time.time())
+            prof.stop()
+            marks = self.marks
+            times = [b - a for a, b in itertools.pairwise(marks)]
+            if not times:
+                out.emit("info", message=f"profile: the answer had {self.seen} token(s), too few to profile: "
+                                         f"the first {PROFILE_SKIP_STEPS} are the profiler's warm-up")
+                return None
+            summary = summarize(prof.key_averages(), step_times=times, activity_names=self.names,
+                                t0=marks[0] if marks else time.time(), t1=marks[-1] if marks else time.time(),
+                                steps_wanted=self.active, first_step=PROFILE_SKIP_STEPS + 1)
+            summary["kind"] = "generate"
+            atomic.write_json(self.folder / FOLDER_NAME / SUMMARY_NAME, summary, indent=1, fsync=False)
+        except Exception as exc:  # a profile must never cost the answer
+            out.emit("info", message=f"profile: could not write it: {type(exc).__name__}: {exc}")
+            return None
+        return str(self.folder)
 
 
 def _die_with_parent() -> None:

@@ -426,6 +426,10 @@ def train(job: JobConfig, run_dir: Path) -> dict[str, Any]:
 
     raw, raw_eval = sft_data.load_raw(job)
     callbacks = make_callbacks(started)
+    if job.profile_steps > 0 and MAIN:
+        # Rank 0 only: every data-parallel rank runs the same operators (core/profile.py).
+        from gaudi_gui.workers.profile import make_callback
+        callbacks.append(make_callback(job.profile_steps, run_dir, say))
     resume = _resume_point(job, targs)
     if aligning:
         return _align(job, model, tokenizer, targs, raw=raw, raw_eval=raw_eval, peft_config=peft_config,
