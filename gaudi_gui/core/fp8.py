@@ -367,6 +367,12 @@ def check(folder: str | Path, *, here: dict[str, str] | None = None, inc: str | 
     return manifest, found
 
 
+def vllm_env(folder: str | Path) -> dict[str, str]:
+    """The environment of ``vllm serve … --quantization inc`` for a calibrate run: QUANT_CONFIG, its
+    QUANTIZE config (whose ``dump_stats_path`` names the run's measurements)."""
+    return {"QUANT_CONFIG": str(Path(folder).resolve() / QUANTIZE_CONFIG_NAME)}
+
+
 def check_line(name: str, found: list[Mismatch]) -> str:
     """The one line a refused ``--fp8`` prints: the first mismatch, and how many more."""
     more = f" (and {len(found) - 1} more: gaudi-gui doctor --fp8 {name})" if len(found) > 1 else ""

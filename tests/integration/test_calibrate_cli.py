@@ -148,3 +148,68 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, tiny_model_dir: Path,
         assert words in err and err.count("\n") == 1 and "Traceback" not in err, err
         assert out == ""
     assert not RunStore().runs()  # nothing started
+
+
+def command(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    try:
+        code = cli.main([*argv, "--no-agent"])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_eval_fp8_compares_the_quantized_model(calibrated: tuple[Run, str], tiny_model_dir: Path,
+                                               tmp_path: Path) -> None:
+    env = {**os.environ}
+    env.pop("GAUDI_GUI_CLI_AGENT", None)
+    done = subprocess.run([sys.executable, "-m", "gaudi_gui", "eval", "--model", str(tiny_model_dir), "--fp8",
+                           str(calibrated[0].folder), "--prompt", "the cat", "--prompt", "hello",
+                           "--max-new-tokens", "4", "--output", str(tmp_path), "--json", "--no-agent"],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "FP8 on the CPU (INC's Q/DQ) checks the flow and the answers, not speed" in done.stderr
+    record = json.loads(done.stdout)
+    assert record["target"]["base_model"] == record["target"]["tuned_model"] == str(tiny_model_dir)
+    said = record["tuned"]["fp8"]
+    # INC's QUANTIZE with the run's measurements: every Linear of the two layers, lm_head left out.
+    assert said["quantized_modules"] == 14 and said["classes"] == ["PatchedLinear"]
+    assert (said["scale_method"], said["qdq"]) == ("maxabs_pow2", True)
+    assert "fp8" not in record["base"]
+    answers = [json.loads(line) for line in Path(record["answers"]).read_text().splitlines()]
+    assert len(answers) == 2 and all(a["tuned_new_tokens"] >= 1 for a in answers)
+    # The run folder stays as it was calibrated (INC writes its scale files in a private copy).
+    assert fp8.measurement_files(calibrated[0].folder) == list(fp8.required_files())
+
+
+def test_serve_and_eval_refuse_a_calibration_of_another_machine(calibrated: tuple[Run, str],
+                                                                tiny_model_dir: Path, tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    folder = calibrated[0].folder
+    gaudi3 = edited(folder, tmp_path / "g3", device="hpu", generation="gaudi3")
+    code, out, err = command(["eval", "--model", str(tiny_model_dir), "--fp8", str(gaudi3), "--prompt", "hi"],
+                             capsys)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("gaudi-gui eval: --fp8: device type: calibrated hpu (gaudi3), here cpu (cpu) → ")
+    code, out, err = command(["serve", "--model", str(tiny_model_dir), "--fp8", str(gaudi3)], capsys)
+    assert code == 2 and err.count("\n") == 1
+    assert err.startswith(f"gaudi-gui serve: --fp8 {gaudi3}: device type: calibrated hpu (gaudi3)")
+    # The right machine, but no vLLM here: FP8 serving is vLLM's (--quantization inc); said, not started.
+    code, out, err = command(["serve", "--model", str(tiny_model_dir), "--fp8", str(folder)], capsys)
+    assert code == 2 and "FP8 serving runs through vLLM" in err and err.count("\n") == 1
+    code, out, err = command(["eval", "--run", str(folder), "--fp8", str(folder), "--prompt", "hi"], capsys)
+    assert code == 2 and "--fp8 goes with --model" in err
+    assert [r.kind for r in RunStore().runs()] == []  # nothing started
+
+
+def test_vllm_serves_a_calibration_with_inc(calibrated: tuple[Run, str], tiny_model_dir: Path) -> None:
+    from gaudi_gui.core import serve as sv
+    folder = calibrated[0].folder
+    spec = sv.ServeSpec(model=str(tiny_model_dir), engine="vllm", fp8=str(folder))
+    argv = sv.vllm_argv(["vllm"], str(tiny_model_dir), spec, bind="127.0.0.1")
+    assert argv[argv.index("--quantization"):] == ["--quantization", "inc", "--kv-cache-dtype", "fp8_inc"]
+    assert f"--fp8={folder}" in spec.cli_args()
+    config = json.loads(Path(fp8.vllm_env(folder)["QUANT_CONFIG"]).read_text())
+    assert config["mode"] == "QUANTIZE" and config["dump_stats_path"] == str(folder / "measure" / "inc")
+    assert sv.ServeSpec(model="m", fp8="r", quantization="4bit").problems(local=False) == [
+        ("fp8", "FP8 serves the calibrated full model: no --quantization, no --adapter")]
