@@ -77,8 +77,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                         "run's go to its folder)")
     p.add_argument("--fp8", default="", metavar="RUN",
                    help="a calibrate run: compare --model quantized to FP8 with its measurements (INC) "
-                        "with --model itself; refused when the run was calibrated for another machine, INC or "
-                        "model")
+                        "with --model itself; refused when the run was calibrated for another machine, "
+                        "INC or model")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--events", action="store_true",
                    help="print progress and results as protocol lines (what the app follows)")
