@@ -1,0 +1,100 @@
+"""The Calibrate window as a person uses it (issue 39): opened from the Models tab on a model of this
+machine's Hub cache, refused in one line without prompts, a dataset chosen with Browse…, Calibrate
+clicked (a real agent, the real INC MEASURE on the tiny model), the manifest read in the window with the
+cache's commit as the revision; a long calibration stopped with Stop. Then from a finished training run
+in the Runs list."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFileDialog
+from pytestqt.qtbot import QtBot
+
+from gaudi_gui.core import fp8
+from gaudi_gui.core.runstore import Run
+from gaudi_gui.ui.models_tab import ModelsTab
+from tests.helpers import click, models_tab
+
+pytestmark = [pytest.mark.slow]
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture
+def cached_model(tiny_model_dir: Path) -> str:
+    """The tiny model in this test's Hub cache as ``test/tiny`` at ``COMMIT`` (as a download leaves it)."""
+    repo = Path(os.environ["HF_HOME"]) / "hub" / "models--test--tiny"
+    shutil.copytree(tiny_model_dir, repo / "snapshots" / COMMIT)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(COMMIT)
+    return "test/tiny"
+
+
+@pytest.fixture
+def tab(qtbot: QtBot) -> Iterator[ModelsTab]:
+    yield from models_tab(qtbot)
+
+
+def test_calibrate_a_cached_model_from_the_models_tab(qtbot: QtBot, cached_model: str, tab: ModelsTab,
+                                                      tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    qtbot.waitUntil(lambda: tab.table.rowCount() == 1, timeout=60000)
+    assert not tab.calibrate_button.isEnabled()  # nothing chosen yet
+    item = tab.table.item(0, 0)
+    assert item is not None
+    qtbot.mouseClick(tab.table.viewport(), Qt.MouseButton.LeftButton,
+                     pos=tab.table.visualItemRect(item).center())
+    qtbot.waitUntil(tab.calibrate_button.isEnabled, timeout=5000)
+    click(qtbot, tab.calibrate_button)
+    dialog = tab.calibrate_dialog
+    assert dialog is not None
+    qtbot.waitUntil(dialog.isVisible)
+    view = dialog.view
+    assert view.model.text() == cached_model
+    # No prompts: the command refuses, in one line, and nothing runs.
+    click(qtbot, view.run_button)
+    qtbot.waitUntil(lambda: view.run_button.isEnabled() and "no calibration prompts" in view.status.text(),
+                    timeout=60000)
+    assert "\n" not in view.status.text()
+    # A dataset in Training's format, chosen with Browse… (the file dialog answers as a person would).
+    data = tmp_path / "calib.jsonl"
+    data.write_text("\n".join(json.dumps({"text": f"row {i}: the cat sat on the mat"}) for i in range(6)))
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *_a, **_k: (str(data), ""))
+    click(qtbot, view.browse_button)
+    assert view.dataset.text() == str(data)
+    view.rows.selectAll()
+    qtbot.keyClicks(view.rows, "4")
+    click(qtbot, view.run_button)
+    assert not view.run_button.isEnabled() and view.stop_button.isEnabled()
+    qtbot.waitUntil(view.run_button.isEnabled, timeout=120000)
+    said = view.status.text()
+    assert said.startswith(f"Finished: 4 rows measured, {cached_model} on cpu (3 files)"), said
+    assert f"Model: {cached_model} @ {COMMIT}" in view.result.text()
+    assert "Measured on: cpu (cpu), 4 rows, observer maxabs, scale method maxabs_pow2" in view.result.text()
+    assert f"--fp8 {view.job.folder}" in view.result.text()
+    # The run is the agent's, in the runs store, with INC's files and the manifest.
+    folder = Path(view.job.folder)
+    assert Run(folder).status().state == "finished"
+    assert fp8.read_manifest(folder)["model"]["revision"] == COMMIT
+    assert fp8.measurement_files(folder) == list(fp8.required_files())
+
+    # A long calibration, stopped while it measures.
+    big = tmp_path / "big.txt"
+    big.write_text("\n".join(f"prompt number {i} about cats and mats and fp8 scales" for i in range(5000)))
+    view.dataset.clear()
+    qtbot.keyClicks(view.dataset, str(big))
+    view.rows.selectAll()
+    qtbot.keyClicks(view.rows, "5000")
+    click(qtbot, view.run_button)
+    qtbot.waitUntil(lambda: view.status.text().startswith("Measuring:"), timeout=120000)
+    click(qtbot, view.stop_button)
+    qtbot.waitUntil(view.run_button.isEnabled, timeout=60000)
+    assert view.status.text().startswith("Stopped"), view.status.text()
+    assert not (Path(view.job.folder) / fp8.MANIFEST_NAME).exists()
