@@ -89,7 +89,8 @@ def model_of(value: str) -> str:
         from gaudi_gui.core.runstore import RunStore
         if (RunStore().root / value).is_dir():
             folder = RunStore().root / value
-    if folder.is_dir() and not (folder / "config.json").is_file() and (folder / "status.json").is_file():
+    # A run folder (its status.json; its config.json is the job's, not a model's) means its saved model.
+    if folder.is_dir() and (folder / "status.json").is_file() and (folder / "job.json").is_file():
         from gaudi_gui.core.runstore import Run
         out = Run(folder).output_dir()
         full = next((out / n for n in ("final", "merged") if out and (out / n / "config.json").is_file()),

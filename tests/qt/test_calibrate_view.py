@@ -98,3 +98,53 @@ def test_calibrate_a_cached_model_from_the_models_tab(qtbot: QtBot, cached_model
     qtbot.waitUntil(view.run_button.isEnabled, timeout=60000)
     assert view.status.text().startswith("Stopped"), view.status.text()
     assert not (Path(view.job.folder) / fp8.MANIFEST_NAME).exists()
+
+
+def test_calibrate_a_finished_run_from_the_runs_list(qtbot: QtBot, tiny_model_dir: Path,
+                                                     tmp_path: Path) -> None:
+    from gaudi_gui.core.jobconfig import JobConfig
+    from gaudi_gui.core.runstore import RunStore
+    from gaudi_gui.ui.training_runs import RunsTable
+
+    store = RunStore(tmp_path / "runs")
+    out = tmp_path / "out"
+    shutil.copytree(tiny_model_dir, out / "final")
+    run = store.create(JobConfig(name="tuned", training_args={"output_dir": str(out)}))
+    unfinished = store.create(JobConfig(name="unfinished",
+                                        training_args={"output_dir": str(tmp_path / "o2")}))
+    run.update_status(state="finished", exit_code=0)
+    table = RunsTable(store)
+    qtbot.addWidget(table)
+    table.resize(1000, 600)
+    table.show()
+    qtbot.waitExposed(table)
+
+    def choose(name: str) -> None:
+        row = next(r for r in range(table.table.rowCount())
+                   if (item := table.table.item(r, 0)) is not None and item.text().startswith(name))
+        rect = table.table.visualRect(table.table.model().index(row, 0))
+        click(qtbot, table.table.viewport(), rect.center())
+        qtbot.waitUntil(lambda: [r.name for r in table.selected_runs()] == [name], timeout=5000)
+
+    try:
+        # A run without a saved model is said, no window opens.
+        choose(unfinished.name)
+        click(qtbot, table.buttons["Calibrate FP8…"])
+        assert table.calibrate_dialog is None and "calibrate a finished run" in table.status.text()
+        choose(run.name)
+        click(qtbot, table.buttons["Calibrate FP8…"])
+        dialog = table.calibrate_dialog
+        assert dialog is not None
+        qtbot.waitUntil(dialog.isVisible)
+        view = dialog.view
+        assert view.model.text() == str(run.folder)
+        qtbot.keyClicks(view.prompts, "the cat sat on the mat")
+        click(qtbot, view.run_button)
+        qtbot.waitUntil(view.run_button.isEnabled, timeout=120000)
+        said = view.status.text()
+        assert said.startswith(f"Finished: 1 rows measured, {out / 'final'} on cpu"), said
+        manifest = fp8.read_manifest(view.job.folder)
+        assert manifest["model"]["path"] == str((out / "final").resolve())
+        assert manifest["model"]["revision"] == fp8.config_digest(out / "final")
+    finally:
+        table.shutdown()
