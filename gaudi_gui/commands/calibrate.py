@@ -104,6 +104,10 @@ def model_of(value: str) -> str:
         raise fp8.Fp8Error(f"--model: {bad}")
     if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
         raise fp8.Fp8Error(f"--model: {value} is an adapter: calibrate a merged model")
+    if not fp8.model_identity(value)["path"]:
+        # The manifest names the revision measured: the model must be here before it is measured.
+        raise fp8.Fp8Error(f"--model: {value} is not in this machine's Hub cache: gaudi-gui download {value} "
+                           "first")
     return str(folder.resolve()) if folder.is_dir() else value
 
 
@@ -222,8 +226,8 @@ def _calibrate(args: argparse.Namespace, model: str, prompts: list[str], device:
     started = time.time()
     here = fp8.machine()
     if args.device != "auto" and args.device != here["device"]:
-        here = {"device": args.device, "generation": here["generation"] if args.device == here["device"]
-                else ("cpu" if args.device == "cpu" else args.device)}
+        # Measured on another device than the machine's own (the CPU of a Gaudi server): said as such.
+        here = {"device": args.device, "generation": args.device}
     if not fp8.inc_version():
         return _refuse(args, f"Intel Neural Compressor is not installed: {fp8.INC_INSTALL}")
     scale_method = args.scale_method or fp8.default_scale_method(device)

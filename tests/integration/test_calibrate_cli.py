@@ -136,6 +136,8 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, tiny_model_dir: Path,
     cases = [
         (["--model", str(tmp_path / "nowhere"), "--prompt", "hi"], "--model: model folder not found"),
         (["--model", str(tiny_model_dir), "--prompt", "hi", "--rows", "0"], "--rows: 0 is not between"),
+        (["--model", "org/not-here", "--prompt", "hi"],
+         "not in this machine's Hub cache: gaudi-gui download"),
         (["--model", str(tiny_model_dir), "--dataset", str(empty)], "--dataset: empty.jsonl is empty"),
         (["--model", str(tiny_model_dir)], "no calibration prompts"),
         (["--model", str(tiny_model_dir), "--prompt", "hi", "--device", "cpu", "--scale-method", "maxabs_hw"],
