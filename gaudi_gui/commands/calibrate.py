@@ -124,15 +124,16 @@ def _prompts(args: argparse.Namespace) -> list[str]:
 
 
 def _words(args: argparse.Namespace, model: str) -> list[str]:
-    words = ["--model", model, "--rows", str(args.rows), "--max-length", str(args.max_length),
-             "--observer", args.observer, "--blocklist", args.blocklist, "--device", args.device]
+    """The command's words for the supervised job, each ``--option=value``: a prompt or a path that
+    begins with '-' stays a value."""
+    pairs = [("--model", model), ("--rows", str(args.rows)), ("--max-length", str(args.max_length)),
+             ("--observer", args.observer), ("--blocklist", args.blocklist), ("--device", args.device)]
     if args.scale_method:
-        words += ["--scale-method", args.scale_method]
+        pairs.append(("--scale-method", args.scale_method))
     if args.dataset:
-        words += ["--dataset", os.path.abspath(os.path.expanduser(args.dataset))]
-    for prompt in args.prompt:
-        words += ["--prompt", prompt]
-    return words
+        pairs.append(("--dataset", os.path.abspath(os.path.expanduser(args.dataset))))
+    pairs += [("--prompt", prompt) for prompt in args.prompt]
+    return [f"{option}={value}" for option, value in pairs]
 
 
 def _device(wanted: str) -> str:

@@ -32,7 +32,8 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -
     env = {**os.environ, "GAUDI_GUI_HOME": str(home)}
     env.pop("GAUDI_GUI_CLI_AGENT", None)
     done = subprocess.run([sys.executable, "-m", "gaudi_gui", "calibrate", "--model", str(tiny_model_dir),
-                           "--dataset", str(data), "--rows", "8", "--device", "cpu", "--no-agent"],
+                           "--dataset", str(data), "--prompt=-a prompt that starts with a dash",
+                           "--rows", "8", "--device", "cpu", "--no-agent"],
                           capture_output=True, text=True, env=env, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = RunStore(home / "data" / "runs").runs()
