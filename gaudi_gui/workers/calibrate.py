@@ -104,7 +104,8 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
 def load_quantized(model: str, folder: str | Path, device: str = "cpu") -> tuple[Any, Any, dict[str, Any]]:
     """(model, tokenizer, the QUANTIZE config used): ``model`` quantized to FP8 with the measurements
     of the calibrate run at ``folder`` (Q/DQ on a CPU). The measurements are copied to a private folder
-    first: INC writes its scale files beside them, and the run folder stays as it was calibrated."""
+    first (removed once the model is converted): INC writes its scale files beside them, and the run
+    folder stays as it was calibrated."""
     inc = _inc()
     device = _device(device)
     manifest = fp8.read_manifest(folder)
@@ -114,8 +115,12 @@ def load_quantized(model: str, folder: str | Path, device: str = "cpu") -> tuple
     config = fp8.quantize_config(str(scratch / fp8.MEASURE_DIR / fp8.DUMP_PREFIX), device=device,
                                  scale_method=method,
                                  blocklist=[str(b) for b in manifest.get("blocklist") or []])
-    loaded, tokenizer = _load(model, device)
-    loaded = inc.convert(loaded, _config(inc, config))
+    try:
+        loaded, tokenizer = _load(model, device)
+        loaded = inc.convert(loaded, _config(inc, config))
+    finally:
+        # The scales are in the converted model now: the private copy goes.
+        shutil.rmtree(scratch, ignore_errors=True)
     return loaded, tokenizer, config
 
 

@@ -164,7 +164,9 @@ def command(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
 
 def test_eval_fp8_compares_the_quantized_model(calibrated: tuple[Run, str], tiny_model_dir: Path,
                                                tmp_path: Path) -> None:
-    env = {**os.environ}
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {**os.environ, "TMPDIR": str(scratch)}
     env.pop("GAUDI_GUI_CLI_AGENT", None)
     done = subprocess.run([sys.executable, "-m", "gaudi_gui", "eval", "--model", str(tiny_model_dir), "--fp8",
                            str(calibrated[0].folder), "--prompt", "the cat", "--prompt", "hello",
@@ -183,6 +185,7 @@ def test_eval_fp8_compares_the_quantized_model(calibrated: tuple[Run, str], tiny
     assert len(answers) == 2 and all(a["tuned_new_tokens"] >= 1 for a in answers)
     # The run folder stays as it was calibrated (INC writes its scale files in a private copy).
     assert fp8.measurement_files(calibrated[0].folder) == list(fp8.required_files())
+    assert not list(scratch.glob("fp8-*"))  # and the private copy is gone
 
 
 def test_serve_and_eval_refuse_a_calibration_of_another_machine(calibrated: tuple[Run, str],
