@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 
 
 class CalibrateJob(QObject):
-    """One calibration at a time, through the agent."""
+    """One calibration at a time, through the agent (or, with ``kind="eval"``, the evaluation in FP8 that
+    checks one: ``gaudi-gui eval --model M --fp8 RUN``; its result is the evaluation's record)."""
 
     #: The agent started it: its run folder.
     started = Signal(str)
@@ -36,8 +37,10 @@ class CalibrateJob(QObject):
     #: The agent refused to start it (bad input: the command's one line).
     refused = Signal(str)
 
-    def __init__(self, client: Callable[[], AgentClient], parent: QObject | None = None) -> None:
+    def __init__(self, client: Callable[[], AgentClient], parent: QObject | None = None, *,
+                 kind: str = "calibrate") -> None:
         super().__init__(parent)
+        self.kind = kind
         self._client_of = client
         self._client: AgentClient | None = None
         self.job_id = ""
@@ -52,8 +55,12 @@ class CalibrateJob(QObject):
         self.running = True
         self._unfollow()
         client = self._client = self._client or self._client_of()
-        client.request("job.start", self._on_started, kind="calibrate", job={"args": list(words)},
+        client.request("job.start", self._on_started, kind=self.kind, job={"args": list(words)},
                        runs_dir=self.runs_dir)
+
+    def sibling(self, kind: str) -> CalibrateJob:
+        """A follower of another kind's job through the same agent (the FP8 evaluation of a calibration)."""
+        return CalibrateJob(self._client_of, self.parent(), kind=kind)
 
     def stop(self) -> None:
         if self.running and self.job_id and self._client is not None:
@@ -62,7 +69,7 @@ class CalibrateJob(QObject):
     def _on_started(self, reply: dict[str, Any]) -> None:
         if not reply.get("ok"):
             self.running = False
-            self.refused.emit(str(reply.get("error") or "the agent did not start the calibration"))
+            self.refused.emit(str(reply.get("error") or f"the agent did not start the {self.kind}"))
             return
         record = reply.get("job") or {}
         self.job_id, self.folder = str(record.get("job_id") or ""), str(record.get("folder") or "")

@@ -10,6 +10,8 @@ commands check the manifest against the machine they run on.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt
@@ -90,6 +92,22 @@ class CalibrateView(QWidget):
         self.result.setWordWrap(True)
         self.result.setTextFormat(Qt.TextFormat.PlainText)
         self.result.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # After a calibration: the model quantized with it, against the model itself (gaudi-gui eval
+        # --model M --fp8 RUN through the agent, on a few of the calibration prompts).
+        self.check_job = job.sibling("eval")
+        self.check_button = QPushButton("Evaluate in FP8", self)
+        self.check_button.setObjectName("calibrate_check")
+        self.check_button.setToolTip("answer a few of the calibration prompts with the model quantized to "
+                                     "FP8 and with the model itself (gaudi-gui eval --fp8)")
+        self.check_button.setEnabled(False)
+        self.check_button.clicked.connect(lambda: self.check())  # noqa: PLW0108
+        self.check_status = QLabel("", self)
+        self.check_status.setObjectName("calibrate_check_status")
+        self.check_status.setWordWrap(True)
+        self.check_status.setTextFormat(Qt.TextFormat.PlainText)
+        self.check_status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._manifest: dict[str, Any] = {}
+        self._calibrated = ""
 
         title = QLabel("FP8 calibration (Intel Neural Compressor): run calibration prompts through the "
                        "model and keep the measurements, for serving or evaluating it in FP8 on a machine "
@@ -108,13 +126,15 @@ class CalibrateView(QWidget):
         buttons.addWidget(self.run_button)
         buttons.addWidget(self.stop_button)
         buttons.addStretch(1)
+        buttons.addWidget(self.check_button)
         layout = QVBoxLayout(self)
         layout.addWidget(title)
         layout.addLayout(form)
         layout.addLayout(buttons)
         layout.addWidget(self.progress)
         layout.addWidget(self.status)
-        layout.addWidget(self.result, 1)
+        layout.addWidget(self.result)
+        layout.addWidget(self.check_status, 1)
 
         job.started.connect(self._on_started)
         job.progress_changed.connect(self._on_progress)
@@ -122,6 +142,11 @@ class CalibrateView(QWidget):
         job.result_received.connect(self.show_manifest)
         job.finished.connect(self._on_finished)
         job.refused.connect(self._on_refused)
+        self.check_job.started.connect(self._checking)
+        self.check_job.phase_changed.connect(self._checking)
+        self.check_job.result_received.connect(self._on_checked)
+        self.check_job.finished.connect(self._on_check_finished)
+        self.check_job.refused.connect(self._on_check_finished_words)
 
     def words(self) -> list[str]:
         """The command's words for what the fields say (each ``--option=value``: a prompt that begins
@@ -136,6 +161,8 @@ class CalibrateView(QWidget):
         return words
 
     def start(self) -> None:
+        self.check_button.setEnabled(False)
+        self._manifest, self._calibrated = {}, ""
         self.run_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.status.setStyleSheet("")
@@ -172,6 +199,73 @@ class CalibrateView(QWidget):
         if state != "finished":
             self.status.setStyleSheet("color: #a33;")
         self.status.setText(f"{summary} — {self.job.folder}")
+        if state == "finished":
+            self._calibration_done()
+
+    # -- the FP8 check ------------------------------------------------------------------------------
+
+    def _checking(self, words: str) -> None:
+        self.check_status.setText(f"Evaluating in FP8: {words}")
+
+    def _calibration_done(self) -> None:
+        """The calibration finished with its manifest (the two come in either order): it can be checked."""
+        if self._manifest and not self.job.running:
+            self._calibrated = self.job.folder
+            self.check_button.setEnabled(not self.check_job.running)
+
+    def check_prompts(self) -> list[str]:
+        """A few of the calibration prompts: the typed ones, else the dataset's first."""
+        typed = [line for line in self.prompts.toPlainText().splitlines() if line.strip()]
+        if typed:
+            return typed[:4]
+        try:
+            return fp8.read_prompts(self.dataset.text().strip(), 4) if self.dataset.text().strip() else []
+        except fp8.Fp8Error:
+            return []
+
+    def check_words(self) -> list[str]:
+        model = (self._manifest.get("model") or {}).get("model") or self.model.text().strip()
+        return [f"--model={model}", f"--fp8={self._calibrated}", "--max-new-tokens=16",
+                *(f"--prompt={p}" for p in self.check_prompts() or ["The capital of France is"])]
+
+    def check(self) -> None:
+        if not self._calibrated:
+            return
+        self.check_button.setEnabled(False)
+        self.check_status.setStyleSheet("")
+        self.check_status.setText("Starting the FP8 evaluation…")
+        self.check_job.start(self.check_words())
+
+    def _on_checked(self, record: dict[str, Any]) -> None:
+        tuned, base = record.get("tuned") or {}, record.get("base") or {}
+        said = tuned.get("fp8") or {}
+        same, total = 0, 0
+        try:
+            for line in Path(str(record.get("answers") or "")).read_text(encoding="utf-8").splitlines():
+                row = json.loads(line)
+                total += 1
+                same += int(row.get("base") == row.get("tuned"))
+        except (OSError, ValueError):
+            pass
+        lines = [f"FP8 check: {said.get('quantized_modules')} modules quantized "
+                 f"({', '.join(said.get('classes') or [])}; {said.get('scale_method')}"
+                 f"{', Q/DQ' if said.get('qdq') else ''})",
+                 f"{same} of {total} answers the same as the model's own; tokens/s: model "
+                 f"{base.get('tokens_per_s')}, FP8 {tuned.get('tokens_per_s')}",
+                 f"Answers: {record.get('answers')}"]
+        if said.get("note"):
+            lines.append(f"Note: {said['note']}")
+        self.check_status.setText("\n".join(lines))
+
+    def _on_check_finished(self, state: str, summary: str) -> None:
+        self.check_button.setEnabled(bool(self._calibrated))
+        if state != "finished":
+            self._on_check_finished_words(summary)
+
+    def _on_check_finished_words(self, words: str) -> None:
+        self.check_button.setEnabled(bool(self._calibrated))
+        self.check_status.setStyleSheet("color: #a33;")
+        self.check_status.setText(f"FP8 evaluation: {words}")
 
     def _idle(self) -> None:
         self.run_button.setEnabled(True)
@@ -191,9 +285,12 @@ class CalibrateView(QWidget):
                  f"Use: gaudi-gui eval --model {model.get('model')} --fp8 {folder}  (or serve --fp8 with "
                  "vLLM on Gaudi); a machine of another card generation must calibrate again"]
         self.result.setText("\n".join(lines))
+        self._manifest = dict(manifest)
+        self._calibration_done()
 
     def shutdown(self) -> None:
         self.job.shutdown()
+        self.check_job.shutdown()
 
 
 class CalibrateDialog(QDialog):

@@ -85,6 +85,18 @@ def test_calibrate_a_cached_model_from_the_models_tab(qtbot: QtBot, cached_model
     assert fp8.read_manifest(folder)["model"]["revision"] == COMMIT
     assert fp8.measurement_files(folder) == list(fp8.required_files())
 
+    # The calibration checked: the model quantized with it against the model itself, on the dataset's
+    # first prompts (gaudi-gui eval --fp8 through the agent).
+    qtbot.waitUntil(view.check_button.isEnabled, timeout=10000)
+    click(qtbot, view.check_button)
+    qtbot.waitUntil(lambda: view.check_status.text().startswith("FP8 check:"), timeout=120000)
+    checked = view.check_status.text()
+    assert checked.startswith("FP8 check: 14 modules quantized (PatchedLinear; maxabs_pow2, Q/DQ)"), checked
+    assert " of 4 answers the same as the model's own" in checked
+    assert "Note: FP8 Q/DQ on the CPU checks the flow and the answers, not speed" in checked
+    qtbot.waitUntil(lambda: not view.check_job.running, timeout=30000)
+    assert Run(Path(view.check_job.folder)).status().kind == "eval"
+
     # A long calibration, stopped while it measures.
     big = tmp_path / "big.txt"
     big.write_text("\n".join(f"prompt number {i} about cats and mats and fp8 scales" for i in range(5000)))
