@@ -35,6 +35,7 @@ COMMANDS = {
     "serve": "serve",
     "download": "download",
     "benchmark": "benchmark",
+    "calibrate": "calibrate",
     "models": "models",
     "queue": "queue",
     "agent": "gaudi_gui.agent.main",

@@ -46,6 +46,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="also acquire each card in its own child and run a tensor operation")
     p.add_argument("--smoke-timeout", dest="smoke_timeout", type=positive_seconds, default=120.0, metavar="S",
                    help="seconds each smoke child may take (default 120)")
+    p.add_argument("--fp8", default="", metavar="RUN",
+                   help="check a calibrate run (its folder or name) against this machine: device type and "
+                        "card generation, INC's major version, its measurement files (exit 2 on a mismatch)")
+    p.add_argument("--model", default="", help="with --fp8: the model to serve, checked against the "
+                                               "calibrated revision")
     p.add_argument("--timeout", type=positive_seconds, default=HOST_TIMEOUT_S, metavar="S",
                    help=f"seconds to wait for each host (default {HOST_TIMEOUT_S:g})")
 
@@ -232,7 +237,38 @@ def format_finding(f: Finding) -> str:
     return f"{f.severity.upper():7} {where}{card:18} {f.check:19} {f.seen}{fix}"
 
 
+def fp8_check(name: str, model: str = "") -> int:
+    """``doctor --fp8 RUN``: the calibrate run's manifest against this machine (core.fp8), each mismatch
+    with what to do; 0 when it fits, 2 when it does not (or is no calibrate run)."""
+    from gaudi_gui.core import fp8
+    try:
+        folder = fp8.find_run(name)
+        manifest, found = fp8.check(folder, model=model)
+    except fp8.Fp8Error as exc:
+        print(f"gaudi-gui doctor: --fp8: {exc}", file=sys.stderr)
+        return 2
+    inc = fp8.inc_version()
+    print(f"Intel Neural Compressor: {inc or 'not installed (' + fp8.INC_INSTALL + ')'}")
+    said = manifest.get("model") or {}
+    print(f"calibration {folder.name}: {said.get('model')} @ {said.get('revision')}, {manifest.get('rows')} "
+          f"rows on {manifest.get('device')} ({manifest.get('generation')}), "
+          f"INC {manifest.get('inc_version')}, torch {manifest.get('torch_version')}, "
+          f"scale method {manifest.get('scale_method')}")
+    for m in found:
+        print(f"mismatch: {m.line()}")
+    if found:
+        print(f"{len(found)} mismatch(es): this calibration cannot be used here")
+        return 2
+    print("the calibration fits this machine")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if getattr(args, "fp8", ""):
+        return fp8_check(args.fp8, args.model)
+    if getattr(args, "model", ""):
+        print("gaudi-gui doctor: --model goes with --fp8", file=sys.stderr)
+        return 2
     if getattr(args, "background", False):
         # Low priority for this process and everything it starts (hl-smi, ssh, the smoke children).
         with contextlib.suppress(OSError):

@@ -37,7 +37,7 @@ OPTION_OF = {"run": "--run", "model": "--model", "adapter": "--adapter", "base":
              "prompt_column": "--prompt-column", "reference_column": "--reference-column",
              "metrics": "--metrics", "tasks": "--tasks", "include_path": "--include-path",
              "max_rows": "--max-rows", "max_new_tokens": "--max-new-tokens", "chat": "--chat",
-             "output": "--output"}
+             "output": "--output", "fp8": "--fp8"}
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -75,6 +75,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--output", default="", metavar="DIR",
                    help="where a --model evaluation's results go (default: the data folder's evals/; a "
                         "run's go to its folder)")
+    p.add_argument("--fp8", default="", metavar="RUN",
+                   help="a calibrate run: compare --model quantized to FP8 with its measurements (INC) "
+                        "with --model itself; refused when the run was calibrated for another machine, "
+                        "INC or model")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--events", action="store_true",
                    help="print progress and results as protocol lines (what the app follows)")
@@ -97,7 +101,7 @@ def spec_of(args: argparse.Namespace) -> ev.EvalSpec:
                        tasks=[t.strip() for t in args.tasks.split(",") if t.strip()],
                        include_path=args.include_path, max_rows=args.max_rows,
                        max_new_tokens=args.max_new_tokens, seed=args.seed, output=args.output,
-                       chat=args.chat)
+                       chat=args.chat, fp8=args.fp8)
 
 
 def _absolute(spec: ev.EvalSpec) -> ev.EvalSpec:
@@ -107,6 +111,8 @@ def _absolute(spec: ev.EvalSpec) -> ev.EvalSpec:
              if (value := getattr(spec, name)) and os.path.exists(value)}
     if spec.run and os.path.isdir(spec.run):
         fixed["run"] = os.path.abspath(spec.run)
+    if spec.fp8 and os.path.isdir(spec.fp8):
+        fixed["fp8"] = os.path.abspath(spec.fp8)
     return dataclasses.replace(spec, **fixed)
 
 
@@ -127,6 +133,21 @@ def run(args: argparse.Namespace) -> int:
     host = (getattr(args, "host", "") or "").strip()
     remote = bool(host and host != "local")
     problems = [] if remote else ev.validate(spec)
+    if spec.fp8 and not remote and not problems:
+        # Before anything starts: a calibration of another machine, INC or model is refused here.
+        from gaudi_gui.core import fp8
+        try:
+            folder = fp8.find_run(spec.fp8)
+            manifest, found = fp8.check(folder, model=spec.model)
+        except fp8.Fp8Error as exc:
+            return _refuse(args, "fp8", str(exc))
+        if found:
+            return _refuse(args, "fp8", fp8.check_line(spec.fp8, found).removeprefix(f"--fp8 {spec.fp8}: "))
+        import dataclasses
+        spec = dataclasses.replace(spec, fp8=str(folder.resolve()))
+        if manifest.get("device") == "cpu":
+            print("gaudi-gui eval: note: FP8 on the CPU (INC's Q/DQ) checks the flow and the answers, not "
+                  "speed: it runs slower than bf16", file=sys.stderr)
     if problems:
         for field, message in problems[1:]:
             print(f"gaudi-gui eval: {OPTION_OF.get(field, field)}: {message}", file=sys.stderr)
@@ -163,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     job = {"target": target.to_dict(), "prompts": prompts, "references": references,
            "metrics": spec.metrics, "tasks": spec.tasks, "include_path": spec.include_path,
            "max_rows": spec.max_rows, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed,
-           "chat": spec.chat}
+           "chat": spec.chat, "fp8": spec.fp8}
     _emit(args.events, EventType.EVAL_STARTED, label=target.label, base=target.base_model,
           tuned=target.tuned_model, adapter=target.adapter, prompts=len(prompts),
           references=len(references), tasks=spec.tasks)

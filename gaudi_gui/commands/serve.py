@@ -89,6 +89,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cards", default="", metavar="IDS",
                    help="the cards the engine may use: module ids on Gaudi (HABANA_VISIBLE_MODULES), "
                         "indexes on CUDA (CUDA_VISIBLE_DEVICES); default every card")
+    p.add_argument("--fp8", default="", metavar="RUN",
+                   help="serve in FP8 with a calibrate run's measurements (vLLM on Gaudi: --quantization "
+                        "inc); refused when the run was calibrated for another machine, INC or model")
     p.add_argument("--events", action="store_true", help="print JSON-lines events for the app")
     add_detach_arguments(p, "serve")
     from gaudi_gui.commands import client
@@ -207,7 +210,7 @@ def run(args: argparse.Namespace) -> int:
     spec = sv.ServeSpec(model=args.model, engine=args.engine, port=args.port, device=args.device,
                         dtype=args.dtype, quantization=args.quantization, adapter=args.adapter,
                         max_model_len=args.max_model_len, api_key_env=args.api_key_env,
-                        listen_all=args.listen_all, cards=cards)
+                        listen_all=args.listen_all, cards=cards, fp8=args.fp8)
     host = (args.host or "").strip()
     problems += spec.problems(local=not (host and host != "local"))  # a host's own serve checks its files
     if args.remote_port and not 1 <= args.remote_port <= 65535:
@@ -217,6 +220,12 @@ def run(args: argparse.Namespace) -> int:
     if problems:
         out.fail("; ".join(f"--{f.replace('_', '-')}: {m}" for f, m in problems))
         return 2
+    if spec.fp8 and not (host and host != "local"):
+        refused = _fp8_refusal(spec)
+        if isinstance(refused, str):
+            out.fail(refused)
+            return 2
+        spec = refused
     if spec.api_key_env and not os.environ.get(spec.api_key_env):
         out.fail(f"--api-key-env: the environment variable {spec.api_key_env} is not set")
         return 2
@@ -238,6 +247,25 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
+
+
+def _fp8_refusal(spec: sv.ServeSpec) -> str | sv.ServeSpec:
+    """``--fp8 RUN`` before anything starts: the line that refuses it (a calibration of another machine,
+    INC or model; no vLLM here to serve it), or the spec with the run as an absolute folder."""
+    import dataclasses
+
+    from gaudi_gui.core import fp8
+    try:
+        folder = fp8.find_run(spec.fp8)
+        _manifest, found = fp8.check(folder, model=spec.model)
+    except fp8.Fp8Error as exc:
+        return f"--fp8: {exc}"
+    if found:
+        return fp8.check_line(spec.fp8, found)
+    if spec.engine == "transformers" or not sv.vllm_here():
+        return (f"--fp8 {spec.fp8}: FP8 serving runs through vLLM (vllm-gaudi, --quantization inc), which is "
+                "not here; check the calibration with gaudi-gui eval --model M --fp8 RUN instead")
+    return dataclasses.replace(spec, fp8=str(folder.resolve()), engine="vllm")
 
 
 # -- here --------------------------------------------------------------------------------------------
@@ -403,6 +431,9 @@ def _run_engine(spec: sv.ServeSpec, choice: sv.EngineChoice, model: str, adapter
             out.fail(f"--engine: {sv.vllm_install_hint()}")
             return 2
         argv = sv.vllm_argv([program], model, spec, bind=bind, adapter=adapter)
+        if spec.fp8:
+            from gaudi_gui.core.fp8 import vllm_env
+            env.update(vllm_env(spec.fp8))
         if key:
             env["VLLM_API_KEY"] = key
     else:

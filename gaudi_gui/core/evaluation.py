@@ -82,6 +82,9 @@ class EvalSpec:
     output: str = ""
     #: One of CHAT_MODES.
     chat: str = "auto"
+    #: A calibrate run (core.fp8): the tuned model is ``model`` quantized to FP8 with its measurements,
+    #: compared with ``model`` itself (the base by default).
+    fp8: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +109,8 @@ class EvalSpec:
                   ("--seed", str(self.seed))]
         if self.chat != "auto":
             pairs.append(("--chat", self.chat))
+        if self.fp8:
+            pairs.append(("--fp8", self.fp8))
         return [f"{option}={value}" for option, value in pairs]
 
     @classmethod
@@ -359,6 +364,8 @@ def resolve(spec: EvalSpec) -> Target:
     """The models and results folder a spec names; EvalInputError for the first thing wrong."""
     if bool(spec.run) == bool(spec.model):
         raise EvalInputError("run", "give a run (--run) or a model (--model), one of them")
+    if spec.run and spec.fp8:
+        raise EvalInputError("fp8", "--fp8 goes with --model (the model that was calibrated), not --run")
     if spec.run:
         if spec.adapter:
             raise EvalInputError("adapter", "a run's adapter is found in its output folder: --adapter goes "
@@ -394,6 +401,15 @@ def resolve(spec: EvalSpec) -> Target:
                       heldout=str(run.config_path) if has_eval(job.dataset.eval) else "")
     _local_model(spec.model, "model")
     model = str(Path(spec.model).expanduser()) if Path(spec.model).expanduser().is_dir() else spec.model
+    if spec.fp8:
+        if spec.adapter or is_adapter_dir(model):
+            raise EvalInputError("fp8", "FP8 quantizes a full model: merge the adapter first")
+        base = spec.base or model
+        if spec.base:
+            _local_model(spec.base, "base")
+        results = Path(spec.output).expanduser() if spec.output else paths.data_dir() / "evals"
+        return Target(model, "", base, results, "", f"{model} in FP8 ({Path(spec.fp8).name}) against "
+                                                    f"{'the same model' if base == model else base}")
     results = Path(spec.output).expanduser() if spec.output else paths.data_dir() / "evals"
     if spec.adapter:
         adapter_dir = Path(spec.adapter).expanduser()

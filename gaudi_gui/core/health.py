@@ -557,7 +557,7 @@ def card_findings(card: dict[str, str], *, host: str = "local",
 
 # The packages the stack check reads; accelerate < 1.5 makes is_torch_hpu_available() False.
 PACKAGES = ("habana-torch-plugin", "torch", "transformers", "accelerate", "peft", "trl", "bitsandbytes",
-            "optimum-habana", "vllm", "vllm-gaudi")
+            "optimum-habana", "vllm", "vllm-gaudi", "neural-compressor-pt")
 
 
 def package_versions() -> dict[str, str]:
@@ -666,6 +666,18 @@ def stack_findings(versions: dict[str, str], *, host: str = "local",
                 "False", f"pip install 'accelerate>={acc_min}'")
         else:
             add("stack.accelerate", "ok", f"accelerate {acc} (>= {acc_min})")
+    # FP8 (core.fp8): Intel Neural Compressor measures and quantizes; optimum-habana is out of support.
+    inc = versions.get("neural-compressor-pt")
+    if inc:
+        add("stack.inc", "ok", f"Intel Neural Compressor (neural-compressor-pt) {inc}: FP8 calibrate / --fp8")
+    else:
+        add("stack.inc", "ok", "Intel Neural Compressor is not installed: FP8 (gaudi-gui calibrate, --fp8) "
+                               "needs it (pip install neural-compressor-pt)")
+    if versions.get("optimum-habana"):
+        add("stack.optimum-habana.support", "warning",
+            f"optimum-habana {versions['optimum-habana']} is out of support since 2026-10-31; its last "
+            "release (1.21.2) pins transformers 4.55, so it cannot sit beside transformers 5.x",
+            "serve with vllm-gaudi (the maintained path); pip uninstall optimum-habana")
     sw = _version_of(versions.get("driver"))
     installed = [(pkg, versions[pkg]) for pkg in _TABLE_PACKAGES if versions.get(pkg)]
     if not sw:

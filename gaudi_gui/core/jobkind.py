@@ -81,7 +81,10 @@ def create(kind: str, name: str, argv: list[str], *, runs_dir: str = "", origin:
     except OSError:
         shutil.rmtree(run.folder, ignore_errors=True)
         raise
-    return ChildJob(kind=kind, run=run, argv=list(argv))
+    job = ChildJob(kind=kind, run=run, argv=list(argv))
+    # The command learns its own run folder (a calibration writes INC's measurement files there).
+    job.env["GAUDI_GUI_RUN_FOLDER"] = str(run.folder)
+    return job
 
 
 def _flag(argv: list[str], flag: str) -> str:
@@ -216,6 +219,9 @@ def outcome(kind: str, events: Iterable[Mapping[str, Any]], *, exit_code: int | 
     if result and kind == "benchmark":
         from gaudi_gui.core.benchmark import summary_words
         return {"state": "finished", "summary": f"Finished: {summary_words(said_result)}"}
+    if result and kind == "calibrate":
+        from gaudi_gui.core.fp8 import summary_words as fp8_words
+        return {"state": "finished", "summary": f"Finished: {fp8_words(dict(said_result))}"}
     if result:
         return {"state": "finished", "summary": "Finished: results written"}
     said = f": {last_state}" if kind == "serve" and last_state else ""

@@ -2,7 +2,8 @@
 and on the wire), how a job of it is checked where it enters, how its detached supervisor is started,
 what its record shows, and what a stop does to it.
 
-The names are the command line's verbs: ``train``, ``serve``, ``eval``, ``download``, ``benchmark``.
+The names are the command line's verbs: ``train``, ``serve``, ``eval``, ``download``, ``benchmark``,
+``calibrate``.
 Run folders of earlier versions say ``training`` and ``evaluate`` in their status.json: ``canonical``
 reads them (a status is read through it, so no reader meets the old spellings).
 
@@ -54,6 +55,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("download", "download", "the download ends; the files already complete stay in the cache"),
     Kind("benchmark", "benchmark", "the benchmark ends; nothing is kept but its log (a verdict needs every "
                                    "repeat)"),
+    Kind("calibrate", "FP8 calibration", "the calibration ends; measurements are written only when every "
+                                         "row has run", metered=True),
 )}
 NAMES: tuple[str, ...] = tuple(KINDS)
 #: Options the agent sets itself when it starts a job: a job's words may not carry them.

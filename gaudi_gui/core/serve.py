@@ -156,6 +156,8 @@ class ServeSpec:
     listen_all: bool = False
     #: The cards the engine may use (module ids on Gaudi, indexes on CUDA); empty: every card.
     cards: tuple[int, ...] = ()
+    #: A calibrate run folder (core.fp8): served in FP8 through vLLM's INC quantization.
+    fp8: str = ""
 
     def problems(self, *, local: bool = True) -> list[tuple[str, str]]:
         """(field, message) for each bad value, before anything starts. ``local``: the model is
@@ -184,6 +186,8 @@ class ServeSpec:
             out.append(("api_key_env", "the name of an environment variable (letters, digits, _)"))
         if self.listen_all and not self.api_key_env:
             out.append(("listen_all", "listening on all interfaces requires an API key"))
+        if self.fp8 and (self.quantization != "none" or self.adapter):
+            out.append(("fp8", "FP8 serves the calibrated full model: no --quantization, no --adapter"))
         return out
 
     def cli_args(self) -> list[str]:
@@ -200,6 +204,8 @@ class ServeSpec:
             args.append("--listen-all")
         if self.cards:
             args.append("--cards=" + ",".join(str(c) for c in sorted(set(self.cards))))
+        if self.fp8:
+            args.append(f"--fp8={self.fp8}")
         return args
 
 
@@ -225,6 +231,9 @@ def vllm_argv(program: Sequence[str], model: str, spec: ServeSpec, *, bind: str,
         argv += ["--max-model-len", str(spec.max_model_len)]
     if spec.quantization != "none":
         argv += ["--quantization", "bitsandbytes"]
+    if spec.fp8:
+        # INC's QUANTIZE step inside vLLM (vllm-gaudi); QUANT_CONFIG names the measurements (fp8_env).
+        argv += ["--quantization", "inc", "--kv-cache-dtype", "fp8_inc"]
     if adapter:
         argv += ["--enable-lora", "--lora-modules", f"adapter={adapter}"]
     return argv

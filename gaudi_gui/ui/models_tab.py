@@ -194,7 +194,14 @@ class ModelsTab(QWidget):
         self.delete_button.setToolTip("Delete this revision from its place's cache (asks first, with the "
                                       "space it frees)")
         self.delete_button.clicked.connect(lambda _checked=False: self.delete_selected())
+        self.calibrate_button = QPushButton("Calibrate FP8…")
+        self.calibrate_button.setToolTip("Measure this model for FP8 on this machine (Intel Neural "
+                                         "Compressor)")
+        self.calibrate_button.clicked.connect(lambda _checked=False: self.open_calibrate())
+        #: The Calibrate window (made on first use; its calibration is the agent's job).
+        self.calibrate_dialog: Any = None
         use.addWidget(self.delete_button)
+        use.addWidget(self.calibrate_button)
         use.addWidget(self.use_runner_button)
         use.addWidget(self.use_training_button)
         layout.addLayout(use)
@@ -331,6 +338,24 @@ class ModelsTab(QWidget):
         self.use_runner_button.setEnabled(chosen)
         self.use_training_button.setEnabled(chosen)
         self.delete_button.setEnabled(chosen and not self._deleting)
+        row = self.selected()
+        # This machine's agent calibrates on this machine: a host's model is calibrated on the host.
+        self.calibrate_button.setEnabled(row is not None and row.get("host") in ("", "local"))
+
+    def open_calibrate(self) -> None:
+        """The Calibrate window for the chosen model (one window; a new choice fills its model)."""
+        row = self.selected()
+        if row is None:
+            return
+        from gaudi_gui.ui.calibrate_view import CalibrateDialog
+        if self.calibrate_dialog is None:
+            from gaudi_gui.services.calibrate import CalibrateJob
+            job = CalibrateJob(lambda: self._services.ensure_agent(self.window()), self)
+            self.calibrate_dialog = CalibrateDialog(job, self, model=str(row["repo_id"]))
+        elif not self.calibrate_dialog.view.job.running:
+            self.calibrate_dialog.view.model.setText(str(row["repo_id"]))
+        self.calibrate_dialog.show()
+        self.calibrate_dialog.raise_()
 
     def _use(self, signal: Any) -> None:
         row = self.selected()
@@ -416,6 +441,8 @@ class ModelsTab(QWidget):
         self.downloads_box.show()
 
     def shutdown(self) -> None:
+        if self.calibrate_dialog is not None:
+            self.calibrate_dialog.shutdown()
         for listing in list(self._listings.values()):
             listing.cancel()
         if self._deleting is not None:

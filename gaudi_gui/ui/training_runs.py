@@ -48,7 +48,7 @@ COLUMNS = ("run", "status", "duration", "steps", "final loss", "card-hours", "en
            "compilations", "kind", "started", "latest scores")
 #: What only a training run offers (a Serve or Evaluate job has no job to clone, checkpoint or model).
 TRAINING_ONLY = ("Reopen", "Clone", "Compare", "Resume", "Try in runner", "Merge and save", "Evaluate",
-                 "Align with preferences…", "Profile…")
+                 "Align with preferences…", "Profile…", "Calibrate FP8…")
 #: The columns whose figures are right-aligned.
 _NUMBERS = frozenset(("duration", "steps", "final loss", "card-hours", "energy", "tokens/s", "compilations"))
 #: The meter's columns (their tooltip is the whole meter).
@@ -104,6 +104,8 @@ class RunsTable(QWidget):
     evaluate_requested = Signal(object)
     #: Fill the form with a DPO job that starts from this finished SFT run's model or adapter.
     align_requested = Signal(object)
+    #: Open the Calibrate window (FP8, ui/calibrate_view.py) on this finished run's saved model.
+    calibrate_requested = Signal(object)
     #: An export (Export…) ended: what it wrote, or "⚠ why not" (emitted from the export's thread).
     export_finished = Signal(str)
 
@@ -134,6 +136,7 @@ class RunsTable(QWidget):
                               ("Evaluate", lambda: self._one(self.evaluate_requested)),
                               ("Align with preferences…", lambda: self._one(self.align_requested)),
                               ("Profile…", self.show_profile),
+                              ("Calibrate FP8…", lambda: self._one(self.calibrate_requested)),
                               ("Export…", self.export_selected),
                               ("Open in TensorBoard", lambda: self.open_dashboard("tensorboard")),
                               ("Open in trackio", lambda: self.open_dashboard("trackio")),
@@ -160,6 +163,9 @@ class RunsTable(QWidget):
         self.dashboards.state_changed.connect(self._dashboard_said)
         self.merge_requested.connect(self.merge)
         self.evaluate_requested.connect(self.evaluate)
+        self.calibrate_requested.connect(self.calibrate)
+        #: The Calibrate window (made on first use; its calibration is the agent's job).
+        self.calibrate_dialog: QWidget | None = None
         #: Evaluate windows by run folder, and the compared runs' scores (made when first needed).
         self.eval_views: dict[Path, QWidget] = {}
         #: "Profile…": one page for the selected run's profile (ui/profile_view.py), made on first use.
@@ -609,7 +615,30 @@ class RunsTable(QWidget):
         self.status.setText(f"merged model saved in {text}" if ok else f"⚠ {text}")
         self.merge_finished.emit(ok, text)
 
+    def calibrate(self, run: Run) -> None:
+        """The Calibrate window on ``run``'s saved full model (the command finds final/ or merged/)."""
+        from gaudi_gui.ui.calibrate_view import CalibrateDialog
+        out = run.output_dir()
+        if run.status().state != "finished" or out is None or not any(
+                (out / n / "config.json").is_file() for n in ("final", "merged")):
+            self.status.setText(f"{run.name}: calibrate a finished run with a saved full model (final/ or "
+                                "merged/; Merge and save an adapter first)")
+            return
+        if self.calibrate_dialog is None:
+            from gaudi_gui.services.agent_child import shared_client
+            from gaudi_gui.services.calibrate import CalibrateJob
+            self.calibrate_dialog = CalibrateDialog(CalibrateJob(shared_client, self), self,
+                                                    model=str(run.folder))
+        dialog = self.calibrate_dialog
+        assert isinstance(dialog, CalibrateDialog)
+        if not dialog.view.job.running:
+            dialog.view.model.setText(str(run.folder))
+        dialog.show()
+        dialog.raise_()
+
     def shutdown(self) -> None:
+        if self.calibrate_dialog is not None:
+            self.calibrate_dialog.shutdown()  # type: ignore[attr-defined]
         self.merger.shutdown()
         self.dashboards.shutdown()
         for view in self.eval_views.values():

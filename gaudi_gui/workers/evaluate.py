@@ -107,6 +107,8 @@ class Scorer:
 class Evaluator:
     def __init__(self, job: dict[str, Any]) -> None:
         self.job = job
+        #: What the FP8 load did (the tuned model's result says it); {} without --fp8.
+        self.fp8_said: dict[str, Any] = {}
         self.target: dict[str, Any] = job["target"]
         self.prompts: list[str] = list(job.get("prompts") or [])
         self.references: list[dict[str, str]] = list(job.get("references") or [])
@@ -213,6 +215,27 @@ class Evaluator:
                                local_files_only=local_only)
         except Exception as exc:
             raise Failure("model_failed", f"cannot load {path}: {_first_line(exc)}") from None
+
+    def load_fp8(self, path: str, folder: str) -> tuple[Any, Any]:
+        """``path`` quantized to FP8 by INC with the calibrate run's measurements (QUANTIZE)."""
+        from gaudi_gui.workers.calibrate import load_quantized
+        if paths.is_demo(path):
+            from gaudi_gui.workers.demo import resolve_model
+            path = resolve_model(path)
+        note = " (FP8 Q/DQ on the CPU checks the flow and the answers, not speed: it is slower than " \
+               "bf16)" if self.device == "cpu" else ""
+        emit(EventType.PHASE, message=f"loading {path} in FP8 with the measurements of {folder}{note}")
+        try:
+            model, tokenizer, config = load_quantized(path, folder, self.device)
+        except Exception as exc:
+            raise Failure("model_failed", f"cannot quantize {path} to FP8: {_first_line(exc)}") from None
+        names = [type(m).__name__ for m in model.modules() if type(m).__name__.startswith("Patched")]
+        patched, count = sorted(set(names)), len(names)
+        self.fp8_said = {"calibration": folder, "scale_method": config["scale_method"],
+                         "qdq": bool(config.get("use_qdq")), "quantized_modules": count, "classes": patched,
+                         "note": note.strip(" ()")}
+        emit(EventType.PHASE, message=f"FP8: {count} modules quantized ({', '.join(patched)})")
+        return model, tokenizer
 
     def answer(self, model: Any, tokenizer: Any, prompt: str) -> dict[str, Any]:
         """One greedy answer with the seed set, its time to first token and tokens/s."""
@@ -345,10 +368,11 @@ class Evaluator:
         if self.tasks:
             emit(EventType.PHASE, message=f"{name}: lm-eval {', '.join(self.tasks)}")
         tasks = self.run_tasks(model, tokenizer)
+        extra = {"fp8": self.fp8_said} if name == "tuned" and self.fp8_said else {}
         emit(EventType.MODEL_RESULT, model=name, metrics=metrics, tasks=tasks, device=self.device,
              chat_template=self.use_chat(tokenizer), perplexity_on=self.perplexity_on,
              ttft_s=mean([t["ttft_s"] for t in timings]),
-             tokens_per_s=mean([t["tokens_per_s"] for t in timings]))
+             tokens_per_s=mean([t["tokens_per_s"] for t in timings]), **extra)
 
     def run(self) -> None:
         self.check_tasks()
@@ -385,6 +409,9 @@ class Evaluator:
                 raise Failure("model_failed", f"cannot apply the adapter {adapter}: {_first_line(exc)}") \
                     from None
             model.eval()
+        elif self.job.get("fp8"):
+            del model
+            model, tokenizer = self.load_fp8(tuned_path, str(self.job["fp8"]))
         else:
             emit(EventType.PHASE, message=f"loading the tuned model {tuned_path}")
             del model

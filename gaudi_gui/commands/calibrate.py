@@ -1,0 +1,286 @@
+"""``gaudi-gui calibrate``: measure a model for FP8 with Intel Neural Compressor (INC's MEASURE step).
+
+Every calibration is a run folder of kind ``calibrate`` (core.kinds) in the runs store: its supervisor
+runs ``gaudi-gui calibrate … --events`` (the job itself), which reads the calibration prompts, writes
+the QUANT_CONFIG it uses, starts the worker (``gaudi_gui.workers.calibrate``: torch and INC) that runs
+the prompts through the prepared model and writes INC's measurement files into the run folder, and
+then writes manifest.json (core.fp8: the model and its revision, the device and card generation, INC's
+and torch's versions, the prompts' digest, the rows). ``serve --fp8 RUN``, ``eval --fp8 RUN`` and
+``doctor --fp8 RUN`` check that manifest against the machine they run on.
+
+The foreground command supervises it here (or through the agent); ``--detach`` leaves it in the
+background; the window starts it through the agent (``job.start``). Exit 0; 2 bad input (one line: a
+missing model, ``--rows 0``, an empty dataset, INC not installed); 1 the calibration failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any, NoReturn
+
+from gaudi_gui.core import fp8, protocol
+from gaudi_gui.core.events import EventType
+
+DEVICES = ("auto", "hpu", "cuda", "cpu")
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("calibrate", help="measure a model for FP8 (Intel Neural Compressor) into a run "
+                                         "folder",
+                       description="Run calibration prompts through a model prepared by Intel Neural "
+                                   "Compressor (MEASURE) and keep its measurement files, the QUANT_CONFIG "
+                                   "and a manifest (model revision, device and card generation, versions) "
+                                   "in a run folder, for serve --fp8 / eval --fp8 on a machine of the same "
+                                   "kind.")
+    p.add_argument("--model", default="", help="a Hub id, a model folder, a run folder (its final model) or "
+                                               "builtin:demo")
+    p.add_argument("--dataset", default="", metavar="FILE",
+                   help="calibration prompts: JSONL/JSON rows as Training takes them (text, "
+                        "prompt/completion, messages) or a text file, one prompt a line")
+    p.add_argument("--prompt", action="append", default=[], help="a calibration prompt (repeatable)")
+    p.add_argument("--rows", type=int, default=fp8.DEFAULT_ROWS,
+                   help=f"rows measured, at most (default {fp8.DEFAULT_ROWS})")
+    p.add_argument("--max-length", type=int, default=512, help="tokens of a row, at most (default 512)")
+    p.add_argument("--observer", choices=fp8.OBSERVERS, default=fp8.DEFAULT_OBSERVER)
+    p.add_argument("--scale-method", default="", choices=("", *fp8.SCALE_METHODS),
+                   help="the scale method the QUANTIZE step will use (default maxabs_hw on Gaudi; "
+                        "maxabs_pow2 elsewhere: maxabs_hw needs an HPU)")
+    p.add_argument("--blocklist", default=",".join(fp8.DEFAULT_BLOCKLIST),
+                   help="module names left in high precision, comma-separated (default lm_head)")
+    p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument("--json", action="store_true", help="print the manifest as one JSON object")
+    p.add_argument("--events", action="store_true",
+                   help="run the calibration itself, printing protocol lines (what its supervisor keeps)")
+    from gaudi_gui.commands.flags import add_detach_arguments
+    add_detach_arguments(p, "calibrate")
+    from gaudi_gui.commands import client
+    client.add_argument(p)
+
+    def one_line_error(message: str) -> NoReturn:
+        print(f"gaudi-gui calibrate: error: {message}", file=sys.stderr)
+        sys.exit(fp8.EXIT_BAD_INPUT)
+
+    p.error = one_line_error
+
+
+def _refuse(args: argparse.Namespace, message: str) -> int:
+    print(f"gaudi-gui calibrate: {message}", file=sys.stderr)
+    if args.events:
+        _emit(EventType.ERROR, kind="bad_input", message=message)
+    return fp8.EXIT_BAD_INPUT
+
+
+def _emit(event_type: str, **fields: Any) -> None:
+    protocol.write_line(sys.stdout, protocol.encode({"type": event_type, **fields}))
+
+
+def model_of(value: str) -> str:
+    """``--model`` as a loadable name: a run folder (or a run's name) means its saved final model."""
+    from gaudi_gui.core.jobcheck import model_problem
+    folder = Path(value).expanduser()
+    if value and not folder.is_dir() and "/" not in value:
+        from gaudi_gui.core.runstore import RunStore
+        if (RunStore().root / value).is_dir():
+            folder = RunStore().root / value
+    # A run folder (its status.json; its config.json is the job's, not a model's) means its saved model.
+    if folder.is_dir() and (folder / "status.json").is_file() and (folder / "job.json").is_file():
+        from gaudi_gui.core.runstore import Run
+        out = Run(folder).output_dir()
+        full = next((out / n for n in ("final", "merged") if out and (out / n / "config.json").is_file()),
+                    None)
+        if full is None:
+            raise fp8.Fp8Error(f"--model: the run {folder.name} has no saved full model (final/ or merged/); "
+                               "an adapter run must be merged first")
+        return str(full)
+    bad = model_problem(value)
+    if bad:
+        raise fp8.Fp8Error(f"--model: {bad}")
+    if (folder / "adapter_config.json").is_file() and not (folder / "config.json").is_file():
+        raise fp8.Fp8Error(f"--model: {value} is an adapter: calibrate a merged model")
+    if not fp8.model_identity(value)["path"]:
+        # The manifest names the revision measured: the model must be here before it is measured.
+        raise fp8.Fp8Error(f"--model: {value} is not in this machine's Hub cache: gaudi-gui download {value} "
+                           "first")
+    return str(folder.resolve()) if folder.is_dir() else value
+
+
+def _prompts(args: argparse.Namespace) -> list[str]:
+    prompts = [p for p in args.prompt if p.strip()]
+    if args.dataset:
+        try:
+            prompts += fp8.read_prompts(args.dataset, args.rows)
+        except fp8.Fp8Error as exc:
+            raise fp8.Fp8Error(f"--dataset: {exc}") from None
+    if not prompts:
+        raise fp8.Fp8Error("no calibration prompts: give --dataset FILE or --prompt TEXT")
+    return prompts[:args.rows]
+
+
+def _words(args: argparse.Namespace, model: str) -> list[str]:
+    """The command's words for the supervised job, each ``--option=value``: a prompt or a path that
+    begins with '-' stays a value."""
+    pairs = [("--model", model), ("--rows", str(args.rows)), ("--max-length", str(args.max_length)),
+             ("--observer", args.observer), ("--blocklist", args.blocklist), ("--device", args.device)]
+    if args.scale_method:
+        pairs.append(("--scale-method", args.scale_method))
+    if args.dataset:
+        pairs.append(("--dataset", os.path.abspath(os.path.expanduser(args.dataset))))
+    pairs += [("--prompt", prompt) for prompt in args.prompt]
+    return [f"{option}={value}" for option, value in pairs]
+
+
+def _device(wanted: str) -> str:
+    if wanted != "auto":
+        return wanted
+    return fp8.machine()["device"]
+
+
+def run(args: argparse.Namespace) -> int:
+    if not 1 <= args.rows <= fp8.MAX_ROWS:
+        return _refuse(args, f"--rows: {args.rows} is not between 1 and {fp8.MAX_ROWS}")
+    if not 1 <= args.max_length <= 1 << 20:
+        return _refuse(args, f"--max-length: {args.max_length} is not a token count")
+    if not args.model:
+        return _refuse(args, "--model: give a Hub id, a model folder or a run folder")
+    try:
+        model = model_of(args.model)
+        prompts = _prompts(args)
+    except fp8.Fp8Error as exc:
+        return _refuse(args, str(exc))
+    device = _device(args.device)
+    if args.scale_method in fp8.HPU_ONLY and device != "hpu":
+        return _refuse(args, f"--scale-method: {args.scale_method} needs an HPU (Gaudi); on {device} use "
+                             "maxabs_pow2")
+    if args.events:
+        return _calibrate(args, model, prompts, device)
+    words = _words(args, model)
+    name = f"calibrate-{os.path.basename(model.rstrip('/')) or 'model'}"
+    if args.detach:
+        from gaudi_gui.commands.detach import detach_command
+        return detach_command("calibrate", "calibrate", words, name=name, runs_dir=args.runs_dir,
+                              grace_s=10.0, as_json=args.json)
+    from gaudi_gui.commands import client
+    if client.wanted(args):
+        return client.run_job("calibrate", words, runs_dir=args.runs_dir)
+    return _supervised(args, words, name)
+
+
+def _supervised(args: argparse.Namespace, words: list[str], name: str) -> int:
+    """The calibration in a run folder, supervised by this process (as ``--detach`` would in the
+    background)."""
+    from gaudi_gui.commands.terminal import StopSignals, printable, say
+    from gaudi_gui.core import jobkind
+    from gaudi_gui.core.stopper import KILL_NOW_SIGNAL
+    from gaudi_gui.core.supervisor import supervise
+
+    argv = [sys.executable, "-m", "gaudi_gui", "calibrate", *words, "--events"]
+    try:
+        job = jobkind.create("calibrate", name, argv, runs_dir=args.runs_dir)
+    except OSError as exc:
+        print(f"gaudi-gui calibrate: cannot create the run folder: {exc}", file=sys.stderr)
+        return fp8.EXIT_FAILED
+    say(f"calibrate folder: {job.run.folder}")
+    signals = StopSignals()
+    previous = {sig: signal.signal(sig, signals.handler)
+                for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, KILL_NOW_SIGNAL)}
+
+    def echo(line: str) -> None:
+        with contextlib.suppress(ValueError, protocol.ProtocolError):
+            if protocol.decode(line) is None and not args.json:
+                with contextlib.suppress(BrokenPipeError):
+                    print(printable(line), flush=True)
+
+    try:
+        result = supervise(job, grace_s=10.0, signals=signals, say=say, echo=echo)
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+    if not result.ok:
+        say(f"gaudi-gui calibrate: {result.summary}\nlog: {job.run.log_path}")
+        bad = any(e.get("type") == EventType.ERROR and e.get("kind") == "bad_input" for e in job.run.events())
+        return 130 if result.state == "stopped" else fp8.EXIT_BAD_INPUT if bad else fp8.EXIT_FAILED
+    if args.json:
+        with contextlib.suppress(fp8.Fp8Error):
+            print(json.dumps(fp8.read_manifest(job.run.folder), indent=2, ensure_ascii=False))
+    say(f"manifest: {job.run.folder / fp8.MANIFEST_NAME}")
+    return fp8.EXIT_OK
+
+
+def _calibrate(args: argparse.Namespace, model: str, prompts: list[str], device: str) -> int:
+    """The job itself (``--events``): the QUANT_CONFIG, the worker's measurements, the manifest."""
+    from gaudi_gui.core import atomic
+    from gaudi_gui.core.child import Child
+    from gaudi_gui.core.visibility import child_env
+
+    def _terminated(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, _terminated)
+    folder = Path(fp8.env_run_folder() or os.getcwd())
+    started = time.time()
+    here = fp8.machine()
+    if args.device != "auto" and args.device != here["device"]:
+        # Measured on another device than the machine's own (the CPU of a Gaudi server): said as such.
+        here = {"device": args.device, "generation": args.device}
+    if not fp8.inc_version():
+        return _refuse(args, f"Intel Neural Compressor is not installed: {fp8.INC_INSTALL}")
+    scale_method = args.scale_method or fp8.default_scale_method(device)
+    blocklist = [b.strip() for b in args.blocklist.split(",") if b.strip()]
+    dump = str(folder / fp8.MEASURE_DIR / fp8.DUMP_PREFIX)
+    measure = fp8.measure_config(dump, device=device, observer=args.observer, blocklist=blocklist)
+    identity = fp8.model_identity(model)
+    atomic.write_json(folder / fp8.QUANT_CONFIG_NAME, measure, fsync=False)
+    atomic.write_json(folder / fp8.QUANTIZE_CONFIG_NAME, fp8.quantize_config(
+        dump, device=device, scale_method=scale_method, blocklist=blocklist), fsync=False)
+    _emit(EventType.PHASE, phase="starting",
+          message=f"FP8 calibration of {args.model} on {here['generation']}: {len(prompts)} rows, observer "
+                  f"{args.observer}, scale method {scale_method} (INC {fp8.inc_version()})")
+    child = Child([sys.executable, "-m", "gaudi_gui.workers.calibrate"], decode=protocol.decode,
+                  env=child_env(), tail_lines=30)
+    child.send(json.dumps({"model": identity["path"] or model, "prompts": prompts, "device": device,
+                           "max_length": args.max_length, "config": measure}))
+    child.close_stdin()
+    error: dict[str, Any] | None = None
+    done: dict[str, Any] = {}
+    try:
+        while (message := child.next_message(None)) is not None:
+            kind = message.get("type")
+            if kind == EventType.ERROR:
+                error = message
+            elif kind == EventType.DONE:
+                done = message
+            elif kind in (EventType.PHASE, EventType.PROGRESS):
+                _emit(str(kind), **{k: v for k, v in message.items() if k not in ("type", "v")})
+    except KeyboardInterrupt:
+        child.end(5)
+        _emit(EventType.ERROR, kind="stopped", message="the calibration was stopped")
+        return 130
+    code = child.end(10)
+    if error is not None or not done or code != 0:
+        tail = list(child.tail)[-3:]
+        text = str((error or {}).get("message")
+                   or f"the calibration worker ended ({code}): " + " | ".join(tail))
+        kind = str((error or {}).get("kind") or "failed")
+        _emit(EventType.ERROR, kind=kind, message=text, last_lines=list(child.tail)[-10:])
+        print(f"gaudi-gui calibrate: {text}", file=sys.stderr)
+        return fp8.EXIT_BAD_INPUT if kind == "bad_input" else fp8.EXIT_FAILED
+    files = fp8.measurement_files(folder)
+    manifest = fp8.make_manifest(model=identity, here=here, rows=len(prompts),
+                                 prompts_sha256=fp8.prompts_digest(prompts), observer=args.observer,
+                                 scale_method=scale_method, blocklist=blocklist, files=files, started=started,
+                                 duration_s=time.time() - started, torch_version=str(done.get("torch") or ""))
+    manifest["tokens"] = done.get("tokens")
+    atomic.write_json(folder / fp8.MANIFEST_NAME, manifest, fsync=False)
+    _emit(EventType.RESULT, **manifest)
+    print(f"calibrated {len(prompts)} rows in {manifest['duration_s']:.1f} s: {', '.join(files)}", flush=True)
+    return fp8.EXIT_OK
+
+
+__all__ = ["add_parser", "model_of", "run"]

@@ -1,0 +1,90 @@
+"""core.fp8 without INC or torch: calibration prompts in Training's formats, the QUANT_CONFIGs, this
+machine's device and card generation as hl-smi names them (the recorded Gaudi server of the fake
+hl-smi), the manifest check naming each mismatch, and the doctor's INC and optimum-habana lines."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from gaudi_gui.core import fp8, health
+
+
+def test_prompts_in_the_formats_training_takes(tmp_path: Path) -> None:
+    rows = [{"text": "plain"}, {"prompt": "q: ", "completion": "a"},
+            {"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "there"}]},
+            {"prompt": [{"role": "user", "content": "p"}],
+             "completion": [{"role": "assistant", "content": "c"}]},
+            "a bare string"]
+    jsonl = tmp_path / "d.jsonl"
+    jsonl.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    assert fp8.read_prompts(jsonl) == ["plain", "q: a", "hi\nthere", "p\nc", "a bare string"]
+    assert fp8.read_prompts(jsonl, limit=2) == ["plain", "q: a"]
+    array = tmp_path / "d.json"
+    array.write_text(json.dumps(rows[:2]))
+    assert fp8.read_prompts(array) == ["plain", "q: a"]
+    text = tmp_path / "d.txt"
+    text.write_text("one\n\ntwo\n")
+    assert fp8.read_prompts(text) == ["one", "two"]
+    for content, name, words in (("", "e.jsonl", "e.jsonl is empty"),
+                                 ('{"x": 1}\n', "x.jsonl", "row 1: no text"),
+                                 ("{oops\n", "b.jsonl", "line 1: not JSON")):
+        (tmp_path / name).write_text(content)
+        with pytest.raises(fp8.Fp8Error, match=words):
+            fp8.read_prompts(tmp_path / name)
+    with pytest.raises(fp8.Fp8Error, match="no such file"):
+        fp8.read_prompts(tmp_path / "nowhere.jsonl")
+    assert fp8.prompts_digest(["a", "b"]) != fp8.prompts_digest(["ab"])
+
+
+def test_quant_configs_per_device() -> None:
+    cpu = fp8.measure_config("/r/measure/inc", device="cpu")
+    assert cpu["use_qdq"] is True and cpu["measure_on_hpu"] is False
+    assert cpu["blocklist"]["names"] == ["lm_head"]
+    hpu = fp8.measure_config("/r/measure/inc", device="hpu", observer="maxabs", blocklist=["lm_head", "gate"])
+    assert "use_qdq" not in hpu and hpu["blocklist"]["names"] == ["lm_head", "gate"]
+    assert fp8.default_scale_method("hpu") == "maxabs_hw" and fp8.default_scale_method("cpu") == "maxabs_pow2"
+    assert fp8.quantize_config("/r/m", device="hpu", scale_method="maxabs_hw")["mode"] == "QUANTIZE"
+    assert fp8.generation_word("HL-225") == "gaudi2" and fp8.generation_word("HL-325L") == "gaudi3"
+
+
+def _run(folder: Path, **manifest: object) -> Path:
+    for name in (*fp8.required_files(), fp8.QUANT_CONFIG_NAME):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("{}")
+    record = {"kind": "calibrate", "model": {"model": "m", "revision": "r"}, "device": "cpu",
+              "generation": "cpu", "inc_version": fp8.inc_version() or "3.10", "observer": "maxabs",
+              **manifest}
+    (folder / fp8.MANIFEST_NAME).write_text(json.dumps(record))
+    return folder
+
+
+def test_this_gaudi_machine_against_calibrations(tmp_path: Path, fake_hl_smi: Path) -> None:
+    here = fp8.machine()
+    assert here == {"device": "hpu", "generation": "gaudi1"}  # the recorded HL-205 server
+    _manifest, found = fp8.check(_run(tmp_path / "cpu"), here=here)
+    assert [m.what for m in found] == ["device type"]
+    assert found[0].line().startswith("device type: calibrated cpu (cpu), here hpu (gaudi1) → scales are "
+                                      "device-dependent: calibrate again on this machine")
+    _manifest, found = fp8.check(_run(tmp_path / "g3", device="hpu", generation="gaudi3"), here=here)
+    assert [m.line() for m in found] == [
+        "card generation: calibrated gaudi3, here gaudi1 → gaudi3 scales cannot be used on gaudi1: calibrate "
+        "again on this machine (gaudi-gui calibrate --model m)"]
+    _manifest, found = fp8.check(_run(tmp_path / "same", device="hpu", generation="gaudi1"), here=here)
+    assert found == []
+    _manifest, found = fp8.check(tmp_path / "same", here=here, inc="")
+    assert [m.fix for m in found] == ["pip install neural-compressor-pt"]
+
+
+def test_the_doctor_names_inc_and_optimum_habana() -> None:
+    compat: dict[str, object] = {"global_minimums": {}, "rows": []}
+    versions = {"accelerate": "1.16.0", "neural-compressor-pt": "3.10", "optimum-habana": "1.21.2"}
+    found = {f.check: f for f in health.stack_findings(versions, compat=compat)}
+    assert found["stack.inc"].seen.startswith("Intel Neural Compressor (neural-compressor-pt) 3.10")
+    gone = found["stack.optimum-habana.support"]
+    assert gone.severity == "warning" and "out of support" in gone.seen and "transformers 4.55" in gone.seen
+    found = {f.check: f for f in health.stack_findings({"accelerate": "1.16.0"}, compat=compat)}
+    assert "pip install neural-compressor-pt" in found["stack.inc"].seen
+    assert "stack.optimum-habana.support" not in found
