@@ -152,6 +152,27 @@ def _dashboard(args: dict[str, Any]) -> Spec:
     return Spec(argv, env)
 
 
+def _export(args: dict[str, Any]) -> Spec:
+    """``runs export`` of one run folder: TensorBoard event files (``tensorboard``: a folder) or
+    trackio's storage (``trackio_dir``, ``project``); each value one argument, given as ``--opt=value``
+    (a value that starts with "-" stays a value), checked by the command."""
+    folder = str(args.get("folder") or "")
+    if not os.path.isabs(folder) or "\0" in folder:
+        raise Refused(f"export needs folder (a run folder's absolute path): {folder!r}")
+    argv = [_python(args), "-m", "gaudi_gui", "runs", "export", folder]
+    if args.get("tracker") == "trackio":
+        argv.append("--trackio")
+        if args.get("trackio_dir"):
+            argv.append(f"--trackio-dir={args['trackio_dir']}")
+        if args.get("project"):
+            argv.append(f"--project={args['project']}")
+    elif args.get("tracker") == "tensorboard" and args.get("tensorboard"):
+        argv.append(f"--tensorboard={args['tensorboard']}")
+    else:
+        raise Refused("export needs tracker: tensorboard (with its folder) or trackio")
+    return Spec(argv, _helper_env())
+
+
 def _doctor(args: dict[str, Any]) -> Spec:
     """This machine's doctor: its JSON report (health, the start gate), or with ``report`` (an absolute
     path) the bug report written there (``about``: a saved host's name, its parts made on that host)."""
@@ -176,7 +197,8 @@ def _doctor(args: dict[str, Any]) -> Spec:
 #: Every kind of interactive child: its name -> its argv and environment from the request's ``args``.
 KINDS: dict[str, Callable[[dict[str, Any]], Spec]] = {
     "generate": _generate, "probe": _probe, "schema": _schema, "validate": _validate,
-    "sft_preview": _sft_preview, "merge": _merge, "dashboard": _dashboard, "doctor": _doctor}
+    "sft_preview": _sft_preview, "merge": _merge, "dashboard": _dashboard, "doctor": _doctor,
+    "export": _export}
 
 
 class _Lines:

@@ -16,10 +16,9 @@ without cycles are freed by reference counting as always, wherever their last re
 from __future__ import annotations
 
 import gc
-import threading
 
 import shiboken6
-from PySide6.QtCore import QCoreApplication, QObject, QTimer
+from PySide6.QtCore import QCoreApplication, QObject, QThread, QTimer
 
 #: How often the window's thread looks at the collector's counts.
 CHECK_MS = 500
@@ -63,7 +62,7 @@ def collect_on_this_thread() -> GarbageCollector | None:
     thread collecting instead. None where there is no application yet or this is another thread."""
     global _INSTALLED
     app = QCoreApplication.instance()
-    if app is None or threading.current_thread() is not threading.main_thread():
+    if app is None or QThread.currentThread() is not app.thread():
         return None  # (Qt's application thread is the main thread: QApplication must be made there)
     if _INSTALLED is None or not shiboken6.isValid(_INSTALLED):  # (or the application made anew)
         _INSTALLED = GarbageCollector(app)

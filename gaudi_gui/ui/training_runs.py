@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -33,6 +32,7 @@ from gaudi_gui.core.prices import Prices
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.core.sft import is_adapter_dir
+from gaudi_gui.services.agent_child import AgentChild, describe_exit
 from gaudi_gui.services.dashboards import DashboardService
 from gaudi_gui.services.jobs import JobRegistry
 from gaudi_gui.services.queue import QueueService
@@ -186,6 +186,9 @@ class RunsTable(QWidget):
         #: trackio folder and project of the last export).
         self.export_dialog: ExportDialog | None = None
         self._exporting: Run | None = None
+        #: The agent's ``runs export`` child (made on first use) and what it printed.
+        self._export_child: AgentChild | None = None
+        self._export_said: list[str] = []
         self.export_finished.connect(self._exported)
         #: Where Compare puts the scores: beside the curves when the Training tab gives a splitter
         #: (``scores_dock``), else a small window of their own.
@@ -548,31 +551,42 @@ class RunsTable(QWidget):
         self.export_dialog.raise_()
 
     def _export_requested(self, tracker: str, folder: str, project: str) -> None:
-        from gaudi_gui.core import export
         run = self._exporting
         if run is None:
             return
         if tracker == "tensorboard":
             self.export_dir = folder
-        # A long run's meter is tens of MB (10 hours of 8 cards: ~10 s to read and write on a busy
-        # machine), and trackio is written by a child (it is never imported here): on a thread of its
-        # own, the answer comes back through a queued signal.
         self.buttons["Export…"].setEnabled(False)
         where = f"trackio project {project!r} in {folder}" if tracker == "trackio" else folder
         self.status.setText(f"exporting {run.name} to {where}…")
 
-        def work() -> None:
-            try:
-                if tracker == "trackio":
-                    result = export.export_trackio(run, Path(folder).expanduser(), project)
-                else:
-                    result = export.export_tensorboard(run, folder)
-                text = export.describe(result)
-            except (export.ExportError, OSError) as exc:
-                text = f"⚠ {exc}"
-            self.export_finished.emit(text)
+        # The agent runs it (``runs export`` as its ``export`` child): a long run's meter is tens of MB
+        # (10 hours of 8 cards: ~10 s to read and write on a busy machine), and trackio is never
+        # imported here.
+        if self._export_child is None:
+            self._export_child = AgentChild(self, tail_lines=20)
+            self._export_child.line_received.connect(self._export_line)
+            self._export_child.finished.connect(self._export_ended)
+        self._export_said = []
+        args = {"folder": str(run.folder), "tracker": tracker}
+        if tracker == "trackio":
+            args.update({"trackio_dir": str(Path(folder).expanduser()), "project": project})
+        else:
+            args["tensorboard"] = folder
+        self._export_child.start("export", args)
 
-        threading.Thread(target=work, name="runs-export", daemon=True).start()
+    def _export_line(self, stream: str, line: str) -> None:
+        if stream == "stdout" and line.strip():
+            self._export_said.append(line)
+
+    def _export_ended(self, code: int, status: str) -> None:
+        if code == 0 and self._export_said:
+            self.export_finished.emit("\n".join(self._export_said))
+            return
+        assert self._export_child is not None
+        said = [t.removeprefix("gaudi-gui runs export: ") for t in self._export_child.tail(3) if t.strip()]
+        why = said[-1] if said else describe_exit(code, status)
+        self.export_finished.emit(f"⚠ {why}")
 
     def _exported(self, text: str) -> None:
         self.buttons["Export…"].setEnabled(True)
@@ -641,5 +655,7 @@ class RunsTable(QWidget):
             self.calibrate_dialog.shutdown()  # type: ignore[attr-defined]
         self.merger.shutdown()
         self.dashboards.shutdown()
+        if self._export_child is not None and self._export_child.is_running():
+            self._export_child.kill_tree()
         for view in self.eval_views.values():
             view.shutdown()  # type: ignore[attr-defined]

@@ -365,6 +365,22 @@ def test_export_clicked_writes_tensorboard_events_or_trackio_of_the_selected_run
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout.splitlines()[-1]) == pytest.approx([3.9, 3.8, 3.7])
 
+    # A folder that cannot be written (a file is in the way): the agent's export child fails, and its
+    # reason is said where the result would be, with Export on again.
+    (tmp_path / "in-the-way").write_text("a file\n")
+    click(qtbot, table.buttons["Export…"])
+    qtbot.waitUntil(dialog.isVisible, timeout=5000)
+    from PySide6.QtCore import QPoint
+    click(qtbot, dialog.tensorboard, QPoint(8, dialog.tensorboard.height() // 2))  # on its circle
+    assert dialog.tensorboard.isChecked()
+    dialog.tb_folder.selectAll()
+    qtbot.keyClicks(dialog.tb_folder, str(tmp_path / "in-the-way"))
+    table.status.setText("")
+    click(qtbot, dialog.export_button)
+    qtbot.waitUntil(lambda: table.buttons["Export…"].isEnabled() and table.status.text().startswith("⚠"),
+                    timeout=30000)
+    assert "Traceback" not in table.status.text() and "in-the-way" in table.status.text()
+
 
 def test_compare_shows_how_long_each_run_was_throttled(qtbot, tmp_path: Path) -> None:
     """Compare (clicked) of two Gaudi runs: a 'throttled' row beside the cost ('10 s (25 %)' for the run
