@@ -106,8 +106,6 @@ class DevicePoller(QObject):
         self._running = False
         self._latest: list[DeviceSample] = []
         self._processes: list[ProcessInfo] = []
-        #: Indices of the cards of the last snapshot.
-        self._known_cards: list[int] = []
         self._rejected_total = 0
         self._source = "hl-smi"
 
@@ -339,7 +337,6 @@ class DevicePoller(QObject):
             if self.host is not None:
                 for sample in cards:  # the host's clock is not this machine's: placed at arrival
                     sample.timestamp = now
-            self._known_cards = [s.index for s in cards]
             self._publish(cards)
         elif not self._latest or self._latest[0].kind != "hpu":
             self._selection.set_kind("cpu", [])
