@@ -24,6 +24,7 @@ from gaudi_gui.services.device_poller import DevicePoller
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.settings import Settings
 from tests.agent.test_devices_service import hl_smi_loops
+from tests.helpers import set_fake_hl_smi
 
 MODULES = {0: 2, 1: 6, 2: 3, 3: 7, 4: 0, 5: 4, 6: 5, 7: 1}
 
@@ -197,15 +198,16 @@ def test_env_var_chooses_program(fake_hl_smi: Path, make_poller, qtbot, monkeypa
     assert poller.command.startswith(str(fake_hl_smi))
 
 
-@pytest.mark.parametrize("mode, said", [("garbage", "unparsed"), ("fail", "no Habana devices"),
-                                        ("empty", "printed nothing")])
-def test_bad_output_is_a_clear_state(fake_hl_smi: Path, make_poller, qtbot, monkeypatch,  # noqa: PLR0917
-                                     mode: str, said: str) -> None:
-    monkeypatch.setenv("FAKE_HLSMI_MODE", mode)
+def test_bad_output_is_a_clear_state(fake_hl_smi: Path, make_poller, qtbot) -> None:
+    """Each way hl-smi can print nothing usable is a failure that says what it printed, retried, and
+    no snapshot: the modes in turn on one agent (the fake reads its mode at each start)."""
     poller, rec, _ = make_poller()
-    poller.start()
-    qtbot.waitUntil(lambda: poller.state == dp.STATE_FAILED, timeout=15000)
-    assert said in poller.message and "retrying" in poller.message
+    for mode, said in (("garbage", "unparsed"), ("fail", "no Habana devices"), ("empty", "printed nothing")):
+        set_fake_hl_smi(fake_hl_smi, FAKE_HLSMI_MODE=mode)
+        poller.restart()  # a new loop (started, at the first turn)
+        qtbot.waitUntil(lambda said=said: poller.state == dp.STATE_FAILED and said in poller.message,
+                        timeout=15000)
+        assert "retrying" in poller.message
     assert rec.snapshots == []
 
 
