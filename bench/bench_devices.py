@@ -5,8 +5,10 @@ children started by bare QProcesses (bench/bare.py), interleaved, in a process t
 server's size (``BENCH_CROWD``, default 1000 idle processes).
 
 The tab is driven from outside, the way the app is: a fake ``hl-smi`` (tests/fake_hl_smi.py, replaying
-recorded output every 0.1 s) is the poller's program, so samples take the real path (QProcess, CSV
-parser, history, selection, ``samples_received``); the product has no feeding hook.
+recorded output every 0.1 s) is the program of the device loop of an agent of the bench's own (a state
+folder in a temporary directory, ended after each run), so samples take the real path (the agent's
+loop and CSV parser, its ``devices`` events, the poller's history, selection, ``samples_received``);
+the product has no feeding hook.
 
 ``BENCH_STALL_SECONDS`` and ``BENCH_STALL_REPEATS`` override the length and number of the stall runs."""
 
@@ -135,6 +137,7 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
     from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
+    from gaudi_gui.services import agent_child
     from gaudi_gui.services.context import AppServices
     from gaudi_gui.services.device_poller import DevicePoller
     from gaudi_gui.services.device_selection import DeviceSelection
@@ -147,11 +150,14 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
     with tempfile.TemporaryDirectory() as tmp:
         program = _fake(Path(tmp))
         os.environ["FAKE_HLSMI_PERIOD"] = str(1.0 / rate_hz)
+        # An agent of the bench's own, started with this environment (the fake's period).
+        saved_home = os.environ.get("GAUDI_GUI_HOME")
+        os.environ["GAUDI_GUI_HOME"] = str(Path(tmp) / "home")
         settings = Settings(str(Path(tmp) / "settings.ini"))
         settings.set("devices/history_window_s", 3600)
         settings.set("devices/hl_smi", str(program))
         selection = DeviceSelection()
-        poller = DevicePoller(settings, selection)
+        poller = DevicePoller(settings, selection, agent=agent_child.shared_client)
         services = AppServices(settings=settings, selection=selection,
                                environment=EnvironmentProbe(), jobs=JobRegistry(), device_poller=poller)
         if health:
@@ -184,9 +190,26 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
         from gaudi_gui.services.process import reap_all
 
         reap_all()
+        _end_agent()
+        if saved_home is None:
+            os.environ.pop("GAUDI_GUI_HOME", None)
+        else:
+            os.environ["GAUDI_GUI_HOME"] = saved_home
     if snapshots[0] < seconds * rate_hz / 4:
         raise RuntimeError(f"the fake hl-smi delivered only {snapshots[0]} snapshots in {seconds} s")
     return max(gaps), statistics.median(gaps), max(warm)
+
+
+def _end_agent() -> None:
+    """Close the window's client and end the bench's agent (its loop and fake hl-smi with it)."""
+    import contextlib
+
+    from gaudi_gui.core import agentwire
+    from gaudi_gui.services import agent_child
+
+    agent_child.close_shared()
+    with contextlib.suppress(agentwire.AgentError, OSError), agentwire.Connection.open(start=False) as conn:
+        conn.request("shutdown", timeout=10, force=True)
 
 
 def bare_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> float:

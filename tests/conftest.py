@@ -194,7 +194,7 @@ def _assert_no_background_work_left() -> None:
     while _running_runners(process) and time.monotonic() < deadline:
         if app is not None:
             app.processEvents()
-        time.sleep(0.05)  # waiting on a condition with a deadline (a thread reaps a ThreadedRunner)
+        time.sleep(0.05)  # waiting on a condition with a deadline (a killed runner is reaped)
     runners = [" ".join(r.argv)[:160] for r in _running_runners(process)]
     pollers: list[str] = []
     timers: list[str] = []

@@ -65,6 +65,21 @@ DEFAULT_INTERVAL_S = 1.0
 DEFAULT_PROCESS_INTERVAL_S = 5.0
 #: The loop outlives its last listener by this much (a view closed and opened again keeps it).
 GRACE_S = float(os.environ.get("GAUDI_GUI_DEVICES_GRACE_S", "1.0"))
+
+
+def _backoff_s(text: str) -> tuple[float, float]:
+    """``INITIAL[,MAX]`` seconds (tests make the restarts quick); (1, 30) when unset or not numbers."""
+    try:
+        parts = [float(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        parts = []
+    initial = parts[0] if parts and 0 < parts[0] < 3600 else 1.0
+    most = parts[1] if len(parts) > 1 and initial <= parts[1] < 3600 else max(initial, 30.0)
+    return initial, most
+
+
+#: First and largest delay before a failed hl-smi is started again (it doubles in between).
+BACKOFF_S = _backoff_s(os.environ.get("GAUDI_GUI_DEVICES_BACKOFF_S", ""))
 #: How often the listeners are counted (a session's ``unsubscribe`` is not told to services).
 CHECK_S = 0.2
 #: A table read that outlives this is killed.
@@ -98,6 +113,9 @@ class DevicesService:
         self.latest: dict[str, Any] | None = None
         self.processes: list[ProcessInfo] = []
         self.starts = 0  # hl-smi launches (tests, status)
+        self._program = ""
+        self._closed = False  # stopped with the agent: nothing starts again
+        self._snapshots = 0  # of the hl-smi run now (one ended by the table's card count included)
         self._supervisor: asyncio.Task[None] | None = None
         self._loop_task: asyncio.Task[None] | None = None
         self._restart = asyncio.Event()
@@ -117,11 +135,15 @@ class DevicesService:
         return None
 
     async def stop(self) -> None:
-        for task in (self._supervisor, self._loop_task):
-            if task is not None:
-                task.cancel()
+        # Nothing starts a loop or an hl-smi after this; each task is waited for (cancelled again while
+        # it runs on: Python 3.11's wait_for can drop a cancel), so none outlives the agent's end
+        # and starts an hl-smi that nobody ends (the agent then waited on it for ever).
+        self._closed = True
+        supervisor, self._supervisor = self._supervisor, None
+        await tasks.end(supervisor)
+        await tasks.end(self._loop_task)
+        self._loop_task = None
         await self._kill()
-        self._supervisor = self._loop_task = None
 
     def busy(self) -> list[str]:
         return []  # the loop serves listeners; it never keeps the agent up by itself
@@ -132,7 +154,8 @@ class DevicesService:
         summary = (f"{self.source}: {self.state}, every {want[0]:g} s for {self._listener_count()} "
                    f"listener(s)" if running and want else "no device loop (nobody listens)")
         return {"state": self.state, "message": self.message, "command": self.command,
-                "source": self.source, "listeners": self._listener_count(), "summary": summary}
+                "source": self.source, "listeners": self._listener_count(), "starts": self.starts,
+                "summary": summary}
 
     def subscribed(self, session: Session, ev: str, key: str | None) -> None:
         if ev == Ev.DEVICES.value:
@@ -222,6 +245,8 @@ class DevicesService:
         self._restart.set()
 
     def _ensure_supervisor(self) -> None:
+        if self._closed:
+            return
         if self._supervisor is None or self._supervisor.done():
             self._supervisor = asyncio.get_running_loop().create_task(self._supervise())
 
@@ -233,6 +258,8 @@ class DevicesService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._restart.wait(), CHECK_S)
             self._restart.clear()
+            if self._closed:
+                return
             wanted = self._wanted()
             running = self._loop_task is not None and not self._loop_task.done()
             if wanted is None:
@@ -255,19 +282,26 @@ class DevicesService:
             self._loop_task = asyncio.get_running_loop().create_task(self._loop(*wanted))
 
     async def _end_loop(self) -> None:
-        task, self._loop_task = self._loop_task, None
+        # The task stays known until it is done: a stop() that cancels this wait ends it still.
+        task = self._loop_task
         await tasks.end(task)
+        if self._loop_task is task:
+            self._loop_task = None
         await self._kill()
 
     # -- the loop ---------------------------------------------------------------------------------
     async def _loop(self, interval_s: float, table_s: float, hl_smi: str) -> None:
         program, explicit = hlsmi.hl_smi_program(hl_smi)
-        backoff = Backoff(1.0, 30.0)
+        backoff = Backoff(*BACKOFF_S)
         fallback: asyncio.Task[None] | None = None
-        if self.state in (STATE_STOPPED, STATE_STARTING):  # a restart for a new interval is no news
+        # A restart for a new interval is no news; another program is (its command is shown).
+        if self.state in (STATE_STOPPED, STATE_STARTING) or program != self._program:
+            self.command = " ".join([program, *hlsmi.query_args(hlsmi.QUERY_FIELDS,
+                                                                 loop_s=loop_seconds(interval_s))])
             self._set_state(STATE_STARTING, f"running {program} every {interval_s:g} s")
+        self._program = program
         try:
-            while True:
+            while not self._closed:
                 ok, state, words = await self._run_once(program, explicit, interval_s, table_s, backoff)
                 if ok:
                     backoff.reset()
@@ -298,23 +332,27 @@ class DevicesService:
         except OSError as exc:
             return False, *self._cannot_start(program, explicit, exc)
         except asyncio.CancelledError:  # a restart while it was being started: it must not live on
-            with contextlib.suppress(Exception):
-                orphan = await spawn
-                os.killpg(orphan.pid, signal.SIGKILL)
-                await orphan.wait()
+            while not spawn.done():  # a second cancel (tasks.end repeats them) must not lose it
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait({spawn})
+            if not spawn.cancelled() and spawn.exception() is None:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(spawn.result().pid, signal.SIGKILL)
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await asyncio.wait_for(spawn.result().wait(), 5.0)
             raise
         self.starts += 1
         self._proc, self._seen = proc, set()
         stderr: deque[str] = deque(maxlen=8)
         err_task = asyncio.get_running_loop().create_task(self._drain(proc, stderr))
         table_task = asyncio.get_running_loop().create_task(self._tables(program, table_s, stream))
-        snapshots, hung = 0, None
+        self._snapshots, hung = 0, None
         try:
             assert proc.stdout is not None
             last = time.monotonic()
             while True:
                 limit = max(HANG_FACTOR * interval_s, 1.0)
-                if snapshots == 0:
+                if self._snapshots == 0:
                     limit = max(limit, FIRST_OUTPUT_GRACE_S)
                 try:
                     left = max(0.05, last + limit - time.monotonic())
@@ -323,6 +361,13 @@ class DevicesService:
                     hung = time.monotonic() - last
                     break
                 if not raw:
+                    # Its last rows: a whole snapshot only when no card set is known (then they are
+                    # all it printed); a partial one is dropped, never shown as every card.
+                    tail = stream.flush()
+                    if tail:
+                        self._snapshots += 1
+                        self._known_cards = [s.index for s in tail]
+                        self._publish_cards(tail, "hl-smi")
                     break
                 last = time.monotonic()
                 self._remember_tree(proc.pid)
@@ -332,7 +377,7 @@ class DevicesService:
                     self._rejected_total += stream.rejected + stream.bad_values - before
                     self._rejected_reason = hlsmi.clean_text(stream.errors[-1]) if stream.errors else ""
                 if snapshot:
-                    snapshots += 1
+                    self._snapshots += 1
                     self._known_cards = [s.index for s in snapshot]
                     if self.state != STATE_OK:
                         self._set_state(STATE_OK, f"{self.command}: {len(snapshot)} card(s)")
@@ -348,9 +393,9 @@ class DevicesService:
         what = (f"printed nothing for {hung:.1f} s and was killed (hung)" if hung is not None
                 else describe_returncode(proc.returncode))
         detail = f"{self.command}\n{what}" + (f"\nit said:\n{said}" if said else "\nit printed nothing")
-        if snapshots == 0:
+        if self._snapshots == 0:
             detail += "\nno card rows were read: is the habanalabs driver loaded and a card present?"
-        return snapshots > 0, STATE_FAILED, detail
+        return self._snapshots > 0, STATE_FAILED, detail
 
     def _cannot_start(self, program: str, explicit: bool, exc: OSError) -> tuple[str, str]:
         from gaudi_gui.core.health import Roots, gaudi_evidence
@@ -382,7 +427,8 @@ class DevicesService:
                 result = hlsmi.parse_table(text)
                 if result.samples and stream.known is None:
                     snapshot = stream.expect(s.index for s in result.samples)
-                    if snapshot:
+                    if snapshot:  # a snapshot of this run (the hang watchdog's first grace is over)
+                        self._snapshots += 1
                         self._publish_cards(snapshot, "hl-smi")
                 from gaudi_gui.core import host
                 self.processes = await asyncio.to_thread(host.describe_processes, result.processes)

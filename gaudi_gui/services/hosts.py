@@ -101,7 +101,7 @@ class HostsService(QObject):
 
     def __init__(self, settings: Settings, local: DevicePoller, parent: QObject | None = None, *,
                  selections: dict[str, DeviceSelection] | None = None,
-                 agent: Callable[[], AgentClient] | None = None) -> None:
+                 agent: Callable[[], AgentClient]) -> None:
         super().__init__(parent)
         self._settings = settings
         self.local = local
@@ -221,7 +221,7 @@ class HostsService(QObject):
         self._merge_disk()
         self._write(lambda saved: [h for h in saved if h.name != name])
         self._drop_poller(name)  # its unwatch first, over the link that is still there
-        if self._shaken.pop(name, None) is not None and self._agent is not None:
+        if self._shaken.pop(name, None) is not None:
             self._agent().request("hosts.disconnect", None, host=name)  # its link closes now
         self._drop_selection(name)
         self.changed.emit()
@@ -252,7 +252,7 @@ class HostsService(QObject):
         # A handshake still on its way says nothing more; a client still reaching the agent for them
         # stops trying (no retry outlives the tab; the next handshake starts it again).
         self._hello_tokens = {name: token + 1 for name, token in self._hello_tokens.items()}
-        if self._hello_tokens and self._agent is not None:
+        if self._hello_tokens:
             client = self._agent()
             if client.state != "up":
                 client.close()
@@ -280,7 +280,7 @@ class HostsService(QObject):
         if poller is None:
             selection = self.selections.setdefault(host.name, DeviceSelection(self))
             # The host's cards from its agent's one loop, over this machine's agent's one ssh session
-            # to it (no ssh of the window's own); without an agent (tests of the rules) as before.
+            # to it (no ssh of the window's own).
             poller = DevicePoller(self._settings, selection, self, host=host, agent=self._agent)
             self.pollers[host.name] = poller
             self._forward(host.name, poller)
@@ -294,8 +294,6 @@ class HostsService(QObject):
         """Ask the host's agent for its ``host.info`` (version, protocol, libraries) through this
         machine's agent: over the host's one ssh session, no child of the window. A link to a host
         whose entry changed is made again first (its remote command may be another)."""
-        if self._agent is None:
-            return
         agent = self._agent()
         agent.start()  # closed by a stop() while it was still reaching the agent: reach it again
         self._hello_tokens[host.name] = token = self._hello_tokens.get(host.name, 0) + 1

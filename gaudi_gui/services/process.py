@@ -102,8 +102,7 @@ def _last_segment(line: str) -> str:
     return ""
 
 
-#: Every live runner: ProcessRunner and ``threaded_process.ThreadedRunner`` (the pollers' children,
-#: started and reaped on threads of their own), which registers itself here.
+#: Every live runner (each ProcessRunner registers itself here).
 _LIVE: weakref.WeakSet[ProcessRunner] = weakref.WeakSet()
 
 
@@ -394,8 +393,8 @@ class ProcessRunner(QObject):
         # ties the pid to the right process (one read of /proc/PID/stat).
         self._tree = ProcessTree(self._pid, group=self._new_session)
         # By the time this slot runs, a wrapper script may already have started helpers in sessions
-        # of their own; a child that then ends by itself is swept with what was recorded (the
-        # device poller's hl-smi runs). Without this record such a helper outlived its run. Fresh:
+        # of their own; a child that then ends by itself is swept with what was recorded (an
+        # hl-smi wrapper's runs). Without this record such a helper outlived its run. Fresh:
         # only the processes started since the child are read, not the whole table.
         BOOKKEEPER.submit(functools.partial(self._tree.record, fresh=True))
         if self._kill_pending:

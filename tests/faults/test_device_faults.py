@@ -1,10 +1,12 @@
-"""Fault tests for the device poller and ``gaudi-gui devices`` with a real forking hl-smi wrapper.
+"""Fault tests for the device loop (the agent's, painted by the window's poller) and ``gaudi-gui
+devices`` with a real forking hl-smi wrapper.
 
 Many installs run hl-smi through a shell script; ours forks the helpers such a script may leave:
 a helper in the wrapper's process group that holds its stdout (``sleep &``), a pipeline
 (``hl-smi.real "$@" | cat``), and, in loop mode, a helper that escapes into a session of its own
-(``setsid``). Every process of the wrapper carries a marker in its environment, so psutil can count
-exactly the helpers of this test (other engineers' processes on the machine do not count).
+(``setsid``). Every process of the wrapper carries a marker in its environment (the script exports
+it: the agent that runs it does not carry it), so psutil can count exactly the helpers of this test
+(other engineers' processes on the machine do not count).
 """
 
 from __future__ import annotations
@@ -21,11 +23,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from gaudi_gui.services import agent_child
 from gaudi_gui.services import device_poller as dp
 from gaudi_gui.services.device_poller import DevicePoller
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.settings import Settings
 from tests.helpers import processes_with_env, wait_until
+from tests.qt.test_poller import AgentDevices
 
 FAKE = Path(__file__).resolve().parents[1] / "fake_hl_smi.py"
 MARKER_VAR = "GAUDI_GUI_FAULT_MARKER"
@@ -56,36 +60,34 @@ def wrapper(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[P
     script = folder / "hl-smi"
     script.write_text(
         "#!/bin/sh\n"
+        f"export {MARKER_VAR}={marker}\n"
         "# helpers as a real wrapper may leave them\n"
         "sleep 300 &\n"
         'case " $* " in *" -l "*) setsid sleep 300 >/dev/null 2>&1 & ;; esac\n'
         f'{sys.executable} {FAKE} "$@" | cat\n')
     script.chmod(0o755)
-    monkeypatch.setenv(MARKER_VAR, marker)
     monkeypatch.setenv("FAKE_HLSMI_PERIOD", "0.1")
     assert marked(marker) == []
     yield script, marker
     for proc in marked(marker):  # never leave a helper behind, even when a test failed
-        # The poller's stop kills its tree on the bookkeeping thread: a helper listed here may end
-        # before this kill reaches it (a fresh clone's teardown met one: NoSuchProcess).
+        # The agent's stop kills its tree: a helper listed here may end before this kill reaches it.
         with contextlib.suppress(psutil.NoSuchProcess):
             proc.kill()
 
 
 @pytest.fixture
-def make_poller(qtbot) -> Iterator:
+def make_poller(qtbot, monkeypatch: pytest.MonkeyPatch) -> Iterator:
+    monkeypatch.setenv("GAUDI_GUI_DEVICES_BACKOFF_S", "0.1,0.2")  # the agent's restarts
     made: list[DevicePoller] = []
 
     def make(program: Path, **settings: object) -> tuple[DevicePoller, list[list], list[tuple[str, str]]]:
         store = Settings()
         store.set("devices/hl_smi", str(program))
         store.set("devices/interval_s", 0.2)
-        store.set("devices/process_interval_s", 0.3)
+        store.set("devices/process_interval_s", 0.5)
         for key, value in settings.items():
             store.set(f"devices/{key}", value)
-        poller = DevicePoller(store, DeviceSelection())
-        poller.backoff_initial_s = 0.1
-        poller.backoff_max_s = 0.2
+        poller = DevicePoller(store, DeviceSelection(), agent=agent_child.shared_client)
         made.append(poller)
         snapshots: list[list] = []
         states: list[tuple[str, str]] = []
@@ -98,76 +100,68 @@ def make_poller(qtbot) -> Iterator:
         poller.stop()
 
 
+@pytest.fixture
+def agent_devices() -> Iterator[AgentDevices]:
+    seen = AgentDevices()
+    yield seen
+    seen.close()
+
+
 def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "gaudi_gui", "devices", *args], capture_output=True,
                           text=True, timeout=timeout, env=dict(os.environ))
 
 
-# -- the poller -------------------------------------------------------------------------------------
+# -- the agent's loop, through the window's poller -------------------------------------------------
 
 
-def test_poller_leaves_no_helper(wrapper: tuple[Path, str], make_poller, qtbot) -> None:
+def test_poller_leaves_no_helper(wrapper: tuple[Path, str], make_poller, agent_devices: AgentDevices,
+                                 qtbot) -> None:
     script, marker = wrapper
     poller, snapshots, _states = make_poller(script)
-    tables: list[list] = []
-    poller.processes_received.connect(tables.append)
     poller.start()
-    qtbot.waitUntil(lambda: len(snapshots) >= 3 and len(tables) >= 4, timeout=20000)
+    # Table reads (every 0.5 s) come and go meanwhile: their helpers are swept as each one ends.
+    qtbot.waitUntil(lambda: len(snapshots) >= 12, timeout=20000)
     during = len(marked(marker))
     assert during >= 4  # the loop's wrapper, fake, cat and both sleeps: the test is meaningful
-    # table reads come and go (4 of them so far): their helpers are swept as each one ends
     assert during <= 5 + 4  # the loop's tree plus at most one table run in flight
     poller.restart()  # a restart kills the whole old tree
-    qtbot.waitUntil(lambda: poller.state == dp.STATE_OK and len(snapshots) >= 5, timeout=20000)
-    poller.stop()
-    assert wait_until(lambda: marked(marker) == [], timeout=5), described(marked(marker))
+    qtbot.waitUntil(lambda: agent_devices.starts() >= 2, timeout=20000)
+    seen = len(snapshots)
+    qtbot.waitUntil(lambda: poller.state == dp.STATE_OK and len(snapshots) >= seen + 2, timeout=20000)
+    poller.stop()  # the agent ends its loop when nobody listens (GAUDI_GUI_DEVICES_GRACE_S later)
+    assert wait_until(lambda: marked(marker) == [], timeout=10), described(marked(marker))
     assert all(len(s) == 8 for s in snapshots)
 
 
-def gone(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-
-
-def test_stop_before_started_is_delivered_leaves_no_helper(wrapper: tuple[Path, str], make_poller,
-                                                          qtbot) -> None:
-    """The stop that failed on a loaded machine: the poller stopped while a table read was starting
-    (QProcess had forked it, its ``started`` not yet delivered) and no event loop ran afterwards
-    (the app quitting, or this test's plain wait). The kill waited for ``started``; meanwhile the
-    wrapper ended by itself and its ``sleep 300 &`` outlived the poller, re-parented to init."""
+def test_stop_while_the_loop_starts_leaves_no_helper(wrapper: tuple[Path, str], make_poller,
+                                                     qtbot) -> None:
+    """The poller stopped while the agent was starting its loop (the wrapper forked, no row read yet):
+    the loop the agent started for it ends with every helper, none outlives it re-parented to init."""
     script, marker = wrapper
     poller, _snapshots, _states = make_poller(script)
-    poller.start()  # the loop and the first table read (the card count) are being spawned, not "started"
-    runners = (poller._runner, poller._table_runner)
+    poller.start()
+    qtbot.waitUntil(lambda: bool(marked(marker)), timeout=20000)
     poller.stop()
-    # No event loop runs here: the kill cannot wait for a ``started`` that never comes. A child the
-    # thread had not spawned yet is never spawned; one it had is killed with its tree.
-    assert all(r.wait_finished(10000) for r in runners)
-    children = [r.pid for r in runners if r.pid]
-    assert wait_until(lambda: all(gone(pid) for pid in children), timeout=10), \
-        described([psutil.Process(pid) for pid in children if not gone(pid)])
-    qtbot.waitUntil(lambda: not poller._runner.is_running() and not poller._table_runner.is_running(),
-                    timeout=10000)  # finished delivered now
-    assert wait_until(lambda: marked(marker) == [], timeout=5), described(marked(marker))
+    assert wait_until(lambda: marked(marker) == [], timeout=10), described(marked(marker))
 
 
-def test_poller_hang_kills_the_tree(wrapper: tuple[Path, str], make_poller, qtbot, monkeypatch) -> None:
+def test_poller_hang_kills_the_tree(wrapper: tuple[Path, str], make_poller, agent_devices: AgentDevices,
+                                    qtbot, monkeypatch) -> None:
     script, marker = wrapper
     monkeypatch.setenv("FAKE_HLSMI_MODE", "stall_mid:2")
     poller, snapshots, states = make_poller(script)
-    pids: list[int] = []
-    poller._runner.started.connect(pids.append)
     poller.start()
-    qtbot.waitUntil(lambda: any("hung" in m for _s, m in states) and len(pids) >= 2, timeout=20000)
+    qtbot.waitUntil(lambda: bool(snapshots), timeout=20000)
+    first_tree = marked(marker)  # the first loop, before it stalls (and table reads of the moment)
+    qtbot.waitUntil(lambda: any("hung" in m for _s, m in states) and agent_devices.starts() >= 2,
+                    timeout=20000)
     # the stall came mid-snapshot: the 3 rows before it were never published as a snapshot
     assert snapshots and all(len(s) == 8 for s in snapshots)
-    first_tree_gone = wait_until(lambda: not psutil.pid_exists(pids[0])
-                               or psutil.Process(pids[0]).status() == psutil.STATUS_ZOMBIE, timeout=5)
-    assert first_tree_gone
+    assert wait_until(lambda: not [p for p in first_tree if p.is_running()
+                                   and p.status() != psutil.STATUS_ZOMBIE], timeout=5), described(first_tree)
     poller.stop()
-    assert wait_until(lambda: marked(marker) == [], timeout=5), described(marked(marker))
+    assert wait_until(lambda: marked(marker) == [], timeout=10), described(marked(marker))
 
 
 def test_rows_delayed_beyond_60_ms_make_whole_snapshots(wrapper: tuple[Path, str], make_poller, qtbot,
@@ -190,9 +184,9 @@ def test_garbage_rows_are_reported_by_the_poller(wrapper: tuple[Path, str], make
     reports: list[tuple[int, str]] = []
     poller.rows_rejected.connect(lambda n, why: reports.append((n, why)))
     poller.start()
-    qtbot.waitUntil(lambda: len(snapshots) >= 2 and len(reports) >= 4, timeout=20000)
+    qtbot.waitUntil(lambda: len(snapshots) >= 2 and reports and reports[-1][0] >= 4, timeout=20000)
     totals = [n for n, _why in reports]
-    assert totals == sorted(totals) and totals[-1] >= 4  # two per snapshot, counted since start()
+    assert totals == sorted(totals) and totals[-1] >= 4  # two per snapshot, counted since the loop began
     assert any("expected 12 fields" in why for _n, why in reports)
     assert all("\x1b" not in why for _n, why in reports)
     assert all(len(s) == 8 for s in snapshots)  # the good rows still make whole snapshots
