@@ -17,7 +17,7 @@ import psutil
 import pytest
 
 from tests.fake_hub import FakeHub
-from tests.helpers import built_once, processes_with_env
+from tests.helpers import built_once, processes_with_env, wait_gone
 from tests.slurm_cluster import ClusterError, SlurmCluster
 
 # ``--dist loadgroup`` (make test): every xdist_group on one worker, the longest work first, written
@@ -264,8 +264,7 @@ def _end_agent() -> None:
             with agentwire.Connection(sock, "test") as conn:
                 pid = int(conn.agent.get("pid") or 0)
                 conn.request("shutdown", timeout=10, force=True)
-                with contextlib.suppress(psutil.Error):
-                    psutil.Process(pid).wait(timeout=10)
+                wait_gone(pid, 10)
         except (agentwire.AgentError, OSError) as exc:
             _AGENT_NOTES.append(f"round {_round}: {type(exc).__name__}: {exc}")
         if not agent_processes():

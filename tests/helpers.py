@@ -391,6 +391,25 @@ def end_training_tab(qtbot: QtBot, services: AppServices, tab: TrainingTab) -> N
 # -- processes ---------------------------------------------------------------------------------------
 
 
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait until ``pid`` has ended: gone, or a zombie (ended; its parent, init for a daemon, has not
+    reaped it yet). True when it ended in time. ``psutil.Process.wait`` on a process that is not our
+    child waits for the reaping too: this machine's init reaps 1.5-1.8 s after an exit, and every test
+    that ended its agent paid that in its teardown."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        except psutil.Error:
+            pass
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+
+
 def processes_with_env(name: str, value: str) -> list[psutil.Process]:
     """Live processes (not zombies, not this test) whose environment has ``name=value``: the way a
     test finds what it started, children and re-parented runs in their own sessions alike."""

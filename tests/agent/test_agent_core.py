@@ -16,6 +16,7 @@ import pytest
 
 from gaudi_gui.core import agentwire
 from gaudi_gui.core.agentwire import AgentError, Connection
+from tests.helpers import wait_gone
 
 CLI = [sys.executable, "-m", "gaudi_gui"]
 
@@ -91,7 +92,7 @@ def test_it_ends_itself_when_idle_and_a_client_starts_it_again(monkeypatch: pyte
         pid = conn.agent["pid"]
         time.sleep(1.2)  # a connected client keeps it up, however long
         assert conn.request("ping")["ok"]
-    psutil.Process(pid).wait(timeout=15)
+    assert wait_gone(pid, 15)
     assert agentwire.try_connect() is None
     with Connection.open() as conn:
         assert conn.agent["pid"] != pid

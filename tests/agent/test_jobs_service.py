@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from gaudi_gui.core.agentwire import AgentError, Connection
@@ -22,7 +21,7 @@ from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.serve import pick_free_port
 from tests.fake_hub import FakeHub, FakeRepo
-from tests.helpers import job_file
+from tests.helpers import job_file, wait_gone
 
 
 def _wait_for(conn: Connection, wanted: dict[str, Any], timeout: float = 120) -> dict[str, dict[str, Any]]:
@@ -76,7 +75,7 @@ def test_jobs_go_on_when_the_agent_is_killed_and_the_next_one_lists_them(
     supervisors = {k: Run(j["folder"]).supervisor() for k, j in jobs.items()}
     assert all(supervisors.values()), supervisors
     os.kill(first_agent, signal.SIGKILL)
-    psutil.Process(first_agent).wait(timeout=10)
+    assert wait_gone(first_agent, 10)
     time.sleep(1.0)  # the jobs go on without it
     assert all(ref is not None and ref.is_alive() for ref in supervisors.values())
 

@@ -10,11 +10,11 @@ import os
 import signal
 from pathlib import Path
 
-import psutil
 import pytest
 
 from gaudi_gui.core.agentwire import Connection
 from gaudi_gui.core.runstore import Run
+from tests.helpers import wait_gone
 from tests.integration.test_queue import (  # noqa: F401 (idle_server, queue_env: fixtures)
     add,
     ended,
@@ -39,7 +39,7 @@ def test_a_killed_agent_loses_no_queued_job_and_the_next_one_starts_the_waiting_
     supervisor = Run(kept[first].run_folder).supervisor()
     assert supervisor is not None
     os.kill(pid, signal.SIGKILL)
-    psutil.Process(pid).wait(timeout=10)
+    assert wait_gone(pid, 10)
     # The run goes on without an agent; the queue's state is as the agent last wrote it.
     kept = entries()
     assert kept[first].state == "started" and kept[second].state == "waiting"
