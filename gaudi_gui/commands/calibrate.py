@@ -59,7 +59,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--events", action="store_true",
                    help="run the calibration itself, printing protocol lines (what its supervisor keeps)")
     from gaudi_gui.commands.flags import add_detach_arguments
-    add_detach_arguments(p, "calibrate")
+    add_detach_arguments(p, "calibrate", always_a_run_folder=True)  # the foreground one has a folder too
     from gaudi_gui.commands import client
     client.add_argument(p)
 

@@ -189,13 +189,16 @@ def refusal(parser: argparse.ArgumentParser,
     return None
 
 
-def add_detach_arguments(p: argparse.ArgumentParser, verb: str) -> None:
-    """``--detach`` and ``--runs-dir``, as every kind's command takes them (``verb``: "serve" ...)."""
+def add_detach_arguments(p: argparse.ArgumentParser, verb: str, *, always_a_run_folder: bool = False) -> None:
+    """``--detach`` and ``--runs-dir``, as every kind's command takes them (``verb``: "serve" ...);
+    ``always_a_run_folder``: the foreground job has one too (calibrate), so ``--runs-dir`` stands alone."""
     p.add_argument("--detach", action="store_true",
                    help=f"{verb} in the background under a supervisor with a run folder (it outlives this "
                         "shell, the app and an SSH connection), print the folder and return; follow it "
                         "with `gaudi-gui runs follow`, stop it with `gaudi-gui runs stop`")
-    p.add_argument("--runs-dir", default="", help="with --detach: where the run folder goes")
+    p.add_argument("--runs-dir", default="",
+                   help=("where the run folder goes (default: the runs store)" if always_a_run_folder
+                         else "with --detach: where the run folder goes"))
 
 
 __all__ = ["RULES", "Rule", "add_detach_arguments", "given", "positive_seconds", "refusal"]

@@ -100,9 +100,13 @@ class HealthView(QWidget):
         self.health = health
         self.host_combo = QComboBox(self)
         self.host_combo.setObjectName("health_host")
-        self.host_combo.currentIndexChanged.connect(self._on_host_chosen)
+        self.host_combo.currentIndexChanged.connect(self._on_other_host)
         self.status_label = QLabel(self)
         self.status_label.setTextFormat(Qt.TextFormat.PlainText)
+        #: The status line: what the last check found, and under it what the user's last action did
+        #: (a check that ends after "report written to …" must not wipe that out).
+        self._checked = ""
+        self._said = ""
         self.status_label.setWordWrap(True)
         self.refresh_button = QPushButton("&Refresh", self)
         self.refresh_button.setToolTip("run the doctor on this host again")
@@ -214,6 +218,10 @@ class HealthView(QWidget):
     def _on_host_chosen(self, *_args: object) -> None:
         self._show()
 
+    def _on_other_host(self, *_args: object) -> None:
+        self._said = ""  # what was done was about the host shown before
+        self._show()
+
     def _on_checking(self, host: str, _checking: bool) -> None:
         self._on_host_changed(host)
 
@@ -233,7 +241,7 @@ class HealthView(QWidget):
         text = findings_text(self.host(), list(found.findings) if found else [],
                              found.error if found is not None and not found.reachable else "")
         QGuiApplication.clipboard().setText(text)
-        self.status_label.setText("findings copied to the clipboard")
+        self._say("findings copied to the clipboard")
         return text
 
     def choose_report_path(self) -> str:
@@ -255,7 +263,7 @@ class HealthView(QWidget):
         if not self.health.write_report(self.host(), path):
             return False
         self.report_button.setEnabled(False)
-        self.status_label.setText(f"writing the report to {path}…")
+        self._say(f"writing the report to {path}…")
         return True
 
     def copy_report(self) -> bool:
@@ -263,7 +271,7 @@ class HealthView(QWidget):
             return False
         self.copy_report_button.setEnabled(False)
         self.report_button.setEnabled(False)
-        self.status_label.setText("making the report…")
+        self._say("making the report…")
         return True
 
     def _on_report_copied(self, ok: bool, text: str) -> None:
@@ -271,16 +279,16 @@ class HealthView(QWidget):
         self.report_button.setEnabled(True)
         if ok:
             QGuiApplication.clipboard().setText(text)
-            self.status_label.setText(f"report copied to the clipboard ({len(text.splitlines())} lines)")
+            self._say(f"report copied to the clipboard ({len(text.splitlines())} lines)")
         else:
-            self.status_label.setText(f"the report could not be made: {text}")
+            self._say(f"the report could not be made: {text}")
 
     def _on_report_written(self, ok: bool, text: str) -> None:
         self.report_button.setEnabled(True)
         if ok:
-            self.status_label.setText(f"report written to {text}")
+            self._say(f"report written to {text}")
         else:
-            self.status_label.setText(f"the report could not be written: {text}")
+            self._say(f"the report could not be written: {text}")
         self.report_saved.emit(ok, text)
 
     def shutdown(self) -> None:
@@ -299,6 +307,14 @@ class HealthView(QWidget):
             out.append(tuple((self.table.item(row, c) or QTableWidgetItem()).text()
                              for c in range(len(COLUMNS))))
         return out
+
+    def _say(self, text: str) -> None:
+        """What the user's last action did, kept under the check's status until the next action."""
+        self._said = text
+        self._paint_status()
+
+    def _paint_status(self) -> None:
+        self.status_label.setText("\n".join(t for t in (self._checked, self._said) if t))
 
     def _show(self) -> None:
         host = self.host()
@@ -321,7 +337,8 @@ class HealthView(QWidget):
                       + ("; no Gaudi cards (only the Python stack was checked)"
                          if not found.cards and not failed else "")
                       + ("; checking again…" if checking else ""))
-        self.status_label.setText(status)
+        self._checked = status
+        self._paint_status()
         usable = found.usable_text() if found is not None and found.reachable and found.cards else ""
         self.usable_label.setText(usable[:1].upper() + usable[1:])
         self.usable_label.setVisible(bool(usable))
