@@ -79,6 +79,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a calibrate run: compare --model quantized to FP8 with its measurements (INC) "
                         "with --model itself; refused when the run was calibrated for another machine, "
                         "INC or model")
+    p.add_argument("--fp8-max-rise", dest="fp8_max_rise", type=_percent, default=ev.FP8_MAX_RISE_PCT,
+                   metavar="PCT", help="with --fp8: warn when FP8 raises perplexity by more than PCT %% "
+                                       f"(default {ev.FP8_MAX_RISE_PCT:g})")
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--events", action="store_true",
                    help="print progress and results as protocol lines (what the app follows)")
@@ -251,6 +254,9 @@ def _evaluate(args: argparse.Namespace, spec: ev.EvalSpec, target: ev.Target, jo
         return ev.EXIT_MODEL_FAILED
     record["path"] = str(path)
     record["answers"] = str(path.with_name(path.stem + "-answers.jsonl"))
+    cost = ev.fp8_cost(record, args.fp8_max_rise)
+    if cost:
+        record["fp8_cost"] = cost
     _emit(args.events, EventType.RESULT, **record)
     try:
         if args.json:
@@ -279,6 +285,8 @@ def _print_summary(record: dict[str, Any], rows: list[dict[str, Any]]) -> None:
         for name in ("base", "tuned"):
             print(f"  {name:5}: {textclean.clean(str(row.get(name, '')))!r}")
     _print_scores(record)
+    if record.get("fp8_cost"):
+        print(record["fp8_cost"])
     print(f"results: {record['path']}")
 
 
@@ -291,6 +299,17 @@ def _print_scores(record: dict[str, Any]) -> None:
     print(f"{'score':24} {'base':>10} {'tuned':>10}")
     for name, tuned, base in ev.score_items(record):
         print(f"{name[:24]:24} {_cell(base):>10} {_cell(tuned):>10}")
+
+
+def _percent(text: str) -> float:
+    """``--fp8-max-rise``: a percentage, 0 or more."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a percentage, not {text!r}") from None
+    if not (value >= 0 and value < float("inf")):
+        raise argparse.ArgumentTypeError(f"a percentage of 0 or more, not {text!r}")
+    return value
 
 
 def _cell(value: float | None) -> str:

@@ -69,6 +69,7 @@ RULES: tuple[Rule, ...] = (
     Rule("serve", "--json", needs=("--detach",), why="it prints the detached job as JSON"),
     *(Rule(command, "--runs-dir", needs=("--detach",), why="only a detached job has a run folder")
       for command in ("serve", "eval", "download")),
+    Rule("eval", "--fp8-max-rise", needs=("--fp8",), why="it is the FP8 comparison's threshold"),
     *(Rule(command, "--no-agent", excludes=("--detach",),
            why="a detached job runs under its own supervisor, never in this process")
       for command in ("train", "serve", "eval", "download")),

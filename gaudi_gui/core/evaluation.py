@@ -560,6 +560,31 @@ def score_items(result: dict[str, Any]) -> list[tuple[str, float | None, float |
     return out
 
 
+#: How far FP8 may raise perplexity over bf16 before the comparison warns (``eval --fp8-max-rise``).
+FP8_MAX_RISE_PCT = 3.0
+
+
+def fp8_cost(result: dict[str, Any], max_rise_pct: float = FP8_MAX_RISE_PCT) -> str:
+    """What FP8 cost in quality, in a sentence: the tuned side quantized with a calibration (``eval
+    --fp8``) against the model in bf16, by perplexity; a warning ("⚠ …") past ``max_rise_pct``. "" for a
+    result that compared no FP8 model."""
+    tuned, base = result.get("tuned") or {}, result.get("base") or {}
+    if not isinstance(tuned, dict) or not tuned.get("fp8"):
+        return ""
+    key = METRIC_KEYS["perplexity"]
+    fp8_ppl = _num((tuned.get("metrics") or {}).get(key))
+    bf16_ppl = _num((base.get("metrics") or {}).get(key))
+    if fp8_ppl is None or bf16_ppl is None or bf16_ppl <= 0:
+        return ("FP8 vs bf16: no perplexity to compare (tick perplexity, with a references file, to see what "
+                "FP8 costs)")
+    rise = (fp8_ppl / bf16_ppl - 1.0) * 100.0
+    said = f"perplexity {bf16_ppl:.4g} → {fp8_ppl:.4g} ({rise:+.1f} %)"
+    if rise > max_rise_pct:
+        return (f"⚠ FP8 costs more than the {max_rise_pct:g} % allowed: {said}. Keep more layers in bf16 "
+                "(the blocklist) or calibrate on more rows like the ones served")
+    return f"FP8 vs bf16: {said}, within the {max_rise_pct:g} % allowed"
+
+
 def no_scores_reason(result: dict[str, Any]) -> str:
     """Why a result has no scores, in a sentence ("" when it has some): an empty score table told a
     person evaluating prompts alone nothing (exact match, ROUGE-L and BLEU need reference answers)."""

@@ -509,7 +509,8 @@ class EvalView(QWidget):
     def _fill_scores(self, result: dict[str, Any]) -> None:
         """The scores, or in the table's place why there are none (an empty table said nothing)."""
         fill_scores(self.scores, ev.score_items(result))
-        why = ev.no_scores_reason(result)
+        # What FP8 cost (an FP8 comparison: the Calibrate window's Evaluate in FP8) beside the scores.
+        why = "\n".join(t for t in (ev.no_scores_reason(result), ev.fp8_cost(result)) if t)
         self.scores_note.setText(why)
         self.scores_note.setVisible(bool(why))
 

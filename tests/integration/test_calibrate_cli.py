@@ -168,8 +168,12 @@ def test_eval_fp8_compares_the_quantized_model(calibrated: tuple[Run, str], tiny
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}
     env.pop("GAUDI_GUI_CLI_AGENT", None)
+    refs = tmp_path / "refs.jsonl"  # perplexity of its text: what FP8 costs against bf16
+    refs.write_text("".join(json.dumps({"prompt": p, "reference": r}) + "\n" for p, r in
+                            (("the cat", "sat on the mat"), ("hello", "hello to you"))))
     done = subprocess.run([sys.executable, "-m", "gaudi_gui", "eval", "--model", str(tiny_model_dir), "--fp8",
                            str(calibrated[0].folder), "--prompt", "the cat", "--prompt", "hello",
+                           "--data", str(refs), "--metrics", "perplexity", "--fp8-max-rise", "50",
                            "--max-new-tokens", "4", "--output", str(tmp_path), "--json", "--no-agent"],
                           capture_output=True, text=True, env=env, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -181,8 +185,12 @@ def test_eval_fp8_compares_the_quantized_model(calibrated: tuple[Run, str], tiny
     assert said["quantized_modules"] == 14 and said["classes"] == ["PatchedLinear"]
     assert (said["scale_method"], said["qdq"]) == ("maxabs_pow2", True)
     assert "fp8" not in record["base"]
+    bf16, fp8_ppl = record["base"]["metrics"]["perplexity"], record["tuned"]["metrics"]["perplexity"]
+    assert bf16 > 0 and fp8_ppl > 0
+    assert record["fp8_cost"].startswith(f"FP8 vs bf16: perplexity {bf16:.4g} → {fp8_ppl:.4g} (")
+    assert record["fp8_cost"].endswith("within the 50 % allowed")
     answers = [json.loads(line) for line in Path(record["answers"]).read_text().splitlines()]
-    assert len(answers) == 2 and all(a["tuned_new_tokens"] >= 1 for a in answers)
+    assert len(answers) == 4 and all(a["tuned_new_tokens"] >= 1 for a in answers)  # 2 prompts, 2 references
     # The run folder stays as it was calibrated (INC writes its scale files in a private copy).
     assert fp8.measurement_files(calibrated[0].folder) == list(fp8.required_files())
     assert not list(scratch.glob("fp8-*"))  # and the private copy is gone

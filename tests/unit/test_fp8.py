@@ -88,3 +88,25 @@ def test_the_doctor_names_inc_and_optimum_habana() -> None:
     found = {f.check: f for f in health.stack_findings({"accelerate": "1.16.0"}, compat=compat)}
     assert "pip install neural-compressor-pt" in found["stack.inc"].seen
     assert "stack.optimum-habana.support" not in found
+
+
+def test_what_fp8_cost_is_said_and_warned_past_the_threshold() -> None:
+    """eval --fp8's sentence: perplexity bf16 → FP8 within the allowed rise, a warning past it (the
+    issue's default +3 %, or the user's), what to do when there is no perplexity, nothing without FP8."""
+    from gaudi_gui.core import evaluation as ev
+
+    def result(bf16: float | None, fp8_ppl: float | None, *, fp8_said: bool = True) -> dict[str, object]:
+        def side(ppl: float | None) -> dict[str, object]:
+            return {"metrics": {} if ppl is None else {"perplexity": ppl}}
+        said = {"fp8": {"qdq": True}} if fp8_said else {}
+        return {"base": side(bf16), "tuned": {**side(fp8_ppl), **said}}
+
+    assert ev.fp8_cost(result(10.0, 10.2)) == ("FP8 vs bf16: perplexity 10 → 10.2 (+2.0 %), within the 3 % "
+                                               "allowed")
+    warned = ev.fp8_cost(result(10.0, 10.4))
+    assert warned.startswith("⚠ FP8 costs more than the 3 % allowed: perplexity 10 → 10.4 (+4.0 %)")
+    assert "blocklist" in warned
+    assert ev.fp8_cost(result(10.0, 10.4), max_rise_pct=5).endswith("within the 5 % allowed")
+    assert ev.fp8_cost(result(10.0, 9.9)).startswith("FP8 vs bf16: perplexity 10 → 9.9 (-1.0 %)")
+    assert "tick perplexity" in ev.fp8_cost(result(None, None))
+    assert ev.fp8_cost(result(10.0, 12.0, fp8_said=False)) == ""
