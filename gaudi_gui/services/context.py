@@ -184,6 +184,7 @@ class AppServices:
         if self.preflight is None:
             from gaudi_gui.services.preflight import PreflightService
             self.preflight = PreflightService(parent)
+            self.preflight.host_hl_smi = self._host_hl_smi
         return self.preflight
 
     def ensure_schema(self, parent: QObject | None = None) -> SchemaLoader:

@@ -1,7 +1,7 @@
 """The start gate in the Qt process: the doctor children of a ``core.preflight.Plan``, one per host,
-in parallel, each with its own timeout: this machine's is the agent's ``doctor`` child (``AgentDoctor``),
-a host's still runs over ssh from here, read off the GUI thread (``services.doctor_child``), until the
-hosts' agents take requests.
+in parallel, each with its own timeout: each is an agent's ``doctor`` child (``AgentDoctor``): this
+machine's agent's, or a host's agent's on that host (reached through this machine's agent and its one
+ssh session to the host, with the saved host's hl-smi), as the Health view's checks are.
 
 What to check and how to read the answers is ``core.preflight`` (shared with the command line); this
 object only starts the children (a host that takes too long is killed and becomes an error naming
@@ -24,14 +24,14 @@ from gaudi_gui.core import child as core_child
 from gaudi_gui.core import preflight as core
 from gaudi_gui.core.health import HostHealth
 from gaudi_gui.services.agent_child import AgentChild
-from gaudi_gui.services.doctor_child import DoctorChild
 
 _TAIL = 20
 
 
 class AgentDoctor(QObject):
-    """This machine's doctor as the agent's child: ``DoctorChild``'s ``ended(read(outcome))``, with
-    the timeout kept here (a timer: the agent ends the child when it is asked to)."""
+    """A doctor as an agent's child (``host``: a saved host's, run on it by its agent): ``ended``
+    carries ``read(outcome)``, with the timeout kept here (a timer: the agent ends the child when it is
+    asked to)."""
 
     ended = Signal(object)
 
@@ -50,7 +50,7 @@ class AgentDoctor(QObject):
         self._timed_out = False
         self._retired = False
 
-        #: Its report was delivered (``ended``), as ``DoctorChild.done``.
+        #: Its report was delivered (``ended``).
         self.done = False
 
     def start(self, args: dict[str, Any], timeout_ms: int) -> None:
@@ -58,11 +58,11 @@ class AgentDoctor(QObject):
         self._timer.start(max(0, timeout_ms))
 
     def is_running(self) -> bool:
-        """From ``start`` until ``ended`` was delivered (as ``DoctorChild.is_running``)."""
+        """From ``start`` until ``ended`` was delivered."""
         return not self.done and not self._retired
 
     def kill(self) -> None:
-        """The agent ends the child; ``ended`` still follows (as ``DoctorChild.kill``)."""
+        """The agent ends the child; ``ended`` still follows."""
         self._timer.stop()  # it is being ended: no timeout of its own left to keep
         self._child.kill_tree()
 
@@ -93,7 +93,7 @@ class AgentDoctor(QObject):
 @dataclasses.dataclass
 class _Run:
     plan: core.Plan
-    checks: list[DoctorChild | AgentDoctor]
+    checks: list[AgentDoctor]
     started_at: float
     replies: dict[int, HostHealth] = dataclasses.field(default_factory=dict)
 
@@ -109,8 +109,11 @@ class PreflightService(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        #: The Python that runs ``-m gaudi_gui doctor`` (tests and the bench may put another here).
+        #: The Python that runs this machine's ``-m gaudi_gui doctor`` (tests and the bench may put
+        #: another here).
         self.python = ""
+        #: A saved host's hl-smi path (the app gives the hosts' list; "": the host's PATH).
+        self.host_hl_smi: Callable[[str], str] = lambda _name: ""
         self._runs: dict[str, _Run] = {}
 
     def is_running(self, key: str) -> bool:
@@ -128,17 +131,18 @@ class PreflightService(QObject):
         for target in plan.targets:
             # The reply (the report's parse) is made on the doctor's thread.
             read = functools.partial(core.host_reply, target, timeout_s=limit_s)
-            # The one place choosing: this machine's doctor is the agent's child, a host's runs here.
-            check = AgentDoctor(self, read, _TAIL) if target.is_local else DoctorChild(self, read, _TAIL)
+            # Every doctor is an agent's child: this machine's, or a host's on that host (its agent,
+            # over this machine's one ssh session to it; never an ssh session of its own from here).
+            remote = None if target.is_local else target.host
+            check = AgentDoctor(self, read, _TAIL, host=remote)
             run.checks.append(check)
             # A bound method (the check is the sender), not a lambda holding this object: a check's
             # connection must never be the last holder of its own parent (services.health).
             check.ended.connect(self._on_reply)
-            if isinstance(check, AgentDoctor):
-                args = {"timeout_s": plan.timeout_s, "hl_smi": plan.hl_smi, "python": self.python}
-                check.start({k: v for k, v in args.items() if v}, int(limit_s * 1000))
-            else:
-                check.start(core.doctor_argv(target, plan, python=self.python), int(limit_s * 1000))
+            args = {"timeout_s": plan.timeout_s,
+                    "hl_smi": self.host_hl_smi(target.host) if remote else plan.hl_smi,
+                    "python": "" if remote else self.python}
+            check.start({k: v for k, v in args.items() if v}, int(limit_s * 1000))
         return True
 
     def cancel(self, key: str) -> None:
@@ -153,7 +157,7 @@ class PreflightService(QObject):
 
     def _on_reply(self, reply: HostHealth) -> None:
         check = self.sender()
-        if not isinstance(check, (DoctorChild, AgentDoctor)):
+        if not isinstance(check, AgentDoctor):
             return
         key = next((k for k, r in self._runs.items() if check in r.checks), None)
         if key is None:
