@@ -8,6 +8,15 @@ then writes manifest.json (core.fp8: the model and its revision, the device and 
 and torch's versions, the prompts' digest, the rows). ``serve --fp8 RUN``, ``eval --fp8 RUN`` and
 ``doctor --fp8 RUN`` check that manifest against the machine they run on.
 
+Several cards (``--cards IDS``; on the CPU ``--ranks N``): one process a card, started by torch's
+launcher (``python -m torch.distributed.run --standalone --nproc-per-node N``) with the chosen cards
+visible (HABANA_VISIBLE_MODULES / CUDA_VISIBLE_DEVICES, as serve and train restrict theirs); the ranks
+join one process group (gloo on the CPU) and INC writes one file set a rank
+(``inc_hooks_maxabs_<rank>_<N>.*``). Each rank loads the whole model and measures its share of the
+prompts: there is no tensor parallelism here. The manifest records ``ranks`` and each rank's files;
+``serve --fp8`` refuses another tensor-parallel size, ``eval --fp8`` (one process) a calibration on
+several ranks.
+
 The foreground command supervises it here (or through the agent); ``--detach`` leaves it in the
 background; the window starts it through the agent (``job.start``). Exit 0; 2 bad input (one line: a
 missing model, ``--rows 0``, an empty dataset, INC not installed); 1 the calibration failed.
@@ -55,6 +64,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--blocklist", default=",".join(fp8.DEFAULT_BLOCKLIST),
                    help="module names left in high precision, comma-separated (default lm_head)")
     p.add_argument("--device", choices=DEVICES, default="auto")
+    p.add_argument("--cards", default="", metavar="IDS",
+                   help="measure on these cards, one process (rank) a card: module ids on Gaudi "
+                        "(HABANA_VISIBLE_MODULES), indexes on CUDA; serve --fp8 then needs as many cards")
+    p.add_argument("--ranks", type=int, default=0, metavar="N",
+                   help="processes that measure (default: one a card of --cards, else 1); on the CPU, "
+                        "where there are no cards, the way to measure on N ranks")
     p.add_argument("--json", action="store_true", help="print the manifest as one JSON object")
     p.add_argument("--events", action="store_true",
                    help="run the calibration itself, printing protocol lines (what its supervisor keeps)")
@@ -123,11 +138,35 @@ def _prompts(args: argparse.Namespace) -> list[str]:
     return prompts[:args.rows]
 
 
+def _ranks(args: argparse.Namespace) -> tuple[list[int], int]:
+    """(the cards chosen, the ranks): one rank a card, ``--ranks`` where no card is chosen (the CPU).
+    Fp8Error (one line) for a malformed ``--cards`` or counts that disagree."""
+    from gaudi_gui.core.visibility import parse_cards
+    cards: list[int] = []
+    if args.cards:
+        try:
+            cards = parse_cards(args.cards)
+        except ValueError as exc:
+            raise fp8.Fp8Error(str(exc)) from None
+    if not 0 <= args.ranks <= fp8.MAX_RANKS:
+        raise fp8.Fp8Error(f"--ranks: {args.ranks} is not between 1 and {fp8.MAX_RANKS}")
+    if cards and args.ranks and args.ranks != len(cards):
+        raise fp8.Fp8Error(f"--ranks {args.ranks} and --cards {args.cards} ({len(cards)} cards) disagree: "
+                           "one rank measures on each card")
+    if len(cards) > fp8.MAX_RANKS:
+        raise fp8.Fp8Error(f"--cards: {len(cards)} cards, at most {fp8.MAX_RANKS}")
+    return cards, len(cards) or args.ranks or 1
+
+
 def _words(args: argparse.Namespace, model: str) -> list[str]:
     """The command's words for the supervised job, each ``--option=value``: a prompt or a path that
     begins with '-' stays a value."""
     pairs = [("--model", model), ("--rows", str(args.rows)), ("--max-length", str(args.max_length)),
              ("--observer", args.observer), ("--blocklist", args.blocklist), ("--device", args.device)]
+    if args.cards:
+        pairs.append(("--cards", args.cards.replace(" ", "")))
+    if args.ranks:
+        pairs.append(("--ranks", str(args.ranks)))
     if args.scale_method:
         pairs.append(("--scale-method", args.scale_method))
     if args.dataset:
@@ -150,16 +189,20 @@ def run(args: argparse.Namespace) -> int:
     if not args.model:
         return _refuse(args, "--model: give a Hub id, a model folder or a run folder")
     try:
+        cards, ranks = _ranks(args)
         model = model_of(args.model)
         prompts = _prompts(args)
     except fp8.Fp8Error as exc:
         return _refuse(args, str(exc))
+    if len(prompts) < ranks:
+        return _refuse(args, f"{len(prompts)} calibration prompt(s) cannot be shared by {ranks} ranks: give "
+                             f"at least {ranks} (each rank measures its share)")
     device = _device(args.device)
     if args.scale_method in fp8.HPU_ONLY and device != "hpu":
         return _refuse(args, f"--scale-method: {args.scale_method} needs an HPU (Gaudi); on {device} use "
                              "maxabs_pow2")
     if args.events:
-        return _calibrate(args, model, prompts, device)
+        return _calibrate(args, model, prompts, device, cards=cards, ranks=ranks)
     words = _words(args, model)
     name = f"calibrate-{os.path.basename(model.rstrip('/')) or 'model'}"
     if args.detach:
@@ -213,11 +256,30 @@ def _supervised(args: argparse.Namespace, words: list[str], name: str) -> int:
     return fp8.EXIT_OK
 
 
-def _calibrate(args: argparse.Namespace, model: str, prompts: list[str], device: str) -> int:
-    """The job itself (``--events``): the QUANT_CONFIG, the worker's measurements, the manifest."""
+#: The launcher of several ranks: torch's (torchrun), on ports of its own choosing (--standalone) of the
+#: loopback (--local-addr: the ranks' MASTER_ADDR, not this machine's name, which may not resolve), its
+#: per-rank log files not written (--log-dir /dev/null: the ranks' output is the job's).
+LAUNCHER = ("-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--local-addr=127.0.0.1",
+            "--log-dir", os.devnull)
+
+
+def launch_argv(ranks: int, job_file: str | Path, python: str | None = None) -> list[str]:
+    """The worker as one process (its job on stdin), or as ``ranks`` processes under torch's launcher
+    (its job in ``job_file``: the ranks share no stdin)."""
+    python = python or sys.executable
+    if ranks <= 1:
+        return [python, "-m", "gaudi_gui.workers.calibrate"]
+    return [python, *LAUNCHER, f"--nproc-per-node={ranks}", "-m", "gaudi_gui.workers.calibrate", "--job",
+            str(job_file)]
+
+
+def _calibrate(args: argparse.Namespace, model: str, prompts: list[str], device: str, *, cards: list[int],
+               ranks: int) -> int:
+    """The job itself (``--events``): the QUANT_CONFIG, the worker's measurements (each rank's), the
+    manifest."""
     from gaudi_gui.core import atomic
     from gaudi_gui.core.child import Child
-    from gaudi_gui.core.visibility import child_env
+    from gaudi_gui.core.visibility import child_env, device_env
 
     def _terminated(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
@@ -239,47 +301,79 @@ def _calibrate(args: argparse.Namespace, model: str, prompts: list[str], device:
     atomic.write_json(folder / fp8.QUANT_CONFIG_NAME, measure, fsync=False)
     atomic.write_json(folder / fp8.QUANTIZE_CONFIG_NAME, fp8.quantize_config(
         dump, device=device, scale_method=scale_method, blocklist=blocklist), fsync=False)
+    on = f", {ranks} ranks" + (f" on cards {','.join(map(str, cards))}" if cards else "") if ranks > 1 else ""
     _emit(EventType.PHASE, phase="starting",
-          message=f"FP8 calibration of {args.model} on {here['generation']}: {len(prompts)} rows, observer "
-                  f"{args.observer}, scale method {scale_method} (INC {fp8.inc_version()})")
-    child = Child([sys.executable, "-m", "gaudi_gui.workers.calibrate"], decode=protocol.decode,
-                  env=child_env(), tail_lines=30)
-    child.send(json.dumps({"model": identity["path"] or model, "prompts": prompts, "device": device,
-                           "max_length": args.max_length, "config": measure}))
-    child.close_stdin()
+          message=f"FP8 calibration of {args.model} on {here['generation']}: {len(prompts)} rows{on}, "
+                  f"observer {args.observer}, scale method {scale_method} (INC {fp8.inc_version()})")
+    job = {"model": identity["path"] or model, "prompts": prompts, "device": device,
+           "max_length": args.max_length, "config": measure}
+    job_file = folder / "calibrate-job.json"  # the ranks' job (several processes share no stdin)
+    extra = device_env(device, cards)
+    if ranks > 1:
+        atomic.write_json(job_file, job, fsync=False)
+        if device == "cpu":  # the ranks share the cores (torch's launcher would say 1 thread each)
+            extra["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // ranks))
+    try:
+        child = Child(launch_argv(ranks, job_file), decode=protocol.decode, env=child_env(extra),
+                      tail_lines=30, stdin=ranks <= 1)
+    except OSError as exc:
+        job_file.unlink(missing_ok=True)
+        _emit(EventType.ERROR, kind="failed", message=f"cannot start the calibration worker: {exc}")
+        print(f"gaudi-gui calibrate: cannot start the calibration worker: {exc}", file=sys.stderr)
+        return fp8.EXIT_FAILED
+    if ranks <= 1:
+        child.send(json.dumps(job))
+        child.close_stdin()
     error: dict[str, Any] | None = None
-    done: dict[str, Any] = {}
+    done: dict[int, dict[str, Any]] = {}
+    rows_done: dict[int, int] = {}
     try:
         while (message := child.next_message(None)) is not None:
             kind = message.get("type")
+            rank = int(message.get("rank") or 0)
             if kind == EventType.ERROR:
-                error = message
+                error = error or message  # the first rank's error (the launcher then ends the others)
             elif kind == EventType.DONE:
-                done = message
-            elif kind in (EventType.PHASE, EventType.PROGRESS):
-                _emit(str(kind), **{k: v for k, v in message.items() if k not in ("type", "v")})
+                done[rank] = message
+            elif kind == EventType.PROGRESS:
+                rows_done[rank] = int(message.get("done") or 0)
+                _emit(str(kind), done=sum(rows_done.values()), total=len(prompts))
+            elif kind == EventType.PHASE and rank == 0:
+                _emit(str(kind), **{k: v for k, v in message.items() if k not in ("type", "v", "rank")})
     except KeyboardInterrupt:
         child.end(5)
+        job_file.unlink(missing_ok=True)
         _emit(EventType.ERROR, kind="stopped", message="the calibration was stopped")
         return 130
     code = child.end(10)
-    if error is not None or not done or code != 0:
+    job_file.unlink(missing_ok=True)
+    if error is not None or len(done) < ranks or code != 0:
         tail = list(child.tail)[-3:]
         text = str((error or {}).get("message")
                    or f"the calibration worker ended ({code}): " + " | ".join(tail))
+        if error is not None and ranks > 1:
+            text = f"rank {int(error.get('rank') or 0)} of {ranks}: {text}"
         kind = str((error or {}).get("kind") or "failed")
         _emit(EventType.ERROR, kind=kind, message=text, last_lines=list(child.tail)[-10:])
         print(f"gaudi-gui calibrate: {text}", file=sys.stderr)
         return fp8.EXIT_BAD_INPUT if kind == "bad_input" else fp8.EXIT_FAILED
     files = fp8.measurement_files(folder)
+    per_rank = [[f for f in fp8.rank_files(args.observer, rank, ranks) if (folder / f).is_file()]
+                for rank in range(ranks)]
+    first = done.get(0) or {}
     manifest = fp8.make_manifest(model=identity, here=here, rows=len(prompts),
                                  prompts_sha256=fp8.prompts_digest(prompts), observer=args.observer,
                                  scale_method=scale_method, blocklist=blocklist, files=files, started=started,
-                                 duration_s=time.time() - started, torch_version=str(done.get("torch") or ""))
-    manifest["tokens"] = done.get("tokens")
+                                 duration_s=time.time() - started,
+                                 torch_version=str(first.get("torch") or ""), ranks=ranks, cards=cards,
+                                 per_rank=per_rank)
+    manifest["tokens"] = sum(int(d.get("tokens") or 0) for d in done.values())
+    if ranks > 1:
+        manifest["rank_rows"] = [int(done[r].get("rows") or 0) for r in range(ranks)]
     atomic.write_json(folder / fp8.MANIFEST_NAME, manifest, fsync=False)
     _emit(EventType.RESULT, **manifest)
-    print(f"calibrated {len(prompts)} rows in {manifest['duration_s']:.1f} s: {', '.join(files)}", flush=True)
+    print(f"calibrated {len(prompts)} rows{on} in {manifest['duration_s']:.1f} s: {', '.join(files)}",
+          flush=True)
     return fp8.EXIT_OK
 
 

@@ -254,6 +254,12 @@ def fp8_check(name: str, model: str = "") -> int:
           f"rows on {manifest.get('device')} ({manifest.get('generation')}), "
           f"INC {manifest.get('inc_version')}, torch {manifest.get('torch_version')}, "
           f"scale method {manifest.get('scale_method')}")
+    ranks = fp8.ranks_of(manifest)
+    if ranks > 1:
+        cards = ",".join(str(c) for c in manifest.get("cards") or [])
+        print(f"ranks: {ranks}{f' (cards {cards})' if cards else ''}, a file set each: serve --fp8 with "
+              f"--cards of {ranks} ids (tensor parallel {ranks}); eval --fp8 (one process) needs a "
+              "calibration on one")
     for m in found:
         print(f"mismatch: {m.line()}")
     if found:

@@ -146,6 +146,10 @@ def run(args: argparse.Namespace) -> int:
             return _refuse(args, "fp8", str(exc))
         if found:
             return _refuse(args, "fp8", fp8.check_line(spec.fp8, found).removeprefix(f"--fp8 {spec.fp8}: "))
+        # One process (world size 1) reads only files without a rank suffix: N ranks wrote none.
+        ranks = fp8.eval_ranks_refusal(spec.fp8, manifest)
+        if ranks:
+            return _refuse(args, "fp8", ranks.removeprefix(f"--fp8 {spec.fp8}: "))
         import dataclasses
         spec = dataclasses.replace(spec, fp8=str(folder.resolve()))
         if manifest.get("device") == "cpu":

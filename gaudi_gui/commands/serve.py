@@ -257,11 +257,16 @@ def _fp8_refusal(spec: sv.ServeSpec) -> str | sv.ServeSpec:
     from gaudi_gui.core import fp8
     try:
         folder = fp8.find_run(spec.fp8)
-        _manifest, found = fp8.check(folder, model=spec.model)
+        manifest, found = fp8.check(folder, model=spec.model)
     except fp8.Fp8Error as exc:
         return f"--fp8: {exc}"
     if found:
         return fp8.check_line(spec.fp8, found)
+    # vLLM's tensor-parallel ranks (sv.tensor_parallel: one a card of --cards) each read the files of their
+    # own rank and world size: as many as the calibration measured with, or none fit.
+    ranks = fp8.serve_ranks_refusal(spec.fp8, manifest, sv.tensor_parallel(spec))
+    if ranks:
+        return ranks
     if spec.engine == "transformers" or not sv.vllm_here():
         return (f"--fp8 {spec.fp8}: FP8 serving runs through vLLM (vllm-gaudi, --quantization inc), which is "
                 "not here; check the calibration with gaudi-gui eval --model M --fp8 RUN instead")

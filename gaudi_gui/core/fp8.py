@@ -39,6 +39,8 @@ MANIFEST_VERSION = 1
 #: Calibration rows by default: what Intel's FP8 examples use (``--calib_size 128``-style runs).
 DEFAULT_ROWS = 128
 MAX_ROWS = 100_000
+#: Processes a calibration may measure with (one a card): a Gaudi server has 8 cards.
+MAX_RANKS = 64
 DEFAULT_OBSERVER = "maxabs"
 OBSERVERS = ("maxabs", "maxabs_per_channel", "shape", "save")
 DEFAULT_BLOCKLIST = ("lm_head",)
@@ -250,10 +252,62 @@ def measurement_files(folder: str | Path) -> list[str]:
     return [str(p.relative_to(root)) for p in found]
 
 
-def required_files(observer: str = DEFAULT_OBSERVER) -> tuple[str, ...]:
-    """The files the QUANTIZE step reads (relative to the run folder)."""
-    base = f"{MEASURE_DIR}/{DUMP_PREFIX}_hooks_{observer}"
+def rank_suffix(rank: int, ranks: int) -> str:
+    """What INC adds to its file names in a process of rank ``rank`` among ``ranks``: ``_0_2`` … ('' for
+    one process). INC 3.10 (fp8_quant/_quant_common/quant_config.py, ``Fp8cfg.parse``) takes the rank and
+    world size from torch.distributed (else LOCAL_RANK / WORLD_SIZE) and names every file
+    ``<dump_stats_path>_hooks_<observer>_<rank>_<world size>``, in MEASURE and in QUANTIZE alike: a process
+    reads only the files of its own rank and world size."""
+    return f"_{rank}_{ranks}" if ranks > 1 else ""
+
+
+def rank_files(observer: str = DEFAULT_OBSERVER, rank: int = 0, ranks: int = 1) -> tuple[str, ...]:
+    """The files one rank's QUANTIZE step reads (relative to the run folder)."""
+    base = f"{MEASURE_DIR}/{DUMP_PREFIX}_hooks_{observer}{rank_suffix(rank, ranks)}"
     return (f"{base}.json", f"{base}.npz", f"{base}_mod_list.json")
+
+
+def required_files(observer: str = DEFAULT_OBSERVER, ranks: int = 1) -> tuple[str, ...]:
+    """The files the QUANTIZE step reads (relative to the run folder): every rank's, rank by rank."""
+    return tuple(name for rank in range(max(1, ranks)) for name in rank_files(observer, rank, ranks))
+
+
+def ranks_of(manifest: dict[str, Any]) -> int:
+    """The processes a calibration measured with (its world size); 1 for a manifest before ranks."""
+    try:
+        return max(1, int(manifest.get("ranks") or 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _cards(count: int) -> str:
+    return f"{count} card{'s' if count != 1 else ''}"
+
+
+def serve_ranks_refusal(name: str, manifest: dict[str, Any], tensor_parallel: int) -> str:
+    """The line that refuses ``serve --fp8 RUN`` on another number of ranks than the calibration's ('' when
+    they agree): under vLLM each tensor-parallel rank's INC reads the files of its own rank and world size
+    (``rank_suffix``), so the counts must be equal."""
+    ranks = ranks_of(manifest)
+    if ranks == tensor_parallel:
+        return ""
+    ids = f"{ranks} ids" if ranks > 1 else "1 id, or none"
+    return (f"--fp8 {name}: calibrated on {_cards(ranks)} ({ranks} rank{'s' if ranks != 1 else ''}), this "
+            f"serve would run on {_cards(tensor_parallel)} (tensor parallel {tensor_parallel}): serve on "
+            f"{_cards(ranks)} (--cards with {ids}) or calibrate again with --cards of "
+            f"{_cards(tensor_parallel)}")
+
+
+def eval_ranks_refusal(name: str, manifest: dict[str, Any]) -> str:
+    """The line that refuses ``eval --fp8 RUN`` of a calibration on several ranks ('' for one rank): eval
+    runs one process, whose INC (world size 1) reads the files without a rank suffix, which a calibration
+    on N ranks does not write; another rank's files would be scales of 1/N of the prompts."""
+    ranks = ranks_of(manifest)
+    if ranks == 1:
+        return ""
+    return (f"--fp8 {name}: calibrated on {_cards(ranks)} ({ranks} ranks, a file set each), eval runs on 1 "
+            f"(one process): evaluate a calibration on one card (gaudi-gui calibrate without --cards), or "
+            f"serve this one with --cards of {_cards(ranks)}")
 
 
 # -- the manifest --------------------------------------------------------------------------------
@@ -261,8 +315,13 @@ def required_files(observer: str = DEFAULT_OBSERVER) -> tuple[str, ...]:
 
 def make_manifest(*, model: dict[str, str], here: dict[str, str], rows: int, prompts_sha256: str,
                   observer: str, scale_method: str, blocklist: list[str], files: list[str],
-                  started: float, duration_s: float, torch_version: str = "") -> dict[str, Any]:
+                  started: float, duration_s: float, torch_version: str = "", ranks: int = 1,
+                  cards: Iterable[int] = (), per_rank: list[list[str]] | None = None) -> dict[str, Any]:
+    """The manifest: ``ranks`` the world size measured with (one INC file set a rank, ``per_rank``
+    listing each rank's files), ``cards`` the card ids chosen (empty: none chosen)."""
     return {"kind": "calibrate", "version": MANIFEST_VERSION, "created": started,
+            "ranks": ranks, "cards": sorted(cards),
+            "rank_files": per_rank if per_rank is not None else [files],
             "duration_s": round(duration_s, 3), "model": model, "device": here.get("device", ""),
             "generation": here.get("generation", ""), "inc_version": inc_version(),
             "torch_version": torch_version or package_version("torch"),
@@ -348,7 +407,12 @@ def check(folder: str | Path, *, here: dict[str, str] | None = None, inc: str | 
                               f"install neural-compressor-pt {_major(str(manifest.get('inc_version')))}.x or "
                               f"{again}"))
     observer = str(manifest.get("observer") or DEFAULT_OBSERVER)
-    missing = [f for f in required_files(observer) if not (root / f).is_file()]
+    ranks = ranks_of(manifest)
+    missing = []
+    for rank in range(ranks):
+        gone = [f for f in rank_files(observer, rank, ranks) if not (root / f).is_file()]
+        if gone:
+            missing.append(", ".join(gone) + (f" (rank {rank} of {ranks})" if ranks > 1 else ""))
     if not (root / QUANT_CONFIG_NAME).is_file():
         missing.append(QUANT_CONFIG_NAME)
     if missing:
@@ -383,7 +447,9 @@ def summary_words(record: dict[str, Any]) -> str:
     """What the runs list says of a finished calibration."""
     model = (record.get("model") or {}).get("model") or "a model"
     where = record.get("generation") or record.get("device")
-    return (f"{record.get('rows')} rows measured, {model} on {where}"
+    ranks = ranks_of(record)
+    on = f" ({ranks} ranks)" if ranks > 1 else ""
+    return (f"{record.get('rows')} rows measured, {model} on {where}{on}"
             f" ({len(record.get('measurements') or [])} files)")
 
 
@@ -410,6 +476,7 @@ __all__ = [
     "check_line",
     "config_digest",
     "default_scale_method",
+    "eval_ranks_refusal",
     "find_run",
     "generation_word",
     "inc_version",
@@ -420,8 +487,12 @@ __all__ = [
     "model_identity",
     "prompts_digest",
     "quantize_config",
+    "rank_files",
+    "rank_suffix",
+    "ranks_of",
     "read_manifest",
     "read_prompts",
     "required_files",
+    "serve_ranks_refusal",
     "summary_words",
 ]

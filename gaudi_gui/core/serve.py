@@ -227,6 +227,8 @@ def vllm_argv(program: Sequence[str], model: str, spec: ServeSpec, *, bind: str,
     an adapter is a LoRA module named ``adapter``."""
     argv = [*program, "serve", model, "--host", bind, "--port", str(spec.port),
             "--dtype", _DTYPE_WORDS.get(spec.dtype, "auto")]
+    if tensor_parallel(spec) > 1:
+        argv += ["--tensor-parallel-size", str(tensor_parallel(spec))]
     if spec.max_model_len:
         argv += ["--max-model-len", str(spec.max_model_len)]
     if spec.quantization != "none":
@@ -237,6 +239,12 @@ def vllm_argv(program: Sequence[str], model: str, spec: ServeSpec, *, bind: str,
     if adapter:
         argv += ["--enable-lora", "--lora-modules", f"adapter={adapter}"]
     return argv
+
+
+def tensor_parallel(spec: ServeSpec) -> int:
+    """vLLM's ``--tensor-parallel-size``: one rank a card of ``--cards`` (no cards chosen: 1, vLLM's
+    default, whatever the machine holds)."""
+    return max(1, len(set(spec.cards)))
 
 
 def device_here(device: str, probed: str | None = None) -> str:
@@ -883,6 +891,7 @@ __all__ = [
     "python_snippet",
     "read_engine_record",
     "size_max_model_len",
+    "tensor_parallel",
     "tokens_line",
     "transformers_argv",
     "vllm_argv",

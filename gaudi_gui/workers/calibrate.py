@@ -1,10 +1,17 @@
 """``python -m gaudi_gui.workers.calibrate``: the MEASURE step of FP8 with Intel Neural Compressor.
 
-Reads its job (JSON, one line on stdin: model folder, prompts, device, max_length, the MEASURE
-QUANT_CONFIG as ``core.fp8.measure_config`` built it) and prints protocol events: ``phase``,
-``progress`` (rows done of rows), ``calibrate_device`` (torch's version and the device INC saw), ``done``
-or ``error``. INC writes its measurement files itself, at the config's ``dump_stats_path``
+Reads its job (JSON, one line on stdin, or the file ``--job FILE``: model folder, prompts, device,
+max_length, the MEASURE QUANT_CONFIG as ``core.fp8.measure_config`` built it) and prints protocol events:
+``phase``, ``progress`` (rows done of rows), ``calibrate_device`` (torch's version and the device INC
+saw), ``done`` or ``error``. INC writes its measurement files itself, at the config's ``dump_stats_path``
 (``<path>_hooks_maxabs.json`` / ``.npz`` / ``_mod_list.json``).
+
+Several ranks: started by torch's launcher (``torch.distributed.run``: RANK, LOCAL_RANK, WORLD_SIZE,
+MASTER_ADDR/PORT in the environment), each rank joins the process group (gloo on the CPU, HCCL on Gaudi,
+NCCL on CUDA) before INC prepares the model, so INC names its files with the rank and world size
+(``<path>_hooks_maxabs_<rank>_<world>.json`` …, ``core.fp8.rank_suffix``). Each rank loads the whole
+model and measures its share of the prompts (every world-th, from its rank): no tensor parallelism
+here. Every event carries ``rank``.
 
 ``load_quantized`` is the QUANTIZE step, for a worker that runs the model (eval's): the model loaded
 and converted with the measurements of a calibrate run. Imports torch and INC: a worker.
@@ -15,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import os
 import shutil
 import signal
 import sys
@@ -25,9 +33,41 @@ from typing import Any
 
 from gaudi_gui.core import fp8, protocol
 
+#: This process's rank and the world size (torch's launcher says them; 0 and 1 alone).
+RANK = 0
+WORLD = 1
+
 
 def _emit(event_type: str, **fields: Any) -> None:
+    if WORLD > 1:
+        fields = {"rank": RANK, **fields}
     protocol.write_line(sys.stdout, protocol.encode({"type": event_type, **fields}))
+
+
+def _ranks_from_env() -> tuple[int, int, int]:
+    """(rank, local rank, world size) as torch's launcher set them; (0, 0, 1) outside it."""
+    try:
+        world = int(os.environ.get("WORLD_SIZE") or 1)
+        rank = int(os.environ.get("RANK") or 0)
+        local = int(os.environ.get("LOCAL_RANK") or rank)
+    except ValueError:
+        return 0, 0, 1
+    return rank, local, max(1, world)
+
+
+def _join(device: str) -> Any:
+    """The process group of the ranks (env://: the launcher's MASTER_ADDR/PORT), None for one rank."""
+    if WORLD <= 1:
+        return None
+    import datetime
+
+    import torch.distributed as dist
+
+    backend = {"cpu": "gloo", "cuda": "nccl", "hpu": "hccl"}[device.split(":", 1)[0]]
+    if backend == "hccl":
+        import habana_frameworks.torch.distributed.hccl  # noqa: F401  (registers the backend)
+    dist.init_process_group(backend, rank=RANK, world_size=WORLD, timeout=datetime.timedelta(minutes=30))
+    return dist
 
 
 def _die_with_parent() -> None:
@@ -72,20 +112,32 @@ def _load(model: str, device: str) -> tuple[Any, Any]:
 
 
 def measure(job: dict[str, Any]) -> dict[str, Any]:
-    """Run the job's prompts through the prepared model and write INC's measurements."""
+    """Run the job's prompts (this rank's share) through the prepared model and write INC's
+    measurements."""
     import torch
 
     inc = _inc()
     device = _device(str(job.get("device") or "cpu"))
+    if device == "cuda" and WORLD > 1:
+        _rank, local, _world = _ranks_from_env()
+        torch.cuda.set_device(local)
+        device = f"cuda:{local}"
+    dist = _join(device)  # before INC reads the rank and the world size
     _emit("calibrate_device", device=device, torch=torch.__version__)
     _emit("phase", phase="loading", message=f"loading {job['model']} on {device}")
     model, tokenizer = _load(str(job["model"]), device)
     config = dict(job["config"])
     Path(str(config["dump_stats_path"])).parent.mkdir(parents=True, exist_ok=True)
     model = inc.prepare(model, _config(inc, config))
-    prompts = [str(p) for p in job["prompts"]]
+    if dist is not None:
+        # INC's MEASURE prepare moves every file of the dump folder under its prefix to a backup_ folder
+        # (quant_config._validate_dump_path): a slow rank's prepare would move a fast rank's finished files.
+        dist.barrier()
+    prompts = [str(p) for p in job["prompts"]][RANK::WORLD]
     max_length = int(job.get("max_length") or 512)
-    _emit("phase", phase="measuring", message=f"measuring {len(prompts)} rows ({config.get('observer')})")
+    share = f" (rank {RANK} of {WORLD})" if WORLD > 1 else ""
+    _emit("phase", phase="measuring",
+          message=f"measuring {len(prompts)} rows{share} ({config.get('observer')})")
     tokens = 0
     with torch.no_grad():
         for i, prompt in enumerate(prompts, 1):
@@ -98,7 +150,10 @@ def measure(job: dict[str, Any]) -> dict[str, Any]:
             _emit("progress", done=i, total=len(prompts))
     _emit("phase", phase="writing", message="writing the measurements")
     inc.finalize_calibration(model)
-    return {"device": device, "torch": torch.__version__, "tokens": tokens}
+    if dist is not None:
+        dist.barrier()  # every rank's files are written before any rank says it is done
+        dist.destroy_process_group()
+    return {"device": device, "torch": torch.__version__, "tokens": tokens, "rows": len(prompts)}
 
 
 def load_quantized(model: str, folder: str | Path, device: str = "cpu") -> tuple[Any, Any, dict[str, Any]]:
@@ -109,6 +164,9 @@ def load_quantized(model: str, folder: str | Path, device: str = "cpu") -> tuple
     inc = _inc()
     device = _device(device)
     manifest = fp8.read_manifest(folder)
+    refused = fp8.eval_ranks_refusal(str(folder), manifest)
+    if refused:  # one process reads the files without a rank suffix, which N ranks did not write
+        raise fp8.Fp8Error(refused)
     scratch = Path(tempfile.mkdtemp(prefix="fp8-"))
     shutil.copytree(Path(folder) / fp8.MEASURE_DIR, scratch / fp8.MEASURE_DIR)
     method = str(manifest.get("scale_method") or fp8.default_scale_method(device))
@@ -124,14 +182,20 @@ def load_quantized(model: str, folder: str | Path, device: str = "cpu") -> tuple
     return loaded, tokenizer, config
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
+    global RANK, WORLD
     _die_with_parent()
+    argv = sys.argv[1:] if argv is None else argv
+    RANK, _local, WORLD = _ranks_from_env()
     try:
-        job = json.loads(sys.stdin.readline())
+        if argv[:1] == ["--job"] and len(argv) == 2:
+            job = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+        else:
+            job = json.loads(sys.stdin.readline())
         if not isinstance(job, dict) or not job.get("model") or not job.get("prompts") \
                 or not isinstance(job.get("config"), dict):
             raise ValueError("model, prompts and config are needed")
-    except (ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError) as exc:
         _emit("error", kind="bad_input", message=f"bad job: {exc}")
         return 2
     started = time.time()

@@ -110,3 +110,42 @@ def test_what_fp8_cost_is_said_and_warned_past_the_threshold() -> None:
     assert ev.fp8_cost(result(10.0, 9.9)).startswith("FP8 vs bf16: perplexity 10 → 9.9 (-1.0 %)")
     assert "tick perplexity" in ev.fp8_cost(result(None, None))
     assert ev.fp8_cost(result(10.0, 12.0, fp8_said=False)) == ""
+
+
+def test_ranks_name_their_files_and_refuse_another_count(tmp_path: Path) -> None:
+    """INC's per-rank names (``_<rank>_<world>``), a missing rank's files named by check(), serve's and
+    eval's one line naming both counts, and vLLM's tensor-parallel size (one a card of --cards)."""
+    from gaudi_gui.core import serve as sv
+
+    assert fp8.rank_suffix(0, 1) == "" and fp8.rank_suffix(1, 2) == "_1_2"
+    assert fp8.rank_files("maxabs", 1, 2) == ("measure/inc_hooks_maxabs_1_2.json",
+                                              "measure/inc_hooks_maxabs_1_2.npz",
+                                              "measure/inc_hooks_maxabs_1_2_mod_list.json")
+    assert fp8.required_files(ranks=2) == (*fp8.rank_files(rank=0, ranks=2), *fp8.rank_files(rank=1, ranks=2))
+    assert fp8.required_files() == fp8.rank_files()
+    folder = tmp_path / "two"
+    for name in (*fp8.required_files(ranks=2), fp8.QUANT_CONFIG_NAME):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("{}")
+    (folder / fp8.MANIFEST_NAME).write_text(json.dumps({
+        "kind": "calibrate", "model": {"model": "m"}, "device": "cpu", "generation": "cpu",
+        "inc_version": fp8.inc_version() or "3.10", "observer": "maxabs", "ranks": 2}))
+    here = {"device": "cpu", "generation": "cpu"}
+    manifest, found = fp8.check(folder, here=here)
+    assert found == [] and fp8.ranks_of(manifest) == 2
+    (folder / "measure/inc_hooks_maxabs_1_2.npz").unlink()
+    _manifest, found = fp8.check(folder, here=here)
+    assert [m.here for m in found] == ["missing measure/inc_hooks_maxabs_1_2.npz (rank 1 of 2)"]
+    assert fp8.serve_ranks_refusal("R", manifest, 2) == ""
+    assert fp8.serve_ranks_refusal("R", manifest, 4) == (
+        "--fp8 R: calibrated on 2 cards (2 ranks), this serve would run on 4 cards (tensor parallel 4): "
+        "serve on 2 cards (--cards with 2 ids) or calibrate again with --cards of 4 cards")
+    assert fp8.eval_ranks_refusal("R", manifest).startswith("--fp8 R: calibrated on 2 cards (2 ranks, a file "
+                                                            "set each), eval runs on 1 (one process)")
+    one: dict[str, object] = {"ranks": 1}
+    assert fp8.eval_ranks_refusal("R", one) == "" and fp8.ranks_of({}) == 1
+    assert "serve on 1 card (--cards with 1 id, or none)" in fp8.serve_ranks_refusal("R", one, 2)
+    spec = sv.ServeSpec(model="m", engine="vllm", cards=(2, 3))
+    argv = sv.vllm_argv(["vllm"], "m", spec, bind="127.0.0.1")
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and sv.tensor_parallel(spec) == 2
+    assert "--tensor-parallel-size" not in sv.vllm_argv(["vllm"], "m", sv.ServeSpec(model="m"), bind="x")
