@@ -189,6 +189,10 @@ def _on_host(args: argparse.Namespace, args_list: list[str]) -> int:
             # The dashboard serves on the host; its port is forwarded here on the same connection.
             from gaudi_gui.commands import runs_open
             return runs_open.on_host(host, args)
+        if args.command == "runs" and args.runs_action == "fetch":
+            # Brought here over the host's connection (the run's records and its profile trace).
+            from gaudi_gui.commands import runs
+            return runs.fetch_from(host, args)
         if args.command == "runs" and args.runs_action == "follow":
             # Following a run on a host reconnects after a dropped connection (the run goes on).
             return remote_run.follow(host, args.run, reconnect_s=600.0)

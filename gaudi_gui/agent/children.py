@@ -194,11 +194,28 @@ def _doctor(args: dict[str, Any]) -> Spec:
     return Spec(argv, dict(os.environ))
 
 
+def _fetch(args: dict[str, Any]) -> Spec:
+    """``runs --host HOST fetch FOLDER``: a run that ended on a host (its records and its profile trace)
+    brought into this machine's runs store (``runs_dir``: the window's), over that host's ssh
+    connection (core.run_copy). Each value one argument, checked by the command."""
+    folder, host = str(args.get("folder") or ""), str(args.get("host") or "")
+    if not folder.startswith("/") or "\0" in folder:
+        raise Refused(f"fetch needs folder (the run folder's absolute path on the host): {folder!r}")
+    if not host or "\0" in host:
+        raise Refused("fetch needs host (a saved host's ssh destination)")
+    argv = [_python(args), "-m", "gaudi_gui", "runs", f"--host={host}"]
+    if args.get("remote_command"):
+        argv.append(f"--remote-command={args['remote_command']}")
+    if args.get("runs_dir"):
+        argv.append(f"--runs-dir={args['runs_dir']}")
+    return Spec([*argv, "fetch", folder, "--json"], dict(os.environ))
+
+
 #: Every kind of interactive child: its name -> its argv and environment from the request's ``args``.
 KINDS: dict[str, Callable[[dict[str, Any]], Spec]] = {
     "generate": _generate, "probe": _probe, "schema": _schema, "validate": _validate,
     "sft_preview": _sft_preview, "merge": _merge, "dashboard": _dashboard, "doctor": _doctor,
-    "export": _export}
+    "export": _export, "fetch": _fetch}
 
 
 class _Lines:

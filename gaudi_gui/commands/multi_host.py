@@ -120,4 +120,8 @@ def train(args: argparse.Namespace) -> int:
         print(f"{run.host.name}: machine rank {run.rank}, run folder {run.folder}", flush=True)
     print(f"main process {main_ip}:{port}; {len(hosts)} machines × {job.launch.num_processes} "
           f"process(es) (the run goes on if this command or a connection ends)", flush=True)
-    return follow_all(runs, reconnect_s=args.reconnect_s)
+    code = follow_all(runs, reconnect_s=args.reconnect_s)
+    if job.profile_steps and code == 0:
+        from gaudi_gui.commands.remote_run import bring_profile
+        bring_profile(runs[0].host, runs[0].folder)  # rank 0 profiles: its run holds the trace
+    return code

@@ -148,7 +148,24 @@ def train(host: Host, args: argparse.Namespace) -> int:
         return 0
     print(f"run folder on {host.name}: {folder} (device {info.get('device')}; the run goes on if this "
           f"command or the connection ends)", flush=True)
-    return follow(host, folder, reconnect_s=args.reconnect_s)
+    code = follow(host, folder, reconnect_s=args.reconnect_s)
+    if job.profile_steps and code == 0:
+        bring_profile(host, folder)
+    return code
+
+
+def bring_profile(host: Host, folder: str) -> None:
+    """A profiled run that ended on ``host``: its trace (and records) brought into this machine's runs
+    store, so Training → Runs, Profile… opens it here (core.run_copy); said either way."""
+    from gaudi_gui.core import run_copy
+    from gaudi_gui.core.runstore import RunStore
+    try:
+        local = run_copy.fetch(host, folder, RunStore().root)
+    except run_copy.FetchError as exc:
+        _say(f"the profile stays on {host.name} in {folder}/profile ({exc}); bring it later: gaudi-gui runs "
+             f"--host {host.name} fetch {folder}")
+        return
+    _say(f"profile: {run_copy.describe_fetched(local)}")
 
 
 # -- following a run on a host ------------------------------------------------------------------------

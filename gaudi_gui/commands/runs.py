@@ -27,6 +27,9 @@
   meter (``core.meter_account.combine`` of every host's part, a JSON object on stdin) in host 0's run, so that
   ``runs show`` / ``runs list`` there say the whole job; ``runs show --json`` then gives it as "meter"
   and the host's own part as "meter_part".
+- ``runs --host DEST fetch RUN [--json]``: a run on a host brought into this machine's runs store, its
+  records and its profile trace (``core.run_copy``; Training → Runs lists it and Profile… opens the
+  trace here); ``runs pack RUN`` is the host's side of it (a tar on stdout).
 - ``runs stop RUN [--now]``: a stop with a checkpoint (SIGTERM to the run's supervisor, which stops
   the ranks as the Training tab does); ``--now`` kills at once. A run whose supervisor is gone is
   stopped through its recorded rank pids directly.
@@ -54,6 +57,7 @@ from gaudi_gui.core import hpu_metrics, meter_files, meter_words
 from gaudi_gui.core import prices as prices_mod
 from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.jobconfig import JobConfigError
+from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStatus, RunStore
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.core.stopper import KILL_NOW_SIGNAL
@@ -114,6 +118,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     stop = action.add_parser("stop", help="stop a run (checkpoint first; --now kills)")
     stop.add_argument("run")
     stop.add_argument("--now", action="store_true", help="kill the run's processes now")
+    pack = action.add_parser("pack", help="write a run's records and profile to stdout as a tar (what "
+                                          "`runs --host DEST fetch RUN` reads over ssh)")
+    pack.add_argument("run")
+    fetch = action.add_parser("fetch", help="bring a run on a host (runs --host DEST fetch RUN) into this "
+                                            "machine's runs store: its records and its profile trace")
+    fetch.add_argument("run", help="the run's folder on the host, or its name in the host's runs store")
+    fetch.add_argument("--json", action="store_true")
 
 
 def find_run(text: str, runs_dir: str = "") -> Run | None:
@@ -168,6 +179,10 @@ def run(args: argparse.Namespace) -> int:
             for item in runs:
                 print(_line(item))
         return 0
+    if action == "fetch":
+        print("gaudi-gui runs fetch: name the host the run is on: gaudi-gui runs --host DEST fetch RUN",
+              file=sys.stderr)
+        return 2
     found = find_run(args.run, args.runs_dir)
     if found is None:
         print(f"gaudi-gui runs: no run {args.run!r} (a run folder, or a name from `gaudi-gui runs list`)",
@@ -205,6 +220,15 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if action == "stop":
         return _stop(found, now=args.now)
+    if action == "pack":
+        if sys.stdout.isatty():
+            print("gaudi-gui runs pack: it writes a tar to stdout: redirect it to a file or a pipe",
+                  file=sys.stderr)
+            return 2
+        from gaudi_gui.core import run_copy
+        run_copy.pack(found.folder, sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+        return 0
     if action == "job-meter":
         return _keep_job_meter(found)
     if action == "export":
@@ -217,6 +241,23 @@ def run(args: argparse.Namespace) -> int:
         from gaudi_gui.commands import slurm_run
         return slurm_run.attach(found, grace=args.grace, events=args.events)
     return _follow(found, args.events_from, args.log_from)
+
+
+def fetch_from(host: Host, args: argparse.Namespace) -> int:
+    """``runs --host DEST fetch RUN``: the host's run, with its profile trace, into this machine's runs
+    store (core.run_copy); exit 1 when it could not be brought (one line: why)."""
+    from gaudi_gui.core import run_copy
+    try:
+        folder = run_copy.fetch(host, args.run, RunStore(args.runs_dir or None).root)
+    except run_copy.FetchError as exc:
+        print(f"gaudi-gui runs fetch: {exc}", file=sys.stderr)
+        return 1
+    from gaudi_gui.core import profile as profile_mod
+    traces = profile_mod.trace_files(folder)
+    print(json.dumps({"folder": str(folder), "host": host.name, "remote_folder": args.run,
+                      "trace": str(traces[-1]) if traces else ""})
+          if getattr(args, "json", False) else run_copy.describe_fetched(folder), flush=True)
+    return 0
 
 
 def _keep_job_meter(run_: Run) -> int:

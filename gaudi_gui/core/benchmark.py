@@ -216,33 +216,34 @@ class Verdict:
                 "change": None if self.change is None else _round(self.change)}
 
 
-def verdict(own: Figure, ref: Figure | None, *, card: str = "") -> Verdict:
-    """The honest verdict of ``own`` against ``ref`` (see the module's rules)."""
+def verdict(own: Figure, ref: Figure | None, *, card: str = "", against: str = "the reference") -> Verdict:
+    """The honest verdict of ``own`` against ``ref`` (see the module's rules); ``against`` names the
+    reference in the words (Compare of benchmark runs: "the first run")."""
     if ref is None or not ref.samples:
-        return Verdict(own.key, "no reference", "no reference figure", card=card)
+        return Verdict(own.key, "no reference", f"no {against.removeprefix('the ')} figure", card=card)
     if own.n < 2:
         return Verdict(own.key, "cannot say", "cannot say (one sample: run at least 2 repeats)", card=card)
     r = ref.median
     change = (own.median - r) / r if r else math.nan
     if math.isnan(change):
-        return Verdict(own.key, "cannot say", "cannot say (the reference figure is 0)", card=card)
+        return Verdict(own.key, "cannot say", f"cannot say ({against}'s figure is 0)", card=card)
     spreads = f"spread {own.spread * 100:.0f} %"
     if ref.spread:
-        spreads += f", the reference's {ref.spread * 100:.0f} %"
+        spreads += f", {against}'s {ref.spread * 100:.0f} %"
     if abs(change) <= TOLERANCE:
         return Verdict(own.key, "as expected", f"as expected ({change * 100:+.0f} %; {spreads})", change,
                        card)
     wide = [f"{who} {f.n} repeats spread {f.spread * 100:.0f} %"
-            for who, f in (("these", own), ("the reference's", ref)) if f.spread > WIDE_SPREAD]
+            for who, f in (("these", own), (f"{against}'s", ref)) if f.spread > WIDE_SPREAD]
     if wide:
         return Verdict(own.key, "cannot say", f"cannot say (spread too wide: {'; '.join(wide)}; the medians "
                                               f"differ by {change * 100:+.0f} %)", change, card)
     beyond = f"beyond the spread of {own.n} repeats"
     if own.high < ref.low:
-        return Verdict(own.key, "slower", f"slower than the reference by {-change * 100:.0f} % ({beyond})",
+        return Verdict(own.key, "slower", f"slower than {against} by {-change * 100:.0f} % ({beyond})",
                        change, card)
     if own.low > ref.high:
-        return Verdict(own.key, "faster", f"faster than the reference by {change * 100:.0f} % ({beyond})",
+        return Verdict(own.key, "faster", f"faster than {against} by {change * 100:.0f} % ({beyond})",
                        change, card)
     return Verdict(own.key, "cannot say", f"cannot say (spread too wide: {change * 100:+.0f} % is within the "
                                           f"spread of {own.n} repeats)", change, card)

@@ -17,7 +17,9 @@ with a checkpoint, a second Stop kills. A part that fails (or stays unreachable 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import queue
 import threading
 import time
@@ -35,6 +37,7 @@ from gaudi_gui.core.prepare import PrepareError
 from gaudi_gui.core.progress import RunProgress, note
 from gaudi_gui.core.remote import Host, RemoteError
 from gaudi_gui.core.runstore import Run, RunStore
+from gaudi_gui.services.agent_child import AgentChild
 from gaudi_gui.services.process import delete_when_reaped
 from gaudi_gui.services.run_parts import CLOSED, FOLLOWING, RECONNECTING, SlurmPart, SupervisedPart
 
@@ -85,6 +88,9 @@ class TrainingJob(QObject):
     run_identified = Signal(str)
     #: A part's state or connection changed (the tab's host line reads ``host_states()``).
     hosts_changed = Signal()
+    #: A profiled run that ended on a host was brought into this machine's runs store: carries the
+    #: local copy's folder (its trace opens from Training → Runs, Profile…).
+    profile_brought = Signal(str)
 
     def __init__(self, placement: Placement, store: RunStore | None = None, *, stop_grace_s: float = 120.0,
                  lost_after_s: float = LOST_AFTER_S, parent: QObject | None = None) -> None:
@@ -135,6 +141,10 @@ class TrainingJob(QObject):
         self._keep_timer = QTimer(self)
         self._keep_timer.setInterval(PREFLIGHT_POLL_MS)
         self._keep_timer.timeout.connect(self._check_kept)
+        #: A profiled run on a host, once it ended: the agent's ``fetch`` child bringing it here, and
+        #: where it was brought ("" until then).
+        self._fetch_child: AgentChild | None = None
+        self.local_copy = ""
         self._lost_timer = QTimer(self)
         self._lost_timer.setInterval(1000)
         self._lost_timer.timeout.connect(self._check_lost)
@@ -693,6 +703,42 @@ class TrainingJob(QObject):
         self._set_state(state)
         self.hosts_changed.emit()
         self.finished.emit(code, state, list(self._tail))
+        self._bring_profile(state)
+
+    def _bring_profile(self, state: str) -> None:
+        """A profiled run that ended on a host: this machine's agent brings its records and its trace
+        into the Runs list's store (``runs --host H fetch FOLDER``, core.run_copy), so that Profile…
+        opens the trace here; what it did is said in the log."""
+        main = self._main
+        profiled = self.job is not None and self.job.profile_steps > 0
+        if self.placement.kind not in ("host", "hosts") or main is None or not main.folder or not profiled \
+                or state not in ("finished", "stopped"):
+            return
+        child = self._fetch_child = AgentChild(self, tail_lines=20)
+        said: list[str] = []
+        child.line_received.connect(lambda stream, line: said.append(line) if stream == "stdout" else None)
+        host, folder = main.host, main.folder
+        child.finished.connect(lambda code, _status: self._profile_brought(host, folder, code, said))
+        self._say(f"bringing the profile back from {host.name}…")
+        child.start("fetch", {"host": host.name, "remote_command": host.remote_command, "folder": folder,
+                              "runs_dir": str(self.store.root)})
+
+    def _profile_brought(self, host: Host, folder: str, code: int, said: list[str]) -> None:
+        answer: dict[str, Any] = {}
+        with contextlib.suppress(ValueError, IndexError):
+            answer = json.loads(said[-1])
+        if code == 0 and isinstance(answer, dict) and answer.get("folder"):
+            # This machine's copy of the run (its profile opens from Training → Runs, Profile…).
+            self.local_copy = str(answer["folder"])
+            trace = answer.get("trace") or "no trace file"
+            self._say(f"profile brought back: {self.local_copy} (Training → Runs, Profile…; trace: {trace})")
+            self.profile_brought.emit(self.local_copy)
+            return
+        child = self._fetch_child
+        tail = [t for t in (child.tail(3) if child is not None else []) if t.strip()]
+        why = tail[-1].removeprefix("gaudi-gui runs fetch: ") if tail else f"exit {code}"
+        self._say(f"the profile stays on {host.name} in {folder}/profile ({why}); bring it later: gaudi-gui "
+                  f"runs --host {host.name} fetch {folder}")
 
     # -- stopping ---------------------------------------------------------------------------------
 
@@ -761,6 +807,8 @@ class TrainingJob(QObject):
     def shutdown(self) -> None:
         for timer in (self._preflight_timer, self._lost_timer, self._tick, self._keep_timer):
             timer.stop()
+        if self._fetch_child is not None and self._fetch_child.is_running():
+            self._fetch_child.kill_tree()
         for part in self.parts:
             part.shutdown()
         # A pre-flight thread's ssh calls end by their own timeouts; nothing here waits on them.

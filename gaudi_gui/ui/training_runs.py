@@ -23,7 +23,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from gaudi_gui.core import meter_account, meter_files, meter_words
+from gaudi_gui.core import meter_account, meter_files, meter_words, run_copy
 from gaudi_gui.core import prices as prices_mod
 from gaudi_gui.core.dashboard import LABELS
 from gaudi_gui.core.evaluation import latest_scores
@@ -49,6 +49,10 @@ COLUMNS = ("run", "status", "duration", "steps", "final loss", "card-hours", "en
 #: What only a training run offers (a Serve or Evaluate job has no job to clone, checkpoint or model).
 TRAINING_ONLY = ("Reopen", "Clone", "Compare", "Resume", "Try in runner", "Merge and save", "Evaluate",
                  "Align with preferences…", "Profile…", "Calibrate FP8…")
+#: The kinds Compare takes (among runs of one kind: curves of training runs, figures of benchmark runs).
+COMPARABLE = frozenset(("train", "benchmark"))
+#: A kind as a sentence names it.
+KIND_WORDS = {"train": "training", "benchmark": "benchmark"}
 #: The columns whose figures are right-aligned.
 _NUMBERS = frozenset(("duration", "steps", "final loss", "card-hours", "energy", "tokens/s", "compilations"))
 #: The meter's columns (their tooltip is the whole meter).
@@ -170,6 +174,8 @@ class RunsTable(QWidget):
         self.eval_views: dict[Path, QWidget] = {}
         #: "Profile…": one page for the selected run's profile (ui/profile_view.py), made on first use.
         self.profile_view: QWidget | None = None
+        #: Compare of benchmark runs (ui/benchmark_compare.py), made on first use.
+        self.benchmark_compare: QWidget | None = None
         #: The saved hosts an Evaluate window offers (the Training tab binds the app's host list).
         self.hosts: Callable[[], list[Host]] = list
         #: The app's job registry (the Training tab binds it): each Evaluate window's evaluation is a
@@ -297,6 +303,10 @@ class RunsTable(QWidget):
                 if col == 0 and st.resumed_from:
                     item.setToolTip(f"resumed from {Path(st.resumed_from).name}")
                     item.setText(f"{run.name} ↳ {Path(st.resumed_from).name}")
+                if col == 0 and (origin := run_copy.origin(run.folder)) is not None:
+                    # A run of a host brought back (its profile): its checkpoints and model are there.
+                    item.setToolTip(f"brought back from {origin.get('host')} ({origin.get('folder')} there): "
+                                    "its records and profile; its checkpoints and model stay on the host")
                 if COLUMNS[col] in _NUMBERS:
                     item.setTextAlignment(Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter)
                 self.table.setItem(row, col, item)
@@ -433,15 +443,49 @@ class RunsTable(QWidget):
             signal.emit(runs[0])
 
     def _update_buttons(self) -> None:
-        training = all(run.kind == "train" for run in self.selected_runs())
+        runs = self.selected_runs()
+        training = all(run.kind == "train" for run in runs)
         for name in TRAINING_ONLY:
             self.buttons[name].setEnabled(training)
+        # Benchmark runs compare among themselves; a selection mixing them with training runs keeps
+        # Compare so that it can say why not.
+        self.buttons["Compare"].setEnabled(all(run.kind in COMPARABLE for run in runs))
 
     def _compare(self) -> None:
         runs = self.selected_runs()
-        if runs:
+        kinds = {run.kind for run in runs}
+        if len(kinds) > 1:
+            said = " and ".join(f"a {KIND_WORDS.get(kind, kind)} run" for kind in sorted(kinds))
+            self.status.setText(f"⚠ {said} cannot be compared: they measure different things (Compare runs "
+                                "of one kind: training runs' curves, or benchmark runs' figures)")
+            return
+        if kinds == {"benchmark"}:
+            self.compare_benchmarks(runs)
+        elif runs:
             self.compare_requested.emit(runs)
             self.show_scores(runs)
+
+    def compare_benchmarks(self, runs: list[Run]) -> None:
+        """Compare of benchmark runs: one table of their figures, the later runs judged against the
+        first (oldest first, whatever the list's order: the earlier run is the reference)."""
+        from gaudi_gui.ui.benchmark_compare import BenchmarkCompare
+        if len(runs) < 2:
+            self.status.setText(f"select two or more benchmark runs to compare ({runs[0].name}'s own table: "
+                                f"gaudi-gui benchmark --show {runs[0].name})")
+            return
+        ordered = sorted(runs, key=lambda run: (run.status().started_at or 0, run.name))
+        if self.benchmark_compare is None:
+            self.benchmark_compare = BenchmarkCompare(self)
+            self.benchmark_compare.setWindowFlag(Qt.WindowType.Window, True)
+            screen = (self.screen() or self.benchmark_compare.screen()).availableGeometry()
+            self.benchmark_compare.resize(min(1000, screen.width() - 24), min(520, screen.height() - 48))
+        assert isinstance(self.benchmark_compare, BenchmarkCompare)
+        comparison = self.benchmark_compare.show_runs([(run.name, run.folder) for run in ordered])
+        self.status.setText(f"comparing {len(ordered)} benchmark runs against {ordered[0].name}"
+                            + (f" ({len(comparison.notes)} note(s) under the table)" if comparison.notes
+                               else ""))
+        self.benchmark_compare.show()
+        self.benchmark_compare.raise_()
 
     def show_scores(self, runs: list[Run]) -> None:
         """The compared runs' latest scores and meters beside the curves (when any was evaluated or

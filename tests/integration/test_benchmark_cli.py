@@ -18,7 +18,8 @@ from gaudi_gui import cli
 from gaudi_gui.core import benchmark as bm
 from gaudi_gui.core.runstore import Run, RunStore
 
-pytestmark = [pytest.mark.slow]
+# One unit for the scheduler: the module's tests share one real benchmark run (bench_run).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("benchmark_run")]
 
 FIGURES = ("matmul.fp32", "allreduce", "decode", "train_step")
 
@@ -167,3 +168,93 @@ def test_a_slow_card_among_eight_is_named_with_the_doctors_findings(fake_hl_smi:
                                                                   "other modules by 25 %")))
     assert any("card.throttle" in line for line in text[at + 1:]), text[at:]
     assert "8 × HL-205" in text[0] and f"driver {identity['driver']}" in text[0]
+
+
+def test_compare_two_benchmark_runs_by_clicks(bench_run: tuple[Run, subprocess.CompletedProcess[str]],
+                                              qtbot: Any, tmp_path: Path) -> None:
+    """Training → Runs, two benchmark runs selected, Compare clicked: one table, a row per figure (the
+    roofline also per card), a column per run (median ± spread) and the later run's ratio to the first
+    with the benchmark's verdict; the machine in the heading. The runs are copies of this module's real
+    run (one benchmark costs ~10 s of the suite): the later one as measured again would read "as
+    expected", so its decode is edited to half (tight repeats in both) and its training step to a wide
+    spread, for the verdicts that say more. A benchmark run and a training run selected together: Compare
+    says they cannot be compared."""
+    from PySide6.QtCore import Qt
+
+    from gaudi_gui.core.jobconfig import JobConfig
+    from gaudi_gui.ui.benchmark_compare import BenchmarkCompare
+    from gaudi_gui.ui.training_runs import RunsTable
+    from tests import helpers
+
+    run, _done = bench_run
+    store = RunStore(tmp_path / "runs")
+    first, later = store.root / "20261207-010000-benchmark", store.root / "20261207-020000-benchmark"
+    import shutil
+    for at, folder in enumerate((first, later)):
+        shutil.copytree(run.folder, folder)
+        Run(folder).update_status(started_at=1_000_000.0 + at)
+    record = json.loads((run.folder / bm.RESULT_NAME).read_text())
+    decode, train = record["figures"]["decode"]["median"], record["figures"]["train_step"]["median"]
+    for folder, samples in ((first, {"decode": [decode * f for f in (0.98, 1.0, 1.02)]}),
+                            (later, {"decode": [decode / 2 * f for f in (0.98, 1.0, 1.02)],
+                                     "train_step": [train * 0.8 * f for f in (0.5, 1.0, 1.5)]})):
+        edit = json.loads((folder / bm.RESULT_NAME).read_text())
+        for key, values in samples.items():
+            edit["figures"][key]["samples"] = values
+        (folder / bm.RESULT_NAME).write_text(json.dumps(edit))
+    made = store.create(JobConfig(training_args={"output_dir": str(tmp_path / "out")}))
+    made.update_status(state="stopped", started_at=1_000_002.0)
+
+    table = RunsTable(store)
+    qtbot.addWidget(table)
+    table.resize(1024, 600)
+    with qtbot.waitExposed(table):
+        table.show()
+    try:
+        rows = {found.name: r for r in range(table.table.rowCount())
+                if (found := table._run_at(r)) is not None}
+        assert set(rows) == {first.name, later.name, made.name}
+
+        def select(*names: str) -> None:
+            view = table.table
+            for k, name in enumerate(names):
+                at = view.visualRect(view.model().index(rows[name], 0)).center()
+                modifier = Qt.KeyboardModifier.ControlModifier if k else Qt.KeyboardModifier.NoModifier
+                qtbot.mouseClick(view.viewport(), Qt.MouseButton.LeftButton, modifier, at)
+            assert sorted(r.name for r in table.selected_runs()) == sorted(names)
+
+        # Newest first in the list; the later run is judged against the earlier whatever the order clicked.
+        select(later.name, first.name)
+        helpers.click(qtbot, table.buttons["Compare"])
+        view = table.benchmark_compare
+        assert isinstance(view, BenchmarkCompare)
+        qtbot.waitUntil(view.isVisible, timeout=5000)
+        headers = [item.text() if (item := view.table.horizontalHeaderItem(c)) else ""
+                   for c in range(view.table.columnCount())]
+        assert headers == ["Figure", "Unit", first.name, later.name, f"{later.name} ÷ first"]
+        assert view.heading.text().startswith("Machine: 2 × cpu"), view.heading.text()
+        shown = view.rows()
+        assert list(shown) == ["matmul roofline, fp32 (CPU)", "   card 0", "   card 1",
+                               "all-reduce (bus bandwidth)", "decode, bench model",
+                               "training step, bench model"]
+        roofline = shown["matmul roofline, fp32 (CPU)"]
+        assert roofline[0] == "TFLOPS" and " ± " in roofline[1] and roofline[1] == roofline[2]
+        # Unedited figures: the same samples, as expected, ratio 1.
+        for name in ("matmul roofline, fp32 (CPU)", "   card 0", "   card 1", "all-reduce (bus bandwidth)"):
+            assert shown[name][3].startswith("1.00×: as expected (+0 %"), (name, shown[name])
+        assert shown["decode, bench model"][3] == ("0.50×: slower than the first run by 50 % (beyond the "
+                                                   "spread of 3 repeats)")
+        assert shown["decode, bench model"][2].endswith("± 4 %")
+        step = shown["training step, bench model"][3]
+        assert step.startswith("0.80×: cannot say (spread too wide: these 3 repeats spread 100 %"), step
+        assert not view.notes.isVisible()
+
+        # A benchmark run and a training run: said in the list's status, nothing compared.
+        select(first.name, made.name)
+        assert table.buttons["Compare"].isEnabled()
+        helpers.click(qtbot, table.buttons["Compare"])
+        assert table.status.text().startswith("⚠ a benchmark run and a training run cannot be compared"), \
+            table.status.text()
+    finally:
+        table.shutdown()
+        table.close()

@@ -127,3 +127,57 @@ def test_the_shipped_table_has_the_shape_and_invents_no_figure() -> None:
     for card, entry in data["cards"].items():
         for key, spec in entry["figures"].items():
             assert spec.get("source") and spec.get("software"), (card, key)
+
+
+def _result(card_type: str = "HL-225", count: int = 8, size: str = "standard",
+            **figures: list[float]) -> dict[str, Any]:
+    return {"kind": "benchmark", "version": 1, "size": size, "repeats": 3,
+            "identity": {"device": "hpu", "card_type": card_type, "card_count": count},
+            "figures": {k: bm.Figure(k, v).to_json() for k, v in figures.items()}}
+
+
+def test_compare_judges_each_later_run_against_the_first(tmp_path: Path) -> None:
+    """Compare of benchmark runs (core.benchmark_compare): a column per run, the later ones judged by the
+    benchmark's verdict against the first; per card for a per-card figure; another card type or size is
+    shown but not judged; a run without a result is named."""
+    from gaudi_gui.core import benchmark_compare as bc
+
+    first = _result(decode=[100.0, 101.0, 102.0], train_step=[50.0, 51.0, 52.0])
+    same = [400.0, 401.0, 402.0]
+    first["figures"]["matmul.bf16"] = bm.Figure("matmul.bf16", same,
+                                                {"0": same, "1": [400.0, 402.0, 404.0]}).to_json()
+    later = _result(decode=[70.0, 71.0, 72.0], train_step=[60.0, 90.0, 62.0])
+    later["figures"]["matmul.bf16"] = bm.Figure("matmul.bf16", same,
+                                                {"0": same, "1": [300.0, 301.0, 302.0]}).to_json()
+    other = _result("HL-325L", decode=[300.0, 301.0, 302.0])
+    (tmp_path / "empty").mkdir()
+    runs = [bc.Compared("a", first), bc.Compared("b", later), bc.Compared("c", other),
+            bc.Compared.read("d", tmp_path / "empty")]
+    got = bc.compare(runs)
+    assert got.names == ["a", "b", "c", "d"]
+    assert got.machine == ["Machine of a: 8 × HL-225", "Machine of b: 8 × HL-225",
+                           "Machine of c: 8 × HL-325L"]
+    rows = {(r.key, r.card): r for r in got.rows}
+    assert list(rows) == [("matmul.bf16", ""), ("matmul.bf16", "0"), ("matmul.bf16", "1"), ("decode", ""),
+                          ("train_step", "")]
+    assert rows[("matmul.bf16", "1")].label == "module 1"
+    decode = rows[("decode", "")]
+    assert [c.text for c in decode.cells] == ["101 ± 2 %", "71 ± 3 %", "301 ± 1 %", "–"]
+    b, c, d = decode.against
+    assert b.word == "slower"
+    assert b.text == "0.70×: slower than the first run by 30 % (beyond the spread of 3 repeats)"
+    assert c.word == "not judged" and c.words == "not judged: measured on HL-325L, the first run on HL-225"
+    assert c.ratio == pytest.approx(301 / 101)
+    assert d.word == "not judged" and d.ratio is None
+    assert rows[("matmul.bf16", "1")].against[0].word == "slower"  # card 1 against card 1 of the first run
+    assert rows[("matmul.bf16", "0")].against[0].word == "as expected"
+    assert rows[("train_step", "")].against[0].word == "cannot say"  # +22 %, but its repeats spread 48 %
+    assert rows[("train_step", "")].cells[2].text == "–"
+    assert any(n.startswith("d: ") and "has no result.json" in n for n in got.notes), got.notes
+    assert any(n.startswith("c: not judged: measured on HL-325L") for n in got.notes)
+    # Another size: shown, not judged; the text form says the same.
+    small = _result(size="tiny", decode=[1.0, 1.0, 1.0])
+    said = bc.lines(bc.of_records({"a": first, "tiny": small}))
+    assert "  tiny: 0.01×: not judged: size tiny, the first run's standard (figures of different sizes are " \
+           "never compared)" in said
+    assert said[0] == "Machine: 8 × HL-225"
