@@ -87,7 +87,9 @@ def _place(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Place:
             click(qtbot, tab.placement.host_checks[name])
             assert tab.placement.host_checks[name].isChecked()
 
-    return Place(pick_hosts, ssh_host.home / "out", lambda: ssh_host.wait_no_processes(30, but_agent=True), in_history=False)
+    # The start gate asked the hosts' agent for its doctor: that agent stays, as it is meant to.
+    return Place(pick_hosts, ssh_host.home / "out", lambda: ssh_host.wait_no_processes(30, but_agent=True),
+                 in_history=False)
 
 
 def _steps_drawn(tab: TrainingTab) -> list[int]:
