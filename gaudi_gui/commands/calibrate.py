@@ -249,6 +249,12 @@ def _supervised(args: argparse.Namespace, words: list[str], name: str) -> int:
         say(f"gaudi-gui calibrate: {result.summary}\nlog: {job.run.log_path}")
         bad = any(e.get("type") == EventType.ERROR and e.get("kind") == "bad_input" for e in job.run.events())
         return 130 if result.state == "stopped" else fp8.EXIT_BAD_INPUT if bad else fp8.EXIT_FAILED
+    if result.state == "stopped" or not (job.run.folder / fp8.MANIFEST_NAME).is_file():
+        # A stop counts as a clean end for the supervisor (a serve's Stop is), but a calibration that
+        # was stopped measured nothing usable: no manifest, and the exit says so.
+        say(f"gaudi-gui calibrate: {result.summary or result.state}: no measurements kept (no manifest)"
+            f"\nlog: {job.run.log_path}")
+        return 130
     if args.json:
         with contextlib.suppress(fp8.Fp8Error):
             print(json.dumps(fp8.read_manifest(job.run.folder), indent=2, ensure_ascii=False))

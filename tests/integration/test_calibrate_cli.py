@@ -227,3 +227,37 @@ def test_vllm_serves_a_calibration_with_inc(calibrated: tuple[Run, str], tiny_mo
     assert config["mode"] == "QUANTIZE" and config["dump_stats_path"] == str(folder / "measure" / "inc")
     assert sv.ServeSpec(model="m", fp8="r", quantization="4bit").problems(local=False) == [
         ("fp8", "FP8 serves the calibrated full model: no --quantization, no --adapter")]
+
+
+def test_ctrl_c_stops_a_calibration_and_says_nothing_was_kept(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """A calibration stopped half-way keeps no manifest, and its exit (130) and last line say so: a
+    stopped run is a clean end for the supervisor, but not a calibration to use."""
+    import signal
+    import time
+
+    from tests.helpers import wait_until
+
+    data = tmp_path / "many.jsonl"
+    data.write_text("".join(json.dumps({"text": f"row {i} " + "word " * 40}) + "\n" for i in range(400)))
+    env = {**os.environ, "GAUDI_GUI_HOME": str(tmp_path / "home")}
+    env.pop("GAUDI_GUI_CLI_AGENT", None)
+    proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "calibrate", "--model", str(tiny_model_dir),
+                             "--dataset", str(data), "--rows", "400", "--device", "cpu", "--no-agent"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        def measuring() -> bool:
+            runs = RunStore(tmp_path / "home" / "data" / "runs").runs()
+            return bool(runs) and any(e.get("type") == "progress" for e in runs[0].events())
+        assert wait_until(measuring, 120), "no progress in 120 s"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    run = RunStore(tmp_path / "home" / "data" / "runs").runs()[0]
+    assert run.status().state == "stopped"
+    assert not (run.folder / fp8.MANIFEST_NAME).exists()
+    assert "no measurements kept (no manifest)" in err and "\nmanifest:" not in err
+    assert "Traceback" not in err
