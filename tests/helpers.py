@@ -567,3 +567,29 @@ def set_fake_hl_smi(program: Path, monkeypatch: Any = None, **values: str) -> No
     if monkeypatch is not None:
         for name, value in values.items():
             monkeypatch.setenv(name, value)
+
+
+def model_folder(folder: Path, hidden: int = 64) -> Path:
+    """A model folder as the forms see it before anything loads it: its config.json (its revision is
+    that file's digest: core.fp8.model_identity)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": hidden}))
+    return folder
+
+
+def write_calibration(folder: Path, model: Path | str, **manifest: Any) -> Path:
+    """A finished calibrate run folder of ``model`` without running INC: the files the QUANTIZE step
+    reads, the QUANT_CONFIGs and a manifest measured on this CPU (``manifest`` overrides its keys:
+    ``device``, ``generation``…)."""
+    from gaudi_gui.core import fp8
+    for name in (*fp8.required_files(), fp8.QUANT_CONFIG_NAME, fp8.QUANTIZE_CONFIG_NAME):
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("{}")
+    record = fp8.make_manifest(model=fp8.model_identity(str(model)),
+                               here={"device": "cpu", "generation": "cpu"}, rows=2,
+                               prompts_sha256=fp8.prompts_digest(["a", "b"]), observer="maxabs",
+                               scale_method="maxabs_pow2", blocklist=["lm_head"],
+                               files=list(fp8.required_files()), started=time.time(), duration_s=1.0)
+    record["inc_version"] = fp8.inc_version() or "3.10"
+    (folder / fp8.MANIFEST_NAME).write_text(json.dumps({**record, **manifest}))
+    return folder

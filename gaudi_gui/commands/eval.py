@@ -104,7 +104,7 @@ def spec_of(args: argparse.Namespace) -> ev.EvalSpec:
                        tasks=[t.strip() for t in args.tasks.split(",") if t.strip()],
                        include_path=args.include_path, max_rows=args.max_rows,
                        max_new_tokens=args.max_new_tokens, seed=args.seed, output=args.output,
-                       chat=args.chat, fp8=args.fp8)
+                       chat=args.chat, fp8=args.fp8, fp8_max_rise=args.fp8_max_rise)
 
 
 def _absolute(spec: ev.EvalSpec) -> ev.EvalSpec:

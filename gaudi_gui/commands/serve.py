@@ -268,8 +268,7 @@ def _fp8_refusal(spec: sv.ServeSpec) -> str | sv.ServeSpec:
     if ranks:
         return ranks
     if spec.engine == "transformers" or not sv.vllm_here():
-        return (f"--fp8 {spec.fp8}: FP8 serving runs through vLLM (vllm-gaudi, --quantization inc), which is "
-                "not here; check the calibration with gaudi-gui eval --model M --fp8 RUN instead")
+        return f"--fp8 {spec.fp8}: {sv.FP8_NEEDS_VLLM}"
     return dataclasses.replace(spec, fp8=str(folder.resolve()), engine="vllm")
 
 

@@ -39,6 +39,8 @@ EVAL_DIR = "eval"
 #: Rows read from a file to learn its columns (the preview and the checks).
 PREVIEW_ROWS = 20
 MAX_NEW_TOKENS_LIMIT = 2048
+#: How far FP8 may raise perplexity over bf16 before the comparison warns (``eval --fp8-max-rise``).
+FP8_MAX_RISE_PCT = 3.0
 #: Exit codes of ``gaudi-gui eval`` and its worker.
 EXIT_OK, EXIT_MODEL_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -85,6 +87,9 @@ class EvalSpec:
     #: A calibrate run (core.fp8): the tuned model is ``model`` quantized to FP8 with its measurements,
     #: compared with ``model`` itself (the base by default).
     fp8: str = ""
+    #: With ``fp8``: how far FP8 may raise perplexity over bf16, in %, before the comparison warns
+    #: (``--fp8-max-rise``).
+    fp8_max_rise: float = FP8_MAX_RISE_PCT
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -110,7 +115,7 @@ class EvalSpec:
         if self.chat != "auto":
             pairs.append(("--chat", self.chat))
         if self.fp8:
-            pairs.append(("--fp8", self.fp8))
+            pairs += [("--fp8", self.fp8), ("--fp8-max-rise", f"{self.fp8_max_rise:g}")]
         return [f"{option}={value}" for option, value in pairs]
 
     @classmethod
@@ -558,10 +563,6 @@ def score_items(result: dict[str, Any]) -> list[tuple[str, float | None, float |
         out.append((task, _num((t_tasks.get(task) or {}).get("score")),
                     _num((b_tasks.get(task) or {}).get("score"))))
     return out
-
-
-#: How far FP8 may raise perplexity over bf16 before the comparison warns (``eval --fp8-max-rise``).
-FP8_MAX_RISE_PCT = 3.0
 
 
 def fp8_cost(result: dict[str, Any], max_rise_pct: float = FP8_MAX_RISE_PCT) -> str:

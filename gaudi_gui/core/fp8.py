@@ -78,6 +78,19 @@ def generation_word(card_name: str) -> str:
     return label.lower().replace(" ", "") if label else ""
 
 
+def machine_of(device: str, names: Iterable[str]) -> dict[str, str]:
+    """A machine as a manifest records it, from what its device tool said: ``device`` (hpu, cuda, cpu)
+    and its cards' names (hl-smi's ``HL-225``…, nvidia-smi's). The window builds it from the agent's
+    card samples (it runs no tool of its own); ``machine()`` from the tool, run here."""
+    said = [n.strip() for n in names if n and n.strip()]
+    if device == "hpu":
+        words = sorted({generation_word(n) or n for n in said})
+        return {"device": "hpu", "generation": "+".join(words) or "gaudi (generation unknown)"}
+    if device == "cuda":
+        return {"device": "cuda", "generation": "+".join(sorted(set(said))) or "cuda"}
+    return {"device": "cpu", "generation": "cpu"}
+
+
 def machine() -> dict[str, str]:
     """This machine as a manifest records it: ``device`` (hpu, cuda, cpu) and ``generation`` (gaudi2,
     gaudi3, the CUDA card's name, cpu), from the vendor's tool (no torch here)."""
@@ -86,14 +99,12 @@ def machine() -> dict[str, str]:
     if tool:
         fields = ("index", "name")
         rc, out, _err = health.run_tool([tool, *hlsmi.query_args(fields)], TOOL_S)
-        names = [str(s.name or "") for s in hlsmi.parse_csv(out, fields).samples] if rc == 0 else []
-        words = sorted({generation_word(n) or n for n in names if n})
-        return {"device": "hpu", "generation": "+".join(words) or "gaudi (generation unknown)"}
+        return machine_of("hpu", [str(s.name or "") for s in hlsmi.parse_csv(out, fields).samples]
+                          if rc == 0 else [])
     if shutil.which("nvidia-smi"):
         rc, out, _err = health.run_tool(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], TOOL_S)
-        names = sorted({line.strip() for line in out.splitlines() if line.strip()}) if rc == 0 else []
-        return {"device": "cuda", "generation": "+".join(names) or "cuda"}
-    return {"device": "cpu", "generation": "cpu"}
+        return machine_of("cuda", out.splitlines() if rc == 0 else [])
+    return machine_of("cpu", [])
 
 
 def inc_version() -> str:
@@ -431,6 +442,50 @@ def check(folder: str | Path, *, here: dict[str, str] | None = None, inc: str | 
     return manifest, found
 
 
+def calibrations(root: str | Path | None = None) -> list[tuple[Path, dict[str, Any]]]:
+    """The calibrate runs of the runs store (``root``: its folder), newest first, each with its
+    manifest: the folders that hold a calibrate manifest (a run still measuring has none yet)."""
+    from gaudi_gui.core.runstore import RunStore
+    store = RunStore(root)
+    try:
+        folders = sorted((p for p in store.root.iterdir() if (p / MANIFEST_NAME).is_file()),
+                         key=lambda p: p.name, reverse=True)
+    except OSError:
+        return []
+    found = []
+    for folder in folders:
+        with contextlib.suppress(Fp8Error):
+            found.append((folder, read_manifest(folder)))
+    return found
+
+
+def calibrated_for(manifest: dict[str, Any], model: str) -> bool:
+    """Whether a calibration measured ``model`` as it is here: the same revision (the Hub commit, or
+    the digest of a folder's config.json), or the same name where the model is not here."""
+    recorded = manifest.get("model") or {}
+    if not isinstance(recorded, dict) or not model.strip():
+        return False
+    now = model_identity(model.strip())
+    if now["revision"]:
+        return now["revision"] == recorded.get("revision")
+    return model.strip() == recorded.get("model")
+
+
+def refusal(name: str, *, model: str, here: dict[str, str] | None = None,
+            inc: str | None = None) -> tuple[Path | None, str]:
+    """``--fp8 NAME`` for ``model`` on this machine (``here``: ``machine()``'s words) before anything
+    starts: the calibrate run's folder and "" when it fits; else the one line that refuses it (no such
+    run, no manifest, or ``check_line``'s first mismatch). The window's FP8 fields say this line."""
+    try:
+        folder = find_run(name)
+        _manifest, found = check(folder, here=here, inc=inc, model=model)
+    except Fp8Error as exc:
+        return None, f"--fp8 {name}: {exc}"
+    if found:
+        return folder, check_line(name, found)
+    return folder, ""
+
+
 def vllm_env(folder: str | Path) -> dict[str, str]:
     """The environment of ``vllm serve … --quantization inc`` for a calibrate run: QUANT_CONFIG, its
     QUANTIZE config (whose ``dump_stats_path`` names the run's measurements)."""
@@ -472,6 +527,8 @@ __all__ = [
     "QUANT_CONFIG_NAME",
     "Fp8Error",
     "Mismatch",
+    "calibrated_for",
+    "calibrations",
     "check",
     "check_line",
     "config_digest",
@@ -481,6 +538,7 @@ __all__ = [
     "generation_word",
     "inc_version",
     "machine",
+    "machine_of",
     "make_manifest",
     "measure_config",
     "measurement_files",
@@ -492,6 +550,7 @@ __all__ = [
     "ranks_of",
     "read_manifest",
     "read_prompts",
+    "refusal",
     "required_files",
     "serve_ranks_refusal",
     "summary_words",

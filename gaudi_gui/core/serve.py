@@ -247,6 +247,12 @@ def tensor_parallel(spec: ServeSpec) -> int:
     return max(1, len(set(spec.cards)))
 
 
+#: Why ``--fp8`` is refused where vLLM is not (or transformers serve is asked for): FP8 serving is
+#: vLLM's INC quantization (the command line and the Serve panel say the same).
+FP8_NEEDS_VLLM = ("FP8 serving runs through vLLM (vllm-gaudi, --quantization inc), which is not here; "
+                  "check the calibration with gaudi-gui eval --model M --fp8 RUN instead")
+
+
 def device_here(device: str, probed: str | None = None) -> str:
     """The device ``auto`` means on this machine: what the environment probe decides (the one rule
     for the runner, Serve, Evaluate and training: workers/device.py). ``probed``: the app's probe
@@ -852,6 +858,7 @@ __all__ = [
     "DEVICES",
     "DTYPES",
     "ENGINES",
+    "FP8_NEEDS_VLLM",
     "LOOPBACK",
     "ORPHAN_GRACE_S",
     "QUANTIZATIONS",

@@ -95,6 +95,14 @@ class AppServices:
                                               agent=lambda: self.ensure_agent(parent))
         return self.device_poller
 
+    def machine(self) -> dict[str, str]:
+        """This machine as an FP8 calibration's manifest records it (``core.fp8.machine_of``: device type
+        and card generation), from what the window already has: the device tools' kind and the names
+        of the cards the agent's one hl-smi loop sent (the window runs no tool of its own)."""
+        from gaudi_gui.core import fp8
+        samples = self.device_poller.latest() if self.device_poller is not None else []
+        return fp8.machine_of(self.selection.kind, [s.name or "" for s in samples if s.kind != "host"])
+
     def ensure_hosts(self, parent: QObject | None = None) -> HostsService:
         """The host list, read from hosts.json once here; every saved host gets its card selection
         (in ``host_selections``) now, not when its panel first opens."""

@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
     QComboBox,
+    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QHBoxLayout,
@@ -45,6 +46,7 @@ from gaudi_gui.core.runstore import Run
 from gaudi_gui.services.downloads import ModelPlaces
 from gaudi_gui.services.evaluation import EvaluationService
 from gaudi_gui.services.queue import JobQueue
+from gaudi_gui.ui.fp8_field import Fp8Field
 from gaudi_gui.ui.model_field import ModelCacheState
 from gaudi_gui.ui.shortcuts import start_stop_keys
 
@@ -104,6 +106,16 @@ def _download_handler(parent: QWidget | None) -> Callable[[str, str], None] | No
     return None
 
 
+def _full_model(run: Run | None, target: ev.Target) -> str:
+    """The full model of a run that FP8 quantizes (what Calibrate FP8… measured of it): its saved
+    model, or the merged copy of its adapter; "" when it has neither."""
+    if not target.adapter:
+        return target.tuned_model
+    out = run.output_dir() if run is not None else None
+    merged = out / "merged" if out is not None else None
+    return str(merged) if merged is not None and (merged / "config.json").is_file() else ""
+
+
 class EvalView(QWidget):
     """One run's evaluation form, progress and results (a window of its own, opened from Runs)."""
 
@@ -115,11 +127,13 @@ class EvalView(QWidget):
                  parent: QWidget | None = None, *, hosts: Callable[[], list[Host]] | None = None,
                  queue: Callable[[], JobQueue] | None = None,
                  cards: Callable[[], tuple[int, ...]] | None = None,
-                 models: ModelPlaces | None = None) -> None:
+                 models: ModelPlaces | None = None,
+                 machine: Callable[[], dict[str, str]] | None = None) -> None:
         """``queue`` gives this machine's queue service (the Queue button; without it, no button);
         ``cards``, the cards a queued evaluation waits for (those ticked in Devices; none: the CPU);
         ``models``, the Hub caches' listings (the base model's state and Download…; by default the
-        main window's, found through the parents)."""
+        main window's, found through the parents); ``machine``, this machine as an FP8 calibration
+        records it (``AppServices.machine``: the FP8 field checks a calibration against it)."""
         super().__init__(parent)
         self.run = run
         self._queue = queue
@@ -127,6 +141,8 @@ class EvalView(QWidget):
         #: The saved hosts (the app's host list in memory, ``AppServices.hosts.saved``).
         self._hosts = hosts or (lambda: [])
         self.service = service or EvaluationService(self)
+        #: The run's models as resolved (None: no run, or one that cannot be evaluated).
+        self._target: ev.Target | None = None
         self.setWindowTitle(f"Evaluate {run.name}" if run else "Evaluate")
         self._rows: dict[tuple[str, int], int] = {}
         self.errors: dict[str, QLabel] = {}
@@ -178,6 +194,21 @@ class EvalView(QWidget):
         self.chat = QComboBox(self)
         for mode, label in (("auto", "as the run trained"), ("on", "always"), ("off", "never")):
             self.chat.addItem(label, mode)
+        # FP8 (issue 39): the run's full model quantized with a calibration of it, against the same
+        # model in bf16; the threshold is eval --fp8-max-rise (what fp8_cost warns past).
+        #: The full model FP8 quantizes (the run's final/ or merged/; "" for an adapter alone).
+        self._fp8_model = ""
+        self.fp8 = Fp8Field(self, machine=machine)
+        self.fp8_max_rise = QDoubleSpinBox(self)
+        self.fp8_max_rise.setObjectName("fp8_max_rise")
+        self.fp8_max_rise.setRange(0.0, 1000.0)
+        self.fp8_max_rise.setDecimals(1)
+        self.fp8_max_rise.setSuffix(" %")
+        self.fp8_max_rise.setValue(ev.FP8_MAX_RISE_PCT)
+        self.fp8_max_rise.setEnabled(False)
+        self.fp8_max_rise.setToolTip("with a calibration and perplexity ticked: the scores warn when FP8 "
+                                     "raises perplexity over bf16 by more than this")
+        self.fp8.changed.connect(self._fp8_changed)
 
         # The base model (a Hub id) in the chosen place's cache, and Download… when it is not there.
         self.base_model = QLineEdit(self)
@@ -194,6 +225,7 @@ class EvalView(QWidget):
         else:  # a view on its own (no main window): nothing to open the dialog, so no button
             self.download_button.hide()
         self.host.currentIndexChanged.connect(lambda _index: self.model_cache.place_changed())
+        self.host.currentIndexChanged.connect(lambda _index: self.fp8.set_local(self.placement().is_local))
         base_row = QHBoxLayout()
         base_row.setContentsMargins(0, 0, 0, 0)
         base_row.addWidget(self.base_model, 1)
@@ -216,6 +248,15 @@ class EvalView(QWidget):
         self._row(form, "Max rows", "max_rows", self.max_rows)
         self._row(form, "Max new tokens", "max_new_tokens", self.max_new_tokens)
         self._row(form, "Chat template", "chat", self.chat)
+        form.addRow("FP8 calibration", self.fp8)
+        self.errors["fp8"], self.inputs["fp8"] = self.fp8.error, self.fp8
+        rise_row = QWidget(self)
+        rise = QHBoxLayout(rise_row)
+        rise.setContentsMargins(0, 0, 0, 0)
+        rise.addWidget(QLabel("warn when perplexity rises more than", rise_row))
+        rise.addWidget(self.fp8_max_rise)
+        rise.addStretch(1)
+        self._row(form, "", "fp8_max_rise", rise_row)
         self.run_error = QLabel(self)
         self.run_error.setWordWrap(True)
         self.run_error.setStyleSheet("color: #b00020")
@@ -341,6 +382,7 @@ class EvalView(QWidget):
         return box
 
     def _describe_models(self) -> None:
+        self.fp8.set_unavailable("no run, or a run that cannot be evaluated")  # until its model is known
         if self.run is None:
             self.models.setText("no run chosen")
             return
@@ -351,11 +393,34 @@ class EvalView(QWidget):
             self._show_error(exc.field, str(exc))
             self.start_button.setEnabled(False)
             return
+        self.base_model.setText(target.base_model)
+        self._target = target
+        self._fp8_model = _full_model(self.run, target)
+        self.fp8.set_model(self._fp8_model)
+        self.fp8.set_unavailable("" if self._fp8_model else
+                                 "FP8 quantizes a full model: this run saved an adapter only; merge it first "
+                                 "(Merge and save in Runs), then calibrate the merged model")
+        self._say_models()
+
+    def _say_models(self) -> None:
+        """Which two models are compared: the run's tuned and base, or with FP8 its full model in FP8
+        against the same model in bf16."""
+        target = self._target
+        if target is None:
+            return
+        if self.fp8.value():
+            name = html.escape(self._fp8_model)
+            self.models.setText(f"tuned: <b>{name}</b> in FP8 ({html.escape(Path(self.fp8.value()).name)})"
+                                f"<br>base: <b>{name}</b> in bf16")
+            return
         tuned = f"{target.adapter} (adapter over {target.tuned_model}, unmerged)" if target.adapter \
             else target.tuned_model
         self.models.setText(f"tuned: <b>{html.escape(tuned)}</b><br>base: <b>"
                             f"{html.escape(target.base_model)}</b>")
-        self.base_model.setText(target.base_model)
+
+    def _fp8_changed(self, folder: str) -> None:
+        self.fp8_max_rise.setEnabled(bool(folder))
+        self._say_models()
 
     def _offer_demo_prompts(self) -> None:
         """A run trained on the demo dataset gets the demo's questions as its prompts: what a person
@@ -395,16 +460,25 @@ class EvalView(QWidget):
                 self.preview.setItem(r, c, QTableWidgetItem(_cell(row.get(col, ""))[:200]))
 
     def spec(self) -> ev.EvalSpec:
+        """The form as the command takes it; with an FP8 calibration, ``--model`` (the run's full model,
+        what was calibrated) ``--fp8 RUN --fp8-max-rise PCT`` instead of ``--run``."""
         prompts = [p for p in self.prompts.toPlainText().splitlines() if p.strip()]
+        calibration = self.fp8.value()
+        chat = str(self.chat.currentData() or "auto")
+        if calibration and chat == "auto":  # "as the run trained", said outright: --model has no run
+            chat = "on" if self._target is not None and self._target.chat_kind else "off"
+        which: dict[str, Any] = {"model": self._fp8_model, "fp8": calibration,
+                                 "fp8_max_rise": self.fp8_max_rise.value()} if calibration else \
+            {"run": str(self.run.folder) if self.run else ""}
         return ev.EvalSpec(
-            run=str(self.run.folder) if self.run else "", prompts=prompts,
+            **which, prompts=prompts,
             prompts_file=self.prompts_file.text().strip(), data=self.data.text().strip(),
             prompt_column=self.prompt_column.currentText().strip() or "prompt",
             reference_column=self.reference_column.currentText().strip() or "reference",
             metrics=[m for m, box in self.metric_boxes.items() if box.isChecked()],
             tasks=[t.strip() for t in self.tasks.text().split(",") if t.strip()],
             include_path=self.include_path.text().strip(), max_rows=self.max_rows.value(),
-            max_new_tokens=self.max_new_tokens.value(), chat=str(self.chat.currentData() or "auto"))
+            max_new_tokens=self.max_new_tokens.value(), chat=chat)
 
     def placement(self) -> Placement:
         name = self.host.currentData()
@@ -432,8 +506,19 @@ class EvalView(QWidget):
 
     # -- running -------------------------------------------------------------------------------------
 
+    def _fp8_refused(self) -> bool:
+        """The chosen calibration refused at its field (``core.fp8.refusal``'s one line, checked when it
+        was chosen); whether it was: nothing starts then."""
+        line = self.fp8.problem()
+        if line:
+            self._show_error("fp8", line)
+            self.status.setText("⚠ fix the marked fields")
+        return bool(line)
+
     def start(self) -> None:
         self._clear_errors()
+        if self._fp8_refused():
+            return
         problems = self.service.start(self.spec(), self.placement())
         for field, message in problems:
             self._show_error(field, message)
@@ -446,6 +531,8 @@ class EvalView(QWidget):
         if self._queue is None:
             return
         self._clear_errors()
+        if self._fp8_refused():
+            return
         if not self.placement().is_local:
             self.status.setText("Queue puts an evaluation in this machine's queue; a host keeps its own: "
                                 "gaudi-gui queue add --host DEST --kind eval -- …")
@@ -509,8 +596,12 @@ class EvalView(QWidget):
     def _fill_scores(self, result: dict[str, Any]) -> None:
         """The scores, or in the table's place why there are none (an empty table said nothing)."""
         fill_scores(self.scores, ev.score_items(result))
-        # What FP8 cost (an FP8 comparison: the Calibrate window's Evaluate in FP8) beside the scores.
-        why = "\n".join(t for t in (ev.no_scores_reason(result), ev.fp8_cost(result)) if t)
+        # What FP8 cost (an FP8 comparison: this window's or the Calibrate window's Evaluate in FP8)
+        # beside the scores, past the threshold the evaluation was asked with (the field's otherwise).
+        asked = (result.get("spec") or {}).get("fp8_max_rise")
+        threshold = float(asked) if isinstance(asked, (int, float)) and not isinstance(asked, bool) \
+            else self.fp8_max_rise.value()
+        why = "\n".join(t for t in (ev.no_scores_reason(result), ev.fp8_cost(result, threshold)) if t)
         self.scores_note.setText(why)
         self.scores_note.setVisible(bool(why))
 

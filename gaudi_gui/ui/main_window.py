@@ -467,7 +467,8 @@ class MainWindow(QMainWindow):
             self.serve_panel = ServePanel(services.ensure_serve(services.settings.parent()), dock,
                                           hosts=hosts.saved if hosts is not None else None,
                                           selection_for=selection_for, queue_for=self._queue_for,
-                                          models=services.ensure_models(services.settings.parent()))
+                                          models=services.ensure_models(services.settings.parent()),
+                                          machine=services.machine)
             self.serve_panel.download_requested.connect(self._download_for)
             if hosts is not None:
                 hosts.changed.connect(self.serve_panel.refresh_hosts)

@@ -39,6 +39,7 @@ from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.downloads import ModelPlaces
 from gaudi_gui.services.queue import JobQueue
 from gaudi_gui.services.serve import ServeService
+from gaudi_gui.ui.fp8_field import Fp8Field
 from gaudi_gui.ui.model_field import ModelCacheState, WrappedLine
 from gaudi_gui.ui.shortcuts import start_stop_keys
 
@@ -55,10 +56,12 @@ class ServePanel(QWidget):
                  hosts: Callable[[], list[Host]] | None = None,
                  selection_for: Callable[[str], DeviceSelection | None] | None = None,
                  queue_for: Callable[[str], JobQueue] | None = None,
-                 models: ModelPlaces | None = None) -> None:
+                 models: ModelPlaces | None = None,
+                 machine: Callable[[], dict[str, str]] | None = None) -> None:
         """``queue_for`` gives the queue of a place ("local" or a saved host's name: the Queue button;
         without it, no button); ``models`` the Hub caches' listings and downloads (the model's state
-        and Download…)."""
+        and Download…); ``machine`` this machine as an FP8 calibration records it (``AppServices.machine``:
+        the FP8 field checks a calibration against it)."""
         super().__init__(parent)
         self.service = service
         self._queue_for = queue_for
@@ -100,6 +103,8 @@ class ServePanel(QWidget):
         self.listen_all = QCheckBox("listen on all interfaces (needs an API key)")
         self.adapter = QLineEdit()
         self.adapter.setPlaceholderText("a training run's adapter/ folder (optional)")
+        #: FP8 (issue 39): a calibration of the model (served through vLLM's INC quantization); none: bf16.
+        self.fp8 = Fp8Field(self, machine=machine)
         self.field_error = QLabel("")
         self.field_error.setObjectName("serve_field_error")
         self.field_error.setWordWrap(True)
@@ -122,6 +127,7 @@ class ServePanel(QWidget):
         form.addRow("Device", self.device)
         form.addRow("Dtype", self.dtype)
         form.addRow("Quantization", self.quantization)
+        form.addRow("FP8 calibration", self.fp8)
         form.addRow("Engine", self.engine)
         form.addRow("", self.engine_reason)
         form.addRow("Port", self.port)
@@ -191,6 +197,11 @@ class ServePanel(QWidget):
         for box in (self.engine, self.device, self.host):
             box.currentIndexChanged.connect(self._update_choice)
         self.host.currentIndexChanged.connect(lambda _index: self.model_cache.place_changed())
+        self.host.currentIndexChanged.connect(lambda _index: self.fp8.set_local(self.placement().is_local))
+        self.model.textChanged.connect(self.fp8.set_model)
+        # A calibration chosen is checked as it enters (and served only by vLLM: said at once too).
+        self.fp8.changed.connect(lambda _folder: self._fp8_refused())
+        self.engine.currentIndexChanged.connect(lambda _index: self._fp8_refused())
         self.model_cache.download_requested.connect(self.download_requested)
         self.prompt_tokens.valueChanged.connect(self._update_choice)
         # The context said is the chosen model's own: read again when another model is typed.
@@ -206,6 +217,7 @@ class ServePanel(QWidget):
         service.failed.connect(self._on_failed)
         self.refresh_hosts()
         self._update_choice()
+        self.fp8.set_model(self.model.text())
         if service.is_running():  # a server re-attached before the panel was first opened
             self._on_state(service.state, "running (re-attached)" if not service.url else "")
             if service.url:
@@ -325,12 +337,15 @@ class ServePanel(QWidget):
                             dtype=self.dtype.currentText(), quantization=self.quantization.currentText(),
                             adapter=self.adapter.text().strip(), max_model_len=sized,
                             api_key_env=self.api_key_env.text().strip(),
-                            listen_all=self.listen_all.isChecked(), cards=self._cards())
+                            listen_all=self.listen_all.isChecked(), cards=self._cards(),
+                            fp8=self.fp8.value())
 
     # -- actions ----------------------------------------------------------------------------------
 
     def start(self) -> None:
         self.field_error.setText("")
+        if self._fp8_refused():
+            return
         if self._problems_said(self.service.start(self.spec(), self.placement(), selection=self.selection())):
             return
         self.requests.setRowCount(0)
@@ -338,18 +353,33 @@ class ServePanel(QWidget):
         self.stop_button.setEnabled(True)
 
     def _problems_said(self, problems: list[tuple[str, str]]) -> bool:
-        """The form's problems under the fields, in one line; whether there were any."""
-        if problems:
+        """The form's problems under the fields, in one line (the FP8 field's at that field); whether
+        there were any."""
+        for field, message in problems:
+            if field == "fp8":
+                self.fp8.show_error(message)
+        others = [(f, m) for f, m in problems if f != "fp8"]
+        if others:
             self.field_error.setText("; ".join(f"{f.replace('_', ' ')}: {m}" if f else m
-                                               for f, m in problems))
+                                               for f, m in others))
         return bool(problems)
+
+    def _fp8_refused(self) -> bool:
+        """The chosen FP8 calibration refused at its field (``core.fp8.refusal``'s one line: another
+        model, device or card generation, files missing; or no vLLM here to serve it); whether it was."""
+        folder = self.fp8.value()
+        line = self.fp8.problem()
+        if folder and not line and (self.engine.currentText() == "transformers" or not sv.vllm_here()):
+            line = f"--fp8 {folder}: {sv.FP8_NEEDS_VLLM}"  # what serve --fp8 says, before it starts
+        self.fp8.show_error(line)
+        return bool(line)
 
     def queue_current(self) -> None:
         """Queue: this server goes into the queue of the machine chosen (issue 29: this one's, or the
         host's own) as a serve job (the words ``gaudi-gui serve --detach`` would take) and starts by
         itself when its cards are free."""
         self.field_error.setText("")
-        if self._queue_for is None:
+        if self._queue_for is None or self._fp8_refused():
             return
         placement = self.placement()
         import dataclasses

@@ -185,6 +185,9 @@ class RunsTable(QWidget):
         #: them): an Evaluate window's Queue button.
         self.queue: Callable[[], QueueService] | None = None
         self.queue_cards: Callable[[], tuple[int, ...]] = tuple
+        #: This machine as an FP8 calibration records it (the Training tab binds ``AppServices.machine``):
+        #: an Evaluate window's FP8 field checks a calibration against it.
+        self.machine: Callable[[], dict[str, str]] | None = None
         self.scores_panel: QWidget | None = None
         #: The folder the last TensorBoard export went to (the next Export… starts there).
         self.export_dir = ""
@@ -544,7 +547,8 @@ class RunsTable(QWidget):
             return
         view = self.eval_views.get(run.folder)
         if view is None:
-            view = EvalView(run, parent=self, hosts=self.hosts, queue=self.queue, cards=self.queue_cards)
+            view = EvalView(run, parent=self, hosts=self.hosts, queue=self.queue, cards=self.queue_cards,
+                            machine=self.machine)
             view.setWindowFlag(Qt.WindowType.Window, True)
             # 1000x760 where it fits; on a 1024x700 screen, the screen less room for the frame.
             screen = (self.screen() or view.screen()).availableGeometry()

@@ -178,6 +178,7 @@ class TrainingTab(QWidget):
         self.runs.settings = services.settings  # the prices are the app's settings, not a second copy
         self.runs.queue_cards = lambda: (tuple(services.selection.selected)
                                          if services.selection.jobs_use_cards() else ())
+        self.runs.machine = services.machine
         self.views = QTabWidget(self)
         # Curves and log together: the log explains what the curve shows (a stall, a warning).
         live = QSplitter(Qt.Orientation.Vertical, self)

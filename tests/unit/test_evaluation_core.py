@@ -162,6 +162,11 @@ def test_the_forms_spec_is_what_the_command_line_reads_back(tmp_path: Path) -> N
     eval_cmd.add_parser(sub)
     args = parser.parse_args(["eval", *spec.cli_args()])
     assert eval_cmd.spec_of(args) == spec
+    # The Evaluate window's FP8 field and threshold: --fp8 RUN --fp8-max-rise PCT, read back alike.
+    fp8_spec = ev.EvalSpec(model="m", prompts=["a"], fp8="/runs/calibrate-m", fp8_max_rise=1.5)
+    assert fp8_spec.cli_args()[-2:] == ["--fp8=/runs/calibrate-m", "--fp8-max-rise=1.5"]
+    assert eval_cmd.spec_of(parser.parse_args(["eval", *fp8_spec.cli_args()])) == fp8_spec
+    assert not any(a.startswith("--fp8") for a in spec.cli_args())  # no calibration, no threshold
 
 
 def test_column_guess_never_takes_an_integer_id() -> None:

@@ -51,6 +51,7 @@ def test_quant_configs_per_device() -> None:
 
 
 def _run(folder: Path, **manifest: object) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
     for name in (*fp8.required_files(), fp8.QUANT_CONFIG_NAME):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("{}")
@@ -76,6 +77,39 @@ def test_this_gaudi_machine_against_calibrations(tmp_path: Path, fake_hl_smi: Pa
     assert found == []
     _manifest, found = fp8.check(tmp_path / "same", here=here, inc="")
     assert [m.fix for m in found] == ["pip install neural-compressor-pt"]
+
+
+def test_the_window_s_machine_calibrations_of_a_model_and_the_refusal_line(tmp_path: Path) -> None:
+    """What the window's FP8 fields use: this machine from the agent's card names (no tool run), the
+    calibrate runs of the store that measured a model, and the one line that refuses one."""
+    assert fp8.machine_of("hpu", ["HL-325L", "HL-325L", ""]) == {"device": "hpu", "generation": "gaudi3"}
+    assert fp8.machine_of("hpu", []) == {"device": "hpu", "generation": "gaudi (generation unknown)"}
+    assert fp8.machine_of("cuda", ["NVIDIA H100 ", "NVIDIA H100"]) == {"device": "cuda",
+                                                                       "generation": "NVIDIA H100"}
+    assert fp8.machine_of("cpu", ["x"]) == {"device": "cpu", "generation": "cpu"}
+    model, other = tmp_path / "model", tmp_path / "other"
+    for made, hidden in ((model, 64), (other, 32)):
+        made.mkdir()
+        (made / "config.json").write_text(json.dumps({"hidden_size": hidden}))
+    runs = tmp_path / "runs"
+    mine = _run(runs / "b-mine", model=fp8.model_identity(str(model)))
+    g3 = _run(runs / "c-g3", model=fp8.model_identity(str(model)), device="hpu", generation="gaudi3")
+    _run(runs / "a-other", model=fp8.model_identity(str(other)))
+    (runs / "d-measuring").mkdir()  # a calibration still running: no manifest yet
+    found = fp8.calibrations(runs)
+    assert [f.name for f, _m in found] == ["c-g3", "b-mine", "a-other"]
+    assert [f.name for f, m in found if fp8.calibrated_for(m, str(model))] == ["c-g3", "b-mine"]
+    assert not fp8.calibrated_for(found[0][1], "")
+    cpu = {"device": "cpu", "generation": "cpu"}
+    assert fp8.refusal(str(mine), model=str(model), here=cpu) == (mine, "")
+    folder, line = fp8.refusal(str(g3), model=str(model), here=cpu)
+    assert folder == g3
+    assert line.startswith(f"--fp8 {g3}: device type: calibrated hpu (gaudi3), here cpu (cpu)")
+    _folder, line = fp8.refusal(str(mine), model=str(other), here=cpu)
+    assert line.startswith(f"--fp8 {mine}: model revision: calibrated {model} @ sha256:")
+    assert fp8.refusal(str(runs / "d-measuring"), model=str(model), here=cpu) == (
+        None, f"--fp8 {runs / 'd-measuring'}: {runs / 'd-measuring'} holds no manifest.json: not a finished "
+              "calibrate run (run gaudi-gui calibrate)")
 
 
 def test_the_doctor_names_inc_and_optimum_habana() -> None:
