@@ -577,12 +577,14 @@ def model_folder(folder: Path, hidden: int = 64) -> Path:
     return folder
 
 
-def write_calibration(folder: Path, model: Path | str, **manifest: Any) -> Path:
+def write_calibration(folder: Path, model: Path | str, ranks: int = 1, **manifest: Any) -> Path:
     """A finished calibrate run folder of ``model`` without running INC: the files the QUANTIZE step
-    reads, the QUANT_CONFIGs and a manifest measured on this CPU (``manifest`` overrides its keys:
-    ``device``, ``generation``…)."""
+    reads (each rank's, for ``ranks``), the QUANT_CONFIGs and a manifest measured on this CPU
+    (``manifest`` overrides its keys: ``device``, ``generation``…)."""
     from gaudi_gui.core import fp8
-    for name in (*fp8.required_files(), fp8.QUANT_CONFIG_NAME, fp8.QUANTIZE_CONFIG_NAME):
+    if ranks > 1:
+        manifest = {"ranks": ranks, **manifest}
+    for name in (*fp8.required_files(ranks=ranks), fp8.QUANT_CONFIG_NAME, fp8.QUANTIZE_CONFIG_NAME):
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_text("{}")
     record = fp8.make_manifest(model=fp8.model_identity(str(model)),

@@ -471,18 +471,24 @@ def calibrated_for(manifest: dict[str, Any], model: str) -> bool:
     return model.strip() == recorded.get("model")
 
 
-def refusal(name: str, *, model: str, here: dict[str, str] | None = None,
-            inc: str | None = None) -> tuple[Path | None, str]:
+def refusal(name: str, *, model: str, here: dict[str, str] | None = None, inc: str | None = None,
+            serve_ranks: int | None = None, evaluating: bool = False) -> tuple[Path | None, str]:
     """``--fp8 NAME`` for ``model`` on this machine (``here``: ``machine()``'s words) before anything
     starts: the calibrate run's folder and "" when it fits; else the one line that refuses it (no such
-    run, no manifest, or ``check_line``'s first mismatch). The window's FP8 fields say this line."""
+    run, no manifest, ``check_line``'s first mismatch, or the ranks: ``serve_ranks`` tensor-parallel
+    ranks of a serve against the calibration's, ``evaluating``'s one process against a calibration on
+    several). The window's FP8 fields say this line; the commands make the same checks."""
     try:
         folder = find_run(name)
-        _manifest, found = check(folder, here=here, inc=inc, model=model)
+        manifest, found = check(folder, here=here, inc=inc, model=model)
     except Fp8Error as exc:
         return None, f"--fp8 {name}: {exc}"
     if found:
         return folder, check_line(name, found)
+    if serve_ranks is not None:
+        return folder, serve_ranks_refusal(name, manifest, serve_ranks)
+    if evaluating:
+        return folder, eval_ranks_refusal(name, manifest)
     return folder, ""
 
 

@@ -53,10 +53,13 @@ class Fp8Field(QWidget):
     changed = Signal(str)
 
     def __init__(self, parent: QWidget | None = None, *, machine: Callable[[], dict[str, str]] | None = None,
-                 runs_root: str | Path | None = None) -> None:
+                 runs_root: str | Path | None = None, serve_ranks: Callable[[], int] | None = None) -> None:
         """``machine``: this machine as a manifest records it (the app's ``AppServices.machine``; by
-        default a CPU machine); ``runs_root``: the runs store listed (default: the app's)."""
+        default a CPU machine); ``runs_root``: the runs store listed (default: the app's);
+        ``serve_ranks``: a serve's tensor-parallel ranks (its cards), checked against the calibration's
+        (without it: an evaluation's one process, which takes a calibration on one rank only)."""
         super().__init__(parent)
+        self._serve_ranks = serve_ranks
         self._machine = machine or (lambda: fp8.machine_of("cpu", []))
         self._runs_root = runs_root
         self._model = ""
@@ -66,8 +69,8 @@ class Fp8Field(QWidget):
         #: Folders chosen with Browse… (offered whatever model they measured: the check says so).
         self._browsed: list[str] = []
         self._scanned: list[tuple[Path, dict[str, Any]]] | None = None
-        #: (folder, model, machine) of the last check and its line: checked once, where it entered.
-        self._checked: tuple[tuple[str, str, tuple[tuple[str, str], ...]], str] | None = None
+        #: (folder, model, machine, ranks) of the last check and its line: checked once, where it entered.
+        self._checked: tuple[tuple[str, str, tuple[tuple[str, str], ...], int | None], str] | None = None
 
         self.combo = _RunsCombo(self._rescan, self)
         self.combo.setObjectName("fp8_run")
@@ -109,9 +112,11 @@ class Fp8Field(QWidget):
         if not folder:
             return ""
         here = self._machine()
-        key = (folder, self._model, tuple(sorted(here.items())))
+        ranks = self._serve_ranks() if self._serve_ranks is not None else None
+        key = (folder, self._model, tuple(sorted(here.items())), ranks)
         if self._checked is None or self._checked[0] != key:
-            self._checked = (key, fp8.refusal(folder, model=self._model, here=here)[1])
+            self._checked = (key, fp8.refusal(folder, model=self._model, here=here, serve_ranks=ranks,
+                                              evaluating=ranks is None)[1])
         return self._checked[1]
 
     def show_error(self, line: str) -> None:

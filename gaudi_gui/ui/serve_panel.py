@@ -104,7 +104,8 @@ class ServePanel(QWidget):
         self.adapter = QLineEdit()
         self.adapter.setPlaceholderText("a training run's adapter/ folder (optional)")
         #: FP8 (issue 39): a calibration of the model (served through vLLM's INC quantization); none: bf16.
-        self.fp8 = Fp8Field(self, machine=machine)
+        self.fp8 = Fp8Field(self, machine=machine,
+                            serve_ranks=lambda: max(1, len(set(self._cards()))))
         self.field_error = QLabel("")
         self.field_error.setObjectName("serve_field_error")
         self.field_error.setWordWrap(True)

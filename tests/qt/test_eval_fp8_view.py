@@ -40,6 +40,7 @@ def test_fp8_field_and_threshold_reach_eval_or_refuse(qtbot: QtBot, tmp_path: Pa
     fits = write_calibration(runs / "20261207-0400-calibrate-final", final).resolve()
     gaudi2 = write_calibration(runs / "20261207-0401-calibrate-g2", final, device="hpu",
                                generation="gaudi2").resolve()
+    two = write_calibration(runs / "20261207-0402-calibrate-2", final, ranks=2).resolve()
     view = EvalView(run, machine=lambda: dict(CPU))
     started: list[list[str]] = []
     # What the service hands the agent (``gaudi-gui eval WORDS --detach``): recorded, not started.
@@ -49,7 +50,7 @@ def test_fp8_field_and_threshold_reach_eval_or_refuse(qtbot: QtBot, tmp_path: Pa
     qtbot.waitExposed(view)
     field = view.fp8
     offered = [field.combo.itemData(i) for i in range(field.combo.count())]
-    assert offered == ["", str(gaudi2), str(fits)]
+    assert offered == ["", str(two), str(gaudi2), str(fits)]
     assert not view.fp8_max_rise.isEnabled() and view.fp8_max_rise.value() == ev.FP8_MAX_RISE_PCT
     qtbot.keyClicks(view.prompts, "Say hi.")
 
@@ -59,6 +60,14 @@ def test_fp8_field_and_threshold_reach_eval_or_refuse(qtbot: QtBot, tmp_path: Pa
     click(qtbot, view.start_button)
     assert started == [] and view.status.text() == "⚠ fix the marked fields"
     assert field.error.isVisible() and view.start_button.isEnabled()
+
+    # Measured on 2 ranks: an evaluation is one process, whose INC reads files with no rank in the name.
+    choose(qtbot, field.combo, str(two))
+    qtbot.waitUntil(lambda: "2 ranks" in field.error.text(), timeout=5000)
+    assert field.error.text().startswith(f"--fp8 {two}: calibrated on 2 cards (2 ranks, a file set each), "
+                                         "eval runs on 1 (one process)")
+    click(qtbot, view.start_button)
+    assert started == []
 
     choose(qtbot, field.combo, str(fits))
     qtbot.waitUntil(lambda: not field.error.isVisible(), timeout=5000)

@@ -125,3 +125,30 @@ def test_the_window_knows_this_machine_from_the_agent_s_cards(qtbot: QtBot) -> N
     services.ensure_poller().feed_samples([DeviceSample(kind="hpu", index=i, name="HL-325L", module_id=i)
                                            for i in range(2)])
     assert services.machine() == {"device": "hpu", "generation": "gaudi3"}
+
+
+def test_a_calibration_on_two_cards_is_refused_for_a_serve_on_one(qtbot: QtBot, tmp_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's tensor-parallel ranks each read their own rank's files: a calibration measured on 2 ranks
+    is refused at the field for a serve on one card (this CPU), in serve --fp8's line."""
+    model = model_folder(tmp_path / "model")
+    runs = RunStore().root
+    runs.mkdir(parents=True, exist_ok=True)
+    two = write_calibration(runs / "20261207-0300-calibrate-2", model, ranks=2).resolve()
+    service = ServeService()
+    started: list[list[str]] = []
+    monkeypatch.setattr(service, "start_words", lambda words, host=None: started.append(words))
+    monkeypatch.setattr(sv, "vllm_here", lambda: True)
+    panel = ServePanel(service, machine=lambda: dict(CPU))
+    qtbot.addWidget(panel)
+    panel.show()
+    qtbot.waitExposed(panel)
+    panel.model.selectAll()
+    qtbot.keyClicks(panel.model, str(model))
+    choose(qtbot, panel.fp8.combo, str(two))
+    qtbot.waitUntil(panel.fp8.error.isVisible, timeout=5000)
+    assert panel.fp8.error.text() == (
+        f"--fp8 {two}: calibrated on 2 cards (2 ranks), this serve would run on 1 card (tensor parallel 1): "
+        "serve on 2 cards (--cards with 2 ids) or calibrate again with --cards of 1 card")
+    click(qtbot, panel.start_button)
+    assert started == []
