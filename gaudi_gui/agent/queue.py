@@ -550,8 +550,9 @@ class QueueService:
 
     def job_of(self, entry: Entry, cards: list[int]) -> dict[str, Any]:
         """The ``job.start`` message of ``entry`` on ``cards``: a training job with its config and the
-        options that shape the run; a serve with ``--cards``; an evaluation with its cards as the
-        visible devices of its environment (eval has no --cards); a download as it is."""
+        options that shape the run; a serve, a calibration or a benchmark with ``--cards``; an
+        evaluation with its cards as the visible devices of its environment (eval has no --cards); a
+        download as it is."""
         from gaudi_gui.core.visibility import device_env, format_ids
         if entry.kind == "train":
             args = ["--device", entry.device, "--no-preflight"]
@@ -560,7 +561,7 @@ class QueueService:
             return {"kind": "train", "job": {"config": dict(entry.job), "args": args}}
         words = entry.words()
         message: dict[str, Any] = {"kind": entry.kind, "job": {"args": words}}
-        if cards and entry.kind == "serve":
+        if cards and entry.kind in ("serve", "calibrate", "benchmark"):
             words += ["--cards", format_ids(cards)]
         elif cards:
             on = "hpu" if self.view is not None and self.view.has_cards else \

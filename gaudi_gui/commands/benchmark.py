@@ -174,28 +174,54 @@ def _words(args: argparse.Namespace, reference: str) -> list[str]:
     return words
 
 
-def run(args: argparse.Namespace) -> int:
+def _cards(args: argparse.Namespace) -> list[int]:
     if not 1 <= args.repeats <= 100:
-        return _refuse(f"--repeats: {args.repeats} is not between 1 and 100")
-    cards: list[int] = []
-    if args.cards:
-        from gaudi_gui.core.visibility import parse_cards
-        try:
-            cards = parse_cards(args.cards)
-        except ValueError as exc:
-            return _refuse(str(exc))
+        raise bm.BenchmarkInputError(f"--repeats: {args.repeats} is not between 1 and 100")
+    if not args.cards:
+        return []
+    from gaudi_gui.core.visibility import parse_cards
+    try:
+        return parse_cards(args.cards)
+    except ValueError as exc:
+        raise bm.BenchmarkInputError(str(exc)) from None
+
+
+def _reference(args: argparse.Namespace, kind: str, root: Path) -> bm.Reference | None:
+    if not args.reference:
+        return None
+    try:
+        return bm.load_reference(args.reference, card_type=kind, size=args.size, runs_root=root)
+    except bm.BenchmarkInputError as exc:
+        raise bm.BenchmarkInputError(f"--reference: {exc}") from None
+
+
+def queued(args: argparse.Namespace) -> tuple[list[str], str]:
+    """``queue add --kind benchmark -- WORDS``: the words its ``--detach`` passes its background command
+    (checked as the command checks them: the reference against this machine's cards), and the run's
+    name; BenchmarkInputError for what it would refuse."""
+    from gaudi_gui.core.runstore import RunStore
+    cards = _cards(args)
+    device = machine_device(args.device)
+    reference = _reference(args, card_type(device, cards), RunStore(args.runs_dir or None).root)
+    where = os.path.abspath(reference.path) if reference is not None else ""
+    return _words(args, where), f"benchmark-{'cpu' if device == 'cpu' else device}"
+
+
+def run(args: argparse.Namespace) -> int:
     from gaudi_gui.core.runstore import RunStore
     root = RunStore(args.runs_dir or None).root
+    try:
+        cards = _cards(args)
+    except bm.BenchmarkInputError as exc:
+        return _refuse(str(exc))
     if args.show:
         return _show(args, root)
     device = machine_device(args.device)
     kind = card_type(device, cards)
-    reference: bm.Reference | None = None
-    if args.reference:
-        try:
-            reference = bm.load_reference(args.reference, card_type=kind, size=args.size, runs_root=root)
-        except bm.BenchmarkInputError as exc:
-            return _refuse(f"--reference: {exc}")
+    try:
+        reference = _reference(args, kind, root)
+    except bm.BenchmarkInputError as exc:
+        return _refuse(str(exc))
     where = os.path.abspath(reference.path) if reference is not None else ""
     if args.events:
         return _benchmark(args, device, cards, kind, reference)

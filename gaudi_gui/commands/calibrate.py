@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -181,26 +182,52 @@ def _device(wanted: str) -> str:
     return fp8.machine()["device"]
 
 
-def run(args: argparse.Namespace) -> int:
+@dataclasses.dataclass(frozen=True)
+class Checked:
+    """A calibration's options as checked before anything starts (``checked``)."""
+
+    model: str
+    prompts: list[str]
+    cards: list[int]
+    ranks: int
+    device: str
+
+
+def checked(args: argparse.Namespace) -> Checked:
+    """The options checked once, where they enter (this command, and ``queue add --kind calibrate``):
+    Fp8Error with the one line that refuses them."""
     if not 1 <= args.rows <= fp8.MAX_ROWS:
-        return _refuse(args, f"--rows: {args.rows} is not between 1 and {fp8.MAX_ROWS}")
+        raise fp8.Fp8Error(f"--rows: {args.rows} is not between 1 and {fp8.MAX_ROWS}")
     if not 1 <= args.max_length <= 1 << 20:
-        return _refuse(args, f"--max-length: {args.max_length} is not a token count")
+        raise fp8.Fp8Error(f"--max-length: {args.max_length} is not a token count")
     if not args.model:
-        return _refuse(args, "--model: give a Hub id, a model folder or a run folder")
-    try:
-        cards, ranks = _ranks(args)
-        model = model_of(args.model)
-        prompts = _prompts(args)
-    except fp8.Fp8Error as exc:
-        return _refuse(args, str(exc))
+        raise fp8.Fp8Error("--model: give a Hub id, a model folder or a run folder")
+    cards, ranks = _ranks(args)
+    model = model_of(args.model)
+    prompts = _prompts(args)
     if len(prompts) < ranks:
-        return _refuse(args, f"{len(prompts)} calibration prompt(s) cannot be shared by {ranks} ranks: give "
-                             f"at least {ranks} (each rank measures its share)")
+        raise fp8.Fp8Error(f"{len(prompts)} calibration prompt(s) cannot be shared by {ranks} ranks: give "
+                           f"at least {ranks} (each rank measures its share)")
     device = _device(args.device)
     if args.scale_method in fp8.HPU_ONLY and device != "hpu":
-        return _refuse(args, f"--scale-method: {args.scale_method} needs an HPU (Gaudi); on {device} use "
-                             "maxabs_pow2")
+        raise fp8.Fp8Error(f"--scale-method: {args.scale_method} needs an HPU (Gaudi); on {device} use "
+                           "maxabs_pow2")
+    return Checked(model, prompts, cards, ranks, device)
+
+
+def queued(args: argparse.Namespace) -> tuple[list[str], str]:
+    """``queue add --kind calibrate -- WORDS``: the words its ``--detach`` passes its background command
+    (checked as the command checks them), and the run's name; Fp8Error for what it would refuse."""
+    found = checked(args)
+    return _words(args, found.model), f"calibrate-{os.path.basename(found.model.rstrip('/')) or 'model'}"
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        found = checked(args)
+    except fp8.Fp8Error as exc:
+        return _refuse(args, str(exc))
+    model, prompts, cards, ranks, device = found.model, found.prompts, found.cards, found.ranks, found.device
     if args.events:
         return _calibrate(args, model, prompts, device, cards=cards, ranks=ranks)
     words = _words(args, model)

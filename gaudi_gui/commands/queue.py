@@ -186,9 +186,9 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def kind_job(kind: str, words: list[str]) -> tuple[list[str], str]:
-    """A serve / eval / download job's words as its ``--detach`` would pass them to its background
-    command (parsed and checked by that command's own parser and checks, paths made absolute), and the
-    run's name. QueueError, one line, for what that command would refuse."""
+    """A serve / eval / calibrate / benchmark / download job's words as its ``--detach`` would pass them
+    to its background command (parsed and checked by that command's own parser and checks, paths made
+    absolute), and the run's name. QueueError, one line, for what that command would refuse."""
     what = queue.KIND_COMMAND[kind][0]
     parser = argparse.ArgumentParser(prog="gaudi-gui", add_help=False)
     sub = parser.add_subparsers(dest="command")
@@ -196,6 +196,10 @@ def kind_job(kind: str, words: list[str]) -> tuple[list[str], str]:
         from gaudi_gui.commands import serve as module
     elif kind == "eval":
         from gaudi_gui.commands import eval as module  # type: ignore[no-redef]
+    elif kind == "calibrate":
+        from gaudi_gui.commands import calibrate as module  # type: ignore[no-redef]
+    elif kind == "benchmark":
+        from gaudi_gui.commands import benchmark as module  # type: ignore[no-redef]
     else:
         from gaudi_gui.commands import download as module  # type: ignore[no-redef]
     module.add_parser(sub)
@@ -213,6 +217,23 @@ def kind_job(kind: str, words: list[str]) -> tuple[list[str], str]:
     except SystemExit:
         text = err.getvalue().strip().splitlines()
         raise QueueError(f"{what}: {text[-1] if text else 'bad options'}") from None
+    if kind in ("calibrate", "benchmark") and args.cards:
+        raise QueueError(f"{what} --cards: give the cards to queue add (--cards N|IDS): the queue "
+                         f"starts it on them")
+    if kind == "calibrate":
+        from gaudi_gui.core import fp8
+        try:
+            return module.queued(args)  # type: ignore[attr-defined]
+        except fp8.Fp8Error as exc:
+            raise QueueError(f"calibrate: {exc}") from None
+    if kind == "benchmark":
+        from gaudi_gui.core import benchmark as bm
+        if args.show:
+            raise QueueError("benchmark --show: reads a finished run, nothing to queue")
+        try:
+            return module.queued(args)  # type: ignore[attr-defined]
+        except bm.BenchmarkInputError as exc:
+            raise QueueError(f"benchmark: {exc}") from None
     if kind == "serve":
         from gaudi_gui.core import serve as sv
         if args.cards:

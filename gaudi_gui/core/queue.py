@@ -66,7 +66,7 @@ KINDS = kinds_mod.NAMES
 #: A kind's command (``gaudi-gui WHAT``) and its run folder's kind: one name (``core.kinds``).
 KIND_COMMAND = {name: (name, name) for name in KINDS if name != "train"}
 #: Kinds that may ask for cards (a download uses none; serve and eval do when on a device).
-CARD_KINDS = ("train", "serve", "eval")
+CARD_KINDS = ("train", "serve", "eval", "calibrate", "benchmark")
 #: ``--kind`` spellings that name one of KINDS.
 KIND_ALIASES = {old: k.name for k in kinds_mod.KINDS.values() for old in k.old}
 #: How a job's kind is shown (queue list, the Queue view).
@@ -79,7 +79,7 @@ MAX_START_ATTEMPTS = 3
 #: Ended entries kept in the state for `queue list` and the view (older ones are dropped).
 KEEP_ENDED = 50
 #: Kinds that compute on the CPU until they are done when they ask for no cards (see the module note).
-CPU_KINDS = ("train", "eval")
+CPU_KINDS = ("train", "eval", "calibrate", "benchmark")
 #: How many CPU jobs run at once unless the queue is told otherwise (0 means no limit).
 DEFAULT_CPU_JOBS = 1
 #: The largest ``cpu_jobs`` accepted.

@@ -50,9 +50,9 @@ COLUMNS = ("run", "status", "duration", "steps", "final loss", "card-hours", "en
 TRAINING_ONLY = ("Reopen", "Clone", "Compare", "Resume", "Try in runner", "Merge and save", "Evaluate",
                  "Align with preferences…", "Profile…", "Calibrate FP8…")
 #: The kinds Compare takes (among runs of one kind: curves of training runs, figures of benchmark runs).
-COMPARABLE = frozenset(("train", "benchmark"))
+COMPARABLE = frozenset(("train", "benchmark", "calibrate"))
 #: A kind as a sentence names it.
-KIND_WORDS = {"train": "training", "benchmark": "benchmark"}
+KIND_WORDS = {"train": "training", "benchmark": "benchmark", "calibrate": "calibration"}
 #: The columns whose figures are right-aligned.
 _NUMBERS = frozenset(("duration", "steps", "final loss", "card-hours", "energy", "tokens/s", "compilations"))
 #: The meter's columns (their tooltip is the whole meter).
@@ -68,6 +68,20 @@ def _num(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
+
+
+def _own_prompts(run: Run) -> tuple[str, str]:
+    """A finished run's own prompts for its FP8 calibration: (file, what it is), ("", "") when it has
+    no local file (a Hub dataset, the built-in demo, a fraction of the train rows)."""
+    try:
+        data = run.job().dataset
+    except (OSError, ValueError):
+        return "", ""
+    eval_source = str(data.eval.get("source") or "") if isinstance(data.eval, dict) else ""
+    for source, what in ((eval_source, "the run's eval split"), (data.source, "the rows the run trained on")):
+        if source and Path(source).expanduser().is_file():
+            return str(Path(source).expanduser()), what
+    return "", ""
 
 
 class _Cell(QTableWidgetItem):
@@ -176,6 +190,8 @@ class RunsTable(QWidget):
         self.profile_view: QWidget | None = None
         #: Compare of benchmark runs (ui/benchmark_compare.py), made on first use.
         self.benchmark_compare: QWidget | None = None
+        #: Compare of FP8 calibrations (ui/fp8_compare.py), made on first use.
+        self.fp8_compare: QWidget | None = None
         #: The saved hosts an Evaluate window offers (the Training tab binds the app's host list).
         self.hosts: Callable[[], list[Host]] = list
         #: The app's job registry (the Training tab binds it): each Evaluate window's evaluation is a
@@ -460,10 +476,13 @@ class RunsTable(QWidget):
         if len(kinds) > 1:
             said = " and ".join(f"a {KIND_WORDS.get(kind, kind)} run" for kind in sorted(kinds))
             self.status.setText(f"⚠ {said} cannot be compared: they measure different things (Compare runs "
-                                "of one kind: training runs' curves, or benchmark runs' figures)")
+                                "of one kind: training runs' curves, benchmark runs' figures, or "
+                                "calibrations' manifests)")
             return
         if kinds == {"benchmark"}:
             self.compare_benchmarks(runs)
+        elif kinds == {"calibrate"}:
+            self.compare_calibrations(runs)
         elif runs:
             self.compare_requested.emit(runs)
             self.show_scores(runs)
@@ -489,6 +508,26 @@ class RunsTable(QWidget):
                                else ""))
         self.benchmark_compare.show()
         self.benchmark_compare.raise_()
+
+    def compare_calibrations(self, runs: list[Run]) -> None:
+        """Compare of FP8 calibrations: their manifests side by side, the differences marked, and
+        whether one can stand for another (oldest first)."""
+        from gaudi_gui.ui.fp8_compare import CalibrationCompare
+        if len(runs) < 2:
+            self.status.setText(f"select two or more calibrations to compare ({runs[0].name}'s manifest: "
+                                f"gaudi-gui doctor --fp8 {runs[0].name})")
+            return
+        ordered = sorted(runs, key=lambda run: (run.status().started_at or 0, run.name))
+        if self.fp8_compare is None:
+            self.fp8_compare = CalibrationCompare(self)
+            self.fp8_compare.setWindowFlag(Qt.WindowType.Window, True)
+            screen = (self.screen() or self.fp8_compare.screen()).availableGeometry()
+            self.fp8_compare.resize(min(900, screen.width() - 24), min(480, screen.height() - 48))
+        assert isinstance(self.fp8_compare, CalibrationCompare)
+        comparison = self.fp8_compare.show_runs([(run.name, run.folder) for run in ordered])
+        self.status.setText(f"comparing {len(comparison.names)} calibrations: {comparison.verdict()}")
+        self.fp8_compare.show()
+        self.fp8_compare.raise_()
 
     def show_scores(self, runs: list[Run]) -> None:
         """The compared runs' latest scores and meters beside the curves (when any was evaluated or
@@ -695,6 +734,12 @@ class RunsTable(QWidget):
         assert isinstance(dialog, CalibrateDialog)
         if not dialog.view.job.running:
             dialog.view.model.setText(str(run.folder))
+            # Calibrated on the run's own data (its eval split's file, else the rows it trained on):
+            # the prompts most like what the model will see.
+            prompts, what = _own_prompts(run)
+            if prompts:
+                dialog.view.dataset.setText(prompts)
+                dialog.view.status.setText(f"Calibration prompts: {what} ({prompts}); change them above.")
         dialog.show()
         dialog.raise_()
 

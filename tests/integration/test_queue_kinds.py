@@ -1,5 +1,5 @@
-"""Every job kind in the queue (issue 29): serve, eval and download jobs queued with ``queue add --kind
-K -- WORDS`` start through their own detached supervisors (``core.jobkind`` run folders, started by
+"""Every job kind in the queue (issue 29): serve, eval, calibrate and download jobs queued with ``queue add
+--kind K -- WORDS`` start through their own detached supervisors (``core.jobkind`` run folders, started by
 the agent), an evaluation waits for the cards of a training job and runs after it, a download against
 the fake Hub (tests/fake_hub.py) uses no cards. Real children, the demo model on the CPU (no hl-smi: the queue
 bookkeeps card ids among its own jobs), nothing reaches the network."""
@@ -133,3 +133,22 @@ def test_a_queued_serve_starts_answers_and_stops_like_any_run(demo_model: Path) 
     assert gg("runs", "stop", run.name).returncode == 0
     done = wait_for(lambda: entries()[entry_id].state == "ended" and entries()[entry_id], "the end")
     assert done.outcome == "stopped", done.summary
+
+
+def test_a_queued_calibration_runs_and_its_cards_come_from_the_queue(demo_model: Path, tmp_path: Path) -> None:
+    """``queue add --kind calibrate`` (issue 39): checked as ``calibrate`` checks its options, its cards
+    given by the queue (not in its words); queued on the CPU, it measures and keeps its manifest."""
+    refused = gg("queue", "add", "--kind", "calibrate", "--", "--model", "builtin:demo", "--cards", "1")
+    assert refused.returncode == 2 and refused.stderr.strip() == (
+        "gaudi-gui queue add: calibrate --cards: give the cards to queue add (--cards N|IDS): the queue "
+        "starts it on them")
+    bad = gg("queue", "add", "--kind", "calibrate", "--", "--model", "builtin:demo", "--rows", "0")
+    assert bad.returncode == 2 and bad.stderr.strip() == \
+        "gaudi-gui queue add: calibrate: --rows: 0 is not between 1 and 100000"
+    entry_id = add("--kind", "calibrate", "--", "--model", "builtin:demo", "--prompt", "the cat sat",
+                   "--prompt", "on the mat", "--device", "cpu")
+    done = wait_for(lambda: entries()[entry_id].state == "ended" and entries()[entry_id], "the calibration")
+    assert done.outcome == "finished", done.summary
+    run = Run(done.run_folder)
+    assert run.kind == "calibrate" and (run.folder / "manifest.json").is_file()
+    assert run.status().summary.startswith("Finished: 2 rows measured")

@@ -121,7 +121,11 @@ def test_calibrate_a_finished_run_from_the_runs_list(qtbot: QtBot, tiny_model_di
     store = RunStore(tmp_path / "runs")
     out = tmp_path / "out"
     shutil.copytree(tiny_model_dir, out / "final")
-    run = store.create(JobConfig(name="tuned", training_args={"output_dir": str(out)}))
+    held_out = tmp_path / "held-out.jsonl"
+    held_out.write_text(json.dumps({"text": "a row the run was evaluated on"}) + "\n")
+    tuned = JobConfig(name="tuned", training_args={"output_dir": str(out)})
+    tuned.dataset.eval = {"source": str(held_out)}
+    run = store.create(tuned)
     unfinished = store.create(JobConfig(name="unfinished",
                                         training_args={"output_dir": str(tmp_path / "o2")}))
     run.update_status(state="finished", exit_code=0)
@@ -150,11 +154,14 @@ def test_calibrate_a_finished_run_from_the_runs_list(qtbot: QtBot, tiny_model_di
         qtbot.waitUntil(dialog.isVisible)
         view = dialog.view
         assert view.model.text() == str(run.folder)
+        # Its prompts: the run's own eval split (a file), said under the form.
+        assert view.dataset.text() == str(held_out)
+        assert view.status.text().startswith("Calibration prompts: the run's eval split")
         qtbot.keyClicks(view.prompts, "the cat sat on the mat")
         click(qtbot, view.run_button)
         qtbot.waitUntil(view.run_button.isEnabled, timeout=120000)
         said = view.status.text()
-        assert said.startswith(f"Finished: 1 rows measured, {out / 'final'} on cpu"), said
+        assert said.startswith(f"Finished: 2 rows measured, {out / 'final'} on cpu"), said
         manifest = fp8.read_manifest(view.job.folder)
         assert manifest["model"]["path"] == str((out / "final").resolve())
         assert manifest["model"]["revision"] == fp8.config_digest(out / "final")

@@ -37,7 +37,7 @@ def _service(tmp_path: Path) -> QueueService:
     return QueueService(Agent(sock_path=tmp_path / "agent.sock"), tmp_path / "q")
 
 
-@pytest.mark.parametrize("kind", ["serve", "eval", "download"])
+@pytest.mark.parametrize("kind", ["serve", "eval", "download", "calibrate", "benchmark"])
 def test_each_kind_starts_through_the_agents_job_start(tmp_path: Path, kind: str) -> None:
     message = _service(tmp_path).job_of(_entry(kind, ["--model=m"]), [])
     assert message == {"kind": kind, "job": {"args": ["--model=m"]}}
@@ -64,6 +64,9 @@ def test_cards_reach_a_serve_as_its_cards_and_an_eval_as_its_visible_modules(tmp
     assert evaluated["env"]["HABANA_VISIBLE_MODULES"] == "4,5"
     assert evaluated["env"]["PT_ENABLE_INT64_SUPPORT"] == "1"
     assert "--cards" not in evaluated["job"]["args"]
+    # A calibration measures on one rank a card, a benchmark runs on its cards: both take --cards.
+    for kind in ("calibrate", "benchmark"):
+        assert service.job_of(_entry(kind, ["--model=m"]), [4, 5])["job"]["args"][-2:] == ["--cards", "4,5"]
 
 
 def test_an_add_of_a_kind_without_words_is_refused() -> None:
