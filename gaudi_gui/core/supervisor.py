@@ -65,6 +65,11 @@ DYING_POLL_S = 0.2
 NOTE_EVERY_S = 5.0
 #: How long one turn of the loop waits for a console line.
 TURN_S = 0.25
+#: The shortest turn while the console is busy: a run that prints a line every few milliseconds (a
+#: step a line and its progress bar: a small model logs 30 steps/s) is read in batches, at most 20 turns
+#: a second (each reads the events file too), not a turn a line on the cores the run computes on
+#: (0.8 ms of this process's CPU a step of the demo DPO before). A line waits at most this long.
+BUSY_TURN_S = 0.05
 
 
 class StopRequests(Protocol):
@@ -252,11 +257,15 @@ def supervise(prepared: PreparedRun | jobkind.ChildJob, *, grace_s: float, signa
     threading.Thread(target=_pump, args=(proc.stdout, lines), name="console", daemon=True).start()
     stdout_open = True
     while stdout_open or proc.poll() is None:
+        turn = time.monotonic()
         stdout_open = _echo_lines(lines, echo) and stdout_open
         loop.take_events()
         loop.take_stop_requests()
         if proc.poll() is None:
             loop.watch_stop()
+            spare = BUSY_TURN_S - (time.monotonic() - turn)
+            if spare > 0 and stdout_open:
+                time.sleep(spare)  # a busy console: the next lines are taken together
     code = proc.wait()
     loop.take_events()
     return finish(run_, code, stopper=loop.stopper, events=loop.events, say=say, meter=meter)
