@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QResizeEvent
 from PySide6.QtWidgets import QComboBox, QFileDialog, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from gaudi_gui.core import fp8
@@ -122,6 +123,20 @@ class Fp8Field(QWidget):
     def show_error(self, line: str) -> None:
         self.error.setText(line)
         self.error.setVisible(bool(line))
+        self._fit_error()
+
+    def _fit_error(self) -> None:
+        """The line's wrapped height held as its least: a form in a dock's scroll area sizes its rows
+        by their least heights, and squeezed the line over the rows below it."""
+        if self.error.isVisible() and self.error.text():
+            width = max(self.error.width(), self.width(), 160)
+            self.error.setMinimumHeight(self.error.heightForWidth(width))
+        else:
+            self.error.setMinimumHeight(0)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        super().resizeEvent(event)
+        self._fit_error()
 
     def clear_error(self) -> None:
         self.show_error("")
