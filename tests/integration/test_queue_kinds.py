@@ -135,7 +135,7 @@ def test_a_queued_serve_starts_answers_and_stops_like_any_run(demo_model: Path) 
     assert done.outcome == "stopped", done.summary
 
 
-def test_a_queued_calibration_runs_and_its_cards_come_from_the_queue(demo_model: Path, tmp_path: Path) -> None:
+def test_a_queued_calibration_runs_and_its_cards_come_from_the_queue(demo_model: Path) -> None:
     """``queue add --kind calibrate`` (issue 39): checked as ``calibrate`` checks its options, its cards
     given by the queue (not in its words); queued on the CPU, it measures and keeps its manifest."""
     refused = gg("queue", "add", "--kind", "calibrate", "--", "--model", "builtin:demo", "--cards", "1")

@@ -75,8 +75,8 @@ def test_compare_calibrations_by_clicks(qtbot: QtBot, tmp_path: Path) -> None:
         select(first.name, gaudi2.name)
         click(qtbot, table.buttons["Compare"])
         assert view.rows()["Measured on"] == ["cpu", "hpu (gaudi2)"]
-        assert view.verdict.text() == ("Not interchangeable: another device or card generation: its scales do "
-                                       "not fit the other's cards.")
+        assert view.verdict.text() == ("Not interchangeable: another device or card generation: its scales "
+                                       "do not fit the other's cards.")
 
         # A calibration and a training run: said, nothing opened anew.
         select(first.name, trained.name)
