@@ -7,6 +7,7 @@ runs: the run folders are written as a calibration leaves them."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from PySide6.QtCore import Qt
 from pytestqt.qtbot import QtBot
@@ -19,7 +20,7 @@ from gaudi_gui.ui.training_runs import RunsTable
 from tests.helpers import click, model_folder, write_calibration
 
 
-def _calibration(root: Path, name: str, model: Path, started: float, **manifest: object) -> Run:
+def _calibration(root: Path, name: str, model: Path, started: float, **manifest: Any) -> Run:
     run = jobkind.create("calibrate", name, ["calibrate"], runs_dir=str(root)).run
     write_calibration(run.folder, model, **manifest)
     run.update_status(state="finished", exit_code=0, started_at=started)
@@ -63,8 +64,8 @@ def test_compare_calibrations_by_clicks(qtbot: QtBot, tmp_path: Path) -> None:
         shown = view.rows()
         assert shown["Model"] == [str(model)] * 2 and shown["Measured on"] == ["cpu", "cpu"]
         assert shown["Rows"] == ["2", "64"] and shown["Prompts (sha256)"][1] == "ab" * 6
-        differs = {view.table.item(r, 0).text() for r in range(view.table.rowCount())
-                   if view.table.item(r, 0).background().color().name() == DIFFERS}
+        items = [item for r in range(view.table.rowCount()) if (item := view.table.item(r, 0)) is not None]
+        differs = {item.text() for item in items if item.background().color().name() == DIFFERS}
         assert differs == {"Rows", "Prompts (sha256)"}
         assert view.verdict.text().startswith("The same model on the same kind of card, measured "
                                               "differently: other prompts")
