@@ -220,20 +220,15 @@ def kind_job(kind: str, words: list[str]) -> tuple[list[str], str]:
     if kind in ("calibrate", "benchmark") and args.cards:
         raise QueueError(f"{what} --cards: give the cards to queue add (--cards N|IDS): the queue "
                          f"starts it on them")
-    if kind == "calibrate":
-        from gaudi_gui.core import fp8
-        try:
-            return module.queued(args)  # type: ignore[attr-defined]
-        except fp8.Fp8Error as exc:
-            raise QueueError(f"calibrate: {exc}") from None
-    if kind == "benchmark":
+    if kind in ("calibrate", "benchmark"):
         from gaudi_gui.core import benchmark as bm
-        if args.show:
+        from gaudi_gui.core import fp8
+        if kind == "benchmark" and args.show:
             raise QueueError("benchmark --show: reads a finished run, nothing to queue")
         try:
             return module.queued(args)  # type: ignore[attr-defined]
-        except bm.BenchmarkInputError as exc:
-            raise QueueError(f"benchmark: {exc}") from None
+        except (fp8.Fp8Error, bm.BenchmarkInputError) as exc:
+            raise QueueError(f"{kind}: {exc}") from None
     if kind == "serve":
         from gaudi_gui.core import serve as sv
         if args.cards:

@@ -487,6 +487,13 @@ class RunsTable(QWidget):
             self.compare_requested.emit(runs)
             self.show_scores(runs)
 
+    def _as_window(self, view: QWidget, width: int, height: int) -> None:
+        """``view`` as a window of its own, ``width`` x ``height`` where the screen has room, else the
+        screen less room for the frame (a 1024x700 screen)."""
+        view.setWindowFlag(Qt.WindowType.Window, True)
+        screen = (self.screen() or view.screen()).availableGeometry()
+        view.resize(min(width, screen.width() - 24), min(height, screen.height() - 48))
+
     def compare_benchmarks(self, runs: list[Run]) -> None:
         """Compare of benchmark runs: one table of their figures, the later runs judged against the
         first (oldest first, whatever the list's order: the earlier run is the reference)."""
@@ -498,9 +505,7 @@ class RunsTable(QWidget):
         ordered = sorted(runs, key=lambda run: (run.status().started_at or 0, run.name))
         if self.benchmark_compare is None:
             self.benchmark_compare = BenchmarkCompare(self)
-            self.benchmark_compare.setWindowFlag(Qt.WindowType.Window, True)
-            screen = (self.screen() or self.benchmark_compare.screen()).availableGeometry()
-            self.benchmark_compare.resize(min(1000, screen.width() - 24), min(520, screen.height() - 48))
+            self._as_window(self.benchmark_compare, 1000, 520)
         assert isinstance(self.benchmark_compare, BenchmarkCompare)
         comparison = self.benchmark_compare.show_runs([(run.name, run.folder) for run in ordered])
         self.status.setText(f"comparing {len(ordered)} benchmark runs against {ordered[0].name}"
@@ -520,9 +525,7 @@ class RunsTable(QWidget):
         ordered = sorted(runs, key=lambda run: (run.status().started_at or 0, run.name))
         if self.fp8_compare is None:
             self.fp8_compare = CalibrationCompare(self)
-            self.fp8_compare.setWindowFlag(Qt.WindowType.Window, True)
-            screen = (self.screen() or self.fp8_compare.screen()).availableGeometry()
-            self.fp8_compare.resize(min(900, screen.width() - 24), min(480, screen.height() - 48))
+            self._as_window(self.fp8_compare, 900, 480)
         assert isinstance(self.fp8_compare, CalibrationCompare)
         comparison = self.fp8_compare.show_runs([(run.name, run.folder) for run in ordered])
         self.status.setText(f"comparing {len(comparison.names)} calibrations: {comparison.verdict()}")
@@ -588,10 +591,7 @@ class RunsTable(QWidget):
         if view is None:
             view = EvalView(run, parent=self, hosts=self.hosts, queue=self.queue, cards=self.queue_cards,
                             machine=self.machine)
-            view.setWindowFlag(Qt.WindowType.Window, True)
-            # 1000x760 where it fits; on a 1024x700 screen, the screen less room for the frame.
-            screen = (self.screen() or view.screen()).availableGeometry()
-            view.resize(min(1000, screen.width() - 24), min(760, screen.height() - 48))
+            self._as_window(view, 1000, 760)
             view.service.result.connect(lambda _r: self.refresh())
             if self.jobs is not None:
                 self.jobs.register(view.service)
@@ -610,9 +610,7 @@ class RunsTable(QWidget):
         run = runs[0]
         if self.profile_view is None:
             self.profile_view = ProfileView(self)
-            self.profile_view.setWindowFlag(Qt.WindowType.Window, True)
-            screen = (self.screen() or self.profile_view.screen()).availableGeometry()
-            self.profile_view.resize(min(900, screen.width() - 24), min(640, screen.height() - 48))
+            self._as_window(self.profile_view, 900, 640)
         assert isinstance(self.profile_view, ProfileView)
         if not self.profile_view.show_run(run.folder, run.name):
             self.status.setText(self.profile_view.heading.text())
