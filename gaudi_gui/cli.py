@@ -193,6 +193,10 @@ def _on_host(args: argparse.Namespace, args_list: list[str]) -> int:
             # Brought here over the host's connection (the run's records and its profile trace).
             from gaudi_gui.commands import runs
             return runs.fetch_from(host, args)
+        if args.command == "runs" and args.runs_action == "push":
+            # Sent there over the host's connection (an FP8 calibration, for serving on that host).
+            from gaudi_gui.commands import runs
+            return runs.push_to(host, args)
         if args.command == "runs" and args.runs_action == "follow":
             # Following a run on a host reconnects after a dropped connection (the run goes on).
             return remote_run.follow(host, args.run, reconnect_s=600.0)

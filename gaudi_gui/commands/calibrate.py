@@ -328,7 +328,7 @@ def _calibrate(args: argparse.Namespace, model: str, prompts: list[str], device:
         return _refuse(args, f"Intel Neural Compressor is not installed: {fp8.INC_INSTALL}")
     scale_method = args.scale_method or fp8.default_scale_method(device)
     blocklist = [b.strip() for b in args.blocklist.split(",") if b.strip()]
-    dump = str(folder / fp8.MEASURE_DIR / fp8.DUMP_PREFIX)
+    dump = fp8.dump_prefix(folder)
     measure = fp8.measure_config(dump, device=device, observer=args.observer, blocklist=blocklist)
     identity = fp8.model_identity(model)
     atomic.write_json(folder / fp8.QUANT_CONFIG_NAME, measure, fsync=False)

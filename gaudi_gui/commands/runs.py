@@ -27,6 +27,9 @@
   meter (``core.meter_account.combine`` of every host's part, a JSON object on stdin) in host 0's run, so that
   ``runs show`` / ``runs list`` there say the whole job; ``runs show --json`` then gives it as "meter"
   and the host's own part as "meter_part".
+- ``runs --host DEST push RUN [--json]``: a run of this machine (an FP8 calibration: its manifest, configs
+  and measurements) sent into a host's runs store; ``runs receive NAME`` is the host's side (a tar on
+  stdin).
 - ``runs --host DEST fetch RUN [--json]``: a run on a host brought into this machine's runs store, its
   records and its profile trace (``core.run_copy``; Training → Runs lists it and Profile… opens the
   trace here); ``runs pack RUN`` is the host's side of it (a tar on stdout).
@@ -126,6 +129,16 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                             "machine's runs store: its records and its profile trace")
     fetch.add_argument("run", help="the run's folder on the host, or its name in the host's runs store")
     fetch.add_argument("--json", action="store_true")
+    push = action.add_parser("push", help="send a run of this machine (an FP8 calibration) into a host's "
+                                          "runs store: runs --host DEST push RUN")
+    push.add_argument("run", help="the run's folder here, or its name in this machine's runs store")
+    push.add_argument("--json", action="store_true")
+    receive = action.add_parser("receive", help="unpack a run sent by `runs --host DEST push RUN` (a tar on "
+                                                "stdin) into this machine's runs store")
+    receive.add_argument("name", help="the run's name (its folder's name where it was sent from)")
+    receive.add_argument("--from", dest="came_from", default="", metavar="MACHINE",
+                         help="the machine it was sent from")
+    receive.add_argument("--folder", default="", help="its folder there")
 
 
 def find_run(text: str, runs_dir: str = "") -> Run | None:
@@ -184,6 +197,12 @@ def run(args: argparse.Namespace) -> int:
         print("gaudi-gui runs fetch: name the host the run is on: gaudi-gui runs --host DEST fetch RUN",
               file=sys.stderr)
         return 2
+    if action == "push":
+        print("gaudi-gui runs push: name the host to send it to: gaudi-gui runs --host DEST push RUN",
+              file=sys.stderr)
+        return 2
+    if action == "receive":
+        return _receive(args)
     found = find_run(args.run, args.runs_dir)
     if found is None:
         print(f"gaudi-gui runs: no run {args.run!r} (a run folder, or a name from `gaudi-gui runs list`)",
@@ -242,6 +261,44 @@ def run(args: argparse.Namespace) -> int:
         from gaudi_gui.commands import slurm_run
         return slurm_run.attach(found, grace=args.grace, events=args.events)
     return _follow(found, args.events_from, args.log_from)
+
+
+def _receive(args: argparse.Namespace) -> int:
+    """``runs receive NAME``: the host's side of ``push`` (a tar on stdin into the runs store; one JSON
+    line: the folder)."""
+    if sys.stdin.isatty():
+        print("gaudi-gui runs receive: it reads a packed run on stdin (what `runs --host DEST push RUN` "
+              "sends)", file=sys.stderr)
+        return 2
+    from gaudi_gui.core import run_copy
+    try:
+        folder = run_copy.receive(sys.stdin.buffer, RunStore(args.runs_dir or None).root, args.name,
+                                  came_from=args.came_from or "elsewhere", folder=args.folder)
+    except run_copy.FetchError as exc:
+        print(f"gaudi-gui runs receive: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"folder": str(folder), "name": folder.name, "renamed": folder.name != args.name}),
+          flush=True)
+    return 0
+
+
+def push_to(host: Host, args: argparse.Namespace) -> int:
+    """``runs --host DEST push RUN``: this machine's run into the host's runs store (core.run_copy);
+    exit 2 for no such run here, 1 when it could not be sent (one line: why)."""
+    found = find_run(args.run, args.runs_dir)
+    if found is None:
+        print(f"gaudi-gui runs push: no run {args.run!r} here (a run folder, or a name from `gaudi-gui runs "
+              "list`)", file=sys.stderr)
+        return 2
+    from gaudi_gui.core import run_copy
+    try:
+        answer = run_copy.push(host, found.folder)
+    except run_copy.FetchError as exc:
+        print(f"gaudi-gui runs push: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({**answer, "host": host.name}) if getattr(args, "json", False)
+          else run_copy.describe_pushed(host, answer), flush=True)
+    return 0
 
 
 def fetch_from(host: Host, args: argparse.Namespace) -> int:

@@ -26,6 +26,8 @@ from importlib import metadata as _metadata
 from pathlib import Path
 from typing import Any
 
+from gaudi_gui.core import atomic
+
 #: The run folder's files.
 MANIFEST_NAME = "manifest.json"
 #: The QUANT_CONFIG of the MEASURE step as it ran, and the QUANTIZE one that uses its measurements (what
@@ -492,9 +494,36 @@ def refusal(name: str, *, model: str, here: dict[str, str] | None = None, inc: s
     return folder, ""
 
 
+def dump_prefix(folder: str | Path) -> str:
+    """The ``dump_stats_path`` of the calibrate run at ``folder``, where it is now (absolute)."""
+    return str(Path(folder).resolve() / MEASURE_DIR / DUMP_PREFIX)
+
+
+def relocate(folder: str | Path) -> list[str]:
+    """Point the run's two QUANT_CONFIG files at its measurements where the folder is now; the names
+    rewritten. INC reads ``dump_stats_path`` as written (an absolute path, the calibrating machine's):
+    a calibration brought from a host (``runs fetch``), sent to one (``runs push``) or moved by hand
+    would otherwise make vLLM's QUANTIZE step look for files in a folder that is not there."""
+    root = Path(folder)
+    where = dump_prefix(root)
+    rewritten = []
+    for name in (QUANT_CONFIG_NAME, QUANTIZE_CONFIG_NAME):
+        path = root / name
+        try:
+            config = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(config, dict) and config.get("dump_stats_path") != where:
+            atomic.write_json(path, {**config, "dump_stats_path": where}, fsync=False)
+            rewritten.append(name)
+    return rewritten
+
+
 def vllm_env(folder: str | Path) -> dict[str, str]:
     """The environment of ``vllm serve … --quantization inc`` for a calibrate run: QUANT_CONFIG, its
-    QUANTIZE config (whose ``dump_stats_path`` names the run's measurements)."""
+    QUANTIZE config, whose ``dump_stats_path`` is made to name the run's measurements where they are
+    now (``relocate``)."""
+    relocate(folder)
     return {"QUANT_CONFIG": str(Path(folder).resolve() / QUANTIZE_CONFIG_NAME)}
 
 
@@ -539,6 +568,7 @@ __all__ = [
     "check_line",
     "config_digest",
     "default_scale_method",
+    "dump_prefix",
     "eval_ranks_refusal",
     "find_run",
     "generation_word",
@@ -557,6 +587,7 @@ __all__ = [
     "read_manifest",
     "read_prompts",
     "refusal",
+    "relocate",
     "required_files",
     "serve_ranks_refusal",
     "summary_words",

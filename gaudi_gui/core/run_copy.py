@@ -11,6 +11,13 @@ checkpoints or the saved model (the host's output folder), nor the pids of the h
 ``<run name>`` (``<run name>-<host>`` where a local run already has the name), with ``remote.json``
 saying where it came from: Training → Runs lists it and Profile… opens its trace here. Fetching again
 replaces the earlier copy of the same host's run.
+
+An FP8 calibration travels whole (issue 39: "downloadable with the model"): its manifest, its two
+QUANT_CONFIG files and INC's measurements (``measure/``, every rank's), a few MB. Its configs name the
+measurements by absolute path, so the copy's are pointed at the copy (``fp8.relocate``). ``push`` is the
+other way: ``runs --host DEST push RUN`` sends a run of this machine (a calibration made on one Gaudi
+host, for serving on another of the same generation) into the host's runs store, where ``runs
+receive`` unpacks it; ``serve --fp8 RUN`` there checks its manifest against that machine.
 """
 
 from __future__ import annotations
@@ -27,18 +34,21 @@ from pathlib import Path, PurePosixPath
 from typing import IO, Any
 
 from gaudi_gui.core import events as events_mod
-from gaudi_gui.core import hpu_metrics, meter_files
+from gaudi_gui.core import fp8, hpu_metrics, meter_files
 from gaudi_gui.core import profile as profile_mod
 from gaudi_gui.core.remote import SSH_FAILED, Host, explain_ssh_failure
 
 #: The files of a run that travel (a folder: all of it).
 FILES = ("config.json", "job.json", "spec.json", "status.json", events_mod.EVENTS_NAME,
-         meter_files.SUMMARY_NAME, meter_files.JOB_SUMMARY_NAME)
-FOLDERS = (profile_mod.FOLDER_NAME, hpu_metrics.FOLDER_NAME)
+         meter_files.SUMMARY_NAME, meter_files.JOB_SUMMARY_NAME,
+         fp8.MANIFEST_NAME, fp8.QUANT_CONFIG_NAME, fp8.QUANTIZE_CONFIG_NAME)
+FOLDERS = (profile_mod.FOLDER_NAME, hpu_metrics.FOLDER_NAME, fp8.MEASURE_DIR)
 #: Where a brought-back run says where it came from.
 ORIGIN_NAME = "remote.json"
-#: How long a fetch may take (a Gaudi trace is tens to hundreds of MB).
+#: How long a fetch or a push may take (a Gaudi trace is tens to hundreds of MB).
 FETCH_TIMEOUT_S = 600.0
+#: A run's name as ``runs receive`` takes it: one folder name of the runs store.
+_RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,199}")
 
 
 class FetchError(RuntimeError):
@@ -107,10 +117,15 @@ def local_folder(host: Host, remote_folder: str, runs_root: Path) -> Path:
     """Where the copy of ``host``'s run goes: its name, unless a local run (or another host's copy)
     has it."""
     name = PurePosixPath(remote_folder.rstrip("/")).name or "run"
+    return _place(runs_root, name, (host.name, remote_folder), _host_tag(host))
+
+
+def _place(runs_root: Path, name: str, came_from: tuple[str, str], tag: str) -> Path:
+    """``runs_root/name``, unless a run of another origin has it: ``name-tag`` then."""
     plain = runs_root / name
-    if not plain.exists() or _origin(plain) == (host.name, remote_folder):
+    if not plain.exists() or _origin(plain) == came_from:
         return plain
-    return runs_root / f"{name}-{_host_tag(host)}"
+    return runs_root / f"{name}-{tag}"
 
 
 def _origin(folder: Path) -> tuple[str, str] | None:
@@ -165,25 +180,126 @@ def fetch(host: Host, remote_folder: str, runs_root: Path, *, timeout: float = F
             raise FetchError(f"{host.name} could not pack {remote_folder}: {last}")
         if "status.json" not in written:
             raise FetchError(f"{host.name} sent nothing of {remote_folder} (not a run folder there)")
-        target = local_folder(host, remote_folder, runs_root)
-        (staging / ORIGIN_NAME).write_text(json.dumps({"host": host.name, "folder": remote_folder,
-                                                       "fetched_at": time.time()}), encoding="utf-8")
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-        return target
+        return _settle(staging, local_folder(host, remote_folder, runs_root), host.name, remote_folder)
     finally:
         with contextlib.suppress(OSError):
             if staging.exists():
                 shutil.rmtree(staging)
 
 
+def _settle(staging: Path, target: Path, came_from: str, folder: str) -> Path:
+    """The unpacked copy in ``staging`` becomes ``target`` (an earlier copy of the same run replaced),
+    saying where it came from; a calibration's configs pointed at the copy's measurements."""
+    (staging / ORIGIN_NAME).write_text(json.dumps({"host": came_from, "folder": folder,
+                                                   "fetched_at": time.time()}), encoding="utf-8")
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)
+    fp8.relocate(target)
+    return target
+
+
+def receive(stream: IO[bytes], runs_root: Path, name: str, *, came_from: str, folder: str) -> Path:
+    """``runs receive NAME``: a ``pack`` stream (a run sent by ``push``) unpacked into ``runs_root`` as
+    ``NAME`` (``NAME-<sender>`` where a run of another origin has it); the folder. FetchError when the
+    name is no run name or the stream holds no run."""
+    if not _RUN_NAME.fullmatch(name) or name in (".", ".."):
+        raise FetchError(f"{name!r} is not a run name (letters, digits, '.', '_' and '-')")
+    runs_root.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".receive-", dir=runs_root))
+    try:
+        try:
+            written = unpack(stream, staging)
+        except tarfile.TarError as exc:
+            raise FetchError(f"what came is not a packed run ({exc})") from None
+        if "status.json" not in written:
+            raise FetchError(f"what came for {name} is not a run (no status.json)")
+        tag = re.sub(r"[^A-Za-z0-9._-]+", "_", came_from)[:40] or "sent"
+        return _settle(staging, _place(runs_root, name, (came_from, folder), tag), came_from, folder)
+    finally:
+        with contextlib.suppress(OSError):
+            if staging.exists():
+                shutil.rmtree(staging)
+
+
+def push(host: Host, run_folder: Path, *, timeout: float = FETCH_TIMEOUT_S) -> dict[str, Any]:
+    """Send this machine's run at ``run_folder`` into ``host``'s runs store over its ssh connection
+    (``runs receive`` there); the host's answer ({folder, name, …}). FetchError (one sentence) when ssh
+    or the host failed."""
+    folder = Path(run_folder).resolve()
+    if not (folder / "status.json").is_file():
+        raise FetchError(f"{folder} is not a run folder (no status.json)")
+    sender = _this_machine()
+    argv = host.wrap(host.gaudi_gui_argv("runs", "receive", folder.name, f"--from={sender}",
+                                         f"--folder={folder}"))
+    with tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as out:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=out, stderr=err)
+        except FileNotFoundError:
+            raise FetchError("the OpenSSH client (ssh) is not installed on this machine") from None
+        assert proc.stdin is not None
+        try:
+            pack(folder, proc.stdin)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the host stopped reading: its exit status and words say why
+        finally:
+            with contextlib.suppress(OSError):
+                proc.stdin.close()
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise FetchError(f"{host.name} did not take the run within {timeout:g} s") from None
+        err.seek(0)
+        said = err.read().decode("utf-8", errors="replace").strip()
+        out.seek(0)
+        answer_text = out.read().decode("utf-8", errors="replace").strip()
+    if code != 0:
+        if not host.is_local and code == SSH_FAILED:
+            raise FetchError(explain_ssh_failure(host.name, said)[1])
+        last = said.splitlines()[-1] if said else f"exit {code}"
+        raise FetchError(f"{host.name} did not take {folder.name}: {last}")
+    try:
+        answer = json.loads(answer_text.splitlines()[-1])
+    except (ValueError, IndexError):
+        raise FetchError(f"{host.name} answered no run folder: {answer_text[-200:]!r}") from None
+    if not isinstance(answer, dict) or not answer.get("folder"):
+        raise FetchError(f"{host.name} answered no run folder: {answer_text[-200:]!r}")
+    return answer
+
+
+def _this_machine() -> str:
+    import socket
+    return socket.gethostname() or "workstation"
+
+
 def describe_fetched(folder: Path) -> str:
-    """One line on a brought-back run: where it is here and its trace."""
+    """One line on a brought-back run: where it is here, and its trace or its FP8 measurements."""
+    return f"brought back to {folder}{_contents(folder)}"
+
+
+def _contents(folder: Path) -> str:
     traces = profile_mod.trace_files(folder)
-    trace = f"; its profile trace: {traces[-1]}" if traces else "; it has no profile trace"
-    return f"brought back to {folder}{trace}"
+    if traces:
+        return f"; its profile trace: {traces[-1]}"
+    if (folder / fp8.MANIFEST_NAME).is_file():
+        try:
+            manifest = fp8.read_manifest(folder)
+        except fp8.Fp8Error:
+            return "; its FP8 manifest is unreadable"
+        files = fp8.measurement_files(folder)
+        return (f"; its FP8 measurements: {len(files)} files, measured on {manifest.get('device')} "
+                f"({manifest.get('generation')}), usable with --fp8 {folder.name}")
+    return "; it has no profile trace"
 
 
-__all__ = ["FILES", "FOLDERS", "ORIGIN_NAME", "FetchError", "describe_fetched", "fetch", "local_folder",
-           "origin", "pack", "packed_names", "unpack"]
+def describe_pushed(host: Host, answer: dict[str, Any]) -> str:
+    """One line on a run sent to a host."""
+    extra = f" (as {answer.get('name')}: the host had a run of that name)" \
+        if answer.get("renamed") else ""
+    return f"sent to {host.name}: {answer.get('folder')}{extra}"
+
+
+__all__ = ["FILES", "FOLDERS", "ORIGIN_NAME", "FetchError", "describe_fetched", "describe_pushed", "fetch",
+           "local_folder", "origin", "pack", "packed_names", "push", "receive", "unpack"]

@@ -47,6 +47,11 @@ class AgentJob(QObject):
         self.folder = ""
         self.running = False
         self.runs_dir = ""
+        #: Where the next start goes: "" this machine, else a saved host's name (its agent, reached
+        #: through this machine's agent over the host's one ssh session); the folder is the host's then.
+        self.host = ""
+        #: Where the job followed now runs (the host its start named).
+        self.started_on = ""
 
     def start(self, words: list[str]) -> None:
         """``gaudi-gui KIND WORDS`` through the agent (a second start while one runs is ignored)."""
@@ -54,17 +59,26 @@ class AgentJob(QObject):
             return
         self.running = True
         self._unfollow()
-        client = self._client = self._client or self._client_of()
-        client.request("job.start", self._on_started, kind=self.kind, job={"args": list(words)},
-                       runs_dir=self.runs_dir)
+        client = self.client()
+        self.started_on = self.host
+        where = {"host": self.host} if self.host else {"runs_dir": self.runs_dir}
+        client.request("job.start", self._on_started, kind=self.kind, job={"args": list(words)}, **where)
+
+    def client(self) -> AgentClient:
+        """The agent's client this job speaks through (connected on first use)."""
+        self._client = self._client or self._client_of()
+        return self._client
 
     def sibling(self, kind: str) -> AgentJob:
         """A follower of another kind's job through the same agent (the FP8 evaluation of a calibration)."""
         return AgentJob(self._client_of, self.parent(), kind=kind)
 
+    def _on(self) -> dict[str, str]:
+        return {"host": self.started_on} if self.started_on else {}
+
     def stop(self) -> None:
         if self.running and self.job_id and self._client is not None:
-            self._client.request("job.stop", None, job_id=self.job_id, now=False)
+            self._client.request("job.stop", None, job_id=self.job_id, now=False, **self._on())
 
     def _on_started(self, reply: dict[str, Any]) -> None:
         if not reply.get("ok"):
@@ -75,8 +89,8 @@ class AgentJob(QObject):
         self.job_id, self.folder = str(record.get("job_id") or ""), str(record.get("folder") or "")
         self.started.emit(self.folder)
         if self._client is not None and self.job_id:
-            self._client.subscribe(Ev.EVENT, self._on_events, key=self.job_id)
-            self._client.subscribe(Ev.JOB, self._on_job, key=self.job_id)
+            self._client.subscribe(Ev.EVENT, self._on_events, key=self.job_id, host=self.started_on or None)
+            self._client.subscribe(Ev.JOB, self._on_job, key=self.job_id, host=self.started_on or None)
 
     def _on_events(self, message: dict[str, Any]) -> None:
         for event in message.get("events") or []:
@@ -99,8 +113,9 @@ class AgentJob(QObject):
 
     def _unfollow(self) -> None:
         if self._client is not None and self.job_id:
-            self._client.unsubscribe(Ev.EVENT, self._on_events, key=self.job_id)
-            self._client.unsubscribe(Ev.JOB, self._on_job, key=self.job_id)
+            on = self.started_on or None
+            self._client.unsubscribe(Ev.EVENT, self._on_events, key=self.job_id, host=on)
+            self._client.unsubscribe(Ev.JOB, self._on_job, key=self.job_id, host=on)
 
     def shutdown(self) -> None:
         """The window goes: stop following (the job, the agent's, goes on)."""

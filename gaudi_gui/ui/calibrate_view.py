@@ -6,6 +6,13 @@ generation it was measured on, the rows, INC's and torch's versions, the measure
 It starts nothing itself: ``services.calibrate.CalibrateJob`` asks the agent. What to do with the
 calibration (``serve --fp8 RUN`` with vLLM on Gaudi, ``eval --model M --fp8 RUN``) is said under it; those
 commands check the manifest against the machine they run on.
+
+"Where" is this machine or a saved host: scales belong to the card generation they were measured on, so
+a Gaudi host's model is calibrated on the host (its agent, over the host's one ssh session; model and
+dataset are the host's paths then, Browse… lists the host's folders). "Cards" picks the cards measured
+with (one process a card, one file set a rank). A calibration that ends on a host is also kept here
+(``runs --host H fetch``, the agent's child): Runs and Compare list it, and ``runs --host H2 push``
+takes it to another host of the same generation.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ from PySide6.QtWidgets import (
 )
 
 from gaudi_gui.core import fp8
+from gaudi_gui.core import remote as remote_mod
+from gaudi_gui.services.agent_child import AgentChild
 from gaudi_gui.services.calibrate import CalibrateJob
 
 #: The scale method's choices: the device's default first (maxabs_hw on Gaudi, maxabs_pow2 elsewhere).
@@ -74,6 +83,29 @@ class CalibrateView(QWidget):
                               "Q/DQ")
         self.blocklist = QLineEdit(",".join(fp8.DEFAULT_BLOCKLIST), self)
         self.blocklist.setToolTip("module names left in high precision, comma-separated")
+        self.where = QComboBox(self)
+        self.where.setObjectName("calibrate_where")
+        self.where.addItem("This machine", "")
+        for host in remote_mod.saved_hosts():
+            self.where.addItem(host.name, host.name)
+        self.where.setToolTip("where the model is measured: scales belong to the card generation they are "
+                              "measured on (a Gaudi host's model is calibrated on the host)")
+        self.where.currentIndexChanged.connect(lambda _i: self._where_changed())
+        self.device = QComboBox(self)
+        self.device.setObjectName("calibrate_device")
+        for text, value in (("the machine's cards (auto)", "auto"), ("Gaudi (hpu)", "hpu"),
+                            ("CUDA", "cuda"), ("CPU (checks the flow, not speed)", "cpu")):
+            self.device.addItem(text, value)
+        self.device.setToolTip("what the model is measured on: scales are the device's (a calibration on "
+                               "the CPU serves on the CPU only)")
+        self.cards = QLineEdit(self)
+        self.cards.setObjectName("calibrate_cards")
+        self.cards.setPlaceholderText("one card (e.g. 0,1,2,3: a process a card, one file set a rank; "
+                                      "serve with as many tensor-parallel ranks)")
+        #: The copy of a host's calibration brought here (the agent's ``fetch`` child).
+        self.fetch_child: AgentChild | None = None
+        self.kept_here = ""
+        self.browser: QDialog | None = None
         self.run_button = QPushButton("&Calibrate", self)
         self.run_button.setObjectName("calibrate_run")
         self.run_button.clicked.connect(lambda: self.start())  # noqa: PLW0108
@@ -83,7 +115,8 @@ class CalibrateView(QWidget):
         self.stop_button.clicked.connect(lambda: self.job.stop())  # noqa: PLW0108
         self.progress = QProgressBar(self)
         self.progress.setVisible(False)
-        self.status = QLabel("Not calibrated yet: FP8 measurements of this model on this machine.", self)
+        self.status = QLabel("Not calibrated yet: FP8 measurements of this model on the machine chosen.",
+                             self)
         self.status.setObjectName("calibrate_status")
         self.status.setWordWrap(True)
         self.status.setTextFormat(Qt.TextFormat.PlainText)
@@ -115,6 +148,7 @@ class CalibrateView(QWidget):
         title.setWordWrap(True)
         title.setStyleSheet("font-weight: bold;")
         form = QFormLayout()
+        form.addRow("Where", self.where)
         form.addRow("Model", self.model)
         form.addRow("Dataset", dataset_row)
         form.addRow("Prompts", self.prompts)
@@ -122,6 +156,8 @@ class CalibrateView(QWidget):
         form.addRow("Observer", self.observer)
         form.addRow("Scale method", self.scale)
         form.addRow("Blocklist", self.blocklist)
+        form.addRow("Device", self.device)
+        form.addRow("Cards", self.cards)
         buttons = QHBoxLayout()
         buttons.addWidget(self.run_button)
         buttons.addWidget(self.stop_button)
@@ -157,12 +193,36 @@ class CalibrateView(QWidget):
             words.append(f"--scale-method={self.scale.currentData()}")
         if self.dataset.text().strip():
             words.append(f"--dataset={self.dataset.text().strip()}")
+        if self.device.currentData() != "auto":
+            words.append(f"--device={self.device.currentData()}")
+        if self.cards.text().strip():
+            words.append(f"--cards={self.cards.text().strip()}")
         words += [f"--prompt={line}" for line in self.prompts.toPlainText().splitlines() if line.strip()]
         return words
 
+    def place(self) -> str:
+        """Where the next calibration goes: "" this machine, else the saved host's name."""
+        return str(self.where.currentData() or "")
+
+    def set_place(self, host: str) -> None:
+        """Choose where to calibrate (a saved host's name; "" or "local": this machine)."""
+        index = self.where.findData("" if host in ("", "local") else host)
+        if index >= 0 and not self.job.running:
+            self.where.setCurrentIndex(index)
+
+    def _where_changed(self) -> None:
+        host = self.place()
+        self.model.setPlaceholderText(
+            f"a Hub id, or a model folder or a training run's folder on {host}" if host else
+            "a Hub id, a model folder or a training run's folder (its final model)")
+        self.dataset.setPlaceholderText(
+            f"calibration prompts: a file on {host} (JSONL as Training takes it, or text, one a line)"
+            if host else "calibration prompts: JSONL as Training takes it, or text (one a line)")
+
     def start(self) -> None:
         self.check_button.setEnabled(False)
-        self._manifest, self._calibrated = {}, ""
+        self._manifest, self._calibrated, self.kept_here = {}, "", ""
+        self.job.host = self.check_job.host = self.place()
         self.run_button.setEnabled(False)
         self.stop_button.setEnabled(True)
         self.status.setStyleSheet("")
@@ -171,10 +231,29 @@ class CalibrateView(QWidget):
         self.job.start(self.words())
 
     def _browse(self) -> None:
+        if self.place():
+            self._browse_host(self.place())
+            return
         path, _filter = QFileDialog.getOpenFileName(self, "Calibration prompts", "",
                                                     "Datasets (*.jsonl *.json *.txt);;All files (*)")
         if path:
             self.dataset.setText(path)
+
+    def _browse_host(self, name: str) -> None:
+        """The host's folders (its agent's ``files.list``), in the "Browse HOST" dialog; the file chosen
+        fills the dataset field."""
+        from gaudi_gui.services.remote_files import RemoteFiles
+        from gaudi_gui.ui.remote_browser import RemoteBrowser
+        host = remote_mod.find_host(name)
+        text = self.dataset.text().strip()
+        start = text.rsplit("/", 1)[0] if text.startswith("/") else ""
+        dialog = RemoteBrowser(host, RemoteFiles(self.job.client(), self), start, parent=self,
+                               pick_files=True)
+        dialog.setWindowModality(Qt.WindowModality.WindowModal)
+        dialog.accepted.connect(lambda: self.dataset.setText(dialog.chosen) if dialog.chosen else None)
+        dialog.finished.connect(lambda _result: dialog.deleteLater())
+        self.browser = dialog
+        dialog.open()
 
     def _on_started(self, folder: str) -> None:
         self.status.setText(f"Running: {folder}")
@@ -198,9 +277,40 @@ class CalibrateView(QWidget):
         self._idle()
         if state != "finished":
             self.status.setStyleSheet("color: #a33;")
-        self.status.setText(f"{summary} — {self.job.folder}")
+        on = f" on {self.job.started_on}" if self.job.started_on else ""
+        self.status.setText(f"{summary} — {self.job.folder}{on}")
         if state == "finished":
             self._calibration_done()
+            if self.job.started_on:
+                self._keep_here(self.job.started_on, self.job.folder)
+
+    def _keep_here(self, host: str, folder: str) -> None:
+        """A copy of the host's calibration in this machine's runs store (its manifest, configs and
+        measurements: ``runs --host H fetch``, the agent's child): Runs and Compare list it."""
+        saved = remote_mod.find_host(host)
+        child = self.fetch_child = AgentChild(self, client=self.job.client(), tail_lines=10)
+        said: list[str] = []
+        child.line_received.connect(lambda stream, line: said.append(line) if stream == "stdout" else None)
+        child.finished.connect(lambda code, status: self._kept(code, status, said, child))
+        self.result.setText(f"{self.result.text()}\nKeeping a copy here…".strip())
+        child.start("fetch", {"host": saved.name, "remote_command": saved.remote_command, "folder": folder,
+                              **({"runs_dir": self.job.runs_dir} if self.job.runs_dir else {})})
+
+    def _kept(self, code: int, status: str, said: list[str], child: AgentChild) -> None:
+        answer: dict[str, Any] = {}
+        if code == 0 and said:
+            try:
+                answer = json.loads(said[-1])
+            except ValueError:
+                answer = {}
+        text = self.result.text().replace("\nKeeping a copy here…", "").replace("Keeping a copy here…", "")
+        if isinstance(answer, dict) and answer.get("folder"):
+            self.kept_here = str(answer["folder"])
+            line = f"A copy is kept here: {self.kept_here} (Runs and Compare list it)"
+        else:
+            line = f"No copy was kept here: {(child.tail(1) or [status])[-1]}"
+        self.result.setText(f"{text}\n{line}".strip())
+
 
     # -- the FP8 check ------------------------------------------------------------------------------
 
@@ -282,15 +392,21 @@ class CalibrateView(QWidget):
                  f"{manifest.get('scale_method')}",
                  f"Versions: INC {manifest.get('inc_version')}, torch {manifest.get('torch_version')}",
                  f"Files: {', '.join(manifest.get('measurements') or [])}",
-                 f"Use: gaudi-gui eval --model {model.get('model')} --fp8 {folder}  (or serve --fp8 with "
-                 "vLLM on Gaudi); a machine of another card generation must calibrate again"]
+                 f"Use: gaudi-gui eval --model {model.get('model')} --fp8 {folder}{self._on_host()}  (or "
+                 "serve --fp8 with vLLM on Gaudi); a machine of another card generation must calibrate "
+                 "again"]
         self.result.setText("\n".join(lines))
         self._manifest = dict(manifest)
         self._calibration_done()
 
+    def _on_host(self) -> str:
+        return f" --host {self.job.started_on}" if self.job.started_on else ""
+
     def shutdown(self) -> None:
         self.job.shutdown()
         self.check_job.shutdown()
+        if self.fetch_child is not None:
+            self.fetch_child.kill_tree()
 
 
 class CalibrateDialog(QDialog):

@@ -339,8 +339,8 @@ class ModelsTab(QWidget):
         self.use_training_button.setEnabled(chosen)
         self.delete_button.setEnabled(chosen and not self._deleting)
         row = self.selected()
-        # This machine's agent calibrates on this machine: a host's model is calibrated on the host.
-        self.calibrate_button.setEnabled(row is not None and row.get("host") in ("", "local"))
+        # A host's model is calibrated on the host (the Calibrate window's Where is set to it).
+        self.calibrate_button.setEnabled(row is not None)
 
     def open_calibrate(self) -> None:
         """The Calibrate window for the chosen model (one window; a new choice fills its model)."""
@@ -354,6 +354,7 @@ class ModelsTab(QWidget):
             self.calibrate_dialog = CalibrateDialog(job, self, model=str(row["repo_id"]))
         elif not self.calibrate_dialog.view.job.running:
             self.calibrate_dialog.view.model.setText(str(row["repo_id"]))
+        self.calibrate_dialog.view.set_place(str(row.get("host") or ""))
         self.calibrate_dialog.show()
         self.calibrate_dialog.raise_()
 

@@ -48,7 +48,9 @@ _ERROR_STYLE = "color: #b00020;"
 
 
 class RemoteBrowser(QDialog):
-    """Pick a folder (or a cached Hub id) on ``host``; ``chosen`` holds it after ``accepted``."""
+    """Pick a folder (or a cached Hub id) on ``host``; ``chosen`` holds it after ``accepted``. With
+    ``files``: pick a file (a dataset): files are choices, a double-click on one chooses it, and there
+    is no cache tab."""
 
     #: A listing has been shown: (kind "folder" | "cache", the folder or cache path).
     listing_shown = Signal(str, str)
@@ -56,9 +58,10 @@ class RemoteBrowser(QDialog):
     listing_failed = Signal(str, str)
 
     def __init__(self, host: Host, files: RemoteFiles, start: str = "",
-                 parent: QWidget | None = None) -> None:
+                 parent: QWidget | None = None, *, pick_files: bool = False) -> None:
         super().__init__(parent)
         self.host = host
+        self.pick_files = pick_files
         self._files = files
         self.chosen = ""
         self.folder = ""  #: the folder shown (as the host resolved it)
@@ -84,13 +87,15 @@ class RemoteBrowser(QDialog):
         folders_layout.addWidget(self.path)
         folders_layout.addWidget(self.entries, 1)
         self.tabs.addTab(folders, "Folders")
-        self.tabs.addTab(self.hub_models, "Hugging Face cache")
+        if not pick_files:
+            self.tabs.addTab(self.hub_models, "Hugging Face cache")
         self.tabs.currentChanged.connect(lambda index: self._on_tab_changed())
         self.status = QLabel("")
         self.status.setWordWrap(True)
         self.status.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.choose_button = QPushButton("Choose")
-        self.choose_button.setToolTip("Use the selected folder (or the folder shown) as the model")
+        self.choose_button.setToolTip("Use the selected file" if pick_files else
+                                      "Use the selected folder (or the folder shown) as the model")
         self.choose_button.clicked.connect(self.choose)
         self.cancel_button = QPushButton("Cancel")
         self.cancel_button.clicked.connect(self.reject)
@@ -184,9 +189,10 @@ class RemoteBrowser(QDialog):
             else:
                 item = QListWidgetItem(f"{name}    {format_size(int(entry.get('size') or 0))}")
                 item.setData(KIND_ROLE, KIND_FILE)
-                item.setForeground(QColor("#808080"))
-                # Files are shown for context (config.json tells a model folder) but are not choices.
-                item.setFlags(Qt.ItemFlag.ItemIsEnabled)
+                if not self.pick_files:
+                    item.setForeground(QColor("#808080"))
+                    # Files are shown for context (config.json tells a model folder) but are not choices.
+                    item.setFlags(Qt.ItemFlag.ItemIsEnabled)
             item.setData(PATH_ROLE, path)
             self.entries.addItem(item)
         # The keyboard starts on the first folder, but nothing is selected: Choose takes the folder
@@ -237,6 +243,9 @@ class RemoteBrowser(QDialog):
         kind = item.data(KIND_ROLE)
         if kind in (KIND_UP, KIND_DIR):
             self.list_folder(str(item.data(PATH_ROLE)))
+        elif kind == KIND_FILE and self.pick_files and self._listing is None:
+            self.chosen = str(item.data(PATH_ROLE))
+            self.accept()
 
     def _on_tab_changed(self) -> None:
         if self.tabs.currentWidget() is self.hub_models:
@@ -263,6 +272,10 @@ class RemoteBrowser(QDialog):
                 self._set_status("No folder is shown: type one and press Enter.", error=True)
                 return
             item = self.entries.currentItem()
-            selected = item is not None and item.isSelected() and item.data(KIND_ROLE) == KIND_DIR
+            wanted = KIND_FILE if self.pick_files else KIND_DIR
+            selected = item is not None and item.isSelected() and item.data(KIND_ROLE) == wanted
+            if self.pick_files and not selected:
+                self._set_status("Select a file first.", error=True)
+                return
             self.chosen = str(item.data(PATH_ROLE)) if selected and item is not None else self.folder
         self.accept()

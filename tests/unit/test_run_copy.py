@@ -68,3 +68,85 @@ def test_a_copy_never_takes_a_local_runs_name(tmp_path: Path) -> None:
         {"host": "gg-remote", "folder": "/home/u/runs/20261207-040000-demo"}))
     assert run_copy.local_folder(host, "/home/u/runs/20261207-040000-demo", tmp_path) == \
         tmp_path / "20261207-040000-demo"
+
+
+def _calibration(folder: Path, ranks: int = 2) -> Path:
+    """A calibrate run folder as `gaudi-gui calibrate` leaves it: its configs name its measurements by
+    absolute path."""
+    from gaudi_gui.core import fp8
+    from tests.helpers import write_calibration
+    folder.mkdir(parents=True)
+    write_calibration(folder, "sshleifer/tiny-gpt2", ranks=ranks)
+    for name, mode in ((fp8.QUANT_CONFIG_NAME, "MEASURE"), (fp8.QUANTIZE_CONFIG_NAME, "QUANTIZE")):
+        (folder / name).write_text(json.dumps({"mode": mode, "dump_stats_path": fp8.dump_prefix(folder)}))
+    (folder / "status.json").write_text('{"state": "finished", "kind": "calibrate"}')
+    (folder / "calibrate-job.json").write_text('{"prompts": ["private"]}')
+    return folder
+
+
+def test_a_calibration_travels_whole_and_points_at_its_new_place(tmp_path: Path) -> None:
+    """Issue 39, "downloadable with the model": the manifest, both QUANT_CONFIGs and every rank's
+    measurements go; the copy's configs name the copy's measurements (INC reads the path as written)."""
+    from gaudi_gui.core import fp8
+    run = _calibration(tmp_path / "made" / "20261207-050000-calibrate")
+    buffer = io.BytesIO()
+    run_copy.pack(run, buffer)
+    buffer.seek(0)
+    store = tmp_path / "elsewhere" / "runs"
+    copy = run_copy.receive(buffer, store, run.name, came_from="gaudi3-a", folder=str(run))
+    assert copy == store / run.name
+    measurements = sorted(str(p.relative_to(run)) for p in (run / fp8.MEASURE_DIR).iterdir())
+    assert len(measurements) == 6  # 3 files a rank, 2 ranks
+    assert sorted(str(p.relative_to(copy)) for p in (copy / fp8.MEASURE_DIR).iterdir()) == measurements
+    manifest_text = (run / fp8.MANIFEST_NAME).read_text()
+    assert json.loads((copy / fp8.MANIFEST_NAME).read_text()) == json.loads(manifest_text)
+    for name in (fp8.QUANT_CONFIG_NAME, fp8.QUANTIZE_CONFIG_NAME):
+        for folder in (copy, run):
+            config = json.loads((folder / name).read_text())
+            assert config["dump_stats_path"] == str(folder.resolve() / "measure" / "inc")
+    assert not (copy / "calibrate-job.json").exists()  # the prompts stay where they were measured
+    origin = run_copy.origin(copy)
+    assert origin is not None and origin["host"] == "gaudi3-a"
+    manifest, found = fp8.check(copy, here={"device": "cpu", "generation": "cpu"})
+    assert found == [] and manifest["ranks"] == 2
+    assert "its FP8 measurements: 6 files, measured on cpu (cpu), usable with --fp8 " + run.name \
+        in run_copy.describe_fetched(copy)
+    # Sent again: the same copy replaced in place; from elsewhere under the same name: a second one.
+    buffer.seek(0)
+    assert run_copy.receive(buffer, store, run.name, came_from="gaudi3-a", folder=str(run)) == copy
+    buffer.seek(0)
+    other = run_copy.receive(buffer, store, run.name, came_from="gaudi3 b", folder=str(run))
+    assert other == store / f"{run.name}-gaudi3_b"
+
+
+def test_a_moved_calibration_is_pointed_at_where_it_is(tmp_path: Path) -> None:
+    """vLLM's QUANT_CONFIG for a calibration moved by hand names the measurements where they are now."""
+    from gaudi_gui.core import fp8
+    run = _calibration(tmp_path / "a" / "20261207-050000-calibrate", ranks=1)
+    moved = tmp_path / "b" / run.name
+    moved.parent.mkdir()
+    run.rename(moved)
+    config = json.loads(Path(fp8.vllm_env(moved)["QUANT_CONFIG"]).read_text())
+    assert config == {"mode": "QUANTIZE", "dump_stats_path": str(moved.resolve() / "measure" / "inc")}
+    assert fp8.relocate(moved) == []  # already right: nothing written
+
+
+def test_receive_refuses_what_is_no_run(tmp_path: Path) -> None:
+    tmp_path = tmp_path / "store"
+    tmp_path.mkdir()
+    for name in ("../up", "a/b", "", ".", "-x", "x" * 201):
+        try:
+            run_copy.receive(io.BytesIO(b""), tmp_path, name, came_from="m", folder="/f")
+        except run_copy.FetchError as exc:
+            assert "is not a run name" in str(exc)
+        else:
+            raise AssertionError(f"{name!r} was taken")
+    for stream, words in ((io.BytesIO(b"not a tar at all" * 100), "not a packed run"),
+                          (io.BytesIO(), "not a packed run")):
+        try:
+            run_copy.receive(stream, tmp_path, "20261207-run", came_from="m", folder="/f")
+        except run_copy.FetchError as exc:
+            assert words in str(exc), exc
+        else:
+            raise AssertionError("garbage was taken")
+    assert [p.name for p in tmp_path.iterdir()] == []  # no staging folder left
