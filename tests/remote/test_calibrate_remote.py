@@ -18,8 +18,10 @@ from pytestqt.qtbot import QtBot
 
 from gaudi_gui.core import fp8, remote, run_copy
 from gaudi_gui.core.runstore import RunStore
+from gaudi_gui.ui.remote_browser import RemoteBrowser
 from tests.helpers import click
 from tests.remote.conftest import SshHost
+from tests.remote.test_remote_browser import entry
 
 pytestmark = pytest.mark.slow
 
@@ -112,6 +114,26 @@ def test_the_calibrate_window_measures_on_the_host_and_keeps_a_copy_here(ssh_hos
     qtbot.keyClick(view.where, Qt.Key.Key_Down)  # This machine -> the host
     assert view.place() == ssh_host.dest and ssh_host.dest in view.dataset.placeholderText()
     qtbot.keyClicks(view.model, str(tiny_model_dir))
+    # Browse… lists the host's files (a file is the choice here, not a folder).
+    prompts = ssh_host.home / "calib.txt"
+    prompts.write_text("what is fp8?\n")
+    click(qtbot, view.browse_button)
+    dialog = view.browser
+    assert isinstance(dialog, RemoteBrowser) and dialog.pick_files and dialog.tabs.count() == 1
+    dialog.path.clear()
+    qtbot.keyClicks(dialog.path, str(ssh_host.home))
+    qtbot.keyClick(dialog.path, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: dialog.folder == str(ssh_host.home) and dialog.choose_button.isEnabled(),
+                    timeout=60000)
+    click(qtbot, dialog.choose_button)  # nothing selected: a file must be
+    assert dialog.isVisible() and dialog.status.text() == "Select a file first."
+    item = entry(dialog.entries, "calib.txt")
+    dialog.entries.scrollToItem(item)
+    qtbot.mouseClick(dialog.entries.viewport(), Qt.MouseButton.LeftButton,
+                     pos=dialog.entries.visualItemRect(item).center())
+    click(qtbot, dialog.choose_button)
+    qtbot.waitUntil(lambda: not dialog.isVisible(), timeout=5000)
+    assert view.dataset.text() == str(prompts)
     qtbot.keyClicks(view.prompts, "the cat sat")
     qtbot.keyClick(view.prompts, Qt.Key.Key_Return)
     qtbot.keyClicks(view.prompts, "hello world")
