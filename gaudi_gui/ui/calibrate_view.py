@@ -418,7 +418,7 @@ class CalibrateDialog(QDialog):
         self.view = CalibrateView(job, self, model=model)
         layout = QVBoxLayout(self)
         layout.addWidget(self.view)
-        self.resize(760, 560)
+        self.resize(760, 620)
 
     def shutdown(self) -> None:
         self.view.shutdown()
