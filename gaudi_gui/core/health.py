@@ -18,7 +18,6 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from importlib import metadata as _metadata
 from pathlib import Path
 from typing import Any
 
@@ -561,6 +560,11 @@ PACKAGES = ("habana-torch-plugin", "torch", "transformers", "accelerate", "peft"
 
 
 def package_versions() -> dict[str, str]:
+    # Imported here, where the doctor reads the versions: importlib.metadata (and the email package it
+    # loads) was most of this module's import, and the window imports this module to read a report
+    # (services.health, docs/benchmarks.md).
+    from importlib import metadata as _metadata
+
     out: dict[str, str] = {}
     for name in PACKAGES:
         try:

@@ -125,7 +125,6 @@ class AppServices:
             from gaudi_gui.services.health import HealthService
             from gaudi_gui.services.notifier import Notifier
             self.health = HealthService(self.settings, parent)
-            self.health.via_agent = True  # the doctor: the agent's child (a host's, its agent's)
             self.health.host_hl_smi = self._host_hl_smi
             self.health.watch_poller("local", self.poller)
             self.notifier = Notifier(self.settings, parent)

@@ -1,28 +1,32 @@
 """Every watched host's health: ``gaudi-gui doctor --json`` as a child per host, and the alerts.
 
-The doctor runs in a child process (``python -m gaudi_gui doctor --json``, with ``--host DEST`` for a
-remote host, which runs the doctor there over ssh), never on the GUI thread: it starts hl-smi eight
-times, reads /proc and may wait on a slow host. Hosts are checked in parallel, one child each, and
-again every ``health/interval_s``. A child that crashes, times out or prints something that is not
-the report becomes ``HostHealth(reachable=False, error=...)`` with its exit and last lines, so a
-broken doctor is a visible error of that host, never a silent "ok".
+The doctor runs in a child process (``python -m gaudi_gui doctor --json``, on the host it checks),
+never in the window: it starts hl-smi eight times, reads /proc and may wait on a slow host. Hosts are
+checked in parallel, one child each, and again every ``health/interval_s``. A child that crashes,
+times out or prints something that is not the report becomes ``HostHealth(reachable=False,
+error=...)`` with its exit and last lines, so a broken doctor is a visible error of that host, never
+a silent "ok".
 
 Alerts (``core.alerts``) are computed here from the hosts' live samples (the pollers the window
 already runs) and the doctor's findings; views and the notifier subscribe to the signals.
 
-The window's thread does none of a check's work (issue 26: with 4 hosts it froze 300-400 ms at every
-refresh): each doctor is started, waited for, killed at its timeout and read (``read_report``: the
-JSON parse and the findings) on a thread of its own (``services.doctor_child.DoctorChild``); the
-window's thread gets the finished ``HostHealth`` through a queued signal and only stores it, updates
-the alerts and tells the views. ``start`` still imports ``core.health`` (50-100 ms) on a thread while
-the first doctor runs, so no other reader (a view) pays for it on the window's thread.
+Every check is the agent's child (issue 38: the window starts no process and no thread): this
+machine's doctor is this machine's agent's ``doctor`` child, a saved host's is run on that host by its
+agent, over this machine's one ssh session to it (``services.preflight.AgentDoctor``, as the start
+gate's). The window's thread only sends the request and, when the child's lines have come back, reads
+its report (``read_report``: the JSON parse and the findings, 0.2 ms for the sick 8-card report),
+stores it, updates the alerts and tells the views. The reader's modules (``READER_MODULES``) are
+imported while the first doctor runs, one per turn of the event loop (4 ms for the largest, by
+``python -X importtime``): in one slot they were 19-27 ms (45-69 ms wall on 2 loaded cores), half of it
+importlib.metadata, which only the doctor's own version check imports now; a thread imported them
+before (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
 import functools
+import importlib
 import sys
-import threading
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -30,38 +34,26 @@ from typing import TYPE_CHECKING, Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core.alerts import CLEARED, RAISED, Alert, AlertEngine, AlertEvent, Thresholds, card_key
-from gaudi_gui.services.doctor_child import DoctorChild
-from gaudi_gui.services.process import ProcessRunner, describe_exit
+from gaudi_gui.services.agent_child import AgentChild, describe_exit
 from gaudi_gui.services.settings import Settings
 
 if TYPE_CHECKING:
-    # core.health is imported where a report is read: it loads importlib.metadata (~0.1 s), and
-    # this service is made before the window's first paint.
+    # core.health and core.preflight are imported where a check starts (services.preflight): this
+    # service is made before the window's first paint.
     from gaudi_gui.core.child import Outcome
     from gaudi_gui.core.health import HostHealth
-    from gaudi_gui.services.agent_child import AgentChild
     from gaudi_gui.services.preflight import AgentDoctor
 
 LOCAL = "local"
-#: Between two hosts' doctor starts in one refresh: the starts are off the window's thread, but five
-#: Python interpreters starting at once on a 2-core machine still take its cores from the window;
-#: spread, the window gets a turn between them.
+#: Between two hosts' doctor starts in one refresh: the agents start them, but five Python
+#: interpreters starting at once on a 2-core machine still take its cores from the window; spread,
+#: the window gets a turn between them.
 STAGGER_MS = 40
-
-
-def _import_report_reader() -> None:
-    import gaudi_gui.core.preflight  # noqa: F401  (imported for its side effect: core.health too)
-
-
-def import_report_reader_in_background() -> threading.Thread | None:
-    """Import ``core.preflight`` (the report's reader) and ``core.health`` (it loads importlib.metadata,
-    50-100 ms) on a thread, so that no view pays for it on the window's thread; None when it is
-    imported already. A reader that comes first waits on the import lock for the rest of that import."""
-    if "gaudi_gui.core.preflight" in sys.modules:
-        return None
-    thread = threading.Thread(target=_import_report_reader, name="gaudi-gui-health-import", daemon=True)
-    thread.start()
-    return thread
+#: The report's reader (``read_report``): imported by ``start`` one module per turn of the event loop
+#: while the first doctor runs (>= 0.5 s), so that no turn pays for all of them (about 1, 4.5 and 2.7 ms
+#: of CPU, measured after the window's own imports; core.child usually came with the first check's
+#: AgentDoctor already); a report that comes first imports the rest itself.
+READER_MODULES = ("gaudi_gui.core.child", "gaudi_gui.core.health", "gaudi_gui.core.preflight")
 
 
 def thresholds_from(settings: Settings) -> Thresholds:
@@ -77,7 +69,7 @@ def thresholds_from(settings: Settings) -> Thresholds:
 
 def read_report(host: str, timeout_s: float, outcome: Outcome) -> HostHealth:
     """What a doctor child's end says of ``host``: its report, or why there is none (the start gate's
-    reading, ``core.preflight.host_reply``). Runs on the doctor's thread (services.doctor_child)."""
+    reading, ``core.preflight.host_reply``), on the window's thread when the child's end has come."""
     from gaudi_gui.core.preflight import Target, host_reply
 
     return host_reply(Target(host), outcome, timeout_s=timeout_s)
@@ -120,18 +112,10 @@ class HealthService(QObject):
     def __init__(self, settings: Settings, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.settings = settings
-        #: The doctor's command line before the host options (tests put another child here).
-        # --background: the periodic checks run at low CPU priority (here and on the hosts), so that
-        # they never take the cores from the window or a run (the start gate's check runs at normal
-        # priority: someone is waiting for it).
-        self.command: list[str] = [sys.executable, "-m", "gaudi_gui", "doctor", "--json", "--background"]
         self._hosts: list[str] = [LOCAL]
         self._health: dict[str, HostHealth] = {}
         self._checked_at: dict[str, float] = {}
-        self._checks: dict[str, DoctorChild | AgentDoctor] = {}
-        #: This machine's checks run as the agent's children (the app sets it; tests of the
-        #: service's own rules leave it off).
-        self.via_agent = False
+        self._checks: dict[str, AgentDoctor] = {}
         #: The interpreter the agent runs this machine's doctor with ("" its own; tests put another).
         self.python = ""
         #: A saved host's hl-smi path (the app gives the hosts' list; "": the host's PATH).
@@ -144,9 +128,8 @@ class HealthService(QObject):
         self._read_interval()
         self._running = False
         self._shut_down = False
-        # `doctor --report FILE` as a child: it runs every check again and packs the files.
-        self._report_runner: ProcessRunner | AgentChild = ProcessRunner(self, parse_protocol=False,
-                                                                         tail_lines=20)
+        # `doctor --report FILE` as the agent's child: it runs every check again and packs the files.
+        self._report_runner = AgentChild(self, tail_lines=20)
         self._report_runner.finished.connect(self._on_report_finished)
         self._report_path = ""
         self._report_copy = False  # the running report child is for "Copy report" (a temporary .txt)
@@ -220,8 +203,16 @@ class HealthService(QObject):
         self._running = True
         if not self._timer.isActive():
             self._timer.start()
-        import_report_reader_in_background()  # before the first report comes back (a doctor: >= 0.5 s)
         self.refresh()
+        QTimer.singleShot(0, self, self._import_reader_piece)
+
+    def _import_reader_piece(self) -> None:
+        """One module of the report's reader, then the next on a later turn (``READER_MODULES``)."""
+        name = next((m for m in READER_MODULES if m not in sys.modules), None)
+        if name is None or self._shut_down:
+            return
+        importlib.import_module(name)
+        QTimer.singleShot(0, self, self._import_reader_piece)
 
     def stop(self) -> None:
         """No more periodic checks; the checks under way are killed."""
@@ -262,19 +253,8 @@ class HealthService(QObject):
             from pathlib import Path
             path = str(Path(tempfile.mkdtemp(prefix="gaudi-report-")) / "report.txt")
         self._report_path = path
-        if self.via_agent:
-            # The agent's child, as every doctor of the app's: no process of the window's own.
-            from gaudi_gui.services.agent_child import AgentChild
-            child = self._report_runner
-            if not isinstance(child, AgentChild):
-                child = self._report_runner = AgentChild(self, tail_lines=20)
-                child.finished.connect(self._on_report_finished)
-            child.start("doctor", {"report": path, **({} if host == LOCAL else {"about": host})})
-            return True
-        args = ["-m", "gaudi_gui", "doctor", "--report", path, *([] if host == LOCAL else ["--host", host])]
-        runner = self._report_runner
-        assert isinstance(runner, ProcessRunner)
-        runner.start(sys.executable, args)
+        # The agent's child, as every doctor of the window's: no process of the window's own.
+        self._report_runner.start("doctor", {"report": path, **({} if host == LOCAL else {"about": host})})
         return True
 
     def _on_report_finished(self, code: int, status: str) -> None:
@@ -331,41 +311,26 @@ class HealthService(QObject):
         timeout_s = float(self.settings.get("health/timeout_s"))
         read = functools.partial(read_report, host, timeout_s)
         hl_smi = str(self.settings.get("devices/hl_smi") or "").strip()
-        if self.via_agent:
-            from gaudi_gui.services.preflight import AgentDoctor  # (its core.preflight: after the paint)
+        from gaudi_gui.services.preflight import AgentDoctor  # (the reader comes later: READER_MODULES)
 
-            # The one place choosing: the doctor is the agent's child (no thread, no child of the
-            # window), below the window's priority: this machine's with the Devices panel's hl-smi,
-            # a saved host's run ON that host by its agent (over this machine's one ssh session to
-            # it) with the host's saved hl-smi path.
-            remote = host != LOCAL
-            doctor = AgentDoctor(self, read, tail_lines=20, host=host if remote else None)
-            doctor.setObjectName(host)
-            self._checks[host] = doctor
-            doctor.ended.connect(self._on_finished)
-            args = {"timeout_s": timeout_s, "hl_smi": self.host_hl_smi(host) if remote else hl_smi,
-                    "background": True, "python": "" if remote else self.python}
-            doctor.start({k: v for k, v in args.items() if v}, int(timeout_s * 1000))
-            self.checking_changed.emit(host, True)
-            return
-        check = DoctorChild(self, read, tail_lines=20)
-        check.setObjectName(host)
-        self._checks[host] = check
+        # The doctor is the agent's child (no thread, no child of the window), below the window's
+        # priority (--background: the start gate's check runs at normal priority, someone waits for
+        # it): this machine's with the Devices panel's hl-smi, a saved host's run ON that host by its
+        # agent (over this machine's one ssh session to it) with the host's saved hl-smi path.
+        remote = host != LOCAL
+        doctor = AgentDoctor(self, read, tail_lines=20, host=host if remote else None)
+        doctor.setObjectName(host)
+        self._checks[host] = doctor
         # A bound method, not a lambda holding this service: the check's connection must never be
         # the last holder of its own parent (see _on_finished).
-        check.ended.connect(self._on_finished)
-        argv = list(self.command)
-        if host == LOCAL and hl_smi:
-            argv += ["--hl-smi", hl_smi]  # the Devices panel's hl-smi (settings), as the start gate
-        if host != LOCAL:
-            # One argv element each: the host name never reaches a shell here (the doctor quotes it
-            # for ssh itself).
-            argv += ["--host", host]
-        check.start(argv, int(timeout_s * 1000))
+        doctor.ended.connect(self._on_finished)
+        args = {"timeout_s": timeout_s, "hl_smi": self.host_hl_smi(host) if remote else hl_smi,
+                "background": True, "python": "" if remote else self.python}
+        doctor.start({k: v for k, v in args.items() if v}, int(timeout_s * 1000))
         self.checking_changed.emit(host, True)
 
     def _on_finished(self, found: HostHealth) -> None:
-        """A doctor's report, read on its thread (``read_report``): stored and told here.
+        """A doctor's report (``read_report``'s reading of its end): stored and told here.
 
         The check is the signal's sender. A lambda that held this service (``lambda found, c=check:
         self._on_finished(c, found)``) made the retired check's connection the last holder of a

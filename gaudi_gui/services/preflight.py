@@ -16,14 +16,19 @@ import dataclasses
 import functools
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core import child as core_child
-from gaudi_gui.core import preflight as core
-from gaudi_gui.core.health import HostHealth
 from gaudi_gui.services.agent_child import AgentChild
+
+if TYPE_CHECKING:
+    # Imported where a check is planned or read (PreflightService's methods, a doctor's reader): the
+    # health service imports AgentDoctor at its first check, and imports these one per turn of the
+    # event loop while that doctor runs (services.health.READER_MODULES).
+    from gaudi_gui.core import preflight as core
+    from gaudi_gui.core.health import HostHealth
 
 _TAIL = 20
 
@@ -121,6 +126,8 @@ class PreflightService(QObject):
 
     def run(self, plan: core.Plan, key: str) -> bool:
         """Check ``plan``'s hosts now for ``key``; False (and nothing emitted) for an empty plan."""
+        from gaudi_gui.core import preflight as core
+
         self.cancel(key)
         if plan.empty:
             return False
@@ -166,6 +173,8 @@ class PreflightService(QObject):
         run.replies[run.checks.index(check)] = reply
         if len(run.replies) < len(run.checks):
             return
+        from gaudi_gui.core import preflight as core
+
         del self._runs[key]
         for check in run.checks:
             check.deleteLater()
