@@ -24,7 +24,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 AREAS = ["startup", "devices", "hosts", "runner", "remote", "training", "sft", "stop", "multihost", "doctor",
-         "gate", "eval", "serve", "download", "meter", "queue", "dashboard", "pref"]
+         "gate", "eval", "serve", "download", "meter", "queue", "dashboard", "pref", "fp8"]
 
 
 def _fmt(value: float | None, unit: str = "") -> str:
