@@ -71,6 +71,13 @@ def test_calibrate_a_cached_model_from_the_models_tab(qtbot: QtBot, cached_model
     assert view.dataset.text() == str(data)
     view.rows.selectAll()
     qtbot.keyClicks(view.rows, "4")
+    # The Cards field reaches the command, which refuses a malformed one at once, in one line.
+    qtbot.keyClicks(view.cards, "0,x")
+    click(qtbot, view.run_button)
+    qtbot.waitUntil(lambda: view.run_button.isEnabled() and "--cards" in view.status.text(), timeout=60000)
+    assert "\n" not in view.status.text() and view.job.folder == ""
+    view.cards.selectAll()
+    qtbot.keyClick(view.cards, Qt.Key.Key_Delete)
     click(qtbot, view.run_button)
     assert not view.run_button.isEnabled() and view.stop_button.isEnabled()
     qtbot.waitUntil(view.run_button.isEnabled, timeout=120000)
