@@ -211,11 +211,52 @@ def _fetch(args: dict[str, Any]) -> Spec:
     return Spec([*argv, "fetch", folder, "--json"], dict(os.environ))
 
 
+def _ssh_config(args: dict[str, Any]) -> Spec:
+    """``ssh -G DEST``: ssh's resolved configuration of a host, without connecting (the Hosts tab's
+    address of a host, as other machines reach it)."""
+    from gaudi_gui.core import multi_host, remote
+    try:
+        dest = remote.check_destination(str(args.get("dest") or ""))
+    except remote.HostError as exc:
+        raise Refused(f"ssh_config: {exc}") from None
+    return Spec(multi_host.ssh_g_argv(remote.Host.parse(dest)), dict(os.environ))
+
+
+#: ``hosts --setup``'s own options a set-up may carry, and whether each takes a value.
+_SETUP_OPTIONS = {"--venv": True, "--python": True, "--no-deps": False}
+
+
+def _host_setup(args: dict[str, Any]) -> Spec:
+    """``gaudi-gui hosts --setup DEST [--venv PATH] [--python PY] [--no-deps]``: this gaudi-gui installed
+    on a saved host (a wheel built here, a venv there). Only those options, each value one argument."""
+    from gaudi_gui.core import remote
+    try:
+        dest = remote.check_destination(str(args.get("dest") or ""))
+    except remote.HostError as exc:
+        raise Refused(f"host_setup: {exc}") from None
+    words = [str(w) for w in args.get("options") or []]
+    argv = [_python(args), "-m", "gaudi_gui", "hosts", f"--setup={dest}"]
+    at = 0
+    while at < len(words):
+        option = words[at]
+        if option not in _SETUP_OPTIONS:
+            raise Refused(f"host_setup: {option!r} is not one of {', '.join(_SETUP_OPTIONS)}")
+        if _SETUP_OPTIONS[option]:
+            if at + 1 >= len(words) or "\0" in words[at + 1]:
+                raise Refused(f"host_setup: {option} needs a value")
+            argv.append(f"{option}={words[at + 1]}")
+            at += 2
+        else:
+            argv.append(option)
+            at += 1
+    return Spec(argv, dict(os.environ))
+
+
 #: Every kind of interactive child: its name -> its argv and environment from the request's ``args``.
 KINDS: dict[str, Callable[[dict[str, Any]], Spec]] = {
     "generate": _generate, "probe": _probe, "schema": _schema, "validate": _validate,
     "sft_preview": _sft_preview, "merge": _merge, "dashboard": _dashboard, "doctor": _doctor,
-    "export": _export, "fetch": _fetch}
+    "export": _export, "fetch": _fetch, "ssh_config": _ssh_config, "host_setup": _host_setup}
 
 
 class _Lines:

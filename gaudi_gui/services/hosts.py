@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,10 +30,11 @@ from PySide6.QtCore import QCoreApplication, QFileSystemWatcher, QObject, Signal
 
 from gaudi_gui.core import multi_host, remote
 from gaudi_gui.core.remote import Host, HostError, RemoteError
+from gaudi_gui.services.agent_child import AgentChild
 from gaudi_gui.services.agent_client import AgentClient
 from gaudi_gui.services.device_poller import DevicePoller
 from gaudi_gui.services.device_selection import DeviceSelection
-from gaudi_gui.services.process import ProcessRunner, delete_when_reaped
+from gaudi_gui.services.process import delete_when_reaped
 from gaudi_gui.services.settings import Settings
 
 #: A set-up's last lines kept for its failure message.
@@ -42,21 +42,20 @@ _SETUP_TAIL = 20
 
 
 class _Ask(QObject):
-    """A short command about a host as a child, never blocking the GUI: ``ssh -G HOST`` (ssh's
-    resolved configuration, without connecting)."""
+    """``ssh -G HOST`` (ssh's resolved configuration, without connecting), the agent's child: the
+    window starts no process."""
 
-    def __init__(self, host: Host, argv: list[str], parent: QObject) -> None:
+    def __init__(self, host: Host, client: AgentClient, parent: QObject) -> None:
         super().__init__(parent)
         self.host = host
-        self.argv = argv
         self.out: list[str] = []
         self.err: list[str] = []
-        self.runner = ProcessRunner(self, parse_protocol=False, tail_lines=20)
+        self.runner = AgentChild(self, client=client, tail_lines=20)
         self.runner.line_received.connect(
             lambda stream, line: (self.out if stream == "stdout" else self.err).append(line))
 
     def start(self) -> None:
-        self.runner.start(self.argv[0], self.argv[1:])
+        self.runner.start("ssh_config", {"dest": self.host.name})
 
 
 def _file_stamp(path: Path) -> tuple[int, int, int] | None:
@@ -119,9 +118,8 @@ class HostsService(QObject):
         self.handshakes: dict[str, dict[str, Any]] = {}
         self._addresses: dict[str, str] = {}
         self._resolves: dict[str, _Ask] = {}
-        self._setup_runner = ProcessRunner(self, parse_protocol=False, tail_lines=_SETUP_TAIL)
-        self._setup_runner.line_received.connect(self._on_setup_line)
-        self._setup_runner.finished.connect(self._on_setup_done)
+        # ``hosts --setup``: the agent's child, made on the first set-up.
+        self._setup_runner: AgentChild | None = None
         #: The host a set-up runs for ("" when none).
         self.setup_host = ""
         self._saved: list[Host] = []
@@ -260,7 +258,8 @@ class HostsService(QObject):
         for runner in runners:
             if runner.is_running():
                 runner.kill_tree()
-        if self._setup_runner.is_running():
+        if self.setup_running():
+            assert self._setup_runner is not None
             self._setup_runner.kill_tree()
 
     def _drop_poller(self, name: str) -> None:
@@ -335,7 +334,7 @@ class HostsService(QObject):
                 host = self.find(name)
             except HostError:
                 return None
-            resolve = _Ask(host, multi_host.ssh_g_argv(host), self)
+            resolve = _Ask(host, self._agent(), self)
             resolve.runner.finished.connect(lambda _code, _status, r=resolve: self._on_resolved(r))
             self._resolves[name] = resolve
             resolve.start()
@@ -354,17 +353,21 @@ class HostsService(QObject):
     # -- set-up -----------------------------------------------------------------------------------
 
     def setup_running(self) -> bool:
-        return self._setup_runner.is_running()
+        return self._setup_runner is not None and self._setup_runner.is_running()
 
     def setup(self, name: str, extra: tuple[str, ...] = ()) -> bool:
         """Install this gaudi-gui on the host (``gaudi-gui hosts --setup NAME EXTRA`` as a child: a
         wheel built here, a venv there); False when ``name`` is local or a set-up already runs.
         ``setup_progressed`` says what it does, ``setup_finished`` how it ended; on success the host
         list is read again (the child saved the new remote command) and the host reconnected."""
-        if not name or name == remote.LOCAL or self._setup_runner.is_running():
+        if not name or name == remote.LOCAL or self.setup_running():
             return False
         self.setup_host = name
-        self._setup_runner.start(sys.executable, ["-m", "gaudi_gui", "hosts", "--setup", name, *extra])
+        if self._setup_runner is None:
+            self._setup_runner = AgentChild(self, client=self._agent(), tail_lines=_SETUP_TAIL)
+            self._setup_runner.line_received.connect(self._on_setup_line)
+            self._setup_runner.finished.connect(self._on_setup_done)
+        self._setup_runner.start("host_setup", {"dest": name, "options": list(extra)})
         return True
 
     def _on_setup_line(self, _stream: str, line: str) -> None:
@@ -382,5 +385,6 @@ class HostsService(QObject):
                     self._ensure(host).start()
             self.setup_finished.emit(name, True, "")
             return
-        last = next((t for t in reversed(self._setup_runner.tail(5)) if t.strip()), f"exit {code}")
+        said = self._setup_runner.tail(5) if self._setup_runner is not None else []
+        last = next((t for t in reversed(said) if t.strip()), f"exit {code}")
         self.setup_finished.emit(name, False, last.removeprefix("gaudi-gui hosts --setup: "))

@@ -97,3 +97,24 @@ def test_the_window_streams_a_generation_with_no_child_of_its_own(qtbot: QtBot, 
     child.start("nonsense", {})
     qtbot.waitUntil(lambda: len(ended) == 2, timeout=10_000)
     assert ended[1] == (-1, EXIT_FAILED_TO_START) and "no such child kind" in failed[0]
+
+
+def test_the_hosts_children_take_a_destination_and_setup_options_only() -> None:
+    """``ssh_config`` (``ssh -G``) and ``host_setup`` (``hosts --setup``), the Hosts tab's children: a
+    destination that would be an option, and any option ``hosts --setup`` does not take, are refused
+    before anything starts; ``ssh -G`` of a good one answers without connecting."""
+    with Connection.open() as conn:
+        for kind, args, words in (
+                ("ssh_config", {"dest": "-oProxyCommand=touch /tmp/x"}, "cannot begin with '-'"),
+                ("ssh_config", {"dest": "a b"}, "not an SSH destination"),
+                ("host_setup", {"dest": "-x"}, "cannot begin with '-'"),
+                ("host_setup", {"dest": "gg-a", "options": ["--remote-command", "rm -rf ~"]},
+                 "'--remote-command' is not one of --venv, --python, --no-deps"),
+                ("host_setup", {"dest": "gg-a", "options": ["--venv"]}, "--venv needs a value")):
+            with pytest.raises(AgentError, match=words):
+                conn.request("child.start", kind=kind, args=args)
+        child_id = conn.request("child.start", kind="ssh_config", args={"dest": "user@gg-nowhere:2222"})[
+            "child_id"]
+        seen = _until(conn, child_id, lambda e: "end" in e, timeout=30)
+        lines = [m.get("line", "") for e in seen for m in e.get("messages") or []]
+        assert seen[-1]["end"]["exit_code"] == 0 and "hostname gg-nowhere" in lines and "port 2222" in lines
