@@ -34,7 +34,7 @@ from typing import Any
 
 from gaudi_gui.core import dashboard
 from gaudi_gui.core.placement import Forward
-from gaudi_gui.core.remote import Host, ssh_base
+from gaudi_gui.core.remote import Host, ssh_base, ssh_target
 from gaudi_gui.core.runstore import Run
 
 #: The Python that serves the dashboards when --python is not given.
@@ -170,7 +170,7 @@ def _forward(host: Host, forward: Forward, cancel: bool = False) -> tuple[int, s
     """``ssh -O forward|cancel`` on the multiplexed connection: (exit status, what ssh said)."""
     import subprocess
     argv = [*ssh_base(host.name), "-O", "cancel" if cancel else "forward", *forward.ssh_option(), "--",
-            host.name]
+            ssh_target(host.name)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, errors="replace", timeout=30,
                               stdin=subprocess.DEVNULL)

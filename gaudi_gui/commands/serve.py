@@ -844,12 +844,12 @@ def _on_host(args: argparse.Namespace, spec: sv.ServeSpec, out: _Out) -> int:
 def forward(dest: str, fwd: Any) -> bool:
     """Ask the multiplexed connection to ``dest`` (made first when there is none) for ``fwd``;
     whether the local port now reaches the host (a taken local port says nothing: checked first)."""
-    from gaudi_gui.core.remote import ssh_base
+    from gaudi_gui.core.remote import ssh_base, ssh_target
 
     if not sv.port_free(fwd.local_port):
         return False
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run([*ssh_base(dest), "--", dest, "true"], capture_output=True, timeout=30,
+        subprocess.run([*ssh_base(dest), "--", ssh_target(dest), "true"], capture_output=True, timeout=30,
                        stdin=subprocess.DEVNULL)
     _mux(dest, fwd, "forward")
     return not sv.port_free(fwd.local_port)
@@ -863,8 +863,8 @@ RECONNECT_S = 600.0
 def _mux(dest: str, fwd: Any, op: str) -> None:
     """``ssh -O forward`` (ask the multiplexed connection for the forward again: nothing answers
     through it now) or ``-O cancel`` (the master would hold the local port until it ends)."""
-    from gaudi_gui.core.remote import ssh_base
+    from gaudi_gui.core.remote import ssh_base, ssh_target
 
     with contextlib.suppress(OSError, subprocess.SubprocessError):
-        subprocess.run([*ssh_base(dest), "-O", op, *fwd.ssh_option(), "--", dest], capture_output=True,
-                       timeout=15)
+        subprocess.run([*ssh_base(dest), "-O", op, *fwd.ssh_option(), "--", ssh_target(dest)],
+                       capture_output=True, timeout=15)

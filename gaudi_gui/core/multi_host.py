@@ -69,7 +69,7 @@ def ssh_g_argv(host: Host) -> list[str]:
     cfg = remote.ssh_config_file()
     if cfg:
         argv += ["-F", cfg]
-    return [*argv, "--", host.name]
+    return [*argv, "--", remote.ssh_target(host.name)]
 
 
 def address_from_ssh_g(host: Host, text: str) -> str:

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from gaudi_gui.core.remote import LOCAL, Host, HostError, remote_line, ssh_base
+from gaudi_gui.core.remote import LOCAL, Host, HostError, remote_line, ssh_base, ssh_target
 from gaudi_gui.core.slurm import SlurmTarget
 
 Kind = Literal["local", "host", "hosts", "slurm"]
@@ -180,7 +180,7 @@ class Placement:
         inner = host.guard_argv(list(args), run="gaudi_gui", grace=grace, env=env) if guard \
             else host.gaudi_gui_argv(*args)
         ssh = ssh_base(host.name, config=config, connect_timeout=connect_timeout)
-        return [*ssh, "--", host.name, remote_line(inner)]
+        return [*ssh, "--", ssh_target(host.name), remote_line(inner)]
 
     def preview(self, args: Sequence[str]) -> str:
         """What a person would type to run ``gaudi-gui ARGS`` at this placement."""

@@ -71,6 +71,15 @@ def check_destination(dest: str) -> str:
     return text
 
 
+_WITH_PORT = re.compile(r":\d+$")
+
+
+def ssh_target(dest: str) -> str:
+    """``dest`` as the ssh command line takes it: ``host:port`` (which ssh would read as a host named
+    "host:port") as the URI ``ssh://[user@]host:port``; any other destination as it is."""
+    return f"ssh://{dest}" if _WITH_PORT.search(dest) and not dest.startswith("ssh://") else dest
+
+
 def split_remote_command(command: str) -> list[str]:
     """The remote command as words (HostError when it cannot be split or is empty)."""
     try:
@@ -162,7 +171,7 @@ class Host:
             return list(argv)
         return [*ssh_base(self.name, config=config, control_dir=control_dir,
                           connect_timeout=connect_timeout),
-                "--", self.name, remote_line(argv)]
+                "--", ssh_target(self.name), remote_line(argv)]
 
     def shell_preview(self, argv: Sequence[str]) -> str:
         """What a person would type to run ``argv`` on the host (for previews and messages)."""

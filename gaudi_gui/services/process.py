@@ -465,12 +465,13 @@ def ask_forward(parent: QObject, dest: str, forward: Forward, done: Callable[[in
                 *, cancel: bool = False) -> None:
     """``ssh -O forward|cancel`` of ``forward`` on the multiplexed connection to ``dest``, as a child
     (the window never waits for it); ``done(ssh's exit code, its last words)`` once it has ended."""
-    from gaudi_gui.core.remote import ssh_base
+    from gaudi_gui.core.remote import ssh_base, ssh_target
     runner = ProcessRunner(parent, parse_protocol=False)
     said: list[str] = []
     runner.line_received.connect(lambda _stream, line: said.append(line.strip()))
     if done is not None:
         runner.finished.connect(lambda code, _status: done(code, next((s for s in reversed(said) if s), "")))
     runner.finished.connect(lambda _code, _status: runner.deleteLater())
-    argv = [*ssh_base(dest), "-O", "cancel" if cancel else "forward", *forward.ssh_option(), "--", dest]
+    argv = [*ssh_base(dest), "-O", "cancel" if cancel else "forward", *forward.ssh_option(), "--",
+            ssh_target(dest)]
     runner.start(argv[0], argv[1:])
