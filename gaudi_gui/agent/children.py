@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from gaudi_gui.agent.server import Agent, Handler, Refused, Session
-from gaudi_gui.core import prepare, protocol
+from gaudi_gui.core import prepare, proctree, protocol
 from gaudi_gui.core.agentwire import Ev
 from gaudi_gui.core.visibility import child_env
 
@@ -42,6 +42,8 @@ TAIL_LINES = 60
 MAX_LINE_CHARS = 1 << 20
 #: The most bytes one read takes (one Ev.OUTPUT per read).
 READ_BYTES = 1 << 16
+#: Seconds a child's output is still read after it exited (what a helper still holding its pipes may say).
+PIPES_AFTER_EXIT_S = 2.0
 
 
 @dataclasses.dataclass
@@ -293,6 +295,9 @@ class Child:
         self.stopped = False
         self.ended = False
         self._kill: asyncio.TimerHandle | None = None
+        #: What the child had started when a stop was asked (by pid and create time): helpers in a
+        #: session of their own are not in its group, and once it is gone they are nobody's children.
+        self.tree: list[proctree.ProcessRef] = []
 
     def signal_group(self, signum: int) -> None:
         """``signum`` to the child's process group (its own session: what it started goes too)."""
@@ -303,10 +308,17 @@ class Child:
         if self.ended:
             return
         self.stopped = True
+        if not self.tree:
+            self.tree = proctree.descendants(self.proc.pid)
         self.signal_group(signal.SIGTERM)
         if self._kill is None:
-            self._kill = asyncio.get_running_loop().call_later(
-                max(0.0, grace_s), self.signal_group, signal.SIGKILL)
+            self._kill = asyncio.get_running_loop().call_later(max(0.0, grace_s), self.kill_all)
+
+    def kill_all(self) -> None:
+        """SIGKILL to the child's group and to every process it had started when it was stopped."""
+        self.signal_group(signal.SIGKILL)
+        for ref in self.tree:
+            ref.signal(signal.SIGKILL)
 
     def describe(self) -> dict[str, Any]:
         return {"child_id": self.child_id, "kind": self.kind, "pid": self.proc.pid}
@@ -422,16 +434,35 @@ class Children:
     # -- watching -----------------------------------------------------------------------------------
     async def _watch(self, child: Child) -> None:
         assert child.proc.stdout is not None and child.proc.stderr is not None
-        try:
-            await asyncio.gather(self._read(child, child.proc.stdout, "stdout"),
+        readers = asyncio.gather(self._read(child, child.proc.stdout, "stdout"),
                                  self._read(child, child.proc.stderr, "stderr"))
+        try:
             code = await child.proc.wait()
+            # Its pipes close when the last process holding them ends: a helper it started in a session
+            # of its own may hold them on. A stopped child's tree is killed; any other's output is read
+            # for a moment more, then its end is said all the same (never "running" for ever).
+            try:
+                await asyncio.wait_for(asyncio.shield(readers), PIPES_AFTER_EXIT_S)
+            except asyncio.TimeoutError:
+                if child.stopped:
+                    child.kill_all()
+                    with contextlib.suppress(asyncio.TimeoutError):
+                        await asyncio.wait_for(asyncio.shield(readers), PIPES_AFTER_EXIT_S)
+                if not readers.done():
+                    readers.cancel()
+                    child.tail.append("(its output was still held open by a process it started: "
+                                      "no longer read)")
         finally:
             child.ended = True
             if child._kill is not None:
                 child._kill.cancel()
-            # Helpers it left in its group must not outlive it.
-            child.signal_group(signal.SIGKILL)
+            if not readers.done():
+                readers.cancel()
+            # Helpers it left in its group (and, stopped, what it had started) must not outlive it.
+            if child.stopped:
+                child.kill_all()
+            else:
+                child.signal_group(signal.SIGKILL)
             self.children.pop(child.child_id, None)
             _remove(child.spec.files)
         end = {"exit_code": code, "status": "crashed" if code < 0 else "exited", "stopped": child.stopped,

@@ -4,6 +4,7 @@ started, spoken to, streamed and stopped through the agent; a crashing child's e
 
 from __future__ import annotations
 
+import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -118,3 +119,27 @@ def test_the_hosts_children_take_a_destination_and_setup_options_only() -> None:
         seen = _until(conn, child_id, lambda e: "end" in e, timeout=30)
         lines = [m.get("line", "") for e in seen for m in e.get("messages") or []]
         assert seen[-1]["end"]["exit_code"] == 0 and "hostname gg-nowhere" in lines and "port 2222" in lines
+
+
+def test_a_child_whose_helper_holds_its_output_still_ends(tmp_path: Path) -> None:
+    """A child that exits while a helper it started in a session of its own holds its stdout on: its
+    end is said (within seconds, not when the helper ends), with what it printed; the helper is not the
+    agent's to kill (it was not stopped)."""
+    pid_file = tmp_path / "helper.pid"
+    script = tmp_path / "leaves_a_helper"
+    script.write_text(f"#!/bin/sh\nsetsid sleep 600 &\necho $! > {pid_file}\necho 'bye'\nexit 0\n")
+    script.chmod(0o755)
+    try:
+        with Connection.open() as conn:
+            started = time.monotonic()
+            child_id = conn.request("child.start", kind="probe", args={"python": str(script)})["child_id"]
+            seen = _until(conn, child_id, lambda e: "end" in e, timeout=30)
+            took = time.monotonic() - started
+            end = seen[-1]["end"]
+            assert end["exit_code"] == 0 and took < 15, (end, took)
+            assert "bye" in end["tail"] and "no longer read" in end["tail"][-1]
+            assert conn.request("child.list")["children"] == []
+    finally:
+        if pid_file.exists():
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(int(pid_file.read_text())).kill()

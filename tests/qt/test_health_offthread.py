@@ -279,9 +279,6 @@ def test_a_hung_doctor_is_killed_with_its_tree(qtbot, tmp_path: Path) -> None:
     service.shutdown()
 
 
-@pytest.mark.xfail(strict=True, reason="agent/children.py ends a child's process group only, and waits for "
-                   "its pipes to close before its end: a helper in a session of its own that holds them "
-                   "keeps the check under way (the window's doctor thread, core.child.run, killed it)")
 def test_a_hung_doctors_helper_in_its_own_session_is_killed_too(qtbot, tmp_path: Path) -> None:
     """As above, with the doctor's helper in a session of its own (as hl-smi's calls are): the host
     still reads "did not answer" at the timeout, and the helper is gone."""
