@@ -26,10 +26,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QCoreApplication, QFileSystemWatcher, QObject, Signal
+from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core import multi_host, remote
 from gaudi_gui.core.remote import Host, HostError, RemoteError
+from gaudi_gui.services import disk_watch
 from gaudi_gui.services.agent_child import AgentChild
 from gaudi_gui.services.agent_client import AgentClient
 from gaudi_gui.services.device_poller import DevicePoller
@@ -65,18 +66,6 @@ def _file_stamp(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns)
-
-
-_WATCHER: QFileSystemWatcher | None = None
-
-
-def _shared_watcher() -> QFileSystemWatcher:
-    """One watcher for the process (each QFileSystemWatcher holds an inotify instance, and a user
-    gets 128 of them); every host list checks its own file's stamp on each event."""
-    global _WATCHER
-    if _WATCHER is None:
-        _WATCHER = QFileSystemWatcher(QCoreApplication.instance())
-    return _WATCHER
 
 
 class HostsService(QObject):
@@ -126,9 +115,7 @@ class HostsService(QObject):
         #: The file this list is kept in (fixed when made: the config folder is read once).
         self.path = remote.hosts_file()
         self._stamp: tuple[int, int, int] | None = None
-        watcher = _shared_watcher()
-        watcher.directoryChanged.connect(self._on_disk_change)
-        watcher.fileChanged.connect(self._on_disk_change)
+        disk_watch.shared().changed.connect(self._on_disk_change)
         self._load()
 
     # -- the host list (memory) -------------------------------------------------------------------
@@ -143,11 +130,11 @@ class HostsService(QObject):
         self._watch_file()
 
     def _watch_file(self) -> None:
-        watcher = _shared_watcher()
+        watch = disk_watch.shared()
         wanted = [p for p in (str(self.path.parent), str(self.path)) if os.path.exists(p)]
-        missing = [p for p in wanted if p not in watcher.directories() + watcher.files()]
+        missing = [p for p in wanted if not watch.watching(p)]
         if missing:
-            watcher.addPaths(missing)
+            watch.watch(missing)
 
     def _on_disk_change(self, _path: str = "") -> None:
         if _file_stamp(self.path) != self._stamp:

@@ -30,8 +30,9 @@ from gaudi_gui.core.evaluation import latest_scores
 from gaudi_gui.core.metrics import format_duration
 from gaudi_gui.core.prices import Prices
 from gaudi_gui.core.remote import Host
-from gaudi_gui.core.runstore import Run, RunStore
+from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStore
 from gaudi_gui.core.sft import is_adapter_dir
+from gaudi_gui.services import disk_watch
 from gaudi_gui.services.agent_child import AgentChild, describe_exit
 from gaudi_gui.services.dashboards import DashboardService
 from gaudi_gui.services.jobs import JobRegistry
@@ -99,8 +100,11 @@ class _Cell(QTableWidgetItem):
                 table.horizontalHeader().sortIndicatorOrder() == Qt.SortOrder.DescendingOrder
             return mine is None if descending else mine is not None
         return bool(mine < theirs)
-#: How often a shown Runs list looks for new runs and changed statuses (a stat per run folder).
+#: How often a shown Runs list looks for new runs and changed statuses (a stat per run folder) where
+#: the runs folder cannot be watched (no inotify, a network file system).
 WATCH_MS = 2000
+#: A change seen on disk is shown this soon, and a busy run's status writes at most once a second.
+CHANGE_MS, CHANGES_EVERY_MS = 150, 1000
 
 
 class RunsTable(QWidget):
@@ -237,21 +241,56 @@ class RunsTable(QWidget):
         self.settings: Settings | None = None
         self.prices_dialog: PricesDialog | None = None
         self._prices = Prices()
-        # While shown, new runs appear and running rows move on their own (no Refresh needed).
+        # While shown, new runs appear and running rows move on their own (no Refresh needed): the runs
+        # folder and every run not ended yet are watched (disk_watch: inotify, no polling); where they
+        # cannot be, the list looks every WATCH_MS.
         self._watch = QTimer(self)
         self._watch.setInterval(WATCH_MS)
         self._watch.timeout.connect(self.refresh_if_changed)
+        self._watched: set[str] = set()
+        self._soon = QTimer(self)
+        self._soon.setSingleShot(True)
+        self._soon.timeout.connect(self._on_settled)
+        self._refreshed_at = 0.0
+        #: The runs of the list that have not ended (their folders are watched while it is shown).
+        self._moving: set[str] = set()
+        disk_watch.shared().changed.connect(self._on_disk)
         self.table.itemSelectionChanged.connect(self._update_buttons)
         self.refresh()
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)
         self.refresh_if_changed()
-        self._watch.start()
+        self._follow_disk()  # (a list with nothing new was not refreshed: it watches all the same)
 
     def hideEvent(self, event: QHideEvent) -> None:
         self._watch.stop()
+        self._soon.stop()
+        disk_watch.shared().unwatch(self._watched)
+        self._watched = set()
         super().hideEvent(event)
+
+    def _follow_disk(self) -> None:
+        """Watch the runs folder and the runs that may still move (the rest have ended)."""
+        if not self.isVisible():
+            return
+        wanted = {str(self.store.root)} | self._moving
+        watch = disk_watch.shared()
+        watch.unwatch(self._watched - wanted)
+        failed = watch.watch(wanted - self._watched)
+        self._watched = (self._watched & wanted) | (wanted - self._watched - set(failed))
+        if failed or not self._watched:
+            self._watch.start()  # some of it cannot be watched: looked at instead
+        else:
+            self._watch.stop()
+
+    def _on_disk(self, path: str) -> None:
+        if path in self._watched and not self._soon.isActive():
+            since_ms = (time.monotonic() - self._refreshed_at) * 1000
+            self._soon.start(int(max(CHANGE_MS, CHANGES_EVERY_MS - since_ms)))
+
+    def _on_settled(self) -> None:
+        self.refresh_if_changed()
 
     def _signature(self) -> tuple[tuple[str, int], ...]:
         """The run folders and their status files' change times: what a refresh would show anew."""
@@ -276,7 +315,9 @@ class RunsTable(QWidget):
         at_current = self._run_at(self.table.currentRow())
         current_run = at_current.folder if at_current is not None else None
         self._seen = seen if seen is not None else self._signature()
+        self._refreshed_at = time.monotonic()
         self._runs = self.store.runs()[:500]
+        moving: set[str] = set()
         self._by_folder = {str(run.folder): run for run in self._runs}
         self._prices = self.prices()
         # Filled unsorted (a sorted table moves a row while its cells are being set), sorted after.
@@ -289,6 +330,8 @@ class RunsTable(QWidget):
             damaged += bool(problems)
             # A "running" run whose processes are gone is told as its events prove, not "running".
             st = run.reconcile()
+            if st.state not in FINAL_STATES:
+                moving.add(str(run.folder))
             loss = f"{st.final_loss:.4f}" if isinstance(st.final_loss, (int, float)) else "–"
             started = time.strftime("%Y-%m-%d %H:%M", time.localtime(st.started_at)) if st.started_at else "–"
             steps = f"{st.step}/{st.max_steps}" if st.max_steps else "–"
@@ -331,6 +374,8 @@ class RunsTable(QWidget):
                 self.table.setItem(row, col, item)
         self.table.setSortingEnabled(True)
         self.table.resizeColumnsToContents()
+        self._moving = moving
+        self._follow_disk()
         self._reselect(selected, current_run)
         if damaged:
             self.status.setText(f"⚠ {damaged} damaged run folder(s): see the status column")

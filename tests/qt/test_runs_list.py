@@ -44,6 +44,9 @@ def test_selection_follows_the_run_when_a_new_one_appears_on_top(qtbot, tmp_path
     third = store.create(JobConfig(name="third", training_args={"output_dir": str(tmp_path / "c")}))
     qtbot.waitUntil(lambda: table.table.rowCount() == 3, timeout=10000)
     assert table.selected_runs() == [first]
+    # Seen through the runs folder's watch (inotify), not a timer; the new run, not ended, is watched.
+    from gaudi_gui.services import disk_watch
+    assert {str(store.root), str(third.folder)} <= table._watched and not table._watch.isActive()
     selected_rows = {i.row() for i in table.table.selectedIndexes()}
     assert selected_rows == {_row_of(table, first.name)}
     # Resume (clicked) acts on that run, not on whatever now sits in its old row.
@@ -57,8 +60,12 @@ def test_selection_follows_the_run_when_a_new_one_appears_on_top(qtbot, tmp_path
                     timeout=10000)
     assert table.selected_runs() == [first]
     assert second in [table._runs[r] for r in range(3)]
+    # A run that ended is no longer watched (this "running" one has no process: it reads as ended).
+    qtbot.waitUntil(lambda: str(third.folder) not in table._watched, timeout=10000)
+    assert str(store.root) in table._watched and not table._watch.isActive()
     table.hide()
-    assert not table._watch.isActive()  # a hidden list does not poll
+    assert not table._watch.isActive() and table._watched == set()  # a hidden list watches nothing
+    assert not disk_watch.shared().watching(str(store.root))
 
 
 def test_the_form_says_at_the_output_folder_that_it_holds_another_run(qtbot, tmp_path: Path) -> None:
