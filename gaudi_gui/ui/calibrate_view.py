@@ -18,6 +18,7 @@ takes it to another host of the same generation.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from PySide6.QtWidgets import (
 )
 
 from gaudi_gui.core import fp8
-from gaudi_gui.core import remote as remote_mod
+from gaudi_gui.core.remote import Host
 from gaudi_gui.services.agent_child import AgentChild
 from gaudi_gui.services.calibrate import CalibrateJob
 
@@ -48,9 +49,12 @@ SCALE_CHOICES = (("the device's default", ""), *((m, m) for m in fp8.SCALE_METHO
 
 
 class CalibrateView(QWidget):
-    def __init__(self, job: CalibrateJob, parent: QWidget | None = None, *, model: str = "") -> None:
+    def __init__(self, job: CalibrateJob, parent: QWidget | None = None, *, model: str = "",
+                 hosts: Callable[[], list[Host]] | None = None) -> None:
         super().__init__(parent)
         self.job = job
+        #: The saved hosts (the app's host list in memory, ``AppServices.hosts``), by name.
+        self._hosts = {h.name: h for h in (hosts() if hosts is not None else [])}
         self.model = QLineEdit(model, self)
         self.model.setObjectName("calibrate_model")
         self.model.setPlaceholderText("a Hub id, a model folder or a training run's folder (its final "
@@ -86,8 +90,8 @@ class CalibrateView(QWidget):
         self.where = QComboBox(self)
         self.where.setObjectName("calibrate_where")
         self.where.addItem("This machine", "")
-        for host in remote_mod.saved_hosts():
-            self.where.addItem(host.name, host.name)
+        for name in self._hosts:
+            self.where.addItem(name, name)
         self.where.setToolTip("where the model is measured: scales belong to the card generation they are "
                               "measured on (a Gaudi host's model is calibrated on the host)")
         self.where.currentIndexChanged.connect(lambda _i: self._where_changed())
@@ -244,7 +248,7 @@ class CalibrateView(QWidget):
         fills the dataset field."""
         from gaudi_gui.services.remote_files import RemoteFiles
         from gaudi_gui.ui.remote_browser import RemoteBrowser
-        host = remote_mod.find_host(name)
+        host = self._hosts[name]
         text = self.dataset.text().strip()
         start = text.rsplit("/", 1)[0] if text.startswith("/") else ""
         dialog = RemoteBrowser(host, RemoteFiles(self.job.client(), self), start, parent=self,
@@ -287,7 +291,7 @@ class CalibrateView(QWidget):
     def _keep_here(self, host: str, folder: str) -> None:
         """A copy of the host's calibration in this machine's runs store (its manifest, configs and
         measurements: ``runs --host H fetch``, the agent's child): Runs and Compare list it."""
-        saved = remote_mod.find_host(host)
+        saved = self._hosts[host]
         child = self.fetch_child = AgentChild(self, client=self.job.client(), tail_lines=10)
         said: list[str] = []
         child.line_received.connect(lambda stream, line: said.append(line) if stream == "stdout" else None)
@@ -412,10 +416,11 @@ class CalibrateView(QWidget):
 class CalibrateDialog(QDialog):
     """The Calibrate view in a window of its own (not modal: a calibration takes minutes)."""
 
-    def __init__(self, job: CalibrateJob, parent: QWidget | None = None, *, model: str = "") -> None:
+    def __init__(self, job: CalibrateJob, parent: QWidget | None = None, *, model: str = "",
+                 hosts: Callable[[], list[Host]] | None = None) -> None:
         super().__init__(parent)
         self.setWindowTitle("Calibrate FP8")
-        self.view = CalibrateView(job, self, model=model)
+        self.view = CalibrateView(job, self, model=model, hosts=hosts)
         layout = QVBoxLayout(self)
         layout.addWidget(self.view)
         self.resize(760, 620)

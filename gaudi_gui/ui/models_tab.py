@@ -351,7 +351,10 @@ class ModelsTab(QWidget):
         if self.calibrate_dialog is None:
             from gaudi_gui.services.calibrate import CalibrateJob
             job = CalibrateJob(lambda: self._services.ensure_agent(self.window()), self)
-            self.calibrate_dialog = CalibrateDialog(job, self, model=str(row["repo_id"]))
+            services = self._services
+            self.calibrate_dialog = CalibrateDialog(
+                job, self, model=str(row["repo_id"]),
+                hosts=lambda: services.ensure_hosts(services.settings.parent()).saved())
         elif not self.calibrate_dialog.view.job.running:
             self.calibrate_dialog.view.model.setText(str(row["repo_id"]))
         self.calibrate_dialog.view.set_place(str(row.get("host") or ""))

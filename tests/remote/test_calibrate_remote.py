@@ -106,7 +106,7 @@ def test_the_calibrate_window_measures_on_the_host_and_keeps_a_copy_here(ssh_hos
     from gaudi_gui.services.agent_child import shared_client
     from gaudi_gui.services.calibrate import CalibrateJob
     from gaudi_gui.ui.calibrate_view import CalibrateView
-    view = CalibrateView(CalibrateJob(shared_client))
+    view = CalibrateView(CalibrateJob(shared_client), hosts=remote.saved_hosts)
     qtbot.addWidget(view)
     view.show()
     assert [view.where.itemText(i) for i in range(view.where.count())] == ["This machine", ssh_host.dest]
