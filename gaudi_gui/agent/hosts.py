@@ -111,6 +111,8 @@ class Link:
             if kind == "up":
                 tries = 0  # it was up: a drop is retried after the first step of the back-off again
                 words = f"the connection to {self.name} was lost"
+                # A request from now on waits for the next try (its try was the one that was up).
+                self._new_attempt()
             self._fail_pending(words)
             if kind in _FINAL:
                 self._settle(words)
@@ -120,7 +122,8 @@ class Link:
                 return
             delay = BACKOFF_S[min(tries, len(BACKOFF_S) - 1)]
             tries += 1
-            self._settle(words)
+            if kind != "up":
+                self._settle(words)
             self._set("connecting", f"{words}; connecting… (retry in {delay:g} s)", delay)
             await asyncio.sleep(delay)
 

@@ -281,6 +281,20 @@ def explain_ssh_failure(dest: str, stderr: str) -> tuple[str, str]:
     return ("ssh", f"ssh {dest} failed: {last or 'exit 255'}")
 
 
+def failure_kind(dest: str, words: str) -> str:
+    """The kind of a sentence about reaching ``dest`` that ``explain_ssh_failure`` or the agent's link
+    to the host (``agent.hosts``) made (auth, hostkey, unreachable, dropped, missing, ssh); "" for
+    any other sentence. A request through the agent fails with words only: this gives them back their
+    kind for a view that says it."""
+    for kind, start in (("auth", f"{dest} needs a password"), ("hostkey", f"{dest}'s host key"),
+                        ("unreachable", f"{dest}: the host name is unknown"),
+                        ("unreachable", f"{dest} is unreachable"), ("dropped", f"the connection to {dest} "),
+                        ("missing", f"{dest} has no gaudi-gui"), ("ssh", f"ssh {dest} failed")):
+        if words.startswith(start):
+            return kind
+    return ""
+
+
 # -- ~/.ssh/config aliases ----------------------------------------------------------------------------
 
 def ssh_config_aliases(path: str | Path | None = None) -> list[str]:

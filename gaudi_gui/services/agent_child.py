@@ -6,6 +6,11 @@ process (issue 38), it asks the agent and hears the child's lines as ``Ev.OUTPUT
 ``close_stdin``, ``terminate_tree``, ``kill_tree``, ``tail``), so a user changes one line: what it
 starts is a kind of child with its arguments (``start("probe", {})``), not an argv: the agent builds
 that. Nothing here waits: requests go out and their replies and events come back on the event loop.
+
+With ``host`` (a saved host's name) the child is that host's agent's, asked for through this machine's
+agent and its one ssh session to the host. A link that drops (this machine's agent says so as a
+``host`` event) ends it there, with the link's session: it is said once as a crash, in the link's words
+("the connection to HOST was lost").
 """
 
 from __future__ import annotations
@@ -95,6 +100,8 @@ class AgentChild(QObject):
         #: What was asked before the agent answered the start (sent once it has).
         self._waiting: list[dict[str, Any]] = []
         self._start_serial = 0
+        #: It was said gone (its agent or its host's link went): its end follows on the event loop.
+        self._gone = False
 
     @property
     def client(self) -> AgentClient:
@@ -126,6 +133,7 @@ class AgentChild(QObject):
         self.kind = kind
         self._tail.clear()
         self._state, self._stopping, self._pid, self.child_id = "starting", False, 0, ""
+        self._gone = False
         self._waiting = []
         self._start_serial += 1
         serial = self._start_serial
@@ -172,6 +180,10 @@ class AgentChild(QObject):
         self.child_id, self._pid = str(reply["child_id"]), int(reply.get("pid") or 0)
         self._state = "running"
         self.client.subscribe(Ev.OUTPUT, self._on_output, key=self.child_id, host=self.host)
+        if self.host:
+            # The host's agent ends a child with the session of this machine's link to it: a link
+            # that drops is this child's end (its own end event is said to nobody).
+            self.client.subscribe(Ev.HOST, self._on_host, key=self.host)
         self.started.emit(self._pid)
         waiting, self._waiting = self._waiting, []
         for request in waiting:
@@ -196,6 +208,8 @@ class AgentChild(QObject):
 
     def _finish(self, code: int, status: str) -> None:
         self.client.unsubscribe(Ev.OUTPUT, self._on_output, key=self.child_id, host=self.host)
+        if self.host:
+            self.client.unsubscribe(Ev.HOST, self._on_host, key=self.host)
         self._state = "idle"
         self.finished.emit(code, status)
 
@@ -205,10 +219,24 @@ class AgentChild(QObject):
     def _on_agent_state(self, state: str, words: str) -> None:
         # The agent ended its children with the session: said once, as a crash.
         if state != "up" and self._state == "running":
-            reason = f"the agent went away ({words})"
-            self._tail.append(reason)
-            self.error_occurred.emit(reason)
-            QTimer.singleShot(0, self, lambda: self._finish(-int(signal.SIGKILL), EXIT_CRASHED)
-                              if self._state == "running" else None)
+            self._lost(f"the agent went away ({words})")
         elif state != "up" and self._state == "starting":
             self._on_started(self._start_serial, {"ok": False, "error": f"the agent went away ({words})"})
+
+    def _on_host(self, event: dict[str, Any]) -> None:
+        # The link to the host is down or connecting again: its agent ended this child with the
+        # link's session. Its words, without the link's own plan ("; connecting… (retry in 1 s)").
+        if event.get("state") == "up" or self._state != "running":
+            return
+        words = str(event.get("message") or "").split("; connecting…")[0].strip()
+        self._lost(words or f"the connection to {self.host} was lost")
+
+    def _lost(self, reason: str) -> None:
+        """The child is gone with its agent or its host's link: said once, as a crash."""
+        if self._gone:
+            return
+        self._gone = True
+        self._tail.append(reason)
+        self.error_occurred.emit(reason)
+        QTimer.singleShot(0, self, lambda: self._finish(-int(signal.SIGKILL), EXIT_CRASHED)
+                          if self._state == "running" else None)

@@ -3,11 +3,12 @@
 Each dashboard is a ``gaudi-gui runs open RUN --KIND --no-browser --json`` child on the machine that
 holds the run (``commands/runs_open``: it exports the run, serves the dashboard on a free port of that
 machine's 127.0.0.1, and answers one JSON line per run; each further run is one more line on its stdin).
-On a host the child runs there over the multiplexed ssh connection (argv quoted word by word, no shell
-text of ours), and the dashboard's port is forwarded to a free port here on the same connection
-(``ssh -O forward``, as Serve does); the URL given is this machine's. The dashboards are not jobs: they
-end when this service shuts down (the window closes: stdin closed, then the child's tree ended; a
-forward cancelled).
+It is an agent's ``dashboard`` child (``AgentChild``): this machine's agent's, or on a host that host's
+agent's, reached through this machine's agent and its one ssh session to the host (the window starts
+no process for it). A host's dashboard port is forwarded to a free port here on the multiplexed
+connection (``ssh -O forward``, as Serve does); the URL given is this machine's. The dashboards are not
+jobs: they end when this service shuts down (the window closes: stdin closed, then the child's tree
+ended; a forward cancelled), and a host's when the link to it drops (its agent ends it).
 
 Qt adapter only: the export, the dashboard and its waiting are the command's (``core.dashboard``).
 """
@@ -27,7 +28,7 @@ from gaudi_gui.core.placement import Forward
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.serve import pick_free_port
 from gaudi_gui.services.agent_child import AgentChild, describe_exit
-from gaudi_gui.services.process import ProcessRunner, ask_forward
+from gaudi_gui.services.process import ask_forward
 
 #: Tries of ``ssh -O forward`` (1 s, then 2 s apart) before the forward is said to have failed.
 FORWARD_ATTEMPTS = 3
@@ -36,7 +37,7 @@ FORWARD_ATTEMPTS = 3
 class _Board:
     """One dashboard child: its runner, the runs waiting for their URL, its forward (a host's)."""
 
-    def __init__(self, runner: ProcessRunner | AgentChild, kind: str, host: Host) -> None:
+    def __init__(self, runner: AgentChild, kind: str, host: Host) -> None:
         self.runner, self.kind, self.host = runner, kind, host
         self.waiting: list[str] = []
         self.forward: Forward | None = None
@@ -88,22 +89,18 @@ class DashboardService(QObject):
             board.waiting.append(folder)
             board.runner.write_line(folder)
             return
-        # The one place choosing: this machine's dashboard is the agent's child; a host's still runs
-        # over ssh from here until the hosts' agents take requests (then: host=... to the agent).
-        runner: ProcessRunner | AgentChild = (AgentChild(self, tail_lines=40) if host.is_local
-                                              else ProcessRunner(self, parse_protocol=False, tail_lines=40))
+        # This machine's agent runs it, or the host's agent (the request names the host).
+        runner = AgentChild(self, tail_lines=40, host=None if host.is_local else host.name)
         board = _Board(runner, kind, host)
         board.waiting.append(folder)
         self.boards[key] = board
         runner.line_received.connect(lambda stream, line: self._line(board, stream, line))
         runner.finished.connect(lambda code, status: self._ended(board, code, status))
-        if isinstance(runner, AgentChild):
-            python = self.python or os.environ.get("GAUDI_GUI_DASHBOARD_PYTHON", "")
-            runner.start("dashboard", {"kind": kind, "folder": folder, "python": python})
-        else:
-            argv = host.wrap(host.gaudi_gui_argv("runs", "open", folder, f"--{kind}", "--no-browser",
-                                                 "--json"))
-            runner.start(argv[0], argv[1:], stdin_open=True)
+        args = {"kind": kind, "folder": folder}
+        if host.is_local:
+            # This machine's Python with the dashboards; a host's command uses its own.
+            args["python"] = self.python or os.environ.get("GAUDI_GUI_DASHBOARD_PYTHON", "")
+        runner.start("dashboard", args)
 
     # -- the child's answers ------------------------------------------------------------------------
 

@@ -10,13 +10,14 @@ cancelled: that kills the worker (a load cannot be interrupted inside it) and, w
 before, starts a fresh worker that loads that model again. Every generate has a request id; cancel
 names it, and events of an earlier request are ignored.
 
-A client has a host (``core.remote.Host``; "local" by default). On a remote host the worker runs there
-over the system ssh client under ``gaudi-gui guard``, speaking the same JSON lines over the connection:
-when this app, the ssh client or the connection goes, the host sees stdin close and the guard ends the
-worker. Variables set here do not cross ssh, so the host's device environment (its card selection)
-travels as the guard's ``--env NAME=VALUE`` arguments, argv-quoted like everything else. An ssh failure
-is reported in words (``remote.explain_ssh_failure``), never as "exit 255". ``set_host`` retires the
-current worker (it is shut down in the background) and the next load starts one on the new host.
+A client has a host (``core.remote.Host``; "local" by default). On a saved host the worker is that
+host's agent's ``generate`` child, reached through this machine's agent and its one ssh session to the
+host (the request names the host; the lines come back as events): the window starts no process. When
+this app or the connection goes, the host's agent ends the worker with the link's session. The host's
+device environment (its card selection) travels as the request's ``env``, data in a JSON message. A
+failure to reach the host is said in the link's words with its kind (``remote.failure_kind``: auth,
+hostkey, unreachable, dropped, missing...), never as "exit 255". ``set_host`` retires the current
+worker (it is shut down in the background) and the next load starts one on the new host.
 """
 
 from __future__ import annotations
@@ -31,11 +32,9 @@ from gaudi_gui.core.generation import GenerationParams, LoadOptions
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.agent_child import EXIT_NORMAL, AgentChild, describe_exit
 from gaudi_gui.services.device_selection import DeviceSelection
-from gaudi_gui.services.process import ProcessRunner
 
-#: The worker's runner: this machine's agent runs it (AgentChild); a host's runs over ssh from here
-#: (ProcessRunner) until the hosts' agents take requests.
-Runner = ProcessRunner | AgentChild
+#: The worker's runner: an agent's child (this machine's agent's, or a host's agent's).
+Runner = AgentChild
 
 JOB_NAME = "Model runner"
 
@@ -93,6 +92,8 @@ class GenerationClient(QObject):
         self._expect_exit = False
         #: Why the worker was refused (another gaudi-gui on the host), said once it has ended.
         self._refused = ""
+        #: Why a host's worker could not start or was lost (the link's words), said once it has ended.
+        self._host_words = ""
         self._restart_after_exit = False
         self._options: LoadOptions | None = None      # of the loaded model (what restart reloads)
         self._pending: LoadOptions | None = None      # of the load in progress
@@ -101,9 +102,8 @@ class GenerationClient(QObject):
         self._cancelling_load = False
 
     def _new_runner(self, host: Host) -> Runner:
-        """The one place choosing who runs the worker: this machine's agent, or ssh to a host."""
-        runner: Runner = (AgentChild(self, tail_lines=60) if host.is_local
-                          else ProcessRunner(self, tail_lines=60))
+        """The worker's runner: this machine's agent's child, or ``host``'s agent's."""
+        runner = AgentChild(self, tail_lines=60, host=None if host.is_local else host.name)
 
         def current(slot: Callable[..., None]) -> Callable[..., None]:
             # A retired runner (an earlier host's worker shutting down) must not move this client.
@@ -111,9 +111,17 @@ class GenerationClient(QObject):
 
         runner.message_received.connect(current(self._on_message))
         runner.line_received.connect(current(self._on_line))
-        runner.error_occurred.connect(current(lambda reason: self.error_occurred.emit("crashed", reason)))
+        runner.error_occurred.connect(current(self._on_runner_error))
         runner.finished.connect(current(self._on_finished))
         return runner
+
+    def _on_runner_error(self, reason: str) -> None:
+        if self._host.is_local:
+            self.error_occurred.emit("crashed", reason)
+        else:
+            # The host could not be reached, or its link dropped: said with its kind once the
+            # runner's end follows (``_on_finished``), as one error.
+            self._host_words = reason
 
     # -- properties ---------------------------------------------------------------------------------
 
@@ -159,14 +167,10 @@ class GenerationClient(QObject):
         self._expect_exit = False
         extra = self._selection.env() if self._selection is not None else {}
         self._set_state(STARTING)
-        if isinstance(self._runner, AgentChild):
-            python = {"python": self._python} if self._python else {}
-            self._runner.start("generate", {"env": extra, **python})
-            return
-        argv = remote_worker_argv(self._host, extra)
-        # Its own session, so a kill reaches the ssh client whatever it started; stdin stays open:
-        # it is the JSON-lines channel, and its end is what tells the host's guard to end the worker.
-        self._runner.start(argv[0], argv[1:], stdin_open=True, new_session=True)
+        self._host_words = ""
+        # The Python given is this machine's: a host's agent runs its own.
+        python = {"python": self._python} if self._python and self._host.is_local else {}
+        self._runner.start("generate", {"env": extra, **python})
 
     def set_host(self, host: Host, selection: DeviceSelection | None = None) -> None:
         """Run the worker on ``host`` from the next load on, with ``selection`` (the host's card
@@ -384,6 +388,7 @@ class GenerationClient(QObject):
                 self._options = None
         expected = self._expect_exit or (status == EXIT_NORMAL and code == 0 and was in (IDLE, STOPPED))
         refused, self._refused = self._refused, ""
+        host_words, self._host_words = self._host_words, ""
         self.worker_exited.emit(code, status, tail)
         if refused:
             self.error_occurred.emit("version", refused)
@@ -393,7 +398,7 @@ class GenerationClient(QObject):
             self.load_cancelled.emit(reload)
         if not expected:
             during = f" while {was}" if was not in (IDLE, STOPPED, STARTING) else ""
-            problem = None if self._host.is_local else remote_failure(self._host, code, tail)
+            problem = remote_failure(self._host, host_words)
             if problem is not None:
                 self.error_occurred.emit(*problem)
             else:
@@ -402,15 +407,6 @@ class GenerationClient(QObject):
         if self._restart_after_exit:
             self._restart_after_exit = False
             self._start_and_reload()
-
-
-def remote_worker_argv(host: Host, device_env: dict[str, str] | None = None) -> list[str]:
-    """The argv to start here that runs the generate worker on ``host`` under the guard.
-
-    Every element reaches the host as one word (``Host.wrap`` quotes each for the remote shell); the
-    environment is set there by the guard from ``--env`` arguments, since none crosses ssh."""
-    env = {"PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false", **(device_env or {})}
-    return host.wrap(host.guard_argv(["-m", "gaudi_gui.workers.generate"], run="python", env=env))
 
 
 def worker_mismatch(host: Host, ready: dict[str, Any]) -> str | None:
@@ -428,13 +424,9 @@ def worker_mismatch(host: Host, ready: dict[str, Any]) -> str | None:
             f"{protocol.PROTOCOL_VERSION}). Fix: {remote.fix_command(host)}")
 
 
-def remote_failure(host: Host, code: int, tail: str) -> tuple[str, str] | None:
-    """(kind, message) when a remote worker's end was the host's or the connection's fault, else None."""
-    if code == remote.SSH_FAILED:
-        return remote.explain_ssh_failure(host.name, tail)
-    if "No module named gaudi_gui" in tail or "invalid choice: 'guard'" in tail or code in (126, 127) \
-            or ("unrecognized arguments" in tail and "guard" in tail):
-        last = next((ln.strip() for ln in reversed(tail.splitlines()) if ln.strip()), f"exit {code}")
-        return ("missing", f"{host.name} has no usable gaudi-gui behind `{host.remote_command}` ({last}); "
-                           f"fix: {remote.fix_command(host)}, or set the host's remote command")
-    return None
+def remote_failure(host: Host, words: str) -> tuple[str, str] | None:
+    """(kind, message) when a host's worker ended because the host could not be reached or its link
+    dropped (``words``: the link's sentence), else None (the worker's own end)."""
+    if host.is_local or not words:
+        return None
+    return remote.failure_kind(host.name, words) or "crashed", words

@@ -1,15 +1,20 @@
-"""A run on a host opened in TensorBoard (issue 27): the export and the dashboard run on the host (the
-host's ``runs open`` over the multiplexed ssh connection of the test SSH server), the dashboard's port
-is forwarded here on the same connection, and the page answers at this machine's URL; the command's end
-(Ctrl-C) and the app's shutdown leave nothing running on the host and free the port here."""
+"""A run on a host opened in TensorBoard (issue 27): the export and the dashboard run on the host (from
+the command line: the host's ``runs open`` over the multiplexed ssh connection of the test SSH server;
+from the app: the host's agent's ``dashboard`` child, reached through this machine's agent), the
+dashboard's port is forwarded here on the same connection, and the page answers at this machine's
+URL; the command's end (Ctrl-C) and the app's shutdown leave nothing running on the host (but its
+agent) and free the port here; a dropped connection ends a host's dashboard in words."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import psutil
 
 from gaudi_gui.core import dashboard
 from gaudi_gui.core.remote import Host
@@ -82,8 +87,48 @@ def test_the_app_opens_a_hosts_run_through_the_forward_and_ends_it_with_the_wind
         assert kind == "tensorboard" and "runFilter=run-g" in url and not failed
         assert dashboard.fetch(url)[0] == 200
         assert service.running() == [("tensorboard", ssh_host.dest)]
+        # The host's agent runs the command (its child, on the host); the window started none (the
+        # forward's `ssh -O forward` has ended once it answered).
+        assert any(" runs open " in line and "--tensorboard" in line for line in ssh_host.command_lines())
+        qtbot.waitUntil(lambda: window_children(ssh_host) == [], timeout=10_000)
     finally:
         service.shutdown()
     qtbot.waitUntil(lambda: not service.running(), timeout=30_000)
-    assert ssh_host.wait_no_processes() == []
+    assert ssh_host.wait_no_processes(but_agent=True) == []  # the host's agent and its link's relay stay
     qtbot.waitUntil(lambda: dashboard.fetch(url, timeout=1)[0] == 0, timeout=30_000)
+
+
+def test_a_hosts_dashboard_ends_with_a_dropped_connection_and_opens_again(qtbot, ssh_host: SshHost) -> None:
+    """The connection to the host drops: the host's agent ends the dashboard with the link's session,
+    the service forgets it (nobody waited: nothing to say), and the next open, asked at once, waits for
+    the link to be made again and starts one again."""
+    folder = _host_run(ssh_host, "run-d")
+    service = DashboardService()
+    service.open_browser = False
+    failed: list[str] = []
+    service.failed.connect(lambda _kind, why: failed.append(why))
+    try:
+        with qtbot.waitSignal(service.opened, timeout=120_000) as opened:
+            service.open(str(folder), "tensorboard", Host.parse(ssh_host.dest))
+        ssh_host.drop()
+        qtbot.waitUntil(lambda: not service.running(), timeout=30_000)
+        assert not failed
+        assert ssh_host.wait_no_processes(30, but_agent=True) == []
+        with qtbot.waitSignal(service.opened, timeout=120_000) as again:
+            service.open(str(folder), "tensorboard", Host.parse(ssh_host.dest))
+        assert dashboard.fetch(again.args[1])[0] == 200 and not failed
+        assert opened.args[0] == again.args[0] == "tensorboard"
+    finally:
+        service.shutdown()
+    qtbot.waitUntil(lambda: not service.running(), timeout=30_000)
+    assert ssh_host.wait_no_processes(30, but_agent=True) == []
+
+
+def window_children(ssh_host: SshHost) -> list[str]:
+    """The processes this (the window's) process started, but the test's SSH server."""
+    found = []
+    for proc in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != ssh_host.server.pid:
+                found.append(" ".join(proc.cmdline()))
+    return found

@@ -2,15 +2,15 @@
 host chosen in the Host combo by a person's clicks and keys, the demo model loaded and answering there
 with tokens streaming back, a prompt that would run code in a shell reaching the model as data, the
 host's card selection set in the worker's environment on the host, an ssh failure said in words, a
-worker of another gaudi-gui version refused with the fix, and nothing left on the host once the local
-ssh client is SIGKILLed."""
+worker of another gaudi-gui version refused with the fix, and nothing left on the host once the
+connection drops. The worker is the host's agent's child, reached through this machine's agent: the
+window starts no process."""
 
 from __future__ import annotations
 
 import contextlib
 import glob
 import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -60,6 +60,16 @@ def host_workers(ssh_host: SshHost) -> list:
         with contextlib.suppress(psutil.Error):
             if proc.cmdline()[1:3] == ["-m", "gaudi_gui.workers.generate"]:
                 found.append(proc)
+    return found
+
+
+def window_children(ssh_host: SshHost) -> list[str]:
+    """The processes this (the window's) process started, but the test's SSH server."""
+    found = []
+    for proc in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if proc.pid != ssh_host.server.pid:
+                found.append(" ".join(proc.cmdline()))
     return found
 
 
@@ -134,16 +144,24 @@ def test_runner_on_a_host_streams_takes_the_prompt_as_data_and_leaves_nothing(
     here, here_stats = answer_once(qtbot, tab, EVIL)
     assert here == there and here_stats["prompt_tokens"] == there_stats["prompt_tokens"]
 
-    # Back to the host; then the ssh client dies (SIGKILL): the guard ends the worker there.
+    # Back to the host: the worker is the host's agent's child (its pid is the host's), the window
+    # started no process. Then the connection drops: the host's agent ends the worker with the link's
+    # session, and the tab says the connection was lost.
     choose_runner_host(qtbot, tab, ssh_host.dest)
     click_load(qtbot, tab)
-    ssh_pid = tab.client.pid()
-    assert ssh_pid > 0 and "ssh" in Path(f"/proc/{ssh_pid}/cmdline").read_bytes().decode(errors="replace")
-    with qtbot.waitSignal(tab.client.worker_exited, timeout=15000):
-        os.kill(ssh_pid, signal.SIGKILL)
-    qtbot.waitUntil(lambda: "Load or Restart" in tab.model_status.text() or "crashed" in
-                    tab.model_status.text(), timeout=5000)
-    assert ssh_host.wait_no_processes(30, but_agent=True) == []  # the load gate asked the host's agent
+    (worker,) = host_workers(ssh_host)
+    assert tab.client.pid() == worker.pid
+    assert window_children(ssh_host) == []
+    said: list[tuple[str, str]] = []
+    tab.client.error_occurred.connect(lambda kind, message: said.append((kind, message)))
+    with qtbot.waitSignal(tab.client.worker_exited, timeout=30000):
+        ssh_host.drop()
+    assert [kind for kind, _m in said] == ["dropped"], said
+    assert said[0][1].startswith(f"the connection to {ssh_host.dest} was lost"), said
+    qtbot.waitUntil(lambda: f"the connection to {ssh_host.dest} was lost" in tab.model_status.text(),
+                    timeout=5000)
+    assert tab.client.state == gc.STOPPED and tab.load_button.isEnabled()
+    assert ssh_host.wait_no_processes(30, but_agent=True) == []
     assert canaries(ssh_host.home, Path.cwd()) == before
 
 
@@ -159,11 +177,11 @@ def test_an_ssh_failure_is_said_in_words(qtbot, tab: RunnerTab, ssh_host: SshHos
     assert "255" not in tab.model_status.text()
     assert tab.load_button.isEnabled() and tab.client.state == gc.STOPPED
     assert ssh_host.wait_no_processes() == []
+    assert window_children(ssh_host) == []  # this machine's agent tried the host, not the window
 
 
 def test_guard_sets_checked_env_and_runs_python_argv() -> None:
-    """What carries a host's device environment: ``guard --env NAME=VALUE`` (checked, never a shell)
-    with ``--python`` running this interpreter."""
+    """``guard --env NAME=VALUE`` (checked, never a shell) with ``--python`` running this interpreter."""
     import subprocess
     import sys
 
@@ -177,10 +195,6 @@ def test_guard_sets_checked_env_and_runs_python_argv() -> None:
         done = subprocess.run([sys.executable, "-m", "gaudi_gui", "guard", f"--env={bad}", "--", "true"],
                               capture_output=True, text=True, timeout=60, check=False)
         assert done.returncode == 2 and "--env takes NAME=VALUE" in done.stderr, (bad, done.stderr)
-    argv = gc.remote_worker_argv(Host.parse("gg-remote"), {"HABANA_VISIBLE_MODULES": "2,3"})
-    assert argv[0] == "ssh" and argv[-2] == "gg-remote"
-    assert "--env HABANA_VISIBLE_MODULES=2,3" in argv[-1]
-    assert argv[-1].endswith("-- -m gaudi_gui.workers.generate")
 
 
 def test_a_worker_of_another_gaudi_gui_is_refused_with_the_fix(qtbot, ssh_host: SshHost,
