@@ -2,9 +2,9 @@
 
 The "host" is this machine behind a real SSH server on 127.0.0.1 (tests/sshd.py, as the remote tests'
 fixture runs it: a throwaway key, the system OpenSSH client with BatchMode and multiplexing through
-``GAUDI_GUI_SSH_CONFIG``). The remote worker is started exactly as the Model runner tab starts it
-(``generation_client.remote_worker_argv``: ``ssh … gaudi-gui guard --python --env … -- -m
-gaudi_gui.workers.generate``) and spoken to over the same JSON lines. Both workers load the demo model;
+``GAUDI_GUI_SSH_CONFIG``). The remote worker is started exactly as the Model runner tab starts it (the
+host's agent's ``generate`` child, through this machine's agent and its one ssh session to the host's
+agent) and spoken to over the same JSON lines. Both workers load the demo model;
 greedy answers of a fixed length alternate remote, local, remote, local … (bench/harness.py), giving
 decode tokens/s as a ratio remote/local and the time to first token the connection adds.
 """
@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -70,7 +71,10 @@ def ssh_server(base: Path, extra_aliases: tuple[str, ...] = ()) -> Iterator[str]
             f"  IdentityFile {base / 'client_key'}\n  IdentitiesOnly yes\n"
             f"  UserKnownHostsFile {base / 'known_hosts'}\n  GlobalKnownHostsFile /dev/null\n"
             f"  StrictHostKeyChecking yes\n  LogLevel ERROR\n")
-        with environ(GAUDI_GUI_SSH_CONFIG=str(base / "config"), GAUDI_GUI_SSH_CONTROL_DIR=str(control)):
+        # A state folder of its own: the agent the bench starts reads this ssh config (one already
+        # running for the user would not know the alias).
+        with environ(GAUDI_GUI_SSH_CONFIG=str(base / "config"), GAUDI_GUI_SSH_CONTROL_DIR=str(control),
+                     GAUDI_GUI_HOME=str(base / "home")):
             yield ALIAS
     finally:
         # The multiplexing master is ours; then the server and its session group.
@@ -88,14 +92,42 @@ def ssh_server(base: Path, extra_aliases: tuple[str, ...] = ()) -> Iterator[str]
 
 
 class RemoteWorker(Worker):
-    """The same protocol client as bench_runner.Worker, on the worker the runner tab starts on a host."""
+    """The same protocol client as bench_runner.Worker, on the worker the runner tab starts on a host:
+    the host's agent's ``generate`` child, reached through this machine's agent (its one ssh session to
+    the host's agent), spoken to with ``child.send`` and heard as ``output`` events."""
 
     def __init__(self, host_name: str) -> None:
-        from gaudi_gui.core.remote import Host
-        from gaudi_gui.services.generation_client import remote_worker_argv
-        argv = remote_worker_argv(Host.parse(host_name))
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, text=True, bufsize=1)
+        from gaudi_gui.core.agentwire import Connection
+        self.host = host_name
+        self.conn = Connection.open(client="bench")
+        self.child_id = str(self.conn.request("child.start", timeout=120, kind="generate", args={},
+                                              host=host_name)["child_id"])
+        self.conn.request("subscribe", events=["output"], key=self.child_id, host=host_name)
+        self._pending: list[dict[str, Any]] = []
+
+    def send(self, line: str) -> None:
+        self.conn.request("child.send", child_id=self.child_id, message=line, host=self.host)
+
+    def next_event(self) -> dict[str, Any]:
+        while not self._pending:
+            for event in self.conn.stream(timeout=120):
+                if event.get("child_id") != self.child_id:
+                    continue
+                if "end" in event:
+                    raise RuntimeError(f"worker ended: {event['end']}")
+                self._pending += [m for m in event.get("messages") or [] if "type" in m]
+                if self._pending:
+                    break
+            else:
+                raise RuntimeError("the agent went quiet")
+        return self._pending.pop(0)
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.conn.request("child.stop", child_id=self.child_id, grace_s=5, host=self.host)
+        with contextlib.suppress(Exception):
+            self.conn.request("shutdown")  # the bench's own agent (its state folder is the bench's)
+        self.conn.close()
 
 
 def run(quick: bool = False) -> list[dict]:
