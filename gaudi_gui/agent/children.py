@@ -44,6 +44,8 @@ MAX_LINE_CHARS = 1 << 20
 READ_BYTES = 1 << 16
 #: Seconds a child's output is still read after it exited (what a helper still holding its pipes may say).
 PIPES_AFTER_EXIT_S = 2.0
+#: How often a child whose output is still open is looked at for its exit status.
+EXIT_POLL_S = 0.5
 
 
 @dataclasses.dataclass
@@ -437,7 +439,7 @@ class Children:
         readers = asyncio.gather(self._read(child, child.proc.stdout, "stdout"),
                                  self._read(child, child.proc.stderr, "stderr"))
         try:
-            code = await child.proc.wait()
+            code = await _exited(child.proc, readers)
             # Its pipes close when the last process holding them ends: a helper it started in a session
             # of its own may hold them on. A stopped child's tree is killed; any other's output is read
             # for a moment more, then its end is said all the same (never "running" for ever).
@@ -452,6 +454,7 @@ class Children:
                     readers.cancel()
                     child.tail.append("(its output was still held open by a process it started: "
                                       "no longer read)")
+                    _close_pipes(child.proc)
         finally:
             child.ended = True
             if child._kill is not None:
@@ -493,6 +496,28 @@ class Children:
                 self.agent.publish(Ev.OUTPUT, child.child_id, child_id=child.child_id, messages=messages)
             if not data:
                 return
+
+
+async def _exited(proc: asyncio.subprocess.Process, readers: asyncio.Future[Any]) -> int:
+    """``proc``'s exit status as soon as it has exited. Not ``proc.wait()``: since Python 3.11.5 (and
+    3.12) that waits for its pipes to close as well, which a helper it started in a session of its own
+    may hold open for ever; the status itself is known (``returncode``) the moment the child watcher
+    reaps it."""
+    while proc.returncode is None:
+        if readers.done():  # its pipes closed: it has ended or is about to; wait() returns at once
+            return await proc.wait()
+        await asyncio.wait({readers}, timeout=EXIT_POLL_S)
+    return proc.returncode
+
+
+def _close_pipes(proc: asyncio.subprocess.Process) -> None:
+    """Let go of the pipes of a child that has exited while a process it started holds them (asyncio
+    keeps its transport open until they close: a file descriptor per pipe for as long as the helper
+    lives)."""
+    transport = getattr(proc, "_transport", None)
+    if transport is not None:
+        with contextlib.suppress(Exception):
+            transport.close()
 
 
 def _remove(files: list[str]) -> None:

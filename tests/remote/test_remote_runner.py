@@ -64,12 +64,15 @@ def host_workers(ssh_host: SshHost) -> list:
 
 
 def window_children(ssh_host: SshHost) -> list[str]:
-    """The processes this (the window's) process started, but the test's SSH server."""
-    found = []
+    """The processes this (the window's) process started since the test's SSH server, but that server
+    (an xdist worker runs many tests: what an earlier one left is not this test's to judge)."""
+    found, since = [], 0.0
+    with contextlib.suppress(psutil.Error):
+        since = psutil.Process(ssh_host.server.pid).create_time()
     for proc in psutil.Process().children():
         with contextlib.suppress(psutil.Error):
-            if proc.pid != ssh_host.server.pid:
-                found.append(" ".join(proc.cmdline()))
+            if proc.pid != ssh_host.server.pid and proc.create_time() >= since:
+                found.append(f"{proc.pid} {' '.join(proc.cmdline())}")
     return found
 
 
