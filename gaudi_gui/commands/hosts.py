@@ -24,6 +24,7 @@ import functools
 import json
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from gaudi_gui.core import remote
@@ -172,7 +173,7 @@ def _read_meter(name: str) -> dict[str, Any]:
     if not name:
         raise ValueError("needs --meter (the whole job's meter as JSON, or - for it on stdin)")
     try:
-        text = sys.stdin.read() if name == "-" else open(name, encoding="utf-8").read()  # noqa: SIM115
+        text = sys.stdin.read() if name == "-" else Path(name).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"--meter: cannot read {name}: {getattr(exc, 'strerror', None) or exc}") from None
     where = "stdin" if name == "-" else name
