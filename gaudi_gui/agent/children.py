@@ -1,5 +1,6 @@
 """The agent's interactive children: the model runner's worker, the environment probe, the schema and
-validation children, the SFT preview and merge, the dashboards (issue 38: the window starts none).
+validation children, the SFT preview and merge, the dashboards, a run on several hosts' pre-flight and
+its whole job meter kept (issue 38: the window starts none).
 
 ``child.start {kind, args}`` starts one and answers its ``child_id``; the starting session is
 subscribed to its output at once (no line is lost between the reply and a subscribe). Every read of
@@ -256,11 +257,73 @@ def _host_setup(args: dict[str, Any]) -> Spec:
     return Spec(argv, dict(os.environ))
 
 
+def _host_name(value: Any, kind: str) -> str:
+    """A host's name as one piece of an argument (the command checks it is a destination)."""
+    name = str(value or "")
+    if not name or any(c in name for c in "\0,=") or name != name.strip():
+        raise Refused(f"{kind} needs each host's name (an ssh destination, or local): {name!r}")
+    return name
+
+
+def _remote_command(value: Any, kind: str) -> str:
+    command = str(value or "")
+    if "\0" in command or "\n" in command:
+        raise Refused(f"{kind}: a remote command is one line: {command!r}")
+    return command
+
+
+def _hosts_preflight(args: dict[str, Any]) -> Spec:
+    """``hosts --preflight A,B --config JOB --port N --json``: a run on several hosts' pre-flight and host
+    0's address (core.multi_host.preflight_answer), before the Training tab starts it. ``hosts``: a list
+    of {name, remote_command} in machine-rank order; ``job``: the job (an object, written to a temporary
+    file); ``port``: the main process port; ``main_ip``: host 0's address, when given."""
+    hosts = args.get("hosts")
+    if not isinstance(hosts, list) or len(hosts) < 2 or not all(isinstance(h, dict) for h in hosts):
+        raise Refused("hosts_preflight needs hosts (a list of two or more {name, remote_command})")
+    names = [_host_name(h.get("name"), "hosts_preflight") for h in hosts]
+    commands = [_remote_command(h.get("remote_command"), "hosts_preflight") for h in hosts]
+    job = args.get("job")
+    if not isinstance(job, dict):
+        raise Refused("hosts_preflight needs job (the job, an object)")
+    port = args.get("port")
+    if not isinstance(port, int) or isinstance(port, bool) or not 0 < port < 65536:
+        raise Refused(f"hosts_preflight needs port (the main process port, 1-65535): {port!r}")
+    main_ip = str(args.get("main_ip") or "")
+    if "\0" in main_ip:
+        raise Refused(f"hosts_preflight: main_ip is an address: {main_ip!r}")
+    argv = [_python(args), "-m", "gaudi_gui", "hosts", f"--preflight={','.join(names)}", f"--port={port}",
+            "--json", *(f"--host-command={n}={c}" for n, c in zip(names, commands, strict=True) if c)]
+    if main_ip:
+        argv.append(f"--main-ip={main_ip}")
+    path = _temp_json("gaudi-gui-preflight-", job)
+    return Spec([*argv, f"--config={path}"], dict(os.environ), [path])
+
+
+def _keep_job_meter(args: dict[str, Any]) -> Spec:
+    """``hosts --host H --keep-job-meter FOLDER --meter FILE --json``: a run on several hosts' whole job
+    meter (``meter``: an object, written to a temporary file) kept in host 0's run ``folder`` on ``host``
+    (core.multi_host.keep_job_meter_answer). Each value one argument, checked by the command."""
+    host = _host_name(args.get("host"), "keep_job_meter")
+    command = _remote_command(args.get("remote_command"), "keep_job_meter")
+    folder = str(args.get("folder") or "")
+    if not folder.startswith("/") or "\0" in folder:
+        raise Refused(f"keep_job_meter needs folder (host 0's run folder, an absolute path): {folder!r}")
+    meter = args.get("meter")
+    if not isinstance(meter, dict):
+        raise Refused("keep_job_meter needs meter (the whole job's meter, an object)")
+    argv = [_python(args), "-m", "gaudi_gui", "hosts", f"--host={host}"]
+    if command:
+        argv.append(f"--remote-command={command}")
+    path = _temp_json("gaudi-gui-job-meter-", meter)
+    return Spec([*argv, f"--keep-job-meter={folder}", f"--meter={path}", "--json"], dict(os.environ), [path])
+
+
 #: Every kind of interactive child: its name -> its argv and environment from the request's ``args``.
 KINDS: dict[str, Callable[[dict[str, Any]], Spec]] = {
     "generate": _generate, "probe": _probe, "schema": _schema, "validate": _validate,
     "sft_preview": _sft_preview, "merge": _merge, "dashboard": _dashboard, "doctor": _doctor,
-    "export": _export, "fetch": _fetch, "ssh_config": _ssh_config, "host_setup": _host_setup}
+    "export": _export, "fetch": _fetch, "ssh_config": _ssh_config, "host_setup": _host_setup,
+    "hosts_preflight": _hosts_preflight, "keep_job_meter": _keep_job_meter}
 
 
 class _Lines:

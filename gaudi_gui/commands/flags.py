@@ -87,8 +87,18 @@ RULES: tuple[Rule, ...] = (
          why="--host checks one host of the list; --add, --remove and --setup name their own host"),
     Rule("hosts", "--add", excludes=("--remove", "--setup"), why="one action at a time"),
     Rule("hosts", "--remove", excludes=("--setup",), why="one action at a time"),
-    Rule("hosts", "--remote-command", needs=("--add", "--setup", "--host"),
-         why="it is saved with the host --add saves, or used by --setup or to check --host"),
+    Rule("hosts", "--remote-command", needs=("--add", "--setup", "--host", "--preflight"),
+         why="it is saved with the host --add saves, or used by --setup, on --host or on every "
+             "--preflight host"),
+    Rule("hosts", "--preflight", excludes=("--add", "--remove", "--setup", "--host", "--keep-job-meter"),
+         why="one action at a time, and --preflight names its own hosts"),
+    Rule("hosts", "--keep-job-meter", needs=("--host",), excludes=("--add", "--remove", "--setup"),
+         why="it keeps the meter in host 0's run folder on --host"),
+    *(Rule("hosts", flag, needs=("--preflight",), why="it is a --preflight option")
+      for flag in ("--config", "--port", "--main-ip", "--host-command")),
+    Rule("hosts", "--meter", needs=("--keep-job-meter",), why="it is the meter --keep-job-meter keeps"),
+    Rule("hosts", "--timeout", excludes=("--preflight", "--keep-job-meter"),
+         why="it is for the list of hosts (--preflight and --keep-job-meter give each host 60 s)"),
     Rule("hosts", "--hl-smi", needs=("--add",), why="it is saved with the host"),
     *(Rule("hosts", flag, needs=("--setup",), why="it is a --setup option")
       for flag in ("--venv", "--python", "--no-deps")),

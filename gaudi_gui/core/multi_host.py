@@ -5,7 +5,10 @@ Nothing home-made: every host runs the same ``accelerate launch`` as a single-ho
 accelerate's own multi-node options (``--num_machines N --machine_rank i --main_process_ip H0
 --main_process_port P``, built by ``core/launch.py`` from the job's launch section). ``host_jobs``
 makes the per-host jobs; ``preflight`` says what would stop or hang the run before anything starts;
-``main_address`` is host 0's address as the other hosts reach it (ssh's own resolution of it).
+``main_address`` is host 0's address as the other hosts reach it (ssh's own resolution of it);
+``preflight_answer`` is both, as ``gaudi-gui hosts --preflight`` prints them (the Training tab asks
+its agent for that command as a child: the window starts no thread). ``keep_job_meter`` keeps the whole
+job's meter in host 0's run (``gaudi-gui hosts --keep-job-meter``, the same way).
 """
 
 from __future__ import annotations
@@ -28,13 +31,14 @@ MATCHED = ("torch", "transformers", "accelerate", "gaudi-gui")
 DEFAULT_PORT = 29500
 
 
-def parse_hosts(text: str) -> list[Host]:
-    """``A,B,…`` as hosts (saved ones keep their remote command); HostError for a bad or repeated one."""
+def parse_hosts(text: str, option: str = "--hosts") -> list[Host]:
+    """``A,B,…`` as hosts (saved ones keep their remote command); HostError for a bad or repeated one
+    (``option``: the option that named them, as the error says it)."""
     names = [n.strip() for n in text.split(",") if n.strip()]
     if len(names) < 2:
-        raise HostError("--hosts takes two or more hosts, comma-separated (one host: --host)")
+        raise HostError(f"{option} takes two or more hosts, comma-separated (one host: --host)")
     if len(set(names)) != len(names):
-        raise HostError(f"a host is named twice in --hosts: {text!r}")
+        raise HostError(f"a host is named twice in {option}: {text!r}")
     return [remote.find_host(n) for n in names]
 
 
@@ -166,6 +170,19 @@ def preflight(hosts: list[Host], job: Any, port: int, timeout: float = 60.0) -> 
     return problems
 
 
+def preflight_answer(hosts: list[Host], job: Any, port: int, main_ip: str = "",
+                     timeout: float = 60.0) -> tuple[str, list[str]]:
+    """What a run on several hosts asks before it starts: host 0's address as the others reach it
+    (``main_ip`` when given, else :func:`main_address`) and what stops the run (:func:`preflight`;
+    empty: go). A failed look-up is one of the problems (the address is then ``main_ip``)."""
+    try:
+        address = main_ip or main_address(hosts[0])
+        problems = preflight(hosts, job, port, timeout=timeout)
+    except (RemoteError, OSError, ValueError) as exc:
+        address, problems = main_ip, [str(exc)]
+    return address, problems
+
+
 # What a host's ranks say when another host's ranks are gone from a collective (gloo, NCCL, HCCL):
 # a consequence of that host's end, not a cause of its own.
 _PEER_LOST = re.compile(r"closed by peer|reset by peer|remote worker crashing|communicator was aborted|"
@@ -187,22 +204,39 @@ def first_cause(failures: Sequence[str]) -> int:
 
 
 __all__ = ["DEFAULT_PORT", "MATCHED", "address_from_ssh_g", "consequence", "first_cause", "host_jobs",
-           "main_address", "parse_hosts", "paths_to_check", "preflight", "ssh_g_argv"]
+           "keep_job_meter", "keep_job_meter_answer", "main_address", "no_run_folder", "not_kept",
+           "parse_hosts", "paths_to_check", "preflight", "preflight_answer", "ssh_g_argv"]
 
 
-def keep_job_meter(host: Host, folder: str, whole: dict[str, Any], timeout: float = 60.0) -> str:
+def not_kept(host: Host, why: str) -> str:
+    """The sentence that says the whole job's meter was not kept on ``host`` (host 0), and ``why``."""
+    return f"the whole job's meter was not kept on {host.name}: {why}"
+
+
+def no_run_folder(host: Host) -> str:
+    """The sentence that says the whole job's meter was not kept: host 0 never named its run folder."""
+    return f"the whole job's meter was not kept: host 0 ({host.name}) named no run folder"
+
+
+def keep_job_meter_answer(host: Host, folder: str, whole: dict[str, Any],
+                          timeout: float = 60.0) -> tuple[bool, str]:
     """Keep the whole job's meter (``core.meter_account.combine`` of every host's part) in host 0's run
     ``folder`` on ``host`` (``runs job-meter FOLDER``, the JSON on stdin: nothing of it reaches a
     shell), so that ``runs show`` / ``runs list`` there say the whole job, not only host 0's part.
-    What to tell a person: where it was kept, or why not."""
+    (whether it was kept, what to tell a person: where it was kept, or why not)."""
     if not folder:
-        return f"the whole job's meter was not kept: host 0 ({host.name}) named no run folder"
+        return False, no_run_folder(host)
     try:
         code, out, err = remote.call(host, host.gaudi_gui_argv("runs", "job-meter", folder),
                                      input_text=json.dumps(whole), timeout=timeout)
     except RemoteError as exc:
-        return f"the whole job's meter was not kept on {host.name}: {exc}"
+        return False, not_kept(host, str(exc))
     if code != 0:
         why = (err.strip().splitlines() or out.strip().splitlines() or [f"exit {code}"])[-1]
-        return f"the whole job's meter was not kept on {host.name}: {why}"
-    return f"meter: the whole job's kept in {host.name}'s run {folder} (runs --host {host.name} show)"
+        return False, not_kept(host, why)
+    return True, f"meter: the whole job's kept in {host.name}'s run {folder} (runs --host {host.name} show)"
+
+
+def keep_job_meter(host: Host, folder: str, whole: dict[str, Any], timeout: float = 60.0) -> str:
+    """:func:`keep_job_meter_answer`'s sentence: where the whole job's meter was kept, or why not."""
+    return keep_job_meter_answer(host, folder, whole, timeout)[1]

@@ -13,6 +13,10 @@ What the views get is the same for every placement: the console lines (each host
 global rank 0 logs for the whole group), one state and one summary. Stop asks every part for a stop
 with a checkpoint, a second Stop kills. A part that fails (or stays unreachable for
 ``lost_after_s``) ends the others at once: they would otherwise wait for it in a collective.
+
+What a run on several hosts asks of the hosts before it starts (the pre-flight) and after it ends (the
+whole job's meter kept in host 0's run) are ssh calls: this machine's agent runs each as its child
+(``gaudi-gui hosts --preflight`` / ``--keep-job-meter``, agent/children.py), never a thread here.
 """
 
 from __future__ import annotations
@@ -20,8 +24,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-import queue
-import threading
 import time
 from collections import deque
 from collections.abc import Sequence
@@ -35,7 +37,7 @@ from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.prepare import PrepareError
 from gaudi_gui.core.progress import RunProgress, note
-from gaudi_gui.core.remote import Host, RemoteError
+from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.services.agent_child import AgentChild
 from gaudi_gui.services.process import delete_when_reaped
@@ -43,8 +45,6 @@ from gaudi_gui.services.run_parts import CLOSED, FOLLOWING, RECONNECTING, SlurmP
 
 #: How long a host may stay unreachable before a run on several hosts counts it as lost.
 LOST_AFTER_S = 600.0
-#: How often the GUI thread looks for the pre-flight's answer.
-PREFLIGHT_POLL_MS = 100
 
 Part = SupervisedPart | SlurmPart
 
@@ -54,17 +54,18 @@ def log_prefix(host: str) -> str:
     return f"{host}| "
 
 
-def _preflight(hosts: list[Host], job: JobConfig, port: int, main_ip: str,
-               out: queue.Queue[tuple[str, list[str]]]) -> None:
-    """Thread body: host 0's address and the multi-host pre-flight's problems, onto ``out``. No Qt here."""
-    try:
-        address = main_ip or multi_host.main_address(hosts[0])
-        problems = multi_host.preflight(hosts, job, port)
-    except (RemoteError, OSError, ValueError) as exc:
-        address, problems = main_ip, [str(exc)]
-    except Exception as exc:  # the thread must always answer, or the run would wait forever
-        address, problems = main_ip, [f"the pre-flight failed: {exc!r}"]
-    out.put((address, problems))
+def _answer(lines: Sequence[str]) -> dict[str, Any] | None:
+    """The one JSON object a child printed last on its stdout, None when it printed none."""
+    with contextlib.suppress(ValueError, IndexError):
+        answer = json.loads(lines[-1])
+        return answer if isinstance(answer, dict) else None
+    return None
+
+
+def _why(child: AgentChild, code: int) -> str:
+    """Why a child gave no answer: its last words (its stderr, or the agent's refusal), else its exit."""
+    tail = [t for t in child.tail(5) if t.strip()]
+    return tail[-1] if tail else f"exit {code}"
 
 
 class TrainingJob(QObject):
@@ -130,17 +131,15 @@ class TrainingJob(QObject):
         self._given_up: set[int] = set()
         self._reconnecting_since: dict[int, float] = {}
         self._tail: deque[str] = deque(maxlen=30)
-        self._answers: queue.Queue[tuple[str, list[str]]] = queue.Queue()
-        self._preflight_thread: threading.Thread | None = None
-        self._preflight_timer = QTimer(self)
-        self._preflight_timer.setInterval(PREFLIGHT_POLL_MS)
-        self._preflight_timer.timeout.connect(self._check_preflight)
-        # Several hosts: the whole job's meter kept in host 0's run after the end (a thread's ssh
-        # call; its answer is said in the log by this timer, on the window's thread).
-        self._kept: queue.Queue[str] = queue.Queue()
-        self._keep_timer = QTimer(self)
-        self._keep_timer.setInterval(PREFLIGHT_POLL_MS)
-        self._keep_timer.timeout.connect(self._check_kept)
+        #: Several hosts: the agent's ``hosts_preflight`` child before the start, and the stdout lines
+        #: it printed (its answer is the last).
+        self._preflight_child: AgentChild | None = None
+        self._preflight_said: list[str] = []
+        #: Several hosts: the agent's ``keep_job_meter`` child after the end (the whole job's meter kept
+        #: in host 0's run), the host it keeps it on and what it printed; its answer is said in the log.
+        self._keep_child: AgentChild | None = None
+        self._keep_host: Host | None = None
+        self._keep_said: list[str] = []
         #: A profiled run on a host, once it ended: the agent's ``fetch`` child bringing it here, and
         #: where it was brought ("" until then).
         self._fetch_child: AgentChild | None = None
@@ -349,7 +348,7 @@ class TrainingJob(QObject):
     def start(self, job: JobConfig, *, device: str = "auto", resumed_from: str = "",
               main_ip: str = "", resumed_parts: Sequence[str] = (), gated: bool = False) -> None:
         """Start ``job`` at the placement; the outcome comes asynchronously (``run_identified``, state
-        changes, ``finished``). On several hosts a pre-flight runs first (in a thread); ``main_ip``:
+        changes, ``finished``). On several hosts a pre-flight runs first (the agent's child); ``main_ip``:
         host 0's address for the others (empty: resolved from ``ssh -G``); ``resumed_parts``: the run
         folder each host's part resumes (default: ``resumed_from`` for host 0 only)."""
         if self.is_running():
@@ -373,11 +372,7 @@ class TrainingJob(QObject):
             names = ", ".join(self.host_names())
             self._set_summary(f"pre-flight on {names}: versions, paths, port {self.port}…")
             self._say(f"pre-flight on {names} …")
-            self._preflight_thread = threading.Thread(
-                target=_preflight, args=(list(self.hosts), job, self.port, self.main_ip, self._answers),
-                name="multi-host-preflight", daemon=True)
-            self._preflight_thread.start()
-            self._preflight_timer.start()
+            self._start_preflight()
             self.hosts_changed.emit()
             return
         self._set_summary("submitting the job to Slurm…" if self.placement.kind == "slurm"
@@ -386,17 +381,40 @@ class TrainingJob(QObject):
         self._add_part(host).start(self.job_dict, device=device, resumed_from=resumed_from,
                                    cards=self.placement.cards_of(host.name), gated=gated)
 
-    def _check_preflight(self) -> None:
-        try:
-            address, problems = self._answers.get_nowait()
-        except queue.Empty:
+    def _start_preflight(self) -> None:
+        """This machine's agent runs the pre-flight (``hosts --preflight``: every host asked over ssh,
+        host 0's address looked up); its answer comes to ``_on_preflight_done``. Slots are bound
+        methods: the child's connections hold no reference to this job."""
+        child = self._preflight_child = AgentChild(self, tail_lines=20)
+        self._preflight_said = []
+        child.line_received.connect(self._on_preflight_line)
+        child.finished.connect(self._on_preflight_done)
+        child.start("hosts_preflight", {
+            "hosts": [{"name": h.name, "remote_command": h.remote_command} for h in self.hosts],
+            "job": self.job_dict, "port": self.port, "main_ip": self.main_ip})
+
+    def _on_preflight_line(self, stream: str, line: str) -> None:
+        if stream == "stdout" and self.sender() is self._preflight_child:
+            self._preflight_said.append(line)
+
+    def _on_preflight_done(self, code: int, _status: str) -> None:
+        child = self._preflight_child
+        if child is None or self.sender() is not child:
             return
-        self._preflight_timer.stop()
-        if self._preflight_thread is not None:
-            self._preflight_thread.join(timeout=5)
-            self._preflight_thread = None
-        if self._ended:
-            return
+        self._preflight_child = None
+        answer = _answer(self._preflight_said) if code in (0, 1) else None
+        problems_ = answer.get("problems") if answer is not None else None
+        if answer is not None and isinstance(problems_, list):
+            address, problems = str(answer.get("main_ip") or self.main_ip), [str(p) for p in problems_]
+        else:
+            # No answer (the agent refused it, it crashed): said as a problem of the pre-flight.
+            address, problems = self.main_ip, [f"the pre-flight failed: {_why(child, code)}"]
+        child.deleteLater()
+        self._check_preflight(address, problems)
+
+    def _check_preflight(self, address: str, problems: list[str]) -> None:
+        if self._ended or not self._active:
+            return  # ended, or detached (the app exits): nothing is started
         if self._stop_sent:
             self._end(1, "stopped", "Stopped before the run started on any host")
             return
@@ -666,37 +684,43 @@ class TrainingJob(QObject):
     def _keep_job_meter(self) -> None:
         """Keep the whole job's meter (every host's part summed) in host 0's run, as ``train --hosts``
         does: ``runs show`` / ``runs list`` there, and the Runs list where host 0 is this machine,
-        then say the whole job. Off the window's thread (an ssh call); what it answers is said in
-        the log. The thread holds no QObject (only the host, the folder, the summary and a queue)."""
+        then say the whole job. This machine's agent runs it (``hosts --keep-job-meter``, an ssh
+        call); what it answers is said in the log."""
         whole = self.job_meter()
         main = self._main
         if whole is None or main is None:
             return
-        host, folder, answers = main.host, main.folder, self._kept
-
-        def keep() -> None:
-            try:
-                answers.put(multi_host.keep_job_meter(host, folder, whole))
-            except Exception as exc:  # the thread must always answer
-                answers.put(f"the whole job's meter was not kept on {host.name}: {exc}")
-
-        threading.Thread(target=keep, name="job-meter-keep", daemon=True).start()
-        self._keep_timer.start()
-
-    def _check_kept(self) -> None:
-        try:
-            said = self._kept.get_nowait()
-        except queue.Empty:
+        host, folder = main.host, main.folder
+        if not folder:
+            self._say(multi_host.no_run_folder(host))
             return
-        self._keep_timer.stop()
-        self._say(said)
+        child = self._keep_child = AgentChild(self, tail_lines=20)
+        self._keep_host, self._keep_said = host, []
+        child.line_received.connect(self._on_keep_line)
+        child.finished.connect(self._on_kept)
+        child.start("keep_job_meter", {"host": host.name, "remote_command": host.remote_command,
+                                       "folder": folder, "meter": whole})
+
+    def _on_keep_line(self, stream: str, line: str) -> None:
+        if stream == "stdout" and self.sender() is self._keep_child:
+            self._keep_said.append(line)
+
+    def _on_kept(self, code: int, _status: str) -> None:
+        child, host = self._keep_child, self._keep_host
+        if child is None or host is None or self.sender() is not child:
+            return
+        self._keep_child = None
+        answer = _answer(self._keep_said) if code in (0, 1) else None
+        said = answer.get("said") if answer is not None else None
+        self._say(str(said) if said else multi_host.not_kept(host, _why(child, code)))
+        child.deleteLater()
 
     def _end(self, code: int, state: str, summary: str) -> None:
         if self._ended:
             return
         self._ended = True
         self._active = False
-        for timer in (self._preflight_timer, self._lost_timer, self._tick):
+        for timer in (self._lost_timer, self._tick):
             timer.stop()
         self.progress.saving_since = 0.0
         self._set_summary(summary)
@@ -799,20 +823,24 @@ class TrainingJob(QObject):
     def detach(self) -> None:
         """Stop following (the app exits): the run goes on at its place, followed again next time."""
         self._active = False
-        for timer in (self._preflight_timer, self._lost_timer, self._tick):
+        for timer in (self._lost_timer, self._tick):
             timer.stop()
+        # A pre-flight under way: nothing was started, nothing is left to follow.
+        if self._preflight_child is not None and self._preflight_child.is_running():
+            self._preflight_child.kill_tree()
         for part in self.parts:
             part.detach()
 
     def shutdown(self) -> None:
-        for timer in (self._preflight_timer, self._lost_timer, self._tick, self._keep_timer):
+        for timer in (self._lost_timer, self._tick):
             timer.stop()
-        if self._fetch_child is not None and self._fetch_child.is_running():
-            self._fetch_child.kill_tree()
+        # The agent's children of this job end with it (their ssh calls with them).
+        for child in (self._fetch_child, self._preflight_child, self._keep_child):
+            if child is not None and child.is_running():
+                child.kill_tree()
+        self._preflight_child = self._keep_child = None
         for part in self.parts:
             part.shutdown()
-        # A pre-flight thread's ssh calls end by their own timeouts; nothing here waits on them.
-        self._preflight_thread = None
 
 
 __all__ = ["LOST_AFTER_S", "TrainingJob", "log_prefix"]

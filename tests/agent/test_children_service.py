@@ -1,10 +1,12 @@
 """The agent's interactive children (agent/children.py): a real generate worker on the tiny model,
 started, spoken to, streamed and stopped through the agent; a crashing child's end; the window's
-``AgentChild`` streaming a generation while the window process has no child of its own."""
+``AgentChild`` streaming a generation while the window process has no child of its own; the refusals
+of a run on several hosts' children."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +15,7 @@ import psutil
 import pytest
 from pytestqt.qtbot import QtBot
 
+from gaudi_gui.agent import children
 from gaudi_gui.core import generation
 from gaudi_gui.core.agentwire import AgentError, Connection, Ev
 from gaudi_gui.core.generation import GenerationParams, LoadOptions
@@ -143,3 +146,54 @@ def test_a_child_whose_helper_holds_its_output_still_ends(tmp_path: Path) -> Non
         if pid_file.exists():
             with contextlib.suppress(psutil.Error):
                 psutil.Process(int(pid_file.read_text())).kill()
+
+
+def test_a_run_on_several_hosts_children_refuse_bad_arguments_and_build_their_argv() -> None:
+    """``hosts_preflight`` and ``keep_job_meter`` (the Training tab's pre-flight of a run on several hosts
+    and its whole job meter kept): what is not theirs to run is refused before anything starts; what is
+    is one argument per value, the job and the meter in temporary files the child's end deletes."""
+    hosts = [{"name": "gg-a", "remote_command": "py -m gaudi_gui"}, {"name": "gg-b", "remote_command": ""}]
+    preflight = {"hosts": hosts, "job": {"model": "builtin:demo"}, "port": 29500}
+    keep = {"host": "gg-a", "remote_command": "py -m gaudi_gui", "folder": "/r/run-1", "meter": {"parts": []}}
+    refused = [
+        ("hosts_preflight", {**preflight, "hosts": hosts[:1]}, "two or more"),
+        ("hosts_preflight", {**preflight, "hosts": "gg-a,gg-b"}, "two or more"),
+        ("hosts_preflight", {**preflight, "hosts": [hosts[0], {"name": "gg-b,gg-c"}]}, "each host's name"),
+        ("hosts_preflight", {**preflight, "hosts": [hosts[0], {"name": "gg-b=x"}]}, "each host's name"),
+        ("hosts_preflight", {**preflight, "hosts": [hosts[0], {"name": ""}]}, "each host's name"),
+        ("hosts_preflight", {**preflight, "hosts": [hosts[0], {"name": "gg-b", "remote_command": "py\nrm"}]},
+         "one line"),
+        ("hosts_preflight", {**preflight, "job": "{}"}, "needs job"),
+        ("hosts_preflight", {**preflight, "port": 0}, "needs port"),
+        ("hosts_preflight", {**preflight, "port": "29500"}, "needs port"),
+        ("hosts_preflight", {**preflight, "port": True}, "needs port"),
+        ("keep_job_meter", {**keep, "host": ""}, "each host's name"),
+        ("keep_job_meter", {**keep, "host": "gg-a,gg-b"}, "each host's name"),
+        ("keep_job_meter", {**keep, "folder": "run-1"}, "absolute path"),
+        ("keep_job_meter", {**keep, "folder": ""}, "absolute path"),
+        ("keep_job_meter", {**keep, "meter": None}, "needs meter"),
+        ("keep_job_meter", {**keep, "meter": "[]"}, "needs meter"),
+        ("keep_job_meter", {**keep, "remote_command": "py\nrm -rf /"}, "one line"),
+    ]
+    with Connection.open() as conn:
+        for kind, args, needle in refused:
+            with pytest.raises(AgentError, match=needle):
+                conn.request("child.start", kind=kind, args=args)
+        assert conn.request("child.list")["children"] == []
+
+    spec = children.KINDS["hosts_preflight"]({**preflight, "main_ip": "10.0.0.1"})
+    try:
+        assert spec.argv[1:] == ["-m", "gaudi_gui", "hosts", "--preflight=gg-a,gg-b", "--port=29500",
+                                 "--json", "--host-command=gg-a=py -m gaudi_gui", "--main-ip=10.0.0.1",
+                                 f"--config={spec.files[0]}"]
+        assert json.loads(Path(spec.files[0]).read_text()) == {"model": "builtin:demo"}
+    finally:
+        Path(spec.files[0]).unlink()
+    spec = children.KINDS["keep_job_meter"](keep)
+    try:
+        assert spec.argv[1:] == ["-m", "gaudi_gui", "hosts", "--host=gg-a",
+                                 "--remote-command=py -m gaudi_gui", "--keep-job-meter=/r/run-1",
+                                 f"--meter={spec.files[0]}", "--json"]
+        assert json.loads(Path(spec.files[0]).read_text()) == {"parts": []}
+    finally:
+        Path(spec.files[0]).unlink()
