@@ -14,6 +14,14 @@ and its subscriptions are made again; requests in flight get ``ok:false`` with w
 host is touched by a drop: only the relay there ends (its stdin closed), the host's agent and its work
 go on. A link nobody uses lingers ``GAUDI_GUI_HOST_LINGER_S`` seconds (60), then closes. Links never
 keep this agent up (``busy`` is empty): a client that uses one is connected anyway.
+
+A port forward to a host (``hosts.forward``: a dashboard's or a server's port there, reached at a port
+here) rides on the link's connection: the link's ssh is a multiplexing client (``core.remote.ssh_base``:
+``ControlMaster=auto``), so the forward is ``ssh -O forward -L …`` asked of that connection's master (a
+short child of this agent; it opens no session on the host). The agent keeps each forward with the
+session that asked for it, keeps the link open while one is held (the master lives as long as its
+clients), and cancels it (``-O cancel``) when asked, when that session ends (a closed window) and when
+the agent stops. The window starts no ssh for it.
 """
 
 from __future__ import annotations
@@ -29,6 +37,7 @@ from gaudi_gui.agent import tasks
 from gaudi_gui.agent.server import Agent, Handler, Refused, Session
 from gaudi_gui.core import agentwire, remote
 from gaudi_gui.core.agentwire import Ev, WireError
+from gaudi_gui.core.placement import Forward
 from gaudi_gui.core.remote import Host, HostError
 
 #: Seconds between tries to make a dropped link again (the last one repeats).
@@ -41,8 +50,10 @@ HELLO_TIMEOUT_S = 45.0
 WAIT_UP_S = 60.0
 #: Failures that trying again cannot mend: the link stays down until someone asks again.
 _FINAL = ("auth", "hostkey", "missing")
+#: Seconds an ``ssh -O forward|cancel`` may take (it only speaks to the master on this machine).
+FORWARD_TIMEOUT_S = 30.0
 #: Operations of this service: they name a host but are answered here, never forwarded.
-_OWN = ("hosts.connect", "hosts.disconnect")
+_OWN = ("hosts.connect", "hosts.disconnect", "hosts.forward")
 
 Subs = dict[str, set[str] | None]
 
@@ -69,6 +80,8 @@ class Link:
         self._next = 0
         #: local session -> what it subscribed to on this host (event -> keys, None: all)
         self.subs: dict[Session, Subs] = {}
+        #: the port forwards held on this link's connection: local port -> (forward, who asked)
+        self.forwards: dict[int, tuple[Forward, Session]] = {}
         self.last_used = time.monotonic()
         #: the outcome of the current try: None when up, else the words of why it failed
         self.attempt: asyncio.Future[str | None] = asyncio.get_running_loop().create_future()
@@ -90,13 +103,15 @@ class Link:
             self.attempt = asyncio.get_running_loop().create_future()
 
     def in_use(self) -> bool:
-        return bool(self.pending) or any(self.subs.values())
+        # A held forward keeps the link (and so the connection's master, which carries it) open.
+        return bool(self.pending) or any(self.subs.values()) or bool(self.forwards)
 
     def describe(self) -> dict[str, Any]:
         return {"host": self.name, "state": self.state, "message": self.message, "retry_s": self.retry_s,
                 "pid": self.proc.pid if self.proc is not None and self.proc.returncode is None else None,
                 "since": self.since, "sessions": sum(1 for s in self.subs.values() if s),
                 "pending": len(self.pending),
+                "forwards": [f"{f.local_port}->{f.remote_port}" for f, _ in self.forwards.values()],
                 "subscriptions": sorted({ev for s in self.subs.values() for ev in s})}
 
     # -- the loop: connect, read, reconnect -------------------------------------------------------
@@ -324,6 +339,9 @@ class Link:
 
     async def close(self, words: str) -> None:
         self.closed = True
+        forwards, self.forwards = list(self.forwards.values()), {}
+        for forward, _ in forwards:  # before the link: the master would keep them after it
+            await _ssh_forward(self.name, forward, cancel=True)
         self.task.cancel()
         self._stop_proc()
         self._fail_pending(words)
@@ -340,10 +358,13 @@ class HostsService:
         self.links: dict[str, Link] = {}
         self.linger_s = float(os.environ.get("GAUDI_GUI_HOST_LINGER_S", LINGER_S))
         self._watch: asyncio.Task[None] | None = None
+        #: forwards being cancelled in the background (a session that ended: nobody awaits them)
+        self._cancelling: set[asyncio.Task[Any]] = set()
         agent.forward = self.forward
 
     def ops(self) -> dict[str, Handler]:
-        return {"hosts.connect": self._connect, "hosts.disconnect": self._disconnect}
+        return {"hosts.connect": self._connect, "hosts.disconnect": self._disconnect,
+                "hosts.forward": self._forward_port}
 
     async def start(self) -> None:
         self._watch = asyncio.create_task(self._linger())
@@ -351,6 +372,14 @@ class HostsService:
     async def stop(self) -> None:
         if self._watch is not None:
             self._watch.cancel()
+        # The forwards first (the master outlives the link by ControlPersist: it would keep the ports).
+        cancels = [_ssh_forward(link.name, forward, cancel=True)
+                   for link in self.links.values() for forward, _ in link.forwards.values()]
+        for link in self.links.values():
+            link.forwards.clear()
+        if cancels or self._cancelling:
+            await asyncio.wait([asyncio.ensure_future(c) for c in cancels] + list(self._cancelling),
+                               timeout=FORWARD_TIMEOUT_S)
         for link in list(self.links.values()):
             await link.close(f"the agent ended its link to {link.name}")
         self.links.clear()
@@ -368,6 +397,12 @@ class HostsService:
 
     def session_gone(self, session: Session) -> None:
         for link in list(self.links.values()):
+            for port, (forward, owner) in list(link.forwards.items()):
+                if owner is session:  # its window is gone: nobody reads through the port any more
+                    del link.forwards[port]
+                    task = asyncio.ensure_future(_ssh_forward(link.name, forward, cancel=True))
+                    self._cancelling.add(task)
+                    task.add_done_callback(self._cancelling.discard)
             subs = link.subs.pop(session, None)
             for ev in subs or {}:
                 if ev not in _union(link.subs.values()) and link.state == "up":
@@ -442,6 +477,46 @@ class HostsService:
         await link.wait_up()
         return {"state": link.state, "message": link.message}
 
+    async def _forward_port(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
+        """``hosts.forward``: ``local_port`` here forwarded to ``remote_port`` on the host's loopback,
+        on the connection of the host's link (made when there is none), or with ``cancel`` given back."""
+        name = str(message.get("host") or "").strip()
+        if name in ("", remote.LOCAL):
+            raise Refused("hosts.forward needs a host (an SSH destination): this machine's own ports need "
+                          "no forward")
+        try:
+            remote.check_destination(name)
+        except HostError as exc:
+            raise Refused(str(exc)) from None
+        forward = Forward(_port(message, "local_port"), _port(message, "remote_port"))
+        if message.get("cancel"):
+            link = self.links.get(name)
+            if link is not None:
+                link.forwards.pop(forward.local_port, None)
+            code, said = await _ssh_forward(name, forward, cancel=True)
+            # No master (the connection went) or no such forward: either way the port is not forwarded.
+            return {"cancelled": code == 0, "message": said}
+        known = self.links.get(name)
+        held = known.forwards.get(forward.local_port) if known is not None and not known.closed else None
+        if held is not None and held[0] != forward:
+            raise Refused(f"port {forward.local_port} here is already forwarded to port "
+                          f"{held[0].remote_port} on {name}")
+        if held is None:
+            from gaudi_gui.core.serve import port_free
+            # ssh answers 0 to a forward of a port someone else holds: the port is checked here first.
+            if not port_free(forward.local_port, forward.local_address):
+                raise Refused(f"port {forward.local_port} is already taken on this machine; choose another")
+        # Asked again (a re-attached server, a connection made again): the master may be a new one.
+        link = self.link(name)
+        link.last_used = time.monotonic()
+        await link.wait_up()
+        code, said = await _ssh_forward(name, forward)
+        if code != 0:
+            raise Refused(f"the forward of port {forward.local_port} here to port {forward.remote_port} on "
+                          f"{name} failed (ssh exit {code}{': ' + said if said else ''})")
+        link.forwards[forward.local_port] = (forward, session)
+        return {"local_port": forward.local_port, "remote_port": forward.remote_port}
+
     async def _disconnect(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
         name = str(message.get("host") or "")
         link = self.links.pop(name, None)
@@ -451,6 +526,38 @@ class HostsService:
             self.agent.publish(Ev.HOST, name, host=name, state="down", message=f"disconnected from {name}",
                                retry_s=0.0)
         return {"state": "down"}
+
+
+def _port(message: dict[str, Any], name: str) -> int:
+    """A TCP port argument (1..65535), or Refused naming it."""
+    value = message.get(name)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536:
+        raise Refused(f"{name} must be a TCP port (1 to 65535), not {value!r}")
+    return value
+
+
+async def _ssh_forward(name: str, forward: Forward, *, cancel: bool = False) -> tuple[int, str]:
+    """``ssh -O forward|cancel -L …`` on the multiplexed connection to ``name`` (the one its link rides
+    on): (ssh's exit status, its last words). An argv: nothing here reaches a shell."""
+    argv = [*remote.ssh_base(name), "-O", "cancel" if cancel else "forward", *forward.ssh_option(), "--",
+            remote.ssh_target(name)]
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+    except OSError as exc:
+        return remote.SSH_FAILED, f"ssh could not start: {exc.strerror or exc}"
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), FORWARD_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(proc.wait(), 5)
+        return remote.SSH_FAILED, f"ssh did not answer within {FORWARD_TIMEOUT_S:g} s"
+    text = out.decode("utf-8", "replace")
+    said = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), "")
+    return proc.returncode if proc.returncode is not None else remote.SSH_FAILED, said
 
 
 def _quiet(future: asyncio.Future[Any]) -> None:

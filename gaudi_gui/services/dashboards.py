@@ -5,10 +5,11 @@ holds the run (``commands/runs_open``: it exports the run, serves the dashboard 
 machine's 127.0.0.1, and answers one JSON line per run; each further run is one more line on its stdin).
 It is an agent's ``dashboard`` child (``AgentChild``): this machine's agent's, or on a host that host's
 agent's, reached through this machine's agent and its one ssh session to the host (the window starts
-no process for it). A host's dashboard port is forwarded to a free port here on the multiplexed
-connection (``ssh -O forward``, as Serve does); the URL given is this machine's. The dashboards are not
-jobs: they end when this service shuts down (the window closes: stdin closed, then the child's tree
-ended; a forward cancelled), and a host's when the link to it drops (its agent ends it).
+no process for it). A host's dashboard port is forwarded to a free port here by this machine's agent
+(``hosts.forward``: on its link's connection, as for Serve); the URL given is this machine's. The
+dashboards are not jobs: they end when this service shuts down (the window closes: stdin closed, then
+the child's tree ended; the forward cancelled), and a host's when the link to it drops (its agent ends
+it).
 
 Qt adapter only: the export, the dashboard and its waiting are the command's (``core.dashboard``).
 """
@@ -28,9 +29,9 @@ from gaudi_gui.core.placement import Forward
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.serve import pick_free_port
 from gaudi_gui.services.agent_child import AgentChild, describe_exit
-from gaudi_gui.services.process import ask_forward
+from gaudi_gui.services.forwards import request_forward
 
-#: Tries of ``ssh -O forward`` (1 s, then 2 s apart) before the forward is said to have failed.
+#: Tries of the agent's forward (1 s, then 2 s apart) before the forward is said to have failed.
 FORWARD_ATTEMPTS = 3
 
 
@@ -139,20 +140,20 @@ class DashboardService(QObject):
         self._ask_forward(board, url, attempt=1)
 
     def _ask_forward(self, board: _Board, url: str, attempt: int, cancel: bool = False) -> None:
-        """``ssh -O forward|cancel`` of the host's dashboard port on the multiplexed connection."""
+        """The host's dashboard port forwarded here (or given back), asked of the agent."""
         if board.forward is not None:
-            ask_forward(self, board.host.name, board.forward, None if cancel else
-                        lambda code, why: self._forwarded(board, url, code, why, attempt), cancel=cancel)
+            request_forward(board.host.name, board.forward, None if cancel else
+                            lambda ok, why: self._forwarded(board, url, ok, why, attempt), cancel=cancel)
 
-    def _forwarded(self, board: _Board, url: str, code: int, why: str, attempt: int) -> None:
-        if code != 0 and board.runner.is_running() and attempt < FORWARD_ATTEMPTS:
-            # A master connection that is still starting answers 255 for a moment.
+    def _forwarded(self, board: _Board, url: str, ok: bool, why: str, attempt: int) -> None:
+        if not ok and board.runner.is_running() and attempt < FORWARD_ATTEMPTS:
+            # A connection that is being made again refuses for a moment: asked again, with back-off.
             QTimer.singleShot(1000 * attempt, self, lambda: self._ask_forward(board, url, attempt + 1))
             return
         forward = board.forward
-        if code != 0 or forward is None:
-            self.failed.emit(board.kind, f"the forward of the dashboard on {board.host.name} failed "
-                                         f"(ssh exit {code}{': ' + why if why else ''})")
+        if not ok or forward is None:
+            self.failed.emit(board.kind, f"the forward of the dashboard on {board.host.name} failed"
+                                         f"{': ' + why if why else ''}")
             return
         self._show(board, url.replace(f":{forward.remote_port}/", f":{forward.local_port}/", 1))
 
@@ -169,7 +170,7 @@ class DashboardService(QObject):
         if self.boards.get(key) is board:
             del self.boards[key]
         if board.forward is not None:
-            self._ask_forward(board, "", 0, cancel=True)  # the master would keep the local port
+            self._ask_forward(board, "", 0, cancel=True)  # the connection would keep the local port
             board.forward = None
         if board.runner.is_stopping():
             return

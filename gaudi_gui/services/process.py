@@ -24,16 +24,12 @@ import signal
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Mapping, Sequence
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 
 from gaudi_gui.core import protocol
 from gaudi_gui.core.proctree import BOOKKEEPER, ProcessTree
-
-if TYPE_CHECKING:
-    from gaudi_gui.core.placement import Forward
 
 # psutil (~40 ms to import) is imported in the methods that scan processes: this module is loaded
 # before the window's first paint, and none of them runs until a child has started after it.
@@ -460,18 +456,3 @@ class ProcessRunner(QObject):
         self._finished_reported = True
         self.finished.emit(code, status)
 
-
-def ask_forward(parent: QObject, dest: str, forward: Forward, done: Callable[[int, str], None] | None,
-                *, cancel: bool = False) -> None:
-    """``ssh -O forward|cancel`` of ``forward`` on the multiplexed connection to ``dest``, as a child
-    (the window never waits for it); ``done(ssh's exit code, its last words)`` once it has ended."""
-    from gaudi_gui.core.remote import ssh_base, ssh_target
-    runner = ProcessRunner(parent, parse_protocol=False)
-    said: list[str] = []
-    runner.line_received.connect(lambda _stream, line: said.append(line.strip()))
-    if done is not None:
-        runner.finished.connect(lambda code, _status: done(code, next((s for s in reversed(said) if s), "")))
-    runner.finished.connect(lambda _code, _status: runner.deleteLater())
-    argv = [*ssh_base(dest), "-O", "cancel" if cancel else "forward", *forward.ssh_option(), "--",
-            ssh_target(dest)]
-    runner.start(argv[0], argv[1:])

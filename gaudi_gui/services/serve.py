@@ -29,10 +29,10 @@ from gaudi_gui.core.serve import (
 )
 from gaudi_gui.services.device_selection import DeviceSelection
 from gaudi_gui.services.endpoint_chat import EndpointChat
+from gaudi_gui.services.forwards import request_forward
 from gaudi_gui.services.kind_job import KindJob
-from gaudi_gui.services.process import ask_forward
 
-#: Tries of ``ssh -O forward`` (1 s, then 2 s apart) before the forward is said to have failed.
+#: Tries of the agent's forward (1 s, then 2 s apart) before the forward is said to have failed.
 FORWARD_ATTEMPTS = 3
 
 
@@ -109,7 +109,7 @@ class ServeService(KindJob):
             self.start_words(spec.cli_args())
             return []
         # On a host: the host's own serve --detach (its supervisor outlives the connection), reached
-        # here through a forward of spec.port on the multiplexed connection, asked for once it answers.
+        # here through a forward of spec.port that this machine's agent holds, asked for once it answers.
         if not port_free(spec.port):
             return [("port", f"port {spec.port} is already taken here; choose another")]
         self._forward = Forward(spec.port, remote_port or spec.port)
@@ -129,23 +129,24 @@ class ServeService(KindJob):
         self._set_state("starting", f"following the server on {self.host.name}, left running earlier")
 
     def _ask_forward(self, cancel: bool = False) -> None:
-        """``ssh -O forward|cancel`` for the host's endpoint on the multiplexed connection (a child:
-        the window never waits for it); the URL is said once the forward is made."""
+        """The host's endpoint forwarded here (or given back), asked of this machine's agent (it runs
+        the forward on its connection to the host; the window never waits for it); the URL is said
+        once the forward is made."""
         if self._forward is None:
             return
         attempt = self._forward_attempts = 0 if cancel else self._forward_attempts + 1
         url = endpoint_url(self._forward.local_port)
-        ask_forward(self, self.host.name, self._forward, None if cancel else
-                    lambda code, why: self._forwarded(url, code, why, attempt), cancel=cancel)
+        request_forward(self.host.name, self._forward, None if cancel else
+                        lambda ok, why: self._forwarded(url, ok, why, attempt), cancel=cancel)
 
-    def _forwarded(self, url: str, code: int, why: str, attempt: int) -> None:
-        if code != 0 and self.is_running() and attempt < FORWARD_ATTEMPTS:
-            # A master connection that is still starting or being replaced answers 255 for a moment.
+    def _forwarded(self, url: str, ok: bool, why: str, attempt: int) -> None:
+        if not ok and self.is_running() and attempt < FORWARD_ATTEMPTS:
+            # A connection that is being made again refuses for a moment: asked again, with back-off.
             QTimer.singleShot(int(1000 * attempt), self, self._ask_forward)
             return
-        if code != 0 or not self.is_running():
-            self.failed.emit("", f"the forward of {url} to {self.host.name} failed (ssh exit {code}"
-                                 f"{': ' + why if why else ''})")
+        if not ok or not self.is_running():
+            self.failed.emit("", f"the forward of {url} to {self.host.name} failed"
+                                 f"{': ' + why if why else ' (the server ended)'}")
             return
         self._forward_attempts = 0
         self.url = url
@@ -222,7 +223,7 @@ class ServeService(KindJob):
 
     def take_end(self, state: str, summary: str) -> None:
         if not self.host.is_local:
-            self._ask_forward(cancel=True)  # the master would hold the local port until it exits
+            self._ask_forward(cancel=True)  # the connection would hold the local port until it ends
         self.chat.cancel()
         self._release()
         self.url = ""

@@ -15,9 +15,12 @@ import sys
 from pathlib import Path
 
 import psutil
+import pytest
 import pytestqt.exceptions
+from PySide6.QtCore import QProcess
 
 from gaudi_gui.core import dashboard
+from gaudi_gui.core.agentwire import Connection
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.dashboards import DashboardService
 from tests.helpers import children_get_sigint, lines_of
@@ -89,7 +92,7 @@ def test_the_app_opens_a_hosts_run_through_the_forward_and_ends_it_with_the_wind
         assert dashboard.fetch(url)[0] == 200
         assert service.running() == [("tensorboard", ssh_host.dest)]
         # The host's agent runs the command (its child, on the host); the window started none (the
-        # forward's `ssh -O forward` has ended once it answered).
+        # forward is this machine's agent's).
         assert any(" runs open " in line and "--tensorboard" in line for line in ssh_host.command_lines())
         with contextlib.suppress(TimeoutError, pytestqt.exceptions.TimeoutError):
             qtbot.waitUntil(lambda: window_children(ssh_host) == [], timeout=30_000)
@@ -125,6 +128,46 @@ def test_a_hosts_dashboard_ends_with_a_dropped_connection_and_opens_again(qtbot,
         service.shutdown()
     qtbot.waitUntil(lambda: not service.running(), timeout=30_000)
     assert ssh_host.wait_no_processes(30, but_agent=True) == []
+
+
+@pytest.mark.sshd(max_sessions=2)
+def test_a_hosts_dashboard_is_forwarded_by_the_agent_in_at_most_two_sessions(
+        qtbot, ssh_host: SshHost, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: the forward of a host's dashboard is asked of this machine's agent (``hosts.forward``),
+    which runs it on the connection of its one link to the host. The window starts no process at all
+    (not even a short ``ssh -O forward``), and the host's server counts at most 2 sessions (its
+    MaxSessions here) while the dashboard is open through the forward."""
+    started: list[str] = []
+    start = QProcess.start
+
+    def spy(process: QProcess, *args: object, **kwargs: object) -> None:
+        started.append(" ".join([*map(str, args)] or [process.program(), *process.arguments()]))
+        start(process, *args, **kwargs)
+
+    monkeypatch.setattr(QProcess, "start", spy)
+    folder = _host_run(ssh_host, "run-f")
+    service = DashboardService()
+    service.open_browser = False
+    failed: list[str] = []
+    service.failed.connect(lambda _kind, why: failed.append(why))
+    try:
+        with qtbot.waitSignal(service.opened, timeout=120_000) as opened:
+            service.open(str(folder), "tensorboard", Host.parse(ssh_host.dest))
+        url = opened.args[1]
+        assert dashboard.fetch(url)[0] == 200 and not failed
+        assert started == [] and window_children(ssh_host) == []
+        now, peak = ssh_host.sessions()
+        assert now <= 2 and peak <= 2, (now, peak)
+        with Connection.open() as conn:
+            links = conn.request("status")["services"]["hosts"]["links"]
+        port = int(url.split("127.0.0.1:", 1)[1].split("/", 1)[0])
+        assert [link["forwards"] for link in links if link["host"] == ssh_host.dest] == [
+            [f"{port}->{service.boards[('tensorboard', ssh_host.dest)].forward.remote_port}"]]
+    finally:
+        service.shutdown()
+    qtbot.waitUntil(lambda: not service.running(), timeout=30_000)
+    qtbot.waitUntil(lambda: dashboard.fetch(url, timeout=1)[0] == 0, timeout=30_000)  # cancelled
+    assert started == [] and ssh_host.sessions()[1] <= 2
 
 
 def window_children(ssh_host: SshHost) -> list[str]:
