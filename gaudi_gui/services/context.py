@@ -159,7 +159,7 @@ class AppServices:
             self.agent = shared_client()
             from gaudi_gui.services.jobs import AgentJobs
             # The agent's running jobs are the close dialog's too (the command line's among them).
-            self.jobs.register(AgentJobs(self.agent, parent))
+            self.jobs.register(AgentJobs(self.agent, parent, registry=self.jobs))
         return self.agent
 
     def ensure_generation(self, parent: QObject | None = None) -> GenerationClient:
@@ -177,11 +177,12 @@ class AppServices:
         return self.remote_files
 
     def ensure_models(self, parent: QObject | None = None) -> ModelPlaces:
-        """Downloads and cache listings (``gaudi-gui download/models`` where the model is); its
-        downloads are jobs the close dialog lists."""
+        """Downloads (jobs of the agent where the model goes) and cache listings (``gaudi-gui models``
+        there); the close dialog lists its downloads."""
         if self.models is None:
             from gaudi_gui.services.downloads import ModelPlaces
-            self.models = ModelPlaces(parent)
+            # Every download is a job of an agent (this machine's, or a host's through it).
+            self.models = ModelPlaces(parent, agent=lambda: self.ensure_agent(parent))
             self.jobs.register(self.models)
         return self.models
 

@@ -1,45 +1,52 @@
 """Hub downloads and model listings, on this machine or a host, for the Models tab (issue 28).
 
-A download is ``gaudi-gui download REPO_ID --json`` run where the model must be: on this machine as
-a child in its own session, on a host over ssh under ``gaudi-gui guard`` (it ends the command when
-the connection drops; OpenSSH does not signal a remote command). Its JSON-line events (the plan,
-``progress``, ``attempt``, ``stalled``, ``retry``, ``done``, ``error``) become Qt signals: the
-progress as it is, everything else as one sentence. The stall watchdog, back-off and plain-HTTP
-fall-back are the command's (``gaudi_gui.commands.download``): the app shows what it says.
+A download is a job of kind ``download`` (core/kinds.py) that the agent of the place where the model
+must be starts: this machine's agent for this machine (``job.start``), the host's agent for a host
+(``job.start`` with ``host``, carried over this machine's agent's one ssh session to it). The agent runs
+``gaudi-gui download REPO_ID … --detach --json``: a supervisor in a session of its own with a run
+folder there, which outlives the window, the agents and a dropped connection. The window starts no
+process: it follows the job's events (the plan, ``progress``, ``attempt``, ``stalled``, ``retry``,
+``done``, ``error``: the progress as it is, everything else as one sentence) and its record (how it
+ended), and Cancel is ``job.stop``. The stall watchdog, back-off and plain-HTTP fall-back are the
+command's (``gaudi_gui.commands.download``): the app shows what it says.
 
 A listing is ``gaudi-gui models --json`` on a place (``remote_files.Listing``): the place's own Hub
 cache as ``scan_cache_dir`` sees it.
 
-The token: on this machine the child inherits the user's login (``HF_TOKEN`` or the token file of
-``hf auth login``); a token typed in the Download dialog is given to that one child in its environment
-(readable only by the user, never in its argv, a file or a log). On a host the host's own login is
-used: nothing secret crosses the connection (the guard's ``--env`` would put it in a process listing).
+The token: the download inherits its agent's environment (the user's login: ``HF_TOKEN`` or the token
+file of ``hf auth login``); a token typed in the Download dialog travels in the ``job.start`` request's
+``env`` alone (the agent gives it to that one start command's environment, which the supervisor and the
+download inherit: readable only by the user, never in an argv, a file or a log). On a host the host's
+own login is used: a typed token is refused there (``DownloadRequest.problem``).
 
-Every argv word is quoted for the host's shell (``Host.wrap``): a model id or revision from the user is
-never shell code.
+A model id or revision from the user is a word of the job's ``args``, checked by the command; never
+shell code.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
-from gaudi_gui.core import events, hub, remote
+from gaudi_gui.core import hub
+from gaudi_gui.core.agentwire import Ev
 from gaudi_gui.core.events import EventType
 from gaudi_gui.core.remote import Host
+from gaudi_gui.core.runstore import FINAL_STATES
 from gaudi_gui.core.secrets import redact
-from gaudi_gui.services.process import EXIT_FAILED_TO_START, ProcessRunner, describe_exit
 from gaudi_gui.services.remote_files import Listing
-from gaudi_gui.services.run_parts import FOLLOWING, RemoteCall, SupervisedPart
 
-#: How long a stopped download's command has to end its attempt before it is killed (its own grace
-#: for its child is 3 s).
-STOP_GRACE_MS = 8000
+if TYPE_CHECKING:
+    from gaudi_gui.services.agent_client import AgentClient
+
+#: How long after a job's final record its end is told: the agent sends the events written just
+#: before the end (the ``done`` with its path, an ``error``) right after that record.
+END_SETTLE_MS = 300
 #: A cancelled download's closing sentence (the row puts "Cancelled." before it).
 CANCELLED = "Finished files stay in the cache; downloading again continues with the rest."
 
@@ -70,23 +77,10 @@ class DownloadRequest:
                     f"{self.host.name}'s own login (run `hf auth login` there)")
         return None
 
-    def argv(self) -> list[str]:
-        """The gaudi-gui command line (without the program) that runs this download here, tied to
-        the window (a typed token: it lives only in that process's environment)."""
-        args = ["download", self.repo_id, "--json", "--stall-s", f"{self.stall_s:g}"]
-        if self.revision:
-            args += ["--revision", self.revision]
-        return args
-
-    @property
-    def detached(self) -> bool:
-        """A job of its own (``download --detach``: it outlives the window and a dropped connection),
-        unless a token was typed for it, which must not leave this one process's environment."""
-        return not self.token
-
-    def detached_argv(self) -> list[str]:
-        """``download … --detach --json``: the job's supervisor announces its run folder."""
-        args = ["download", self.repo_id, "--stall-s", f"{self.stall_s:g}", "--detach", "--json"]
+    def words(self) -> list[str]:
+        """The ``download`` command's words for this request (the job's ``args`` at ``job.start``, and
+        a queued download's); the agent adds ``--detach`` and ``--json``. Never the token."""
+        args = [self.repo_id, "--stall-s", f"{self.stall_s:g}"]
         if self.revision:
             args += ["--revision", self.revision]
         return args
@@ -158,10 +152,11 @@ def describe_event(event: dict[str, Any]) -> str:
 
 
 class Download(QObject):
-    """One download job and what it said. Detached (the default): ``download --detach`` at its place,
-    a supervisor with a ``kind="download"`` run folder there, followed by ``runs follow``
-    (``SupervisedPart``: a dropped connection is followed again, the job goes on). With a typed token:
-    a child of this window (the token lives only in its environment)."""
+    """One download: a job of kind ``download`` that the agent of its place starts (``job.start``: the
+    command's ``--detach``, a supervisor with a run folder there; a host's through this machine's agent
+    over the host's one ssh session) and the window only follows (its ``event`` and ``job`` events).
+    It outlives the window and a dropped connection; a typed token goes to that one job's environment
+    in the request, never into an argv, a file or a log."""
 
     #: A progress event: bytes_done, bytes_total, rate (B/s), eta_s, files_done, files_total.
     progress_changed = Signal(dict)
@@ -170,7 +165,8 @@ class Download(QObject):
     #: The download ended: (ok, the closing sentence, the snapshot folder on its host or "").
     finished = Signal(bool, str, str)
 
-    def __init__(self, request: DownloadRequest, parent: QObject | None = None) -> None:
+    def __init__(self, request: DownloadRequest, client: Callable[[], AgentClient],
+                 parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.request = request
         self.notes: list[str] = []
@@ -179,17 +175,29 @@ class Download(QObject):
         self.message = ""
         self.ok: bool | None = None  # None while it runs
         self.cancelled = False
-        #: The job's run folder at its place ("" for a download tied to the window, or until known).
+        #: The job's id at its place's agent (its run folder's name) and its run folder ("" until known).
+        self.job_id = ""
         self.folder = ""
+        self._client_of = client
+        self._client: AgentClient | None = None
+        #: Followed now (started or taken up again, not left running, not ended).
+        self._following = False
+        #: A stop was asked before the agent said which job it is: sent once it does.
+        self._stop_pending = False
         #: The note that holds only while the job runs, and what it says once the job ended.
         self._running_note = ""
         self._ran_note = ""
         self._error = ""
-        self._stderr: list[str] = []
-        self._part: SupervisedPart | None = None
-        self._runner = ProcessRunner(self, parse_protocol=False)
-        self._runner.line_received.connect(self._on_line)
-        self._runner.finished.connect(self._on_finished)
+        #: The link to the host dropped (its words were said): "connected again" is said once it is up.
+        self._link_lost = False
+        #: Events already taken (a subscription made again, after a reconnect, replays the history).
+        self._seen: set[int] = set()
+        #: The job's last record said it ended: the end is told once the events written before it came.
+        self._final: dict[str, Any] | None = None
+        self._end_timer = QTimer(self)
+        self._end_timer.setSingleShot(True)
+        self._end_timer.setInterval(END_SETTLE_MS)
+        self._end_timer.timeout.connect(self._end_from_record)
 
     @property
     def host(self) -> Host:
@@ -197,64 +205,119 @@ class Download(QObject):
 
     @property
     def detached(self) -> bool:
-        return self._part is not None
+        """Every download is a job of its place's agent: it goes on without the window."""
+        return True
 
     @property
     def title(self) -> str:
         rev = f"@{self.request.revision}" if self.request.revision else ""
         return f"{self.request.repo_id}{rev} → {self.host.label}"
 
-    def start(self) -> None:
-        if self.request.detached:
-            self._new_part().start_command(self.request.detached_argv())
-            return
-        host = self.host
-        argv = host.gaudi_gui_argv(*self.request.argv())
-        env = dict(os.environ)
-        env["PYTHONUNBUFFERED"] = "1"
-        env["HF_TOKEN"] = self.request.token
-        # Its own session, so a stop reaches the command and its attempt's child together.
-        self._runner.start(argv[0], argv[1:], env=env, new_session=True)
+    def _on(self) -> dict[str, str]:
+        """The ``host`` argument of a request about this job ({} on this machine)."""
+        return {} if self.host.is_local else {"host": self.host.name}
+
+    def client(self) -> AgentClient:
+        self._client = self._client or self._client_of()
+        return self._client
+
+    def start(self, runs_dir: str = "") -> None:
+        """Ask the agent of the download's place to start it (``job.start`` of kind ``download``)."""
+        self._following = True
+        args: dict[str, Any] = {"kind": "download", "job": {"args": self.request.words()}}
+        if self.host.is_local:
+            if runs_dir:
+                args["runs_dir"] = runs_dir
+        else:
+            args["host"] = self.host.name
+        if self.request.token:
+            # In the request alone: the agent puts it in the start command's environment, which the
+            # supervisor and the download inherit; no argv, file or log holds it.
+            args["env"] = {"HF_TOKEN": self.request.token}
+        self._watch_link()
+        self.client().request("job.start", self._on_started, **args)
 
     def follow(self, folder: str, name: str = "") -> None:
-        """Follow a detached download started earlier (re-attached at the next start)."""
+        """Follow a download started earlier (left running by an earlier window, or started by hand)."""
+        self._following = True
         self.folder = folder
+        self.job_id = name or folder.rstrip("/").rsplit("/", 1)[-1]
         self._note(f"followed again: it kept running in {folder}")
-        self._new_part().follow(folder, name=name)
+        self._watch_link()
+        self._subscribe()
 
-    def _new_part(self) -> SupervisedPart:
-        part = SupervisedPart(self.host, grace_s=STOP_GRACE_MS / 1000, parent=self)
-        part.event_received.connect(self._on_event)
-        part.identified.connect(self._on_identified)
-        part.note_changed.connect(self._note)
-        part.connection_changed.connect(self._on_connection)
-        part.ended.connect(self._on_part_ended)
-        self._part = part
-        return part
+    def _on_started(self, reply: dict[str, Any]) -> None:
+        if not self._following:
+            return
+        if not reply.get("ok"):
+            self.ok = False
+            where = "" if self.host.is_local else f" on {self.host.name}"
+            self.message = redact(str(reply.get("error") or f"the agent did not start the download{where}"))
+            self._end()
+            return
+        record = reply.get("job") or {}
+        self.job_id = str(record.get("job_id") or "")
+        self._on_identified(str(record.get("folder") or ""))
+        for note in reply.get("notes") or []:
+            self._note(str(note))
+        self._subscribe()
+        if self._stop_pending:
+            self._send_stop()
+
+    def _subscribe(self) -> None:
+        if not self.job_id:
+            return
+        host = self._on().get("host")
+        client = self.client()
+        client.subscribe(Ev.EVENT, self._on_events, key=self.job_id, host=host)
+        client.subscribe(Ev.JOB, self._on_job, key=self.job_id, host=host)
+
+    def _unfollow(self) -> None:
+        self._following = False
+        self._end_timer.stop()
+        if self._client is None:
+            return
+        if self.job_id:
+            host = self._on().get("host")
+            self._client.unsubscribe(Ev.EVENT, self._on_events, key=self.job_id, host=host)
+            self._client.unsubscribe(Ev.JOB, self._on_job, key=self.job_id, host=host)
+        if not self.host.is_local:
+            self._client.unsubscribe(Ev.HOST, self._on_link, key=self.host.name)
+
+    def _watch_link(self) -> None:
+        """A host's download hears how this machine's agent's link to the host fares (said in words)."""
+        if not self.host.is_local:
+            self.client().subscribe(Ev.HOST, self._on_link, key=self.host.name)
 
     def is_running(self) -> bool:
-        if self._part is not None:
-            return self._part.is_running()
-        return self._runner.is_running()
+        return self._following and self.ok is None
 
     def cancel(self) -> None:
         """Stop the download (finished files stay in the cache; a partial one stays too, and the next
-        download of the same files continues it)."""
+        download of the same files continues it): ``job.stop``, the agent signals its supervisor."""
         if not self.is_running():
             return
         self.cancelled = True
-        if self._part is not None:
-            self._part.stop()  # runs stop: its supervisor ends the command (SIGTERM to its group)
+        if self.job_id:
+            self._send_stop()
         else:
-            self._runner.terminate_tree(grace_ms=STOP_GRACE_MS)
+            self._stop_pending = True  # the agent is still starting it
+
+    def _send_stop(self) -> None:
+        self._stop_pending = False
+        self.client().request("job.stop", self._on_stop_answer, job_id=self.job_id, now=False, **self._on())
+
+    def _on_stop_answer(self, reply: dict[str, Any]) -> None:
+        if not reply.get("ok") and self.is_running():
+            self.cancelled = False  # not sent: Cancel can be pressed again
+            self._note(f"the stop was not sent: {reply.get('error') or 'the agent did not answer'}")
 
     def leave_running(self) -> str:
-        """Stop following a detached download (the window closes; it goes on); its run folder."""
-        if self._part is not None and self._part.is_running():
-            self._part.detach()
-            return self.folder
-        self.cancel()
-        return ""
+        """Stop following (the window closes; the job goes on at its agent); its run folder."""
+        if not self.is_running():
+            return ""
+        self._unfollow()
+        return self.folder
 
     def status_text(self) -> str:
         """The progress line a person reads: bytes, rate, ETA and files."""
@@ -270,7 +333,7 @@ class Download(QObject):
         return (f"{pct}{hub.human(done)} of {hub.human(total)} · {hub.human(rate)}/s · {eta_text} · "
                 f"files {event.get('files_done', 0)} of {event.get('files_total', 0)}")
 
-    # -- output -----------------------------------------------------------------------------------------
+    # -- what the agent says ------------------------------------------------------------------------
 
     def _note(self, text: str) -> None:
         if text:
@@ -278,16 +341,20 @@ class Download(QObject):
             self.notes.append(text)
             self.note_added.emit(text)
 
-    def _on_line(self, stream: str, line: str) -> None:
-        if stream != "stdout":
-            if line.strip():
-                self._stderr.append(redact(line.strip()))
-            return
-        event = events.decode(line)
-        if event is not None:
+    def _on_events(self, message: dict[str, Any]) -> None:
+        print("EVENTS", self.job_id, self._following, [e.get("type") for e in message.get("events") or []], flush=True)
+        for event in message.get("events") or []:
+            if not isinstance(event, dict):
+                continue
+            mark = hash(json.dumps(event, sort_keys=True, default=str))
+            if mark in self._seen:
+                continue  # replayed again (a subscription made anew after a reconnect)
+            self._seen.add(mark)
             self._on_event(event)
 
     def _on_event(self, event: dict[str, Any]) -> None:
+        if self.ok is not None:
+            return
         kind = event.get("type")
         if kind == EventType.PROGRESS:
             self.progress = event
@@ -296,13 +363,44 @@ class Download(QObject):
         if kind == EventType.DONE:
             self.path = str(event.get("path") or "")
         if kind == EventType.PLAN and event.get("repo_id") and event.get("repo_id") != self.request.repo_id:
-            # Re-attached on a host from its run list, which names the run, not the model.
+            # Re-attached on a host from its agent's jobs, which name the run, not the model.
             self.request = replace(self.request, repo_id=str(event["repo_id"]),
                                    revision=self.request.revision or "")
         if kind == EventType.ERROR:
             self._error = redact(str(event.get("message") or ""))
             return  # said once, at the end
         self._note(describe_event(event))
+
+    def _on_job(self, message: dict[str, Any]) -> None:
+        print("JOB", self.job_id, str(message)[:300], flush=True)
+        record = message.get("job") or {}
+        if not isinstance(record, dict) or self.ok is not None or not self._following:
+            return
+        if not self.folder and record.get("folder"):
+            self.folder = str(record["folder"])
+        if record.get("state") in FINAL_STATES and not record.get("alive"):
+            # The agent sends the events written before the end right after this record.
+            self._final = record
+            self._end_timer.start()
+
+    def _on_link(self, message: dict[str, Any]) -> None:
+        if not self.is_running():
+            return
+        state, words = str(message.get("state") or ""), str(message.get("message") or "")
+        name = self.host.name
+        if state == "up":
+            if self._link_lost:
+                self._link_lost = False
+                self._note(f"connected again: following the download on {name}")
+            return
+        if state == "connecting" and not float(message.get("retry_s") or 0):
+            return  # a first try, or the next one starting: the drop was said already
+        self._link_lost = True
+        retry = float(message.get("retry_s") or 0)
+        then = f"reconnecting in {retry:g} s" if retry else "not trying again until asked"
+        why = words.partition("; connecting…")[0]
+        self._note(f"the connection to {name} dropped ({why}); {then} "
+                   f"(the download goes on on {name})")
 
     def _on_identified(self, folder: str) -> None:
         self.folder = folder
@@ -312,12 +410,12 @@ class Download(QObject):
         self._running_note = redact(f"a job of its own{where} (run folder {folder}): it goes on if {goes_on}")
         self._note(self._running_note)
 
-    def _on_connection(self, state: str, _message: str) -> None:
-        if state == FOLLOWING and any("reconnecting" in n for n in self.notes[-3:]):
-            where = "" if self.host.is_local else f" on {self.host.name}"
-            self._note(f"connected again: following the download{where}")
-
-    def _on_part_ended(self, _code: int, state: str, summary: str, _lines: list[str]) -> None:
+    def _end_from_record(self) -> None:
+        record, self._final = self._final or {}, None
+        if self.ok is not None:
+            return
+        state = str(record.get("state") or "failed")
+        summary = str(record.get("summary") or state)
         self.ok = state == "finished"
         if self.ok:
             self.path = self.path or summary.removeprefix("Downloaded: ").split(" (on ")[0]
@@ -326,53 +424,25 @@ class Download(QObject):
             self.cancelled = True
             self.message = CANCELLED
         else:
-            self.message = self._error or summary.removeprefix("Failed: ")
-        self._end()
-
-    def _on_finished(self, code: int, status: str) -> None:
-        if self.cancelled:
-            self.ok = False
-            self.message = CANCELLED
-        elif code == 0 and self.path:
-            self.ok = True
-            self.message = f"downloaded to {self.host.label}: {self.path}"
-        else:
-            self.ok = False
-            self.message = self._failure(code, status)
+            self.message = self._error or redact(summary.removeprefix("Failed: "))
         self._end()
 
     def _end(self) -> None:
         """What was true only while it ran ("it goes on if the window closes") is told in the past
         once it ended, then ``finished``."""
+        self._unfollow()
         if self._running_note in self.notes:
             self.notes[self.notes.index(self._running_note)] = self._ran_note
         self.finished.emit(bool(self.ok), self.message, self.path)
 
-    def _failure(self, code: int, status: str) -> str:
-        host = self.host
-        if self._error:
-            return self._error
-        if status == EXIT_FAILED_TO_START:
-            return next(iter(self._runner.tail(1)), "the download could not start")
-        err = "\n".join(self._stderr)
-        if not host.is_local and code == remote.SSH_FAILED:
-            return remote.explain_ssh_failure(host.name, err)[1]
-        last = self._stderr[-1] if self._stderr else ""
-        if "invalid choice" in err or "No module named" in err or code in (126, 127):
-            return (f"{host.name} has no gaudi-gui with the `download` command behind "
-                    f"`{host.remote_command}` ({last or describe_exit(code, status)}); fix: "
-                    f"{remote.fix_command(host)}")
-        if last.startswith("gaudi-gui download: "):
-            return last[len("gaudi-gui download: "):]
-        return last or f"the download {describe_exit(code, status)}"
-
 
 class ModelPlaces(QObject):
-    """Starts downloads and listings; the close dialog's owner of every download (a ``JobOwner``).
+    """Starts downloads (jobs of the agents) and listings; the close dialog's owner of every download
+    it follows (a ``JobOwner``).
 
-    A detached download goes on when the window closes with "Leave running" and is followed again at
-    the next start (``reattach``: this machine's runs store); one with a typed token ends with the
-    window."""
+    A download goes on when the window closes with "Leave running" (its agent keeps it) and is followed
+    again at the next start (``reattach``: this machine's runs store; ``reattach_hosts``: each saved
+    host's agent's jobs)."""
 
     #: A download was started or taken up again (the Models tab shows it).
     download_started = Signal(object)
@@ -384,14 +454,20 @@ class ModelPlaces(QObject):
 
     outlives_window = True
 
-    def __init__(self, parent: QObject | None = None, *, runs_dir: str = "") -> None:
+    def __init__(self, parent: QObject | None = None, *, runs_dir: str = "",
+                 agent: Callable[[], AgentClient] | None = None) -> None:
         super().__init__(parent)
         self.downloads: list[Download] = []
         self.runs_dir = runs_dir
+        #: This machine's agent's client (made on first use): every download is its job, or a host's
+        #: agent's job reached through it.
+        self._agent = agent or _shared_client
         self._reattached = False
         #: Hosts whose running downloads were asked for (``reattach_hosts``): once per host and app.
         self._reattached_hosts: set[str] = set()
-        self._host_calls: list[RemoteCall] = []
+        #: Hosts whose agent's ``jobs.list`` is still on its way.
+        self._asking: set[str] = set()
+        self._shut = False
         #: Each place's cached models as last listed (host name -> one row per repo, newest use first).
         self._cache: dict[str, list[dict[str, Any]]] = {}
         self._cache_problems: dict[str, str] = {}
@@ -399,20 +475,24 @@ class ModelPlaces(QObject):
 
     # -- downloads ----------------------------------------------------------------------------------
 
+    def _new(self, request: DownloadRequest) -> Download:
+        job = Download(request, self._agent, self)
+        job.finished.connect(lambda ok, _msg, path, j=job: self._on_finished(j, ok, path))
+        self.downloads.append(job)
+        return job
+
     def download(self, request: DownloadRequest) -> Download:
         problem = request.problem()
         if problem:
             raise ValueError(problem)
-        job = Download(request, self)
-        job.finished.connect(lambda ok, _msg, path, j=job: self._on_finished(j, ok, path))
-        self.downloads.append(job)
-        job.start()
+        job = self._new(request)
+        job.start(self.runs_dir)
         self.download_started.emit(job)
         return job
 
     def reattach(self) -> int:
-        """Follow every detached download of this machine still running (left running by an earlier
-        window, or started by ``gaudi-gui download --detach``); once per app. How many."""
+        """Follow every download of this machine still running (left running by an earlier window,
+        or started by ``gaudi-gui download``), found in its runs store; once per app. How many."""
         if self._reattached:
             return 0
         self._reattached = True
@@ -428,64 +508,57 @@ class ModelPlaces(QObject):
                         or run.supervisor() is None or str(run.folder) in followed:
                     continue
                 argv = [str(a) for a in jobkind.spec(run).get("argv") or []]
-                job = Download(DownloadRequest.from_spec(Host.local(), argv), self)
-                job.finished.connect(lambda ok, _msg, path, j=job: self._on_finished(j, ok, path))
-                self.downloads.append(job)
+                job = self._new(DownloadRequest.from_spec(Host.local(), argv))
                 job.follow(str(run.folder), run.name)
                 self.download_started.emit(job)
                 count += 1
         return count
 
-    def reattach_hosts(self, hosts: list[Host]) -> list[RemoteCall]:
+    def reattach_hosts(self, hosts: list[Host]) -> list[str]:
         """``reattach_host`` for each host not asked yet in this app (the window asks every saved
-        host at its start; the Models tab asks again for a host added since)."""
-        calls = []
+        host at its start; the Models tab asks again for a host added since); the hosts asked."""
+        asked = []
         for host in hosts:
             if host.is_local or host.name in self._reattached_hosts:
                 continue
-            self._reattached_hosts.add(host.name)
-            calls.append(self.reattach_host(host))
-        return calls
+            self.reattach_host(host)
+            asked.append(host.name)
+        return asked
 
-    def reattach_host(self, host: Host) -> RemoteCall:
-        """Follow again the downloads still running on ``host`` (its ``runs list --json``): left
-        running by an earlier window, or started there by hand."""
+    def reattach_host(self, host: Host) -> None:
+        """Follow again the downloads still running on ``host``: its agent's jobs (``jobs.list``
+        through this machine's agent and the host's one ssh session), left running by an earlier
+        window or started there by hand."""
         self._reattached_hosts.add(host.name)
-        call = RemoteCall(host, host.gaudi_gui_argv("runs", "list", "--json"), parent=self)
-        call.finished.connect(lambda code, out, _err, h=host, c=call: self._on_host_runs(h, c, code, out))
-        self._host_calls.append(call)
-        call.start()
-        return call
+        self._asking.add(host.name)
+
+        def listed(reply: dict[str, Any]) -> None:
+            self._on_host_jobs(host, reply)
+
+        self._agent().request("jobs.list", listed, host=host.name)
 
     def is_reattaching(self) -> bool:
-        """A host's ``runs list`` is still on its way."""
-        return any(c.is_running() for c in self._host_calls)
+        """A host's agent has not said its jobs yet."""
+        return bool(self._asking)
 
-    def _on_host_runs(self, host: Host, call: RemoteCall, code: int, out: str) -> None:
-        if call in self._host_calls:
-            self._host_calls.remove(call)
-        call.deleteLater()
-        if code != 0:
+    def _on_host_jobs(self, host: Host, reply: dict[str, Any]) -> None:
+        print("HOSTJOBS", host.name, str(reply)[:1500], flush=True)
+        self._asking.discard(host.name)
+        if self._shut or not reply.get("ok"):
             return  # the listing of that place says what is wrong with it
-        try:
-            runs = json.loads(out.strip().splitlines()[-1]) if out.strip() else []
-        except (ValueError, IndexError):
-            return
-        followed = {(d.host.name, d.folder) for d in self.downloads if d.folder}
-        for item in runs if isinstance(runs, list) else []:
+        followed = {(d.host.name, d.folder) for d in self.downloads if d.folder and d.is_running()}
+        for item in reply.get("jobs") or []:
             if not isinstance(item, dict) or item.get("kind") != "download" or not item.get("alive"):
                 continue
             folder = str(item.get("folder") or "")
-            state = str((item.get("status") or {}).get("state") or "")
-            if not folder or state not in ("queued", "running") or (host.name, folder) in followed:
+            if not folder or item.get("state") not in ("queued", "running") \
+                    or (host.name, folder) in followed:
                 continue
-            name = str(item.get("name") or "")
+            name = str(item.get("name") or item.get("job_id") or "")
             # The model id comes with the run's first event (its plan); until then, the run's name.
             guess = name.split("-download-", 1)[-1] if "-download-" in name else name
-            job = Download(DownloadRequest(repo_id=guess, host=host), self)
-            job.finished.connect(lambda ok, _msg, path, j=job: self._on_finished(j, ok, path))
-            self.downloads.append(job)
-            job.follow(folder, name)
+            job = self._new(DownloadRequest(repo_id=guess, host=host))
+            job.follow(folder, str(item.get("job_id") or name))
             self.download_started.emit(job)
 
     def _on_finished(self, job: Download, ok: bool, path: str) -> None:
@@ -562,25 +635,28 @@ class ModelPlaces(QObject):
             jobs.append(f"Download {d.title}{pct}")
         return jobs
 
+    def followed_job_ids(self) -> set[str]:
+        """This machine's agent's jobs listed here already (the agent's own list leaves them out)."""
+        return {d.job_id for d in self.running() if d.host.is_local and d.job_id}
+
     def stop_jobs(self) -> None:
         for d in self.running():
             d.cancel()
 
     def detach_jobs(self) -> list[str]:
-        """Detached downloads go on (followed again next start); one with a typed token is stopped."""
+        """Every download goes on (its agent keeps it; followed again next start): their run folders."""
         return [folder for d in self.running() if (folder := d.leave_running())]
 
     def shutdown(self) -> None:
-        """The window goes: downloads tied to it are stopped; detached ones are left to their
-        supervisors ("Stop and quit" stopped them already); listings and host calls end."""
+        """The window goes: downloads are left to their agents ("Stop and quit" stopped them already);
+        listings end."""
+        self._shut = True
         for d in self.downloads:
             d.leave_running()
         for listing in list(self._cache_calls.values()):
             listing.cancel()
         self._cache_calls.clear()
-        for call in list(self._host_calls):
-            call.kill()
-        self._host_calls.clear()
+        self._asking.clear()
 
 
 def listing_rows(host: Host, answer: dict[str, Any]) -> list[dict[str, Any]]:
@@ -657,6 +733,11 @@ def cached_repos(answer: dict[str, Any]) -> list[dict[str, Any]]:
                       else str(revisions[0].get("incomplete"))})
     repos.sort(key=lambda r: (-float(r["last_used"]), str(r["repo_id"])))
     return repos
+
+
+def _shared_client() -> AgentClient:
+    from gaudi_gui.services.agent_child import shared_client
+    return shared_client()
 
 
 __all__ = ["KEYRING_SERVICE", "KEYRING_USERNAME", "Download", "DownloadRequest", "ModelPlaces",

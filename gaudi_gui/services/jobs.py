@@ -86,9 +86,15 @@ class AgentJobs(QObject):
     #: The running jobs changed.
     changed = Signal()
 
-    def __init__(self, client: AgentClient, parent: QObject | None = None) -> None:
+    def __init__(self, client: AgentClient, parent: QObject | None = None, *,
+                 registry: JobRegistry | None = None) -> None:
         super().__init__(parent)
         self._client = client
+        #: The other job owners: a job one of them follows (``followed_job_ids``: a download the Models
+        #: tab shows) is listed and stopped by it, not a second time here.
+        self._registry = registry
+        #: "Leave running and quit" was chosen: the agent keeps them.
+        self._left = False
         #: job_id -> its record, while it runs.
         self.running: dict[str, dict[str, Any]] = {}
         client.subscribe(Ev.JOB, self._take)
@@ -115,16 +121,30 @@ class AgentJobs(QObject):
         else:
             self.running.pop(job_id, None)
 
+    def _own(self) -> list[str]:
+        """The running jobs no other owner follows (none once they were left running)."""
+        if self._left:
+            return []
+        others: set[str] = set()
+        for owner in self._registry.owners() if self._registry is not None else []:
+            followed = getattr(owner, "followed_job_ids", None)
+            if owner is not self and callable(followed):
+                others |= set(followed())
+        return [job_id for job_id in sorted(self.running) if job_id not in others]
+
     def active_jobs(self) -> list[str]:
         return [f"{kinds.text(str(r.get('kind') or ''))} {job_id}: {r.get('summary') or r.get('state')}"
-                for job_id, r in sorted(self.running.items())]
+                for job_id in self._own() for r in [self.running[job_id]]]
 
     def stop_jobs(self) -> None:
-        for job_id in list(self.running):
+        for job_id in self._own():
             self._client.request("job.stop", None, job_id=job_id, now=False)
 
     def detach_jobs(self) -> list[str]:
-        return []  # the agent keeps them: nothing for the window to remember
+        """The agent keeps them: nothing for the window to remember, and none is listed any more (the
+        window stops whatever is still listed after "Leave running" as a job that ends with it)."""
+        self._left = True
+        return []
 
     def shutdown(self) -> None:
         self._client.unsubscribe(Ev.JOB, self._take)

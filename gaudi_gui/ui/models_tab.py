@@ -2,8 +2,9 @@
 revision, size, last use, where), a Download… action, the downloads with their progress, and the way
 from a model to the Model runner or the Training form.
 
-It binds to ``ModelPlaces`` (``gaudi_gui.services.downloads``), which runs ``gaudi-gui models --json``
-and ``gaudi-gui download … --json`` where the model is or must be; this view starts no process.
+It binds to ``ModelPlaces`` (``gaudi_gui.services.downloads``), which lists with ``gaudi-gui models
+--json`` where the model is and has the agent there start ``gaudi-gui download``; this view starts no
+process.
 """
 
 from __future__ import annotations
@@ -425,7 +426,7 @@ class ModelsTab(QWidget):
         or the host's own), as the words ``download --detach`` takes; it uses no cards."""
         from gaudi_gui.core.queue import CardRequest
 
-        words = [w for w in request.detached_argv()[1:] if w not in ("--detach", "--json")]
+        words = request.words()
         where, repo_id, local = request.host.name, request.repo_id, request.host.is_local
         machine = "this machine (View → Queue)" if local else f"{where} (View → Queue, Machine: {where})"
 

@@ -248,7 +248,8 @@ def test_the_keyring_token_reaches_the_hub_and_nothing_else(
     row = tab.download_rows[0]
     argvs = command_lines_while(qtbot, "org/gated", lambda: row.job.ok is not None)
     assert not any(SECRET in a for a in argvs)
-    assert SECRET not in " ".join(row.job._runner.argv)
+    # The agent's job (no child of the window): the token went in job.start's env, not its words.
+    assert SECRET not in " ".join(row.job.request.words())
     qtbot.waitUntil(lambda: row.job.ok is not None, timeout=30000)
     assert not row.job.ok and "gated" in row.status.text()
     assert f"Bearer {SECRET}" in fake_hub.authorizations  # the keyring's token was the one used
