@@ -204,11 +204,6 @@ class Download(QObject):
         return self.request.host
 
     @property
-    def detached(self) -> bool:
-        """Every download is a job of its place's agent: it goes on without the window."""
-        return True
-
-    @property
     def title(self) -> str:
         rev = f"@{self.request.revision}" if self.request.revision else ""
         return f"{self.request.repo_id}{rev} → {self.host.label}"
@@ -230,9 +225,10 @@ class Download(QObject):
                 args["runs_dir"] = runs_dir
         else:
             args["host"] = self.host.name
-        if self.request.token:
+        if self.request.token and self.host.is_local:
             # In the request alone: the agent puts it in the start command's environment, which the
-            # supervisor and the download inherit; no argv, file or log holds it.
+            # supervisor and the download inherit; no argv, file or log holds it. Never sent to a host
+            # (``problem`` refuses a token there: the host's own login is used).
             args["env"] = {"HF_TOKEN": self.request.token}
         self._watch_link()
         self.client().request("job.start", self._on_started, **args)
@@ -342,7 +338,6 @@ class Download(QObject):
             self.note_added.emit(text)
 
     def _on_events(self, message: dict[str, Any]) -> None:
-        print("EVENTS", self.job_id, self._following, [e.get("type") for e in message.get("events") or []], flush=True)
         for event in message.get("events") or []:
             if not isinstance(event, dict):
                 continue
@@ -372,7 +367,6 @@ class Download(QObject):
         self._note(describe_event(event))
 
     def _on_job(self, message: dict[str, Any]) -> None:
-        print("JOB", self.job_id, str(message)[:300], flush=True)
         record = message.get("job") or {}
         if not isinstance(record, dict) or self.ok is not None or not self._following:
             return
@@ -454,14 +448,14 @@ class ModelPlaces(QObject):
 
     outlives_window = True
 
-    def __init__(self, parent: QObject | None = None, *, runs_dir: str = "",
-                 agent: Callable[[], AgentClient] | None = None) -> None:
+    def __init__(self, parent: QObject | None = None, *, agent: Callable[[], AgentClient],
+                 runs_dir: str = "") -> None:
         super().__init__(parent)
         self.downloads: list[Download] = []
         self.runs_dir = runs_dir
         #: This machine's agent's client (made on first use): every download is its job, or a host's
         #: agent's job reached through it.
-        self._agent = agent or _shared_client
+        self._agent = agent
         self._reattached = False
         #: Hosts whose running downloads were asked for (``reattach_hosts``): once per host and app.
         self._reattached_hosts: set[str] = set()
@@ -542,7 +536,6 @@ class ModelPlaces(QObject):
         return bool(self._asking)
 
     def _on_host_jobs(self, host: Host, reply: dict[str, Any]) -> None:
-        print("HOSTJOBS", host.name, str(reply)[:1500], flush=True)
         self._asking.discard(host.name)
         if self._shut or not reply.get("ok"):
             return  # the listing of that place says what is wrong with it
@@ -733,11 +726,6 @@ def cached_repos(answer: dict[str, Any]) -> list[dict[str, Any]]:
                       else str(revisions[0].get("incomplete"))})
     repos.sort(key=lambda r: (-float(r["last_used"]), str(r["repo_id"])))
     return repos
-
-
-def _shared_client() -> AgentClient:
-    from gaudi_gui.services.agent_child import shared_client
-    return shared_client()
 
 
 __all__ = ["KEYRING_SERVICE", "KEYRING_USERNAME", "Download", "DownloadRequest", "ModelPlaces",

@@ -24,9 +24,9 @@ import signal
 import time
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
+from PySide6.QtCore import QObject, QProcess, QTimer, Signal
 
 from gaudi_gui.core import protocol
 from gaudi_gui.core.proctree import BOOKKEEPER, ProcessTree
@@ -202,28 +202,24 @@ class ProcessRunner(QObject):
 
     # -- starting -------------------------------------------------------------------------------------
 
-    def start(self, program: str, args: Sequence[str] = (), *, env: Mapping[str, str] | None = None,
-              cwd: str | None = None, new_session: bool = False, stdin_open: bool = False) -> bool:
-        """Start ``program``; False (and error_occurred + finished) when it cannot be found or run.
+    def start(self, program: str, args: Sequence[str] = (), *, cwd: str | None = None,
+              new_session: bool = False, stdin_open: bool = False) -> bool:
+        """Start ``program`` (with the window's environment); False (and error_occurred + finished) when
+        it cannot be found or run.
 
-        ``env`` replaces the whole environment when given. ``new_session`` puts the child in its own
-        session and process group so ``terminate_tree`` reaches launchers that do not forward signals.
+        ``new_session`` puts the child in its own session and process group so ``terminate_tree``
+        reaches launchers that do not forward signals.
         """
         if self.is_running():
             raise RuntimeError("ProcessRunner is already running a process")
         self._reset()
         self._argv = [program, *args]
-        resolved = shutil.which(program, path=(env or os.environ).get("PATH"))
+        resolved = shutil.which(program)
         if resolved is None:
             where = "the given path" if os.sep in program else "PATH"
             self._fail_to_start(f"'{program}' was not found ({where} searched); is it installed?")
             return False
         self._program = resolved
-        if env is not None:
-            environment = QProcessEnvironment()
-            for key, value in env.items():
-                environment.insert(str(key), str(value))
-            self._process.setProcessEnvironment(environment)
         if cwd:
             self._process.setWorkingDirectory(cwd)
         self._new_session = new_session

@@ -38,6 +38,18 @@ def cell(tab: ModelsTab, row: int, column: int) -> str:
     return item.text()
 
 
+def window_children() -> list[list[str]]:
+    """The command lines of the processes this (the window's) process started and that still run."""
+    out = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                out.append(proc.cmdline())
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
 def select_row(qtbot, tab: ModelsTab, row: int) -> None:
     item = tab.table.item(row, 0)
     assert item is not None
@@ -198,8 +210,14 @@ def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: Mo
     stuck = tab.download_rows[0]
     qtbot.waitUntil(fake_hub.stalled.is_set, timeout=30000)
     assert tab.places.active_jobs() and "org/stuck" in tab.places.active_jobs()[0]
+    # The agent runs it: the window has no child process (no download, no `runs follow`, no ssh).
+    assert window_children() == []
+    qtbot.waitUntil(lambda: bool(stuck.job.folder), timeout=10000)
     click(qtbot, stuck.cancel_button)
     qtbot.waitUntil(lambda: stuck.job.ok is not None, timeout=20000)
+    # Cancel was the agent's job.stop: the job's own record says it was stopped.
+    assert Run(Path(stuck.job.folder)).status().state == "stopped"
+    assert window_children() == []
     # Said once ("Cancelled. cancelled: …" before), and no longer "it goes on if the window closes".
     assert stuck.status.text() == ("Cancelled. Finished files stay in the cache; downloading again "
                                    "continues with the rest.")

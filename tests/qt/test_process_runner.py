@@ -151,16 +151,6 @@ def test_start_twice_is_refused(qtbot) -> None:
         runner.kill_tree()
 
 
-def test_env_replaces_environment(qtbot) -> None:
-    runner = ProcessRunner()
-    got = _collect(runner)
-    env = {"PATH": os.environ["PATH"], "GAUDI_TEST_VAR": "42"}
-    with qtbot.waitSignal(runner.finished, timeout=5000):
-        runner.start(sys.executable, ["-c", "import os; print(os.environ.get('GAUDI_TEST_VAR'), "
-                                            "os.environ.get('HOME'))"], env=env)
-    assert got["lines"] == [("stdout", "42 None")]
-
-
 def test_detached_child_survives_reap_all(qtbot) -> None:
     import signal
 
