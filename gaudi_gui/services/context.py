@@ -159,7 +159,7 @@ class AppServices:
             self.agent = shared_client()
             from gaudi_gui.services.jobs import AgentJobs
             # The agent's running jobs are the close dialog's too (the command line's among them).
-            self.jobs.register(AgentJobs(self.agent, parent))
+            self.jobs.register(AgentJobs(self.agent, parent, registry=self.jobs))
         return self.agent
 
     def ensure_generation(self, parent: QObject | None = None) -> GenerationClient:

@@ -86,9 +86,13 @@ class AgentJobs(QObject):
     #: The running jobs changed.
     changed = Signal()
 
-    def __init__(self, client: AgentClient, parent: QObject | None = None) -> None:
+    def __init__(self, client: AgentClient, parent: QObject | None = None,
+                 registry: JobRegistry | None = None) -> None:
         super().__init__(parent)
         self._client = client
+        #: The window's other job owners: a run one of them follows itself (``followed_folders``) is
+        #: theirs to list and stop (the agent takes up every run that was running when it started).
+        self._registry = registry
         #: job_id -> its record, while it runs.
         self.running: dict[str, dict[str, Any]] = {}
         client.subscribe(Ev.JOB, self._take)
@@ -115,12 +119,19 @@ class AgentJobs(QObject):
         else:
             self.running.pop(job_id, None)
 
+    def _mine(self) -> dict[str, dict[str, Any]]:
+        """The running jobs no other owner of the window follows itself."""
+        owners = self._registry.owners() if self._registry is not None else []
+        others = {folder for owner in owners if owner is not self
+                  for folder in getattr(owner, "followed_folders", set)()}
+        return {job_id: r for job_id, r in self.running.items() if str(r.get("folder") or "") not in others}
+
     def active_jobs(self) -> list[str]:
         return [f"{kinds.text(str(r.get('kind') or ''))} {job_id}: {r.get('summary') or r.get('state')}"
-                for job_id, r in sorted(self.running.items())]
+                for job_id, r in sorted(self._mine().items())]
 
     def stop_jobs(self) -> None:
-        for job_id in list(self.running):
+        for job_id in list(self._mine()):
             self._client.request("job.stop", None, job_id=job_id, now=False)
 
     def detach_jobs(self) -> list[str]:
