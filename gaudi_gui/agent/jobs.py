@@ -9,6 +9,12 @@
 - ``jobs.list {all, runs_dir?}``: the running jobs (``all``: every run of the stores too).
 - Events ``job`` {job_id, job}, ``log`` {job_id, lines}, ``event`` {job_id, events}: a subscription with
   ``key`` = a job's id replays its history from the run folder, then follows it live.
+- Event ``meter`` {job_id, meter}: while a running job's meter is subscribed to (``key`` = its id; any
+  run of the stores, watched or not: the window's own training runs too), its meter.jsonl is read
+  here as it grows and what it says so far (``core.meter_files.LiveReader.reading``: power now, energy
+  and card-hours so far, the line a person reads) is sent every ``METER_S``, new samples or not (a
+  reading that grew old says so). Not the samples themselves: a long run's meter.jsonl is tens of MB,
+  which a late subscriber (and a host's one ssh session) would otherwise carry again.
 
 Nothing is lost when the agent dies: the supervisors are not its children, and what it watches is
 written down (``agent-jobs.json`` in the data folder: the runs stores it uses and the jobs it watched).
@@ -30,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from gaudi_gui.agent.server import Agent, Handler, Refused, Session
-from gaudi_gui.core import atomic, kinds, paths
+from gaudi_gui.core import atomic, kinds, meter_files, paths
 from gaudi_gui.core.agentwire import Ev
 from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.events import decode as decode_event
@@ -46,6 +52,8 @@ CHUNK = 2000
 #: A replayed log starts at most this far before its end.
 REPLAY_BYTES = 8 << 20
 LEDGER = "agent-jobs.json"
+#: How often a followed meter's reading is sent (its supervisor samples once a second).
+METER_S = 1.0
 
 
 def record(folder: str | Path) -> dict[str, Any]:
@@ -99,6 +107,22 @@ def _skip_partial(log: LogFollower, events: EventFollower) -> None:
             follower.offset = data.rfind(b"\n") + 1
 
 
+class _Meter:
+    """One running job's meter.jsonl, read here while anyone listens to its ``meter``."""
+
+    def __init__(self, folder: Path) -> None:
+        self.run = Run(folder)
+        self.job_id = self.run.name
+        self.reader = meter_files.LiveReader(folder, started_t=self.run.status().started_at or None)
+        #: The last reading sent (what a new listener gets at once), None before the first sample.
+        self.last: dict[str, Any] | None = None
+        self.task: asyncio.Task[None] | None = None
+
+    def caught_up(self) -> bool:
+        """Everything written so far is read (a long run's file is taken 4 MiB a turn, never whole)."""
+        return self.reader.offset >= _size(self.reader.path)
+
+
 class StartRefused(Refused):
     """A job's start command refused it or failed; ``code`` its exit status (None: it did not end)."""
 
@@ -123,6 +147,8 @@ class Jobs:
         #: Told every record of a watched job that changed, its last one included (the queue: a job's
         #: end frees its cards).
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
+        #: job_id -> its meter, read while a session listens to it.
+        self.meters: dict[str, _Meter] = {}
 
     def ops(self) -> dict[str, Handler]:
         return {"job.start": self._start, "job.stop": self._stop, "jobs.list": self._list}
@@ -154,9 +180,10 @@ class Jobs:
         self._save()
 
     async def stop(self) -> None:
-        for watch in list(self.watched.values()):
-            if watch.task is not None:
-                watch.task.cancel()
+        tasks = [w.task for w in self.watched.values()] + [m.task for m in self.meters.values()]
+        for task in tasks:
+            if task is not None:
+                task.cancel()
         self._save()
 
     def busy(self) -> list[str]:
@@ -247,6 +274,9 @@ class Jobs:
             if found is not None:
                 session.send({"ev": ev, "job_id": key, "job": found})
             return
+        if ev == Ev.METER.value and key is not None:
+            self._meter_wanted(session, key)
+            return
         if key is None or ev not in (Ev.LOG.value, Ev.EVENT.value):
             return
         watch = self.watched.get(key)
@@ -275,6 +305,54 @@ class Jobs:
             events = [e for e in decoded if e is not None]
             for i in range(0, len(events), CHUNK):
                 session.send({"ev": ev, "job_id": key, "events": events[i:i + CHUNK]})
+
+    # -- a running job's meter ----------------------------------------------------------------------
+    def _meter_wanted(self, session: Session, job_id: str) -> None:
+        """A session listens to ``job_id``'s meter: the reading so far at once, then each ``METER_S``
+        while the run runs (read here only while someone listens)."""
+        follower = self.meters.get(job_id)
+        if follower is not None:
+            if follower.last is not None:
+                session.send({"ev": Ev.METER.value, "job_id": job_id, "meter": follower.last})
+            return
+        watch = self.watched.get(job_id)
+        folder = watch.run.folder if watch is not None else self._folder_of(job_id)
+        if folder is None or Run(folder).status().state in FINAL_STATES:
+            return  # an ended run's meter is its summary (meter-summary.json), not a live reading
+        follower = _Meter(folder)
+        self.meters[job_id] = follower
+        follower.task = asyncio.get_running_loop().create_task(self._follow_meter(follower))
+
+    def _meter_heard(self, job_id: str) -> bool:
+        return any(s.wants(Ev.METER.value, job_id) and s.subs.get(Ev.METER.value) is not None
+                   for s in self.agent.sessions)
+
+    async def _follow_meter(self, follower: _Meter) -> None:
+        reader = follower.reader
+        try:
+            while self._meter_heard(follower.job_id):
+                status = follower.run.status()
+                reader.started_t = reader.started_t or status.started_at or None
+                reader.read()
+                if not follower.caught_up():
+                    await asyncio.sleep(0)  # the rest of a long file next turn: others' work between
+                    continue
+                now = time.time()
+                reading = reader.reading(now)
+                if reading is not None:
+                    follower.last = reading
+                    self.agent.publish(Ev.METER, follower.job_id, job_id=follower.job_id, meter=reading)
+                if status.state in FINAL_STATES:
+                    return
+                await asyncio.sleep(METER_S)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # one run's unreadable meter must not end the agent
+            self.agent.publish(Ev.NOTICE, message=f"stopped reading {follower.job_id}'s meter: {exc}",
+                               level="warning")
+        finally:
+            if self.meters.get(follower.job_id) is follower:
+                del self.meters[follower.job_id]
 
     # -- where a job is ---------------------------------------------------------------------------
     def _folder_of(self, job_id: str) -> Path | None:

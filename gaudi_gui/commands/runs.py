@@ -339,12 +339,7 @@ def _meter_so_far(run_: Run) -> dict[str, Any] | None:
     reader = meter_files.LiveReader(run_.folder, started_t=run_.status().started_at or None)
     while reader.read():
         pass
-    if reader.last_t is None:
-        return None
-    now = time.time()
-    return {"power_w": reader.watts, "energy_j": reader.energy_j, "card_hours": reader.card_hours,
-            "samples": reader.accounts.samples, "energy_coverage": reader.coverage(now),
-            "text": reader.text(now=now)}
+    return reader.reading(time.time())
 
 
 def _meter_lines(summary: dict[str, Any] | None) -> str:

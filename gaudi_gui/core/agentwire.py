@@ -58,6 +58,9 @@ class Ev(str, enum.Enum):
     LOG = "log"
     #: Events a job's worker wrote (its events.jsonl): ``job_id``, ``events``.
     EVENT = "event"
+    #: A running job's meter so far (its meter.jsonl, read by the agent): ``job_id``, ``meter`` (power_w,
+    #: energy_j, card_hours, samples, energy_coverage, last_t, text; ``meter_files.LiveReader.reading``).
+    METER = "meter"
     #: An interactive child's messages (the runner's worker): ``child_id``, ``messages``; its end: ``end``.
     OUTPUT = "output"
     #: A host's link: ``host``, ``state`` (connecting|up|down), ``message``, ``retry_s``.

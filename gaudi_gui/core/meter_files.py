@@ -1,7 +1,8 @@
 """The run meter's files in a run folder: ``meter.jsonl`` (one JSON line a sample, written by
 ``core.meter.Meter``), ``meter-summary.json`` (a run's part), ``meter-job.json`` (a job of several hosts),
 ``nodes/<node>/`` (a Slurm job's parts); what reads them: the summaries, the cards a run recorded, the
-live reader of a growing meter.jsonl (the Training tab's strip) and a run's compile meter.
+live reader of a growing meter.jsonl (the agent's ``meter`` event, which the Training tab's strip
+shows) and a run's compile meter.
 Qt-free and torch-free.
 """
 
@@ -95,12 +96,12 @@ def recorded_cards(folder: str | Path) -> list[int] | None:
         return None
 
 
-# -- a growing meter.jsonl read live (the Training tab's strip) ----------------------------------------
+# -- a growing meter.jsonl read live (the agent's ``meter`` event: the Training tab's strip) ---------
 
 class LiveReader:
     """The run's meter.jsonl read as it grows (only the new bytes each time): its power now, the
-    energy so far (the same integration as the summary's) and card-hours so far, for the Training
-    tab's live strip. A cut last line waits for its end."""
+    energy so far (the same integration as the summary's) and card-hours so far: the agent's ``meter``
+    event (agent/jobs.py), which the Training tab's live strip shows. A cut last line waits for its end."""
 
     def __init__(self, folder: str | Path, gap_s: float = GAP_S, started_t: float | None = None) -> None:
         self.path = Path(folder) / METER_NAME
@@ -177,6 +178,17 @@ class LiveReader:
         count = max(len(self.cards), len(self.accounts.cards), 1)
         covered = sum(a.power.covered_s for a in self.accounts.cards.values())
         return min(1.0, covered / (count * (now - self.started_t)))
+
+    def reading(self, now: float) -> dict[str, Any] | None:
+        """What the readings say at ``now`` (the agent's ``meter`` event, ``runs show`` of a running
+        run): power_w (now), energy_j and card_hours (so far), samples, energy_coverage (the share of
+        the run so far they cover), last_t (the last sample's time), text (``text(now)``); None before
+        the first sample."""
+        if self.last_t is None:
+            return None
+        return {"power_w": self.watts, "energy_j": self.energy_j, "card_hours": self.card_hours,
+                "samples": self.accounts.samples, "energy_coverage": self.coverage(now),
+                "last_t": self.last_t, "text": self.text(now=now)}
 
     def text(self, now: float | None = None) -> str:
         """'⚡ 205 W now · 1.2 Wh so far · 0.0057 card-hours (hl-smi power integrated)', or '' before the

@@ -90,8 +90,10 @@ class AgentJobs(QObject):
                  registry: JobRegistry | None = None) -> None:
         super().__init__(parent)
         self._client = client
-        #: The other job owners: a job one of them follows (``followed_job_ids``: a download the Models
-        #: tab shows) is listed and stopped by it, not a second time here.
+        #: The window's other job owners: a job one of them follows (``followed_job_ids``: a download
+        #: the Models tab shows) or a run one of them follows itself (``followed_folders``: the agent
+        #: takes up every run that was running when it started) is listed and stopped by it, not a
+        #: second time here.
         self._registry = registry
         #: "Leave running and quit" was chosen: the agent keeps them.
         self._left = False
@@ -125,12 +127,19 @@ class AgentJobs(QObject):
         """The running jobs no other owner follows (none once they were left running)."""
         if self._left:
             return []
-        others: set[str] = set()
+        ids: set[str] = set()
+        folders: set[str] = set()
         for owner in self._registry.owners() if self._registry is not None else []:
+            if owner is self:
+                continue
             followed = getattr(owner, "followed_job_ids", None)
-            if owner is not self and callable(followed):
-                others |= set(followed())
-        return [job_id for job_id in sorted(self.running) if job_id not in others]
+            if callable(followed):
+                ids |= set(followed())
+            followed = getattr(owner, "followed_folders", None)
+            if callable(followed):
+                folders |= set(followed())
+        return [job_id for job_id in sorted(self.running) if job_id not in ids
+                and str(self.running[job_id].get("folder") or "") not in folders]
 
     def active_jobs(self) -> list[str]:
         return [f"{kinds.text(str(r.get('kind') or ''))} {job_id}: {r.get('summary') or r.get('state')}"

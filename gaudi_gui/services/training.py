@@ -294,6 +294,11 @@ class TrainingService(QObject):
     def active_jobs(self) -> list[str]:
         return [j.describe() for j in self.running()]
 
+    def followed_folders(self) -> set[str]:
+        """The run folders on this machine it follows itself (``AgentJobs`` leaves them to it: the agent
+        takes up a run that was running when it started, and the run would be counted twice)."""
+        return {str(j.run.folder) for j in self.running() if j.run is not None}
+
     def stop_jobs(self) -> None:
         for job in self.running():
             if not job.stopping:

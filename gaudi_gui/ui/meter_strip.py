@@ -1,29 +1,28 @@
-"""The Training tab's meter strip: energy and power while a run on this machine trains, and the run
-meter's warnings (compilations that keep rising after warm-up) live and when a run is reopened.
+"""The Training tab's meter strip: energy and power while a run trains, and the run meter's warnings
+(compilations that keep rising after warm-up) live and when a run is reopened.
 
-- ``power``: '⚡ 205 W now · 1.2 Wh so far · 0.0057 card-hours', from the run folder's meter.jsonl
-  (written by the run's own supervisor, ``core.meter``), read as it grows every ``POLL_MS`` while
-  the run runs (``core.meter_files.LiveReader``: only the new bytes). A run on a host keeps its meter
-  there: no strip for it (``gaudi-gui runs show`` there says it).
+- ``power``: '⚡ 205 W now · 1.2 Wh so far · 0.0057 card-hours', the run's meter so far as the agent of
+  its machine reads it (the ``meter`` event, ``services.run_meter.RunMeter``: the agent reads the
+  run's meter.jsonl, written by its supervisor's ``core.meter``, and sends a reading each second, new
+  samples or not, so a reading that grew old says so). The strip reads no file; a run on one host is
+  shown the same way, through the host's agent.
 - ``warning``: the meter's "warning" events (``core.compile_rise``), as they arrive through the
   job's events, or from an ended run's summary (``compile_warning``) and events.
 """
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import Qt, QTimer
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QVBoxLayout, QWidget
 
 from gaudi_gui.core import compile_rise, meter_files
 from gaudi_gui.core.events import EventType
 from gaudi_gui.core.runstore import Run
 
-#: How often the strip reads the run's meter.jsonl while it runs (the meter samples once a second).
-POLL_MS = 2000
+if TYPE_CHECKING:
+    from gaudi_gui.services.run_meter import RunMeter
 
 
 def _label(parent: QWidget, name: str) -> QLabel:
@@ -37,11 +36,14 @@ def _label(parent: QWidget, name: str) -> QLabel:
 
 
 class MeterStrip(QWidget):
-    def __init__(self, parent: QWidget | None = None) -> None:
+    """``meter``: where the live readings come from (none: the strip shows warnings only)."""
+
+    def __init__(self, parent: QWidget | None = None, meter: RunMeter | None = None) -> None:
         super().__init__(parent)
         self.power = _label(self, "meter-power")
-        self.power.setToolTip("the run's own cards, sampled by its supervisor (meter.jsonl); energy: their "
-                              "power integrated, card-hours: cards x time so far")
+        self.power.setToolTip("the run's own cards, sampled by its supervisor (meter.jsonl, read by the "
+                              "agent of its machine); energy: their power integrated, card-hours: cards x "
+                              "time so far")
         self.warning = _label(self, "meter-warning")
         self.warning.setStyleSheet("color: #9a5b00;")
         layout = QVBoxLayout(self)
@@ -49,43 +51,44 @@ class MeterStrip(QWidget):
         layout.setSpacing(2)
         layout.addWidget(self.power)
         layout.addWidget(self.warning)
-        self.reader: meter_files.LiveReader | None = None
-        self._timer = QTimer(self)
-        self._timer.setInterval(POLL_MS)
-        self._timer.timeout.connect(self.poll)
+        self.meter = meter
+        #: The last reading shown (the ``meter`` event's), None before one came.
+        self.reading: dict[str, Any] | None = None
+        if meter is not None:
+            meter.reading_received.connect(self.show_reading)
 
     @property
     def following(self) -> bool:
-        return self._timer.isActive()
+        return self.meter is not None and self.meter.following
 
-    def follow(self, folder: str | Path) -> None:
-        """Read ``folder``'s meter.jsonl as it grows (again only for another folder)."""
-        path = Path(folder)
-        if self.reader is not None and self.reader.path.parent == path and self._timer.isActive():
-            return
-        # The run's start: what the share of the run so far the readings cover counts from.
-        self.reader = meter_files.LiveReader(path, started_t=Run(path).status().started_at or None)
-        self.poll()
-        self._timer.start()
+    def follow(self, job_id: str, *, host: str = "", runs_dir: str = "") -> None:
+        """Show the readings of the running job ``job_id`` (its run folder's name; on ``host``'s agent
+        where one is named; ``runs_dir``: this machine's runs store it is in)."""
+        if self.meter is not None:
+            if self.meter.followed != (job_id, host):
+                self.reading = None
+            self.meter.follow(job_id, host=host, runs_dir=runs_dir)
 
-    def poll(self) -> None:
-        if self.reader is None:
+    def show_reading(self, reading: dict[str, Any]) -> None:
+        """A reading of the followed run: its line as the agent worded it (the agent's clock judges
+        how old the last sample is, so a host's clock that differs from this one's does not)."""
+        if not self.following:
             return
-        # Each poll, new samples or not: an hl-smi that stopped answering leaves no new line, and
-        # the last "W now" and "Wh so far" must not stand as if it still did.
-        self.reader.read()
-        self.power.setText(self.reader.text(now=time.time()))
+        self.reading = reading
+        self.power.setText(str(reading.get("text") or ""))
         self.power.setVisible(bool(self.power.text()))
 
     def stop(self) -> None:
-        """The run ended: stop reading; the meter line under the status says what it cost (a power
+        """The run ended: no more readings; the meter line under the status says what it cost (a power
         "now" of an ended run would be stale)."""
-        self._timer.stop()
+        if self.meter is not None:
+            self.meter.stop()
         self.power.setVisible(False)
 
     def clear(self) -> None:
-        self._timer.stop()
-        self.reader = None
+        if self.meter is not None:
+            self.meter.stop()
+        self.reading = None
         for label in (self.power, self.warning):
             label.setText("")
             label.setVisible(False)
@@ -108,7 +111,8 @@ class MeterStrip(QWidget):
 
     def show_ended(self, run: Run, events: list[dict[str, Any]] | None = None) -> None:
         """An ended or reopened run: its warning (summary, else its events); no live power."""
-        self._timer.stop()
+        if self.meter is not None:
+            self.meter.stop()
         summary = meter_files.read_summary(run.folder) or {}
         finding = summary.get("compile_warning")
         if not finding:
@@ -118,4 +122,4 @@ class MeterStrip(QWidget):
         self.show_warning(finding)
 
 
-__all__ = ["POLL_MS", "MeterStrip"]
+__all__ = ["MeterStrip"]

@@ -159,9 +159,11 @@ class TrainingTab(QWidget):
         self.meter_line.setSizePolicy(QSizePolicy.Policy.Ignored, QSizePolicy.Policy.Preferred)
         self.meter_line.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.meter_line.setVisible(False)
-        # Watts now and Wh so far while a run on this machine trains; the meter's warnings.
+        # Watts now and Wh so far while a run trains (the agent of its machine reads its meter); the
+        # meter's warnings.
+        from gaudi_gui.services.run_meter import RunMeter
         from gaudi_gui.ui.meter_strip import MeterStrip
-        self.meter_strip = MeterStrip(self)
+        self.meter_strip = MeterStrip(self, RunMeter(parent=self))
         self.progress = QProgressBar(self)
         self.progress.setFormat("%p%")
         self.eta = QLabel("", self)
@@ -897,8 +899,13 @@ class TrainingTab(QWidget):
         self.meter_line.setText(" · ".join(parts))
         self.meter_line.setToolTip(self._eta_tip(rates))
         self.meter_line.setVisible(bool(parts))
-        if self.job.run is not None and not self.job.is_remote and self.job.is_running():
-            self.meter_strip.follow(self.job.run.folder)  # this machine's run: its meter.jsonl is here
+        job = self.job
+        # A run here or on one host: its agent reads its meter (several hosts, Slurm: each part's meter
+        # is summed once the job ended, in the meter line).
+        if job.is_running() and job.name and job.kind in ("local", "host"):
+            local = job.kind == "local"
+            self.meter_strip.follow(job.name, host="" if local else job.host.name,
+                                    runs_dir=str(job.store.root) if local else "")
 
     def _show_meter(self, run: Run) -> None:
         """What the ended run cost (its meter-summary.json), under its status; hidden for a run that
@@ -1090,7 +1097,7 @@ class TrainingTab(QWidget):
             self._draft_timer.stop()
             self._save_draft()
         self.log.shutdown()
-        # Its meter.jsonl poll ends with the view (a run left running goes on; a new window follows it).
+        # Its meter subscription ends with the view (a run left running goes on; a new window follows it).
         self.meter_strip.stop()
         with contextlib.suppress(RuntimeError, TypeError):
             self.hosts.address_resolved.disconnect(self._on_resolved)

@@ -1,15 +1,20 @@
 """The Training tab's meter strip (issue 27) on a real run started by a click: watts now and Wh so far
-read from the run's meter.jsonl while it trains (the fake hl-smi's 8 recorded cards), and the run
-meter's warning when graph compilations keep rising after warm-up, live (a bridge metrics file
-written into the run folder as Intel's bridge writes it, timed at the run's own logged steps) and
-again when the stopped run is reopened."""
+while it trains (the fake hl-smi's 8 recorded cards), as the agent reads the run's meter.jsonl and
+sends it (its ``meter`` event, issue 38 item 7: the window opens no meter.jsonl), and the run meter's
+warning when graph compilations keep rising after warm-up, live (a bridge metrics file written into
+the run folder as Intel's bridge writes it, timed at the run's own logged steps) and again when the
+stopped run is reopened."""
 # mypy: disable-error-code="union-attr"
 
 from __future__ import annotations
 
+import builtins
 import datetime as dt
+import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +24,28 @@ from tests.helpers import click, set_arg
 from tests.qt.test_training_tab import click_history, tab  # noqa: F401 - the fixture
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "hlsmi"
+
+
+@pytest.fixture
+def meter_opens(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+    """Every meter.jsonl this (the window's) process opens from now on (the agent is another process)."""
+    opened: list[str] = []
+    real_open, real_path_open = builtins.open, Path.open
+
+    def spy(file: Any, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(file, (str, Path)) and str(file).endswith("meter.jsonl"):
+            opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    def spy_path(self: Path, *args: Any, **kwargs: Any) -> Any:
+        if self.name == "meter.jsonl":
+            opened.append(str(self))
+        return real_path_open(self, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", spy)
+    monkeypatch.setattr(io, "open", spy)
+    monkeypatch.setattr(Path, "open", spy_path)
+    yield opened
 
 
 def _recorded_total_power() -> float:
@@ -54,8 +81,10 @@ def _bridge_file(folder: Path, steps: list[tuple[float, int]]) -> None:
     (folder / "metrics-rank0.json").write_text("[" + ",\n".join(json.dumps(d) for d in dumps))
 
 
-def test_live_power_and_compile_warning_by_clicks(qtbot, fake_hl_smi: Path, tab,  # noqa: F811
-                                                   tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.usefixtures("fake_hl_smi")
+def test_live_power_and_compile_warning_by_clicks(qtbot, tab, tmp_path: Path,  # noqa: F811
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   meter_opens: list[str]) -> None:
     monkeypatch.setenv("GAUDI_GUI_METER_COMPILE_S", "0.3")
     monkeypatch.setenv("GAUDI_GUI_METER_RISE_WARMUP", "10")  # 10 steps of warm-up, not 50: a shorter test
     tab.services.environment._result = {"device": "hpu"}  # as the probe of a Gaudi machine answers
@@ -72,8 +101,11 @@ def test_live_power_and_compile_warning_by_clicks(qtbot, fake_hl_smi: Path, tab,
     qtbot.waitUntil(lambda: strip.power.isVisible() and "Wh so far" in strip.power.text(), timeout=60000)
     assert strip.power.text().startswith(f"⚡ {_recorded_total_power():.0f} W now · "), strip.power.text()
     assert "card-hours" in strip.power.text()
-    first = strip.reader.energy_j
-    qtbot.waitUntil(lambda: strip.reader.energy_j > first, timeout=30000)
+    assert strip.reading is not None
+    first = strip.reading["energy_j"]
+    qtbot.waitUntil(lambda: strip.reading["energy_j"] > first, timeout=30000)
+    # The agent read it: no meter.jsonl was opened here (this is the window's process).
+    assert meter_opens == []
 
     # The bridge's file, once the run has logged 75 steps: the meter's watch (in the run's supervisor)
     # finds the rise and writes its warning event; the strip says it while the run goes on.
@@ -90,6 +122,7 @@ def test_live_power_and_compile_warning_by_clicks(qtbot, fake_hl_smi: Path, tab,
     click(qtbot, tab.btn["Stop"])
     with qtbot.waitSignal(job.finished, timeout=180000):
         pass
+    assert meter_opens == []  # the whole live run long
     assert not strip.power.isVisible() and not strip.following  # the meter line says what it cost
     assert strip.warning.isVisible()
     summary = json.loads((folder / "meter-summary.json").read_text())
@@ -110,28 +143,31 @@ def test_live_power_and_compile_warning_by_clicks(qtbot, fake_hl_smi: Path, tab,
     assert not strip.power.isVisible()
 
 
-def test_the_strip_says_when_hl_smi_stopped_answering(qtbot, fake_hl_smi: Path, tmp_path: Path) -> None:
+def test_the_strip_says_when_hl_smi_stopped_answering(qtbot, fake_hl_smi: Path, tmp_path: Path,
+                                                      meter_opens: list[str]) -> None:
     """Issue 37 item 4, live: the run's real meter with an hl-smi that answers 0.2 s and then fails on
     every restart. The strip stopped at its last "W now" and "Wh so far" as if hl-smi still answered;
-    now the power reading's age is said and the energy is what the readings cover, not the run's."""
+    now the power reading's age is said and the energy is what the readings cover, not the run's. The
+    readings come from the agent (the strip follows the run by its id, in the runs store named)."""
     import os
     import time
 
     from gaudi_gui.core import meter
+    from gaudi_gui.services.run_meter import RunMeter
     from gaudi_gui.ui.meter_strip import MeterStrip
-    folder = tmp_path / "run-live"
-    folder.mkdir()
+    folder = tmp_path / "runs" / "run-live"
+    folder.mkdir(parents=True)
     (folder / "config.json").write_text("{}")
     (folder / "status.json").write_text(json.dumps({"state": "running", "started_at": time.time()}))
     env = {**os.environ, "HABANA_VISIBLE_MODULES": "2,3", "FAKE_HLSMI_MODE": "once_then_fail:3",
            "FAKE_HLSMI_STATE": str(tmp_path / "driver-gone"), "GAUDI_GUI_METER_RESTART_S": "0.5"}
     run_meter = meter.Meter(folder, device="hpu", env=env)
     run_meter.start()
-    strip = MeterStrip()
+    strip = MeterStrip(meter=RunMeter())
     qtbot.addWidget(strip)
     try:
         strip.show()
-        strip.follow(folder)
+        strip.follow("run-live", runs_dir=str(tmp_path / "runs"))
         qtbot.waitUntil(lambda: "not the run's" in strip.power.text(), timeout=60_000)
         assert "Wh read over" in strip.power.text() and "Wh so far" not in strip.power.text()
         qtbot.waitUntil(lambda: "no power reading for" in strip.power.text(), timeout=60_000)
@@ -139,3 +175,4 @@ def test_the_strip_says_when_hl_smi_stopped_answering(qtbot, fake_hl_smi: Path, 
     finally:
         strip.clear()
         run_meter.stop()
+    assert meter_opens == []

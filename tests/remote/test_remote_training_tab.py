@@ -1,12 +1,15 @@
 """The Training tab runs a job on a host over SSH (a real SSH server on 127.0.0.1): the host picked
 in the combo (the preview and the card note follow), Start clicked, steps streamed back, the record kept
-to follow the run again, the connection dropped (a state, then following again), the app "restarted"
-(the run followed again, its whole curve), Stop clicked, and nothing left running on either side.
+to follow the run again, its meter shown as the host's agent reads it, the connection dropped (a state,
+then following again), the app "restarted" (the run followed again, its whole curve), Stop clicked, and
+nothing left running on either side.
 (Start → Stop → Resume on a host is the scenario of tests/scenarios/test_training_scenario.py.)"""
 # mypy: disable-error-code="union-attr"
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 
 import pytest
@@ -62,6 +65,18 @@ def test_train_on_a_host_follow_drop_reattach(qtbot: QtBot, ssh_host: SshHost, t
         assert [(r["placement"]["kind"], [p["folder"] for p in r["parts"]]) for r in records] == [
             ("host", [job.folder])], records
         assert records[0]["placement"]["hosts"][0]["name"] == ssh_host.dest
+        # The run's meter as the host's agent reads it (its meter.jsonl is on the host), over the
+        # host's one session: watts now, the same strip as a run here. (This CPU run's meter has no
+        # card to sample: two cards' samples are written as its meter writes them.)
+        now = time.time()
+        cards = [{"name": f"module {i}", "module_id": i, "index": i, "power_w": 100.0} for i in (0, 1)]
+        with open(Path(job.folder) / "meter.jsonl", "a") as fh:
+            fh.writelines(json.dumps({"t": round(now - 2 + i, 3), "source": "hl-smi", "cards": cards}) + "\n"
+                          for i in range(3))
+        strip = tab.meter_strip
+        qtbot.waitUntil(lambda: strip.power.isVisible() and "⚡ 200 W now · " in strip.power.text(),
+                        timeout=60000)
+        assert strip.meter is not None and strip.meter.followed == (job.name, ssh_host.dest)
 
         # The network drops: a state in the tab (no dialog), then the run is followed again.
         ssh_host.drop()
