@@ -448,7 +448,8 @@ class HostsService:
     async def _subscribe(self, link: Link, session: Session, message: dict[str, Any]) -> dict[str, Any]:
         names = [str(n) for n in message.get("events") or []]
         key = None if message.get("key") is None else str(message.get("key"))
-        reply = await link.request(message)
+        # Made here before the host is asked: the host's agent replays a job's history while it
+        # subscribes, before its reply, and those events go to the sessions subscribed by then.
         subs = link.subs.setdefault(session, {})
         for name in names:
             if key is None:
@@ -458,7 +459,7 @@ class HostsService:
                 if keys is not None:
                     keys.add(key)
                     subs[name] = keys
-        return reply
+        return await link.request(message)
 
     async def _unsubscribe(self, link: Link, session: Session, message: dict[str, Any]) -> dict[str, Any]:
         key = None if message.get("key") is None else str(message.get("key"))

@@ -10,6 +10,7 @@ says so).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -115,9 +116,10 @@ class AgentJobs(QObject):
         else:
             self.running.pop(job_id, None)
 
-    def active_jobs(self) -> list[str]:
+    def active_jobs(self, skip: Collection[str] = ()) -> list[str]:
+        """``skip``: the jobs another owner names already (Serve and Evaluate follow theirs)."""
         return [f"{kinds.text(str(r.get('kind') or ''))} {job_id}: {r.get('summary') or r.get('state')}"
-                for job_id, r in sorted(self.running.items())]
+                for job_id, r in sorted(self.running.items()) if job_id not in skip]
 
     def stop_jobs(self) -> None:
         for job_id in list(self.running):
