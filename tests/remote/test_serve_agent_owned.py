@@ -73,3 +73,38 @@ def test_a_server_here_and_one_on_a_host_are_the_agents_and_stop_by_click(qtbot:
     assert here_window.running_jobs() == [] and host_window.running_jobs() == []
     assert _children_since(since, ssh_host) == []
 
+
+@pytest.mark.usefixtures("demo_model")
+def test_a_cut_connection_is_said_and_the_server_on_the_host_followed_again(qtbot: QtBot,
+                                                                           ssh_host: SshHost) -> None:
+    """The server goes on through a cut; the panel says the connection was lost, follows it again when
+    the link is back (its endpoint forwarded again, its requests not shown twice), and Stop ends it."""
+    remote.save_hosts([remote.Host.parse(ssh_host.dest)])
+    window = _window(qtbot)
+    panel = _open_panel(qtbot, window)
+    panel.host.setCurrentIndex(panel.host.findText(ssh_host.dest))
+    local, far = pick_free_port(), pick_free_port()
+    panel.port.selectAll()
+    qtbot.keyClicks(panel.port, str(local))
+    spec = dataclasses.replace(panel.spec(), max_model_len=0)
+    assert panel.service.start(spec, panel.placement(), remote_port=far) == []
+    url = f"http://127.0.0.1:{local}/v1"
+    qtbot.waitUntil(lambda: url in panel.url.text(), timeout=180_000)
+    assert _answers(url)
+    qtbot.waitUntil(lambda: panel.requests.rowCount() >= 1, timeout=30_000)
+    rows = panel.requests.rowCount()
+
+    ssh_host.drop()
+    qtbot.waitUntil(lambda: "was lost" in panel.status.text(), timeout=30_000)
+    assert panel.stop_button.isEnabled()  # the server goes on there
+    qtbot.waitUntil(lambda: "following again" in panel.status.text(), timeout=60_000)
+    qtbot.waitUntil(lambda: _answers(url), timeout=60_000)  # forwarded again on the new connection
+    qtbot.waitUntil(lambda: panel.requests.rowCount() >= rows + 1, timeout=30_000)
+    qtbot.wait(1000)  # the replayed history would come now: none of it is shown again
+    assert panel.requests.rowCount() == rows + 1, panel.requests.rowCount()
+
+    click(qtbot, panel.stop_button)
+    qtbot.waitUntil(lambda: panel.status.text().startswith("stopped"), timeout=120_000)
+    run = Run(panel.service.folder)
+    qtbot.waitUntil(lambda: run.status().state != "running", timeout=60_000)
+    assert run.status().state == "stopped", run.status()
