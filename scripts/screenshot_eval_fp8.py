@@ -44,7 +44,9 @@ def main(argv: list[str]) -> int:
                              "logging_steps": 1, "save_strategy": "no"}}
     (work / "job.json").write_text(json.dumps(job))
     _gaudi_gui("train", "--config", str(work / "job.json"), "--device", "cpu", "--no-agent")
+    from gaudi_gui.core import paths
     calibrated = json.loads(_gaudi_gui("calibrate", "--model", str(work / "out" / "final"), "--rows", "16",
+                                       "--dataset", str(paths.demo_dataset_path("sft")),
                                        "--device", "cpu", "--json", "--no-agent").strip().splitlines()[-1])
     calibration = str(Path(calibrated["folder"]).resolve())
 

@@ -216,12 +216,13 @@ class Jobs:
                 if now >= next_record:
                     next_record = now + 0.5
                     rec = record(watch.run.folder)
+                    if rec["state"] in FINAL_STATES and not rec["alive"]:
+                        self._pump(watch)  # what was written before the end goes out before its record
                     changed = rec != watch.record
                     if changed:
                         watch.record = rec
                         self.agent.publish(Ev.JOB, watch.job_id, job_id=watch.job_id, job=rec)
                     if rec["state"] in FINAL_STATES and not rec["alive"]:
-                        self._pump(watch)  # what was written before the final status
                         self.watched.pop(watch.job_id, None)
                         self.ended[watch.job_id] = rec
                         self._save()

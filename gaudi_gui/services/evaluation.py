@@ -4,7 +4,8 @@ The view never starts a process: it gives this service an ``EvalSpec`` (and wher
 ``core.placement.Placement``: this machine, or a host that runs its own ``eval --detach``), and binds to
 what comes back: progress with an ETA, each answer as it comes, the result (already written to the run
 folder by the command, and kept in the job's own run folder as result.json), or an error with the
-child's last lines. Stop is ``runs stop`` (the command and its worker end). The evaluation outlives the
+child's last lines. Stop is the agent's ``job.stop`` (the command and its worker end; the window
+starts no process: the agent, or a host's, runs the job). The evaluation outlives the
 window when the user leaves it running, and the next window re-attaches to it (``reattach``).
 """
 
@@ -19,7 +20,6 @@ from PySide6.QtCore import QObject, Signal
 from gaudi_gui.core.evaluation import EvalSpec, validate
 from gaudi_gui.core.events import EventType
 from gaudi_gui.core.placement import Placement
-from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.secrets import redact
 from gaudi_gui.services.kind_job import KindJob
 
@@ -79,10 +79,15 @@ class EvaluationService(KindJob):
         self.subject, self.done_rows = subject, (0, 0)
         self._started_at = time.monotonic()
 
-    def attached(self, run: Run) -> None:
-        self._begin(run.name.split("-eval-", 1)[-1])
+    def attached(self, record: dict[str, Any]) -> None:
+        name = str(record.get("job_id") or "")
+        self._begin(name.split("-eval-", 1)[-1])
         self.started.emit()
-        self.phase.emit(f"following {run.name}, left running earlier")
+        where = "" if self.host.is_local else f" on {self.host.name}"
+        self.phase.emit(f"following {name}{where}, left running earlier")
+
+    def link_changed(self, state: str, words: str) -> None:
+        self.phase.emit(words)
 
     # -- JobOwner (services/jobs.py) ----------------------------------------------------------------
 
@@ -112,7 +117,7 @@ class EvaluationService(KindJob):
 
     def take_end(self, state: str, summary: str) -> None:
         ok = state == "finished" and self._result is not None
-        stopped = bool(self.part and self.part.stop_sent)
+        stopped = bool(self.stop_sent)
         if stopped:
             self.phase.emit("stopped")
         elif not ok:

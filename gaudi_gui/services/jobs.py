@@ -10,6 +10,7 @@ says so).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -141,9 +142,10 @@ class AgentJobs(QObject):
         return [job_id for job_id in sorted(self.running) if job_id not in ids
                 and str(self.running[job_id].get("folder") or "") not in folders]
 
-    def active_jobs(self) -> list[str]:
+    def active_jobs(self, skip: Collection[str] = ()) -> list[str]:
+        """``skip``: the jobs another owner names already (Serve and Evaluate follow theirs)."""
         return [f"{kinds.text(str(r.get('kind') or ''))} {job_id}: {r.get('summary') or r.get('state')}"
-                for job_id in self._own() for r in [self.running[job_id]]]
+                for job_id in self._own() if job_id not in skip for r in [self.running[job_id]]]
 
     def stop_jobs(self) -> None:
         for job_id in self._own():

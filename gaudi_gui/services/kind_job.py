@@ -1,35 +1,37 @@
-"""A job of a kind other than training in the app (Serve, Evaluate): started detached, followed.
+"""A job of a kind other than training in the app (Serve, Evaluate): the agent's, followed.
 
-The service starts ``gaudi-gui serve|eval … --detach --json`` (``core.jobkind``: a supervisor that owns
-a run folder of its kind in the runs store) and follows the run folder through a ``SupervisedPart``,
-exactly as a training run on this machine is followed (``runs follow``: the events the command printed,
-its log, the supervisor's status; ``runs stop`` to stop). Closing the window lets the user leave it
-running; the next window re-attaches to the newest one still running (``reattach``), replaying its
-events from the start, so the view shows it as if it had never left. Subclasses turn the events into
-their own signals (``take_event``) and say how it ended (``take_end``).
+The service asks this machine's agent to start ``gaudi-gui serve|eval …`` (``job.start``: the kind's own
+``--detach``, a supervisor that owns a run folder of its kind in the runs store); for a saved host the
+agent carries the request over its one ssh session to the host's agent, and the run folder is the
+host's. The window starts no process: it follows the job through ``services/agent_job.JobFollow`` (its
+events and log replayed from the start, then live; its record says how it ended), and Stop is
+``job.stop`` (the kind's own stop, with its grace; a second Stop kills now). Closing the window lets the
+user leave it running: the agent keeps it, and the next window asks the agents (this machine's, each
+saved host's: ``jobs.list``) what runs and follows the newest job of its kind from its beginning, so the
+view shows it as if it had never left. A lost connection to a host leaves the job going: the view says
+so, and follows again when the link is back. Subclasses turn the events into their own signals
+(``take_event``) and say how it ended (``take_end``).
 """
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any
+import os
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtCore import QObject
 
-from gaudi_gui.core.kinds import canonical
 from gaudi_gui.core.remote import Host
-from gaudi_gui.core.runstore import Run, RunStore
-from gaudi_gui.services.run_parts import SupervisedPart
+from gaudi_gui.services.agent_child import shared_client
+from gaudi_gui.services.agent_job import JobFollow
 
-#: Seconds a stopped Serve or Evaluate command gets to end its own processes before they are killed.
-GRACE_S = 30.0
-#: The settings key of the Serve and Evaluate jobs on hosts left running (one record each).
-FOLLOWED_KEY = "jobs/followed_on_hosts"
+if TYPE_CHECKING:
+    from gaudi_gui.services.agent_client import AgentClient
 
 
 class KindJob(QObject):
-    """What Serve and Evaluate share: the detached start, the follower, stop, leave running, re-attach
-    (services/jobs.py ``JobOwner``)."""
+    """What Serve and Evaluate share: the start through the agent, the follower, stop, leave running,
+    re-attach (services/jobs.py ``JobOwner``)."""
 
     #: "serve" or "eval" (core.kinds); the command is ``COMMAND``.
     KIND = ""
@@ -37,110 +39,101 @@ class KindJob(QObject):
     #: Left running when the window closes (the user's choice), re-attached at the next start.
     outlives_window = True
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, parent: QObject | None = None,
+                 client: Callable[[], AgentClient] = shared_client) -> None:
         super().__init__(parent)
         #: The runs store the job's folder goes to ("": the data folder's).
         self.runs_dir = ""
         #: Where the job runs: this machine, or a host (its supervisor and run folder are the host's).
         self.host = Host.local()
-        #: Where the followed jobs on hosts are kept for the next start (the app's settings).
+        #: The app's settings (what only the window knows of a job left running: a server's forward).
         self.settings: Any = None
-        self.part: SupervisedPart | None = None
-        #: The job's run folder ("" until its supervisor announced it).
-        self.folder = ""
-        #: The last lines of the follow (for a failure said without an event).
+        self.job = JobFollow(client, self)
+        self.job.event_received.connect(self.take_event)
+        self.job.line_received.connect(self._on_line)
+        self.job.started.connect(self._on_started)
+        self.job.refused.connect(self._on_refused)
+        self.job.ended.connect(self.take_end)
+        self.job.link_changed.connect(self.link_changed)
+        #: The last lines of the job's log (for a failure said without an event).
         self.lines: list[str] = []
+        #: What the start runs, as a person would type it (``gaudi-gui serve … --detach --json``).
         self.last_argv: list[str] = []
 
-    def is_running(self) -> bool:
-        return self.part is not None and self.part.is_running()
+    @property
+    def folder(self) -> str:
+        """The job's run folder ("" until the agent started it; a path on the host for a host's)."""
+        return self.job.folder
 
-    def _new_part(self) -> SupervisedPart:
-        if self.part is not None:
-            self.part.shutdown()
-            self.part.deleteLater()
-        part = SupervisedPart(self.host, grace_s=GRACE_S, runs_dir=self.runs_dir, parent=self)
-        part.event_received.connect(self.take_event)
-        part.line_received.connect(self._on_line)
-        part.identified.connect(self._on_identified)
-        part.ended.connect(lambda code, state, summary, lines: self.take_end(state, summary))
-        self.part, self.folder, self.lines = part, "", []
-        return part
+    @property
+    def stop_sent(self) -> int:
+        """0: no stop asked, 1: stop, 2: kill now."""
+        return self.job.stop_sent
+
+    def is_running(self) -> bool:
+        return self.job.running
 
     def start_words(self, words: list[str], host: Host | None = None) -> None:
-        """Start ``gaudi-gui COMMAND WORDS --detach --json`` (on ``host``: there, over ssh) and follow
-        what it announces."""
+        """``gaudi-gui COMMAND WORDS --detach --json`` through the agent (for ``host``: the host's)."""
         self.host = host or Host.local()
-        part = self._new_part()
-        runs = ["--runs-dir", self.runs_dir] if self.runs_dir and self.host.is_local else []
-        argv = [self.COMMAND, *words, "--detach", "--json", *runs]
-        self.last_argv = self.host.gaudi_gui_argv(*argv)
-        part.start_command(argv)
+        self.lines = []
+        self.last_argv = self.host.gaudi_gui_argv(self.COMMAND, *words, "--detach", "--json")
+        if self.host.is_local:
+            # The job reads the window's relative paths and variables (an API key's, HF_HOME …).
+            self.job.start(self.KIND, words, runs_dir=self.runs_dir, cwd=os.getcwd(), env=dict(os.environ))
+        else:
+            self.job.start(self.KIND, words, host=self.host.name)
 
-    def reattach(self) -> bool:
-        """Follow the newest job of this kind still running in the runs store (from its beginning);
-        False when there is none (or one is followed already)."""
+    def reattach(self, hosts: Iterable[Host] = ()) -> bool:
+        """Ask this machine's agent and each of ``hosts``' (``jobs.list``) for a running job of this
+        kind, and follow the first found (the newest of that agent's) from its beginning. False when
+        one is followed already."""
         if self.is_running():
             return False
-        records = self._records()
-        for record in records[-1:]:
-            self.host = Host.parse(str(record.get("host", "")), str(record.get("remote_command", "")))
-            self._new_part().follow(str(record.get("folder", "")))
-            self.folder = str(record.get("folder", ""))
-            self.attached_record(record)
-            self._keep([])
-            return True
-        self.host = Host.local()
-        for run in RunStore(self.runs_dir or None).runs()[:50]:
-            with contextlib.suppress(OSError):
-                status = run.status()
-                if status.kind == self.KIND and status.state in ("queued", "running") \
-                        and run.supervisor() is not None:
-                    self.follow(run)
-                    return True
-        return False
+        client = self.job.client()
+        client.request("jobs.list", self._listed(Host.local()), runs_dir=self.runs_dir)
+        for host in hosts:
+            if not host.is_local:
+                client.request("jobs.list", self._listed(host), host=host.name)
+        return True
 
-    def follow(self, run: Run) -> None:
-        self._new_part().follow(str(run.folder), name=run.name)
-        self.folder = str(run.folder)
-        self.attached(run)
+    def _listed(self, host: Host) -> Callable[[dict[str, Any]], None]:
+        def take(reply: dict[str, Any]) -> None:
+            if self.is_running() or not reply.get("ok"):
+                return
+            for record in reply.get("jobs") or []:  # newest first
+                if isinstance(record, dict) and record.get("kind") == self.KIND and record.get("alive") \
+                        and record.get("state") in ("queued", "running"):
+                    self.host, self.lines = host, []
+                    self.job.follow(record, "" if host.is_local else host.name)
+                    self.attached(record)
+                    return
+        return take
 
-    def attached(self, run: Run) -> None:
-        """A running job was taken up again (``reattach``): the subclass may say so."""
-
-    def attached_record(self, record: dict[str, Any]) -> None:
-        """A job on a host was taken up again from what ``detach_jobs`` kept (``record``)."""
-
-    def record(self) -> dict[str, Any]:
-        """What is kept of a job on a host to follow it again at the next start."""
-        return {"kind": self.KIND, "host": self.host.name, "remote_command": self.host.remote_command,
-                "folder": self.folder}
-
-    def _records(self) -> list[dict[str, Any]]:
-        with contextlib.suppress(Exception):
-            if self.settings is not None:
-                return [r for r in self.settings.get(FOLLOWED_KEY) or []
-                        if isinstance(r, dict) and canonical(str(r.get("kind"))) == self.KIND
-                        and r.get("folder")]
-        return []
-
-    def _keep(self, records: list[dict[str, Any]]) -> None:
-        with contextlib.suppress(Exception):
-            if self.settings is not None:
-                others = [r for r in self.settings.get(FOLLOWED_KEY) or []
-                          if isinstance(r, dict) and canonical(str(r.get("kind"))) != self.KIND]
-                self.settings.set(FOLLOWED_KEY, others + records)
+    def attached(self, record: dict[str, Any]) -> None:
+        """A running job was taken up again (``reattach``; ``record``: the agent's): the subclass may
+        say so."""
 
     def stop(self) -> None:
-        """``runs stop``: the supervisor sends the command SIGTERM (it ends its own processes)."""
-        if self.part is not None and self.is_running():
-            self.part.stop()
+        """``job.stop``: the supervisor stops the command (it ends its own processes within the kind's
+        grace); pressed again, it kills now."""
+        self.job.stop()
 
     def _on_line(self, line: str) -> None:
         self.lines = [*self.lines[-39:], line]
 
-    def _on_identified(self, folder: str) -> None:
-        self.folder = folder
+    def _on_started(self, record: dict[str, Any]) -> None:
+        where = "" if self.host.is_local else f" on {self.host.name}"
+        self._on_line(f"[gaudi-gui] run folder{where}: {record.get('folder')} (it goes on if the app"
+                      f"{'' if self.host.is_local else ' or the connection'} ends)")
+
+    def _on_refused(self, words: str) -> None:
+        self._on_line(words)
+        self.take_end("failed", f"Failed: {words}")
+
+    def link_changed(self, state: str, words: str) -> None:
+        """``lost``: the connection to where the job runs went (the job goes on); ``up``: it is back and
+        the job is followed again. The subclass says so."""
 
     def take_event(self, event: dict[str, Any]) -> None:
         """One event of the command (as it printed it, kept in the run's events.jsonl)."""
@@ -150,23 +143,24 @@ class KindJob(QObject):
 
     # -- JobOwner (services/jobs.py) ---------------------------------------------------------------
 
+    def followed_jobs(self) -> list[str]:
+        """The agent's job id of the job followed (the close dialog names it once, as this service's)."""
+        return [self.job.job_id] if self.is_running() and self.job.job_id and self.host.is_local else []
+
     def stop_jobs(self) -> None:
         self.stop()
 
     def detach_jobs(self) -> list[str]:
-        """Stop following: the job goes on (its supervisor owns it) and is re-attached next time."""
-        if not self.is_running() or self.part is None:
+        """Stop following: the job goes on (the agent's) and is followed again next time."""
+        if not self.is_running():
             return []
-        self.part.detach()
-        if not self.host.is_local:  # this machine's store is scanned; a host's job is remembered
-            self._keep([self.record()])
-            return [f"{self.host.name}:{self.folder}"]
-        return [self.folder]
+        folder = self.folder
+        self.job.detach()
+        return [folder] if self.host.is_local else [f"{self.host.name}:{folder}"]
 
     def shutdown(self) -> None:
         """The window goes: the follower ends, the job does not (Stop and quit stopped it already)."""
-        if self.part is not None:
-            self.part.shutdown()
+        self.job.detach()
 
 
-__all__ = ["GRACE_S", "KindJob"]
+__all__ = ["KindJob"]

@@ -233,7 +233,7 @@ class SupervisedPart(PartSignals):
 
     def start_command(self, argv: list[str], *, input_text: str = "") -> None:
         """Start any kind's ``gaudi-gui … --detach --json`` (``argv``: its words after ``gaudi-gui``)
-        at the host and follow the job it announces (``core.jobkind``: Serve, Evaluate)."""
+        at the host and follow the job it announces (``core.jobkind``: a download)."""
         self._active = True
         self._set_connection(CONNECTING, f"starting the job{self.where}…")
         self._call(argv, self._on_started, input_text=input_text)

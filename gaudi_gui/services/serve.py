@@ -1,11 +1,13 @@
-"""Serve in the app: ``gaudi-gui serve … --detach``, a job with a run folder, followed (``KindJob``).
+"""Serve in the app: ``gaudi-gui serve … --detach``, the agent's job with a run folder, followed
+(``KindJob``).
 
-The view gives this service a ``core.serve.ServeSpec`` (and where it runs, a ``Placement``: this machine
-or a host, handed to the command as ``--host``) and binds to what comes back: the state (starting,
-loading, warming, ready, stopped, failed), the warm-up fraction with its ETA, the endpoint URL, each
-request from the engine's access log. Stop is ``runs stop`` (the command ends the engine's whole tree
-and frees the port, or on a host closes the guard's stdin). The server outlives the window when the
-user leaves it running, and the next window re-attaches to it (``reattach``).
+The view gives this service a ``core.serve.ServeSpec`` (and where it runs, a ``Placement``: this machine,
+or a saved host whose agent starts it) and binds to what comes back: the state (starting, loading,
+warming, ready, stopped, failed), the warm-up fraction with its ETA, the endpoint URL, each request from
+the engine's access log. Stop is ``job.stop`` (the command ends the engine's whole tree and frees the
+port). The server outlives the window when the user leaves it running, and the next window re-attaches
+to it (``reattach``). A host's endpoint is its own loopback: this machine's agent forwards a port here to
+it (``hosts.forward``), asked again when a lost connection is back.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from gaudi_gui.core.events import EventType
 from gaudi_gui.core.placement import Forward, Placement
-from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.serve import (
     EngineChoice,
     ServeSpec,
@@ -34,6 +35,8 @@ from gaudi_gui.services.kind_job import KindJob
 
 #: Tries of the agent's forward (1 s, then 2 s apart) before the forward is said to have failed.
 FORWARD_ATTEMPTS = 3
+#: The settings key of the ports of the servers on hosts left running (what only the window knows).
+FORWARDS_KEY = "serve/host_forwards"
 
 
 class ServeService(KindJob):
@@ -117,16 +120,54 @@ class ServeService(KindJob):
         self.start_words(dataclasses.replace(spec, port=self._forward.remote_port).cli_args(), placement.host)
         return []
 
-    def record(self) -> dict[str, Any]:
-        forward = self._forward
-        return {**super().record(), "ports": [forward.local_port, forward.remote_port] if forward else []}
-
-    def attached_record(self, record: dict[str, Any]) -> None:
-        ports = record.get("ports")
-        if isinstance(ports, list) and len(ports) == 2 and all(isinstance(p, int) for p in ports):
-            self._forward = Forward(ports[0], ports[1])
+    def attached(self, record: dict[str, Any]) -> None:
+        job_id = str(record.get("job_id") or "")
+        self.url, self._failure, self.requests, self._forward = "", None, [], None
+        if self.host.is_local:
+            self.claim_name = f"Serve (re-attached {job_id})"
+            self._set_state("starting", f"following the server of {job_id}, left running earlier")
+            return
+        self._forward = self._kept_forward(job_id, str(record.get("url") or ""))
         self.claim_name = f"Serve on {self.host.name}"
         self._set_state("starting", f"following the server on {self.host.name}, left running earlier")
+
+    def _kept_forward(self, job_id: str, url: str) -> Forward | None:
+        """The forward of a host's server left running: the ports kept at exit, else its own port here."""
+        for kept in self._forwards():
+            ports = kept.get("ports")
+            if (kept.get("host"), kept.get("job_id")) == (self.host.name, job_id) \
+                    and isinstance(ports, list) and [type(p) for p in ports] == [int, int]:
+                self._keep_forwards([k for k in self._forwards() if k is not kept])
+                return Forward(ports[0], ports[1])
+        port = url.rsplit(":", 1)[-1].split("/", 1)[0]
+        return Forward(int(port), int(port)) if port.isdigit() else None
+
+    def _forwards(self) -> list[dict[str, Any]]:
+        kept = self.settings.get(FORWARDS_KEY) if self.settings is not None else []
+        return [k for k in kept or [] if isinstance(k, dict)]
+
+    def _keep_forwards(self, kept: list[dict[str, Any]]) -> None:
+        if self.settings is not None:
+            self.settings.set(FORWARDS_KEY, kept)
+
+    def detach_jobs(self) -> list[str]:
+        forward, job_id, host = self._forward, self.job.job_id, self.host
+        left = super().detach_jobs()
+        if left and forward is not None and not host.is_local:
+            others = [k for k in self._forwards() if (k.get("host"), k.get("job_id")) != (host.name, job_id)]
+            self._keep_forwards([*others, {"host": host.name, "job_id": job_id,
+                                           "ports": [forward.local_port, forward.remote_port]}])
+        return left
+
+    def link_changed(self, state: str, words: str) -> None:
+        # Lost: the job goes on there (a host's forward went with the connection); back: followed again.
+        self._set_state(self.state, words)
+        if state != "up":
+            return
+        if self.model_id and not self.host.is_local:
+            self._ask_forward()  # the endpoint was announced: forward it again on the new connection
+        elif self.url:
+            self.url_ready.emit(self.url)
 
     def _ask_forward(self, cancel: bool = False) -> None:
         """The host's endpoint forwarded here (or given back), asked of this machine's agent (it runs
@@ -151,10 +192,6 @@ class ServeService(KindJob):
         self._forward_attempts = 0
         self.url = url
         self.url_ready.emit(url)
-    def attached(self, run: Run) -> None:
-        self.claim_name = f"Serve (re-attached {run.name})"
-        self._set_state("starting", f"following the server of {run.name}, left running earlier")
-
     # -- JobOwner (services/jobs.py) ----------------------------------------------------------------
 
     def active_jobs(self) -> list[str]:
@@ -227,7 +264,7 @@ class ServeService(KindJob):
         self.chat.cancel()
         self._release()
         self.url = ""
-        stopped = bool(self.part and self.part.stop_sent)
+        stopped = bool(self.stop_sent)
         if state in ("stopped", "finished") and self._failure is None:
             self._set_state("stopped", summary.removeprefix("Stopped: ").removeprefix("Stopped") or "stopped")
         else:

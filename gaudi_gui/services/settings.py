@@ -127,8 +127,9 @@ SCHEMA: dict[str, Setting] = {s.key: s for s in [
     _s("training/host", str, "local", "the Training tab's host: local, or an SSH destination"),
     _s("training/multi_hosts", list, [], "the hosts checked for a run on several hosts (machine rank "
        "in this order)"),
-    _s("jobs/followed_on_hosts", list, [], "Serve and Evaluate jobs on hosts left running at exit: "
-       "followed again at the next start"),
+    _s("serve/host_forwards", list, [], "the port here of each server left running on a host at exit "
+       "(host, job_id, ports): its forward asked for again when the next window follows it (which jobs "
+       "run is the agent's word, not this key's)"),
     _s("training/remote_runs", list, [], "(before 0.2) runs on SSH hosts being followed; taken over "
        "into training/followed_runs once"),
     _s("training/splitter", QByteArray, QByteArray(), "the Training tab's form/run splitter (saveState)"),

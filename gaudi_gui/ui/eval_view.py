@@ -1,7 +1,7 @@
 """Evaluate a run: base vs tuned, side by side, and the scores. Reached from Runs (Evaluate button).
 
 The view binds only: it reads the form into a ``core.evaluation.EvalSpec`` and hands it to
-``services.evaluation.EvaluationService`` (which runs ``gaudi-gui eval … --events`` as its child), and
+``services.evaluation.EvaluationService`` (the agent runs ``gaudi-gui eval … --detach`` for it), and
 shows what comes back. Reading a references file's first rows for the column pickers is the one thing it
 does itself (a small file read, like the training form's dataset preview).
 """

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QDockWidget, QLabel, QMainWindow, QTabWidget, QWid
 
 from gaudi_gui import __version__
 from gaudi_gui.services.context import AppServices
-from gaudi_gui.services.jobs import ActiveJob, JobOwner, close_question
+from gaudi_gui.services.jobs import ActiveJob, AgentJobs, JobOwner, close_question
 
 if TYPE_CHECKING:
     from gaudi_gui.services.device_selection import DeviceSelection
@@ -435,8 +435,10 @@ class MainWindow(QMainWindow):
 
     def _reattach_jobs(self) -> None:
         parent = self.services.settings.parent()
-        self.services.ensure_serve(parent).reattach()
-        self.services.ensure_evaluation(parent).reattach()
+        # Asked of the agents (this machine's, each saved host's: jobs.list), never of a file.
+        hosts = self.services.ensure_hosts(parent).saved()
+        self.services.ensure_serve(parent).reattach(hosts)
+        self.services.ensure_evaluation(parent).reattach(hosts)
         # Downloads left running here or on a saved host (one `runs list --json` over ssh per host,
         # in the background): followed again at once, so the Models tab and the close dialog show
         # them whether or not the Models tab is ever opened.
@@ -517,8 +519,13 @@ class MainWindow(QMainWindow):
                          and not any(w is o for o in owners)]
 
     def running_jobs(self) -> list[ActiveJob]:
-        return [ActiveJob(text, bool(owner.outlives_window))
-                for owner in self._owners() for text in owner.active_jobs()]
+        owners = self._owners()
+        # A job of the agent's that a service follows (Serve, Evaluate) is named once, as that service
+        # names it, not a second time in the agent's list.
+        followed = {job_id for owner in owners for job_id in getattr(owner, "followed_jobs", list)()}
+        return [ActiveJob(text, bool(owner.outlives_window)) for owner in owners
+                for text in (owner.active_jobs(followed) if isinstance(owner, AgentJobs)
+                             else owner.active_jobs())]
 
     def active_jobs(self) -> list[str]:
         return [job.text for job in self.running_jobs()]
@@ -546,10 +553,11 @@ class MainWindow(QMainWindow):
             for owner in self._owners():
                 if owner.outlives_window:
                     owner.detach_jobs()
-            if self.active_jobs():
-                # Serve, Evaluate, the runner: they end with the window; stopped cleanly, waited for.
+            # The agent's jobs are the agent's: they go on whether the window follows them or not.
+            if any(owner.active_jobs() for owner in self._owners() if not isinstance(owner, AgentJobs)):
+                # The runner: it ends with the window; stopped cleanly, waited for.
                 event.ignore()
-                self._stop_then_close()
+                self._stop_then_close(leaving=True)
                 return
         self._save()
         self._shutdown_tabs()
@@ -578,9 +586,12 @@ class MainWindow(QMainWindow):
             return "leave"
         return "cancel"
 
-    def _stop_then_close(self) -> None:
+    def _stop_then_close(self, *, leaving: bool = False) -> None:
+        """Stop the jobs, wait for them (or Quit now), close. ``leaving``: only what ends with the window
+        is stopped and waited for (the jobs left running go on: the agent's among them)."""
         self._closing = True
-        for owner in self._owners():
+        ending = [o for o in self._owners() if not (leaving and o.outlives_window)]
+        for owner in ending:
             owner.stop_jobs()
         from PySide6.QtWidgets import QProgressDialog
 
@@ -593,7 +604,7 @@ class MainWindow(QMainWindow):
 
         def check() -> None:
             elapsed[0] += waited.interval()
-            if not self.active_jobs() or elapsed[0] >= STOP_WAIT_MS or dialog.wasCanceled():
+            if not any(o.active_jobs() for o in ending) or elapsed[0] >= STOP_WAIT_MS or dialog.wasCanceled():
                 waited.stop()
                 dialog.close()
                 self._save()

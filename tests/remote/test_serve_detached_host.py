@@ -105,8 +105,12 @@ def test_the_serve_panel_re_attaches_a_server_left_on_a_host_after_a_cut(qtbot: 
 
     second = _window(qtbot)
     again = _open_panel(qtbot, second)
-    qtbot.waitUntil(lambda: f"127.0.0.1:{local}" in again.url.text() and again.stop_button.isEnabled(),
-                    timeout=120_000)
+    try:
+        qtbot.waitUntil(lambda: f"127.0.0.1:{local}" in again.url.text() and again.stop_button.isEnabled(),
+                        timeout=120_000)
+    except Exception:
+        raise AssertionError((again.status.text(), again.url.text(), again.service.lines[-5:],
+                              again.service.folder, again.service.host)) from None
     assert _answers(local)
     click(qtbot, again.stop_button)
     qtbot.waitUntil(lambda: again.status.text().startswith("stopped"), timeout=120_000)
