@@ -45,16 +45,16 @@ def main(argv: list[str]) -> int:
     (work / "job.json").write_text(json.dumps(job))
     _gaudi_gui("train", "--config", str(work / "job.json"), "--device", "cpu", "--no-agent")
     from gaudi_gui.core import paths
-    calibrated = json.loads(_gaudi_gui("calibrate", "--model", str(work / "out" / "final"), "--rows", "16",
-                                       "--dataset", str(paths.demo_dataset_path("sft")),
-                                       "--device", "cpu", "--json", "--no-agent").strip().splitlines()[-1])
-    calibration = str(Path(calibrated["folder"]).resolve())
+    from gaudi_gui.core.runstore import RunStore
+
+    _gaudi_gui("calibrate", "--model", str(work / "out" / "final"), "--rows", "16", "--dataset",
+               str(paths.demo_dataset_path("sft")), "--device", "cpu", "--no-agent")
+    calibration = str(next(r for r in RunStore().runs() if r.status().kind == "calibrate").folder.resolve())
 
     from PySide6.QtCore import Qt
     from PySide6.QtTest import QTest
     from PySide6.QtWidgets import QApplication
 
-    from gaudi_gui.core.runstore import RunStore
     from gaudi_gui.ui.eval_view import EvalView
 
     app = QApplication([])

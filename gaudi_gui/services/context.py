@@ -56,7 +56,7 @@ class AppServices:
     preflight: PreflightService | None = None
     #: The TrainingArguments schema and validation children: ``ensure_schema``.
     schema: SchemaLoader | None = None
-    #: The Evaluate job (``gaudi-gui eval --events`` as a child): ``ensure_evaluation``.
+    #: The Evaluate job (the agent's job of kind eval, here or on a saved host): ``ensure_evaluation``.
     evaluation: EvaluationService | None = None
     #: The saved hosts in memory (the one reader/writer of hosts.json), each host's card selection,
     #: pollers, handshakes, ``ssh -G`` addresses and set-up: ``ensure_hosts`` (create_services makes it).
@@ -65,7 +65,7 @@ class AppServices:
     generation: GenerationClient | None = None
     #: A host's folders and Hub cache listed over ssh (the Browse dialog): ``ensure_remote_files``.
     remote_files: RemoteFiles | None = None
-    #: The Serve panel's server (``gaudi-gui serve --events`` as a child): ``ensure_serve``.
+    #: The Serve panel's server (the agent's job of kind serve, here or on a saved host): ``ensure_serve``.
     serve: ServeService | None = None
     #: Hub downloads and model listings on this machine and the hosts (the Models tab):
     #: ``ensure_models``; registered in ``jobs``.

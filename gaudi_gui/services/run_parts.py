@@ -229,14 +229,8 @@ class SupervisedPart(PartSignals):
             argv += ["--origin", "gui", *(["--runs-dir", self.runs_dir] if self.runs_dir else [])]
         if resumed_from:
             argv += ["--resumed-from", resumed_from]
-        self.start_command(argv, input_text=json.dumps(job))
-
-    def start_command(self, argv: list[str], *, input_text: str = "") -> None:
-        """Start any kind's ``gaudi-gui … --detach --json`` (``argv``: its words after ``gaudi-gui``)
-        at the host and follow the job it announces (``core.jobkind``: a download)."""
-        self._active = True
         self._set_connection(CONNECTING, f"starting the job{self.where}…")
-        self._call(argv, self._on_started, input_text=input_text)
+        self._call(argv, self._on_started, input_text=json.dumps(job))
 
     def _on_started(self, code: int, out: str, err: str) -> None:
         if self._ended:
