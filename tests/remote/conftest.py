@@ -79,6 +79,22 @@ class SshHost:
                 lines.append(" ".join(proc.cmdline()))
         return lines
 
+    def window_children(self) -> list[str]:
+        """What this (the window's, the test's) process started since this server and still runs, the
+        server and its sessions (the "host") aside: "pid command line" each. Only since the server: an
+        xdist worker runs many tests, and what an earlier one started (a session's Slurm cluster) is not
+        this test's to judge."""
+        server = psutil.Process(self.server.pid)
+        since = server.create_time()
+        host_side = {server.pid} | {p.pid for p in server.children(recursive=True)}
+        out = []
+        for proc in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if proc.pid not in host_side and proc.status() != psutil.STATUS_ZOMBIE \
+                        and proc.create_time() >= since:
+                    out.append(f"{proc.pid} {' '.join(proc.cmdline())}")
+        return out
+
     def wait_no_processes(self, timeout: float = 20.0, *, but_agent: bool = False) -> list[str]:
         """What still runs on the host after ``timeout`` (empty: nothing). ``but_agent``: the host's
         agent and the relay of the workstation's link to it are meant to stay (they are left out)."""

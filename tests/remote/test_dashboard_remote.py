@@ -14,7 +14,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
 import pytest
 import pytestqt.exceptions
 from PySide6.QtCore import QProcess
@@ -95,8 +94,8 @@ def test_the_app_opens_a_hosts_run_through_the_forward_and_ends_it_with_the_wind
         # forward is this machine's agent's).
         assert any(" runs open " in line and "--tensorboard" in line for line in ssh_host.command_lines())
         with contextlib.suppress(TimeoutError, pytestqt.exceptions.TimeoutError):
-            qtbot.waitUntil(lambda: window_children(ssh_host) == [], timeout=30_000)
-        assert window_children(ssh_host) == []
+            qtbot.waitUntil(lambda: ssh_host.window_children() == [], timeout=30_000)
+        assert ssh_host.window_children() == []
     finally:
         service.shutdown()
     qtbot.waitUntil(lambda: not service.running(), timeout=30_000)
@@ -155,7 +154,7 @@ def test_a_hosts_dashboard_is_forwarded_by_the_agent_in_at_most_two_sessions(
             service.open(str(folder), "tensorboard", Host.parse(ssh_host.dest))
         url = opened.args[1]
         assert dashboard.fetch(url)[0] == 200 and not failed
-        assert started == [] and window_children(ssh_host) == []
+        assert started == [] and ssh_host.window_children() == []
         now, peak = ssh_host.sessions()
         assert now <= 2 and peak <= 2, (now, peak)
         with Connection.open() as conn:
@@ -170,14 +169,3 @@ def test_a_hosts_dashboard_is_forwarded_by_the_agent_in_at_most_two_sessions(
     assert started == [] and ssh_host.sessions()[1] <= 2
 
 
-def window_children(ssh_host: SshHost) -> list[str]:
-    """The processes this (the window's) process started since the test's SSH server, but that server
-    (an xdist worker runs many tests: what an earlier one left is not this test's to judge)."""
-    found, since = [], 0.0
-    with contextlib.suppress(psutil.Error):
-        since = psutil.Process(ssh_host.server.pid).create_time()
-    for proc in psutil.Process().children():
-        with contextlib.suppress(psutil.Error):
-            if proc.pid != ssh_host.server.pid and proc.create_time() >= since:
-                found.append(f"{proc.pid} {' '.join(proc.cmdline())}")
-    return found

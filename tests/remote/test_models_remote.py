@@ -12,7 +12,6 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
@@ -52,19 +51,6 @@ def cell(tab: ModelsTab, row: int, column: int) -> str:
     return item.text()
 
 
-def window_children(ssh_host: SshHost) -> list[str]:
-    """What this (the window's) process started and still runs, the test's SSH server and its
-    sessions (the "host") aside."""
-    server = psutil.Process(ssh_host.server.pid)
-    host_side = {server.pid} | {p.pid for p in server.children(recursive=True)}
-    out = []
-    for proc in psutil.Process().children(recursive=True):
-        try:
-            if proc.pid not in host_side and proc.status() != psutil.STATUS_ZOMBIE:
-                out.append(" ".join(proc.cmdline()))
-        except psutil.NoSuchProcess:
-            continue
-    return out
 
 
 def download_to(qtbot, tab: ModelsTab, repo_id: str, dest: str, stall_s: str = "") -> None:
@@ -131,7 +117,7 @@ def test_download_to_a_host_lands_in_its_cache_and_a_cut_link_ends_it_there(
     assert cut.job.folder.startswith(str(ssh_host.runs_dir))
     assert "or the connection drops" in cut.notes.text()
     # The host's agent runs it, reached through this machine's agent: the window runs no ssh of its own.
-    assert window_children(ssh_host) == []
+    assert ssh_host.window_children() == []
     ssh_host.drop()
     qtbot.waitUntil(lambda: "reconnecting in" in cut.notes.text(), timeout=30000)
     assert any(" download org/cut" in line for line in ssh_host.command_lines())  # it goes on there

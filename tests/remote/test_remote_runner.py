@@ -63,17 +63,6 @@ def host_workers(ssh_host: SshHost) -> list:
     return found
 
 
-def window_children(ssh_host: SshHost) -> list[str]:
-    """The processes this (the window's) process started since the test's SSH server, but that server
-    (an xdist worker runs many tests: what an earlier one left is not this test's to judge)."""
-    found, since = [], 0.0
-    with contextlib.suppress(psutil.Error):
-        since = psutil.Process(ssh_host.server.pid).create_time()
-    for proc in psutil.Process().children():
-        with contextlib.suppress(psutil.Error):
-            if proc.pid != ssh_host.server.pid and proc.create_time() >= since:
-                found.append(f"{proc.pid} {' '.join(proc.cmdline())}")
-    return found
 
 
 def canaries(*folders: Path) -> set[str]:
@@ -154,7 +143,7 @@ def test_runner_on_a_host_streams_takes_the_prompt_as_data_and_leaves_nothing(
     click_load(qtbot, tab)
     (worker,) = host_workers(ssh_host)
     assert tab.client.pid() == worker.pid
-    assert window_children(ssh_host) == []
+    assert ssh_host.window_children() == []
     said: list[tuple[str, str]] = []
     tab.client.error_occurred.connect(lambda kind, message: said.append((kind, message)))
     with qtbot.waitSignal(tab.client.worker_exited, timeout=30000):
@@ -180,7 +169,7 @@ def test_an_ssh_failure_is_said_in_words(qtbot, tab: RunnerTab, ssh_host: SshHos
     assert "255" not in tab.model_status.text()
     assert tab.load_button.isEnabled() and tab.client.state == gc.STOPPED
     assert ssh_host.wait_no_processes() == []
-    assert window_children(ssh_host) == []  # this machine's agent tried the host, not the window
+    assert ssh_host.window_children() == []  # this machine's agent tried the host, not the window
 
 
 def test_guard_sets_checked_env_and_runs_python_argv() -> None:
