@@ -7,6 +7,7 @@ Against tests/fake_hub.py on 127.0.0.1 (HF_ENDPOINT): nothing here reaches the n
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,14 +39,16 @@ def cell(tab: ModelsTab, row: int, column: int) -> str:
     return item.text()
 
 
-def window_children() -> list[list[str]]:
-    """The command lines of the processes this (the window's) process started and that still run."""
+def window_children(since: float) -> list[list[str]]:
+    """The command lines of the processes this (the window's) process started since ``since`` (a time:
+    the test's start; an xdist worker runs many tests, and what an earlier one started, such as a
+    session's Slurm cluster, is not this test's) and that still run."""
     out = []
     for proc in psutil.Process().children(recursive=True):
         try:
-            if proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() >= since - 0.05:
                 out.append(proc.cmdline())
-        except psutil.NoSuchProcess:
+        except psutil.Error:
             continue
     return out
 
@@ -176,6 +179,7 @@ def test_download_shows_progress_lists_the_model_and_loads_offline_in_the_runner
 
 def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: ModelsTab,
                                                                     fake_hub: FakeHub) -> None:
+    started = time.time()
     repo = FakeRepo(files={"config.json": b'{"a": 1}', "model.safetensors": os.urandom(2_000_000)})
     fake_hub.repos["org/stall"] = repo
     fake_hub.stall("org/stall", "model.safetensors", times=1)
@@ -211,13 +215,13 @@ def test_a_stall_is_said_and_retried_then_cancel_and_a_gated_repo(qtbot, tab: Mo
     qtbot.waitUntil(fake_hub.stalled.is_set, timeout=30000)
     assert tab.places.active_jobs() and "org/stuck" in tab.places.active_jobs()[0]
     # The agent runs it: the window has no child process (no download, no `runs follow`, no ssh).
-    assert window_children() == []
+    assert window_children(started) == []
     qtbot.waitUntil(lambda: bool(stuck.job.folder), timeout=10000)
     click(qtbot, stuck.cancel_button)
     qtbot.waitUntil(lambda: stuck.job.ok is not None, timeout=20000)
     # Cancel was the agent's job.stop: the job's own record says it was stopped.
     assert Run(Path(stuck.job.folder)).status().state == "stopped"
-    assert window_children() == []
+    assert window_children(started) == []
     # Said once ("Cancelled. cancelled: …" before), and no longer "it goes on if the window closes".
     assert stuck.status.text() == ("Cancelled. Finished files stay in the cache; downloading again "
                                    "continues with the rest.")
