@@ -2,8 +2,8 @@
 and scores on screen (issue 39). Everything is real and runs on this CPU: a demo run is trained
 (``gaudi-gui train``, 8 steps), its final model is calibrated (``gaudi-gui calibrate``, Intel Neural
 Compressor's MEASURE on 16 demo prompts), then the run's Evaluate window is opened, the calibration is
-chosen in its FP8 field, three prompts are typed, Start is clicked and the window is grabbed once both
-columns and the perplexity are in. File: OUTDIR/evaluate-fp8-WxH.png (default docs/screens/, 1024x760).
+chosen in its FP8 field, three prompts are typed over what it offers, Start is clicked and the window
+is grabbed once both columns are in. File: OUTDIR/evaluate-fp8-WxH.png (default docs/screens/, 1024x760).
 Takes about two minutes on two cores."""
 
 from __future__ import annotations
@@ -67,7 +67,12 @@ def main(argv: list[str]) -> int:
     field.combo.setCurrentIndex(field.combo.findData(calibration))
     wait_until(app, lambda: not field.error.isVisible(), 30)
     view.prompts.setFocus()
-    QTest.keyClicks(view.prompts, PROMPTS)
+    QTest.keyClick(view.prompts, Qt.Key.Key_A, Qt.KeyboardModifier.ControlModifier)
+    QTest.keyClick(view.prompts, Qt.Key.Key_Delete)
+    for at, line in enumerate(PROMPTS.splitlines()):
+        if at:
+            QTest.keyClick(view.prompts, Qt.Key.Key_Return)
+        QTest.keyClicks(view.prompts, line)
     QTest.mouseClick(view.start_button, Qt.MouseButton.LeftButton)
     wait_until(app, lambda: view.start_button.isEnabled() and view.answers.rowCount() > 0, 900)
     for _ in range(20):
