@@ -76,13 +76,19 @@ def test_runs_open_on_a_host_forwards_the_dashboard_here(ssh_host: SshHost, tmp_
             proc.wait()
 
 
-def test_the_app_opens_a_hosts_run_through_the_forward_and_ends_it_with_the_window(qtbot,
-                                                                                   ssh_host: SshHost) -> None:
-    folder = _host_run(ssh_host, "run-g")
+def _quiet_service() -> tuple[DashboardService, list[str]]:
+    """A dashboard service that opens no browser, and the list its failures are told into."""
     service = DashboardService()
     service.open_browser = False
     failed: list[str] = []
     service.failed.connect(lambda _kind, why: failed.append(why))
+    return service, failed
+
+
+def test_the_app_opens_a_hosts_run_through_the_forward_and_ends_it_with_the_window(qtbot,
+                                                                                   ssh_host: SshHost) -> None:
+    folder = _host_run(ssh_host, "run-g")
+    service, failed = _quiet_service()
     try:
         with qtbot.waitSignal(service.opened, timeout=120_000) as opened:
             service.open(str(folder), "tensorboard", Host.parse(ssh_host.dest))
@@ -108,10 +114,7 @@ def test_a_hosts_dashboard_ends_with_a_dropped_connection_and_opens_again(qtbot,
     the service forgets it (nobody waited: nothing to say), and the next open, asked at once, waits for
     the link to be made again and starts one again."""
     folder = _host_run(ssh_host, "run-d")
-    service = DashboardService()
-    service.open_browser = False
-    failed: list[str] = []
-    service.failed.connect(lambda _kind, why: failed.append(why))
+    service, failed = _quiet_service()
     try:
         with qtbot.waitSignal(service.opened, timeout=120_000) as opened:
             service.open(str(folder), "tensorboard", Host.parse(ssh_host.dest))
@@ -145,10 +148,7 @@ def test_a_hosts_dashboard_is_forwarded_by_the_agent_in_at_most_two_sessions(
 
     monkeypatch.setattr(QProcess, "start", spy)
     folder = _host_run(ssh_host, "run-f")
-    service = DashboardService()
-    service.open_browser = False
-    failed: list[str] = []
-    service.failed.connect(lambda _kind, why: failed.append(why))
+    service, failed = _quiet_service()
     try:
         with qtbot.waitSignal(service.opened, timeout=120_000) as opened:
             service.open(str(folder), "tensorboard", Host.parse(ssh_host.dest))
