@@ -595,3 +595,15 @@ def write_calibration(folder: Path, model: Path | str, ranks: int = 1, **manifes
     record["inc_version"] = fp8.inc_version() or "3.10"
     (folder / fp8.MANIFEST_NAME).write_text(json.dumps({**record, **manifest}))
     return folder
+
+
+def refuse_starting(monkeypatch: Any) -> None:
+    """Bad input is refused before anything starts: from here on, starting a child process or opening a
+    connection fails the test (``monkeypatch``: the test's ``pytest.MonkeyPatch``)."""
+    import socket
+    import subprocess
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"started something: {args!r}")
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)

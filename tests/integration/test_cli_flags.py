@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import re
-import socket
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
 from gaudi_gui import cli
 from gaudi_gui.commands import flags
+from tests.helpers import refuse_starting
 
 NO_JOB = "/nonexistent/job.json"
 #: Values for required options, so that the command would get as far as the flags check.
@@ -34,10 +33,7 @@ WITH = re.compile(r"(?:^|\()with (--[a-z][\w-]*)")
 @pytest.fixture(autouse=True)
 def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     """A refusal comes before anything starts: a child process or a connection fails the test."""
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"started something: {args!r}")
-    monkeypatch.setattr(subprocess, "Popen", refuse)
-    monkeypatch.setattr(socket.socket, "connect", refuse)
+    refuse_starting(monkeypatch)
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

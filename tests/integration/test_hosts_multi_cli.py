@@ -9,22 +9,18 @@ from __future__ import annotations
 
 import io
 import json
-import socket
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from gaudi_gui import cli
+from tests.helpers import refuse_starting
 
 
 @pytest.fixture(autouse=True)
 def nothing_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     """Bad input is refused before anything starts: a child process or a connection fails the test."""
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise AssertionError(f"started something: {args!r}")
-    monkeypatch.setattr(subprocess, "Popen", refuse)
-    monkeypatch.setattr(socket.socket, "connect", refuse)
+    refuse_starting(monkeypatch)
 
 
 @pytest.fixture
