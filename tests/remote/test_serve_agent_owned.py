@@ -5,11 +5,8 @@ each with the state ``stopped`` (``job.stop``)."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import time
 
-import psutil
 import pytest
 from pytestqt.qtbot import QtBot
 
@@ -21,21 +18,10 @@ from tests.qt.test_job_reattach import _answers, _open_panel, _window
 from tests.remote.conftest import SshHost
 
 
-def _children_since(since: float, ssh_host: SshHost) -> list[str]:
-    """The processes this (the window's) process started since ``since`` (but the test's SSH server)."""
-    found = []
-    for proc in psutil.Process().children():
-        with contextlib.suppress(psutil.Error):
-            if proc.pid != ssh_host.server.pid and proc.create_time() >= since:
-                found.append(f"{proc.pid} {' '.join(proc.cmdline())}")
-    return found
-
-
 @pytest.mark.usefixtures("demo_model")
 def test_a_server_here_and_one_on_a_host_are_the_agents_and_stop_by_click(qtbot: QtBot,
                                                                           ssh_host: SshHost) -> None:
     remote.save_hosts([remote.Host.parse(ssh_host.dest)])
-    since = time.time() - 0.5  # create times are rounded; the SSH server started before this
     here_window, host_window = _window(qtbot), _window(qtbot)
     here = _open_panel(qtbot, here_window)
     port = pick_free_port()
@@ -57,7 +43,7 @@ def test_a_server_here_and_one_on_a_host_are_the_agents_and_stop_by_click(qtbot:
     qtbot.waitUntil(lambda: f"127.0.0.1:{local}" in there.url.text(), timeout=180_000)
     assert _answers(url) and _answers(f"http://127.0.0.1:{local}/v1")
     # Both run, and neither is the window's: no child of this process was started for them.
-    assert _children_since(since, ssh_host) == []
+    assert ssh_host.window_children() == []
     here_run, host_run = Run(here.service.folder), Run(there.service.folder)
     assert host_run.folder.parent == ssh_host.runs_dir and here_run.folder.parent != ssh_host.runs_dir
     assert here_run.supervisor() is not None and host_run.supervisor() is not None
@@ -71,7 +57,7 @@ def test_a_server_here_and_one_on_a_host_are_the_agents_and_stop_by_click(qtbot:
         assert (run.status().kind, run.status().state) == ("serve", "stopped"), run.status()
     qtbot.waitUntil(lambda: port_free(port) and port_free(local) and port_free(far), timeout=60_000)
     assert here_window.running_jobs() == [] and host_window.running_jobs() == []
-    assert _children_since(since, ssh_host) == []
+    assert ssh_host.window_children() == []
 
 
 @pytest.mark.usefixtures("demo_model")
