@@ -6,6 +6,7 @@ nobody opened says so instead of failing."""
 from __future__ import annotations
 
 import socket
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from gaudi_gui.core.agentwire import AgentError, Connection
 
 def test_a_forward_is_refused_for_a_bad_host_or_port_and_opens_no_link() -> None:
     good = {"local_port": 40123, "remote_port": 6006}
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"host": "", **good}, "needs a host"),
         ({"host": "local", **good}, "needs a host"),
         ({"host": "-oProxyCommand=touch /tmp/x", **good}, "cannot begin with '-'"),

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytestqt.exceptions
@@ -142,7 +143,7 @@ def test_a_hosts_dashboard_is_forwarded_by_the_agent_in_at_most_two_sessions(
     started: list[str] = []
     start = QProcess.start
 
-    def spy(process: QProcess, *args: object, **kwargs: object) -> None:
+    def spy(process: QProcess, *args: Any, **kwargs: Any) -> None:
         started.append(" ".join([*map(str, args)] or [process.program(), *process.arguments()]))
         start(process, *args, **kwargs)
 
@@ -160,8 +161,10 @@ def test_a_hosts_dashboard_is_forwarded_by_the_agent_in_at_most_two_sessions(
         with Connection.open() as conn:
             links = conn.request("status")["services"]["hosts"]["links"]
         port = int(url.split("127.0.0.1:", 1)[1].split("/", 1)[0])
+        forward = service.boards[("tensorboard", ssh_host.dest)].forward
+        assert forward is not None
         assert [link["forwards"] for link in links if link["host"] == ssh_host.dest] == [
-            [f"{port}->{service.boards[('tensorboard', ssh_host.dest)].forward.remote_port}"]]
+            [f"{port}->{forward.remote_port}"]]
     finally:
         service.shutdown()
     qtbot.waitUntil(lambda: not service.running(), timeout=30_000)

@@ -6,6 +6,7 @@ each with the state ``stopped`` (``job.stop``)."""
 from __future__ import annotations
 
 import dataclasses
+from functools import partial
 
 import pytest
 from pytestqt.qtbot import QtBot
@@ -53,7 +54,7 @@ def test_a_server_here_and_one_on_a_host_are_the_agents_and_stop_by_click(qtbot:
     qtbot.waitUntil(lambda: here.status.text().startswith("stopped"), timeout=120_000)
     qtbot.waitUntil(lambda: there.status.text().startswith("stopped"), timeout=120_000)
     for run in (here_run, host_run):
-        qtbot.waitUntil(lambda run=run: run.status().state != "running", timeout=60_000)
+        qtbot.waitUntil(partial(lambda r: r.status().state != "running", run), timeout=60_000)
         assert (run.status().kind, run.status().state) == ("serve", "stopped"), run.status()
     qtbot.waitUntil(lambda: port_free(port) and port_free(local) and port_free(far), timeout=60_000)
     assert here_window.running_jobs() == [] and host_window.running_jobs() == []
