@@ -48,6 +48,8 @@ class JobFollow(QObject):
     ended = Signal(str, str)
     #: ``lost`` / ``up``: the connection to where the job runs went, or came back (words for a person).
     link_changed = Signal(str, str)
+    #: A stop could not be sent (``now``: the kill) and the words why: the next press sends it again.
+    stop_failed = Signal(bool, str)
 
     def __init__(self, client: Callable[[], AgentClient], parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -71,14 +73,19 @@ class JobFollow(QObject):
         self._client = self._client or self._client_of()
         return self._client
 
-    def start(self, kind: str, words: list[str], *, host: str = "", **where: Any) -> None:
-        """``gaudi-gui KIND WORDS --detach`` through the agent; ``where``: ``runs_dir``, ``cwd``, ``env``
-        (this machine's job only)."""
+    def start(self, kind: str, words: list[str], *, host: str = "", config: dict[str, Any] | None = None,
+              origin: str = "", **where: Any) -> None:
+        """``gaudi-gui KIND WORDS --detach`` through the agent; ``config``: a training job's (the JSON the
+        Training tab saves); ``origin``: who started it, as a training run's status records it;
+        ``where``: ``runs_dir``, ``cwd``, ``env`` (this machine's job only)."""
         self.unfollow()
         self.kind, self.host, self.running, self.stop_sent = kind, host, True, 0
         self.job_id = self.folder = ""
         args = {"host": host} if host else where
-        self.client().request("job.start", self._on_started, kind=kind, job={"args": list(words)}, **args)
+        if origin:
+            args["origin"] = origin
+        job: dict[str, Any] = {"args": list(words), **({"config": config} if config is not None else {})}
+        self.client().request("job.start", self._on_started, kind=kind, job=job, **args)
 
     def follow(self, record: dict[str, Any], host: str = "") -> None:
         """Follow a job the agent already has (``jobs.list``'s ``record``), from its beginning."""
@@ -95,14 +102,26 @@ class JobFollow(QObject):
         if self.job_id:
             self._send_stop()
 
+    def kill(self) -> None:
+        """Kill now, whether a stop was asked or not (a run of several hosts whose peer failed)."""
+        if not self.running or self.stop_sent >= 2:
+            return
+        self.stop_sent = 2
+        if self.job_id:
+            self._send_stop()
+
     def _send_stop(self) -> None:
         now = self.stop_sent > 1
-        self.client().request("job.stop", self._on_stop_sent, job_id=self.job_id, now=now, **self._on())
+        self.client().request("job.stop", lambda reply: self._on_stop_sent(now, reply), job_id=self.job_id,
+                              now=now, **self._on())
 
-    def _on_stop_sent(self, reply: dict[str, Any]) -> None:
+    def _on_stop_sent(self, now: bool, reply: dict[str, Any]) -> None:
         if not reply.get("ok") and self.running:
-            self.stop_sent -= 1  # not sent (a lost connection): the next press sends it again
-            self.line_received.emit(f"[gaudi-gui] the stop was not sent: {reply.get('error') or '?'}")
+            # Not sent (a lost connection): the next press sends it again (the same kind of stop).
+            self.stop_sent = 1 if now else 0
+            words = str(reply.get("error") or "?")
+            self.line_received.emit(f"[gaudi-gui] the stop was not sent: {words}")
+            self.stop_failed.emit(now, words)
 
     def _on(self) -> dict[str, str]:
         return {"host": self.host} if self.host else {}
@@ -261,7 +280,10 @@ class AgentJob(QObject):
         """``gaudi-gui KIND WORDS`` through the agent (a second start while one runs is ignored)."""
         if self.running:
             return
-        self.job.start(self.kind, words, host=self.host, **({} if self.host else {"runs_dir": self.runs_dir}))
+        if self.host:
+            self.job.start(self.kind, words, host=self.host)
+        else:
+            self.job.start(self.kind, words, runs_dir=self.runs_dir)
 
     def client(self) -> AgentClient:
         """The agent's client this job speaks through (connected on first use)."""

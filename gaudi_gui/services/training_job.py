@@ -2,11 +2,12 @@
 
 A run is *work × placement* (``core.placement``): this machine, one host, several hosts (accelerate's
 multi-node launch) or Slurm. ``TrainingJob`` is the one class for all of them: it follows the run
-through N parts (``services.run_parts``: a ``SupervisedPart`` per place, or one ``SlurmPart``),
+through N parts (``services.run_parts``: an ``AgentPart`` per place, or one ``SlurmPart``),
 N = 1 except on several hosts. Every part but Slurm's is the same ``gaudi-gui train --detach``
 supervisor (stop, grace, kill-now, step writes, waiting for killed ranks, leftovers, outcome), the
 same one a terminal's ``gaudi-gui train`` runs, so the GUI and the CLI stop and judge a run alike;
-on this machine it is a child of this process, on a host it runs there over ssh.
+the agent of its place starts and watches it (this machine's, or a host's through this machine's
+agent's one ssh session): the window holds no process for it.
 
 What the views get is the same for every placement: the console lines (each host's prefixed
 ``host| `` when there are several), the records and progress of the main part (machine rank 0:
@@ -41,12 +42,12 @@ from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.services.agent_child import AgentChild
 from gaudi_gui.services.process import delete_when_reaped
-from gaudi_gui.services.run_parts import CLOSED, FOLLOWING, RECONNECTING, SlurmPart, SupervisedPart
+from gaudi_gui.services.run_parts import CLOSED, FOLLOWING, RECONNECTING, AgentPart, SlurmPart
 
 #: How long a host may stay unreachable before a run on several hosts counts it as lost.
 LOST_AFTER_S = 600.0
 
-Part = SupervisedPart | SlurmPart
+Part = AgentPart | SlurmPart
 
 
 def log_prefix(host: str) -> str:
@@ -493,7 +494,7 @@ class TrainingJob(QObject):
                              runs_dir=str(self.store.root), parent=self)
             part.slurm_state_changed.connect(self._on_slurm_state)
         else:
-            part = SupervisedPart(host, grace_s=self.stop_grace_s,
+            part = AgentPart(host, grace_s=self.stop_grace_s,
                                   runs_dir=str(self.store.root) if host.is_local else "", parent=self)
         # Methods bound with partial, not lambdas: a lambda slot returning emit()'s value leaks
         # references in PySide6.
