@@ -154,10 +154,17 @@ def agent_argv() -> list[str]:
     return [sys.executable, "-m", "gaudi_gui", "agent", "--daemon"]
 
 
-def spawn() -> None:
+#: Intermediates of ``spawn(wait=False)`` not reaped yet (``reap_started``).
+_STARTED: list[subprocess.Popen[bytes]] = []
+
+
+def spawn(*, wait: bool = True) -> None:
     """Start the agent in the background, not as our child: ``agent --daemon`` forks the agent and
     ends at once (so the caller keeps no child and no zombie). A second agent finds the first one's
-    lock taken and ends quietly."""
+    lock taken and ends quietly. ``wait=False`` (the window, which never waits on a child): returns as
+    soon as the intermediate runs; ``reap_started`` (called again on every try to connect) reaps it
+    once it has forked the agent (an interpreter's start: tens of ms, seconds on a loaded machine)."""
+    reap_started()
     log = log_path()
     log.parent.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
@@ -165,9 +172,18 @@ def spawn() -> None:
     with open(os.devnull, "rb") as null, open(log, "ab") as out:
         proc = subprocess.Popen(agent_argv(), stdin=null, stdout=out, stderr=out, start_new_session=True,
                                 env=env, close_fds=True)
+    if not wait:
+        _STARTED.append(proc)
+        return
     # The intermediate exits right after its fork (milliseconds): reap it so no zombie stays.
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=30)
+
+
+def reap_started() -> int:
+    """Reap the intermediates of ``spawn(wait=False)`` that have ended (never waits); how many are left."""
+    _STARTED[:] = [proc for proc in _STARTED if proc.poll() is None]
+    return len(_STARTED)
 
 
 def try_connect(path: Path | None = None) -> socket.socket | None:

@@ -15,6 +15,7 @@ agent and its one ssh session to the host. A link that drops (this machine's age
 
 from __future__ import annotations
 
+import functools
 import signal
 from collections import deque
 from typing import Any
@@ -39,7 +40,7 @@ def shared_client() -> AgentClient:
     client = _SHARED.get(path)
     if client is None:
         close_shared()
-        client = AgentClient(starter=agentwire.spawn)
+        client = AgentClient(starter=functools.partial(agentwire.spawn, wait=False))
         client.start()
         _SHARED[path] = client
     return client

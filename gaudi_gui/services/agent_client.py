@@ -123,8 +123,14 @@ class AgentClient(QObject):
         self._socket.abort()
         self._socket.connectToServer(path)
 
+    def _reap_starter(self) -> None:
+        """The agent's starter ends right after it forked the agent: reap it, never waiting."""
+        if agentwire.reap_started():
+            QTimer.singleShot(500, self._reap_starter)
+
     def _on_connected(self) -> None:
         self._attempt = 0
+        self._reap_starter()
         self._buffer = b""
         # hello first; then the subscriptions again (a new agent knows none of them); then what waited.
         self._next_id += 1

@@ -3,8 +3,11 @@ event loop (never waiting), and comes back by itself, subscriptions included, wh
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
+import sys
+import time
 
 import psutil
 import pytest
@@ -88,5 +91,28 @@ def test_the_close_dialog_lists_and_stops_the_agents_jobs(qtbot: QtBot, fake_hub
         qtbot.waitUntil(lambda: not owner.active_jobs(), timeout=60000)
         assert Run(job["folder"]).status().state == "stopped"
         owner.shutdown()
+    finally:
+        client.close()
+
+
+def test_the_window_starts_the_agent_without_waiting_for_its_starter(qtbot: QtBot,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38, "the window never waits": the starter ``agent --daemon`` is an interpreter that ends
+    right after it forked the agent; the window's client returns at once (a 2 s starter here), keeps
+    connecting, and reaps the starter once it ended (no zombie, no child left)."""
+    real = agentwire.agent_argv()
+    slow = [sys.executable, "-c", "import os, sys, time; time.sleep(2); os.execv(sys.argv[1], sys.argv[1:])",
+            *real]
+    monkeypatch.setattr(agentwire, "agent_argv", lambda: slow)
+    client = AgentClient(starter=functools.partial(agentwire.spawn, wait=False))
+    try:
+        began = time.monotonic()
+        client.start()
+        assert time.monotonic() - began < 1.0, "the window waited for the agent's starter"
+        starter = psutil.Process(agentwire._STARTED[0].pid)
+        assert starter.ppid() == os.getpid() and starter.is_running()
+        qtbot.waitUntil(lambda: client.state == "up", timeout=60_000)
+        qtbot.waitUntil(lambda: agentwire.reap_started() == 0, timeout=30_000)
+        assert starter.pid not in [p.pid for p in psutil.Process().children()]  # reaped: no zombie
     finally:
         client.close()
