@@ -44,7 +44,7 @@ from gaudi_gui.core import atomic, kinds, meter_files, paths
 from gaudi_gui.core.agentwire import Ev
 from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.events import decode as decode_event
-from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStore
+from gaudi_gui.core.runstore import FINAL_STATES, SLURM_INFO, Run, RunStore
 from gaudi_gui.core.secrets import redact
 
 #: How often a running job's files are read for new lines, events and state.
@@ -64,8 +64,9 @@ def record(folder: str | Path) -> dict[str, Any]:
     """A job's record as the wire carries it: job_id (its run folder's name), kind (one spelling), name,
     state (reconciled: a run whose supervisor died reads as its run folder proves), folder, step,
     max_steps, summary, exit_code, times, alive (its supervisor runs), checkpoint (a training run's
-    latest complete one, as its status says), a server's url; once a training run has ended, its
-    ``meter`` (meter-summary.json, None without one: what a job of several hosts sums)."""
+    latest complete one, as its status says), a Slurm run's ``slurm_job_id``, a server's url; once a
+    training run has ended, its ``meter`` (meter-summary.json, None without one: what a job of several
+    hosts sums)."""
     run = Run(folder)
     status = run.reconcile()
     out: dict[str, Any] = {"job_id": run.name, "kind": kinds.canonical(status.kind) or status.kind,
@@ -74,6 +75,10 @@ def record(folder: str | Path) -> dict[str, Any]:
                            "exit_code": status.exit_code, "started_at": status.started_at,
                            "ended_at": status.ended_at, "alive": run.supervisor() is not None,
                            "checkpoint": status.checkpoint}
+    if out["kind"] == "train" and (run.folder / SLURM_INFO).is_file():
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            info = json.loads((run.folder / SLURM_INFO).read_text(encoding="utf-8"))
+            out["slurm_job_id"] = str(info["job_id"])
     if out["kind"] == "train" and out["state"] in FINAL_STATES and not out["alive"]:
         out["meter"] = meter_files.read_summary(run.folder)
     if out["kind"] == "serve":
@@ -460,6 +465,8 @@ class Jobs:
         self._save()
         self.agent.publish(Ev.JOB, watch.job_id, job_id=watch.job_id, job=watch.record)
         started = {"pid": info.get("pid"), "device": info.get("device")} if isinstance(info, dict) else {}
+        if isinstance(info, dict) and info.get("job_id"):
+            started["slurm_job_id"] = str(info["job_id"])  # a Slurm run's: sbatch took it
         return {"job": {**watch.record, **started}, "notes": [line for line in said if ": note: " in line]}
 
     async def _stop(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
