@@ -14,12 +14,19 @@ from pathlib import Path
 import pytest
 from pytestqt.qtbot import QtBot
 
-from gaudi_gui.core import remote
+from gaudi_gui.core import agentwire, remote
 from gaudi_gui.core.runstore import Run, checkpoint_complete
 from gaudi_gui.services.agent_child import shared_client
 from gaudi_gui.services.run_parts import FOLLOWING, RECONNECTING
 from tests.helpers import click, end_training_tab, set_arg, training_tab, wait_gone
 from tests.remote.conftest import SshHost
+
+
+def _children(qtbot: QtBot, ssh_host: SshHost) -> list[str]:
+    """The window's children, once its start of a new agent (``agentwire.spawn(wait=False)``: an
+    intermediate that forks the agent and ends, reaped on a later turn of the event loop) is over."""
+    qtbot.waitUntil(lambda: agentwire.reap_started() == 0, timeout=30_000)
+    return ssh_host.window_children()
 
 
 @pytest.mark.parametrize("where", ["local", "host"])
@@ -44,7 +51,7 @@ def test_training_is_the_agents_and_outlives_a_dropped_agent_connection(
         run = Run(job.folder)
         assert run.folder.parent == (ssh_host.runs_dir if where == "host" else tmp_path / "runs")
         # Training, and not the window's: no child of this process runs for it.
-        assert ssh_host.window_children() == []
+        assert _children(qtbot, ssh_host) == []
         assert "it goes on if the app" in tab.log.plain_text()
         assert run.status().origin == "gui"  # the agent's to set, from the request (a host's run too)
 
@@ -61,19 +68,19 @@ def test_training_is_the_agents_and_outlives_a_dropped_agent_connection(
         steps = [r["step"] for r in job.records]
         assert steps == list(range(steps[0], steps[0] + len(steps))), steps  # each step once, none missed
         assert int(shared_client().agent.get("pid") or 0) not in (0, agent_pid)  # a new agent took it up
-        assert ssh_host.window_children() == []
+        assert _children(qtbot, ssh_host) == []
 
         # Stop, clicked: the ranks save a checkpoint, the job offers it; still no child of the window.
         with qtbot.waitSignal(job.finished, timeout=180_000) as done:
             click(qtbot, tab.btn["Stop"])
             assert tab.btn["Stop"].text() == "Kill now"
-            assert ssh_host.window_children() == []
+            assert _children(qtbot, ssh_host) == []
         assert done.args[1] == "stopped", tab.status.text()
         step = run.status().step
         assert job.checkpoint() == str(out / f"checkpoint-{step}"), (job.checkpoint(), step)
         assert checkpoint_complete(Path(job.checkpoint()))
         assert tab.status.text().startswith(f"Stopped at step {step}"), tab.status.text()
         assert not run.processes_alive()
-        assert ssh_host.window_children() == []
+        assert _children(qtbot, ssh_host) == []
     finally:
         end_training_tab(qtbot, services, tab)
