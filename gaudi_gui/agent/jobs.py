@@ -10,7 +10,8 @@
   ``now``: kill.
 - ``jobs.list {all, runs_dir?}``: the running jobs (``all``: every run of the stores too).
 - Events ``job`` {job_id, job}, ``log`` {job_id, lines}, ``event`` {job_id, events}: a subscription with
-  ``key`` = a job's id replays its history from the run folder, then follows it live (a run of the
+  ``key`` = a job's id replays its history from the run folder (``replay``: true, at least one message
+  each, empty or not), then follows it live (a run of the
   stores that its supervisor still runs and this agent did not watch yet, e.g. one a terminal's
   ``gaudi-gui train --no-agent`` started, is taken up then).
 - Event ``meter`` {job_id, meter}: while a running job's meter is subscribed to (``key`` = its id; any
@@ -312,8 +313,10 @@ class Jobs:
             if start and text_lines:
                 text_lines = text_lines[1:]  # the first line read from the middle of one is not whole
             lines = [redact(line) for line in text_lines]
-            for i in range(0, len(lines), CHUNK):
-                session.send({"ev": ev, "job_id": key, "lines": lines[i:i + CHUNK]})
+            # Marked, and sent even when empty: a follower that hears live lines before its replay (a
+            # host's, whose subscription was still live there) knows them for a part of it.
+            for i in range(0, max(1, len(lines)), CHUNK):
+                session.send({"ev": ev, "job_id": key, "lines": lines[i:i + CHUNK], "replay": True})
         else:
             upto = watch.events.offset - len(watch.events._partial) if watch is not None \
                 else _size(run.events_path)
@@ -323,8 +326,8 @@ class Jobs:
             complete = data[: data.rfind(b"\n") + 1]
             decoded = (decode_event(line) for line in complete.split(b"\n") if line)
             events = [e for e in decoded if e is not None]
-            for i in range(0, len(events), CHUNK):
-                session.send({"ev": ev, "job_id": key, "events": events[i:i + CHUNK]})
+            for i in range(0, max(1, len(events)), CHUNK):
+                session.send({"ev": ev, "job_id": key, "events": events[i:i + CHUNK], "replay": True})
 
     # -- a running job's meter ----------------------------------------------------------------------
     def _meter_wanted(self, session: Session, job_id: str) -> None:

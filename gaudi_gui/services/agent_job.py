@@ -2,7 +2,8 @@
 command with its own ``--detach``, a run folder in the runs store).
 
 ``JobFollow`` is the one follower of such a job in the window: Serve and Evaluate (``services/kind_job``),
-Benchmark, Calibrate and the FP8 evaluation started from the Calibrate window (``AgentJob``). The window
+Benchmark, Calibrate and the FP8 evaluation started from the Calibrate window (``AgentJob``), and each
+place's part of a training run (``services/run_parts.AgentPart``). The window
 starts no process: the agent starts the job (a host's agent for a host, over this machine's agent's one
 ssh session to it) and replays then follows its events (``event``: phase, progress, the result record),
 its log (``log``) and its record (``job``: the state, how it ended).
@@ -32,7 +33,9 @@ class JobFollow(QObject):
 
     A lost connection (this machine's agent, or its link to the host) is said (``link_changed``);
     when it is back the agent subscribes again and replays the history, of which what was seen
-    already is skipped (events and log lines are only ever appended)."""
+    already is skipped (events and log lines are only ever appended). What comes before a (re)played
+    history (``replay``: a host's agent may send a live batch first, of a subscription still live there
+    when this one was asked) is part of it, and dropped."""
 
     #: The agent started it: its record (``job_id``, ``folder``, ``kind`` …).
     started = Signal(dict)
@@ -67,6 +70,8 @@ class JobFollow(QObject):
         self._lost = False
         self._seen = {"events": 0, "lines": 0}
         self._skip = {"events": 0, "lines": 0}
+        #: The history of each came since the last (re)subscription (live batches count from then).
+        self._replayed = {"events": False, "lines": False}
 
     def client(self) -> AgentClient:
         """The agent's client (connected on first use)."""
@@ -148,6 +153,7 @@ class JobFollow(QObject):
         self._following, self._lost = True, False
         self._seen = {"events": 0, "lines": 0}
         self._skip = {"events": 0, "lines": 0}
+        self._replayed = {"events": False, "lines": False}
         # The events first: a job that ended already replays them before its final record.
         client.subscribe(Ev.EVENT, self._on_events, key=self.job_id, host=on)
         client.subscribe(Ev.LOG, self._on_log, key=self.job_id, host=on)
@@ -156,20 +162,25 @@ class JobFollow(QObject):
             client.subscribe(Ev.HOST, self._on_host, key=self.host)
         client.state_changed.connect(self._on_client_state)
 
-    def _fresh(self, what: str, items: list[Any]) -> list[Any]:
-        """Of a (re)played batch, what was not seen yet."""
+    def _fresh(self, what: str, message: dict[str, Any]) -> list[Any]:
+        """Of a batch, what was not seen yet (none of a live batch that came before the history)."""
+        if message.get("replay"):
+            self._replayed[what] = True
+        elif not self._replayed[what]:
+            return []
+        items = list(message.get(what) or [])
         skip = min(self._skip[what], len(items))
         self._skip[what] -= skip
         self._seen[what] += len(items) - skip
         return items[skip:]
 
     def _on_events(self, message: dict[str, Any]) -> None:
-        for event in self._fresh("events", list(message.get("events") or [])):
+        for event in self._fresh("events", message):
             if isinstance(event, dict):
                 self.event_received.emit(event)
 
     def _on_log(self, message: dict[str, Any]) -> None:
-        for line in self._fresh("lines", list(message.get("lines") or [])):
+        for line in self._fresh("lines", message):
             self.line_received.emit(str(line))
 
     def _on_job(self, message: dict[str, Any]) -> None:
@@ -184,6 +195,7 @@ class JobFollow(QObject):
     def _lose(self, words: str) -> None:
         """The connection went: the history comes again when it is back; what was seen is skipped."""
         self._skip = dict(self._seen)
+        self._replayed = {"events": False, "lines": False}
         if not self._lost and self.running:
             self._lost = True
             self.link_changed.emit("lost", words)
