@@ -8,6 +8,7 @@ The fake Hub is on 127.0.0.1 (HF_ENDPOINT, which the host's commands inherit fro
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -45,12 +46,81 @@ def tab(qtbot, host: tuple[SshHost, Path]) -> Iterator[ModelsTab]:
     yield from models_tab(qtbot)
 
 
+def cache_model(hub_dir: Path, repo_id: str, data: bytes) -> str:
+    """A revision of ``repo_id`` in the Hub cache ``hub_dir`` as huggingface_hub writes it (a blob, a
+    snapshot linking to it, the ``main`` ref); its commit."""
+    repo = hub_dir / ("models--" + repo_id.replace("/", "--"))
+    commit = hashlib.sha1(repo_id.encode()).hexdigest()
+    blob = hashlib.sha256(data).hexdigest()
+    (repo / "blobs").mkdir(parents=True)
+    (repo / "blobs" / blob).write_bytes(data)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    (repo / "snapshots" / commit).mkdir(parents=True)
+    (repo / "snapshots" / commit / "model.safetensors").symlink_to(f"../../blobs/{blob}")
+    return commit
+
+
 def cell(tab: ModelsTab, row: int, column: int) -> str:
     item = tab.table.item(row, column)
     assert item is not None
     return item.text()
 
 
+
+
+def test_listing_and_deleting_here_and_on_a_host_start_no_process_in_the_window(
+        qtbot, host: tuple[SshHost, Path]) -> None:
+    """Issue 38, a thin window: the Models tab lists this machine's and the host's caches and deletes a
+    model in each by clicks, and the window has no child process at any moment (the agents list and
+    delete; the host's is reached through this machine's agent's one ssh session)."""
+    ssh_host, remote_hf = host
+    cache_model(Path(os.environ["HF_HOME"]) / "hub", "org/here", b"h" * 300_000)
+    cache_model(remote_hf / "hub", "org/there", b"t" * 500_000)
+    seen: list[str] = []
+
+    def children_while(done: bool) -> bool:
+        seen.extend(ssh_host.window_children())
+        return done
+
+    tabs = models_tab(qtbot)
+    tab = next(tabs)
+    try:
+        seen.extend(ssh_host.window_children())  # the listings asked when the tab was first shown
+        qtbot.waitUntil(lambda: children_while(tab.table.rowCount() == 2 and not tab.is_listing()),
+                        timeout=60000)
+        assert {cell(tab, r, 0): cell(tab, r, 4) for r in range(2)} == {
+            "org/there": ssh_host.dest, "org/here": "local (this machine)"}
+        assert "local (this machine): 1 revision, 300.0 KB" in tab.status.text(), tab.status.text()
+        assert f"{ssh_host.dest}: 1 revision, 500.0 KB" in tab.status.text(), tab.status.text()
+
+        click(qtbot, tab.refresh_button)
+        seen.extend(ssh_host.window_children())
+        qtbot.waitUntil(lambda: children_while(tab.table.rowCount() == 2 and not tab.is_listing()),
+                        timeout=60000)
+
+        for repo_id, where, cache in (("org/there", ssh_host.dest, remote_hf),
+                                      ("org/here", "local (this machine)", Path(os.environ["HF_HOME"]))):
+            row = next(r for r in range(tab.table.rowCount()) if cell(tab, r, 0) == repo_id)
+            item = tab.table.item(row, 0)
+            assert item is not None
+            qtbot.mouseClick(tab.table.viewport(), Qt.MouseButton.LeftButton,
+                             pos=tab.table.visualItemRect(item).center())
+            qtbot.waitUntil(lambda repo_id=repo_id: (tab.selected() or {}).get("repo_id") == repo_id,
+                            timeout=5000)
+            answer = answer_dialog(qtbot, "Delete")
+            click(qtbot, tab.delete_button)
+            seen.extend(ssh_host.window_children())
+            assert answer.clicked and f"cache of {where}?" in answer.text, answer.text
+            qtbot.waitUntil(lambda repo_id=repo_id: children_while(
+                f"deleted {repo_id}, freed" in tab.status.text() and not tab.is_listing()), timeout=60000)
+            assert repo_id not in [cell(tab, r, 0) for r in range(tab.table.rowCount())]
+            assert not list((cache / "hub").glob(f"models--{repo_id.replace('/', '--')}/snapshots/*"))
+        assert tab.table.rowCount() == 0
+        assert sorted(set(seen)) == []  # the window started no process: no `gaudi-gui models`, no ssh
+    finally:
+        for _ in tabs:
+            pass
 
 
 def download_to(qtbot, tab: ModelsTab, repo_id: str, dest: str, stall_s: str = "") -> None:
