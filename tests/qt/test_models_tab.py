@@ -29,7 +29,9 @@ SECRET = "hf_FakeTokenForTheTestsOnly0123456789abcd"
 
 
 @pytest.fixture
-def tab(qtbot) -> Iterator[ModelsTab]:
+def tab(qtbot, fake_hub: FakeHub) -> Iterator[ModelsTab]:
+    # The fake Hub's environment first: the tab's first listing starts the agent, which keeps the
+    # environment it started with (its downloads inherit it).
     yield from models_tab(qtbot)
 
 

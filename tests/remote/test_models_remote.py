@@ -189,7 +189,7 @@ def test_download_to_a_host_lands_in_its_cache_and_a_cut_link_ends_it_there(
     # The host's agent runs it, reached through this machine's agent: the window runs no ssh of its own.
     assert ssh_host.window_children() == []
     ssh_host.drop()
-    qtbot.waitUntil(lambda: "reconnecting in" in cut.notes.text(), timeout=30000)
+    qtbot.waitUntil(lambda: f"the connection to {ssh_host.dest} dropped" in cut.notes.text(), timeout=30000)
     assert any(" download org/cut" in line for line in ssh_host.command_lines())  # it goes on there
     qtbot.waitUntil(lambda: "connected again" in cut.notes.text(), timeout=30000)
     assert cut.job.is_running() and cut.job.ok is None
