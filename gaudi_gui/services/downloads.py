@@ -28,7 +28,6 @@ shell code.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -82,18 +81,6 @@ class DownloadRequest:
         if self.revision:
             args += ["--revision", self.revision]
         return args
-
-    @classmethod
-    def from_spec(cls, host: Host, argv: list[str]) -> DownloadRequest:
-        """The request a detached download's run folder records (spec.json's argv), for re-attaching."""
-        words = argv[argv.index("download") + 1:] if "download" in argv else []
-        repo_id = words[0] if words else "?"
-        revision = words[words.index("--revision") + 1] if "--revision" in words[:-1] else ""
-        stall = 60.0
-        if "--stall-s" in words[:-1]:
-            with contextlib.suppress(ValueError):
-                stall = float(words[words.index("--stall-s") + 1])
-        return cls(repo_id=repo_id, revision=revision, host=host, stall_s=stall)
 
 
 def describe_event(event: dict[str, Any]) -> str:
@@ -277,8 +264,10 @@ class Download(QObject):
         if kind == EventType.DONE:
             self.path = str(event.get("path") or "")
         if kind == EventType.PLAN and event.get("repo_id") and event.get("repo_id") != self.request.repo_id:
-            # Re-attached on a host from its agent's jobs, which name the run, not the model.
-            self.request = replace(self.request, repo_id=str(event["repo_id"]))
+            # Re-attached from an agent's jobs, which name the run, not the model (nor its revision).
+            revision = str(event.get("revision") or "")
+            self.request = replace(self.request, repo_id=str(event["repo_id"]),
+                                   revision=self.request.revision or ("" if revision == "main" else revision))
         if kind == EventType.ERROR:
             self._error = redact(str(event.get("message") or ""))
             return  # said once, at the end
@@ -340,7 +329,7 @@ class ModelPlaces(QObject):
     it follows (a ``JobOwner``).
 
     A download goes on when the window closes with "Leave running" (its agent keeps it) and is followed
-    again at the next start (``reattach``: this machine's runs store; ``reattach_hosts``: each saved
+    again at the next start (``reattach``: this machine's agent's jobs; ``reattach_hosts``: each saved
     host's agent's jobs)."""
 
     #: A download was started or taken up again (the Models tab shows it).
@@ -389,58 +378,36 @@ class ModelPlaces(QObject):
         self.download_started.emit(job)
         return job
 
-    def reattach(self) -> int:
+    def reattach(self) -> None:
         """Follow every download of this machine still running (left running by an earlier window,
-        or started by ``gaudi-gui download``), found in its runs store; once per app. How many."""
-        if self._reattached:
-            return 0
-        self._reattached = True
-        from gaudi_gui.core import jobkind
-        from gaudi_gui.core.runstore import RunStore
-
-        followed = {d.folder for d in self.downloads if d.folder}
-        count = 0
-        for run in RunStore(self.runs_dir or None).runs()[:50]:  # newest first, as KindJob reattaches
-            with contextlib.suppress(OSError):
-                status = run.status()
-                if status.kind != "download" or status.state not in ("queued", "running") \
-                        or run.supervisor() is None or str(run.folder) in followed:
-                    continue
-                argv = [str(a) for a in jobkind.spec(run).get("argv") or []]
-                job = self._new(DownloadRequest.from_spec(Host.local(), argv))
-                job.follow(str(run.folder), run.name)
-                self.download_started.emit(job)
-                count += 1
-        return count
+        or started through this machine's agent): its agent's jobs (``jobs.list``); once per app."""
+        if not self._reattached:
+            self._reattached = True
+            self._ask_jobs(Host.local())
 
     def reattach_hosts(self, hosts: list[Host]) -> list[str]:
-        """``reattach_host`` for each host not asked yet in this app (the window asks every saved
-        host at its start; the Models tab asks again for a host added since); the hosts asked."""
+        """Follow again the downloads still running on each host not asked yet in this app (the window
+        asks every saved host at its start; the Models tab asks again for a host added since): its
+        agent's jobs, through this machine's agent and the host's one ssh session; the hosts asked."""
         asked = []
         for host in hosts:
             if host.is_local or host.name in self._reattached_hosts:
                 continue
-            self.reattach_host(host)
+            self._reattached_hosts.add(host.name)
+            self._ask_jobs(host)
             asked.append(host.name)
         return asked
 
-    def reattach_host(self, host: Host) -> None:
-        """Follow again the downloads still running on ``host``: its agent's jobs (``jobs.list``
-        through this machine's agent and the host's one ssh session), left running by an earlier
-        window or started there by hand."""
-        self._reattached_hosts.add(host.name)
+    def _ask_jobs(self, host: Host) -> None:
         self._asking.add(host.name)
-
-        def listed(reply: dict[str, Any]) -> None:
-            self._on_host_jobs(host, reply)
-
-        self._agent().request("jobs.list", listed, host=host.name)
+        where = {"runs_dir": self.runs_dir} if host.is_local else {"host": host.name}
+        self._agent().request("jobs.list", lambda reply: self._on_jobs(host, reply), **where)
 
     def is_reattaching(self) -> bool:
-        """A host's agent has not said its jobs yet."""
+        """An agent has not said its jobs yet."""
         return bool(self._asking)
 
-    def _on_host_jobs(self, host: Host, reply: dict[str, Any]) -> None:
+    def _on_jobs(self, host: Host, reply: dict[str, Any]) -> None:
         self._asking.discard(host.name)
         if self._shut or not reply.get("ok"):
             return  # the listing of that place says what is wrong with it
