@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import QApplication
 
 from gaudi_gui.app import create_services
@@ -119,6 +120,45 @@ def test_listing_and_deleting_here_and_on_a_host_start_no_process_in_the_window(
         assert tab.table.rowCount() == 0
         assert sorted(set(seen)) == []  # the window started no process: no `gaudi-gui models`, no ssh
     finally:
+        for _ in tabs:
+            pass
+
+
+def test_a_host_that_cannot_be_reached_is_said_in_words_and_the_others_are_listed(
+        qtbot, host: tuple[SshHost, Path]) -> None:
+    """A saved host whose key is refused: its line says why, in words, while this machine and the
+    reachable host are listed; the window's event loop keeps turning and it starts no process."""
+    ssh_host, remote_hf = host
+    remote.save_hosts([Host.parse(ssh_host.dest), Host.parse("gg-nokey")])
+    cache_model(remote_hf / "hub", "org/there", b"t" * 2000)
+    gaps: list[float] = []
+    last = [time.monotonic()]
+
+    def tick() -> None:
+        now = time.monotonic()
+        gaps.append(now - last[0])
+        last[0] = now
+
+    tabs = models_tab(qtbot)
+    tab = next(tabs)
+    timer = QTimer()
+    timer.timeout.connect(tick)
+    last[0] = time.monotonic()
+    timer.start(20)
+    try:
+        qtbot.waitUntil(lambda: "gg-nokey: " in tab.status.text(), timeout=5000)
+        qtbot.waitUntil(lambda: not tab.is_listing(), timeout=60000)
+        lines = tab.status.text().splitlines()
+        nokey = next(line for line in lines if line.startswith("gg-nokey: "))
+        assert "ssh-copy-id gg-nokey" in nokey, lines
+        assert any(line.startswith(f"{ssh_host.dest}: 1 revision") for line in lines), lines
+        assert any(line.startswith("local (this machine): 0 revisions") for line in lines), lines
+        assert [cell(tab, r, 0) for r in range(tab.table.rowCount())] == ["org/there"]
+        assert ssh_host.window_children() == []
+        timer.stop()
+        assert max(gaps) < 1.0, max(gaps)  # the window never waited on a host (a loaded CI: 1 s)
+    finally:
+        timer.stop()
         for _ in tabs:
             pass
 
