@@ -1,6 +1,7 @@
 """The Models tab with a host (issue 28) against the real SSH test server: a model downloaded by clicks
-into the host's own Hub cache (not this machine's), checked, listed there by the host's ``gaudi-gui
-models`` and deleted there; and a download whose connection is cut mid-file: it is a job on the host
+into the host's own Hub cache (not this machine's), checked, listed there by the host's agent
+(``models.list``) and deleted there (``models.delete``), the window starting no process for either;
+a host that cannot be reached said in words; and a download whose connection is cut mid-file: it is a job on the host
 and goes on, the window says so, follows it again, and Cancel ends it there (nothing left running); one
 left running is followed again by the next window at its start (its close dialog names it) before
 the Models tab is ever opened.
