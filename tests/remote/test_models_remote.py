@@ -1,10 +1,10 @@
 """The Models tab with a host (issue 28) against the real SSH test server: a model downloaded by clicks
 into the host's own Hub cache (not this machine's), checked, listed there by the host's agent
 (``models.list``) and deleted there (``models.delete``), the window starting no process for either;
-a host that cannot be reached said in words; and a download whose connection is cut mid-file: it is a job on the host
-and goes on, the window says so, follows it again, and Cancel ends it there (nothing left running); one
-left running is followed again by the next window at its start (its close dialog names it) before
-the Models tab is ever opened.
+a host that cannot be reached said in words; and a download whose connection is cut mid-file: it is
+a job on the host and goes on, the window says so, follows it again, and Cancel ends it there (nothing
+left running); one left running is followed again by the next window at its start (its close dialog
+names it) before the Models tab is ever opened.
 The fake Hub is on 127.0.0.1 (HF_ENDPOINT, which the host's commands inherit from the test server)."""
 
 from __future__ import annotations
