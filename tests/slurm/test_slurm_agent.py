@@ -91,6 +91,18 @@ class _Heard:
         self.conn.close()
 
 
+def _attach(folder: Path) -> tuple[subprocess.Popen[str], list[str]]:
+    """``gaudi-gui runs attach RUN``, its output (stdout and stderr) collected as it comes."""
+    with children_get_sigint():
+        proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "attach", str(folder)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out: list[str] = []
+    stream = proc.stdout
+    assert stream is not None
+    threading.Thread(target=lambda: out.extend(iter(stream.readline, "")), daemon=True).start()
+    return proc, out
+
+
 def _start(conn: Connection, tmp_path: Path, runs: str, env: dict[str, str] | None = None) -> dict[str, Any]:
     config = JobConfig.load(job_file(tmp_path, tmp_path / "out")).to_dict()
     reply = conn.request("job.start", kind="train", runs_dir=runs, env=env or {},
@@ -159,7 +171,7 @@ def test_an_agent_slurm_job_survives_the_agent_and_stops_with_a_checkpoint(slurm
 
 
 @pytest.mark.usefixtures("demo_model")
-def test_runs_attach_follows_an_agent_job_takes_over_its_dead_supervisor_and_kill_now_cancels(
+def test_runs_attach_follows_an_agent_job_and_takes_over_from_a_dead_supervisor_kill_now_cancels(
         slurm: SlurmCluster, tmp_path: Path) -> None:
     runs = str(tmp_path / "runs")
     with Connection.open() as conn:
@@ -171,22 +183,29 @@ def test_runs_attach_follows_an_agent_job_takes_over_its_dead_supervisor_and_kil
         assert wait_until(lambda: steps(folder) >= 1, 150), (folder / "supervisor.log").read_text()
         # `runs attach` of a job its supervisor follows: it follows too (a Ctrl-C there goes to the
         # supervisor).
-        with children_get_sigint():
-            attach = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "attach", str(folder)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        out: list[str] = []
-        stream = attach.stdout
-        assert stream is not None
-        threading.Thread(target=lambda: out.extend(iter(stream.readline, "")), daemon=True).start()
+        reader, out = _attach(folder)
         assert wait_until(lambda: any("follows it too" in line for line in out), 30), out
         assert wait_until(lambda: any("[rank 0/1]" in line for line in out), 60), out
         # The detached supervisor dies (SIGKILL: it asks nothing of the job): runs attach takes its place.
         supervisor = Run(folder).supervisor()
-        assert supervisor is not None and supervisor.pid != attach.pid
+        assert supervisor is not None and supervisor.pid != reader.pid
         os.kill(supervisor.pid, signal.SIGKILL)
         assert wait_until(lambda: any("is gone: following job" in line for line in out), 30), out
-        assert wait_until(lambda: (Run(folder).supervisor() or supervisor).pid == attach.pid, 10)
-        assert slurm_id in slurm.jobs()
+        assert wait_until(lambda: (Run(folder).supervisor() or supervisor).pid == reader.pid, 10)
+        # That one dies too: nothing follows the job, which goes on in Slurm; the agent says so.
+        reader.kill()
+        reader.wait(timeout=30)
+        assert Run(folder).supervisor() is None and slurm_id in slurm.jobs()
+        with pytest.raises(AgentError, match="nothing follows its Slurm job any more") as refused:
+            conn.request("job.stop", job_id=job_id)
+        assert f"`gaudi-gui runs attach {job_id}`" in str(refused.value)
+        def listed() -> dict[str, Any]:
+            return next(j for j in conn.request("jobs.list")["jobs"] if j["job_id"] == job_id)
+
+        assert wait_until(lambda: not listed()["alive"], 10) and listed()["state"] == "running", listed()
+        # A new `runs attach` is the supervisor from its start.
+        attach, out = _attach(folder)
+        assert wait_until(lambda: (Run(folder).supervisor() or supervisor).pid == attach.pid, 30), out
         heard = _Heard(job_id)
         try:
             assert wait_until(lambda: any(r["alive"] for r in heard.records), 10), heard.records
