@@ -5,7 +5,8 @@
   its own, the output in its run folder; the command checks what the job says, once, and its refusal
   is the reply's error). The reply is the job's record.
 - ``job.stop {job_id, now}``: SIGTERM to its supervisor (a training run saves a checkpoint first), or
-  ``now``: kill.
+  ``now``: kill. A Slurm training run (``train`` with ``--slurm`` in its words) is the same: its
+  supervisor follows the job and stops it with ``scancel`` (``commands/slurm_run.py``).
 - ``jobs.list {all, runs_dir?}``: the running jobs (``all``: every run of the stores too).
 - Events ``job`` {job_id, job}, ``log`` {job_id, lines}, ``event`` {job_id, events}: a subscription with
   ``key`` = a job's id replays its history from the run folder, then follows it live.
@@ -40,7 +41,7 @@ from gaudi_gui.core import atomic, kinds, meter_files, paths
 from gaudi_gui.core.agentwire import Ev
 from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.events import decode as decode_event
-from gaudi_gui.core.runstore import FINAL_STATES, Run, RunStore
+from gaudi_gui.core.runstore import FINAL_STATES, SLURM_INFO, Run, RunStore
 from gaudi_gui.core.secrets import redact
 
 #: How often a running job's files are read for new lines, events and state.
@@ -458,6 +459,10 @@ class Jobs:
         if supervisor is not None:
             supervisor.signal(KILL_NOW_SIGNAL if now else signal.SIGTERM)
             return {"words": "kill requested" if now else f"stop requested: {kinds.stop_words(run.kind)}"}
+        if (run.folder / SLURM_INFO).is_file() and run.status().state not in FINAL_STATES:
+            # The ranks are on the cluster's nodes: only the job's supervisor (which scancels) stops them.
+            raise Refused(f"{job_id}: nothing follows its Slurm job any more; `gaudi-gui runs attach "
+                          f"{job_id}` follows it again (its Ctrl-C stops it), or scancel it")
         stopper = Stopper(run, run.status().launcher)
         if now:
             stopper.kill_now("request")
