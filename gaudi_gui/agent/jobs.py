@@ -7,7 +7,8 @@
   is what its status records as who started it (the agent sets ``--origin``: a job's words may not).
   The reply is the job's record, with the start's ``pid`` (its supervisor) and ``device``.
 - ``job.stop {job_id, now}``: SIGTERM to its supervisor (a training run saves a checkpoint first), or
-  ``now``: kill.
+  ``now``: kill. A Slurm training run (``train`` with ``--slurm`` in its words) is the same: its
+  supervisor follows the job and stops it with ``scancel`` (``commands/slurm_run.py``).
 - ``jobs.list {all, runs_dir?}``: the running jobs (``all``: every run of the stores too).
 - Events ``job`` {job_id, job}, ``log`` {job_id, lines}, ``event`` {job_id, events}: a subscription with
   ``key`` = a job's id replays its history from the run folder (``replay``: true, at least one message
@@ -486,6 +487,10 @@ class Jobs:
         if supervisor is not None:
             supervisor.signal(KILL_NOW_SIGNAL if now else signal.SIGTERM)
             return {"words": "kill requested" if now else f"stop requested: {kinds.stop_words(run.kind)}"}
+        if (run.folder / SLURM_INFO).is_file() and run.status().state not in FINAL_STATES:
+            # The ranks are on the cluster's nodes: only the job's supervisor (which scancels) stops them.
+            raise Refused(f"{job_id}: nothing follows its Slurm job any more; `gaudi-gui runs attach "
+                          f"{job_id}` follows it again (its Ctrl-C stops it), or scancel it")
         stopper = Stopper(run, run.status().launcher)
         if now:
             stopper.kill_now("request")

@@ -96,7 +96,9 @@ def text(kind: str) -> str:
 
 def job_words(kind: str, job: Any) -> list[str]:
     """The command words of ``job`` (``{"args": [...]}``): their shape is checked here (KindError, one
-    line); what they say is checked once, by the kind's own command as it starts the job."""
+    line); what they say is checked once, by the kind's own command as it starts the job. A training
+    job's words may send it to Slurm (``--slurm`` and its options, ``commands/slurm_run.py``): its
+    ``--detach`` starts the supervisor that submits and follows the job."""
     found = get(kind)
     if not isinstance(job, Mapping):
         raise KindError("job: an object with the command's words in 'args'")

@@ -10,8 +10,11 @@ process: it follows the job's events (the plan, ``progress``, ``attempt``, ``sta
 ended), and Cancel is ``job.stop``. The stall watchdog, back-off and plain-HTTP fall-back are the
 command's (``gaudi_gui.commands.download``): the app shows what it says.
 
-A listing is ``gaudi-gui models --json`` on a place (``remote_files.Listing``): the place's own Hub
-cache as ``scan_cache_dir`` sees it.
+The window follows a download through ``agent_job.JobFollow``, the follower of every agent job.
+
+A listing is the place's agent's ``models.list`` (what ``gaudi-gui models --json`` prints: its own Hub
+cache as ``scan_cache_dir`` sees it), a delete its ``models.delete`` (one revision): requests, answered
+on the event loop (``remote_files.AgentListing``), a host's carried over its one ssh session.
 
 The token: the download inherits its agent's environment (the user's login: ``HF_TOKEN`` or the token
 file of ``hf auth login``); a token typed in the Download dialog travels in the ``job.start`` request's
@@ -25,28 +28,22 @@ shell code.
 
 from __future__ import annotations
 
-import contextlib
-import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core import hub
-from gaudi_gui.core.agentwire import Ev
 from gaudi_gui.core.events import EventType
 from gaudi_gui.core.remote import Host
-from gaudi_gui.core.runstore import FINAL_STATES
 from gaudi_gui.core.secrets import redact
-from gaudi_gui.services.remote_files import Listing
+from gaudi_gui.services.agent_job import JobFollow
+from gaudi_gui.services.remote_files import CACHE, AgentListing
 
 if TYPE_CHECKING:
     from gaudi_gui.services.agent_client import AgentClient
 
-#: How long after a job's final record its end is told: the agent sends the events written just
-#: before the end (the ``done`` with its path, an ``error``) right after that record.
-END_SETTLE_MS = 300
 #: A cancelled download's closing sentence (the row puts "Cancelled." before it).
 CANCELLED = "Finished files stay in the cache; downloading again continues with the rest."
 
@@ -84,18 +81,6 @@ class DownloadRequest:
         if self.revision:
             args += ["--revision", self.revision]
         return args
-
-    @classmethod
-    def from_spec(cls, host: Host, argv: list[str]) -> DownloadRequest:
-        """The request a detached download's run folder records (spec.json's argv), for re-attaching."""
-        words = argv[argv.index("download") + 1:] if "download" in argv else []
-        repo_id = words[0] if words else "?"
-        revision = words[words.index("--revision") + 1] if "--revision" in words[:-1] else ""
-        stall = 60.0
-        if "--stall-s" in words[:-1]:
-            with contextlib.suppress(ValueError):
-                stall = float(words[words.index("--stall-s") + 1])
-        return cls(repo_id=repo_id, revision=revision, host=host, stall_s=stall)
 
 
 def describe_event(event: dict[str, Any]) -> str:
@@ -154,9 +139,11 @@ def describe_event(event: dict[str, Any]) -> str:
 class Download(QObject):
     """One download: a job of kind ``download`` that the agent of its place starts (``job.start``: the
     command's ``--detach``, a supervisor with a run folder there; a host's through this machine's agent
-    over the host's one ssh session) and the window only follows (its ``event`` and ``job`` events).
-    It outlives the window and a dropped connection; a typed token goes to that one job's environment
-    in the request, never into an argv, a file or a log."""
+    over the host's one ssh session) and the window only follows, through ``agent_job.JobFollow`` (the
+    follower Serve, Evaluate, Benchmark and Calibrate use: the job's events replayed from the start,
+    then live, each once; its record says how it ended). It outlives the window and a dropped
+    connection; a typed token goes to that one job's environment in the request, never into an argv, a
+    file or a log."""
 
     #: A progress event: bytes_done, bytes_total, rate (B/s), eta_s, files_done, files_total.
     progress_changed = Signal(dict)
@@ -175,144 +162,73 @@ class Download(QObject):
         self.message = ""
         self.ok: bool | None = None  # None while it runs
         self.cancelled = False
-        #: The job's id at its place's agent (its run folder's name) and its run folder ("" until known).
-        self.job_id = ""
-        self.folder = ""
-        self._client_of = client
-        self._client: AgentClient | None = None
-        #: Followed now (started or taken up again, not left running, not ended).
-        self._following = False
-        #: A stop was asked before the agent said which job it is: sent once it does.
-        self._stop_pending = False
+        self.job = JobFollow(client, self)
+        self.job.started.connect(lambda record: self._on_identified(str(record.get("folder") or "")))
+        self.job.refused.connect(self._on_refused)
+        self.job.event_received.connect(self._on_event)
+        self.job.line_received.connect(self._on_line)
+        self.job.ended.connect(self._on_ended)
+        self.job.link_changed.connect(self._on_link)
         #: The note that holds only while the job runs, and what it says once the job ended.
         self._running_note = ""
         self._ran_note = ""
         self._error = ""
-        #: The link to the host dropped (its words were said): "connected again" is said once it is up.
-        self._link_lost = False
-        #: Events already taken (a subscription made again, after a reconnect, replays the history).
-        self._seen: set[int] = set()
-        #: The job's last record said it ended: the end is told once the events written before it came.
-        self._final: dict[str, Any] | None = None
-        self._end_timer = QTimer(self)
-        self._end_timer.setSingleShot(True)
-        self._end_timer.setInterval(END_SETTLE_MS)
-        self._end_timer.timeout.connect(self._end_from_record)
 
     @property
     def host(self) -> Host:
         return self.request.host
 
     @property
+    def job_id(self) -> str:
+        """The job's id at its place's agent (its run folder's name; "" until known)."""
+        return self.job.job_id
+
+    @property
+    def folder(self) -> str:
+        """The job's run folder on its place ("" until known)."""
+        return self.job.folder
+
+    @property
     def title(self) -> str:
         rev = f"@{self.request.revision}" if self.request.revision else ""
         return f"{self.request.repo_id}{rev} → {self.host.label}"
 
-    def _on(self) -> dict[str, str]:
-        """The ``host`` argument of a request about this job ({} on this machine)."""
-        return {} if self.host.is_local else {"host": self.host.name}
-
-    def client(self) -> AgentClient:
-        self._client = self._client or self._client_of()
-        return self._client
-
     def start(self, runs_dir: str = "") -> None:
         """Ask the agent of the download's place to start it (``job.start`` of kind ``download``)."""
-        self._following = True
-        args: dict[str, Any] = {"kind": "download", "job": {"args": self.request.words()}}
-        if self.host.is_local:
-            if runs_dir:
-                args["runs_dir"] = runs_dir
-        else:
-            args["host"] = self.host.name
-        if self.request.token and self.host.is_local:
+        if not self.host.is_local:
+            self.job.start("download", self.request.words(), host=self.host.name)
+            return
+        where: dict[str, Any] = {"runs_dir": runs_dir} if runs_dir else {}
+        if self.request.token:
             # In the request alone: the agent puts it in the start command's environment, which the
             # supervisor and the download inherit; no argv, file or log holds it. Never sent to a host
             # (``problem`` refuses a token there: the host's own login is used).
-            args["env"] = {"HF_TOKEN": self.request.token}
-        self._watch_link()
-        self.client().request("job.start", self._on_started, **args)
+            where["env"] = {"HF_TOKEN": self.request.token}
+        self.job.start("download", self.request.words(), **where)
 
     def follow(self, folder: str, name: str = "") -> None:
         """Follow a download started earlier (left running by an earlier window, or started by hand)."""
-        self._following = True
-        self.folder = folder
-        self.job_id = name or folder.rstrip("/").rsplit("/", 1)[-1]
+        job_id = name or folder.rstrip("/").rsplit("/", 1)[-1]
         self._note(f"followed again: it kept running in {folder}")
-        self._watch_link()
-        self._subscribe()
-
-    def _on_started(self, reply: dict[str, Any]) -> None:
-        if not self._following:
-            return
-        if not reply.get("ok"):
-            self.ok = False
-            where = "" if self.host.is_local else f" on {self.host.name}"
-            self.message = redact(str(reply.get("error") or f"the agent did not start the download{where}"))
-            self._end()
-            return
-        record = reply.get("job") or {}
-        self.job_id = str(record.get("job_id") or "")
-        self._on_identified(str(record.get("folder") or ""))
-        for note in reply.get("notes") or []:
-            self._note(str(note))
-        self._subscribe()
-        if self._stop_pending:
-            self._send_stop()
-
-    def _subscribe(self) -> None:
-        if not self.job_id:
-            return
-        host = self._on().get("host")
-        client = self.client()
-        client.subscribe(Ev.EVENT, self._on_events, key=self.job_id, host=host)
-        client.subscribe(Ev.JOB, self._on_job, key=self.job_id, host=host)
-
-    def _unfollow(self) -> None:
-        self._following = False
-        self._end_timer.stop()
-        if self._client is None:
-            return
-        if self.job_id:
-            host = self._on().get("host")
-            self._client.unsubscribe(Ev.EVENT, self._on_events, key=self.job_id, host=host)
-            self._client.unsubscribe(Ev.JOB, self._on_job, key=self.job_id, host=host)
-        if not self.host.is_local:
-            self._client.unsubscribe(Ev.HOST, self._on_link, key=self.host.name)
-
-    def _watch_link(self) -> None:
-        """A host's download hears how this machine's agent's link to the host fares (said in words)."""
-        if not self.host.is_local:
-            self.client().subscribe(Ev.HOST, self._on_link, key=self.host.name)
+        self.job.follow({"kind": "download", "job_id": job_id, "folder": folder},
+                        "" if self.host.is_local else self.host.name)
 
     def is_running(self) -> bool:
-        return self._following and self.ok is None
+        return self.job.running and self.ok is None
 
     def cancel(self) -> None:
         """Stop the download (finished files stay in the cache; a partial one stays too, and the next
-        download of the same files continues it): ``job.stop``, the agent signals its supervisor."""
-        if not self.is_running():
-            return
-        self.cancelled = True
-        if self.job_id:
-            self._send_stop()
-        else:
-            self._stop_pending = True  # the agent is still starting it
-
-    def _send_stop(self) -> None:
-        self._stop_pending = False
-        self.client().request("job.stop", self._on_stop_answer, job_id=self.job_id, now=False, **self._on())
-
-    def _on_stop_answer(self, reply: dict[str, Any]) -> None:
-        if not reply.get("ok") and self.is_running():
-            self.cancelled = False  # not sent: Cancel can be pressed again
-            self._note(f"the stop was not sent: {reply.get('error') or 'the agent did not answer'}")
+        download of the same files continues it): ``job.stop``, once; the agent signals its supervisor
+        (sent as soon as the agent said which job it is, when it is still starting it)."""
+        if self.is_running() and self.job.stop_sent == 0:
+            self.cancelled = True
+            self.job.stop()
 
     def leave_running(self) -> str:
         """Stop following (the window closes; the job goes on at its agent); its run folder."""
         if not self.is_running():
             return ""
-        self._unfollow()
+        self.job.detach()
         return self.folder
 
     def status_text(self) -> str:
@@ -337,16 +253,6 @@ class Download(QObject):
             self.notes.append(text)
             self.note_added.emit(text)
 
-    def _on_events(self, message: dict[str, Any]) -> None:
-        for event in message.get("events") or []:
-            if not isinstance(event, dict):
-                continue
-            mark = hash(json.dumps(event, sort_keys=True, default=str))
-            if mark in self._seen:
-                continue  # replayed again (a subscription made anew after a reconnect)
-            self._seen.add(mark)
-            self._on_event(event)
-
     def _on_event(self, event: dict[str, Any]) -> None:
         if self.ok is not None:
             return
@@ -358,58 +264,46 @@ class Download(QObject):
         if kind == EventType.DONE:
             self.path = str(event.get("path") or "")
         if kind == EventType.PLAN and event.get("repo_id") and event.get("repo_id") != self.request.repo_id:
-            # Re-attached on a host from its agent's jobs, which name the run, not the model.
+            # Re-attached from an agent's jobs, which name the run, not the model (nor its revision).
+            revision = str(event.get("revision") or "")
             self.request = replace(self.request, repo_id=str(event["repo_id"]),
-                                   revision=self.request.revision or "")
+                                   revision=self.request.revision or ("" if revision == "main" else revision))
         if kind == EventType.ERROR:
             self._error = redact(str(event.get("message") or ""))
             return  # said once, at the end
         self._note(describe_event(event))
 
-    def _on_job(self, message: dict[str, Any]) -> None:
-        record = message.get("job") or {}
-        if not isinstance(record, dict) or self.ok is not None or not self._following:
-            return
-        if not self.folder and record.get("folder"):
-            self.folder = str(record["folder"])
-        if record.get("state") in FINAL_STATES and not record.get("alive"):
-            # The agent sends the events written before the end right after this record.
-            self._final = record
-            self._end_timer.start()
+    def _on_line(self, line: str) -> None:
+        """The job's log is the run folder's; only the follower's own word is said (a stop not sent:
+        Cancel can be pressed again)."""
+        if line.startswith("[gaudi-gui] the stop was not sent") and self.is_running():
+            self.cancelled = False
+            self._note(line.removeprefix("[gaudi-gui] "))
 
-    def _on_link(self, message: dict[str, Any]) -> None:
-        if not self.is_running():
-            return
-        state, words = str(message.get("state") or ""), str(message.get("message") or "")
-        name = self.host.name
+    def _on_link(self, state: str, words: str) -> None:
+        on = "" if self.host.is_local else f" on {self.host.name}"
         if state == "up":
-            if self._link_lost:
-                self._link_lost = False
-                self._note(f"connected again: following the download on {name}")
+            self._note(f"connected again: following the download{on}")
             return
-        if state == "connecting" and not float(message.get("retry_s") or 0):
-            return  # a first try, or the next one starting: the drop was said already
-        self._link_lost = True
-        retry = float(message.get("retry_s") or 0)
-        then = f"reconnecting in {retry:g} s" if retry else "not trying again until asked"
+        what = "the agent" if self.host.is_local else self.host.name
         why = words.partition("; connecting…")[0]
-        self._note(f"the connection to {name} dropped ({why}); {then} "
-                   f"(the download goes on on {name})")
+        self._note(f"the connection to {what} dropped ({why}); reconnecting… (the download goes on{on})")
 
     def _on_identified(self, folder: str) -> None:
-        self.folder = folder
         where = "" if self.host.is_local else f" on {self.host.name}"
         self._ran_note = redact(f"ran as a job of its own{where} (run folder {folder})")
         goes_on = "the window closes" + ("" if self.host.is_local else " or the connection drops")
         self._running_note = redact(f"a job of its own{where} (run folder {folder}): it goes on if {goes_on}")
         self._note(self._running_note)
 
-    def _end_from_record(self) -> None:
-        record, self._final = self._final or {}, None
+    def _on_refused(self, words: str) -> None:
+        self.ok = False
+        self.message = redact(words)
+        self._end()
+
+    def _on_ended(self, state: str, summary: str) -> None:
         if self.ok is not None:
             return
-        state = str(record.get("state") or "failed")
-        summary = str(record.get("summary") or state)
         self.ok = state == "finished"
         if self.ok:
             self.path = self.path or summary.removeprefix("Downloaded: ").split(" (on ")[0]
@@ -424,7 +318,7 @@ class Download(QObject):
     def _end(self) -> None:
         """What was true only while it ran ("it goes on if the window closes") is told in the past
         once it ended, then ``finished``."""
-        self._unfollow()
+        self.job.detach()
         if self._running_note in self.notes:
             self.notes[self.notes.index(self._running_note)] = self._ran_note
         self.finished.emit(bool(self.ok), self.message, self.path)
@@ -435,7 +329,7 @@ class ModelPlaces(QObject):
     it follows (a ``JobOwner``).
 
     A download goes on when the window closes with "Leave running" (its agent keeps it) and is followed
-    again at the next start (``reattach``: this machine's runs store; ``reattach_hosts``: each saved
+    again at the next start (``reattach``: this machine's agent's jobs; ``reattach_hosts``: each saved
     host's agent's jobs)."""
 
     #: A download was started or taken up again (the Models tab shows it).
@@ -465,7 +359,7 @@ class ModelPlaces(QObject):
         #: Each place's cached models as last listed (host name -> one row per repo, newest use first).
         self._cache: dict[str, list[dict[str, Any]]] = {}
         self._cache_problems: dict[str, str] = {}
-        self._cache_calls: dict[str, Listing] = {}
+        self._cache_calls: dict[str, AgentListing] = {}
 
     # -- downloads ----------------------------------------------------------------------------------
 
@@ -484,58 +378,36 @@ class ModelPlaces(QObject):
         self.download_started.emit(job)
         return job
 
-    def reattach(self) -> int:
+    def reattach(self) -> None:
         """Follow every download of this machine still running (left running by an earlier window,
-        or started by ``gaudi-gui download``), found in its runs store; once per app. How many."""
-        if self._reattached:
-            return 0
-        self._reattached = True
-        from gaudi_gui.core import jobkind
-        from gaudi_gui.core.runstore import RunStore
-
-        followed = {d.folder for d in self.downloads if d.folder}
-        count = 0
-        for run in RunStore(self.runs_dir or None).runs()[:50]:  # newest first, as KindJob reattaches
-            with contextlib.suppress(OSError):
-                status = run.status()
-                if status.kind != "download" or status.state not in ("queued", "running") \
-                        or run.supervisor() is None or str(run.folder) in followed:
-                    continue
-                argv = [str(a) for a in jobkind.spec(run).get("argv") or []]
-                job = self._new(DownloadRequest.from_spec(Host.local(), argv))
-                job.follow(str(run.folder), run.name)
-                self.download_started.emit(job)
-                count += 1
-        return count
+        or started through this machine's agent): its agent's jobs (``jobs.list``); once per app."""
+        if not self._reattached:
+            self._reattached = True
+            self._ask_jobs(Host.local())
 
     def reattach_hosts(self, hosts: list[Host]) -> list[str]:
-        """``reattach_host`` for each host not asked yet in this app (the window asks every saved
-        host at its start; the Models tab asks again for a host added since); the hosts asked."""
+        """Follow again the downloads still running on each host not asked yet in this app (the window
+        asks every saved host at its start; the Models tab asks again for a host added since): its
+        agent's jobs, through this machine's agent and the host's one ssh session; the hosts asked."""
         asked = []
         for host in hosts:
             if host.is_local or host.name in self._reattached_hosts:
                 continue
-            self.reattach_host(host)
+            self._reattached_hosts.add(host.name)
+            self._ask_jobs(host)
             asked.append(host.name)
         return asked
 
-    def reattach_host(self, host: Host) -> None:
-        """Follow again the downloads still running on ``host``: its agent's jobs (``jobs.list``
-        through this machine's agent and the host's one ssh session), left running by an earlier
-        window or started there by hand."""
-        self._reattached_hosts.add(host.name)
+    def _ask_jobs(self, host: Host) -> None:
         self._asking.add(host.name)
-
-        def listed(reply: dict[str, Any]) -> None:
-            self._on_host_jobs(host, reply)
-
-        self._agent().request("jobs.list", listed, host=host.name)
+        where = {"runs_dir": self.runs_dir} if host.is_local else {"host": host.name}
+        self._agent().request("jobs.list", lambda reply: self._on_jobs(host, reply), **where)
 
     def is_reattaching(self) -> bool:
-        """A host's agent has not said its jobs yet."""
+        """An agent has not said its jobs yet."""
         return bool(self._asking)
 
-    def _on_host_jobs(self, host: Host, reply: dict[str, Any]) -> None:
+    def _on_jobs(self, host: Host, reply: dict[str, Any]) -> None:
         self._asking.discard(host.name)
         if self._shut or not reply.get("ok"):
             return  # the listing of that place says what is wrong with it
@@ -566,12 +438,13 @@ class ModelPlaces(QObject):
 
     # -- listings -------------------------------------------------------------------------------------
 
-    def list_models(self, host: Host) -> Listing:
-        """``gaudi-gui models --json`` on ``host``: its Hub cache's repos and revisions."""
-        return Listing(host, "models", ["models", "--json"], self)
+    def list_models(self, host: Host) -> AgentListing:
+        """``host``'s agent's ``models.list``: its Hub cache's repos and revisions (``gaudi-gui models
+        --json``'s answer)."""
+        return AgentListing(host, CACHE, self._agent(), {}, self, op="models.list")
 
     def check_cache(self, host: Host, *, again: bool = False) -> None:
-        """List ``host``'s Hub cache in the background (a child here, one ssh call for a host) unless
+        """List ``host``'s Hub cache (its agent's ``models.list``; nothing waits for it) unless
         it is known already (``again``: list it anew) or a listing is on its way; ``cache_changed``
         says when it is known. The GUI thread never waits for it."""
         if host.name in self._cache_calls or (not again and (host.name in self._cache
@@ -583,7 +456,8 @@ class ModelPlaces(QObject):
         self._cache_calls[host.name] = listing
         self.cache_changed.emit(host.name)
 
-    def _on_cache_listed(self, name: str, listing: Listing, answer: dict[str, Any], message: str) -> None:
+    def _on_cache_listed(self, name: str, listing: AgentListing, answer: dict[str, Any],
+                         message: str) -> None:
         if self._cache_calls.get(name) is listing:
             del self._cache_calls[name]
         listing.deleteLater()
@@ -612,10 +486,11 @@ class ModelPlaces(QObject):
     def is_checking_cache(self, host_name: str | None = None) -> bool:
         return bool(self._cache_calls) if host_name is None else host_name in self._cache_calls
 
-    def delete_model(self, host: Host, spec: str) -> Listing:
-        """``gaudi-gui models --delete REPO_ID@COMMIT --yes --json`` on ``host``; the answer holds
-        ``freed_bytes``."""
-        return Listing(host, "models", ["models", "--delete", spec, "--yes", "--json"], self)
+    def delete_model(self, host: Host, repo_id: str, revision: str) -> AgentListing:
+        """``host``'s agent's ``models.delete`` of one cached revision (what ``gaudi-gui models --delete
+        REPO_ID@REV --yes --json`` does); the answer holds ``repo_id`` and ``freed_bytes``."""
+        return AgentListing(host, CACHE, self._agent(), {"repo_id": repo_id, "revision": revision}, self,
+                            op="models.delete")
 
     # -- JobOwner ---------------------------------------------------------------------------------------
 

@@ -439,9 +439,9 @@ class MainWindow(QMainWindow):
         hosts = self.services.ensure_hosts(parent).saved()
         self.services.ensure_serve(parent).reattach(hosts)
         self.services.ensure_evaluation(parent).reattach(hosts)
-        # Downloads left running here or on a saved host (one `runs list --json` over ssh per host,
-        # in the background): followed again at once, so the Models tab and the close dialog show
-        # them whether or not the Models tab is ever opened.
+        # Downloads left running here or on a saved host (the agents' jobs.list too): followed again at
+        # once, so the Models tab and the close dialog show them whether or not the Models tab is
+        # ever opened.
         models = self.services.ensure_models(parent)
         models.reattach()
         models.reattach_hosts(self.services.ensure_hosts(parent).saved())

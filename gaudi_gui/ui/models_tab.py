@@ -2,9 +2,9 @@
 revision, size, last use, where), a Download… action, the downloads with their progress, and the way
 from a model to the Model runner or the Training form.
 
-It binds to ``ModelPlaces`` (``gaudi_gui.services.downloads``), which lists with ``gaudi-gui models
---json`` where the model is and has the agent there start ``gaudi-gui download``; this view starts no
-process.
+It binds to ``ModelPlaces`` (``gaudi_gui.services.downloads``), which asks the agent of each place to
+list its cache (``models.list``), delete a revision (``models.delete``) and start ``gaudi-gui download``;
+this view starts no process and waits for nothing: a slow or unreachable host says "listing…", then why.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from gaudi_gui.core.metrics import format_ago
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.context import AppServices
 from gaudi_gui.services.downloads import Download, DownloadRequest, ModelPlaces, listing_rows
-from gaudi_gui.services.remote_files import Listing
+from gaudi_gui.services.remote_files import AgentListing
 
 COLUMNS = ("Model", "Revision", "Size", "Last used", "Where")
 
@@ -142,13 +142,13 @@ class ModelsTab(QWidget):
         self._services = services
         self.places: ModelPlaces = services.ensure_models(services.settings.parent())
         self._hosts = services.ensure_hosts(services.settings.parent())
-        self._listings: dict[str, Listing] = {}
+        self._listings: dict[str, AgentListing] = {}
         self._rows: dict[str, list[dict[str, Any]]] = {}
         self._problems: dict[str, str] = {}
         #: Free disk of each place's cache (None: that place did not say).
         self._free: dict[str, int | None] = {}
         self.download_rows: list[DownloadRow] = []
-        self._deleting: Listing | None = None
+        self._deleting: AgentListing | None = None
         #: The last deletion's outcome, shown above the places' lines.
         self._action = ""
 
@@ -233,8 +233,8 @@ class ModelsTab(QWidget):
         self._listed_once = False
 
     def showEvent(self, event: QShowEvent) -> None:
-        # Listed when first looked at, not when the window builds its tabs: each listing is a child
-        # process here and one ssh connection per host.
+        # Listed when first looked at, not when the window builds its tabs: each listing reads a whole
+        # cache (its agent's ``models.list``) and, for a host, brings its link up.
         super().showEvent(event)
         if not self._listed_once:
             self._listed_once = True
@@ -272,7 +272,7 @@ class ModelsTab(QWidget):
     def is_listing(self) -> bool:
         return bool(self._listings)
 
-    def _on_listing(self, host: Host, listing: Listing, answer: dict[str, Any], message: str) -> None:
+    def _on_listing(self, host: Host, listing: AgentListing, answer: dict[str, Any], message: str) -> None:
         if self._listings.get(host.name) is not listing:
             return
         del self._listings[host.name]
@@ -369,7 +369,7 @@ class ModelsTab(QWidget):
 
     def delete_selected(self) -> None:
         """Ask (naming the revision, the place and the space it frees), then delete it there with that
-        place's own ``gaudi-gui models --delete ID@COMMIT --yes``."""
+        place's own agent (``models.delete``)."""
         row = self.selected()
         if row is None or self._deleting is not None:
             return
@@ -393,7 +393,7 @@ class ModelsTab(QWidget):
         host = next((h for h in self.places_shown() if h.name == row["host"]), None)
         if host is None:
             return
-        listing = self.places.delete_model(host, f"{row['repo_id']}@{row['commit']}")
+        listing = self.places.delete_model(host, row["repo_id"], row["commit"])
         self._deleting = listing
         self._action = f"deleting {row['repo_id']} @ {row['commit'][:12]} on {row['where']}…"
         self._show()

@@ -220,8 +220,10 @@ def _keyring_with(token: str, monkeypatch: pytest.MonkeyPatch, request: pytest.F
 
 
 def test_the_keyring_token_reaches_the_hub_and_nothing_else(
-        qtbot, tab: ModelsTab, fake_hub: FakeHub, monkeypatch: pytest.MonkeyPatch,
+        qtbot, fake_hub: FakeHub, tab: ModelsTab, monkeypatch: pytest.MonkeyPatch,
         request: pytest.FixtureRequest) -> None:
+    # (The fake Hub's environment before the tab: its first listing starts the agent, whose
+    # environment the download inherits.)
     # An empty keyring first: the box says where to save a token, and unticks itself.
     _keyring_with("", monkeypatch, request)
     dialog = open_dialog(qtbot, tab.download_button)

@@ -29,7 +29,9 @@ SECRET = "hf_FakeTokenForTheTestsOnly0123456789abcd"
 
 
 @pytest.fixture
-def tab(qtbot) -> Iterator[ModelsTab]:
+def tab(qtbot, fake_hub: FakeHub) -> Iterator[ModelsTab]:
+    # The fake Hub's environment first: the tab's first listing starts the agent, which keeps the
+    # environment it started with (its downloads inherit it).
     yield from models_tab(qtbot)
 
 
@@ -320,7 +322,9 @@ def test_a_download_is_a_job_left_running_at_close_and_followed_again_by_the_nex
     second.tabs.setCurrentWidget(tab2)
     qtbot.waitUntil(lambda: len(tab2.download_rows) == 1, timeout=30000)
     row = tab2.download_rows[0]
-    assert row.job.folder == job.folder and "org/long" in row.title.text()
+    assert row.job.folder == job.folder
+    # The agent's jobs name the run; the model's id comes with its plan, replayed at once.
+    qtbot.waitUntil(lambda: "org/long" in row.title.text(), timeout=10000)
     qtbot.waitUntil(lambda: "followed again" in row.notes.text() and "1 file, " in row.notes.text(),
                     timeout=30000)
     qtbot.waitUntil(row.cancel_button.isVisible, timeout=5000)

@@ -25,6 +25,7 @@ from gaudi_gui.core.agentwire import AgentError, Connection
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.runstore import Run, checkpoint_complete
 from tests.helpers import children_get_sigint, events, job_file, slow_disk_env, steps, wait_gone, wait_until
+from tests.remote.conftest import SshHost
 from tests.slurm_cluster import PARTITION, SlurmCluster
 
 # One cluster per session: under xdist every Slurm test goes to the same worker.
@@ -88,6 +89,18 @@ class _Heard:
         self.done.set()
         self.thread.join(timeout=5)
         self.conn.close()
+
+
+def _attach(folder: Path) -> tuple[subprocess.Popen[str], list[str]]:
+    """``gaudi-gui runs attach RUN``, its output (stdout and stderr) collected as it comes."""
+    with children_get_sigint():
+        proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "attach", str(folder)],
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    out: list[str] = []
+    stream = proc.stdout
+    assert stream is not None
+    threading.Thread(target=lambda: out.extend(iter(stream.readline, "")), daemon=True).start()
+    return proc, out
 
 
 def _start(conn: Connection, tmp_path: Path, runs: str, env: dict[str, str] | None = None) -> dict[str, Any]:
@@ -158,7 +171,7 @@ def test_an_agent_slurm_job_survives_the_agent_and_stops_with_a_checkpoint(slurm
 
 
 @pytest.mark.usefixtures("demo_model")
-def test_kill_now_through_the_agent_cancels_the_job_and_runs_attach_follows_an_owned_one(
+def test_runs_attach_follows_an_agent_job_and_takes_over_from_a_dead_supervisor_kill_now_cancels(
         slurm: SlurmCluster, tmp_path: Path) -> None:
     runs = str(tmp_path / "runs")
     with Connection.open() as conn:
@@ -170,17 +183,33 @@ def test_kill_now_through_the_agent_cancels_the_job_and_runs_attach_follows_an_o
         assert wait_until(lambda: steps(folder) >= 1, 150), (folder / "supervisor.log").read_text()
         # `runs attach` of a job its supervisor follows: it follows too (a Ctrl-C there goes to the
         # supervisor).
-        with children_get_sigint():
-            attach = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "runs", "attach", str(folder)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        out: list[str] = []
-        stream = attach.stdout
-        assert stream is not None
-        threading.Thread(target=lambda: out.extend(iter(stream.readline, "")), daemon=True).start()
+        reader, out = _attach(folder)
         assert wait_until(lambda: any("follows it too" in line for line in out), 30), out
         assert wait_until(lambda: any("[rank 0/1]" in line for line in out), 60), out
+        # The detached supervisor dies (SIGKILL: it asks nothing of the job): runs attach takes its place.
+        supervisor = Run(folder).supervisor()
+        assert supervisor is not None and supervisor.pid != reader.pid
+        os.kill(supervisor.pid, signal.SIGKILL)
+        assert wait_until(lambda: any("is gone: following job" in line for line in out), 30), out
+        assert wait_until(lambda: (Run(folder).supervisor() or supervisor).pid == reader.pid, 10)
+        # That one dies too: nothing follows the job, which goes on in Slurm; the agent says so.
+        reader.kill()
+        reader.wait(timeout=30)
+        assert Run(folder).supervisor() is None and slurm_id in slurm.jobs()
+        with pytest.raises(AgentError, match="nothing follows its Slurm job any more") as refused:
+            conn.request("job.stop", job_id=job_id)
+        assert f"`gaudi-gui runs attach {job_id}`" in str(refused.value)
+        def listed() -> dict[str, Any]:
+            return next(j for j in conn.request("jobs.list")["jobs"] if j["job_id"] == job_id)
+
+        assert wait_until(lambda: not listed()["alive"], 10) and listed()["state"] == "running", listed()
+        # A new `runs attach` is the supervisor from its start.
+        attach, out = _attach(folder)
+        assert wait_until(lambda: (Run(folder).supervisor() or supervisor).pid == attach.pid, 30), out
         heard = _Heard(job_id)
         try:
+            assert wait_until(lambda: any(r["alive"] for r in heard.records), 10), heard.records
+            # Kill now through the agent reaches the new supervisor: the job is cancelled.
             assert conn.request("job.stop", job_id=job_id, now=True)["words"] == "kill requested"
             assert wait_until(heard.ended, 120), (heard.records[-3:], (folder / "supervisor.log").read_text())
             final = heard.ended()
@@ -242,3 +271,33 @@ def test_detach_announces_the_submitted_job_and_refuses_in_one_line(slurm: Slurm
     assert status["step"] == 3 and status["exit_description"] == f"Slurm job {info['job_id']}: COMPLETED"
     assert wait_gone(info["pid"], 20), time.monotonic() - started
     assert "submitted batch job" in (folder / "supervisor.log").read_text()
+
+
+@pytest.mark.usefixtures("demo_model")
+def test_detached_on_a_login_host_over_ssh(slurm: SlurmCluster, ssh_host: SshHost, tmp_path: Path) -> None:
+    """--detach --login: the background supervisor runs sbatch and follows the job on the login host
+    (a real SSH server on 127.0.0.1 in front of the same cluster); one that cannot reach it says so in
+    one line, nothing submitted."""
+    job = job_file(tmp_path, tmp_path / "out", max_steps=3)
+    base = [sys.executable, "-m", "gaudi_gui", "train", "--config", str(job), "--slurm", "--device", "cpu",
+            "--partition", PARTITION, "--time", "10", "--runs-dir", str(tmp_path / "runs"), "--detach",
+            "--json"]
+    # First: once a connection to the server is open, ssh multiplexes any alias of it over that one.
+    bad = subprocess.run([*base, "--login", "gg-nokey"], capture_output=True, text=True, timeout=150,
+                         check=False)
+    assert bad.returncode == 1 and bad.stdout == "", bad
+    assert "the login host gg-nokey could not be reached" in bad.stderr, bad.stderr
+    assert bad.stderr.strip().count("\n") == 0 and slurm.jobs() == [], bad.stderr
+    done = subprocess.run([*base, "--login", ssh_host.dest], capture_output=True, text=True, timeout=150,
+                          check=False)
+    assert done.returncode == 0, done
+    info = json.loads(done.stdout.strip().splitlines()[-1])
+    folder = Path(info["folder"])
+    assert info["login"] == ssh_host.dest and info["job_id"] == _job_id(folder), info
+    assert wait_until(lambda: json.loads((folder / "status.json").read_text())["state"] == "finished", 150), \
+        (folder / "supervisor.log").read_text()
+    said = (folder / "supervisor.log").read_text()
+    assert f"submitted batch job {info['job_id']} on {ssh_host.dest}" in said, said
+    assert wait_gone(info["pid"], 20)
+    assert _slurm_state(slurm, info["job_id"]) == "COMPLETED"
+    assert ssh_host.wait_no_processes(20) == []

@@ -207,3 +207,27 @@ def test_runs_attach_refuses_what_is_not_a_running_slurm_job(tmp_path: Path) -> 
     assert done.returncode == 2 and "--grace" in done.stderr and "Traceback" not in done.stderr
     done = _attach(str(tmp_path / "nowhere"))
     assert done.returncode == 2 and "no run" in done.stderr
+
+
+def test_the_detached_supervisor_gets_every_option_that_shapes_the_job() -> None:
+    """``train --slurm --detach``'s background command, parsed again, asks for the same job (a value that
+    begins with '-' stays a value), with the resolved device and its announce file, never --detach."""
+    from gaudi_gui.cli import build_parser
+    from gaudi_gui.commands import flags, slurm_run
+
+    given = ["train", "--config", "job.json", "--slurm", "--device", "cpu", "--nodes", "2",
+             "--partition=-odd", "--time", "1:00:00", "--account", "ml", "--cards-per-node", "4", "--gres",
+             "gpu:4", "--login", "gg-login", "--node-python", "/opt/py", "--grace", "45", "--runs-dir",
+             "/runs", "--resumed-from", "/runs/old", "--no-preflight", "--detach", "--json"]
+    parser = build_parser("train")
+    args = parser.parse_args(given)
+    argv = slurm_run.detached_argv(args, "cpu", "/in/job.json", "/in/job.run")
+    assert argv[:3] == [sys.executable, "-m", "gaudi_gui"]
+    assert "--detach" not in argv and "--json" not in argv and "--events" not in argv
+    words = argv[3:]
+    assert flags.refusal(build_parser("train"), words) is None
+    again = parser.parse_args(words)
+    for name in ("slurm", "device", "nodes", "partition", "time", "account", "cards_per_node", "gres",
+                 "login", "node_python", "grace", "runs_dir", "resumed_from", "no_preflight"):
+        assert getattr(again, name) == getattr(args, name), name
+    assert again.config == "/in/job.json" and again.announce == "/in/job.run" and not again.detach
