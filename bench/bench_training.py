@@ -91,9 +91,13 @@ def _wait(app: Any, cond: Any, timeout: float) -> None:
 
 
 def _follow_latency(app: Any, tmp: Path, seconds: float) -> float:
-    """p95 seconds from a line appended to a running run's log.txt to the app's part receiving it."""
+    """p95 seconds from a line appended to a running run's log.txt to the app's part receiving it (the
+    agent reads the log and streams it; the writer stands for the run's supervisor)."""
+    import json
+
     from gaudi_gui.core.remote import Host
-    from gaudi_gui.services.run_parts import SupervisedPart
+    from gaudi_gui.core.runstore import SUPERVISOR_INFO
+    from gaudi_gui.services.run_parts import AgentPart
 
     run_ = RunStore(tmp / "follow").create(JobConfig())
     script = ("import sys,time\nn=0\nt0=time.time()\nf=open(sys.argv[1],'a')\n"
@@ -104,13 +108,14 @@ def _follow_latency(app: Any, tmp: Path, seconds: float) -> float:
     writer = subprocess.Popen([sys.executable, "-c", script, str(run_.log_path)])
     ref_time = __import__("psutil").Process(writer.pid).create_time()
     run_.update_status(state="running", pid=writer.pid, pid_create_time=ref_time, started_at=time.time())
+    (run_.folder / SUPERVISOR_INFO).write_text(json.dumps({"pid": writer.pid, "create_time": ref_time}))
     latencies: list[float] = []
 
     def take(line: str) -> None:
         if line.startswith("t="):
             latencies.append(time.time() - float(line[2:].split(maxsplit=1)[0]))
 
-    part = SupervisedPart(Host.local(), grace_s=5)
+    part = AgentPart(Host.local(), grace_s=5, runs_dir=str(tmp / "follow"))
     part.line_received.connect(take)
     part.follow(str(run_.folder))
     try:

@@ -77,6 +77,8 @@ class Link:
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         #: the link's request id of a child.start -> the local session that asked
         self.hears: dict[int, Session] = {}
+        #: What the link asked of the host's agent the last time it came up (``_subscribe_again``).
+        self.made: Subs = {}
         self._next = 0
         #: local session -> what it subscribed to on this host (event -> keys, None: all)
         self.subs: dict[Session, Subs] = {}
@@ -311,7 +313,8 @@ class Link:
     async def _subscribe_again(self) -> None:
         """After a reconnect: what the sessions had subscribed to on this host, asked again."""
         asked: list[asyncio.Future[dict[str, Any]]] = []
-        for ev, keys in _union(self.subs.values()).items():
+        self.made = _union(self.subs.values())
+        for ev, keys in self.made.items():
             if keys is None:
                 asked.append(self._send({"op": "subscribe", "events": [ev]}))
             else:
@@ -450,6 +453,7 @@ class HostsService:
         key = None if message.get("key") is None else str(message.get("key"))
         # Recorded before it is asked: the host's agent replays a job's history before its reply, and
         # events are delivered only to the sessions recorded here (a history sent first was lost).
+        was_up = link.state == "up"
         subs = link.subs.setdefault(session, {})
         for name in names:
             if key is None:
@@ -459,6 +463,12 @@ class HostsService:
                 if keys is not None:
                     keys.add(key)
                     subs[name] = keys
+        if not was_up:
+            # The link asks the host again for every subscription as it comes up: one it asked then is
+            # not asked twice (the host's agent would replay a job's history twice).
+            await link.wait_up()
+            if all(_covers(link.made, name, key) for name in names):
+                return {}
         return await link.request(message)
 
     async def _unsubscribe(self, link: Link, session: Session, message: dict[str, Any]) -> dict[str, Any]:
@@ -576,6 +586,14 @@ def _union(all_subs: Any) -> Subs:
             else:
                 out.setdefault(ev, set()).update(keys)  # type: ignore[union-attr]
     return out
+
+
+def _covers(made: Subs, ev: str, key: str | None) -> bool:
+    """``made`` holds the subscription to ``ev`` (for ``key``: all of ``ev``, or that key)."""
+    if ev not in made:
+        return False
+    keys = made[ev]
+    return keys is None or (key is not None and key in keys)
 
 
 def _key_of(message: dict[str, Any]) -> str | None:

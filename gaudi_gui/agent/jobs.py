@@ -1,15 +1,20 @@
 """The agent's jobs: it starts, watches, stops and re-adopts every job of every kind (core/kinds.py).
 
-- ``job.start {kind, job, runs_dir?, cwd?, env?}``: the job's shape is checked (``kinds.job_words``),
-  then the kind's own command starts it exactly as its ``--detach`` does (a supervisor in a session of
-  its own, the output in its run folder; the command checks what the job says, once, and its refusal
-  is the reply's error). The reply is the job's record.
+- ``job.start {kind, job, runs_dir?, cwd?, env?, origin?}``: the job's shape is checked
+  (``kinds.job_words``), then the kind's own command starts it exactly as its ``--detach`` does (a
+  supervisor in a session of its own, the output in its run folder; the command checks what the job
+  says, once, and its refusal is the reply's error). ``origin`` ("gui" or "cli", a training run only)
+  is what its status records as who started it (the agent sets ``--origin``: a job's words may not).
+  The reply is the job's record, with the start's ``pid`` (its supervisor) and ``device``.
 - ``job.stop {job_id, now}``: SIGTERM to its supervisor (a training run saves a checkpoint first), or
   ``now``: kill. A Slurm training run (``train`` with ``--slurm`` in its words) is the same: its
   supervisor follows the job and stops it with ``scancel`` (``commands/slurm_run.py``).
 - ``jobs.list {all, runs_dir?}``: the running jobs (``all``: every run of the stores too).
 - Events ``job`` {job_id, job}, ``log`` {job_id, lines}, ``event`` {job_id, events}: a subscription with
-  ``key`` = a job's id replays its history from the run folder, then follows it live.
+  ``key`` = a job's id replays its history from the run folder (``replay``: true, at least one message
+  each, empty or not), then follows it live (a run of the
+  stores that its supervisor still runs and this agent did not watch yet, e.g. one a terminal's
+  ``gaudi-gui train --no-agent`` started, is taken up then).
 - Event ``meter`` {job_id, meter}: while a running job's meter is subscribed to (``key`` = its id; any
   run of the stores, watched or not: the window's own training runs too), its meter.jsonl is read
   here as it grows and what it says so far (``core.meter_files.LiveReader.reading``: power now, energy
@@ -60,14 +65,24 @@ METER_S = 1.0
 def record(folder: str | Path) -> dict[str, Any]:
     """A job's record as the wire carries it: job_id (its run folder's name), kind (one spelling), name,
     state (reconciled: a run whose supervisor died reads as its run folder proves), folder, step,
-    max_steps, summary, exit_code, times, alive (its supervisor runs), a server's url."""
+    max_steps, summary, exit_code, times, alive (its supervisor runs), checkpoint (a training run's
+    latest complete one, as its status says), a Slurm run's ``slurm_job_id``, a server's url; once a
+    training run has ended, its ``meter`` (meter-summary.json, None without one: what a job of several
+    hosts sums)."""
     run = Run(folder)
     status = run.reconcile()
     out: dict[str, Any] = {"job_id": run.name, "kind": kinds.canonical(status.kind) or status.kind,
                            "name": run.name, "state": status.state, "folder": str(run.folder),
                            "step": status.step, "max_steps": status.max_steps, "summary": status.summary,
                            "exit_code": status.exit_code, "started_at": status.started_at,
-                           "ended_at": status.ended_at, "alive": run.supervisor() is not None}
+                           "ended_at": status.ended_at, "alive": run.supervisor() is not None,
+                           "checkpoint": status.checkpoint}
+    if out["kind"] == "train" and (run.folder / SLURM_INFO).is_file():
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+            info = json.loads((run.folder / SLURM_INFO).read_text(encoding="utf-8"))
+            out["slurm_job_id"] = str(info["job_id"])
+    if out["kind"] == "train" and out["state"] in FINAL_STATES and not out["alive"]:
+        out["meter"] = meter_files.read_summary(run.folder)
     if out["kind"] == "serve":
         with contextlib.suppress(OSError, ValueError):
             endpoint = json.loads((run.folder / "endpoint.json").read_text(encoding="utf-8"))
@@ -286,6 +301,11 @@ class Jobs:
         if folder is None:
             return
         run = Run(folder)
+        if watch is None and run.supervisor() is not None:
+            # A run going on that this agent does not watch (a terminal's, or one that began while
+            # no agent ran): followed live from here, its history replayed up to there.
+            watch = self._watch(run.folder, from_start=False)
+            self._save()
         if ev == Ev.LOG.value:
             end = watch.log.end if watch is not None else _size(run.log_path)
             start = max(0, end - REPLAY_BYTES)
@@ -294,8 +314,10 @@ class Jobs:
             if start and text_lines:
                 text_lines = text_lines[1:]  # the first line read from the middle of one is not whole
             lines = [redact(line) for line in text_lines]
-            for i in range(0, len(lines), CHUNK):
-                session.send({"ev": ev, "job_id": key, "lines": lines[i:i + CHUNK]})
+            # Marked, and sent even when empty: a follower that hears live lines before its replay (a
+            # host's, whose subscription was still live there) knows them for a part of it.
+            for i in range(0, max(1, len(lines)), CHUNK):
+                session.send({"ev": ev, "job_id": key, "lines": lines[i:i + CHUNK], "replay": True})
         else:
             upto = watch.events.offset - len(watch.events._partial) if watch is not None \
                 else _size(run.events_path)
@@ -305,8 +327,8 @@ class Jobs:
             complete = data[: data.rfind(b"\n") + 1]
             decoded = (decode_event(line) for line in complete.split(b"\n") if line)
             events = [e for e in decoded if e is not None]
-            for i in range(0, len(events), CHUNK):
-                session.send({"ev": ev, "job_id": key, "events": events[i:i + CHUNK]})
+            for i in range(0, max(1, len(events)), CHUNK):
+                session.send({"ev": ev, "job_id": key, "events": events[i:i + CHUNK], "replay": True})
 
     # -- a running job's meter ----------------------------------------------------------------------
     def _meter_wanted(self, session: Session, job_id: str) -> None:
@@ -406,13 +428,16 @@ class Jobs:
             raise Refused("env: an object of strings")
         env.update({str(k): v for k, v in extra.items()})
         env.pop("GAUDI_GUI_NO_AGENT", None)
+        origin = str(message.get("origin") or "")
+        if origin and (kind.name != "train" or origin not in ("gui", "cli")):
+            raise Refused("origin: \"gui\" or \"cli\", for a training job only")
         config_path = ""
         if kind.name == "train":
             incoming = RunStore(runs_dir or None).root / ".incoming"
             incoming.mkdir(parents=True, exist_ok=True, mode=0o700)
             config_path = str(incoming / f"agent-{os.getpid()}-{time.monotonic_ns()}.json")
             atomic.write_json(config_path, dict(message["job"]["config"]), mode=0o600, fsync=False)
-        argv = kinds.start_argv(kind.name, words, runs_dir=runs_dir, config_path=config_path)
+        argv = kinds.start_argv(kind.name, words, runs_dir=runs_dir, config_path=config_path, origin=origin)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
@@ -443,7 +468,10 @@ class Jobs:
         watch = self._watch(folder, from_start=True)
         self._save()
         self.agent.publish(Ev.JOB, watch.job_id, job_id=watch.job_id, job=watch.record)
-        return {"job": watch.record, "notes": [line for line in said if ": note: " in line]}
+        started = {"pid": info.get("pid"), "device": info.get("device")} if isinstance(info, dict) else {}
+        if isinstance(info, dict) and info.get("job_id"):
+            started["slurm_job_id"] = str(info["job_id"])  # a Slurm run's: sbatch took it
+        return {"job": {**watch.record, **started}, "notes": [line for line in said if ": note: " in line]}
 
     async def _stop(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
         return self.stop_job(str(message.get("job_id") or ""), now=bool(message.get("now")))

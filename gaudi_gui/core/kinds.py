@@ -114,13 +114,15 @@ def job_words(kind: str, job: Any) -> list[str]:
     return list(words)
 
 
-def start_argv(kind: str, words: list[str], *, runs_dir: str, config_path: str = "") -> list[str]:
+def start_argv(kind: str, words: list[str], *, runs_dir: str, config_path: str = "",
+               origin: str = "") -> list[str]:
     """The command that starts a job of ``kind`` detached (its ``--detach``: a supervisor in a session
-    of its own, the output in its run folder) and prints its announce as JSON."""
+    of its own, the output in its run folder) and prints its announce as JSON. ``origin``: who asked
+    (a training run's status records it; the agent's to set, from its request)."""
     found = get(kind)
     argv = [sys.executable, "-m", "gaudi_gui", found.name, *words]
     if found.name == "train":
-        argv += ["--config", config_path]
+        argv += ["--config", config_path, *(["--origin", origin] if origin else [])]
     argv += ["--detach", "--json"]
     if runs_dir:
         argv += ["--runs-dir", runs_dir]

@@ -708,11 +708,11 @@ class SlurmTarget:
     options: SlurmOptions
     login: str = LOCAL
 
-    def argv(self, *, runs_dir: str | Path, grace_s: float, resumed_from: str = "") -> list[str]:
-        """``gaudi-gui train`` arguments for this target, the job on stdin."""
+    def words(self, *, grace_s: float, resumed_from: str = "") -> list[str]:
+        """``gaudi-gui train`` words for this target, as the agent's ``job.start`` takes them (the agent
+        adds the job file, ``--detach``, ``--json`` and the runs folder)."""
         o = self.options
-        argv = ["train", "--config", "-", "--slurm", "--device", o.device, "--runs-dir", str(runs_dir),
-                "--grace", repr(float(grace_s)), "--nodes", str(o.nodes)]
+        argv = ["--slurm", "--device", o.device, "--grace", repr(float(grace_s)), "--nodes", str(o.nodes)]
         for flag, value in (("--partition", o.partition), ("--time", o.time), ("--account", o.account),
                             ("--gres", o.gres), ("--node-python", o.python)):
             if value:

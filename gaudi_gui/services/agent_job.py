@@ -2,7 +2,8 @@
 command with its own ``--detach``, a run folder in the runs store).
 
 ``JobFollow`` is the one follower of such a job in the window: Serve and Evaluate (``services/kind_job``),
-Benchmark, Calibrate and the FP8 evaluation started from the Calibrate window (``AgentJob``). The window
+Benchmark, Calibrate and the FP8 evaluation started from the Calibrate window (``AgentJob``), and each
+place's part of a training run (``services/run_parts.AgentPart``). The window
 starts no process: the agent starts the job (a host's agent for a host, over this machine's agent's one
 ssh session to it) and replays then follows its events (``event``: phase, progress, the result record),
 its log (``log``) and its record (``job``: the state, how it ended).
@@ -32,7 +33,9 @@ class JobFollow(QObject):
 
     A lost connection (this machine's agent, or its link to the host) is said (``link_changed``);
     when it is back the agent subscribes again and replays the history, of which what was seen
-    already is skipped (events and log lines are only ever appended)."""
+    already is skipped (events and log lines are only ever appended). What comes before a (re)played
+    history (``replay``: a host's agent may send a live batch first, of a subscription still live there
+    when this one was asked) is part of it, and dropped."""
 
     #: The agent started it: its record (``job_id``, ``folder``, ``kind`` …).
     started = Signal(dict)
@@ -48,6 +51,8 @@ class JobFollow(QObject):
     ended = Signal(str, str)
     #: ``lost`` / ``up``: the connection to where the job runs went, or came back (words for a person).
     link_changed = Signal(str, str)
+    #: A stop could not be sent (``now``: the kill) and the words why: the next press sends it again.
+    stop_failed = Signal(bool, str)
 
     def __init__(self, client: Callable[[], AgentClient], parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -65,20 +70,27 @@ class JobFollow(QObject):
         self._lost = False
         self._seen = {"events": 0, "lines": 0}
         self._skip = {"events": 0, "lines": 0}
+        #: The history of each came since the last (re)subscription (live batches count from then).
+        self._replayed = {"events": False, "lines": False}
 
     def client(self) -> AgentClient:
         """The agent's client (connected on first use)."""
         self._client = self._client or self._client_of()
         return self._client
 
-    def start(self, kind: str, words: list[str], *, host: str = "", **where: Any) -> None:
-        """``gaudi-gui KIND WORDS --detach`` through the agent; ``where``: ``runs_dir``, ``cwd``, ``env``
-        (this machine's job only)."""
+    def start(self, kind: str, words: list[str], *, host: str = "", config: dict[str, Any] | None = None,
+              origin: str = "", **where: Any) -> None:
+        """``gaudi-gui KIND WORDS --detach`` through the agent; ``config``: a training job's (the JSON the
+        Training tab saves); ``origin``: who started it, as a training run's status records it;
+        ``where``: ``runs_dir``, ``cwd``, ``env`` (this machine's job only)."""
         self.unfollow()
         self.kind, self.host, self.running, self.stop_sent = kind, host, True, 0
         self.job_id = self.folder = ""
         args = {"host": host} if host else where
-        self.client().request("job.start", self._on_started, kind=kind, job={"args": list(words)}, **args)
+        if origin:
+            args["origin"] = origin
+        job: dict[str, Any] = {"args": list(words), **({"config": config} if config is not None else {})}
+        self.client().request("job.start", self._on_started, kind=kind, job=job, **args)
 
     def follow(self, record: dict[str, Any], host: str = "") -> None:
         """Follow a job the agent already has (``jobs.list``'s ``record``), from its beginning."""
@@ -95,14 +107,26 @@ class JobFollow(QObject):
         if self.job_id:
             self._send_stop()
 
+    def kill(self) -> None:
+        """Kill now, whether a stop was asked or not (a run of several hosts whose peer failed)."""
+        if not self.running or self.stop_sent >= 2:
+            return
+        self.stop_sent = 2
+        if self.job_id:
+            self._send_stop()
+
     def _send_stop(self) -> None:
         now = self.stop_sent > 1
-        self.client().request("job.stop", self._on_stop_sent, job_id=self.job_id, now=now, **self._on())
+        self.client().request("job.stop", lambda reply: self._on_stop_sent(now, reply), job_id=self.job_id,
+                              now=now, **self._on())
 
-    def _on_stop_sent(self, reply: dict[str, Any]) -> None:
+    def _on_stop_sent(self, now: bool, reply: dict[str, Any]) -> None:
         if not reply.get("ok") and self.running:
-            self.stop_sent -= 1  # not sent (a lost connection): the next press sends it again
-            self.line_received.emit(f"[gaudi-gui] the stop was not sent: {reply.get('error') or '?'}")
+            # Not sent (a lost connection): the next press sends it again (the same kind of stop).
+            self.stop_sent = 1 if now else 0
+            words = str(reply.get("error") or "?")
+            self.line_received.emit(f"[gaudi-gui] the stop was not sent: {words}")
+            self.stop_failed.emit(now, words)
 
     def _on(self) -> dict[str, str]:
         return {"host": self.host} if self.host else {}
@@ -129,6 +153,7 @@ class JobFollow(QObject):
         self._following, self._lost = True, False
         self._seen = {"events": 0, "lines": 0}
         self._skip = {"events": 0, "lines": 0}
+        self._replayed = {"events": False, "lines": False}
         # The events first: a job that ended already replays them before its final record.
         client.subscribe(Ev.EVENT, self._on_events, key=self.job_id, host=on)
         client.subscribe(Ev.LOG, self._on_log, key=self.job_id, host=on)
@@ -137,20 +162,25 @@ class JobFollow(QObject):
             client.subscribe(Ev.HOST, self._on_host, key=self.host)
         client.state_changed.connect(self._on_client_state)
 
-    def _fresh(self, what: str, items: list[Any]) -> list[Any]:
-        """Of a (re)played batch, what was not seen yet."""
+    def _fresh(self, what: str, message: dict[str, Any]) -> list[Any]:
+        """Of a batch, what was not seen yet (none of a live batch that came before the history)."""
+        if message.get("replay"):
+            self._replayed[what] = True
+        elif not self._replayed[what]:
+            return []
+        items = list(message.get(what) or [])
         skip = min(self._skip[what], len(items))
         self._skip[what] -= skip
         self._seen[what] += len(items) - skip
         return items[skip:]
 
     def _on_events(self, message: dict[str, Any]) -> None:
-        for event in self._fresh("events", list(message.get("events") or [])):
+        for event in self._fresh("events", message):
             if isinstance(event, dict):
                 self.event_received.emit(event)
 
     def _on_log(self, message: dict[str, Any]) -> None:
-        for line in self._fresh("lines", list(message.get("lines") or [])):
+        for line in self._fresh("lines", message):
             self.line_received.emit(str(line))
 
     def _on_job(self, message: dict[str, Any]) -> None:
@@ -165,6 +195,7 @@ class JobFollow(QObject):
     def _lose(self, words: str) -> None:
         """The connection went: the history comes again when it is back; what was seen is skipped."""
         self._skip = dict(self._seen)
+        self._replayed = {"events": False, "lines": False}
         if not self._lost and self.running:
             self._lost = True
             self.link_changed.emit("lost", words)
@@ -261,7 +292,10 @@ class AgentJob(QObject):
         """``gaudi-gui KIND WORDS`` through the agent (a second start while one runs is ignored)."""
         if self.running:
             return
-        self.job.start(self.kind, words, host=self.host, **({} if self.host else {"runs_dir": self.runs_dir}))
+        if self.host:
+            self.job.start(self.kind, words, host=self.host)
+        else:
+            self.job.start(self.kind, words, runs_dir=self.runs_dir)
 
     def client(self) -> AgentClient:
         """The agent's client this job speaks through (connected on first use)."""

@@ -2,11 +2,12 @@
 
 A run is *work × placement* (``core.placement``): this machine, one host, several hosts (accelerate's
 multi-node launch) or Slurm. ``TrainingJob`` is the one class for all of them: it follows the run
-through N parts (``services.run_parts``: a ``SupervisedPart`` per place, or one ``SlurmPart``),
-N = 1 except on several hosts. Every part but Slurm's is the same ``gaudi-gui train --detach``
-supervisor (stop, grace, kill-now, step writes, waiting for killed ranks, leftovers, outcome), the
-same one a terminal's ``gaudi-gui train`` runs, so the GUI and the CLI stop and judge a run alike;
-on this machine it is a child of this process, on a host it runs there over ssh.
+through N parts (``services.run_parts.AgentPart``: one per place), N = 1 except on several hosts.
+Every part is a ``gaudi-gui train --detach`` supervisor (stop, grace, kill-now, step writes, waiting
+for killed ranks, leftovers, outcome; for Slurm ``train --slurm --detach``, which submits and follows
+the job), the same one a terminal's ``gaudi-gui train`` runs, so the GUI and the CLI stop and judge a
+run alike; the agent of its place starts and watches it (this machine's, also for Slurm, or a host's
+through this machine's agent's one ssh session): the window holds no process for it.
 
 What the views get is the same for every placement: the console lines (each host's prefixed
 ``host| `` when there are several), the records and progress of the main part (machine rank 0:
@@ -41,12 +42,12 @@ from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.services.agent_child import AgentChild
 from gaudi_gui.services.process import delete_when_reaped
-from gaudi_gui.services.run_parts import CLOSED, FOLLOWING, RECONNECTING, SlurmPart, SupervisedPart
+from gaudi_gui.services.run_parts import CLOSED, FOLLOWING, RECONNECTING, AgentPart
 
 #: How long a host may stay unreachable before a run on several hosts counts it as lost.
 LOST_AFTER_S = 600.0
 
-Part = SupervisedPart | SlurmPart
+Part = AgentPart
 
 
 def log_prefix(host: str) -> str:
@@ -221,7 +222,7 @@ class TrainingJob(QObject):
     @property
     def job_id(self) -> str:
         """The Slurm job id ("" elsewhere, or before sbatch answered)."""
-        return str(getattr(self._main, "job_id", ""))
+        return self._main.slurm_job_id if self._main else ""
 
     @property
     def cards(self) -> dict[str, list[int]]:
@@ -487,14 +488,12 @@ class TrainingJob(QObject):
 
     def _add_part(self, host: Host) -> Part:
         rank = len(self.parts)
-        part: Part
-        if self.placement.kind == "slurm":
-            part = SlurmPart(self.placement.slurm_target(), grace_s=self.stop_grace_s,
-                             runs_dir=str(self.store.root), parent=self)
-            part.slurm_state_changed.connect(self._on_slurm_state)
-        else:
-            part = SupervisedPart(host, grace_s=self.stop_grace_s,
-                                  runs_dir=str(self.store.root) if host.is_local else "", parent=self)
+        slurm = self.placement.slurm_target() if self.placement.kind == "slurm" else None
+        # A Slurm job is this machine's agent's (its run folder is on the file system shared with the nodes).
+        place = Host.local() if slurm is not None else host
+        part = AgentPart(place, grace_s=self.stop_grace_s, slurm=slurm, parent=self,
+                         runs_dir=str(self.store.root) if place.is_local else "")
+        part.slurm_state_changed.connect(self._on_slurm_state)
         # Methods bound with partial, not lambdas: a lambda slot returning emit()'s value leaks
         # references in PySide6.
         part.line_received.connect(functools.partial(self._on_part_line, rank))
@@ -553,7 +552,7 @@ class TrainingJob(QObject):
     def _training_line(self) -> str:
         step = f"step {self.progress.step} of {self.progress.max_steps}"
         if self.job_id:
-            phase = str(getattr(self._main, "slurm_phase", ""))
+            phase = self._main.slurm_phase if self._main else ""
             return f"Slurm job {self.job_id} {phase if phase.startswith('running') else 'running'}: {step}"
         return f"training{self.where}: {step}"
 

@@ -54,11 +54,15 @@ def test_jobs_go_on_when_the_agent_is_killed_and_the_next_one_lists_them(
             conn.request("job.start", kind="bake", job={"args": []})
         with pytest.raises(AgentError, match="--detach is the agent's"):
             conn.request("job.start", kind="serve", job={"args": ["--detach"]})
+        with pytest.raises(AgentError, match="--origin is the agent's"):
+            conn.request("job.start", kind="train", job={"config": {}, "args": ["--origin", "gui"]})
+        with pytest.raises(AgentError, match="origin: "):  # who started it: the request says, for a run
+            conn.request("job.start", kind="serve", origin="gui", job={"args": []})
         with pytest.raises(AgentError, match="--port"):  # the command's own check, said in its words
             conn.request("job.start", kind="serve", job={"args": ["--model", "builtin:demo", "--port", "0"]})
         # The three start at once (each request is answered on its own).
         asked = {
-            conn.send("job.start", kind="train", runs_dir=runs, job={
+            conn.send("job.start", kind="train", runs_dir=runs, origin="gui", job={
                 "config": config, "args": ["--device", "cpu", "--grace", "30"]}): "train",
             conn.send("job.start", kind="serve", runs_dir=runs, job={"args": [
                 "--model", "builtin:demo", "--device", "cpu", "--port", str(pick_free_port())]}): "serve",
@@ -72,6 +76,9 @@ def test_jobs_go_on_when_the_agent_is_killed_and_the_next_one_lists_them(
                 assert reply["ok"], reply
                 jobs[asked[reply["re"]]] = reply["job"]
         assert {k: j["kind"] for k, j in jobs.items()} == {k: k for k in jobs}
+        assert Run(jobs["train"]["folder"]).status().origin == "gui"
+        assert jobs["train"]["pid"] == Run(jobs["train"]["folder"]).supervisor().pid  # type: ignore[union-attr]
+        assert jobs["train"]["checkpoint"] == ""
     supervisors = {k: Run(j["folder"]).supervisor() for k, j in jobs.items()}
     assert all(supervisors.values()), supervisors
     os.kill(first_agent, signal.SIGKILL)
@@ -114,6 +121,11 @@ def test_jobs_go_on_when_the_agent_is_killed_and_the_next_one_lists_them(
         finals = _wait_for(conn, gone)
         assert finals[jobs["serve"]["job_id"]]["state"] == "stopped", finals
         assert finals[jobs["train"]["job_id"]]["state"] == "killed", finals
+        # An ended training run's record carries its meter summary (what a job of several hosts sums).
+        train_final = finals[jobs["train"]["job_id"]]
+        assert "meter" in train_final and "meter" not in finals[jobs["serve"]["job_id"]]
+        from gaudi_gui.core import meter_files
+        assert train_final["meter"] == meter_files.read_summary(train_final["folder"])
         assert conn.request("status")["busy"] == []
 
 

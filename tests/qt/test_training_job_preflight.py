@@ -31,6 +31,11 @@ def _job(tmp_path: Path) -> tuple[TrainingJob, list[str], list[str]]:
 
 
 def test_a_preflight_that_finds_problems_fails_the_run_before_it_starts(qtbot: QtBot, tmp_path: Path) -> None:
+    # The agent is up first: the window's start of it (``agentwire.spawn(wait=False)``: an intermediate
+    # reaped on a later turn) is not the pre-flight's.
+    from gaudi_gui.core import agentwire
+    from gaudi_gui.services.agent_child import shared_client
+    qtbot.waitUntil(lambda: shared_client().state == "up" and agentwire.reap_started() == 0, timeout=60_000)
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     job, lines, states = _job(tmp_path)
     with qtbot.waitSignal(job.finished, timeout=60_000) as done:

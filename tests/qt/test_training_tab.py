@@ -360,10 +360,10 @@ def test_run_folder_is_private(tmp_path: Path) -> None:
 def test_one_job_class_for_every_placement_and_no_idle_runner(qtbot, tmp_path: Path) -> None:
     """One TrainingJob for this machine, a host, several hosts and Slurm, composed of one part per
     place: no process is held before the start (an N-host run used to hold N+1 idle QProcess
-    objects), and once started each part holds only its follower."""
+    objects), nor by a part of any place (the agent starts and follows its run, Slurm's too)."""
     from gaudi_gui.core.remote import Host
     from gaudi_gui.services.process import ProcessRunner
-    from gaudi_gui.services.run_parts import SlurmPart, SupervisedPart
+    from gaudi_gui.services.run_parts import AgentPart
     store = RunStore(tmp_path / "runs")
     hosts = [Host.parse("gg-a"), Host.parse("gg-b")]
     placements = [Placement.local(), Placement.on_host(hosts[0]), Placement.on_hosts(hosts),
@@ -373,10 +373,11 @@ def test_one_job_class_for_every_placement_and_no_idle_runner(qtbot, tmp_path: P
         assert type(job) is TrainingJob and job.findChildren(ProcessRunner) == [] and not job.is_running()
         assert job.pid == 0 and job.parts == []
     assert [len(p.places) for p in placements] == [1, 1, 2, 1]
-    part = SupervisedPart(Host.local(), grace_s=5)
-    assert len(part.findChildren(ProcessRunner)) == 1  # its follower; the run's own supervisor is elsewhere
-    assert len(SlurmPart(Placement.on_slurm().slurm_target(), grace_s=5, runs_dir=str(store.root))
-               .findChildren(ProcessRunner)) == 1
+    for host in (Host.local(), hosts[0]):
+        assert AgentPart(host, grace_s=5).findChildren(ProcessRunner) == []
+    slurm = AgentPart(Host.local(), grace_s=5, runs_dir=str(store.root),
+                      slurm=Placement.on_slurm().slurm_target())
+    assert slurm.findChildren(ProcessRunner) == []
 
 
 def test_compare_shows_the_runs_scores_beside_their_curves(qtbot, tab: TrainingTab) -> None:

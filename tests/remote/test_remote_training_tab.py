@@ -110,6 +110,8 @@ def test_a_host_without_gaudi_gui_fails_the_start_with_the_fix(qtbot: QtBot, ssh
     from gaudi_gui.core.placement import Placement
     services = create_services()
     host = remote.Host.parse(ssh_host.dest, "no-such-gaudi-gui --flag")
+    # Saved so: the agent reaches a host with its saved remote command.
+    remote.save_hosts([host])
     job = services.training.launch(JobConfig(), Placement.on_host(host))
     with qtbot.waitSignal(job.finished, timeout=60000) as done:
         pass
