@@ -187,9 +187,6 @@ def worst_stall(seconds: float, rate_hz: float = 10.0, health: bool = False) -> 
         tab.close()
         tab.deleteLater()
         app.processEvents()
-        from gaudi_gui.services.process import reap_all
-
-        reap_all()
         _end_agent()
         if saved_home is None:
             os.environ.pop("GAUDI_GUI_HOME", None)

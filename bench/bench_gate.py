@@ -89,8 +89,6 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
                              repeats=3 if quick else 7, warmup=1)
         tab.shutdown()
         training.shutdown()
-        from gaudi_gui.services.process import reap_all
-        reap_all()
     finally:
         os.environ.clear()
         os.environ.update(saved)

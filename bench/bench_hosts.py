@@ -125,8 +125,6 @@ def _measure(aliases: list[str], seconds: float,
     tab.close()
     tab.deleteLater()
     app.processEvents()
-    from gaudi_gui.services.process import reap_all
-    reap_all()
     return list(first.values()), worst, samples, checks[0], burst
 
 

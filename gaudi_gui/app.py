@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -155,13 +154,5 @@ def run_gui(argv: Sequence[str]) -> int:
     _after_first_paint(window, start_background)
     code = int(app.exec())
     ctrl_c.uninstall()
-    from gaudi_gui.services.process import detached_running, reap_all
-
-    reap_all()
-    if detached_running():
-        # A QProcess kills its child when destroyed; a run the user chose to leave running must
-        # survive, so skip the destructors (settings are already synced by the window's close).
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+    # The window holds no process (every child is an agent's): nothing to reap, nothing to orphan.
     return code

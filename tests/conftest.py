@@ -186,30 +186,20 @@ def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
 
 
 def _assert_no_background_work_left() -> None:
-    """Every test: no poller, timer or runner of the app that it made outlives it (objects from before
+    """Every test: no poller or timer of the app that it made outlives it (objects from before
     the test are frozen, see isolated_home: an earlier test's leftovers were that test's to report). A device
     poller still running (its window or tab never shut down), a service's or view's timer still ticking (a
-    host's queue listing, a health check, a restart after back-off) or a runner still "running" would
-    start its hl-smi or ssh child again later, inside another test, with that test's home and ssh config
+    host's queue listing, a health check, a restart after back-off) would ask for its hl-smi or ssh
+    child again later, inside another test, with that test's home and ssh config
     (or, with no child left, make every later test's teardown wait for it). Each is stopped here and the
     test that left it fails, naming it."""
-    if "gaudi_gui.services.process" not in sys.modules:
+    if not any(name.startswith("gaudi_gui.services.") for name in sys.modules):
         return  # nothing of the app's Qt side was imported: none can exist
 
-    from PySide6.QtCore import QCoreApplication, QTimer
-
-    from gaudi_gui.services import process
+    from PySide6.QtCore import QTimer
 
     poller_module = sys.modules.get("gaudi_gui.services.device_poller")
     poller_type = poller_module.DevicePoller if poller_module is not None else ()
-    # A runner killed as its window closed is reaped through the event loop: let it end first.
-    app = QCoreApplication.instance()
-    deadline = time.monotonic() + 20
-    while _running_runners(process) and time.monotonic() < deadline:
-        if app is not None:
-            app.processEvents()
-        time.sleep(0.05)  # waiting on a condition with a deadline (a killed runner is reaped)
-    runners = [" ".join(r.argv)[:160] for r in _running_runners(process)]
     pollers: list[str] = []
     timers: list[str] = []
     for obj in gc.get_objects():
@@ -220,10 +210,7 @@ def _assert_no_background_work_left() -> None:
             elif isinstance(obj, QTimer) and obj.isActive() and (owner := _app_owner(obj)):
                 timers.append(owner)
                 obj.stop()
-    if runners:
-        process.reap_all()
-    left = [f"{what}: {names}" for what, names in (("device pollers", pollers), ("timers", timers),
-                                                   ("runners", runners)) if names]
+    left = [f"{what}: {names}" for what, names in (("device pollers", pollers), ("timers", timers)) if names]
     if left:
         pytest.fail(f"the test left background work running (never shut down): {'; '.join(left)}")
 
@@ -283,10 +270,6 @@ def _end_agent() -> None:
         if not agent_processes():
             return
         _AGENT_NOTES.append(f"round {_round}: still there: {[p.pid for p in agent_processes()]}")
-
-
-def _running_runners(process: Any) -> list[Any]:
-    return [r for r in list(process._LIVE) if r.is_running() and not r.is_detached()]
 
 
 def _app_owner(timer: Any) -> str:

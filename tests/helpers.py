@@ -362,8 +362,6 @@ def set_arg(tab: TrainingTab, name: str, text: str) -> None:
 
 def close_training_tab(services: AppServices, tab: TrainingTab) -> None:
     """Shut the tab and its services down as the window does when it closes."""
-    from gaudi_gui.services.process import reap_all
-
     tab.shutdown()
     assert services.training is not None
     services.training.shutdown()
@@ -373,9 +371,6 @@ def close_training_tab(services: AppServices, tab: TrainingTab) -> None:
     if services.queue is not None:
         services.queue.shutdown()
     services.stop_host_queues()
-    # As the app does once its window is gone: a `runs stop --now` call still on its way to a host
-    # was killed by the shutdown; wait for it, or Qt destroys a running QProcess.
-    reap_all()
 
 
 def end_training_tab(qtbot: QtBot, services: AppServices, tab: TrainingTab) -> None:

@@ -1,7 +1,7 @@
 """One way the command line runs a child that streams: its own session, its stdout decoded into a
 queue of messages, its stderr kept as a bounded (redacted) tail, ended with every process it started.
 
-Qt-free and torch-free. The app's children run through ``services.process`` (QProcess); the command
+Qt-free and torch-free. The agent's children run through ``agent/children.py``; the command
 line's streaming children (the runner's worker, the evaluator, a download, the serve engine, a command
 forwarded to a host) run through :class:`Child`, so "Popen + a reader thread per stream + a tail + a
 tree kill" is written once.

@@ -5,12 +5,12 @@ recorded in a run folder belongs to someone else. Every pid the app keeps on dis
 process's create time (psutil's, seconds since the epoch), and every signal goes through
 ``ProcessRef.signal``, which checks it first. A tree this process started and watches while it runs
 (:class:`ProcessTree`) holds psutil objects instead: psutil checks the create time itself before it
-signals one. Every process-tree record and kill of the app (the Qt runner, the hosts' guard, the
+signals one. Every process-tree record and kill (the agent's children, the hosts' guard, the
 ``devices`` command, the doctor's smoke test, the training stopper) goes through this module. Qt-free.
 
 Recording a tree reads the whole process table (psutil's ``children`` builds a pid -> parent map of
-every process: 1.5 ms with 100 processes, 60 ms with 1,100 on a busy 2-core machine), so the Qt
-runner hands that work to :data:`BOOKKEEPER`, one thread that runs it in order, off the window's thread.
+every process: 1.5 ms with 100 processes, 60 ms with 1,100 on a busy 2-core machine): never on a
+window's thread (the window holds no process).
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import signal
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -202,7 +201,7 @@ class ProcessTree:
     the group is signalled even after the child itself ended, since a group id is not reused while
     a member lives. Descendants are held as psutil objects, which never signal a recycled pid;
     :meth:`record` scans the whole process table, so call it when it matters (at start, when a stop
-    begins), not periodically, and not on a window's thread (:data:`BOOKKEEPER`). The recorded set is
+    begins), not periodically, and not on a window's thread. The recorded set is
     guarded by a lock: one thread records while another asks :meth:`pids`."""
 
     def __init__(self, pid: int, *, group: bool = True) -> None:
@@ -293,61 +292,5 @@ class ProcessTree:
             os.killpg(self.pid, sig)
 
 
-class Bookkeeper:
-    """One thread that runs process-tree work (records, signals) in the order it was handed over.
-
-    The Qt runner records a child's tree at its start and when a stop begins; each record reads the
-    whole process table, which on the window's thread froze it for tens of milliseconds per child
-    (hundreds with a doctor per host). Here the window's thread only queues the work. One thread,
-    first in first out, keeps the order the guarantees need: a stop's record and kill run after the
-    start's record, and a sweep's signals after every record before it. The thread starts with the
-    first piece of work and is a daemon: the app waits for it with :meth:`wait_idle` before it exits
-    (``services.process.reap_all``)."""
-
-    def __init__(self, name: str = "gaudi-gui-proctree") -> None:
-        self._name = name
-        self._queue: queue.SimpleQueue[Callable[[], object]] = queue.SimpleQueue()
-        self._lock = threading.Lock()
-        self._idle = threading.Condition(self._lock)
-        self._pending = 0
-        self._thread: threading.Thread | None = None
-
-    @property
-    def thread(self) -> threading.Thread | None:
-        """The thread that runs the work (None until the first piece was handed over)."""
-        return self._thread
-
-    def submit(self, work: Callable[[], object]) -> None:
-        """Run ``work`` on the bookkeeping thread, after everything handed over before it."""
-        with self._lock:
-            self._pending += 1
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-                self._thread.start()
-        self._queue.put(work)
-
-    def wait_idle(self, timeout: float | None = None) -> bool:
-        """Block until every piece handed over so far is done (True), or ``timeout`` s passed."""
-        with self._idle:
-            return self._idle.wait_for(lambda: self._pending == 0, timeout)
-
-    def _run(self) -> None:
-        while True:
-            work = self._queue.get()
-            try:
-                work()
-            except Exception:  # one failed record must not stop every later kill
-                _log.exception("process bookkeeping failed")
-            finally:
-                with self._idle:
-                    self._pending -= 1
-                    if self._pending == 0:
-                        self._idle.notify_all()
-
-
-#: The app's one bookkeeping thread (the Qt runner's records and kills).
-BOOKKEEPER = Bookkeeper()
-
-
-__all__ = ["BOOKKEEPER", "CREATE_TIME_TOLERANCE", "Bookkeeper", "ProcessRef", "ProcessTree", "descendants",
+__all__ = ["CREATE_TIME_TOLERANCE", "ProcessRef", "ProcessTree", "descendants",
            "fresh_descendants", "pids_since", "signal_group"]

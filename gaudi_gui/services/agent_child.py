@@ -1,7 +1,7 @@
 """An interactive child that the agent runs for the window (agent/children.py): the window starts no
 process (issue 38), it asks the agent and hears the child's lines as ``Ev.OUTPUT`` events.
 
-``AgentChild`` has the signals of the ``ProcessRunner`` it replaces (``started``, ``line_received``,
+``AgentChild`` has the signals of the QProcess runner it replaced (``started``, ``line_received``,
 ``message_received``, ``error_occurred``, ``finished(exit code, status)``) and its verbs (``write_line``,
 ``close_stdin``, ``terminate_tree``, ``kill_tree``, ``tail``), so a user changes one line: what it
 starts is a kind of child with its arguments (``start("probe", {})``), not an argv: the agent builds

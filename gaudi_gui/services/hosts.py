@@ -35,7 +35,6 @@ from gaudi_gui.services.agent_child import AgentChild
 from gaudi_gui.services.agent_client import AgentClient
 from gaudi_gui.services.device_poller import DevicePoller
 from gaudi_gui.services.device_selection import DeviceSelection
-from gaudi_gui.services.process import delete_when_reaped
 from gaudi_gui.services.settings import Settings
 
 #: A set-up's last lines kept for its failure message.
@@ -253,7 +252,8 @@ class HostsService(QObject):
         old = self.pollers.pop(name, None)
         if old is not None:
             old.stop()
-            delete_when_reaped(old)
+            old.blockSignals(True)  # retired: mute, then gone (it holds no process)
+            old.deleteLater()
 
     def _forward(self, name: str, poller: DevicePoller) -> None:
         """Re-emit ``poller``'s signals under ``name``: a view binds its own slots to this service's
@@ -332,7 +332,8 @@ class HostsService(QObject):
         if self._resolves.get(name) is not resolve:
             return
         del self._resolves[name]
-        delete_when_reaped(resolve)
+        resolve.blockSignals(True)  # retired: mute, then gone (it holds no process)
+        resolve.deleteLater()
         address = multi_host.address_from_ssh_g(resolve.host, "\n".join(resolve.out))
         self._addresses[name] = address
         self.address_resolved.emit(name, address)

@@ -20,7 +20,6 @@ from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.outputs import own_checkpoint
 from gaudi_gui.core.placement import Placement
 from gaudi_gui.core.runstore import SLURM_INFO, Run, RunStore
-from gaudi_gui.services.process import delete_when_reaped
 from gaudi_gui.services.training_job import TrainingJob
 
 if TYPE_CHECKING:
@@ -280,7 +279,8 @@ class TrainingService(QObject):
             except OSError:
                 ok = False
             if not ok:
-                delete_when_reaped(job)
+                job.blockSignals(True)  # retired: mute, then gone (it holds no process)
+                job.deleteLater()
                 return None
             self._claim(job)
         self.jobs.append(job)

@@ -41,7 +41,6 @@ from gaudi_gui.core.progress import RunProgress, note
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.runstore import Run, RunStore
 from gaudi_gui.services.agent_child import AgentChild
-from gaudi_gui.services.process import delete_when_reaped
 from gaudi_gui.services.run_parts import CLOSED, FOLLOWING, RECONNECTING, AgentPart
 
 #: How long a host may stay unreachable before a run on several hosts counts it as lost.
@@ -329,7 +328,8 @@ class TrainingJob(QObject):
     def _reset(self) -> None:
         for part in self.parts:
             part.shutdown()
-            delete_when_reaped(part)
+            part.blockSignals(True)  # retired: mute, then gone (it holds no process)
+            part.deleteLater()
         self.parts = []
         self.events = []
         self.progress = RunProgress()

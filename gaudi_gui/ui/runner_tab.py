@@ -64,8 +64,8 @@ from gaudi_gui.core.generation import (
 )
 from gaudi_gui.core.remote import Host, HostError
 from gaudi_gui.services import generation_client as gc
+from gaudi_gui.services.agent_child import describe_exit
 from gaudi_gui.services.context import AppServices
-from gaudi_gui.services.process import describe_exit
 from gaudi_gui.ui import remote_browser
 from gaudi_gui.ui.model_field import ModelCacheState
 

@@ -1,9 +1,9 @@
 """'Leave running and quit': a training launch outlives the app process, and a new one re-attaches.
 
 The first app is a real child Python that starts a run through TrainingJob (its supervisor, `train
---detach`, runs in a session of its own), detaches it and exits the way gaudi_gui.app does (reap_all,
-then no QProcess destructors). The test process then plays the next start: it re-attaches to the run
-folder, sees it still progress, and stops it with nothing left."""
+--detach`, runs in a session of its own), detaches it and exits the way gaudi_gui.app does (the run
+is the agent's: the window holds no process). The test process then plays the next start: it
+re-attaches to the run folder, sees it still progress, and stops it with nothing left."""
 
 from __future__ import annotations
 
@@ -30,7 +30,6 @@ FIRST_APP = textwrap.dedent("""
     from gaudi_gui.core.jobconfig import JobConfig
     from gaudi_gui.core.placement import Placement
     from gaudi_gui.core.runstore import RunStore
-    from gaudi_gui.services import process
     from gaudi_gui.services.training_job import TrainingJob
 
     app = QCoreApplication([])
@@ -50,7 +49,6 @@ FIRST_APP = textwrap.dedent("""
     tj.start(job, device="cpu")
     QTimer.singleShot(120000, app.quit)
     app.exec()
-    process.reap_all()
     os._exit(0)
 """)
 

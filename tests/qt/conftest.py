@@ -32,22 +32,17 @@ def no_leftovers(qapp, qtbot) -> Iterator[None]:
     from PySide6.QtCore import QThreadPool
     from pytestqt.exceptions import TimeoutError as pytestqt_timeout
 
-    from gaudi_gui.services import process
-
     # Widgets are closed by qtbot; give their children a moment to be reaped (signal-driven).
     def settled() -> bool:
-        return (not any(r.is_running() for r in list(process._LIVE))
-                and not [c for c in psutil.Process().children(recursive=True)
-                         if c.pid not in daemons and c.status() != psutil.STATUS_ZOMBIE])
+        return not [c for c in psutil.Process().children(recursive=True)
+                    if c.pid not in daemons and c.status() != psutil.STATUS_ZOMBIE]
 
     try:
         qtbot.waitUntil(settled, timeout=30000)
     except (AssertionError, TimeoutError, pytestqt_timeout):
-        running = [r.argv for r in list(process._LIVE) if r.is_running()]
         kids = [(c.pid, c.cmdline()) for c in psutil.Process().children(recursive=True)
                 if c.pid not in daemons]
-        process.reap_all()
-        pytest.fail(f"test left processes running: runners={running} children={kids}")
+        pytest.fail(f"test left processes running: children={kids}")
     assert QThreadPool.globalInstance().activeThreadCount() == 0, "a QThreadPool task is still running"
     leaked = [t for t in threading.enumerate() if t.ident not in threads_before and t.is_alive()
               and not t.daemon]

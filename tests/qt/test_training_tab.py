@@ -361,8 +361,9 @@ def test_one_job_class_for_every_placement_and_no_idle_runner(qtbot, tmp_path: P
     """One TrainingJob for this machine, a host, several hosts and Slurm, composed of one part per
     place: no process is held before the start (an N-host run used to hold N+1 idle QProcess
     objects), nor by a part of any place (the agent starts and follows its run, Slurm's too)."""
+    from PySide6.QtCore import QProcess
+
     from gaudi_gui.core.remote import Host
-    from gaudi_gui.services.process import ProcessRunner
     from gaudi_gui.services.run_parts import AgentPart
     store = RunStore(tmp_path / "runs")
     hosts = [Host.parse("gg-a"), Host.parse("gg-b")]
@@ -370,14 +371,14 @@ def test_one_job_class_for_every_placement_and_no_idle_runner(qtbot, tmp_path: P
                   Placement.on_slurm()]
     for placement in placements:
         job = TrainingJob(placement, store)
-        assert type(job) is TrainingJob and job.findChildren(ProcessRunner) == [] and not job.is_running()
+        assert type(job) is TrainingJob and job.findChildren(QProcess) == [] and not job.is_running()
         assert job.pid == 0 and job.parts == []
     assert [len(p.places) for p in placements] == [1, 1, 2, 1]
     for host in (Host.local(), hosts[0]):
-        assert AgentPart(host, grace_s=5).findChildren(ProcessRunner) == []
+        assert AgentPart(host, grace_s=5).findChildren(QProcess) == []
     slurm = AgentPart(Host.local(), grace_s=5, runs_dir=str(store.root),
                       slurm=Placement.on_slurm().slurm_target())
-    assert slurm.findChildren(ProcessRunner) == []
+    assert slurm.findChildren(QProcess) == []
 
 
 def test_compare_shows_the_runs_scores_beside_their_curves(qtbot, tab: TrainingTab) -> None:

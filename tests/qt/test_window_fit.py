@@ -82,8 +82,6 @@ print(json.dumps({"screen": [area.width(), area.height()],
                   "health": seen(window.health_view)}), flush=True)
 QTimer.singleShot(0, window.close)
 app.exec()
-from gaudi_gui.services.process import reap_all
-reap_all()
 """
 
 

@@ -20,7 +20,6 @@ from PySide6.QtWidgets import QListWidget, QListWidgetItem
 from gaudi_gui.app import create_services
 from gaudi_gui.core import remote
 from gaudi_gui.core.remote import Host
-from gaudi_gui.services import process
 from gaudi_gui.ui import remote_browser
 from gaudi_gui.ui.remote_browser import RemoteBrowser
 from gaudi_gui.ui.runner_tab import RunnerTab
@@ -42,7 +41,6 @@ def tab(qtbot, ssh_host: SshHost) -> Iterator[RunnerTab]:
     widget.activateWindow()
     yield widget
     widget.shutdown()
-    qtbot.waitUntil(lambda: not any(r.is_running() for r in list(process._LIVE)), timeout=15000)
 
 
 def open_browser(qtbot, tab: RunnerTab) -> RemoteBrowser:

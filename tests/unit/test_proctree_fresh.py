@@ -1,5 +1,6 @@
 """A just-started child's tree is read from the processes started after it, not the whole table
-(``proctree.fresh_descendants``): what a ProcessRunner records at every child's start."""
+(``proctree.fresh_descendants``): what a tree records at every child's start (the agent's children,
+the CLI's)."""
 
 from __future__ import annotations
 
