@@ -88,8 +88,6 @@ def main(argv: list[str]) -> int:
         window.grab().save(str(out / f"compare-{width}x{height}.png"))
         print(f"compare {width}x{height}")
     window.close()
-    from gaudi_gui.services.process import reap_all
-    reap_all()
     return 0
 
 

@@ -70,9 +70,6 @@ def main() -> int:
     window.grab().save(out)
     window.close()
     app.processEvents()
-    from gaudi_gui.services.process import reap_all
-
-    reap_all()
     print(out)
     return 0
 

@@ -70,8 +70,6 @@ def main(argv: list[str]) -> int:
         view.grab().save(str(out / f"evaluate-{width}x{height}.png"))
         print(f"evaluate: {view.width()}x{view.height()}")
     window.close()
-    from gaudi_gui.services.process import reap_all
-    reap_all()
     return 0
 
 

@@ -117,8 +117,6 @@ def main(argv: list[str]) -> int:
         tab.runs.grab().save(str(out / f"meter-runs-list-{width}x{height}.png"))
         print(f"runs {width}x{height}")
     window.close()
-    from gaudi_gui.services.process import reap_all
-    reap_all()
     return 0
 
 

@@ -46,9 +46,6 @@ def main() -> int:
     wait_until(app, lambda: stalled.ok is not None, 60)
     window.close()
     hub.stop()
-    from gaudi_gui.services.process import reap_all
-
-    reap_all()
     return 0
 
 

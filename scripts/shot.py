@@ -36,11 +36,8 @@ def open_window(tab: int, width: int, height: int) -> tuple[QApplication, AppSer
 
 
 def run(app: QApplication) -> int:
-    """Run until the script closes the window, then reap every child the window started."""
+    """Run until the script closes the window (the window holds no process: nothing to reap)."""
     app.exec()
-    from gaudi_gui.services.process import reap_all
-
-    reap_all()
     return 0
 
 
