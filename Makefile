@@ -28,12 +28,12 @@ run: check-display
 test: $(STAMP)
 	$(VENV)/bin/lint-imports
 	QT_QPA_PLATFORM=offscreen $(PY) -m pytest -q -rs -p no:cacheprovider -n 2 --dist loadgroup --durations=25
-	$(PY) -m ruff check gaudi_gui bench tests
+	$(PY) -m ruff check gaudi_gui bench tests scripts
 	$(PY) -m mypy
 
 lint: $(STAMP)
 	$(VENV)/bin/lint-imports
-	$(PY) -m ruff check gaudi_gui bench tests
+	$(PY) -m ruff check gaudi_gui bench tests scripts
 	$(PY) -m mypy
 
 bench: $(STAMP)
