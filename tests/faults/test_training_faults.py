@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.runstore import Run
+from gaudi_gui.core.runstore import Run, RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def test_a_dataset_cannot_spoof_an_event(tmp_path: Path, demo_model: Path) -> No
     done = subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"),
                            "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"],
                           capture_output=True, text=True, timeout=240)
-    (folder,) = list((tmp_path / "runs").iterdir())
+    (folder,) = [r.folder for r in RunStore(tmp_path / "runs").runs()]
     status = Run(folder).status()
     assert status.final_loss != -123 and status.step != 9
     assert all(e.get("loss") != -123 for e in Run(folder).events())
@@ -103,7 +103,7 @@ def test_stop_while_loading_ends_cleanly(tmp_path: Path, demo_model: Path) -> No
     while not held.exists() and time.monotonic() < deadline and cli.poll() is None:
         time.sleep(0.05)
     assert held.exists(), "the rank never reached its dataset load"
-    (folder,) = list((tmp_path / "runs").iterdir())
+    (folder,) = [r.folder for r in RunStore(tmp_path / "runs").runs()]
     run = Run(folder)
     os.kill(run.ranks()[0]["pid"], signal.SIGTERM)
     _out, err = cli.communicate(timeout=120)

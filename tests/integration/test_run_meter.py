@@ -27,7 +27,7 @@ def _train(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str
                                    "per_device_train_batch_size": 2, "logging_steps": 1})
     job.save(tmp_path / "job.json")
     res = subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"),
-                          "--runs-dir", str(tmp_path / "runs"), *extra],
+                          "--runs-dir", str(tmp_path / "runs"), "--no-agent", *extra],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     (run,) = list((tmp_path / "runs").iterdir())
