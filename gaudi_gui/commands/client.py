@@ -204,7 +204,9 @@ def run_job(kind: str, words: list[str], *, config: dict[str, Any] | None = None
                                      cwd=os.getcwd(), env=dict(os.environ), whole_env=True)
             except AgentError as exc:
                 words_said = str(exc)
-                lost = words_said.startswith(("the agent did not answer", "the agent closed"))
+                # A refusal is the command's own check (bad input: 2); the agent lost or failing is not.
+                lost = words_said.startswith(("the agent did not answer", "the agent closed",
+                                              "the agent failed on"))
                 say(f"gaudi-gui {kind}: {words_said}")
                 return 1 if lost else 2
             return _follow(conn, kind, reply, stops, shown=shown, said=said)

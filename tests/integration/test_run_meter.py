@@ -72,7 +72,7 @@ def test_gaudi_run_meters_its_own_cards_and_leaves_no_hl_smi(tmp_path: Path, fak
 
     summary = json.loads((run / meter_files.SUMMARY_NAME).read_text())
     assert summary["energy_source"] == "hl-smi power integrated"
-    assert summary["samples_from"] == "own hl-smi loop (no agent answers)"  # no agent in this test
+    assert summary["samples_from"] == "own hl-smi loop (GAUDI_GUI_NO_AGENT=1)"  # in-process: --no-agent
     expected = _trapezoid(samples, 2) + _trapezoid(samples, 3)
     assert expected > 0
     assert summary["energy_j"] == pytest.approx(expected, rel=1e-3)
