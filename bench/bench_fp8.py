@@ -57,7 +57,6 @@ finalize_calibration(model)
 
 def _env(home: Path) -> dict[str, str]:
     env = {**os.environ, "GAUDI_GUI_HOME": str(home), "HF_HUB_OFFLINE": "1"}
-    env.pop("GAUDI_GUI_CLI_AGENT", None)
     return env
 
 

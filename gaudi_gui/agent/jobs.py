@@ -422,7 +422,9 @@ class Jobs:
         cwd = str(message.get("cwd") or "") or None
         if cwd is not None and not os.path.isdir(cwd):
             raise Refused(f"cwd: {cwd} is not a folder")
-        env = dict(os.environ)
+        # ``whole_env``: the client's environment is the job's (the command line's: a variable unset
+        # there must not come from the agent's own, which the first client's environment made).
+        env = {} if message.get("whole_env") else dict(os.environ)
         extra = message.get("env") or {}
         if not isinstance(extra, dict) or not all(isinstance(v, str) for v in extra.values()):
             raise Refused("env: an object of strings")

@@ -24,6 +24,7 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 from gaudi_gui.commands.flags import add_detach_arguments
@@ -87,7 +88,9 @@ class _Out:
             sys.stdout.flush()
 
     def say(self, text: str) -> None:
-        if self.json:
+        # Under a supervisor (--events) the sentences are plain lines beside the events: its log, which
+        # a person following the job (the foreground command through the agent, `runs follow`) reads.
+        if self.json and not self.protocol:
             return
         self._close_line()
         print(text, flush=True)
@@ -273,9 +276,29 @@ def detached_words(args: argparse.Namespace) -> list[str]:
     return words
 
 
+def _shown(out: _Out) -> Callable[[dict[str, Any]], None]:
+    """How a person sees the events of a download the agent runs: its progress, as this command shows
+    it in-process (its sentences are in the job's log)."""
+    out.tty = False  # a line every 5 s: the job's sentences come between them, from its log
+    def show(event: dict[str, Any]) -> None:
+        if event.get("type") == EventType.PROGRESS and isinstance(event.get("bytes_done"), int):
+            out.progress(event)
+    return show
+
+
+def _refusal(args: argparse.Namespace) -> str:
+    """The first thing wrong with what was typed ("" when nothing is), before a background job or the
+    agent is asked."""
+    if args.attempts < 1:
+        return "--attempts must be at least 1"
+    if args.stall_s <= 0:
+        return "--stall-s must be more than 0"
+    return hub.check_repo_id(args.repo_id) or ""
+
+
 def run(args: argparse.Namespace) -> int:
     if args.detach:
-        bad = hub.check_repo_id(args.repo_id)
+        bad = _refusal(args)
         if bad:
             print(f"gaudi-gui download: {bad}", file=sys.stderr)
             return 2
@@ -287,11 +310,12 @@ def run(args: argparse.Namespace) -> int:
                               as_json=args.json)
     from gaudi_gui.commands import client
     if client.wanted(args):
-        bad = hub.check_repo_id(args.repo_id)
+        bad = _refusal(args)
         if bad:
             print(f"gaudi-gui download: {bad}", file=sys.stderr)
             return 2
-        return client.run_job("download", detached_words(args), runs_dir=args.runs_dir)
+        return client.run_job("download", detached_words(args), runs_dir=args.runs_dir,
+                              shown=_shown(_Out(False)))
     out = _Out(bool(args.json), bool(getattr(args, "events", False)))
     previous = signal.getsignal(signal.SIGTERM)
 

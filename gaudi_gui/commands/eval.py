@@ -22,6 +22,7 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 from gaudi_gui.commands.flags import add_detach_arguments
@@ -96,6 +97,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.error = one_line_error
 
 
+FP8_CPU_NOTE = ("gaudi-gui eval: note: FP8 on the CPU (INC's Q/DQ) checks the flow and the answers, not "
+                "speed: it runs slower than bf16")
+
+
 def spec_of(args: argparse.Namespace) -> ev.EvalSpec:
     return ev.EvalSpec(run=args.run, model=args.model, adapter=args.adapter, base=args.base,
                        prompts=list(args.prompt), prompts_file=args.prompts, data=args.data,
@@ -117,6 +122,34 @@ def _absolute(spec: ev.EvalSpec) -> ev.EvalSpec:
     if spec.fp8 and os.path.isdir(spec.fp8):
         fixed["fp8"] = os.path.abspath(spec.fp8)
     return dataclasses.replace(spec, **fixed)
+
+
+def _inputs(spec: ev.EvalSpec) -> tuple[ev.Target, list[str], list[dict[str, str]]]:
+    """The models the spec names, its prompts and its references (EvalInputError: the first thing
+    wrong)."""
+    target = ev.resolve(spec)
+    prompts = list(spec.prompts)
+    if spec.prompts_file:
+        prompts += ev.read_prompts(spec.prompts_file, spec.prompt_column, spec.max_rows)
+    references = ev.read_references(spec.data, spec.prompt_column, spec.reference_column,
+                                    spec.max_rows) if spec.data else []
+    return target, prompts[:spec.max_rows] if spec.max_rows else prompts, references
+
+
+def _shown(args: argparse.Namespace) -> Callable[[dict[str, Any]], None]:
+    """How a person sees the events of an evaluation the agent runs: its rows done (on a terminal) and,
+    at the end, the answers and the score table this command prints in-process."""
+    def show(event: dict[str, Any]) -> None:
+        if event.get("type") == EventType.PROGRESS:
+            _show_progress(event, args)
+        elif event.get("type") == EventType.RESULT and event.get("path"):
+            rows: list[dict[str, Any]] = []
+            with contextlib.suppress(OSError, ValueError), \
+                    open(str(event.get("answers") or ""), encoding="utf-8") as fh:
+                rows = [json.loads(line) for line in fh if line.strip()]
+            _print_summary(event, sorted(rows, key=lambda r: (r.get("source") != "prompts", r.get("i", 0))))
+            sys.stdout.flush()
+    return show
 
 
 def _emit(events: bool, event_type: str, /, **fields: Any) -> None:
@@ -153,8 +186,7 @@ def run(args: argparse.Namespace) -> int:
         import dataclasses
         spec = dataclasses.replace(spec, fp8=str(folder.resolve()))
         if manifest.get("device") == "cpu":
-            print("gaudi-gui eval: note: FP8 on the CPU (INC's Q/DQ) checks the flow and the answers, not "
-                  "speed: it runs slower than bf16", file=sys.stderr)
+            print(FP8_CPU_NOTE, file=sys.stderr)
     if problems:
         for field, message in problems[1:]:
             print(f"gaudi-gui eval: {OPTION_OF.get(field, field)}: {message}", file=sys.stderr)
@@ -166,6 +198,12 @@ def run(args: argparse.Namespace) -> int:
         from gaudi_gui.commands.detach import print_started
         print_started(started[1], "eval", as_json=args.json)
         return ev.EXIT_OK
+    if not remote:
+        # What the files say is checked here, before a background job or the agent is asked.
+        try:
+            target, prompts, references = _inputs(spec)
+        except ev.EvalInputError as exc:
+            return _refuse(args, exc.field, str(exc))
     if args.detach:
         from gaudi_gui.commands.detach import detach_command
         words = _absolute(spec).cli_args()
@@ -176,18 +214,8 @@ def run(args: argparse.Namespace) -> int:
         return _on_host(args, spec)
     from gaudi_gui.commands import client
     if client.wanted(args):
-        return client.run_job("eval", _absolute(spec).cli_args(), runs_dir=args.runs_dir)
-    try:
-        target = ev.resolve(spec)
-        prompts = list(spec.prompts)
-        if spec.prompts_file:
-            prompts += ev.read_prompts(spec.prompts_file, spec.prompt_column, spec.max_rows)
-        references = ev.read_references(spec.data, spec.prompt_column, spec.reference_column,
-                                        spec.max_rows) if spec.data else []
-    except ev.EvalInputError as exc:
-        return _refuse(args, exc.field, str(exc))
-    if spec.max_rows:
-        prompts = prompts[:spec.max_rows]
+        return client.run_job("eval", _absolute(spec).cli_args(), runs_dir=args.runs_dir, shown=_shown(args),
+                              said=[FP8_CPU_NOTE])
     job = {"target": target.to_dict(), "prompts": prompts, "references": references,
            "metrics": spec.metrics, "tasks": spec.tasks, "include_path": spec.include_path,
            "max_rows": spec.max_rows, "max_new_tokens": spec.max_new_tokens, "seed": spec.seed,

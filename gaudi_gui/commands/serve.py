@@ -182,6 +182,27 @@ class _Out:
             self._say(f"  | {line}", err=True)
 
 
+def _shown(out: _Out) -> Callable[[dict[str, Any]], None]:
+    """How a person sees the events of a serve the agent runs (its log holds only its plain lines: the
+    URL, the engine's output): the words this command prints when it serves in-process. A failure is
+    said by the command itself, on its stderr (in the log)."""
+    def show(event: dict[str, Any]) -> None:
+        kind = event.get("type")
+        if kind == EventType.SERVE_STATE and event.get("state") != "failed" and event.get("message"):
+            out.state(str(event.get("state")), str(event["message"]))
+        elif kind == EventType.SERVE_PROGRESS:
+            eta = event.get("eta_s")
+            out.progress(sv.WarmupProgress(
+                phase=str(event.get("phase") or ""), step=int(event.get("step") or 0),
+                total=int(event.get("total") or 0), fraction=float(event.get("fraction") or 0.0),
+                eta_s=float(eta) if isinstance(eta, (int, float)) else None))
+        elif kind == EventType.SERVE_REQUEST:
+            out.request(sv.RequestRecord(
+                time=float(event.get("time") or 0.0), method=str(event.get("method") or ""),
+                path=str(event.get("path") or ""), status=int(event.get("status") or 0)))
+    return show
+
+
 class _Stop(Exception):
     """SIGTERM / SIGHUP arrived: stop as Ctrl-C does."""
 
@@ -233,6 +254,10 @@ def run(args: argparse.Namespace) -> int:
         return _detach_on_host(args, spec, out)
     if host and host != "local":
         return _on_host(args, spec, out)
+    refused = _port_refusal(spec)  # here, before the agent or a background job is asked
+    if refused:
+        out.fail(refused)
+        return 2
     if args.detach:
         from gaudi_gui.commands.detach import detach_command
         name = f"serve-{Path(spec.model).name or 'model'}"
@@ -240,7 +265,7 @@ def run(args: argparse.Namespace) -> int:
                               as_json=args.json)
     from gaudi_gui.commands import client
     if client.wanted(args):
-        return client.run_job("serve", spec.cli_args(), runs_dir=args.runs_dir)
+        return client.run_job("serve", spec.cli_args(), runs_dir=args.runs_dir, shown=_shown(out))
     old = {s: signal.signal(s, _raise_stop) for s in (signal.SIGTERM, signal.SIGHUP)}
     try:
         return _here(spec, out)
@@ -301,7 +326,9 @@ def _adapter_base(adapter: str) -> str:
     return base
 
 
-def _here(spec: sv.ServeSpec, out: _Out) -> int:
+def _port_refusal(spec: sv.ServeSpec) -> str:
+    """Why this machine's ``spec.port`` cannot be served on ("" when it can): an engine of an earlier
+    serve holds it (named, with how to stop it), or anything else does."""
     bind = sv.ALL_INTERFACES if spec.listen_all else sv.LOOPBACK
     record = sv.read_engine_record(spec.port)
     if record is not None and record.orphaned():
@@ -312,13 +339,19 @@ def _here(spec: sv.ServeSpec, out: _Out) -> int:
     if record is not None and record.engine_alive():
         # An engine of ours on this port (serving, or still loading and not bound yet).
         if not record.owner_alive():
-            out.fail(f"--port: {record.orphan_message()}")
-        else:
-            out.fail(f"--port: port {spec.port} is taken by another gaudi-gui serve (pid {record.owner.pid}, "
-                     f"model {record.model}); choose another")
-        return 2
+            return f"--port: {record.orphan_message()}"
+        return (f"--port: port {spec.port} is taken by another gaudi-gui serve (pid {record.owner.pid}, "
+                f"model {record.model}); choose another")
     if not sv.port_free(spec.port, bind):
-        out.fail(f"--port: port {spec.port} is already taken on {bind}; choose another")
+        return f"--port: port {spec.port} is already taken on {bind}; choose another"
+    return ""
+
+
+def _here(spec: sv.ServeSpec, out: _Out) -> int:
+    bind = sv.ALL_INTERFACES if spec.listen_all else sv.LOOPBACK
+    refused = _port_refusal(spec)
+    if refused:
+        out.fail(refused)
         return 2
     device = sv.device_here(spec.device)
     # Decided once (the probe's answer): the engine's cards and its --device follow from it.

@@ -121,8 +121,9 @@ def run(args: argparse.Namespace) -> int:
             hint = " (or pass --overwrite-output)" if "a new run would write over them" in problem else ""
             print(f"gaudi-gui train: {field}: {problem}{hint}", file=sys.stderr)
         return 2
-    for note in jobcheck.notes(job):
-        print(f"gaudi-gui train: note: {note}", file=sys.stderr, flush=True)
+    notes = [f"gaudi-gui train: note: {note}" for note in jobcheck.notes(job)]
+    for note in notes:
+        print(note, file=sys.stderr, flush=True)
     if not getattr(args, "no_preflight", False) and args.device in ("auto", "hpu"):
         from gaudi_gui.commands.doctor import preflight  # the doctor's gate (a no-op without hl-smi)
         refusal = preflight(cards)
@@ -133,7 +134,8 @@ def run(args: argparse.Namespace) -> int:
         return _detach(job, args)
     from gaudi_gui.commands import client
     if client.wanted(args):
-        return client.run_job("train", _agent_words(args), config=job.to_dict(), runs_dir=args.runs_dir)
+        return client.run_job("train", _agent_words(args), config=job.to_dict(), runs_dir=args.runs_dir,
+                              said=notes)
     device = args.device if args.device != "auto" else prepare_mod.probe_device()
     if cards is not None and device == "cpu":
         print(f"gaudi-gui train: note: --cards {visibility.format_ids(cards)} ignored: the run is on the "

@@ -130,15 +130,16 @@ def test_jobs_go_on_when_the_agent_is_killed_and_the_next_one_lists_them(
 
 
 def test_a_foreground_download_through_the_agent_has_a_run_folder(fake_hub: FakeHub, tmp_path: Path) -> None:
-    """``gaudi-gui download`` as the agent's client (GAUDI_GUI_CLI_AGENT=1): the agent starts it, the
-    command prints its lines and ends with its outcome, and ``runs list`` shows the run."""
+    """``gaudi-gui download`` is the agent's client: the agent starts it, the command prints its lines
+    and ends with its outcome, and ``runs list`` shows the run."""
     fake_hub.repos["org/small"] = FakeRepo(files={"config.json": b'{"a": 1}',
                                                   "model.bin": os.urandom(100_000)})
-    env = {**os.environ, "GAUDI_GUI_CLI_AGENT": "1"}
+    env = dict(os.environ)
     done = subprocess.run([sys.executable, "-m", "gaudi_gui", "download", "org/small"], capture_output=True,
                           text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "through the agent" in done.stdout and "Downloaded:" in done.stderr
+    assert "model: " in done.stdout  # the command's own sentences, from the job's log
     listed = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "list"], capture_output=True,
                             text=True, env=env, timeout=60)
     assert "download-small" in listed.stdout and "finished" in listed.stdout, listed.stdout

@@ -16,6 +16,7 @@ import pytest
 from gaudi_gui.core import meter_files
 from gaudi_gui.core.agentwire import Connection
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.runstore import RunStore
 from tests.agent.test_devices_service import hl_smi_loops, next_event
 
 
@@ -38,7 +39,7 @@ def test_a_run_and_a_watcher_share_the_agents_one_hl_smi_loop(tmp_path: Path, fa
         out, _ = proc.communicate(timeout=30)
         assert proc.returncode == 0, out[-3000:]
         assert most == 1, f"{most} hl-smi -l loops at once during the run"
-    (run,) = list((tmp_path / "runs").iterdir())
+    (run,) = [r.folder for r in RunStore(tmp_path / "runs").runs()]
     summary = json.loads((run / meter_files.SUMMARY_NAME).read_text())
     assert summary["samples_from"] == "agent"
     lines = [json.loads(line) for line in (run / meter_files.METER_NAME).read_text().splitlines()]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.runstore import Run
+from gaudi_gui.core.runstore import Run, RunStore
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -27,7 +27,9 @@ def _unshare() -> list[str]:
 
 
 def test_full_disk_refuses_cleanly_and_leaves_nothing(tmp_path: Path) -> None:
-    """A runs folder on a real 256 KiB tmpfs, filled up: `gaudi-gui train` says so in one line."""
+    """A runs folder on a real 256 KiB tmpfs, filled up: `gaudi-gui train` says so in one line (through
+    the agent, whose start of the job found the disk full: at most the empty folder of job files the
+    agent hands over is left)."""
     mount = tmp_path / "small"
     mount.mkdir()
     job = tmp_path / "job.json"
@@ -35,12 +37,15 @@ def test_full_disk_refuses_cleanly_and_leaves_nothing(tmp_path: Path) -> None:
     script = (f"mount -t tmpfs -o size=256k tmpfs {mount} && "
               f"mkdir {mount}/runs && (head -c 1M /dev/zero > {mount}/filler || true) && "
               f"{sys.executable} -m gaudi_gui train --config {job} --runs-dir {mount}/runs --device cpu; "
-              f"echo \"rc=$?\"; ls -A {mount}/runs")
+              f"echo \"rc=$?\"; ls -A {mount}/runs; ls -A {mount}/runs/.incoming 2>/dev/null")
     done = subprocess.run([*_unshare(), "sh", "-c", script], capture_output=True, text=True, timeout=120,
                           cwd=ROOT)
     assert "rc=1" in done.stdout, (done.stdout, done.stderr)
     assert "No space left on device" in done.stderr and "Traceback" not in done.stderr
-    assert done.stdout.strip().endswith("rc=1")  # the runs folder is empty: no half-made run, no .tmp
+    said = [line for line in done.stderr.splitlines() if line.startswith("gaudi-gui train:")]
+    assert len(said) == 1, done.stderr
+    # No half-made run, no .tmp: the runs folder holds nothing but the agent's empty .incoming.
+    assert done.stdout.strip().split("rc=1", 1)[1].split() in ([], [".incoming"]), done.stdout
 
 
 def test_a_dataset_cannot_spoof_an_event(tmp_path: Path, demo_model: Path) -> None:
@@ -55,7 +60,7 @@ def test_a_dataset_cannot_spoof_an_event(tmp_path: Path, demo_model: Path) -> No
     done = subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"),
                            "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"],
                           capture_output=True, text=True, timeout=240)
-    (folder,) = list((tmp_path / "runs").iterdir())
+    (folder,) = [r.folder for r in RunStore(tmp_path / "runs").runs()]
     status = Run(folder).status()
     assert status.final_loss != -123 and status.step != 9
     assert all(e.get("loss") != -123 for e in Run(folder).events())
@@ -103,7 +108,7 @@ def test_stop_while_loading_ends_cleanly(tmp_path: Path, demo_model: Path) -> No
     while not held.exists() and time.monotonic() < deadline and cli.poll() is None:
         time.sleep(0.05)
     assert held.exists(), "the rank never reached its dataset load"
-    (folder,) = list((tmp_path / "runs").iterdir())
+    (folder,) = [r.folder for r in RunStore(tmp_path / "runs").runs()]
     run = Run(folder)
     os.kill(run.ranks()[0]["pid"], signal.SIGTERM)
     _out, err = cli.communicate(timeout=120)

@@ -28,10 +28,9 @@ FIGURES = ("matmul.fp32", "allreduce", "decode", "train_step")
 def bench_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, subprocess.CompletedProcess[str]]:
     home = tmp_path_factory.mktemp("bench-home")
     env = {**os.environ, "GAUDI_GUI_HOME": str(home)}
-    env.pop("GAUDI_GUI_CLI_AGENT", None)
     done = subprocess.run([sys.executable, "-m", "gaudi_gui", "benchmark", "--size", "tiny", "--repeats", "3",
-                           "--cards", "0,1", "--device", "cpu"], capture_output=True, text=True, env=env,
-                          timeout=180)
+                           "--cards", "0,1", "--device", "cpu", "--no-agent"], capture_output=True, text=True,
+                          env=env, timeout=180)
     assert done.returncode == 0, done.stderr[-3000:]
     runs = RunStore(home / "data" / "runs").runs()
     assert len(runs) == 1

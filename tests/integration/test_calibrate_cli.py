@@ -30,7 +30,6 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -
                           {"role": "assistant", "content": "a format"}]}]
     data.write_text("\n".join(json.dumps(r) for r in rows * 3) + "\n")
     env = {**os.environ, "GAUDI_GUI_HOME": str(home)}
-    env.pop("GAUDI_GUI_CLI_AGENT", None)
     done = subprocess.run([sys.executable, "-m", "gaudi_gui", "calibrate", "--model", str(tiny_model_dir),
                            "--dataset", str(data), "--prompt=-a prompt that starts with a dash",
                            "--rows", "8", "--device", "cpu", "--no-agent"],
@@ -167,7 +166,6 @@ def test_eval_fp8_compares_the_quantized_model(calibrated: tuple[Run, str], tiny
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     env = {**os.environ, "TMPDIR": str(scratch)}
-    env.pop("GAUDI_GUI_CLI_AGENT", None)
     refs = tmp_path / "refs.jsonl"  # perplexity of its text: what FP8 costs against bf16
     refs.write_text("".join(json.dumps({"prompt": p, "reference": r}) + "\n" for p, r in
                             (("the cat", "sat on the mat"), ("hello", "hello to you"))))
@@ -240,7 +238,6 @@ def test_ctrl_c_stops_a_calibration_and_says_nothing_was_kept(tmp_path: Path, ti
     data = tmp_path / "many.jsonl"
     data.write_text("".join(json.dumps({"text": f"row {i} " + "word " * 40}) + "\n" for i in range(400)))
     env = {**os.environ, "GAUDI_GUI_HOME": str(tmp_path / "home")}
-    env.pop("GAUDI_GUI_CLI_AGENT", None)
     proc = subprocess.Popen([sys.executable, "-m", "gaudi_gui", "calibrate", "--model", str(tiny_model_dir),
                              "--dataset", str(data), "--rows", "400", "--device", "cpu", "--no-agent"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)

@@ -27,7 +27,6 @@ pytestmark = [pytest.mark.slow]
 def two_ranks(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> tuple[Run, str]:
     home = tmp_path_factory.mktemp("ranks-home")
     env = {**os.environ, "GAUDI_GUI_HOME": str(home)}
-    env.pop("GAUDI_GUI_CLI_AGENT", None)
     done = subprocess.run([sys.executable, "-m", "gaudi_gui", "calibrate", "--model", str(tiny_model_dir),
                            "--prompt", "the cat sat on the mat", "--prompt", "hello world",
                            "--prompt", "what is fp8?", "--cards", "0,1", "--device", "cpu", "--no-agent"],

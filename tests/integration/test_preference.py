@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from gaudi_gui.core.jobconfig import JobConfig, align_job, demo_job
-from gaudi_gui.core.runstore import Run, checkpoint_complete
+from gaudi_gui.core.runstore import Run, RunStore, checkpoint_complete
 from tests.helpers import children_get_sigint, steps, wait_until, write_jsonl
 
 pytestmark = pytest.mark.slow
@@ -77,7 +77,7 @@ def test_dpo_orpo_kto_train_from_a_job_file_and_dpo_margins_rise(tmp_path: Path,
     # LoRA on LoRA: the SFT adapter trains on, and TRL's reference is its frozen copy (the SFT model).
     lora = done.pop("dpo-adapter")
     assert lora.returncode == 0, lora.stderr[-3000:]
-    (folder,) = list((tmp_path / "runs-dpo-adapter").iterdir())
+    (folder,) = [r.folder for r in RunStore(tmp_path / "runs-dpo-adapter").runs()]
     log = Run(folder).log_path.read_text()
     assert "starting from the adapter" in log and "the reference is that SFT model" in log
     assert (tmp_path / "out-lora" / "adapter" / "adapter_config.json").is_file()
@@ -85,7 +85,7 @@ def test_dpo_orpo_kto_train_from_a_job_file_and_dpo_margins_rise(tmp_path: Path,
     metrics = {}
     for objective, res in done.items():
         assert res.returncode == 0, f"{objective}: {res.stderr[-3000:]}"
-        (folder,) = list((tmp_path / f"runs-{objective}").iterdir())
+        (folder,) = [r.folder for r in RunStore(tmp_path / f"runs-{objective}").runs()]
         run = Run(folder)
         assert run.user_job().objective == objective
         records = [r for r in run.metrics() if r.get("loss") is not None]
@@ -129,7 +129,7 @@ def test_stop_and_resume_keep_the_objective(tmp_path: Path) -> None:
         if cli.poll() is None:
             cli.kill()
     assert cli.returncode == 0, err[-3000:]
-    (folder,) = list((tmp_path / "runs").iterdir())
+    (folder,) = [r.folder for r in RunStore(tmp_path / "runs").runs()]
     run = Run(folder)
     status = run.status()
     assert status.state == "stopped" and checkpoint_complete(status.checkpoint), status
@@ -144,7 +144,7 @@ def test_stop_and_resume_keep_the_objective(tmp_path: Path) -> None:
                           str(tmp_path / "runs"), "--device", "cpu", "--resumed-from", str(folder)],
                          capture_output=True, text=True, timeout=240)
     assert res.returncode == 0, res.stderr[-3000:]
-    (resumed,) = [Run(f) for f in (tmp_path / "runs").iterdir() if f != folder]
+    (resumed,) = [r for r in RunStore(tmp_path / "runs").runs() if r.folder != folder]
     assert resumed.user_job().objective == "dpo"
     finished = next(e for e in resumed.events() if e["type"] == "finished")
     assert finished["objective"] == "dpo" and finished["global_step"] == status.step + 2

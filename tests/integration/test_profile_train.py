@@ -13,6 +13,7 @@ import pytest
 from gaudi_gui.core import profile
 from gaudi_gui.core.jobconfig import JobConfig
 from gaudi_gui.core.profile_rules import sentences
+from gaudi_gui.core.runstore import RunStore
 
 
 def _job(tmp_path: Path, max_steps: int = 6) -> Path:
@@ -34,7 +35,7 @@ def test_train_profile_steps_3_writes_a_trace_and_a_summary(tmp_path: Path, demo
     _job(tmp_path)
     done = _train(tmp_path, "--profile-steps", "3")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (run,) = list((tmp_path / "runs").iterdir())
+    (run,) = [r.folder for r in RunStore(tmp_path / "runs").runs()]
     (trace,) = profile.trace_files(run)
     steps = profile.profiler_steps(trace)
     assert len(steps) == 3, steps
@@ -88,7 +89,7 @@ def test_two_ranks_only_rank_0_profiles_and_counts_the_all_reduce(tmp_path: Path
     job.save(tmp_path / "job.json")
     done = _train(tmp_path, "--profile-steps", "3")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    (run,) = list((tmp_path / "runs").iterdir())
+    (run,) = [r.folder for r in RunStore(tmp_path / "runs").runs()]
     (trace,) = profile.trace_files(run)
     assert trace.name.startswith("rank0.") and len(profile.profiler_steps(trace)) == 3
     summary = profile.read(run)

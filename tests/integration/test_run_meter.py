@@ -27,7 +27,7 @@ def _train(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess[str
                                    "per_device_train_batch_size": 2, "logging_steps": 1})
     job.save(tmp_path / "job.json")
     res = subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"),
-                          "--runs-dir", str(tmp_path / "runs"), *extra],
+                          "--runs-dir", str(tmp_path / "runs"), "--no-agent", *extra],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     (run,) = list((tmp_path / "runs").iterdir())
@@ -72,7 +72,7 @@ def test_gaudi_run_meters_its_own_cards_and_leaves_no_hl_smi(tmp_path: Path, fak
 
     summary = json.loads((run / meter_files.SUMMARY_NAME).read_text())
     assert summary["energy_source"] == "hl-smi power integrated"
-    assert summary["samples_from"] == "own hl-smi loop (no agent answers)"  # no agent in this test
+    assert summary["samples_from"] == "own hl-smi loop (GAUDI_GUI_NO_AGENT=1)"  # in-process: --no-agent
     expected = _trapezoid(samples, 2) + _trapezoid(samples, 3)
     assert expected > 0
     assert summary["energy_j"] == pytest.approx(expected, rel=1e-3)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import queue
 import signal
 import socket
@@ -19,8 +20,9 @@ import psutil
 import pytest
 
 from gaudi_gui.core import protocol
+from gaudi_gui.core.runstore import Run
 from gaudi_gui.core.serve import engine_record_path, pick_free_port, port_free
-from tests.helpers import lines_of
+from tests.helpers import children_get_sigint, lines_of
 
 
 def _start(*args: str) -> tuple[subprocess.Popen[str], queue.Queue[str | None]]:
@@ -254,6 +256,80 @@ def test_a_closed_stdout_ends_the_printing_not_the_server(demo_model: Path) -> N
     assert code == 0, rest
     assert not any("Traceback" in line for line in rest), rest
     assert port_free(port)
+
+
+def _gaudi_gui(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gaudi_gui", *args], capture_output=True, text=True,
+                          timeout=60, env=env)
+
+
+def test_a_plain_serve_is_a_run_of_the_agent_and_ctrl_c_stops_it(demo_model: Path) -> None:
+    """``gaudi-gui serve …`` with no option is this machine's agent's job (issue 38): it has a run folder
+    that ``runs list`` shows while it serves, the command prints what it always printed (the server's
+    states, its URL, one line per request), and Ctrl-C (SIGINT to the command) stops it: the run is
+    marked stopped, the command exits 0 (as the in-process serve does), the port is free."""
+    port = pick_free_port()
+    with children_get_sigint():  # its Ctrl-C is the stop, whoever started this test
+        proc, lines = _start("--model", "builtin:demo", "--port", str(port), "--device", "cpu")
+    errors = _pump_stderr(proc)
+    seen: list[str] = []
+    folder: Path | None = None
+    try:
+        url = _wait_for(lines, seen, "http://")
+        assert url == f"http://127.0.0.1:{port}/v1", seen
+        assert seen[0].startswith("run folder: ") and "through the agent" in seen[0], seen
+        folder = Path(seen[0].removeprefix("run folder: ").split(" (", 1)[0])
+        assert any(line.startswith("loading ") for line in seen), seen  # its states, in words
+        listed = _gaudi_gui("runs", "list", "--json")
+        assert listed.returncode == 0, listed.stderr
+        runs = {item["name"]: item for item in json.loads(listed.stdout)}
+        assert folder.name in runs, runs
+        assert (runs[folder.name]["kind"], runs[folder.name]["status"]["state"]) == ("serve", "running"), runs
+        assert runs[folder.name]["endpoint"]["url"] == url, runs
+        status, _ = _post(f"{url}/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                                      "max_tokens": 3})
+        assert status == 200
+        request = _wait_for(lines, seen, "", timeout=60)
+        while "POST /v1/chat/completions 200" not in request:
+            request = _wait_for(lines, seen, "", timeout=60)
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait(120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        if folder is not None and Run(folder).supervisor() is not None:
+            _gaudi_gui("runs", "stop", str(folder), "--now")
+    rest: list[str] = []
+    while (item := errors.get(timeout=5)) is not None:
+        rest.append(item)
+    assert code == 0, rest
+    assert any("stop requested" in line for line in rest), rest
+    assert not any("Traceback" in line for line in rest), rest
+    assert Run(folder).status().state == "stopped"
+    assert port_free(port)
+    listed = json.loads(_gaudi_gui("runs", "list", "--json").stdout)
+    assert [(r["name"], r["status"]["state"]) for r in listed] == [(folder.name, "stopped")]
+
+
+def test_an_agent_that_cannot_start_says_so_in_one_line(demo_model: Path, tmp_path: Path) -> None:
+    """No agent can listen (its folder is not one): one line that says so and how to run without it;
+    ``--no-agent`` still checks and refuses in this process, never asking for one."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / "gaudi-gui").write_text("not a folder")
+    env = {**os.environ, "XDG_RUNTIME_DIR": str(runtime)}
+    done = _gaudi_gui("serve", "--model", "builtin:demo", "--port", str(pick_free_port()), env=env)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.startswith("gaudi-gui serve: this machine's agent did not start: "), done.stderr
+    assert done.stderr.rstrip().endswith("(or run it with --no-agent)"), done.stderr
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        port = sock.getsockname()[1]
+        refused = _gaudi_gui("serve", "--model", "builtin:demo", "--port", str(port), "--no-agent", env=env)
+    assert refused.returncode == 2 and "is already taken" in refused.stderr, refused.stderr
 
 
 def _engine_of(seen: list[str]) -> psutil.Process:

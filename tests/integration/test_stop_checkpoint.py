@@ -22,7 +22,7 @@ import pytest
 
 from gaudi_gui.core.events import read_events
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.runstore import Run, checkpoint_complete
+from gaudi_gui.core.runstore import Run, RunStore, checkpoint_complete
 from tests.helpers import children_get_sigint, slow_disk_env, steps, wait_until
 
 
@@ -37,23 +37,24 @@ def _job(tmp_path: Path, model: Path, *, nproc: int = 1, max_steps: int = 100000
     return path
 
 
-def _start_cli(tmp_path: Path, config: Path, env_extra: dict[str, str]) -> subprocess.Popen[str]:
+def _start_cli(tmp_path: Path, config: Path, env_extra: dict[str, str], *extra: str) -> subprocess.Popen[str]:
+    """``gaudi-gui train`` in the foreground: this machine's agent's job, followed to its end (``extra``
+    ``--no-agent``: in the command's own process)."""
     env = {**os.environ, **env_extra}
     with children_get_sigint():  # its Ctrl-C (SIGINT) is the stop
         return subprocess.Popen([sys.executable, "-m", "gaudi_gui", "train", "--config", str(config),
-                                 "--runs-dir", str(tmp_path / "runs"), "--device", "cpu"],
+                                 "--runs-dir", str(tmp_path / "runs"), "--device", "cpu", *extra],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
 
 
 def _run_folder(tmp_path: Path) -> Run:
-    (folder,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
-    return Run(folder)
+    (run,) = RunStore(tmp_path / "runs").runs()
+    return run
 
 
 def _steps_so_far(tmp_path: Path) -> int:
     """The step the one run in tmp_path/runs reached (0 while there is none yet)."""
-    runs = tmp_path / "runs"
-    return steps(_run_folder(tmp_path)) if runs.is_dir() and any(runs.iterdir()) else 0
+    return steps(_run_folder(tmp_path)) if RunStore(tmp_path / "runs").runs() else 0
 
 
 def _no_process_left(run: Run) -> None:
@@ -103,7 +104,7 @@ def test_ctrl_c_on_cli_keeps_a_slow_checkpoint_and_resumes_there(tmp_path: Path,
                                                    resume="latest"), {})
     _out, err = resume.communicate(timeout=240)
     assert resume.returncode == 0, err[-3000:]
-    (rfolder,) = list((tmp_path / "resume" / "runs").iterdir())
+    rfolder = _run_folder(tmp_path / "resume").folder
     revents = read_events(rfolder / "events.jsonl")
     started = next(e for e in revents if e["type"] == "training_started")
     assert started["start_step"] == step
@@ -165,7 +166,8 @@ def test_sigkill_of_a_rank_is_killed(tmp_path: Path, demo_model: Path) -> None:
 
 def test_sigkill_of_the_cli_leaves_a_run_a_later_reader_reports_truthfully(tmp_path: Path,
                                                                           demo_model: Path) -> None:
-    cli = _start_cli(tmp_path, _job(tmp_path, demo_model), {})
+    """The in-process supervisor (``--no-agent``) killed: the run goes on, nobody writes its status."""
+    cli = _start_cli(tmp_path, _job(tmp_path, demo_model), {}, "--no-agent")
     try:
         assert wait_until(lambda: _steps_so_far(tmp_path) >= 2, 240), "no two training steps in 240 s"
         run = _run_folder(tmp_path)

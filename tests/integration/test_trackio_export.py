@@ -18,7 +18,7 @@ import pytest
 
 from gaudi_gui.core import export
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.runstore import Run
+from gaudi_gui.core.runstore import Run, RunStore
 
 if importlib.util.find_spec("trackio") is None:  # looked up, not imported: only the children import it
     pytest.skip("trackio is not installed (the test extra brings it)", allow_module_level=True)
@@ -177,7 +177,7 @@ def test_report_to_tensorboard_and_trackio_reach_the_trainer(tmp_path: Path) -> 
                           "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "TRACKIO_DIR": str(where)})
     assert res.returncode == 0, res.stderr[-3000:]
-    (run,) = list((tmp_path / "runs").iterdir())
+    (run,) = [r.folder for r in RunStore(tmp_path / "runs").runs()]
     log = (run / "log.txt").read_text()
     assert f"trackio: logging locally to {where}, project reports, run {run.name}" in log
     trackers = json.loads((run / "trackers.json").read_text())

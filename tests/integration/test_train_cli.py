@@ -10,19 +10,35 @@ from typing import Any
 import pytest
 
 from gaudi_gui.core.jobconfig import JobConfig
-from tests.helpers import job_file
+from gaudi_gui.core.runstore import RunStore
+from tests.helpers import children_get_sigint, job_file
 
 
 @pytest.mark.usefixtures("demo_model")
-def test_cli_train_runs_and_writes_run_folder(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["agent", "no-agent"])
+def test_cli_train_runs_and_writes_run_folder(tmp_path: Path, mode: str) -> None:
+    """The foreground ``train``: through this machine's agent (the default; here started from a
+    background job, SIGINT and SIGHUP ignored, as ``nohup`` does), or in this process (``--no-agent``):
+    the same lines, the same outcome, the same run folder; the agent's run is in ``runs list``."""
     job = JobConfig(training_args={"output_dir": str(tmp_path / "out"), "max_steps": 3,
                                    "per_device_train_batch_size": 2, "logging_steps": 1})
     job.save(tmp_path / "job.json")
-    res = subprocess.run([sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"),
-                          "--runs-dir", str(tmp_path / "runs")], capture_output=True, text=True, timeout=180)
+    argv = [sys.executable, "-m", "gaudi_gui", "train", "--config", str(tmp_path / "job.json"), "--runs-dir",
+            str(tmp_path / "runs"), *(["--no-agent"] if mode == "no-agent" else [])]
+    with children_get_sigint("ignored" if mode == "agent" else "default"):
+        res = subprocess.run(argv, capture_output=True, text=True, timeout=180)
     assert res.returncode == 0, res.stderr[-2000:]
-    assert "Finished 3 steps; final loss" in res.stderr
-    (run,) = list((tmp_path / "runs").iterdir())
+    assert res.stderr.count("Finished 3 steps; final loss") == 1, res.stderr  # said once, at the end
+    assert "meter: " in res.stderr and "Traceback" not in res.stderr  # the supervisor's notes, as in-process
+    (run_,) = RunStore(tmp_path / "runs").runs()
+    run = run_.folder
+    assert res.stdout.startswith(f"run folder: {run} ("), res.stdout[:500]
+    assert ("through the agent" in res.stdout.splitlines()[0]) == (mode == "agent")
+    assert "'loss'" in res.stdout  # the Trainer's own lines, as they came
+    if mode == "agent":
+        listed = subprocess.run([sys.executable, "-m", "gaudi_gui", "runs", "--runs-dir",
+                                 str(tmp_path / "runs"), "list"], capture_output=True, text=True, timeout=60)
+        assert run.name in listed.stdout and "finished" in listed.stdout, listed.stdout
     status = json.loads((run / "status.json").read_text())
     assert status["state"] == "finished" and status["exit_code"] == 0 and status["origin"] == "cli"
     assert status["step"] == 3 and status["max_steps"] == 3  # the CLI records its steps

@@ -26,6 +26,7 @@ import pytest
 
 from gaudi_gui.core import host_setup, paths
 from gaudi_gui.core.jobconfig import JobConfig
+from gaudi_gui.core.runstore import RunStore
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("wheel_install")]
 
@@ -105,7 +106,7 @@ def test_the_wheel_carries_its_data(installed: tuple[Path, dict[str, str]], tmp_
     train = run(venv, work, env, "train", "--config", str(tmp_path / "job.json"), "--runs-dir",
                 str(tmp_path / "runs"), "--device", "cpu")
     assert train.returncode == 0, train.stderr[-3000:]
-    (folder,) = list((tmp_path / "runs").iterdir())
+    (folder,) = [r.folder for r in RunStore(tmp_path / "runs").runs()]
     status = json.loads((folder / "status.json").read_text())
     assert (status["state"], status["step"]) == ("finished", 2), status
 

@@ -28,7 +28,6 @@ pytestmark = pytest.mark.slow
 
 def gg(*args: str, timeout: float = 240, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     env = dict(os.environ)
-    env.pop("GAUDI_GUI_CLI_AGENT", None)
     return subprocess.run([sys.executable, "-m", "gaudi_gui", *args], capture_output=True, text=True,
                           timeout=timeout, env=env, input=stdin)
 
