@@ -251,7 +251,9 @@ class Agent:
         try:
             reply = await handler(session, message) or {}
         except Refused as exc:
-            session.send({"re": ident, "ok": False, "error": str(exc)})
+            code = getattr(exc, "code", None)  # a start command's own exit status (jobs.StartRefused)
+            session.send({"re": ident, "ok": False, "error": str(exc),
+                          **({"code": code} if isinstance(code, int) else {})})
             return
         except Exception as exc:  # a bug in one handler must not take the agent (and all work) down
             _log(f"'{op}' failed: {type(exc).__name__}: {exc}")

@@ -66,6 +66,7 @@ class JobFollow(QObject):
         self.running = False
         #: 0: no stop asked, 1: stop (the kind's own, with its grace), 2: kill now.
         self.stop_sent = 0
+        self.refused_code = 0
         self._following = False
         self._lost = False
         self._seen = {"events": 0, "lines": 0}
@@ -136,6 +137,9 @@ class JobFollow(QObject):
             return  # followed no more (shut down meanwhile)
         if not reply.get("ok"):
             self.running = False
+            code = reply.get("code")
+            #: The start command's own exit status when it refused (2: bad input), else 1.
+            self.refused_code = code if isinstance(code, int) and code > 0 else 1
             self.refused.emit(str(reply.get("error") or f"the agent did not start the {self.kind}"))
             return
         record = reply.get("job") or {}

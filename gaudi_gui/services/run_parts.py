@@ -178,7 +178,7 @@ class AgentPart(QObject):
 
     def _on_refused(self, words: str) -> None:
         self.line_received.emit(f"[gaudi-gui] the run did not start{self.where}: {words}")
-        self._finish(1, "failed", f"Failed: {words}")
+        self._finish(self.job.refused_code or 1, "failed", f"Failed: {words}")
 
     def follow(self, folder: str, *, name: str = "", cards: Any = ()) -> None:
         """Follow a run started before (after a restart) from its beginning, so the curve and log are
