@@ -90,9 +90,7 @@ class AgentClient(QObject):
         entry = (ev.value, key, host or None)
         first = entry not in self._listeners
         self._listeners.setdefault(entry, []).append(listener)
-        if first and self.state == "up":
-            # Not up yet: the connection subscribes every listener's entry as it comes up (once:
-            # a queued request too would make the agent replay the history twice).
+        if first:
             self.request("subscribe", None, **_subscription(entry))
 
     def unsubscribe(self, ev: agentwire.Ev, listener: Listener, key: str | None = None,
@@ -103,8 +101,7 @@ class AgentClient(QObject):
             listeners.remove(listener)
         if not listeners and entry in self._listeners:
             del self._listeners[entry]
-            if self.state == "up":  # else: the next connection does not subscribe it at all
-                self.request("unsubscribe", None, **_subscription(entry))
+            self.request("unsubscribe", None, **_subscription(entry))
 
     # -- plumbing ---------------------------------------------------------------------------------
 

@@ -116,32 +116,3 @@ def test_the_window_starts_the_agent_without_waiting_for_its_starter(qtbot: QtBo
         assert starter.pid not in [p.pid for p in psutil.Process().children()]  # reaped: no zombie
     finally:
         client.close()
-
-
-def test_a_subscription_made_before_the_agent_answers_is_made_once(qtbot: QtBot, fake_hub: FakeHub) -> None:
-    """A follower that subscribes while the window's client is still reaching the agent (a re-attach
-    at start) gets a job's history once: the subscription is sent as the connection comes up, not
-    also from the queue of waiting requests (the agent replayed the history twice)."""
-    fake_hub.repos["org/tiny"] = FakeRepo(files={"config.json": b"{}", "model.bin": os.urandom(50_000)})
-    with agentwire.Connection.open() as conn:
-        job = conn.request("job.start", timeout=120, kind="download", job={"args": ["org/tiny"]})["job"]
-        deadline = time.monotonic() + 60
-        while Run(job["folder"]).status().state not in ("finished", "failed") and time.monotonic() < deadline:
-            conn.request("ping")
-            time.sleep(0.2)  # waiting on the run's end with a deadline (the CLI's own connection)
-    assert Run(job["folder"]).status().state == "finished"
-    batches: list[list[str]] = []
-    records: list[dict] = []
-    client = AgentClient(starter=agentwire.spawn)
-    try:
-        client.subscribe(agentwire.Ev.LOG, lambda m: batches.append(list(m.get("lines") or [])),
-                         key=job["job_id"])
-        client.subscribe(agentwire.Ev.JOB, records.append, key=job["job_id"])
-        client.start()
-        qtbot.waitUntil(lambda: bool(records) and bool(batches), timeout=30_000)
-        settled: list[dict] = []
-        client.request("ping", settled.append)  # every reply to what was sent before it came first
-        qtbot.waitUntil(lambda: bool(settled), timeout=10_000)
-        assert len(batches) == 1 and len(records) == 1, (batches, records)  # one replay of each
-    finally:
-        client.close()
