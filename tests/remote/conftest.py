@@ -87,10 +87,14 @@ class SshHost:
         server = psutil.Process(self.server.pid)
         since = server.create_time()
         host_side = {server.pid} | {p.pid for p in server.children(recursive=True)}
+        # The agent's starter (``agentwire.spawn(wait=False)``: ``agent --daemon``, which forks the
+        # agent and ends) is the one process the window makes, on purpose; it is reaped, not waited for.
+        from gaudi_gui.core import agentwire
+        starters = {proc.pid for proc in agentwire._STARTED}
         out = []
         for proc in psutil.Process().children(recursive=True):
             with contextlib.suppress(psutil.Error):
-                if proc.pid not in host_side and proc.status() != psutil.STATUS_ZOMBIE \
+                if proc.pid not in host_side | starters and proc.status() != psutil.STATUS_ZOMBIE \
                         and proc.create_time() >= since:
                     out.append(f"{proc.pid} {' '.join(proc.cmdline())}")
         return out
