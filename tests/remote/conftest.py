@@ -80,6 +80,16 @@ class SshHost:
         return lines
 
     def window_children(self) -> list[str]:
+        """What this (the window's, the test's) process started since this server and still runs (see
+        ``_children_now``). A process caught between its fork and its exec, or as it ends (no command
+        line yet or any more), is judged again half a second later: what counts is there both times."""
+        first = self._children_now()
+        if not first:
+            return []
+        time.sleep(0.5)  # a second look with a fixed pause, not a wait for a condition
+        return [child for child in self._children_now() if child in first]
+
+    def _children_now(self) -> list[str]:
         """What this (the window's, the test's) process started since this server and still runs, the
         server and its sessions (the "host") aside: "pid command line" each. Only since the server: an
         xdist worker runs many tests, and what an earlier one started (a session's Slurm cluster) is not
