@@ -111,9 +111,18 @@ from gaudi_gui.workers import loader
 hidden = loader.hide_bitsandbytes(sys.argv[1], sys.argv[2] or None)
 from transformers.utils import is_bitsandbytes_available
 import peft  # imports bitsandbytes whenever it is installed (peft.helpers)
-print(json.dumps({"hidden": hidden, "spec": importlib.util.find_spec("bitsandbytes") is not None,
-                  "transformers_sees": is_bitsandbytes_available(),
-                  "imported": sys.modules.get("bitsandbytes") is not None}))
+seen = {"hidden": hidden, "spec": importlib.util.find_spec("bitsandbytes") is not None,
+        "transformers_sees": is_bitsandbytes_available(),
+        "imported": sys.modules.get("bitsandbytes") is not None}
+if not seen["imported"] and not hidden:  # why not (peft swallows an ImportError)
+    import os, traceback
+    try:
+        import bitsandbytes
+    except BaseException as error:
+        seen["why"] = "".join(traceback.format_exception(error))[-3000:]
+        seen["env"] = {k: v for k, v in os.environ.items() if "KEY" not in k and "TOKEN" not in k}
+        seen["cwd"] = os.getcwd()
+print(json.dumps(seen))
 """
 
 
