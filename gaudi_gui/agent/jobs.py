@@ -8,7 +8,11 @@
   The reply is the job's record, with the start's ``pid`` (its supervisor) and ``device``.
 - ``job.stop {job_id, now}``: SIGTERM to its supervisor (a training run saves a checkpoint first), or
   ``now``: kill. A Slurm training run (``train`` with ``--slurm`` in its words) is the same: its
-  supervisor follows the job and stops it with ``scancel`` (``commands/slurm_run.py``).
+  supervisor follows the job and stops it with ``scancel`` (``commands/slurm_run.py``). Should that
+  supervisor die while the job goes on in Slurm (the ranks are on the cluster's nodes, not its
+  children), the agent takes over after ``TAKEOVER_S``: it starts ``gaudi-gui runs attach RUN`` in a
+  session of its own, which follows the job as its new supervisor (stop, kill now and the true outcome
+  work again); a ``runs attach`` a terminal already follows with takes over by itself first.
 - ``jobs.list {all, runs_dir?}``: the running jobs (``all``: every run of the stores too).
 - Events ``job`` {job_id, job}, ``log`` {job_id, lines}, ``event`` {job_id, events}: a subscription with
   ``key`` = a job's id replays its history from the run folder (``replay``: true, at least one message
@@ -36,6 +40,7 @@ import contextlib
 import json
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +56,8 @@ from gaudi_gui.core.secrets import redact
 
 #: How often a running job's files are read for new lines, events and state.
 POLL_S = 0.2
+#: A Slurm run whose supervisor has been gone this long (its job still unfinished) gets a new one.
+TAKEOVER_S = 5.0
 #: How long a job's start (its ``--detach``: the run folder made, the supervisor recorded) may take.
 START_S = 180.0
 #: Lines and events per message of a replay (a message is at most 4 MiB).
@@ -106,6 +113,15 @@ class _Watch:
             _skip_partial(self.log, self.events)
         self.record: dict[str, Any] = {}
         self.task: asyncio.Task[None] | None = None
+        #: A Slurm run's: since when no supervisor follows it (monotonic), 0 while one does.
+        self.orphan_since = 0.0
+
+
+def _orphaned_slurm(run: Run) -> bool:
+    """A Slurm run not ended whose supervisor is gone (the agent takes it over)."""
+    with contextlib.suppress(OSError):
+        return (run.folder / SLURM_INFO).is_file() and run.status().state not in FINAL_STATES
+    return False
 
 
 def _size(path: Path) -> int:
@@ -165,6 +181,8 @@ class Jobs:
         self.listeners: list[Callable[[dict[str, Any]], None]] = []
         #: job_id -> its meter, read while a session listens to it.
         self.meters: dict[str, _Meter] = {}
+        #: The ``runs attach`` supervisors this agent started (waited for, so none is left a zombie).
+        self._attaching: set[asyncio.Task[None]] = set()
 
     def ops(self) -> dict[str, Handler]:
         return {"job.start": self._start, "job.stop": self._stop, "jobs.list": self._list}
@@ -182,8 +200,8 @@ class Jobs:
             run = Run(folder)
             if not run.exists():
                 continue
-            if run.supervisor() is not None:
-                self._watch(run.folder, from_start=False)
+            if run.supervisor() is not None or _orphaned_slurm(run):
+                self._watch(run.folder, from_start=False)  # an orphaned Slurm run is taken over there
             else:
                 rec = record(run.folder)
                 rec["while_away"] = True
@@ -246,12 +264,47 @@ class Jobs:
                         return
                     if changed:
                         self._tell(rec)
+                    self._take_over(watch, rec, now)
                 await asyncio.sleep(POLL_S)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # one job's unreadable folder must not end the agent's watching of others
             self.agent.publish(Ev.NOTICE, message=f"stopped watching {watch.job_id}: {exc}", level="warning")
             self.watched.pop(watch.job_id, None)
+
+    def _take_over(self, watch: _Watch, rec: dict[str, Any], now: float) -> None:
+        """A Slurm run nobody follows any more (its supervisor died; the job goes on in Slurm): after
+        ``TAKEOVER_S`` without one, ``gaudi-gui runs attach RUN`` becomes its supervisor (which also writes
+        the true outcome of a job that ended meanwhile)."""
+        if rec["alive"] or rec["state"] in FINAL_STATES or not (watch.run.folder / SLURM_INFO).is_file():
+            watch.orphan_since = 0.0
+            return
+        if not watch.orphan_since:
+            watch.orphan_since = now
+            return
+        if now - watch.orphan_since < TAKEOVER_S or watch.run.supervisor() is not None:
+            return
+        watch.orphan_since = now  # once per TAKEOVER_S at most, should the new one die at once too
+        task = asyncio.get_running_loop().create_task(self._attach(watch))
+        self._attaching.add(task)
+        task.add_done_callback(self._attaching.discard)
+
+    async def _attach(self, watch: _Watch) -> None:
+        """``gaudi-gui runs attach RUN`` in a session of its own (its words in the run's supervisor.log),
+        reaped when it ends; it outlives this agent as any supervisor does."""
+        argv = [sys.executable, "-m", "gaudi_gui", "runs", "attach", str(watch.run.folder)]
+        try:
+            with open(watch.run.folder / "supervisor.log", "ab") as said:
+                proc = await asyncio.create_subprocess_exec(
+                    *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL, stderr=said,
+                    start_new_session=True)
+        except OSError as exc:
+            self.agent.publish(Ev.NOTICE, message=f"{watch.job_id}: no supervisor follows its Slurm job and "
+                                                  f"none could be started: {exc}", level="warning")
+            return
+        words = f"its Slurm job's supervisor was gone; `gaudi-gui runs attach` (pid {proc.pid}) follows it"
+        self.agent.publish(Ev.NOTICE, message=f"{watch.job_id}: {words}", level="info")
+        await proc.wait()
 
     def _tell(self, rec: dict[str, Any]) -> None:
         for listener in list(self.listeners):
@@ -290,6 +343,11 @@ class Jobs:
             found = self._record_of(key)
             if found is not None:
                 session.send({"ev": ev, "job_id": key, "job": found})
+            else:  # said, not left for the follower to wait on (a run folder deleted or moved)
+                stores = ", ".join(str(RunStore(s or None).root) for s in sorted(self.stores)) or "none"
+                session.send({"ev": ev, "job_id": key, "job": None,
+                              "missing": f"no run {key} in the runs store ({stores}): its folder was "
+                                         "deleted or moved, so there is nothing to follow"})
             return
         if ev == Ev.METER.value and key is not None:
             self._meter_wanted(session, key)
@@ -491,8 +549,13 @@ class Jobs:
             return {"words": "kill requested" if now else f"stop requested: {kinds.stop_words(run.kind)}"}
         if (run.folder / SLURM_INFO).is_file() and run.status().state not in FINAL_STATES:
             # The ranks are on the cluster's nodes: only the job's supervisor (which scancels) stops them.
-            raise Refused(f"{job_id}: nothing follows its Slurm job any more; `gaudi-gui runs attach "
-                          f"{job_id}` follows it again (its Ctrl-C stops it), or scancel it")
+            # One is started (``_take_over``) once the old one has been gone TAKEOVER_S.
+            if run.name not in self.watched:
+                self._watch(run.folder, from_start=False)
+                self._save()
+            raise Refused(f"{job_id}: its Slurm job's supervisor is gone; the agent starts a new one "
+                          f"(`gaudi-gui runs attach {job_id}`) within {TAKEOVER_S * 2:g} s: stop again then, "
+                          "or scancel the job")
         stopper = Stopper(run, run.status().launcher)
         if now:
             stopper.kill_now("request")

@@ -51,6 +51,8 @@ class AgentClient(QObject):
         #: (event name, key, host) -> listeners; the agent is asked once per entry.
         self._listeners: dict[Entry, list[Listener]] = {}
         self._pending: list[bytes] = []
+        #: Entries whose first subscribe is among ``_pending`` (sent there, in order, once).
+        self._queued: set[Entry] = set()
         self.state = "down"
         self.message = ""
         self.agent: dict[str, Any] = {}
@@ -91,6 +93,8 @@ class AgentClient(QObject):
         first = entry not in self._listeners
         self._listeners.setdefault(entry, []).append(listener)
         if first:
+            if self.state != "up":
+                self._queued.add(entry)
             self.request("subscribe", None, **_subscription(entry))
 
     def unsubscribe(self, ev: agentwire.Ev, listener: Listener, key: str | None = None,
@@ -132,19 +136,23 @@ class AgentClient(QObject):
         self._attempt = 0
         self._reap_starter()
         self._buffer = b""
-        # hello first; then the subscriptions again (a new agent knows none of them); then what waited.
+        # hello first; then what waited, in the order it was asked (a jobs.list naming a runs store
+        # before the subscriptions to that store's jobs); then the subscriptions made on an earlier
+        # connection (a new agent knows none of them) — each entry once.
         self._next_id += 1
         self._replies[self._next_id] = self._on_hello
         self._socket.write(agentwire.encode({"id": self._next_id, "op": "hello", "client": "window"}))
-        for entry in self._listeners:
-            self._next_id += 1
-            self._replies[self._next_id] = None
-            self._socket.write(agentwire.encode({"id": self._next_id, "op": "subscribe",
-                                                 **_subscription(entry)}))
         self.state = "up"
         pending, self._pending = self._pending, []
         for data in pending:
             self._socket.write(data)
+        queued, self._queued = self._queued, set()
+        for entry in self._listeners:
+            if entry not in queued:
+                self._next_id += 1
+                self._replies[self._next_id] = None
+                self._socket.write(agentwire.encode({"id": self._next_id, "op": "subscribe",
+                                                     **_subscription(entry)}))
 
     def _on_hello(self, reply: dict[str, Any]) -> None:
         self.agent = dict(reply.get("agent") or {})

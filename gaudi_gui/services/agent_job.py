@@ -53,6 +53,9 @@ class JobFollow(QObject):
     link_changed = Signal(str, str)
     #: A stop could not be sent (``now``: the kill) and the words why: the next press sends it again.
     stop_failed = Signal(bool, str)
+    #: The agent knows no such job (its run folder was deleted or moved): the words; it is followed on
+    #: (a record that comes later is taken as usual).
+    missing = Signal(str)
 
     def __init__(self, client: Callable[[], AgentClient], parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -188,8 +191,10 @@ class JobFollow(QObject):
             self.line_received.emit(str(line))
 
     def _on_job(self, message: dict[str, Any]) -> None:
-        record = message.get("job") or {}
+        record = message.get("job")
         if not isinstance(record, dict):
+            if message.get("missing") and self.running:
+                self.missing.emit(str(message["missing"]))
             return
         self.record_changed.emit(record)
         if record.get("state") in FINAL_STATES and not record.get("alive") and self.running:

@@ -101,6 +101,7 @@ class AgentPart(QObject):
         self.job.ended.connect(self._on_ended)
         self.job.link_changed.connect(self._on_link)
         self.job.stop_failed.connect(self._on_stop_failed)
+        self.job.missing.connect(self._on_missing)
 
     @property
     def where(self) -> str:
@@ -219,6 +220,13 @@ class AgentPart(QObject):
         if word and word != self.slurm_phase and self.slurm_job_id and not self._ended:
             self.slurm_phase = word
             self.slurm_state_changed.emit(state, word)
+
+    def _on_missing(self, words: str) -> None:
+        """The place's agent has no such run (a record kept across a restart whose folder was deleted
+        since): said, and the part ends, rather than "re-attaching…" for ever with nothing coming."""
+        said = f"{words}{f' (on {self.host.name})' if self.where else ''}"
+        self.line_received.emit(f"[gaudi-gui] {said}")
+        self._finish(1, "failed", f"Not followed: {said}")
 
     def _on_link(self, state: str, words: str) -> None:
         if self._ended:

@@ -116,3 +116,37 @@ def test_the_window_starts_the_agent_without_waiting_for_its_starter(qtbot: QtBo
         assert starter.pid not in [p.pid for p in psutil.Process().children()]  # reaped: no zombie
     finally:
         client.close()
+
+
+def test_a_subscription_made_while_connecting_is_sent_once(qtbot: QtBot, fake_hub: FakeHub) -> None:
+    """A view that subscribes before the agent answered (the window's first paint) hears a job's history
+    once: the subscription is sent once, in its place among the requests that waited, not a second time
+    with the re-subscriptions a reconnect makes (which a new agent needs, and gets once)."""
+    fake_hub.repos["org/small"] = FakeRepo(files={"config.json": b"{}"})
+    with agentwire.Connection.open() as conn:
+        job = conn.request("job.start", timeout=120, kind="download", job={"args": ["org/small"]})["job"]
+        deadline = time.monotonic() + 60
+        while any(j["job_id"] == job["job_id"] for j in conn.request("jobs.list")["jobs"]):  # running ones
+            assert time.monotonic() < deadline, "the download did not end"
+            time.sleep(0.2)  # polling the agent's own word on a job that ends within seconds
+    client = AgentClient(starter=agentwire.spawn)
+    heard: list[dict] = []
+    try:
+        client.subscribe(agentwire.Ev.JOB, heard.append, key=job["job_id"])
+        client.start()
+        qtbot.waitUntil(lambda: bool(heard), timeout=30000)
+        replies: list[dict] = []
+        client.request("ping", replies.append)  # everything sent before it has been answered
+        qtbot.waitUntil(lambda: bool(replies), timeout=10000)
+        assert len(heard) == 1, heard
+        first = int(client.agent["pid"])
+        os.kill(first, signal.SIGKILL)
+        qtbot.waitUntil(lambda: client.state == "up" and int(client.agent.get("pid", first)) != first,
+                        timeout=30000)
+        qtbot.waitUntil(lambda: len(heard) == 2, timeout=30000)  # the new agent's one replay
+        again: list[dict] = []
+        client.request("ping", again.append)
+        qtbot.waitUntil(lambda: bool(again), timeout=10000)
+        assert len(heard) == 2, heard
+    finally:
+        client.close()

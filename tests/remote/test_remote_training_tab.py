@@ -121,3 +121,29 @@ def test_a_host_without_gaudi_gui_fails_the_start_with_the_fix(qtbot: QtBot, ssh
     services.training.shutdown()
     services.poller.stop()
     assert ssh_host.wait_no_processes(20) == []
+
+
+def test_a_followed_run_whose_folder_was_deleted_on_the_host_is_said_and_let_go(
+        qtbot: QtBot, ssh_host: SshHost, tmp_path: Path) -> None:
+    """The app kept a run on a host to follow again; meanwhile its folder there was deleted. The next
+    start says so in the tab (not "re-attaching…" for ever), lets the record go, and Start is free."""
+    remote.save_hosts([remote.Host.parse(ssh_host.dest)])
+    gone = ssh_host.runs_dir / "20261207-101010-gone"
+    record = {"placement": {"kind": "host", "hosts": [{"name": ssh_host.dest, "remote_command": ""}],
+                            "cards": {}, "slurm": {}},
+              "parts": [{"host": ssh_host.dest, "remote_command": "", "folder": str(gone), "name": gone.name,
+                         "cards": []}],
+              "job": {}, "resumed_from": "", "main_ip": "", "port": 0}
+    services = create_services()
+    services.settings.set("training/followed_runs", [record])
+    services.settings.sync()
+    services.training.shutdown()
+    services.poller.stop()
+    services, tab = training_tab(qtbot, tmp_path)
+    try:
+        qtbot.waitUntil(lambda: "was deleted or moved" in tab.status.text(), timeout=90000)
+        assert gone.name in tab.status.text() and ssh_host.dest in tab.status.text(), tab.status.text()
+        assert not tab.job.is_running() and tab.btn["Start"].isEnabled()
+        assert services.settings.get("training/followed_runs") == []
+    finally:
+        end_training_tab(qtbot, services, tab)

@@ -2,7 +2,8 @@
 cluster (tests/slurm_cluster.py): the job is submitted by a supervisor in a session of its own, which
 announces the run once sbatch took it and follows the job to its end. Through the agent (``job.start``
 kind ``train`` with ``--slurm`` in its words) it is followed, listed, re-adopted by a new agent after a
-SIGKILL, stopped with a checkpoint (``job.stop``) or cancelled at once (``job.stop`` now). A bad option
+SIGKILL, stopped with a checkpoint (``job.stop``) or cancelled at once (``job.stop`` now); a job whose
+supervisor died (and no ``runs attach`` took over) gets a new one from the agent. A bad option
 is refused with exit 2 and one line, a job sbatch refuses with exit 1 and one line, nothing followed.
 Nothing is left running: the leftover guard of tests/conftest.py checks."""
 
@@ -19,6 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from gaudi_gui.core.agentwire import AgentError, Connection
@@ -192,20 +194,25 @@ def test_runs_attach_follows_an_agent_job_and_takes_over_from_a_dead_supervisor_
         os.kill(supervisor.pid, signal.SIGKILL)
         assert wait_until(lambda: any("is gone: following job" in line for line in out), 30), out
         assert wait_until(lambda: (Run(folder).supervisor() or supervisor).pid == reader.pid, 10)
-        # That one dies too: nothing follows the job, which goes on in Slurm; the agent says so.
+        # That one dies too: nothing follows the job, which goes on in Slurm. The agent takes over: it
+        # starts `gaudi-gui runs attach` as the job's supervisor (a stop asked before then is refused
+        # with the words when).
         reader.kill()
         reader.wait(timeout=30)
         assert Run(folder).supervisor() is None and slurm_id in slurm.jobs()
-        with pytest.raises(AgentError, match="nothing follows its Slurm job any more") as refused:
-            conn.request("job.stop", job_id=job_id)
-        assert f"`gaudi-gui runs attach {job_id}`" in str(refused.value)
-        def listed() -> dict[str, Any]:
-            return next(j for j in conn.request("jobs.list")["jobs"] if j["job_id"] == job_id)
-
-        assert wait_until(lambda: not listed()["alive"], 10) and listed()["state"] == "running", listed()
-        # A new `runs attach` is the supervisor from its start.
-        attach, out = _attach(folder)
-        assert wait_until(lambda: (Run(folder).supervisor() or supervisor).pid == attach.pid, 30), out
+        try:
+            conn.request("job.stop", job_id=job_id)  # refused while none follows (sent, once one does)
+        except AgentError as refused:
+            assert "supervisor is gone; the agent starts a new one" in str(refused), refused
+        gone = (supervisor.pid, reader.pid)
+        assert wait_until(lambda: (Run(folder).supervisor() or supervisor).pid not in gone, 30), \
+            (folder / "supervisor.log").read_text()
+        taken = Run(folder).supervisor()
+        assert taken is not None
+        agent_pid = int(conn.agent["pid"])
+        took = psutil.Process(taken.pid)
+        assert took.cmdline()[-3:] == ["runs", "attach", str(folder)] and took.ppid() == agent_pid
+        assert os.getsid(taken.pid) == taken.pid  # a session of its own: it outlives the agent
         heard = _Heard(job_id)
         try:
             assert wait_until(lambda: any(r["alive"] for r in heard.records), 10), heard.records
@@ -216,8 +223,8 @@ def test_runs_attach_follows_an_agent_job_and_takes_over_from_a_dead_supervisor_
         finally:
             heard.close()
         assert final is not None and final["state"] == "killed", final
-        assert attach.wait(timeout=60) == 1, out
-        assert "killed on request" in "".join(out), out
+        assert wait_gone(taken.pid, 30)
+        assert wait_until(lambda: not psutil.pid_exists(taken.pid), 10)  # reaped by the agent: no zombie
     status = json.loads((folder / "status.json").read_text())
     assert status["state"] == "killed" and "killed on request" in status["summary"], status
     assert not events(folder, "checkpoint_saved")

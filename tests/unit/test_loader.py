@@ -106,22 +106,30 @@ def test_without_bitsandbytes_a_sentence_not_a_traceback(monkeypatch: pytest.Mon
 
 
 _HIDDEN_CHECK = """
-import importlib.util, json, sys
+import builtins, importlib.util, json, os, sys, traceback
 from gaudi_gui.workers import loader
 hidden = loader.hide_bitsandbytes(sys.argv[1], sys.argv[2] or None)
 from transformers.utils import is_bitsandbytes_available
+real_import, failed = builtins.__import__, []
+
+def noting(name, *args, **kwargs):  # peft swallows an ImportError of bitsandbytes: keep its words
+    try:
+        return real_import(name, *args, **kwargs)
+    except ImportError:
+        if not hidden and name.split(".")[0] in ("bitsandbytes", "habana_frameworks"):
+            failed.append(traceback.format_exc()[-3000:])
+        raise
+
+builtins.__import__ = noting
 import peft  # imports bitsandbytes whenever it is installed (peft.helpers)
+builtins.__import__ = real_import
 seen = {"hidden": hidden, "spec": importlib.util.find_spec("bitsandbytes") is not None,
         "transformers_sees": is_bitsandbytes_available(),
         "imported": sys.modules.get("bitsandbytes") is not None}
-if not seen["imported"] and not hidden:  # why not (peft swallows an ImportError)
-    import os, traceback
-    try:
-        import bitsandbytes
-    except BaseException as error:
-        seen["why"] = "".join(traceback.format_exception(error))[-3000:]
-        seen["env"] = {k: v for k, v in os.environ.items() if "KEY" not in k and "TOKEN" not in k}
-        seen["cwd"] = os.getcwd()
+if not seen["imported"] and not hidden:
+    seen["why"] = failed
+    seen["env"] = {k: v for k, v in os.environ.items() if "KEY" not in k and "TOKEN" not in k}
+    seen["cwd"], seen["peft"], seen["path"] = os.getcwd(), str(getattr(peft, "__file__", None)), sys.path[:4]
 print(json.dumps(seen))
 """
 
