@@ -234,7 +234,8 @@ class AgentPart(QObject):
         if state == "up":
             self._set_connection(FOLLOWING, words)
             return
-        message = f"{words} — reconnecting (the run goes on{self.where})"
+        again = "" if "reconnecting" in words else " — reconnecting"
+        message = f"{words}{again} (the run goes on{self.where})"
         self._set_connection(RECONNECTING, message)
         self.note_changed.emit(message)
         self.line_received.emit(f"[gaudi-gui] {message}")

@@ -148,4 +148,4 @@ def test_bitsandbytes_is_hidden_only_from_a_process_that_cannot_need_it(quantiza
     assert out.returncode == 0, out.stderr[-2000:]
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["hidden"] is hidden
-    assert seen["spec"] is seen["transformers_sees"] is seen["imported"] is (not hidden), seen
+    assert seen["spec"] is seen["transformers_sees"] is seen["imported"] is (not hidden), json.dumps(seen)
