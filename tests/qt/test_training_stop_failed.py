@@ -41,8 +41,8 @@ while True:
 def test_a_stop_lost_with_the_agent_is_said_and_sent_again(qtbot: QtBot, tmp_path: Path) -> None:
     store = RunStore(tmp_path / "runs")
     run = store.create(JobConfig())
-    supervisor = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, str(run.folder)], stdout=subprocess.PIPE,
-                                  text=True, start_new_session=True)
+    supervisor = subprocess.Popen([sys.executable, "-c", _SUPERVISOR, str(run.folder)],
+                                  stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         assert supervisor.stdout is not None and supervisor.stdout.readline().strip() == "ready"
         made = psutil.Process(supervisor.pid).create_time()
