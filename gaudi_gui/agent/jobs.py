@@ -115,6 +115,8 @@ class _Watch:
         self.task: asyncio.Task[None] | None = None
         #: A Slurm run's: since when no supervisor follows it (monotonic), 0 while one does.
         self.orphan_since = 0.0
+        #: The ``runs attach`` this agent started to take it over, while it runs (none is started beside it).
+        self.attach: asyncio.Task[None] | None = None
 
 
 def _orphaned_slurm(run: Run) -> bool:
@@ -284,8 +286,10 @@ class Jobs:
             return
         if now - watch.orphan_since < TAKEOVER_S or watch.run.supervisor() is not None:
             return
+        if watch.attach is not None and not watch.attach.done():
+            return  # the one started is still coming up (no supervisor written yet): not a second one
         watch.orphan_since = now  # once per TAKEOVER_S at most, should the new one die at once too
-        task = asyncio.get_running_loop().create_task(self._attach(watch))
+        task = watch.attach = asyncio.get_running_loop().create_task(self._attach(watch))
         self._attaching.add(task)
         task.add_done_callback(self._attaching.discard)
 
@@ -547,7 +551,7 @@ class Jobs:
         if supervisor is not None:
             supervisor.signal(KILL_NOW_SIGNAL if now else signal.SIGTERM)
             return {"words": "kill requested" if now else f"stop requested: {kinds.stop_words(run.kind)}"}
-        if (run.folder / SLURM_INFO).is_file() and run.status().state not in FINAL_STATES:
+        if _orphaned_slurm(run):
             # The ranks are on the cluster's nodes: only the job's supervisor (which scancels) stops them.
             # One is started (``_take_over``) once the old one has been gone TAKEOVER_S.
             if run.name not in self.watched:

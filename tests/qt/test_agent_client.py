@@ -131,22 +131,25 @@ def test_a_subscription_made_while_connecting_is_sent_once(qtbot: QtBot, fake_hu
             time.sleep(0.2)  # polling the agent's own word on a job that ends within seconds
     client = AgentClient(starter=agentwire.spawn)
     heard: list[dict] = []
+    batches: list[list[str]] = []
     try:
+        client.subscribe(agentwire.Ev.LOG, lambda m: batches.append(list(m.get("lines") or [])),
+                         key=job["job_id"])
         client.subscribe(agentwire.Ev.JOB, heard.append, key=job["job_id"])
         client.start()
-        qtbot.waitUntil(lambda: bool(heard), timeout=30000)
+        qtbot.waitUntil(lambda: bool(heard) and bool(batches), timeout=30000)
         replies: list[dict] = []
         client.request("ping", replies.append)  # everything sent before it has been answered
         qtbot.waitUntil(lambda: bool(replies), timeout=10000)
-        assert len(heard) == 1, heard
+        assert len(heard) == 1 and len(batches) == 1, (heard, batches)  # one replay of each
         first = int(client.agent["pid"])
         os.kill(first, signal.SIGKILL)
         qtbot.waitUntil(lambda: client.state == "up" and int(client.agent.get("pid", first)) != first,
                         timeout=30000)
-        qtbot.waitUntil(lambda: len(heard) == 2, timeout=30000)  # the new agent's one replay
+        qtbot.waitUntil(lambda: len(heard) == 2 and len(batches) == 2, timeout=30000)  # one more each
         again: list[dict] = []
         client.request("ping", again.append)
         qtbot.waitUntil(lambda: bool(again), timeout=10000)
-        assert len(heard) == 2, heard
+        assert len(heard) == 2 and len(batches) == 2, (heard, batches)
     finally:
         client.close()
