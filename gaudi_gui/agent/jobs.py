@@ -51,11 +51,18 @@ from gaudi_gui.core import atomic, kinds, meter_files, paths
 from gaudi_gui.core.agentwire import Ev
 from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.events import decode as decode_event
+from gaudi_gui.core.filewatch import FolderWatch
 from gaudi_gui.core.runstore import FINAL_STATES, SLURM_INFO, Run, RunStore
 from gaudi_gui.core.secrets import redact
 
-#: How often a running job's files are read for new lines, events and state.
+#: How often a running job's files are read for new lines and events where inotify cannot say that they
+#: were written (elsewhere they are read on each write, at most every ``WAKE_GAP_S``).
 POLL_S = 0.2
+#: Writes closer together than this are read together (a run logging thousands of lines a second wakes
+#: the agent at most this often, not once per line).
+WAKE_GAP_S = 0.01
+#: How often a running job's record (state, step, supervisor) is read.
+RECORD_S = 0.5
 #: A Slurm run whose supervisor has been gone this long (its job still unfinished) gets a new one.
 TAKEOVER_S = 5.0
 #: How long a job's start (its ``--detach``: the run folder made, the supervisor recorded) may take.
@@ -244,13 +251,20 @@ class Jobs:
         return watch
 
     async def _follow(self, watch: _Watch) -> None:
+        """Streams a job's new log lines and events as they are written (woken by inotify on its folder,
+        else every ``POLL_S``) and its record when it changes, until it has ended."""
+        loop = asyncio.get_running_loop()
+        files = FolderWatch(watch.run.folder)
+        written = asyncio.Event()
+        if files.watching:
+            loop.add_reader(files.fileno(), written.set)
         next_record = 0.0
         try:
             while True:
                 self._pump(watch)
-                now = time.monotonic()
+                last_pump = now = time.monotonic()
                 if now >= next_record:
-                    next_record = now + 0.5
+                    next_record = now + RECORD_S
                     rec = record(watch.run.folder)
                     if rec["state"] in FINAL_STATES and not rec["alive"]:
                         self._pump(watch)  # what was written before the end goes out before its record
@@ -267,12 +281,25 @@ class Jobs:
                     if changed:
                         self._tell(rec)
                     self._take_over(watch, rec, now)
-                await asyncio.sleep(POLL_S)
+                if not files.watching:
+                    await asyncio.sleep(POLL_S)
+                    continue
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(written.wait(), max(0.0, next_record - time.monotonic()))
+                written.clear()
+                files.drain()
+                gap = last_pump + WAKE_GAP_S - time.monotonic()
+                if gap > 0:
+                    await asyncio.sleep(gap)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # one job's unreadable folder must not end the agent's watching of others
             self.agent.publish(Ev.NOTICE, message=f"stopped watching {watch.job_id}: {exc}", level="warning")
             self.watched.pop(watch.job_id, None)
+        finally:
+            if files.watching:
+                loop.remove_reader(files.fileno())
+            files.close()
 
     def _take_over(self, watch: _Watch, rec: dict[str, Any], now: float) -> None:
         """A Slurm run nobody follows any more (its supervisor died; the job goes on in Slurm): after

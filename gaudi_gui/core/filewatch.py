@@ -61,10 +61,18 @@ class FolderWatch:
             return False
         if not ready:
             return False
+        self.drain()
+        return True
+
+    def fileno(self) -> int:
+        """The inotify descriptor (readable when something was written; -1 without inotify), for an
+        event loop to wait on (the agent's asyncio loop); ``drain`` after each wake."""
+        return self._fd
+
+    def drain(self) -> None:
         with contextlib.suppress(BlockingIOError, OSError):
             while os.read(self._fd, 65536):  # the events themselves say nothing we need: drained
                 pass
-        return True
 
     def close(self) -> None:
         if self._fd >= 0:

@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from gaudi_gui.core.agentwire import AgentError, Connection
 from gaudi_gui.core.events import LogFollower
 from gaudi_gui.core.jobconfig import JobConfig
-from gaudi_gui.core.runstore import Run
+from gaudi_gui.core.runstore import SUPERVISOR_INFO, Run, RunStore
 from gaudi_gui.core.serve import pick_free_port
 from tests.fake_hub import FakeHub, FakeRepo
 from tests.helpers import job_file, wait_gone
@@ -146,3 +147,47 @@ def test_a_foreground_download_through_the_agent_has_a_run_folder(fake_hub: Fake
     refused = subprocess.run([sys.executable, "-m", "gaudi_gui", "download", "org/small", "--no-agent",
                               "--detach"], capture_output=True, text=True, env=env, timeout=60)
     assert refused.returncode == 2 and "--no-agent" in refused.stderr and "Traceback" not in refused.stderr
+
+
+_WRITER = """
+import sys, time
+with open(sys.argv[1], "a") as log:
+    print("ready", flush=True)
+    for n in range(int(sys.argv[2])):
+        log.write(f"t={time.time():.6f} line {n}\\n")
+        log.flush()
+        time.sleep(0.05)
+"""
+
+
+def test_a_line_written_to_a_running_jobs_log_reaches_a_subscriber_at_once(tmp_path: Path) -> None:
+    """The agent reads a job's files when they are written (inotify on its folder), not on its next look:
+    a line appended to log.txt reaches the subscriber in milliseconds. Looking every 0.2 s, as it did,
+    half the lines waited 100 ms or more."""
+    store = RunStore(tmp_path / "runs")
+    run = store.create(JobConfig())
+    writer = subprocess.Popen([sys.executable, "-c", _WRITER, str(run.log_path), "60"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert writer.stdout is not None and writer.stdout.readline().strip() == "ready"
+        made = psutil.Process(writer.pid).create_time()  # the writer stands for the run's supervisor
+        run.update_status(state="running", pid=writer.pid, pid_create_time=made, started_at=time.time())
+        (run.folder / SUPERVISOR_INFO).write_text(json.dumps({"pid": writer.pid, "create_time": made}))
+        latencies: list[float] = []
+        with Connection.open() as conn:
+            conn.request("jobs.list", runs_dir=str(store.root))
+            conn.request("subscribe", events=["log"], key=run.name)
+            deadline = time.monotonic() + 60
+            while writer.poll() is None and time.monotonic() < deadline:
+                for message in conn.stream(timeout=0.5):
+                    if message.get("ev") == "log" and not message.get("replay"):
+                        now = time.time()
+                        latencies += [now - float(line[2:].split()[0]) for line in message["lines"]]
+    finally:
+        writer.kill()
+        writer.wait()
+    assert len(latencies) >= 30, f"only {len(latencies)} of the writer's 60 lines came live"
+    latencies.sort()
+    median = latencies[len(latencies) // 2]
+    assert median < 0.05, f"median {median * 1000:.0f} ms from log.txt to the subscriber (p95 " \
+                          f"{latencies[int(len(latencies) * 0.95)] * 1000:.0f} ms)"
