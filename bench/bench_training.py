@@ -252,7 +252,7 @@ def run(quick: bool = False) -> list[dict[str, Any]]:
     # 2b. The same lines reaching the app through the supervisor's follower (a run on this machine
     # is followed with `runs follow` like a host's): a writer appends them to a run's log.txt.
     follow_p95 = _follow_latency(app, tmp, seconds)
-    rows.append(_row("log latency p95 through `runs follow` (log.txt -> TrainingJob)", follow_p95 * 1000,
+    rows.append(_row("log latency p95 through the agent (log.txt -> TrainingJob)", follow_p95 * 1000,
                      "ms", f"added < 100 ms p95 (direct pipe: {p95 * 1000:.1f} ms)",
                      baseline=round(p95 * 1000, 4), ratio=None))
 
