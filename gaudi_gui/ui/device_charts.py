@@ -22,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QSize
-from PySide6.QtWidgets import QVBoxLayout, QWidget
+from PySide6.QtWidgets import QGraphicsItem, QVBoxLayout, QWidget
 
 from gaudi_gui.core.devices import History
 from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea, readable_plot
@@ -55,7 +55,12 @@ class DeviceCharts(QWidget):
             plot = readable_plot(self, f"{title} ({unit})")
             # Major grid lines only: the minor ones cost ~8 ms of painting per plot, the curves ~1 ms.
             for axis in ("left", "bottom"):
-                plot.getPlotItem().getAxis(axis).setStyle(maxTickLevel=0)
+                item = plot.getPlotItem().getAxis(axis)
+                item.setStyle(maxTickLevel=0)
+                # The axes and their grid change only with the range or the size, not with the data: kept
+                # as a pixmap, a redraw of new curves blits them instead of replaying their tick labels
+                # and lines (~2 of a chart's ~8 ms; the same pixels, compared).
+                item.setCacheMode(QGraphicsItem.CacheMode.DeviceCoordinateCache)
             plot.setLabel("bottom", "seconds ago")
             plot.setMouseEnabled(x=False, y=False)
             plot.hideButtons()
@@ -172,5 +177,9 @@ class DeviceCharts(QWidget):
             for metric, _title, _unit in CHARTS:
                 # Not antialiased whatever pyqtgraph's global option (the loss chart turns it on for
                 # the whole process): a 1 px line of an hour's peaks costs several times more so.
-                curve = self.plots[metric].plot(np.empty(0), np.empty(0), pen=pen, antialias=False)
+                # No dynamic range limit (pyqtgraph clips values far outside the view for Qt's sake;
+                # a card's readings never are): with one, each change of an autoranged y axis threw
+                # away the downsampled curves and made them again.
+                curve = self.plots[metric].plot(np.empty(0), np.empty(0), pen=pen, antialias=False,
+                                                dynamicRangeLimit=None)
                 self._curves[(metric, key)] = curve

@@ -186,3 +186,46 @@ def test_history_grows_until_the_window_fills(qtbot) -> None:
         history.add(cards(now + k, k))
     charts.refresh(history, keys, now=now + 199)
     assert x_range(charts.plots["utilization"]) == pytest.approx((-60, 0))  # full: the chosen window
+
+
+def test_a_redraw_of_new_readings_repaints_the_curves_not_the_axes(qtbot, monkeypatch) -> None:
+    """An hour of eight cards: a redraw with a new reading paints the curves again, while the axes and
+    their grid (unchanged: the same range, the same size) come from their cached pixmap; their tick labels
+    and lines are painted again only when the range changes."""
+    from gaudi_gui.core.devices import History
+    from gaudi_gui.ui.device_charts import DeviceCharts
+
+    painted: list[str] = []
+    real_paint = pg.AxisItem.paint
+
+    def counting(item: pg.AxisItem, *args: object) -> None:
+        painted.append(item.orientation)
+        real_paint(item, *args)
+
+    monkeypatch.setattr(pg.AxisItem, "paint", counting)
+    charts = DeviceCharts()
+    qtbot.addWidget(charts)
+    charts.resize(1200, 800)
+    charts.show()
+    qtbot.waitExposed(charts)
+    charts.set_window(3600)
+    history = History()
+    now = 1.8e9
+    for k in range(3600):
+        history.add(cards(now - 3600 + k, k))
+    keys = [s.key for s in cards(now, 0)]
+    charts.refresh(history, keys, now=now, metrics=["utilization"])
+    plot = charts.plots["utilization"]
+    first = plot.grab().toImage()
+    assert "left" in painted and "bottom" in painted  # the first draw paints them
+    painted.clear()
+    for k in range(1, 31):  # half a minute more: the busy cards' curves move
+        history.add(cards(now + k, 3600 + k))
+    charts.refresh(history, keys, now=now + 30, metrics=["utilization"])
+    moved = plot.grab().toImage()
+    assert moved != first, "the new readings were not drawn"
+    assert painted == [], f"the axes were painted again for new readings: {painted}"
+    charts.set_window(600)  # a new range: its tick labels are painted again
+    charts.refresh(history, keys, now=now + 30, metrics=["utilization"])
+    plot.grab()
+    assert "bottom" in painted
