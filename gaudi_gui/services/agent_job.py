@@ -248,7 +248,23 @@ class JobFollow(QObject):
         self.running = False
 
 
-class AgentJob(QObject):
+class FollowsJob:
+    """What a class that wraps a followed job (its ``job``) says of it."""
+
+    job: JobFollow
+
+    @property
+    def job_id(self) -> str:
+        """The job's id at its place's agent (its run folder's name; "" until known)."""
+        return self.job.job_id
+
+    @property
+    def folder(self) -> str:
+        """The job's run folder on its place ("" until known; a path on the host for a host's)."""
+        return self.job.folder
+
+
+class AgentJob(FollowsJob, QObject):
     """One calibration at a time, through the agent (or, with ``kind="eval"``, the evaluation in FP8 that
     checks one: ``gaudi-gui eval --model M --fp8 RUN``; its result is the evaluation's record)."""
 
@@ -279,14 +295,6 @@ class AgentJob(QObject):
         self.job.refused.connect(self.refused)
         self.job.event_received.connect(self._on_event)
         self.job.ended.connect(self.finished)
-
-    @property
-    def job_id(self) -> str:
-        return self.job.job_id
-
-    @property
-    def folder(self) -> str:
-        return self.job.folder
 
     @property
     def running(self) -> bool:

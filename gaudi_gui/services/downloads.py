@@ -38,7 +38,7 @@ from gaudi_gui.core import hub
 from gaudi_gui.core.events import EventType
 from gaudi_gui.core.remote import Host
 from gaudi_gui.core.secrets import redact
-from gaudi_gui.services.agent_job import JobFollow
+from gaudi_gui.services.agent_job import FollowsJob, JobFollow
 from gaudi_gui.services.remote_files import CACHE, AgentListing
 
 if TYPE_CHECKING:
@@ -136,7 +136,7 @@ def describe_event(event: dict[str, Any]) -> str:
     return ""
 
 
-class Download(QObject):
+class Download(FollowsJob, QObject):
     """One download: a job of kind ``download`` that the agent of its place starts (``job.start``: the
     command's ``--detach``, a supervisor with a run folder there; a host's through this machine's agent
     over the host's one ssh session) and the window only follows, through ``agent_job.JobFollow`` (the
@@ -177,16 +177,6 @@ class Download(QObject):
     @property
     def host(self) -> Host:
         return self.request.host
-
-    @property
-    def job_id(self) -> str:
-        """The job's id at its place's agent (its run folder's name; "" until known)."""
-        return self.job.job_id
-
-    @property
-    def folder(self) -> str:
-        """The job's run folder on its place ("" until known)."""
-        return self.job.folder
 
     @property
     def title(self) -> str:

@@ -23,13 +23,13 @@ from PySide6.QtCore import QObject
 
 from gaudi_gui.core.remote import Host
 from gaudi_gui.services.agent_child import shared_client
-from gaudi_gui.services.agent_job import JobFollow
+from gaudi_gui.services.agent_job import FollowsJob, JobFollow
 
 if TYPE_CHECKING:
     from gaudi_gui.services.agent_client import AgentClient
 
 
-class KindJob(QObject):
+class KindJob(FollowsJob, QObject):
     """What Serve and Evaluate share: the start through the agent, the follower, stop, leave running,
     re-attach (services/jobs.py ``JobOwner``)."""
 
@@ -59,11 +59,6 @@ class KindJob(QObject):
         self.lines: list[str] = []
         #: What the start runs, as a person would type it (``gaudi-gui serve … --detach --json``).
         self.last_argv: list[str] = []
-
-    @property
-    def folder(self) -> str:
-        """The job's run folder ("" until the agent started it; a path on the host for a host's)."""
-        return self.job.folder
 
     @property
     def stop_sent(self) -> int:
