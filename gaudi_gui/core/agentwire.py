@@ -21,19 +21,20 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import hashlib
 import json
 import math
 import os
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from gaudi_gui.core import paths
+
+if TYPE_CHECKING:
+    import subprocess
 
 VERSION = 1
 #: A line longer than this is not a message (a broken or hostile peer must not exhaust memory).
@@ -116,6 +117,8 @@ def decode(line: bytes | str) -> dict[str, Any]:
 
 def state_key() -> str:
     """What tells one agent from another on this machine and user: its state folder."""
+    import hashlib  # here, not above: the window imports this module before its first paint
+
     return hashlib.sha256(str(paths.data_dir().resolve()).encode()).hexdigest()[:12]
 
 
@@ -164,6 +167,8 @@ def spawn(*, wait: bool = True) -> None:
     lock taken and ends quietly. ``wait=False`` (the window, which never waits on a child): returns as
     soon as the intermediate runs; ``reap_started`` (called again on every try to connect) reaps it
     once it has forked the agent (an interpreter's start: tens of ms, seconds on a loaded machine)."""
+    import subprocess  # here, not above: the window imports this module before its first paint
+
     reap_started()
     log = log_path()
     log.parent.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,8 @@ a socket pair whose other end a ``QSocketNotifier`` watches, so the event loop w
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
-import socket
 from types import FrameType
 from typing import Any
 
@@ -29,13 +29,14 @@ class CtrlC(QObject):
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._reader, self._writer = socket.socketpair()
+        # A pipe (not a socket pair: the socket module is not loaded before the first paint).
+        self._reader, self._writer = os.pipe()
         # Non-blocking both: the C handler must never block on a full buffer, the reader never wait.
-        self._reader.setblocking(False)
-        self._writer.setblocking(False)
-        self._notifier = QSocketNotifier(self._reader.fileno(), QSocketNotifier.Type.Read, self)
+        os.set_blocking(self._reader, False)
+        os.set_blocking(self._writer, False)
+        self._notifier = QSocketNotifier(self._reader, QSocketNotifier.Type.Read, self)
         self._notifier.activated.connect(self._drain)
-        self._previous_fd = signal.set_wakeup_fd(self._writer.fileno(), warn_on_full_buffer=False)
+        self._previous_fd = signal.set_wakeup_fd(self._writer, warn_on_full_buffer=False)
         self._previous_handler: Any = signal.signal(signal.SIGINT, self._on_signal)
         self._installed = True
 
@@ -45,7 +46,7 @@ class CtrlC(QObject):
 
     def _drain(self) -> None:
         try:
-            data = self._reader.recv(4096)
+            data = os.read(self._reader, 4096)
         except OSError:  # nothing there after all (BlockingIOError), or closed by uninstall
             return
         # Every signal with a Python handler writes its number here; only SIGINT means Ctrl-C.
@@ -61,9 +62,9 @@ class CtrlC(QObject):
         previous = self._previous_handler
         signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
         self._notifier.setEnabled(False)
-        for sock in (self._reader, self._writer):
+        for fd in (self._reader, self._writer):
             with contextlib.suppress(OSError):
-                sock.close()
+                os.close(fd)
 
 
 __all__ = ["CtrlC"]

@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from PySide6.QtCore import QObject, Signal
 
 from gaudi_gui.core import kinds
-from gaudi_gui.core.agentwire import Ev
 
 if TYPE_CHECKING:
     from gaudi_gui.services.agent_client import AgentClient
@@ -100,6 +99,8 @@ class AgentJobs(QObject):
         self._left = False
         #: job_id -> its record, while it runs.
         self.running: dict[str, dict[str, Any]] = {}
+        from gaudi_gui.core.agentwire import Ev  # here: the window imports this module before its first paint
+
         client.subscribe(Ev.JOB, self._take)
         client.request("jobs.list", self._listed)
 
@@ -158,6 +159,8 @@ class AgentJobs(QObject):
         return []
 
     def shutdown(self) -> None:
+        from gaudi_gui.core.agentwire import Ev
+
         self._client.unsubscribe(Ev.JOB, self._take)
 
 

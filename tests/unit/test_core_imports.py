@@ -48,3 +48,32 @@ def test_gui_modules_do_not_import_torch() -> None:
     """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_window_paints_before_loading_what_only_its_background_needs() -> None:
+    """What runs before the first paint (``app.run_gui`` up to ``exec``) loads no chart library, no
+    numerical one, and none of the agent's wire, sockets, subprocesses or hashes: those come with the
+    background services and the tabs, after the window is on screen."""
+    code = textwrap.dedent("""
+        import os, sys
+        os.environ["QT_QPA_PLATFORM"] = "offscreen"
+        before = set(sys.modules)
+        from PySide6.QtWidgets import QApplication
+        app = QApplication([sys.argv[0]])
+        qt = set(sys.modules)
+        from gaudi_gui import app as gui_app
+        from gaudi_gui.services.ctrl_c import CtrlC
+        from gaudi_gui.ui.main_window import MainWindow
+        ctrl_c = CtrlC(app)
+        services = gui_app.window_services(app)
+        window = MainWindow(services)
+        window.show()
+        gui_app._show_settings_problems(services, window)
+        late = ("pyqtgraph", "numpy", "socket", "subprocess", "hashlib", "ssl", "gaudi_gui.core.agentwire",
+                "gaudi_gui.services.agent_child", "gaudi_gui.ui.devices_tab")
+        print(sorted(n for n in late if n in sys.modules and n not in qt))
+        ctrl_c.uninstall()
+    """)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]", proc.stdout
