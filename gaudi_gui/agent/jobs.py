@@ -256,8 +256,15 @@ class Jobs:
         loop = asyncio.get_running_loop()
         files = FolderWatch(watch.run.folder)
         written = asyncio.Event()
+
+        def woken() -> None:
+            # Drained here, at once: the loop's readers are level-triggered, and an undrained descriptor
+            # would call this on every turn of the loop (a core spent) until the job's next read.
+            files.drain()
+            written.set()
+
         if files.watching:
-            loop.add_reader(files.fileno(), written.set)
+            loop.add_reader(files.fileno(), woken)
         next_record = 0.0
         try:
             while True:
@@ -287,7 +294,6 @@ class Jobs:
                 with contextlib.suppress(asyncio.TimeoutError):
                     await asyncio.wait_for(written.wait(), max(0.0, next_record - time.monotonic()))
                 written.clear()
-                files.drain()
                 gap = last_pump + WAKE_GAP_S - time.monotonic()
                 if gap > 0:
                     await asyncio.sleep(gap)
