@@ -417,6 +417,9 @@ class Children:
     def busy(self) -> list[str]:
         return [f"{c.kind} child {c.child_id} (pid {c.proc.pid})" for c in self.children.values()]
 
+    def holds(self) -> list[str]:
+        return self.busy()  # its pipes are this agent's: the child's output would have no reader
+
     def status(self) -> dict[str, Any]:
         running = [c.describe() for c in self.children.values()]
         return {"children": running, "summary": f"{len(running)} interactive children" if running else ""}

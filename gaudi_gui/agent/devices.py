@@ -145,6 +145,9 @@ class DevicesService:
         self._loop_task = None
         await self._kill()
 
+    def holds(self) -> list[str]:
+        return []
+
     def busy(self) -> list[str]:
         return []  # the loop serves listeners; it never keeps the agent up by itself
 

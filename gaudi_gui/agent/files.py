@@ -41,6 +41,9 @@ class FilesService:
     async def stop(self) -> None:
         return None
 
+    def holds(self) -> list[str]:
+        return []
+
     def busy(self) -> list[str]:
         return []
 

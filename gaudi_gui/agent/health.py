@@ -67,6 +67,9 @@ class HealthService:
             if task is not None:
                 task.cancel()
 
+    def holds(self) -> list[str]:
+        return []
+
     def busy(self) -> list[str]:
         return []
 

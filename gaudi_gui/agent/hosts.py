@@ -390,6 +390,10 @@ class HostsService:
     def busy(self) -> list[str]:
         return []  # an open link never keeps the agent up
 
+    def holds(self) -> list[str]:
+        return [f"a port forward {f.local_port}->{f.remote_port} to {link.name}"
+                for link in self.links.values() for f, _ in link.forwards.values()]
+
     def status(self) -> dict[str, Any]:
         links = [link.describe() for link in self.links.values()]
         summary = ", ".join(f"{d['host']} {d['state']}" for d in links)

@@ -231,6 +231,9 @@ class Jobs:
                 task.cancel()
         self._save()
 
+    def holds(self) -> list[str]:
+        return []
+
     def busy(self) -> list[str]:
         return [f"{w.record.get('kind', '?')} {w.job_id}: {w.record.get('state', 'starting')}"
                 for w in self.watched.values()]

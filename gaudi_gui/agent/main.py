@@ -122,6 +122,8 @@ def _status(*, as_json: bool) -> int:
     print(f"agent {agent['version']} (protocol {agent['protocol']}), pid {agent['pid']}, up {_span(up)}")
     print(f"  socket: {agent['socket']}")
     print(f"  log:    {agent['log']}")
+    if agent.get("outdated"):
+        print(f"  {agent['outdated']}")
     clients = status.get("clients") or []
     print(f"  clients: {len(clients)}" + "".join(f"\n    {c['client']} (pid {c['pid']})" for c in clients))
     busy = status.get("busy") or []

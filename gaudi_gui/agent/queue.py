@@ -292,6 +292,9 @@ class QueueService:
                 task.cancel()
         self._save()
 
+    def holds(self) -> list[str]:
+        return []
+
     def busy(self) -> list[str]:
         """Jobs that wait to start keep the agent up (a paused queue does not: it starts nothing, and
         the next client's agent takes it up from its state); started ones are the jobs service's."""

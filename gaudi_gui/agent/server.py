@@ -34,6 +34,13 @@ from gaudi_gui.core.agentwire import Ev, WireError
 MAX_BACKLOG = 16 << 20
 #: Seconds the agent stays up with no client and nothing to do (GAUDI_GUI_AGENT_IDLE_S changes it).
 IDLE_S = 300.0
+#: How often the agent looks whether its code on disk changed (an upgrade, a checkout's new commit):
+#: it then ends as soon as nothing would be lost, and the next client starts the new code
+#: (GAUDI_GUI_AGENT_CODE_CHECK_S changes it).
+CODE_CHECK_S = 10.0
+#: Clients that connect again by themselves when the agent ends (the window, a workstation's link to
+#: this host); any other (a command following its job) holds an agent whose code was replaced.
+RECONNECTING = ("window", "host-link")
 
 Handler = Callable[["Session", dict[str, Any]], Awaitable[dict[str, Any] | None]]
 
@@ -55,6 +62,12 @@ class Service(Protocol):
 
     def busy(self) -> list[str]:
         """What keeps the agent up (one line each: a running job, an open link); empty when idle."""
+        ...
+
+    def holds(self) -> list[str]:
+        """What would be lost if the agent ended now (an interactive child's pipes, a port forward): an
+        agent whose code was replaced on disk ends only once this is empty. Jobs are not in it: they go
+        on without the agent and the next one takes them up."""
         ...
 
     def status(self) -> dict[str, Any]: ...
@@ -122,6 +135,12 @@ class Agent:
         self._stopping: asyncio.Event | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._idle_since = time.monotonic()
+        self.code_check_s = float(os.environ.get("GAUDI_GUI_AGENT_CODE_CHECK_S", CODE_CHECK_S))
+        #: This agent's code (``code_stamp`` when it started), and a different one seen on disk since.
+        self.code = code_stamp()
+        self._code_seen = ""
+        #: Said while the code on disk is newer than this agent's (``agent --status``): what it waits for.
+        self.outdated = ""
 
     # -- services -------------------------------------------------------------------------------
     def add(self, service: Service) -> None:
@@ -143,6 +162,34 @@ class Agent:
 
     def busy(self) -> list[str]:
         return [line for service in self.services for line in service.busy()]
+
+    def holds(self) -> list[str]:
+        """What ending now would lose: a client that does not connect again by itself (its command
+        would end with "the agent closed the connection"), and each service's ``holds``."""
+        clients = [f"a {s.client} client (pid {s.peer_pid})" for s in self.sessions
+                   if s.client not in RECONNECTING]
+        return clients + [line for service in self.services for line in service.holds()]
+
+    def replaced(self) -> bool:
+        """Whether to end now because the code on disk is no longer this agent's: seen the same on two
+        looks in a row (not an install under way) and nothing held (``holds``)."""
+        seen = code_stamp()
+        if seen == self.code:
+            self._code_seen = self.outdated = ""
+            return False
+        settled, self._code_seen = seen == self._code_seen, seen
+        if not settled:
+            return False
+        held = self.holds()
+        if held:
+            words = "the installed gaudi-gui changed: this agent ends once these end: " + "; ".join(held)
+            if words != self.outdated:
+                _log(words)
+            self.outdated = words
+            return False
+        _log(f"the installed gaudi-gui changed ({self.code} -> {seen}): ending, so that the next client "
+             "starts the new one (running jobs go on: it takes them up)")
+        return True
 
     # -- the loop ---------------------------------------------------------------------------------
     async def serve(self) -> int:
@@ -183,8 +230,14 @@ class Agent:
             self._stopping.set()
 
     async def _watch_idle(self) -> None:
+        next_code_look = time.monotonic() + self.code_check_s
         while True:
-            await asyncio.sleep(min(1.0, max(self.idle_s / 4, 0.05)))
+            await asyncio.sleep(min(1.0, max(self.idle_s / 4, 0.05), self.code_check_s))
+            if time.monotonic() >= next_code_look:
+                next_code_look = time.monotonic() + self.code_check_s
+                if self.replaced():
+                    self.stop()
+                    return
             if self.sessions or self.busy():
                 self._idle_since = time.monotonic()
             elif time.monotonic() - self._idle_since >= self.idle_s:
@@ -266,7 +319,8 @@ class Agent:
     def describe(self) -> dict[str, Any]:
         return {"version": __version__, "protocol": agentwire.VERSION, "pid": os.getpid(),
                 "started": self.started,
-                "socket": str(self.sock_path), "log": str(agentwire.log_path()), "idle_s": self.idle_s}
+                "socket": str(self.sock_path), "log": str(agentwire.log_path()), "idle_s": self.idle_s,
+                "outdated": self.outdated}
 
     async def _hello(self, session: Session, message: dict[str, Any]) -> dict[str, Any]:
         session.client = str(message.get("client") or "?")[:40]
@@ -333,6 +387,20 @@ def _peer(sock: socket.socket) -> tuple[int, int]:
         return 0, -1
     pid, uid, _gid = struct.unpack("3i", raw)
     return pid, uid
+
+
+def code_stamp() -> str:
+    """This installation's code as it is on disk now: its version and the newest modification time of
+    its modules (an upgrade or a new checkout changes it; ~450 stats, a few milliseconds)."""
+    root = Path(__file__).resolve().parents[1]
+    newest = 0
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in files:
+            if name.endswith(".py"):
+                with contextlib.suppress(OSError):
+                    newest = max(newest, os.stat(os.path.join(folder, name)).st_mtime_ns)
+    return f"{__version__}:{newest}"
 
 
 def _log(text: str) -> None:

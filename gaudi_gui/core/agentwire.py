@@ -242,7 +242,10 @@ class Connection:
 
     def send(self, op: str, **args: Any) -> int:
         self._next_id += 1
-        self._sock.sendall(encode({"id": self._next_id, "op": op, **args}))
+        try:
+            self._sock.sendall(encode({"id": self._next_id, "op": op, **args}))
+        except OSError as exc:  # (a broken pipe: said as the agent gone, not raised past the caller's words)
+            raise AgentError(f"the agent closed the connection ({exc.strerror or exc})") from exc
         return self._next_id
 
     def request(self, op: str, timeout: float | None = 60.0, **args: Any) -> dict[str, Any]:
@@ -272,6 +275,8 @@ class Connection:
                 chunk = self._sock.recv(1 << 16)
             except TimeoutError:
                 return None
+            except OSError as exc:  # reset by the agent's end
+                raise AgentError(f"the agent closed the connection ({exc.strerror or exc})") from exc
             finally:
                 self._sock.settimeout(None)
             if not chunk:

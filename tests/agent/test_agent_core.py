@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -124,3 +125,46 @@ def test_status_says_what_runs_and_where_its_log_is() -> None:
         assert "clients: 2" in out.stdout and "running: nothing" in out.stdout
     stop = subprocess.run([*CLI, "agent", "--stop"], capture_output=True, text=True, timeout=60)
     assert stop.returncode == 0 and "ending" in stop.stdout
+
+
+def test_an_agent_whose_code_was_replaced_on_disk_ends_once_nothing_would_be_lost(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After an upgrade (here: a module of the agent's own copy of the package written again), the agent
+    running the old code says so, waits for the command that follows a job through it, then ends; the
+    next client starts the new code. A window's connection does not hold it (the window connects again)."""
+    import gaudi_gui
+
+    code = tmp_path / "code"
+    shutil.copytree(Path(gaudi_gui.__file__).parent, code / "gaudi_gui",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setenv("PYTHONPATH", str(code))  # the agent a client starts runs this copy
+    monkeypatch.chdir(tmp_path)  # (`python -m` puts its working folder first on the path)
+    monkeypatch.setenv("GAUDI_GUI_AGENT_CODE_CHECK_S", "0.3")
+    window = Connection.open(client="window")
+    pid = int(window.agent["pid"])
+    assert psutil.Process(pid).environ().get("PYTHONPATH") == str(code)
+    sock = agentwire.try_connect()
+    assert sock is not None
+    command = Connection(sock, client="cli")
+    time.sleep(1.0)
+    assert psutil.pid_exists(pid) and command.request("ping")["ok"]  # nothing changed: it stays
+
+    module = code / "gaudi_gui" / "core" / "paths.py"
+    module.write_text(module.read_text() + "\n# upgraded\n")
+    os.utime(module, (time.time() + 5, time.time() + 5))
+    deadline = time.monotonic() + 30
+    said = ""
+    while "ends once these end" not in said and time.monotonic() < deadline:
+        time.sleep(0.3)
+        said = subprocess.run([*CLI, "agent", "--status"], capture_output=True, text=True, timeout=60).stdout
+    assert "the installed gaudi-gui changed: this agent ends once these end: a cli client" in said, said
+    assert command.request("ping")["ok"]  # the command's stream goes on while it follows its job
+
+    command.close()
+    assert wait_gone(pid, 20), "the agent of the old code did not end once nothing held it"
+    with pytest.raises(AgentError):
+        window.request("ping", timeout=5)
+    window.close()
+    with Connection.open() as conn:
+        assert int(conn.agent["pid"]) != pid and conn.agent["outdated"] == ""
+    assert "the installed gaudi-gui changed (" in agentwire.log_path().read_text()
