@@ -36,6 +36,10 @@ MIN_MEMORY_SPAN_MIB = 1024.0
 MIN_SPAN_S = 5.0
 #: How far before the window the history is read (s), to tell a full window from young data.
 LOOK_BEHIND_S = 10.0
+#: A chart keeps its time span while the data's age is within this share of it: a span moved by each
+#: new sample (the oldest one leaving a full history at 10 Hz) made every curve be cut and thinned
+#: again and the axis be drawn again on each redraw, for a change of less than a pixel.
+SPAN_SLACK = 0.02
 #: A chart's cell: a readable view box plus the title row (30 px), the tick labels and the axis label.
 MIN_CELL = QSize(200, MIN_VIEW_PX + 80)
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -81,6 +85,8 @@ class DeviceCharts(QWidget):
         self._drawn: dict[str, float] = {}
         self.window_s = 300.0
         self.span_s = MIN_SPAN_S  # the x range shown: the data's age, up to window_s
+        #: Each chart's x span as last set (``SPAN_SLACK``).
+        self._spans: dict[str, float] = {}
         self.memory_total_mib: float | None = None
 
     def set_metrics(self, metrics: Sequence[str]) -> None:
@@ -103,8 +109,9 @@ class DeviceCharts(QWidget):
 
     def set_window(self, seconds: float) -> None:
         self.window_s = float(seconds)
-        for plot in self.plots.values():
-            plot.setXRange(-min(self.span_s, self.window_s), 0, padding=0)
+        for metric, plot in self.plots.items():
+            self._spans[metric] = min(self.span_s, self.window_s)
+            plot.setXRange(-self._spans[metric], 0, padding=0)
 
     @staticmethod
     def color(position: int) -> str:
@@ -153,7 +160,10 @@ class DeviceCharts(QWidget):
                     low, high = min(low, float(finite.min())), max(high, float(finite.max()))
             # The data's age, not the whole window: 10 s of samples fill the chart, not its last 3 %.
             self.span_s = min(self.window_s, max(now - first, MIN_SPAN_S))
-            self.plots[metric].setXRange(-self.span_s, 0, padding=0)
+            shown = self._spans.get(metric, 0.0)
+            if self.span_s == self.window_s or abs(self.span_s - shown) > SPAN_SLACK * shown:
+                self._spans[metric] = self.span_s
+                self.plots[metric].setXRange(-self.span_s, 0, padding=0)
             if metric == "memory_used_mib" and self.memory_total_mib is None and np.isfinite(low):
                 self._min_span(metric, low, high, MIN_MEMORY_SPAN_MIB)
 

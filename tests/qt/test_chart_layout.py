@@ -229,3 +229,47 @@ def test_a_redraw_of_new_readings_repaints_the_curves_not_the_axes(qtbot, monkey
     charts.refresh(history, keys, now=now + 30, metrics=["utilization"])
     plot.grab()
     assert "bottom" in painted
+
+
+def test_a_full_history_at_10_hz_keeps_its_span_as_its_oldest_samples_leave(qtbot, monkeypatch) -> None:
+    """hl-smi at 10 Hz fills the history's ring in minutes; from then on each new sample pushes the
+    oldest out, so the data's age moves by 0.1 s at every redraw. The chart keeps its span for that
+    (less than a pixel): its axes are not drawn again for each new reading, and the span follows the
+    data once it moved by more than ``SPAN_SLACK``."""
+    from gaudi_gui.core.devices import History
+    from gaudi_gui.ui.device_charts import SPAN_SLACK, DeviceCharts
+
+    painted: list[str] = []
+    real_paint = pg.AxisItem.paint
+
+    def counting(item: pg.AxisItem, *args: object) -> None:
+        painted.append(item.orientation)
+        real_paint(item, *args)
+
+    monkeypatch.setattr(pg.AxisItem, "paint", counting)
+    charts = DeviceCharts()
+    qtbot.addWidget(charts)
+    charts.resize(1200, 800)
+    charts.show()
+    qtbot.waitExposed(charts)
+    charts.set_window(3600)
+    history = History(capacity=600)  # a minute at 10 Hz
+    now = 1.8e9
+    for k in range(600):
+        history.add(cards(now - 60 + k / 10, k))
+    keys = [s.key for s in cards(now, 0)]
+    charts.refresh(history, keys, now=now, metrics=["utilization"])
+    plot = charts.plots["utilization"]
+    plot.grab()
+    first = x_range(plot)
+    painted.clear()
+    for k in range(1, 6):  # half a second more: the oldest samples leave as the new ones come
+        history.add(cards(now + k / 10, 600 + k))
+        # Redrawn on the window's timer, not on the sample's arrival: the data's age jitters.
+        charts.refresh(history, keys, now=now + k / 10 + (0.07 if k % 2 else 0.02), metrics=["utilization"])
+        plot.grab()
+    assert x_range(plot) == first and painted == [], f"the span moved with each sample: {painted}"
+    later = now + 60 * SPAN_SLACK * 3  # data much older than the span shown: followed
+    history.add(cards(later, 700))
+    charts.refresh(history, keys, now=later, metrics=["utilization"])
+    assert x_range(plot)[0] < first[0] - 60 * SPAN_SLACK
