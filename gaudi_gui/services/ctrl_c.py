@@ -4,8 +4,8 @@ Python runs a signal handler only between two bytecodes of the main thread. Whil
 waits in C++ no Python runs, so the default handler's KeyboardInterrupt was raised in whichever Python
 slot ran next (a Devices tab update): Qt printed its traceback and the window went on. Here SIGINT gets
 a Python handler that does nothing itself; what counts is the interpreter's C-level handler, which
-writes the signal's number to the wakeup fd (``signal.set_wakeup_fd``) at once. That fd is one end of
-a socket pair whose other end a ``QSocketNotifier`` watches, so the event loop wakes and
+writes the signal's number to the wakeup fd (``signal.set_wakeup_fd``) at once. That fd is the write
+end of a pipe whose read end a ``QSocketNotifier`` watches, so the event loop wakes and
 ``interrupted`` is emitted on the window's thread, where it can ask the window to close.
 """
 

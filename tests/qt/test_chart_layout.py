@@ -20,6 +20,7 @@ from PySide6.QtGui import QImage, QPainter
 
 from gaudi_gui.app import create_services
 from gaudi_gui.core.devices import DeviceSample
+from gaudi_gui.ui.device_charts import DeviceCharts
 from gaudi_gui.ui.main_window import MainWindow
 from gaudi_gui.ui.plot_area import MIN_VIEW_PX, PlotArea
 from tests.helpers import close_window, form_ready, tabbed_plots, x_range
@@ -167,7 +168,7 @@ def test_training_charts_are_readable(qtbot, window: MainWindow, size: tuple[int
 
 def test_history_grows_until_the_window_fills(qtbot) -> None:
     from gaudi_gui.core.devices import History
-    from gaudi_gui.ui.device_charts import MIN_SPAN_S, DeviceCharts
+    from gaudi_gui.ui.device_charts import MIN_SPAN_S
 
     charts = DeviceCharts()
     qtbot.addWidget(charts)
@@ -188,13 +189,8 @@ def test_history_grows_until_the_window_fills(qtbot) -> None:
     assert x_range(charts.plots["utilization"]) == pytest.approx((-60, 0))  # full: the chosen window
 
 
-def test_a_redraw_of_new_readings_repaints_the_curves_not_the_axes(qtbot, monkeypatch) -> None:
-    """An hour of eight cards: a redraw with a new reading paints the curves again, while the axes and
-    their grid (unchanged: the same range, the same size) come from their cached pixmap; their tick labels
-    and lines are painted again only when the range changes."""
-    from gaudi_gui.core.devices import History
-    from gaudi_gui.ui.device_charts import DeviceCharts
-
+def _count_axis_paints(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The orientation of each axis painted from here on (a cached axis is not painted again)."""
     painted: list[str] = []
     real_paint = pg.AxisItem.paint
 
@@ -203,12 +199,28 @@ def test_a_redraw_of_new_readings_repaints_the_curves_not_the_axes(qtbot, monkey
         real_paint(item, *args)
 
     monkeypatch.setattr(pg.AxisItem, "paint", counting)
+    return painted
+
+
+def _shown_charts(qtbot) -> DeviceCharts:
+    """The Devices charts on screen at 1200 x 800, showing an hour."""
     charts = DeviceCharts()
     qtbot.addWidget(charts)
     charts.resize(1200, 800)
     charts.show()
     qtbot.waitExposed(charts)
     charts.set_window(3600)
+    return charts
+
+
+def test_a_redraw_of_new_readings_repaints_the_curves_not_the_axes(qtbot, monkeypatch) -> None:
+    """An hour of eight cards: a redraw with a new reading paints the curves again, while the axes and
+    their grid (unchanged: the same range, the same size) come from their cached pixmap; their tick labels
+    and lines are painted again only when the range changes."""
+    from gaudi_gui.core.devices import History
+
+    painted = _count_axis_paints(monkeypatch)
+    charts = _shown_charts(qtbot)
     history = History()
     now = 1.8e9
     for k in range(3600):
@@ -237,22 +249,10 @@ def test_a_full_history_at_10_hz_keeps_its_span_as_its_oldest_samples_leave(qtbo
     (less than a pixel): its axes are not drawn again for each new reading, and the span follows the
     data once it moved by more than ``SPAN_SLACK``."""
     from gaudi_gui.core.devices import History
-    from gaudi_gui.ui.device_charts import SPAN_SLACK, DeviceCharts
+    from gaudi_gui.ui.device_charts import SPAN_SLACK
 
-    painted: list[str] = []
-    real_paint = pg.AxisItem.paint
-
-    def counting(item: pg.AxisItem, *args: object) -> None:
-        painted.append(item.orientation)
-        real_paint(item, *args)
-
-    monkeypatch.setattr(pg.AxisItem, "paint", counting)
-    charts = DeviceCharts()
-    qtbot.addWidget(charts)
-    charts.resize(1200, 800)
-    charts.show()
-    qtbot.waitExposed(charts)
-    charts.set_window(3600)
+    painted = _count_axis_paints(monkeypatch)
+    charts = _shown_charts(qtbot)
     history = History(capacity=600)  # a minute at 10 Hz
     now = 1.8e9
     for k in range(600):
