@@ -53,7 +53,7 @@ from gaudi_gui.core.events import EventFollower, LogFollower
 from gaudi_gui.core.events import decode as decode_event
 from gaudi_gui.core.filewatch import FolderWatch
 from gaudi_gui.core.runstore import FINAL_STATES, SLURM_INFO, Run, RunStore
-from gaudi_gui.core.secrets import redact
+from gaudi_gui.core.secrets import redact_lines
 
 #: How often a running job's files are read for new lines and events where inotify cannot say that they
 #: were written (elsewhere they are read on each write, at most every ``WAKE_GAP_S``).
@@ -366,7 +366,7 @@ class Jobs:
         return watch.record
 
     def _pump(self, watch: _Watch) -> None:
-        lines = [redact(line) for line in watch.log.read(4 << 20)]
+        lines = redact_lines(watch.log.read(4 << 20))
         if lines:
             for i in range(0, len(lines), CHUNK):
                 self.agent.publish(Ev.LOG, watch.job_id, job_id=watch.job_id, lines=lines[i:i + CHUNK])
@@ -413,7 +413,7 @@ class Jobs:
             text_lines = follower.read(end - start)
             if start and text_lines:
                 text_lines = text_lines[1:]  # the first line read from the middle of one is not whole
-            lines = [redact(line) for line in text_lines]
+            lines = redact_lines(text_lines)
             # Marked, and sent even when empty: a follower that hears live lines before its replay (a
             # host's, whose subscription was still live there) knows them for a part of it.
             for i in range(0, max(1, len(lines)), CHUNK):

@@ -164,7 +164,9 @@ def run(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, signals.handler)
                 for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, KILL_NOW_SIGNAL)}
     try:
-        result = supervise(prepared, grace_s=args.grace, signals=signals, say=_say, echo=_echo)
+        # A background supervisor's stdout is /dev/null (announce): its console is not read at all.
+        result = supervise(prepared, grace_s=args.grace, signals=signals, say=_say,
+                           echo=None if args.announce else _echo)
     finally:
         for sig, old in previous.items():
             signal.signal(sig, old)

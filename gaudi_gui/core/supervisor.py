@@ -9,7 +9,10 @@ outcome are decided here once, for every placement (DESIGN.md, "One supervisor l
 What the loop does:
 
 - starts ``PreparedRun.argv`` in a session of its own, records the launcher (pid and create time) in
-  the run's status, and hands every console line to ``echo`` (secrets redacted);
+  the run's status, and hands every console line to ``echo`` (secrets redacted). A training run's
+  launcher writes log.txt itself (tee), so a supervisor with no one to echo to (``echo=None``: a
+  background one, its stdout /dev/null) does not read the console at all: every line read, redacted
+  and thrown away cost it CPU on the cores the run computes on;
 - reads the run's events.jsonl: the step and max_steps go into the status at most once every
   ``STEP_WRITE_S`` (``runs list``, the Runs table and ``runs follow`` show progress), checkpoint and
   error events become notes for ``say``;
@@ -51,7 +54,7 @@ from gaudi_gui.core.prepare import PreparedRun
 from gaudi_gui.core.proctree import ProcessRef
 from gaudi_gui.core.progress import RunProgress, note
 from gaudi_gui.core.runstore import Run, RunStatus
-from gaudi_gui.core.secrets import redact
+from gaudi_gui.core.secrets import redact_lines
 from gaudi_gui.core.stopper import KILL_NOW_SIGNAL, Stopper
 
 #: Seconds between two writes of the run's step into its status file while it trains (a fast model
@@ -210,7 +213,7 @@ class _Loop:
 
 
 def supervise(prepared: PreparedRun | jobkind.ChildJob, *, grace_s: float, signals: StopRequests,
-              say: Callable[[str], None], echo: Callable[[str], None]) -> Supervised:
+              say: Callable[[str], None], echo: Callable[[str], None] | None) -> Supervised:
     """Run ``prepared`` to its end: the one supervisor loop for the GUI and the CLI on every placement,
     for every kind of job. A training run's launcher writes its own log and events; another kind's
     command (``core.jobkind.ChildJob``) prints them, and this loop keeps them in its run folder. That
@@ -220,7 +223,8 @@ def supervise(prepared: PreparedRun | jobkind.ChildJob, *, grace_s: float, signa
     ``grace_s``: how long a stop may take to save its checkpoint before the ranks are killed.
     ``signals``: the stop requests (see :class:`StopRequests`; the caller's signal handlers count
     them). ``say``: the supervisor's own notes (one message each). ``echo``: each console line of the
-    launch, secrets already redacted (not yet made safe for a terminal).
+    launch, secrets already redacted (not yet made safe for a terminal); None: the console is not read (a
+    training run's, which its launcher keeps in log.txt; another kind's command is always read).
     Returns how the run ended, which is also what its status now says.
     """
     run_ = prepared.run
@@ -230,13 +234,14 @@ def supervise(prepared: PreparedRun | jobkind.ChildJob, *, grace_s: float, signa
     preexec = jobkind.die_with_parent() if child else None
     meter, cwd = None, str(run_.folder)
     if isinstance(prepared, jobkind.ChildJob):
-        echo, cwd = _keeper(run_, echo), prepared.cwd
+        echo, cwd = _keeper(run_, echo or _discard), prepared.cwd
     else:
         meter = start_meter(prepared, say)
     try:
         proc = subprocess.Popen(prepared.argv, env=prepared.env, cwd=cwd,
                                 stdin=subprocess.DEVNULL if child else None,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                stdout=subprocess.DEVNULL if echo is None else subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True,
                                 errors="replace", bufsize=1, start_new_session=True,
                                 preexec_fn=preexec)  # noqa: PLW1509 - only with no other thread
     except OSError as exc:
@@ -253,12 +258,15 @@ def supervise(prepared: PreparedRun | jobkind.ChildJob, *, grace_s: float, signa
     run_.update_status(state="running", pid=proc.pid, started_at=time.time(),
                        pid_create_time=loop.launcher.create_time if loop.launcher else 0.0)
     lines: queue.Queue[str | None] = queue.Queue()
-    assert proc.stdout is not None
-    threading.Thread(target=_pump, args=(proc.stdout, lines), name="console", daemon=True).start()
-    stdout_open = True
+    stdout_open = echo is not None
+    if proc.stdout is not None:
+        threading.Thread(target=_pump, args=(proc.stdout, lines), name="console", daemon=True).start()
     while stdout_open or proc.poll() is None:
         turn = time.monotonic()
-        stdout_open = _echo_lines(lines, echo) and stdout_open
+        if echo is None:
+            time.sleep(TURN_S)
+        else:
+            stdout_open = _echo_lines(lines, echo) and stdout_open
         loop.take_events()
         loop.take_stop_requests()
         if proc.poll() is None:
@@ -336,18 +344,26 @@ def stop_meter(meter: meter_mod.Meter | None, events: list[dict[str, Any]],
     return summary
 
 
+def _discard(_line: str) -> None:
+    pass
+
+
 def _echo_lines(lines: queue.Queue[str | None], echo: Callable[[str], None]) -> bool:
     """Echo the console lines waiting (wait up to ``TURN_S`` for the first); False once the console
     has closed."""
+    taken: list[str] = []
+    open_ = True
     try:
         line = lines.get(timeout=TURN_S)
-        while True:
-            if line is None:
-                return False
-            echo(redact(line))
+        while line is not None:
+            taken.append(line)
             line = lines.get_nowait()
+        open_ = False
     except queue.Empty:
-        return True
+        pass
+    for clean in redact_lines(taken):
+        echo(clean)
+    return open_
 
 
 def _pids(refs: Iterable[ProcessRef]) -> str:

@@ -87,6 +87,26 @@ def test_bad_lines_and_unknown_requests_get_words_not_a_dropped_agent() -> None:
         assert conn.request("ping")["ok"]
 
 
+def test_a_message_with_nan_infinities_enums_and_tuples_goes_out_as_plain_json() -> None:
+    import enum
+
+    class Colour(enum.Enum):
+        RED = "red"
+
+    message = {"ev": "event", "events": [{"loss": float("nan"), "grad_norm": float("inf"), "step": 3,
+                                          "pair": (1, 2), "colour": Colour.RED, 7: "seven"}]}
+    line = agentwire.encode(message)
+    assert line.endswith(b"\n") and line.count(b"\n") == 1
+    assert b"NaN" not in line and b"Infinity" not in line
+    back = agentwire.decode(line)
+    assert back["events"] == [{"loss": None, "grad_norm": None, "step": 3, "pair": [1, 2], "colour": "red",
+                               "7": "seven"}]
+    assert back["v"] == agentwire.VERSION
+    # The common case (nothing to clean) gives the same bytes as cleaning first.
+    plain = {"ev": "log", "lines": ["a", "b"], "n": 1.5, "colour": Colour.RED}
+    assert agentwire.decode(agentwire.encode(plain)) == {**plain, "colour": "red", "v": agentwire.VERSION}
+
+
 def test_it_ends_itself_when_idle_and_a_client_starts_it_again(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GAUDI_GUI_AGENT_IDLE_S", "0.5")
     with Connection.open() as conn:
