@@ -92,6 +92,9 @@ class Session:
         #: event name -> keys it wants (None: all of them)
         self.subs: dict[str, set[str] | None] = {}
         self.closed = False
+        #: Messages of this turn of the loop, written together at its end (``flush``).
+        self._pending: list[bytes] = []
+        self._pending_size = 0
 
     def wants(self, ev: str, key: str | None) -> bool:
         if ev not in self.subs:
@@ -100,18 +103,33 @@ class Session:
         return keys is None or key is None or key in keys
 
     def send(self, message: dict[str, Any]) -> None:
+        """Queue ``message``; what one turn of the agent's loop sends goes out in one write at its end
+        (a job's new lines and events, a reply and its events): one wake of the client, not one per
+        message, and a client woken is a slice taken from a run on the same cores."""
         if self.closed:
             return
         transport = self.writer.transport
         if transport.is_closing():
             self.closed = True
             return
-        if transport.get_write_buffer_size() > MAX_BACKLOG:
+        if transport.get_write_buffer_size() + self._pending_size > MAX_BACKLOG:
             # A client that does not read would make the agent hold its whole history in memory.
             self.closed = True
+            self._pending.clear()
             transport.abort()
             return
-        self.writer.write(agentwire.encode(message))
+        data = agentwire.encode(message)
+        if not self._pending:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self._pending.append(data)
+        self._pending_size += len(data)
+
+    def flush(self) -> None:
+        """Write what ``send`` queued (at the end of the loop's turn, and before the session closes)."""
+        if self._pending and not self.closed and not self.writer.transport.is_closing():
+            self.writer.write(b"".join(self._pending))
+        self._pending.clear()
+        self._pending_size = 0
 
     def describe(self) -> dict[str, Any]:
         return {"client": self.client, "pid": self.peer_pid, "since": self.connected,
@@ -216,6 +234,7 @@ class Agent:
             idle.cancel()
             server.close()
             for session in list(self.sessions):
+                session.flush()
                 session.writer.close()
             for service in reversed(self.services):
                 with contextlib.suppress(Exception):  # (TimeoutError too: one stuck stop holds no other)
@@ -262,6 +281,7 @@ class Agent:
         try:
             await self._read(session, reader)
         finally:
+            session.flush()
             session.closed = True
             self.sessions.remove(session)
             for service in self.services:

@@ -197,7 +197,7 @@ def test_the_streamed_text_is_the_answer_decoded_whole_and_costs_a_decode_per_ev
         decodes[0] += 1
         return original(*args, **kwargs)
 
-    tokenizer.decode = counted
+    tokenizer.decode = counted  # type: ignore[method-assign]
     # Ids arriving faster than one event per interval: the first at once, the rest at the end.
     pieces.clear()
     streamer = _Detokenizer(tokenizer, pieces.append, interval_s=60.0)
