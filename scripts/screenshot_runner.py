@@ -1,11 +1,12 @@
-"""Offscreen screenshot of the Model runner with the demo model loaded and a two-turn chat streamed:
-``python scripts/screenshot_runner.py OUT.png``."""
+"""Offscreen screenshot of the Model runner with the demo model loaded and a two-turn chat streamed,
+by clicking Load and Send as a person would: ``python scripts/screenshot_runner.py OUT.png``."""
 
 from __future__ import annotations
 
 import sys
 
-from PySide6.QtCore import QTimer
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtTest import QTest
 from shot import open_window, run
 
 QUESTIONS = ["What is the learning rate?", "And what does a checkpoint do?"]
@@ -28,7 +29,7 @@ def main() -> int:
             QTimer.singleShot(300, shoot)
             return
         tab.prompt.setPlainText(pending.pop(0))
-        tab.send()
+        QTest.mouseClick(tab.send_button, Qt.MouseButton.LeftButton)
 
     def shoot() -> None:
         window.grab().save(out)
@@ -37,7 +38,7 @@ def main() -> int:
     tab.client.model_loaded.connect(lambda _info: QTimer.singleShot(100, ask))
     tab.client.generation_finished.connect(lambda _stats: QTimer.singleShot(100, ask))
     tab.client.error_occurred.connect(print)
-    tab.load_model()
+    QTest.mouseClick(tab.load_button, Qt.MouseButton.LeftButton)
     QTimer.singleShot(120000, window.close)
     return run(app)
 
