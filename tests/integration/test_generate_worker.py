@@ -155,58 +155,61 @@ def test_stop_strings_literal_and_empty_prompt(worker: Worker) -> None:
         assert error["type"] == "error" and error["kind"] == "bad_parameters", (bad, error)
 
 
-class _Ids:
-    """What generate hands a streamer: a tensor's ``tolist`` (a batch of one, or the new ids)."""
+#: Run in a child (transformers and torch stay out of the test process): streams a text through the
+#: worker's streamer an id at a time, then all ids within one interval, and prints what it saw.
+_STREAM_CHECK = r"""
+import json, sys
+from transformers import AutoTokenizer
+from gaudi_gui.workers.generate import _Detokenizer
 
-    def __init__(self, ids: list[Any]) -> None:
-        self.ids = ids
+class Ids:  # what generate hands a streamer: a tensor's tolist (a batch of one, or the new ids)
+    def __init__(self, ids): self.ids = ids
+    def tolist(self): return self.ids
 
-    def tolist(self) -> list[Any]:
-        return self.ids
+tokenizer = AutoTokenizer.from_pretrained(sys.argv[1])
+text = sys.argv[2]
+ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+each = []
+streamer = _Detokenizer(tokenizer, each.append, interval_s=0.0)
+streamer.put(Ids([[1, 2, 3]]))  # the prompt: not shown
+for one in ids:
+    streamer.put(Ids([one]))
+streamer.end()
+decodes = [0]
+original = tokenizer.decode
+def counted(*args, **kwargs):
+    decodes[0] += 1
+    return original(*args, **kwargs)
+tokenizer.decode = counted
+batched = []
+streamer = _Detokenizer(tokenizer, batched.append, interval_s=60.0)
+streamer.put(Ids([[1]]))
+for one in ids:
+    streamer.put(Ids([one]))
+streamer.end()
+print(json.dumps({"whole": original(ids, skip_special_tokens=True), "ids": len(ids), "each": each,
+                  "batched": batched, "decodes": decodes[0]}))
+"""
 
 
 def test_the_streamed_text_is_the_answer_decoded_whole_and_costs_a_decode_per_event(
         tiny_model_dir: Path) -> None:
     """The worker's streamer decodes only the ids since its last event (HF's TextStreamer decoded the
     whole line at every token: 38 µs a token of the demo model, 5% of its decode rate)."""
-    from transformers import AutoTokenizer
-
-    from gaudi_gui.workers.generate import _Detokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(tiny_model_dir)
     text = ("Grüße 😀 über naïve café — ok 你好.\n  The learning rate sets the size of each step; "
             "a warm-up raises it.\n\nEnd")
-    ids = tokenizer(text, add_special_tokens=False)["input_ids"]
-    whole = tokenizer.decode(ids, skip_special_tokens=True)
+    done = subprocess.run([sys.executable, "-c", _STREAM_CHECK, str(tiny_model_dir), text],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
     # Every id its own event (interval 0): each piece is only what that id adds, none lost or doubled,
     # a character split over ids (the emoji's bytes) held back until it is whole.
-    pieces: list[str] = []
-    streamer = _Detokenizer(tokenizer, pieces.append, interval_s=0.0)
-    streamer.put(_Ids([[1, 2, 3]]))  # the prompt: not shown
-    for one in ids:
-        streamer.put(_Ids([one]))
-    streamer.end()
-    assert "".join(pieces) == whole
-    assert all("\ufffd" not in p for p in pieces), pieces
-    assert len(pieces) > len(ids) // 2
-
-    decodes = [0]
-    original = tokenizer.decode
-
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        decodes[0] += 1
-        return original(*args, **kwargs)
-
-    tokenizer.decode = counted  # type: ignore[method-assign]
+    assert "".join(seen["each"]) == seen["whole"]
+    assert all("\ufffd" not in p for p in seen["each"]), seen["each"]
+    assert len(seen["each"]) > seen["ids"] // 2
     # Ids arriving faster than one event per interval: the first at once, the rest at the end.
-    pieces.clear()
-    streamer = _Detokenizer(tokenizer, pieces.append, interval_s=60.0)
-    streamer.put(_Ids([[1]]))
-    for one in ids:
-        streamer.put(_Ids([one]))
-    streamer.end()
-    assert "".join(pieces) == whole and len(pieces) == 2, pieces
-    assert decodes[0] <= 4, decodes
+    assert "".join(seen["batched"]) == seen["whole"] and len(seen["batched"]) == 2, seen["batched"]
+    assert seen["decodes"] <= 4, seen["decodes"]
 
 
 def test_first_demo_load_reports_build_progress(demo_model: object, tmp_path: Path,
