@@ -172,12 +172,12 @@ class _Detokenizer:
     depend on what comes before it: a leading space), and text that ends inside a character (a
     byte-level piece of a multi-byte character: U+FFFD) waits for the next ids."""
 
-    def __init__(self, tokenizer: Any, on_text: Callable[[str], None], *, skip_prompt: bool = True,
+    def __init__(self, tokenizer: Any, on_text: Callable[[str], None], *,
                  interval_s: float = FLUSH_INTERVAL_S) -> None:
         self.tokenizer = tokenizer
         self.on_text = on_text
         self.interval_s = interval_s
-        self.prompt_left = skip_prompt
+        self.prompt_left = True  # generate's first put is the prompt: not shown
         self.ids: list[int] = []
         self.prefix = 0  # the ids decoded as context only (already sent)
         self.read = 0  # the ids whose text was sent
@@ -213,8 +213,10 @@ class _Detokenizer:
 
 
 class _Pieces:
-    """Streams one answer's text as token events: coalesced, with possible stop-string starts held
-    back, and the text from a stop string on never shown."""
+    """Streams one answer's text as token events, with possible stop-string starts held back and the
+    text from a stop string on never shown. What it is fed is sent at once: the pacing (one event per
+    ``FLUSH_INTERVAL_S``) is the streamer's (``_Detokenizer``), one clock, not a second one here that
+    could hold a piece back a whole interval when the two readings of the time differed by a little."""
 
     def __init__(self, out: Output, request_id: Any, stops: list[str]) -> None:
         self.out = out
@@ -225,7 +227,6 @@ class _Pieces:
         self.tail = ""  # the last ``keep`` characters already sent
         self.shown: list[str] = []
         self.hit = False
-        self.last_flush: float | None = None
 
     def feed(self, piece: str) -> None:
         if self.hit or not piece:
@@ -248,11 +249,9 @@ class _Pieces:
                         hold = max(hold, n)
                         break
             ready = self.pending[:len(self.pending) - min(hold, len(self.pending))]
-        now = time.perf_counter()
-        if ready and (self.last_flush is None or now - self.last_flush >= FLUSH_INTERVAL_S):
+        if ready:
             self._send(ready)
             self.pending = self.pending[len(ready):]
-            self.last_flush = now
 
     def flush(self) -> None:
         """Send what is pending (the end of an answer)."""
